@@ -1,0 +1,325 @@
+/*
+ * fusec.h - the public API of fusec, a JIT operator-fusion compiler.
+ *
+ * One header, opaque handles, a context first. Conventions:
+ *
+ *  - Every function that can fail either returns an fc_status, or returns a
+ *    handle that is "poisoned" on failure. The message of the first failure is
+ *    kept on the context and read with fc_last_error().
+ *  - Builder calls are sticky (as in cairo): after the first error on a graph
+ *    every builder returns the graph's poison value and does nothing, so a chain
+ *    of builder calls can be checked once, with fc_graph_status() or when the
+ *    graph is verified, printed or run.
+ *  - The library never exits and never prints.
+ *  - Strings returned as `char *` are owned by the caller and freed with
+ *    fc_free(). Strings returned as `const char *` are owned by the library.
+ */
+#ifndef FUSEC_H
+#define FUSEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define FUSEC_VERSION_STRING "0.1.0"
+
+/* ------------------------------------------------------------------ */
+/* Status codes. The numeric values double as the CLI's exit codes.    */
+/* ------------------------------------------------------------------ */
+typedef enum fc_status {
+    FC_OK = 0,
+    FC_ERR_INPUT = 1,       /* bad graph, bad .ir text, bad shapes or dtypes */
+    FC_ERR_USAGE = 2,       /* a function was called wrongly (NULL, bad index) */
+    FC_ERR_RUNTIME = 3,     /* a failure while running (I/O, device, ...) */
+    FC_ERR_NOMEM = 5,       /* an allocation failed */
+    FC_ERR_UNSUPPORTED = 6, /* valid, but not supported by this backend */
+} fc_status;
+
+/* ------------------------------------------------------------------ */
+/* Dtypes and dimensions.                                              */
+/* ------------------------------------------------------------------ */
+typedef enum fc_dtype {
+    FC_F64,
+    FC_F32,
+    FC_F16,
+    FC_BF16,
+    FC_I64,
+    FC_I32,
+    FC_I8,
+    FC_BOOL,
+    FC_DTYPE_COUNT
+} fc_dtype;
+
+/* Maximum tensor rank. */
+#define FC_MAX_RANK 8
+
+/*
+ * A dimension. A value >= 0 is a static size. FC_DIM_INFER (-1) may appear
+ * once in a reshape shape and means "inferred". A symbolic dimension is a
+ * value made by fc_sym(); it is <= FC_DIM_SYM_BASE.
+ */
+typedef int64_t fc_dim;
+#define FC_DIM_INFER ((fc_dim)-1)
+#define FC_DIM_SYM_BASE ((fc_dim)-2)
+
+/* Name of a dtype as written in .ir text ("f32", "bf16", ...). */
+const char *fc_dtype_name(fc_dtype dt);
+/* Size in bytes of one element of dt (bool is one byte). */
+size_t fc_dtype_size(fc_dtype dt);
+
+/* ------------------------------------------------------------------ */
+/* Handles.                                                            */
+/* ------------------------------------------------------------------ */
+typedef struct fc_context fc_context;
+typedef struct fc_graph fc_graph;
+typedef struct fc_value fc_value;
+
+/* Create a context. Returns NULL only when memory is exhausted. */
+fc_context *fc_context_new(void);
+/* Free a context. Graphs made from it must be freed first. NULL is ignored. */
+void fc_context_free(fc_context *ctx);
+/*
+ * The message of the most recent failure on this context, or "" if none.
+ * For user-input errors it holds "file:line:col: error: message", the source
+ * line and a caret line. Valid until the next failing call on the context.
+ */
+const char *fc_last_error(const fc_context *ctx);
+/* Clear the context's error message. */
+void fc_clear_error(fc_context *ctx);
+/*
+ * Fault injection for tests: make the Nth allocation made through this
+ * context from now on fail (1 = the next one), and every one after it until
+ * this is called again. n = 0 turns injection off.
+ */
+void fc_context_fail_alloc_after(fc_context *ctx, long n);
+
+/* Free a string or buffer returned by fusec. NULL is ignored. */
+void fc_free(void *p);
+
+/* ------------------------------------------------------------------ */
+/* Graphs.                                                             */
+/* ------------------------------------------------------------------ */
+
+/* Create an empty graph named `name` (a NAME in .ir syntax). NULL on OOM. */
+fc_graph *fc_graph_new(fc_context *ctx, const char *name);
+/* Free a graph and everything built in it (one arena). NULL is ignored. */
+void fc_graph_free(fc_graph *g);
+/* FC_OK, or the status of the first builder error (the sticky error). */
+fc_status fc_graph_status(const fc_graph *g);
+/* The graph's name. */
+const char *fc_graph_name(const fc_graph *g);
+/* The context the graph belongs to. */
+fc_context *fc_graph_context(const fc_graph *g);
+
+/*
+ * A symbolic dimension named `name`. The same name gives the same dimension.
+ * If the symbol was bound with fc_graph_bind(), its static value is returned
+ * instead. Returns FC_DIM_INFER and poisons the graph on a bad name.
+ */
+fc_dim fc_sym(fc_graph *g, const char *name);
+/*
+ * Bind symbol `name` to `value` in this graph. Must be called before the
+ * symbol is first used; later uses of fc_sym(name) return `value`.
+ */
+fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value);
+
+/* ------------------------------------------------------------------ */
+/* Builders. One per op of the .ir format. Each checks shapes and      */
+/* dtypes when called; on error it poisons the graph and returns the   */
+/* poison value, which every later builder accepts and propagates.     */
+/* ------------------------------------------------------------------ */
+
+/* A graph parameter (input) with a dtype and a shape of `rank` dims. */
+fc_value *fc_param(fc_graph *g, const char *name, fc_dtype dt, int rank, const fc_dim *dims);
+/*
+ * A weak scalar operand, as a bare number in .ir text: it takes the dtype of
+ * the other operand (a float scalar with an integer tensor gives f32). It can
+ * only be used as an operand of a binary, compare or where op.
+ */
+fc_value *fc_scalar(fc_graph *g, double v);
+
+/* Unary ops. f16/bf16 are computed in f32; integer inputs to the
+ * transcendental ops promote to f32. */
+fc_value *fc_neg(fc_graph *g, fc_value *x);
+fc_value *fc_abs(fc_graph *g, fc_value *x);
+fc_value *fc_exp(fc_graph *g, fc_value *x);
+fc_value *fc_log(fc_graph *g, fc_value *x);
+fc_value *fc_sqrt(fc_graph *g, fc_value *x);
+fc_value *fc_rsqrt(fc_graph *g, fc_value *x);
+fc_value *fc_recip(fc_graph *g, fc_value *x);
+fc_value *fc_sin(fc_graph *g, fc_value *x);
+fc_value *fc_cos(fc_graph *g, fc_value *x);
+fc_value *fc_tanh(fc_graph *g, fc_value *x);
+fc_value *fc_sigmoid(fc_graph *g, fc_value *x);
+fc_value *fc_relu(fc_graph *g, fc_value *x);
+fc_value *fc_gelu(fc_graph *g, fc_value *x);      /* erf form */
+fc_value *fc_gelu_tanh(fc_graph *g, fc_value *x); /* tanh approximation */
+fc_value *fc_silu(fc_graph *g, fc_value *x);
+fc_value *fc_erf(fc_graph *g, fc_value *x);
+
+/* Binary ops: NumPy broadcasting, PyTorch dtype promotion. */
+fc_value *fc_add(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_sub(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_mul(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_div(fc_graph *g, fc_value *a, fc_value *b); /* true division */
+fc_value *fc_max(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_min(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_pow(fc_graph *g, fc_value *a, fc_value *b);
+
+/* Comparisons: broadcasting; the result is bool. */
+fc_value *fc_eq(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_ne(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_lt(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_le(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_gt(fc_graph *g, fc_value *a, fc_value *b);
+fc_value *fc_ge(fc_graph *g, fc_value *a, fc_value *b);
+
+/* where(cond, a, b): cond is bool; broadcasting over all three. */
+fc_value *fc_where(fc_graph *g, fc_value *cond, fc_value *a, fc_value *b);
+/* cast(x, to=dt). Float to int truncates toward zero; to bool is x != 0. */
+fc_value *fc_cast(fc_graph *g, fc_value *x, fc_dtype to);
+
+/* Reductions over `naxes` axes (negative axes count from the end; naxes = 0
+ * reduces over every axis). f16/bf16 accumulate in f32. reduce_sum of an
+ * integer or bool tensor gives i64, as in PyTorch; reduce_mean needs floats. */
+fc_value *fc_reduce_sum(fc_graph *g, fc_value *x, int naxes, const int *axes, bool keepdim);
+fc_value *fc_reduce_max(fc_graph *g, fc_value *x, int naxes, const int *axes, bool keepdim);
+fc_value *fc_reduce_min(fc_graph *g, fc_value *x, int naxes, const int *axes, bool keepdim);
+fc_value *fc_reduce_mean(fc_graph *g, fc_value *x, int naxes, const int *axes, bool keepdim);
+
+/* Normalizations (composites). x must be a float tensor. */
+fc_value *fc_softmax(fc_graph *g, fc_value *x, int axis);
+/* layernorm over `axis`; w and b have the shape [size of axis]. */
+fc_value *fc_layernorm(fc_graph *g, fc_value *x, fc_value *w, fc_value *b, int axis, double eps);
+/* rmsnorm over the last axis; w has the shape [last dim]. */
+fc_value *fc_rmsnorm(fc_graph *g, fc_value *x, fc_value *w, double eps);
+
+/* matmul with PyTorch semantics: batch dims broadcast, rank-1 operands are
+ * promoted and the added dimension removed. Both operands must be floats of
+ * the same dtype. */
+fc_value *fc_matmul(fc_graph *g, fc_value *a, fc_value *b);
+
+/* Value of `scale` that means "the default, 1/sqrt(D)". */
+#define FC_ATTENTION_DEFAULT_SCALE 0.0
+/*
+ * attention(q, k, v): softmax(q @ k^T * scale [+ causal mask]) @ v, with
+ * q: [.., Sq, D], k: [.., Sk, D], v: [.., Sk, Dv] -> [.., Sq, Dv]. The causal
+ * mask is PyTorch's is_causal: query i sees keys j <= i.
+ */
+fc_value *fc_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v, bool causal, double scale);
+
+/* Shape ops. */
+fc_value *fc_reshape(fc_graph *g, fc_value *x, int rank, const fc_dim *shape); /* one FC_DIM_INFER allowed */
+fc_value *fc_permute(fc_graph *g, fc_value *x, int rank, const int *perm);
+fc_value *fc_expand(fc_graph *g, fc_value *x, int rank, const fc_dim *shape); /* FC_DIM_INFER keeps a dim */
+/* Python slicing along one axis: negative start/end count from the end and
+ * are clamped; end = INT64_MAX means "to the end". step >= 1. */
+fc_value *fc_slice(fc_graph *g, fc_value *x, int axis, int64_t start, int64_t end, int64_t step);
+fc_value *fc_concat(fc_graph *g, int n, fc_value *const *xs, int axis);
+/* split(x, axis, sizes): writes n values to outs (poison values on error). */
+fc_status fc_split(fc_graph *g, fc_value *x, int axis, int n, const fc_dim *sizes, fc_value **outs);
+
+/* Creation ops. */
+fc_value *fc_iota(fc_graph *g, int rank, const fc_dim *shape, int axis, fc_dtype dt);
+fc_value *fc_full(fc_graph *g, int rank, const fc_dim *shape, double value, fc_dtype dt);
+
+/* gather(table, idx, axis): out = table.shape[:axis] + idx.shape +
+ * table.shape[axis+1:]; idx must be an integer tensor. */
+fc_value *fc_gather(fc_graph *g, fc_value *table, fc_value *idx, int axis);
+
+/* Set the graph's results. Must be called exactly once. */
+fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs);
+
+/* ------------------------------------------------------------------ */
+/* Inspection.                                                         */
+/* ------------------------------------------------------------------ */
+int fc_value_rank(const fc_value *v);
+fc_dtype fc_value_dtype(const fc_value *v);
+/* Dimension i of v: a static size or a symbolic fc_dim. */
+fc_dim fc_value_dim(const fc_value *v, int i);
+/* True if v is the poison value. */
+bool fc_value_is_poison(const fc_value *v);
+int fc_graph_num_params(const fc_graph *g);
+fc_value *fc_graph_param(const fc_graph *g, int i);
+int fc_graph_num_outputs(const fc_graph *g);
+fc_value *fc_graph_output(const fc_graph *g, int i);
+/* Name of a symbolic dim, or NULL if d is not symbolic. */
+const char *fc_sym_name(const fc_graph *g, fc_dim d);
+
+/* ------------------------------------------------------------------ */
+/* Text format, verification.                                          */
+/* ------------------------------------------------------------------ */
+
+/* A symbol binding, as given by --bind B=4. */
+typedef struct fc_binding {
+    const char *name;
+    int64_t value;
+} fc_binding;
+
+/*
+ * Parse .ir text. `filename` is used in diagnostics. `graph_name` picks a
+ * graph of a multi-graph file (NULL: the first). `binds` bind symbolic dims.
+ * On success *out is a new graph; on failure *out is NULL and the context's
+ * error holds a located diagnostic (file:line:col, source line, caret).
+ */
+fc_status fc_parse(fc_context *ctx, const char *filename, const char *text, size_t len,
+                   const char *graph_name, const fc_binding *binds, int nbinds, fc_graph **out);
+/* Read and parse a file; as fc_parse. */
+fc_status fc_parse_file(fc_context *ctx, const char *path, const char *graph_name,
+                        const fc_binding *binds, int nbinds, fc_graph **out);
+/* Names of the graphs in a file's text, for listing. */
+fc_status fc_parse_graph_names(fc_context *ctx, const char *filename, const char *text, size_t len,
+                               char ***names, int *n); /* free each and the array with fc_free */
+
+/* Print a graph as .ir text. Returns a malloc'd string (fc_free), or NULL
+ * with the error on the context. The output parses back to the same text. */
+char *fc_print(fc_graph *g);
+
+/* Check every invariant of the graph. FC_OK or an error on the context. */
+fc_status fc_verify(fc_graph *g);
+
+/* ------------------------------------------------------------------ */
+/* Running with the reference interpreter.                             */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A dense, row-major host tensor. `data` holds elements in the dtype's own
+ * storage: f16 and bf16 as uint16_t bit patterns, bool as one byte (0 or 1).
+ */
+typedef struct fc_tensor {
+    fc_dtype dtype;
+    int rank;
+    int64_t shape[FC_MAX_RANK];
+    void *data;
+} fc_tensor;
+
+/* Number of elements of t (1 for a scalar). */
+int64_t fc_tensor_numel(const fc_tensor *t);
+/* Free t->data (allocated by fusec) and set it to NULL. */
+void fc_tensor_release(fc_tensor *t);
+
+/*
+ * Run g with the reference interpreter: float64 arithmetic, each value
+ * rounded to its dtype (f16/bf16 round to nearest-even). inputs[i] matches
+ * parameter i; symbolic dims are bound from the input shapes. On success
+ * outputs[0..nout) are filled with newly allocated tensors (release them with
+ * fc_tensor_release); nout must equal fc_graph_num_outputs(g).
+ */
+fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout);
+
+/* Conversions between f32 and the 16-bit float formats (round to nearest-even). */
+uint16_t fc_f32_to_bf16(float f);
+float fc_bf16_to_f32(uint16_t h);
+uint16_t fc_f32_to_f16(float f);
+float fc_f16_to_f32(uint16_t h);
+/* Round a double to the nearest value of dtype dt (saturating/truncating as a cast). */
+double fc_round_to_dtype(double x, fc_dtype dt);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

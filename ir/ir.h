@@ -1,0 +1,281 @@
+/*
+ * ir.h - the graph IR shared by every stage (internal header).
+ *
+ * A graph is a list of nodes in topological order (the order they were built
+ * in). Each node has operand values and result values. Values carry a dtype
+ * and a shape; a dim is static (>= 0) or symbolic (<= FC_DIM_SYM_BASE).
+ * Everything of a graph lives in its arena and is freed with the graph.
+ */
+#ifndef FC_IR_H
+#define FC_IR_H
+
+#include "fusec.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------------- */
+/* Broken invariants: one macro, naming file and line. These are     */
+/* bugs in fusec, never user errors; they abort (as assert does).     */
+/* ---------------------------------------------------------------- */
+_Noreturn void fc_unreachable_at(const char *file, int line, const char *what);
+#define FC_UNREACHABLE(what) fc_unreachable_at(__FILE__, __LINE__, (what))
+#define FC_ASSERT(cond)                                                       \
+    do {                                                                      \
+        if (!(cond)) fc_unreachable_at(__FILE__, __LINE__, "assertion failed: " #cond); \
+    } while (0)
+
+/* ---------------------------------------------------------------- */
+/* The op table.                                                     */
+/* ---------------------------------------------------------------- */
+typedef enum fc_op {
+#define X(id, name, min_in, max_in, kind, attrs) FC_OP_##id,
+#include "ops.def"
+#undef X
+    FC_OP_COUNT
+} fc_op;
+
+typedef enum fc_op_kind {
+    FC_KIND_ELEMWISE,
+    FC_KIND_BROADCAST,
+    FC_KIND_INJECTIVE,
+    FC_KIND_REDUCTION,
+    FC_KIND_COMPOSITE,
+    FC_KIND_OPAQUE,
+} fc_op_kind;
+
+typedef struct fc_op_info {
+    const char *name;
+    int min_in, max_in; /* max_in -1: variadic */
+    fc_op_kind kind;
+    const char *attrs; /* signature, see ops.def */
+} fc_op_info;
+
+extern const fc_op_info fc_op_table[FC_OP_COUNT];
+/* Look an op up by its .ir name; returns FC_OP_COUNT if unknown. */
+fc_op fc_op_from_name(const char *name, size_t len);
+bool fc_op_is_unary(fc_op op);   /* neg .. erf */
+bool fc_op_is_binary(fc_op op);  /* add .. pow */
+bool fc_op_is_compare(fc_op op); /* eq .. ge */
+bool fc_op_is_reduce(fc_op op);  /* reduce_* */
+
+/* ---------------------------------------------------------------- */
+/* Attributes. One struct for every op; the op's signature says      */
+/* which fields it uses. List attributes share `list`.                */
+/* ---------------------------------------------------------------- */
+typedef enum fc_attr_kind {
+    FC_ATTR_INT,   /* int64 */
+    FC_ATTR_INTS,  /* list of int64 (axes, perm) */
+    FC_ATTR_DIMS,  /* list of fc_dim: ints, symbols, one -1 (shape, sizes) */
+    FC_ATTR_BOOL,
+    FC_ATTR_FLOAT,
+    FC_ATTR_DTYPE,
+} fc_attr_kind;
+
+typedef struct fc_attrs {
+    int64_t axis;
+    int nlist;
+    int64_t *list; /* axes | perm | shape | sizes (arena memory) */
+    bool keepdim, causal;
+    double eps, value, scale;
+    fc_dtype dtype; /* to | dtype */
+    int64_t start, end, step;
+} fc_attrs;
+
+/* One parsed entry of an op's attribute signature. */
+typedef struct fc_attr_spec {
+    char name[16];
+    fc_attr_kind kind;
+    bool has_default;
+    char default_text[32];
+} fc_attr_spec;
+
+#define FC_MAX_ATTRS 6
+/* The parsed signature of op: returns the number of attributes. */
+int fc_op_attr_specs(fc_op op, const fc_attr_spec **specs);
+/* Fill every attribute of op with its default (required ones zeroed). */
+void fc_attrs_defaults(fc_op op, fc_attrs *a);
+/* Pointers into `a` for an attribute name: exactly one is set. */
+void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double **f, fc_dtype **dt);
+
+/* ---------------------------------------------------------------- */
+/* Dtypes.                                                           */
+/* ---------------------------------------------------------------- */
+bool fc_dtype_is_float(fc_dtype dt);
+bool fc_dtype_is_int(fc_dtype dt); /* i8 i32 i64 (not bool) */
+/* Parse a dtype name; returns FC_DTYPE_COUNT if unknown. */
+fc_dtype fc_dtype_from_name(const char *s, size_t len);
+/* PyTorch promotion of two tensor dtypes. */
+fc_dtype fc_promote(fc_dtype a, fc_dtype b);
+
+/* ---------------------------------------------------------------- */
+/* Source locations, for diagnostics.                                */
+/* ---------------------------------------------------------------- */
+typedef struct fc_loc {
+    int line, col; /* 1-based; line 0 = no location */
+} fc_loc;
+
+/* ---------------------------------------------------------------- */
+/* Values and nodes.                                                 */
+/* ---------------------------------------------------------------- */
+typedef struct fc_node fc_node;
+
+struct fc_value {
+    fc_dtype dtype;
+    int rank;
+    fc_dim dims[FC_MAX_RANK];
+    fc_node *def;    /* defining node; NULL for params and weak scalars */
+    int def_index;   /* which result of def */
+    int param_index; /* index among params, or -1 */
+    int id;          /* unique in the graph, dense from 0 */
+    const char *name; /* text name without '%', or NULL (printer invents) */
+    bool weak;       /* a weak scalar operand (bare number) */
+    bool weak_int;   /* ...written as an integer */
+    double scalar;   /* ...its value */
+    bool poison;
+};
+
+struct fc_node {
+    fc_op op;
+    int id;
+    int nin, nout;
+    fc_value **in;
+    fc_value **out;
+    fc_attrs a;
+    fc_loc loc;
+    bool dead; /* removed by a pass; skipped by iteration helpers */
+};
+
+/* ---------------------------------------------------------------- */
+/* Arena: bump allocation in chunks, freed all at once.              */
+/* ---------------------------------------------------------------- */
+typedef struct fc_arena_chunk fc_arena_chunk;
+typedef struct fc_arena {
+    fc_context *ctx;
+    fc_arena_chunk *head;
+    size_t used, cap;
+} fc_arena;
+
+void fc_arena_init(fc_arena *ar, fc_context *ctx);
+void fc_arena_release(fc_arena *ar);
+/* Zeroed, 16-byte aligned memory; NULL (and an error on ctx) when out of memory. */
+void *fc_arena_alloc(fc_arena *ar, size_t size);
+char *fc_arena_strndup(fc_arena *ar, const char *s, size_t n);
+
+/* Allocation through the context (honours fault injection). */
+void *fc_ctx_malloc(fc_context *ctx, size_t size);
+void *fc_ctx_realloc(fc_context *ctx, void *p, size_t size);
+void fc_ctx_freemem(fc_context *ctx, void *p);
+
+/* ---------------------------------------------------------------- */
+/* Context and errors.                                               */
+/* ---------------------------------------------------------------- */
+#define FC_ERROR_MAX 4096
+struct fc_context {
+    char error[FC_ERROR_MAX];
+    long alloc_fail_after; /* 0: off; else the countdown to failure */
+    long alloc_count;
+};
+
+/* Record an error on ctx (printf-style); returns `st` for chaining. */
+fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+fc_status fc_set_errorv(fc_context *ctx, fc_status st, const char *fmt, va_list ap);
+/*
+ * Record a located diagnostic:
+ *   file:line:col: error: message
+ *       <source line>
+ *       <caret under col>
+ */
+fc_status fc_diag(fc_context *ctx, const char *file, const char *text, size_t len, fc_loc loc,
+                  const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+fc_status fc_diagv(fc_context *ctx, const char *file, const char *text, size_t len, fc_loc loc,
+                   const char *fmt, va_list ap);
+
+/* ---------------------------------------------------------------- */
+/* Graph.                                                            */
+/* ---------------------------------------------------------------- */
+typedef struct fc_sym_binding {
+    const char *name;
+    int64_t value;
+} fc_sym_binding;
+
+struct fc_graph {
+    fc_context *ctx;
+    fc_arena arena;
+    const char *name;
+
+    fc_node **nodes; /* topological order */
+    int nnodes, cap_nodes;
+    fc_value **params;
+    int nparams, cap_params;
+    fc_value **outputs;
+    int noutputs;
+    bool returned;
+
+    const char **syms; /* symbolic dim names; sym i is FC_DIM_SYM_BASE - i */
+    int nsyms, cap_syms;
+    fc_sym_binding *binds;
+    int nbinds, cap_binds;
+
+    int next_value_id, next_node_id;
+    fc_status status; /* sticky: first builder error */
+    fc_value poison_value;
+
+    /* Source text, when the graph came from a file: builders report errors
+     * at cur_loc in it. */
+    const char *src_file;
+    const char *src_text;
+    size_t src_len;
+    fc_loc cur_loc;
+};
+
+/* Record a builder error on g: sticky, located at g->cur_loc when set. */
+fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Grow an arena array (doubling); returns false on OOM (error recorded). */
+bool fc_grow(fc_arena *ar, void **arr, int *cap, int need, size_t elem);
+
+static inline bool fc_dim_is_sym(fc_dim d) { return d <= FC_DIM_SYM_BASE; }
+static inline int fc_dim_sym_index(fc_dim d) { return (int)(FC_DIM_SYM_BASE - d); }
+static inline fc_dim fc_dim_sym(int index) { return FC_DIM_SYM_BASE - index; }
+
+/* Symbol lookup by name without creating it; returns 0 if absent. */
+bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out);
+/* Symbol by name: a bound value, an existing symbol or a new one. */
+fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len);
+
+/* Product of static dims; *symbolic set if any dim is symbolic. Returns
+ * false on overflow of int64. */
+bool fc_shape_numel(const fc_dim *dims, int rank, int64_t *numel, bool *symbolic);
+
+/*
+ * The generic builder: infer result types of op on `in` with attributes a,
+ * append the node, return it (NULL on error, with the graph poisoned).
+ * `nout` is only used by split (the number of sizes decides it).
+ * The attrs' list is copied into the arena.
+ */
+fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a);
+
+/* Check rank, dims and 64-bit size of a shape; poisons g on failure. */
+bool fc_check_shape(fc_graph *g, const char *what, fc_dtype dt, int rank, const fc_dim *dims);
+
+/* Re-run inference on node n and compare with its stored result types. */
+fc_status fc_reinfer_check(fc_graph *g, fc_node *n);
+
+/* Create a parameter value. */
+fc_value *fc_build_param(fc_graph *g, const char *name, size_t name_len, fc_dtype dt, int rank,
+                         const fc_dim *dims);
+
+/* Format a dim ("768" or "B") into buf; returns buf. */
+const char *fc_dim_str(const fc_graph *g, fc_dim d, char *buf, size_t n);
+/* Format a type "f32[B, 768]" into buf; returns buf. */
+const char *fc_type_str(const fc_graph *g, fc_dtype dt, int rank, const fc_dim *dims, char *buf, size_t n);
+
+/* Shortest decimal text for a double that reads back exactly (inf, -inf, nan too). */
+void fc_format_double(double v, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,62 @@
+/* verify.c - the verifier: every structural invariant of a graph. It runs
+ * after every structural pass in debug builds, so a pass that breaks the
+ * graph is caught where it broke it. */
+#include "ir.h"
+
+#include <stdlib.h>
+
+
+
+static fc_status fail(fc_graph *g, const char *fmt, int a, const char *s) {
+    return fc_set_error(g->ctx, FC_ERR_INPUT, fmt, a, s);
+}
+
+fc_status fc_verify(fc_graph *g) {
+    if (!g) return FC_ERR_USAGE;
+    if (g->status) {
+        /* The context still holds the first builder error. */
+        return g->status;
+    }
+    if (!g->returned || g->noutputs < 1)
+        return fc_set_error(g->ctx, FC_ERR_INPUT, "graph %s: no return (a graph must return at least one value)", g->name);
+    /* defined[id]: the value has been defined by an earlier node or is a param. */
+    bool *defined = calloc((size_t)g->next_value_id + 1, sizeof *defined);
+    if (!defined) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory");
+    fc_status st = FC_OK;
+    for (int i = 0; i < g->nparams && !st; i++) {
+        fc_value *p = g->params[i];
+        if (p->param_index != i || p->def) st = fail(g, "verify: parameter %d (%s) is malformed", i, p->name);
+        else defined[p->id] = true;
+    }
+    for (int i = 0; i < g->nnodes && !st; i++) {
+        fc_node *n = g->nodes[i];
+        if (n->dead) continue;
+        const fc_op_info *info = &fc_op_table[n->op];
+        if (n->nin < info->min_in || (info->max_in >= 0 && n->nin > info->max_in)) {
+            st = fail(g, "verify: node %d (%s) has a wrong operand count", n->id, info->name);
+            break;
+        }
+        for (int k = 0; k < n->nin && !st; k++) {
+            fc_value *v = n->in[k];
+            if (!v || v->poison) st = fail(g, "verify: node %d (%s) has a missing operand", n->id, info->name);
+            else if (!v->weak && (v->id < 0 || v->id >= g->next_value_id || !defined[v->id]))
+                st = fail(g, "verify: node %d (%s) uses a value before it is defined", n->id, info->name);
+        }
+        if (st) break;
+        for (int k = 0; k < n->nout && !st; k++) {
+            fc_value *v = n->out[k];
+            if (!v || v->def != n || v->def_index != k)
+                st = fail(g, "verify: node %d (%s) has a malformed result", n->id, info->name);
+            else if (defined[v->id]) st = fail(g, "verify: node %d (%s) redefines a value", n->id, info->name);
+            else defined[v->id] = true;
+        }
+        if (!st) st = fc_reinfer_check(g, n);
+    }
+    for (int i = 0; i < g->noutputs && !st; i++) {
+        fc_value *v = g->outputs[i];
+        if (!v || v->weak || v->id < 0 || v->id >= g->next_value_id || !defined[v->id] || (v->def && v->def->dead))
+            st = fail(g, "verify: result %d of graph %s is not defined", i, g->name);
+    }
+    free(defined);
+    return st;
+}
