@@ -319,6 +319,56 @@ float fc_f16_to_f32(uint16_t h);
 /* Round a double to the nearest value of dtype dt (saturating/truncating as a cast). */
 double fc_round_to_dtype(double x, fc_dtype dt);
 
+
+/* ------------------------------------------------------------------ */
+/* Compiling and running on a device.                                  */
+/* ------------------------------------------------------------------ */
+
+typedef enum fc_device {
+    FC_DEVICE_CUDA, /* NVIDIA GPU: generated kernels through NVRTC and the driver API */
+    FC_DEVICE_CPU,  /* the LLVM CPU backend (when built with LLVM) */
+} fc_device;
+
+typedef struct fc_compile_options {
+    fc_device device;
+    /* CUDA target as major*10+minor (90 = sm_90). 0: the device's own, or
+     * sm_90 when there is no device (NVRTC needs no GPU). */
+    int sm;
+    bool fast_math;     /* --use_fast_math; off by default (numerics) */
+    bool fuse;          /* vertical and horizontal fusion; on by default */
+} fc_compile_options;
+
+/* Fill o with the defaults. */
+void fc_compile_options_default(fc_compile_options *o);
+
+/* A compiled program: a launch plan, its kernels and their device code. */
+typedef struct fc_program fc_program;
+
+/*
+ * Compile g (every symbolic dim must be bound: shapes are baked into the
+ * kernels). The graph is not modified: fusec compiles a copy. Without a GPU
+ * this still runs the passes, the codegen and NVRTC (for `sm`), so the
+ * emit functions below work; fc_run then fails cleanly.
+ */
+fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out);
+/*
+ * Run p on `stream` (a CUstream; NULL: the default stream). inputs[i] and
+ * outputs[i] are device pointers to dense row-major buffers of the graph's
+ * parameters and results. Returns when the work is queued on the stream.
+ */
+fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
+/* Free a program (and its device memory). NULL is ignored. */
+void fc_program_free(fc_program *p);
+/* The launch plan as text (one line per launch, then the total line). */
+char *fc_program_plan_text(fc_program *p);
+/* The generated CUDA C source. */
+char *fc_program_cuda_source(fc_program *p);
+/* The PTX NVRTC makes of the source. */
+char *fc_program_ptx(fc_program *p);
+
+/* Copy a graph (a deep copy into a new arena). NULL on failure. */
+fc_graph *fc_graph_clone(fc_graph *g);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,932 @@
+/* emit.c - CUDA C for each kernel group of a plan.
+ *
+ * Every value a kernel computes is emitted by one recursive function,
+ * emit_value(v, L): "the value of v at linear index L of v's own shape".
+ * Elementwise ops evaluate their operands at the broadcast index, and views
+ * (reshape, permute, expand, slice, concat, split, gather, iota, full) turn
+ * into index arithmetic on L, never into copies. Results are memoized per
+ * (value, index variable) inside the current C scope, so a value used twice
+ * at one index is computed once.
+ *
+ * POINTWISE groups: each thread handles VEC consecutive elements of the
+ * iteration space; inputs and outputs with the space's own shape move as
+ * 16-byte vectors.
+ *
+ * REDUCE groups: rows x reduced elements. tpr threads share a row (a warp per
+ * row for short rows, a block per row otherwise; one thread per row for
+ * column reductions). Each reduction is a phase over the row followed by an
+ * all-reduce; values per row (the reductions and what is computed from them
+ * alone) are computed once per row after their phase; the final phase
+ * writes the outputs. For rows up to 64 elements a thread (16K and more per
+ * row), the full-shape inputs are loaded once into registers in a prologue
+ * and every phase reads them from there (a persistent reduction); longer
+ * rows loop over memory in each phase.
+ *
+ * Shapes are constants in the source. Arithmetic is in f32 for f32, f16 and
+ * bf16 (f64 stays f64, integers in 64 bits) and every value is rounded to
+ * its dtype, as in the reference interpreter.
+ */
+#include "cuda_codegen.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char prelude[] =
+#include "prelude.cuh.inc"
+    ;
+
+/* ---- string builder ---------------------------------------------------- */
+
+typedef struct sb {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} sb;
+
+static void sb_vf(sb *s, const char *fmt, va_list ap) {
+    if (s->oom) return;
+    va_list ap2;
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (s->len + (size_t)n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 4096;
+        while (cap < s->len + (size_t)n + 1) cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (!b) {
+            s->oom = true;
+            return;
+        }
+        s->buf = b;
+        s->cap = cap;
+    }
+    vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
+    s->len += (size_t)n;
+}
+
+static void sbf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sbf(sb *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    sb_vf(s, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- types --------------------------------------------------------------- */
+
+static const char *storage_type(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return "double";
+    case FC_F32: return "float";
+    case FC_F16: return "__half";
+    case FC_BF16: return "__nv_bfloat16";
+    case FC_I64: return "i64";
+    case FC_I32: return "int";
+    case FC_I8: return "signed char";
+    case FC_BOOL: return "unsigned char";
+    default: FC_UNREACHABLE("dtype");
+    }
+}
+
+static const char *compute_type(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return "double";
+    case FC_F32: case FC_F16: case FC_BF16: return "float";
+    case FC_BOOL: return "int";
+    default: return "i64";
+    }
+}
+
+/* Expression `e` (in compute type) rounded to dtype dt. */
+static void rounded(char *out, size_t n, fc_dtype dt, const char *e) {
+    switch (dt) {
+    case FC_BF16: snprintf(out, n, "fc_rnd_bf16(%s)", e); break;
+    case FC_F16: snprintf(out, n, "fc_rnd_f16(%s)", e); break;
+    case FC_I32: snprintf(out, n, "fc_sat(%s, -2147483648ll, 2147483647ll)", e); break;
+    case FC_I8: snprintf(out, n, "fc_sat(%s, -128ll, 127ll)", e); break;
+    case FC_BOOL: snprintf(out, n, "((%s) != 0)", e); break;
+    default: snprintf(out, n, "%s", e); break;
+    }
+}
+
+/* ---- kernel context -------------------------------------------------------- */
+
+typedef struct memo {
+    int vid;
+    char idx[24];
+    char expr[96];
+} memo;
+
+typedef struct kctx {
+    const fc_plan *p;
+    const fc_group *gr;
+    sb *s;
+    int tmp;
+    memo *memo;
+    int nmemo, cap_memo;
+    bool oom;
+    fc_status err;
+    char errmsg[256];
+    /* REDUCE groups */
+    bool reduce;
+    int tpr;
+    bool *is_row;    /* per value id: computed once per row */
+    bool *row_ready; /* per value id: its row variable exists */
+} kctx;
+
+static const char *lookup(kctx *k, int vid, const char *idx) {
+    for (int i = k->nmemo - 1; i >= 0; i--)
+        if (k->memo[i].vid == vid && !strcmp(k->memo[i].idx, idx)) return k->memo[i].expr;
+    return NULL;
+}
+
+static void remember(kctx *k, int vid, const char *idx, const char *expr) {
+    if (k->nmemo == k->cap_memo) {
+        int cap = k->cap_memo ? k->cap_memo * 2 : 64;
+        memo *m = realloc(k->memo, sizeof *m * (size_t)cap);
+        if (!m) {
+            k->oom = true;
+            return;
+        }
+        k->memo = m;
+        k->cap_memo = cap;
+    }
+    memo *m = &k->memo[k->nmemo++];
+    m->vid = vid;
+    snprintf(m->idx, sizeof m->idx, "%s", idx);
+    snprintf(m->expr, sizeof m->expr, "%s", expr);
+}
+
+static void fail(kctx *k, const char *msg) {
+    if (!k->err) {
+        k->err = FC_ERR_UNSUPPORTED;
+        snprintf(k->errmsg, sizeof k->errmsg, "%s", msg);
+    }
+}
+
+static bool is_input(const kctx *k, const fc_value *v, int *pos) {
+    for (int i = 0; i < k->gr->ninputs; i++)
+        if (k->gr->inputs[i] == v) {
+            if (pos) *pos = i;
+            return true;
+        }
+    return false;
+}
+
+static void strides_of(const fc_value *v, int64_t *st) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        st[d] = s;
+        s *= v->dims[d];
+    }
+}
+
+static int64_t numel_of(const fc_value *v) {
+    int64_t n = 1;
+    for (int d = 0; d < v->rank; d++) n *= v->dims[d];
+    return n;
+}
+
+static bool same_dims(const fc_value *a, const fc_value *b) {
+    return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank);
+}
+
+/* Declare `i64 name = coordinate d of linear index L in shape v`. */
+static void coord(kctx *k, const fc_value *v, const char *L, int d, char *name, size_t n) {
+    int64_t st[FC_MAX_RANK];
+    strides_of(v, st);
+    snprintf(name, n, "c%d", k->tmp++);
+    if (d == 0) sbf(k->s, "      i64 %s = %s / %lldll;\n", name, L, (long long)st[0]);
+    else sbf(k->s, "      i64 %s = (%s / %lldll) %% %lldll;\n", name, L, (long long)st[d], (long long)v->dims[d]);
+}
+
+/* Index of operand x (broadcast into the shape of out) at out's index L. */
+static void broadcast_index(kctx *k, const fc_value *out, const char *L, const fc_value *x, char *name, size_t n) {
+    if (same_dims(out, x)) {
+        snprintf(name, n, "%s", L);
+        return;
+    }
+    int64_t xs[FC_MAX_RANK];
+    strides_of(x, xs);
+    int off = out->rank - x->rank;
+    char expr[512] = "0";
+    size_t pos = 1;
+    for (int d = 0; d < x->rank; d++) {
+        if (x->dims[d] == 1) continue;
+        char c[16];
+        coord(k, out, L, d + off, c, sizeof c);
+        pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %lldll", c, (long long)xs[d]);
+        if (pos >= sizeof expr) pos = sizeof expr - 1;
+    }
+    snprintf(name, n, "i%d", k->tmp++);
+    sbf(k->s, "      i64 %s = %s;\n", name, expr);
+}
+
+static void literal(fc_dtype dt, double x, char *out, size_t n) {
+    double r = fc_round_to_dtype(x, dt);
+    if (isnan(r)) snprintf(out, n, "(%s)NAN", compute_type(dt));
+    else if (isinf(r)) snprintf(out, n, "(%s)(%sINFINITY)", compute_type(dt), r < 0 ? "-" : "");
+    else if (fc_dtype_is_float(dt)) snprintf(out, n, "(%s)%.17g", compute_type(dt), r);
+    else snprintf(out, n, "(%s)%lldll", compute_type(dt), (long long)r);
+}
+
+static const char *emit_value(kctx *k, const fc_value *v, const char *L);
+
+/* Emit `CT t = expr;` (rounded to v's dtype), remember it, return the name. */
+static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
+    char name[24], r[1100];
+    snprintf(name, sizeof name, "t%d", k->tmp++);
+    rounded(r, sizeof r, v->dtype, expr);
+    sbf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, r);
+    remember(k, v->id, L, name);
+    return lookup(k, v->id, L);
+}
+
+static const char *unary_fn(fc_op op, fc_dtype ct) {
+    bool dbl = ct == FC_F64;
+    switch (op) {
+    case FC_OP_ABS: return fc_dtype_is_float(ct) ? (dbl ? "fabs" : "fabsf") : "llabs";
+    case FC_OP_LOG: return dbl ? "log" : "logf";
+    case FC_OP_SQRT: return dbl ? "sqrt" : "sqrtf";
+    case FC_OP_SIN: return dbl ? "sin" : "sinf";
+    case FC_OP_COS: return dbl ? "cos" : "cosf";
+    case FC_OP_TANH: return dbl ? "tanh" : "tanhf";
+    case FC_OP_ERF: return dbl ? "erf" : "erff";
+    case FC_OP_EXP: return "fc_exp";
+    case FC_OP_RSQRT: return "fc_rsqrt";
+    case FC_OP_SIGMOID: return "fc_sigmoid";
+    case FC_OP_RELU: return "fc_relu";
+    case FC_OP_GELU: return "fc_gelu";
+    case FC_OP_GELU_TANH: return "fc_gelu_tanh";
+    case FC_OP_SILU: return "fc_silu";
+    default: return NULL;
+    }
+}
+
+/* Operand i of n at out index L, converted to compute type of dtype ct. */
+static void operand(kctx *k, const fc_node *n, int i, const char *L, fc_dtype ct, char *out, size_t sz) {
+    const fc_value *x = n->in[i];
+    if (x->weak) {
+        literal(x->dtype, x->scalar, out, sz);
+        return;
+    }
+    char idx[24];
+    broadcast_index(k, n->out[0], L, x, idx, sizeof idx);
+    const char *e = emit_value(k, x, idx);
+    snprintf(out, sz, "((%s)%s)", compute_type(ct), e ? e : "0");
+}
+
+static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
+    const fc_value *v = n->out[0];
+    fc_dtype ct = v->dtype;
+    if (fc_op_is_compare(n->op)) ct = n->in[0]->dtype == n->in[1]->dtype ? n->in[0]->dtype
+                                                                         : fc_promote(n->in[0]->dtype, n->in[1]->dtype);
+    if (n->op == FC_OP_CAST) ct = n->in[0]->dtype;
+    char a[300], b[300], c[300], e[1024];
+    operand(k, n, n->op == FC_OP_WHERE ? 1 : 0, L, ct, a, sizeof a);
+    if (n->nin > 1) operand(k, n, n->op == FC_OP_WHERE ? 2 : 1, L, ct, b, sizeof b);
+    const char *fn = unary_fn(n->op, ct);
+    switch (n->op) {
+    case FC_OP_NEG: snprintf(e, sizeof e, "(-%s)", a); break;
+    case FC_OP_RECIP: snprintf(e, sizeof e, "((%s)1 / %s)", compute_type(ct), a); break;
+    case FC_OP_ADD: snprintf(e, sizeof e, "(%s + %s)", a, b); break;
+    case FC_OP_SUB: snprintf(e, sizeof e, "(%s - %s)", a, b); break;
+    case FC_OP_MUL: snprintf(e, sizeof e, "(%s * %s)", a, b); break;
+    case FC_OP_DIV: snprintf(e, sizeof e, "(%s / %s)", a, b); break;
+    case FC_OP_MAX: snprintf(e, sizeof e, "fc_max(%s, %s)", a, b); break;
+    case FC_OP_MIN: snprintf(e, sizeof e, "fc_min(%s, %s)", a, b); break;
+    case FC_OP_POW: snprintf(e, sizeof e, "fc_pow(%s, %s)", a, b); break;
+    case FC_OP_EQ: snprintf(e, sizeof e, "(%s == %s)", a, b); break;
+    case FC_OP_NE: snprintf(e, sizeof e, "(%s != %s)", a, b); break;
+    case FC_OP_LT: snprintf(e, sizeof e, "(%s < %s)", a, b); break;
+    case FC_OP_LE: snprintf(e, sizeof e, "(%s <= %s)", a, b); break;
+    case FC_OP_GT: snprintf(e, sizeof e, "(%s > %s)", a, b); break;
+    case FC_OP_GE: snprintf(e, sizeof e, "(%s >= %s)", a, b); break;
+    case FC_OP_WHERE:
+        operand(k, n, 0, L, FC_BOOL, c, sizeof c);
+        snprintf(e, sizeof e, "(%s ? %s : %s)", c, a, b);
+        break;
+    case FC_OP_CAST:
+        if (fc_dtype_is_float(ct) && (fc_dtype_is_int(v->dtype))) {
+            double lo = fc_round_to_dtype(-INFINITY, v->dtype), hi = fc_round_to_dtype(INFINITY, v->dtype);
+            snprintf(e, sizeof e, "fc_f2i((double)%s, %.17g, %.17g)", a, lo, hi);
+        } else {
+            snprintf(e, sizeof e, "(%s)%s", compute_type(v->dtype), a);
+        }
+        break;
+    default:
+        if (!fn) {
+            fail(k, "codegen: op without a CUDA lowering");
+            return "0";
+        }
+        snprintf(e, sizeof e, "%s(%s)", fn, a);
+    }
+    return bind(k, v, L, e);
+}
+
+/* Linear index into x from coordinates (names) of x's dims. */
+static void linear(const fc_value *x, char coords[][24], char *out, size_t n) {
+    int64_t st[FC_MAX_RANK];
+    strides_of(x, st);
+    size_t pos = (size_t)snprintf(out, n, "0");
+    for (int d = 0; d < x->rank && pos < n; d++)
+        pos += (size_t)snprintf(out + pos, n - pos, " + %s * %lldll", coords[d], (long long)st[d]);
+}
+
+static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const char *L) {
+    char c[FC_MAX_RANK][24], in_c[FC_MAX_RANK][24], idx[600], name[24];
+    const fc_attrs *a = &n->a;
+    for (int d = 0; d < v->rank; d++) coord(k, v, L, d, c[d], sizeof c[d]);
+    const fc_value *x = n->nin ? n->in[0] : NULL;
+    switch (n->op) {
+    case FC_OP_RESHAPE:
+        return emit_value(k, x, L);
+    case FC_OP_PERMUTE:
+        for (int d = 0; d < v->rank; d++) {
+            int64_t src = a->list[d] < 0 ? a->list[d] + x->rank : a->list[d];
+            memcpy(in_c[src], c[d], 24);
+        }
+        break;
+    case FC_OP_EXPAND: {
+        int off = v->rank - x->rank;
+        for (int d = 0; d < x->rank; d++) snprintf(in_c[d], sizeof in_c[d], "%s", x->dims[d] == 1 ? "0" : c[d + off]);
+        break;
+    }
+    case FC_OP_SLICE:
+    case FC_OP_SPLIT: {
+        int ax = (int)(a->axis < 0 ? a->axis + x->rank : a->axis);
+        int64_t start = 0, step = 1;
+        if (n->op == FC_OP_SLICE) {
+            int64_t dim = x->dims[ax];
+            start = a->start < 0 ? (a->start + dim < 0 ? 0 : a->start + dim) : (a->start > dim ? dim : a->start);
+            step = a->step;
+        } else {
+            for (int i = 0; i < v->def_index; i++) start += n->out[i]->dims[ax];
+        }
+        for (int d = 0; d < x->rank; d++) memcpy(in_c[d], c[d], 24);
+        snprintf(name, sizeof name, "c%d", k->tmp++);
+        sbf(k->s, "      i64 %s = %lldll + %s * %lldll;\n", name, (long long)start, c[ax], (long long)step);
+        snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
+        break;
+    }
+    case FC_OP_IOTA: {
+        int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
+        return bind(k, v, L, c[ax]);
+    }
+    case FC_OP_FULL: {
+        char lit[64];
+        literal(v->dtype, a->value, lit, sizeof lit);
+        return bind(k, v, L, lit);
+    }
+    case FC_OP_CONCAT: {
+        /* An if-chain: only the operand that owns the coordinate is read.
+         * Values computed inside a branch are scoped to it. */
+        int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
+        char res[24];
+        snprintf(res, sizeof res, "t%d", k->tmp++);
+        sbf(k->s, "      %s %s;\n", compute_type(v->dtype), res);
+        int64_t off = 0;
+        for (int i = 0; i < n->nin; i++) {
+            const fc_value *xi = n->in[i];
+            int64_t len = xi->dims[ax];
+            sbf(k->s, "      %sif (%s < %lldll) {\n", i ? "else " : "", c[ax], (long long)(off + len));
+            if (i == n->nin - 1) sbf(k->s, "      /* last operand */\n");
+            for (int d = 0; d < v->rank; d++) memcpy(in_c[d], c[d], 24);
+            snprintf(name, sizeof name, "c%d", k->tmp++);
+            sbf(k->s, "      i64 %s = %s - %lldll;\n", name, c[ax], (long long)off);
+            snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
+            linear(xi, in_c, idx, sizeof idx);
+            char iv[24];
+            snprintf(iv, sizeof iv, "i%d", k->tmp++);
+            sbf(k->s, "      i64 %s = %s;\n", iv, idx);
+            int mark = k->nmemo;
+            const char *e = emit_value(k, xi, iv);
+            sbf(k->s, "      %s = (%s)%s;\n      }\n", res, compute_type(v->dtype), e ? e : "0");
+            k->nmemo = mark;
+            off += len;
+        }
+        remember(k, v->id, L, res);
+        return lookup(k, v->id, L);
+    }
+    case FC_OP_GATHER: {
+        const fc_value *tab = n->in[0], *ix = n->in[1];
+        int ax = (int)(a->axis < 0 ? a->axis + tab->rank : a->axis);
+        char ic[FC_MAX_RANK][24], ilin[600], iv[24];
+        for (int d = 0; d < ix->rank; d++) memcpy(ic[d], c[ax + d], 24);
+        linear(ix, ic, ilin, sizeof ilin);
+        snprintf(iv, sizeof iv, "i%d", k->tmp++);
+        sbf(k->s, "      i64 %s = %s;\n", iv, ilin);
+        const char *e = emit_value(k, ix, iv);
+        /* Out-of-range indices are clamped: a kernel cannot report them (the
+         * reference interpreter rejects them). */
+        snprintf(name, sizeof name, "c%d", k->tmp++);
+        sbf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %lldll : %s; %s = fc_sat(%s, 0ll, %lldll);\n", name,
+            e ? e : "0", name, name, name, (long long)tab->dims[ax], name, name, name, (long long)tab->dims[ax] - 1);
+        for (int d = 0; d < ax; d++) memcpy(in_c[d], c[d], 24);
+        snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
+        for (int d = ax + 1; d < tab->rank; d++) memcpy(in_c[d], c[d - 1 + ix->rank], 24);
+        x = tab;
+        break;
+    }
+    default: FC_UNREACHABLE("not a view");
+    }
+    linear(x, in_c, idx, sizeof idx);
+    snprintf(name, sizeof name, "i%d", k->tmp++);
+    sbf(k->s, "      i64 %s = %s;\n", name, idx);
+    return emit_value(k, x, name);
+}
+
+static const char *emit_value(kctx *k, const fc_value *v, const char *L) {
+    if (k->err || k->oom) return "0";
+    /* A value computed once per row is a per-row variable. */
+    if (k->reduce && v->id >= 0 && k->is_row[v->id]) {
+        const char *e = lookup(k, v->id, "row");
+        if (e) return e;
+        fail(k, "codegen: a per-row value is read before its reduction");
+        return "0";
+    }
+    const char *e = lookup(k, v->id, L);
+    if (e) return e;
+    int pos;
+    if (is_input(k, v, &pos)) {
+        char ld[96];
+        snprintf(ld, sizeof ld, "fc_ld(a%d[%s])", pos, L);
+        return bind(k, v, L, ld);
+    }
+    const fc_node *n = v->def;
+    FC_ASSERT(n);
+    if (fc_op_is_reduce(n->op)) {
+        fail(k, "codegen: a reduction result is read at an element index");
+        return "0";
+    }
+    if (n->op == FC_OP_RESHAPE || n->op == FC_OP_PERMUTE || n->op == FC_OP_EXPAND || n->op == FC_OP_SLICE ||
+        n->op == FC_OP_SPLIT || n->op == FC_OP_CONCAT || n->op == FC_OP_GATHER || n->op == FC_OP_IOTA ||
+        n->op == FC_OP_FULL)
+        return emit_view(k, n, v, L);
+    return emit_elementwise(k, n, L);
+}
+
+/* ---- group membership ------------------------------------------------------ */
+
+static bool in_group(const kctx *k, const fc_node *n) {
+    int og = k->p->group_of_node[n->id];
+    return og == k->gr->id;
+}
+
+/* Mark values computed once per row: reductions, and in-group elementwise
+ * nodes of row shape whose operands are all per-row (or outside data). */
+static void mark_rows(kctx *k) {
+    const fc_group *gr = k->gr;
+    for (int i = 0; i < gr->nnodes; i++) {
+        fc_node *n = gr->nodes[i];
+        if (fc_op_is_reduce(n->op)) {
+            k->is_row[n->out[0]->id] = true;
+            continue;
+        }
+        if (n->nout != 1) continue;
+        bool dep = false, other = false;
+        for (int j = 0; j < n->nin; j++) {
+            const fc_value *x = n->in[j];
+            if (x->weak) continue;
+            if (k->is_row[x->id]) dep = true;
+            else if (x->def && in_group(k, x->def)) other = true;
+        }
+        if (!dep || other) continue;
+        int64_t ne = numel_of(n->out[0]);
+        if (ne == gr->rows && n->out[0]->rank <= gr->rank) k->is_row[n->out[0]->id] = true;
+    }
+}
+
+/* ---- kernels ----------------------------------------------------------------- */
+
+static void kernel_signature(kctx *k, const char *name, unsigned block) {
+    const fc_group *gr = k->gr;
+    sbf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
+    for (int i = 0; i < gr->ninputs; i++)
+        sbf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
+    for (int i = 0; i < gr->noutputs; i++)
+        sbf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+    sbf(k->s, ") {\n");
+}
+
+/* Vector width: 16 bytes of the widest full-shape input or output, when
+ * `len` (the contiguous run) is a multiple of it. */
+static int vector_width(const kctx *k, int64_t len) {
+    const fc_group *gr = k->gr;
+    size_t widest = 1;
+    for (int i = 0; i < gr->ninputs; i++)
+        if (gr->inputs[i]->rank == gr->rank && !memcmp(gr->inputs[i]->dims, gr->space, sizeof(int64_t) * (size_t)gr->rank))
+            if (fc_dtype_size(gr->inputs[i]->dtype) > widest) widest = fc_dtype_size(gr->inputs[i]->dtype);
+    for (int i = 0; i < gr->noutputs; i++)
+        if (fc_dtype_size(gr->outputs[i]->dtype) > widest) widest = fc_dtype_size(gr->outputs[i]->dtype);
+    int vec = (int)(16 / widest);
+    if (vec > 8) vec = 8;
+    while (vec > 1 && len % vec) vec /= 2;
+    return vec;
+}
+
+static bool full_shape(const fc_group *gr, const fc_value *v) {
+    if (v->rank != gr->rank) return false;
+    for (int d = 0; d < v->rank; d++)
+        if (v->dims[d] != gr->space[d]) return false;
+    return true;
+}
+
+/* Emit the VEC elements starting at linear index `base` of the space: each
+ * element's index variable, memo entries for vector-loaded inputs `vin`
+ * (names of fc_vec variables, NULL when not vector-loaded), and a callback
+ * for what to do with each element. */
+typedef void (*elem_fn)(kctx *k, int e, const char *L, void *arg);
+
+static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn fn, void *arg) {
+    const fc_group *gr = k->gr;
+    for (int e = 0; e < vec; e++) {
+        char L[24];
+        snprintf(L, sizeof L, "L%d", k->tmp++);
+        sbf(k->s, "      i64 %s = %s + %d;\n", L, base, e);
+        for (int i = 0; i < gr->ninputs; i++)
+            if (vin[i][0]) {
+                char ex[96];
+                snprintf(ex, sizeof ex, "fc_ld(%s.v[%d])", vin[i], e);
+                remember(k, gr->inputs[i]->id, L, ex);
+            }
+        fn(k, e, L, arg);
+    }
+}
+
+/* Declare vector loads of every full-shape input at `base`; names in vin. */
+static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], const char *cache_fmt) {
+    const fc_group *gr = k->gr;
+    for (int i = 0; i < gr->ninputs; i++) {
+        vin[i][0] = 0;
+        if (!full_shape(gr, gr->inputs[i]) || vec == 1) continue;
+        if (cache_fmt) {
+            snprintf(vin[i], 24, cache_fmt, i);
+        } else {
+            snprintf(vin[i], 24, "v%d", k->tmp++);
+            sbf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(gr->inputs[i]->dtype),
+                vec, vin[i], storage_type(gr->inputs[i]->dtype), vec, i, base);
+        }
+    }
+}
+
+typedef struct store_arg {
+    char (*vout)[24]; /* vector output names, or NULL (scalar stores) */
+    bool row_outputs; /* REDUCE: skip per-row outputs (stored separately) */
+} store_arg;
+
+static void store_element(kctx *k, int e, const char *L, void *arg) {
+    store_arg *sa = arg;
+    const fc_group *gr = k->gr;
+    for (int o = 0; o < gr->noutputs; o++) {
+        const fc_value *v = gr->outputs[o];
+        if (k->reduce && k->is_row[v->id]) continue;
+        if (!full_shape(gr, v)) {
+            fail(k, "codegen: a stored result does not have the kernel's iteration shape");
+            return;
+        }
+        const char *x = emit_value(k, v, L);
+        if (sa->vout && sa->vout[o][0]) sbf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, storage_type(v->dtype), x);
+        else sbf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, storage_type(v->dtype), x);
+    }
+}
+
+static void declare_vector_outputs(kctx *k, int vec, char vout[][24]) {
+    const fc_group *gr = k->gr;
+    for (int o = 0; o < gr->noutputs; o++) {
+        vout[o][0] = 0;
+        if (vec == 1 || (k->reduce && k->is_row[gr->outputs[o]->id])) continue;
+        snprintf(vout[o], 24, "w%d", k->tmp++);
+        sbf(k->s, "      fc_vec<%s, %d> %s;\n", storage_type(gr->outputs[o]->dtype), vec, vout[o]);
+    }
+}
+
+static void vector_stores(kctx *k, int vec, char vout[][24], const char *base) {
+    const fc_group *gr = k->gr;
+    for (int o = 0; o < gr->noutputs; o++)
+        if (vout[o][0])
+            sbf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
+}
+
+static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
+    const fc_group *gr = k->gr;
+    int64_t n = 1;
+    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
+    int vec = vector_width(k, n);
+    int64_t nthreads = n / vec;
+    unsigned block = 256;
+    int64_t grid = (nthreads + block - 1) / block;
+    if (grid > (1 << 30)) grid = 1 << 30;
+    if (grid < 1) grid = 1;
+    kernel_signature(k, l->name, block);
+    sbf(k->s, "  for (i64 t = (i64)blockIdx.x * %u + threadIdx.x; t < %lldll; t += (i64)gridDim.x * %u) {\n", block,
+        (long long)nthreads, block);
+    sbf(k->s, "      i64 base = t * %d;\n", vec);
+    char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
+    char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
+    if (!vin || !vout) {
+        free(vin);
+        free(vout);
+        return FC_ERR_NOMEM;
+    }
+    vector_loads(k, "base", vec, vin, NULL);
+    declare_vector_outputs(k, vec, vout);
+    store_arg sa = {vec > 1 ? vout : NULL, false};
+    elements(k, "base", vec, vin, store_element, &sa);
+    vector_stores(k, vec, vout, "base");
+    sbf(k->s, "  }\n}\n\n");
+    free(vin);
+    free(vout);
+    l->grid[0] = (unsigned)grid;
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = block;
+    l->block[1] = l->block[2] = 1;
+    return FC_OK;
+}
+
+/* REDUCE kernels. */
+
+typedef struct phase_arg {
+    const fc_node *r; /* the reduction of this phase */
+    const char *acc;
+} phase_arg;
+
+static void accumulate(kctx *k, int e, const char *L, void *arg) {
+    (void)e;
+    phase_arg *pa = arg;
+    const char *x = emit_value(k, pa->r->in[0], L);
+    const char *ct = compute_type(pa->r->out[0]->dtype == FC_BOOL ? FC_I64 : pa->r->in[0]->dtype);
+    switch (pa->r->op) {
+    case FC_OP_REDUCE_MAX: sbf(k->s, "      %s = fc_max(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
+    case FC_OP_REDUCE_MIN: sbf(k->s, "      %s = fc_min(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
+    default: sbf(k->s, "      %s += (%s)%s;\n", pa->acc, ct, x); break;
+    }
+}
+
+/* Index of the first element of the current chunk in the full space, given
+ * the row index `row` and the element offset `j` within the row. Only used
+ * for trailing reductions (contiguous rows). */
+
+static fc_status reduce_kernel(kctx *k, fc_launch *l) {
+    const fc_group *gr = k->gr;
+    /* Trailing reduction: the reduced dims are a suffix, rows are contiguous. */
+    bool trailing = true;
+    bool seen_reduced = false;
+    for (int d = 0; d < gr->rank; d++) {
+        if (gr->reduced[d]) seen_reduced = true;
+        else if (seen_reduced) trailing = false;
+    }
+    int64_t rows = gr->rows, len = gr->row_len;
+    int vec = trailing ? vector_width(k, len) : 1;
+    int64_t nvec = len / vec;
+    int tpr, rpb;
+    if (!trailing) {
+        tpr = 1;
+        rpb = 256;
+    } else if (nvec <= 128) {
+        tpr = 32;
+        rpb = 8;
+    } else {
+        tpr = 64;
+        while (tpr < 1024 && tpr * 4 < nvec) tpr *= 2;
+        rpb = 1;
+    }
+    k->tpr = tpr;
+    int64_t kv = (nvec + tpr - 1) / tpr; /* vectors per thread */
+    /* Persistent: keep full-shape inputs in registers when they fit. */
+    size_t cache_bytes = 0;
+    for (int i = 0; i < gr->ninputs; i++)
+        if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
+    bool cache = trailing && vec > 1 && kv <= 8 && cache_bytes <= 512;
+    unsigned block = (unsigned)(tpr * rpb);
+    kernel_signature(k, l->name, block);
+    mark_rows(k);
+
+    /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
+    char loop_open[256];
+    if (cache)
+        snprintf(loop_open, sizeof loop_open,
+                 "    _Pragma(\"unroll\") for (int c = 0; c < %lld; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
+                 "      if (j0 < %lldll) {\n      i64 base = row * %lldll + j0;\n",
+                 (long long)kv, tpr, vec, (long long)len, (long long)len);
+    else if (trailing)
+        snprintf(loop_open, sizeof loop_open,
+                 "    for (i64 j0 = (i64)tid * %d; j0 < %lldll; j0 += %d) {\n      {\n      i64 base = row * %lldll + j0;\n", vec,
+                 (long long)len, tpr * vec, (long long)len);
+    else {
+        /* Column reduction: one thread per row (kept index); the full index
+         * is composed from the kept and reduced coordinates. */
+        int64_t st[FC_MAX_RANK], s = 1;
+        for (int d = gr->rank - 1; d >= 0; d--) {
+            st[d] = s;
+            s *= gr->space[d];
+        }
+        char expr[200] = "0";
+        size_t pos = 1;
+        int64_t krem = 1, rrem = 1;
+        char tmp[1200] = "";
+        size_t tp = 0;
+        for (int d = gr->rank - 1; d >= 0; d--) {
+            if (gr->reduced[d]) {
+                tp += (size_t)snprintf(tmp + tp, sizeof tmp - tp, " + ((j0 / %lldll) %% %lldll) * %lldll", (long long)rrem,
+                                       (long long)gr->space[d], (long long)st[d]);
+                rrem *= gr->space[d];
+            } else {
+                tp += (size_t)snprintf(tmp + tp, sizeof tmp - tp, " + ((row / %lldll) %% %lldll) * %lldll", (long long)krem,
+                                       (long long)gr->space[d], (long long)st[d]);
+                krem *= gr->space[d];
+            }
+            if (tp >= sizeof tmp) tp = sizeof tmp - 1;
+        }
+        (void)expr;
+        (void)pos;
+        snprintf(loop_open, sizeof loop_open, "    for (i64 j0 = 0; j0 < %lldll; j0++) {\n      {\n      i64 base = 0", (long long)len);
+        /* the composed index continues below */
+        sbf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
+        k->tmp += 0;
+        /* store the composition in the loop header by appending to loop_open */
+        size_t lo = strlen(loop_open);
+        snprintf(loop_open + lo, sizeof loop_open - lo, "%.*s;\n", (int)(sizeof loop_open - lo - 4), tmp);
+    }
+
+    if (tpr > 32) sbf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
+    sbf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
+    sbf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %lldll; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
+        (long long)rows, rpb);
+    char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
+    char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
+    if (!vin || !vout) {
+        free(vin);
+        free(vout);
+        return FC_ERR_NOMEM;
+    }
+    if (cache) {
+        /* Prologue: the row's full-shape inputs into registers, once. */
+        for (int i = 0; i < gr->ninputs; i++) {
+            if (!full_shape(gr, gr->inputs[i])) continue;
+            const char *st = storage_type(gr->inputs[i]->dtype);
+            sbf(k->s, "    fc_vec<%s, %d> r%d[%lld];\n", st, vec, i, (long long)kv);
+        }
+        sbf(k->s, "%s", loop_open);
+        for (int i = 0; i < gr->ninputs; i++) {
+            if (!full_shape(gr, gr->inputs[i])) continue;
+            const char *st = storage_type(gr->inputs[i]->dtype);
+            sbf(k->s, "      r%d[c] = *(const fc_vec<%s, %d> *)(a%d + base);\n", i, st, vec, i);
+        }
+        sbf(k->s, "    }}\n");
+    }
+    /* One phase per reduction, in order. */
+    for (int i = 0; i < gr->nnodes; i++) {
+        const fc_node *r = gr->nodes[i];
+        if (!fc_op_is_reduce(r->op)) continue;
+        fc_dtype acc_dt = r->in[0]->dtype == FC_BOOL ? FC_I64 : r->in[0]->dtype;
+        const char *ct = compute_type(acc_dt);
+        char acc[24], init[64];
+        snprintf(acc, sizeof acc, "acc%d", k->tmp++);
+        if (r->op == FC_OP_REDUCE_MAX)
+            snprintf(init, sizeof init, fc_dtype_is_float(acc_dt) ? "-INFINITY" : "(i64)0x8000000000000000ull");
+        else if (r->op == FC_OP_REDUCE_MIN)
+            snprintf(init, sizeof init, fc_dtype_is_float(acc_dt) ? "INFINITY" : "(i64)0x7fffffffffffffffll");
+        else snprintf(init, sizeof init, "0");
+        sbf(k->s, "    %s %s = %s;\n", ct, acc, init);
+        sbf(k->s, "%s", loop_open);
+        int mark = k->nmemo;
+        vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
+        phase_arg pa = {r, acc};
+        elements(k, trailing ? "base" : "base", vec, vin, accumulate, &pa);
+        k->nmemo = mark;
+        sbf(k->s, "    }}\n");
+        const char *opname = r->op == FC_OP_REDUCE_MAX ? "fc_op_max" : r->op == FC_OP_REDUCE_MIN ? "fc_op_min" : "fc_op_sum";
+        const char *smem = acc_dt == FC_F64 ? "smem_d" : fc_dtype_is_float(acc_dt) ? "smem_f" : "smem_i";
+        if (tpr > 32) sbf(k->s, "    %s = fc_allreduce(%s, %d, %s, %s());\n", acc, acc, tpr, smem, opname);
+        else if (tpr > 1) sbf(k->s, "    %s = fc_allreduce(%s, %d, (%s *)0, %s());\n", acc, acc, tpr, ct, opname);
+        char val[64];
+        if (r->op == FC_OP_REDUCE_MEAN) snprintf(val, sizeof val, "(%s / (%s)%lld)", acc, ct, (long long)len);
+        else snprintf(val, sizeof val, "%s", acc);
+        char rv[600];
+        rounded(rv, sizeof rv, r->out[0]->dtype, val);
+        char name[24];
+        snprintf(name, sizeof name, "red%d", k->tmp++);
+        sbf(k->s, "    %s %s = %s;\n", compute_type(r->out[0]->dtype), name, rv);
+        remember(k, r->out[0]->id, "row", name);
+        k->row_ready[r->out[0]->id] = true;
+        /* Per-row values that are now computable. */
+        for (int j = 0; j < gr->nnodes; j++) {
+            const fc_node *m = gr->nodes[j];
+            if (fc_op_is_reduce(m->op) || m->nout != 1 || !k->is_row[m->out[0]->id] || k->row_ready[m->out[0]->id]) continue;
+            bool ready = true;
+            for (int q = 0; q < m->nin; q++)
+                if (!m->in[q]->weak && k->is_row[m->in[q]->id] && !k->row_ready[m->in[q]->id]) ready = false;
+            if (!ready) continue;
+            /* evaluate at the row index with the row-level operands resolved */
+            k->is_row[m->out[0]->id] = false;
+            const char *e = emit_value(k, m->out[0], "row");
+            k->is_row[m->out[0]->id] = true;
+            remember(k, m->out[0]->id, "row", e);
+            k->row_ready[m->out[0]->id] = true;
+        }
+    }
+    /* Final phase: full-shape outputs per element, per-row outputs once. */
+    bool any_full = false;
+    for (int o = 0; o < gr->noutputs; o++)
+        if (!k->is_row[gr->outputs[o]->id]) any_full = true;
+    if (any_full) {
+        sbf(k->s, "%s", loop_open);
+        int mark = k->nmemo;
+        vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
+        declare_vector_outputs(k, vec, vout);
+        store_arg sa = {vec > 1 ? vout : NULL, true};
+        elements(k, "base", vec, vin, store_element, &sa);
+        vector_stores(k, vec, vout, "base");
+        k->nmemo = mark;
+        sbf(k->s, "    }}\n");
+    }
+    for (int o = 0; o < gr->noutputs; o++) {
+        const fc_value *v = gr->outputs[o];
+        if (!k->is_row[v->id]) continue;
+        const char *e = lookup(k, v->id, "row");
+        sbf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, storage_type(v->dtype), e ? e : "0");
+    }
+    sbf(k->s, "  }\n}\n\n");
+    free(vin);
+    free(vout);
+    int64_t grid = (rows + rpb - 1) / rpb;
+    if (grid > (1 << 30)) grid = 1 << 30;
+    if (grid < 1) grid = 1;
+    l->grid[0] = (unsigned)grid;
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = block;
+    l->block[1] = l->block[2] = 1;
+    return FC_OK;
+}
+
+static void summarize(const fc_group *gr, char *out, size_t n) {
+    size_t pos = (size_t)snprintf(out, n, "%s:", gr->kind == FC_GROUP_REDUCE ? "reduce" : gr->kind == FC_GROUP_LIBRARY ? "library" : "pointwise");
+    for (int i = 0; i < gr->nnodes && pos + 16 < n; i++)
+        pos += (size_t)snprintf(out + pos, n - pos, "%s%s", i ? "," : " ", fc_op_table[gr->nodes[i]->op].name);
+}
+
+fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
+    memset(out, 0, sizeof *out);
+    fc_graph *g = plan->g;
+    sb s = {0};
+    sbf(&s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
+    out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
+    if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    fc_status st = FC_OK;
+    for (int gi = 0; gi < plan->ngroups && !st; gi++) {
+        const fc_group *gr = plan->groups[gi];
+        fc_launch *l = &out->launches[out->nlaunches++];
+        l->group = gr->id;
+        summarize(gr, l->summary, sizeof l->summary);
+        l->nargs = gr->ninputs + gr->noutputs;
+        l->nreads = gr->ninputs;
+        l->args = calloc((size_t)l->nargs + 1, sizeof(int));
+        if (!l->args) {
+            st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+            break;
+        }
+        for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
+        for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
+        if (gr->kind == FC_GROUP_LIBRARY) {
+            l->kind = FC_LAUNCH_LIBRARY;
+            snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
+            continue;
+        }
+        l->kind = FC_LAUNCH_KERNEL;
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE};
+        k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+        k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+        if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
+        else {
+            sbf(&s, "// group %d: %s\n", gr->id, l->summary);
+            st = gr->kind == FC_GROUP_REDUCE ? reduce_kernel(&k, l) : pointwise_kernel(&k, l);
+        }
+        if (!st && k.oom) st = FC_ERR_NOMEM;
+        if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
+        if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+        free(k.memo);
+        free(k.is_row);
+        free(k.row_ready);
+    }
+    if (!st && s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    if (st) {
+        free(s.buf);
+        fc_cuda_src_release(out);
+        return st;
+    }
+    out->source = s.buf;
+    return FC_OK;
+}
+
+void fc_cuda_src_release(fc_cuda_src *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nlaunches; i++) free(s->launches[i].args);
+    free(s->launches);
+    free(s->source);
+    memset(s, 0, sizeof *s);
+}

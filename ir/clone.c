@@ -1,0 +1,83 @@
+/* clone.c - deep copy of a graph, rebuilt node by node through fc_build so
+ * the copy is checked exactly like the original. Compilation works on a
+ * copy so the user's graph is never changed by the passes. */
+#include "ir.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+fc_graph *fc_graph_clone(fc_graph *g) {
+    if (!g) return NULL;
+    if (g->status) {
+        fc_set_error(g->ctx, g->status, "clone: the graph has an error");
+        return NULL;
+    }
+    fc_graph *c = fc_graph_new(g->ctx, g->name);
+    if (!c) return NULL;
+    fc_value **map = calloc((size_t)g->next_value_id + 1, sizeof *map);
+    fc_value **ins = NULL;
+    int cap_ins = 0;
+    if (!map) goto oom;
+    c->src_file = g->src_file;
+    c->src_text = g->src_text;
+    c->src_len = g->src_len;
+    for (int i = 0; i < g->nbinds; i++)
+        if (fc_graph_bind(c, g->binds[i].name, g->binds[i].value)) goto fail;
+    for (int i = 0; i < g->nsyms; i++) fc_graph_sym(c, g->syms[i], strlen(g->syms[i]));
+    for (int i = 0; i < g->nparams; i++) {
+        fc_value *p = g->params[i];
+        map[p->id] = fc_build_param(c, p->name, strlen(p->name), p->dtype, p->rank, p->dims);
+        if (c->status) goto fail;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        fc_node *n = g->nodes[i];
+        if (n->dead) continue;
+        if (n->nin > cap_ins) {
+            cap_ins = n->nin * 2;
+            fc_value **p = realloc(ins, sizeof *ins * (size_t)cap_ins);
+            if (!p) goto oom;
+            ins = p;
+        }
+        for (int k = 0; k < n->nin; k++) {
+            fc_value *v = n->in[k];
+            if (v->weak) {
+                ins[k] = fc_scalar(c, v->scalar);
+                if (c->status) goto fail;
+                ins[k]->weak_int = v->weak_int;
+            } else {
+                ins[k] = map[v->id];
+                FC_ASSERT(ins[k]);
+            }
+        }
+        c->cur_loc = n->loc;
+        fc_node *m = fc_build(c, n->op, ins, n->nin, &n->a);
+        if (!m) goto fail;
+        FC_ASSERT(m->nout == n->nout);
+        for (int k = 0; k < n->nout; k++) {
+            map[n->out[k]->id] = m->out[k];
+            if (n->out[k]->name) {
+                m->out[k]->name = fc_arena_strndup(&c->arena, n->out[k]->name, strlen(n->out[k]->name));
+                if (!m->out[k]->name) goto oom;
+            }
+        }
+    }
+    c->cur_loc = (fc_loc){0, 0};
+    if (g->returned) {
+        fc_value **outs = calloc((size_t)g->noutputs, sizeof *outs);
+        if (!outs) goto oom;
+        for (int i = 0; i < g->noutputs; i++) outs[i] = map[g->outputs[i]->id];
+        fc_status st = fc_graph_return(c, g->noutputs, outs);
+        free(outs);
+        if (st) goto fail;
+    }
+    free(map);
+    free(ins);
+    return c;
+oom:
+    fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (cloning graph %s)", g->name);
+fail:
+    free(map);
+    free(ins);
+    fc_graph_free(c);
+    return NULL;
+}

@@ -1,0 +1,98 @@
+/*
+ * passes.h - the pass pipeline and the launch plan it produces (internal).
+ *
+ * Pipeline (passes/pipeline.c reads as this list):
+ *   canonicalize -> decompose -> canonicalize -> fuse (vertical, horizontal)
+ *   -> schedule -> memory plan
+ *
+ * Graph passes read and write the IR in place and know nothing of CUDA.
+ * fuse/schedule/memplan produce an fc_plan: kernel groups in launch order
+ * with their iteration spaces, and an arena offset for every intermediate.
+ */
+#ifndef FC_PASSES_H
+#define FC_PASSES_H
+
+#include "ir.h"
+
+/* ---- graph -> graph passes ------------------------------------------- */
+
+/* CSE, DCE, constant folding, algebraic identities, redundant casts, view
+ * chains folded (reshape of reshape, permute of permute, ...). */
+fc_status fc_pass_canonicalize(fc_graph *g);
+/* softmax, layernorm, rmsnorm, gelu, silu and reduce_mean become
+ * primitives. f16/bf16 composites compute in f32 (cast in, cast out), so
+ * numerics match the composite's reference semantics. */
+fc_status fc_pass_decompose(fc_graph *g);
+/* Remove nodes whose results are unused (marks them dead, compacts). */
+fc_status fc_pass_dce(fc_graph *g);
+
+/* ---- the launch plan ------------------------------------------------- */
+
+typedef enum fc_group_kind {
+    FC_GROUP_POINTWISE, /* one iteration space: `space` (elementwise, broadcast, views) */
+    FC_GROUP_REDUCE,    /* rows x reduced elements: one or more reductions + their consumers */
+    FC_GROUP_LIBRARY,   /* an opaque op run by a library (matmul via cuBLASLt) */
+    FC_GROUP_ALIAS,     /* no launch: a view of an existing buffer (reshape of a contiguous value) */
+} fc_group_kind;
+
+typedef struct fc_group {
+    int id;
+    fc_group_kind kind;
+    fc_node **nodes; /* the group's nodes, topological order */
+    int nnodes, cap_nodes;
+    fc_value **inputs; /* values read from outside: params or other groups' outputs */
+    int ninputs;
+    fc_value **outputs; /* values written: used by another group or a graph result */
+    int noutputs;
+
+    /* Iteration space. POINTWISE: the shape `space` (all outputs have its
+     * element count). REDUCE: `space` is the full (unreduced) shape and
+     * reduced[d] marks the reduced dims; rows = product of the kept dims,
+     * row_len = product of the reduced dims. */
+    int rank;
+    int64_t space[FC_MAX_RANK];
+    bool reduced[FC_MAX_RANK];
+    int64_t rows, row_len;
+} fc_group;
+
+typedef struct fc_plan {
+    fc_graph *g;
+    fc_arena arena; /* all plan memory */
+    fc_group **groups; /* launch order (topological) */
+    int ngroups, cap_groups;
+    int *group_of_node; /* indexed by node id: group id, or -1 */
+
+    /* Memory plan: every intermediate value (written by one group, read by
+     * another, not a graph param or result) has an offset in one device
+     * arena; values whose lifetimes do not overlap share memory. */
+    int64_t *offset; /* indexed by value id; -1: not in the arena */
+    int64_t arena_bytes;        /* peak: size of the arena */
+    int64_t intermediate_bytes; /* sum of every intermediate's bytes */
+} fc_plan;
+
+/* Options of the fusion passes. */
+typedef struct fc_fuse_options {
+    bool vertical;   /* default true */
+    bool horizontal; /* default true */
+    int max_group_nodes; /* cost rule: a group too large for registers; default 256 */
+} fc_fuse_options;
+
+void fc_fuse_options_default(fc_fuse_options *o);
+
+/* Form kernel groups (vertical then horizontal fusion). Requires every dim
+ * static (bind symbols first). The plan is initialised by this call and
+ * freed with fc_plan_release. */
+fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
+/* Order groups for launch and compute group inputs/outputs. */
+fc_status fc_pass_schedule(fc_plan *plan);
+/* Assign arena offsets by liveness (256-byte aligned). */
+fc_status fc_pass_memplan(fc_plan *plan);
+void fc_plan_release(fc_plan *plan);
+
+/* The whole pipeline: graph passes, then fusion, scheduling, memory plan. */
+fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
+
+/* Bytes of a value with static dims. */
+int64_t fc_value_bytes(const fc_value *v);
+
+#endif

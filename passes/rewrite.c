@@ -1,0 +1,291 @@
+/* rewrite.c - graph-rewriting utilities shared by the passes: the rebuild
+ * walk (rewrite.h explains it), replace-all-uses, use counts, compaction. */
+#include "rewrite.h"
+
+#include <string.h>
+
+/* Out of memory inside a pass: the context already holds the message (the
+ * allocator wrote it); make the graph sticky-poisoned with it. */
+static void nomem(fc_graph *g) {
+    if (g->status == FC_OK) g->status = FC_ERR_NOMEM;
+}
+
+/* Grow a malloc'd array of pointers to hold `need` entries, zero-filling the
+ * new part. */
+static bool grow_ptrs(fc_graph *g, void ***arr, int *cap, int need) {
+    if (need <= *cap) return true;
+    int ncap = *cap ? *cap : 16;
+    while (ncap < need) ncap *= 2;
+    void **p = fc_ctx_realloc(g->ctx, *arr, sizeof(void *) * (size_t)ncap);
+    if (!p) {
+        nomem(g);
+        return false;
+    }
+    memset(p + *cap, 0, sizeof(void *) * (size_t)(ncap - *cap));
+    *arr = p;
+    *cap = ncap;
+    return true;
+}
+
+bool fc_same_type(const fc_value *a, const fc_value *b) {
+    return a->dtype == b->dtype && a->rank == b->rank &&
+           (a->rank == 0 || !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank));
+}
+
+/* ---- ids -------------------------------------------------------------- */
+
+/* Dense ids: nodes by array position; values as the printer meets them
+ * (params, then each node's weak operands and results). */
+static void renumber(fc_graph *g) {
+    int vid = 0;
+    for (int i = 0; i < g->nparams; i++) g->params[i]->id = vid++;
+    for (int i = 0; i < g->nnodes; i++) {
+        fc_node *n = g->nodes[i];
+        n->id = i;
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k]->weak) n->in[k]->id = vid++;
+        for (int k = 0; k < n->nout; k++) n->out[k]->id = vid++;
+    }
+    g->next_value_id = vid;
+    g->next_node_id = g->nnodes;
+}
+
+/* A node that left the graph: its results can no longer be looked up by id,
+ * so a stale use of one fails the verifier instead of aliasing a live value
+ * that inherits the id. */
+static void retire(fc_node *n) {
+    n->dead = true;
+    for (int k = 0; k < n->nout; k++) n->out[k]->id = -1;
+}
+
+void fc_graph_compact(fc_graph *g) {
+    int k = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        fc_node *n = g->nodes[i];
+        if (n->dead) retire(n);
+        else g->nodes[k++] = n;
+    }
+    g->nnodes = k;
+    renumber(g);
+}
+
+/* ---- the rebuild ------------------------------------------------------ */
+
+fc_status fc_rw_begin(fc_rewriter *rw, fc_graph *g) {
+    memset(rw, 0, sizeof *rw);
+    rw->g = g;
+    if (g->status) return g->status;
+    rw->old = fc_ctx_malloc(g->ctx, sizeof *rw->old * (size_t)(g->nnodes ? g->nnodes : 1));
+    if (!rw->old || !grow_ptrs(g, (void ***)&rw->map, &rw->cap_map, g->next_value_id + 1)) {
+        fc_ctx_freemem(g->ctx, rw->old);
+        fc_ctx_freemem(g->ctx, rw->map);
+        rw->old = NULL;
+        rw->map = NULL;
+        nomem(g);
+        return g->status;
+    }
+    rw->nold = g->nnodes;
+    if (rw->nold) memcpy(rw->old, g->nodes, sizeof *rw->old * (size_t)rw->nold);
+    /* Every old node leaves the graph; fc_rw_keep brings it back. */
+    for (int i = 0; i < rw->nold; i++) {
+        if (rw->old[i]->dead) rw->old[i] = NULL; /* removed before: not revisited */
+        else rw->old[i]->dead = true;
+    }
+    g->nnodes = 0;
+    rw->saved_loc = g->cur_loc;
+    return FC_OK;
+}
+
+fc_node *fc_rw_next(fc_rewriter *rw) {
+    if (rw->g->status) return NULL;
+    while (rw->next < rw->nold) {
+        fc_node *n = rw->old[rw->next++];
+        if (!n) continue;
+        rw->g->cur_loc = n->loc;
+        return n;
+    }
+    return NULL;
+}
+
+fc_value *fc_rw_value(const fc_rewriter *rw, fc_value *v) {
+    /* Chains end: fc_rw_replace only ever maps an unmapped value to an
+     * unmapped value, so there are no cycles. */
+    while (v && !v->weak && v->id >= 0 && v->id < rw->cap_map && rw->map[v->id]) v = rw->map[v->id];
+    return v;
+}
+
+bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
+    from = fc_rw_value(rw, from);
+    to = fc_rw_value(rw, to);
+    FC_ASSERT(from && to && !from->weak && !to->weak && from->id >= 0);
+    FC_ASSERT(fc_same_type(from, to)); /* a pass never changes a value's type */
+    if (from == to) return true;
+    if (!grow_ptrs(rw->g, (void ***)&rw->map, &rw->cap_map, from->id + 1)) return false;
+    rw->map[from->id] = to;
+    return true;
+}
+
+void fc_rw_remap(fc_rewriter *rw, fc_node *n) {
+    for (int i = 0; i < n->nin; i++) n->in[i] = fc_rw_value(rw, n->in[i]);
+}
+
+bool fc_rw_keep(fc_rewriter *rw, fc_node *n) {
+    fc_graph *g = rw->g;
+    if (g->status) return false;
+    FC_ASSERT(n->dead); /* kept twice, or not from this rebuild */
+    fc_rw_remap(rw, n);
+    if (!fc_grow(&g->arena, (void **)&g->nodes, &g->cap_nodes, g->nnodes + 1, sizeof *g->nodes)) {
+        nomem(g);
+        return false;
+    }
+    g->nodes[g->nnodes++] = n;
+    n->dead = false;
+    return true;
+}
+
+fc_node *fc_rw_make(fc_rewriter *rw, fc_op op, fc_value *const *in, int nin, const fc_attrs *a) {
+    fc_graph *g = rw->g;
+    if (g->status) return NULL;
+    fc_value *small[8], **ins = small;
+    if (nin > 8 && !(ins = fc_ctx_malloc(g->ctx, sizeof *ins * (size_t)nin))) {
+        nomem(g);
+        return NULL;
+    }
+    for (int i = 0; i < nin; i++) ins[i] = fc_rw_value(rw, in[i]);
+    /* A slot for the made node is reserved first, so that remembering it
+     * cannot fail after fc_build succeeded. */
+    fc_node *n = NULL;
+    if (grow_ptrs(g, (void ***)&rw->made, &rw->cap_made, rw->nmade + 1)) n = fc_build(g, op, ins, nin, a);
+    if (ins != small) fc_ctx_freemem(g->ctx, ins);
+    if (!n) return NULL;
+    /* fc_build appended it; take it back out: the caller decides. */
+    FC_ASSERT(g->nnodes > 0 && g->nodes[g->nnodes - 1] == n);
+    g->nnodes--;
+    n->dead = true;
+    rw->made[rw->nmade++] = n;
+    return n;
+}
+
+fc_node *fc_rw_build(fc_rewriter *rw, fc_op op, fc_value *const *in, int nin, const fc_attrs *a) {
+    fc_node *n = fc_rw_make(rw, op, in, nin, a);
+    return n && fc_rw_keep(rw, n) ? n : NULL;
+}
+
+fc_status fc_rw_end(fc_rewriter *rw) {
+    fc_graph *g = rw->g;
+    if (!g->status) {
+        for (int i = 0; i < g->noutputs; i++) g->outputs[i] = fc_rw_value(rw, g->outputs[i]);
+        for (int i = 0; i < rw->nold; i++)
+            if (rw->old[i] && rw->old[i]->dead) retire(rw->old[i]);
+        for (int i = 0; i < rw->nmade; i++)
+            if (rw->made[i]->dead) retire(rw->made[i]);
+        renumber(g);
+    }
+    g->cur_loc = rw->saved_loc;
+    fc_ctx_freemem(g->ctx, rw->old);
+    fc_ctx_freemem(g->ctx, rw->map);
+    fc_ctx_freemem(g->ctx, rw->made);
+    fc_status st = g->status;
+    memset(rw, 0, sizeof *rw);
+    return st;
+}
+
+/* ---- builders placed here ----------------------------------------------- */
+
+fc_value *fc_rw_scalar(fc_rewriter *rw, double v, bool is_int) {
+    fc_graph *g = rw->g;
+    if (g->status) return NULL;
+    fc_value *s = fc_scalar(g, v);
+    if (g->status) return NULL;
+    s->weak_int = is_int;
+    return s;
+}
+
+static fc_value *first_result(fc_node *n) { return n ? n->out[0] : NULL; }
+
+fc_value *fc_rw_op1(fc_rewriter *rw, fc_op op, fc_value *x) {
+    if (!x) return NULL;
+    return first_result(fc_rw_build(rw, op, &x, 1, NULL));
+}
+
+fc_value *fc_rw_op2(fc_rewriter *rw, fc_op op, fc_value *a, fc_value *b) {
+    if (!a || !b) return NULL;
+    fc_value *in[2] = {a, b};
+    return first_result(fc_rw_build(rw, op, in, 2, NULL));
+}
+
+fc_value *fc_rw_op2s(fc_rewriter *rw, fc_op op, fc_value *a, double s) {
+    if (!a) return NULL;
+    return fc_rw_op2(rw, op, a, fc_rw_scalar(rw, s, false));
+}
+
+fc_value *fc_rw_cast(fc_rewriter *rw, fc_value *x, fc_dtype dt) {
+    if (!x) return NULL;
+    x = fc_rw_value(rw, x);
+    if (x->dtype == dt) return x;
+    fc_attrs a;
+    fc_attrs_defaults(FC_OP_CAST, &a);
+    a.dtype = dt;
+    return first_result(fc_rw_build(rw, FC_OP_CAST, &x, 1, &a));
+}
+
+/* Attributes of op with `n` list entries copied in (the builder copies the
+ * list into the arena; this only adapts the const-ness). */
+static fc_attrs with_list(fc_op op, int n, const int64_t *list, int64_t *buf) {
+    fc_attrs a;
+    fc_attrs_defaults(op, &a);
+    FC_ASSERT(n >= 0 && n <= FC_MAX_RANK);
+    if (n) memcpy(buf, list, sizeof(int64_t) * (size_t)n);
+    a.list = buf;
+    a.nlist = n;
+    return a;
+}
+
+fc_value *fc_rw_reduce(fc_rewriter *rw, fc_op op, fc_value *x, int naxes, const int64_t *axes, bool keepdim) {
+    if (!x) return NULL;
+    int64_t buf[FC_MAX_RANK];
+    fc_attrs a = with_list(op, naxes, axes, buf);
+    a.keepdim = keepdim;
+    return first_result(fc_rw_build(rw, op, &x, 1, &a));
+}
+
+fc_value *fc_rw_reshape(fc_rewriter *rw, fc_value *x, int rank, const fc_dim *shape) {
+    if (!x) return NULL;
+    int64_t buf[FC_MAX_RANK];
+    fc_attrs a = with_list(FC_OP_RESHAPE, rank, shape, buf);
+    return first_result(fc_rw_build(rw, FC_OP_RESHAPE, &x, 1, &a));
+}
+
+/* ---- helpers outside a rebuild ------------------------------------------ */
+
+void fc_replace_all_uses(fc_graph *g, fc_value *from, fc_value *to) {
+    FC_ASSERT(fc_same_type(from, to));
+    for (int i = 0; i < g->nnodes; i++) {
+        fc_node *n = g->nodes[i];
+        for (int k = 0; !n->dead && k < n->nin; k++)
+            if (n->in[k] == from) n->in[k] = to;
+    }
+    for (int i = 0; i < g->noutputs; i++)
+        if (g->outputs[i] == from) g->outputs[i] = to;
+}
+
+int *fc_use_counts(fc_graph *g) {
+    int *uses = fc_ctx_malloc(g->ctx, sizeof *uses * (size_t)(g->next_value_id + 1));
+    if (!uses) {
+        nomem(g);
+        return NULL;
+    }
+    memset(uses, 0, sizeof *uses * (size_t)(g->next_value_id + 1));
+    for (int i = 0; i < g->nnodes; i++) {
+        fc_node *n = g->nodes[i];
+        for (int k = 0; !n->dead && k < n->nin; k++) {
+            fc_value *v = n->in[k];
+            if (!v->weak && v->id >= 0 && v->id < g->next_value_id) uses[v->id]++;
+        }
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        fc_value *v = g->outputs[i];
+        if (v->id >= 0 && v->id < g->next_value_id) uses[v->id]++;
+    }
+    return uses;
+}

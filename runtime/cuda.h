@@ -1,0 +1,290 @@
+/*
+ * cuda.h - the CUDA layer of the runtime (internal header).
+ *
+ * Three parts:
+ *   - the driver table: every CUDA driver entry point fusec calls, resolved at
+ *     first use from libcuda.so.1 (dlopen + cuGetProcAddress; see
+ *     docs/RUNTIME.md for why libcuda is never linked);
+ *   - a small device API on top of it (primary context, one stream, buffers,
+ *     modules, launches, event timers, CUDA Graph capture) for the codegen
+ *     and runtime stages;
+ *   - NVRTC: CUDA C source to a cubin, and the exact options used.
+ *
+ * Every failure is recorded on an fc_context and returned as an fc_status;
+ * nothing here prints or exits. The check macros are in cuda_check.h.
+ *
+ * Naming note: this file is runtime/cuda.h, so it includes the toolkit's
+ * header as <cuda.h> (angle brackets never search the including file's own
+ * folder). Never add runtime/ itself to an include path.
+ */
+#ifndef FC_RUNTIME_CUDA_H
+#define FC_RUNTIME_CUDA_H
+
+#include "ir.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ------------------------------------------------------------------ */
+/* Owned byte buffers (cubins).                                        */
+/* ------------------------------------------------------------------ */
+#ifndef FC_BYTES_DEFINED
+#define FC_BYTES_DEFINED
+/* A malloc'd byte buffer owned by its holder; free it with fc_bytes_free. */
+typedef struct fc_bytes {
+    uint8_t *data;
+    size_t size;
+} fc_bytes;
+#endif
+/* Free b->data and zero b. NULL and an empty buffer are ignored. */
+void fc_bytes_free(fc_bytes *b);
+
+/* ------------------------------------------------------------------ */
+/* The driver table.                                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * X(name, version): each driver function fusec uses, without its "cu"
+ * prefix, and the CUDA version of the ABI we call it with. The version is
+ * the suffix of its PFN_cu<name>_v<version> typedef in cudaTypedefs.h, and it
+ * is the version we pass to cuGetProcAddress: pinning it per function means
+ * a newer driver can never hand us an entry point whose signature changed
+ * (cuCtxSynchronize takes a CUcontext from 13.0 on, for example), and an
+ * older driver is never asked for a version it does not know (which
+ * cuGetProcAddress answers with CUDA_ERROR_INVALID_VALUE).
+ *
+ * Members are named without the "cu" prefix because cuda.h #defines many of
+ * the prefixed names (cuMemAlloc -> cuMemAlloc_v2) and they would be renamed.
+ */
+#define FC_CUDA_DRIVER_FUNCTIONS(X)                                            \
+    X(GetErrorName, 6000)                                                      \
+    X(GetErrorString, 6000)                                                    \
+    X(Init, 2000)                                                              \
+    X(DriverGetVersion, 2020)                                                  \
+    X(DeviceGet, 2000)                                                         \
+    X(DeviceGetCount, 2000)                                                    \
+    X(DeviceGetAttribute, 2000)                                                \
+    X(DeviceGetName, 2000)                                                     \
+    X(DeviceTotalMem, 3020)                                                    \
+    X(DevicePrimaryCtxRetain, 7000)                                            \
+    X(DevicePrimaryCtxRelease, 11000)                                          \
+    X(CtxSetCurrent, 4000)                                                     \
+    X(CtxSynchronize, 2000)                                                    \
+    X(MemGetInfo, 3020)                                                        \
+    X(ModuleLoadData, 2000)                                                    \
+    X(ModuleUnload, 2000)                                                      \
+    X(ModuleGetFunction, 2000)                                                 \
+    X(FuncSetAttribute, 9000)                                                  \
+    X(FuncGetAttribute, 2020)                                                  \
+    X(OccupancyMaxActiveBlocksPerMultiprocessor, 6050)                         \
+    X(LaunchKernel, 4000)                                                      \
+    X(MemAlloc, 3020)                                                          \
+    X(MemFree, 3020)                                                           \
+    X(MemcpyHtoD, 3020)                                                        \
+    X(MemcpyDtoH, 3020)                                                        \
+    X(MemcpyDtoD, 3020)                                                        \
+    X(MemcpyHtoDAsync, 3020)                                                   \
+    X(MemcpyDtoHAsync, 3020)                                                   \
+    X(MemcpyDtoDAsync, 3020)                                                   \
+    X(MemsetD8, 3020)                                                          \
+    X(MemsetD8Async, 3020)                                                     \
+    X(StreamCreate, 2000)                                                      \
+    X(StreamDestroy, 4000)                                                     \
+    X(StreamSynchronize, 2000)                                                 \
+    X(StreamWaitEvent, 3020)                                                   \
+    X(EventCreate, 2000)                                                       \
+    X(EventRecord, 2000)                                                       \
+    X(EventSynchronize, 2000)                                                  \
+    X(EventElapsedTime, 2000)                                                  \
+    X(EventDestroy, 4000)                                                      \
+    X(StreamBeginCapture, 10010)                                               \
+    X(StreamEndCapture, 10000)                                                 \
+    X(GraphInstantiateWithFlags, 11040)                                        \
+    X(GraphLaunch, 10000)                                                      \
+    X(GraphExecDestroy, 10000)                                                 \
+    X(GraphDestroy, 10000)
+
+/* The resolved driver: one pointer per function above, plus its version. */
+typedef struct fc_cuda_driver {
+#define FC_CUDA_DRIVER_MEMBER(name, version) PFN_cu##name##_v##version name;
+    FC_CUDA_DRIVER_FUNCTIONS(FC_CUDA_DRIVER_MEMBER)
+#undef FC_CUDA_DRIVER_MEMBER
+    int version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
+} fc_cuda_driver;
+
+/*
+ * The driver table, loaded and cuInit'ed on the first call from any thread
+ * (once per process; libcuda is never unloaded). NULL when the driver cannot
+ * be used: no libcuda.so.1, a driver older than CUDA 12.0, the toolkit's
+ * stub library, or no device. Then ctx (if not NULL) holds why, starting
+ * with "no CUDA driver:" or "no CUDA device:".
+ */
+const fc_cuda_driver *fc_cuda_driver_get(fc_context *ctx);
+/* True when the driver loaded and at least one device is present; else
+ * false with the reason on ctx, as fc_cuda_driver_get. Never crashes. */
+bool fc_cuda_available(fc_context *ctx);
+
+/* ------------------------------------------------------------------ */
+/* Device query.                                                       */
+/* ------------------------------------------------------------------ */
+typedef struct fc_cuda_device_info {
+    int ordinal;
+    char name[256];
+    int cc_major, cc_minor;         /* compute capability: 9.0 on H100/H200 */
+    int sm_count;                   /* streaming multiprocessors */
+    size_t total_mem;               /* bytes of device memory */
+    int max_threads_per_block;
+    int max_shared_per_block;       /* bytes, without opting in */
+    int max_shared_per_block_optin; /* bytes, with cuFuncSetAttribute */
+    int l2_bytes;
+    int warp_size;
+    int driver_version;             /* as fc_cuda_driver.version */
+} fc_cuda_device_info;
+
+/* Number of devices (0 is not an error here), or an error on ctx when the
+ * driver is missing. */
+fc_status fc_cuda_device_count(fc_context *ctx, int *count);
+/* Properties of device `ordinal` without opening it. */
+fc_status fc_cuda_device_query(fc_context *ctx, int ordinal, fc_cuda_device_info *info);
+
+/* ------------------------------------------------------------------ */
+/* The device API.                                                     */
+/*                                                                      */
+/* An fc_cuda_device holds a device's retained primary context (the     */
+/* context the CUDA runtime and PyTorch also use, so memory and modules */
+/* can be shared with them) and one non-blocking stream, the default    */
+/* for every call below that takes a CUstream: pass NULL for it.        */
+/* Errors are recorded on the context given to fc_cuda_device_open.    */
+/* Each call makes the primary context current on the calling thread    */
+/* (a thread-local store in the driver), so any thread may use the      */
+/* device, one at a time, as with the fc_context itself.                */
+/* ------------------------------------------------------------------ */
+typedef struct fc_cuda_device {
+    fc_context *ctx; /* errors go here */
+    const fc_cuda_driver *cu;
+    CUdevice dev;
+    CUcontext cuctx; /* the retained primary context */
+    CUstream stream; /* fusec's stream: CU_STREAM_NON_BLOCKING */
+    fc_cuda_device_info info;
+} fc_cuda_device;
+
+/* Open device `ordinal`; *out is NULL on failure. */
+fc_status fc_cuda_device_open(fc_context *ctx, int ordinal, fc_cuda_device **out);
+/* Synchronize, destroy the stream, release the primary context, free d.
+ * Teardown errors are ignored: nothing can be done about them. NULL ok. */
+void fc_cuda_device_close(fc_cuda_device *d);
+/* Wait for all work on the device (every stream of the primary context). */
+fc_status fc_cuda_device_sync(fc_cuda_device *d);
+/* Wait for the work queued on stream s (NULL: the device's stream). */
+fc_status fc_cuda_stream_sync(fc_cuda_device *d, CUstream s);
+
+/* Buffers. Synchronous copies are ordered after the work already queued on
+ * the device's stream and return when the copy is done. */
+fc_status fc_cuda_alloc(fc_cuda_device *d, size_t bytes, CUdeviceptr *out);
+fc_status fc_cuda_free(fc_cuda_device *d, CUdeviceptr p); /* 0 is ignored */
+fc_status fc_cuda_upload(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes);
+fc_status fc_cuda_download(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t bytes);
+fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+fc_status fc_cuda_download_async(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t bytes, CUstream s);
+fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char byte, size_t bytes, CUstream s);
+
+/* Modules and functions. The image must be a cubin (an ELF file, as
+ * fc_nvrtc_compile makes); anything else is FC_ERR_USAGE. The driver
+ * copies the image, so it may be freed after the call. */
+fc_status fc_cuda_module_load(fc_cuda_device *d, const void *cubin, size_t size, CUmodule *out);
+void fc_cuda_module_unload(fc_cuda_device *d, CUmodule m); /* NULL is ignored */
+fc_status fc_cuda_module_function(fc_cuda_device *d, CUmodule m, const char *name, CUfunction *out);
+/* Allow f more than 48 KiB of dynamic shared memory (up to
+ * info.max_shared_per_block_optin). */
+fc_status fc_cuda_function_set_max_shared(fc_cuda_device *d, CUfunction f, int bytes);
+
+/* A launch configuration. */
+typedef struct fc_cuda_launch_cfg {
+    unsigned grid[3];      /* blocks in x, y, z (each >= 1) */
+    unsigned block[3];     /* threads in x, y, z (each >= 1) */
+    unsigned shared_bytes; /* dynamic shared memory per block */
+    CUstream stream;       /* NULL: the device's stream */
+} fc_cuda_launch_cfg;
+
+/* Launch f. args[i] points at the value of parameter i, as cuLaunchKernel
+ * takes them. Errors in the kernel itself show up at the next sync. */
+fc_status fc_cuda_launch(fc_cuda_device *d, CUfunction f, const fc_cuda_launch_cfg *cfg, void **args);
+
+/* Timing with a pair of events. start/stop record on stream s (NULL: the
+ * device's stream); stop waits for the stop event and returns the time
+ * between the two in milliseconds (resolution about 0.5 us). */
+typedef struct fc_cuda_timer {
+    CUevent start, stop;
+} fc_cuda_timer;
+fc_status fc_cuda_timer_create(fc_cuda_device *d, fc_cuda_timer *t);
+fc_status fc_cuda_timer_start(fc_cuda_device *d, fc_cuda_timer *t, CUstream s);
+fc_status fc_cuda_timer_stop(fc_cuda_device *d, fc_cuda_timer *t, CUstream s, float *ms);
+void fc_cuda_timer_destroy(fc_cuda_device *d, fc_cuda_timer *t); /* zeroed ok */
+
+/* CUDA Graphs. Capture is thread-local (CU_STREAM_CAPTURE_MODE_THREAD_LOCAL):
+ * it forbids unsafe calls such as cuMemAlloc on the capturing thread only,
+ * so a library capture never disturbs other threads of the application.
+ * capture_end instantiates the captured graph into *out (and frees the
+ * graph itself). Capture on the device's own stream: pass NULL. */
+fc_status fc_cuda_capture_begin(fc_cuda_device *d, CUstream s);
+fc_status fc_cuda_capture_end(fc_cuda_device *d, CUstream s, CUgraphExec *out);
+fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s);
+void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored */
+
+/* ------------------------------------------------------------------ */
+/* NVRTC.                                                              */
+/* ------------------------------------------------------------------ */
+
+#define FC_NVRTC_MAX_OPTIONS 48
+#define FC_NVRTC_OPTION_BYTES 8192
+
+/*
+ * The exact option list fc_nvrtc_compile passes to NVRTC, in order. Hash
+ * every opt[i] (with fc_nvrtc_version) for a cache key. The strings point
+ * into `storage` or at the caller's extra options, so the struct is valid as
+ * long as those are; it needs no freeing.
+ */
+typedef struct fc_nvrtc_options {
+    int count;
+    const char *opt[FC_NVRTC_MAX_OPTIONS];
+    char storage[FC_NVRTC_OPTION_BYTES];
+} fc_nvrtc_options;
+
+/*
+ * Build the option list for a compile for sm_<major><minor>:
+ *   --gpu-architecture=sm_XY   (omitted when an extra option sets the arch,
+ *                              e.g. "--gpu-architecture=sm_90a" for wgmma)
+ *   -std=c++17
+ *   -default-device            (unannotated functions are __device__)
+ *   -I<toolkit include dir>    (CUDA 13.0 NVRTC has no built-in cuda_fp16.h
+ *                              or cuda_bf16.h; $FUSEC_CUDA_INCLUDE_DIR
+ *                              overrides the build-time directory)
+ *   extra[0..nextra)           (e.g. "--use_fast_math", "-lineinfo")
+ * --use_fast_math is never on by default: it changes results (flush to
+ * zero, approximate division and transcendentals), and fusec's numerics are
+ * checked against the reference interpreter.
+ */
+fc_status fc_nvrtc_options_build(fc_context *ctx, int sm_major, int sm_minor, const char *const *extra,
+                                 int nextra, fc_nvrtc_options *out);
+
+/*
+ * Compile CUDA C++ `source` to a cubin for sm_<major><minor>. `name` names
+ * the program in NVRTC's log (NULL: "fusec_kernel.cu"). Kernels should be
+ * extern "C" so that their names are not mangled. On success *cubin_out
+ * owns the cubin (fc_bytes_free). On failure *cubin_out is empty and the
+ * error on ctx holds the failing call, NVRTC's log and the numbered source
+ * near the first error (more of it, as far as the message's FC_ERROR_MAX
+ * bytes allow, when $FUSEC_DEBUG contains "code").
+ */
+fc_status fc_nvrtc_compile(fc_context *ctx, const char *source, const char *name, int sm_major, int sm_minor,
+                           const char *const *extra_opts, int nextra, fc_bytes *cubin_out);
+
+/* The version of the NVRTC library loaded (13.0 here). FC_ERR_RUNTIME if
+ * NVRTC cannot say. */
+fc_status fc_nvrtc_version(int *major, int *minor);
+
+#endif

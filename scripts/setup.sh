@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# setup.sh - install what building and testing fusec needs, on Debian 12.
+#
+# As root: installs the missing Debian packages (apt-get update once, then
+# apt-get install -y); a machine that has them all is left alone. As another
+# user: prints the apt-get command to run and exits 1 if anything is missing.
+#
+# The CUDA toolkit (nvcc, NVRTC, cuBLASLt) is not a Debian package here: it is
+# expected at /usr/local/cuda (or where CUDA_HOME points). A GPU and its driver
+# are not needed to build or to run the tests.
+set -euo pipefail
+
+packages=(
+  cmake               # 3.25 or newer
+  ninja-build
+  gcc
+  g++                 # the project declares CXX; the C++ compiler must exist
+  libxxhash-dev       # XXH3-128 cache keys
+  llvm-14-dev         # LLVM C API for the CPU backend
+  libclang-rt-14-dev  # sanitizer runtimes for clang builds
+  libopenblas-dev     # CPU GEMMs
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg -s "$p" >/dev/null 2>&1; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "setup.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update
+    apt-get install -y --no-install-recommends "${missing[@]}"
+  else
+    echo "setup.sh: missing packages: ${missing[*]}" >&2
+    echo "setup.sh: run as root:" >&2
+    echo "  apt-get update && apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+cuda=${CUDA_HOME:-/usr/local/cuda}
+cuda_ok=1
+for f in bin/nvcc include/nvrtc.h include/cublasLt.h; do
+  if [[ ! -e $cuda/$f ]]; then
+    echo "setup.sh: CUDA toolkit incomplete or missing: $cuda/$f not found" >&2
+    cuda_ok=0
+  fi
+done
+if ((!cuda_ok)); then
+  echo "setup.sh: fusec needs the CUDA toolkit (nvcc, NVRTC, cuBLASLt) at $cuda; it cannot be" >&2
+  echo "setup.sh: installed from Debian's packages here. Install it, or set CUDA_HOME." >&2
+  exit 1
+fi
+echo "setup.sh: ok (packages present; CUDA toolkit at $cuda)"

@@ -1,0 +1,122 @@
+/* test_fusion.c - fusion patterns: each graph (written in .ir text, the
+ * composite and the primitive spellings) must become the expected number of
+ * kernels, and every generated kernel must compile with NVRTC for sm_90
+ * (no GPU needed). */
+#include "check.h"
+#include "codegen/cuda/cuda_codegen.h"
+#include "fusec.h"
+#include "passes/passes.h"
+#include "runtime/cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct fusion_case {
+    const char *name;
+    const char *ir;
+    int kernels;   /* expected generated kernels */
+    int libraries; /* expected library calls */
+} fusion_case;
+
+static const fusion_case cases[] = {
+    {"pointwise chain",
+     "graph f(%x: bf16[64, 256], %r: bf16[64, 256]) {\n"
+     "  %xf = cast(%x, to=f32)\n  %rf = cast(%r, to=f32)\n"
+     "  %a = mul(%xf, 1.702)\n  %b = add(%a, %rf)\n  %c = gelu(%b)\n  %s = sigmoid(%rf)\n"
+     "  %d = mul(%c, %s)\n  %e = add(%d, %xf)\n  %y = cast(%e, to=bf16)\n  return %y\n}\n",
+     1, 0},
+    {"broadcast bias",
+     "graph f(%x: f32[64, 256], %b: f32[256]) {\n  %y = add(%x, %b)\n  %z = relu(%y)\n  return %z\n}\n", 1, 0},
+    {"softmax composite",
+     "graph f(%x: bf16[128, 1024]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n", 1, 0},
+    {"softmax primitives",
+     "graph f(%x: f32[128, 1024]) {\n  %m = reduce_max(%x, axes=[-1], keepdim=true)\n  %d = sub(%x, %m)\n"
+     "  %e = exp(%d)\n  %s = reduce_sum(%e, axes=[-1], keepdim=true)\n  %y = div(%e, %s)\n  return %y\n}\n",
+     1, 0},
+    {"layernorm",
+     "graph f(%x: f32[128, 768], %w: f32[768], %b: f32[768]) {\n  %y = layernorm(%x, %w, %b)\n  return %y\n}\n", 1, 0},
+    {"rmsnorm",
+     "graph f(%x: bf16[128, 4096], %w: bf16[4096]) {\n  %y = rmsnorm(%x, %w)\n  return %y\n}\n", 1, 0},
+    {"add + layernorm, two outputs",
+     "graph f(%x: bf16[64, 4096], %r: bf16[64, 4096], %w: bf16[4096], %b: bf16[4096]) {\n"
+     "  %s = add(%x, %r)\n  %y = layernorm(%s, %w, %b)\n  return %s, %y\n}\n",
+     1, 0},
+    {"short rows (warp per row)",
+     "graph f(%x: f32[1000, 100]) {\n  %y = softmax(%x)\n  return %y\n}\n", 1, 0},
+    {"long rows (looped)",
+     "graph f(%x: f32[4, 100000]) {\n  %y = softmax(%x)\n  return %y\n}\n", 1, 0},
+    {"column reduction",
+     "graph f(%x: f32[512, 64]) {\n  %s = reduce_sum(%x, axes=[0])\n  return %s\n}\n", 1, 0},
+    {"sibling reductions (horizontal)",
+     "graph f(%x: f32[128, 512]) {\n  %a = reduce_sum(%x, axes=[1])\n  %b = reduce_max(%x, axes=[1])\n  return %a, %b\n}\n",
+     1, 0},
+    {"sibling pointwise (horizontal)",
+     "graph f(%x: f32[128, 512]) {\n  %a = exp(%x)\n  %b = tanh(%x)\n  return %a, %b\n}\n", 1, 0},
+    {"views fold into indexing",
+     "graph f(%x: f32[8, 16, 32]) {\n  %p = permute(%x, perm=[2, 0, 1])\n  %r = reshape(%p, shape=[32, 128])\n"
+     "  %s = slice(%r, axis=1, start=1, end=-1, step=2)\n  %e = exp(%s)\n  return %e\n}\n",
+     1, 0},
+    {"concat, split, iota, where",
+     "graph f(%a: f32[4, 8], %b: f32[4, 8]) {\n  %c = concat(%a, %b, axis=1)\n  %p, %q = split(%c, axis=1, sizes=[4, 12])\n"
+     "  %i = iota(shape=[4, 12], axis=1, dtype=i32)\n  %m = lt(%i, 6)\n  %w = where(%m, %q, 0.0)\n  return %w\n}\n",
+     1, 0},
+    {"gather (embedding)",
+     "graph f(%t: f32[100, 64], %i: i32[16]) {\n  %e = gather(%t, %i)\n  %y = mul(%e, 8.0)\n  return %y\n}\n", 1, 0},
+    {"matmul is a library call",
+     "graph f(%x: f32[16, 64], %w: f32[64, 32], %b: f32[32]) {\n  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n"
+     "  %z = gelu_tanh(%y)\n  return %z\n}\n",
+     1, 1},
+};
+
+static int count_kind(const fc_cuda_src *src, fc_launch_kind kind) {
+    int n = 0;
+    for (int i = 0; i < src->nlaunches; i++) n += src->launches[i].kind == kind;
+    return n;
+}
+
+int main(void) {
+    fc_context *ctx = fc_context_new();
+    const char *dump = getenv("FUSEC_TEST_DUMP");
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const fusion_case *fc = &cases[c];
+        fc_graph *g = NULL;
+        fc_status st = fc_parse(ctx, fc->name, fc->ir, strlen(fc->ir), NULL, NULL, 0, &g);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) {
+            fprintf(stderr, "%s\n", fc_last_error(ctx));
+            continue;
+        }
+        fc_plan plan;
+        st = fc_pipeline(g, NULL, &plan);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) {
+            fprintf(stderr, "%s: %s\n", fc->name, fc_last_error(ctx));
+            fc_plan_release(&plan);
+            fc_graph_free(g);
+            continue;
+        }
+        fc_cuda_src src;
+        st = fc_cuda_codegen(&plan, &src);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) fprintf(stderr, "%s: %s\n", fc->name, fc_last_error(ctx));
+        if (!st) {
+            int k = count_kind(&src, FC_LAUNCH_KERNEL), l = count_kind(&src, FC_LAUNCH_LIBRARY);
+            if (k != fc->kernels || l != fc->libraries)
+                fprintf(stderr, "%s: %d kernels, %d library calls (want %d, %d)\n", fc->name, k, l, fc->kernels, fc->libraries);
+            CHECK_EQ_INT(k, fc->kernels);
+            CHECK_EQ_INT(l, fc->libraries);
+            if (dump && strstr(fc->name, dump)) printf("%s\n", src.source);
+            fc_bytes cubin = {0};
+            st = fc_nvrtc_compile(ctx, src.source, "fusion_test.cu", 9, 0, NULL, 0, &cubin);
+            CHECK_EQ_INT(st, FC_OK);
+            if (st) fprintf(stderr, "%s: NVRTC: %s\n", fc->name, fc_last_error(ctx));
+            fc_bytes_free(&cubin);
+            fc_cuda_src_release(&src);
+        }
+        fc_plan_release(&plan);
+        fc_graph_free(g);
+    }
+    fc_context_free(ctx);
+    return check_report("test_fusion");
+}

@@ -1,0 +1,829 @@
+/*
+ * fusec.c - the command-line tool.
+ *
+ *   fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir
+ *   fusec FILE.ir --run [--device=ref] [--inputs a.npy,...] [--seed N] [--save-outputs DIR]
+ *
+ * main() reads as the pipeline: parse the command line, parse and verify the
+ * graph, then emit and/or run it. Flags live in one table (`flags` below): to
+ * add one, write a handler and a row. Devices live in another (`devices`): a
+ * backend is added by giving its row a run function.
+ *
+ * Exit codes: 0 success, 1 input error, 2 usage error, 3 failure while
+ * running, 5 out of memory, 6 unsupported (the fc_status values).
+ */
+#include "fusec.h"
+#include "ir.h" /* fc_value.name, for messages that name a parameter */
+#include "npy.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+enum {
+    EXIT_OK = 0,
+    EXIT_INPUT = 1,
+    EXIT_USAGE = 2,
+    EXIT_RUNTIME = 3,
+    EXIT_NOMEM = 5,
+    EXIT_UNSUPPORTED = 6,
+};
+
+/* ------------------------------------------------------------------ */
+/* Devices. A device without a run function is known but not built.   */
+/* ------------------------------------------------------------------ */
+
+typedef fc_status (*device_run_fn)(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout);
+
+typedef struct device {
+    const char *name;
+    device_run_fn run; /* NULL: not available in this build */
+} device;
+
+static const device devices[] = {
+    {"ref", fc_run_reference}, /* the reference interpreter: float64, slow, exact */
+    {"cpu", NULL},             /* the LLVM CPU backend */
+    {"cuda", NULL},            /* NVRTC kernels through the CUDA driver API */
+};
+#define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
+#define DEFAULT_DEVICE "ref"
+
+static const device *find_device(const char *name) {
+    for (int i = 0; i < NDEVICES; i++)
+        if (strcmp(devices[i].name, name) == 0) return &devices[i];
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Options.                                                            */
+/* ------------------------------------------------------------------ */
+
+typedef struct options {
+    const char *file;
+    const char *graph;
+    fc_binding *binds; /* names are malloc'd */
+    int nbinds;
+    bool emit_ir;
+    bool run;
+    const char *device; /* --device, when device_given */
+    bool device_given;
+    char **inputs; /* malloc'd; "" for a parameter that gets random data */
+    int ninputs;
+    bool inputs_given;
+    uint64_t seed;
+    bool seed_given;
+    const char *save_dir;
+    bool help, version, list_devices;
+} options;
+
+static void options_free(options *o) {
+    for (int i = 0; i < o->nbinds; i++) free((char *)o->binds[i].name);
+    free(o->binds);
+    for (int i = 0; i < o->ninputs; i++) free(o->inputs[i]);
+    free(o->inputs);
+}
+
+/* Print a usage error (one line and a hint) and return EXIT_USAGE. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fusec: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs("\ntry 'fusec --help'\n", stderr);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+/* An error that is not about usage: one line on stderr; returns code. */
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("fusec: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return code;
+}
+
+/* The context's diagnostic, verbatim, ended by one newline. */
+static void print_last_error(const fc_context *ctx) {
+    const char *msg = fc_last_error(ctx);
+    if (!msg || !*msg) msg = "fusec: unknown error";
+    size_t n = strlen(msg);
+    fputs(msg, stderr);
+    if (msg[n - 1] != '\n') fputc('\n', stderr);
+}
+
+static bool is_name(const char *s, size_t n) {
+    if (n == 0) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alpha = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+        if (!(alpha || (i > 0 && c >= '0' && c <= '9'))) return false;
+    }
+    return true;
+}
+
+/* A decimal integer in [0, max]: the whole string. */
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out) {
+    if (!*s) return false;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return false;
+        unsigned d = (unsigned)(*p - '0');
+        if (v > (max - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return true;
+}
+
+/* --bind B=4,T=128 (may be repeated). */
+static int flag_bind(options *o, const char *flag, const char *val) {
+    const char *p = val;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *eq = memchr(p, '=', len);
+        if (!eq || !is_name(p, (size_t)(eq - p)))
+            return usage_error("bad %s '%.*s': expected SYM=INT[,SYM=INT...]", flag, (int)len, p);
+        size_t name_len = (size_t)(eq - p);
+        char num[32];
+        size_t num_len = len - name_len - 1;
+        uint64_t v;
+        if (num_len == 0 || num_len >= sizeof num)
+            return usage_error("bad %s '%.*s': expected SYM=INT[,SYM=INT...]", flag, (int)len, p);
+        memcpy(num, eq + 1, num_len);
+        num[num_len] = '\0';
+        if (!parse_u64(num, INT64_MAX, &v))
+            return usage_error("bad %s '%.*s': the size must be a non-negative integer", flag, (int)len, p);
+        int found = -1;
+        for (int i = 0; i < o->nbinds; i++)
+            if (strlen(o->binds[i].name) == name_len && memcmp(o->binds[i].name, p, name_len) == 0) found = i;
+        if (found >= 0) {
+            if (o->binds[found].value != (int64_t)v)
+                return usage_error("%s binds '%s' twice, to %" PRId64 " and %" PRIu64, flag,
+                                   o->binds[found].name, o->binds[found].value, v);
+        } else {
+            fc_binding *nb = realloc(o->binds, sizeof *nb * (size_t)(o->nbinds + 1));
+            if (!nb) return fail(EXIT_NOMEM, "out of memory");
+            o->binds = nb;
+            char *name = malloc(name_len + 1);
+            if (!name) return fail(EXIT_NOMEM, "out of memory");
+            memcpy(name, p, name_len);
+            name[name_len] = '\0';
+            o->binds[o->nbinds].name = name;
+            o->binds[o->nbinds].value = (int64_t)v;
+            o->nbinds++;
+        }
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
+static int flag_graph(options *o, const char *flag, const char *val) {
+    if (!is_name(val, strlen(val))) return usage_error("bad %s '%s': not a graph name", flag, val);
+    o->graph = val;
+    return 0;
+}
+
+static int flag_emit(options *o, const char *flag, const char *val) {
+    if (strcmp(val, "ir") != 0) return usage_error("unknown %s format '%s' (supported: ir)", flag, val);
+    o->emit_ir = true;
+    return 0;
+}
+
+static int flag_run(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->run = true;
+    return 0;
+}
+
+static int flag_device(options *o, const char *flag, const char *val) {
+    (void)flag;
+    o->device = val;
+    o->device_given = true;
+    return 0;
+}
+
+/* --inputs a.npy,,c.npy: one entry per parameter, "" for random data. */
+static int flag_inputs(options *o, const char *flag, const char *val) {
+    if (o->inputs_given) return usage_error("%s given twice", flag);
+    o->inputs_given = true;
+    const char *p = val;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char **ni = realloc(o->inputs, sizeof *ni * (size_t)(o->ninputs + 1));
+        if (!ni) return fail(EXIT_NOMEM, "out of memory");
+        o->inputs = ni;
+        char *s = malloc(len + 1);
+        if (!s) return fail(EXIT_NOMEM, "out of memory");
+        memcpy(s, p, len);
+        s[len] = '\0';
+        o->inputs[o->ninputs++] = s;
+        if (!end) return 0;
+        p = end + 1;
+    }
+}
+
+static int flag_seed(options *o, const char *flag, const char *val) {
+    if (!parse_u64(val, UINT64_MAX, &o->seed))
+        return usage_error("bad %s '%s': expected a non-negative integer", flag, val);
+    o->seed_given = true;
+    return 0;
+}
+
+static int flag_save_outputs(options *o, const char *flag, const char *val) {
+    if (!*val) return usage_error("%s needs a directory", flag);
+    o->save_dir = val;
+    return 0;
+}
+
+static int flag_devices(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->list_devices = true;
+    return 0;
+}
+
+static int flag_help(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->help = true;
+    return 0;
+}
+
+static int flag_version(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->version = true;
+    return 0;
+}
+
+typedef struct flag {
+    const char *name;  /* "--graph" */
+    const char *alias; /* "-h", or NULL */
+    bool takes_value;  /* --name VALUE or --name=VALUE */
+    int (*fn)(options *o, const char *flag, const char *val);
+} flag;
+
+static const flag flags[] = {
+    {"--graph", NULL, true, flag_graph},
+    {"--bind", NULL, true, flag_bind},
+    {"--emit", NULL, true, flag_emit},
+    {"--run", NULL, false, flag_run},
+    {"--device", NULL, true, flag_device},
+    {"--inputs", NULL, true, flag_inputs},
+    {"--seed", NULL, true, flag_seed},
+    {"--save-outputs", NULL, true, flag_save_outputs},
+    {"--devices", NULL, false, flag_devices},
+    {"--help", "-h", false, flag_help},
+    {"--version", NULL, false, flag_version},
+};
+
+static int parse_args(int argc, char **argv, options *o) {
+    bool only_files = false;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (only_files || arg[0] != '-' || arg[1] == '\0') {
+            if (o->file) return usage_error("more than one input file ('%s' and '%s')", o->file, arg);
+            o->file = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            only_files = true;
+            continue;
+        }
+        const char *eq = strchr(arg, '=');
+        size_t name_len = eq ? (size_t)(eq - arg) : strlen(arg);
+        const flag *f = NULL;
+        for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++) {
+            const char *names[2] = {flags[k].name, flags[k].alias};
+            for (int j = 0; j < 2; j++)
+                if (names[j] && strlen(names[j]) == name_len && memcmp(names[j], arg, name_len) == 0)
+                    f = &flags[k];
+        }
+        if (!f) return usage_error("unknown option '%.*s'", (int)name_len, arg);
+        const char *val = NULL;
+        if (f->takes_value) {
+            if (eq) val = eq + 1;
+            else if (i + 1 < argc) val = argv[++i];
+            else return usage_error("option '%s' needs a value", f->name);
+        } else if (eq) {
+            return usage_error("option '%s' takes no value", f->name);
+        }
+        int rc = f->fn(o, f->name, val);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Help.                                                               */
+/* ------------------------------------------------------------------ */
+
+static void print_help(void) {
+    fputs(
+        "Usage:\n"
+        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir\n"
+        "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
+        "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
+        "  fusec --devices | --help | --version\n"
+        "\n"
+        "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
+        "graph in the .ir text format, verifies it, and prints or runs it. Without\n"
+        "--emit or --run it only parses and verifies FILE.ir and prints nothing.\n"
+        "Options may come in any order; a value may follow as --opt=VALUE or --opt VALUE.\n"
+        "\n"
+        "Graph:\n"
+        "  --graph NAME          use graph NAME of a file that holds several (default:\n"
+        "                        the first graph)\n"
+        "  --bind SYM=INT,...    bind symbolic dimensions to sizes, as in --bind B=2,T=16;\n"
+        "                        may be repeated\n"
+        "\n"
+        "Output:\n"
+        "  --emit=ir             print the verified graph as .ir text on stdout\n"
+        "\n"
+        "Running:\n"
+        "  --run                 run the graph and print one line per output, in return\n"
+        "                        order:\n"
+        "                          out0: f32[4, 8] checksum=12.5 first=[0.1, -0.2, ...]\n"
+        "                        checksum is the sum of all values (as double, %.6g);\n"
+        "                        first holds at most 8 values, and '...' marks more\n"
+        "  --device=NAME         where to run: ref (default), cpu or cuda. ref is the\n"
+        "                        reference interpreter; --devices lists what this build\n"
+        "                        has, and naming a device it lacks is an error (exit 2)\n"
+        "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
+        "                        without a file (the list is shorter than the parameters,\n"
+        "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
+        "                        data (see --seed). The file's dtype must be the\n"
+        "                        parameter's, except that a bf16 parameter takes a\n"
+        "                        float32 file (rounded to nearest even) and an f16\n"
+        "                        parameter takes float16 or float32. Files must be\n"
+        "                        little-endian and C-ordered, with dtype <f8 <f4 <f2 <i8\n"
+        "                        <i4 |i1 |b1 or |u1 (read as bool). File names cannot\n"
+        "                        contain ','.\n"
+        "  --seed N              seed for random inputs (default 0). The data of\n"
+        "                        parameter i comes from a splitmix64 generator whose\n"
+        "                        state starts at output i+1 of splitmix64 seeded with N:\n"
+        "                        floats are uniform in [-1, 1) (53 random bits, then\n"
+        "                        rounded to the dtype), integers are in 0..7, bools 0 or\n"
+        "                        1. The symbolic dims of a random parameter must be bound\n"
+        "                        with --bind or known from an input file's shape.\n"
+        "  --save-outputs DIR    write output i to DIR/out<i>.npy instead of printing it\n"
+        "                        (DIR and its parents are created; bf16 is saved as\n"
+        "                        float32)\n"
+        "  --device, --inputs, --seed and --save-outputs are only valid with --run.\n"
+        "\n"
+        "Information:\n"
+        "  --devices             list the devices this build can run on, one per line\n"
+        "  -h, --help            print this help and exit\n"
+        "  --version             print the version and exit\n"
+        "\n"
+        "Exit codes:\n"
+        "  0  success\n"
+        "  1  error in the input: unreadable or invalid .ir file, a graph that fails\n"
+        "     verification, --graph naming no graph of the file, an input file whose\n"
+        "     dtype or shape does not fit its parameter (the diagnostic is on stderr)\n"
+        "  2  bad usage: unknown option, missing or extra file argument, bad --bind or\n"
+        "     --seed, unknown or unavailable device, too many --inputs, a random\n"
+        "     parameter with an unbound symbolic dimension\n"
+        "  3  failure while running: unreadable, truncated or unsupported .npy file,\n"
+        "     an output that cannot be written, a runtime error\n"
+        "  5  out of memory\n"
+        "  6  the graph is valid but the device does not support it\n"
+        "\n"
+        "Environment:\n"
+        "  FUSEC_DEVICE          the device used when --device is not given (default ref)\n",
+        stdout);
+}
+
+/* ------------------------------------------------------------------ */
+/* Random inputs: splitmix64 (Steele, Lea and Flood, 2014).             */
+/* ------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static void fill_random(fc_tensor *t, uint64_t seed, int param_index) {
+    uint64_t s = seed, state = 0;
+    for (int i = 0; i <= param_index; i++) state = splitmix64(&s);
+    int64_t n = fc_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t r = splitmix64(&state);
+        double u = (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0; /* [-1, 1) */
+        switch (t->dtype) {
+        case FC_F64: ((double *)t->data)[i] = u; break;
+        case FC_F32: ((float *)t->data)[i] = (float)u; break;
+        case FC_F16: ((uint16_t *)t->data)[i] = fc_f32_to_f16((float)u); break;
+        case FC_BF16: ((uint16_t *)t->data)[i] = fc_f32_to_bf16((float)u); break;
+        case FC_I64: ((int64_t *)t->data)[i] = (int64_t)(r >> 61); break;
+        case FC_I32: ((int32_t *)t->data)[i] = (int32_t)(r >> 61); break;
+        case FC_I8: ((int8_t *)t->data)[i] = (int8_t)(r >> 61); break;
+        case FC_BOOL: ((uint8_t *)t->data)[i] = (uint8_t)(r >> 63); break;
+        default: break;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Tensors as text.                                                    */
+/* ------------------------------------------------------------------ */
+
+static double tensor_get(const fc_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case FC_F64: return ((const double *)t->data)[i];
+    case FC_F32: return ((const float *)t->data)[i];
+    case FC_F16: return fc_f16_to_f32(((const uint16_t *)t->data)[i]);
+    case FC_BF16: return fc_bf16_to_f32(((const uint16_t *)t->data)[i]);
+    case FC_I64: return (double)((const int64_t *)t->data)[i];
+    case FC_I32: return ((const int32_t *)t->data)[i];
+    case FC_I8: return ((const int8_t *)t->data)[i];
+    case FC_BOOL: return ((const uint8_t *)t->data)[i];
+    default: return 0;
+    }
+}
+
+static void format_shape(const int64_t *shape, int rank, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < rank && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, i ? ", " : "", shape[i]);
+}
+
+static void print_output(FILE *out, int index, const fc_tensor *t) {
+    char shape[FC_MAX_RANK * 24];
+    format_shape(t->shape, t->rank, shape, sizeof shape);
+    int64_t n = fc_tensor_numel(t);
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += tensor_get(t, i);
+    fprintf(out, "out%d: %s[%s] checksum=%.6g first=[", index, fc_dtype_name(t->dtype), shape, sum);
+    bool is_float = t->dtype == FC_F64 || t->dtype == FC_F32 || t->dtype == FC_F16 || t->dtype == FC_BF16;
+    for (int64_t i = 0; i < n && i < 8; i++) {
+        if (i) fputs(", ", out);
+        if (is_float) fprintf(out, "%.6g", tensor_get(t, i));
+        else if (t->dtype == FC_I64) fprintf(out, "%" PRId64, ((const int64_t *)t->data)[i]);
+        else fprintf(out, "%.0f", tensor_get(t, i));
+    }
+    fputs(n > 8 ? ", ...]\n" : "]\n", out);
+}
+
+/* ------------------------------------------------------------------ */
+/* Running.                                                            */
+/* ------------------------------------------------------------------ */
+
+/* Symbol values learned from input files. */
+typedef struct sym_values {
+    const char *name[64];
+    int64_t value[64];
+    int n;
+} sym_values;
+
+static bool sym_lookup(const sym_values *sv, const char *name, int64_t *v) {
+    for (int i = 0; i < sv->n; i++)
+        if (strcmp(sv->name[i], name) == 0) {
+            *v = sv->value[i];
+            return true;
+        }
+    return false;
+}
+
+static const char *param_name(const fc_value *p, char *buf, size_t n) {
+    if (p->name) snprintf(buf, n, "%%%s", p->name);
+    else snprintf(buf, n, "parameter %d", p->param_index);
+    return buf;
+}
+
+static void param_type(fc_graph *g, const fc_value *p, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "%s[", fc_dtype_name(fc_value_dtype(p)));
+    for (int d = 0; d < fc_value_rank(p) && len < n; d++) {
+        fc_dim dim = fc_value_dim(p, d);
+        const char *sym = fc_sym_name(g, dim);
+        if (sym) len += (size_t)snprintf(buf + len, n - len, "%s%s", d ? ", " : "", sym);
+        else len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, d ? ", " : "", (int64_t)dim);
+    }
+    if (len < n) snprintf(buf + len, n - len, "]");
+}
+
+/* Convert a tensor read from .npy to parameter dtype pt (see --help).
+ * Returns 0, EXIT_INPUT (message printed) or EXIT_NOMEM. */
+static int convert_input(fc_tensor *t, fc_dtype pt, const char *file, const char *pname) {
+    if (t->dtype == pt) return 0;
+    if (t->dtype == FC_F32 && (pt == FC_BF16 || pt == FC_F16)) {
+        int64_t n = fc_tensor_numel(t);
+        uint16_t *h = malloc((size_t)(n ? n : 1) * sizeof *h);
+        if (!h) return fail(EXIT_NOMEM, "%s: out of memory", file);
+        const float *f = t->data;
+        for (int64_t i = 0; i < n; i++) h[i] = pt == FC_BF16 ? fc_f32_to_bf16(f[i]) : fc_f32_to_f16(f[i]);
+        free(t->data);
+        t->data = h;
+        t->dtype = pt;
+        return 0;
+    }
+    return fail(EXIT_INPUT, "%s: dtype %s does not fit parameter %s of dtype %s", file, fc_dtype_name(t->dtype),
+                pname, fc_dtype_name(pt));
+}
+
+/* Check a file's shape against the parameter's and learn its symbols. */
+static int match_shape(fc_graph *g, const fc_value *p, const fc_tensor *t, sym_values *sv, const char *file,
+                       const char *pname) {
+    char ty[256], shape[FC_MAX_RANK * 24];
+    bool ok = fc_value_rank(p) == t->rank;
+    for (int d = 0; ok && d < t->rank; d++) {
+        fc_dim dim = fc_value_dim(p, d);
+        const char *sym = fc_sym_name(g, dim);
+        if (!sym) {
+            ok = dim == t->shape[d];
+            continue;
+        }
+        int64_t known;
+        if (sym_lookup(sv, sym, &known)) {
+            if (known != t->shape[d]) {
+                param_type(g, p, ty, sizeof ty);
+                return fail(EXIT_INPUT, "%s: dimension %d of parameter %s (%s) is %s = %" PRId64
+                            " by an earlier input, but the file has %" PRId64,
+                            file, d, pname, ty, sym, known, t->shape[d]);
+            }
+        } else if (sv->n < 64) {
+            sv->name[sv->n] = sym;
+            sv->value[sv->n] = t->shape[d];
+            sv->n++;
+        }
+    }
+    if (!ok) {
+        param_type(g, p, ty, sizeof ty);
+        format_shape(t->shape, t->rank, shape, sizeof shape);
+        return fail(EXIT_INPUT, "%s: shape [%s] does not fit parameter %s of type %s", file, shape, pname, ty);
+    }
+    return 0;
+}
+
+static int mkdir_p(const char *dir) {
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        char c = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) return -1;
+        path[i] = c;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0) return -1;
+    if (!S_ISDIR(st.st_mode)) {
+        errno = ENOTDIR;
+        return -1;
+    }
+    return 0;
+}
+
+static int save_outputs(const char *dir, const fc_tensor *outs, int nout) {
+    if (mkdir_p(dir) != 0) return fail(EXIT_RUNTIME, "cannot create directory '%s': %s", dir, strerror(errno));
+    for (int i = 0; i < nout; i++) {
+        char path[4200], err[512];
+        snprintf(path, sizeof path, "%s/out%d.npy", dir, i);
+        fc_tensor t = outs[i];
+        float *tmp = NULL;
+        if (t.dtype == FC_BF16) {
+            int64_t n = fc_tensor_numel(&t);
+            tmp = malloc((size_t)(n ? n : 1) * sizeof *tmp);
+            if (!tmp) return fail(EXIT_NOMEM, "out of memory");
+            for (int64_t k = 0; k < n; k++) tmp[k] = fc_bf16_to_f32(((const uint16_t *)t.data)[k]);
+            t.dtype = FC_F32;
+            t.data = tmp;
+        }
+        int rc = npy_write(path, &t, err, sizeof err);
+        free(tmp);
+        if (rc != 0) return fail(EXIT_RUNTIME, "%s", err);
+    }
+    return 0;
+}
+
+/* Map a failed run's status to an exit code. */
+static int run_exit_code(fc_status st) {
+    switch (st) {
+    case FC_ERR_INPUT: return EXIT_INPUT;
+    case FC_ERR_NOMEM: return EXIT_NOMEM;
+    case FC_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
+    default: return EXIT_RUNTIME;
+    }
+}
+
+static int run_graph(fc_graph *g, const options *o, const device *dev) {
+    int np = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
+    if (o->ninputs > np)
+        return usage_error("%d input files given, but graph '%s' has %d parameter%s", o->ninputs, fc_graph_name(g),
+                           np, np == 1 ? "" : "s");
+    fc_tensor *in = calloc((size_t)(np ? np : 1), sizeof *in);
+    fc_tensor *out = calloc((size_t)(nout ? nout : 1), sizeof *out);
+    int rc = 0;
+    if (!in || !out) {
+        rc = fail(EXIT_NOMEM, "out of memory");
+        goto done;
+    }
+    sym_values sv = {.n = 0};
+    char pname[128], err[512];
+
+    /* Files first: their shapes give the symbolic dims of random inputs. */
+    for (int i = 0; i < np && i < o->ninputs; i++) {
+        const char *file = o->inputs[i];
+        if (!*file) continue;
+        const fc_value *p = fc_graph_param(g, i);
+        param_name(p, pname, sizeof pname);
+        if (npy_read(file, &in[i], err, sizeof err) != 0) {
+            rc = fail(EXIT_RUNTIME, "%s", err);
+            goto done;
+        }
+        if ((rc = convert_input(&in[i], fc_value_dtype(p), file, pname)) != 0) goto done;
+        if ((rc = match_shape(g, p, &in[i], &sv, file, pname)) != 0) goto done;
+    }
+    for (int i = 0; i < np; i++) {
+        if (i < o->ninputs && *o->inputs[i]) continue;
+        const fc_value *p = fc_graph_param(g, i);
+        fc_tensor *t = &in[i];
+        t->dtype = fc_value_dtype(p);
+        t->rank = fc_value_rank(p);
+        uint64_t numel = 1;
+        for (int d = 0; d < t->rank; d++) {
+            fc_dim dim = fc_value_dim(p, d);
+            const char *sym = fc_sym_name(g, dim);
+            int64_t v = dim;
+            if (sym && !sym_lookup(&sv, sym, &v)) {
+                char ty[256];
+                param_type(g, p, ty, sizeof ty);
+                rc = usage_error("parameter %s (%s) gets random data, but dimension '%s' is unknown: bind it "
+                                 "with --bind %s=<size> or give an input file",
+                                 param_name(p, pname, sizeof pname), ty, sym, sym);
+                goto done;
+            }
+            t->shape[d] = v;
+            if (v != 0 && numel > (uint64_t)INT64_MAX / (uint64_t)v) numel = UINT64_MAX;
+            else numel *= (uint64_t)v;
+        }
+        size_t es = fc_dtype_size(t->dtype);
+        if (numel > (uint64_t)SIZE_MAX / 2 / es) {
+            rc = fail(EXIT_NOMEM, "parameter %s is too large to allocate", param_name(p, pname, sizeof pname));
+            goto done;
+        }
+        t->data = malloc(numel ? (size_t)numel * es : 1);
+        if (!t->data) {
+            rc = fail(EXIT_NOMEM, "out of memory for parameter %s", param_name(p, pname, sizeof pname));
+            goto done;
+        }
+        fill_random(t, o->seed, i);
+    }
+
+    fc_status st = dev->run(g, in, np, out, nout);
+    if (st != FC_OK) {
+        print_last_error(fc_graph_context(g));
+        rc = run_exit_code(st);
+        goto done;
+    }
+    if (o->save_dir) {
+        rc = save_outputs(o->save_dir, out, nout);
+    } else {
+        for (int i = 0; i < nout; i++) print_output(stdout, i, &out[i]);
+        if (fflush(stdout) != 0) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
+    }
+
+done:
+    if (in)
+        for (int i = 0; i < np; i++) free(in[i].data);
+    if (out)
+        for (int i = 0; i < nout; i++)
+            if (out[i].data) fc_tensor_release(&out[i]);
+    free(in);
+    free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* main: the pipeline.                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Read a whole file; NULL with errno set on failure. */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
+        if (!nb) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+        }
+        buf = nb;
+    }
+    if (buf && ferror(f)) {
+        int e = errno;
+        free(buf);
+        buf = NULL;
+        errno = e ? e : EIO;
+    }
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static int run_cli(const options *o) {
+    if (!o->file) return usage_error("missing input file");
+    const device *dev = NULL;
+    if (o->run) {
+        const char *env = getenv("FUSEC_DEVICE");
+        bool from_env = !o->device_given && env && *env;
+        const char *name = o->device_given ? o->device : from_env ? env : DEFAULT_DEVICE;
+        dev = find_device(name);
+        if (!dev) {
+            char known[256] = "";
+            for (int i = 0; i < NDEVICES; i++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                         devices[i].name);
+            return usage_error("unknown device '%s'%s (known: %s)", name, from_env ? " in FUSEC_DEVICE" : "",
+                               known);
+        }
+        if (!dev->run) return usage_error("device '%s' is not available in this build", name);
+    } else {
+        const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
+                              : o->save_dir ? "--save-outputs" : o->device_given ? "--device" : NULL;
+        if (needs_run) return usage_error("%s needs --run", needs_run);
+    }
+
+    size_t len = 0;
+    char *text = read_file(o->file, &len);
+    if (!text) return fail(EXIT_INPUT, "cannot read '%s': %s", o->file, strerror(errno));
+
+    fc_context *ctx = fc_context_new();
+    if (!ctx) {
+        free(text);
+        return fail(EXIT_NOMEM, "out of memory");
+    }
+    fc_graph *g = NULL;
+    int rc = 0;
+    fc_status st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
+    if (st == FC_OK) st = fc_verify(g);
+    if (st != FC_OK) {
+        print_last_error(ctx);
+        rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
+        goto done;
+    }
+    if (o->emit_ir) {
+        char *ir = fc_print(g);
+        if (!ir) {
+            print_last_error(ctx);
+            rc = EXIT_RUNTIME;
+            goto done;
+        }
+        fputs(ir, stdout);
+        fc_free(ir);
+        if (fflush(stdout) != 0) {
+            rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
+            goto done;
+        }
+    }
+    if (o->run) rc = run_graph(g, o, dev);
+
+done:
+    fc_graph_free(g);
+    fc_context_free(ctx);
+    free(text);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o = {0};
+    int rc = parse_args(argc, argv, &o);
+    if (rc == 0) {
+        if (o.help) {
+            print_help();
+        } else if (o.version) {
+            printf("fusec %s\n", FUSEC_VERSION_STRING);
+        } else if (o.list_devices) {
+            for (int i = 0; i < NDEVICES; i++)
+                if (devices[i].run) printf("%s\n", devices[i].name);
+        } else {
+            rc = run_cli(&o);
+        }
+    }
+    options_free(&o);
+    return rc;
+}
