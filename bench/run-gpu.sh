@@ -31,14 +31,26 @@
 #   BENCH_STEPS      space-separated subset of: build ctest bench torch check fcheck
 #                    (default: all; "check" covers inputs, save and check)
 #   BENCH_COMMIT     commit to record when the tree has no .git
-#   BENCH_WORK       scratch folder (default /tmp/fusec-bench; big .npy files)
+#   BENCH_WORK       scratch folder for logs and ~6 GiB of .npy files (default
+#                    /dev/shm/fusec-bench when /dev/shm has 16 GiB free, else
+#                    /tmp/fusec-bench)
 set -uo pipefail   # no -e: steps fail on their own
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$PWD
 
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-$ROOT/out}
-WORK=${BENCH_WORK:-/tmp/fusec-bench}
+# Scratch: /dev/shm when it has room (the check step writes ~6 GiB of .npy and
+# a slow disk would eat the time budget), else /tmp.
+WORK=${BENCH_WORK:-}
+if [[ -z $WORK ]]; then
+    shm_kib=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')
+    if [[ ${shm_kib:-0} =~ ^[0-9]+$ ]] && ((shm_kib > 16 * 1024 * 1024)); then
+        WORK=/dev/shm/fusec-bench
+    else
+        WORK=/tmp/fusec-bench
+    fi
+fi
 BUDGET=${BENCH_BUDGET_S:-470}
 REPS=${BENCH_REPS:-50}
 WORKLOADS=${BENCH_WORKLOADS:-"pointwise softmax add_layernorm rmsnorm"}
@@ -124,7 +136,7 @@ echo "== env"
 } >"$OUT/env.txt" 2>&1
 gpu=$(timeout 30 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
 echo "${gpu:-unknown}" >"$WORK/gpu.txt"
-echo "   gpu: ${gpu:-unknown}; commit: $(cat "$WORK/commit.txt")"
+echo "   gpu: ${gpu:-unknown}; commit: $(cat "$WORK/commit.txt"); scratch: $WORK"
 
 # ---------------------------------------------------------------- 2. build
 if want build; then

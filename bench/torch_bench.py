@@ -705,7 +705,7 @@ def summary(args, workloads, irs):
                      _fmt(ems, ".4f"), _fmt(cms, ".4f"),
                      _fmt(tbps, ".2f"), _fmt(pct, ".1f"),
                      _fmt(e["speedup_vs_compile"], ".2f") + ("x" if e["speedup_vs_compile"] else ""),
-                     f"{_short(fc['status'])}/{_short(e['torch_check'].get('status', 'n/a'))}"])
+                     f"{_short(fc['status'])} / {_short(e['torch_check'].get('status', 'n/a'))}"])
 
     head = ["workload", "fusec ms", "eager ms", "compile ms", "TB/s (fusec)", "% of copy BW",
             "speedup vs compile", "check"]

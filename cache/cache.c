@@ -6,7 +6,7 @@
  * format in entry.c, the shared counters in stats.c, the in-process layer in
  * memo.c. docs/CACHE.md describes the design.
  */
-#include "cache/cache_internal.h"
+#include "cache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -518,9 +518,9 @@ static void temp_name(char out[FC_CACHE_TEMP_NAME_LEN + 1], const char *hex) {
     uint64_t r = XXH3_64bits(seed, sizeof seed);
     static const char alphabet[] = "0123456789abcdefghijklmnopqrstuvwxyz";
     char rnd[FC_CACHE_TEMP_RANDOM_LEN + 1];
-    for (int i = 0; i < FC_CACHE_TEMP_RANDOM_LEN; i++) {
+    for (int i = 0; i < FC_CACHE_TEMP_RANDOM_LEN; i++) { /* 36^12 > 2^62: the digits use nearly all of r */
         rnd[i] = alphabet[r % 36];
-        r = r / 36 ^ (r << 59); /* keep bits flowing for all 12 characters */
+        r /= 36;
     }
     rnd[FC_CACHE_TEMP_RANDOM_LEN] = 0;
     snprintf(out, FC_CACHE_TEMP_NAME_LEN + 1, "%s%s-%s", FC_CACHE_TEMP_PREFIX, hex, rnd);

@@ -182,9 +182,10 @@ bool fc_cache_entry_path(const fc_cache *c, fc_cache_level level, const fc_cache
  * Look a key up: the in-process layer first, then the disk. On a hit *data
  * is a new buffer (fc_free; never NULL, even for 0 bytes) and *size its
  * length; on a miss *data is NULL and *size 0. A corrupt, truncated or
- * foreign entry is deleted and counted as corrupt and as a miss; it is never
- * returned. Disk trouble is a miss, not an error. Errors: bad arguments,
- * no memory.
+ * foreign entry is never returned: it counts as corrupt and as a miss, and
+ * in rw mode it is deleted so that the rebuilt entry can take its place.
+ * An entry read from disk has its mtime set to now (rw mode): the LRU clock.
+ * Disk trouble is a miss, not an error. Errors: bad arguments, no memory.
  */
 fc_status fc_cache_get(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key,
                        void **data, size_t *size);
@@ -244,7 +245,7 @@ typedef struct fc_cache_summary {
     /* Entries of other format versions (never read; evicted first, cleared). */
     uint64_t stale_entries, stale_bytes;
     uint64_t temp_files;         /* leftovers of interrupted writes, or writes in flight */
-    uint64_t total_bytes;        /* all of the above: what counts against max_bytes */
+    uint64_t total_bytes;        /* entries of all versions: what counts against max_bytes */
     /* Last-use times (mtime, seconds since the epoch) of the least and most
      * recently used entries of this version; 0 when there are none. */
     int64_t oldest, newest;

@@ -5,7 +5,7 @@
 #ifndef FC_CACHE_INTERNAL_H
 #define FC_CACHE_INTERNAL_H
 
-#include "cache/cache.h"
+#include "cache.h"
 #include "ir.h"
 
 #include <pthread.h>

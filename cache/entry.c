@@ -1,6 +1,6 @@
 /* entry.c - the entry file format: building headers, and reading an entry
  * back with every check, so that a damaged entry is never returned. */
-#include "cache/cache_internal.h"
+#include "cache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* key.c - cache keys: a streaming XXH3-128 hasher with framed inputs, and
  * the hex form used in file names. */
-#include "cache/cache.h"
+#include "cache.h"
 
 #include <string.h>
 

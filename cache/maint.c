@@ -6,7 +6,7 @@
  * .../.tmp-<32 hex>-<12 chars> (temporary files) and DIR/v<N>/stats. Any
  * other file, wherever it is, is neither counted nor touched.
  */
-#include "cache/cache_internal.h"
+#include "cache_internal.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -8,7 +8,7 @@
  * only happens on an insert into a full table, right after a compile or a
  * disk read that cost far more. The handle's mutex guards every call.
  */
-#include "cache/cache_internal.h"
+#include "cache_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

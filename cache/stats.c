@@ -18,7 +18,7 @@
  * damaged (bad magic or checksum) reads as zeros: the counts are only
  * statistics, and starting over beats failing.
  */
-#include "cache/cache_internal.h"
+#include "cache_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -641,19 +641,41 @@ static bool skim(Parser *p, int **names, int *n, bool *complete) {
     }
 }
 
-static bool tok_eq(const fc_token *a, const fc_token *b) { return a->len == b->len && !memcmp(a->s, b->s, a->len); }
+/* A graph name and its token index, sorted by text, then by position. */
+typedef struct NameRef {
+    const char *s;
+    size_t len;
+    int index;
+} NameRef;
 
-/* The skimmed graph names must be unique. */
+static int by_name(const void *pa, const void *pb) {
+    const NameRef *a = pa, *b = pb;
+    int c = memcmp(a->s, b->s, a->len < b->len ? a->len : b->len);
+    if (c == 0 && a->len != b->len) c = a->len < b->len ? -1 : 1;
+    return c ? c : (a->index > b->index) - (a->index < b->index);
+}
+
+/* The skimmed graph names must be unique. The error goes to the first name
+ * (in file order) that repeats an earlier one. Sorting keeps this
+ * O(n log n) for files of many graphs. */
 static bool check_names(Parser *p, const int *names, int n) {
-    /* Quadratic, but files hold a handful of graphs. */
-    for (int i = 1; i < n; i++)
-        for (int j = 0; j < i; j++) {
-            const fc_token *a = &p->toks.tok[names[i]];
-            if (tok_eq(a, &p->toks.tok[names[j]]))
-                return error_at(p, a, "graph '%.*s' is already defined", (int)(a->len > 40 ? 40 : a->len), a->s);
-        }
     if (n == 0 && cur(p)->kind == TK_EOF) return error_at(p, cur(p), "file contains no graph");
-    return true;
+    NameRef *refs = fc_ctx_malloc(p->ctx, sizeof *refs * (size_t)(n ? n : 1));
+    if (!refs) return oom(p);
+    for (int i = 0; i < n; i++) {
+        const fc_token *t = &p->toks.tok[names[i]];
+        refs[i] = (NameRef){t->s, t->len, names[i]};
+    }
+    qsort(refs, (size_t)n, sizeof *refs, by_name);
+    int dup = -1;
+    for (int i = 1; i < n; i++)
+        if (refs[i].len == refs[i - 1].len && !memcmp(refs[i].s, refs[i - 1].s, refs[i].len) &&
+            (dup < 0 || refs[i].index < dup))
+            dup = refs[i].index;
+    fc_ctx_freemem(p->ctx, refs);
+    if (dup < 0) return true;
+    const fc_token *t = &p->toks.tok[dup];
+    return error_at(p, t, "graph '%.*s' is already defined", (int)(t->len > 40 ? 40 : t->len), t->s);
 }
 
 static bool has_name(const Parser *p, const int *names, int n, const char *want) {
@@ -665,14 +687,19 @@ static bool has_name(const Parser *p, const int *names, int n, const char *want)
 }
 
 static bool unknown_graph(Parser *p, const int *names, int n, const char *want) {
-    char list[512];
+    /* List the names while they fit; a long list ends in "...". */
+    char list[400];
     size_t pos = 0;
     list[0] = 0;
-    for (int i = 0; i < n && pos < sizeof list; i++) {
+    for (int i = 0; i < n; i++) {
         const fc_token *t = &p->toks.tok[names[i]];
+        if (pos + t->len + 8 > sizeof list) {
+            snprintf(list + pos, sizeof list - pos, "%s...", i ? ", " : "");
+            break;
+        }
         pos += (size_t)snprintf(list + pos, sizeof list - pos, "%s%.*s", i ? ", " : "", (int)t->len, t->s);
     }
-    fc_set_error(p->ctx, FC_ERR_INPUT, "%s: error: no graph named '%s' (available: %s)", p->file, want, list);
+    fc_set_error(p->ctx, FC_ERR_INPUT, "%s: error: no graph named '%.100s' (available: %s)", p->file, want, list);
     p->status = FC_ERR_INPUT;
     return false;
 }

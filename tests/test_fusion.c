@@ -7,6 +7,7 @@
 #include "fusec.h"
 #include "passes/passes.h"
 #include "runtime/cuda.h"
+#include "random_graph.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,28 @@ int main(void) {
         }
         fc_plan_release(&plan);
         fc_graph_free(g);
+    }
+    /* Random graphs: every one must fuse, generate and compile. A failure
+     * prints its seed and .ir text. */
+    int nrandom = getenv("FUSEC_RANDOM_GRAPHS") ? atoi(getenv("FUSEC_RANDOM_GRAPHS")) : 40;
+    for (int seed = 1; seed <= nrandom; seed++) {
+        rg_opts o = {.max_nodes = 12, .bf16 = true};
+        char *ir = random_graph((uint64_t)seed, &o);
+        fc_graph *g = NULL;
+        fc_status st = fc_parse(ctx, "random.ir", ir, strlen(ir), NULL, NULL, 0, &g);
+        fc_plan plan = {0};
+        fc_cuda_src src = {0};
+        fc_bytes cubin = {0};
+        if (!st) st = fc_pipeline(g, NULL, &plan);
+        if (!st) st = fc_cuda_codegen(&plan, &src);
+        if (!st) st = fc_nvrtc_compile(ctx, src.source, "random.cu", 9, 0, NULL, 0, &cubin);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) fprintf(stderr, "random graph seed %d failed: %s\n%s\n", seed, fc_last_error(ctx), ir);
+        fc_bytes_free(&cubin);
+        fc_cuda_src_release(&src);
+        fc_plan_release(&plan);
+        fc_graph_free(g);
+        free(ir);
     }
     fc_context_free(ctx);
     return check_report("test_fusion");

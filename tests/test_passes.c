@@ -345,8 +345,8 @@ static double compare_after(const char *text, const char *graph, const char *pas
     }
     if (run_passes(g1, passes, "compare") != FC_OK) goto out;
     if (lowered) *lowered = !has_composite(g1);
-    fc_interp_tensor in[32] = {0}, r0[8] = {0}, r1[8] = {0};
-    FC_ASSERT(g0->nparams <= 32 && g0->noutputs <= 8);
+    fc_interp_tensor in[64] = {0}, r0[16] = {0}, r1[16] = {0};
+    FC_ASSERT(g0->nparams <= 64 && g0->noutputs <= 16);
     make_inputs(g0, in, lo, hi);
     if (fc_interp_run(g0, in, g0->nparams, r0, g0->noutputs) != FC_OK ||
         fc_interp_run(g1, in, g1->nparams, r1, g1->noutputs) != FC_OK) {
@@ -388,6 +388,7 @@ static void test_decompose_numerics(void) {
                 bool lowered = false;
                 /* Offset inputs: layernorm must subtract a mean that is not 0. */
                 double e = compare_after(text, NULL, pipelines[p], NULL, 0, dts[d].tol, false, -1.5, 3.5, &lowered);
+                if (getenv("FUSEC_TEST_VERBOSE")) fprintf(stderr, "decompose %s/%s c%zu: error %.3f\n", dts[d].name, pipelines[p], c, e);
                 if (e > 1 || !lowered) fprintf(stderr, "decompose numerics: error %g (lowered %d) for %s:\n%s", e, lowered, pipelines[p], text);
                 CHECK(e <= 1);
                 CHECK(lowered);
@@ -441,6 +442,7 @@ static void test_examples_one(const char *path, const char *graph) {
     bool narrow = strstr(text, "bf16[") || strstr(text, "f16[");
     double e = compare_after(text, graph, "canonicalize,decompose,canonicalize", example_binds, 4, narrow ? 3e-2 : 1e-4,
                              true, -1, 1, NULL);
+    if (getenv("FUSEC_TEST_VERBOSE")) fprintf(stderr, "%s (%s): error %.3f\n", path, graph, e);
     if (e > 1) fprintf(stderr, "%s (%s): the pipeline changed the results (error %g)\n", path, graph, e);
     CHECK(e <= 1);
     free(text);

@@ -221,7 +221,7 @@ static void broadcast_index(kctx *k, const fc_value *out, const char *L, const f
         pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %lldll", c, (long long)xs[d]);
         if (pos >= sizeof expr) pos = sizeof expr - 1;
     }
-    snprintf(name, n, "i%d", k->tmp++);
+    snprintf(name, n, "ix%d", k->tmp++);
     sbf(k->s, "      i64 %s = %s;\n", name, expr);
 }
 
@@ -400,7 +400,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
             snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
             linear(xi, in_c, idx, sizeof idx);
             char iv[24];
-            snprintf(iv, sizeof iv, "i%d", k->tmp++);
+            snprintf(iv, sizeof iv, "ix%d", k->tmp++);
             sbf(k->s, "      i64 %s = %s;\n", iv, idx);
             int mark = k->nmemo;
             const char *e = emit_value(k, xi, iv);
@@ -417,7 +417,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         char ic[FC_MAX_RANK][24], ilin[600], iv[24];
         for (int d = 0; d < ix->rank; d++) memcpy(ic[d], c[ax + d], 24);
         linear(ix, ic, ilin, sizeof ilin);
-        snprintf(iv, sizeof iv, "i%d", k->tmp++);
+        snprintf(iv, sizeof iv, "ix%d", k->tmp++);
         sbf(k->s, "      i64 %s = %s;\n", iv, ilin);
         const char *e = emit_value(k, ix, iv);
         /* Out-of-range indices are clamped: a kernel cannot report them (the
@@ -434,7 +434,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     default: FC_UNREACHABLE("not a view");
     }
     linear(x, in_c, idx, sizeof idx);
-    snprintf(name, sizeof name, "i%d", k->tmp++);
+    snprintf(name, sizeof name, "ix%d", k->tmp++);
     sbf(k->s, "      i64 %s = %s;\n", name, idx);
     return emit_value(k, x, name);
 }

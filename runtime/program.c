@@ -1,0 +1,931 @@
+/*
+ * program.c - compiled programs: fc_compile, fc_run and what they emit.
+ *
+ * fc_compile runs the whole pipeline on a copy of the graph:
+ *
+ *   clone -> every dim static? -> fc_pipeline (passes, fusion, schedule,
+ *   memory plan) -> fc_cuda_codegen (one CUDA C source, a launch list)
+ *   -> NVRTC (a cubin for sm_XY)
+ *
+ * and keeps the plan, the source and the cubin. NVRTC needs no GPU, so
+ * compiling works on any machine, and so do the emit functions. Nothing is
+ * loaded on a device at compile time: the first fc_run opens device 0,
+ * loads the module, resolves the kernels and allocates the arena, and every
+ * later run reuses them. Lazy, so that a machine without a GPU (CI) can
+ * compile and a program that is only inspected never touches the driver.
+ *
+ * Storage. Each value a launch names gets its device pointer from its
+ * storage class (see passes/memplan.c): a class rooted at a parameter lives
+ * in the caller's input buffer; a class holding a graph result lives in the
+ * caller's output buffer for that result; any other class lives in the
+ * program's arena at plan->offset. Results that are not written by a
+ * kernel in place (a parameter returned as it is, a view of a parameter, a
+ * value returned twice) are copied device-to-device after the launches.
+ */
+#include "runtime/program.h"
+#include "runtime/cuda_check.h"
+#include "runtime/interp.h"
+
+#include <math.h>
+#include <nvrtc.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Kernels may use up to 48 KiB of dynamic shared memory without opting in. */
+#define DEFAULT_MAX_SHARED (48 * 1024)
+/* Warm-up runs before a benchmark: module load, clocks, caches. */
+#define BENCH_WARMUP 3
+
+struct fc_program {
+    fc_context *ctx;
+    fc_compile_options opts;
+    int sm;               /* the target: major*10+minor */
+    char unit_name[96];   /* the program's name in NVRTC's messages */
+    fc_graph *g;          /* fusec's copy of the graph, after the passes */
+    fc_plan plan;
+    fc_cuda_src src;
+    fc_bytes cubin;
+
+    /* Storage classes, by value id (see the top of the file). */
+    int nvalues;
+    fc_value **val;   /* id -> value, for every value the plan mentions */
+    int *root;        /* id -> id of its class root */
+    int *result_slot; /* root id -> the first graph result in the class, or -1 */
+    int max_args;     /* most kernel parameters of any launch */
+
+    /* Device state, made by the first run (ensure_device). */
+    fc_cuda_device *dev;
+    CUmodule module;
+    CUfunction *func; /* per launch; NULL for launches that are not kernels */
+    bool funcs_ready;
+    CUdeviceptr arena;
+    CUdeviceptr *argval; /* per-run scratch: the kernel parameters' values */
+    void **argptr;       /* ...and pointers to them, as cuLaunchKernel wants */
+};
+
+/* ------------------------------------------------------------------ */
+/* Options.                                                            */
+/* ------------------------------------------------------------------ */
+
+void fc_compile_options_default(fc_compile_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = FC_DEVICE_CUDA;
+    o->sm = 0;
+    o->fast_math = false;
+    o->fuse = true;
+}
+
+/* NVRTC options beyond fc_nvrtc_options_build's own; both compiles (cubin
+ * and PTX) use these, so the PTX is the PTX of the cubin. */
+static int extra_nvrtc_options(const fc_program *p, const char **extra) {
+    int n = 0;
+    if (p->opts.fast_math) extra[n++] = "--use_fast_math";
+    return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Compiling.                                                          */
+/* ------------------------------------------------------------------ */
+
+/* A dim that is still symbolic cannot be baked into a kernel. */
+static fc_status check_static(fc_graph *g, const fc_value *v) {
+    for (int d = 0; d < v->rank; d++) {
+        if (!fc_dim_is_sym(v->dims[d])) continue;
+        const char *name = fc_sym_name(g, v->dims[d]);
+        if (!name) name = "?";
+        return fc_set_error(g->ctx, FC_ERR_INPUT, "symbol %s is unbound: bind it (--bind %s=...) to compile", name,
+                            name);
+    }
+    return FC_OK;
+}
+
+static fc_status check_all_static(fc_graph *g) {
+    for (int i = 0; i < g->nparams; i++) {
+        fc_status st = check_static(g, g->params[i]);
+        if (st != FC_OK) return st;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        if (n->dead) continue;
+        for (int k = 0; k < n->nout; k++) {
+            fc_status st = check_static(g, n->out[k]);
+            if (st != FC_OK) return st;
+        }
+    }
+    return FC_OK;
+}
+
+/* sm 0 means the device's own compute capability, or sm_90 when there is
+ * no device: NVRTC needs none, and the H100/H200 is the target. NULL
+ * contexts: a missing device is not an error here. */
+static int resolve_sm(int sm) {
+    if (sm > 0) return sm;
+    fc_cuda_device_info info;
+    if (fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, &info) == FC_OK)
+        return info.cc_major * 10 + info.cc_minor;
+    return 90;
+}
+
+static bool group_has_node(const fc_group *grp, const fc_node *n) {
+    for (int i = 0; i < grp->nnodes; i++)
+        if (grp->nodes[i] == n) return true;
+    return false;
+}
+
+/* The value outside alias group grp that its output o views (as in
+ * passes/memplan.c, which makes the same classes). */
+static fc_value *alias_source(const fc_group *grp, fc_value *o) {
+    fc_value *v = o;
+    while (v->def && group_has_node(grp, v->def)) v = v->def->in[0];
+    return v;
+}
+
+static fc_value *value_of(const fc_program *p, int id) {
+    return id >= 0 && id < p->nvalues ? p->val[id] : NULL;
+}
+
+static void note_value(fc_program *p, fc_value *v) {
+    FC_ASSERT(v && v->id >= 0 && v->id < p->nvalues);
+    p->val[v->id] = v;
+}
+
+/* Where a value's bytes live. */
+typedef enum storage_kind {
+    STORE_INPUT,  /* inputs[index] */
+    STORE_OUTPUT, /* outputs[index] */
+    STORE_ARENA,  /* arena + index */
+    STORE_NONE,   /* nowhere: a plan the runtime cannot run */
+} storage_kind;
+
+static storage_kind storage_of(const fc_program *p, int id, int64_t *index) {
+    const fc_value *v = value_of(p, id);
+    if (!v) return STORE_NONE;
+    const fc_value *r = p->val[p->root[id]];
+    if (r->param_index >= 0) {
+        *index = r->param_index;
+        return STORE_INPUT;
+    }
+    if (p->result_slot[r->id] >= 0) {
+        *index = p->result_slot[r->id];
+        return STORE_OUTPUT;
+    }
+    if (p->plan.offset && p->plan.offset[id] >= 0) {
+        *index = p->plan.offset[id];
+        return STORE_ARENA;
+    }
+    return STORE_NONE;
+}
+
+/* Build the storage classes and check that every launch argument and
+ * every result has storage, so that a mismatch between the plan and the
+ * codegen shows up at compile time (in CI), not as a bad pointer on a GPU. */
+static fc_status build_storage(fc_program *p) {
+    fc_graph *g = p->g;
+    const fc_plan *plan = &p->plan;
+    p->nvalues = g->next_value_id;
+    size_t nv = (size_t)(p->nvalues ? p->nvalues : 1);
+    p->val = fc_ctx_malloc(p->ctx, nv * sizeof *p->val);
+    p->root = fc_ctx_malloc(p->ctx, nv * sizeof *p->root);
+    p->result_slot = fc_ctx_malloc(p->ctx, nv * sizeof *p->result_slot);
+    if (!p->val || !p->root || !p->result_slot) return FC_ERR_NOMEM;
+    for (int id = 0; id < p->nvalues; id++) {
+        p->val[id] = NULL;
+        p->root[id] = id;
+        p->result_slot[id] = -1;
+    }
+    for (int i = 0; i < g->nparams; i++) note_value(p, g->params[i]);
+    for (int pos = 0; pos < plan->ngroups; pos++) {
+        const fc_group *grp = plan->groups[pos];
+        for (int i = 0; i < grp->ninputs; i++) note_value(p, grp->inputs[i]);
+        for (int i = 0; i < grp->noutputs; i++) {
+            fc_value *o = grp->outputs[i];
+            note_value(p, o);
+            if (grp->kind == FC_GROUP_ALIAS) {
+                fc_value *src = alias_source(grp, o);
+                note_value(p, src);
+                p->root[o->id] = p->root[src->id];
+            }
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        fc_value *v = g->outputs[k];
+        note_value(p, v);
+        int r = p->root[v->id];
+        if (p->result_slot[r] < 0) p->result_slot[r] = k;
+    }
+
+    /* A result class not rooted at a parameter must be written by a group. */
+    for (int k = 0; k < g->noutputs; k++) {
+        const fc_value *r = p->val[p->root[g->outputs[k]->id]];
+        if (r->param_index >= 0) continue;
+        bool written = false;
+        for (int pos = 0; pos < plan->ngroups && !written; pos++) {
+            const fc_group *grp = plan->groups[pos];
+            if (grp->kind == FC_GROUP_ALIAS) continue;
+            for (int i = 0; i < grp->noutputs; i++) written |= grp->outputs[i] == r;
+        }
+        if (!written)
+            return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                                "internal error: result %d of graph %s is not written by any kernel", k, g->name);
+    }
+    p->max_args = 0;
+    for (int i = 0; i < p->src.nlaunches; i++) {
+        const fc_launch *l = &p->src.launches[i];
+        if (l->kind == FC_LAUNCH_ALIAS) continue;
+        if (l->nargs > p->max_args) p->max_args = l->nargs;
+        for (int a = 0; a < l->nargs; a++) {
+            int64_t index;
+            if (storage_of(p, l->args[a], &index) == STORE_NONE)
+                return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                                    "internal error: launch %d (%s) argument %d is value %d, which has no storage "
+                                    "in the memory plan",
+                                    i, l->name, a, l->args[a]);
+        }
+    }
+    return FC_OK;
+}
+
+/* The steps of fc_compile after the program exists; fc_compile frees the
+ * program when one fails. */
+static fc_status compile_program(fc_program *p, fc_graph *g) {
+    p->g = fc_graph_clone(g);
+    /* The clone does not say why it failed; the graph was checked above,
+     * so it is memory unless its message says otherwise. */
+    if (!p->g) return strstr(p->ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
+
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.vertical = fo.horizontal = p->opts.fuse;
+    fc_status st = fc_pipeline(p->g, &fo, &p->plan);
+    if (st != FC_OK) return st;
+    if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
+    if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                            "internal error: the passes changed the graph's signature (%d -> %d params, %d -> %d "
+                            "results)",
+                            g->nparams, p->g->nparams, g->noutputs, p->g->noutputs);
+
+    st = fc_cuda_codegen(&p->plan, &p->src);
+    if (st != FC_OK) return st;
+    st = build_storage(p);
+    if (st != FC_OK) return st;
+
+    p->sm = resolve_sm(p->opts.sm);
+    snprintf(p->unit_name, sizeof p->unit_name, "fusec_%.64s.cu", p->g->name);
+    const char *extra[4];
+    int nextra = extra_nvrtc_options(p, extra);
+    return fc_nvrtc_compile(p->ctx, p->src.source, p->unit_name, p->sm / 10, p->sm % 10, extra, nextra,
+                            &p->cubin);
+}
+
+fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
+    if (out) *out = NULL;
+    if (!g) return FC_ERR_USAGE;
+    fc_context *ctx = g->ctx;
+    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: out is NULL");
+    if (g->status != FC_OK)
+        return fc_set_error(ctx, g->status, "fc_compile: graph %s has an error from building it", g->name);
+    if (!g->returned)
+        return fc_set_error(ctx, FC_ERR_INPUT, "fc_compile: graph %s has no results (call fc_graph_return)",
+                            g->name);
+    fc_compile_options defaults;
+    if (!o) {
+        fc_compile_options_default(&defaults);
+        o = &defaults;
+    }
+    if (o->device != FC_DEVICE_CUDA)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "fc_compile: only the CUDA device is supported here (the CPU backend is not built into "
+                            "fc_compile yet)");
+    if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
+    /* Before copying anything: the most common mistake, with its fix. */
+    fc_status st = check_all_static(g);
+    if (st != FC_OK) return st;
+
+    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+    if (!p) return FC_ERR_NOMEM;
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    p->opts = *o;
+    st = compile_program(p, g);
+    if (st != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
+    *out = p;
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Freeing.                                                            */
+/* ------------------------------------------------------------------ */
+
+void fc_program_free(fc_program *p) {
+    if (!p) return;
+    if (p->dev) {
+        /* Teardown errors are ignored, and kept off the context: nothing can
+         * be done about them, and they must not hide an earlier error. The
+         * synchronize makes sure no queued launch still uses the arena. */
+        const fc_cuda_driver *cu = p->dev->cu;
+        (void)cu->CtxSetCurrent(p->dev->cuctx);
+        (void)cu->CtxSynchronize();
+        if (p->arena) (void)cu->MemFree(p->arena);
+        if (p->module) (void)cu->ModuleUnload(p->module);
+        fc_cuda_device_close(p->dev);
+    }
+    fc_ctx_freemem(p->ctx, p->func);
+    fc_ctx_freemem(p->ctx, p->argval);
+    fc_ctx_freemem(p->ctx, p->argptr);
+    fc_ctx_freemem(p->ctx, p->val);
+    fc_ctx_freemem(p->ctx, p->root);
+    fc_ctx_freemem(p->ctx, p->result_slot);
+    fc_bytes_free(&p->cubin);
+    fc_cuda_src_release(&p->src);
+    fc_plan_release(&p->plan);
+    fc_graph_free(p->g);
+    fc_ctx_freemem(p->ctx, p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Accessors.                                                          */
+/* ------------------------------------------------------------------ */
+
+fc_graph *fc_program_graph(const fc_program *p) { return p ? p->g : NULL; }
+const fc_plan *fc_program_plan(const fc_program *p) { return p ? &p->plan : NULL; }
+int fc_program_num_launches(const fc_program *p) { return p ? p->src.nlaunches : 0; }
+const fc_launch *fc_program_launch(const fc_program *p, int i) {
+    return p && i >= 0 && i < p->src.nlaunches ? &p->src.launches[i] : NULL;
+}
+int fc_program_sm(const fc_program *p) { return p ? p->sm : 0; }
+const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
+
+void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {
+    int k = 0, l = 0, a = 0;
+    for (int i = 0; p && i < p->src.nlaunches; i++) {
+        switch (p->src.launches[i].kind) {
+        case FC_LAUNCH_KERNEL: k++; break;
+        case FC_LAUNCH_LIBRARY: l++; break;
+        case FC_LAUNCH_ALIAS: a++; break;
+        }
+    }
+    if (kernels) *kernels = k;
+    if (library) *library = l;
+    if (aliases) *aliases = a;
+}
+
+/* ------------------------------------------------------------------ */
+/* Text: the plan, the source, the PTX.                                */
+/* ------------------------------------------------------------------ */
+
+/* A growing malloc'd string; `oom` remembers a failed allocation. */
+typedef struct text {
+    fc_context *ctx;
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} text;
+
+static void text_printf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(text *t, const char *fmt, ...) {
+    if (t->oom) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if (t->len + (size_t)n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + (size_t)n + 1) cap *= 2;
+        char *b = fc_ctx_realloc(t->ctx, t->buf, cap);
+        if (!b) {
+            t->oom = true;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+char *fc_program_plan_text(fc_program *p) {
+    if (!p) return NULL;
+    text t = {p->ctx, NULL, 0, 0, false};
+    for (int i = 0; i < p->src.nlaunches; i++) {
+        const fc_launch *l = &p->src.launches[i];
+        switch (l->kind) {
+        case FC_LAUNCH_KERNEL:
+            text_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
+                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->summary);
+            break;
+        case FC_LAUNCH_LIBRARY:
+            text_printf(&t, "launch %d: library %s ops: %s\n", i, l->name[0] ? l->name : "matmul", l->summary);
+            break;
+        case FC_LAUNCH_ALIAS:
+            text_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, l->summary);
+            break;
+        }
+    }
+    int kernels, library;
+    fc_program_count_launches(p, &kernels, &library, NULL);
+    text_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
+                (long long)p->plan.arena_bytes, (long long)p->plan.intermediate_bytes);
+    /* The last line, exactly: tests and scripts parse it. */
+    text_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
+                (long long)p->plan.intermediate_bytes);
+    if (t.oom || !t.buf) {
+        fc_ctx_freemem(p->ctx, t.buf);
+        fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (plan text)");
+        return NULL;
+    }
+    return t.buf;
+}
+
+char *fc_program_cuda_source(fc_program *p) {
+    if (!p) return NULL;
+    size_t n = strlen(p->src.source);
+    char *s = fc_ctx_malloc(p->ctx, n + 1);
+    if (s) memcpy(s, p->src.source, n + 1);
+    return s;
+}
+
+static fc_status get_ptx(fc_context *ctx, fc_nvrtc_unit *unit, char *buf) {
+    FC_NVRTC_CHECK(ctx, unit, nvrtcGetPTX(unit->prog, buf));
+    return FC_OK;
+}
+
+/* Compile unit->source again and take the PTX; the caller destroys
+ * unit->prog (each failing check already has). */
+static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrtc_options *opts, char **out) {
+    nvrtcProgram prog = NULL;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcCreateProgram(&prog, unit->source, unit->name, 0, NULL, NULL));
+    unit->prog = prog;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcCompileProgram(unit->prog, opts->count, opts->opt));
+    size_t size = 0;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcGetPTXSize(unit->prog, &size));
+    char *buf = fc_ctx_malloc(ctx, size + 1);
+    if (!buf) return FC_ERR_NOMEM;
+    fc_status st = get_ptx(ctx, unit, buf);
+    if (st != FC_OK) {
+        fc_ctx_freemem(ctx, buf);
+        return st;
+    }
+    buf[size] = 0; /* the size counts NVRTC's terminator; this one is for safety */
+    *out = buf;
+    return FC_OK;
+}
+
+char *fc_program_ptx(fc_program *p) {
+    if (!p) return NULL;
+    /* Not kept from fc_compile: few callers want it, and NVRTC makes it
+     * again in a few milliseconds with exactly the same options. */
+    const char *extra[4];
+    int nextra = extra_nvrtc_options(p, extra);
+    fc_nvrtc_options opts;
+    if (fc_nvrtc_options_build(p->ctx, p->sm / 10, p->sm % 10, extra, nextra, &opts) != FC_OK) return NULL;
+    fc_nvrtc_unit unit = {NULL, p->unit_name, p->src.source};
+    char *ptx = NULL;
+    fc_status st = compile_ptx(p->ctx, &unit, &opts, &ptx);
+    if (unit.prog) nvrtcDestroyProgram(&unit.prog);
+    return st == FC_OK ? ptx : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Running.                                                            */
+/* ------------------------------------------------------------------ */
+
+static fc_status check_supported(const fc_program *p) {
+    for (int i = 0; i < p->src.nlaunches; i++)
+        if (p->src.launches[i].kind == FC_LAUNCH_LIBRARY)
+            return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
+                                "matmul on CUDA needs the cuBLASLt path (not built yet): launch %d (%s)", i,
+                                p->src.launches[i].name);
+    return FC_OK;
+}
+
+/* Open the device, load the module, resolve the kernels and allocate the
+ * arena, each once; a step that failed is tried again by the next run. */
+static fc_status ensure_device(fc_program *p) {
+    fc_status st;
+    if (!p->dev) {
+        st = fc_cuda_device_open(p->ctx, 0, &p->dev);
+        if (st != FC_OK) return st;
+    }
+    fc_cuda_device *d = p->dev;
+    if (!p->module) {
+        /* A cubin runs on its own major architecture, on the same or a
+         * newer minor one; say so plainly instead of the driver's
+         * CUDA_ERROR_NO_BINARY_FOR_GPU. */
+        int major = p->sm / 10, minor = p->sm % 10;
+        if (d->info.cc_major != major || d->info.cc_minor < minor)
+            return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                                "the program was compiled for sm_%d but CUDA device 0 (%s) is sm_%d%d: compile "
+                                "with sm 0 (the device's own) or %d",
+                                p->sm, d->info.name, d->info.cc_major, d->info.cc_minor,
+                                d->info.cc_major * 10 + d->info.cc_minor);
+        st = fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
+        if (st != FC_OK) return st;
+    }
+    if (!p->funcs_ready) {
+        if (!p->func) {
+            p->func = fc_ctx_malloc(p->ctx, sizeof *p->func * (size_t)(p->src.nlaunches + 1));
+            if (!p->func) return FC_ERR_NOMEM;
+            memset(p->func, 0, sizeof *p->func * (size_t)(p->src.nlaunches + 1));
+        }
+        for (int i = 0; i < p->src.nlaunches; i++) {
+            const fc_launch *l = &p->src.launches[i];
+            if (l->kind != FC_LAUNCH_KERNEL || p->func[i]) continue;
+            st = fc_cuda_module_function(d, p->module, l->name, &p->func[i]);
+            if (st == FC_OK && l->smem > DEFAULT_MAX_SHARED)
+                st = fc_cuda_function_set_max_shared(d, p->func[i], (int)l->smem);
+            if (st != FC_OK) {
+                p->func[i] = NULL;
+                return st;
+            }
+        }
+        p->funcs_ready = true;
+    }
+    if (!p->argval) {
+        size_t n = (size_t)(p->max_args + 1);
+        p->argval = fc_ctx_malloc(p->ctx, n * sizeof *p->argval);
+        p->argptr = p->argval ? fc_ctx_malloc(p->ctx, n * sizeof *p->argptr) : NULL;
+        if (!p->argptr) {
+            fc_ctx_freemem(p->ctx, p->argval);
+            p->argval = NULL;
+            return FC_ERR_NOMEM;
+        }
+    }
+    if (!p->arena && p->plan.arena_bytes > 0) {
+        st = fc_cuda_alloc(d, (size_t)p->plan.arena_bytes, &p->arena);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
+static CUdeviceptr device_ptr(const fc_program *p, int id, void *const *inputs, void *const *outputs) {
+    int64_t index = 0;
+    switch (storage_of(p, id, &index)) {
+    case STORE_INPUT: return (CUdeviceptr)(uintptr_t)inputs[index];
+    case STORE_OUTPUT: return (CUdeviceptr)(uintptr_t)outputs[index];
+    case STORE_ARENA: return p->arena + (CUdeviceptr)index;
+    case STORE_NONE: break;
+    }
+    FC_UNREACHABLE("a launch argument without storage (build_storage checks every one)");
+}
+
+static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream s) {
+    if (bytes == 0 || dst == src) return FC_OK;
+    const fc_cuda_driver *cu = p->dev->cu;
+    FC_CU_CHECK(p->ctx, cu->CtxSetCurrent(p->dev->cuctx));
+    FC_CU_CHECK(p->ctx, cu->MemcpyDtoDAsync(dst, src, (size_t)bytes, s));
+    return FC_OK;
+}
+
+/* Queue every launch, then the result copies, on stream s. The device is
+ * ready (ensure_device) and nothing is a library call (check_supported). */
+static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    for (int i = 0; i < p->src.nlaunches; i++) {
+        const fc_launch *l = &p->src.launches[i];
+        if (l->kind != FC_LAUNCH_KERNEL) continue; /* aliases: nothing to do */
+        for (int a = 0; a < l->nargs; a++) {
+            p->argval[a] = device_ptr(p, l->args[a], inputs, outputs);
+            p->argptr[a] = &p->argval[a];
+        }
+        fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
+                                  {l->block[0], l->block[1], l->block[2]},
+                                  l->smem,
+                                  s};
+        fc_status st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->argptr);
+        if (st != FC_OK) return st;
+    }
+    /* Results no kernel wrote in place: a parameter (or a view of one)
+     * returned, or a value returned more than once. */
+    const fc_graph *g = p->g;
+    for (int k = 0; k < g->noutputs; k++) {
+        const fc_value *v = g->outputs[k];
+        const fc_value *r = p->val[p->root[v->id]];
+        CUdeviceptr dst = (CUdeviceptr)(uintptr_t)outputs[k], src;
+        if (r->param_index >= 0) src = (CUdeviceptr)(uintptr_t)inputs[r->param_index];
+        else if (p->result_slot[r->id] != k) src = (CUdeviceptr)(uintptr_t)outputs[p->result_slot[r->id]];
+        else continue;
+        fc_status st = copy_dtod(p, dst, src, fc_value_bytes(v), s);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
+/* NULL pointers are allowed only for empty tensors. */
+static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout) {
+    const fc_graph *g = p->g;
+    if (nin != g->nparams || nout != g->noutputs)
+        return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
+                            g->name, g->nparams, g->noutputs, nin, nout);
+    if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
+        return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i] && fc_value_bytes(g->params[i]) > 0)
+            return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: input %d is a NULL device pointer", i);
+    for (int k = 0; k < nout; k++)
+        if (!outputs[k] && fc_value_bytes(g->outputs[k]) > 0)
+            return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: output %d is a NULL device pointer", k);
+    return FC_OK;
+}
+
+static fc_status prepare_run(fc_program *p) {
+    fc_status st = ensure_device(p);
+    return st != FC_OK ? st : check_supported(p);
+}
+
+fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
+    if (!p) return FC_ERR_USAGE;
+    fc_status st = check_buffers(p, inputs, nin, outputs, nout);
+    if (st == FC_OK) st = prepare_run(p);
+    if (st != FC_OK) return st;
+    /* NULL is the caller's default stream, the legacy one, as the CUDA
+     * runtime has it (fusec's own stream is internal). */
+    return enqueue(p, inputs, outputs, stream ? (CUstream)stream : CU_STREAM_LEGACY);
+}
+
+/* ------------------------------------------------------------------ */
+/* Running from host memory.                                           */
+/* ------------------------------------------------------------------ */
+
+static bool type_matches(const fc_tensor *t, const fc_value *v) {
+    if (t->dtype != v->dtype || t->rank != v->rank) return false;
+    for (int d = 0; d < v->rank; d++)
+        if (t->shape[d] != v->dims[d]) return false;
+    return true;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* Warm up, then time `iters` runs one by one; the median goes to *median. */
+static fc_status bench(fc_program *p, void *const *in, void *const *out, int iters, double *median) {
+    fc_cuda_device *d = p->dev;
+    float *ms = fc_ctx_malloc(p->ctx, sizeof *ms * (size_t)iters);
+    if (!ms) return FC_ERR_NOMEM;
+    fc_cuda_timer timer = {0};
+    fc_status st = fc_cuda_timer_create(d, &timer);
+    for (int i = 0; i < BENCH_WARMUP && st == FC_OK; i++) st = enqueue(p, in, out, d->stream);
+    for (int i = 0; i < iters && st == FC_OK; i++) {
+        st = fc_cuda_timer_start(d, &timer, d->stream);
+        if (st == FC_OK) st = enqueue(p, in, out, d->stream);
+        if (st == FC_OK) st = fc_cuda_timer_stop(d, &timer, d->stream, &ms[i]);
+    }
+    if (st == FC_OK) {
+        qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
+        *median = iters % 2 ? ms[iters / 2] : 0.5 * ((double)ms[iters / 2 - 1] + (double)ms[iters / 2]);
+    }
+    fc_cuda_timer_destroy(d, &timer);
+    fc_ctx_freemem(p->ctx, ms);
+    return st;
+}
+
+/* Device buffers of one host run; freed whatever happens. */
+typedef struct host_run {
+    CUdeviceptr *in, *out;
+    int nin, nout;
+} host_run;
+
+static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inputs, fc_tensor *outputs,
+                               double *median_ms, int bench_iters) {
+    const fc_graph *g = p->g;
+    fc_cuda_device *d = p->dev;
+    for (int i = 0; i < h->nin; i++) {
+        size_t bytes = (size_t)fc_value_bytes(g->params[i]);
+        fc_status st = fc_cuda_alloc(d, bytes, &h->in[i]);
+        if (st == FC_OK) st = fc_cuda_upload(d, h->in[i], inputs[i].data, bytes);
+        if (st != FC_OK) return st;
+    }
+    for (int k = 0; k < h->nout; k++) {
+        fc_status st = fc_cuda_alloc(d, (size_t)fc_value_bytes(g->outputs[k]), &h->out[k]);
+        if (st != FC_OK) return st;
+    }
+    /* fc_run's pointer convention: device addresses as void pointers. */
+    void **in = fc_ctx_malloc(p->ctx, sizeof *in * (size_t)(h->nin + h->nout + 1));
+    if (!in) return FC_ERR_NOMEM;
+    void **out = in + h->nin;
+    for (int i = 0; i < h->nin; i++) in[i] = (void *)(uintptr_t)h->in[i];
+    for (int k = 0; k < h->nout; k++) out[k] = (void *)(uintptr_t)h->out[k];
+
+    fc_status st = enqueue(p, in, out, d->stream);
+    if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL); /* a faulting kernel shows up here */
+    if (st == FC_OK && bench_iters > 0) {
+        double med = 0;
+        st = bench(p, in, out, bench_iters, &med);
+        if (st == FC_OK && median_ms) *median_ms = med;
+    }
+    fc_ctx_freemem(p->ctx, in);
+    if (st != FC_OK) return st;
+
+    for (int k = 0; k < h->nout; k++) {
+        const fc_value *v = g->outputs[k];
+        fc_tensor *t = &outputs[k];
+        size_t bytes = (size_t)fc_value_bytes(v);
+        t->data = fc_ctx_malloc(p->ctx, bytes); /* malloc: fc_tensor_release frees it */
+        if (!t->data) return FC_ERR_NOMEM;
+        t->dtype = v->dtype;
+        t->rank = v->rank;
+        for (int dd = 0; dd < v->rank; dd++) t->shape[dd] = v->dims[dd];
+        st = fc_cuda_download(d, t->data, h->out[k], bytes);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
+fc_status fc_program_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                              double *median_ms, int bench_iters) {
+    if (!p) return FC_ERR_USAGE;
+    const fc_graph *g = p->g;
+    if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
+    for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
+    if (nin != g->nparams || nout != g->noutputs)
+        return fc_set_error(p->ctx, FC_ERR_USAGE, "run: graph %s takes %d inputs and %d outputs, not %d and %d",
+                            g->name, g->nparams, g->noutputs, nin, nout);
+    if (nin > 0 && !inputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: inputs is NULL");
+    if (bench_iters < 0) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: bench_iters %d < 0", bench_iters);
+    for (int i = 0; i < nin; i++) {
+        const fc_value *v = g->params[i];
+        if (!type_matches(&inputs[i], v)) {
+            char want[128];
+            fc_type_str(g, v->dtype, v->rank, v->dims, want, sizeof want);
+            return fc_set_error(p->ctx, FC_ERR_INPUT, "run: input %d (%%%s) must be %s", i,
+                                v->name ? v->name : "?", want);
+        }
+        if (!inputs[i].data && fc_value_bytes(v) > 0)
+            return fc_set_error(p->ctx, FC_ERR_USAGE, "run: input %d has no data", i);
+    }
+    fc_status st = prepare_run(p);
+    if (st != FC_OK) return st;
+
+    host_run h = {NULL, NULL, nin, nout};
+    h.in = fc_ctx_malloc(p->ctx, sizeof *h.in * (size_t)(nin + nout + 1));
+    if (!h.in) return FC_ERR_NOMEM;
+    memset(h.in, 0, sizeof *h.in * (size_t)(nin + nout + 1));
+    h.out = h.in + nin;
+    st = host_run_body(p, &h, inputs, outputs, median_ms, bench_iters);
+
+    /* Free the buffers without losing the first error's message. */
+    if (st != FC_OK) (void)p->dev->cu->CtxSynchronize();
+    for (int i = 0; i < nin + nout; i++) {
+        if (!h.in[i]) continue;
+        if (st != FC_OK) (void)p->dev->cu->MemFree(h.in[i]);
+        else st = fc_cuda_free(p->dev, h.in[i]);
+    }
+    fc_ctx_freemem(p->ctx, h.in);
+    if (st != FC_OK)
+        for (int k = 0; k < nout; k++) fc_tensor_release(&outputs[k]);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Comparing outputs.                                                  */
+/* ------------------------------------------------------------------ */
+
+fc_tolerance fc_dtype_tolerance(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return (fc_tolerance){1e-9, 1e-12};
+    case FC_F32: return (fc_tolerance){1e-5, 1e-5};
+    case FC_F16: return (fc_tolerance){2e-3, 1e-3};
+    case FC_BF16: return (fc_tolerance){1.6e-2, 1e-2};
+    case FC_I64: case FC_I32: case FC_I8: case FC_BOOL: case FC_DTYPE_COUNT: break;
+    }
+    return (fc_tolerance){0, 0};
+}
+
+/* Element i of an integer or bool tensor, exactly (a double would lose
+ * i64 values above 2^53). */
+static int64_t load_int(fc_dtype dt, const void *data, int64_t i) {
+    switch (dt) {
+    case FC_I64: return ((const int64_t *)data)[i];
+    case FC_I32: return ((const int32_t *)data)[i];
+    case FC_I8: return ((const int8_t *)data)[i];
+    case FC_BOOL: return ((const uint8_t *)data)[i];
+    default: FC_UNREACHABLE("load_int of a float dtype");
+    }
+}
+
+static bool valid_tensor(const fc_tensor *t) {
+    return (unsigned)t->dtype < FC_DTYPE_COUNT && t->rank >= 0 && t->rank <= FC_MAX_RANK && fc_tensor_numel(t) >= 0;
+}
+
+static bool same_type(const fc_tensor *a, const fc_tensor *b) {
+    if (!valid_tensor(a) || !valid_tensor(b)) return false;
+    if (a->dtype != b->dtype || a->rank != b->rank) return false;
+    for (int d = 0; d < a->rank; d++)
+        if (a->shape[d] != b->shape[d]) return false;
+    return true;
+}
+
+static void compare_one(const fc_tensor *got, const fc_tensor *want, fc_output_diff *r) {
+    memset(r, 0, sizeof *r);
+    r->dtype = want->dtype;
+    r->tol = fc_dtype_tolerance(want->dtype);
+    r->worst = -1;
+    r->shape_ok = same_type(got, want);
+    if (!r->shape_ok) return;
+    r->numel = fc_tensor_numel(want);
+    bool is_float = fc_dtype_is_float(want->dtype);
+    double worst_ratio = -1;
+    for (int64_t i = 0; i < r->numel; i++) {
+        double x, w, err, bound;
+        bool ok;
+        if (is_float) {
+            x = fc_interp_load(got->dtype, got->data, i);
+            w = fc_interp_load(want->dtype, want->data, i);
+        } else {
+            int64_t xi = load_int(got->dtype, got->data, i), wi = load_int(want->dtype, want->data, i);
+            x = (double)xi;
+            w = (double)wi;
+            if (xi == wi) x = w; /* equal, even where doubles cannot tell */
+            else if (x == w) x = nextafter(w, INFINITY);
+        }
+        if (isnan(x) || isnan(w)) {
+            ok = isnan(x) && isnan(w);
+            err = ok ? 0 : INFINITY;
+        } else if (isinf(x) || isinf(w)) {
+            ok = x == w;
+            err = ok ? 0 : INFINITY;
+        } else {
+            err = fabs(x - w);
+            ok = err <= r->tol.abs + r->tol.rel * fabs(w);
+        }
+        bound = r->tol.abs + r->tol.rel * (isfinite(w) ? fabs(w) : 0);
+        if (err > r->max_abs_err) r->max_abs_err = err;
+        if (w != 0 && !isnan(w)) {
+            double rel = isinf(w) ? (ok ? 0 : INFINITY) : err / fabs(w);
+            if (rel > r->max_rel_err) r->max_rel_err = rel;
+        }
+        if (!ok) r->nbad++;
+        /* The element nearest to (or furthest past) its bound. */
+        double ratio = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
+        if (!ok && ratio <= 1) ratio = INFINITY; /* NaN against a number */
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            r->worst = i;
+            r->worst_got = x;
+            r->worst_want = w;
+        }
+    }
+    r->pass = r->nbad == 0;
+}
+
+/* "f32[4, 8]" for a host tensor (its rank may be bad: it is being checked). */
+static const char *tensor_type_str(const fc_tensor *t, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "%s[", fc_dtype_name(t->dtype));
+    int rank = t->rank < 0 ? 0 : t->rank > FC_MAX_RANK ? FC_MAX_RANK : t->rank;
+    for (int d = 0; d < rank && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+    return buf;
+}
+
+const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n) {
+    if (!d->shape_ok) {
+        snprintf(buf, n, "output %d: FAIL (dtype or shape differs)", index);
+        return buf;
+    }
+    int len = snprintf(buf, n, "output %d (%s, %lld elements): max_abs_err %.3g max_rel_err %.3g (tolerance rel %g abs %g): ",
+                       index, fc_dtype_name(d->dtype), (long long)d->numel, d->max_abs_err, d->max_rel_err,
+                       d->tol.rel, d->tol.abs);
+    if (len < 0 || (size_t)len >= n) return buf;
+    if (d->pass)
+        snprintf(buf + len, n - (size_t)len, "ok");
+    else
+        snprintf(buf + len, n - (size_t)len, "FAIL (%lld elements out of tolerance; worst [%lld]: got %.9g, want %.9g)",
+                 (long long)d->nbad, (long long)d->worst, d->worst_got, d->worst_want);
+    return buf;
+}
+
+fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
+                             fc_output_diff *diffs) {
+    if (n < 0 || (n > 0 && (!got || !want || !diffs)))
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs: NULL arguments or n < 0");
+    for (int i = 0; i < n; i++) {
+        if ((fc_tensor_numel(&got[i]) > 0 && !got[i].data) || (fc_tensor_numel(&want[i]) > 0 && !want[i].data))
+            return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs: output %d has no data", i);
+    }
+    int first_bad = -1;
+    for (int i = 0; i < n; i++) {
+        compare_one(&got[i], &want[i], &diffs[i]);
+        if (!diffs[i].pass && first_bad < 0) first_bad = i;
+    }
+    if (first_bad < 0) return FC_OK;
+    char line[512];
+    fc_output_diff_format(&diffs[first_bad], first_bad, line, sizeof line);
+    if (!diffs[first_bad].shape_ok) {
+        char a[160], b[160];
+        return fc_set_error(ctx, FC_ERR_RUNTIME, "output %d is %s, the reference's is %s", first_bad,
+                            tensor_type_str(&got[first_bad], a, sizeof a),
+                            tensor_type_str(&want[first_bad], b, sizeof b));
+    }
+    return fc_set_error(ctx, FC_ERR_RUNTIME, "%s", line);
+}
