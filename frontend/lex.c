@@ -112,8 +112,8 @@ static fc_tok_kind scan_number(const Lexer *L, size_t *len) {
 
 fc_status fc_lex(fc_context *ctx, const char *text, size_t len, fc_tokens *out) {
     memset(out, 0, sizeof *out);
+    if (!text) text = ""; /* pointer arithmetic on NULL is undefined, even + 0 */
     Lexer L = {ctx, text, text + len, 1, 1, out, 0};
-    if (!text) L.end = L.p;
 
     for (;;) {
         int c = peek(&L, 0);

@@ -1185,10 +1185,26 @@ static fc_status run_gather(interp *ip)
 /* Running a graph.                                                  */
 /* ================================================================ */
 
+/* Is v a value of this graph (an id in range)? */
+static bool known_value(const interp *ip, const fc_value *v)
+{
+    return v && v->id >= 0 && v->id < ip->nval;
+}
+
 static fc_status run_node(interp *ip)
 {
     const fc_node *n = ip->node;
     fc_status st = FC_ERR_UNSUPPORTED;
+
+    /* Nodes are in topological order, each value defined once. A pass that
+     * broke that gets an error here rather than an abort: the pass tests run
+     * this oracle on the graphs that passes produce. */
+    for (int k = 0; k < n->nin; k++)
+        if (!known_value(ip, n->in[k]) || !ip->val[n->in[k]->id].data)
+            return ierr(ip, FC_ERR_INPUT, "operand %d is used before it is computed", k);
+    for (int k = 0; k < n->nout; k++)
+        if (!known_value(ip, n->out[k]) || ip->val[n->out[k]->id].data)
+            return ierr(ip, FC_ERR_INPUT, "result %d is defined twice", k);
     /* Every op is listed, without a default, so that a new op in ops.def
      * is a compile error (-Wswitch) until it is given semantics here. */
     switch (n->op) {
@@ -1294,8 +1310,8 @@ static fc_status load_weak_scalars(interp *ip)
         const fc_node *n = ip->g->nodes[i];
         for (int k = 0; !n->dead && k < n->nin; k++) {
             const fc_value *v = n->in[k];
-            if (!v->weak || ip->val[v->id].data)
-                continue;
+            if (!known_value(ip, v) || !v->weak || ip->val[v->id].data)
+                continue; /* a bad id is reported when the node runs */
             fc_status st = alloc_buf(ip, v, 0, NULL);
             if (st != FC_OK)
                 return st;
@@ -1390,8 +1406,11 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
     /* Copy the results out; a value may be returned twice, so copy. */
     for (int i = 0; i < nout && st == FC_OK; i++) {
         const fc_value *v = g->outputs[i];
+        if (!known_value(&ip, v) || !ip.val[v->id].data) {
+            st = ierr(&ip, FC_ERR_INPUT, "result %d of graph %s is never computed", i, g->name);
+            break;
+        }
         const ibuf *b = &ip.val[v->id];
-        FC_ASSERT(b->data != NULL);
         fc_interp_tensor *t = &outputs[i];
         t->dtype = v->dtype;
         t->rank = b->rank;

@@ -6,8 +6,9 @@
 #   3. build-asan/: AddressSanitizer and UndefinedBehaviorSanitizer (with
 #      leak checking), warnings as errors; every test under ctest again.
 #
-# Both builds use Ninja and all cores. Extra arguments are passed to both
-# ctest runs (for example -R cli to run only the CLI tests).
+# Both builds use Ninja and all cores. A failing test in the first build does
+# not stop the second; the exit code is nonzero if any test failed. Extra
+# arguments are passed to both ctest runs (for example -R cli).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,7 +30,8 @@ configure() {
 echo "== build/ (Release, -Werror)"
 configure build -DCMAKE_BUILD_TYPE=Release -DFUSEC_WERROR=ON -DFUSEC_SANITIZE=OFF
 cmake --build build -j "$jobs"
-(cd build && ctest --output-on-failure -j "$jobs" "$@")
+status=0
+(cd build && ctest --output-on-failure -j "$jobs" "$@") || status=1
 
 echo "== build-asan/ (ASan + UBSan, -Werror)"
 # --as-needed: with -fsanitize, gcc links every listed library, and CUDA::nvrtc
@@ -42,4 +44,9 @@ cmake --build build-asan -j "$jobs"
 (cd build-asan &&
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --output-on-failure -j "$jobs" "$@")
+  ctest --output-on-failure -j "$jobs" "$@") || status=1
+
+if ((status)); then
+  echo "test.sh: FAILED (see the ctest output above)" >&2
+fi
+exit "$status"

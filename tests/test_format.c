@@ -56,6 +56,24 @@ static char *parse_print(int line, const char *text, size_t len, const char *gra
 /* Round trips of every .ir file in the source tree                    */
 /* ------------------------------------------------------------------ */
 
+/* Symbol bindings a test file asks for, in a comment line as tests/passes/
+ * has them: "# BIND: N=4, B=2". Names point into `store`. */
+static int file_binds(const char *text, char *store, size_t cap, fc_binding *binds, int max) {
+    const char *line = strstr(text, "# BIND:");
+    if (!line || (line != text && line[-1] != '\n')) return 0;
+    line += 7;
+    size_t n = strcspn(line, "\n");
+    snprintf(store, cap, "%.*s", (int)n, line);
+    int nb = 0;
+    for (char *tok = strtok(store, ", "); tok && nb < max; tok = strtok(NULL, ", ")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = 0;
+        binds[nb++] = (fc_binding){tok, strtoll(eq + 1, NULL, 10)};
+    }
+    return nb;
+}
+
 /* print(parse(print(parse(x)))) == print(parse(x)) for every graph of a file. */
 static void roundtrip_file(const char *path) {
     size_t len;
@@ -65,6 +83,9 @@ static void roundtrip_file(const char *path) {
         fprintf(stderr, "cannot read %s\n", path);
         return;
     }
+    char store[256];
+    fc_binding binds[16];
+    int nbinds = file_binds(text, store, sizeof store, binds, 16);
     char **names;
     int n;
     if (fc_parse_graph_names(ctx, path, text, len, &names, &n) != FC_OK) {
@@ -75,7 +96,7 @@ static void roundtrip_file(const char *path) {
     }
     for (int i = 0; i < n; i++) {
         fc_graph *g;
-        if (fc_parse(ctx, path, text, len, names[i], NULL, 0, &g) != FC_OK) {
+        if (fc_parse(ctx, path, text, len, names[i], binds, nbinds, &g) != FC_OK) {
             check_failed++;
             fprintf(stderr, "%s: graph %s does not parse:\n%s\n", path, names[i], fc_last_error(ctx));
             continue;
@@ -105,7 +126,8 @@ static bool ends_with(const char *s, const char *suffix) {
 }
 
 /* Visit every .ir file under dir. Files named bad_*.ir hold invalid input on
- * purpose (for other tests) and are skipped. */
+ * purpose (for other tests) and are skipped. A bound symbol prints as its
+ * value, so the printed text needs no bindings to parse back. */
 static int walk(const char *dir) {
     DIR *d = opendir(dir);
     if (!d) return 0;

@@ -1144,6 +1144,33 @@ static void test_refusals(void)
     CHECK(strstr(fc_last_error(ctx), "neg") != NULL);
     CHECK(r.data == NULL);
     fc_graph_free(g);
+
+    /* Dead nodes (removed by a pass) are skipped; using the result of one
+     * is an error. */
+    g = new_graph("dead");
+    a = fc_param(g, "a", FC_F32, 1, DIMS(3));
+    c = fc_neg(g, a);
+    fc_value *e = fc_exp(g, c);
+    CHECK_EQ_INT(fc_graph_return(g, 1, &e), FC_OK);
+    c->def->dead = true;
+    CHECK_EQ_INT(fc_run_reference(g, in, 1, &r, 1), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "before it is computed") != NULL);
+    c->def->dead = false;
+    e->def->dead = true;
+    CHECK_EQ_INT(fc_run_reference(g, in, 1, &r, 1), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "never computed") != NULL);
+    fc_graph_free(g);
+
+    g = new_graph("dead_unused");
+    a = fc_param(g, "a", FC_F32, 1, DIMS(3));
+    c = fc_neg(g, a);
+    e = fc_exp(g, a);
+    CHECK_EQ_INT(fc_graph_return(g, 1, &e), FC_OK);
+    c->def->dead = true;
+    CHECK_EQ_INT(fc_run_reference(g, in, 1, &r, 1), FC_OK);
+    CHECK_NEAR(at(&r, 0), 1, 0);
+    fc_tensor_release(&r);
+    fc_graph_free(g);
     release_all(in, 2);
 }
 

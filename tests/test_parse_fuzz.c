@@ -263,6 +263,17 @@ static void test_extremes(void) {
     n += (size_t)sprintf(s + n, "\n  return %%y, %%v19999\n}\n");
     try_parse("wide", s, n);
     CHECK(nparsed >= 1);
+
+    /* 20k graphs, the last repeating a name: the repeat is found without
+     * comparing every pair, and reported at the repeat. */
+    n = 0;
+    for (int i = 0; i < 20000; i++) n += (size_t)sprintf(s + n, "graph g%d(%%x: f32[4]) {\n  return %%x\n}\n", i);
+    n += (size_t)sprintf(s + n, "graph g7(%%x: f32[4]) {\n  return %%x\n}\n");
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, "f.ir", s, n, NULL, NULL, 0, &g), FC_ERR_INPUT);
+    CHECK_STR(fc_last_error(ctx), "f.ir:60001:7: error: graph 'g7' is already defined\n"
+                                  "    graph g7(%x: f32[4]) {\n"
+                                  "          ^\n");
     free(s);
 }
 

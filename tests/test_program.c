@@ -1,0 +1,468 @@
+/* test_program.c - fc_compile, fc_run and what a program emits.
+ *
+ * Everywhere (CI has no GPU): graphs compile (passes, codegen, NVRTC for
+ * sm_90); the plan text ends with its total line; the PTX has entry points;
+ * unbound symbols and other misuse give clear errors; allocation failures
+ * anywhere in fc_compile are reported and leak nothing; fc_compare_outputs
+ * applies the tolerance table.
+ *
+ * Without a GPU, fc_run fails cleanly (FC_ERR_RUNTIME, a message about
+ * CUDA) and the numeric part prints "skipped". With a GPU every graph runs
+ * through fc_program_run_host and is compared with fc_run_reference,
+ * printing max_abs_err and max_rel_err per output; parameters returned as
+ * they are and values returned twice go through fc_run itself. */
+#include "check.h"
+#include "runtime/interp.h"
+#include "runtime/program.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+/* ---- graphs ------------------------------------------------------------------ */
+
+typedef fc_graph *(*graph_fn)(fc_context *ctx);
+
+/* relu(x * y + 1): one pointwise kernel. */
+static fc_graph *g_pointwise(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "pointwise");
+    fc_dim d[2] = {4, 256};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d), *y = fc_param(g, "y", FC_F32, 2, d);
+    fc_value *r = fc_relu(g, fc_add(g, fc_mul(g, x, y), fc_scalar(g, 1.0)));
+    fc_graph_return(g, 1, &r);
+    return g;
+}
+
+/* softmax over rows of 1000: a row reduction. */
+static fc_graph *g_softmax(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "softmax");
+    fc_dim d[2] = {8, 1000};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d);
+    fc_value *r = fc_softmax(g, x, -1);
+    fc_graph_return(g, 1, &r);
+    return g;
+}
+
+/* A bf16 pointwise chain with a broadcast bias. */
+static fc_graph *g_bf16(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "bf16_gelu");
+    fc_dim d[2] = {16, 384}, b[1] = {384};
+    fc_value *x = fc_param(g, "x", FC_BF16, 2, d), *bias = fc_param(g, "b", FC_BF16, 1, b);
+    fc_value *r = fc_gelu(g, fc_add(g, x, bias));
+    fc_graph_return(g, 1, &r);
+    return g;
+}
+
+/* An f16 row sum and an f32 layernorm side by side: two results. */
+static fc_graph *g_two_results(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "two_results");
+    fc_dim d[2] = {32, 128}, w[1] = {128};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d);
+    fc_value *h = fc_param(g, "h", FC_F16, 2, d);
+    fc_value *gw = fc_param(g, "w", FC_F32, 1, w), *gb = fc_param(g, "b", FC_F32, 1, w);
+    int ax = 1;
+    fc_value *outs[2] = {fc_layernorm(g, x, gw, gb, -1, 1e-5), fc_reduce_sum(g, fc_exp(g, h), 1, &ax, false)};
+    fc_graph_return(g, 2, outs);
+    return g;
+}
+
+/* A parameter returned as it is, a value returned twice, and a value that
+ * is both returned and used (storage edge cases of the runtime). */
+static fc_graph *g_aliases(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "aliases");
+    fc_dim d[1] = {1000};
+    fc_value *x = fc_param(g, "x", FC_F32, 1, d);
+    fc_value *e = fc_exp(g, x);
+    fc_value *s = fc_sin(g, e);
+    fc_value *outs[4] = {x, e, s, e};
+    fc_graph_return(g, 4, outs);
+    return g;
+}
+
+/* Each graph fused, and some unfused too (one kernel per op), which
+ * exercises the arena: every op's result is then an intermediate. */
+static const struct {
+    const char *name;
+    graph_fn make;
+    bool fuse;
+} graphs[] = {
+    {"pointwise", g_pointwise, true},      {"softmax", g_softmax, true},
+    {"bf16_gelu", g_bf16, true},           {"two_results", g_two_results, true},
+    {"aliases", g_aliases, true},          {"softmax_unfused", g_softmax, false},
+    {"two_results_unfused", g_two_results, false}, {"bf16_gelu_unfused", g_bf16, false},
+};
+#define NGRAPHS ((int)(sizeof graphs / sizeof graphs[0]))
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static bool ends_with_total_line(const char *text) {
+    size_t n = strlen(text);
+    if (n == 0 || text[n - 1] != '\n') return false;
+    const char *last = text + n - 1;
+    while (last > text && last[-1] != '\n') last--;
+    return strncmp(last, "total: ", 7) == 0 && strstr(last, " kernels, ") && strstr(last, " library calls, ") &&
+           strstr(last, " bytes of intermediates\n");
+}
+
+static unsigned long long rng = 0x243f6a8885a308d3ull;
+static double uniform(double lo, double hi) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return lo + (hi - lo) * (double)(rng >> 11) / 9007199254740992.0;
+}
+
+/* Random inputs for every parameter of g (values of order one). */
+static fc_tensor *random_inputs(fc_graph *g) {
+    int n = fc_graph_num_params(g);
+    fc_tensor *t = calloc((size_t)n + 1, sizeof *t);
+    for (int i = 0; i < n; i++) {
+        fc_value *p = fc_graph_param(g, i);
+        t[i].dtype = fc_value_dtype(p);
+        t[i].rank = fc_value_rank(p);
+        for (int d = 0; d < t[i].rank; d++) t[i].shape[d] = fc_value_dim(p, d);
+        int64_t numel = fc_tensor_numel(&t[i]);
+        t[i].data = malloc((size_t)(numel ? numel : 1) * fc_dtype_size(t[i].dtype));
+        for (int64_t j = 0; j < numel; j++) fc_interp_store(t[i].dtype, t[i].data, j, uniform(-2, 2));
+    }
+    return t;
+}
+
+static void free_tensors(fc_tensor *t, int n) {
+    for (int i = 0; t && i < n; i++) fc_tensor_release(&t[i]);
+    free(t);
+}
+
+/* ---- everywhere ---------------------------------------------------------------------- */
+
+static void test_compile(fc_context *ctx, const char *name, graph_fn make, bool fuse) {
+    fc_graph *g = make(ctx);
+    CHECK_EQ_INT(fc_graph_status(g), FC_OK);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.fuse = fuse;
+    o.sm = 90; /* what CI checks, whatever the machine has */
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &o, &p);
+    if (st != FC_OK) fprintf(stderr, "%s: %s\n", name, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    CHECK_EQ_INT(fc_program_sm(p), 90);
+
+    char *plan = fc_program_plan_text(p);
+    CHECK(plan && ends_with_total_line(plan));
+    CHECK(plan && strstr(plan, "\narena: ") != NULL);
+    if (plan && getenv("FUSEC_TEST_VERBOSE")) printf("%s:\n%s", name, plan);
+    int kernels = 0;
+    fc_program_count_launches(p, &kernels, NULL, NULL);
+    CHECK(kernels >= 1);
+    if (plan && kernels >= 1) CHECK(strncmp(plan, "launch 0: kernel ", 17) == 0);
+    fc_free(plan);
+
+    char *src = fc_program_cuda_source(p);
+    CHECK(src && strstr(src, "__global__") != NULL);
+    fc_free(src);
+    char *ptx = fc_program_ptx(p);
+    if (!ptx) fprintf(stderr, "%s: ptx: %s\n", name, fc_last_error(ctx));
+    CHECK(ptx && strstr(ptx, ".entry") != NULL && strstr(ptx, ".target sm_90") != NULL);
+    fc_free(ptx);
+    const fc_bytes *cubin = fc_program_cubin(p);
+    CHECK(cubin && cubin->size > 64 && memcmp(cubin->data, "\x7f" "ELF", 4) == 0);
+
+    /* The plan's memory figures are the ones printed. */
+    const fc_plan *pl = fc_program_plan(p);
+    CHECK(pl->arena_bytes % 256 == 0);
+    CHECK(pl->arena_bytes <= pl->intermediate_bytes + 256 * (int64_t)pl->ngroups);
+    /* Unfused, a chain of kernels reuses arena memory. */
+    if (!fuse && kernels >= 4) CHECK(pl->arena_bytes > 0 && pl->arena_bytes < pl->intermediate_bytes);
+
+    /* The user's graph is untouched: compiling twice gives the same text. */
+    fc_program *q = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &q), FC_OK);
+    char *s1 = fc_program_cuda_source(p), *s2 = q ? fc_program_cuda_source(q) : NULL;
+    CHECK(s1 && s2 && strcmp(s1, s2) == 0);
+    fc_free(s1);
+    fc_free(s2);
+    fc_program_free(q);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+static void test_unbound_symbol(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "dynamic");
+    fc_dim d[2] = {fc_sym(g, "B"), 64};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d);
+    fc_value *r = fc_tanh(g, x);
+    fc_graph_return(g, 1, &r);
+    fc_program *p = (fc_program *)&p; /* must be set to NULL */
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_ERR_INPUT);
+    CHECK(p == NULL);
+    CHECK_STR(fc_last_error(ctx), "symbol B is unbound: bind it (--bind B=...) to compile");
+    fc_graph_free(g);
+
+    /* Bound, it compiles. */
+    g = fc_graph_new(ctx, "bound");
+    CHECK_EQ_INT(fc_graph_bind(g, "B", 3), FC_OK);
+    fc_dim d2[2] = {fc_sym(g, "B"), 64};
+    x = fc_param(g, "x", FC_F32, 2, d2);
+    r = fc_tanh(g, x);
+    fc_graph_return(g, 1, &r);
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+static void test_misuse(fc_context *ctx) {
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(NULL, NULL, &p), FC_ERR_USAGE);
+    fc_graph *g = fc_graph_new(ctx, "no_return");
+    fc_dim d[1] = {4};
+    fc_exp(g, fc_param(g, "x", FC_F32, 1, d));
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "no results") != NULL);
+    CHECK_EQ_INT(fc_compile(g, NULL, NULL), FC_ERR_USAGE);
+    fc_graph_free(g);
+
+    /* A graph with a builder error: its status comes back. */
+    g = fc_graph_new(ctx, "broken");
+    fc_dim a[1] = {4}, b[1] = {5};
+    fc_value *r = fc_add(g, fc_param(g, "x", FC_F32, 1, a), fc_param(g, "y", FC_F32, 1, b));
+    fc_graph_return(g, 1, &r);
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_ERR_INPUT);
+    fc_graph_free(g);
+
+    fc_program_free(NULL);
+    CHECK(fc_program_plan_text(NULL) == NULL);
+    CHECK_EQ_INT(fc_run(NULL, NULL, 0, NULL, 0, NULL), FC_ERR_USAGE);
+}
+
+/* Every allocation fc_compile makes through the context can fail: the
+ * status is FC_ERR_NOMEM and nothing leaks (ASan's leak check). */
+static void test_alloc_failures(void) {
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = g_softmax(ctx);
+    int failures = 0;
+    for (long n = 1; n < 100000; n++) {
+        fc_program *p = NULL;
+        fc_context_fail_alloc_after(ctx, n);
+        fc_status st = fc_compile(g, NULL, &p);
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            fc_program_free(p);
+            break;
+        }
+        failures++;
+        CHECK(p == NULL);
+        if (st != FC_ERR_NOMEM) fprintf(stderr, "allocation %ld: status %d: %s\n", n, st, fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_ERR_NOMEM);
+    }
+    CHECK(failures > 10);
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* The tolerance rule on tensors made by hand. */
+static void test_compare(fc_context *ctx) {
+    float a[4] = {1.0f, -2.0f, 0.0f, NAN}, b[4] = {1.0f, -2.0f, 0.0f, NAN};
+    fc_tensor got = {FC_F32, 1, {4}, a}, want = {FC_F32, 1, {4}, b};
+    fc_output_diff d;
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &got, &want, 1, &d), FC_OK);
+    CHECK(d.pass && d.nbad == 0 && d.max_abs_err == 0);
+
+    /* Inside: 5e-6 relative on 1.0, and an absolute 5e-6 where want is 0. */
+    a[0] = 1.000005f;
+    a[2] = 5e-6f;
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &got, &want, 1, &d), FC_OK);
+    CHECK(d.pass);
+    CHECK_NEAR(d.max_abs_err, 5e-6, 1e-7);
+    CHECK_NEAR(d.max_rel_err, 5e-6, 1e-7); /* want == 0 does not count */
+    char line[512];
+    fc_output_diff_format(&d, 0, line, sizeof line);
+    CHECK(strstr(line, "output 0 (f32, 4 elements): max_abs_err ") == line && strstr(line, ": ok"));
+
+    /* Outside: -2 vs -2.001; a NaN against a number. */
+    a[1] = -2.001f;
+    a[3] = 1.0f;
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &got, &want, 1, &d), FC_ERR_RUNTIME);
+    CHECK(!d.pass && d.nbad == 2);
+    CHECK(isinf(d.max_abs_err));
+    CHECK_EQ_INT(d.worst, 3);
+    CHECK(strstr(fc_last_error(ctx), "output 0 (f32, 4 elements)") != NULL);
+    CHECK(strstr(fc_last_error(ctx), "FAIL (2 elements out of tolerance") != NULL);
+
+    /* bf16: one ulp apart passes, four do not. */
+    uint16_t x[2] = {fc_f32_to_bf16(1.5f), fc_f32_to_bf16(100.0f)};
+    uint16_t y[2] = {(uint16_t)(x[0] + 1), x[1]};
+    fc_tensor bg = {FC_BF16, 1, {2}, x}, bw = {FC_BF16, 1, {2}, y};
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &bg, &bw, 1, &d), FC_OK);
+    y[1] = (uint16_t)(x[1] + 4);
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &bg, &bw, 1, &d), FC_ERR_RUNTIME);
+    CHECK_EQ_INT(d.worst, 1);
+
+    /* Integers are exact, even past 2^53. */
+    int64_t i1[1] = {(1ll << 60) + 1}, i2[1] = {1ll << 60};
+    fc_tensor ig = {FC_I64, 1, {1}, i1}, iw = {FC_I64, 1, {1}, i2};
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &ig, &iw, 1, &d), FC_ERR_RUNTIME);
+    CHECK(d.nbad == 1);
+    i1[0] = i2[0];
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &ig, &iw, 1, &d), FC_OK);
+
+    /* A shape that differs; several outputs, the second failing. */
+    fc_tensor g2 = {FC_F32, 2, {2, 2}, b};
+    CHECK_EQ_INT(fc_compare_outputs(ctx, &g2, &want, 1, &d), FC_ERR_RUNTIME);
+    CHECK(!d.shape_ok && !d.pass);
+    CHECK_STR(fc_last_error(ctx), "output 0 is f32[2, 2], the reference's is f32[4]");
+    fc_tensor gs[2] = {want, g2}, ws[2] = {want, want};
+    fc_output_diff ds[2];
+    CHECK_EQ_INT(fc_compare_outputs(ctx, gs, ws, 2, ds), FC_ERR_RUNTIME);
+    CHECK(ds[0].pass && !ds[1].pass);
+    CHECK(strstr(fc_last_error(ctx), "output 1 ") == fc_last_error(ctx));
+    CHECK_EQ_INT(fc_compare_outputs(ctx, NULL, ws, 1, ds), FC_ERR_USAGE);
+
+    /* The table. */
+    CHECK_NEAR(fc_dtype_tolerance(FC_F32).rel, 1e-5, 0);
+    CHECK_NEAR(fc_dtype_tolerance(FC_BF16).rel, 1.6e-2, 0);
+    CHECK_NEAR(fc_dtype_tolerance(FC_I32).abs, 0, 0);
+}
+
+/* ---- without a GPU ------------------------------------------------------------------- */
+
+static void test_run_without_gpu(fc_context *ctx) {
+    fc_graph *g = g_pointwise(ctx);
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    CHECK_EQ_INT(fc_program_sm(p), 90); /* sm 0 without a device: sm_90 */
+    /* Pointers that would crash if anything touched them. */
+    void *in[2] = {(void *)(uintptr_t)0x1000, (void *)(uintptr_t)0x2000}, *out[1] = {(void *)(uintptr_t)0x3000};
+    fc_status st = fc_run(p, in, 2, out, 1, NULL);
+    CHECK_EQ_INT(st, FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "CUDA") != NULL);
+    printf("fc_run without a GPU: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(fc_run(p, in, 1, out, 1, NULL), FC_ERR_USAGE); /* wrong count first */
+
+    fc_tensor *host = random_inputs(g);
+    fc_tensor res[1];
+    CHECK_EQ_INT(fc_program_run_host(p, host, 2, res, 1, NULL, 0), FC_ERR_RUNTIME);
+    CHECK(res[0].data == NULL);
+    free_tensors(host, 2);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+/* ---- with a GPU ---------------------------------------------------------------------- */
+
+/* Run a graph on the GPU and with the reference; compare. */
+static void run_and_compare(fc_context *ctx, const char *name, graph_fn make, bool fuse) {
+    fc_graph *g = make(ctx);
+    fc_program *p = NULL;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.fuse = fuse;
+    fc_status st = fc_compile(g, &o, &p);
+    if (st != FC_OK) fprintf(stderr, "%s: %s\n", name, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    if (st != FC_OK) {
+        fc_graph_free(g);
+        return;
+    }
+    int nin = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
+    fc_tensor *in = random_inputs(g);
+    fc_tensor *got = calloc((size_t)nout, sizeof *got), *want = calloc((size_t)nout, sizeof *want);
+    double ms = -1;
+    st = fc_program_run_host(p, in, nin, got, nout, &ms, 10);
+    if (st != FC_OK) fprintf(stderr, "%s: run: %s\n", name, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(fc_run_reference(g, in, nin, want, nout), FC_OK);
+    if (st == FC_OK) {
+        CHECK(ms > 0);
+        fc_output_diff *d = calloc((size_t)nout, sizeof *d);
+        st = fc_compare_outputs(ctx, got, want, nout, d);
+        for (int k = 0; k < nout; k++) {
+            char line[512];
+            printf("%s: %s\n", name, fc_output_diff_format(&d[k], k, line, sizeof line));
+        }
+        printf("%s: median %.4f ms\n", name, ms);
+        CHECK_EQ_INT(st, FC_OK);
+        free(d);
+    }
+    for (int k = 0; k < nout; k++) {
+        fc_tensor_release(&got[k]);
+        fc_tensor_release(&want[k]);
+    }
+    free(got);
+    free(want);
+    free_tensors(in, nin);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+/* fc_run itself, with device buffers and a stream of the caller's: runs
+ * twice (the cached module and arena), results that are parameters or
+ * returned twice come back right. */
+static void test_fc_run_device(fc_context *ctx) {
+    fc_graph *g = g_aliases(ctx);
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    fc_cuda_device *dev = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
+    if (!p || !dev) {
+        fc_cuda_device_close(dev);
+        fc_program_free(p);
+        fc_graph_free(g);
+        return;
+    }
+    enum { N = 1000 };
+    float x[N], out[4][N];
+    for (int i = 0; i < N; i++) x[i] = (float)uniform(-1, 1);
+    CUdeviceptr dx, dout[4];
+    CHECK_EQ_INT(fc_cuda_alloc(dev, sizeof x, &dx), FC_OK);
+    for (int k = 0; k < 4; k++) CHECK_EQ_INT(fc_cuda_alloc(dev, sizeof x, &dout[k]), FC_OK);
+    CHECK_EQ_INT(fc_cuda_upload(dev, dx, x, sizeof x), FC_OK);
+    void *in[1] = {(void *)(uintptr_t)dx}, *outs[4];
+    for (int k = 0; k < 4; k++) outs[k] = (void *)(uintptr_t)dout[k];
+    for (int rep = 0; rep < 2; rep++) {
+        for (int k = 0; k < 4; k++) CHECK_EQ_INT(fc_cuda_memset_async(dev, dout[k], 0, sizeof x, NULL), FC_OK);
+        CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+        fc_status st = fc_run(p, in, 1, outs, 4, dev->stream);
+        if (st != FC_OK) fprintf(stderr, "fc_run: %s\n", fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_OK);
+        CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+        for (int k = 0; k < 4; k++) CHECK_EQ_INT(fc_cuda_download(dev, out[k], dout[k], sizeof x), FC_OK);
+        int bad = 0;
+        for (int i = 0; i < N; i++) {
+            double e = exp((double)x[i]), s = sin((double)(float)e);
+            bad += out[0][i] != x[i];
+            bad += fabs(out[1][i] - e) > 1e-5 * e;
+            bad += fabs(out[2][i] - s) > 1e-5;
+            bad += out[3][i] != out[1][i];
+        }
+        CHECK_EQ_INT(bad, 0);
+    }
+    /* The default stream (NULL) works too. */
+    CHECK_EQ_INT(fc_run(p, in, 1, outs, 4, NULL), FC_OK);
+    CHECK_EQ_INT(fc_cuda_device_sync(dev), FC_OK);
+    fc_cuda_free(dev, dx);
+    for (int k = 0; k < 4; k++) fc_cuda_free(dev, dout[k]);
+    fc_cuda_device_close(dev);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+int main(void) {
+    fc_context *ctx = fc_context_new();
+    for (int i = 0; i < NGRAPHS; i++) test_compile(ctx, graphs[i].name, graphs[i].make, graphs[i].fuse);
+    test_unbound_symbol(ctx);
+    test_misuse(ctx);
+    test_compare(ctx);
+    test_alloc_failures();
+
+    if (!fc_cuda_available(NULL)) {
+        test_run_without_gpu(ctx);
+        printf("test_program: GPU part skipped (no CUDA device)\n");
+    } else {
+        for (int i = 0; i < NGRAPHS; i++) run_and_compare(ctx, graphs[i].name, graphs[i].make, graphs[i].fuse);
+        test_fc_run_device(ctx);
+    }
+    fc_context_free(ctx);
+    return check_report("test_program");
+}
