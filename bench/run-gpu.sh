@@ -64,7 +64,6 @@ PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 rm -rf "$WORK"
 mkdir -p "$WORK"
-export FUSEC_CACHE_DIR=$WORK/cache
 STEPS_LOG=$OUT/steps.log
 : >"$STEPS_LOG"
 
@@ -226,6 +225,13 @@ timeout 60 "$PY" bench/torch_bench.py --workloads "$WL_LIST" \
     --summary "$WORK" --md "$OUT/summary.md" --out-json "$OUT/results.json" \
     >"$WORK/summary.log" 2>&1 || echo "!! summary failed (rc=$?)"
 cat "$WORK/summary.log" >>"$STEPS_LOG"
+# Files over 16 MiB do not come back from the device: keep each log's head and tail.
+for f in "$OUT"/*.log; do
+    [[ $f == "$OUT/run.log" ]] && continue   # tee still writes it
+    if [[ -f $f ]] && (($(stat -c %s "$f") > 12 * 1024 * 1024)); then
+        { head -c 4M "$f"; printf '\n[... cut by run-gpu.sh ...]\n'; tail -c 4M "$f"; } >"$f.cut" && mv "$f.cut" "$f"
+    fi
+done
 echo "done in $(elapsed)s; files in \$OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 echo
 cat "$WORK/summary.log"

@@ -664,6 +664,8 @@ def summary(args, workloads, irs):
     for s in ("build", "ctest", "torch_bench", "make_inputs", "torch_check"):
         rc = _rc(work, s)
         steps[s] = _status(rc, _read(os.path.join(work, s + ".log")))
+    if _rc(work, "torch_check") == 1:
+        steps["torch_check"] = "ran; some output failed (see the check column)"
     ct = _read(os.path.join(work, "ctest.log")) or ""
     m = re.findall(r"\d+% tests passed, \d+ tests? failed out of \d+", ct)
     if m:
@@ -726,7 +728,19 @@ def summary(args, workloads, irs):
         md.append(f"| {wl} | {e['bytes_moved']} | {_fmt(e['floor_ms'], '.4f')} | "
                   f"{_fmt(e['eager_tbps'], '.2f')} | {_fmt(e['compile_tbps'], '.2f')} | "
                   f"{_fmt(e['compile_s'], '.1f')} |")
-    md += ["", "Steps: " + "; ".join(f"{k}: {v}" for k, v in steps.items())]
+    md += ["", "Steps: " + "; ".join(f"{k}: {v}" for k, v in steps.items()), "",
+           "Rows for docs/PERF.md (% of floor = floor time at copy bandwidth / fusec time):", "",
+           "| date | GPU | commit | workload | fusec ms | eager ms | compile ms | vs eager | vs compile "
+           "| % of floor | check |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    day = meta["date"].split()[0]
+    gpu = meta["gpu"].split(",")[0].strip()
+    commit = meta["commit"].split("+")[0][:12] + ("+dirty" if meta["commit"].endswith("+dirty") else "")
+    for wl, r in zip(workloads, rows):
+        e = results["workloads"][wl]
+        md.append(f"| {day} | {gpu} | {commit} | {wl} | {r[1]} | {r[2]} | {r[3]} | "
+                  f"{_fmt(e['speedup_vs_eager'], '.2f')}{'x' if e['speedup_vs_eager'] else ''} | {r[6]} "
+                  f"| {r[5]} | {r[7]} |")
     text = "\n".join(md) + "\n"
     if args.md:
         with open(args.md, "w") as f:

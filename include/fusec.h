@@ -141,6 +141,9 @@ fc_value *fc_param(fc_graph *g, const char *name, fc_dtype dt, int rank, const f
  * only be used as an operand of a binary, compare or where op.
  */
 fc_value *fc_scalar(fc_graph *g, double v);
+/* A weak integer scalar, as a bare integer in .ir text (`mul(%x, 3)`): with
+ * an integer tensor the result stays integer. */
+fc_value *fc_scalar_int(fc_graph *g, int64_t v);
 
 /* Unary ops. f16/bf16 are computed in f32; integer inputs to the
  * transcendental ops promote to f32. */
@@ -297,7 +300,7 @@ typedef struct fc_tensor {
     void *data;
 } fc_tensor;
 
-/* Number of elements of t (1 for a scalar). */
+/* Number of elements of t (1 for a scalar); -1 for a bad shape or overflow. */
 int64_t fc_tensor_numel(const fc_tensor *t);
 /* Free t->data (allocated by fusec) and set it to NULL. */
 void fc_tensor_release(fc_tensor *t);

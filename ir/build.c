@@ -338,7 +338,7 @@ static bool infer_reshape(fc_graph *g, fc_value *x, const fc_attrs *a, fc_type *
         }
         if (rest.nsym > 1 || (rest.nsym == 1 && fin.prod != fout.prod)) {
             fc_type want = {x->dtype, a->nlist, {0}};
-            memcpy(want.dims, a->list, sizeof(fc_dim) * (size_t)a->nlist);
+            if (a->nlist) memcpy(want.dims, a->list, sizeof(fc_dim) * (size_t)a->nlist);
             fc_type_str(g, want.dt, want.rank, want.dims, s2, sizeof s2);
             fc_graph_error(g, FC_ERR_INPUT, "reshape: cannot infer -1 from %s to %s: the size would be a product of symbols",
                            tstr(g, x, s1, sizeof s1), strchr(s2, '['));
@@ -346,7 +346,7 @@ static bool infer_reshape(fc_graph *g, fc_value *x, const fc_attrs *a, fc_type *
         }
     }
     fc_type want = {x->dtype, a->nlist, {0}};
-    memcpy(want.dims, a->list, sizeof(fc_dim) * (size_t)a->nlist);
+    if (a->nlist) memcpy(want.dims, a->list, sizeof(fc_dim) * (size_t)a->nlist);
     fc_type_str(g, want.dt, want.rank, want.dims, s2, sizeof s2);
     fc_graph_error(g, FC_ERR_INPUT, "reshape: cannot reshape %s to %s: element counts differ", tstr(g, x, s1, sizeof s1),
                    strchr(s2, '['));
@@ -417,7 +417,7 @@ static int64_t slice_len(int64_t n, int64_t start, int64_t end, int64_t step) {
     if (start > n) start = n;
     if (end < 0) end = end + n < 0 ? 0 : end + n;
     if (end > n) end = n;
-    return end <= start ? 0 : (end - start + step - 1) / step;
+    return end <= start ? 0 : (end - start - 1) / step + 1;
 }
 
 static bool infer_slice(fc_graph *g, fc_value *x, const fc_attrs *a, fc_type *t) {

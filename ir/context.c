@@ -101,6 +101,7 @@ fc_status fc_diagv(fc_context *ctx, const char *file, const char *text, size_t l
     const char *eol = p;
     while (eol < end && *eol != '\n') eol++;
     size_t line_len = (size_t)(eol - p);
+    if (line_len && p[line_len - 1] == '\r') line_len--; /* CRLF files */
     if (line_len > 400) line_len = 400; /* keep huge lines readable */
     /* Source line, with control bytes shown as '?' so the caret lines up
      * and binary garbage cannot garble a terminal. */

@@ -126,6 +126,10 @@ float fc_f16_to_f32(uint16_t h) {
 void fc_format_double(double v, char *buf, size_t n) {
     if (isnan(v)) { snprintf(buf, n, "nan"); return; }
     if (isinf(v)) { snprintf(buf, n, v < 0 ? "-inf" : "inf"); return; }
+    if (v == trunc(v) && fabs(v) < 1e16) { /* integral: "1000.0", not "1e+03" */
+        snprintf(buf, n, "%.1f", v);
+        return;
+    }
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, n, "%.*g", p, v);
         if (strtod(buf, NULL) == v) break;

@@ -211,7 +211,7 @@ fc_value *fc_build_param(fc_graph *g, const char *name, size_t len, fc_dtype dt,
     }
     v->dtype = dt;
     v->rank = rank;
-    memcpy(v->dims, dims, sizeof(fc_dim) * (size_t)rank);
+    if (rank) memcpy(v->dims, dims, sizeof(fc_dim) * (size_t)rank);
     v->param_index = g->nparams;
     v->id = g->next_value_id++;
     v->name = fc_arena_strndup(&g->arena, name, len);
@@ -247,6 +247,12 @@ fc_value *fc_scalar(fc_graph *g, double v) {
     s->dtype = FC_F32; /* fixed when it is used as an operand */
     s->param_index = -1;
     s->id = g->next_value_id++;
+    return s;
+}
+
+fc_value *fc_scalar_int(fc_graph *g, int64_t v) {
+    fc_value *s = fc_scalar(g, (double)v);
+    if (s && !s->poison) s->weak_int = true;
     return s;
 }
 

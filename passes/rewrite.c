@@ -10,21 +10,21 @@ static void nomem(fc_graph *g) {
     if (g->status == FC_OK) g->status = FC_ERR_NOMEM;
 }
 
-/* Grow a malloc'd array of pointers to hold `need` entries, zero-filling the
- * new part. */
-static bool grow_ptrs(fc_graph *g, void ***arr, int *cap, int need) {
-    if (need <= *cap) return true;
+/* A malloc'd array of `elem`-byte entries grown to hold `need`, the new
+ * part zeroed: the new pointer (and *cap updated), or NULL on out of
+ * memory with the array unchanged. */
+static void *grow_array(fc_graph *g, void *arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return arr;
     int ncap = *cap ? *cap : 16;
     while (ncap < need) ncap *= 2;
-    void **p = fc_ctx_realloc(g->ctx, *arr, sizeof(void *) * (size_t)ncap);
+    unsigned char *p = fc_ctx_realloc(g->ctx, arr, elem * (size_t)ncap);
     if (!p) {
         nomem(g);
-        return false;
+        return NULL;
     }
-    memset(p + *cap, 0, sizeof(void *) * (size_t)(ncap - *cap));
-    *arr = p;
+    memset(p + elem * (size_t)*cap, 0, elem * (size_t)(ncap - *cap));
     *cap = ncap;
-    return true;
+    return p;
 }
 
 bool fc_same_type(const fc_value *a, const fc_value *b) {
@@ -76,7 +76,8 @@ fc_status fc_rw_begin(fc_rewriter *rw, fc_graph *g) {
     rw->g = g;
     if (g->status) return g->status;
     rw->old = fc_ctx_malloc(g->ctx, sizeof *rw->old * (size_t)(g->nnodes ? g->nnodes : 1));
-    if (!rw->old || !grow_ptrs(g, (void ***)&rw->map, &rw->cap_map, g->next_value_id + 1)) {
+    if (rw->old) rw->map = grow_array(g, NULL, &rw->cap_map, g->next_value_id + 1, sizeof *rw->map);
+    if (!rw->old || !rw->map) {
         fc_ctx_freemem(g->ctx, rw->old);
         fc_ctx_freemem(g->ctx, rw->map);
         rw->old = NULL;
@@ -120,7 +121,9 @@ bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
     FC_ASSERT(from && to && !from->weak && !to->weak && from->id >= 0);
     FC_ASSERT(fc_same_type(from, to)); /* a pass never changes a value's type */
     if (from == to) return true;
-    if (!grow_ptrs(rw->g, (void ***)&rw->map, &rw->cap_map, from->id + 1)) return false;
+    fc_value **map = grow_array(rw->g, rw->map, &rw->cap_map, from->id + 1, sizeof *map);
+    if (!map) return false;
+    rw->map = map;
     rw->map[from->id] = to;
     return true;
 }
@@ -154,8 +157,11 @@ fc_node *fc_rw_make(fc_rewriter *rw, fc_op op, fc_value *const *in, int nin, con
     for (int i = 0; i < nin; i++) ins[i] = fc_rw_value(rw, in[i]);
     /* A slot for the made node is reserved first, so that remembering it
      * cannot fail after fc_build succeeded. */
-    fc_node *n = NULL;
-    if (grow_ptrs(g, (void ***)&rw->made, &rw->cap_made, rw->nmade + 1)) n = fc_build(g, op, ins, nin, a);
+    fc_node *n = NULL, **made = grow_array(g, rw->made, &rw->cap_made, rw->nmade + 1, sizeof *made);
+    if (made) {
+        rw->made = made;
+        n = fc_build(g, op, ins, nin, a);
+    }
     if (ins != small) fc_ctx_freemem(g->ctx, ins);
     if (!n) return NULL;
     /* fc_build appended it; take it back out: the caller decides. */

@@ -750,13 +750,15 @@ static fc_status run_matmul(interp *ip)
     for (int64_t t = 0; t < nbatch; t++) {
         const double *am = a->data + offset_of(t, nb, bshape, bstride[0]) * M * K;
         const double *bm = b->data + offset_of(t, nb, bshape, bstride[1]) * K * N;
-        double *cm = c + t * M * N;
+        double *cm = c + t * M * N; /* zeroed by set_result */
+        /* k in the middle loop reads b row by row, which is many times
+         * faster on big operands. Each c[m][j] still sums its products in
+         * order k = 0..K-1, so it is bit for bit the textbook loop. */
         for (int64_t m = 0; m < M; m++)
-            for (int64_t j = 0; j < N; j++) {
-                double sum = 0.0;
-                for (int64_t k = 0; k < K; k++)
-                    sum += am[m * K + k] * bm[k * N + j];
-                cm[m * N + j] = sum;
+            for (int64_t k = 0; k < K; k++) {
+                double amk = am[m * K + k];
+                for (int64_t j = 0; j < N; j++)
+                    cm[m * N + j] += amk * bm[k * N + j];
             }
     }
     return FC_OK;

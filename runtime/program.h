@@ -14,7 +14,17 @@
 #define FC_RUNTIME_PROGRAM_H
 
 #include "codegen/cuda/cuda_codegen.h"
-#include "runtime/cuda.h"
+
+/* Not runtime/cuda.h: this header needs no CUDA header, so the CLI can use
+ * it without the toolkit's include directory. fc_bytes is shared with
+ * runtime/cuda.h under one guard (free it with fc_bytes_free). */
+#ifndef FC_BYTES_DEFINED
+#define FC_BYTES_DEFINED
+typedef struct fc_bytes {
+    uint8_t *data;
+    size_t size;
+} fc_bytes;
+#endif
 
 /* ------------------------------------------------------------------ */
 /* Accessors. Everything returned is owned by the program.             */

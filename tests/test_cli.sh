@@ -365,5 +365,26 @@ if [[ $(wc -l <"$tmp/out") -eq 4 ]] && grep -q '^out3: bool\[3\] checksum=[0-3] 
 then pass; else fail "kinds: expected 4 outputs, the last bools"; fi
 
 # ----------------------------------------------------------------------
+# The examples run (small sizes, random data) and so does the C example.
+# ----------------------------------------------------------------------
+for f in "$SRC"/examples/*.ir; do
+  expect_rc 0 "run $(basename "$f")" "$f" --bind B=1,T=4,N=2 --run
+  if grep -qE '^out0: [a-z0-9]+\[[0-9, ]*\] checksum=' "$tmp/out"; then pass; else
+    fail "run $(basename "$f"): no output line"
+  fi
+done
+for g in softmax_explicit layernorm_explicit; do
+  expect_rc 0 "run $g" "$SRC/examples/${g%_explicit}.ir" --graph "$g" --bind B=1,T=4,N=2 --run
+done
+if [[ -n ${BUILD:-} && -x $BUILD/example_gpt2_mlp ]]; then
+  "$BUILD/example_gpt2_mlp" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  last_args=("(example_gpt2_mlp)")
+  if [[ $rc -eq 0 ]] && grep -qx 'gpt2_mlp: output f32\[4, 16\]' "$tmp/out"; then pass; else
+    fail "example_gpt2_mlp"
+  fi
+fi
+
+# ----------------------------------------------------------------------
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

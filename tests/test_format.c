@@ -247,7 +247,7 @@ static void test_print_form(void) {
            "  %b = layernorm(%a, %w, %w) : f32[4, 8]\n"
            "  %c = reduce_sum(%b, axes=[1]) : f32[4]\n"
            "  %d = mul(%c, 2.0) : f32[4]\n"
-           "  %e = mul(%d, 1e+03) : f32[4]\n"
+           "  %e = mul(%d, 1000.0) : f32[4]\n"
            "  %g2 = sub(%e, -0) : f32[4]\n"
            "  %h = mul(%g2, 0.1) : f32[4]\n"
            "  %k = max(%h, nan) : f32[4]\n"

@@ -474,7 +474,335 @@ static void test_examples(void) {
     }
 }
 
+/* ------------------------------------------------------------------ */
+/* 4. The rewriter, and allocation failures                            */
+/* ------------------------------------------------------------------ */
+
+/* Ids are dense: every param, weak operand and result of a live node has a
+ * distinct id below next_value_id, and node i has id i. */
+static bool ids_dense(const fc_graph *g) {
+    bool *seen = calloc((size_t)g->next_value_id + 1, 1);
+    int count = 0;
+    bool ok = true;
+#define SEE(v)                                                                          \
+    do {                                                                                \
+        int id_ = (v)->id;                                                              \
+        if (id_ < 0 || id_ >= g->next_value_id || seen[id_]) ok = false;                \
+        else seen[id_] = true, count++;                                                 \
+    } while (0)
+    for (int i = 0; i < g->nparams; i++) SEE(g->params[i]);
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        if (n->id != i || n->dead) ok = false;
+        for (int k = 0; k < n->nin; k++)
+            if (n->in[k]->weak) SEE(n->in[k]);
+        for (int k = 0; k < n->nout; k++) SEE(n->out[k]);
+    }
+#undef SEE
+    free(seen);
+    return ok && count == g->next_value_id && g->next_node_id == g->nnodes;
+}
+
+/* A rebuild by hand: mul(a, a) becomes pow(a, 2) in place. */
+static void test_rewriter(void) {
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = fc_graph_new(ctx, "rw");
+    fc_dim d4 = 4;
+    fc_value *x = fc_param(g, "x", FC_F32, 1, &d4);
+    fc_value *a = fc_exp(g, x);
+    fc_value *b = fc_mul(g, a, a);
+    fc_value *c = fc_tanh(g, b);
+    fc_value *e = fc_add(g, c, fc_scalar(g, 1.0)); /* an unused fc_scalar handle leaves an id hole */
+    a->name = "a";
+    c->name = "c";
+    CHECK(fc_graph_return(g, 1, &e) == FC_OK);
+    fc_node *mul = b->def;
+
+    /* Use counts: a is read twice by mul, e is the result. */
+    int *uses = fc_use_counts(g);
+    CHECK_EQ_INT(uses[a->id], 2);
+    CHECK_EQ_INT(uses[b->id], 1);
+    CHECK_EQ_INT(uses[e->id], 1);
+    CHECK_EQ_INT(uses[x->id], 1);
+    fc_ctx_freemem(ctx, uses);
+
+    fc_rewriter rw;
+    CHECK(fc_rw_begin(&rw, g) == FC_OK);
+    for (fc_node *n; (n = fc_rw_next(&rw));) {
+        fc_rw_remap(&rw, n);
+        if (n->op != FC_OP_MUL) {
+            CHECK(fc_rw_keep(&rw, n));
+            continue;
+        }
+        fc_value *p = fc_rw_op2s(&rw, FC_OP_POW, n->in[0], 2.0);
+        CHECK(p != NULL && p->name == NULL);
+        CHECK(fc_rw_replace(&rw, n->out[0], p));
+        CHECK(fc_rw_value(&rw, b) == p);
+        /* A cast to the value's own dtype builds nothing. */
+        CHECK(fc_rw_cast(&rw, p, FC_F32) == p);
+    }
+    CHECK(fc_rw_end(&rw) == FC_OK);
+    CHECK(fc_verify(g) == FC_OK);
+    char *s = fc_print(g);
+    CHECK_STR(s, "graph rw(%x: f32[4]) {\n"
+                 "  %a = exp(%x) : f32[4]\n"
+                 "  %v0 = pow(%a, 2.0) : f32[4]\n"
+                 "  %c = tanh(%v0) : f32[4]\n"
+                 "  %v1 = add(%c, 1.0) : f32[4]\n"
+                 "  return %v1\n"
+                 "}\n");
+    fc_free(s);
+    CHECK(ids_dense(g));
+    /* The dropped node is dead and its result has no id, so a stale use of
+     * it is caught by the verifier rather than aliasing a live value. */
+    CHECK(mul->dead);
+    CHECK_EQ_INT(b->id, -1);
+    fc_value *saved = c->def->in[0];
+    c->def->in[0] = b;
+    CHECK(fc_verify(g) != FC_OK);
+    c->def->in[0] = saved;
+    CHECK(fc_verify(g) == FC_OK);
+
+    /* In place, outside a rebuild. */
+    fc_replace_all_uses(g, a, x);
+    s = fc_print(g);
+    CHECK(s && strstr(s, "pow(%x, 2.0)") && strstr(s, "%a = exp(%x)"));
+    fc_free(s);
+    CHECK(fc_pass_dce(g) == FC_OK);
+    s = fc_print(g);
+    CHECK(s && !strstr(s, "exp("));
+    fc_free(s);
+    CHECK(ids_dense(g));
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* New nodes take the location of the node they replace, so an error found
+ * later still points at the source statement. */
+static void test_locations(void) {
+    static const char text[] = "graph f(%x: bf16[2, 8], %w: bf16[8]) {\n"
+                               "  %a = exp(%x)\n"
+                               "  %y = rmsnorm(%a, %w)\n"
+                               "  return %y\n"
+                               "}\n";
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = NULL;
+    CHECK(fc_parse(ctx, "f.ir", text, strlen(text), NULL, NULL, 0, &g) == FC_OK);
+    if (!g) return;
+    fc_loc before = g->cur_loc;
+    CHECK(fc_pass_decompose(g) == FC_OK);
+    CHECK(g->nnodes > 5);
+    CHECK_EQ_INT(g->nodes[0]->loc.line, 2);
+    for (int i = 1; i < g->nnodes; i++) CHECK_EQ_INT(g->nodes[i]->loc.line, 3);
+    CHECK(g->cur_loc.line == before.line && g->cur_loc.col == before.col);
+    CHECK(ids_dense(g));
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* Bad calls: NULL graphs, and graphs already poisoned, are refused. */
+static void test_refusals(void) {
+    CHECK(fc_pass_canonicalize(NULL) == FC_ERR_USAGE);
+    CHECK(fc_pass_decompose(NULL) == FC_ERR_USAGE);
+    CHECK(fc_pass_dce(NULL) == FC_ERR_USAGE);
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = fc_graph_new(ctx, "bad");
+    fc_dim d[2] = {2, 3};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d);
+    fc_value *y = fc_matmul(g, x, x); /* inner dims differ: poisons g */
+    (void)y;
+    CHECK(fc_graph_status(g) == FC_ERR_INPUT);
+    CHECK(fc_pass_canonicalize(g) == FC_ERR_INPUT);
+    CHECK(fc_pass_decompose(g) == FC_ERR_INPUT);
+    CHECK(fc_pass_dce(g) == FC_ERR_INPUT);
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* Fail the Nth allocation of the pipeline for every N until it succeeds:
+ * each failure must come back as FC_ERR_NOMEM without a crash or a leak
+ * (ASan/LSan builds check the latter). */
+static void test_alloc_failures(void) {
+    static const char text[] = "graph f(%x: bf16[4, 32], %w: bf16[32], %b: bf16[32]) {\n"
+                               "  %a = layernorm(%x, %w, %b)\n"
+                               "  %r = rmsnorm(%a, %w)\n"
+                               "  %s = softmax(%r, axis=0)\n"
+                               "  %g = gelu(%s)\n"
+                               "  %m = reduce_mean(%g, axes=[1], keepdim=true)\n"
+                               "  %o = mul(%m, 1.0)\n"
+                               "  %t = reshape(%s, shape=[32, 4])\n"
+                               "  %u = reshape(%t, shape=[4, 32])\n"
+                               "  %y = add(%u, %o)\n"
+                               "  return %y\n"
+                               "}\n";
+    int failures = 0;
+    bool done = false;
+    for (long n = 1; n < 10000 && !done; n++) {
+        fc_context *ctx = fc_context_new();
+        fc_graph *g = NULL;
+        CHECK(fc_parse(ctx, "f.ir", text, strlen(text), NULL, NULL, 0, &g) == FC_OK);
+        fc_context_fail_alloc_after(ctx, n);
+        fc_status st = fc_pass_canonicalize(g);
+        if (st == FC_OK) st = fc_pass_decompose(g);
+        if (st == FC_OK) st = fc_pass_canonicalize(g);
+        bool injected = ctx->alloc_count >= n;
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            /* Success only when no allocation failed: none is swallowed. */
+            CHECK(!injected);
+            CHECK(fc_verify(g) == FC_OK);
+            done = true;
+        } else {
+            CHECK_EQ_INT(st, FC_ERR_NOMEM);
+            failures++;
+        }
+        fc_graph_free(g);
+        fc_context_free(ctx);
+    }
+    CHECK(done);
+    CHECK(failures > 10);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. Random graphs: canonicalize changes no result                    */
+/* ------------------------------------------------------------------ */
+
+static int pick(int n) { return (int)(uniform() * n) % n; }
+
+/* Constants the identities and folds look for, and ones they must not take. */
+static double special(void) {
+    static const double v[] = {0.0, -0.0, 1.0, 1.0, 2.0, 0.5, -1.0, 3.0, 1.001, 1e-3};
+    return v[pick(10)];
+}
+
+/* A random graph over [4, 6] values of several dtypes, made of the ops and
+ * shapes the rules look at: weak scalars and fulls of special values,
+ * identity-prone ops, cast chains, view chains, duplicated nodes. */
+static fc_graph *random_graph(fc_context *ctx) {
+    static const fc_dtype floats[] = {FC_F32, FC_BF16, FC_F16, FC_F64};
+    static const fc_dtype all[] = {FC_F32, FC_BF16, FC_F16, FC_F64, FC_I32, FC_I8, FC_I64, FC_BOOL};
+    fc_graph *g = fc_graph_new(ctx, "fuzz");
+    fc_dim shape[2] = {4, 6}, flat[1] = {24}, tr[2] = {6, 4}, row[1] = {6};
+    fc_value *pool[64];
+    int n = 0;
+    pool[n++] = fc_param(g, "a", FC_F32, 2, shape);
+    pool[n++] = fc_param(g, "b", FC_BF16, 2, shape);
+    pool[n++] = fc_param(g, "c", FC_F16, 2, shape);
+    pool[n++] = fc_param(g, "i", FC_I32, 2, shape);
+    int nsteps = 20 + pick(20);
+    for (int step = 0; step < nsteps && n < 64; step++) {
+        fc_value *x = pool[pick(n)], *y = pool[pick(n)], *r = NULL;
+        bool xf = fc_dtype_is_float(x->dtype);
+        switch (pick(12)) {
+        case 0: { /* unary */
+            static fc_value *(*const un[])(fc_graph *, fc_value *) = {fc_neg, fc_exp, fc_tanh, fc_relu, fc_abs, fc_sigmoid};
+            r = xf ? un[pick(6)](g, x) : fc_neg(g, x);
+            break;
+        }
+        case 1:
+        case 2: { /* binary with a tensor, a weak scalar or a full */
+            static fc_value *(*const bin[])(fc_graph *, fc_value *, fc_value *) = {fc_add, fc_sub, fc_mul, fc_div,
+                                                                                  fc_max, fc_pow};
+            fc_value *other = y;
+            int k = pick(3);
+            if (k == 1) {
+                other = fc_scalar(g, special());
+                if (pick(2)) other->weak_int = other->scalar == (double)(int)other->scalar && !signbit(other->scalar);
+            } else if (k == 2) {
+                bool full_shape = pick(2);
+                other = fc_full(g, full_shape ? 2 : 1, full_shape ? shape : row, special(), all[pick(6)]);
+            }
+            r = pick(2) ? bin[pick(6)](g, x, other) : bin[pick(6)](g, other, x);
+            break;
+        }
+        case 3: r = fc_cast(g, x, all[pick(7)]); break;
+        case 4: r = fc_cast(g, fc_cast(g, x, all[pick(7)]), all[pick(7)]); break;
+        case 5: r = fc_reshape(g, fc_reshape(g, x, 1, flat), 2, pick(2) ? shape : tr); break;
+        case 6: {
+            int p10[2] = {1, 0}, p01[2] = {0, 1};
+            r = fc_permute(g, fc_permute(g, x, 2, p10), 2, pick(2) ? p10 : p01);
+            break;
+        }
+        case 7: r = pick(2) ? fc_expand(g, x, 2, shape) : fc_slice(g, x, pick(2), 0, INT64_MAX, 1); break;
+        case 8: r = xf ? fc_neg(g, fc_neg(g, x)) : fc_add(g, x, x); break;
+        case 9: { /* where of a compare, or of a constant condition */
+            fc_value *cond = pick(2) ? fc_gt(g, x, fc_scalar(g, 0.5)) : fc_full(g, 0, NULL, pick(2), FC_BOOL);
+            r = fc_where(g, cond, x, y);
+            break;
+        }
+        case 10: { /* an exact duplicate of an earlier node, for CSE */
+            r = fc_mul(g, x, y);
+            fc_value *r2 = fc_mul(g, x, y);
+            r = fc_add(g, r, r2);
+            break;
+        }
+        case 11: r = fc_full(g, 2, shape, special(), floats[pick(4)]); break;
+        }
+        if (!r || fc_graph_status(g)) break;
+        if (r->rank == 2 && r->dims[0] == 4 && r->dims[1] == 6) pool[n++] = r;
+    }
+    fc_value *outs[3] = {pool[n - 1], pool[n - 2], pool[n / 2]};
+    fc_graph_return(g, 3, outs);
+    return g;
+}
+
+/* Equal as the reference stores them; the sign of a zero may differ (the
+ * documented x + 0 -> x rewrite). */
+static bool same_results(const fc_interp_tensor *a, const fc_interp_tensor *b) {
+    int64_t n = fc_interp_tensor_numel(a);
+    if (a->dtype != b->dtype || n != fc_interp_tensor_numel(b)) return false;
+    for (int64_t i = 0; i < n; i++)
+        if (!(a->data[i] == b->data[i] || (isnan(a->data[i]) && isnan(b->data[i])))) return false;
+    return true;
+}
+
+static void test_random_graphs(void) {
+    int tested = 0;
+    for (int iter = 0; iter < 400; iter++) {
+        fc_context *ctx = fc_context_new();
+        fc_graph *g = random_graph(ctx);
+        if (fc_graph_status(g) == FC_OK && fc_verify(g) == FC_OK) {
+            fc_interp_tensor in[4] = {0}, r0[3] = {0}, r1[3] = {0};
+            make_inputs(g, in, -2, 2);
+            /* Special inputs: the identities must hold for them too. */
+            static const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.0, -1.0, 65504.0, 1e-30, 3.5};
+            for (int p = 0; p < 4; p++)
+                for (int j = 0; j < 24; j += 2) in[p].data[j] = specials[pick(10)];
+            bool ok = fc_interp_run(g, in, 4, r0, 3) == FC_OK;
+            char *before = fc_print(g);
+            CHECK(fc_pass_canonicalize(g) == FC_OK);
+            CHECK(fc_verify(g) == FC_OK);
+            ok = ok && fc_interp_run(g, in, 4, r1, 3) == FC_OK;
+            CHECK(ok);
+            for (int k = 0; ok && k < 3; k++) {
+                bool same = same_results(&r0[k], &r1[k]);
+                if (!same) {
+                    char *after = fc_print(g);
+                    fprintf(stderr, "canonicalize changed result %d of:\n%s\ninto:\n%s", k, before, after);
+                    fc_free(after);
+                }
+                CHECK(same);
+            }
+            fc_free(before);
+            for (int k = 0; k < 4; k++) fc_interp_tensor_release(&in[k]);
+            for (int k = 0; k < 3; k++) {
+                fc_interp_tensor_release(&r0[k]);
+                fc_interp_tensor_release(&r1[k]);
+            }
+            tested++;
+        }
+        fc_graph_free(g);
+        fc_context_free(ctx);
+    }
+    CHECK(tested > 300);
+}
+
 int main(void) {
+    test_random_graphs();
+    test_rewriter();
+    test_locations();
+    test_refusals();
+    test_alloc_failures();
     test_files();
     test_decompose_numerics();
     test_examples();

@@ -12,6 +12,7 @@
  * printing max_abs_err and max_rel_err per output; parameters returned as
  * they are and values returned twice go through fc_run itself. */
 #include "check.h"
+#include "runtime/cuda.h"
 #include "runtime/interp.h"
 #include "runtime/program.h"
 
