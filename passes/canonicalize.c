@@ -15,12 +15,11 @@
  *
  * The rules never change a value's dtype or shape (a replacement must have
  * the type of what it replaces; fc_rw_replace asserts it) and never change
- * numerics: no reassociation of floats, x * 0 stays (NaN * 0 and inf * 0
- * are NaN), and constants are folded with the reference semantics (float64,
- * operands converted to the compute dtype, the result rounded once to its
- * dtype). The one exception, documented in docs/PASSES.md, is x + 0 -> x
- * (and x - -0.0 -> x): for x = -0.0 the original gives +0.0 and the
- * rewrite keeps -0.0. The two compare equal; only the sign of zero differs.
+ * a result, NaN, inf and the sign of zero included: no reassociation of
+ * floats, x * 0 stays (NaN * 0 and inf * 0 are NaN), x + 0.0 stays for
+ * floats (-0.0 + 0.0 is +0.0, and 1 / that is +inf where 1 / x is -inf),
+ * and constants are folded with the reference semantics (float64, operands
+ * converted to the compute dtype, the result rounded once to its dtype).
  */
 #include "passes.h"
 #include "rewrite.h"
@@ -82,6 +81,15 @@ static double operand_value(const fc_node *n, int k, double v) {
 static bool operand_is(const fc_node *n, int k, double want) {
     double v;
     return constant(n->in[k], &v) && operand_value(n, k, v) == want;
+}
+
+/* Operand k of n is a zero of the given sign after conversion. Integers
+ * have one zero, which matches either sign. */
+static bool operand_is_zero(const fc_node *n, int k, bool negative) {
+    double v;
+    if (!constant(n->in[k], &v)) return false;
+    v = operand_value(n, k, v);
+    return v == 0.0 && (!fc_dtype_is_float(compute_dtype(n)) || (bool)signbit(v) == negative);
 }
 
 static bool is_elementwise(fc_op op) {
@@ -283,12 +291,16 @@ static fc_value *identity(Canon *c, fc_node *n) {
         if (operand_is(n, 1, 1.0)) r = if_same(n, n->in[0]);
         if (!r && operand_is(n, 0, 1.0)) r = if_same(n, n->in[1]);
         return r;
-    case FC_OP_ADD: /* x + 0, 0 + x (either zero: they compare equal) */
-        if (operand_is(n, 1, 0.0)) r = if_same(n, n->in[0]);
-        if (!r && operand_is(n, 0, 0.0)) r = if_same(n, n->in[1]);
+    case FC_OP_ADD:
+        /* x + -0.0 is x for every float x; x + 0.0 is not (-0.0 + 0.0 is
+         * +0.0), so for floats only a negative zero goes. */
+        if (operand_is_zero(n, 1, true)) r = if_same(n, n->in[0]);
+        if (!r && operand_is_zero(n, 0, true)) r = if_same(n, n->in[1]);
         return r;
-    case FC_OP_SUB: /* x - 0; 0 - x is not -x (0 - 0 is +0, -0 is -0) */
-        return operand_is(n, 1, 0.0) ? if_same(n, n->in[0]) : NULL;
+    case FC_OP_SUB:
+        /* x - 0.0 is x for every x (x - -0.0 is x + 0.0: not). 0 - x is not
+         * -x either: 0 - 0 is +0, -0 is -0. */
+        return operand_is_zero(n, 1, false) ? if_same(n, n->in[0]) : NULL;
     case FC_OP_DIV: /* x / 1 */
     case FC_OP_POW: /* x ** 1: pow(x, 1) is x for every x, NaN and inf too */
         return operand_is(n, 1, 1.0) ? if_same(n, n->in[0]) : NULL;
