@@ -362,7 +362,8 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
 fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
 /* Free a program (and its device memory). NULL is ignored. */
 void fc_program_free(fc_program *p);
-/* The launch plan as text (one line per launch, then the total line). */
+/* The launch plan as text: one line per launch, then the arena line, then
+ * exactly `total: K kernels, L library calls, M bytes of intermediates`. */
 char *fc_program_plan_text(fc_program *p);
 /* The generated CUDA C source. */
 char *fc_program_cuda_source(fc_program *p);

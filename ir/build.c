@@ -113,6 +113,7 @@ static bool need_float(fc_graph *g, fc_op op, const fc_value *v, const char *whi
 }
 
 static void set_type(fc_type *t, fc_dtype dt, int rank, const fc_dim *dims) {
+    FC_ASSERT(rank >= 0 && rank <= FC_MAX_RANK);
     t->dt = dt;
     t->rank = rank;
     if (rank) memcpy(t->dims, dims, sizeof(fc_dim) * (size_t)rank);
@@ -268,6 +269,110 @@ static bool infer_attention(fc_graph *g, fc_value *const *in, fc_type *t) {
     memcpy(t->dims, batch.dims, sizeof(fc_dim) * (size_t)batch.rank);
     t->dims[t->rank++] = q->dims[q->rank - 2];
     t->dims[t->rank++] = v->dims[v->rank - 1];
+    return true;
+}
+
+/*
+ * gemm (made by passes/epilogue.c; docs/GEMM.md):
+ *   gemm(a, b1..bn, [bias1..biasn], [residual], to=, spec=[ta, tb, n, bias, residual, act], scale=)
+ * a is [.., M, K] ([.., K, M] when ta), each bi [.., K, Ni] ([.., Ni, K] when
+ * tb); the result is [batch.., M, N1+..+Nn] of dtype `to`. The entries of
+ * spec are read by index here and by name in passes/epilogue.h (FC_GEMM_*),
+ * which must agree. Only what cuBLASLt can run is accepted: f16/bf16/f32
+ * operands of one dtype, `to` their dtype or f32, bias and residual of dtype
+ * `to` (cuBLASLt reads them as D's type), each bias [.., Ni] with every
+ * other dim 1, the residual exactly the result's shape.
+ */
+static bool infer_gemm(fc_graph *g, fc_value *const *in, int nin, const fc_attrs *a, fc_type *t) {
+    fc_op op = FC_OP_GEMM;
+    enum { TA, TB, NW, BIAS, RES, ACT, LEN };
+    if (a->nlist != LEN) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: spec must have %d entries [trans_a, trans_b, n, bias, residual, act], got %d",
+                       LEN, a->nlist);
+        return false;
+    }
+    const int64_t *s = a->list;
+    bool flags_ok = (s[TA] == 0 || s[TA] == 1) && (s[TB] == 0 || s[TB] == 1) && (s[BIAS] == 0 || s[BIAS] == 1) &&
+                    (s[RES] == 0 || s[RES] == 1) && s[ACT] >= 0 && s[ACT] <= 2 && s[NW] >= 1 && s[NW] <= nin;
+    if (!flags_ok) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: bad spec [%lld, %lld, %lld, %lld, %lld, %lld] (flags are 0 or 1, n >= 1, act 0..2)",
+                       (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3], (long long)s[4], (long long)s[5]);
+        return false;
+    }
+    int nw = (int)s[NW];
+    int want_in = 1 + nw + (s[BIAS] ? nw : 0) + (s[RES] ? 1 : 0);
+    if (nin != want_in) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: spec asks for %d operands, got %d", want_in, nin);
+        return false;
+    }
+    fc_value *x = in[0];
+    bool dt_ok = x->dtype == FC_F32 || x->dtype == FC_F16 || x->dtype == FC_BF16;
+    if (!dt_ok || x->rank < 2) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: the left operand must be f32, f16 or bf16 of rank >= 2, got %s rank %d",
+                       fc_dtype_name(x->dtype), x->rank);
+        return false;
+    }
+    if (a->dtype != x->dtype && a->dtype != FC_F32) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: to=%s: the result must be the operands' dtype (%s) or f32",
+                       fc_dtype_name(a->dtype), fc_dtype_name(x->dtype));
+        return false;
+    }
+    fc_dim M = s[TA] ? x->dims[x->rank - 1] : x->dims[x->rank - 2];
+    fc_dim K = s[TA] ? x->dims[x->rank - 2] : x->dims[x->rank - 1];
+    fc_type batch = {0};
+    fc_value bx = *x;
+    bx.rank -= 2;
+    if (!broadcast_into(g, op, &batch, &bx)) return false;
+    fc_dim N = 0;
+    for (int i = 0; i < nw; i++) {
+        fc_value *w = in[1 + i];
+        if (w->dtype != x->dtype || w->rank < 2 || (nw > 1 && w->rank != 2)) {
+            fc_graph_error(g, FC_ERR_INPUT, "gemm: right operand %d must be %s of rank >= 2 (rank 2 when n > 1), got %s rank %d",
+                           i, fc_dtype_name(x->dtype), fc_dtype_name(w->dtype), w->rank);
+            return false;
+        }
+        fc_dim wk = s[TB] ? w->dims[w->rank - 1] : w->dims[w->rank - 2];
+        fc_dim wn = s[TB] ? w->dims[w->rank - 2] : w->dims[w->rank - 1];
+        if (!dims_must_match(g, op, K, wk, "inner dimensions")) return false;
+        fc_value bw = *w;
+        bw.rank -= 2;
+        if (!broadcast_into(g, op, &batch, &bw)) return false;
+        if (nw > 1 && fc_dim_is_sym(wn)) {
+            fc_graph_error(g, FC_ERR_INPUT, "gemm: right operand %d has a symbolic output dimension (bind it to concatenate)", i);
+            return false;
+        }
+        N = nw == 1 ? wn : N + wn;
+        if (s[BIAS]) {
+            fc_value *b = in[1 + nw + i];
+            bool shape_ok = b->rank >= 1 && b->dims[b->rank - 1] == wn;
+            for (int d = 0; d + 1 < b->rank; d++) shape_ok = shape_ok && b->dims[d] == 1;
+            if (b->dtype != a->dtype || !shape_ok) {
+                char ts[256], ns[64];
+                fc_graph_error(g, FC_ERR_INPUT, "gemm: bias %d must be %s[.., %s] (every other dim 1), got %s", i,
+                               fc_dtype_name(a->dtype), dstr(g, wn, ns, sizeof ns), tstr(g, b, ts, sizeof ts));
+                return false;
+            }
+        }
+    }
+    if (batch.rank + 2 > FC_MAX_RANK) {
+        fc_graph_error(g, FC_ERR_INPUT, "gemm: result rank %d exceeds %d", batch.rank + 2, FC_MAX_RANK);
+        return false;
+    }
+    t->dt = a->dtype;
+    t->rank = batch.rank;
+    memcpy(t->dims, batch.dims, sizeof(fc_dim) * (size_t)batch.rank);
+    t->dims[t->rank++] = M;
+    t->dims[t->rank++] = N;
+    if (s[RES]) {
+        fc_value *r = in[nin - 1];
+        bool same = r->dtype == t->dt && r->rank == t->rank && !memcmp(r->dims, t->dims, sizeof(fc_dim) * (size_t)t->rank);
+        if (!same) {
+            char ts[256], rs[256];
+            fc_graph_error(g, FC_ERR_INPUT, "gemm: the residual must be %s (the result's type), got %s",
+                           fc_type_str(g, t->dt, t->rank, t->dims, ts, sizeof ts), tstr(g, r, rs, sizeof rs));
+            return false;
+        }
+    }
     return true;
 }
 
@@ -576,6 +681,7 @@ static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_a
     case FC_OP_RMSNORM: return infer_norm(g, op, in, a, ts);
     case FC_OP_MATMUL: return infer_matmul(g, in[0], in[1], ts);
     case FC_OP_ATTENTION: return infer_attention(g, in, ts);
+    case FC_OP_GEMM: return infer_gemm(g, in, nin, a, ts);
     case FC_OP_RESHAPE: return infer_reshape(g, in[0], a, ts);
     case FC_OP_PERMUTE: return infer_permute(g, in[0], a, ts);
     case FC_OP_EXPAND: return infer_expand(g, in[0], a, ts);

@@ -1193,6 +1193,8 @@ static bool known_value(const interp *ip, const fc_value *v)
     return v && v->id >= 0 && v->id < ip->nval;
 }
 
+static fc_status run_gemm(interp *ip); /* at the end of the file, with its own notes */
+
 static fc_status run_node(interp *ip)
 {
     const fc_node *n = ip->node;
@@ -1230,6 +1232,7 @@ static fc_status run_node(interp *ip)
     case FC_OP_RMSNORM: st = run_rmsnorm(ip); break;
     case FC_OP_MATMUL: st = run_matmul(ip); break;
     case FC_OP_ATTENTION: st = run_attention(ip); break;
+    case FC_OP_GEMM: st = run_gemm(ip); break;
     case FC_OP_RESHAPE: st = run_reshape(ip); break;
     case FC_OP_PERMUTE: st = run_permute(ip); break;
     case FC_OP_EXPAND: st = run_expand(ip); break;
@@ -1531,4 +1534,126 @@ done:
     fc_ctx_freemem(ctx, din);
     fc_ctx_freemem(ctx, dout);
     return st;
+}
+
+/* ================================================================ */
+/* gemm: the fused matmul that passes/epilogue.c makes (docs/GEMM.md). */
+/* Added with that pass; kept apart from the ops above on purpose.    */
+/* ================================================================ */
+
+/*
+ * gemm(a, b1..bn, [bias1..biasn], [residual], to=, spec=, scale=):
+ *
+ *   y[.., m, off_i + j] = act(scale * sum_k A[.., m, k] * Bi[.., k, j]
+ *                             + bias_i[j] + residual[.., m, off_i + j])
+ *
+ * with A = a, or a's last two dims swapped when spec[0] (trans_a); Bi = bi,
+ * or swapped when spec[1] (trans_b); off_i = N1 + .. + N(i-1). Everything is
+ * float64, and run_node rounds the result to `to` once: the one rounding a
+ * cuBLASLt epilogue makes, where the unfused graph rounded after the matmul
+ * and after each op of its tail.
+ */
+static fc_status run_gemm(interp *ip)
+{
+    const fc_node *n = ip->node;
+    const int64_t *spec = n->a.list;
+    FC_ASSERT(n->a.nlist == 6); /* checked by the builder */
+    bool ta = spec[0] != 0, tb = spec[1] != 0, has_bias = spec[3] != 0, has_res = spec[4] != 0;
+    int nw = (int)spec[2], act = (int)spec[5];
+    const ibuf *a = operand(ip, 0);
+    if (a->rank < 2)
+        return ierr(ip, FC_ERR_INPUT, "the left operand must have rank >= 2");
+    int64_t M = a->shape[a->rank - (ta ? 1 : 2)], K = a->shape[a->rank - (ta ? 2 : 1)];
+
+    /* Batch dims broadcast between a and each right operand; with several
+     * right operands those are matrices, so the batch is a's. */
+    int nb = 0;
+    int64_t bshape[FC_MAX_RANK], Ntot = 0;
+    for (int i = 0; i < nw; i++) {
+        const ibuf *w = operand(ip, 1 + i);
+        if (w->rank < 2 || w->shape[w->rank - (tb ? 1 : 2)] != K)
+            return ierr(ip, FC_ERR_INPUT, "right operand %d does not match K = %lld at run time", i, (long long)K);
+        int brank[2] = {a->rank - 2, w->rank - 2};
+        const int64_t *bdims[2] = {a->shape, w->shape};
+        int64_t bs[FC_MAX_RANK], bstride[2][FC_MAX_RANK];
+        int nbi;
+        fc_status st = bcast_batch(ip, 2, brank, bdims, &nbi, bs, bstride);
+        if (st != FC_OK)
+            return st;
+        if (i > 0 && (nbi != nb || memcmp(bs, bshape, sizeof(int64_t) * (size_t)nb)))
+            return ierr(ip, FC_ERR_INPUT, "right operands have different batch dims");
+        nb = nbi;
+        memcpy(bshape, bs, sizeof bs);
+        Ntot += w->shape[w->rank - (tb ? 2 : 1)];
+    }
+    int64_t oshape[FC_MAX_RANK];
+    memcpy(oshape, bshape, sizeof(int64_t) * (size_t)nb);
+    oshape[nb] = M;
+    oshape[nb + 1] = Ntot;
+    fc_status st = set_result(ip, 0, nb + 2, oshape);
+    if (st != FC_OK)
+        return st;
+    double *y = result(ip, 0)->data; /* zeroed: the sums start there */
+    int64_t nbatch = prod(bshape, 0, nb);
+
+    int64_t off = 0;
+    for (int i = 0; i < nw; i++) {
+        const ibuf *w = operand(ip, 1 + i);
+        int64_t N = w->shape[w->rank - (tb ? 2 : 1)];
+        int brank[2] = {a->rank - 2, w->rank - 2};
+        const int64_t *bdims[2] = {a->shape, w->shape};
+        int64_t bs[FC_MAX_RANK], bstride[2][FC_MAX_RANK];
+        int nbi;
+        st = bcast_batch(ip, 2, brank, bdims, &nbi, bs, bstride);
+        if (st != FC_OK)
+            return st;
+        for (int64_t t = 0; t < nbatch; t++) {
+            const double *am = a->data + offset_of(t, nb, bshape, bstride[0]) * M * K;
+            const double *bm = w->data + offset_of(t, nb, bshape, bstride[1]) * K * N;
+            double *ym = y + t * M * Ntot + off;
+            /* k in the middle, as run_matmul: each sum still adds its
+             * products in order k = 0..K-1. */
+            for (int64_t m = 0; m < M; m++)
+                for (int64_t k = 0; k < K; k++) {
+                    double amk = ta ? am[k * M + m] : am[m * K + k];
+                    for (int64_t j = 0; j < N; j++)
+                        ym[m * Ntot + j] += amk * (tb ? bm[j * K + k] : bm[k * N + j]);
+                }
+        }
+        off += N;
+    }
+
+    /* The epilogue, element by element: scale, bias, residual, activation. */
+    const ibuf *res = has_res ? operand(ip, n->nin - 1) : NULL;
+    if (res && res->numel != result(ip, 0)->numel)
+        return ierr(ip, FC_ERR_INPUT, "the residual's shape differs from the result's at run time");
+    int64_t total = nbatch * M * Ntot;
+    for (int64_t e = 0; e < total; e++) {
+        int64_t col = e % Ntot;
+        double v = n->a.scale * y[e];
+        if (has_bias) {
+            /* col lies in right operand i's columns [off, off + N). */
+            int64_t base = 0;
+            for (int i = 0; i < nw; i++) {
+                const ibuf *w = operand(ip, 1 + i), *b = operand(ip, 1 + nw + i);
+                int64_t N = w->shape[w->rank - (tb ? 2 : 1)];
+                if (col < base + N) {
+                    if (b->numel != N)
+                        return ierr(ip, FC_ERR_INPUT, "bias %d has %lld elements, not %lld", i, (long long)b->numel,
+                                    (long long)N);
+                    v += b->data[col - base];
+                    break;
+                }
+                base += N;
+            }
+        }
+        if (res)
+            v += res->data[e];
+        if (act == 1)
+            v = scalar_op(FC_OP_RELU, v, 0, 0);
+        else if (act == 2)
+            v = scalar_op(FC_OP_GELU_TANH, v, 0, 0);
+        y[e] = v;
+    }
+    return FC_OK;
 }

@@ -326,6 +326,35 @@ static void test_compare(fc_context *ctx) {
     CHECK_NEAR(fc_dtype_tolerance(FC_I32).abs, 0, 0);
 }
 
+/* matmul compiles (a library launch and its epilogue kernel) but cannot run
+ * yet: with a GPU, running says so before anything is queued. */
+static void test_matmul(fc_context *ctx, bool gpu) {
+    fc_graph *g = fc_graph_new(ctx, "mm");
+    fc_dim a[2] = {64, 32}, b[2] = {32, 16};
+    fc_value *r = fc_relu(g, fc_matmul(g, fc_param(g, "a", FC_F32, 2, a), fc_param(g, "b", FC_F32, 2, b)));
+    fc_graph_return(g, 1, &r);
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    char *plan = fc_program_plan_text(p);
+    CHECK(plan && strstr(plan, "launch 0: library matmul ") == plan);
+    CHECK(plan && strstr(plan, "total: 1 kernels, 1 library calls, 4096 bytes of intermediates\n") != NULL);
+    fc_free(plan);
+    if (gpu) {
+        fc_tensor *in = random_inputs(g);
+        fc_tensor out[1];
+        CHECK_EQ_INT(fc_program_run_host(p, in, 2, out, 1, NULL, 0), FC_ERR_UNSUPPORTED);
+        CHECK(strstr(fc_last_error(ctx), "matmul on CUDA needs the cuBLASLt path (not built yet)") != NULL);
+        CHECK(out[0].data == NULL);
+        free_tensors(in, 2);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 /* ---- without a GPU ------------------------------------------------------------------- */
 
 static void test_run_without_gpu(fc_context *ctx) {
@@ -456,8 +485,10 @@ int main(void) {
     test_misuse(ctx);
     test_compare(ctx);
     test_alloc_failures();
+    bool gpu = fc_cuda_available(NULL);
+    test_matmul(ctx, gpu);
 
-    if (!fc_cuda_available(NULL)) {
+    if (!gpu) {
         test_run_without_gpu(ctx);
         printf("test_program: GPU part skipped (no CUDA device)\n");
     } else {

@@ -896,6 +896,11 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
             continue;
         }
+        if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
+            l->kind = FC_LAUNCH_ALIAS;
+            snprintf(l->name, sizeof l->name, "alias");
+            continue;
+        }
         l->kind = FC_LAUNCH_KERNEL;
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
         kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE};
