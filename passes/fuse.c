@@ -25,6 +25,7 @@
  * rather than recomputed at several indices.
  */
 #include "passes.h"
+#include "epilogue.h" /* fc_pass_epilogue, until passes.h declares it */
 
 #include <stdlib.h>
 #include <string.h>
@@ -313,7 +314,7 @@ static fc_status vertical(fuse_state *s) {
         int ug = s->o->vertical ? users_group(s, n) : -1;
         fc_group *target = ug >= 0 ? s->plan->groups[ug] : NULL;
 
-        if (n->op == FC_OP_MATMUL || n->op == FC_OP_ATTENTION || fc_op_table[n->op].kind == FC_KIND_COMPOSITE) {
+        if (fc_op_table[n->op].kind == FC_KIND_OPAQUE || fc_op_table[n->op].kind == FC_KIND_COMPOSITE) {
             fc_group *gr = new_group(s, FC_GROUP_LIBRARY);
             if (!gr || !add_node(s, gr, n)) return FC_ERR_NOMEM;
             continue;
@@ -625,6 +626,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_canonicalize(g))) return st;
     if ((st = fc_pass_decompose(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
+    if ((st = fc_pass_epilogue(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st;
     if ((st = fc_pass_memplan(plan))) return st;

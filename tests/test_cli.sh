@@ -214,10 +214,32 @@ expect_usage "bind twice" "binds 'N' twice" "$tmp/small.ir" --bind N=2 --bind N=
 expect_usage "bind missing value" "option '--bind' needs a value" "$tmp/small.ir" --bind
 expect_usage "emit format" "unknown --emit format 'json'" "$tmp/small.ir" --emit=json
 expect_usage "run with value" "option '--run' takes no value" "$tmp/small.ir" --run=yes
-expect_usage "device cuda" "device 'cuda' is not available in this build" "$tmp/small.ir" --run --device=cuda
+if ! "$FUSEC" --devices | grep -qx cuda; then
+  # No GPU here: a CUDA run fails cleanly at run time (exit 3), never crashes.
+  expect_rc 3 "device cuda without a GPU" "$tmp/small.ir" --run --device=cuda --bind N=4
+  expect_stderr_has "device cuda without a GPU" "no CUDA"
+  FUSEC_DEVICE=cuda expect_rc 3 "FUSEC_DEVICE=cuda without a GPU" "$tmp/small.ir" --run --bind N=4
+fi
+# --emit=plan works without a GPU; its last line is the contract.
+expect_rc 0 "emit plan" "$tmp/small.ir" --bind N=4 --emit=plan
+if [[ $(tail -n 1 "$tmp/out") == "total: 1 kernels, 0 library calls, 0 bytes of intermediates" ]]; then pass; else
+  fail "emit plan: last line is '$(tail -n 1 "$tmp/out")'"; fi
+expect_rc 0 "emit cuda" "$tmp/small.ir" --bind N=4 --emit=cuda
+expect_stdout_has() { if grep -qF -- "$2" "$tmp/out"; then pass; else fail "$1: stdout lacks '$2'"; fi; }
+expect_stdout_has "emit cuda" 'extern "C" __global__'
+expect_rc 0 "emit ptx" "$tmp/small.ir" --bind N=4 --emit=ptx
+expect_stdout_has "emit ptx" ".entry"
+expect_rc 1 "emit plan unbound" "$tmp/small.ir" --emit=plan
+expect_stderr_has "emit plan unbound" "symbol N is unbound"
+# --check and --bench on the reference device: the contract lines.
+expect_rc 0 "check and bench" "$tmp/small.ir" --run --device=ref --bind N=4 --check --bench 3
+expect_stdout_has "check" "check out0: max_abs_err=0 max_rel_err=0 ok"
+if [[ $(tail -n 1 "$tmp/out") =~ ^time:\ [0-9.]+\ ms\ median\ of\ 3$ ]]; then pass; else
+  fail "bench: last line is '$(tail -n 1 "$tmp/out")'"; fi
+expect_usage "check without --run" "--check needs --run" "$tmp/small.ir" --check
+expect_usage "bench count" "bad --bench '0'" "$tmp/small.ir" --run --bench 0
 expect_usage "device cpu" "device 'cpu' is not available in this build" "$tmp/small.ir" --run --device cpu
 expect_usage "device unknown" "unknown device 'tpu'" "$tmp/small.ir" --run --device=tpu
-FUSEC_DEVICE=cuda expect_usage "FUSEC_DEVICE=cuda" "device 'cuda' is not available" "$tmp/small.ir" --run
 expect_usage "seed not a number" "bad --seed 'abc'" "$tmp/small.ir" --run --seed abc
 expect_usage "inputs without --run" "--inputs needs --run" "$tmp/small.ir" --inputs "$tmp/one4.npy"
 expect_usage "save-outputs without --run" "--save-outputs needs --run" "$tmp/small.ir" --save-outputs "$tmp/x"

@@ -64,9 +64,13 @@ static const fusion_case cases[] = {
      1, 0},
     {"gather (embedding)",
      "graph f(%t: f32[100, 64], %i: i32[16]) {\n  %e = gather(%t, %i)\n  %y = mul(%e, 8.0)\n  return %y\n}\n", 1, 0},
-    {"matmul is a library call",
+    {"matmul + bias + gelu_tanh is one library call (cuBLASLt epilogue)",
      "graph f(%x: f32[16, 64], %w: f32[64, 32], %b: f32[32]) {\n  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n"
      "  %z = gelu_tanh(%y)\n  return %z\n}\n",
+     0, 1},
+    {"matmul + erf gelu: one kernel after the library call",
+     "graph f(%x: f32[16, 64], %w: f32[64, 32], %b: f32[32]) {\n  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n"
+     "  %z = gelu(%y)\n  return %z\n}\n",
      1, 1},
 };
 

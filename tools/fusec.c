@@ -15,6 +15,9 @@
 #include "fusec.h"
 #include "ir.h" /* fc_value.name, for messages that name a parameter */
 #include "npy.h"
+#include "runtime/cuda.h"    /* fc_cuda_available: is there a GPU */
+#include "runtime/program.h" /* run from host memory, --check comparisons */
+#include <time.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -32,6 +35,7 @@ enum {
     EXIT_INPUT = 1,
     EXIT_USAGE = 2,
     EXIT_RUNTIME = 3,
+    EXIT_CHECK = 4, /* --check: an output exceeds its dtype tolerance */
     EXIT_NOMEM = 5,
     EXIT_UNSUPPORTED = 6,
 };
@@ -40,20 +44,96 @@ enum {
 /* Devices. A device without a run function is known but not built.   */
 /* ------------------------------------------------------------------ */
 
-typedef fc_status (*device_run_fn)(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout);
+/* Run g on inputs; with bench_iters > 0 also time that many runs and put
+ * the median in *median_ms. */
+typedef fc_status (*device_run_fn)(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
+                                   int bench_iters, double *median_ms);
+/* Is the device usable on this machine (a GPU present, ...)? */
+typedef bool (*device_present_fn)(void);
 
 typedef struct device {
     const char *name;
-    device_run_fn run; /* NULL: not available in this build */
+    device_run_fn run;         /* NULL: not available in this build */
+    device_present_fn present; /* NULL: always present when built */
 } device;
 
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Host-side timing for the CPU devices: the median of n runs. */
+static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor *in, int nin, int nout, int n,
+                                double *median_ms) {
+    double *t = calloc((size_t)n, sizeof *t);
+    fc_tensor *tmp = calloc((size_t)(nout ? nout : 1), sizeof *tmp);
+    fc_status st = t && tmp ? FC_OK : FC_ERR_NOMEM;
+    for (int i = 0; i < n && !st; i++) {
+        double t0 = now_ms();
+        st = run(g, in, nin, tmp, nout, 0, NULL);
+        t[i] = now_ms() - t0;
+        for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
+    }
+    if (!st) {
+        qsort(t, (size_t)n, sizeof *t, cmp_double);
+        *median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    }
+    free(t);
+    free(tmp);
+    return st;
+}
+
+static fc_status run_ref(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, int bench_iters,
+                         double *median_ms) {
+    fc_status st = fc_run_reference(g, in, nin, out, nout);
+    if (!st && bench_iters > 0) st = time_host_runs(run_ref, g, in, nin, nout, bench_iters, median_ms);
+    return st;
+}
+
+/* CUDA: compile (passes, codegen, NVRTC), then copy in, run, copy out. The
+ * benchmark times device runs with CUDA events (runtime/program.c). */
+static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, int bench_iters,
+                          double *median_ms) {
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    co.device = FC_DEVICE_CUDA;
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &co, &p);
+    if (!st) st = fc_program_run_host(p, in, nin, out, nout, median_ms, bench_iters);
+    fc_program_free(p);
+    return st;
+}
+
+static bool cuda_present(void) {
+    fc_context *ctx = fc_context_new();
+    bool ok = ctx && fc_cuda_available(ctx);
+    fc_context_free(ctx);
+    return ok;
+}
+
 static const device devices[] = {
-    {"ref", fc_run_reference}, /* the reference interpreter: float64, slow, exact */
-    {"cpu", NULL},             /* the LLVM CPU backend */
-    {"cuda", NULL},            /* NVRTC kernels through the CUDA driver API */
+    {"ref", run_ref, NULL},           /* the reference interpreter: float64, slow, exact */
+    {"cpu", NULL, NULL},              /* the LLVM CPU backend */
+    {"cuda", run_cuda, cuda_present}, /* NVRTC kernels through the CUDA driver API */
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
-#define DEFAULT_DEVICE "ref"
+
+/* The default device: the GPU when there is one, else the CPU backend when
+ * built, else the reference interpreter. */
+static const char *default_device(void) {
+    static const char *const order[] = {"cuda", "cpu", "ref"};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < NDEVICES; i++)
+            if (!strcmp(devices[i].name, order[k]) && devices[i].run && (!devices[i].present || devices[i].present()))
+                return devices[i].name;
+    return "ref";
+}
 
 static const device *find_device(const char *name) {
     for (int i = 0; i < NDEVICES; i++)
@@ -70,8 +150,10 @@ typedef struct options {
     const char *graph;
     fc_binding *binds; /* names are malloc'd */
     int nbinds;
-    bool emit_ir;
+    bool emit_ir, emit_plan, emit_cuda, emit_ptx;
     bool run;
+    bool check;      /* compare with the reference interpreter */
+    int bench_iters; /* --bench N */
     const char *device; /* --device, when device_given */
     bool device_given;
     char **inputs; /* malloc'd; "" for a parameter that gets random data */
@@ -197,8 +279,24 @@ static int flag_graph(options *o, const char *flag, const char *val) {
 }
 
 static int flag_emit(options *o, const char *flag, const char *val) {
-    if (strcmp(val, "ir") != 0) return usage_error("unknown %s format '%s' (supported: ir)", flag, val);
-    o->emit_ir = true;
+    if (!strcmp(val, "ir")) o->emit_ir = true;
+    else if (!strcmp(val, "plan")) o->emit_plan = true;
+    else if (!strcmp(val, "cuda")) o->emit_cuda = true;
+    else if (!strcmp(val, "ptx")) o->emit_ptx = true;
+    else return usage_error("unknown %s format '%s' (supported: ir, plan, cuda, ptx)", flag, val);
+    return 0;
+}
+
+static int flag_check(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->check = true;
+    return 0;
+}
+
+static int flag_bench(options *o, const char *flag, const char *val) {
+    uint64_t n;
+    if (!parse_u64(val, 1000000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
+    o->bench_iters = (int)n;
     return 0;
 }
 
@@ -279,6 +377,8 @@ static const flag flags[] = {
     {"--bind", NULL, true, flag_bind},
     {"--emit", NULL, true, flag_emit},
     {"--run", NULL, false, flag_run},
+    {"--check", NULL, false, flag_check},
+    {"--bench", NULL, true, flag_bench},
     {"--device", NULL, true, flag_device},
     {"--inputs", NULL, true, flag_inputs},
     {"--seed", NULL, true, flag_seed},
@@ -332,9 +432,10 @@ static int parse_args(int argc, char **argv, options *o) {
 static void print_help(void) {
     fputs(
         "Usage:\n"
-        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir\n"
+        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx\n"
         "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
         "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
+        "                [--check] [--bench N]\n"
         "  fusec --devices | --help | --version\n"
         "\n"
         "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
@@ -350,6 +451,14 @@ static void print_help(void) {
         "\n"
         "Output:\n"
         "  --emit=ir             print the verified graph as .ir text on stdout\n"
+        "  --emit=plan           compile for CUDA and print the launch plan: one line per\n"
+        "                        launch (kernel or library call, its grid, the ops it\n"
+        "                        covers), the arena line, and last exactly\n"
+        "                          total: K kernels, L library calls, M bytes of intermediates\n"
+        "  --emit=cuda           print the generated CUDA C source\n"
+        "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
+        "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
+        "                        there is none) but need every symbolic dim bound\n"
         "\n"
         "Running:\n"
         "  --run                 run the graph and print one line per output, in return\n"
@@ -357,9 +466,20 @@ static void print_help(void) {
         "                          out0: f32[4, 8] checksum=12.5 first=[0.1, -0.2, ...]\n"
         "                        checksum is the sum of all values (as double, %.6g);\n"
         "                        first holds at most 8 values, and '...' marks more\n"
-        "  --device=NAME         where to run: ref (default), cpu or cuda. ref is the\n"
-        "                        reference interpreter; --devices lists what this build\n"
-        "                        has, and naming a device it lacks is an error (exit 2)\n"
+        "  --device=NAME         where to run: cuda, cpu or ref. The default is cuda when\n"
+        "                        a GPU is present, else cpu when this build has the CPU\n"
+        "                        backend, else ref (the reference interpreter: float64,\n"
+        "                        slow, the oracle). --devices lists what this machine can\n"
+        "                        use; naming a device this build lacks is an error (exit 2)\n"
+        "                        and cuda without a GPU fails at run time (exit 3)\n"
+        "  --check               also run the reference interpreter on the same inputs and\n"
+        "                        compare every output: one line per output,\n"
+        "                          check out0: max_abs_err=X max_rel_err=Y ok|FAIL\n"
+        "                        exit 4 when an output exceeds its dtype's tolerance\n"
+        "                        (docs/RUNTIME-PROGRAM.md has the table)\n"
+        "  --bench N             time N runs after warm-up (CUDA events on the GPU, the\n"
+        "                        wall clock on the CPU); the last line is exactly\n"
+        "                          time: X ms median of N\n"
         "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
         "                        without a file (the list is shorter than the parameters,\n"
         "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
@@ -380,7 +500,8 @@ static void print_help(void) {
         "  --save-outputs DIR    write output i to DIR/out<i>.npy instead of printing it\n"
         "                        (DIR and its parents are created; bf16 is saved as\n"
         "                        float32)\n"
-        "  --device, --inputs, --seed and --save-outputs are only valid with --run.\n"
+        "  --device, --inputs, --seed, --save-outputs, --check and --bench are only\n"
+        "  valid with --run.\n"
         "\n"
         "Information:\n"
         "  --devices             list the devices this build can run on, one per line\n"
@@ -397,11 +518,13 @@ static void print_help(void) {
         "     parameter with an unbound symbolic dimension\n"
         "  3  failure while running: unreadable, truncated or unsupported .npy file,\n"
         "     an output that cannot be written, a runtime error\n"
+        "  4  --check: an output exceeds its dtype's tolerance\n"
         "  5  out of memory\n"
         "  6  the graph is valid but the device does not support it\n"
         "\n"
         "Environment:\n"
-        "  FUSEC_DEVICE          the device used when --device is not given (default ref)\n",
+        "  FUSEC_DEVICE          the device used when --device is not given\n"
+        "  FUSEC_CUDA_INCLUDE_DIR  CUDA include folder(s) for NVRTC (':'-separated)\n",
         stdout);
 }
 
@@ -625,6 +748,38 @@ static int run_exit_code(fc_status st) {
     }
 }
 
+/* --check: run the reference interpreter on the same inputs and compare
+ * every output within its dtype's tolerance (runtime/program.h). */
+static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
+    fc_context *ctx = fc_graph_context(g);
+    fc_tensor *want = calloc((size_t)(nout ? nout : 1), sizeof *want);
+    fc_output_diff *d = calloc((size_t)(nout ? nout : 1), sizeof *d);
+    if (!want || !d) {
+        free(want);
+        free(d);
+        return fail(EXIT_NOMEM, "out of memory");
+    }
+    int rc = 0;
+    fc_status st = fc_run_reference(g, in, np, want, nout);
+    if (st) {
+        print_last_error(ctx);
+        rc = run_exit_code(st);
+    } else {
+        st = fc_compare_outputs(ctx, out, want, nout, d);
+        for (int i = 0; i < nout; i++) {
+            char line[512];
+            printf("check out%d: max_abs_err=%.3g max_rel_err=%.3g %s\n", i, d[i].max_abs_err, d[i].max_rel_err,
+                   d[i].pass ? "ok" : "FAIL");
+            if (!d[i].pass) fprintf(stderr, "fusec: %s\n", fc_output_diff_format(&d[i], i, line, sizeof line));
+        }
+        if (st) rc = EXIT_CHECK;
+    }
+    for (int i = 0; i < nout; i++) fc_tensor_release(&want[i]);
+    free(want);
+    free(d);
+    return rc;
+}
+
 static int run_graph(fc_graph *g, const options *o, const device *dev) {
     int np = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
     if (o->ninputs > np)
@@ -689,7 +844,8 @@ static int run_graph(fc_graph *g, const options *o, const device *dev) {
         fill_random(t, o->seed, i);
     }
 
-    fc_status st = dev->run(g, in, np, out, nout);
+    double median_ms = 0;
+    fc_status st = dev->run(g, in, np, out, nout, o->bench_iters, &median_ms);
     if (st != FC_OK) {
         print_last_error(fc_graph_context(g));
         rc = run_exit_code(st);
@@ -697,10 +853,12 @@ static int run_graph(fc_graph *g, const options *o, const device *dev) {
     }
     if (o->save_dir) {
         rc = save_outputs(o->save_dir, out, nout);
-    } else {
+    } else if (!o->bench_iters || o->check) {
         for (int i = 0; i < nout; i++) print_output(stdout, i, &out[i]);
-        if (fflush(stdout) != 0) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
     }
+    if (!rc && o->check) rc = check_outputs(g, in, np, out, nout);
+    if (!rc && o->bench_iters) printf("time: %.4f ms median of %d\n", median_ms, o->bench_iters);
+    if (fflush(stdout) != 0 && !rc) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
 
 done:
     if (in)
@@ -745,13 +903,42 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
+/* --emit=plan|cuda|ptx: compile for CUDA (no GPU needed: NVRTC targets
+ * sm_90 when there is none) and print what was asked for. */
+static int emit_compiled(fc_graph *g, const options *o) {
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &co, &p);
+    if (st) {
+        print_last_error(fc_graph_context(g));
+        return run_exit_code(st);
+    }
+    int rc = 0;
+    char *texts[3] = {o->emit_cuda ? fc_program_cuda_source(p) : NULL, o->emit_ptx ? fc_program_ptx(p) : NULL,
+                      o->emit_plan ? fc_program_plan_text(p) : NULL};
+    bool wanted[3] = {o->emit_cuda, o->emit_ptx, o->emit_plan};
+    for (int i = 0; i < 3; i++) {
+        if (!wanted[i]) continue;
+        if (!texts[i]) {
+            print_last_error(fc_graph_context(g));
+            rc = EXIT_RUNTIME;
+            break;
+        }
+        fputs(texts[i], stdout);
+    }
+    for (int i = 0; i < 3; i++) fc_free(texts[i]);
+    fc_program_free(p);
+    return rc;
+}
+
 static int run_cli(const options *o) {
     if (!o->file) return usage_error("missing input file");
     const device *dev = NULL;
     if (o->run) {
         const char *env = getenv("FUSEC_DEVICE");
         bool from_env = !o->device_given && env && *env;
-        const char *name = o->device_given ? o->device : from_env ? env : DEFAULT_DEVICE;
+        const char *name = o->device_given ? o->device : from_env ? env : default_device();
         dev = find_device(name);
         if (!dev) {
             char known[256] = "";
@@ -764,7 +951,8 @@ static int run_cli(const options *o) {
         if (!dev->run) return usage_error("device '%s' is not available in this build", name);
     } else {
         const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
-                              : o->save_dir ? "--save-outputs" : o->device_given ? "--device" : NULL;
+                              : o->save_dir ? "--save-outputs" : o->device_given ? "--device"
+                              : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
     }
 
@@ -800,6 +988,10 @@ static int run_cli(const options *o) {
             goto done;
         }
     }
+    if (o->emit_plan || o->emit_cuda || o->emit_ptx) {
+        rc = emit_compiled(g, o);
+        if (rc) goto done;
+    }
     if (o->run) rc = run_graph(g, o, dev);
 
 done:
@@ -819,7 +1011,7 @@ int main(int argc, char **argv) {
             printf("fusec %s\n", FUSEC_VERSION_STRING);
         } else if (o.list_devices) {
             for (int i = 0; i < NDEVICES; i++)
-                if (devices[i].run) printf("%s\n", devices[i].name);
+                if (devices[i].run && (!devices[i].present || devices[i].present())) printf("%s\n", devices[i].name);
         } else {
             rc = run_cli(&o);
         }

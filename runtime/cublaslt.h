@@ -1,0 +1,152 @@
+/*
+ * cublaslt.h - GEMMs through cuBLASLt: the library side of the plan's
+ * library launches (internal header).
+ *
+ * A `gemm` node (passes/epilogue.c) or a plain `matmul` node runs as one
+ * cuBLASLt matmul, or as a short loop of them when its batch dims cannot be
+ * expressed as one strided batch. Row-major tensors are multiplied with the
+ * column-major trick: cuBLASLt computes Y^T = W^T X^T, which is Y in
+ * row-major order, so D stays column-ordered and the epilogues (bias, relu,
+ * gelu, the residual as C with beta = 1) all apply. docs/GEMM.md has the
+ * mapping in full.
+ *
+ * Everything here needs a GPU at run time except fc_gemm_plan_of (a pure
+ * function of the node) and fc_cublaslt_version. Without a driver or device
+ * every entry point fails cleanly with an fc_status and a message on the
+ * context; nothing prints or exits.
+ *
+ * A handle is used by one thread at a time (as an fc_context is) and keeps,
+ * for the life of the program that owns it:
+ *  - the algorithm chosen for each problem (cublasLtMatmulAlgoGetHeuristic
+ *    costs about 100 us, so it runs once per problem, not once per call);
+ *  - the concatenated weights of horizontally fused gemms, built on their
+ *    first run (the user guarantees the weights do not change between runs;
+ *    a weight passed at a new address is copied again).
+ */
+#ifndef FC_RUNTIME_CUBLASLT_H
+#define FC_RUNTIME_CUBLASLT_H
+
+#include "runtime/cuda.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The workspace cuBLASLt may use: 32 MiB on Hopper (NVIDIA's advice for
+ * sm_90), 256-byte aligned. The caller owns it: program.c should take it
+ * from its arena (as one more 256-aligned slot after the intermediates) or
+ * allocate it once per program; never per run. */
+#define FC_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
+#define FC_CUBLASLT_WORKSPACE_ALIGN 256
+
+typedef struct fc_cublaslt fc_cublaslt;
+
+typedef struct fc_cublaslt_options {
+    /* f32 GEMMs on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32): about
+     * 10 bits of mantissa per product, so off by default; f16/bf16 always
+     * accumulate in f32. */
+    bool allow_tf32;
+} fc_cublaslt_options;
+
+/*
+ * Create a handle for device `dev` (an open fc_cuda_device: cuBLASLt works
+ * in its primary context). `o` may be NULL (the defaults). Without a device
+ * (dev NULL) this fails with FC_ERR_RUNTIME and the driver's reason ("no
+ * CUDA driver: ..." or "no CUDA device: ...") on ctx. *out is NULL on
+ * failure. The device must outlive the handle.
+ */
+fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cublaslt_options *o, fc_cublaslt **out);
+/* Free the handle, its descriptors and its concatenated weights. The work
+ * queued with it must be finished (free after a sync). NULL is ignored. */
+void fc_cublaslt_destroy(fc_cublaslt *h);
+
+/*
+ * Queue node n (a gemm or a matmul) on stream s. The pointers come as a
+ * launch has them: arg_ids[i] is a value id and arg_ptrs[i] the device
+ * pointer of that value, for every operand and the result of n (in any
+ * order; repeated operands appear once). `workspace` holds ws_bytes bytes
+ * (FC_CUBLASLT_WORKSPACE_BYTES; 0 and 0 work, with fewer algorithms).
+ * Returns when the work is queued. Errors: FC_ERR_USAGE (bad arguments, a
+ * value without a pointer), FC_ERR_UNSUPPORTED (an op or shape cuBLASLt
+ * cannot run), FC_ERR_RUNTIME (CUDA or cuBLASLt failed), FC_ERR_NOMEM.
+ */
+fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const int *arg_ids,
+                             const CUdeviceptr *arg_ptrs, int nargs, CUdeviceptr workspace, size_t ws_bytes,
+                             CUstream s);
+
+/* The same, with one pointer per operand of n in operand order. */
+fc_status fc_cublaslt_run(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const CUdeviceptr *in, CUdeviceptr out,
+                          CUdeviceptr workspace, size_t ws_bytes, CUstream s);
+
+/* The same for a gemm with one right operand: bias and residual are 0 when
+ * the node has none. */
+fc_status fc_cublaslt_gemm(fc_cublaslt *h, fc_context *ctx, const fc_node *gemm_node, CUdeviceptr a, CUdeviceptr b,
+                           CUdeviceptr bias, CUdeviceptr residual, CUdeviceptr out, CUdeviceptr workspace,
+                           size_t ws_bytes, CUstream s);
+
+/* ------------------------------------------------------------------ */
+/* The problem a node poses, in row-major terms (no GPU needed).        */
+/* ------------------------------------------------------------------ */
+
+typedef struct fc_gemm_plan {
+    fc_dtype ab, out;      /* operand dtype; result dtype */
+    bool trans_a, trans_b; /* a stored [K, M]; weights stored [N, K] */
+    int nweights;          /* > 1: the weights are concatenated along N */
+    int64_t M, N, K;       /* each product: [M, K] x [K, N] -> [M, N]; N over every weight */
+    int64_t lda, ldw;      /* row strides (elements) of a and of the (concatenated) weight */
+    /* The innermost batch dims, as one strided batch (strides in elements;
+     * 0 = broadcast). The result is dense: stride_y = M * N. */
+    int64_t batch, stride_a, stride_w, stride_y;
+    /* The outer batch dims that do not fit one stride: a loop of calls. */
+    int nouter;
+    int64_t outer_size[FC_MAX_RANK], outer_a[FC_MAX_RANK], outer_w[FC_MAX_RANK], outer_y[FC_MAX_RANK];
+    bool folded_batch; /* a's batch dims were folded into M (weights without batch) */
+} fc_gemm_plan;
+
+/* The plan of node n (static shapes). FC_ERR_UNSUPPORTED, with a message,
+ * for nodes cuBLASLt does not run here (not a gemm or matmul, f64 with an
+ * epilogue, symbolic dims, integer dtypes). */
+fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p);
+
+/* Number of cuBLASLt calls the plan makes per run. */
+int64_t fc_gemm_plan_calls(const fc_gemm_plan *p);
+
+/* ------------------------------------------------------------------ */
+/* The algorithm table, for the on-disk cache.                          */
+/* ------------------------------------------------------------------ */
+
+/*
+ * One problem as cuBLASLt sees it (its A is the weight, its B the left
+ * operand: see the top of the file). Every field is int64 so the struct has
+ * no padding and can be hashed and compared as bytes. A disk cache must
+ * also key on the device (name, compute capability) and on
+ * fc_cublaslt_version(): an algorithm is only valid for those.
+ */
+#define FC_CUBLASLT_KEY_VERSION 1
+typedef struct fc_cublaslt_key {
+    int64_t version; /* FC_CUBLASLT_KEY_VERSION */
+    int64_t a_type, b_type, d_type, compute, scale_type; /* cudaDataType / cublasComputeType_t */
+    int64_t op_a, op_b, epilogue;                      /* cublasOperation_t, cublasLtEpilogue_t */
+    int64_t m, n, k, lda, ldb, ldd;
+    int64_t batch, stride_a, stride_b, stride_d;
+    int64_t align_a, align_b, align_c, align_d, align_bias; /* bytes, powers of two up to 256 */
+    int64_t workspace_bytes;
+} fc_cublaslt_key;
+
+/* The opaque cublasLtMatmulAlgo_t, as bytes. */
+#define FC_CUBLASLT_ALGO_BYTES 64
+
+/* The cuBLASLt version (cublasLtGetVersion; 130000 style). No GPU needed. */
+size_t fc_cublaslt_version(void);
+/* The algorithms chosen so far: entry i's key and algorithm. */
+int fc_cublaslt_num_algos(const fc_cublaslt *h);
+bool fc_cublaslt_algo_at(const fc_cublaslt *h, int i, fc_cublaslt_key *key, uint8_t algo[FC_CUBLASLT_ALGO_BYTES]);
+/* Seed the table from a cache. The algorithm is checked
+ * (cublasLtMatmulAlgoCheck) at its first use, and replaced by a heuristic
+ * query if the library refuses it. */
+fc_status fc_cublaslt_algo_insert(fc_cublaslt *h, const fc_cublaslt_key *key, const uint8_t algo[FC_CUBLASLT_ALGO_BYTES]);
+/* How many heuristic queries the handle has made (for tests: one per
+ * distinct problem). */
+int fc_cublaslt_heuristic_queries(const fc_cublaslt *h);
+
+#endif
