@@ -372,6 +372,9 @@ char *fc_program_ptx(fc_program *p);
 
 /* Copy a graph (a deep copy into a new arena). NULL on failure. */
 fc_graph *fc_graph_clone(fc_graph *g);
+/* Copy a graph with symbolic dims bound to sizes (a specialized graph, as
+ * --bind makes); every node is re-checked. NULL with the error on failure. */
+fc_graph *fc_graph_specialize(fc_graph *g, const fc_binding *binds, int nbinds);
 
 #ifdef __cplusplus
 }

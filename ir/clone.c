@@ -6,7 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-fc_graph *fc_graph_clone(fc_graph *g) {
+/* A dim of g as a dim of the copy c: symbols are looked up by name in c,
+ * where a binding makes them static. */
+static fc_dim map_dim(fc_graph *g, fc_graph *c, fc_dim d) {
+    if (!fc_dim_is_sym(d)) return d;
+    const char *name = fc_sym_name(g, d);
+    return fc_graph_sym(c, name, strlen(name));
+}
+
+static bool has_dims_attr(fc_op op) {
+    return op == FC_OP_RESHAPE || op == FC_OP_EXPAND || op == FC_OP_SPLIT || op == FC_OP_IOTA || op == FC_OP_FULL;
+}
+
+static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds);
+
+fc_graph *fc_graph_clone(fc_graph *g) { return clone_bound(g, NULL, 0); }
+
+fc_graph *fc_graph_specialize(fc_graph *g, const fc_binding *binds, int nbinds) {
+    return clone_bound(g, binds, nbinds);
+}
+
+static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
     if (!g) return NULL;
     if (g->status) {
         fc_set_error(g->ctx, g->status, "clone: the graph has an error");
@@ -23,10 +43,14 @@ fc_graph *fc_graph_clone(fc_graph *g) {
     c->src_len = g->src_len;
     for (int i = 0; i < g->nbinds; i++)
         if (fc_graph_bind(c, g->binds[i].name, g->binds[i].value)) goto fail;
+    for (int i = 0; i < nbinds; i++)
+        if (fc_graph_bind(c, binds[i].name, binds[i].value)) goto fail;
     for (int i = 0; i < g->nsyms; i++) fc_graph_sym(c, g->syms[i], strlen(g->syms[i]));
     for (int i = 0; i < g->nparams; i++) {
         fc_value *p = g->params[i];
-        map[p->id] = fc_build_param(c, p->name, strlen(p->name), p->dtype, p->rank, p->dims);
+        fc_dim dims[FC_MAX_RANK];
+        for (int d = 0; d < p->rank; d++) dims[d] = map_dim(g, c, p->dims[d]);
+        map[p->id] = fc_build_param(c, p->name, strlen(p->name), p->dtype, p->rank, dims);
         if (c->status) goto fail;
     }
     for (int i = 0; i < g->nnodes; i++) {
@@ -50,7 +74,13 @@ fc_graph *fc_graph_clone(fc_graph *g) {
             }
         }
         c->cur_loc = n->loc;
-        fc_node *m = fc_build(c, n->op, ins, n->nin, &n->a);
+        fc_attrs a = n->a;
+        int64_t list[64];
+        if (has_dims_attr(n->op) && a.nlist > 0 && a.nlist <= 64) {
+            for (int k = 0; k < a.nlist; k++) list[k] = map_dim(g, c, a.list[k]);
+            a.list = list;
+        }
+        fc_node *m = fc_build(c, n->op, ins, n->nin, &a);
         if (!m) goto fail;
         FC_ASSERT(m->nout == n->nout);
         for (int k = 0; k < n->nout; k++) {

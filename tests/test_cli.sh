@@ -6,6 +6,8 @@
 # Run by ctest with FUSEC (the CLI) and SRC (the source root) set; by hand:
 #   FUSEC=build/fusec SRC=. bash tests/test_cli.sh
 set -u
+# Runs compare exact reference-interpreter output unless a test names a device.
+export FUSEC_DEVICE=ref
 
 FUSEC=${FUSEC:?set FUSEC to the fusec binary}
 SRC=${SRC:-.}

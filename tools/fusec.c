@@ -103,10 +103,25 @@ static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *
     fc_compile_options co;
     fc_compile_options_default(&co);
     co.device = FC_DEVICE_CUDA;
+    /* Kernels have static shapes: bind the symbols the inputs give. */
+    fc_binding binds[64];
+    int nb = 0;
+    for (int i = 0; i < nin && i < fc_graph_num_params(g); i++) {
+        const fc_value *pv = fc_graph_param(g, i);
+        for (int d = 0; d < fc_value_rank(pv) && d < in[i].rank; d++) {
+            const char *sym = fc_sym_name(g, fc_value_dim(pv, d));
+            bool known = false;
+            for (int k = 0; k < nb && sym; k++) known |= !strcmp(binds[k].name, sym);
+            if (sym && !known && nb < 64) binds[nb++] = (fc_binding){sym, in[i].shape[d]};
+        }
+    }
+    fc_graph *sg = nb ? fc_graph_specialize(g, binds, nb) : g;
+    if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
     fc_program *p = NULL;
-    fc_status st = fc_compile(g, &co, &p);
+    fc_status st = fc_compile(sg, &co, &p);
     if (!st) st = fc_program_run_host(p, in, nin, out, nout, median_ms, bench_iters);
     fc_program_free(p);
+    if (sg != g) fc_graph_free(sg);
     return st;
 }
 

@@ -135,6 +135,11 @@ typedef struct kctx {
     int tpr;
     bool *is_row;    /* per value id: computed once per row */
     bool *row_ready; /* per value id: its row variable exists */
+    /* Values kept in registers across phases: element e of chunk c of value
+     * cached_vid[i] is cached_arr[i][c][e]. */
+    int cached_vid[8];
+    char cached_arr[8][16];
+    int ncached;
 } kctx;
 
 static const char *lookup(kctx *k, int vid, const char *idx) {
@@ -295,7 +300,16 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
     case FC_OP_ADD: snprintf(e, sizeof e, "(%s + %s)", a, b); break;
     case FC_OP_SUB: snprintf(e, sizeof e, "(%s - %s)", a, b); break;
     case FC_OP_MUL: snprintf(e, sizeof e, "(%s * %s)", a, b); break;
-    case FC_OP_DIV: snprintf(e, sizeof e, "(%s / %s)", a, b); break;
+    case FC_OP_DIV: {
+        /* Division by a value computed once per row (softmax's sum): multiply
+         * by its reciprocal, computed once per row (one more rounding, at
+         * most one f32 ulp). */
+        const char *rcp = k->reduce && !n->in[1]->weak && k->is_row[n->in[1]->id] && !k->is_row[v->id]
+                              ? lookup(k, n->in[1]->id, "rcp") : NULL;
+        if (rcp) snprintf(e, sizeof e, "(%s * (%s)%s)", a, compute_type(ct), rcp);
+        else snprintf(e, sizeof e, "(%s / %s)", a, b);
+        break;
+    }
     case FC_OP_MAX: snprintf(e, sizeof e, "fc_max(%s, %s)", a, b); break;
     case FC_OP_MIN: snprintf(e, sizeof e, "fc_min(%s, %s)", a, b); break;
     case FC_OP_POW: snprintf(e, sizeof e, "fc_pow(%s, %s)", a, b); break;
@@ -310,7 +324,9 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
         snprintf(e, sizeof e, "(%s ? %s : %s)", c, a, b);
         break;
     case FC_OP_CAST:
-        if (fc_dtype_is_float(ct) && (fc_dtype_is_int(v->dtype))) {
+        if (v->dtype == FC_BOOL) { /* nonzero, compared in the source type (0.5 is true) */
+            snprintf(e, sizeof e, "(%s != (%s)0)", a, compute_type(ct));
+        } else if (fc_dtype_is_float(ct) && (fc_dtype_is_int(v->dtype))) {
             double lo = fc_round_to_dtype(-INFINITY, v->dtype), hi = fc_round_to_dtype(INFINITY, v->dtype);
             snprintf(e, sizeof e, "fc_f2i((double)%s, %.17g, %.17g)", a, lo, hi);
         } else {
@@ -553,6 +569,11 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
                 snprintf(ex, sizeof ex, "fc_ld(%s.v[%d])", vin[i], e);
                 remember(k, gr->inputs[i]->id, L, ex);
             }
+        for (int i = 0; i < k->ncached; i++) {
+            char ex[96];
+            snprintf(ex, sizeof ex, "%s[c][%d]", k->cached_arr[i], e);
+            remember(k, k->cached_vid[i], L, ex);
+        }
         fn(k, e, L, arg);
     }
 }
@@ -649,15 +670,32 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
 
 /* REDUCE kernels. */
 
+/* If a per-row value divides anything in the group, compute its reciprocal
+ * once per row (memo key "rcp"). */
+static void row_reciprocal(kctx *k, const fc_value *v, const char *name) {
+    if (!fc_dtype_is_float(v->dtype)) return;
+    for (int i = 0; i < k->gr->nnodes; i++) {
+        const fc_node *n = k->gr->nodes[i];
+        if (n->op == FC_OP_DIV && n->in[1] == v && fc_dtype_is_float(n->out[0]->dtype)) {
+            char rn[24];
+            snprintf(rn, sizeof rn, "rcp%d", k->tmp++);
+            sbf(k->s, "    %s %s = (%s)1 / %s;\n", compute_type(v->dtype), rn, compute_type(v->dtype), name);
+            remember(k, v->id, "rcp", rn);
+            return;
+        }
+    }
+}
+
 typedef struct phase_arg {
     const fc_node *r; /* the reduction of this phase */
     const char *acc;
+    const char *store; /* register array that keeps the reduced input, or NULL */
 } phase_arg;
 
 static void accumulate(kctx *k, int e, const char *L, void *arg) {
-    (void)e;
     phase_arg *pa = arg;
     const char *x = emit_value(k, pa->r->in[0], L);
+    if (pa->store) sbf(k->s, "      %s[c][%d] = %s;\n", pa->store, e, x);
     const char *ct = compute_type(pa->r->out[0]->dtype == FC_BOOL ? FC_I64 : pa->r->in[0]->dtype);
     switch (pa->r->op) {
     case FC_OP_REDUCE_MAX: sbf(k->s, "      %s = fc_max(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
@@ -792,13 +830,32 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             snprintf(init, sizeof init, fc_dtype_is_float(acc_dt) ? "INFINITY" : "(i64)0x7fffffffffffffffll");
         else snprintf(init, sizeof init, "0");
         sbf(k->s, "    %s %s = %s;\n", ct, acc, init);
+        /* Persistent rows: keep the reduced value's input (softmax's exp) in
+         * registers when later phases read it too, so it is computed once. */
+        char store[16] = "";
+        const fc_value *x = r->in[0];
+        if (cache && x->def && in_group(k, x->def) && k->ncached < 8 && kv * vec <= 64 && !is_input(k, x, NULL)) {
+            bool later_use = false;
+            for (int j = 0; j < gr->nnodes; j++)
+                for (int q = 0; q < gr->nodes[j]->nin; q++)
+                    if (gr->nodes[j]->in[q] == x && gr->nodes[j] != r) later_use = true;
+            if (later_use) {
+                snprintf(store, sizeof store, "s%d", k->tmp++);
+                sbf(k->s, "    %s %s[%lld][%d];\n", compute_type(x->dtype), store, (long long)kv, vec);
+            }
+        }
         sbf(k->s, "%s", loop_open);
         int mark = k->nmemo;
         vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
-        phase_arg pa = {r, acc};
-        elements(k, trailing ? "base" : "base", vec, vin, accumulate, &pa);
+        phase_arg pa = {r, acc, store[0] ? store : NULL};
+        elements(k, "base", vec, vin, accumulate, &pa);
         k->nmemo = mark;
         sbf(k->s, "    }}\n");
+        if (store[0]) {
+            k->cached_vid[k->ncached] = x->id;
+            snprintf(k->cached_arr[k->ncached], sizeof k->cached_arr[0], "%s", store);
+            k->ncached++;
+        }
         const char *opname = r->op == FC_OP_REDUCE_MAX ? "fc_op_max" : r->op == FC_OP_REDUCE_MIN ? "fc_op_min" : "fc_op_sum";
         const char *smem = acc_dt == FC_F64 ? "smem_d" : fc_dtype_is_float(acc_dt) ? "smem_f" : "smem_i";
         if (tpr > 32) sbf(k->s, "    %s = fc_allreduce(%s, %d, %s, %s());\n", acc, acc, tpr, smem, opname);
@@ -812,6 +869,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         snprintf(name, sizeof name, "red%d", k->tmp++);
         sbf(k->s, "    %s %s = %s;\n", compute_type(r->out[0]->dtype), name, rv);
         remember(k, r->out[0]->id, "row", name);
+        row_reciprocal(k, r->out[0], name);
         k->row_ready[r->out[0]->id] = true;
         /* Per-row values that are now computable. */
         for (int j = 0; j < gr->nnodes; j++) {
@@ -826,6 +884,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             const char *e = emit_value(k, m->out[0], "row");
             k->is_row[m->out[0]->id] = true;
             remember(k, m->out[0]->id, "row", e);
+            row_reciprocal(k, m->out[0], e);
             k->row_ready[m->out[0]->id] = true;
         }
     }
