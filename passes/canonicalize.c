@@ -497,7 +497,8 @@ static bool place(Canon *c, fc_node *n) {
 }
 
 fc_status fc_pass_canonicalize(fc_graph *g) {
-    if (!g) return FC_ERR_USAGE;
+    fc_status st = fc_pass_precheck(g, "canonicalize");
+    if (st) return st;
     Canon c = {0};
     if (fc_rw_begin(&c.rw, g) != FC_OK) return g->status;
     for (fc_node *n; (n = fc_rw_next(&c.rw));) {
@@ -505,6 +506,6 @@ fc_status fc_pass_canonicalize(fc_graph *g) {
         if (!place(&c, n)) break;
     }
     fc_ctx_freemem(g->ctx, c.cse);
-    fc_status st = fc_rw_end(&c.rw);
+    st = fc_rw_end(&c.rw);
     return st ? st : fc_pass_dce(g);
 }

@@ -12,8 +12,8 @@
 #include <string.h>
 
 fc_status fc_pass_dce(fc_graph *g) {
-    if (!g) return FC_ERR_USAGE;
-    if (g->status) return g->status;
+    fc_status st = fc_pass_precheck(g, "dce");
+    if (st) return st;
     bool *live = fc_ctx_malloc(g->ctx, sizeof *live * (size_t)(g->next_value_id + 1));
     if (!live) return g->status = FC_ERR_NOMEM;
     memset(live, 0, sizeof *live * (size_t)(g->next_value_id + 1));

@@ -156,7 +156,8 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n) {
 }
 
 fc_status fc_pass_decompose(fc_graph *g) {
-    if (!g) return FC_ERR_USAGE;
+    fc_status st = fc_pass_precheck(g, "decompose");
+    if (st) return st;
     fc_rewriter rw;
     if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
     for (fc_node *n; (n = fc_rw_next(&rw));) {

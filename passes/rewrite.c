@@ -264,6 +264,15 @@ fc_value *fc_rw_reshape(fc_rewriter *rw, fc_value *x, int rank, const fc_dim *sh
 
 /* ---- helpers outside a rebuild ------------------------------------------ */
 
+fc_status fc_pass_precheck(fc_graph *g, const char *pass) {
+    if (!g) return FC_ERR_USAGE;
+    if (g->status) return g->status;
+    if (!g->returned)
+        return fc_set_error(g->ctx, FC_ERR_USAGE, "%s: graph '%s' has no results (fc_graph_return was not called)", pass,
+                            g->name);
+    return FC_OK;
+}
+
 void fc_replace_all_uses(fc_graph *g, fc_value *from, fc_value *to) {
     FC_ASSERT(fc_same_type(from, to));
     for (int i = 0; i < g->nnodes; i++) {

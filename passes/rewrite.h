@@ -104,6 +104,11 @@ fc_status fc_rw_end(fc_rewriter *rw);
 
 /* ---- helpers outside a rebuild ------------------------------------------ */
 
+/* What every pass checks first: a graph, not poisoned (its status is
+ * returned), whose results were set (else FC_ERR_USAGE, recorded on the
+ * context: without results every node would be dead). */
+fc_status fc_pass_precheck(fc_graph *g, const char *pass);
+
 /* Same dtype, rank and dims. */
 bool fc_same_type(const fc_value *a, const fc_value *b);
 /* In place: every operand of a live node and every graph result that is
