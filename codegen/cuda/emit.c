@@ -670,6 +670,18 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
 
 /* REDUCE kernels. */
 
+/* Worth keeping in registers rather than recomputing (a cast or an add of
+ * a register-held input is not). */
+static bool costly(fc_op op) {
+    switch (op) {
+    case FC_OP_EXP: case FC_OP_LOG: case FC_OP_TANH: case FC_OP_SIGMOID: case FC_OP_ERF: case FC_OP_GELU:
+    case FC_OP_GELU_TANH: case FC_OP_SILU: case FC_OP_DIV: case FC_OP_POW: case FC_OP_SQRT: case FC_OP_RSQRT:
+    case FC_OP_SIN: case FC_OP_COS:
+        return true;
+    default: return false;
+    }
+}
+
 /* If a per-row value divides anything in the group, compute its reciprocal
  * once per row (memo key "rcp"). */
 static void row_reciprocal(kctx *k, const fc_value *v, const char *name) {
@@ -834,7 +846,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
          * registers when later phases read it too, so it is computed once. */
         char store[16] = "";
         const fc_value *x = r->in[0];
-        if (cache && x->def && in_group(k, x->def) && k->ncached < 8 && kv * vec <= 64 && !is_input(k, x, NULL)) {
+        if (cache && x->def && in_group(k, x->def) && costly(x->def->op) && k->ncached < 8 && kv * vec <= 64 &&
+            !is_input(k, x, NULL)) {
             bool later_use = false;
             for (int j = 0; j < gr->nnodes; j++)
                 for (int q = 0; q < gr->nodes[j]->nin; q++)
