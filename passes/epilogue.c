@@ -81,25 +81,35 @@ bool fc_gemm_info_of(const fc_node *n, fc_gemm_info *gi) {
     return true;
 }
 
+/* Append ",text" (or "text" first) to buf[0 .. *len). */
+static void add_flag(char *buf, size_t size, size_t *len, const char *text) {
+    if (*len >= size) return;
+    int n = snprintf(buf + *len, size - *len, "%s%s", *len ? "," : "", text);
+    *len += n > 0 ? (size_t)n : 0;
+}
+
 const char *fc_gemm_describe(const fc_node *n, char *buf, size_t size) {
     fc_gemm_info gi;
     if (!fc_gemm_info_of(n, &gi)) {
         snprintf(buf, size, "%s", fc_op_table[n->op].name);
         return buf;
     }
-    char flags[160] = "";
+    char flags[160] = "", tmp[48];
     size_t len = 0;
-#define FLAG(...) len += (size_t)snprintf(flags + len, sizeof flags - len, "%s", len ? "," : ""), \
-                  len += (size_t)snprintf(flags + len, sizeof flags - len, __VA_ARGS__)
-    if (gi.trans_a) FLAG("trans_a");
-    if (gi.trans_b) FLAG("trans_b");
-    if (gi.nweights > 1) FLAG("x%d", gi.nweights);
-    if (gi.alpha != 1.0) FLAG("scale=%g", gi.alpha);
-    if (gi.has_bias) FLAG("bias");
-    if (gi.has_residual) FLAG("residual");
-    if (gi.act == FC_GEMM_ACT_RELU) FLAG("relu");
-    if (gi.act == FC_GEMM_ACT_GELU_TANH) FLAG("gelu_tanh");
-#undef FLAG
+    if (gi.trans_a) add_flag(flags, sizeof flags, &len, "trans_a");
+    if (gi.trans_b) add_flag(flags, sizeof flags, &len, "trans_b");
+    if (gi.nweights > 1) {
+        snprintf(tmp, sizeof tmp, "x%d", gi.nweights);
+        add_flag(flags, sizeof flags, &len, tmp);
+    }
+    if (gi.alpha != 1.0) {
+        snprintf(tmp, sizeof tmp, "scale=%g", gi.alpha);
+        add_flag(flags, sizeof flags, &len, tmp);
+    }
+    if (gi.has_bias) add_flag(flags, sizeof flags, &len, "bias");
+    if (gi.has_residual) add_flag(flags, sizeof flags, &len, "residual");
+    if (gi.act == FC_GEMM_ACT_RELU) add_flag(flags, sizeof flags, &len, "relu");
+    if (gi.act == FC_GEMM_ACT_GELU_TANH) add_flag(flags, sizeof flags, &len, "gelu_tanh");
     snprintf(buf, size, "%s%s%s%s -> %s", fc_op_table[n->op].name, len ? "[" : "", flags, len ? "]" : "",
              fc_dtype_name(gi.out));
     return buf;
@@ -361,13 +371,16 @@ static fc_value *build_gemm(fc_rewriter *rw, const chain *c) {
 }
 
 static fc_status epilogues(fc_graph *g) {
+    int nmatmul = 0;
+    for (int i = 0; i < g->nnodes; i++) nmatmul += !g->nodes[i]->dead && g->nodes[i]->op == FC_OP_MATMUL;
+    if (nmatmul == 0) return FC_OK;
     epi e = {.g = g};
     size_t nn = (size_t)g->next_node_id + 1;
     e.users = sole_users(g);
     e.claimed = fc_ctx_malloc(g->ctx, nn * sizeof *e.claimed);
     e.drop = fc_ctx_malloc(g->ctx, nn * sizeof *e.drop);
     e.chain_at = fc_ctx_malloc(g->ctx, nn * sizeof *e.chain_at);
-    e.chains = fc_ctx_malloc(g->ctx, nn * sizeof *e.chains);
+    e.chains = fc_ctx_malloc(g->ctx, (size_t)nmatmul * sizeof *e.chains);
     fc_status st = FC_OK;
     if (!e.users || !e.claimed || !e.drop || !e.chain_at || !e.chains) {
         st = g->status = FC_ERR_NOMEM;
@@ -495,7 +508,8 @@ static fc_status horizontal(fc_graph *g) {
     int nold = g->nnodes;
     memcpy(old, g->nodes, sizeof *old * (size_t)nold);
     fc_rewriter rw;
-    if (fc_rw_begin(&rw, g) == FC_OK) {
+    fc_status st = fc_rw_begin(&rw, g);
+    if (st == FC_OK) {
         for (fc_node *n; (n = fc_rw_next(&rw));) {
             fc_rw_remap(&rw, n);
             int ld = leader[n->id];
@@ -540,8 +554,8 @@ static fc_status horizontal(fc_graph *g) {
                 off += cols;
             }
         }
+        st = fc_rw_end(&rw);
     }
-    fc_status st = fc_rw_end(&rw);
     fc_ctx_freemem(g->ctx, leader);
     fc_ctx_freemem(g->ctx, size);
     fc_ctx_freemem(g->ctx, old);

@@ -25,7 +25,6 @@
  * rather than recomputed at several indices.
  */
 #include "passes.h"
-#include "epilogue.h" /* fc_pass_epilogue, until passes.h declares it */
 
 #include <stdlib.h>
 #include <string.h>

@@ -23,6 +23,10 @@ fc_status fc_pass_canonicalize(fc_graph *g);
  * primitives. f16/bf16 composites compute in f32 (cast in, cast out), so
  * numerics match the composite's reference semantics. */
 fc_status fc_pass_decompose(fc_graph *g);
+/* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
+ * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
+ * matmuls sharing a left operand become one gemm (docs/GEMM.md). */
+fc_status fc_pass_epilogue(fc_graph *g);
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
 

@@ -61,7 +61,8 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
 void fc_cublaslt_destroy(fc_cublaslt *h);
 
 /*
- * Queue node n (a gemm or a matmul) on stream s. The pointers come as a
+ * Queue node n (a gemm or a matmul) on stream s (NULL: the device's
+ * stream, as in runtime/cuda.h; CU_STREAM_LEGACY for the legacy one). The pointers come as a
  * launch has them: arg_ids[i] is a value id and arg_ptrs[i] the device
  * pointer of that value, for every operand and the result of n (in any
  * order; repeated operands appear once). `workspace` holds ws_bytes bytes
@@ -132,6 +133,13 @@ typedef struct fc_cublaslt_key {
     int64_t align_a, align_b, align_c, align_d, align_bias; /* bytes, powers of two up to 256 */
     int64_t workspace_bytes;
 } fc_cublaslt_key;
+
+/* The key of node n's problem (plan p = fc_gemm_plan_of(n)) for the pointers
+ * of one call: x the left operand, w the (concatenated) weight, c the
+ * residual (or d), d the result. No GPU needed: the tests check the
+ * column-major mapping on the host with it. */
+void fc_cublaslt_key_of(const fc_node *n, const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w,
+                        CUdeviceptr bias, CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k);
 
 /* The opaque cublasLtMatmulAlgo_t, as bytes. */
 #define FC_CUBLASLT_ALGO_BYTES 64

@@ -27,6 +27,7 @@
  * its dtype, as in the reference interpreter.
  */
 #include "cuda_codegen.h"
+#include "passes/epilogue.h" /* fc_gemm_describe */
 
 #include <math.h>
 #include <stdarg.h>
@@ -966,6 +967,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         if (gr->kind == FC_GROUP_LIBRARY) {
             l->kind = FC_LAUNCH_LIBRARY;
             snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
+            if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             continue;
         }
         if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */

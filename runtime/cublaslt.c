@@ -1,0 +1,778 @@
+/*
+ * cublaslt.c - gemm and matmul nodes through cuBLASLt (cublaslt.h has the
+ * contract, docs/GEMM.md the whole story).
+ *
+ * The column-major trick. Our tensors are row-major; cuBLASLt is
+ * column-major, and its epilogues are not supported for a row-ordered D. A
+ * row-major [M, N] matrix is, byte for byte, a column-major N x M matrix, so
+ * instead of Y = X W we ask for Y^T = W^T X^T:
+ *
+ *   cuBLASLt   m = N, n = M, k = K
+ *   A = W      column-major N x K (ld N)   when W is [K, N]       op N
+ *              column-major K x N (ld K)   when W is [N, K] (tb)  op T
+ *   B = X      column-major K x M (ld K)   when X is [M, K]       op N
+ *              column-major M x K (ld M)   when X is [K, M] (ta)  op T
+ *   C = D = Y  column-major N x M (ld N), with beta = 1 and C = the
+ *              residual when there is one
+ *
+ * The bias is per row of D, that is per column of Y: exactly the [N] bias
+ * broadcast along Y's rows.
+ *
+ * Batches. The node's batch dims become one strided batch where the strides
+ * line up (a weight without batch dims is stride 0), an outer loop of calls
+ * where they do not, and nothing at all when the weight has no batch dims:
+ * then X's batch dims fold into M, one large GEMM.
+ *
+ * Nothing here prints. Every cuBLASLt call goes through FC_CUBLASLT_CHECK,
+ * every driver call through FC_CU_CHECK; those return at once, so functions
+ * that own resources call small helpers and clean up after them.
+ */
+#include "runtime/cublaslt.h"
+#include "passes/epilogue.h"
+#include "runtime/cuda_check.h"
+
+#include <cublasLt.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ */
+/* The plan of a node (no GPU)                                         */
+/* ------------------------------------------------------------------ */
+
+static bool static_shape(const fc_value *v) {
+    for (int d = 0; d < v->rank; d++)
+        if (v->dims[d] < 0) return false;
+    return true;
+}
+
+/* v's dims as matmul reads them: a rank-1 left operand is [1, K], a rank-1
+ * right operand [K, 1]. */
+static int promoted_dims(const fc_value *v, bool left, int64_t *dims) {
+    if (v->rank == 1) {
+        dims[0] = left ? 1 : v->dims[0];
+        dims[1] = left ? v->dims[0] : 1;
+        return 2;
+    }
+    for (int d = 0; d < v->rank; d++) dims[d] = v->dims[d];
+    return v->rank;
+}
+
+/* Dense batch strides (elements) of an operand whose batch dims are
+ * dims[0 .. rank-2), mapped onto the broadcast batch dims [0, nb); 0 where
+ * the operand is broadcast. */
+static void batch_strides(const int64_t *dims, int rank, int nb, int64_t *out) {
+    int rb = rank - 2;
+    int64_t s = dims[rank - 2] * dims[rank - 1];
+    for (int d = nb - 1; d >= 0; d--) {
+        int j = d - (nb - rb);
+        if (j < 0) {
+            out[d] = 0;
+            continue;
+        }
+        out[d] = dims[j] == 1 ? 0 : s;
+        s *= dims[j];
+    }
+}
+
+fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
+    memset(p, 0, sizeof *p);
+    fc_gemm_info gi;
+    if (!fc_gemm_info_of(n, &gi))
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt runs gemm and matmul nodes, not %s",
+                            fc_op_table[n->op].name);
+    const fc_value *a = gi.a, *y = n->out[0];
+    fc_dtype dt = a->dtype;
+    bool epilogue = gi.has_bias || gi.has_residual || gi.act != FC_GEMM_ACT_NONE || gi.alpha != 1.0;
+    if (!(dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || (dt == FC_F64 && !epilogue)))
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of %s on CUDA: cuBLASLt runs f32, f16 and bf16 (and plain f64)",
+                            fc_op_table[n->op].name, fc_dtype_name(dt));
+    bool shapes_ok = static_shape(a) && static_shape(y);
+    for (int i = 0; i < gi.nweights; i++) shapes_ok = shapes_ok && static_shape(gi.w[i]);
+    if (!shapes_ok)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s with symbolic dims: bind every symbol to run it",
+                            fc_op_table[n->op].name);
+
+    if (a->rank < 1 || gi.w[0]->rank < 1)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of a scalar", fc_op_table[n->op].name);
+    int64_t ad[FC_MAX_RANK] = {0}, wd[FC_MAX_RANK] = {0};
+    int ra = promoted_dims(a, true, ad), rw = promoted_dims(gi.w[0], false, wd);
+    p->ab = dt;
+    p->out = gi.out;
+    p->trans_a = gi.trans_a;
+    p->trans_b = gi.trans_b;
+    p->nweights = gi.nweights;
+    p->M = gi.trans_a ? ad[ra - 1] : ad[ra - 2];
+    p->K = gi.trans_a ? ad[ra - 2] : ad[ra - 1];
+    for (int i = 0; i < gi.nweights; i++) {
+        const fc_value *w = gi.w[i];
+        p->N += gi.trans_b ? w->dims[w->rank - 2] : w->dims[w->rank - 1];
+    }
+    if (gi.nweights == 1) p->N = gi.trans_b ? wd[rw - 2] : wd[rw - 1];
+    p->lda = gi.trans_a ? p->M : p->K;
+    p->ldw = gi.trans_b ? p->K : p->N;
+
+    /* Batch dims: broadcast (right-aligned), size-1 dims dropped. */
+    int nb = (ra > rw ? ra : rw) - 2;
+    int64_t size[FC_MAX_RANK], sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
+    batch_strides(ad, ra, nb, sa);
+    batch_strides(wd, rw, nb, sw);
+    for (int d = 0; d < nb; d++) {
+        int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
+        int64_t da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
+        size[d] = da == 1 ? dw : da;
+    }
+    int64_t s = p->M * p->N;
+    for (int d = nb - 1; d >= 0; d--) {
+        sy[d] = size[d] == 1 ? 0 : s;
+        s *= size[d];
+    }
+    int k = 0;
+    for (int d = 0; d < nb; d++) {
+        if (size[d] == 1) continue;
+        size[k] = size[d], sa[k] = sa[d], sw[k] = sw[d], sy[k] = sy[d];
+        k++;
+    }
+    nb = k;
+
+    /* A weight without batch dims and a dense, untransposed X: the batch is
+     * more rows of one GEMM. */
+    bool w_flat = true, a_dense = !gi.trans_a;
+    int64_t dense = p->M * p->K;
+    for (int d = nb - 1; d >= 0; d--) {
+        w_flat = w_flat && sw[d] == 0;
+        a_dense = a_dense && sa[d] == dense;
+        dense *= size[d];
+    }
+    if (nb > 0 && w_flat && a_dense) {
+        for (int d = 0; d < nb; d++) p->M *= size[d];
+        p->folded_batch = true;
+        nb = 0;
+    }
+
+    /* The innermost dims whose strides chain (s[d] = s[d+1] * size[d+1] for
+     * every operand) are one strided batch; the rest is a loop. */
+    int inner = nb;
+    while (inner > 1) {
+        int d = inner - 2;
+        bool chains = sa[d] == sa[d + 1] * size[d + 1] && sw[d] == sw[d + 1] * size[d + 1] &&
+                      sy[d] == sy[d + 1] * size[d + 1];
+        if (!chains) break;
+        inner--;
+    }
+    int first_inner = nb > 0 ? inner - 1 : 0;
+    p->batch = 1;
+    for (int d = first_inner; d < nb; d++) p->batch *= size[d];
+    if (nb > 0) {
+        p->stride_a = sa[nb - 1];
+        p->stride_w = sw[nb - 1];
+        p->stride_y = sy[nb - 1];
+    }
+    p->nouter = first_inner;
+    for (int d = 0; d < first_inner; d++) {
+        p->outer_size[d] = size[d];
+        p->outer_a[d] = sa[d];
+        p->outer_w[d] = sw[d];
+        p->outer_y[d] = sy[d];
+    }
+    return FC_OK;
+}
+
+int64_t fc_gemm_plan_calls(const fc_gemm_plan *p) {
+    int64_t c = 1;
+    for (int d = 0; d < p->nouter; d++) c *= p->outer_size[d];
+    return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* The handle                                                           */
+/* ------------------------------------------------------------------ */
+
+/* One problem: its key, the algorithm, and the descriptors made for it
+ * (kept, so that a run costs a table lookup and the matmul call). */
+typedef struct lt_entry {
+    fc_cublaslt_key key;
+    cublasLtMatmulAlgo_t algo;
+    bool have_algo; /* from the heuristic, or from a cache (then checked) */
+    bool ready;     /* descriptors made and the algorithm usable */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c, d;
+} lt_entry;
+
+/* The concatenated weights (and biases) of one horizontally fused gemm. */
+typedef struct lt_concat {
+    const fc_node *node;
+    CUdeviceptr *src; /* the weights', then the biases', pointers last copied */
+    int nsrc;
+    bool valid;       /* the buffers hold the data of src */
+    CUdeviceptr w, bias;
+} lt_concat;
+
+struct fc_cublaslt {
+    fc_context *ctx; /* the device's, for allocations */
+    fc_cuda_device *dev;
+    cublasLtHandle_t lt;
+    bool allow_tf32;
+    lt_entry **entries;
+    int nentries, cap_entries;
+    lt_concat *concats;
+    int nconcats, cap_concats;
+    int queries;
+};
+
+size_t fc_cublaslt_version(void) { return cublasLtGetVersion(); }
+
+static fc_status make_current(fc_context *ctx, fc_cuda_device *d) {
+    FC_CU_CHECK(ctx, d->cu->CtxSetCurrent(d->cuctx));
+    return FC_OK;
+}
+
+static fc_status lt_create(fc_context *ctx, cublasLtHandle_t *lt) {
+    FC_CUBLASLT_CHECK(ctx, cublasLtCreate(lt));
+    return FC_OK;
+}
+
+fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cublaslt_options *o, fc_cublaslt **out) {
+    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_cublaslt_create: out is NULL");
+    *out = NULL;
+    if (!dev) {
+        /* Say why there is no device, as the driver layer words it. */
+        if (!fc_cuda_available(ctx)) return FC_ERR_RUNTIME;
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_cublaslt_create: no device given (open one with fc_cuda_device_open)");
+    }
+    fc_status st = make_current(ctx, dev);
+    if (st != FC_OK) return st;
+    fc_cublaslt *h = fc_ctx_malloc(ctx, sizeof *h);
+    if (!h) return FC_ERR_NOMEM;
+    memset(h, 0, sizeof *h);
+    h->ctx = ctx;
+    h->dev = dev;
+    h->allow_tf32 = o && o->allow_tf32;
+    st = lt_create(ctx, &h->lt);
+    if (st != FC_OK) {
+        fc_ctx_freemem(ctx, h);
+        return st;
+    }
+    *out = h;
+    return FC_OK;
+}
+
+static void entry_free(lt_entry *e) {
+    if (e->op) cublasLtMatmulDescDestroy(e->op);
+    if (e->a) cublasLtMatrixLayoutDestroy(e->a);
+    if (e->b) cublasLtMatrixLayoutDestroy(e->b);
+    if (e->c) cublasLtMatrixLayoutDestroy(e->c);
+    if (e->d) cublasLtMatrixLayoutDestroy(e->d);
+    e->op = NULL;
+    e->a = e->b = e->c = e->d = NULL;
+    e->ready = false;
+}
+
+void fc_cublaslt_destroy(fc_cublaslt *h) {
+    if (!h) return;
+    /* Teardown errors are ignored: nothing can be done about them, and they
+     * must not hide the error that led here. */
+    (void)h->dev->cu->CtxSetCurrent(h->dev->cuctx);
+    for (int i = 0; i < h->nentries; i++) {
+        entry_free(h->entries[i]);
+        fc_ctx_freemem(h->ctx, h->entries[i]);
+    }
+    fc_ctx_freemem(h->ctx, h->entries);
+    for (int i = 0; i < h->nconcats; i++) {
+        lt_concat *c = &h->concats[i];
+        if (c->w) (void)h->dev->cu->MemFree(c->w);
+        if (c->bias) (void)h->dev->cu->MemFree(c->bias);
+        fc_ctx_freemem(h->ctx, c->src);
+    }
+    fc_ctx_freemem(h->ctx, h->concats);
+    if (h->lt) cublasLtDestroy(h->lt);
+    fc_ctx_freemem(h->ctx, h);
+}
+
+int fc_cublaslt_num_algos(const fc_cublaslt *h) {
+    int n = 0;
+    for (int i = 0; h && i < h->nentries; i++) n += h->entries[i]->have_algo;
+    return n;
+}
+
+bool fc_cublaslt_algo_at(const fc_cublaslt *h, int i, fc_cublaslt_key *key, uint8_t algo[FC_CUBLASLT_ALGO_BYTES]) {
+    _Static_assert(sizeof(cublasLtMatmulAlgo_t) == FC_CUBLASLT_ALGO_BYTES, "cublasLtMatmulAlgo_t changed size");
+    for (int j = 0; h && j < h->nentries; j++) {
+        const lt_entry *e = h->entries[j];
+        if (!e->have_algo || i-- > 0) continue;
+        *key = e->key;
+        memcpy(algo, &e->algo, FC_CUBLASLT_ALGO_BYTES);
+        return true;
+    }
+    return false;
+}
+
+int fc_cublaslt_heuristic_queries(const fc_cublaslt *h) { return h ? h->queries : 0; }
+
+static lt_entry *find_entry(const fc_cublaslt *h, const fc_cublaslt_key *key) {
+    for (int i = 0; i < h->nentries; i++)
+        if (!memcmp(&h->entries[i]->key, key, sizeof *key)) return h->entries[i];
+    return NULL;
+}
+
+static lt_entry *add_entry(fc_cublaslt *h, fc_context *ctx, const fc_cublaslt_key *key) {
+    if (h->nentries == h->cap_entries) {
+        int cap = h->cap_entries ? 2 * h->cap_entries : 8;
+        lt_entry **e = fc_ctx_realloc(ctx, h->entries, sizeof *e * (size_t)cap);
+        if (!e) return NULL;
+        h->entries = e;
+        h->cap_entries = cap;
+    }
+    lt_entry *e = fc_ctx_malloc(ctx, sizeof *e);
+    if (!e) return NULL;
+    memset(e, 0, sizeof *e);
+    e->key = *key;
+    h->entries[h->nentries++] = e;
+    return e;
+}
+
+fc_status fc_cublaslt_algo_insert(fc_cublaslt *h, const fc_cublaslt_key *key, const uint8_t algo[FC_CUBLASLT_ALGO_BYTES]) {
+    if (!h || !key || !algo) return FC_ERR_USAGE;
+    if (key->version != FC_CUBLASLT_KEY_VERSION)
+        return fc_set_error(h->ctx, FC_ERR_USAGE, "fc_cublaslt_algo_insert: key version %lld, not %d",
+                            (long long)key->version, FC_CUBLASLT_KEY_VERSION);
+    lt_entry *e = find_entry(h, key);
+    if (!e && !(e = add_entry(h, h->ctx, key))) return FC_ERR_NOMEM;
+    entry_free(e); /* re-made, and the algorithm checked, at first use */
+    memcpy(&e->algo, algo, FC_CUBLASLT_ALGO_BYTES);
+    e->have_algo = true;
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Keys and descriptors                                                 */
+/* ------------------------------------------------------------------ */
+
+static cudaDataType_t cuda_type(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return CUDA_R_64F;
+    case FC_F32: return CUDA_R_32F;
+    case FC_F16: return CUDA_R_16F;
+    case FC_BF16: return CUDA_R_16BF;
+    default: FC_UNREACHABLE("cuda_type: not a GEMM dtype (fc_gemm_plan_of checks)");
+    }
+}
+
+static cublasLtEpilogue_t epilogue_of(const fc_gemm_info *gi) {
+    switch (gi->act) {
+    case FC_GEMM_ACT_RELU: return gi->has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case FC_GEMM_ACT_GELU_TANH: return gi->has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    case FC_GEMM_ACT_NONE: break;
+    }
+    return gi->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+/* The largest power of two up to 256 dividing every address a call makes
+ * from base `ptr` with these byte offsets (cuBLASLt's alignment
+ * preferences: the heuristic only offers kernels that can read them). */
+static int64_t alignment(uint64_t bits) {
+    if (bits == 0) return 256;
+    uint64_t low = bits & (~bits + 1);
+    return low > 256 ? 256 : (int64_t)low;
+}
+
+/* The pointers of one call (before the outer loop's offsets). */
+typedef struct lt_ptrs {
+    CUdeviceptr x, w, bias, c, d;
+} lt_ptrs;
+
+static void make_key(bool allow_tf32, const fc_gemm_plan *p, const fc_gemm_info *gi, const lt_ptrs *ptr,
+                     size_t ws_bytes, fc_cublaslt_key *k) {
+    memset(k, 0, sizeof *k);
+    k->version = FC_CUBLASLT_KEY_VERSION;
+    k->a_type = k->b_type = cuda_type(p->ab);
+    k->d_type = cuda_type(p->out);
+    if (p->ab == FC_F64) {
+        k->compute = CUBLAS_COMPUTE_64F;
+        k->scale_type = CUDA_R_64F;
+    } else {
+        /* f16 and bf16 accumulate in f32 (never CUBLAS_COMPUTE_16F); f32
+         * uses TF32 tensor cores only when asked to. */
+        k->compute = p->ab == FC_F32 && allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+        k->scale_type = CUDA_R_32F;
+    }
+    k->op_a = p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    k->op_b = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    k->epilogue = epilogue_of(gi);
+    k->m = p->N;
+    k->n = p->M;
+    k->k = p->K;
+    k->lda = p->ldw;
+    k->ldb = p->lda;
+    k->ldd = p->N;
+    k->batch = p->batch;
+    k->stride_a = p->batch > 1 ? p->stride_w : 0;
+    k->stride_b = p->batch > 1 ? p->stride_a : 0;
+    k->stride_d = p->batch > 1 ? p->stride_y : 0;
+    uint64_t es_ab = fc_dtype_size(p->ab), es_out = fc_dtype_size(p->out);
+    uint64_t bw = ptr->w | (uint64_t)k->stride_a * es_ab, bx = ptr->x | (uint64_t)k->stride_b * es_ab;
+    uint64_t bc = ptr->c | (uint64_t)k->stride_d * es_out, bd = ptr->d | (uint64_t)k->stride_d * es_out;
+    for (int d = 0; d < p->nouter; d++) {
+        bw |= (uint64_t)p->outer_w[d] * es_ab;
+        bx |= (uint64_t)p->outer_a[d] * es_ab;
+        bc |= (uint64_t)p->outer_y[d] * es_out;
+        bd |= (uint64_t)p->outer_y[d] * es_out;
+    }
+    k->align_a = alignment(bw);
+    k->align_b = alignment(bx);
+    k->align_c = alignment(bc);
+    k->align_d = alignment(bd);
+    k->align_bias = gi->has_bias ? alignment(ptr->bias) : 0;
+    k->workspace_bytes = (int64_t)ws_bytes;
+}
+
+void fc_cublaslt_key_of(const fc_node *n, const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w,
+                        CUdeviceptr bias, CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k) {
+    fc_gemm_info gi;
+    fc_gemm_info_of(n, &gi);
+    lt_ptrs ptr = {.x = x, .w = w, .bias = bias, .c = c, .d = d};
+    make_key(allow_tf32, p, &gi, &ptr, ws_bytes, k);
+}
+
+static fc_status make_layout(fc_context *ctx, cublasLtMatrixLayout_t *out, int64_t type, int64_t rows, int64_t cols,
+                             int64_t ld, int64_t batch, int64_t stride) {
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutCreate(out, (cudaDataType_t)type, (uint64_t)rows, (uint64_t)cols, ld));
+    if (batch > 1) {
+        int32_t count = (int32_t)batch;
+        FC_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                                sizeof count));
+        FC_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutSetAttribute(*out, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                                &stride, sizeof stride));
+    }
+    return FC_OK;
+}
+
+/* The matmul and layout descriptors of key k into e (entry_free undoes a
+ * partial one). */
+static fc_status make_descriptors(fc_context *ctx, const fc_cublaslt_key *k, lt_entry *e) {
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescCreate(&e->op, (cublasComputeType_t)k->compute,
+                                                    (cudaDataType_t)k->scale_type));
+    int32_t op_a = (int32_t)k->op_a, op_b = (int32_t)k->op_b;
+    uint32_t epi = (uint32_t)k->epilogue;
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    /* Stored shapes: op(A) is m x k, op(B) is k x n. */
+    bool ta = k->op_a == CUBLAS_OP_T, tb = k->op_b == CUBLAS_OP_T;
+    fc_status st = make_layout(ctx, &e->a, k->a_type, ta ? k->k : k->m, ta ? k->m : k->k, k->lda, k->batch, k->stride_a);
+    if (st == FC_OK)
+        st = make_layout(ctx, &e->b, k->b_type, tb ? k->n : k->k, tb ? k->k : k->n, k->ldb, k->batch, k->stride_b);
+    if (st == FC_OK) st = make_layout(ctx, &e->c, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
+    if (st == FC_OK) st = make_layout(ctx, &e->d, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
+    return st;
+}
+
+static fc_status set_bias(fc_context *ctx, lt_entry *e, CUdeviceptr bias) {
+    const void *p = (const void *)(uintptr_t)bias;
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p));
+    return FC_OK;
+}
+
+static fc_status set_pref(fc_context *ctx, cublasLtMatmulPreference_t pref, const fc_cublaslt_key *k) {
+    uint64_t ws = (uint64_t)k->workspace_bytes;
+    uint32_t al[4] = {(uint32_t)k->align_a, (uint32_t)k->align_b, (uint32_t)k->align_c, (uint32_t)k->align_d};
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                                sizeof ws));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                                &al[0], sizeof al[0]));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                                &al[1], sizeof al[1]));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                                &al[2], sizeof al[2]));
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                                &al[3], sizeof al[3]));
+    return FC_OK;
+}
+
+static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasLtMatmulPreference_t pref,
+                           int *count) {
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    *count = 0;
+    h->queries++;
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(h->lt, e->op, e->a, e->b, e->c, e->d, pref, 1, &res, count));
+    if (*count > 0) e->algo = res.algo;
+    return FC_OK;
+}
+
+/* "m=4096 n=8192 k=1024 bf16 -> bf16 epilogue 36 batch 1", for errors. */
+static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n) {
+    snprintf(buf, n, "m=%lld n=%lld k=%lld (op %s%s) A/B type %lld, D type %lld, compute %lld, epilogue %lld, batch %lld, "
+             "alignment %lld/%lld/%lld/%lld bytes",
+             (long long)k->m, (long long)k->n, (long long)k->k, k->op_a == CUBLAS_OP_T ? "T" : "N",
+             k->op_b == CUBLAS_OP_T ? "T" : "N", (long long)k->a_type, (long long)k->d_type, (long long)k->compute,
+             (long long)k->epilogue, (long long)k->batch, (long long)k->align_a, (long long)k->align_b,
+             (long long)k->align_c, (long long)k->align_d);
+}
+
+/* Descriptors and an algorithm for entry e: a cached algorithm is checked
+ * first; otherwise, or if the library refuses it, one heuristic query. */
+static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdeviceptr bias) {
+    fc_status st = make_descriptors(ctx, &e->key, e);
+    if (st == FC_OK && e->key.align_bias) st = set_bias(ctx, e, bias); /* the heuristic reads its alignment */
+    if (st != FC_OK) {
+        entry_free(e);
+        return st;
+    }
+    if (e->have_algo) {
+        cublasLtMatmulHeuristicResult_t res;
+        memset(&res, 0, sizeof res);
+        cublasStatus_t cs = cublasLtMatmulAlgoCheck(h->lt, e->op, e->a, e->b, e->c, e->d, &e->algo, &res);
+        if (cs == CUBLAS_STATUS_SUCCESS && res.workspaceSize <= (size_t)e->key.workspace_bytes) {
+            e->ready = true;
+            return FC_OK;
+        }
+        e->have_algo = false; /* stale (another library version?): ask again */
+    }
+    cublasLtMatmulPreference_t pref = NULL;
+    int count = 0;
+    cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
+    if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
+    if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
+    if (st == FC_OK) st = heuristic(h, ctx, e, pref, &count);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == FC_OK && count == 0) {
+        char what[512];
+        describe_key(&e->key, what, sizeof what);
+        st = fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this GEMM: %s", what);
+    }
+    if (st != FC_OK) {
+        entry_free(e);
+        return st;
+    }
+    e->have_algo = e->ready = true;
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Concatenated weights                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Copy `rows` rows of `bytes` bytes from a packed source into a buffer of
+ * pitch `dst_pitch` (the slow path of the column block copy, one driver
+ * call per row: taken only when cublasLtMatrixTransform refuses a type). */
+static fc_status copy_rows(fc_context *ctx, const fc_cuda_driver *cu, CUdeviceptr dst, size_t dst_pitch,
+                           CUdeviceptr src, size_t bytes, int64_t rows, CUstream s) {
+    for (int64_t r = 0; r < rows; r++)
+        FC_CU_CHECK(ctx, cu->MemcpyDtoDAsync(dst + (size_t)r * dst_pitch, src + (size_t)r * bytes, bytes, s));
+    return FC_OK;
+}
+
+static fc_status transform_desc(fc_context *ctx, cublasLtMatrixTransformDesc_t *td) {
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatrixTransformDescCreate(td, CUDA_R_32F));
+    return FC_OK;
+}
+
+/* Weight i ([K, Ni] row-major) into columns [off, off + Ni) of the
+ * concatenation ([K, N] row-major). In cuBLASLt's column-major terms this is
+ * an Ni x K block copied from ld Ni to ld N: one cublasLtMatrixTransform
+ * (C = 1 * A). */
+static fc_status copy_column_block(fc_cublaslt *h, fc_context *ctx, fc_dtype dt, CUdeviceptr dst, CUdeviceptr src,
+                                   int64_t Ni, int64_t K, int64_t N, CUstream s) {
+    size_t es = fc_dtype_size(dt);
+    cublasLtMatrixTransformDesc_t td = NULL;
+    cublasLtMatrixLayout_t la = NULL, lc = NULL;
+    fc_status st = transform_desc(ctx, &td);
+    if (st == FC_OK) st = make_layout(ctx, &la, cuda_type(dt), Ni, K, Ni, 1, 0);
+    if (st == FC_OK) st = make_layout(ctx, &lc, cuda_type(dt), Ni, K, N, 1, 0);
+    cublasStatus_t cs = CUBLAS_STATUS_NOT_SUPPORTED;
+    if (st == FC_OK) {
+        float one = 1.0f, zero = 0.0f;
+        cs = cublasLtMatrixTransform(h->lt, td, &one, (const void *)(uintptr_t)src, la, &zero, NULL, NULL,
+                                     (void *)(uintptr_t)dst, lc, (cudaStream_t)s);
+    }
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (td) cublasLtMatrixTransformDescDestroy(td);
+    if (st != FC_OK || cs == CUBLAS_STATUS_SUCCESS) return st;
+    if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE && cs != CUBLAS_STATUS_ARCH_MISMATCH)
+        return fc_cublaslt_fail(ctx, cs, "cublasLtMatrixTransform(...) (weight concatenation)", __FILE__, __LINE__);
+    return copy_rows(ctx, h->dev->cu, dst, (size_t)N * es, src, (size_t)Ni * es, K, s);
+}
+
+static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_node *n) {
+    for (int i = 0; i < h->nconcats; i++)
+        if (h->concats[i].node == n) return &h->concats[i];
+    if (h->nconcats == h->cap_concats) {
+        int cap = h->cap_concats ? 2 * h->cap_concats : 4;
+        lt_concat *c = fc_ctx_realloc(ctx, h->concats, sizeof *c * (size_t)cap);
+        if (!c) return NULL;
+        h->concats = c;
+        h->cap_concats = cap;
+    }
+    lt_concat *c = &h->concats[h->nconcats];
+    memset(c, 0, sizeof *c);
+    c->node = n;
+    fc_gemm_info gi;
+    fc_gemm_info_of(n, &gi);
+    c->nsrc = gi.nweights * (gi.has_bias ? 2 : 1); /* the weights, then the biases: operands 1 .. nsrc */
+    c->src = fc_ctx_malloc(ctx, sizeof *c->src * (size_t)c->nsrc);
+    if (!c->src) return NULL;
+    memset(c->src, 0, sizeof *c->src * (size_t)c->nsrc);
+    h->nconcats++;
+    return c;
+}
+
+/* The concatenated weight (and bias) of a horizontally fused gemm: built on
+ * the first run, and again only if a weight comes at another address. The
+ * copies are queued on s, before the GEMM that reads them. */
+static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const fc_gemm_info *gi,
+                              const fc_gemm_plan *p, const CUdeviceptr *in, CUstream s, CUdeviceptr *w,
+                              CUdeviceptr *bias) {
+    lt_concat *c = find_concat(h, ctx, n);
+    if (!c) return FC_ERR_NOMEM;
+    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
+    fc_status st = FC_OK;
+    if (!c->w) st = fc_cuda_alloc(h->dev, (size_t)(p->K * p->N) * es, &c->w);
+    if (st == FC_OK && gi->has_bias && !c->bias) st = fc_cuda_alloc(h->dev, (size_t)p->N * eo, &c->bias);
+    if (st != FC_OK) return st;
+    *w = c->w;
+    *bias = c->bias;
+    if (c->valid && !memcmp(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc)) return FC_OK;
+
+    c->valid = false;
+    const fc_cuda_driver *cu = h->dev->cu;
+    int64_t off = 0;
+    for (int i = 0; i < gi->nweights && st == FC_OK; i++) {
+        const fc_value *wi = gi->w[i];
+        int64_t Ni = gi->trans_b ? wi->dims[0] : wi->dims[1];
+        if (gi->trans_b) {
+            /* [Ni, K] blocks stacked: [N, K]. */
+            size_t bytes = (size_t)(Ni * p->K) * es;
+            CUresult r = cu->MemcpyDtoDAsync(c->w + (size_t)(off * p->K) * es, in[1 + i], bytes, s);
+            if (r != CUDA_SUCCESS) st = fc_cu_fail(ctx, r, "MemcpyDtoDAsync(weight block)", __FILE__, __LINE__);
+        } else {
+            st = copy_column_block(h, ctx, p->ab, c->w + (size_t)off * es, in[1 + i], Ni, p->K, p->N, s);
+        }
+        if (st == FC_OK && gi->has_bias) {
+            CUresult r = cu->MemcpyDtoDAsync(c->bias + (size_t)off * eo, in[1 + gi->nweights + i], (size_t)Ni * eo, s);
+            if (r != CUDA_SUCCESS) st = fc_cu_fail(ctx, r, "MemcpyDtoDAsync(bias block)", __FILE__, __LINE__);
+        }
+        off += Ni;
+    }
+    if (st != FC_OK) return st;
+    memcpy(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc);
+    c->valid = true;
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Running                                                              */
+/* ------------------------------------------------------------------ */
+
+static fc_status matmul_call(fc_cublaslt *h, fc_context *ctx, lt_entry *e, const void *alpha, const void *beta,
+                             CUdeviceptr w, CUdeviceptr x, CUdeviceptr c, CUdeviceptr d, CUdeviceptr ws,
+                             size_t ws_bytes, CUstream s) {
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmul(h->lt, e->op, alpha, (const void *)(uintptr_t)w, e->a,
+                                          (const void *)(uintptr_t)x, e->b, beta, (const void *)(uintptr_t)c, e->c,
+                                          (void *)(uintptr_t)d, e->d, &e->algo, (void *)(uintptr_t)ws, ws_bytes,
+                                          (cudaStream_t)s));
+    return FC_OK;
+}
+
+fc_status fc_cublaslt_run(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const CUdeviceptr *in, CUdeviceptr out,
+                          CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
+    if (!h) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no handle (fc_cublaslt_create failed or was not called)");
+    if (!n || (n->nin > 0 && !in)) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no node or no operand pointers");
+    if (workspace % FC_CUBLASLT_WORKSPACE_ALIGN)
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the workspace must be %d-byte aligned",
+                            FC_CUBLASLT_WORKSPACE_ALIGN);
+    if (!workspace) ws_bytes = 0;
+    fc_gemm_plan p;
+    fc_status st = fc_gemm_plan_of(ctx, n, &p);
+    if (st != FC_OK) return st;
+    if (p.M == 0 || p.N == 0 || p.batch == 0 || fc_gemm_plan_calls(&p) == 0) return FC_OK; /* nothing to write */
+    if (p.K == 0)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s with K = 0 (an empty sum) is not run by cuBLASLt",
+                            fc_op_table[n->op].name);
+    fc_gemm_info gi;
+    fc_gemm_info_of(n, &gi);
+    st = make_current(ctx, h->dev);
+    if (st != FC_OK) return st;
+    if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda.h */
+
+    lt_ptrs ptr = {.x = in[0], .w = in[1], .d = out};
+    ptr.bias = gi.has_bias ? in[1 + gi.nweights] : 0;
+    ptr.c = gi.has_residual ? in[n->nin - 1] : out;
+    if (gi.nweights > 1) {
+        st = concatenated(h, ctx, n, &gi, &p, in, s, &ptr.w, &ptr.bias);
+        if (st != FC_OK) return st;
+    }
+
+    fc_cublaslt_key key;
+    make_key(h->allow_tf32, &p, &gi, &ptr, ws_bytes, &key);
+    lt_entry *e = find_entry(h, &key);
+    if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
+    if (!e->ready && (st = prepare(h, ctx, e, ptr.bias)) != FC_OK) return st;
+    if (gi.has_bias && (st = set_bias(ctx, e, ptr.bias)) != FC_OK) return st;
+
+    float alpha32 = (float)gi.alpha, beta32 = gi.has_residual ? 1.0f : 0.0f;
+    double alpha64 = gi.alpha, beta64 = gi.has_residual ? 1.0 : 0.0;
+    const void *alpha = p.ab == FC_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+    const void *beta = p.ab == FC_F64 ? (const void *)&beta64 : (const void *)&beta32;
+    size_t es = fc_dtype_size(p.ab), eo = fc_dtype_size(p.out);
+
+    /* The outer batch dims: one call per index, offsets by their strides. */
+    int64_t calls = fc_gemm_plan_calls(&p);
+    for (int64_t o = 0; o < calls; o++) {
+        int64_t rest = o, oa = 0, ow = 0, oy = 0;
+        for (int d = p.nouter - 1; d >= 0; d--) {
+            int64_t i = rest % p.outer_size[d];
+            rest /= p.outer_size[d];
+            oa += i * p.outer_a[d];
+            ow += i * p.outer_w[d];
+            oy += i * p.outer_y[d];
+        }
+        st = matmul_call(h, ctx, e, alpha, beta, ptr.w + (size_t)ow * es, ptr.x + (size_t)oa * es,
+                         ptr.c + (size_t)oy * eo, ptr.d + (size_t)oy * eo, workspace, ws_bytes, s);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
+fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const int *arg_ids,
+                             const CUdeviceptr *arg_ptrs, int nargs, CUdeviceptr workspace, size_t ws_bytes,
+                             CUstream s) {
+    if (!n || nargs < 0 || (nargs > 0 && (!arg_ids || !arg_ptrs)))
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no node or no launch arguments");
+    CUdeviceptr small[16], *in = small;
+    if (n->nin > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)n->nin))) return FC_ERR_NOMEM;
+    fc_status st = FC_OK;
+    CUdeviceptr out = 0;
+    for (int k = 0; k <= n->nin && st == FC_OK; k++) {
+        const fc_value *v = k < n->nin ? n->in[k] : n->out[0];
+        int a = 0;
+        while (a < nargs && arg_ids[a] != v->id) a++;
+        if (a == nargs)
+            st = fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the launch has no pointer for value %d (%s of %s)", v->id,
+                              k < n->nin ? "an operand" : "the result", fc_op_table[n->op].name);
+        else if (k < n->nin)
+            in[k] = arg_ptrs[a];
+        else
+            out = arg_ptrs[a];
+    }
+    if (st == FC_OK) st = fc_cublaslt_run(h, ctx, n, in, out, workspace, ws_bytes, s);
+    if (in != small) fc_ctx_freemem(ctx, in);
+    return st;
+}
+
+fc_status fc_cublaslt_gemm(fc_cublaslt *h, fc_context *ctx, const fc_node *gemm_node, CUdeviceptr a, CUdeviceptr b,
+                           CUdeviceptr bias, CUdeviceptr residual, CUdeviceptr out, CUdeviceptr workspace,
+                           size_t ws_bytes, CUstream s) {
+    fc_gemm_info gi;
+    if (!gemm_node || !fc_gemm_info_of(gemm_node, &gi) || gi.nweights != 1)
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_cublaslt_gemm: needs a gemm or matmul node with one right operand");
+    CUdeviceptr in[4];
+    int k = 0;
+    in[k++] = a;
+    in[k++] = b;
+    if (gi.has_bias) in[k++] = bias;
+    if (gi.has_residual) in[k++] = residual;
+    return fc_cublaslt_run(h, ctx, gemm_node, in, out, workspace, ws_bytes, s);
+}
