@@ -126,6 +126,9 @@ typedef struct fuse_state {
     bool *is_output; /* per value id */
 } fuse_state;
 
+#define BATCH_MAX_ELEMS (1 << 16) /* "small": a few waves of one SM at most */
+#define BATCH_MAX_GROUPS 16
+
 static fc_group *new_group(fuse_state *s, fc_group_kind kind) {
     fc_plan *p = s->plan;
     if (!fc_grow(&p->arena, (void **)&p->groups, &p->cap_groups, p->ngroups + 1, sizeof *p->groups)) return NULL;
@@ -612,6 +615,85 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     return st;
 }
 
+static int64_t space_elems(const fc_group *gr) {
+    int64_t n = 1;
+    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
+    return n;
+}
+
+/* Dependency level of each group: 0 for groups that read only params,
+ * else one more than the deepest producer. Groups of one level are ready at
+ * the same time. */
+static int *group_levels(fc_plan *p) {
+    int *level = calloc((size_t)p->ngroups + 1, sizeof(int));
+    if (!level) return NULL;
+    for (int b = 0; b < p->ngroups; b++) { /* launch order is topological */
+        fc_group *gb = p->groups[b];
+        for (int k = 0; k < gb->ninputs; k++) {
+            fc_value *v = gb->inputs[k];
+            int a = v->def ? p->group_of_node[v->def->id] : -1;
+            if (a >= 0 && a != gb->id && level[a] + 1 > level[b]) level[b] = level[a] + 1;
+        }
+    }
+    return level;
+}
+
+fc_status fc_pass_batch(fc_plan *p) {
+    int n = p->ngroups;
+    for (int i = 0; i < n; i++) p->groups[i]->batch = 0;
+    int *level = group_levels(p);
+    if (!level) return FC_ERR_NOMEM;
+    /* Any level with two or more small pointwise groups? */
+    bool any = false;
+    for (int a = 0; a < n && !any; a++)
+        for (int b = a + 1; b < n && !any; b++)
+            any = level[a] == level[b] && p->groups[a]->kind == FC_GROUP_POINTWISE &&
+                  p->groups[b]->kind == FC_GROUP_POINTWISE && space_elems(p->groups[a]) <= BATCH_MAX_ELEMS &&
+                  space_elems(p->groups[b]) <= BATCH_MAX_ELEMS;
+    if (!any) {
+        free(level);
+        return FC_OK;
+    }
+    /* Order by level (a valid topological order), small pointwise groups
+     * last within their level so each batch is contiguous. */
+    fc_group **sorted = fc_arena_alloc(&p->arena, sizeof *sorted * (size_t)n);
+    if (!sorted) {
+        free(level);
+        return FC_ERR_NOMEM;
+    }
+    int m = 0, maxlevel = 0;
+    for (int i = 0; i < n; i++)
+        if (level[i] > maxlevel) maxlevel = level[i];
+    for (int lv = 0; lv <= maxlevel; lv++)
+        for (int pass = 0; pass < 2; pass++)
+            for (int i = 0; i < n; i++) {
+                fc_group *gr = p->groups[i];
+                bool small = gr->kind == FC_GROUP_POINTWISE && space_elems(gr) <= BATCH_MAX_ELEMS;
+                if (level[i] == lv && small == (pass == 1)) sorted[m++] = gr;
+            }
+    free(level);
+    p->groups = sorted;
+    for (int q = 0; q < n; q++) {
+        p->groups[q]->id = q;
+        for (int k = 0; k < p->groups[q]->nnodes; k++) p->group_of_node[p->groups[q]->nodes[k]->id] = q;
+    }
+    level = group_levels(p);
+    if (!level) return FC_ERR_NOMEM;
+    for (int a = 0; a < n;) {
+        fc_group *ga = p->groups[a];
+        int b = a + 1;
+        if (ga->kind == FC_GROUP_POINTWISE && space_elems(ga) <= BATCH_MAX_ELEMS)
+            while (b < n && b - a < BATCH_MAX_GROUPS && level[b] == level[a] && p->groups[b]->kind == FC_GROUP_POINTWISE &&
+                   space_elems(p->groups[b]) <= BATCH_MAX_ELEMS)
+                b++;
+        if (b - a >= 2)
+            for (int q = a; q < b; q++) p->groups[q]->batch = a + 1;
+        a = b;
+    }
+    free(level);
+    return FC_OK;
+}
+
 void fc_plan_release(fc_plan *plan) {
     if (!plan) return;
     fc_arena_release(&plan->arena);
@@ -628,6 +710,8 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_epilogue(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st;
+    if (o == NULL || o->horizontal)
+        if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
     if ((st = fc_pass_memplan(plan))) return st;
     return FC_OK;
 }

@@ -200,14 +200,21 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
      * alias groups come later) and the last read of any member. */
     for (int pos = 0; pos < plan->ngroups; pos++) {
         const fc_group *grp = plan->groups[pos];
+        /* The groups of one batch run at once: a value is written at the
+         * batch's start and read until its end. */
+        int wpos = pos, rpos = pos;
+        if (grp->batch > 0) {
+            wpos = grp->batch - 1;
+            while (rpos + 1 < plan->ngroups && plan->groups[rpos + 1]->batch == grp->batch) rpos++;
+        }
         for (int i = 0; i < grp->noutputs; i++) {
             int r = m->root[grp->outputs[i]->id];
-            if (m->first[r] < 0) m->first[r] = pos;
-            if (pos > m->last[r]) m->last[r] = pos;
+            if (m->first[r] < 0 || wpos < m->first[r]) m->first[r] = wpos;
+            if (rpos > m->last[r]) m->last[r] = rpos;
         }
         for (int i = 0; i < grp->ninputs; i++) {
             int r = m->root[grp->inputs[i]->id];
-            if (pos > m->last[r]) m->last[r] = pos;
+            if (rpos > m->last[r]) m->last[r] = rpos;
         }
     }
     for (int id = 0; id < nv; id++) {

@@ -57,6 +57,12 @@ typedef struct fc_group {
     int64_t space[FC_MAX_RANK];
     bool reduced[FC_MAX_RANK];
     int64_t rows, row_len;
+
+    /* Launch batching: independent small POINTWISE groups that are ready at
+     * the same time run in one launch. Groups with the same nonzero `batch`
+     * (1 + the position of the batch's first group) are adjacent in launch
+     * order; 0: launched alone. */
+    int batch;
 } fc_group;
 
 typedef struct fc_plan {
@@ -89,7 +95,11 @@ void fc_fuse_options_default(fc_fuse_options *o);
 fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
 /* Order groups for launch and compute group inputs/outputs. */
 fc_status fc_pass_schedule(fc_plan *plan);
-/* Assign arena offsets by liveness (256-byte aligned). */
+/* Batch independent small pointwise groups of the same dependency level
+ * into one launch (reorders groups by level when it batches). */
+fc_status fc_pass_batch(fc_plan *plan);
+/* Assign arena offsets by liveness (256-byte aligned). Groups of one batch
+ * run at once: what they read lives until the batch's end. */
 fc_status fc_pass_memplan(fc_plan *plan);
 void fc_plan_release(fc_plan *plan);
 

@@ -54,6 +54,15 @@ static const fusion_case cases[] = {
      1, 0},
     {"sibling pointwise (horizontal)",
      "graph f(%x: f32[128, 512]) {\n  %a = exp(%x)\n  %b = tanh(%x)\n  return %a, %b\n}\n", 1, 0},
+    {"independent small kernels batched into one launch",
+     "graph f(%a: f32[64, 3], %b: f32[32], %c: f32[100]) {\n  %x = exp(%a)\n  %y = tanh(%b)\n  %z = neg(%c)\n"
+     "  return %x, %y, %z\n}\n",
+     1, 0},
+    {"dependent kernels are not batched (nor reductions)",
+     "graph f(%a: f32[64, 32]) {\n  %s = reduce_sum(%a, axes=[1], keepdim=true)\n  %t = permute(%a, perm=[1, 0])\n"
+     "  %u = exp(%t)\n  %v = reduce_sum(%u, axes=[0], keepdim=true)\n  %w = permute(%v, perm=[1, 0])\n  %y = add(%s, %w)\n"
+     "  return %y\n}\n",
+     3, 0},
     {"views fold into indexing",
      "graph f(%x: f32[8, 16, 32]) {\n  %p = permute(%x, perm=[2, 0, 1])\n  %r = reshape(%p, shape=[32, 128])\n"
      "  %s = slice(%r, axis=1, start=1, end=-1, step=2)\n  %e = exp(%s)\n  return %e\n}\n",

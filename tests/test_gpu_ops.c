@@ -151,6 +151,8 @@ int main(void) {
         "graph pw(%x: bf16[256, 512], %r: bf16[256, 512]) {\n  %xf = cast(%x, to=f32)\n  %rf = cast(%r, to=f32)\n"
         "  %a = mul(%xf, 1.702)\n  %b = add(%a, %rf)\n  %c = gelu(%b)\n  %s = sigmoid(%rf)\n  %d = mul(%c, %s)\n"
         "  %e = add(%d, %xf)\n  %y = cast(%e, to=bf16)\n  return %y\n}\n",
+        "graph batch(%a: f32[64, 3], %b: bf16[32], %c: f32[100]) {\n  %x = exp(%a)\n  %y = tanh(%b)\n  %z = neg(%c)\n"
+        "  return %x, %y, %z\n}\n",
         "graph sib(%x: f32[128, 512]) {\n  %a = exp(%x)\n  %b = tanh(%x)\n  %s = reduce_sum(%x, axes=[1])\n"
         "  %m = reduce_max(%x, axes=[1])\n  return %a, %b, %s, %m\n}\n",
     };

@@ -633,19 +633,35 @@ static void vector_stores(kctx *k, int vec, char vout[][24], const char *base) {
             sbf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
 }
 
-static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
+/* The argument list of a group's kernel (or body function). */
+static void kernel_params(kctx *k) {
+    const fc_group *gr = k->gr;
+    for (int i = 0; i < gr->ninputs; i++)
+        sbf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
+    for (int i = 0; i < gr->noutputs; i++)
+        sbf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+}
+
+/* Threads a pointwise group needs (one per VEC elements). */
+static int64_t pointwise_threads(kctx *k) {
+    const fc_group *gr = k->gr;
+    int64_t n = 1;
+    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
+    return n / vector_width(k, n);
+}
+
+/* A pointwise group as a device function over threads t0, t0 + stride, ...
+ * A kernel of its own calls it once; a batched launch calls several. */
+static fc_status pointwise_body(kctx *k, const char *name) {
     const fc_group *gr = k->gr;
     int64_t n = 1;
     for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
     int vec = vector_width(k, n);
     int64_t nthreads = n / vec;
-    unsigned block = 256;
-    int64_t grid = (nthreads + block - 1) / block;
-    if (grid > (1 << 30)) grid = 1 << 30;
-    if (grid < 1) grid = 1;
-    kernel_signature(k, l->name, block);
-    sbf(k->s, "  for (i64 t = (i64)blockIdx.x * %u + threadIdx.x; t < %lldll; t += (i64)gridDim.x * %u) {\n", block,
-        (long long)nthreads, block);
+    sbf(k->s, "static __device__ __forceinline__ void %s_body(", name);
+    kernel_params(k);
+    sbf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs ? ", " : "");
+    sbf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)nthreads);
     sbf(k->s, "      i64 base = t * %d;\n", vec);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
@@ -662,9 +678,25 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
     sbf(k->s, "  }\n}\n\n");
     free(vin);
     free(vout);
+    return FC_OK;
+}
+
+#define PW_BLOCK 256u
+
+static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
+    fc_status st = pointwise_body(k, l->name);
+    if (st) return st;
+    int64_t grid = (pointwise_threads(k) + PW_BLOCK - 1) / PW_BLOCK;
+    if (grid > (1 << 30)) grid = 1 << 30;
+    if (grid < 1) grid = 1;
+    kernel_signature(k, l->name, PW_BLOCK);
+    sbf(k->s, "  %s_body(", l->name);
+    for (int i = 0; i < k->gr->ninputs; i++) sbf(k->s, "a%d, ", i);
+    for (int i = 0; i < k->gr->noutputs; i++) sbf(k->s, "o%d, ", i);
+    sbf(k->s, "(i64)blockIdx.x * %u + threadIdx.x, (i64)gridDim.x * %u);\n}\n\n", PW_BLOCK, PW_BLOCK);
     l->grid[0] = (unsigned)grid;
     l->grid[1] = l->grid[2] = 1;
-    l->block[0] = block;
+    l->block[0] = PW_BLOCK;
     l->block[1] = l->block[2] = 1;
     return FC_OK;
 }
@@ -942,6 +974,81 @@ static void summarize(const fc_group *gr, char *out, size_t n) {
         pos += (size_t)snprintf(out + pos, n - pos, "%s%s", i ? "," : " ", fc_op_table[gr->nodes[i]->op].name);
 }
 
+/* Independent small pointwise groups [first, last] of one batch: each body
+ * is a device function; one kernel gives each group its own range of
+ * blocks. The launch's arguments are the groups' arguments in order. */
+static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s, fc_launch *l) {
+    fc_graph *g = plan->g;
+    l->kind = FC_LAUNCH_KERNEL;
+    l->group = plan->groups[first]->id;
+    snprintf(l->name, sizeof l->name, "fc_%s_b%d", g->name, first);
+    size_t pos = (size_t)snprintf(l->summary, sizeof l->summary, "batch of %d:", last - first + 1);
+    int nargs = 0;
+    for (int i = first; i <= last; i++) nargs += plan->groups[i]->ninputs + plan->groups[i]->noutputs;
+    l->args = calloc((size_t)nargs + 1, sizeof(int));
+    int64_t *blocks = calloc((size_t)(last - first + 1), sizeof(int64_t));
+    if (!l->args || !blocks) {
+        free(blocks);
+        return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    }
+    fc_status st = FC_OK;
+    for (int i = first; i <= last && !st; i++) {
+        const fc_group *gr = plan->groups[i];
+        for (int q = 0; q < gr->nnodes && pos + 16 < sizeof l->summary; q++)
+            pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, "%s%s", q ? "," : " ", fc_op_table[gr->nodes[q]->op].name);
+        if (pos + 2 < sizeof l->summary && i < last) pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, ";");
+        kctx k = {.p = plan, .gr = gr, .s = s};
+        char name[80];
+        snprintf(name, sizeof name, "%s_%d", l->name, i - first);
+        sbf(s, "// group %d (batched)\n", gr->id);
+        st = pointwise_body(&k, name);
+        blocks[i - first] = (pointwise_threads(&k) + PW_BLOCK - 1) / PW_BLOCK;
+        if (blocks[i - first] < 1) blocks[i - first] = 1;
+        if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d)", k.errmsg, gr->id);
+        free(k.memo);
+    }
+    if (st) {
+        free(blocks);
+        return st;
+    }
+    /* The kernel: all arguments, prefixed by group. */
+    sbf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", PW_BLOCK, l->name);
+    int a = 0;
+    for (int i = first; i <= last; i++) {
+        const fc_group *gr = plan->groups[i];
+        for (int q = 0; q < gr->ninputs; q++, a++) {
+            sbf(s, "%sconst %s *__restrict__ g%d_a%d", a ? ", " : "", storage_type(gr->inputs[q]->dtype), i - first, q);
+        }
+        for (int q = 0; q < gr->noutputs; q++, a++)
+            sbf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", storage_type(gr->outputs[q]->dtype), i - first, q);
+    }
+    sbf(s, ") {\n  long long b = blockIdx.x;\n");
+    /* Arguments in the kernel's order: each group's reads, then its writes. */
+    int at = 0;
+    int64_t start = 0;
+    for (int i = first; i <= last; i++) {
+        const fc_group *gr = plan->groups[i];
+        for (int q = 0; q < gr->ninputs; q++) l->args[at++] = gr->inputs[q]->id;
+        for (int q = 0; q < gr->noutputs; q++) l->args[at++] = gr->outputs[q]->id;
+        int64_t nb = blocks[i - first];
+        sbf(s, "  %sif (b < %lldll) %s_%d_body(", i > first ? "else " : "", (long long)(start + nb), l->name, i - first);
+        for (int q = 0; q < gr->ninputs; q++) sbf(s, "g%d_a%d, ", i - first, q);
+        for (int q = 0; q < gr->noutputs; q++) sbf(s, "g%d_o%d, ", i - first, q);
+        sbf(s, "(b - %lldll) * %u + threadIdx.x, %lldll * %u);\n", (long long)start, PW_BLOCK, (long long)nb, PW_BLOCK);
+        start += nb;
+    }
+    sbf(s, "}\n\n");
+    free(blocks);
+    l->nargs = nargs;
+    l->nreads = nargs; /* reads and writes interleave by group; the runtime
+                        * only maps each value id to its pointer */
+    l->grid[0] = (unsigned)start;
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = PW_BLOCK;
+    l->block[1] = l->block[2] = 1;
+    return FC_OK;
+}
+
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     memset(out, 0, sizeof *out);
     fc_graph *g = plan->g;
@@ -952,6 +1059,13 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     fc_status st = FC_OK;
     for (int gi = 0; gi < plan->ngroups && !st; gi++) {
         const fc_group *gr = plan->groups[gi];
+        if (gr->batch > 0) {
+            int end = gi;
+            while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
+            st = batched_launch(plan, gi, end, &s, &out->launches[out->nlaunches++]);
+            gi = end;
+            continue;
+        }
         fc_launch *l = &out->launches[out->nlaunches++];
         l->group = gr->id;
         summarize(gr, l->summary, sizeof l->summary);
