@@ -7,12 +7,23 @@
  *   memory plan) -> fc_cuda_codegen (one CUDA C source, a launch list)
  *   -> NVRTC (a cubin for sm_XY)
  *
- * and keeps the plan, the source and the cubin. NVRTC needs no GPU, so
- * compiling works on any machine, and so do the emit functions. Nothing is
- * loaded on a device at compile time: the first fc_run opens device 0,
- * loads the module, resolves the kernels and allocates the arena, and every
- * later run reuses them. Lazy, so that a machine without a GPU (CI) can
- * compile and a program that is only inspected never touches the driver.
+ * with the compile cache around it (docs/CACHE.md): a program compiled
+ * before, by this process or another, comes whole from a level-2 entry and
+ * skips everything above; a source compiled before gets its cubin from a
+ * level-1 entry and skips NVRTC.
+ *
+ * What runs is the program's description (fc_program_desc, program.h):
+ * the signature, the launches, where each value lives, the source. It
+ * points into no graph, so a cache entry or an AOT file can carry it. A
+ * cold compile builds it from the plan (build_desc); the plan and the
+ * graph after the passes are kept only for introspection.
+ *
+ * NVRTC needs no GPU, so compiling works on any machine, and so do the
+ * emit functions. Nothing is loaded on a device at compile time: the first
+ * fc_run opens device 0, loads the module, resolves the kernels and
+ * allocates the arena, and every later run reuses them. Lazy, so that a
+ * machine without a GPU (CI) can compile and a program that is only
+ * inspected never touches the driver.
  *
  * Storage. Each value a launch names gets its device pointer from its
  * storage class (see passes/memplan.c): a class rooted at a parameter lives
@@ -26,14 +37,17 @@
 #include "runtime/cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/interp.h"
+#include "runtime/program_cache.h"
 
 #include <math.h>
 #include <nvrtc.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Kernels may use up to 48 KiB of dynamic shared memory without opting in. */
 #define DEFAULT_MAX_SHARED (48 * 1024)
@@ -43,19 +57,16 @@
 struct fc_program {
     fc_context *ctx;
     fc_compile_options opts;
-    int sm;               /* the target: major*10+minor */
-    char unit_name[96];   /* the program's name in NVRTC's messages */
-    fc_graph *g;          /* fusec's copy of the graph, after the passes */
-    fc_plan plan;
-    fc_cuda_src src;
-    fc_bytes cubin;
+    fc_program_desc d;    /* what runs: signature, launches, storage, source */
+    fc_bytes cubin;       /* NVRTC's cubin of d.src.source (an AOT file: the whole file) */
+    fc_compile_times times;
+    int max_args;         /* most kernel parameters of any launch */
 
-    /* Storage classes, by value id (see the top of the file). */
-    int nvalues;
-    fc_value **val;   /* id -> value, for every value the plan mentions */
-    int *root;        /* id -> id of its class root */
-    int *result_slot; /* root id -> the first graph result in the class, or -1 */
-    int max_args;     /* most kernel parameters of any launch */
+    /* Introspection only: fusec's copy of the graph after the passes, and
+     * the plan. A cold compile keeps them; a program from the cache or a
+     * file makes them on demand (materialize). */
+    fc_graph *g;
+    fc_plan plan;
 
     /* Device state, made by the first run (ensure_device). */
     fc_cuda_device *dev;
@@ -67,8 +78,25 @@ struct fc_program {
     void **argptr;       /* ...and pointers to them, as cuLaunchKernel wants */
 };
 
+/* Process-wide counters (fc_compile_counters_get). */
+static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, count_nvrtc;
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* A copy of s through ctx (fault injection applies); NULL on failure. */
+static char *dup_str(fc_context *ctx, const char *s) {
+    size_t n = strlen(s);
+    char *c = fc_ctx_malloc(ctx, n + 1);
+    if (c) memcpy(c, s, n + 1);
+    return c;
+}
+
 /* ------------------------------------------------------------------ */
-/* Options.                                                            */
+/* Options, descriptions, counters.                                    */
 /* ------------------------------------------------------------------ */
 
 void fc_compile_options_default(fc_compile_options *o) {
@@ -80,12 +108,57 @@ void fc_compile_options_default(fc_compile_options *o) {
     o->fuse = true;
 }
 
-/* NVRTC options beyond fc_nvrtc_options_build's own; both compiles (cubin
- * and PTX) use these, so the PTX is the PTX of the cubin. */
-static int extra_nvrtc_options(const fc_program *p, const char **extra) {
+/* Every compile of a program's source (the cubin, the PTX, an AOT file)
+ * uses these, so the PTX is the PTX of the cubin. */
+int fc_program_extra_nvrtc_options(bool fast_math, const char **extra) {
     int n = 0;
-    if (p->opts.fast_math) extra[n++] = "--use_fast_math";
+    if (fast_math) extra[n++] = "--use_fast_math";
     return n;
+}
+
+void fc_program_unit_name(const char *graph_name, char *buf, size_t n) {
+    snprintf(buf, n, "fusec_%.64s.cu", graph_name ? graph_name : "program");
+}
+
+void fc_program_desc_release(fc_program_desc *d) {
+    if (!d) return;
+    free(d->graph_name);
+    free(d->graph_text);
+    for (int i = 0; d->params && i < d->nparams; i++) free(d->params[i].name);
+    for (int i = 0; d->outputs && i < d->noutputs; i++) free(d->outputs[i].name);
+    free(d->params);
+    free(d->outputs);
+    free(d->store);
+    fc_cuda_src_release(&d->src);
+    memset(d, 0, sizeof *d);
+}
+
+int64_t fc_program_tensor_bytes(const fc_program_tensor *t) {
+    if (!t || (unsigned)t->dtype >= FC_DTYPE_COUNT || t->rank < 0 || t->rank > FC_MAX_RANK) return 0;
+    int64_t n = (int64_t)fc_dtype_size(t->dtype);
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] < 0 || (t->dims[i] > 0 && n > INT64_MAX / t->dims[i])) return 0;
+        n *= t->dims[i];
+    }
+    return n;
+}
+
+const char *fc_program_origin_name(fc_program_origin o) {
+    switch (o) {
+    case FC_PROGRAM_COMPILED: return "compiled";
+    case FC_PROGRAM_KERNEL_CACHE: return "kernel cache";
+    case FC_PROGRAM_PROGRAM_CACHE: return "program cache";
+    case FC_PROGRAM_FILE: return "file";
+    }
+    return "?";
+}
+
+void fc_compile_counters_get(fc_compile_counters *out) {
+    if (!out) return;
+    out->compiles = atomic_load(&count_compiles);
+    out->program_hits = atomic_load(&count_program_hits);
+    out->kernel_hits = atomic_load(&count_kernel_hits);
+    out->nvrtc_compiles = atomic_load(&count_nvrtc);
 }
 
 /* ------------------------------------------------------------------ */
@@ -145,83 +218,83 @@ static fc_value *alias_source(const fc_group *grp, fc_value *o) {
     return v;
 }
 
-static fc_value *value_of(const fc_program *p, int id) {
-    return id >= 0 && id < p->nvalues ? p->val[id] : NULL;
+/* The storage classes of a plan, by value id, while build_desc runs. */
+typedef struct classes {
+    int nvalues;
+    fc_value **val;   /* id -> value, for every value the plan mentions */
+    int *root;        /* id -> id of its class root */
+    int *result_slot; /* root id -> the first graph result in the class, or -1 */
+} classes;
+
+static void note_value(classes *c, fc_value *v) {
+    FC_ASSERT(v && v->id >= 0 && v->id < c->nvalues);
+    c->val[v->id] = v;
 }
 
-static void note_value(fc_program *p, fc_value *v) {
-    FC_ASSERT(v && v->id >= 0 && v->id < p->nvalues);
-    p->val[v->id] = v;
-}
-
-/* Where a value's bytes live. */
-typedef enum storage_kind {
-    STORE_INPUT,  /* inputs[index] */
-    STORE_OUTPUT, /* outputs[index] */
-    STORE_ARENA,  /* arena + index */
-    STORE_NONE,   /* nowhere: a plan the runtime cannot run */
-} storage_kind;
-
-static storage_kind storage_of(const fc_program *p, int id, int64_t *index) {
-    const fc_value *v = value_of(p, id);
-    if (!v) return STORE_NONE;
-    const fc_value *r = p->val[p->root[id]];
+/* Where value id lives (the table at the top of the file). */
+static fc_store store_of(const classes *c, const fc_plan *plan, int id) {
+    fc_store s = {FC_STORE_NONE, 0, 0};
+    const fc_value *v = c->val[id];
+    if (!v) return s;
+    s.bytes = fc_value_bytes(v);
+    const fc_value *r = c->val[c->root[id]];
     if (r->param_index >= 0) {
-        *index = r->param_index;
-        return STORE_INPUT;
+        s.kind = FC_STORE_INPUT;
+        s.index = r->param_index;
+    } else if (c->result_slot[r->id] >= 0) {
+        s.kind = FC_STORE_OUTPUT;
+        s.index = c->result_slot[r->id];
+    } else if (plan->offset && plan->offset[id] >= 0) {
+        s.kind = FC_STORE_ARENA;
+        s.index = plan->offset[id];
     }
-    if (p->result_slot[r->id] >= 0) {
-        *index = p->result_slot[r->id];
-        return STORE_OUTPUT;
-    }
-    if (p->plan.offset && p->plan.offset[id] >= 0) {
-        *index = p->plan.offset[id];
-        return STORE_ARENA;
-    }
-    return STORE_NONE;
+    return s;
 }
 
-/* Build the storage classes and check that every launch argument and
- * every result has storage, so that a mismatch between the plan and the
- * codegen shows up at compile time (in CI), not as a bad pointer on a GPU. */
-static fc_status build_storage(fc_program *p) {
+static void set_tensor_type(fc_program_tensor *t, const fc_value *v) {
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    for (int d = 0; d < v->rank; d++) t->dims[d] = v->dims[d];
+    t->value = v->id;
+}
+
+/* Build the classes, check that every launch argument and every result
+ * has storage (so that a mismatch between the plan and the codegen shows
+ * up at compile time, in CI, not as a bad pointer on a GPU), and fill the
+ * description from them. */
+static fc_status fill_desc(fc_program *p, classes *c) {
     fc_graph *g = p->g;
     const fc_plan *plan = &p->plan;
-    p->nvalues = g->next_value_id;
-    size_t nv = (size_t)(p->nvalues ? p->nvalues : 1);
-    p->val = fc_ctx_malloc(p->ctx, nv * sizeof *p->val);
-    p->root = fc_ctx_malloc(p->ctx, nv * sizeof *p->root);
-    p->result_slot = fc_ctx_malloc(p->ctx, nv * sizeof *p->result_slot);
-    if (!p->val || !p->root || !p->result_slot) return FC_ERR_NOMEM;
-    for (int id = 0; id < p->nvalues; id++) {
-        p->val[id] = NULL;
-        p->root[id] = id;
-        p->result_slot[id] = -1;
+    fc_program_desc *d = &p->d;
+    for (int id = 0; id < c->nvalues; id++) {
+        c->val[id] = NULL;
+        c->root[id] = id;
+        c->result_slot[id] = -1;
     }
-    for (int i = 0; i < g->nparams; i++) note_value(p, g->params[i]);
+    for (int i = 0; i < g->nparams; i++) note_value(c, g->params[i]);
     for (int pos = 0; pos < plan->ngroups; pos++) {
         const fc_group *grp = plan->groups[pos];
-        for (int i = 0; i < grp->ninputs; i++) note_value(p, grp->inputs[i]);
+        for (int i = 0; i < grp->ninputs; i++) note_value(c, grp->inputs[i]);
         for (int i = 0; i < grp->noutputs; i++) {
             fc_value *o = grp->outputs[i];
-            note_value(p, o);
+            note_value(c, o);
             if (grp->kind == FC_GROUP_ALIAS) {
                 fc_value *src = alias_source(grp, o);
-                note_value(p, src);
-                p->root[o->id] = p->root[src->id];
+                note_value(c, src);
+                c->root[o->id] = c->root[src->id];
             }
         }
     }
     for (int k = 0; k < g->noutputs; k++) {
         fc_value *v = g->outputs[k];
-        note_value(p, v);
-        int r = p->root[v->id];
-        if (p->result_slot[r] < 0) p->result_slot[r] = k;
+        note_value(c, v);
+        int r = c->root[v->id];
+        if (c->result_slot[r] < 0) c->result_slot[r] = k;
     }
 
     /* A result class not rooted at a parameter must be written by a group. */
     for (int k = 0; k < g->noutputs; k++) {
-        const fc_value *r = p->val[p->root[g->outputs[k]->id]];
+        const fc_value *r = c->val[c->root[g->outputs[k]->id]];
         if (r->param_index >= 0) continue;
         bool written = false;
         for (int pos = 0; pos < plan->ngroups && !written; pos++) {
@@ -233,26 +306,78 @@ static fc_status build_storage(fc_program *p) {
             return fc_set_error(p->ctx, FC_ERR_RUNTIME,
                                 "internal error: result %d of graph %s is not written by any kernel", k, g->name);
     }
-    p->max_args = 0;
-    for (int i = 0; i < p->src.nlaunches; i++) {
-        const fc_launch *l = &p->src.launches[i];
+
+    d->nvalues = c->nvalues;
+    d->store = fc_ctx_malloc(p->ctx, sizeof *d->store * (size_t)(c->nvalues + 1));
+    d->params = fc_ctx_malloc(p->ctx, sizeof *d->params * (size_t)(g->nparams + 1));
+    d->outputs = fc_ctx_malloc(p->ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    d->graph_name = dup_str(p->ctx, g->name);
+    if (!d->store || !d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
+    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
+    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    for (int id = 0; id < c->nvalues; id++) d->store[id] = store_of(c, plan, id);
+
+    for (int i = 0; i < g->nparams; i++) {
+        fc_program_tensor *t = &d->params[i];
+        set_tensor_type(t, g->params[i]);
+        d->nparams = i + 1; /* so that release frees the names made so far */
+        if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        fc_program_tensor *t = &d->outputs[k];
+        const fc_value *v = g->outputs[k];
+        const fc_value *r = c->val[c->root[v->id]];
+        set_tensor_type(t, v);
+        /* Written in place unless a parameter (or a view of one) is
+         * returned, or the class's result slot is another output. */
+        if (r->param_index >= 0) t->copy_from = (fc_store){FC_STORE_INPUT, r->param_index, fc_value_bytes(v)};
+        else if (c->result_slot[r->id] != k)
+            t->copy_from = (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], fc_value_bytes(v)};
+        else t->copy_from = (fc_store){FC_STORE_NONE, 0, 0};
+    }
+    d->noutputs = g->noutputs;
+    d->arena_bytes = plan->arena_bytes;
+    d->intermediate_bytes = plan->intermediate_bytes;
+
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
         if (l->kind == FC_LAUNCH_ALIAS) continue;
-        if (l->nargs > p->max_args) p->max_args = l->nargs;
         for (int a = 0; a < l->nargs; a++) {
-            int64_t index;
-            if (storage_of(p, l->args[a], &index) == STORE_NONE)
+            int id = l->args[a];
+            if (id < 0 || id >= d->nvalues || d->store[id].kind == FC_STORE_NONE)
                 return fc_set_error(p->ctx, FC_ERR_RUNTIME,
                                     "internal error: launch %d (%s) argument %d is value %d, which has no storage "
                                     "in the memory plan",
-                                    i, l->name, a, l->args[a]);
+                                    i, l->name, a, id);
         }
     }
     return FC_OK;
 }
 
-/* The steps of fc_compile after the program exists; fc_compile frees the
- * program when one fails. */
-static fc_status compile_program(fc_program *p, fc_graph *g) {
+static fc_status build_desc(fc_program *p) {
+    classes c = {p->g->next_value_id, NULL, NULL, NULL};
+    size_t nv = (size_t)(c.nvalues ? c.nvalues : 1);
+    c.val = fc_ctx_malloc(p->ctx, nv * sizeof *c.val);
+    c.root = fc_ctx_malloc(p->ctx, nv * sizeof *c.root);
+    c.result_slot = fc_ctx_malloc(p->ctx, nv * sizeof *c.result_slot);
+    fc_status st = c.val && c.root && c.result_slot ? fill_desc(p, &c) : FC_ERR_NOMEM;
+    fc_ctx_freemem(p->ctx, c.val);
+    fc_ctx_freemem(p->ctx, c.root);
+    fc_ctx_freemem(p->ctx, c.result_slot);
+    return st;
+}
+
+/* The most kernel parameters of any launch: the size of the run's scratch. */
+static void count_max_args(fc_program *p) {
+    p->max_args = 0;
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        if (l->kind != FC_LAUNCH_ALIAS && l->nargs > p->max_args) p->max_args = l->nargs;
+    }
+}
+
+/* The cold path: passes, codegen, description. */
+static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     p->g = fc_graph_clone(g);
     /* The clone does not say why it failed; the graph was checked above,
      * so it is memory unless its message says otherwise. */
@@ -261,7 +386,9 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = p->opts.fuse;
+    double t = now_ms();
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
+    p->times.passes_ms = now_ms() - t;
     if (st != FC_OK) return st;
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
     if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
@@ -270,17 +397,179 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
                             "results)",
                             g->nparams, p->g->nparams, g->noutputs, p->g->noutputs);
 
-    st = fc_cuda_codegen(&p->plan, &p->src);
-    if (st != FC_OK) return st;
-    st = build_storage(p);
-    if (st != FC_OK) return st;
+    t = now_ms();
+    st = fc_cuda_codegen(&p->plan, &p->d.src);
+    if (st == FC_OK) st = build_desc(p);
+    p->times.codegen_ms = now_ms() - t;
+    return st;
+}
 
-    p->sm = resolve_sm(p->opts.sm);
-    snprintf(p->unit_name, sizeof p->unit_name, "fusec_%.64s.cu", p->g->name);
+/* What a compile needs of NVRTC before it starts: the exact options (for
+ * the keys and the compile) and the version (for the keys). */
+typedef struct nvrtc_setup {
     const char *extra[4];
-    int nextra = extra_nvrtc_options(p, extra);
-    return fc_nvrtc_compile(p->ctx, p->src.source, p->unit_name, p->sm / 10, p->sm % 10, extra, nextra,
-                            &p->cubin);
+    int nextra;
+    fc_nvrtc_options opts;
+    int major, minor;
+    bool version_known;
+} nvrtc_setup;
+
+static fc_status nvrtc_setup_make(fc_program *p, nvrtc_setup *n) {
+    n->nextra = fc_program_extra_nvrtc_options(p->d.fast_math, n->extra);
+    fc_status st = fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, n->extra, n->nextra, &n->opts);
+    n->version_known = fc_nvrtc_version(&n->major, &n->minor) == FC_OK;
+    return st;
+}
+
+/*
+ * A level-2 lookup: on a hit, the description decoded from the entry
+ * replaces p->d. An entry that does not decode, or that is not for this
+ * very graph and these options (the key says it is; a check costs a
+ * strcmp), is a miss: the cold path's put then replaces it. Only running
+ * out of memory is an error.
+ */
+static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_key *key, bool *hit) {
+    *hit = false;
+    void *bytes = NULL;
+    size_t n = 0;
+    fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_PROGRAM, key, &bytes, &n);
+    if (st != FC_OK || !bytes) return st;
+    fc_program_desc d;
+    st = fc_program_desc_decode(p->ctx, bytes, n, &d);
+    fc_free(bytes);
+    if (st == FC_ERR_NOMEM) return st;
+    if (st != FC_OK) return FC_OK;
+    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse ||
+        strcmp(d.graph_text, p->d.graph_text) != 0) {
+        fc_program_desc_release(&d);
+        return FC_OK;
+    }
+    fc_program_desc_release(&p->d);
+    p->d = d;
+    *hit = true;
+    return FC_OK;
+}
+
+/* A cubin as the cache gave it must still look like one: the checksum
+ * proves the entry is what was written, not that what was written was
+ * right. */
+static bool looks_like_cubin(const void *data, size_t n) {
+    return n > 64 && memcmp(data, "\x7f" "ELF", 4) == 0;
+}
+
+/* The cubin of p->d.src.source: from the cache (level 1), else NVRTC, then
+ * stored. *from_cache says which. A failed store is not an error: the
+ * compile succeeded (its message stays on the context). */
+static fc_status get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache) {
+    *from_cache = false;
+    fc_program_desc *d = &p->d;
+    char unit[96];
+    fc_program_unit_name(d->graph_name, unit, sizeof unit);
+    fc_cache_key key = {{0}};
+    if (cache) {
+        double t = now_ms();
+        key = fc_kernel_cache_key(d->src.source, unit, d->sm, nv->opts.opt, nv->opts.count, nv->major, nv->minor);
+        memcpy(d->kernel_key, key.bytes, sizeof d->kernel_key);
+        void *bin = NULL;
+        size_t n = 0;
+        fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_KERNEL, &key, &bin, &n);
+        p->times.cache_ms += now_ms() - t;
+        if (st != FC_OK) return st;
+        if (bin && looks_like_cubin(bin, n)) {
+            p->cubin.data = bin;
+            p->cubin.size = n;
+            atomic_fetch_add(&count_kernel_hits, 1);
+            *from_cache = true;
+            return FC_OK;
+        }
+        fc_free(bin);
+    }
+    double t = now_ms();
+    fc_status st = fc_nvrtc_compile(p->ctx, d->src.source, unit, d->sm / 10, d->sm % 10, nv->extra, nv->nextra,
+                                    &p->cubin);
+    p->times.nvrtc_ms += now_ms() - t;
+    atomic_fetch_add(&count_nvrtc, 1);
+    if (st != FC_OK || !cache) return st;
+    t = now_ms();
+    fc_cache_note_compile(cache);
+    (void)fc_cache_put(cache, p->ctx, FC_CACHE_KERNEL, &key, p->cubin.data, p->cubin.size);
+    p->times.cache_ms += now_ms() - t;
+    return FC_OK;
+}
+
+/* Store the description as a level-2 entry; failures are not errors. */
+static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *key) {
+    double t = now_ms();
+    fc_bytes blob = {NULL, 0};
+    if (fc_program_desc_encode(p->ctx, &p->d, &blob) == FC_OK)
+        (void)fc_cache_put(cache, p->ctx, FC_CACHE_PROGRAM, key, blob.data, blob.size);
+    fc_bytes_free(&blob);
+    p->times.cache_ms += now_ms() - t;
+}
+
+/* The steps of fc_compile after the program exists; fc_compile frees the
+ * program when one fails. */
+static fc_status compile_program(fc_program *p, fc_graph *g) {
+    fc_program_desc *d = &p->d;
+    d->sm = resolve_sm(p->opts.sm);
+    d->fast_math = p->opts.fast_math;
+    d->fuse = p->opts.fuse;
+
+    fc_cache *cache = NULL;
+    fc_status st = fc_cache_global_open(p->ctx, &cache);
+    if (st != FC_OK) return st;
+    nvrtc_setup nv;
+    st = nvrtc_setup_make(p, &nv);
+    if (st != FC_OK) return st;
+    /* Without NVRTC's version a cubin's key would not say which compiler
+     * made it: do without the cache rather than risk a stale one. */
+    if (fc_cache_mode_of(cache) == FC_CACHE_OFF || !nv.version_known) cache = NULL;
+
+    /* The graph's canonical text: the level-2 key, and what a program from
+     * the cache or a file re-plans from when asked for its plan. */
+    double t = now_ms();
+    d->graph_text = fc_print(g);
+    if (!d->graph_text) {
+        if (strstr(p->ctx->error, "out of memory")) return FC_ERR_NOMEM;
+        char why[512];
+        snprintf(why, sizeof why, "%.500s", p->ctx->error);
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: cannot print graph %s: %s", g->name, why);
+    }
+    bool program_hit = false;
+    fc_cache_key pkey = {{0}};
+    if (cache) {
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, nv.opts.opt, nv.opts.count,
+                                    nv.major, nv.minor);
+        st = lookup_program(p, cache, &pkey, &program_hit);
+        if (st != FC_OK) return st;
+        p->times.cache_ms += now_ms() - t; /* without a cache, the text is "other" time */
+    }
+
+    if (!program_hit && (st = plan_and_generate(p, g)) != FC_OK) return st;
+    count_max_args(p);
+    bool kernel_hit = false;
+    st = get_cubin(p, cache, &nv, &kernel_hit);
+    if (st != FC_OK) return st;
+    if (cache && !program_hit) store_program(p, cache, &pkey);
+    if (cache) {
+        /* Publish this compile's hits and misses now: a process that only
+         * ever hits would otherwise never write them (puts flush too). */
+        fc_context scratch = {0};
+        (void)fc_cache_flush_stats(cache, &scratch);
+    }
+    p->times.origin = program_hit ? FC_PROGRAM_PROGRAM_CACHE
+                      : kernel_hit ? FC_PROGRAM_KERNEL_CACHE
+                                   : FC_PROGRAM_COMPILED;
+    if (program_hit) atomic_fetch_add(&count_program_hits, 1);
+    return FC_OK;
+}
+
+static fc_program *new_program(fc_context *ctx) {
+    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+    if (!p) return NULL;
+    memset(p, 0, sizeof *p);
+    p->ctx = ctx;
+    return p;
 }
 
 fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
@@ -307,16 +596,45 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
     fc_status st = check_all_static(g);
     if (st != FC_OK) return st;
 
-    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+    double t0 = now_ms();
+    fc_program *p = new_program(ctx);
     if (!p) return FC_ERR_NOMEM;
-    memset(p, 0, sizeof *p);
-    p->ctx = ctx;
     p->opts = *o;
     st = compile_program(p, g);
     if (st != FC_OK) {
         fc_program_free(p);
         return st;
     }
+    p->times.compile_ms = now_ms() - t0;
+    atomic_fetch_add(&count_compiles, 1);
+    *out = p;
+    return FC_OK;
+}
+
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+                               fc_program **out) {
+    if (out) *out = NULL;
+    if (!desc || !cubin || !out) {
+        fc_program_desc_release(desc);
+        fc_bytes_free(cubin);
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
+    }
+    fc_program *p = new_program(ctx);
+    if (!p) {
+        fc_program_desc_release(desc);
+        fc_bytes_free(cubin);
+        return FC_ERR_NOMEM;
+    }
+    p->d = *desc;
+    p->cubin = *cubin;
+    memset(desc, 0, sizeof *desc);
+    memset(cubin, 0, sizeof *cubin);
+    fc_compile_options_default(&p->opts);
+    p->opts.sm = p->d.sm;
+    p->opts.fast_math = p->d.fast_math;
+    p->opts.fuse = p->d.fuse;
+    p->times.origin = origin;
+    count_max_args(p);
     *out = p;
     return FC_OK;
 }
@@ -341,11 +659,8 @@ void fc_program_free(fc_program *p) {
     fc_ctx_freemem(p->ctx, p->func);
     fc_ctx_freemem(p->ctx, p->argval);
     fc_ctx_freemem(p->ctx, p->argptr);
-    fc_ctx_freemem(p->ctx, p->val);
-    fc_ctx_freemem(p->ctx, p->root);
-    fc_ctx_freemem(p->ctx, p->result_slot);
     fc_bytes_free(&p->cubin);
-    fc_cuda_src_release(&p->src);
+    fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
     fc_graph_free(p->g);
     fc_ctx_freemem(p->ctx, p);
@@ -355,19 +670,45 @@ void fc_program_free(fc_program *p) {
 /* Accessors.                                                          */
 /* ------------------------------------------------------------------ */
 
-fc_graph *fc_program_graph(const fc_program *p) { return p ? p->g : NULL; }
-const fc_plan *fc_program_plan(const fc_program *p) { return p ? &p->plan : NULL; }
-int fc_program_num_launches(const fc_program *p) { return p ? p->src.nlaunches : 0; }
-const fc_launch *fc_program_launch(const fc_program *p, int i) {
-    return p && i >= 0 && i < p->src.nlaunches ? &p->src.launches[i] : NULL;
+/* A program that ran no passes here (from the cache or a file) re-plans
+ * its graph text when asked for its graph or plan. */
+static fc_status materialize(fc_program *p) {
+    if (p->g) return FC_OK;
+    if (!p->d.graph_text)
+        return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s carries no graph text to plan from",
+                            p->d.graph_name ? p->d.graph_name : "?");
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(p->ctx, "<program graph>", p->d.graph_text, strlen(p->d.graph_text), NULL, NULL, 0, &g);
+    if (st != FC_OK) return st;
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.vertical = fo.horizontal = p->d.fuse;
+    st = fc_pipeline(g, &fo, &p->plan);
+    if (st != FC_OK) {
+        fc_plan_release(&p->plan);
+        memset(&p->plan, 0, sizeof p->plan);
+        fc_graph_free(g);
+        return st;
+    }
+    p->g = g;
+    return FC_OK;
 }
-int fc_program_sm(const fc_program *p) { return p ? p->sm : 0; }
+
+fc_graph *fc_program_graph(fc_program *p) { return p && materialize(p) == FC_OK ? p->g : NULL; }
+const fc_plan *fc_program_plan(fc_program *p) { return p && materialize(p) == FC_OK ? &p->plan : NULL; }
+int fc_program_num_launches(const fc_program *p) { return p ? p->d.src.nlaunches : 0; }
+const fc_launch *fc_program_launch(const fc_program *p, int i) {
+    return p && i >= 0 && i < p->d.src.nlaunches ? &p->d.src.launches[i] : NULL;
+}
+int fc_program_sm(const fc_program *p) { return p ? p->d.sm : 0; }
 const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
+const fc_program_desc *fc_program_desc_of(const fc_program *p) { return p ? &p->d : NULL; }
+fc_program_origin fc_program_origin_of(const fc_program *p) { return p ? p->times.origin : FC_PROGRAM_COMPILED; }
 
 void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {
     int k = 0, l = 0, a = 0;
-    for (int i = 0; p && i < p->src.nlaunches; i++) {
-        switch (p->src.launches[i].kind) {
+    for (int i = 0; p && i < p->d.src.nlaunches; i++) {
+        switch (p->d.src.launches[i].kind) {
         case FC_LAUNCH_KERNEL: k++; break;
         case FC_LAUNCH_LIBRARY: l++; break;
         case FC_LAUNCH_ALIAS: a++; break;
@@ -376,6 +717,45 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
     if (kernels) *kernels = k;
     if (library) *library = l;
     if (aliases) *aliases = a;
+}
+
+int fc_program_num_inputs(const fc_program *p) { return p ? p->d.nparams : 0; }
+int fc_program_num_outputs(const fc_program *p) { return p ? p->d.noutputs : 0; }
+
+static void tensor_type_of(const fc_program_tensor *t, fc_tensor *out) {
+    memset(out, 0, sizeof *out);
+    out->dtype = t->dtype;
+    out->rank = t->rank;
+    for (int d = 0; d < t->rank; d++) out->shape[d] = t->dims[d];
+    out->data = NULL;
+}
+
+fc_status fc_program_input(const fc_program *p, int i, fc_tensor *type, const char **name) {
+    if (!p || !type || i < 0 || i >= p->d.nparams) {
+        if (p) return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_program_input: bad input %d (or NULL type)", i);
+        return FC_ERR_USAGE;
+    }
+    tensor_type_of(&p->d.params[i], type);
+    if (name) *name = p->d.params[i].name;
+    return FC_OK;
+}
+
+fc_status fc_program_output(const fc_program *p, int i, fc_tensor *type) {
+    if (!p || !type || i < 0 || i >= p->d.noutputs) {
+        if (p) return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_program_output: bad output %d (or NULL type)", i);
+        return FC_ERR_USAGE;
+    }
+    tensor_type_of(&p->d.outputs[i], type);
+    return FC_OK;
+}
+
+fc_compile_times *fc_program_times_ref(fc_program *p) { return p ? &p->times : NULL; }
+fc_context *fc_program_context(const fc_program *p) { return p ? p->ctx : NULL; }
+
+void fc_program_times(const fc_program *p, fc_compile_times *out) {
+    if (!out) return;
+    if (p) *out = p->times;
+    else memset(out, 0, sizeof *out);
 }
 
 /* ------------------------------------------------------------------ */
@@ -418,8 +798,8 @@ static void text_printf(text *t, const char *fmt, ...) {
 char *fc_program_plan_text(fc_program *p) {
     if (!p) return NULL;
     text t = {p->ctx, NULL, 0, 0, false};
-    for (int i = 0; i < p->src.nlaunches; i++) {
-        const fc_launch *l = &p->src.launches[i];
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
         switch (l->kind) {
         case FC_LAUNCH_KERNEL:
             text_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
@@ -436,10 +816,10 @@ char *fc_program_plan_text(fc_program *p) {
     int kernels, library;
     fc_program_count_launches(p, &kernels, &library, NULL);
     text_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
-                (long long)p->plan.arena_bytes, (long long)p->plan.intermediate_bytes);
+                (long long)p->d.arena_bytes, (long long)p->d.intermediate_bytes);
     /* The last line, exactly: tests and scripts parse it. */
     text_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
-                (long long)p->plan.intermediate_bytes);
+                (long long)p->d.intermediate_bytes);
     if (t.oom || !t.buf) {
         fc_ctx_freemem(p->ctx, t.buf);
         fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (plan text)");
@@ -448,12 +828,47 @@ char *fc_program_plan_text(fc_program *p) {
     return t.buf;
 }
 
+/* One line per step; the "why" column says what a zero means. */
+char *fc_compile_times_text(const fc_compile_times *t) {
+    if (!t) return NULL;
+    text s = {NULL, NULL, 0, 0, false};
+    const char *how = "";
+    switch (t->origin) {
+    case FC_PROGRAM_COMPILED: how = "compiled: passes, codegen and NVRTC ran"; break;
+    case FC_PROGRAM_KERNEL_CACHE: how = "passes and codegen ran; the cubin came from the cache"; break;
+    case FC_PROGRAM_PROGRAM_CACHE: how = "warm start: the whole program came from the cache"; break;
+    case FC_PROGRAM_FILE: how = "loaded from a compiled program file"; break;
+    }
+    bool cached = t->origin == FC_PROGRAM_PROGRAM_CACHE || t->origin == FC_PROGRAM_FILE;
+    /* What fc_compile spent outside the named steps: the clone, the
+     * graph's text, building the program. */
+    double other = t->compile_ms - t->passes_ms - t->codegen_ms - t->nvrtc_ms - t->cache_ms;
+    if (other < 0) other = 0;
+    double total = t->parse_ms + t->compile_ms + t->device_ms + t->load_ms;
+    text_printf(&s, "time: %.3f ms to %s (%s)\n", total, t->loaded ? "the first run" : "a compiled program", how);
+    text_printf(&s, "  parse    %10.3f ms\n", t->parse_ms);
+    text_printf(&s, "  passes   %10.3f ms%s\n", t->passes_ms, cached ? "  (skipped)" : "");
+    text_printf(&s, "  codegen  %10.3f ms%s\n", t->codegen_ms, cached ? "  (skipped)" : "");
+    text_printf(&s, "  nvrtc    %10.3f ms%s\n", t->nvrtc_ms,
+                t->origin == FC_PROGRAM_COMPILED ? "" : "  (skipped: cubin from the cache or the file)");
+    text_printf(&s, "  cache    %10.3f ms\n", t->cache_ms);
+    text_printf(&s, "  other    %10.3f ms\n", other);
+    text_printf(&s, "  device   %10.3f ms%s\n", t->device_ms, t->loaded ? "" : "  (no run yet)");
+    text_printf(&s, "  load     %10.3f ms%s\n", t->load_ms, t->loaded ? "" : "  (no run yet)");
+    if (s.oom || !s.buf) {
+        free(s.buf);
+        return NULL;
+    }
+    return s.buf;
+}
+
 char *fc_program_cuda_source(fc_program *p) {
     if (!p) return NULL;
-    size_t n = strlen(p->src.source);
-    char *s = fc_ctx_malloc(p->ctx, n + 1);
-    if (s) memcpy(s, p->src.source, n + 1);
-    return s;
+    if (!p->d.src.source) {
+        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+        return NULL;
+    }
+    return dup_str(p->ctx, p->d.src.source);
 }
 
 static fc_status get_ptx(fc_context *ctx, fc_nvrtc_unit *unit, char *buf) {
@@ -486,11 +901,17 @@ char *fc_program_ptx(fc_program *p) {
     if (!p) return NULL;
     /* Not kept from fc_compile: few callers want it, and NVRTC makes it
      * again in a few milliseconds with exactly the same options. */
+    if (!p->d.src.source) {
+        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+        return NULL;
+    }
     const char *extra[4];
-    int nextra = extra_nvrtc_options(p, extra);
+    int nextra = fc_program_extra_nvrtc_options(p->d.fast_math, extra);
     fc_nvrtc_options opts;
-    if (fc_nvrtc_options_build(p->ctx, p->sm / 10, p->sm % 10, extra, nextra, &opts) != FC_OK) return NULL;
-    fc_nvrtc_unit unit = {NULL, p->unit_name, p->src.source};
+    if (fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, extra, nextra, &opts) != FC_OK) return NULL;
+    char name[96];
+    fc_program_unit_name(p->d.graph_name, name, sizeof name);
+    fc_nvrtc_unit unit = {NULL, name, p->d.src.source};
     char *ptx = NULL;
     fc_status st = compile_ptx(p->ctx, &unit, &opts, &ptx);
     if (unit.prog) nvrtcDestroyProgram(&unit.prog);
@@ -502,20 +923,24 @@ char *fc_program_ptx(fc_program *p) {
 /* ------------------------------------------------------------------ */
 
 static fc_status check_supported(const fc_program *p) {
-    for (int i = 0; i < p->src.nlaunches; i++)
-        if (p->src.launches[i].kind == FC_LAUNCH_LIBRARY)
+    for (int i = 0; i < p->d.src.nlaunches; i++)
+        if (p->d.src.launches[i].kind == FC_LAUNCH_LIBRARY)
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
                                 "matmul on CUDA needs the cuBLASLt path (not built yet): launch %d (%s)", i,
-                                p->src.launches[i].name);
+                                p->d.src.launches[i].name);
     return FC_OK;
 }
 
 /* Open the device, load the module, resolve the kernels and allocate the
- * arena, each once; a step that failed is tried again by the next run. */
+ * arena, each once; a step that failed is tried again by the next run.
+ * The first two are timed for fc_program_times: at a warm start they are
+ * most of the time to the first output. */
 static fc_status ensure_device(fc_program *p) {
     fc_status st;
     if (!p->dev) {
+        double t = now_ms();
         st = fc_cuda_device_open(p->ctx, 0, &p->dev);
+        p->times.device_ms += now_ms() - t;
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
@@ -523,24 +948,27 @@ static fc_status ensure_device(fc_program *p) {
         /* A cubin runs on its own major architecture, on the same or a
          * newer minor one; say so plainly instead of the driver's
          * CUDA_ERROR_NO_BINARY_FOR_GPU. */
-        int major = p->sm / 10, minor = p->sm % 10;
+        int major = p->d.sm / 10, minor = p->d.sm % 10;
         if (d->info.cc_major != major || d->info.cc_minor < minor)
             return fc_set_error(p->ctx, FC_ERR_RUNTIME,
                                 "the program was compiled for sm_%d but CUDA device 0 (%s) is sm_%d%d: compile "
                                 "with sm 0 (the device's own) or %d",
-                                p->sm, d->info.name, d->info.cc_major, d->info.cc_minor,
+                                p->d.sm, d->info.name, d->info.cc_major, d->info.cc_minor,
                                 d->info.cc_major * 10 + d->info.cc_minor);
+        double t = now_ms();
         st = fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
+        p->times.load_ms += now_ms() - t;
         if (st != FC_OK) return st;
     }
     if (!p->funcs_ready) {
+        double t = now_ms();
         if (!p->func) {
-            p->func = fc_ctx_malloc(p->ctx, sizeof *p->func * (size_t)(p->src.nlaunches + 1));
+            p->func = fc_ctx_malloc(p->ctx, sizeof *p->func * (size_t)(p->d.src.nlaunches + 1));
             if (!p->func) return FC_ERR_NOMEM;
-            memset(p->func, 0, sizeof *p->func * (size_t)(p->src.nlaunches + 1));
+            memset(p->func, 0, sizeof *p->func * (size_t)(p->d.src.nlaunches + 1));
         }
-        for (int i = 0; i < p->src.nlaunches; i++) {
-            const fc_launch *l = &p->src.launches[i];
+        for (int i = 0; i < p->d.src.nlaunches; i++) {
+            const fc_launch *l = &p->d.src.launches[i];
             if (l->kind != FC_LAUNCH_KERNEL || p->func[i]) continue;
             st = fc_cuda_module_function(d, p->module, l->name, &p->func[i]);
             if (st == FC_OK && l->smem > DEFAULT_MAX_SHARED)
@@ -551,6 +979,8 @@ static fc_status ensure_device(fc_program *p) {
             }
         }
         p->funcs_ready = true;
+        p->times.load_ms += now_ms() - t;
+        p->times.loaded = true;
     }
     if (!p->argval) {
         size_t n = (size_t)(p->max_args + 1);
@@ -562,22 +992,24 @@ static fc_status ensure_device(fc_program *p) {
             return FC_ERR_NOMEM;
         }
     }
-    if (!p->arena && p->plan.arena_bytes > 0) {
-        st = fc_cuda_alloc(d, (size_t)p->plan.arena_bytes, &p->arena);
+    if (!p->arena && p->d.arena_bytes > 0) {
+        st = fc_cuda_alloc(d, (size_t)p->d.arena_bytes, &p->arena);
         if (st != FC_OK) return st;
     }
     return FC_OK;
 }
 
+/* Value ids were checked when the description was made (build_desc) or
+ * read (fc_program_desc_decode): every launch argument has storage. */
 static CUdeviceptr device_ptr(const fc_program *p, int id, void *const *inputs, void *const *outputs) {
-    int64_t index = 0;
-    switch (storage_of(p, id, &index)) {
-    case STORE_INPUT: return (CUdeviceptr)(uintptr_t)inputs[index];
-    case STORE_OUTPUT: return (CUdeviceptr)(uintptr_t)outputs[index];
-    case STORE_ARENA: return p->arena + (CUdeviceptr)index;
-    case STORE_NONE: break;
+    const fc_store *s = &p->d.store[id];
+    switch (s->kind) {
+    case FC_STORE_INPUT: return (CUdeviceptr)(uintptr_t)inputs[s->index];
+    case FC_STORE_OUTPUT: return (CUdeviceptr)(uintptr_t)outputs[s->index];
+    case FC_STORE_ARENA: return p->arena + (CUdeviceptr)s->index;
+    case FC_STORE_NONE: break;
     }
-    FC_UNREACHABLE("a launch argument without storage (build_storage checks every one)");
+    FC_UNREACHABLE("a launch argument without storage (build_desc and the decoder check every one)");
 }
 
 static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream s) {
@@ -591,8 +1023,8 @@ static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int6
 /* Queue every launch, then the result copies, on stream s. The device is
  * ready (ensure_device) and nothing is a library call (check_supported). */
 static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
-    for (int i = 0; i < p->src.nlaunches; i++) {
-        const fc_launch *l = &p->src.launches[i];
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
         if (l->kind != FC_LAUNCH_KERNEL) continue; /* aliases: nothing to do */
         for (int a = 0; a < l->nargs; a++) {
             p->argval[a] = device_ptr(p, l->args[a], inputs, outputs);
@@ -607,15 +1039,13 @@ static fc_status enqueue(fc_program *p, void *const *inputs, void *const *output
     }
     /* Results no kernel wrote in place: a parameter (or a view of one)
      * returned, or a value returned more than once. */
-    const fc_graph *g = p->g;
-    for (int k = 0; k < g->noutputs; k++) {
-        const fc_value *v = g->outputs[k];
-        const fc_value *r = p->val[p->root[v->id]];
+    for (int k = 0; k < p->d.noutputs; k++) {
+        const fc_program_tensor *o = &p->d.outputs[k];
         CUdeviceptr dst = (CUdeviceptr)(uintptr_t)outputs[k], src;
-        if (r->param_index >= 0) src = (CUdeviceptr)(uintptr_t)inputs[r->param_index];
-        else if (p->result_slot[r->id] != k) src = (CUdeviceptr)(uintptr_t)outputs[p->result_slot[r->id]];
+        if (o->copy_from.kind == FC_STORE_INPUT) src = (CUdeviceptr)(uintptr_t)inputs[o->copy_from.index];
+        else if (o->copy_from.kind == FC_STORE_OUTPUT) src = (CUdeviceptr)(uintptr_t)outputs[o->copy_from.index];
         else continue;
-        fc_status st = copy_dtod(p, dst, src, fc_value_bytes(v), s);
+        fc_status st = copy_dtod(p, dst, src, fc_program_tensor_bytes(o), s);
         if (st != FC_OK) return st;
     }
     return FC_OK;
@@ -623,17 +1053,17 @@ static fc_status enqueue(fc_program *p, void *const *inputs, void *const *output
 
 /* NULL pointers are allowed only for empty tensors. */
 static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout) {
-    const fc_graph *g = p->g;
-    if (nin != g->nparams || nout != g->noutputs)
+    const fc_program_desc *d = &p->d;
+    if (nin != d->nparams || nout != d->noutputs)
         return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
-                            g->name, g->nparams, g->noutputs, nin, nout);
+                            d->graph_name, d->nparams, d->noutputs, nin, nout);
     if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
         return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
     for (int i = 0; i < nin; i++)
-        if (!inputs[i] && fc_value_bytes(g->params[i]) > 0)
+        if (!inputs[i] && fc_program_tensor_bytes(&d->params[i]) > 0)
             return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: input %d is a NULL device pointer", i);
     for (int k = 0; k < nout; k++)
-        if (!outputs[k] && fc_value_bytes(g->outputs[k]) > 0)
+        if (!outputs[k] && fc_program_tensor_bytes(&d->outputs[k]) > 0)
             return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: output %d is a NULL device pointer", k);
     return FC_OK;
 }
@@ -657,11 +1087,20 @@ fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outpu
 /* Running from host memory.                                           */
 /* ------------------------------------------------------------------ */
 
-static bool type_matches(const fc_tensor *t, const fc_value *v) {
+static bool type_matches(const fc_tensor *t, const fc_program_tensor *v) {
     if (t->dtype != v->dtype || t->rank != v->rank) return false;
     for (int d = 0; d < v->rank; d++)
         if (t->shape[d] != v->dims[d]) return false;
     return true;
+}
+
+/* "f32[4, 256]", as fc_type_str writes a static type. */
+static const char *program_tensor_str(const fc_program_tensor *t, char *buf, size_t n) {
+    size_t len = (size_t)snprintf(buf, n, "%s[", fc_dtype_name(t->dtype));
+    for (int d = 0; d < t->rank && len < n; d++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", d ? ", " : "", (long long)t->dims[d]);
+    if (len < n) snprintf(buf + len, n - len, "]");
+    return buf;
 }
 
 static int cmp_float(const void *a, const void *b) {
@@ -699,16 +1138,16 @@ typedef struct host_run {
 
 static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inputs, fc_tensor *outputs,
                                double *median_ms, int bench_iters) {
-    const fc_graph *g = p->g;
+    const fc_program_desc *desc = &p->d;
     fc_cuda_device *d = p->dev;
     for (int i = 0; i < h->nin; i++) {
-        size_t bytes = (size_t)fc_value_bytes(g->params[i]);
+        size_t bytes = (size_t)fc_program_tensor_bytes(&desc->params[i]);
         fc_status st = fc_cuda_alloc(d, bytes, &h->in[i]);
         if (st == FC_OK) st = fc_cuda_upload(d, h->in[i], inputs[i].data, bytes);
         if (st != FC_OK) return st;
     }
     for (int k = 0; k < h->nout; k++) {
-        fc_status st = fc_cuda_alloc(d, (size_t)fc_value_bytes(g->outputs[k]), &h->out[k]);
+        fc_status st = fc_cuda_alloc(d, (size_t)fc_program_tensor_bytes(&desc->outputs[k]), &h->out[k]);
         if (st != FC_OK) return st;
     }
     /* fc_run's pointer convention: device addresses as void pointers. */
@@ -729,9 +1168,9 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
     if (st != FC_OK) return st;
 
     for (int k = 0; k < h->nout; k++) {
-        const fc_value *v = g->outputs[k];
+        const fc_program_tensor *v = &desc->outputs[k];
         fc_tensor *t = &outputs[k];
-        size_t bytes = (size_t)fc_value_bytes(v);
+        size_t bytes = (size_t)fc_program_tensor_bytes(v);
         t->data = fc_ctx_malloc(p->ctx, bytes); /* malloc: fc_tensor_release frees it */
         if (!t->data) return FC_ERR_NOMEM;
         t->dtype = v->dtype;
@@ -746,23 +1185,23 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
 fc_status fc_program_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
                               double *median_ms, int bench_iters) {
     if (!p) return FC_ERR_USAGE;
-    const fc_graph *g = p->g;
+    const fc_program_desc *desc = &p->d;
     if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
     for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
-    if (nin != g->nparams || nout != g->noutputs)
+    if (nin != desc->nparams || nout != desc->noutputs)
         return fc_set_error(p->ctx, FC_ERR_USAGE, "run: graph %s takes %d inputs and %d outputs, not %d and %d",
-                            g->name, g->nparams, g->noutputs, nin, nout);
+                            desc->graph_name, desc->nparams, desc->noutputs, nin, nout);
     if (nin > 0 && !inputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: inputs is NULL");
     if (bench_iters < 0) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: bench_iters %d < 0", bench_iters);
     for (int i = 0; i < nin; i++) {
-        const fc_value *v = g->params[i];
+        const fc_program_tensor *v = &desc->params[i];
         if (!type_matches(&inputs[i], v)) {
             char want[128];
-            fc_type_str(g, v->dtype, v->rank, v->dims, want, sizeof want);
+            program_tensor_str(v, want, sizeof want);
             return fc_set_error(p->ctx, FC_ERR_INPUT, "run: input %d (%%%s) must be %s", i,
-                                v->name ? v->name : "?", want);
+                                v->name && v->name[0] ? v->name : "?", want);
         }
-        if (!inputs[i].data && fc_value_bytes(v) > 0)
+        if (!inputs[i].data && fc_program_tensor_bytes(v) > 0)
             return fc_set_error(p->ctx, FC_ERR_USAGE, "run: input %d has no data", i);
     }
     fc_status st = prepare_run(p);

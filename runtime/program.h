@@ -2,18 +2,26 @@
  * program.h - compiled programs, seen from inside fusec (internal header).
  *
  * The public half is in fusec.h: fc_compile, fc_run, fc_program_free and
- * the emit functions. This header adds what the CLI and the tests need:
- * read access to the plan, the launches and the cubin; a host-to-host run
- * with an optional benchmark; and the numeric comparison against the
- * reference interpreter, with the tolerance of each dtype.
+ * the emit functions (and, until they move there, the file, signature and
+ * timing functions of runtime/aot.h). This header adds what the CLI, the
+ * cache, AOT files and the tests need: the program's description (what
+ * runs, with no graph: what a cache entry or a file holds); read access to
+ * the plan, the launches and the cubin; counters; a host-to-host run with
+ * an optional benchmark; and the numeric comparison against the reference
+ * interpreter, with the tolerance of each dtype.
  *
  * docs/RUNTIME-PROGRAM.md describes the compile and run flow, the memory
- * plan and the tolerance table.
+ * plan and the tolerance table; docs/CACHE.md the cache; docs/AOT.md files.
  */
 #ifndef FC_RUNTIME_PROGRAM_H
 #define FC_RUNTIME_PROGRAM_H
 
 #include "codegen/cuda/cuda_codegen.h"
+#include "runtime/aot.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* Not runtime/cuda.h: this header needs no CUDA header, so the CLI can use
  * it without the toolkit's include directory. fc_bytes is shared with
@@ -25,15 +33,132 @@ typedef struct fc_bytes {
     size_t size;
 } fc_bytes;
 #endif
+/* Free b->data and zero b (as in runtime/cuda.h). */
+void fc_bytes_free(fc_bytes *b);
+
+/* ------------------------------------------------------------------ */
+/* What a program runs: its description.                               */
+/*                                                                     */
+/* Everything fc_run needs, and nothing that points into a graph: the  */
+/* signature, the launches, where every value lives, the source. A     */
+/* cold compile builds it from the plan; a warm start (a level-2 cache */
+/* entry) and an AOT file decode it (runtime/program_cache.c), so the  */
+/* passes and the codegen do not run again. See docs/CACHE.md.         */
+/* ------------------------------------------------------------------ */
+
+/* Where a value's bytes live while the program runs (docs/RUNTIME-PROGRAM.md,
+ * "Storage"). The numbers are part of the serialized format: never renumber. */
+typedef enum fc_store_kind {
+    FC_STORE_NONE = 0,   /* no storage: the value is never named by a launch */
+    FC_STORE_INPUT = 1,  /* the caller's inputs[index] */
+    FC_STORE_OUTPUT = 2, /* the caller's outputs[index] */
+    FC_STORE_ARENA = 3,  /* the program's arena, at byte offset index */
+} fc_store_kind;
+
+typedef struct fc_store {
+    fc_store_kind kind;
+    int64_t index;
+    int64_t bytes; /* the value's size, so that arena offsets can be checked */
+} fc_store;
+
+/* A parameter or a result of the program. */
+typedef struct fc_program_tensor {
+    char *name;         /* parameters: the graph's name for it ("" if none); results: NULL */
+    fc_dtype dtype;
+    int rank;
+    int64_t dims[FC_MAX_RANK];
+    int value;          /* its value id (an index of fc_program_desc.store) */
+    /* Results only: a result no kernel writes in place (a parameter
+     * returned as it is, a value returned twice) is copied from here after
+     * the launches (an INPUT or another OUTPUT); FC_STORE_NONE otherwise. */
+    fc_store copy_from;
+} fc_program_tensor;
+
+typedef struct fc_program_desc {
+    char *graph_name;
+    char *graph_text;   /* fc_print of the graph as given to fc_compile */
+    int sm;             /* the target: major*10+minor */
+    bool fast_math, fuse;
+    int nparams, noutputs;
+    fc_program_tensor *params, *outputs;
+    int nvalues;
+    fc_store *store;    /* by value id, nvalues of them */
+    int64_t arena_bytes, intermediate_bytes;
+    fc_cuda_src src;    /* the CUDA C source and the launches */
+    /* The level-1 key of the cubin: recorded in a level-2 entry for tools,
+     * but a compile always recomputes it from the source and options, and
+     * never looks a cubin up by what an entry claims. */
+    uint8_t kernel_key[16];
+} fc_program_desc;
+
+/* Free everything a description owns and zero it. NULL is ignored. */
+void fc_program_desc_release(fc_program_desc *d);
+/* The bytes of a parameter or result (0 for a bad shape). */
+int64_t fc_program_tensor_bytes(const fc_program_tensor *t);
+
+/* "compiled", "kernel cache", "program cache", "file". */
+const char *fc_program_origin_name(fc_program_origin o);
+
+/*
+ * Make a program from a description and its cubin (both moved into the
+ * program: *desc and *cubin are zeroed, also on failure, when they are
+ * freed). The description must be valid (fc_program_desc_decode checks
+ * one). For the program cache and AOT files.
+ */
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+                               fc_program **out);
+/* The program's description. */
+const fc_program_desc *fc_program_desc_of(const fc_program *p);
+fc_program_origin fc_program_origin_of(const fc_program *p);
+/* The context the program reports errors to. */
+fc_context *fc_program_context(const fc_program *p);
+/* The program's times, to be filled in by whoever made it (a load). */
+fc_compile_times *fc_program_times_ref(fc_program *p);
+
+/* The NVRTC options a program adds to fc_nvrtc_options_build's own
+ * (extra must have room for 4); returns how many. Every compile of a
+ * program's source (cubin, PTX, AOT) uses these. */
+int fc_program_extra_nvrtc_options(bool fast_math, const char **extra);
+/* The name of the program's source in NVRTC's messages: "fusec_<graph>.cu". */
+void fc_program_unit_name(const char *graph_name, char *buf, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* Counters, for tests and tools: process-wide, since the start.       */
+/* ------------------------------------------------------------------ */
+typedef struct fc_compile_counters {
+    uint64_t compiles;       /* fc_compile calls that succeeded */
+    uint64_t program_hits;   /* ...of which came from a level-2 entry */
+    uint64_t kernel_hits;    /* cubins found in the cache (level 1) */
+    uint64_t nvrtc_compiles; /* cubins NVRTC made for fc_compile */
+} fc_compile_counters;
+
+void fc_compile_counters_get(fc_compile_counters *out);
+
+/* ------------------------------------------------------------------ */
+/* Where the time went, for `fusec --time`.                            */
+/* ------------------------------------------------------------------ */
+
+/* fc_compile_times, fc_program_times and fc_program_origin are declared
+ * with the proposed public API in runtime/aot.h. This formats the times
+ * for `fusec --time`, one step a line (docs/CACHE.md has an example):
+ * a malloc'd string (fc_free), NULL when out of memory. */
+char *fc_compile_times_text(const fc_compile_times *t);
 
 /* ------------------------------------------------------------------ */
 /* Accessors. Everything returned is owned by the program.             */
 /* ------------------------------------------------------------------ */
 
-/* The graph that was compiled: fusec's copy, after the passes. */
-fc_graph *fc_program_graph(const fc_program *p);
-/* The launch plan (groups in launch order, the memory plan). */
-const fc_plan *fc_program_plan(const fc_program *p);
+/*
+ * The graph that was compiled, after the passes, and its plan (groups in
+ * launch order, the memory plan). A cold compile has them. A program from
+ * the cache or from a file ran no passes: the first call parses the
+ * program's graph text and runs the passes on it (the result is kept), so
+ * these cost a compile's passes then. For introspection only: the runtime
+ * never uses them, and their value ids need not be the launches' ids.
+ * NULL on failure (the error on the program's context).
+ */
+fc_graph *fc_program_graph(fc_program *p);
+const fc_plan *fc_program_plan(fc_program *p);
 /* The launches, in order (kernels, library calls and aliases). */
 int fc_program_num_launches(const fc_program *p);
 const fc_launch *fc_program_launch(const fc_program *p, int i);
@@ -41,7 +166,8 @@ const fc_launch *fc_program_launch(const fc_program *p, int i);
 void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases);
 /* The CUDA target the cubin was compiled for, major*10+minor (90: sm_90). */
 int fc_program_sm(const fc_program *p);
-/* The cubin NVRTC made of fc_program_cuda_source(p), for sm fc_program_sm(p). */
+/* The cubin NVRTC made of fc_program_cuda_source(p), for sm fc_program_sm(p)
+ * (for a program loaded from a file: the whole file, itself a cubin). */
 const fc_bytes *fc_program_cubin(const fc_program *p);
 
 /* ------------------------------------------------------------------ */

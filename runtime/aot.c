@@ -1,0 +1,415 @@
+/*
+ * aot.c - compiled programs in files: `fusec model.ir -o model.cubin`.
+ *
+ * The file is a real cubin: NVRTC compiles the program's CUDA source with
+ * one more declaration at its end,
+ *
+ *     extern "C" __device__ const unsigned char fusec_program[N] = {...};
+ *
+ * whose bytes are the container of aot.h (magic, version, the checksum of
+ * the whole file, the serialized program). So the file is an ELF that
+ * cuModuleLoadData and cuobjdump accept, with every kernel of the program,
+ * and fusec finds its launch plan in it by the symbol's name, without a
+ * GPU. The checksum covers every byte of the file (its own 16 bytes read
+ * as zeros): NVRTC writes the file first, then the checksum is patched
+ * into the symbol's data, which nothing else in the ELF describes.
+ *
+ * Why a data symbol and not a section of our own: NVRTC makes the symbol
+ * itself, so the ELF stays exactly what the CUDA tools produce; adding a
+ * section would mean rewriting NVIDIA's ELF behind its back. The cost is
+ * a second NVRTC compile at save time (saving is offline) and the plan's
+ * few kilobytes in device memory once the module is loaded.
+ *
+ * docs/AOT.md describes the format.
+ */
+#include "runtime/aot.h"
+#include "runtime/cuda.h"
+#include "runtime/program.h"
+#include "runtime/program_cache.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t's definition, for a state on the stack */
+#include <xxhash.h>
+
+/* ELF constants (elf.h has them, but EM_CUDA only in newer glibc). */
+#define ELF_CLASS64 2
+#define ELF_DATA_LE 1
+#define ELF_MACHINE_CUDA 190
+#define ELF_SECTION_HEADER_BYTES 64
+#define ELF_SYMBOL_BYTES 24
+#define ELF_SHT_PROGBITS 1
+#define ELF_SHT_SYMTAB 2
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static uint64_t get_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+bool fc_arch_parse(const char *s, int *sm) {
+    if (!s || !sm) return false;
+    if (strncmp(s, "sm_", 3) == 0) s += 3;
+    else if (strncmp(s, "sm", 2) == 0) s += 2;
+    int v = 0, digits = 0;
+    for (; *s >= '0' && *s <= '9' && digits < 4; s++, digits++) v = v * 10 + (*s - '0');
+    if (*s == '.' && digits > 0 && s[1] >= '0' && s[1] <= '9' && !s[2]) { /* "9.0" */
+        v = v * 10 + (s[1] - '0');
+        s += 2;
+    }
+    if (*s || digits == 0 || v < 10 || v > 999) return false;
+    *sm = v;
+    return true;
+}
+
+/* ------------------------------------------------------------------ */
+/* Finding the program in the ELF. Every offset and size read from the  */
+/* file is checked against the file before it is used.                 */
+/* ------------------------------------------------------------------ */
+
+/* [off, off+n) inside a buffer of `size` bytes, without overflow. */
+static bool inside(uint64_t off, uint64_t n, size_t size) { return off <= size && n <= size - off; }
+
+fc_status fc_aot_locate(fc_context *ctx, const char *what, const uint8_t *data, size_t size, size_t *off,
+                        size_t *len) {
+    if (size < 64 || memcmp(data, "\x7f" "ELF", 4) != 0)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: not a compiled fusec program (not an ELF file)", what);
+    if (data[4] != ELF_CLASS64 || data[5] != ELF_DATA_LE)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: not a compiled fusec program (not a 64-bit little-endian ELF file)", what);
+    unsigned machine = (unsigned)get_le(data + 18, 2);
+    if (machine != ELF_MACHINE_CUDA)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: not a compiled fusec program (an ELF file for machine %u, not a "
+                            "CUDA cubin)", what, machine);
+    uint64_t shoff = get_le(data + 0x28, 8);
+    unsigned shentsize = (unsigned)get_le(data + 0x3a, 2), shnum = (unsigned)get_le(data + 0x3c, 2);
+    if (shentsize != ELF_SECTION_HEADER_BYTES || shnum == 0 ||
+        !inside(shoff, (uint64_t)shnum * ELF_SECTION_HEADER_BYTES, size))
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: damaged compiled program: its ELF section table is not inside the file "
+                            "(truncated?)", what);
+
+    for (unsigned i = 0; i < shnum; i++) {
+        const uint8_t *sh = data + shoff + (uint64_t)i * ELF_SECTION_HEADER_BYTES;
+        if (get_le(sh + 4, 4) != ELF_SHT_SYMTAB) continue;
+        uint64_t soff = get_le(sh + 24, 8), ssize = get_le(sh + 32, 8), entsize = get_le(sh + 56, 8);
+        unsigned link = (unsigned)get_le(sh + 40, 4);
+        if (entsize != ELF_SYMBOL_BYTES || !inside(soff, ssize, size) || link >= shnum) goto damaged;
+        const uint8_t *strsh = data + shoff + (uint64_t)link * ELF_SECTION_HEADER_BYTES;
+        uint64_t stroff = get_le(strsh + 24, 8), strsize = get_le(strsh + 32, 8);
+        if (!inside(stroff, strsize, size)) goto damaged;
+
+        for (uint64_t j = 0; j < ssize / ELF_SYMBOL_BYTES; j++) {
+            const uint8_t *sym = data + soff + j * ELF_SYMBOL_BYTES;
+            uint64_t name = get_le(sym, 4);
+            if (!inside(name, sizeof FC_AOT_SYMBOL, strsize) ||
+                memcmp(data + stroff + name, FC_AOT_SYMBOL, sizeof FC_AOT_SYMBOL) != 0)
+                continue;
+            unsigned shndx = (unsigned)get_le(sym + 6, 2);
+            uint64_t value = get_le(sym + 8, 8), symsize = get_le(sym + 16, 8);
+            if (shndx == 0 || shndx >= shnum) goto damaged;
+            const uint8_t *tsh = data + shoff + (uint64_t)shndx * ELF_SECTION_HEADER_BYTES;
+            uint64_t taddr = get_le(tsh + 16, 8), toff = get_le(tsh + 24, 8), tsize = get_le(tsh + 32, 8);
+            if (get_le(tsh + 4, 4) != ELF_SHT_PROGBITS || !inside(toff, tsize, size) || value < taddr ||
+                !inside(value - taddr, symsize, tsize))
+                goto damaged;
+            *off = (size_t)(toff + value - taddr);
+            *len = (size_t)symsize;
+            return FC_OK;
+        }
+    }
+    return fc_set_error(ctx, FC_ERR_INPUT,
+                        "%s: not a compiled fusec program (a cubin without fusec's program in it; fusec runs the "
+                        "files that `fusec FILE.ir -o FILE.cubin` writes)",
+                        what);
+damaged:
+    return fc_set_error(ctx, FC_ERR_INPUT, "%s: damaged compiled program: its ELF symbol table is broken", what);
+}
+
+/* XXH3-128 of the file with the checksum field read as zeros. */
+static void file_checksum(const uint8_t *data, size_t size, size_t field, uint8_t out[16]) {
+    static const uint8_t zeros[16];
+    XXH3_state_t s; /* on the stack (XXH_STATIC_LINKING_ONLY): nothing to fail */
+    XXH3_INITSTATE(&s);
+    XXH3_128bits_reset(&s);
+    XXH3_128bits_update(&s, data, field);
+    XXH3_128bits_update(&s, zeros, sizeof zeros);
+    XXH3_128bits_update(&s, data + field + 16, size - field - 16);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+    memcpy(out, c.digest, 16);
+}
+
+/* Check the container in data (located by fc_aot_locate) and decode its
+ * program. */
+static fc_status read_container(fc_context *ctx, const char *what, const uint8_t *data, size_t size,
+                                fc_program_desc *desc) {
+    size_t off = 0, len = 0;
+    fc_status st = fc_aot_locate(ctx, what, data, size, &off, &len);
+    if (st != FC_OK) return st;
+    const uint8_t *c = data + off;
+    if (len < FC_AOT_HEADER_SIZE || memcmp(c, FC_AOT_MAGIC, 8) != 0)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: damaged compiled program: fusec's program data has no header",
+                            what);
+    uint32_t version = (uint32_t)get_le(c + 8, 4), reserved = (uint32_t)get_le(c + 12, 4);
+    if (version != FC_AOT_VERSION)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: compiled program format version %u; this fusec reads version %u (compile the "
+                            "model again with this fusec)",
+                            what, version, FC_AOT_VERSION);
+    uint64_t n = get_le(c + 16, 8);
+    if (reserved != 0 || n > len - FC_AOT_HEADER_SIZE)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: damaged compiled program: bad header", what);
+    uint8_t sum[16];
+    file_checksum(data, size, off + FC_AOT_CHECKSUM_OFFSET, sum);
+    if (memcmp(sum, c + FC_AOT_CHECKSUM_OFFSET, 16) != 0)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: damaged compiled program: checksum mismatch (the file was changed or cut short "
+                            "after fusec wrote it)",
+                            what);
+    st = fc_program_desc_decode(ctx, c + FC_AOT_HEADER_SIZE, (size_t)n, desc);
+    if (st == FC_ERR_INPUT) {
+        /* The checksum matched, so this is a fusec bug, or a crafted file. */
+        char why[512];
+        snprintf(why, sizeof why, "%.500s", fc_last_error(ctx));
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: %s", what, why);
+    }
+    return st;
+}
+
+/* data becomes the program's cubin (owned), on success and failure. */
+static fc_status load_owned(fc_context *ctx, const char *what, uint8_t *data, size_t size, double t0,
+                            fc_program **out) {
+    fc_program_desc desc;
+    fc_status st = read_container(ctx, what, data, size, &desc);
+    if (st != FC_OK) {
+        fc_free(data);
+        return st;
+    }
+    fc_bytes cubin = {data, size};
+    st = fc_program_from_desc(ctx, &desc, &cubin, FC_PROGRAM_FILE, out);
+    if (st == FC_OK) fc_program_times_ref(*out)->compile_ms = now_ms() - t0;
+    return st;
+}
+
+fc_status fc_program_load_data(fc_context *ctx, const void *data, size_t size, fc_program **out) {
+    if (out) *out = NULL;
+    if (!out || (!data && size)) return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_load_data: NULL argument");
+    double t0 = now_ms();
+    uint8_t *copy = fc_ctx_malloc(ctx, size);
+    if (!copy) return FC_ERR_NOMEM;
+    if (size) memcpy(copy, data, size);
+    return load_owned(ctx, "program data", copy, size, t0, out);
+}
+
+/* The whole file into a new buffer; FC_ERR_RUNTIME when it cannot be read. */
+static fc_status read_file(fc_context *ctx, const char *path, uint8_t **data, size_t *size) {
+    *data = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return fc_set_error(ctx, FC_ERR_RUNTIME, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    fc_status status = FC_OK;
+    if (fstat(fd, &st) != 0) status = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot read %s: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) status = fc_set_error(ctx, FC_ERR_INPUT, "%s is not a regular file", path);
+    else if ((uint64_t)st.st_size > FC_AOT_MAX_FILE_BYTES)
+        status = fc_set_error(ctx, FC_ERR_INPUT, "%s: not a compiled fusec program (%lld bytes is too large)", path,
+                              (long long)st.st_size);
+    uint8_t *buf = NULL;
+    size_t n = status == FC_OK ? (size_t)st.st_size : 0;
+    if (status == FC_OK && !(buf = fc_ctx_malloc(ctx, n))) status = FC_ERR_NOMEM;
+    for (size_t got = 0; status == FC_OK && got < n;) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            status = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot read %s: %s", path,
+                                  r < 0 ? strerror(errno) : "the file shrank while it was read");
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (status != FC_OK) {
+        fc_ctx_freemem(ctx, buf);
+        return status;
+    }
+    *data = buf;
+    *size = n;
+    return FC_OK;
+}
+
+fc_status fc_program_load_file(fc_context *ctx, const char *path, fc_program **out) {
+    if (out) *out = NULL;
+    if (!path || !out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_load_file: NULL argument");
+    double t0 = now_ms();
+    uint8_t *data;
+    size_t size;
+    fc_status st = read_file(ctx, path, &data, &size);
+    if (st != FC_OK) return st;
+    return load_owned(ctx, path, data, size, t0, out);
+}
+
+bool fc_program_is_file(const char *path) {
+    if (!path) return false;
+    fc_context scratch = {0}; /* a probe has no error to report */
+    uint8_t *data;
+    size_t size, off, len;
+    if (read_file(&scratch, path, &data, &size) != FC_OK) return false;
+    bool yes = fc_aot_locate(&scratch, path, data, size, &off, &len) == FC_OK && len >= FC_AOT_HEADER_SIZE &&
+               memcmp(data + off, FC_AOT_MAGIC, 8) == 0;
+    fc_free(data);
+    return yes;
+}
+
+/* ------------------------------------------------------------------ */
+/* Saving.                                                             */
+/* ------------------------------------------------------------------ */
+
+/* The program's source with the container as a data symbol at its end.
+ * The bytes are written as a brace list of decimal numbers: unambiguous
+ * (a string literal's \x escapes swallow following hex digits), and
+ * NVRTC reads a few hundred kilobytes of it in milliseconds. */
+static char *source_with_container(fc_context *ctx, const char *source, const uint8_t *c, size_t n) {
+    size_t slen = strlen(source);
+    size_t cap = slen + 256 + 5 * n + n / 16 + 1;
+    char *s = fc_ctx_malloc(ctx, cap);
+    if (!s) return NULL;
+    size_t len = (size_t)snprintf(s, cap,
+                                  "%s\n/* fusec: the program's launch plan, read back by fusec from this symbol "
+                                  "(docs/AOT.md). */\nextern \"C\" __device__ const unsigned char %s[%zu] = {",
+                                  source, FC_AOT_SYMBOL, n);
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)snprintf(s + len, cap - len, "%s%u,", i % 32 == 0 ? "\n" : "", (unsigned)c[i]);
+    snprintf(s + len, cap - len, "\n};\n");
+    return s;
+}
+
+/* Write data to path through a temporary file in the same directory and
+ * a rename: a reader sees the old file or the new one, never a part. The
+ * mode is 0666 less the umask, as for any file a tool writes. */
+static fc_status write_file_atomic(fc_context *ctx, const char *path, const uint8_t *data, size_t n) {
+    static _Atomic unsigned counter;
+    size_t plen = strlen(path);
+    char *tmp = fc_ctx_malloc(ctx, plen + 64);
+    if (!tmp) return FC_ERR_NOMEM;
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        fc_status st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno));
+        fc_ctx_freemem(ctx, tmp);
+        return st;
+    }
+    const char *step = NULL;
+    for (size_t done = 0; !step && done < n;) {
+        ssize_t w = write(fd, data + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) step = "write";
+        else done += (size_t)w;
+    }
+    if (!step && fsync(fd) != 0) step = "fsync";
+    int err = errno;
+    if (close(fd) != 0 && !step) {
+        step = "close";
+        err = errno;
+    }
+    if (!step && rename(tmp, path) != 0) {
+        step = "rename";
+        err = errno;
+    }
+    fc_status st = FC_OK;
+    if (step) {
+        (void)unlink(tmp);
+        st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s (%s): %s", path, step, strerror(err));
+    }
+    fc_ctx_freemem(ctx, tmp);
+    return st;
+}
+
+/* Compile the program with its container into *cubin, then patch the
+ * checksum in. Checks on the way that NVRTC kept the bytes as written. */
+static fc_status build_file(fc_context *ctx, const fc_program_desc *d, const char *path, fc_bytes *cubin) {
+    fc_bytes prog = {NULL, 0};
+    fc_status st = fc_program_desc_encode(ctx, d, &prog);
+    if (st != FC_OK) return st;
+    size_t n = FC_AOT_HEADER_SIZE + prog.size;
+    uint8_t *c = fc_ctx_malloc(ctx, n);
+    if (!c) {
+        fc_bytes_free(&prog);
+        return FC_ERR_NOMEM;
+    }
+    memset(c, 0, FC_AOT_HEADER_SIZE);
+    memcpy(c, FC_AOT_MAGIC, 8);
+    put_le(c + 8, FC_AOT_VERSION, 4);
+    put_le(c + 16, prog.size, 8);
+    memcpy(c + FC_AOT_HEADER_SIZE, prog.data, prog.size);
+    fc_bytes_free(&prog);
+
+    char *source = source_with_container(ctx, d->src.source, c, n);
+    if (!source) {
+        fc_free(c);
+        return FC_ERR_NOMEM;
+    }
+    const char *extra[4];
+    int nextra = fc_program_extra_nvrtc_options(d->fast_math, extra);
+    char unit[96];
+    fc_program_unit_name(d->graph_name, unit, sizeof unit);
+    st = fc_nvrtc_compile(ctx, source, unit, d->sm / 10, d->sm % 10, extra, nextra, cubin);
+    fc_free(source);
+
+    size_t off = 0, len = 0;
+    if (st == FC_OK) st = fc_aot_locate(ctx, path, cubin->data, cubin->size, &off, &len);
+    if (st == FC_OK && (len != n || memcmp(cubin->data + off, c, n) != 0))
+        st = fc_set_error(ctx, FC_ERR_RUNTIME,
+                          "internal error: NVRTC did not keep fusec's program data as written (%zu bytes at %zu, "
+                          "want %zu)",
+                          len, off, n);
+    fc_free(c);
+    if (st == FC_OK) {
+        uint8_t sum[16];
+        file_checksum(cubin->data, cubin->size, off + FC_AOT_CHECKSUM_OFFSET, sum);
+        memcpy(cubin->data + off + FC_AOT_CHECKSUM_OFFSET, sum, 16);
+    }
+    if (st != FC_OK) fc_bytes_free(cubin);
+    return st;
+}
+
+fc_status fc_program_save_file(fc_program *p, const char *path) {
+    if (!p) return FC_ERR_USAGE;
+    fc_context *ctx = fc_program_context(p);
+    if (!path || !*path) return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_save_file: no path");
+    const fc_program_desc *d = fc_program_desc_of(p);
+    if (!d->src.source)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source to compile", d->graph_name);
+    fc_bytes file = {NULL, 0};
+    fc_status st = build_file(ctx, d, path, &file);
+    if (st != FC_OK) return st;
+    /* Read it back as a load would: what is written must load. */
+    fc_program_desc check;
+    st = read_container(ctx, path, file.data, file.size, &check);
+    if (st == FC_OK) fc_program_desc_release(&check);
+    if (st == FC_OK) st = write_file_atomic(ctx, path, file.data, file.size);
+    fc_bytes_free(&file);
+    return st;
+}

@@ -1,0 +1,490 @@
+/* test_aot.c - compiled programs in files (`fusec model.ir -o model.cubin`).
+ *
+ * Everywhere (CI has no GPU):
+ *   - save, then load: the same plan text, source, signature and sm; the
+ *     loaded program's cubin is the file, byte for byte; no NVRTC and no
+ *     passes at load; saving the loaded program gives the same program;
+ *   - the file is a CUDA ELF (e_machine 190) whose symbol table names every
+ *     kernel and fusec_program (checked by our reader, and by readelf and
+ *     cuobjdump when they are installed);
+ *   - fc_program_is_file: yes for the file, no for .ir text, a plain cubin,
+ *     an empty or missing file;
+ *   - damage anywhere (a kernel's code, the program data, the checksum, a
+ *     cut, an empty file, a newer format version, another ELF machine) is
+ *     refused with a message that says what is wrong;
+ *   - loading from memory; allocation failures while loading;
+ *   - fc_arch_parse for the CLI's --arch.
+ * With a GPU: the loaded program runs, and its outputs equal the JIT
+ * program's bit for bit (the same kernels on the same inputs).
+ */
+#include "check.h"
+#include "runtime/aot.h"
+#include "runtime/cuda.h"
+#include "runtime/interp.h"
+#include "runtime/program.h"
+#include "runtime/program_cache.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+static char root[256];
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static unsigned char *read_all(const char *path, size_t *n) {
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *b = malloc((size_t)len + 1);
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) *n = (size_t)len;
+    return b;
+}
+
+static void write_all(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    CHECK(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
+static uint64_t nvrtc_count(void) {
+    fc_compile_counters c;
+    fc_compile_counters_get(&c);
+    return c.nvrtc_compiles;
+}
+
+/* softmax over rows and a gelu with a broadcast bias, two results: several
+ * kernels, one of them a row reduction. */
+static fc_graph *g_model(fc_context *ctx, bool bf16) {
+    fc_graph *g = fc_graph_new(ctx, bf16 ? "model_bf16" : "model");
+    fc_dtype dt = bf16 ? FC_BF16 : FC_F32;
+    fc_dim d[2] = {8, 384}, b[1] = {384};
+    fc_value *x = fc_param(g, "x", dt, 2, d), *bias = fc_param(g, "bias", dt, 1, b);
+    fc_value *outs[2] = {fc_softmax(g, x, -1), fc_gelu(g, fc_add(g, x, bias))};
+    fc_graph_return(g, 2, outs);
+    return g;
+}
+
+/* Does the file's symbol table hold `name`? (A plain scan of the string
+ * table is enough here: fc_aot_locate is the real reader.) */
+static bool has_string(const unsigned char *b, size_t n, const char *name) {
+    size_t k = strlen(name) + 1;
+    for (size_t i = 0; i + k <= n; i++)
+        if (memcmp(b + i, name, k) == 0 && (i == 0 || b[i - 1] == 0)) return true;
+    return false;
+}
+
+static bool tool_exists(const char *name, char *path, size_t n) {
+    const char *dirs[] = {"/usr/local/cuda/bin", "/usr/bin", "/usr/local/bin"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(path, n, "%s/%s", dirs[i], name);
+        if (access(path, X_OK) == 0) return true;
+    }
+    return false;
+}
+
+/* Rewrite the file's checksum after a deliberate change, so that the
+ * change itself is what the loader sees. */
+static void fix_checksum(unsigned char *b, size_t n) {
+    fc_context *ctx = fc_context_new();
+    size_t off, len;
+    if (fc_aot_locate(ctx, "x", b, n, &off, &len) == FC_OK) {
+        static const unsigned char zeros[16];
+        XXH3_state_t s;
+        XXH3_INITSTATE(&s);
+        XXH3_128bits_reset(&s);
+        size_t field = off + FC_AOT_CHECKSUM_OFFSET;
+        XXH3_128bits_update(&s, b, field);
+        XXH3_128bits_update(&s, zeros, 16);
+        XXH3_128bits_update(&s, b + field + 16, n - field - 16);
+        XXH128_canonical_t c;
+        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+        memcpy(b + field, c.digest, 16);
+    }
+    fc_context_free(ctx);
+}
+
+/* Load `path` and expect failure with `status` and `msg` in the message. */
+static void expect_refused(fc_context *ctx, const char *path, fc_status status, const char *msg) {
+    fc_program *p = (fc_program *)&p;
+    fc_status st = fc_program_load_file(ctx, path, &p);
+    if (st != status || !strstr(fc_last_error(ctx), msg))
+        fprintf(stderr, "load %s: status %d, message: %s\n(want %d, \"%s\")\n", path, st, fc_last_error(ctx), status,
+                msg);
+    CHECK_EQ_INT(st, status);
+    CHECK(strstr(fc_last_error(ctx), msg) != NULL);
+    CHECK(p == NULL);
+}
+
+static void check_same_program(fc_program *a, fc_program *b) {
+    char *x = fc_program_plan_text(a), *y = fc_program_plan_text(b);
+    CHECK_STR(y, x);
+    fc_free(x);
+    fc_free(y);
+    x = fc_program_cuda_source(a);
+    y = fc_program_cuda_source(b);
+    CHECK_STR(y, x);
+    fc_free(x);
+    fc_free(y);
+    CHECK_EQ_INT(fc_program_sm(b), fc_program_sm(a));
+    CHECK_EQ_INT(fc_program_num_inputs(b), fc_program_num_inputs(a));
+    CHECK_EQ_INT(fc_program_num_outputs(b), fc_program_num_outputs(a));
+    for (int i = 0; i < fc_program_num_inputs(a); i++) {
+        fc_tensor ta, tb;
+        const char *na = NULL, *nb = NULL;
+        CHECK_EQ_INT(fc_program_input(a, i, &ta, &na), FC_OK);
+        CHECK_EQ_INT(fc_program_input(b, i, &tb, &nb), FC_OK);
+        CHECK(memcmp(&ta, &tb, sizeof ta) == 0);
+        CHECK_STR(nb, na);
+    }
+    for (int i = 0; i < fc_program_num_outputs(a); i++) {
+        fc_tensor ta, tb;
+        CHECK_EQ_INT(fc_program_output(a, i, &ta), FC_OK);
+        CHECK_EQ_INT(fc_program_output(b, i, &tb), FC_OK);
+        CHECK(memcmp(&ta, &tb, sizeof ta) == 0);
+    }
+}
+
+/* ---- save and load ------------------------------------------------------------------ */
+
+static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
+    fc_graph *g = g_model(ctx, bf16);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *jit = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &jit), FC_OK);
+    if (!jit) {
+        fc_graph_free(g);
+        return;
+    }
+    char path[300];
+    snprintf(path, sizeof path, "%s/%s.cubin", root, fc_graph_name(g));
+    double t0 = now_ms();
+    fc_status st = fc_program_save_file(jit, path);
+    double save_ms = now_ms() - t0;
+    if (st != FC_OK) fprintf(stderr, "save: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK(fc_program_is_file(path));
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && S_ISREG(sb.st_mode));
+
+    size_t n;
+    unsigned char *file = read_all(path, &n);
+    CHECK(file && n > 64 && memcmp(file, "\x7f" "ELF", 4) == 0);
+    CHECK(file && file[4] == 2 && file[5] == 1 && file[18] == 190 && file[19] == 0); /* ELF64, LE, EM_CUDA */
+    /* Every kernel is in it, and the program's symbol. */
+    for (int i = 0; file && i < fc_program_num_launches(jit); i++) {
+        const fc_launch *l = fc_program_launch(jit, i);
+        if (l->kind == FC_LAUNCH_KERNEL) CHECK(has_string(file, n, l->name));
+    }
+    CHECK(file && has_string(file, n, FC_AOT_SYMBOL));
+
+    /* Load: no NVRTC, no passes; the same program; the cubin is the file. */
+    uint64_t n0 = nvrtc_count();
+    fc_program *aot = NULL;
+    t0 = now_ms();
+    st = fc_program_load_file(ctx, path, &aot);
+    double load_ms = now_ms() - t0;
+    if (st != FC_OK) fprintf(stderr, "load: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(nvrtc_count(), n0);
+    printf("%s: saved %zu bytes in %.1f ms (one NVRTC compile), loaded in %.3f ms\n", fc_graph_name(g), n, save_ms,
+           load_ms);
+    if (aot) {
+        check_same_program(jit, aot);
+        const fc_bytes *c = fc_program_cubin(aot);
+        CHECK(file && c->size == n && memcmp(c->data, file, n) == 0);
+        fc_compile_times t;
+        fc_program_times(aot, &t);
+        CHECK_EQ_INT(t.origin, FC_PROGRAM_FILE);
+        CHECK(t.passes_ms == 0 && t.nvrtc_ms == 0 && t.compile_ms > 0);
+        char *tt = fc_compile_times_text(&t);
+        CHECK(tt && strstr(tt, "(loaded from a compiled program file)"));
+        fc_free(tt);
+        /* The PTX comes from the stored source, as for any program. */
+        char *ptx = fc_program_ptx(aot);
+        CHECK(ptx && strstr(ptx, ".entry"));
+        fc_free(ptx);
+        /* The plan, re-planned from the graph text on demand. */
+        const fc_plan *pl = fc_program_plan(aot);
+        CHECK(pl && pl->arena_bytes == fc_program_plan(jit)->arena_bytes);
+
+        /* Saving the loaded program gives the same program again. */
+        char path2[320];
+        snprintf(path2, sizeof path2, "%s.again", path);
+        CHECK_EQ_INT(fc_program_save_file(aot, path2), FC_OK);
+        fc_program *again = NULL;
+        CHECK_EQ_INT(fc_program_load_file(ctx, path2, &again), FC_OK);
+        if (again) check_same_program(aot, again);
+        fc_program_free(again);
+    }
+
+    /* From memory, as an application that embeds the file would. */
+    fc_program *mem = NULL;
+    CHECK_EQ_INT(fc_program_load_data(ctx, file, n, &mem), FC_OK);
+    if (mem) check_same_program(jit, mem);
+    fc_program_free(mem);
+
+    /* Independent readers, when installed. */
+    char tool[256], cmd[700];
+    if (tool_exists("readelf", tool, sizeof tool)) {
+        snprintf(cmd, sizeof cmd, "%s -W -s '%s' 2>/dev/null | grep -q ' %s$'", tool, path, FC_AOT_SYMBOL);
+        CHECK(system(cmd) == 0);
+    }
+    if (tool_exists("cuobjdump", tool, sizeof tool)) {
+        snprintf(cmd, sizeof cmd, "%s -elf '%s' > /dev/null 2>&1", tool, path);
+        CHECK(system(cmd) == 0);
+        snprintf(cmd, sizeof cmd, "%s -sass '%s' 2>/dev/null | grep -q 'Function : '", tool, path);
+        CHECK(system(cmd) == 0);
+        printf("cuobjdump accepts %s\n", path);
+    } else {
+        printf("cuobjdump: not installed here (skipped)\n");
+    }
+
+    /* With a GPU: the file runs, and exactly as the JIT program does. */
+    if (gpu && aot) {
+        int nin = fc_program_num_inputs(jit), nout = fc_program_num_outputs(jit);
+        fc_tensor in[4], a[4], b[4];
+        unsigned long long rng = 42;
+        for (int i = 0; i < nin; i++) {
+            CHECK_EQ_INT(fc_program_input(jit, i, &in[i], NULL), FC_OK);
+            int64_t numel = fc_tensor_numel(&in[i]);
+            in[i].data = malloc((size_t)numel * fc_dtype_size(in[i].dtype));
+            for (int64_t j = 0; j < numel; j++) {
+                rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                fc_interp_store(in[i].dtype, in[i].data, j, (double)(rng >> 11) / 9007199254740992.0 * 4 - 2);
+            }
+        }
+        CHECK_EQ_INT(fc_program_run_host(jit, in, nin, a, nout, NULL, 0), FC_OK);
+        st = fc_program_run_host(aot, in, nin, b, nout, NULL, 0);
+        if (st != FC_OK) fprintf(stderr, "run the file: %s\n", fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_OK);
+        for (int k = 0; st == FC_OK && k < nout; k++) {
+            fc_tensor ty;
+            fc_program_output(aot, k, &ty);
+            size_t bytes = (size_t)fc_tensor_numel(&ty) * fc_dtype_size(ty.dtype);
+            CHECK(memcmp(a[k].data, b[k].data, bytes) == 0);
+            fc_tensor_release(&a[k]);
+            fc_tensor_release(&b[k]);
+        }
+        fc_compile_times t;
+        fc_program_times(aot, &t);
+        printf("%s: the file ran on the GPU like the JIT program; device %.1f ms, load %.3f ms\n",
+               fc_graph_name(g), t.device_ms, t.load_ms);
+        CHECK(t.loaded);
+        for (int i = 0; i < nin; i++) free(in[i].data);
+    }
+
+    free(file);
+    fc_program_free(aot);
+    fc_program_free(jit);
+    fc_graph_free(g);
+}
+
+/* ---- what is not a program ------------------------------------------------------------ */
+
+static void test_refused(fc_context *ctx) {
+    fc_graph *g = g_model(ctx, false);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    char path[300], bad[300];
+    snprintf(path, sizeof path, "%s/refused.cubin", root);
+    snprintf(bad, sizeof bad, "%s/bad.cubin", root);
+    CHECK_EQ_INT(fc_program_save_file(p, path), FC_OK);
+    size_t n;
+    unsigned char *file = read_all(path, &n);
+    if (!file) {
+        fc_program_free(p);
+        fc_graph_free(g);
+        return;
+    }
+    size_t off = 0, len = 0;
+    CHECK_EQ_INT(fc_aot_locate(ctx, path, file, n, &off, &len), FC_OK);
+    unsigned char *b = malloc(n);
+
+    /* A flipped bit in the kernels' code (well before the program data). */
+    memcpy(b, file, n);
+    size_t in_code = off > 4096 ? off / 2 : n - 64; /* section headers if the data come first */
+    b[in_code] ^= 0x04;
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "");
+    CHECK(strstr(fc_last_error(ctx), "damaged compiled program") != NULL);
+
+    /* ...in the program data, and in the checksum itself. */
+    memcpy(b, file, n);
+    b[off + len - 3] ^= 0x01;
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "checksum mismatch");
+    memcpy(b, file, n);
+    b[off + FC_AOT_CHECKSUM_OFFSET] ^= 0x80;
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "checksum mismatch");
+
+    /* Cut short: by one byte (the section table is at the end), to the
+     * program data, to nothing. */
+    write_all(bad, file, n - 1);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "damaged compiled program");
+    write_all(bad, file, off + len);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "damaged compiled program");
+    write_all(bad, file, 0);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "not an ELF file");
+    CHECK(!fc_program_is_file(bad));
+
+    /* A newer format (with a good checksum): says so. */
+    memcpy(b, file, n);
+    b[off + 8] = 2;
+    fix_checksum(b, n);
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "compiled program format version 2; this fusec reads version 1");
+
+    /* Good checksum, bad program inside: refused by the decoder. */
+    memcpy(b, file, n);
+    b[off + FC_AOT_HEADER_SIZE] = 'X';
+    fix_checksum(b, n);
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "bad compiled program: bad program data at byte");
+
+    /* Another machine's ELF. */
+    memcpy(b, file, n);
+    b[18] = 62; /* x86-64 */
+    write_all(bad, b, n);
+    expect_refused(ctx, bad, FC_ERR_INPUT, "an ELF file for machine 62, not a CUDA cubin");
+
+    /* A plain cubin (what fc_compile makes) is not a program file. */
+    const fc_bytes *cubin = fc_program_cubin(p);
+    write_all(bad, cubin->data, cubin->size);
+    CHECK(!fc_program_is_file(bad));
+    expect_refused(ctx, bad, FC_ERR_INPUT, "a cubin without fusec's program in it");
+
+    /* .ir text, a directory, a missing file. */
+    const char *src = getenv("FUSEC_SRC");
+    char ir[512];
+    snprintf(ir, sizeof ir, "%s/examples/softmax.ir", src ? src : ".");
+    CHECK(!fc_program_is_file(ir));
+    expect_refused(ctx, ir, FC_ERR_INPUT, "not a compiled fusec program (not an ELF file)");
+    expect_refused(ctx, root, FC_ERR_INPUT, "is not a regular file");
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/missing.cubin", root);
+    CHECK(!fc_program_is_file(missing));
+    expect_refused(ctx, missing, FC_ERR_RUNTIME, "cannot open");
+
+    /* Every truncation and every flipped byte of the file: refused or
+     * loaded, never a crash (ASan watches the reader). Sampled every
+     * 7 bytes to keep the test fast. */
+    int loaded = 0;
+    for (size_t i = 0; i < n; i += 7) {
+        fc_program *x = NULL;
+        fc_status st = fc_program_load_data(ctx, file, i, &x);
+        CHECK(st == FC_ERR_INPUT && !x);
+        memcpy(b, file, n);
+        b[i] ^= 0x5a;
+        st = fc_program_load_data(ctx, b, n, &x);
+        CHECK(st == FC_ERR_INPUT || st == FC_OK);
+        loaded += st == FC_OK;
+        fc_program_free(x);
+    }
+    /* The checksum covers every byte; only bytes the format ignores (in the
+     * ELF, none that we read past the checksum) could load. */
+    CHECK_EQ_INT(loaded, 0);
+
+    /* Allocation failures while loading. */
+    int failures = 0;
+    for (long k = 1; k < 10000; k++) {
+        fc_program *x = NULL;
+        fc_context_fail_alloc_after(ctx, k);
+        fc_status st = fc_program_load_file(ctx, path, &x);
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            fc_program_free(x);
+            break;
+        }
+        failures++;
+        CHECK_EQ_INT(st, FC_ERR_NOMEM);
+    }
+    CHECK(failures > 3);
+
+    /* Misuse. */
+    fc_program *x = NULL;
+    CHECK_EQ_INT(fc_program_load_file(ctx, NULL, &x), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_program_save_file(NULL, path), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_program_save_file(p, ""), FC_ERR_USAGE);
+    char nodir[300];
+    snprintf(nodir, sizeof nodir, "%s/no/such/dir/x.cubin", root);
+    CHECK_EQ_INT(fc_program_save_file(p, nodir), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "cannot write") != NULL);
+    CHECK(!fc_program_is_file(NULL));
+
+    free(b);
+    free(file);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+static void test_arch(void) {
+    int sm = 0;
+    CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
+    CHECK(fc_arch_parse("sm_80", &sm) && sm == 80);
+    CHECK(fc_arch_parse("sm89", &sm) && sm == 89);
+    CHECK(fc_arch_parse("90", &sm) && sm == 90);
+    CHECK(fc_arch_parse("9.0", &sm) && sm == 90);
+    CHECK(fc_arch_parse("sm_100", &sm) && sm == 100);
+    CHECK(!fc_arch_parse("sm_90a", &sm));
+    CHECK(!fc_arch_parse("compute_90", &sm));
+    CHECK(!fc_arch_parse("sm_", &sm));
+    CHECK(!fc_arch_parse("5", &sm));
+    CHECK(!fc_arch_parse("", &sm));
+    CHECK(!fc_arch_parse(NULL, &sm));
+}
+
+static void rm_rf(const char *path) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
+}
+
+int main(void) {
+    snprintf(root, sizeof root, "/tmp/fusec-test-aot-XXXXXX");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    /* Saving and loading need no cache; keep the user's out of it. */
+    setenv("FUSEC_CACHE", "off", 1);
+    fc_context *ctx = fc_context_new();
+    bool gpu = fc_cuda_available(NULL);
+    test_arch();
+    test_round_trip(ctx, false, gpu);
+    test_round_trip(ctx, true, gpu);
+    test_refused(ctx);
+    if (!gpu) printf("test_aot: GPU part skipped (no CUDA device)\n");
+    fc_cache_global_close();
+    fc_context_free(ctx);
+    rm_rf(root);
+    return check_report("test_aot");
+}
