@@ -100,6 +100,10 @@ void fc_attrs_defaults(fc_op op, fc_attrs *a);
 /* Pointers into `a` for an attribute name: exactly one is set. */
 void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double **f, fc_dtype **dt);
 
+/* The float64 value of elementwise op `op` on scalars (b, c unused by
+ * unary ops; where(a, b, c)). The caller rounds to the result dtype. */
+double fc_scalar_eval(fc_op op, double a, double b, double c);
+
 /* ---------------------------------------------------------------- */
 /* Dtypes.                                                           */
 /* ---------------------------------------------------------------- */

@@ -97,53 +97,9 @@ static bool is_elementwise(fc_op op) {
            op == FC_OP_CAST;
 }
 
-/*
- * The scalar semantics of the elementwise ops, in float64: the same
- * formulas as the reference interpreter, so a folded constant is the value
- * the reference computes. (These belong in one table in ir/ shared with the
- * interpreter; see docs/PASSES.md.)
- */
-static double sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-
-static double eval(fc_op op, double a, double b, double c) {
-    switch (op) {
-    case FC_OP_NEG: return -a;
-    case FC_OP_ABS: return fabs(a);
-    case FC_OP_EXP: return exp(a);
-    case FC_OP_LOG: return log(a);
-    case FC_OP_SQRT: return sqrt(a);
-    case FC_OP_RSQRT: return 1.0 / sqrt(a);
-    case FC_OP_RECIP: return 1.0 / a;
-    case FC_OP_SIN: return sin(a);
-    case FC_OP_COS: return cos(a);
-    case FC_OP_TANH: return tanh(a);
-    case FC_OP_SIGMOID: return sigmoid(a);
-    case FC_OP_RELU: return a < 0.0 ? 0.0 : a;
-    case FC_OP_GELU: return a * 0.5 * (1.0 + erf(a / sqrt(2.0)));
-    case FC_OP_GELU_TANH: {
-        const double k = sqrt(2.0 / 3.14159265358979323846);
-        return 0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a)));
-    }
-    case FC_OP_SILU: return a * sigmoid(a);
-    case FC_OP_ERF: return erf(a);
-    case FC_OP_ADD: return a + b;
-    case FC_OP_SUB: return a - b;
-    case FC_OP_MUL: return a * b;
-    case FC_OP_DIV: return a / b;
-    case FC_OP_MAX: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    case FC_OP_MIN: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-    case FC_OP_POW: return pow(a, b);
-    case FC_OP_EQ: return a == b;
-    case FC_OP_NE: return a != b;
-    case FC_OP_LT: return a < b;
-    case FC_OP_LE: return a <= b;
-    case FC_OP_GT: return a > b;
-    case FC_OP_GE: return a >= b;
-    case FC_OP_WHERE: return a != 0.0 ? b : c;
-    case FC_OP_CAST: return a;
-    default: FC_UNREACHABLE("eval: not an elementwise op");
-    }
-}
+/* The scalar semantics of the elementwise ops: the reference's own
+ * (ir/scalar.c), so a folded constant is the value the reference computes. */
+static double eval(fc_op op, double a, double b, double c) { return fc_scalar_eval(op, a, b, c); }
 
 /* ------------------------------------------------------------------ */
 /* Making replacements                                                 */

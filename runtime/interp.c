@@ -351,53 +351,11 @@ static ibuf *result(const interp *ip, int k)
 /* Elementwise ops: unary, binary, compare, where, cast.             */
 /* ================================================================ */
 
-static double sigmoid(double x)
-{
-    return 1.0 / (1.0 + exp(-x));
-}
-
-/* The scalar semantics of every elementwise op, in float64. */
+/* The scalar semantics of every elementwise op, in float64: one
+ * definition in ir/scalar.c, shared with constant folding. */
 static double scalar_op(fc_op op, double a, double b, double c)
 {
-    switch (op) {
-    case FC_OP_NEG: return -a;
-    case FC_OP_ABS: return fabs(a);
-    case FC_OP_EXP: return exp(a);
-    case FC_OP_LOG: return log(a);
-    case FC_OP_SQRT: return sqrt(a);
-    case FC_OP_RSQRT: return 1.0 / sqrt(a);
-    case FC_OP_RECIP: return 1.0 / a;
-    case FC_OP_SIN: return sin(a);
-    case FC_OP_COS: return cos(a);
-    case FC_OP_TANH: return tanh(a);
-    case FC_OP_SIGMOID: return sigmoid(a);
-    case FC_OP_RELU: return a < 0.0 ? 0.0 : a; /* NaN stays NaN, as torch.relu */
-    case FC_OP_GELU: return a * 0.5 * (1.0 + erf(a / sqrt(2.0)));
-    case FC_OP_GELU_TANH: {
-        const double k = sqrt(2.0 / 3.14159265358979323846);
-        return 0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a)));
-    }
-    case FC_OP_SILU: return a * sigmoid(a);
-    case FC_OP_ERF: return erf(a);
-    case FC_OP_ADD: return a + b;
-    case FC_OP_SUB: return a - b;
-    case FC_OP_MUL: return a * b;
-    case FC_OP_DIV: return a / b;
-    /* max/min propagate NaN, as torch.maximum/minimum (not fmax/fmin). */
-    case FC_OP_MAX: return isnan(a) || isnan(b) ? NAN : a > b ? a : b;
-    case FC_OP_MIN: return isnan(a) || isnan(b) ? NAN : a < b ? a : b;
-    case FC_OP_POW: return pow(a, b);
-    case FC_OP_EQ: return a == b;
-    case FC_OP_NE: return a != b;
-    case FC_OP_LT: return a < b;
-    case FC_OP_LE: return a <= b;
-    case FC_OP_GT: return a > b;
-    case FC_OP_GE: return a >= b;
-    case FC_OP_WHERE: return a != 0.0 ? b : c;
-    case FC_OP_CAST: return a; /* the rounding of the result does the cast */
-    default: break;
-    }
-    FC_UNREACHABLE("scalar_op: not an elementwise op");
+    return fc_scalar_eval(op, a, b, c);
 }
 
 /*
@@ -688,7 +646,7 @@ static fc_status run_rmsnorm(interp *ip)
 /* ================================================================ */
 
 /*
- * Broadcast the batch dims (all but the last two) of up to three operands.
+ * Broadcast the batch dims (all but the last two) of up to four operands.
  * bshape gets the batch shape; strides[k] the batch strides of operand k in
  * units of its matrices.
  */
@@ -765,13 +723,19 @@ static fc_status run_matmul(interp *ip)
 }
 
 /*
- * attention(q, k, v) = softmax(q @ k^T * scale + mask) @ v over [.., S, D]
- * operands whose batch dims broadcast. The causal mask is top-left aligned,
- * as SDPA's is_causal: query i sees keys j <= i.
+ * attention(q, k, v, [mask]) = softmax(q @ k^T * scale [+ mask]) @ v over
+ * [.., S, D] operands whose batch dims broadcast. The causal mask is
+ * top-left aligned, as SDPA's is_causal: query i sees keys j <= i. The
+ * optional mask broadcasts to the scores [batch.., Sq, Sk]: a bool mask
+ * keeps the keys where it is true (a key it drops is -inf), a float mask is
+ * added to the scaled score. A row that keeps no key is NaN (0/0), as the
+ * written-out softmax of a row of -inf is.
  */
 static fc_status run_attention(interp *ip)
 {
     const ibuf *q = operand(ip, 0), *k = operand(ip, 1), *v = operand(ip, 2);
+    const ibuf *mk = ip->node->nin > 3 ? operand(ip, 3) : NULL;
+    bool mask_bool = mk && ip->node->in[3]->dtype == FC_BOOL;
     if (q->rank < 2 || k->rank < 2 || v->rank < 2)
         return ierr(ip, FC_ERR_INPUT, "q, k and v must have rank >= 2");
     int64_t Sq = q->shape[q->rank - 2], D = q->shape[q->rank - 1];
@@ -782,11 +746,29 @@ static fc_status run_attention(interp *ip)
                     "shapes do not agree at run time (q [.., %lld, %lld], k [.., %lld, %lld], v [.., %lld, %lld])",
                     (long long)Sq, (long long)D, (long long)Sk, (long long)Dk, (long long)Sv, (long long)Dv);
 
-    int brank[3] = {q->rank - 2, k->rank - 2, v->rank - 2};
-    const int64_t *bdims[3] = {q->shape, k->shape, v->shape};
-    int64_t bshape[FC_MAX_RANK], bstride[3][FC_MAX_RANK];
+    /* The mask as a [mbatch.., Mq, Mk] operand: a rank-0 or rank-1 mask
+     * gets leading 1s, Mq is 1 or Sq and Mk is 1 or Sk. */
+    int64_t mshape[FC_MAX_RANK + 2], Mq = 1, Mk = 1;
+    int mrank = 0;
+    if (mk) {
+        int pad = mk->rank < 2 ? 2 - mk->rank : 0;
+        for (int i = 0; i < pad; i++)
+            mshape[mrank++] = 1;
+        for (int i = 0; i < mk->rank; i++)
+            mshape[mrank++] = mk->shape[i];
+        Mq = mshape[mrank - 2];
+        Mk = mshape[mrank - 1];
+        if ((Mq != 1 && Mq != Sq) || (Mk != 1 && Mk != Sk))
+            return ierr(ip, FC_ERR_INPUT, "the mask's last dims (%lld, %lld) do not broadcast to the scores (%lld, %lld)",
+                        (long long)Mq, (long long)Mk, (long long)Sq, (long long)Sk);
+    }
+
+    int nops = mk ? 4 : 3;
+    int brank[4] = {q->rank - 2, k->rank - 2, v->rank - 2, mrank - 2};
+    const int64_t *bdims[4] = {q->shape, k->shape, v->shape, mshape};
+    int64_t bshape[FC_MAX_RANK], bstride[4][FC_MAX_RANK];
     int nb;
-    fc_status st = bcast_batch(ip, 3, brank, bdims, &nb, bshape, bstride);
+    fc_status st = bcast_batch(ip, nops, brank, bdims, &nb, bshape, bstride);
     if (st != FC_OK)
         return st;
     int64_t oshape[FC_MAX_RANK + 2];
@@ -809,6 +791,7 @@ static fc_status run_attention(interp *ip)
         const double *qm = q->data + offset_of(t, nb, bshape, bstride[0]) * Sq * D;
         const double *km = k->data + offset_of(t, nb, bshape, bstride[1]) * Sk * D;
         const double *vm = v->data + offset_of(t, nb, bshape, bstride[2]) * Sk * Dv;
+        const double *mm = mk ? mk->data + offset_of(t, nb, bshape, bstride[3]) * Mq * Mk : NULL;
         double *om = o + t * Sq * Dv;
         for (int64_t i = 0; i < Sq; i++) {
             /* Masked keys are left out, which is softmax with -inf there. */
@@ -819,6 +802,10 @@ static fc_status run_attention(interp *ip)
                 for (int64_t d = 0; d < D; d++)
                     s += qm[i * D + d] * km[j * D + d];
                 p[j] = s * scale;
+                if (mm) {
+                    double x = mm[(Mq == 1 ? 0 : i) * Mk + (Mk == 1 ? 0 : j)];
+                    p[j] = mask_bool ? (x != 0.0 ? p[j] : -INFINITY) : p[j] + x;
+                }
                 m = scalar_op(FC_OP_MAX, m, p[j], 0);
             }
             for (int64_t j = 0; j < nk; j++)
