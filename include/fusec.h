@@ -376,6 +376,124 @@ fc_graph *fc_graph_clone(fc_graph *g);
  * --bind makes); every node is re-checked. NULL with the error on failure. */
 fc_graph *fc_graph_specialize(fc_graph *g, const fc_binding *binds, int nbinds);
 
+/* The rest of this header (a program's signature, programs in files, the
+ * compile cache's location, compile timings) is guarded on its own, so that
+ * internal headers written before it moved here can still be included with
+ * it. */
+#ifndef FC_API_PROGRAM_FILES
+#define FC_API_PROGRAM_FILES
+
+/* ------------------------------------------------------------------ */
+/* A program's parameters and results: what to allocate for fc_run.   */
+/* They work for every program, also one loaded from a file, which has */
+/* no graph to ask.                                                    */
+/* ------------------------------------------------------------------ */
+
+/* The number of parameters of p (the length of fc_run's inputs); 0 for
+ * NULL. */
+int fc_program_num_inputs(const fc_program *p);
+/* The number of results of p (the length of fc_run's outputs); 0 for NULL. */
+int fc_program_num_outputs(const fc_program *p);
+/*
+ * The dtype and static shape of input i (fc_run's inputs[i]) into *type,
+ * with type->data NULL. Its name in the graph ("" if it had none) goes to
+ * *name when name is not NULL; the string is owned by the program.
+ * FC_ERR_USAGE for a bad i or a NULL type.
+ */
+fc_status fc_program_input(const fc_program *p, int i, fc_tensor *type, const char **name);
+/* The dtype and static shape of result i (fc_run's outputs[i]) into *type,
+ * with type->data NULL. FC_ERR_USAGE for a bad i or a NULL type. */
+fc_status fc_program_output(const fc_program *p, int i, fc_tensor *type);
+
+/* ------------------------------------------------------------------ */
+/* Programs in files: compile once, ship one file, run it with no      */
+/* parse, no passes and no NVRTC (`fusec model.ir -o model.cubin`).    */
+/*                                                                     */
+/* The file is a cubin, an ELF file that cuModuleLoadData and          */
+/* cuobjdump accept, holding every kernel of the program. The launch   */
+/* plan, the signature and the graph's text are embedded in it as the  */
+/* data symbol `fusec_program`, with a checksum over the whole file.   */
+/* docs/AOT.md describes the format.                                   */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Write p to `path`, replaced atomically (a reader sees the old file or the
+ * new one). p may come from fc_compile, from the cache or from a file. This
+ * compiles p's source once more with NVRTC, for p's target
+ * (fc_compile_options.sm as it was resolved); no GPU is needed.
+ * FC_ERR_RUNTIME when the file cannot be written; an NVRTC failure as
+ * fc_compile reports one; FC_ERR_USAGE for a NULL p or path, or "".
+ */
+fc_status fc_program_save_file(fc_program *p, const char *path);
+/*
+ * Load a program written by fc_program_save_file into *out (free it with
+ * fc_program_free). Nothing is compiled; the GPU is first touched by
+ * fc_run, as for fc_compile's programs. A file that is not such a program,
+ * is damaged (its checksum differs) or has a newer format is FC_ERR_INPUT,
+ * with a message that starts with the path and says which; a file that
+ * cannot be read is FC_ERR_RUNTIME. *out is NULL on failure.
+ */
+fc_status fc_program_load_file(fc_context *ctx, const char *path, fc_program **out);
+/* As fc_program_load_file, from the `size` bytes at `data` (a file embedded
+ * in an application); the bytes are copied, so they may be freed after. */
+fc_status fc_program_load_data(fc_context *ctx, const void *data, size_t size, fc_program **out);
+/* True when `path` names such a file (an ELF that holds fusec's program
+ * symbol), false for anything else (.ir text, a missing file). It does not
+ * check the checksum: fc_program_load_file does. */
+bool fc_program_is_file(const char *path);
+
+/* ------------------------------------------------------------------ */
+/* The compile cache (docs/CACHE.md). fc_compile uses one cache per    */
+/* process, opened at its first use from the environment:              */
+/*   FUSEC_CACHE_DIR        the directory; else $XDG_CACHE_HOME/fusec  */
+/*                          (when absolute), else ~/.cache/fusec       */
+/*   FUSEC_CACHE            off, ro (read only) or rw (the default)    */
+/*   FUSEC_CACHE_MAX_BYTES  the size limit (1G by default; 512M, ...)  */
+/* A directory owned by another user, or writable by group or others,  */
+/* is refused: fc_compile then works without the disk cache.           */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Use `dir` as the cache directory instead of the environment's (NULL: the
+ * environment's again). Only before the cache is first used (the first
+ * fc_compile): FC_ERR_USAGE after that, and for "". FC_ERR_NOMEM when the
+ * name cannot be copied.
+ */
+fc_status fc_cache_configure(const char *dir);
+
+/* ------------------------------------------------------------------ */
+/* Where the compile time went (`fusec --time`).                       */
+/* ------------------------------------------------------------------ */
+
+/* Where a program came from. */
+typedef enum fc_program_origin {
+    FC_PROGRAM_COMPILED,      /* passes, codegen and NVRTC all ran */
+    FC_PROGRAM_KERNEL_CACHE,  /* passes and codegen ran; the cubin came from the cache */
+    FC_PROGRAM_PROGRAM_CACHE, /* a warm start: everything came from the cache */
+    FC_PROGRAM_FILE,          /* loaded from a file (fc_program_load_file) */
+} fc_program_origin;
+
+/* The times of one program's making, in milliseconds. */
+typedef struct fc_compile_times {
+    fc_program_origin origin;
+    double parse_ms;   /* 0 from the library: the caller measures its parse */
+    double passes_ms;  /* the passes: fusion, scheduling, memory plan */
+    double codegen_ms; /* CUDA C generation */
+    double nvrtc_ms;   /* NVRTC; 0 when the cubin came from the cache */
+    double cache_ms;   /* keys, cache lookups and stores, (de)serialization */
+    double compile_ms; /* all of fc_compile (or of the load), the above included */
+    /* At the first fc_run (0 until then, or without a GPU): */
+    double device_ms;  /* opening the CUDA device (its primary context) */
+    double load_ms;    /* loading the cubin and resolving the kernels */
+    bool loaded;       /* a run has loaded the module */
+} fc_compile_times;
+
+/* The times of p as they stand now into *out (the device and load times
+ * are filled by p's first run); all zero for a NULL p. */
+void fc_program_times(const fc_program *p, fc_compile_times *out);
+
+#endif /* FC_API_PROGRAM_FILES */
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test_cli.sh - the fusec command line: every exit code, --emit=ir text,
 # --graph, --bind, .npy inputs and outputs (hand-made bytes and round trips),
-# bf16 parameters fed float32 files, random inputs, --help and --version.
+# bf16 parameters fed float32 files, random inputs, --help and --version;
+# the cache commands (--cache-info, --verify, --cache-clear, --cache-dir, a
+# refused directory), compiled program files (-o, --arch, loading one) and
+# --time. None of it needs a GPU (the compiles need NVRTC).
 #
 # Run by ctest with FUSEC (the CLI) and SRC (the source root) set; by hand:
 #   FUSEC=build/fusec SRC=. bash tests/test_cli.sh
@@ -189,7 +192,8 @@ expect_stdout "--version" "fusec 0.1.0"
 
 expect_rc 0 "--help" --help
 for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outputs --devices --help --version \
-  "Exit codes" "FUSEC_DEVICE" splitmix64; do
+  "Exit codes" "FUSEC_DEVICE" splitmix64 --output --arch --time --cache-info --verify --cache-clear --cache-dir \
+  FUSEC_CACHE_DIR FUSEC_CACHE FUSEC_CACHE_MAX_BYTES XDG_CACHE_HOME; do
   if grep -qF -- "$word" "$tmp/out"; then pass; else fail "--help does not mention '$word'"; fi
 done
 if [[ ! -s $tmp/err ]]; then pass; else fail "--help wrote to stderr"; fi
@@ -408,6 +412,218 @@ if [[ -n ${BUILD:-} && -x $BUILD/example_gpt2_mlp ]]; then
     fail "example_gpt2_mlp"
   fi
 fi
+
+# ----------------------------------------------------------------------
+# The cache: --cache-info, --verify, --cache-clear, --cache-dir, and a
+# directory that others can write. Each check has a cache of its own.
+# ----------------------------------------------------------------------
+expect_stdout_line() { if grep -qxF -- "$2" "$tmp/out"; then pass; else fail "$1: stdout lacks the line '$2'"; fi; }
+expect_stdout_match() { if grep -qE -- "$2" "$tmp/out"; then pass; else fail "$1: stdout matches no '$2'"; fi; }
+pad() { printf '%-19s%s' "$1" "$2"; } # an info line: the label padded to 19 columns, then the value
+
+c1=$tmp/cache1
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-info, empty" --cache-info
+expect_stdout_line "cache-info, empty: directory" "$(pad 'cache directory:' "$c1")"
+expect_stdout_line "cache-info, empty: mode" "$(pad 'mode:' rw)"
+expect_stdout_match "cache-info, empty: format version" '^format version: +[0-9]+$'
+expect_stdout_line "cache-info, empty: kernels" "$(pad 'kernels:' '0 entries, 0 bytes')"
+expect_stdout_line "cache-info, empty: programs" "$(pad 'programs:' '0 entries, 0 bytes')"
+expect_stdout_line "cache-info, empty: total" "$(pad 'total:' '0 bytes of 1.0 GiB (1073741824 bytes) (0.0%)')"
+for c in hits misses compiles; do expect_stdout_line "cache-info, empty: $c" "$(pad "$c:" 0)"; done
+expect_stdout_line "cache-info, empty: oldest" "$(pad 'oldest entry:' 'none (least recently used)')"
+expect_stdout_line "cache-info, empty: newest" "$(pad 'newest entry:' 'none (most recently used)')"
+if [[ ! -s $tmp/err ]]; then pass; else fail "cache-info, empty: wrote to stderr"; fi
+FUSEC_CACHE_DIR=$c1 FUSEC_CACHE_MAX_BYTES=64M expect_rc 0 "cache-info, limit" --cache-info
+expect_stdout_line "cache-info, limit" "$(pad 'total:' '0 bytes of 64.0 MiB (67108864 bytes) (0.0%)')"
+
+# A cold compile: two misses (program, kernel), one compile, one entry per
+# level; then a warm one: hits, and no new compile.
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cold compile" "$tmp/small.ir" --bind N=4 --emit=plan
+cp "$tmp/out" "$tmp/plan_jit"
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-info after a compile" --cache-info
+expect_stdout_match "cache-info: kernels" '^kernels: +1 entries, [0-9.]+ KiB \([0-9]+ bytes\)$'
+expect_stdout_match "cache-info: programs" '^programs: +1 entries, [0-9.]+ KiB \([0-9]+ bytes\)$'
+expect_stdout_match "cache-info: total" '^total: +[0-9.]+ KiB \([0-9]+ bytes\) of 1\.0 GiB \(1073741824 bytes\) \([0-9.]+%\)$'
+expect_stdout_line "cache-info: hits" "$(pad 'hits:' 0)"
+expect_stdout_line "cache-info: misses" "$(pad 'misses:' 2)"
+expect_stdout_line "cache-info: compiles" "$(pad 'compiles:' 1)"
+expect_stdout_match "cache-info: oldest" '^oldest entry: +[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} .*\(least recently used\)$'
+expect_stdout_match "cache-info: newest" '^newest entry: +[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9:]{8} .*\(most recently used\)$'
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "warm compile" "$tmp/small.ir" --bind N=4 --emit=plan
+same_file "warm compile: same plan" "$tmp/out" "$tmp/plan_jit"
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-info after a warm compile" --cache-info
+expect_stdout_match "cache-info: hits after a warm compile" '^hits: +[1-9][0-9]*$'
+expect_stdout_line "cache-info: no new compile" "$(pad 'compiles:' 1)"
+
+# --verify: nothing wrong, then one damaged entry (exit 1, listed).
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "verify" --cache-info --verify
+expect_stdout_line "verify" "$(pad 'verify:' '2 entries checked, 0 bad')"
+kernel_entry=$(ls "$c1"/v*/kernels/*.bin | head -n 1)
+printf '\xff' | dd of="$kernel_entry" bs=1 seek=100 conv=notrunc 2>/dev/null
+FUSEC_CACHE_DIR=$c1 expect_rc 1 "verify a damaged entry" --cache-info --verify
+expect_stdout_line "verify a damaged entry" "$(pad 'verify:' '2 entries checked, 1 bad')"
+expect_stdout_has "verify lists the entry" "$(pad 'bad entry:' "$kernel_entry: ")"
+expect_stderr_has "verify says so" "--verify found 1 bad cache entry"
+# The next compile rebuilds it (from the program level down, NVRTC again).
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "compile over a damaged entry" "$tmp/small.ir" --bind N=5 --emit=plan
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "compile over a damaged entry, again" "$tmp/small.ir" --bind N=4 --emit=cuda
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "verify after the rebuild" --cache-info --verify
+
+# --cache-clear: the counts, only fusec's files, then an empty cache.
+: >"$c1/notes.txt"
+: >"$c1/v1/kernels/mine.bin.bak"
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-info before clear" --cache-info
+entries=$(sed -nE 's/^(kernels|programs|other versions): +([0-9]+) entries.*/\2/p' "$tmp/out" | awk '{n += $1} END {print n}')
+bytes=$(sed -n 's/^total: *\([0-9.]* [KMG]iB (\([0-9]*\) bytes)\|\([0-9]*\) bytes\).*/\2\3/p' "$tmp/out")
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-clear" --cache-clear
+expect_stdout_match "cache-clear counts" "^cleared $c1: $entries entries removed, [0-9.]+ KiB \($bytes bytes\) freed$"
+if [[ $entries -ge 3 && -f $c1/notes.txt && -f $c1/v1/kernels/mine.bin.bak ]] &&
+  [[ -z $(ls "$c1"/v*/kernels/*.bin "$c1"/v*/programs/*.bin 2>/dev/null) ]]; then pass; else
+  fail "cache-clear: expected $entries >= 3 entries gone and the foreign files kept"; fi
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "cache-info after clear" --cache-info
+expect_stdout_line "cache-info after clear" "$(pad 'kernels:' '0 entries, 0 bytes')"
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "clear an empty cache" --cache-clear
+expect_stdout "clear an empty cache" "cleared $c1: 0 entries removed, 0 bytes freed"
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "clear, then info" --cache-clear --cache-info
+if [[ $(head -n 1 "$tmp/out") == "cleared $c1: 0 entries removed, 0 bytes freed" ]]; then pass; else
+  fail "clear, then info: clear comes first"; fi
+expect_stdout_line "clear, then info" "$(pad 'cache directory:' "$c1")"
+
+# --cache-dir overrides FUSEC_CACHE_DIR, for compiles and for the commands.
+c2=$tmp/cache2
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "--cache-dir compile" --cache-dir "$c2" "$tmp/small.ir" --bind N=4 --emit=plan
+same_file "--cache-dir compile: same plan" "$tmp/out" "$tmp/plan_jit"
+if [[ -n $(ls "$c2"/v*/kernels/*.bin 2>/dev/null) && -z $(ls "$c1"/v*/kernels/*.bin 2>/dev/null) ]]; then pass; else
+  fail "--cache-dir: the entries are not in $c2 alone"; fi
+FUSEC_CACHE_DIR=$c1 expect_rc 0 "--cache-dir info" --cache-info --cache-dir="$c2"
+expect_stdout_line "--cache-dir info" "$(pad 'cache directory:' "$c2")"
+expect_stdout_line "--cache-dir info: entries" "$(pad 'compiles:' 1)"
+if [[ $(stat -c %a "$c2") == 700 ]]; then pass; else fail "--cache-dir: the directory is not 0700"; fi
+
+# A directory others can write is refused with ONE warning; the compile
+# (and the save) still work, and nothing is written there.
+c3=$tmp/cache3
+mkdir -p "$c3" && chmod 0777 "$c3"
+FUSEC_CACHE_DIR=$c3 expect_rc 0 "unsafe cache: compile" "$tmp/small.ir" --bind N=4 --emit=plan -o "$tmp/unsafe.cubin"
+same_file "unsafe cache: same plan" "$tmp/out" "$tmp/plan_jit"
+if [[ $(grep -c 'warning' "$tmp/err") -eq 1 && $(wc -l <"$tmp/err") -eq 1 ]]; then pass; else
+  fail "unsafe cache: expected exactly one warning line"; fi
+expect_stderr_has "unsafe cache: the warning" "fusec: warning: cache directory $c3 is writable by others"
+if [[ -z $(ls -A "$c3") ]]; then pass; else fail "unsafe cache: something was written to $c3"; fi
+FUSEC_CACHE_DIR=$c3 expect_rc 0 "unsafe cache: info describes it" --cache-info
+expect_stdout_match "unsafe cache: info" '^disk cache: +off \(.*writable by others.*\)$'
+if [[ $(grep -c 'warning' "$tmp/err") -eq 1 ]]; then pass; else fail "unsafe cache: info gives one warning"; fi
+FUSEC_CACHE_DIR=$c3 expect_rc 3 "unsafe cache: no clear" --cache-clear
+expect_stderr_has "unsafe cache: no clear" "writable by others"
+
+# Bad settings and misuse.
+FUSEC_CACHE=bogus FUSEC_CACHE_DIR=$c1 expect_rc 2 "bad FUSEC_CACHE" --cache-info
+expect_stderr_has "bad FUSEC_CACHE" "FUSEC_CACHE must be off, ro or rw"
+FUSEC_CACHE=bogus FUSEC_CACHE_DIR=$c1 expect_rc 2 "bad FUSEC_CACHE, compile" "$tmp/small.ir" --bind N=4 --emit=plan
+FUSEC_CACHE_MAX_BYTES=lots FUSEC_CACHE_DIR=$c1 expect_rc 2 "bad FUSEC_CACHE_MAX_BYTES" --cache-info
+expect_stderr_has "bad FUSEC_CACHE_MAX_BYTES" "FUSEC_CACHE_MAX_BYTES"
+FUSEC_CACHE=off FUSEC_CACHE_DIR=$c1 expect_rc 0 "FUSEC_CACHE=off" --cache-info
+expect_stdout_line "FUSEC_CACHE=off" "$(pad 'mode:' off)"
+expect_usage "cache-info with a file" "--cache-info takes no FILE" --cache-info "$tmp/small.ir"
+expect_usage "cache-clear with --run" "--run does not apply to --cache-clear" --cache-clear --run
+expect_usage "verify alone" "--verify needs --cache-info" --verify
+expect_usage "empty cache-dir" "--cache-dir needs a directory" --cache-dir= --cache-info
+
+# XDG_CACHE_HOME when FUSEC_CACHE_DIR is not set.
+(unset FUSEC_CACHE_DIR; XDG_CACHE_HOME=$tmp/xdg expect_rc 0 "XDG_CACHE_HOME" --cache-info; \
+  expect_stdout_line "XDG_CACHE_HOME" "$(pad 'cache directory:' "$tmp/xdg/fusec")"; \
+  echo "$passed $failed" >"$tmp/counts")
+read -r passed failed <"$tmp/counts"
+
+# ----------------------------------------------------------------------
+# Compiled program files: -o, --arch, and loading one.
+# ----------------------------------------------------------------------
+export FUSEC_CACHE_DIR=$tmp/cache4
+expect_rc 0 "-o" "$tmp/small.ir" --bind N=4 -o "$tmp/small.cubin"
+if [[ ! -s $tmp/out && -s $tmp/small.cubin && $(head -c 4 "$tmp/small.cubin" | od -An -c | tr -d ' ') == '177ELF' ]]
+then pass; else fail "-o: expected an ELF file and nothing on stdout"; fi
+expect_rc 0 "plan from the file" "$tmp/small.cubin" --emit=plan
+same_file "plan from the file is the JIT plan" "$tmp/out" "$tmp/plan_jit"
+expect_rc 0 "emit=ir from the file" "$tmp/small.cubin" --emit=ir
+cp "$tmp/out" "$tmp/ir_aot"
+expect_rc 0 "emit=ir with --bind" "$tmp/small.ir" --bind N=4 --emit=ir
+same_file "the file carries the bound graph" "$tmp/out" "$tmp/ir_aot"
+expect_rc 0 "emit=cuda from the file" "$tmp/small.cubin" --emit=cuda
+cp "$tmp/out" "$tmp/cuda_aot"
+expect_rc 0 "emit=cuda from the .ir" "$tmp/small.ir" --bind N=4 --emit=cuda
+same_file "the file carries the source" "$tmp/out" "$tmp/cuda_aot"
+expect_rc 0 "-o and --emit=plan together" "$tmp/small.ir" --bind=N=4 --emit=plan --output="$tmp/small2.cubin"
+same_file "-o and --emit=plan together: plan" "$tmp/out" "$tmp/plan_jit"
+expect_rc 0 "save a loaded program" "$tmp/small.cubin" -o "$tmp/small3.cubin"
+same_file "save a loaded program: the same file" "$tmp/small.cubin" "$tmp/small3.cubin"
+if command -v readelf >/dev/null; then
+  if readelf -sW "$tmp/small.cubin" | grep -qw fusec_program && readelf -sW "$tmp/small.cubin" | grep -qw fc_small_k0
+  then pass; else rc=0; fail "-o: readelf finds no fusec_program or kernel symbol"; fi
+fi
+expect_rc 0 "--arch" "$tmp/small.ir" --bind N=4 --arch sm_80 -o "$tmp/small80.cubin" --emit=ptx
+expect_stdout_has "--arch reaches NVRTC" ".target sm_80"
+expect_rc 0 "--arch 9.0" "$tmp/small.ir" --bind N=4 --arch 9.0 --emit=ptx
+expect_stdout_has "--arch 9.0" ".target sm_90"
+expect_rc 1 "-o with an unbound dim" "$tmp/small.ir" -o "$tmp/unbound.cubin"
+expect_stderr_has "-o with an unbound dim" "symbol N is unbound"
+if [[ ! -e $tmp/unbound.cubin ]]; then pass; else fail "-o with an unbound dim wrote a file"; fi
+expect_rc 3 "-o into a missing directory" "$tmp/small.ir" --bind N=4 -o "$tmp/no/such/dir/x.cubin"
+expect_stderr_has "-o into a missing directory" "cannot write"
+expect_usage "bad --arch" "bad --arch 'sm_x'" "$tmp/small.ir" --bind N=4 --arch sm_x -o "$tmp/x.cubin"
+expect_usage "--arch without a compile" "--arch needs a compile" "$tmp/small.ir" --arch sm_90 --emit=ir
+expect_usage "-o without a name" "--output needs a file name" "$tmp/small.ir" -o ""
+expect_usage "--bind on a file" "--bind does not apply to a compiled program file" "$tmp/small.cubin" --bind N=4 --run
+expect_usage "--graph on a file" "--graph does not apply to a compiled program file" "$tmp/small.cubin" \
+  --graph small --emit=plan
+expect_usage "--arch on a file" "--arch does not apply to a compiled program file" "$tmp/small.cubin" --arch 90 \
+  --emit=plan
+expect_usage "ref device on a file" "runs on the cuda device only" "$tmp/small.cubin" --run --device=ref
+expect_usage "too many inputs for a file" "3 input files given, but graph 'small' has 2 parameters" \
+  "$tmp/small.cubin" --run --inputs "$tmp/m24.npy,$tmp/one4.npy,$tmp/one4.npy"
+if ! "$FUSEC" --devices | grep -qx cuda; then
+  # No GPU: loading works, running fails cleanly (exit 3), after the inputs were checked.
+  expect_rc 3 "run a file without a GPU" "$tmp/small.cubin" --run --check
+  expect_stderr_has "run a file without a GPU" "no CUDA"
+  expect_rc 1 "a file's input shapes are static" "$tmp/small.cubin" --run --inputs "$tmp/m24.npy"
+  expect_stderr_has "a file's input shapes are static" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
+fi
+# Damaged files: refused with the loader's message (exit 1), never parsed as .ir.
+head -c 3000 "$tmp/small.cubin" >"$tmp/cut.cubin"
+expect_rc 1 "a cut file" "$tmp/cut.cubin" --emit=plan
+expect_stderr_has "a cut file" "$tmp/cut.cubin: damaged compiled program"
+cp "$tmp/small.cubin" "$tmp/flipped.cubin"
+size=$(stat -c %s "$tmp/flipped.cubin")
+printf '\x5a' | dd of="$tmp/flipped.cubin" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+expect_rc 1 "a changed file" "$tmp/flipped.cubin" --emit=plan
+expect_stderr_has "a changed file" "$tmp/flipped.cubin: damaged compiled program"
+if [[ -x /bin/true ]] && head -c 4 /bin/true | grep -q ELF; then
+  expect_rc 1 "an ELF that is no cubin" /bin/true --emit=plan
+  expect_stderr_has "an ELF that is no cubin" "not a compiled fusec program"
+fi
+
+# ----------------------------------------------------------------------
+# --time: where the compile time went, on stderr.
+# ----------------------------------------------------------------------
+expect_time() { # WHAT ORIGIN: the phases of fc_compile_times_text, and the origin
+  local w
+  for w in "time: " "parse " "passes " "codegen " "nvrtc " "cache " "device " "load " "$2"; do
+    if grep -qF -- "$w" "$tmp/err"; then pass; else fail "$1: stderr lacks '$w'"; fi
+  done
+}
+FUSEC_CACHE=off expect_rc 0 "--time cold" "$tmp/small.ir" --bind N=4 --emit=plan --time
+same_file "--time cold: stdout is the plan alone" "$tmp/out" "$tmp/plan_jit"
+expect_time "--time cold" "(compiled: passes, codegen and NVRTC ran)"
+if grep -qE '^  parse +[0-9]+\.[0-9]{3} ms$' "$tmp/err" && grep -qE '^  nvrtc +[0-9]+\.[0-9]{3} ms$' "$tmp/err"; then
+  pass; else fail "--time cold: expected parse and nvrtc lines in ms"; fi
+expect_rc 0 "--time warm" "$tmp/small.ir" --bind N=4 --emit=plan --time
+expect_rc 0 "--time warm, again" "$tmp/small.ir" --bind N=4 --emit=plan --time
+expect_time "--time warm" "warm start: the whole program came from the cache"
+expect_rc 0 "--time from a file" "$tmp/small.cubin" --emit=plan --time
+expect_time "--time from a file" "loaded from a compiled program file"
+expect_rc 0 "--time with -o" "$tmp/small.ir" --bind N=4 -o "$tmp/small4.cubin" --time
+expect_stderr_has "--time with -o" "more to write $tmp/small4.cubin"
+expect_usage "--time without a compile" "--time needs a compile" "$tmp/small.ir" --bind N=4 --run --device=ref --time
+unset FUSEC_CACHE_DIR
 
 # ----------------------------------------------------------------------
 echo "$passed passed, $failed failed"

@@ -1,22 +1,29 @@
 /*
  * fusec.c - the command-line tool.
  *
- *   fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir
- *   fusec FILE.ir --run [--device=ref] [--inputs a.npy,...] [--seed N] [--save-outputs DIR]
+ *   fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx
+ *   fusec FILE.ir --run [--device=NAME] [--inputs a.npy,...] [--seed N] [--save-outputs DIR]
+ *   fusec FILE.ir -o FILE.cubin [--arch sm_90]     (ahead of time)
+ *   fusec FILE.cubin --run | --emit=plan           (a compiled program file)
+ *   fusec --cache-info [--verify] | --cache-clear
  *
- * main() reads as the pipeline: parse the command line, parse and verify the
- * graph, then emit and/or run it. Flags live in one table (`flags` below): to
- * add one, write a handler and a row. Devices live in another (`devices`): a
- * backend is added by giving its row a run function.
+ * main() reads as the pipeline: parse the command line, then either work on
+ * the cache, or get a program (parse and verify the graph, or load a
+ * compiled program file), emit, save and/or run it. Flags live in one table
+ * (`flags` below): to add one, write a handler and a row. Devices live in
+ * another (`devices`): a backend is added by giving its row a run function.
  *
  * Exit codes: 0 success, 1 input error, 2 usage error, 3 failure while
- * running, 5 out of memory, 6 unsupported (the fc_status values).
+ * running, 4 --check failed, 5 out of memory, 6 unsupported (the fc_status
+ * values, and 4).
  */
 #include "fusec.h"
 #include "ir.h" /* fc_value.name, for messages that name a parameter */
 #include "npy.h"
-#include "runtime/cuda.h"    /* fc_cuda_available: is there a GPU */
-#include "runtime/program.h" /* run from host memory, --check comparisons */
+#include "runtime/aot.h"           /* fc_arch_parse */
+#include "runtime/cuda.h"          /* fc_cuda_available: is there a GPU */
+#include "runtime/program.h"       /* run from host memory, --check comparisons, --time text */
+#include "runtime/program_cache.h" /* the process's cache: --cache-info, --cache-clear, its warning */
 #include <time.h>
 
 #include <errno.h>
@@ -44,10 +51,22 @@ enum {
 /* Devices. A device without a run function is known but not built.   */
 /* ------------------------------------------------------------------ */
 
-/* Run g on inputs; with bench_iters > 0 also time that many runs and put
- * the median in *median_ms. */
+/* What a run is asked to do besides running once. */
+typedef struct run_config {
+    int bench_iters; /* > 0: also time that many runs (--bench) */
+    int sm;          /* the target of a compiling device (--arch); 0: its own */
+} run_config;
+
+/* What a run reports besides the outputs. */
+typedef struct run_stats {
+    double median_ms;       /* with bench_iters > 0: the median run time */
+    bool compiled;          /* the device compiled the graph: times holds how */
+    fc_compile_times times; /* for --time */
+} run_stats;
+
+/* Run g on inputs, filling out[0..nout) (fc_run_reference's convention). */
 typedef fc_status (*device_run_fn)(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
-                                   int bench_iters, double *median_ms);
+                                   const run_config *cfg, run_stats *rs);
 /* Is the device usable on this machine (a GPU present, ...)? */
 typedef bool (*device_present_fn)(void);
 
@@ -55,12 +74,13 @@ typedef struct device {
     const char *name;
     device_run_fn run;         /* NULL: not available in this build */
     device_present_fn present; /* NULL: always present when built */
+    bool compiles;             /* it compiles the graph for CUDA: --arch and --time apply */
 } device;
 
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -74,9 +94,11 @@ static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor 
     double *t = calloc((size_t)n, sizeof *t);
     fc_tensor *tmp = calloc((size_t)(nout ? nout : 1), sizeof *tmp);
     fc_status st = t && tmp ? FC_OK : FC_ERR_NOMEM;
+    run_config once = {0, 0};
+    run_stats ignored;
     for (int i = 0; i < n && !st; i++) {
         double t0 = now_ms();
-        st = run(g, in, nin, tmp, nout, 0, NULL);
+        st = run(g, in, nin, tmp, nout, &once, &ignored);
         t[i] = now_ms() - t0;
         for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
     }
@@ -89,20 +111,25 @@ static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor 
     return st;
 }
 
-static fc_status run_ref(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, int bench_iters,
-                         double *median_ms) {
+static fc_status run_ref(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
+                         run_stats *rs) {
+    memset(rs, 0, sizeof *rs);
     fc_status st = fc_run_reference(g, in, nin, out, nout);
-    if (!st && bench_iters > 0) st = time_host_runs(run_ref, g, in, nin, nout, bench_iters, median_ms);
+    if (!st && cfg->bench_iters > 0)
+        st = time_host_runs(run_ref, g, in, nin, nout, cfg->bench_iters, &rs->median_ms);
     return st;
 }
 
-/* CUDA: compile (passes, codegen, NVRTC), then copy in, run, copy out. The
- * benchmark times device runs with CUDA events (runtime/program.c). */
-static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, int bench_iters,
-                          double *median_ms) {
+/* CUDA: compile (passes, codegen, NVRTC, or the cache), then copy in, run,
+ * copy out. The benchmark times device runs with CUDA events
+ * (runtime/program.c). */
+static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
+                          run_stats *rs) {
+    memset(rs, 0, sizeof *rs);
     fc_compile_options co;
     fc_compile_options_default(&co);
     co.device = FC_DEVICE_CUDA;
+    co.sm = cfg->sm;
     /* Kernels have static shapes: bind the symbols the inputs give. */
     fc_binding binds[64];
     int nb = 0;
@@ -119,7 +146,11 @@ static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *
     if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
     fc_program *p = NULL;
     fc_status st = fc_compile(sg, &co, &p);
-    if (!st) st = fc_program_run_host(p, in, nin, out, nout, median_ms, bench_iters);
+    if (!st) st = fc_program_run_host(p, in, nin, out, nout, &rs->median_ms, cfg->bench_iters);
+    if (p) {
+        rs->compiled = true;
+        fc_program_times(p, &rs->times);
+    }
     fc_program_free(p);
     if (sg != g) fc_graph_free(sg);
     return st;
@@ -133,9 +164,9 @@ static bool cuda_present(void) {
 }
 
 static const device devices[] = {
-    {"ref", run_ref, NULL},           /* the reference interpreter: float64, slow, exact */
-    {"cpu", NULL, NULL},              /* the LLVM CPU backend */
-    {"cuda", run_cuda, cuda_present}, /* NVRTC kernels through the CUDA driver API */
+    {"ref", run_ref, NULL, false},           /* the reference interpreter: float64, slow, exact */
+    {"cpu", NULL, NULL, false},              /* the LLVM CPU backend */
+    {"cuda", run_cuda, cuda_present, true},  /* NVRTC kernels through the CUDA driver API */
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
 
@@ -177,6 +208,12 @@ typedef struct options {
     uint64_t seed;
     bool seed_given;
     const char *save_dir;
+    const char *output; /* -o FILE: save the compiled program */
+    int sm;             /* --arch, when arch_given */
+    bool arch_given;
+    bool time;          /* --time: where the compile time went */
+    const char *cache_dir;
+    bool cache_info, verify, cache_clear;
     bool help, version, list_devices;
 } options;
 
@@ -362,6 +399,49 @@ static int flag_save_outputs(options *o, const char *flag, const char *val) {
     return 0;
 }
 
+static int flag_output(options *o, const char *flag, const char *val) {
+    if (!*val) return usage_error("%s needs a file name", flag);
+    o->output = val;
+    return 0;
+}
+
+static int flag_arch(options *o, const char *flag, const char *val) {
+    if (!fc_arch_parse(val, &o->sm))
+        return usage_error("bad %s '%s': expected a CUDA target such as sm_90 (or sm90, 90, 9.0)", flag, val);
+    o->arch_given = true;
+    return 0;
+}
+
+static int flag_time(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->time = true;
+    return 0;
+}
+
+static int flag_cache_dir(options *o, const char *flag, const char *val) {
+    if (!*val) return usage_error("%s needs a directory", flag);
+    o->cache_dir = val;
+    return 0;
+}
+
+static int flag_cache_info(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->cache_info = true;
+    return 0;
+}
+
+static int flag_verify(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->verify = true;
+    return 0;
+}
+
+static int flag_cache_clear(options *o, const char *flag, const char *val) {
+    (void)flag, (void)val;
+    o->cache_clear = true;
+    return 0;
+}
+
 static int flag_devices(options *o, const char *flag, const char *val) {
     (void)flag, (void)val;
     o->list_devices = true;
@@ -398,6 +478,13 @@ static const flag flags[] = {
     {"--inputs", NULL, true, flag_inputs},
     {"--seed", NULL, true, flag_seed},
     {"--save-outputs", NULL, true, flag_save_outputs},
+    {"--output", "-o", true, flag_output},
+    {"--arch", NULL, true, flag_arch},
+    {"--time", NULL, false, flag_time},
+    {"--cache-dir", NULL, true, flag_cache_dir},
+    {"--cache-info", NULL, false, flag_cache_info},
+    {"--verify", NULL, false, flag_verify},
+    {"--cache-clear", NULL, false, flag_cache_clear},
     {"--devices", NULL, false, flag_devices},
     {"--help", "-h", false, flag_help},
     {"--version", NULL, false, flag_version},
@@ -451,12 +538,16 @@ static void print_help(void) {
         "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
         "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
         "                [--check] [--bench N]\n"
+        "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--graph NAME] [--bind SYM=INT,...]\n"
+        "  fusec OUT.cubin --run [--inputs ...] [--seed N] [--check] | --emit=plan\n"
+        "  fusec --cache-info [--verify] | --cache-clear\n"
         "  fusec --devices | --help | --version\n"
         "\n"
         "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
-        "graph in the .ir text format, verifies it, and prints or runs it. Without\n"
-        "--emit or --run it only parses and verifies FILE.ir and prints nothing.\n"
-        "Options may come in any order; a value may follow as --opt=VALUE or --opt VALUE.\n"
+        "graph in the .ir text format, verifies it, and prints, compiles or runs it.\n"
+        "Without --emit, --run or -o it only parses and verifies FILE.ir and prints\n"
+        "nothing. Options may come in any order; a value may follow as --opt=VALUE or\n"
+        "--opt VALUE.\n"
         "\n"
         "Graph:\n"
         "  --graph NAME          use graph NAME of a file that holds several (default:\n"
@@ -474,6 +565,22 @@ static void print_help(void) {
         "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
         "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
         "                        there is none) but need every symbolic dim bound\n"
+        "\n"
+        "Ahead of time:\n"
+        "  -o, --output FILE     compile for CUDA and write the program to FILE: one\n"
+        "                        cubin (an ELF file that cuModuleLoadData and cuobjdump\n"
+        "                        accept) holding every kernel and the launch plan. Needs\n"
+        "                        every symbolic dim bound (--bind) and NVRTC, not a GPU.\n"
+        "                        The file is replaced atomically.\n"
+        "  --arch SM             the CUDA target of the compile: sm_90, sm90, 90 or 9.0.\n"
+        "                        The default is the local GPU's, or sm_90 without one.\n"
+        "                        Applies to -o, --emit=plan|cuda|ptx and --run on cuda.\n"
+        "  A FILE that fusec wrote with -o is loaded instead of parsed: nothing is\n"
+        "  compiled. It runs on the cuda device only (--run, with --inputs, --seed,\n"
+        "  --save-outputs, --check and --bench as for .ir files; --check runs the\n"
+        "  reference interpreter on the graph embedded in the file), and --emit=ir,\n"
+        "  plan, cuda and ptx print what it holds. --graph, --bind and --arch do not\n"
+        "  apply to it (its shapes and target are compiled in).\n"
         "\n"
         "Running:\n"
         "  --run                 run the graph and print one line per output, in return\n"
@@ -517,6 +624,24 @@ static void print_help(void) {
         "                        float32)\n"
         "  --device, --inputs, --seed, --save-outputs, --check and --bench are only\n"
         "  valid with --run.\n"
+        "  --time                print to stderr where the time went: parse, passes,\n"
+        "                        codegen, NVRTC (or the cache), and with --run on cuda\n"
+        "                        the device and module load. Needs a compile: -o,\n"
+        "                        --emit=plan|cuda|ptx, --run on cuda, or a compiled file.\n"
+        "\n"
+        "Cache (compiles go through an on-disk cache of cubins and whole programs):\n"
+        "  --cache-info          print the cache directory, its mode, the format version,\n"
+        "                        the entries and bytes of each level, the total against\n"
+        "                        the limit, the hits, misses and compiles, and the oldest\n"
+        "                        and newest entry\n"
+        "  --verify              with --cache-info: check every entry and list the bad\n"
+        "                        ones; exit 1 when there are any\n"
+        "  --cache-clear         remove fusec's files from the cache (nothing else) and\n"
+        "                        say how many entries and bytes were freed\n"
+        "  --cache-dir DIR       use DIR as the cache directory for this command\n"
+        "  --cache-info and --cache-clear take no FILE; given together, fusec clears\n"
+        "  first. A cache directory owned by another user, or writable by group or\n"
+        "  others, is refused with one warning, and fusec runs without it.\n"
         "\n"
         "Information:\n"
         "  --devices             list the devices this build can run on, one per line\n"
@@ -526,20 +651,31 @@ static void print_help(void) {
         "Exit codes:\n"
         "  0  success\n"
         "  1  error in the input: unreadable or invalid .ir file, a graph that fails\n"
-        "     verification, --graph naming no graph of the file, an input file whose\n"
-        "     dtype or shape does not fit its parameter (the diagnostic is on stderr)\n"
-        "  2  bad usage: unknown option, missing or extra file argument, bad --bind or\n"
-        "     --seed, unknown or unavailable device, too many --inputs, a random\n"
-        "     parameter with an unbound symbolic dimension\n"
+        "     verification or has an unbound dim where a compile needs it, --graph\n"
+        "     naming no graph of the file, an input file whose dtype or shape does not\n"
+        "     fit its parameter, a damaged compiled program file, bad cache entries\n"
+        "     found by --verify (the diagnostic is on stderr)\n"
+        "  2  bad usage: unknown option, missing or extra file argument, bad --bind,\n"
+        "     --seed or --arch, unknown or unavailable device, too many --inputs, a\n"
+        "     random parameter with an unbound symbolic dimension, an option that does\n"
+        "     not apply, a bad FUSEC_CACHE or FUSEC_CACHE_MAX_BYTES\n"
         "  3  failure while running: unreadable, truncated or unsupported .npy file,\n"
-        "     an output that cannot be written, a runtime error\n"
+        "     an output that cannot be written, a runtime or NVRTC error\n"
         "  4  --check: an output exceeds its dtype's tolerance\n"
         "  5  out of memory\n"
         "  6  the graph is valid but the device does not support it\n"
         "\n"
         "Environment:\n"
         "  FUSEC_DEVICE          the device used when --device is not given\n"
-        "  FUSEC_CUDA_INCLUDE_DIR  CUDA include folder(s) for NVRTC (':'-separated)\n",
+        "  FUSEC_CUDA_INCLUDE_DIR  CUDA include folder(s) for NVRTC (':'-separated)\n"
+        "  FUSEC_CACHE_DIR       the cache directory (--cache-dir overrides it)\n"
+        "  XDG_CACHE_HOME        without FUSEC_CACHE_DIR, the cache is\n"
+        "                        $XDG_CACHE_HOME/fusec (when absolute), else\n"
+        "                        $HOME/.cache/fusec\n"
+        "  FUSEC_CACHE           off, ro (read only) or rw (the default)\n"
+        "  FUSEC_CACHE_MAX_BYTES the cache's size limit, as 1073741824, 512M or 1G\n"
+        "                        (the default); least recently used entries go first\n"
+        "  FUSEC_DEBUG=code      NVRTC errors show more of the generated source\n",
         stdout);
 }
 
@@ -637,21 +773,52 @@ static bool sym_lookup(const sym_values *sv, const char *name, int64_t *v) {
     return false;
 }
 
-static const char *param_name(const fc_value *p, char *buf, size_t n) {
-    if (p->name) snprintf(buf, n, "%%%s", p->name);
-    else snprintf(buf, n, "parameter %d", p->param_index);
-    return buf;
+/* A parameter as the run sees it: one of a graph (its dims may be
+ * symbolic) or one of a compiled program (all static). */
+typedef struct param_info {
+    char name[128];               /* for messages: "%x", or "parameter 2" */
+    char type[256];               /* for messages: "f32[N, 4]" */
+    fc_dtype dtype;
+    int rank;
+    int64_t dims[FC_MAX_RANK];    /* the static sizes */
+    const char *sym[FC_MAX_RANK]; /* the symbol of dim d (owned by the graph), or NULL when static */
+} param_info;
+
+static void param_finish(param_info *pi, const char *name, int index) {
+    if (name && *name) snprintf(pi->name, sizeof pi->name, "%%%s", name);
+    else snprintf(pi->name, sizeof pi->name, "parameter %d", index);
+    size_t n = sizeof pi->type;
+    size_t len = (size_t)snprintf(pi->type, n, "%s[", fc_dtype_name(pi->dtype));
+    for (int d = 0; d < pi->rank && len < n; d++) {
+        if (pi->sym[d]) len += (size_t)snprintf(pi->type + len, n - len, "%s%s", d ? ", " : "", pi->sym[d]);
+        else len += (size_t)snprintf(pi->type + len, n - len, "%s%" PRId64, d ? ", " : "", pi->dims[d]);
+    }
+    if (len < n) snprintf(pi->type + len, n - len, "]");
 }
 
-static void param_type(fc_graph *g, const fc_value *p, char *buf, size_t n) {
-    size_t len = (size_t)snprintf(buf, n, "%s[", fc_dtype_name(fc_value_dtype(p)));
-    for (int d = 0; d < fc_value_rank(p) && len < n; d++) {
+static void param_of_graph(fc_graph *g, int i, param_info *pi) {
+    const fc_value *p = fc_graph_param(g, i);
+    memset(pi, 0, sizeof *pi);
+    pi->dtype = fc_value_dtype(p);
+    pi->rank = fc_value_rank(p);
+    for (int d = 0; d < pi->rank; d++) {
         fc_dim dim = fc_value_dim(p, d);
-        const char *sym = fc_sym_name(g, dim);
-        if (sym) len += (size_t)snprintf(buf + len, n - len, "%s%s", d ? ", " : "", sym);
-        else len += (size_t)snprintf(buf + len, n - len, "%s%" PRId64, d ? ", " : "", (int64_t)dim);
+        pi->sym[d] = fc_sym_name(g, dim);
+        pi->dims[d] = pi->sym[d] ? 0 : dim;
     }
-    if (len < n) snprintf(buf + len, n - len, "]");
+    param_finish(pi, p->name, p->param_index);
+}
+
+static void param_of_program(const fc_program *prog, int i, param_info *pi) {
+    fc_tensor t;
+    const char *name = NULL;
+    memset(pi, 0, sizeof *pi);
+    if (fc_program_input(prog, i, &t, &name) == FC_OK) {
+        pi->dtype = t.dtype;
+        pi->rank = t.rank;
+        for (int d = 0; d < t.rank; d++) pi->dims[d] = t.shape[d];
+    }
+    param_finish(pi, name, i);
 }
 
 /* Convert a tensor read from .npy to parameter dtype pt (see --help).
@@ -674,25 +841,21 @@ static int convert_input(fc_tensor *t, fc_dtype pt, const char *file, const char
 }
 
 /* Check a file's shape against the parameter's and learn its symbols. */
-static int match_shape(fc_graph *g, const fc_value *p, const fc_tensor *t, sym_values *sv, const char *file,
-                       const char *pname) {
-    char ty[256], shape[FC_MAX_RANK * 24];
-    bool ok = fc_value_rank(p) == t->rank;
+static int match_shape(const param_info *pi, const fc_tensor *t, sym_values *sv, const char *file) {
+    char shape[FC_MAX_RANK * 24];
+    bool ok = pi->rank == t->rank;
     for (int d = 0; ok && d < t->rank; d++) {
-        fc_dim dim = fc_value_dim(p, d);
-        const char *sym = fc_sym_name(g, dim);
+        const char *sym = pi->sym[d];
         if (!sym) {
-            ok = dim == t->shape[d];
+            ok = pi->dims[d] == t->shape[d];
             continue;
         }
         int64_t known;
         if (sym_lookup(sv, sym, &known)) {
-            if (known != t->shape[d]) {
-                param_type(g, p, ty, sizeof ty);
+            if (known != t->shape[d])
                 return fail(EXIT_INPUT, "%s: dimension %d of parameter %s (%s) is %s = %" PRId64
                             " by an earlier input, but the file has %" PRId64,
-                            file, d, pname, ty, sym, known, t->shape[d]);
-            }
+                            file, d, pi->name, pi->type, sym, known, t->shape[d]);
         } else if (sv->n < 64) {
             sv->name[sv->n] = sym;
             sv->value[sv->n] = t->shape[d];
@@ -700,9 +863,9 @@ static int match_shape(fc_graph *g, const fc_value *p, const fc_tensor *t, sym_v
         }
     }
     if (!ok) {
-        param_type(g, p, ty, sizeof ty);
         format_shape(t->shape, t->rank, shape, sizeof shape);
-        return fail(EXIT_INPUT, "%s: shape [%s] does not fit parameter %s of type %s", file, shape, pname, ty);
+        return fail(EXIT_INPUT, "%s: shape [%s] does not fit parameter %s of type %s", file, shape, pi->name,
+                    pi->type);
     }
     return 0;
 }
@@ -753,10 +916,11 @@ static int save_outputs(const char *dir, const fc_tensor *outs, int nout) {
     return 0;
 }
 
-/* Map a failed run's status to an exit code. */
+/* Map a failed call's status to an exit code. */
 static int run_exit_code(fc_status st) {
     switch (st) {
     case FC_ERR_INPUT: return EXIT_INPUT;
+    case FC_ERR_USAGE: return EXIT_USAGE; /* a bad FUSEC_CACHE, ... */
     case FC_ERR_NOMEM: return EXIT_NOMEM;
     case FC_ERR_UNSUPPORTED: return EXIT_UNSUPPORTED;
     default: return EXIT_RUNTIME;
@@ -795,74 +959,94 @@ static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tens
     return rc;
 }
 
-static int run_graph(fc_graph *g, const options *o, const device *dev) {
-    int np = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
+/* What --run runs. */
+typedef struct run_target {
+    fc_graph *g;          /* a .ir file's graph: names the parameters; runs on dev unless prog is set */
+    fc_program *prog;     /* a compiled program (a file's, or one compiled for --emit or -o): runs on the
+                             GPU instead of dev; names the parameters when g is NULL */
+    const device *dev;    /* runs g */
+    fc_graph *ref;        /* what --check runs with the reference interpreter */
+    const char *name;     /* the graph's name, for messages */
+} run_target;
+
+/* Build the inputs (files, then random data), run, print or save the
+ * outputs, and --check and --bench them. */
+static int run_inputs(const options *o, const run_target *t, run_stats *rs) {
+    int np = t->g ? fc_graph_num_params(t->g) : fc_program_num_inputs(t->prog);
+    int nout = t->g ? fc_graph_num_outputs(t->g) : fc_program_num_outputs(t->prog);
     if (o->ninputs > np)
-        return usage_error("%d input files given, but graph '%s' has %d parameter%s", o->ninputs, fc_graph_name(g),
-                           np, np == 1 ? "" : "s");
+        return usage_error("%d input files given, but graph '%s' has %d parameter%s", o->ninputs, t->name, np,
+                           np == 1 ? "" : "s");
     fc_tensor *in = calloc((size_t)(np ? np : 1), sizeof *in);
     fc_tensor *out = calloc((size_t)(nout ? nout : 1), sizeof *out);
+    param_info *params = calloc((size_t)(np ? np : 1), sizeof *params);
     int rc = 0;
-    if (!in || !out) {
+    if (!in || !out || !params) {
         rc = fail(EXIT_NOMEM, "out of memory");
         goto done;
     }
+    for (int i = 0; i < np; i++) {
+        if (t->g) param_of_graph(t->g, i, &params[i]);
+        else param_of_program(t->prog, i, &params[i]);
+    }
     sym_values sv = {.n = 0};
-    char pname[128], err[512];
+    char err[512];
 
     /* Files first: their shapes give the symbolic dims of random inputs. */
     for (int i = 0; i < np && i < o->ninputs; i++) {
         const char *file = o->inputs[i];
         if (!*file) continue;
-        const fc_value *p = fc_graph_param(g, i);
-        param_name(p, pname, sizeof pname);
         if (npy_read(file, &in[i], err, sizeof err) != 0) {
             rc = fail(EXIT_RUNTIME, "%s", err);
             goto done;
         }
-        if ((rc = convert_input(&in[i], fc_value_dtype(p), file, pname)) != 0) goto done;
-        if ((rc = match_shape(g, p, &in[i], &sv, file, pname)) != 0) goto done;
+        if ((rc = convert_input(&in[i], params[i].dtype, file, params[i].name)) != 0) goto done;
+        if ((rc = match_shape(&params[i], &in[i], &sv, file)) != 0) goto done;
     }
     for (int i = 0; i < np; i++) {
         if (i < o->ninputs && *o->inputs[i]) continue;
-        const fc_value *p = fc_graph_param(g, i);
-        fc_tensor *t = &in[i];
-        t->dtype = fc_value_dtype(p);
-        t->rank = fc_value_rank(p);
+        const param_info *p = &params[i];
+        fc_tensor *x = &in[i];
+        x->dtype = p->dtype;
+        x->rank = p->rank;
         uint64_t numel = 1;
-        for (int d = 0; d < t->rank; d++) {
-            fc_dim dim = fc_value_dim(p, d);
-            const char *sym = fc_sym_name(g, dim);
-            int64_t v = dim;
-            if (sym && !sym_lookup(&sv, sym, &v)) {
-                char ty[256];
-                param_type(g, p, ty, sizeof ty);
+        for (int d = 0; d < x->rank; d++) {
+            int64_t v = p->dims[d];
+            if (p->sym[d] && !sym_lookup(&sv, p->sym[d], &v)) {
                 rc = usage_error("parameter %s (%s) gets random data, but dimension '%s' is unknown: bind it "
                                  "with --bind %s=<size> or give an input file",
-                                 param_name(p, pname, sizeof pname), ty, sym, sym);
+                                 p->name, p->type, p->sym[d], p->sym[d]);
                 goto done;
             }
-            t->shape[d] = v;
+            x->shape[d] = v;
             if (v != 0 && numel > (uint64_t)INT64_MAX / (uint64_t)v) numel = UINT64_MAX;
             else numel *= (uint64_t)v;
         }
-        size_t es = fc_dtype_size(t->dtype);
+        size_t es = fc_dtype_size(x->dtype);
         if (numel > (uint64_t)SIZE_MAX / 2 / es) {
-            rc = fail(EXIT_NOMEM, "parameter %s is too large to allocate", param_name(p, pname, sizeof pname));
+            rc = fail(EXIT_NOMEM, "parameter %s is too large to allocate", p->name);
             goto done;
         }
-        t->data = malloc(numel ? (size_t)numel * es : 1);
-        if (!t->data) {
-            rc = fail(EXIT_NOMEM, "out of memory for parameter %s", param_name(p, pname, sizeof pname));
+        x->data = malloc(numel ? (size_t)numel * es : 1);
+        if (!x->data) {
+            rc = fail(EXIT_NOMEM, "out of memory for parameter %s", p->name);
             goto done;
         }
-        fill_random(t, o->seed, i);
+        fill_random(x, o->seed, i);
     }
 
-    double median_ms = 0;
-    fc_status st = dev->run(g, in, np, out, nout, o->bench_iters, &median_ms);
+    fc_status st;
+    fc_context *ctx;
+    if (t->prog) {
+        ctx = fc_program_context(t->prog);
+        st = fc_program_run_host(t->prog, in, np, out, nout, &rs->median_ms, o->bench_iters);
+    } else {
+        ctx = fc_graph_context(t->g);
+        run_config cfg = {o->bench_iters, o->sm};
+        st = t->dev->run(t->g, in, np, out, nout, &cfg, rs);
+    }
     if (st != FC_OK) {
-        print_last_error(fc_graph_context(g));
+        print_last_error(ctx);
         rc = run_exit_code(st);
         goto done;
     }
@@ -871,8 +1055,8 @@ static int run_graph(fc_graph *g, const options *o, const device *dev) {
     } else if (!o->bench_iters || o->check) {
         for (int i = 0; i < nout; i++) print_output(stdout, i, &out[i]);
     }
-    if (!rc && o->check) rc = check_outputs(g, in, np, out, nout);
-    if (!rc && o->bench_iters) printf("time: %.4f ms median of %d\n", median_ms, o->bench_iters);
+    if (!rc && o->check) rc = check_outputs(t->ref, in, np, out, nout);
+    if (!rc && o->bench_iters) printf("time: %.4f ms median of %d\n", rs->median_ms, o->bench_iters);
     if (fflush(stdout) != 0 && !rc) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
 
 done:
@@ -883,6 +1067,130 @@ done:
             if (out[i].data) fc_tensor_release(&out[i]);
     free(in);
     free(out);
+    free(params);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ */
+/* Compiling, emitting, the cache.                                     */
+/* ------------------------------------------------------------------ */
+
+/* The cache's one-time warning (a directory that was refused, ...), on
+ * stderr; fusec calls this after every compile and cache command, and the
+ * library gives the warning out once. */
+static void print_cache_warning(void) {
+    const char *w = fc_cache_global_take_warning();
+    if (w) fprintf(stderr, "%s\n", w);
+}
+
+/* Compile g for CUDA (--emit=plan|cuda|ptx, -o). No GPU is needed: NVRTC
+ * targets --arch, else the local GPU, else sm_90. */
+static int compile_graph(fc_graph *g, const options *o, fc_program **out) {
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    co.device = FC_DEVICE_CUDA;
+    co.sm = o->arch_given ? o->sm : 0;
+    fc_status st = fc_compile(g, &co, out);
+    print_cache_warning();
+    if (st) {
+        print_last_error(fc_graph_context(g));
+        return run_exit_code(st);
+    }
+    return 0;
+}
+
+/* --emit=plan|cuda|ptx: print what was asked for, in that order: source,
+ * PTX, plan. */
+static int emit_program(fc_program *p, const options *o) {
+    int rc = 0;
+    char *texts[3] = {o->emit_cuda ? fc_program_cuda_source(p) : NULL, o->emit_ptx ? fc_program_ptx(p) : NULL,
+                      o->emit_plan ? fc_program_plan_text(p) : NULL};
+    bool wanted[3] = {o->emit_cuda, o->emit_ptx, o->emit_plan};
+    for (int i = 0; i < 3; i++) {
+        if (!wanted[i]) continue;
+        if (!texts[i]) {
+            print_last_error(fc_program_context(p));
+            rc = EXIT_RUNTIME;
+            break;
+        }
+        fputs(texts[i], stdout);
+    }
+    for (int i = 0; i < 3; i++) fc_free(texts[i]);
+    if (!rc && fflush(stdout) != 0) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
+    return rc;
+}
+
+/* The graph a compiled program file carries (the text fc_compile was
+ * given, its shapes bound), for --emit=ir and --check. */
+static int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc_graph **g) {
+    const fc_program_desc *d = fc_program_desc_of(prog);
+    if (!d->graph_text || !*d->graph_text)
+        return fail(EXIT_UNSUPPORTED, "%s carries no graph text, which --emit=ir and --check need", file);
+    char name[4200];
+    snprintf(name, sizeof name, "%s (embedded graph)", file);
+    fc_status st = fc_parse(ctx, name, d->graph_text, strlen(d->graph_text), NULL, NULL, 0, g);
+    if (st == FC_OK) st = fc_verify(*g);
+    if (st != FC_OK) {
+        print_last_error(ctx);
+        return st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
+    }
+    return 0;
+}
+
+/* The first option given that works on a FILE, or NULL. */
+static const char *file_option(const options *o) {
+    return o->graph ? "--graph" : o->nbinds ? "--bind" : o->emit_ir || o->emit_plan || o->emit_cuda || o->emit_ptx
+           ? "--emit" : o->run ? "--run" : o->output ? "-o" : o->arch_given ? "--arch" : o->time ? "--time"
+           : o->check ? "--check" : o->bench_iters ? "--bench" : o->device_given ? "--device"
+           : o->inputs_given ? "--inputs" : o->seed_given ? "--seed" : o->save_dir ? "--save-outputs" : NULL;
+}
+
+/* --cache-clear, then --cache-info [--verify]. */
+static int cache_commands(const options *o) {
+    const char *cmd = o->cache_info ? "--cache-info" : "--cache-clear";
+    if (o->file) return usage_error("%s takes no FILE (got '%s')", cmd, o->file);
+    const char *other = file_option(o);
+    if (other) return usage_error("%s does not apply to %s", other, cmd);
+    fc_context *ctx = fc_context_new();
+    if (!ctx) return fail(EXIT_NOMEM, "out of memory");
+    int rc = 0;
+    fc_cache *c = NULL;
+    fc_status st = fc_cache_global_open(ctx, &c);
+    print_cache_warning();
+    if (st != FC_OK) {
+        print_last_error(ctx);
+        rc = run_exit_code(st);
+        goto done;
+    }
+    if (o->cache_clear) {
+        char *text = fc_cache_clear_text(ctx);
+        if (!text) {
+            print_last_error(ctx);
+            rc = EXIT_RUNTIME;
+            goto done;
+        }
+        fputs(text, stdout);
+        fc_free(text);
+    }
+    if (o->cache_info) {
+        size_t nbad = 0;
+        char *text = fc_cache_info_text(ctx, o->verify, &nbad);
+        if (!text) {
+            print_last_error(ctx);
+            rc = EXIT_RUNTIME;
+            goto done;
+        }
+        fputs(text, stdout);
+        fc_free(text);
+        if (nbad) {
+            rc = fail(EXIT_INPUT, "--verify found %zu bad cache entr%s (listed above); the next compile that "
+                      "meets one rebuilds it, and --cache-clear removes them all",
+                      nbad, nbad == 1 ? "y" : "ies");
+        }
+    }
+    if (fflush(stdout) != 0 && !rc) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
+done:
+    fc_context_free(ctx);
     return rc;
 }
 
@@ -918,77 +1226,109 @@ static char *read_file(const char *path, size_t *len) {
     return buf;
 }
 
-/* --emit=plan|cuda|ptx: compile for CUDA (no GPU needed: NVRTC targets
- * sm_90 when there is none) and print what was asked for. */
-static int emit_compiled(fc_graph *g, const options *o) {
-    fc_compile_options co;
-    fc_compile_options_default(&co);
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &co, &p);
-    if (st) {
-        print_last_error(fc_graph_context(g));
-        return run_exit_code(st);
+/* True when a regular file starts as an ELF file does. .ir text never
+ * does, so such a file is loaded as a compiled program even when it is
+ * damaged, and the load says what is wrong with it. (Not a pipe: reading
+ * would take bytes away from the parse.) */
+static bool starts_as_elf(const char *path) {
+    unsigned char magic[4] = {0};
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    FILE *f = fopen(path, "rb");
+    if (!f) return false;
+    size_t n = fread(magic, 1, sizeof magic, f);
+    fclose(f);
+    return n == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
+}
+
+/* Which device --run uses for a .ir file; NULL after a usage error
+ * (printed, *rc set). */
+static const device *choose_device(const options *o, int *rc) {
+    const char *env = getenv("FUSEC_DEVICE");
+    bool from_env = !o->device_given && env && *env;
+    const char *name = o->device_given ? o->device : from_env ? env : default_device();
+    const device *dev = find_device(name);
+    if (!dev) {
+        char known[256] = "";
+        for (int i = 0; i < NDEVICES; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", devices[i].name);
+        *rc = usage_error("unknown device '%s'%s (known: %s)", name, from_env ? " in FUSEC_DEVICE" : "", known);
+        return NULL;
     }
-    int rc = 0;
-    char *texts[3] = {o->emit_cuda ? fc_program_cuda_source(p) : NULL, o->emit_ptx ? fc_program_ptx(p) : NULL,
-                      o->emit_plan ? fc_program_plan_text(p) : NULL};
-    bool wanted[3] = {o->emit_cuda, o->emit_ptx, o->emit_plan};
-    for (int i = 0; i < 3; i++) {
-        if (!wanted[i]) continue;
-        if (!texts[i]) {
-            print_last_error(fc_graph_context(g));
-            rc = EXIT_RUNTIME;
-            break;
-        }
-        fputs(texts[i], stdout);
+    if (!dev->run) {
+        *rc = usage_error("device '%s' is not available in this build", name);
+        return NULL;
     }
-    for (int i = 0; i < 3; i++) fc_free(texts[i]);
-    fc_program_free(p);
-    return rc;
+    return dev;
 }
 
 static int run_cli(const options *o) {
     if (!o->file) return usage_error("missing input file");
+    /* A compiled program file (fusec -o) is loaded instead of parsed. */
+    bool is_program = fc_program_is_file(o->file) || starts_as_elf(o->file);
     const device *dev = NULL;
-    if (o->run) {
-        const char *env = getenv("FUSEC_DEVICE");
-        bool from_env = !o->device_given && env && *env;
-        const char *name = o->device_given ? o->device : from_env ? env : default_device();
-        dev = find_device(name);
-        if (!dev) {
-            char known[256] = "";
-            for (int i = 0; i < NDEVICES; i++)
-                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
-                         devices[i].name);
-            return usage_error("unknown device '%s'%s (known: %s)", name, from_env ? " in FUSEC_DEVICE" : "",
-                               known);
-        }
-        if (!dev->run) return usage_error("device '%s' is not available in this build", name);
-    } else {
+    int rc = 0;
+    if (is_program) {
+        const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch" : NULL;
+        if (na)
+            return usage_error("%s does not apply to a compiled program file: '%s' has its graph, shapes and "
+                               "target compiled in", na, o->file);
+        if (o->device_given && strcmp(o->device, "cuda") != 0)
+            return usage_error("a compiled program file runs on the cuda device only, not '%s'", o->device);
+        dev = find_device("cuda");
+    } else if (o->run) {
+        if (!(dev = choose_device(o, &rc))) return rc;
+    }
+    if (!o->run) {
         const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
                               : o->save_dir ? "--save-outputs" : o->device_given ? "--device"
                               : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
     }
-
-    size_t len = 0;
-    char *text = read_file(o->file, &len);
-    if (!text) return fail(EXIT_INPUT, "cannot read '%s': %s", o->file, strerror(errno));
+    bool compile_now = !is_program && (o->emit_plan || o->emit_cuda || o->emit_ptx || o->output);
+    bool compiles = is_program || compile_now || (o->run && dev->compiles);
+    if (o->time && !compiles)
+        return usage_error("--time needs a compile: -o, --emit=plan|cuda|ptx, --run on the cuda device, or a "
+                           "compiled program file");
+    if (o->arch_given && !compiles)
+        return usage_error("--arch needs a compile: -o, --emit=plan|cuda|ptx or --run on the cuda device");
 
     fc_context *ctx = fc_context_new();
-    if (!ctx) {
-        free(text);
-        return fail(EXIT_NOMEM, "out of memory");
+    if (!ctx) return fail(EXIT_NOMEM, "out of memory");
+    fc_graph *g = NULL;       /* the .ir file's graph, or the one a program file carries */
+    fc_program *prog = NULL;  /* the program file's, or the one compiled for --emit and -o */
+    char *text = NULL;
+    double parse_ms = 0, save_ms = -1; /* save_ms >= 0: -o wrote the file */
+    run_stats rs;
+    memset(&rs, 0, sizeof rs);
+    fc_status st;
+
+    if (is_program) {
+        st = fc_program_load_file(ctx, o->file, &prog);
+        if (st != FC_OK) {
+            print_last_error(ctx);
+            rc = run_exit_code(st);
+            goto done;
+        }
+        if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
+    } else {
+        double t0 = now_ms();
+        size_t len = 0;
+        text = read_file(o->file, &len);
+        if (!text) {
+            rc = fail(EXIT_INPUT, "cannot read '%s': %s", o->file, strerror(errno));
+            goto done;
+        }
+        st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
+        if (st == FC_OK) st = fc_verify(g);
+        parse_ms = now_ms() - t0;
+        if (st != FC_OK) {
+            print_last_error(ctx);
+            rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
+            goto done;
+        }
     }
-    fc_graph *g = NULL;
-    int rc = 0;
-    fc_status st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
-    if (st == FC_OK) st = fc_verify(g);
-    if (st != FC_OK) {
-        print_last_error(ctx);
-        rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
-        goto done;
-    }
+
     if (o->emit_ir) {
         char *ir = fc_print(g);
         if (!ir) {
@@ -1003,13 +1343,45 @@ static int run_cli(const options *o) {
             goto done;
         }
     }
-    if (o->emit_plan || o->emit_cuda || o->emit_ptx) {
-        rc = emit_compiled(g, o);
-        if (rc) goto done;
+    if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
+    if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
+    if (o->output) {
+        double t0 = now_ms();
+        st = fc_program_save_file(prog, o->output);
+        if (st != FC_OK) {
+            print_last_error(ctx);
+            rc = run_exit_code(st);
+            goto done;
+        }
+        save_ms = now_ms() - t0;
     }
-    if (o->run) rc = run_graph(g, o, dev);
+    if (o->run) {
+        const char *name = is_program ? fc_program_desc_of(prog)->graph_name : fc_graph_name(g);
+        run_target t = {
+            .g = is_program ? NULL : g,
+            .prog = is_program || dev->compiles ? prog : NULL, /* compiled once, for --emit or -o */
+            .dev = dev,
+            .ref = g,
+            .name = name ? name : "?",
+        };
+        rc = run_inputs(o, &t, &rs);
+        print_cache_warning();
+    }
 
 done:
+    if (o->time && (prog || rs.compiled)) {
+        fc_compile_times ct;
+        if (prog) fc_program_times(prog, &ct);
+        else ct = rs.times;
+        ct.parse_ms = parse_ms;
+        char *s = fc_compile_times_text(&ct);
+        if (s) fputs(s, stderr);
+        fc_free(s);
+        if (save_ms >= 0)
+            fprintf(stderr, "time: %.3f ms more to write %s (-o: NVRTC once more, with the plan embedded)\n", save_ms,
+                    o->output);
+    }
+    fc_program_free(prog);
     fc_graph_free(g);
     fc_context_free(ctx);
     free(text);
@@ -1020,6 +1392,7 @@ int main(int argc, char **argv) {
     options o = {0};
     int rc = parse_args(argc, argv, &o);
     if (rc == 0) {
+        fc_status st;
         if (o.help) {
             print_help();
         } else if (o.version) {
@@ -1027,10 +1400,20 @@ int main(int argc, char **argv) {
         } else if (o.list_devices) {
             for (int i = 0; i < NDEVICES; i++)
                 if (devices[i].run && (!devices[i].present || devices[i].present())) printf("%s\n", devices[i].name);
+        } else if (o.verify && !o.cache_info) {
+            rc = usage_error("--verify needs --cache-info");
+        } else if (o.cache_dir && (st = fc_cache_configure(o.cache_dir)) != FC_OK) {
+            /* Before anything opens the cache, so only a copy can fail. */
+            rc = fail(run_exit_code(st), "cannot use --cache-dir '%s'", o.cache_dir);
+        } else if (o.cache_info || o.cache_clear) {
+            rc = cache_commands(&o);
         } else {
             rc = run_cli(&o);
         }
     }
+    print_cache_warning();
+    fc_cache_global_close();        /* flushes the cache's counters */
+    (void)fc_cache_configure(NULL); /* frees the copy of --cache-dir */
     options_free(&o);
     return rc;
 }
