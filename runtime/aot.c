@@ -185,7 +185,15 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
                             "%s: damaged compiled program: checksum mismatch (the file was changed or cut short "
                             "after fusec wrote it)",
                             what);
-    st = fc_program_desc_decode(ctx, c + FC_AOT_HEADER_SIZE, (size_t)n, desc);
+    /* A program in another format version is a file from another fusec,
+     * not damage: say so as for the container, with the fix. */
+    const uint8_t *prog = c + FC_AOT_HEADER_SIZE;
+    if (n >= 12 && memcmp(prog, FC_PROGRAM_MAGIC, 8) == 0 && get_le(prog + 8, 4) != FC_PROGRAM_FORMAT_VERSION)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: its program is in format version %u; this fusec reads version %u (compile the "
+                            "model again with this fusec)",
+                            what, (unsigned)get_le(prog + 8, 4), FC_PROGRAM_FORMAT_VERSION);
+    st = fc_program_desc_decode(ctx, prog, (size_t)n, desc);
     if (st == FC_ERR_INPUT) {
         /* The checksum matched, so this is a fusec bug, or a crafted file. */
         char why[512];

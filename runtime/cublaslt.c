@@ -23,6 +23,13 @@
  * where they do not, and nothing at all when the weight has no batch dims:
  * then X's batch dims fold into M, one large GEMM.
  *
+ * Nodes at compile time, descriptions at run time. Only fc_gemm_plan_of and
+ * fc_gemm_desc_of read a node; everything that runs reads the plain
+ * fc_gemm_desc they make, which a program carries through the cache and
+ * AOT files. fc_gemm_desc_valid bounds every access a description implies,
+ * so one read from bytes cannot make cuBLASLt touch memory outside its
+ * buffers.
+ *
  * Nothing here prints. Every cuBLASLt call goes through FC_CUBLASLT_CHECK,
  * every driver call through FC_CU_CHECK; those return at once, so functions
  * that own resources call small helpers and clean up after them.
@@ -33,6 +40,7 @@
 
 #include <cublasLt.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +120,10 @@ fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
     if (gi.nweights == 1) p->N = gi.trans_b ? wd[rw - 2] : wd[rw - 1];
     p->lda = gi.trans_a ? p->M : p->K;
     p->ldw = gi.trans_b ? p->K : p->N;
+    p->has_bias = gi.has_bias;
+    p->has_residual = gi.has_residual;
+    p->act = gi.act;
+    p->alpha = gi.alpha;
 
     /* Batch dims: broadcast (right-aligned), size-1 dims dropped. */
     int nb = (ra > rw ? ra : rw) - 2;
@@ -185,6 +197,180 @@ int64_t fc_gemm_plan_calls(const fc_gemm_plan *p) {
     return c;
 }
 
+int fc_gemm_plan_nops(const fc_gemm_plan *p) {
+    return 1 + p->nweights * (p->has_bias ? 2 : 1) + (p->has_residual ? 1 : 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* The description of a launch (no GPU)                                */
+/* ------------------------------------------------------------------ */
+
+void fc_gemm_desc_release(fc_gemm_desc *d) {
+    if (!d) return;
+    free(d->wcols);
+    free(d->op_arg);
+    memset(d, 0, sizeof *d);
+}
+
+/* The position of value id among the launch's arguments, or -1. */
+static int arg_position(const int *arg_ids, int nargs, int id) {
+    for (int a = 0; a < nargs; a++)
+        if (arg_ids[a] == id) return a;
+    return -1;
+}
+
+fc_status fc_gemm_desc_of(fc_context *ctx, const fc_node *n, const int *arg_ids, int nargs, fc_gemm_desc *out) {
+    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_gemm_desc_of: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!n || nargs < 0 || (nargs > 0 && !arg_ids))
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_gemm_desc_of: no node or no launch arguments");
+    fc_gemm_desc d = {0};
+    fc_status st = fc_gemm_plan_of(ctx, n, &d.plan);
+    if (st != FC_OK) return st;
+    fc_gemm_info gi;
+    fc_gemm_info_of(n, &gi);
+    int nops = fc_gemm_plan_nops(&d.plan);
+    FC_ASSERT(nops == n->nin); /* the plan's flags are the node's spec */
+    /* Allocated through ctx (fault injection), freed with free() as the
+     * rest of a program description is. */
+    d.wcols = fc_ctx_malloc(ctx, sizeof *d.wcols * (size_t)d.plan.nweights);
+    d.op_arg = fc_ctx_malloc(ctx, sizeof *d.op_arg * (size_t)nops);
+    if (!d.wcols || !d.op_arg) {
+        fc_gemm_desc_release(&d);
+        return FC_ERR_NOMEM;
+    }
+    for (int i = 0; i < d.plan.nweights; i++) {
+        const fc_value *w = gi.w[i];
+        /* One weight may be a rank-1 [K] operand of a matmul: plan.N is 1. */
+        d.wcols[i] = d.plan.nweights == 1 ? d.plan.N : gi.trans_b ? w->dims[0] : w->dims[1];
+    }
+    for (int k = 0; k <= nops; k++) {
+        const fc_value *v = k < nops ? n->in[k] : n->out[0];
+        int a = arg_position(arg_ids, nargs, v->id);
+        if (a < 0) {
+            fc_gemm_desc_release(&d);
+            return fc_set_error(ctx, FC_ERR_USAGE, "%s: the launch has no argument for value %d (%s %d)",
+                                fc_op_table[n->op].name, v->id, k < nops ? "operand" : "the result", k);
+        }
+        if (k < nops) d.op_arg[k] = a;
+        else d.out_arg = a;
+    }
+    *out = d;
+    return FC_OK;
+}
+
+/* x * y + z without overflow, all >= 0; false when it would overflow. */
+static bool muladd(int64_t x, int64_t y, int64_t z, int64_t *out) {
+    int64_t t;
+    return x >= 0 && y >= 0 && z >= 0 && !__builtin_mul_overflow(x, y, &t) && !__builtin_add_overflow(t, z, out);
+}
+
+/*
+ * The elements a row-major matrix of rows x cols (row stride ld) spans,
+ * repeated `batch` times at stride bstride and over the outer loop at
+ * strides ostride: the highest element index any call touches, plus one
+ * (0 when nothing is touched). false on overflow or a negative number.
+ */
+static bool span(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t bstride, const fc_gemm_plan *p,
+                 const int64_t *ostride, int64_t *out) {
+    *out = 0;
+    if (rows < 0 || cols < 0 || ld < 0 || batch < 0 || bstride < 0) return false;
+    bool empty = rows == 0 || cols == 0 || batch == 0;
+    for (int d = 0; d < p->nouter; d++) {
+        if (p->outer_size[d] < 0 || ostride[d] < 0) return false;
+        empty = empty || p->outer_size[d] == 0;
+    }
+    if (empty) return true;
+    int64_t last = cols - 1;
+    if (!muladd(rows - 1, ld, last, &last) || !muladd(batch - 1, bstride, last, &last)) return false;
+    for (int d = 0; d < p->nouter; d++)
+        if (!muladd(p->outer_size[d] - 1, ostride[d], last, &last)) return false;
+    return muladd(last, 1, 1, out);
+}
+
+/* Whether `elems` elements of dtype dt fit in `bytes`. */
+static bool fits(int64_t elems, fc_dtype dt, int64_t bytes) {
+    int64_t need;
+    return muladd(elems, (int64_t)fc_dtype_size(dt), 0, &need) && need <= bytes;
+}
+
+static bool gemm_dtype(fc_dtype dt) { return dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || dt == FC_F64; }
+
+#define INVALID(...) return snprintf(why, n, __VA_ARGS__), false
+
+bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_bytes, char *why, size_t n) {
+    const fc_gemm_plan *p = &d->plan;
+    /* The types fc_gemm_plan_of accepts and cuBLASLt runs. */
+    if ((unsigned)p->ab >= FC_DTYPE_COUNT || (unsigned)p->out >= FC_DTYPE_COUNT || !gemm_dtype(p->ab))
+        INVALID("operand dtype %d, result dtype %d: not a GEMM's", (int)p->ab, (int)p->out);
+    bool widened = (p->ab == FC_F16 || p->ab == FC_BF16) && p->out == FC_F32;
+    if (p->out != p->ab && !widened)
+        INVALID("a %s GEMM cannot give %s", fc_dtype_name(p->ab), fc_dtype_name(p->out));
+    if ((unsigned)p->act > FC_GEMM_ACT_GELU_TANH) INVALID("unknown activation %d", (int)p->act);
+    if (!isfinite(p->alpha)) INVALID("the scale is not finite");
+    bool epilogue = p->has_bias || p->has_residual || p->act != FC_GEMM_ACT_NONE || p->alpha != 1.0;
+    if (p->ab == FC_F64 && epilogue) INVALID("an f64 GEMM with an epilogue");
+    if (p->nweights < 1 || p->nweights > nargs) INVALID("%d weights for %d arguments", p->nweights, nargs);
+    if (p->M < 0 || p->N < 0 || p->K < 0 || p->nouter < 0 || p->nouter > FC_MAX_RANK)
+        INVALID("negative sizes, or %d loop dims", p->nouter);
+    if (!d->wcols || !d->op_arg) INVALID("no weight columns or operand positions");
+
+    /* Positions, and the bytes of each operand's buffer. */
+    int nops = fc_gemm_plan_nops(p);
+    for (int k = 0; k <= nops; k++) {
+        int a = k < nops ? d->op_arg[k] : d->out_arg;
+        if (a < 0 || a >= nargs) INVALID("operand %d is argument %d of %d", k, a, nargs);
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < p->nweights; i++)
+        if (d->wcols[i] < 0 || __builtin_add_overflow(sum, d->wcols[i], &sum))
+            INVALID("weight %d has %lld columns", i, (long long)d->wcols[i]);
+    if (sum != p->N) INVALID("the weights' columns sum to %lld, not N = %lld", (long long)sum, (long long)p->N);
+
+    /* Every element a call reads or writes, inside its buffer. Leading
+     * dims at least a row (what cuBLASLt requires too). */
+    int64_t a_rows = p->trans_a ? p->K : p->M, a_cols = p->trans_a ? p->M : p->K, e;
+    if (p->lda < (a_cols > 1 ? a_cols : 1))
+        INVALID("lda %lld for rows of %lld", (long long)p->lda, (long long)a_cols);
+    if (!span(a_rows, a_cols, p->lda, p->batch, p->stride_a, p, p->outer_a, &e) ||
+        !fits(e, p->ab, arg_bytes[d->op_arg[0]]))
+        INVALID("the left operand's %lld elements do not fit its buffer of %lld bytes", (long long)e,
+                (long long)arg_bytes[d->op_arg[0]]);
+    const int *bias_arg = p->has_bias ? &d->op_arg[1 + p->nweights] : NULL;
+    if (p->nweights == 1) {
+        int64_t w_rows = p->trans_b ? p->N : p->K, w_cols = p->trans_b ? p->K : p->N;
+        if (p->ldw < (w_cols > 1 ? w_cols : 1))
+            INVALID("ldw %lld for rows of %lld", (long long)p->ldw, (long long)w_cols);
+        if (!span(w_rows, w_cols, p->ldw, p->batch, p->stride_w, p, p->outer_w, &e) ||
+            !fits(e, p->ab, arg_bytes[d->op_arg[1]]))
+            INVALID("the weight's %lld elements do not fit its buffer of %lld bytes", (long long)e,
+                    (long long)arg_bytes[d->op_arg[1]]);
+        if (bias_arg && !fits(p->N, p->out, arg_bytes[*bias_arg])) INVALID("the bias does not fit its buffer");
+    } else {
+        /* Concatenated: each weight a dense matrix without batch dims, and
+         * the concatenation laid out as runtime/cublaslt.c builds it. */
+        if (p->ldw != (p->trans_b ? p->K : p->N) || (p->batch > 1 && p->stride_w != 0))
+            INVALID("concatenated weights with ldw %lld or a batch stride", (long long)p->ldw);
+        for (int dd = 0; dd < p->nouter; dd++)
+            if (p->outer_w[dd] != 0) INVALID("concatenated weights with a loop stride");
+        for (int i = 0; i < p->nweights; i++) {
+            if (!muladd(p->K, d->wcols[i], 0, &e) || !fits(e, p->ab, arg_bytes[d->op_arg[1 + i]]))
+                INVALID("weight %d does not fit its buffer", i);
+            if (bias_arg && !fits(d->wcols[i], p->out, arg_bytes[bias_arg[i]]))
+                INVALID("bias %d does not fit its buffer", i);
+        }
+    }
+    if (!span(p->M, p->N, p->N, p->batch, p->stride_y, p, p->outer_y, &e))
+        INVALID("the result's extent overflows");
+    if (!fits(e, p->out, arg_bytes[d->out_arg]))
+        INVALID("the result's %lld elements do not fit its buffer", (long long)e);
+    if (p->has_residual && !fits(e, p->out, arg_bytes[d->op_arg[nops - 1]]))
+        INVALID("the residual's %lld elements do not fit its buffer", (long long)e);
+    return true;
+}
+
+#undef INVALID
+
 /* ------------------------------------------------------------------ */
 /* The handle                                                           */
 /* ------------------------------------------------------------------ */
@@ -200,9 +386,17 @@ typedef struct lt_entry {
     cublasLtMatrixLayout_t a, b, c, d;
 } lt_entry;
 
-/* The concatenated weights (and biases) of one horizontally fused gemm. */
+/* The concatenated weights (and biases) of one horizontally fused gemm,
+ * kept under its description's address. The layout fields record what the
+ * buffers were made for: a description of another layout at the same
+ * address (a test reusing stack memory) gets new ones. */
 typedef struct lt_concat {
-    const fc_node *node;
+    const fc_gemm_desc *desc;
+    fc_dtype ab, out;
+    bool trans_b, has_bias;
+    int64_t K;
+    int nweights;
+    int64_t *wcols;   /* a copy of desc->wcols; NULL: nothing made yet */
     CUdeviceptr *src; /* the weights', then the biases', pointers last copied */
     int nsrc;
     bool valid;       /* the buffers hold the data of src */
@@ -258,6 +452,17 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     return FC_OK;
 }
 
+/* Free what a concatenation holds (its slot stays, for the same address). */
+static void concat_clear(fc_cublaslt *h, lt_concat *c) {
+    if (c->w) (void)h->dev->cu->MemFree(c->w);
+    if (c->bias) (void)h->dev->cu->MemFree(c->bias);
+    fc_ctx_freemem(h->ctx, c->src);
+    fc_ctx_freemem(h->ctx, c->wcols);
+    const fc_gemm_desc *d = c->desc;
+    memset(c, 0, sizeof *c);
+    c->desc = d;
+}
+
 static void entry_free(lt_entry *e) {
     if (e->op) cublasLtMatmulDescDestroy(e->op);
     if (e->a) cublasLtMatrixLayoutDestroy(e->a);
@@ -279,12 +484,7 @@ void fc_cublaslt_destroy(fc_cublaslt *h) {
         fc_ctx_freemem(h->ctx, h->entries[i]);
     }
     fc_ctx_freemem(h->ctx, h->entries);
-    for (int i = 0; i < h->nconcats; i++) {
-        lt_concat *c = &h->concats[i];
-        if (c->w) (void)h->dev->cu->MemFree(c->w);
-        if (c->bias) (void)h->dev->cu->MemFree(c->bias);
-        fc_ctx_freemem(h->ctx, c->src);
-    }
+    for (int i = 0; i < h->nconcats; i++) concat_clear(h, &h->concats[i]);
     fc_ctx_freemem(h->ctx, h->concats);
     if (h->lt) cublasLtDestroy(h->lt);
     fc_ctx_freemem(h->ctx, h);
@@ -359,13 +559,13 @@ static cudaDataType_t cuda_type(fc_dtype dt) {
     }
 }
 
-static cublasLtEpilogue_t epilogue_of(const fc_gemm_info *gi) {
-    switch (gi->act) {
-    case FC_GEMM_ACT_RELU: return gi->has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
-    case FC_GEMM_ACT_GELU_TANH: return gi->has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+static cublasLtEpilogue_t epilogue_of(const fc_gemm_plan *p) {
+    switch (p->act) {
+    case FC_GEMM_ACT_RELU: return p->has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    case FC_GEMM_ACT_GELU_TANH: return p->has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
     case FC_GEMM_ACT_NONE: break;
     }
-    return gi->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    return p->has_bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
 }
 
 /* The largest power of two up to 256 dividing every address a call makes
@@ -382,8 +582,8 @@ typedef struct lt_ptrs {
     CUdeviceptr x, w, bias, c, d;
 } lt_ptrs;
 
-static void make_key(bool allow_tf32, const fc_gemm_plan *p, const fc_gemm_info *gi, const lt_ptrs *ptr,
-                     size_t ws_bytes, fc_cublaslt_key *k) {
+static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr, size_t ws_bytes,
+                     fc_cublaslt_key *k) {
     memset(k, 0, sizeof *k);
     k->version = FC_CUBLASLT_KEY_VERSION;
     k->a_type = k->b_type = cuda_type(p->ab);
@@ -399,7 +599,7 @@ static void make_key(bool allow_tf32, const fc_gemm_plan *p, const fc_gemm_info 
     }
     k->op_a = p->trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     k->op_b = p->trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    k->epilogue = epilogue_of(gi);
+    k->epilogue = epilogue_of(p);
     k->m = p->N;
     k->n = p->M;
     k->k = p->K;
@@ -423,16 +623,14 @@ static void make_key(bool allow_tf32, const fc_gemm_plan *p, const fc_gemm_info 
     k->align_b = alignment(bx);
     k->align_c = alignment(bc);
     k->align_d = alignment(bd);
-    k->align_bias = gi->has_bias ? alignment(ptr->bias) : 0;
+    k->align_bias = p->has_bias ? alignment(ptr->bias) : 0;
     k->workspace_bytes = (int64_t)ws_bytes;
 }
 
-void fc_cublaslt_key_of(const fc_node *n, const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w,
-                        CUdeviceptr bias, CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k) {
-    fc_gemm_info gi;
-    fc_gemm_info_of(n, &gi);
+void fc_cublaslt_key_of(const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
+                        CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k) {
     lt_ptrs ptr = {.x = x, .w = w, .bias = bias, .c = c, .d = d};
-    make_key(allow_tf32, p, &gi, &ptr, ws_bytes, k);
+    make_key(allow_tf32, p, &ptr, ws_bytes, k);
 }
 
 static fc_status make_layout(fc_context *ctx, cublasLtMatrixLayout_t *out, int64_t type, int64_t rows, int64_t cols,
@@ -596,9 +794,48 @@ static fc_status copy_column_block(fc_cublaslt *h, fc_context *ctx, fc_dtype dt,
     return copy_rows(ctx, h->dev->cu, dst, (size_t)N * es, src, (size_t)Ni * es, K, s);
 }
 
-static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_node *n) {
+/* Whether c's buffers were made for d's layout. */
+static bool same_layout(const lt_concat *c, const fc_gemm_desc *d) {
+    const fc_gemm_plan *p = &d->plan;
+    return c->wcols && c->ab == p->ab && c->out == p->out && c->trans_b == p->trans_b &&
+           c->has_bias == p->has_bias && c->K == p->K && c->nweights == p->nweights &&
+           !memcmp(c->wcols, d->wcols, sizeof *c->wcols * (size_t)p->nweights);
+}
+
+/* (Re)make c's buffers for d's layout; they hold no data yet. */
+static fc_status concat_make(fc_cublaslt *h, fc_context *ctx, lt_concat *c, const fc_gemm_desc *d) {
+    const fc_gemm_plan *p = &d->plan;
+    concat_clear(h, c);
+    c->nsrc = p->nweights * (p->has_bias ? 2 : 1); /* the weights, then the biases: operands 1 .. nsrc */
+    c->src = fc_ctx_malloc(ctx, sizeof *c->src * (size_t)c->nsrc);
+    int64_t *wcols = fc_ctx_malloc(ctx, sizeof *wcols * (size_t)p->nweights);
+    if (!c->src || !wcols) {
+        fc_ctx_freemem(ctx, wcols);
+        concat_clear(h, c);
+        return FC_ERR_NOMEM;
+    }
+    fc_status st = fc_cuda_alloc(h->dev, (size_t)(p->K * p->N) * fc_dtype_size(p->ab), &c->w);
+    if (st == FC_OK && p->has_bias) st = fc_cuda_alloc(h->dev, (size_t)p->N * fc_dtype_size(p->out), &c->bias);
+    if (st != FC_OK) {
+        fc_ctx_freemem(ctx, wcols);
+        concat_clear(h, c);
+        return st;
+    }
+    /* Set last: a concatenation with wcols is complete (same_layout). */
+    memcpy(wcols, d->wcols, sizeof *wcols * (size_t)p->nweights);
+    c->wcols = wcols;
+    c->ab = p->ab;
+    c->out = p->out;
+    c->trans_b = p->trans_b;
+    c->has_bias = p->has_bias;
+    c->K = p->K;
+    c->nweights = p->nweights;
+    return FC_OK;
+}
+
+static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d) {
     for (int i = 0; i < h->nconcats; i++)
-        if (h->concats[i].node == n) return &h->concats[i];
+        if (h->concats[i].desc == d) return &h->concats[i];
     if (h->nconcats == h->cap_concats) {
         int cap = h->cap_concats ? 2 * h->cap_concats : 4;
         lt_concat *c = fc_ctx_realloc(ctx, h->concats, sizeof *c * (size_t)cap);
@@ -606,43 +843,38 @@ static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_node *n)
         h->concats = c;
         h->cap_concats = cap;
     }
-    lt_concat *c = &h->concats[h->nconcats];
+    lt_concat *c = &h->concats[h->nconcats++];
     memset(c, 0, sizeof *c);
-    c->node = n;
-    fc_gemm_info gi;
-    fc_gemm_info_of(n, &gi);
-    c->nsrc = gi.nweights * (gi.has_bias ? 2 : 1); /* the weights, then the biases: operands 1 .. nsrc */
-    c->src = fc_ctx_malloc(ctx, sizeof *c->src * (size_t)c->nsrc);
-    if (!c->src) return NULL;
-    memset(c->src, 0, sizeof *c->src * (size_t)c->nsrc);
-    h->nconcats++;
+    c->desc = d;
     return c;
+}
+
+void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d) {
+    for (int i = 0; h && d && i < h->nconcats; i++)
+        if (h->concats[i].desc == d) concat_clear(h, &h->concats[i]);
 }
 
 /* The concatenated weight (and bias) of a horizontally fused gemm: built on
  * the first run, and again only if a weight comes at another address. The
  * copies are queued on s, before the GEMM that reads them. */
-static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const fc_gemm_info *gi,
-                              const fc_gemm_plan *p, const CUdeviceptr *in, CUstream s, CUdeviceptr *w,
-                              CUdeviceptr *bias) {
-    lt_concat *c = find_concat(h, ctx, n);
+static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *in,
+                              CUstream s, CUdeviceptr *w, CUdeviceptr *bias) {
+    const fc_gemm_plan *p = &d->plan;
+    lt_concat *c = find_concat(h, ctx, d);
     if (!c) return FC_ERR_NOMEM;
-    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
     fc_status st = FC_OK;
-    if (!c->w) st = fc_cuda_alloc(h->dev, (size_t)(p->K * p->N) * es, &c->w);
-    if (st == FC_OK && gi->has_bias && !c->bias) st = fc_cuda_alloc(h->dev, (size_t)p->N * eo, &c->bias);
-    if (st != FC_OK) return st;
+    if (!same_layout(c, d) && (st = concat_make(h, ctx, c, d)) != FC_OK) return st;
     *w = c->w;
     *bias = c->bias;
     if (c->valid && !memcmp(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc)) return FC_OK;
 
     c->valid = false;
     const fc_cuda_driver *cu = h->dev->cu;
+    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
     int64_t off = 0;
-    for (int i = 0; i < gi->nweights && st == FC_OK; i++) {
-        const fc_value *wi = gi->w[i];
-        int64_t Ni = gi->trans_b ? wi->dims[0] : wi->dims[1];
-        if (gi->trans_b) {
+    for (int i = 0; i < p->nweights && st == FC_OK; i++) {
+        int64_t Ni = d->wcols[i];
+        if (p->trans_b) {
             /* [Ni, K] blocks stacked: [N, K]. */
             size_t bytes = (size_t)(Ni * p->K) * es;
             CUresult r = cu->MemcpyDtoDAsync(c->w + (size_t)(off * p->K) * es, in[1 + i], bytes, s);
@@ -650,8 +882,8 @@ static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_node *n,
         } else {
             st = copy_column_block(h, ctx, p->ab, c->w + (size_t)off * es, in[1 + i], Ni, p->K, p->N, s);
         }
-        if (st == FC_OK && gi->has_bias) {
-            CUresult r = cu->MemcpyDtoDAsync(c->bias + (size_t)off * eo, in[1 + gi->nweights + i], (size_t)Ni * eo, s);
+        if (st == FC_OK && p->has_bias) {
+            CUresult r = cu->MemcpyDtoDAsync(c->bias + (size_t)off * eo, in[1 + p->nweights + i], (size_t)Ni * eo, s);
             if (r != CUDA_SUCCESS) st = fc_cu_fail(ctx, r, "MemcpyDtoDAsync(bias block)", __FILE__, __LINE__);
         }
         off += Ni;
@@ -676,58 +908,52 @@ static fc_status matmul_call(fc_cublaslt *h, fc_context *ctx, lt_entry *e, const
     return FC_OK;
 }
 
-fc_status fc_cublaslt_run(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const CUdeviceptr *in, CUdeviceptr out,
-                          CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
-    if (!h) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no handle (fc_cublaslt_create failed or was not called)");
-    if (!n || (n->nin > 0 && !in)) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no node or no operand pointers");
+/* Run d with one pointer per operand (in the gemm's order) and the result. */
+static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *in,
+                     CUdeviceptr out, CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
+    const fc_gemm_plan *p = &d->plan;
     if (workspace % FC_CUBLASLT_WORKSPACE_ALIGN)
         return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the workspace must be %d-byte aligned",
                             FC_CUBLASLT_WORKSPACE_ALIGN);
     if (!workspace) ws_bytes = 0;
-    fc_gemm_plan p;
-    fc_status st = fc_gemm_plan_of(ctx, n, &p);
-    if (st != FC_OK) return st;
-    if (p.M == 0 || p.N == 0 || p.batch == 0 || fc_gemm_plan_calls(&p) == 0) return FC_OK; /* nothing to write */
-    if (p.K == 0)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s with K = 0 (an empty sum) is not run by cuBLASLt",
-                            fc_op_table[n->op].name);
-    fc_gemm_info gi;
-    fc_gemm_info_of(n, &gi);
-    st = make_current(ctx, h->dev);
+    if (p->M == 0 || p->N == 0 || p->batch == 0 || fc_gemm_plan_calls(p) == 0) return FC_OK; /* nothing to write */
+    if (p->K == 0)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a GEMM with K = 0 (an empty sum) is not run by cuBLASLt");
+    fc_status st = make_current(ctx, h->dev);
     if (st != FC_OK) return st;
     if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda.h */
 
     lt_ptrs ptr = {.x = in[0], .w = in[1], .d = out};
-    ptr.bias = gi.has_bias ? in[1 + gi.nweights] : 0;
-    ptr.c = gi.has_residual ? in[n->nin - 1] : out;
-    if (gi.nweights > 1) {
-        st = concatenated(h, ctx, n, &gi, &p, in, s, &ptr.w, &ptr.bias);
+    ptr.bias = p->has_bias ? in[1 + p->nweights] : 0;
+    ptr.c = p->has_residual ? in[fc_gemm_plan_nops(p) - 1] : out;
+    if (p->nweights > 1) {
+        st = concatenated(h, ctx, d, in, s, &ptr.w, &ptr.bias);
         if (st != FC_OK) return st;
     }
 
     fc_cublaslt_key key;
-    make_key(h->allow_tf32, &p, &gi, &ptr, ws_bytes, &key);
+    make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
     lt_entry *e = find_entry(h, &key);
     if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
     if (!e->ready && (st = prepare(h, ctx, e, ptr.bias)) != FC_OK) return st;
-    if (gi.has_bias && (st = set_bias(ctx, e, ptr.bias)) != FC_OK) return st;
+    if (p->has_bias && (st = set_bias(ctx, e, ptr.bias)) != FC_OK) return st;
 
-    float alpha32 = (float)gi.alpha, beta32 = gi.has_residual ? 1.0f : 0.0f;
-    double alpha64 = gi.alpha, beta64 = gi.has_residual ? 1.0 : 0.0;
-    const void *alpha = p.ab == FC_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
-    const void *beta = p.ab == FC_F64 ? (const void *)&beta64 : (const void *)&beta32;
-    size_t es = fc_dtype_size(p.ab), eo = fc_dtype_size(p.out);
+    float alpha32 = (float)p->alpha, beta32 = p->has_residual ? 1.0f : 0.0f;
+    double alpha64 = p->alpha, beta64 = p->has_residual ? 1.0 : 0.0;
+    const void *alpha = p->ab == FC_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+    const void *beta = p->ab == FC_F64 ? (const void *)&beta64 : (const void *)&beta32;
+    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
 
     /* The outer batch dims: one call per index, offsets by their strides. */
-    int64_t calls = fc_gemm_plan_calls(&p);
+    int64_t calls = fc_gemm_plan_calls(p);
     for (int64_t o = 0; o < calls; o++) {
         int64_t rest = o, oa = 0, ow = 0, oy = 0;
-        for (int d = p.nouter - 1; d >= 0; d--) {
-            int64_t i = rest % p.outer_size[d];
-            rest /= p.outer_size[d];
-            oa += i * p.outer_a[d];
-            ow += i * p.outer_w[d];
-            oy += i * p.outer_y[d];
+        for (int dd = p->nouter - 1; dd >= 0; dd--) {
+            int64_t i = rest % p->outer_size[dd];
+            rest /= p->outer_size[dd];
+            oa += i * p->outer_a[dd];
+            ow += i * p->outer_w[dd];
+            oy += i * p->outer_y[dd];
         }
         st = matmul_call(h, ctx, e, alpha, beta, ptr.w + (size_t)ow * es, ptr.x + (size_t)oa * es,
                          ptr.c + (size_t)oy * eo, ptr.d + (size_t)oy * eo, workspace, ws_bytes, s);
@@ -736,43 +962,23 @@ fc_status fc_cublaslt_run(fc_cublaslt *h, fc_context *ctx, const fc_node *n, con
     return FC_OK;
 }
 
-fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const int *arg_ids,
-                             const CUdeviceptr *arg_ptrs, int nargs, CUdeviceptr workspace, size_t ws_bytes,
-                             CUstream s) {
-    if (!n || nargs < 0 || (nargs > 0 && (!arg_ids || !arg_ptrs)))
-        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no node or no launch arguments");
+fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
+                             int nargs, CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
+    if (!h) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no handle (fc_cublaslt_create failed or was not called)");
+    if (!d || !d->op_arg || !d->wcols || nargs < 0 || (nargs > 0 && !args))
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no GEMM description or no launch arguments");
+    int nops = fc_gemm_plan_nops(&d->plan);
+    /* The positions were checked when the description was made or read
+     * (fc_gemm_desc_valid); a caller of its own may still pass too few. */
+    bool in_range = d->out_arg >= 0 && d->out_arg < nargs;
+    for (int k = 0; k < nops; k++) in_range = in_range && d->op_arg[k] >= 0 && d->op_arg[k] < nargs;
+    if (!in_range)
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the GEMM's operands are not among the %d launch arguments",
+                            nargs);
     CUdeviceptr small[16], *in = small;
-    if (n->nin > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)n->nin))) return FC_ERR_NOMEM;
-    fc_status st = FC_OK;
-    CUdeviceptr out = 0;
-    for (int k = 0; k <= n->nin && st == FC_OK; k++) {
-        const fc_value *v = k < n->nin ? n->in[k] : n->out[0];
-        int a = 0;
-        while (a < nargs && arg_ids[a] != v->id) a++;
-        if (a == nargs)
-            st = fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the launch has no pointer for value %d (%s of %s)", v->id,
-                              k < n->nin ? "an operand" : "the result", fc_op_table[n->op].name);
-        else if (k < n->nin)
-            in[k] = arg_ptrs[a];
-        else
-            out = arg_ptrs[a];
-    }
-    if (st == FC_OK) st = fc_cublaslt_run(h, ctx, n, in, out, workspace, ws_bytes, s);
+    if (nops > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)nops))) return FC_ERR_NOMEM;
+    for (int k = 0; k < nops; k++) in[k] = args[d->op_arg[k]];
+    fc_status st = run(h, ctx, d, in, args[d->out_arg], workspace, ws_bytes, s);
     if (in != small) fc_ctx_freemem(ctx, in);
     return st;
-}
-
-fc_status fc_cublaslt_gemm(fc_cublaslt *h, fc_context *ctx, const fc_node *gemm_node, CUdeviceptr a, CUdeviceptr b,
-                           CUdeviceptr bias, CUdeviceptr residual, CUdeviceptr out, CUdeviceptr workspace,
-                           size_t ws_bytes, CUstream s) {
-    fc_gemm_info gi;
-    if (!gemm_node || !fc_gemm_info_of(gemm_node, &gi) || gi.nweights != 1)
-        return fc_set_error(ctx, FC_ERR_USAGE, "fc_cublaslt_gemm: needs a gemm or matmul node with one right operand");
-    CUdeviceptr in[4];
-    int k = 0;
-    in[k++] = a;
-    in[k++] = b;
-    if (gi.has_bias) in[k++] = bias;
-    if (gi.has_residual) in[k++] = residual;
-    return fc_cublaslt_run(h, ctx, gemm_node, in, out, workspace, ws_bytes, s);
 }

@@ -10,10 +10,17 @@
  * gelu, the residual as C with beta = 1) all apply. docs/GEMM.md has the
  * mapping in full.
  *
- * Everything here needs a GPU at run time except fc_gemm_plan_of (a pure
- * function of the node) and fc_cublaslt_version. Without a driver or device
- * every entry point fails cleanly with an fc_status and a message on the
- * context; nothing prints or exits.
+ * Two halves:
+ *  - compile time, no GPU: a node becomes an fc_gemm_desc, plain data that
+ *    the program description carries (and the cache and AOT files store),
+ *    because a program from the cache or a file has no graph;
+ *  - run time: a handle runs a description with the launch's pointers.
+ *
+ * Everything here needs a GPU at run time except the descriptions
+ * (fc_gemm_plan_of, fc_gemm_desc_of, fc_gemm_desc_valid), fc_cublaslt_key_of
+ * and fc_cublaslt_version. Without a driver or device every entry point
+ * fails cleanly with an fc_status and a message on the context; nothing
+ * prints or exits.
  *
  * A handle is used by one thread at a time (as an fc_context is) and keeps,
  * for the life of the program that owns it:
@@ -26,6 +33,7 @@
 #ifndef FC_RUNTIME_CUBLASLT_H
 #define FC_RUNTIME_CUBLASLT_H
 
+#include "passes/epilogue.h"
 #include "runtime/cuda.h"
 
 #include <stdbool.h>
@@ -33,11 +41,89 @@
 #include <stdint.h>
 
 /* The workspace cuBLASLt may use: 32 MiB on Hopper (NVIDIA's advice for
- * sm_90), 256-byte aligned. The caller owns it: program.c should take it
- * from its arena (as one more 256-aligned slot after the intermediates) or
- * allocate it once per program; never per run. */
+ * sm_90), 256-byte aligned. The caller owns it and allocates it once:
+ * runtime/program.c puts it at the end of the program's arena. Never per
+ * run. */
 #define FC_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define FC_CUBLASLT_WORKSPACE_ALIGN 256
+
+/* ------------------------------------------------------------------ */
+/* A GEMM as plain data (no GPU, no graph)                              */
+/* ------------------------------------------------------------------ */
+
+/* The problem a gemm (or matmul) node poses, in row-major terms. */
+typedef struct fc_gemm_plan {
+    fc_dtype ab, out;      /* operand dtype; result dtype */
+    bool trans_a, trans_b; /* a stored [K, M]; weights stored [N, K] */
+    int nweights;          /* > 1: the weights are concatenated along N */
+    int64_t M, N, K;       /* each product: [M, K] x [K, N] -> [M, N]; N over every weight */
+    int64_t lda, ldw;      /* row strides (elements) of a and of the (concatenated) weight */
+    /* The innermost batch dims, as one strided batch (strides in elements;
+     * 0 = broadcast). The result is dense: stride_y = M * N. */
+    int64_t batch, stride_a, stride_w, stride_y;
+    /* The outer batch dims that do not fit one stride: a loop of calls. */
+    int nouter;
+    int64_t outer_size[FC_MAX_RANK], outer_a[FC_MAX_RANK], outer_w[FC_MAX_RANK], outer_y[FC_MAX_RANK];
+    bool folded_batch; /* a's batch dims were folded into M (weights without batch) */
+    /* The epilogue: y = act(alpha * a w + residual + bias), rounded once
+     * to `out`. The bias is [N] (with several weights: one [N_i] each);
+     * the residual has y's shape and is cuBLASLt's C, with beta = 1. */
+    bool has_bias, has_residual;
+    fc_gemm_act act;
+    double alpha;
+} fc_gemm_plan;
+
+/* The plan of node n (static shapes). FC_ERR_UNSUPPORTED, with a message,
+ * for nodes cuBLASLt does not run here (not a gemm or matmul, f64 with an
+ * epilogue, symbolic dims, integer dtypes). */
+fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p);
+
+/* Number of cuBLASLt calls the plan makes per run. */
+int64_t fc_gemm_plan_calls(const fc_gemm_plan *p);
+/* Number of operands: a, the weights, their biases, the residual. */
+int fc_gemm_plan_nops(const fc_gemm_plan *p);
+
+/*
+ * One library launch's GEMM: what the runtime needs to run it, with no
+ * graph. A program description holds one per such launch
+ * (runtime/program.h), and runtime/program_cache.c serializes it.
+ */
+typedef struct fc_gemm_desc {
+    fc_gemm_plan plan;
+    int64_t *wcols; /* plan.nweights entries: weight i's columns N_i (they sum to plan.N) */
+    /* Positions among the launch's arguments (fc_launch.args): op_arg[i]
+     * for operand i in the gemm's order (a, w1..wn, [bias1..biasn],
+     * [residual]: fc_gemm_plan_nops of them), out_arg for the result. */
+    int *op_arg;
+    int out_arg;
+} fc_gemm_desc;
+
+/*
+ * The description of node n (a gemm or matmul) run as a launch whose
+ * arguments are the value ids arg_ids[0 .. nargs) (fc_launch.args: every
+ * operand and the result, a repeated operand once). No GPU needed.
+ * FC_ERR_UNSUPPORTED as fc_gemm_plan_of; FC_ERR_USAGE when a value of n is
+ * not among the arguments; FC_ERR_NOMEM. *out is zeroed on failure.
+ * Release it with fc_gemm_desc_release.
+ */
+fc_status fc_gemm_desc_of(fc_context *ctx, const fc_node *n, const int *arg_ids, int nargs, fc_gemm_desc *out);
+/* Free what d owns and zero it. NULL is ignored. */
+void fc_gemm_desc_release(fc_gemm_desc *d);
+
+/*
+ * Whether d is a GEMM that cuBLASLt can run safely for a launch of nargs
+ * arguments whose buffers hold arg_bytes[i] bytes: dtypes, flags and
+ * counts that make sense, positions in range, weight columns that sum to
+ * N, and every byte each call reads or writes (over the batch and the
+ * loop) inside its buffer. The program decoder runs it on what it reads (a
+ * crafted file must not make cuBLASLt write out of bounds), and fc_compile
+ * on what it made. false, with the reason in why[0 .. n), when it is not.
+ */
+bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_bytes, char *why, size_t n);
+
+/* ------------------------------------------------------------------ */
+/* The handle and running                                               */
+/* ------------------------------------------------------------------ */
 
 typedef struct fc_cublaslt fc_cublaslt;
 
@@ -61,59 +147,33 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
 void fc_cublaslt_destroy(fc_cublaslt *h);
 
 /*
- * Queue node n (a gemm or a matmul) on stream s (NULL: the device's
- * stream, as in runtime/cuda.h; CU_STREAM_LEGACY for the legacy one). The pointers come as a
- * launch has them: arg_ids[i] is a value id and arg_ptrs[i] the device
- * pointer of that value, for every operand and the result of n (in any
- * order; repeated operands appear once). `workspace` holds ws_bytes bytes
- * (FC_CUBLASLT_WORKSPACE_BYTES; 0 and 0 work, with fewer algorithms).
- * Returns when the work is queued. Errors: FC_ERR_USAGE (bad arguments, a
- * value without a pointer), FC_ERR_UNSUPPORTED (an op or shape cuBLASLt
- * cannot run), FC_ERR_RUNTIME (CUDA or cuBLASLt failed), FC_ERR_NOMEM.
+ * Queue the GEMM d on stream s (NULL: the device's stream, as in
+ * runtime/cuda.h; CU_STREAM_LEGACY for the legacy one). args[i] is the
+ * device pointer of the launch's argument i, which d's positions index.
+ * `workspace` holds ws_bytes bytes and is FC_CUBLASLT_WORKSPACE_ALIGN
+ * aligned (FC_CUBLASLT_WORKSPACE_BYTES; 0 and 0 work, with fewer
+ * algorithms). Returns when the work is queued.
+ *
+ * The handle keeps the concatenated weights of a horizontally fused GEMM
+ * under d's address, so d must stay where it is while the handle runs it
+ * (a program's descriptions do, for the program's life), or be forgotten
+ * (fc_cublaslt_forget) before it is freed or reused. A description of
+ * other shapes at a remembered address gets new buffers, never the old
+ * ones.
+ *
+ * Errors: FC_ERR_USAGE (no handle, bad arguments), FC_ERR_UNSUPPORTED (K =
+ * 0, or a problem cuBLASLt has no algorithm for), FC_ERR_RUNTIME (CUDA or
+ * cuBLASLt failed), FC_ERR_NOMEM.
  */
-fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const int *arg_ids,
-                             const CUdeviceptr *arg_ptrs, int nargs, CUdeviceptr workspace, size_t ws_bytes,
-                             CUstream s);
+fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
+                             int nargs, CUdeviceptr workspace, size_t ws_bytes, CUstream s);
 
-/* The same, with one pointer per operand of n in operand order. */
-fc_status fc_cublaslt_run(fc_cublaslt *h, fc_context *ctx, const fc_node *n, const CUdeviceptr *in, CUdeviceptr out,
-                          CUdeviceptr workspace, size_t ws_bytes, CUstream s);
-
-/* The same for a gemm with one right operand: bias and residual are 0 when
- * the node has none. */
-fc_status fc_cublaslt_gemm(fc_cublaslt *h, fc_context *ctx, const fc_node *gemm_node, CUdeviceptr a, CUdeviceptr b,
-                           CUdeviceptr bias, CUdeviceptr residual, CUdeviceptr out, CUdeviceptr workspace,
-                           size_t ws_bytes, CUstream s);
+/* Drop what the handle keeps for description d (its concatenated
+ * weights), once the work that used them is finished. NULLs are ignored. */
+void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d);
 
 /* ------------------------------------------------------------------ */
-/* The problem a node poses, in row-major terms (no GPU needed).        */
-/* ------------------------------------------------------------------ */
-
-typedef struct fc_gemm_plan {
-    fc_dtype ab, out;      /* operand dtype; result dtype */
-    bool trans_a, trans_b; /* a stored [K, M]; weights stored [N, K] */
-    int nweights;          /* > 1: the weights are concatenated along N */
-    int64_t M, N, K;       /* each product: [M, K] x [K, N] -> [M, N]; N over every weight */
-    int64_t lda, ldw;      /* row strides (elements) of a and of the (concatenated) weight */
-    /* The innermost batch dims, as one strided batch (strides in elements;
-     * 0 = broadcast). The result is dense: stride_y = M * N. */
-    int64_t batch, stride_a, stride_w, stride_y;
-    /* The outer batch dims that do not fit one stride: a loop of calls. */
-    int nouter;
-    int64_t outer_size[FC_MAX_RANK], outer_a[FC_MAX_RANK], outer_w[FC_MAX_RANK], outer_y[FC_MAX_RANK];
-    bool folded_batch; /* a's batch dims were folded into M (weights without batch) */
-} fc_gemm_plan;
-
-/* The plan of node n (static shapes). FC_ERR_UNSUPPORTED, with a message,
- * for nodes cuBLASLt does not run here (not a gemm or matmul, f64 with an
- * epilogue, symbolic dims, integer dtypes). */
-fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p);
-
-/* Number of cuBLASLt calls the plan makes per run. */
-int64_t fc_gemm_plan_calls(const fc_gemm_plan *p);
-
-/* ------------------------------------------------------------------ */
-/* The algorithm table, for the on-disk cache.                          */
+/* The algorithm table                                                  */
 /* ------------------------------------------------------------------ */
 
 /*
@@ -134,12 +194,12 @@ typedef struct fc_cublaslt_key {
     int64_t workspace_bytes;
 } fc_cublaslt_key;
 
-/* The key of node n's problem (plan p = fc_gemm_plan_of(n)) for the pointers
- * of one call: x the left operand, w the (concatenated) weight, c the
- * residual (or d), d the result. No GPU needed: the tests check the
- * column-major mapping on the host with it. */
-void fc_cublaslt_key_of(const fc_node *n, const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w,
-                        CUdeviceptr bias, CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k);
+/* The key of plan p's problem for the pointers of one call: x the left
+ * operand, w the (concatenated) weight, c the residual (or d), d the
+ * result. No GPU needed: the tests check the column-major mapping on the
+ * host with it. */
+void fc_cublaslt_key_of(const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
+                        CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k);
 
 /* The opaque cublasLtMatmulAlgo_t, as bytes. */
 #define FC_CUBLASLT_ALGO_BYTES 64

@@ -20,10 +20,16 @@
  *
  * NVRTC needs no GPU, so compiling works on any machine, and so do the
  * emit functions. Nothing is loaded on a device at compile time: the first
- * fc_run opens device 0, loads the module, resolves the kernels and
- * allocates the arena, and every later run reuses them. Lazy, so that a
- * machine without a GPU (CI) can compile and a program that is only
- * inspected never touches the driver.
+ * fc_run opens device 0, loads the module, resolves the kernels, allocates
+ * the arena and, for a program with GEMMs, creates its cuBLASLt handle;
+ * every later run reuses them. Lazy, so that a machine without a GPU (CI)
+ * can compile and a program that is only inspected never touches the
+ * driver.
+ *
+ * Library launches. A gemm (or matmul) group runs through cuBLASLt
+ * (runtime/cublaslt.c) from the GEMM's description in fc_program_desc,
+ * made at compile time, because a program from the cache or a file has no
+ * graph to read it from. Its workspace (32 MiB) is the arena's tail.
  *
  * Storage. Each value a launch names gets its device pointer from its
  * storage class (see passes/memplan.c): a class rooted at a parameter lives
@@ -34,6 +40,7 @@
  * value returned twice) are copied device-to-device after the launches.
  */
 #include "runtime/program.h"
+#include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_check.h"
 #include "runtime/interp.h"
@@ -61,6 +68,7 @@ struct fc_program {
     fc_bytes cubin;       /* NVRTC's cubin of d.src.source (an AOT file: the whole file) */
     fc_compile_times times;
     int max_args;         /* most kernel parameters of any launch */
+    int ngemms;           /* launches that run a GEMM through cuBLASLt */
 
     /* Introspection only: fusec's copy of the graph after the passes, and
      * the plan. A cold compile keeps them; a program from the cache or a
@@ -73,9 +81,11 @@ struct fc_program {
     CUmodule module;
     CUfunction *func; /* per launch; NULL for launches that are not kernels */
     bool funcs_ready;
-    CUdeviceptr arena;
+    CUdeviceptr arena;   /* the intermediates, then (with GEMMs) the cuBLASLt workspace */
     CUdeviceptr *argval; /* per-run scratch: the kernel parameters' values */
     void **argptr;       /* ...and pointers to them, as cuLaunchKernel wants */
+    fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
+    CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
 };
 
 /* Process-wide counters (fc_compile_counters_get). */
@@ -129,8 +139,30 @@ void fc_program_desc_release(fc_program_desc *d) {
     free(d->params);
     free(d->outputs);
     free(d->store);
+    for (int i = 0; d->gemm && i < d->src.nlaunches; i++) fc_gemm_desc_release(&d->gemm[i]);
+    free(d->gemm);
     fc_cuda_src_release(&d->src);
     memset(d, 0, sizeof *d);
+}
+
+const fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i) {
+    if (!d || !d->gemm || i < 0 || i >= d->src.nlaunches || !d->gemm[i].op_arg) return NULL;
+    return &d->gemm[i];
+}
+
+fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
+    const fc_gemm_desc *g = fc_program_gemm(d, i);
+    if (!g) return FC_OK;
+    const fc_launch *l = &d->src.launches[i];
+    /* The bytes of each argument's buffer; launch arguments have storage
+     * (build_desc and the decoder check that first). */
+    int64_t small[16], *bytes = small;
+    if (l->nargs > 16 && !(bytes = fc_ctx_malloc(ctx, sizeof *bytes * (size_t)l->nargs))) return FC_ERR_NOMEM;
+    for (int a = 0; a < l->nargs; a++) bytes[a] = d->store[l->args[a]].bytes;
+    bool ok = l->kind == FC_LAUNCH_LIBRARY && fc_gemm_desc_valid(g, l->nargs, bytes, why, n);
+    if (l->kind != FC_LAUNCH_LIBRARY) snprintf(why, n, "a GEMM for a launch that is not a library call");
+    if (bytes != small) fc_ctx_freemem(ctx, bytes);
+    return ok ? FC_OK : FC_ERR_INPUT;
 }
 
 int64_t fc_program_tensor_bytes(const fc_program_tensor *t) {
@@ -354,6 +386,44 @@ static fc_status fill_desc(fc_program *p, classes *c) {
     return FC_OK;
 }
 
+/* The node of library launch group `id`: its group's only node. */
+static const fc_node *library_node(const fc_plan *plan, int id) {
+    for (int i = 0; i < plan->ngroups; i++)
+        if (plan->groups[i]->id == id) return plan->groups[i]->nnodes == 1 ? plan->groups[i]->nodes[0] : NULL;
+    return NULL;
+}
+
+/*
+ * Each library launch that cuBLASLt runs gets its GEMM's description, and
+ * the description is checked against the storage now, as the launch
+ * arguments are. A library call cuBLASLt cannot run (an integer matmul,
+ * attention) gets none: compiling it is not an error, so that its plan
+ * can be inspected, and running it fails with FC_ERR_UNSUPPORTED.
+ */
+static fc_status describe_gemms(fc_program *p) {
+    fc_program_desc *d = &p->d;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        const fc_node *n = l->kind == FC_LAUNCH_LIBRARY ? library_node(&p->plan, l->group) : NULL;
+        if (!n || (n->op != FC_OP_GEMM && n->op != FC_OP_MATMUL)) continue;
+        if (!d->gemm) {
+            size_t bytes = sizeof *d->gemm * (size_t)d->src.nlaunches;
+            if (!(d->gemm = fc_ctx_malloc(p->ctx, bytes))) return FC_ERR_NOMEM;
+            memset(d->gemm, 0, bytes);
+        }
+        fc_status st = fc_gemm_desc_of(p->ctx, n, l->args, l->nargs, &d->gemm[i]);
+        if (st == FC_ERR_UNSUPPORTED) continue;
+        char why[256] = "";
+        if (st == FC_OK) st = fc_program_check_gemm(p->ctx, d, i, why, sizeof why);
+        else if (st != FC_ERR_NOMEM) snprintf(why, sizeof why, "%.250s", p->ctx->error);
+        if (st == FC_ERR_NOMEM) return st;
+        if (st != FC_OK)
+            return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: launch %d (%s): its GEMM: %s", i, l->name,
+                                why);
+    }
+    return FC_OK;
+}
+
 static fc_status build_desc(fc_program *p) {
     classes c = {p->g->next_value_id, NULL, NULL, NULL};
     size_t nv = (size_t)(c.nvalues ? c.nvalues : 1);
@@ -364,15 +434,18 @@ static fc_status build_desc(fc_program *p) {
     fc_ctx_freemem(p->ctx, c.val);
     fc_ctx_freemem(p->ctx, c.root);
     fc_ctx_freemem(p->ctx, c.result_slot);
-    return st;
+    return st == FC_OK ? describe_gemms(p) : st;
 }
 
-/* The most kernel parameters of any launch: the size of the run's scratch. */
-static void count_max_args(fc_program *p) {
+/* The most arguments of any launch (the size of the run's scratch), and
+ * how many launches run a GEMM. */
+static void count_launch_args(fc_program *p) {
     p->max_args = 0;
+    p->ngemms = 0;
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
         if (l->kind != FC_LAUNCH_ALIAS && l->nargs > p->max_args) p->max_args = l->nargs;
+        if (fc_program_gemm(&p->d, i)) p->ngemms++;
     }
 }
 
@@ -546,7 +619,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     }
 
     if (!program_hit && (st = plan_and_generate(p, g)) != FC_OK) return st;
-    count_max_args(p);
+    count_launch_args(p);
     bool kernel_hit = false;
     st = get_cubin(p, cache, &nv, &kernel_hit);
     if (st != FC_OK) return st;
@@ -634,7 +707,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
     p->opts.fast_math = p->d.fast_math;
     p->opts.fuse = p->d.fuse;
     p->times.origin = origin;
-    count_max_args(p);
+    count_launch_args(p);
     *out = p;
     return FC_OK;
 }
@@ -652,6 +725,7 @@ void fc_program_free(fc_program *p) {
         const fc_cuda_driver *cu = p->dev->cu;
         (void)cu->CtxSetCurrent(p->dev->cuctx);
         (void)cu->CtxSynchronize();
+        fc_cublaslt_destroy(p->blas); /* it uses the device: before it is closed */
         if (p->arena) (void)cu->MemFree(p->arena);
         if (p->module) (void)cu->ModuleUnload(p->module);
         fc_cuda_device_close(p->dev);
@@ -718,6 +792,8 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
     if (library) *library = l;
     if (aliases) *aliases = a;
 }
+
+int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(p->blas) : 0; }
 
 int fc_program_num_inputs(const fc_program *p) { return p ? p->d.nparams : 0; }
 int fc_program_num_outputs(const fc_program *p) { return p ? p->d.noutputs : 0; }
@@ -922,13 +998,34 @@ char *fc_program_ptx(fc_program *p) {
 /* Running.                                                            */
 /* ------------------------------------------------------------------ */
 
+/* Every library launch must have a CUDA path: a GEMM description. */
 static fc_status check_supported(const fc_program *p) {
-    for (int i = 0; i < p->d.src.nlaunches; i++)
-        if (p->d.src.launches[i].kind == FC_LAUNCH_LIBRARY)
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        if (l->kind != FC_LAUNCH_LIBRARY || fc_program_gemm(&p->d, i)) continue;
+        if (!strcmp(l->name, "gemm") || !strcmp(l->name, "matmul"))
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
-                                "matmul on CUDA needs the cuBLASLt path (not built yet): launch %d (%s)", i,
-                                p->d.src.launches[i].name);
+                                "launch %d (%s: %s): cuBLASLt runs f32, f16 and bf16 GEMMs, and f64 ones without an "
+                                "epilogue, not this one",
+                                i, l->name, l->summary);
+        return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
+                            "launch %d (%s): %s has no CUDA implementation yet (library calls on CUDA: gemm and "
+                            "matmul, through cuBLASLt)",
+                            i, l->summary, l->name);
+    }
     return FC_OK;
+}
+
+/* The arena's size: the intermediates, then the cuBLASLt workspace when
+ * the program runs GEMMs (*ws_offset: where it starts, 256-aligned). -1
+ * when it does not fit an int64 (only a crafted description does that). */
+static int64_t arena_size(const fc_program *p, int64_t *ws_offset) {
+    const int64_t align = FC_CUBLASLT_WORKSPACE_ALIGN, ws = (int64_t)FC_CUBLASLT_WORKSPACE_BYTES;
+    *ws_offset = 0;
+    if (p->ngemms == 0) return p->d.arena_bytes;
+    if (p->d.arena_bytes > INT64_MAX - align - ws) return -1;
+    *ws_offset = (p->d.arena_bytes + align - 1) / align * align;
+    return *ws_offset + ws;
 }
 
 /* Open the device, load the module, resolve the kernels and allocate the
@@ -992,9 +1089,23 @@ static fc_status ensure_device(fc_program *p) {
             return FC_ERR_NOMEM;
         }
     }
-    if (!p->arena && p->d.arena_bytes > 0) {
-        st = fc_cuda_alloc(d, (size_t)p->d.arena_bytes, &p->arena);
+    /* One allocation for the intermediates and the cuBLASLt workspace:
+     * cuMemAlloc's base is 256-aligned, and so is the workspace's offset. */
+    int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
+    if (bytes < 0)
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena of %lld bytes is too large",
+                            p->d.graph_name, (long long)p->d.arena_bytes);
+    if (!p->arena && bytes > 0) {
+        st = fc_cuda_alloc(d, (size_t)bytes, &p->arena);
         if (st != FC_OK) return st;
+    }
+    if (p->ngemms > 0 && !p->blas) {
+        /* cublasLtCreate loads the library's kernels: timed with the load. */
+        double t = now_ms();
+        st = fc_cublaslt_create(p->ctx, d, NULL, &p->blas);
+        p->times.load_ms += now_ms() - t;
+        if (st != FC_OK) return st;
+        p->blas_ws = p->arena + (CUdeviceptr)ws_offset;
     }
     return FC_OK;
 }
@@ -1021,14 +1132,21 @@ static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int6
 }
 
 /* Queue every launch, then the result copies, on stream s. The device is
- * ready (ensure_device) and nothing is a library call (check_supported). */
+ * ready (ensure_device) and every library call is a GEMM
+ * (check_supported). */
 static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind != FC_LAUNCH_KERNEL) continue; /* aliases: nothing to do */
+        if (l->kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
         for (int a = 0; a < l->nargs; a++) {
             p->argval[a] = device_ptr(p, l->args[a], inputs, outputs);
             p->argptr[a] = &p->argval[a];
+        }
+        if (l->kind == FC_LAUNCH_LIBRARY) {
+            fc_status st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->argval, l->nargs, p->blas_ws,
+                                              FC_CUBLASLT_WORKSPACE_BYTES, s);
+            if (st != FC_OK) return st;
+            continue;
         }
         fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
                                   {l->block[0], l->block[1], l->block[2]},
@@ -1068,9 +1186,11 @@ static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin
     return FC_OK;
 }
 
+/* What a run needs: a program it can run (checked first, so that one it
+ * cannot allocates nothing), then the device state. */
 static fc_status prepare_run(fc_program *p) {
-    fc_status st = ensure_device(p);
-    return st != FC_OK ? st : check_supported(p);
+    fc_status st = check_supported(p);
+    return st != FC_OK ? st : ensure_device(p);
 }
 
 fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {

@@ -85,6 +85,12 @@ typedef struct fc_program_desc {
     fc_store *store;    /* by value id, nvalues of them */
     int64_t arena_bytes, intermediate_bytes;
     fc_cuda_src src;    /* the CUDA C source and the launches */
+    /* The GEMMs of library launches, by launch (src.nlaunches entries, or
+     * NULL when there are none): entry i describes what cuBLASLt runs for
+     * launch i (runtime/cublaslt.h; fc_program_gemm reads it); it is
+     * zeroed for a kernel, an alias, and a library call that has no CUDA
+     * path (attention, an integer matmul: running one fails cleanly). */
+    struct fc_gemm_desc *gemm;
     /* The level-1 key of the cubin: recorded in a level-2 entry for tools,
      * but a compile always recomputes it from the source and options, and
      * never looks a cubin up by what an entry claims. */
@@ -93,6 +99,16 @@ typedef struct fc_program_desc {
 
 /* Free everything a description owns and zero it. NULL is ignored. */
 void fc_program_desc_release(fc_program_desc *d);
+/* The GEMM of launch i, or NULL when it runs none (see .gemm above). */
+const struct fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i);
+/*
+ * Check launch i's GEMM against the description it is part of: its
+ * operands' positions, and every byte cuBLASLt touches inside the storage
+ * of the launch's arguments (fc_gemm_desc_valid). FC_OK; FC_ERR_INPUT with
+ * the reason in why (nothing on ctx) when it does not hold; FC_ERR_NOMEM.
+ * fc_compile checks what it made, the decoder what it read.
+ */
+fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n);
 /* The bytes of a parameter or result (0 for a bad shape). */
 int64_t fc_program_tensor_bytes(const fc_program_tensor *t);
 
@@ -164,6 +180,10 @@ int fc_program_num_launches(const fc_program *p);
 const fc_launch *fc_program_launch(const fc_program *p, int i);
 /* How many launches of each kind; any pointer may be NULL. */
 void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases);
+/* How many cuBLASLt heuristic queries the program's runs have made (one
+ * per distinct GEMM problem: later runs reuse the algorithms); 0 before
+ * the first run. For tests. */
+int fc_program_gemm_queries(const fc_program *p);
 /* The CUDA target the cubin was compiled for, major*10+minor (90: sm_90). */
 int fc_program_sm(const fc_program *p);
 /* The cubin NVRTC made of fc_program_cuda_source(p), for sm fc_program_sm(p)

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE /* dladdr, for the build identity */
 #include "runtime/program_cache.h"
+#include "runtime/cublaslt.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -192,18 +193,32 @@ const char *fc_build_identity(void) {
 /*   u32 nlaunches, each: u8 kind  str name  i32 group  u32 grid[3]     */
 /*                      u32 block[3]  u32 smem  u32 nargs  u32 nreads   */
 /*                      u32 args[nargs]  str summary                    */
+/*   u32 ngemms, each (version 2: the GEMM a library launch runs,      */
+/*     runtime/cublaslt.h's fc_gemm_desc):                             */
+/*     u32 launch  u8 ab  u8 out  u8 flags (1 trans_a, 2 trans_b,      */
+/*     4 bias, 8 residual, 16 folded batch)  u8 act  u64 alpha (the    */
+/*     IEEE-754 bits)  i64 M N K lda ldw batch stride_a stride_w       */
+/*     stride_y  u8 nouter, each: i64 size a w y                       */
+/*     u32 nweights, each: i64 columns  u32 out_arg                    */
+/*     u32 op_arg[1 + nweights (x2 with bias) (+1 with residual)]      */
 /*   str source                                                        */
 /*                                                                     */
 /* and nothing after it.                                               */
 /* ------------------------------------------------------------------ */
 #define FLAG_FAST_MATH 1u
 #define FLAG_FUSE 2u
+#define GEMM_TRANS_A 1u
+#define GEMM_TRANS_B 2u
+#define GEMM_BIAS 4u
+#define GEMM_RESIDUAL 8u
+#define GEMM_FOLDED 16u
 #define HEADER_BYTES 16
 /* The least each record can take, to bound counts before allocating. */
 #define MIN_STORE_BYTES 17
 #define MIN_PARAM_BYTES 10
 #define MIN_OUTPUT_BYTES 15
 #define MIN_LAUNCH_BYTES 49
+#define MIN_GEMM_BYTES 113 /* one weight, no loop, two operands */
 /* Most kernel parameters of one launch (the codegen makes a few). */
 #define MAX_LAUNCH_ARGS 4096
 
@@ -248,6 +263,32 @@ static void w_dims(wbuf *w, const fc_program_tensor *t) {
     w_u8(w, (unsigned)t->dtype);
     w_u8(w, (unsigned)t->rank);
     for (int d = 0; d < t->rank; d++) w_u64(w, (uint64_t)t->dims[d]);
+}
+
+static void w_gemm(wbuf *w, int launch, const fc_gemm_desc *g) {
+    const fc_gemm_plan *p = &g->plan;
+    w_u32(w, (uint32_t)launch);
+    w_u8(w, (unsigned)p->ab);
+    w_u8(w, (unsigned)p->out);
+    w_u8(w, (p->trans_a ? GEMM_TRANS_A : 0) | (p->trans_b ? GEMM_TRANS_B : 0) | (p->has_bias ? GEMM_BIAS : 0) |
+                (p->has_residual ? GEMM_RESIDUAL : 0) | (p->folded_batch ? GEMM_FOLDED : 0));
+    w_u8(w, (unsigned)p->act);
+    uint64_t alpha;
+    memcpy(&alpha, &p->alpha, sizeof alpha);
+    w_u64(w, alpha);
+    const int64_t f[9] = {p->M, p->N, p->K, p->lda, p->ldw, p->batch, p->stride_a, p->stride_w, p->stride_y};
+    for (int i = 0; i < 9; i++) w_u64(w, (uint64_t)f[i]);
+    w_u8(w, (unsigned)p->nouter);
+    for (int d = 0; d < p->nouter; d++) {
+        w_u64(w, (uint64_t)p->outer_size[d]);
+        w_u64(w, (uint64_t)p->outer_a[d]);
+        w_u64(w, (uint64_t)p->outer_w[d]);
+        w_u64(w, (uint64_t)p->outer_y[d]);
+    }
+    w_u32(w, (uint32_t)p->nweights);
+    for (int i = 0; i < p->nweights; i++) w_u64(w, (uint64_t)g->wcols[i]);
+    w_u32(w, (uint32_t)g->out_arg);
+    for (int k = 0; k < fc_gemm_plan_nops(p); k++) w_u32(w, (uint32_t)g->op_arg[k]);
 }
 
 fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_bytes *out) {
@@ -303,6 +344,11 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
         for (int a = 0; a < l->nargs; a++) w_u32(&w, (uint32_t)l->args[a]);
         w_str(&w, l->summary);
     }
+    uint32_t ngemms = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) ngemms += fc_program_gemm(d, i) != NULL;
+    w_u32(&w, ngemms);
+    for (int i = 0; i < d->src.nlaunches; i++)
+        if (fc_program_gemm(d, i)) w_gemm(&w, i, fc_program_gemm(d, i));
     w_str(&w, d->src.source);
     if (w.oom) {
         fc_ctx_freemem(ctx, w.p);
@@ -516,6 +562,82 @@ static void read_launches(rbuf *r, fc_program_desc *d) {
     }
 }
 
+/* A launch argument's position, below nargs. */
+static int r_arg(rbuf *r, int nargs, const char *what) {
+    uint32_t a = r_u32(r);
+    if (r->st == FC_OK && a >= (uint32_t)nargs) r_fail(r, FC_ERR_INPUT, "%s is argument %u of %d", what, a, nargs);
+    return r->st == FC_OK ? (int)a : 0;
+}
+
+/* One GEMM record into its launch's entry (what is not checked here, the
+ * dtypes, sizes and extents, fc_program_check_gemm checks once the whole
+ * description is read). */
+static void read_gemm(rbuf *r, fc_program_desc *d) {
+    uint32_t launch = r_u32(r);
+    if (r->st != FC_OK) return;
+    if (launch >= (uint32_t)d->src.nlaunches || d->src.launches[launch].kind != FC_LAUNCH_LIBRARY ||
+        d->gemm[launch].op_arg) {
+        r_fail(r, FC_ERR_INPUT, "launch %u is not a library call, or has a GEMM already", launch);
+        return;
+    }
+    int nargs = d->src.launches[launch].nargs;
+    fc_gemm_desc *g = &d->gemm[launch];
+    fc_gemm_plan *p = &g->plan;
+    unsigned ab = r_u8(r), out = r_u8(r), flags = r_u8(r), act = r_u8(r);
+    if (r->st == FC_OK && (ab >= FC_DTYPE_COUNT || out >= FC_DTYPE_COUNT || act > FC_GEMM_ACT_GELU_TANH ||
+                           (flags & ~(GEMM_TRANS_A | GEMM_TRANS_B | GEMM_BIAS | GEMM_RESIDUAL | GEMM_FOLDED))))
+        r_fail(r, FC_ERR_INPUT, "dtypes %u and %u, flags 0x%x, activation %u", ab, out, flags, act);
+    p->ab = (fc_dtype)ab;
+    p->out = (fc_dtype)out;
+    p->act = (fc_gemm_act)act;
+    p->trans_a = flags & GEMM_TRANS_A;
+    p->trans_b = flags & GEMM_TRANS_B;
+    p->has_bias = flags & GEMM_BIAS;
+    p->has_residual = flags & GEMM_RESIDUAL;
+    p->folded_batch = flags & GEMM_FOLDED;
+    uint64_t alpha = (uint64_t)r_i64(r);
+    memcpy(&p->alpha, &alpha, sizeof alpha);
+    int64_t *f[9] = {&p->M, &p->N, &p->K, &p->lda, &p->ldw, &p->batch, &p->stride_a, &p->stride_w, &p->stride_y};
+    for (int i = 0; i < 9; i++) *f[i] = r_i64(r);
+    unsigned nouter = r_u8(r);
+    if (r->st == FC_OK && nouter > FC_MAX_RANK) r_fail(r, FC_ERR_INPUT, "%u loop dims", nouter);
+    p->nouter = r->st == FC_OK ? (int)nouter : 0;
+    for (int i = 0; i < p->nouter; i++) {
+        p->outer_size[i] = r_i64(r);
+        p->outer_a[i] = r_i64(r);
+        p->outer_w[i] = r_i64(r);
+        p->outer_y[i] = r_i64(r);
+    }
+    /* Every weight is an argument: at most nargs of them, each 8 bytes. */
+    int nweights = r_count(r, 8, "weights");
+    if (r->st == FC_OK && (nweights < 1 || nweights > nargs))
+        r_fail(r, FC_ERR_INPUT, "%d weights for %d arguments", nweights, nargs);
+    if (r->st != FC_OK) return;
+    p->nweights = nweights;
+    g->wcols = r_alloc(r, sizeof *g->wcols * (size_t)nweights);
+    for (int i = 0; i < nweights && r->st == FC_OK; i++) g->wcols[i] = r_i64(r);
+    g->out_arg = r_arg(r, nargs, "the result");
+    int nops = fc_gemm_plan_nops(p); /* at most 2 + 2 * MAX_LAUNCH_ARGS */
+    if (r->st == FC_OK && (size_t)nops > (r->len - r->pos) / 4) r_fail(r, FC_ERR_INPUT, "%d operands cannot fit", nops);
+    g->op_arg = r_alloc(r, sizeof *g->op_arg * (size_t)nops);
+    for (int k = 0; k < nops && r->st == FC_OK; k++) g->op_arg[k] = r_arg(r, nargs, "an operand");
+}
+
+static void read_gemms(rbuf *r, fc_program_desc *d) {
+    snprintf(r->where, sizeof r->where, "GEMMs");
+    int n = r_count(r, MIN_GEMM_BYTES, "GEMMs");
+    if (r->st != FC_OK || n == 0) return;
+    if (n > d->src.nlaunches) {
+        r_fail(r, FC_ERR_INPUT, "%d GEMMs for %d launches", n, d->src.nlaunches);
+        return;
+    }
+    d->gemm = r_alloc(r, sizeof *d->gemm * (size_t)d->src.nlaunches);
+    for (int i = 0; i < n && r->st == FC_OK; i++) {
+        snprintf(r->where, sizeof r->where, "GEMM %d", i);
+        read_gemm(r, d);
+    }
+}
+
 static bool valid_store(const fc_program_desc *d, const fc_store *s) {
     switch (s->kind) {
     case FC_STORE_NONE: return true;
@@ -575,6 +697,15 @@ static void check_desc(rbuf *r, const fc_program_desc *d) {
                 r_fail(r, FC_ERR_INPUT, "launch %d: argument %d is value %d, which has no storage", i, a, id);
         }
     }
+    /* Last, as it reads the storage checked above: each GEMM's operands
+     * inside their buffers, so that cuBLASLt cannot be made to read or
+     * write out of bounds. */
+    for (int i = 0; i < d->src.nlaunches && r->st == FC_OK; i++) {
+        char why[256];
+        fc_status st = fc_program_check_gemm(r->ctx, d, i, why, sizeof why);
+        if (st == FC_ERR_NOMEM) r_fail(r, st, "no memory");
+        else if (st != FC_OK) r_fail(r, FC_ERR_INPUT, "launch %d: its GEMM: %s", i, why);
+    }
 }
 
 fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size, fc_program_desc *out) {
@@ -610,6 +741,7 @@ fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size,
     read_params(&r, d);
     read_outputs(&r, d);
     read_launches(&r, d);
+    read_gemms(&r, d);
     snprintf(r.where, sizeof r.where, "source");
     d->src.source = r_str(&r, UINT32_MAX, "the CUDA source");
     if (r.st == FC_OK && r.pos != r.len) r_fail(&r, FC_ERR_INPUT, "%zu bytes after the end", r.len - r.pos);

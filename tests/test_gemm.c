@@ -13,15 +13,21 @@
  *     library calls; no gemm's result is read by more than one kernel in the
  *     epilogue cases; every kernel compiles with NVRTC for sm_90.
  *  4. The gemm op's builder checks; 5. fc_gemm_plan_of (batches, loops,
- *     transposes); 6. an allocation failure at every allocation of the
+ *     transposes, the epilogue); 5b. the launch's description
+ *     (fc_gemm_desc_of: operand positions, weight columns) and its check
+ *     against buffer sizes (fc_gemm_desc_valid), which the program decoder
+ *     relies on; 6. an allocation failure at every allocation of the
  *     pass; 7. the runtime fails cleanly without a device.
  *  7b. The cuBLASLt problem of every GPU case below (fc_cublaslt_key_of:
  *     the column-major mapping, batch strides, the loop, the concatenated
  *     weights' layout) evaluated on the host as cuBLASLt defines it, against
  *     the reference interpreter: the mapping is checked even without a GPU.
+ *     Each case's launch description is valid for buffers of exactly its
+ *     operands' sizes.
  * With a GPU:
  *  8. Every epilogue, dtype, batch layout, transposed and concatenated
- *     operand through cuBLASLt, against the reference interpreter.
+ *     operand through cuBLASLt, run from the launch's description as a
+ *     program runs it, against the reference interpreter.
  * Without one, part 8 prints "skipped: no CUDA device (...)".
  */
 #include "check.h"
@@ -578,6 +584,20 @@ static void test_gemm_plan(void) {
         CHECK_EQ_INT(p.N, 48);
         CHECK_EQ_INT(p.ldw, 64);
     }
+    /* The epilogue travels in the plan (the runtime has no node). */
+    if (plan_of_text(ctx, "%x: f16[8, 64], %w: f16[64, 32], %b: f32[32], %r: f32[8, 32]",
+                     "gemm(%x, %w, %b, %r, to=f32, spec=[0, 0, 1, 1, 1, 2], scale=0.5)", &p)) {
+        CHECK(p.has_bias && p.has_residual);
+        CHECK_EQ_INT(p.act, FC_GEMM_ACT_GELU_TANH);
+        CHECK_NEAR(p.alpha, 0.5, 0);
+        CHECK_EQ_INT(p.ab, FC_F16);
+        CHECK_EQ_INT(p.out, FC_F32);
+        CHECK_EQ_INT(fc_gemm_plan_nops(&p), 4);
+    }
+    if (plan_of_text(ctx, "%x: f32[4, 8], %w: f32[8, 2]", "matmul(%x, %w)", &p)) {
+        CHECK(!p.has_bias && !p.has_residual && p.act == FC_GEMM_ACT_NONE);
+        CHECK_NEAR(p.alpha, 1, 0);
+    }
     /* What cuBLASLt does not run here. */
     fc_graph *g = parse(ctx, "f64", "graph f(%x: f64[4, 4]) {\n  %y = exp(%x)\n  return %y\n}\n");
     if (g) {
@@ -589,6 +609,144 @@ static void test_gemm_plan(void) {
     if (g) {
         CHECK_EQ_INT(fc_gemm_plan_of(ctx, g->nodes[0], &p), FC_ERR_UNSUPPORTED);
         CHECK(strstr(fc_last_error(ctx), "symbolic dims") != NULL);
+    }
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5b. The launch's description                                         */
+/* ------------------------------------------------------------------ */
+
+/* The byte sizes of the arguments, as a program's storage gives them. */
+static void arg_bytes_of(const fc_graph *g, const int *ids, int nargs, int64_t *bytes) {
+    for (int a = 0; a < nargs; a++) {
+        bytes[a] = -1;
+        for (int i = 0; i < g->nparams; i++)
+            if (g->params[i]->id == ids[a]) bytes[a] = fc_value_bytes(g->params[i]);
+        for (int i = 0; i < g->nnodes; i++)
+            if (g->nodes[i]->out[0]->id == ids[a]) bytes[a] = fc_value_bytes(g->nodes[i]->out[0]);
+    }
+}
+
+static void test_gemm_desc(void) {
+    fc_context *ctx = fc_context_new();
+    /* QKV with biases, the launch's arguments in another order than the
+     * operands (as a group's inputs may be). */
+    fc_graph *g = parse(ctx, "qkv",
+                        "graph f(%x: bf16[2, 8, 64], %wq: bf16[64, 64], %wk: bf16[64, 32], %wv: bf16[64, 16], "
+                        "%bq: bf16[64], %bk: bf16[32], %bv: bf16[16]) {\n"
+                        "  %y = gemm(%x, %wq, %wk, %wv, %bq, %bk, %bv, to=bf16, spec=[0, 0, 3, 1, 0, 0])\n"
+                        "  return %y\n}\n");
+    if (!g) {
+        CHECK(false);
+        fc_context_free(ctx);
+        return;
+    }
+    const fc_node *n = g->nodes[0];
+    /* Arguments: y, then the parameters backwards. */
+    int ids[8];
+    ids[0] = n->out[0]->id;
+    for (int i = 0; i < 7; i++) ids[1 + i] = g->params[6 - i]->id;
+    fc_gemm_desc d;
+    CHECK_EQ_INT(fc_gemm_desc_of(ctx, n, ids, 8, &d), FC_OK);
+    CHECK_EQ_INT(d.out_arg, 0);
+    for (int k = 0; k < 7; k++) CHECK_EQ_INT(d.op_arg[k], 7 - k); /* operand k is parameter k */
+    CHECK_EQ_INT(d.plan.nweights, 3);
+    CHECK_EQ_INT(d.plan.N, 112);
+    CHECK_EQ_INT(d.wcols[0], 64);
+    CHECK_EQ_INT(d.wcols[1], 32);
+    CHECK_EQ_INT(d.wcols[2], 16);
+    CHECK(d.plan.has_bias && d.plan.folded_batch);
+    CHECK_EQ_INT(d.plan.M, 16);
+
+    int64_t bytes[8];
+    arg_bytes_of(g, ids, 8, bytes);
+    char why[256];
+    CHECK(fc_gemm_desc_valid(&d, 8, bytes, why, sizeof why));
+    /* One byte short anywhere is refused, with the operand named. */
+    for (int a = 0; a < 8; a++) {
+        bytes[a]--;
+        bool ok = fc_gemm_desc_valid(&d, 8, bytes, why, sizeof why);
+        CHECK(!ok);
+        if (ok) fprintf(stderr, "argument %d one byte short: accepted\n", a);
+        bytes[a]++;
+    }
+    /* Nonsense that a crafted file could hold: refused, never a crash. */
+    fc_gemm_desc bad = d;
+    bad.plan.M = INT64_MAX / 2;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.outer_size[0] = 3;
+    bad.plan.outer_y[0] = INT64_MAX / 2;
+    bad.plan.nouter = 1;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.nouter = FC_MAX_RANK + 1;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.ab = FC_I32;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    CHECK(strstr(why, "not a GEMM") != NULL);
+    bad = d;
+    bad.plan.out = FC_F16; /* bf16 operands give bf16 or f32 */
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.act = (fc_gemm_act)7;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.alpha = NAN;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.N = 113; /* the columns sum to 112 */
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    CHECK(strstr(why, "sum to 112") != NULL);
+    bad = d;
+    bad.plan.ldw = 64; /* the concatenation is [64, 112] */
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.has_residual = true; /* one more operand than positions */
+    CHECK(!fc_gemm_desc_valid(&bad, 7, bytes, why, sizeof why));
+    bad = d;
+    bad.out_arg = 8;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    bad = d;
+    bad.plan.nweights = 9;
+    CHECK(!fc_gemm_desc_valid(&bad, 8, bytes, why, sizeof why));
+    fc_gemm_desc_release(&d);
+    CHECK(d.op_arg == NULL && d.wcols == NULL);
+    fc_gemm_desc_release(NULL);
+
+    /* A value missing from the arguments; a node cuBLASLt does not run. */
+    CHECK_EQ_INT(fc_gemm_desc_of(ctx, n, ids, 7, &d), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "no argument for value") != NULL);
+    CHECK(d.op_arg == NULL);
+    fc_graph_free(g);
+    g = parse(ctx, "exp", "graph f(%x: f32[4, 4]) {\n  %y = exp(%x)\n  return %y\n}\n");
+    if (g) {
+        int ids2[2] = {g->params[0]->id, g->nodes[0]->out[0]->id};
+        CHECK_EQ_INT(fc_gemm_desc_of(ctx, g->nodes[0], ids2, 2, &d), FC_ERR_UNSUPPORTED);
+        CHECK(d.op_arg == NULL);
+    }
+    fc_graph_free(g);
+
+    /* Every allocation failing in turn: FC_ERR_NOMEM, nothing left. */
+    g = parse(ctx, "qkv2",
+              "graph f(%x: f32[8, 64], %w1: f32[64, 32], %w2: f32[64, 16]) {\n"
+              "  %y = gemm(%x, %w1, %w2, to=f32, spec=[0, 0, 2, 0, 0, 0])\n  return %y\n}\n");
+    if (g) {
+        int ids3[4] = {g->params[0]->id, g->params[1]->id, g->params[2]->id, g->nodes[0]->out[0]->id};
+        int failures = 0;
+        for (long k = 1; k < 100; k++) {
+            fc_context_fail_alloc_after(ctx, k);
+            fc_status st = fc_gemm_desc_of(ctx, g->nodes[0], ids3, 4, &d);
+            fc_context_fail_alloc_after(ctx, 0);
+            if (st == FC_OK) break;
+            failures++;
+            CHECK_EQ_INT(st, FC_ERR_NOMEM);
+        }
+        CHECK(failures >= 1);
+        fc_gemm_desc_release(&d);
     }
     fc_graph_free(g);
     fc_context_free(ctx);
@@ -658,18 +816,19 @@ static void test_runtime_without_device(fc_context *ctx) {
     CHECK(h == NULL);
     CHECK(strncmp(fc_last_error(ctx), "no CUDA", 7) == 0);
     fc_graph *g = parse(ctx, "nodev", "graph f(%x: f32[8, 16], %w: f32[16, 4]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n");
+    fc_gemm_desc d = {0};
     if (g) {
-        CUdeviceptr in[2] = {0, 0};
-        CHECK_EQ_INT(fc_cublaslt_run(NULL, ctx, g->nodes[0], in, 0, 0, 0, NULL), FC_ERR_USAGE);
+        int ids[3] = {g->params[0]->id, g->params[1]->id, g->nodes[0]->out[0]->id};
+        CHECK_EQ_INT(fc_gemm_desc_of(ctx, g->nodes[0], ids, 3, &d), FC_OK); /* no GPU needed */
+        CUdeviceptr ptrs[3] = {0, 0, 0};
+        CHECK_EQ_INT(fc_cublaslt_launch(NULL, ctx, &d, ptrs, 3, 0, 0, NULL), FC_ERR_USAGE);
         CHECK(strstr(fc_last_error(ctx), "no handle") != NULL);
-        CHECK_EQ_INT(fc_cublaslt_gemm(NULL, ctx, g->nodes[0], 0, 0, 0, 0, 0, 0, 0, NULL), FC_ERR_USAGE);
-        int ids[1] = {g->params[0]->id};
-        CHECK_EQ_INT(fc_cublaslt_launch(NULL, ctx, g->nodes[0], ids, in, 1, 0, 0, NULL), FC_ERR_USAGE);
-        CHECK(strstr(fc_last_error(ctx), "no pointer for value") != NULL);
     }
+    fc_gemm_desc_release(&d);
     fc_graph_free(g);
     CHECK_EQ_INT(fc_cublaslt_num_algos(NULL), 0);
     fc_cublaslt_destroy(NULL);
+    fc_cublaslt_forget(NULL, NULL);
 }
 
 typedef struct gpu_case {
@@ -816,14 +975,19 @@ static void run_gpu_case(gpu_env *env, fc_cublaslt *h, const char *name, const c
         st = fc_cuda_alloc(env->dev, ybytes, &dptr[np]);
         ids[np] = y->id;
     }
+    /* The launch as a program makes it: the description from the node,
+     * then pointers by argument position. */
+    fc_gemm_desc desc = {0};
+    if (st == FC_OK && y) st = fc_gemm_desc_of(ctx, n, ids, np + 1, &desc);
     int queries = fc_cublaslt_heuristic_queries(h);
-    if (st == FC_OK && y) st = fc_cublaslt_launch(h, ctx, n, ids, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
+    if (st == FC_OK && y)
+        st = fc_cublaslt_launch(h, ctx, &desc, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
     if (st == FC_OK && y && twice) {
         /* The second run finds its algorithm (and concatenated weights) in
          * the handle: no new heuristic query. */
         int after_first = fc_cublaslt_heuristic_queries(h);
         CHECK(after_first <= queries + 1);
-        st = fc_cublaslt_launch(h, ctx, n, ids, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
+        st = fc_cublaslt_launch(h, ctx, &desc, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
         CHECK_EQ_INT(fc_cublaslt_heuristic_queries(h), after_first);
     }
     if (st == FC_OK) st = fc_cuda_stream_sync(env->dev, NULL);
@@ -854,6 +1018,12 @@ static void run_gpu_case(gpu_env *env, fc_cublaslt *h, const char *name, const c
         free(got);
         free(want);
     }
+    /* The handle keeps concatenated weights under the description's
+     * address, where the next case's description may land, with weights
+     * at these very addresses once they are freed and allocated again. */
+    (void)fc_cuda_stream_sync(env->dev, NULL);
+    fc_cublaslt_forget(h, &desc);
+    fc_gemm_desc_release(&desc);
     for (int i = 0; i <= np; i++) fc_cuda_free(env->dev, dptr[i]);
     for (int i = 0; i < np; i++) free(in[i].data);
     for (int k = 0; k < no; k++) fc_tensor_release(&ref[k]);
@@ -917,6 +1087,22 @@ static void emulate_case(const char *name, const char *ir) {
     }
     fc_gemm_info gi;
     fc_gemm_info_of(n, &gi);
+    /* The description a program would carry for this launch is valid
+     * against buffers of exactly the operands' sizes. */
+    {
+        int ids[17], nargs = g1->nparams + 1;
+        int64_t bytes[17];
+        for (int i = 0; i < g1->nparams; i++) ids[i] = g1->params[i]->id;
+        ids[g1->nparams] = n->out[0]->id;
+        arg_bytes_of(g1, ids, nargs, bytes);
+        fc_gemm_desc desc;
+        CHECK_EQ_INT(fc_gemm_desc_of(ctx, n, ids, nargs, &desc), FC_OK);
+        char why[256] = "";
+        bool ok = desc.op_arg && fc_gemm_desc_valid(&desc, nargs, bytes, why, sizeof why);
+        if (!ok) fprintf(stderr, "%s: description refused: %s\n", name, why);
+        CHECK(ok);
+        fc_gemm_desc_release(&desc);
+    }
     fc_interp_tensor in[16] = {{0}}, ref[8] = {{0}};
     random_interp_inputs(g0, in);
     for (int i = 0; i < g0->nparams; i++) /* as the device would hold them */
@@ -955,7 +1141,7 @@ static void emulate_case(const char *name, const char *ir) {
     for (int d = 0; d < y->rank; d++) ny *= y->dims[d];
     double *yd = calloc((size_t)ny, sizeof *yd), *got = calloc((size_t)ny, sizeof *got);
     fc_cublaslt_key k;
-    fc_cublaslt_key_of(n, &p, false, 256, 512, gi.has_bias ? 768 : 0, 1024, 1024, FC_CUBLASLT_WORKSPACE_BYTES, &k);
+    fc_cublaslt_key_of(&p, false, 256, 512, gi.has_bias ? 768 : 0, 1024, 1024, FC_CUBLASLT_WORKSPACE_BYTES, &k);
     CHECK_EQ_INT(k.version, FC_CUBLASLT_KEY_VERSION);
     CHECK_EQ_INT(k.compute, CUBLAS_COMPUTE_32F);
     for (int64_t o = 0; x && w && o < fc_gemm_plan_calls(&p); o++) {
@@ -1023,11 +1209,12 @@ static void test_gpu(gpu_env *env) {
            fc_cublaslt_heuristic_queries(env->h));
     CHECK(fc_cublaslt_heuristic_queries(env->h) <= fc_cublaslt_num_algos(env->h));
 
-    /* The brief's entry point with one weight. */
+    /* One weight with bias and relu, by hand: exact on small integers. */
     {
         fc_context *ctx = env->ctx;
         fc_graph *g = parse(ctx, "direct", "graph f(%x: f32[4, 8], %w: f32[8, 4], %b: f32[4]) {\n"
                                            "  %y = gemm(%x, %w, %b, to=f32, spec=[0, 0, 1, 1, 0, 1])\n  return %y\n}\n");
+        fc_gemm_desc desc = {0};
         CUdeviceptr x = 0, w = 0, b = 0, y = 0;
         float hx[32], hw[32], hb[4], hy[16];
         for (int i = 0; i < 32; i++) hx[i] = (float)(i % 5) - 2, hw[i] = (float)(i % 3) - 1;
@@ -1040,10 +1227,16 @@ static void test_gpu(gpu_env *env) {
         if (!st) st = fc_cuda_upload(env->dev, x, hx, sizeof hx);
         if (!st) st = fc_cuda_upload(env->dev, w, hw, sizeof hw);
         if (!st) st = fc_cuda_upload(env->dev, b, hb, sizeof hb);
-        if (!st) st = fc_cublaslt_gemm(env->h, ctx, g->nodes[0], x, w, b, 0, y, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
+        if (!st) {
+            /* Arguments in a launch's order: inputs, then the result. */
+            int ids[4] = {g->params[0]->id, g->params[1]->id, g->params[2]->id, g->nodes[0]->out[0]->id};
+            st = fc_gemm_desc_of(ctx, g->nodes[0], ids, 4, &desc);
+        }
+        CUdeviceptr args[4] = {x, w, b, y};
+        if (!st) st = fc_cublaslt_launch(env->h, ctx, &desc, args, 4, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
         if (!st) st = fc_cuda_download(env->dev, hy, y, sizeof hy);
         CHECK_EQ_INT(st, FC_OK);
-        if (st) fprintf(stderr, "fc_cublaslt_gemm: %s\n", fc_last_error(ctx));
+        if (st) fprintf(stderr, "gemm by hand: %s\n", fc_last_error(ctx));
         for (int m = 0; !st && m < 4; m++)
             for (int n = 0; n < 4; n++) {
                 double s = hb[n];
@@ -1054,6 +1247,7 @@ static void test_gpu(gpu_env *env) {
         fc_cuda_free(env->dev, w);
         fc_cuda_free(env->dev, b);
         fc_cuda_free(env->dev, y);
+        fc_gemm_desc_release(&desc);
         fc_graph_free(g);
     }
 
@@ -1080,6 +1274,7 @@ int main(void) {
     test_describe();
     test_builder();
     test_gemm_plan();
+    test_gemm_desc();
     test_alloc_failures();
     test_emulated();
 
