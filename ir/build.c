@@ -240,7 +240,16 @@ static bool infer_matmul(fc_graph *g, fc_value *a, fc_value *b, fc_type *t) {
     return true;
 }
 
-static bool infer_attention(fc_graph *g, fc_value *const *in, fc_type *t) {
+/*
+ * attention(q, k, v, [mask]): q [.., Sq, D], k [.., Sk, D], v [.., Sk, Dv],
+ * one float dtype; the batch dims (all but the last two) broadcast. The
+ * optional mask broadcasts (NumPy, right-aligned) to the scores
+ * [batch.., Sq, Sk]: its last two dims are 1 or Sq and 1 or Sk, and its
+ * leading dims join the batch broadcast. A bool mask keeps the keys where
+ * it is true; a float mask (any float dtype) is added to the scaled scores.
+ * The result is [batch.., Sq, Dv] of q's dtype.
+ */
+static bool infer_attention(fc_graph *g, fc_value *const *in, int nin, fc_type *t) {
     fc_op op = FC_OP_ATTENTION;
     static const char *const names[3] = {"q", "k", "v"};
     for (int i = 0; i < 3; i++) {
@@ -263,6 +272,29 @@ static bool infer_attention(fc_graph *g, fc_value *const *in, fc_type *t) {
         fc_value b = *in[i];
         b.rank -= 2;
         if (!broadcast_into(g, op, &batch, &b)) return false;
+    }
+    if (nin > 3) {
+        fc_value *m = in[3];
+        if (m->weak || (m->dtype != FC_BOOL && !fc_dtype_is_float(m->dtype))) {
+            fc_graph_error(g, FC_ERR_INPUT, "attention: the mask must be a bool or float tensor, got %s",
+                           m->weak ? "a number" : fc_dtype_name(m->dtype));
+            return false;
+        }
+        /* Its last two dims against [Sq, Sk]; a missing dim is 1. */
+        fc_dim want[2] = {q->dims[q->rank - 2], k->dims[k->rank - 2]};
+        for (int i = 0; i < 2; i++) {
+            int d = m->rank - 2 + i;
+            if (d < 0 || m->dims[d] == 1 || m->dims[d] == want[i]) continue;
+            char sm[64], sw[64];
+            fc_graph_error(g, FC_ERR_INPUT, "attention: the mask's %s dimension (%s) must be 1 or %s",
+                           i == 0 ? "query" : "key", dstr(g, m->dims[d], sm, sizeof sm), dstr(g, want[i], sw, sizeof sw));
+            return false;
+        }
+        if (m->rank > 2) {
+            fc_value b = *m;
+            b.rank -= 2;
+            if (!broadcast_into(g, op, &batch, &b)) return false;
+        }
     }
     t->dt = q->dtype;
     t->rank = batch.rank;
@@ -680,7 +712,7 @@ static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_a
     case FC_OP_LAYERNORM:
     case FC_OP_RMSNORM: return infer_norm(g, op, in, a, ts);
     case FC_OP_MATMUL: return infer_matmul(g, in[0], in[1], ts);
-    case FC_OP_ATTENTION: return infer_attention(g, in, ts);
+    case FC_OP_ATTENTION: return infer_attention(g, in, nin, ts);
     case FC_OP_GEMM: return infer_gemm(g, in, nin, a, ts);
     case FC_OP_RESHAPE: return infer_reshape(g, in[0], a, ts);
     case FC_OP_PERMUTE: return infer_permute(g, in[0], a, ts);

@@ -25,6 +25,7 @@
  * rather than recomputed at several indices.
  */
 #include "passes.h"
+#include "attention.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,7 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->vertical = true;
     o->horizontal = true;
     o->max_group_nodes = 256;
+    o->attention_in_place = true;
 }
 
 int64_t fc_value_bytes(const fc_value *v) {
@@ -259,7 +261,7 @@ static bool has_users(fuse_state *s, fc_node *n) {
 
 /* Can elementwise/view node n be computed inside group gr? */
 static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
-    if (gr->kind == FC_GROUP_LIBRARY) return false;
+    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION) return false;
     if (gr->nnodes >= s->o->max_group_nodes) return false;
     bool out = any_output(s, n);
     if (gr->kind == FC_GROUP_POINTWISE) {
@@ -278,7 +280,7 @@ static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
 
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
-    if (gr->kind == FC_GROUP_LIBRARY || gr->nnodes >= s->o->max_group_nodes) return false;
+    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->nnodes >= s->o->max_group_nodes) return false;
     bool mask[FC_MAX_RANK];
     reduce_mask(r, mask);
     if (!is_full(gr, r->in[0]) && gr->kind == FC_GROUP_REDUCE) return false;
@@ -307,6 +309,33 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     return true;
 }
 
+/* Stored values, as the attention view walk asks: graph results, params,
+ * and anything that is not a view (its group writes it). A view that ends
+ * up stored anyway (read by a library call, say) only shortens the chain
+ * codegen walks. */
+static bool stored_for_attention(const fc_value *v, void *arg) {
+    fuse_state *s = arg;
+    return s->is_output[v->id] || !v->def || !is_view(v->def->op);
+}
+
+/* Is group gr (all the consumers of attention n) a chain of permute/reshape
+ * ops from n's result to one stored value, which the kernel can write
+ * through strides? Then n joins it, and no copy kernel runs. */
+static bool attention_output_chain(fuse_state *s, fc_group *gr, fc_node *n) {
+    if (gr->kind != FC_GROUP_POINTWISE || any_output(s, n)) return false;
+    fc_value *v = n->out[0];
+    int len = 0;
+    while (!s->is_output[v->id] && s->u.count[v->id] == 1) {
+        fc_node *u = s->u.list[s->u.start[v->id]];
+        if (s->plan->group_of_node[u->id] != gr->id) break;
+        if (u->op != FC_OP_PERMUTE && u->op != FC_OP_RESHAPE) return false;
+        v = u->out[0];
+        len++;
+    }
+    int64_t st[FC_MAX_RANK];
+    return len > 0 && len == gr->nnodes && fc_attention_output_strides(n->out[0], v, st);
+}
+
 static fc_status vertical(fuse_state *s) {
     fc_graph *g = s->g;
     for (int i = g->nnodes - 1; i >= 0; i--) {
@@ -316,6 +345,13 @@ static fc_status vertical(fuse_state *s) {
         int ug = s->o->vertical ? users_group(s, n) : -1;
         fc_group *target = ug >= 0 ? s->plan->groups[ug] : NULL;
 
+        if (n->op == FC_OP_ATTENTION && s->o->attention_in_place) {
+            fc_group *gr = target && attention_output_chain(s, target, n) ? target : new_group(s, FC_GROUP_ATTENTION);
+            if (!gr) return FC_ERR_NOMEM;
+            gr->kind = FC_GROUP_ATTENTION;
+            if (!add_node(s, gr, n)) return FC_ERR_NOMEM;
+            continue;
+        }
         if (fc_op_table[n->op].kind == FC_KIND_OPAQUE || fc_op_table[n->op].kind == FC_KIND_COMPOSITE) {
             fc_group *gr = new_group(s, FC_GROUP_LIBRARY);
             if (!gr || !add_node(s, gr, n)) return FC_ERR_NOMEM;
@@ -345,8 +381,13 @@ static fc_status vertical(fuse_state *s) {
         bool library_user = false;
         for (int j = 0; j < s->u.count[n->out[0]->id]; j++) {
             fc_node *u = s->u.list[s->u.start[n->out[0]->id] + j];
-            if (s->plan->group_of_node[u->id] >= 0 &&
-                s->plan->groups[s->plan->group_of_node[u->id]]->kind == FC_GROUP_LIBRARY)
+            int ugr = s->plan->group_of_node[u->id];
+            if (ugr >= 0 && s->plan->groups[ugr]->kind == FC_GROUP_LIBRARY) library_user = true;
+            /* An attention kernel reads a view in place when strides can
+             * express the whole chain down to what is stored. */
+            fc_strided_view view;
+            if (ugr >= 0 && s->plan->groups[ugr]->kind == FC_GROUP_ATTENTION &&
+                !(u->op == FC_OP_ATTENTION && fc_attention_view(n->out[0], stored_for_attention, s, &view)))
                 library_user = true;
         }
         /* A library call needs its operands in memory: a view it reads is
@@ -494,7 +535,9 @@ static fc_status horizontal(fuse_state *s) {
         for (int a = 0; a < n && ma < 0; a++)
             for (int b = a + 1; b < n && ma < 0; b++) {
                 fc_group *ga = p->groups[a], *gb = p->groups[b];
-                if (ga->kind == FC_GROUP_LIBRARY || !same_space(ga, gb) || !shares_input(ga, gb)) continue;
+                if (ga->kind == FC_GROUP_LIBRARY || ga->kind == FC_GROUP_ATTENTION || !same_space(ga, gb) ||
+                    !shares_input(ga, gb))
+                    continue;
                 if (reach[(size_t)a * (size_t)n + (size_t)b] || reach[(size_t)b * (size_t)n + (size_t)a]) continue;
                 if (ga->nnodes + gb->nnodes > s->o->max_group_nodes) continue;
                 ma = a;
@@ -707,6 +750,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_canonicalize(g))) return st;
     if ((st = fc_pass_decompose(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
+    if ((st = fc_pass_attention(g))) return st;
     if ((st = fc_pass_epilogue(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st;

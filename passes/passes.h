@@ -16,6 +16,9 @@
 
 /* ---- graph -> graph passes ------------------------------------------- */
 
+/* softmax(scale * Q K^T [+ mask]) V, written out, becomes one `attention`
+ * node (passes/attention.h, docs/ATTENTION.md). */
+fc_status fc_pass_attention(fc_graph *g);
 /* CSE, DCE, constant folding, algebraic identities, redundant casts, view
  * chains folded (reshape of reshape, permute of permute, ...). */
 fc_status fc_pass_canonicalize(fc_graph *g);
@@ -37,6 +40,7 @@ typedef enum fc_group_kind {
     FC_GROUP_REDUCE,    /* rows x reduced elements: one or more reductions + their consumers */
     FC_GROUP_LIBRARY,   /* an opaque op run by a library (matmul via cuBLASLt) */
     FC_GROUP_ALIAS,     /* no launch: a view of an existing buffer (reshape of a contiguous value) */
+    FC_GROUP_ATTENTION, /* one attention node (+ a permute/reshape chain of its result): a generated flash-attention kernel */
 } fc_group_kind;
 
 typedef struct fc_group {
@@ -85,6 +89,9 @@ typedef struct fc_fuse_options {
     bool vertical;   /* default true */
     bool horizontal; /* default true */
     int max_group_nodes; /* cost rule: a group too large for registers; default 256 */
+    bool attention_in_place; /* attention groups read view operands in place and write through
+                              * a permute/reshape chain (the CUDA kernel); false: a library group
+                              * with stored, contiguous operands; default true */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);

@@ -27,6 +27,7 @@
  * its dtype, as in the reference interpreter.
  */
 #include "cuda_codegen.h"
+#include "attention.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
 
 #include <math.h>
@@ -969,7 +970,10 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
 }
 
 static void summarize(const fc_group *gr, char *out, size_t n) {
-    size_t pos = (size_t)snprintf(out, n, "%s:", gr->kind == FC_GROUP_REDUCE ? "reduce" : gr->kind == FC_GROUP_LIBRARY ? "library" : "pointwise");
+    size_t pos = (size_t)snprintf(out, n, "%s:", gr->kind == FC_GROUP_REDUCE      ? "reduce"
+                                                 : gr->kind == FC_GROUP_LIBRARY   ? "library"
+                                                 : gr->kind == FC_GROUP_ATTENTION ? "attention"
+                                                                                  : "pointwise");
     for (int i = 0; i < gr->nnodes && pos + 16 < n; i++)
         pos += (size_t)snprintf(out + pos, n - pos, "%s%s", i ? "," : " ", fc_op_table[gr->nodes[i]->op].name);
 }
@@ -1082,6 +1086,14 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             l->kind = FC_LAUNCH_LIBRARY;
             snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+            continue;
+        }
+        if (gr->kind == FC_GROUP_ATTENTION) { /* codegen/cuda/attention.c */
+            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+            char *src = NULL;
+            st = fc_cuda_emit_attention(plan, gr, l->name, &src, l);
+            if (!st) sbf(&s, "// group %d: %s\n%s", gr->id, l->summary, src);
+            free(src);
             continue;
         }
         if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */

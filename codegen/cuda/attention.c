@@ -1,0 +1,680 @@
+/*
+ * attention.c - CUDA C for an attention group: one flash-attention kernel.
+ *
+ * The kernels themselves are two templates written out below as CUDA text
+ * (helpers_src, templates_src), emitted once per translation unit:
+ *
+ *  - fc_attn_tc, the tensor-core kernel for bf16 and f16 with head dims up
+ *    to 128 (FlashAttention-2): 16 query rows per warp, 4 or 8 warps a
+ *    block, K and V tiles of 64 keys in shared memory (cp.async, the copy
+ *    of the next tile overlapping the math on this one), mma.sync m16n8k16
+ *    with f32 accumulators, ldmatrix for every fragment, the online softmax
+ *    in f32 registers, causal blocks past the diagonal skipped;
+ *  - fc_attn_rows, the general kernel (f32, f64, other head dims): a warp
+ *    per query row, the same online softmax in f32 (f64 for f64).
+ *
+ * Per kernel, this file writes a config struct of constants (shapes,
+ * strides, scale, mask kind, which loads may be 16-byte copies) and a thin
+ * extern "C" kernel that instantiates the template with it. Everything is a
+ * compile-time constant, so index arithmetic folds and loops unroll.
+ *
+ * Operands are read in place. q, k, v and the mask are each a chain of view
+ * ops over a group input (a split of a fused QKV projection, reshaped to
+ * heads and permuted, say): fc_attention_view turns the chain into an
+ * offset and a stride per dim, and the kernel reads element (b.., i, d) at
+ * base + offset + sum b_j * batch_stride_j + i * row_stride + d * col_stride.
+ * The result is written the same way through the permute/reshape chain that
+ * ends in the group's output.
+ */
+#include "attention.h"
+#include "passes/attention.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the device code ------------------------------------------------------- */
+
+/* BEGIN GENERATED: helpers_src */
+static const char helpers_src[] =
+    "/* fusec attention: device helpers (inline PTX). Emitted once per translation unit. */\n"
+    "#ifndef FC_ATTN_HELPERS\n"
+    "#define FC_ATTN_HELPERS\n"
+    "#include <cuda_fp16.h>\n"
+    "#include <cuda_bf16.h>\n"
+    "__device__ __forceinline__ unsigned fc_attn_saddr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }\n"
+    "/* 16 bytes global -> shared without registers; bytes = 0 writes zeros (rows past the end). */\n"
+    "__device__ __forceinline__ void fc_attn_cp16(void *dst, const void *src, int bytes) {\n"
+    "  asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16, %2;\\n\" :: \"r\"(fc_attn_saddr(dst)), \"l\"(src), \"r\"(bytes) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_cp_commit() { asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\"); }\n"
+    "/* Wait until at most N of this thread's committed groups are in flight. */\n"
+    "template <int N> __device__ __forceinline__ void fc_attn_cp_wait_n() {\n"
+    "  asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(N) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_cp_wait() {\n"
+    "  fc_attn_cp_commit();\n"
+    "  fc_attn_cp_wait_n<0>();\n"
+    "}\n"
+    "/* Four 8x8 b16 matrices from shared memory; lanes 8i..8i+7 address the rows of matrix i. */\n"
+    "__device__ __forceinline__ void fc_attn_ldsm(unsigned r[4], const void *p) {\n"
+    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+    "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(fc_attn_saddr(p)) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_ldsm_t(unsigned r[4], const void *p) {\n"
+    "  asm volatile(\"ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\\n\"\n"
+    "               : \"=r\"(r[0]), \"=r\"(r[1]), \"=r\"(r[2]), \"=r\"(r[3]) : \"r\"(fc_attn_saddr(p)) : \"memory\");\n"
+    "}\n"
+    "/* c += a (16x16, row) * b (16x8, col), f32 accumulators; the last argument picks the input type. */\n"
+    "__device__ __forceinline__ void fc_attn_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1, __nv_bfloat16) {\n"
+    "  asm(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
+    "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1, __half) {\n"
+    "  asm(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\\n\"\n"
+    "      : \"+f\"(c[0]), \"+f\"(c[1]), \"+f\"(c[2]), \"+f\"(c[3])\n"
+    "      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"r\"(b0), \"r\"(b1));\n"
+    "}\n"
+    "/* 2^x with the MUFU instruction alone: results below 2^-126 flush to 0,\n"
+    " * which no softmax weight can tell from 0 (exp2f adds denormal handling). */\n"
+    "__device__ __forceinline__ float fc_attn_exp2(float x) {\n"
+    "  float y;\n"
+    "  asm(\"ex2.approx.ftz.f32 %0, %1;\\n\" : \"=f\"(y) : \"f\"(x));\n"
+    "  return y;\n"
+    "}\n"
+    "/* Two floats as one register of two 16-bit values, lo in the low half. */\n"
+    "__device__ __forceinline__ unsigned fc_attn_pack(float lo, float hi, __nv_bfloat16) {\n"
+    "  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);\n"
+    "  return *reinterpret_cast<unsigned *>(&v);\n"
+    "}\n"
+    "__device__ __forceinline__ unsigned fc_attn_pack(float lo, float hi, __half) {\n"
+    "  __half2 v = __floats2half2_rn(lo, hi);\n"
+    "  return *reinterpret_cast<unsigned *>(&v);\n"
+    "}\n"
+    "#endif\n";
+/* END GENERATED: helpers_src */
+
+/* BEGIN GENERATED: templates_src */
+static const char templates_src[] =
+    "/* fusec attention: the kernel templates. Emitted once per translation unit;\n"
+    " * each attention kernel instantiates one with a config struct C that bakes in\n"
+    " * every shape, stride, scale and flag (codegen/cuda/attention.c writes it). */\n"
+    "#ifndef FC_ATTN_TEMPLATES\n"
+    "#define FC_ATTN_TEMPLATES\n"
+    "__device__ __forceinline__ float fc_attn_f(__nv_bfloat16 x) { return __bfloat162float(x); }\n"
+    "__device__ __forceinline__ float fc_attn_f(__half x) { return __half2float(x); }\n"
+    "__device__ __forceinline__ float fc_attn_f(float x) { return x; }\n"
+    "__device__ __forceinline__ double fc_attn_f(double x) { return x; }\n"
+    "__device__ __forceinline__ float fc_attn_f(unsigned char x) { return x != 0 ? 1.f : 0.f; }\n"
+    "__device__ __forceinline__ void fc_attn_st(__nv_bfloat16 *p, float x) { *p = __float2bfloat16_rn(x); }\n"
+    "__device__ __forceinline__ void fc_attn_st(__half *p, float x) { *p = __float2half_rn(x); }\n"
+    "__device__ __forceinline__ void fc_attn_st(float *p, float x) { *p = x; }\n"
+    "__device__ __forceinline__ void fc_attn_st(double *p, double x) { *p = x; }\n"
+    "/* Two neighbours at once (p 4-byte aligned). */\n"
+    "__device__ __forceinline__ void fc_attn_st2(__nv_bfloat16 *p, float x, float y) {\n"
+    "  *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(x, y);\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_st2(__half *p, float x, float y) {\n"
+    "  *reinterpret_cast<__half2 *>(p) = __floats2half2_rn(x, y);\n"
+    "}\n"
+    "__device__ __forceinline__ float fc_attn_exp(float x) { return expf(x); }\n"
+    "__device__ __forceinline__ double fc_attn_exp(double x) { return exp(x); }\n"
+    "\n"
+    "/* Rows [r0, r0 + R) of an [S, N] matrix at g (row stride RS, column stride\n"
+    " * CS, in elements) into shared rows of LD elements, columns [0, NP): zeros\n"
+    " * past row S and past column N, so padded rows and columns add nothing.\n"
+    " * VEC: 16-byte asynchronous copies (CS == 1 and N, RS and the offset\n"
+    " * multiples of 8 elements); else element by element, walking the matrix in\n"
+    " * the order its memory is laid out so a warp's reads stay coalesced. */\n"
+    "template <typename T, int R, int NP, int N, int S, long long RS, long long CS, bool VEC, int LD, int NT>\n"
+    "__device__ __forceinline__ void fc_attn_tile(T *sm, const T *__restrict__ g, int r0, int tid) {\n"
+    "  if constexpr (VEC) {\n"
+    "    constexpr int CPR = NP / 8, TOTAL = R * CPR;\n"
+    "#pragma unroll\n"
+    "    for (int it = 0; it < (TOTAL + NT - 1) / NT; it++) {\n"
+    "      const int c = it * NT + tid;\n"
+    "      if (TOTAL % NT == 0 || c < TOTAL) {\n"
+    "        const int r = c / CPR, col = (c % CPR) * 8, row = r0 + r;\n"
+    "        const bool ok = row < S && col < N;\n"
+    "        fc_attn_cp16(sm + r * LD + col, ok ? g + row * RS + col : g, ok ? 16 : 0);\n"
+    "      }\n"
+    "    }\n"
+    "  } else {\n"
+    "    constexpr int TOTAL = R * NP;\n"
+    "    for (int c = tid; c < TOTAL; c += NT) {\n"
+    "      const bool by_rows = RS == 1 && CS != 1;\n"
+    "      const int r = by_rows ? c % R : c / NP, col = by_rows ? c / R : c % NP, row = r0 + r;\n"
+    "      T x;\n"
+    "      if (row < S && col < N) x = g[row * RS + col * CS];\n"
+    "      else fc_attn_st(&x, 0.f);\n"
+    "      sm[r * LD + col] = x;\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "/*\n"
+    " * The tensor-core kernel (FlashAttention-2): a block of NW warps owns\n"
+    " * 16 * NW query rows, a warp 16 of them. Q stays in registers as mma\n"
+    " * fragments; K and V come through shared memory 64 keys at a time; the\n"
+    " * scores of a tile (16 x 64 per warp) live in registers, get masked, scaled\n"
+    " * to base 2 and folded into a running max and sum (the online softmax, in\n"
+    " * f32); P goes from the score accumulators straight into the A fragments of\n"
+    " * P @ V.\n"
+    " *\n"
+    " * Copies overlap the math as in FlashAttention-2: V(j) is in flight while\n"
+    " * S = Q K(j)^T and the softmax run, and K(j+1) while O += P V(j).\n"
+    " *\n"
+    " * mma.m16n8k16 fragments (g = lane / 4, t = lane % 4): A holds rows g and\n"
+    " * g + 8, columns 2t, 2t + 1 (+8); B columns g, rows 2t, 2t + 1 (+8); the\n"
+    " * accumulator rows g and g + 8, columns 2t and 2t + 1. So a thread holds two\n"
+    " * query rows, and the four threads of a quad share them (max and sum are\n"
+    " * reduced over the quad with two shuffles).\n"
+    " */\n"
+    "template <class C>\n"
+    "__device__ __forceinline__ void fc_attn_tc(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
+    "                                           const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
+    "                                           typename C::T *__restrict__ o) {\n"
+    "  typedef typename C::T T;\n"
+    "  constexpr int NW = C::NW, BM = 16 * NW, BN = 64, NT = 32 * NW;\n"
+    "  constexpr int DP = C::DP, DVP = C::DVP, LDK = DP + 8, LDV = DVP + 8;\n"
+    "  static_assert(DP % 16 == 0 && DVP % 16 == 0 && DP > 0 && DVP > 0, \"head dims padded to 16\");\n"
+    "  /* Rows padded by 16 bytes: the 8 rows one ldmatrix reads fall in 8\n"
+    "   * different bank groups. The Q tile uses the whole buffer first; then it\n"
+    "   * holds one K tile (sk) and one V tile (sv). */\n"
+    "  constexpr int QN = BM * LDK, KVN = BN * (LDK + LDV);\n"
+    "  __shared__ __align__(16) T smem[QN > KVN ? QN : KVN];\n"
+    "  T *const sk = smem, *const sv = smem + BN * LDK;\n"
+    "  const float ninf = -__int_as_float(0x7f800000);\n"
+    "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n"
+    "  /* The longest rows (the last query tiles, under a causal mask) first. */\n"
+    "  constexpr int NQT = (C::SQ + BM - 1) / BM;\n"
+    "  const long long bid = blockIdx.x;\n"
+    "  const int m0 = (NQT - 1 - (int)(bid / C::NB)) * BM;\n"
+    "  long long qo, ko, vo, mo, oo;\n"
+    "  C::offsets(bid % C::NB, qo, ko, vo, mo, oo);\n"
+    "\n"
+    "  fc_attn_tile<T, BM, DP, C::D, C::SQ, C::QS, C::QD, C::QVEC, LDK, NT>(smem, q + qo, m0, tid);\n"
+    "  fc_attn_cp_wait();\n"
+    "  __syncthreads();\n"
+    "  unsigned qf[DP / 16][4];\n"
+    "#pragma unroll\n"
+    "  for (int kc = 0; kc < DP / 16; kc++)\n"
+    "    fc_attn_ldsm(qf[kc], smem + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDK + kc * 16 + (lane >> 4) * 8);\n"
+    "  __syncthreads();\n"
+    "\n"
+    "  float acc[DVP / 8][4];\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < DVP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;\n"
+    "  float mx[2] = {ninf, ninf}, l[2] = {0.f, 0.f};\n"
+    "  const int row0 = m0 + warp * 16 + (lane >> 2); /* this thread's rows: row0, row0 + 8 */\n"
+    "  const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
+    "  if (kend > 0) {\n"
+    "    fc_attn_tile<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, LDK, NT>(sk, k + ko, 0, tid);\n"
+    "    fc_attn_cp_commit();\n"
+    "  }\n"
+    "  for (int n0 = 0; n0 < kend; n0 += BN) {\n"
+    "    /* In flight: K(n0), then V(n0). */\n"
+    "    fc_attn_tile<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, LDV, NT>(sv, v + vo, n0, tid);\n"
+    "    fc_attn_cp_commit();\n"
+    "    fc_attn_cp_wait_n<1>();\n"
+    "    __syncthreads(); /* K(n0) is in shared memory, from every thread's copies */\n"
+    "\n"
+    "    float s[BN / 8][4];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;\n"
+    "#pragma unroll\n"
+    "    for (int kc = 0; kc < DP / 16; kc++)\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < BN / 16; j++) {\n"
+    "        unsigned b[4];\n"
+    "        fc_attn_ldsm(b, sk + (j * 16 + (lane >> 4) * 8 + (lane & 7)) * LDK + kc * 16 + ((lane >> 3) & 1) * 8);\n"
+    "        fc_attn_mma(s[2 * j], qf[kc], b[0], b[1], T());\n"
+    "        fc_attn_mma(s[2 * j + 1], qf[kc], b[2], b[3], T());\n"
+    "      }\n"
+    "\n"
+    "    /* Scores in base 2 (exp(x) = exp2(x log2 e)), masked to -inf. Only\n"
+    "     * tiles that reach past the last key or across the diagonal check. */\n"
+    "    const bool edge = n0 + BN > C::SK || (C::CAUSAL && n0 + BN - 1 > m0 + warp * 16);\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < BN / 8; j++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        const int row = row0 + (e >> 1) * 8, col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);\n"
+    "        float x = s[j][e] * C::SCALE_LOG2;\n"
+    "        if constexpr (C::MASK != 0) {\n"
+    "          if (row < C::SQ && col < C::SK) {\n"
+    "            const float mv = fc_attn_f(mask[mo + row * C::MQ + col * C::MK]);\n"
+    "            if constexpr (C::MASK == 1) x = mv != 0.f ? x : ninf;\n"
+    "            else x += mv * 1.4426950408889634f;\n"
+    "          }\n"
+    "        }\n"
+    "        if (edge && (col >= C::SK || (C::CAUSAL && col > row))) x = ninf;\n"
+    "        s[j][e] = x;\n"
+    "      }\n"
+    "\n"
+    "    /* Online softmax: new running max, rescale what was summed so far. */\n"
+    "#pragma unroll\n"
+    "    for (int r = 0; r < 2; r++) {\n"
+    "      float m = mx[r];\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < BN / 8; j++) m = fmaxf(m, fmaxf(s[j][2 * r], s[j][2 * r + 1]));\n"
+    "      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));\n"
+    "      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));\n"
+    "      const float base = m == ninf ? 0.f : m; /* every key dropped so far: keep exp2 at 0, not NaN */\n"
+    "      const float alpha = fc_attn_exp2(mx[r] - base);\n"
+    "      mx[r] = m;\n"
+    "      l[r] *= alpha;\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++) {\n"
+    "        acc[j][2 * r] *= alpha;\n"
+    "        acc[j][2 * r + 1] *= alpha;\n"
+    "      }\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < BN / 8; j++) {\n"
+    "        s[j][2 * r] = fc_attn_exp2(s[j][2 * r] - base);\n"
+    "        s[j][2 * r + 1] = fc_attn_exp2(s[j][2 * r + 1] - base);\n"
+    "        l[r] += s[j][2 * r] + s[j][2 * r + 1]; /* this thread's columns; the quad sums at the end */\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    fc_attn_cp_wait_n<0>();\n"
+    "    __syncthreads(); /* V(n0) is in shared memory, and every warp is done with K(n0) */\n"
+    "    if (n0 + BN < kend) {\n"
+    "      fc_attn_tile<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, LDK, NT>(sk, k + ko, n0 + BN, tid);\n"
+    "      fc_attn_cp_commit();\n"
+    "    }\n"
+    "\n"
+    "    /* O += P V: two accumulator tiles of P are one A fragment. */\n"
+    "#pragma unroll\n"
+    "    for (int kc = 0; kc < BN / 16; kc++) {\n"
+    "      unsigned a[4];\n"
+    "      a[0] = fc_attn_pack(s[2 * kc][0], s[2 * kc][1], T());\n"
+    "      a[1] = fc_attn_pack(s[2 * kc][2], s[2 * kc][3], T());\n"
+    "      a[2] = fc_attn_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], T());\n"
+    "      a[3] = fc_attn_pack(s[2 * kc + 1][2], s[2 * kc + 1][3], T());\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 16; j++) {\n"
+    "        unsigned b[4];\n"
+    "        fc_attn_ldsm_t(b, sv + (kc * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDV + j * 16 + (lane >> 4) * 8);\n"
+    "        fc_attn_mma(acc[2 * j], a, b[0], b[1], T());\n"
+    "        fc_attn_mma(acc[2 * j + 1], a, b[2], b[3], T());\n"
+    "      }\n"
+    "    }\n"
+    "    __syncthreads(); /* every warp is done with V(n0) before V(n0 + 64) lands */\n"
+    "  }\n"
+    "\n"
+    "#pragma unroll\n"
+    "  for (int r = 0; r < 2; r++) {\n"
+    "    float lt = l[r];\n"
+    "    lt += __shfl_xor_sync(0xffffffffu, lt, 1);\n"
+    "    lt += __shfl_xor_sync(0xffffffffu, lt, 2);\n"
+    "    const int row = row0 + r * 8;\n"
+    "    if (row < C::SQ) {\n"
+    "      T *orow = o + oo + row * C::OS;\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++) {\n"
+    "        const int col = j * 8 + 2 * (lane & 3);\n"
+    "        /* A row that kept no key: 0 / 0 = NaN, as the reference. */\n"
+    "        const float y0 = acc[j][2 * r] / lt, y1 = acc[j][2 * r + 1] / lt;\n"
+    "        if constexpr (C::OVEC) {\n"
+    "          if (col < C::DV) fc_attn_st2(orow + col, y0, y1);\n"
+    "        } else {\n"
+    "          if (col < C::DV) fc_attn_st(orow + col * C::OD, y0);\n"
+    "          if (col + 1 < C::DV) fc_attn_st(orow + (col + 1) * C::OD, y1);\n"
+    "        }\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "/*\n"
+    " * The general kernel, for f32 and f64 and for head dims the tensor-core\n"
+    " * kernel does not take: a warp per query row, the head dims spread over the\n"
+    " * lanes, keys staged in shared memory KT at a time, online softmax in the\n"
+    " * compute type CT (f32, or f64 for f64).\n"
+    " */\n"
+    "template <class C>\n"
+    "__device__ __forceinline__ void fc_attn_rows(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
+    "                                             const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
+    "                                             typename C::T *__restrict__ o) {\n"
+    "  typedef typename C::CT CT;\n"
+    "  constexpr int W = 8, NT = 256, KT = C::KT, D = C::D, DV = C::DV;\n"
+    "  constexpr int DL = D > 0 ? (D + 31) / 32 : 1, DVL = DV > 0 ? (DV + 31) / 32 : 1;\n"
+    "  constexpr int DD = D > 0 ? D : 1, DVD = DV > 0 ? DV : 1; /* divisors that are never 0 */\n"
+    "  __shared__ CT sk[KT * DD];\n"
+    "  __shared__ CT sv[KT * DVD];\n"
+    "  const CT ninf = -(CT)__int_as_float(0x7f800000);\n"
+    "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n"
+    "  constexpr int NQT = (C::SQ + W - 1) / W;\n"
+    "  const long long bid = blockIdx.x;\n"
+    "  const int r0 = (NQT - 1 - (int)(bid / C::NB)) * W, row = r0 + warp;\n"
+    "  long long qo, ko, vo, mo, oo;\n"
+    "  C::offsets(bid % C::NB, qo, ko, vo, mo, oo);\n"
+    "  const bool live = row < C::SQ;\n"
+    "  CT qr[DL], acc[DVL];\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < DL; i++) {\n"
+    "    const int d = lane + 32 * i;\n"
+    "    qr[i] = live && d < D ? (CT)fc_attn_f(q[qo + row * C::QS + d * C::QD]) : (CT)0;\n"
+    "  }\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < DVL; i++) acc[i] = 0;\n"
+    "  CT m = ninf, l = 0;\n"
+    "  const int kend = C::CAUSAL ? min(C::SK, r0 + W) : C::SK;\n"
+    "  const int mine = C::CAUSAL ? min(C::SK, row + 1) : C::SK;\n"
+    "  for (int n0 = 0; n0 < kend; n0 += KT) {\n"
+    "    __syncthreads();\n"
+    "    for (int c = tid; c < KT * D; c += NT) {\n"
+    "      const int key = n0 + c / DD, d = c % DD;\n"
+    "      sk[c] = key < C::SK ? (CT)fc_attn_f(k[ko + key * C::KS + d * C::KD]) : (CT)0;\n"
+    "    }\n"
+    "    for (int c = tid; c < KT * DV; c += NT) {\n"
+    "      const int key = n0 + c / DVD, d = c % DVD;\n"
+    "      sv[c] = key < C::SK ? (CT)fc_attn_f(v[vo + key * C::VS + d * C::VD]) : (CT)0;\n"
+    "    }\n"
+    "    __syncthreads();\n"
+    "    if (!live) continue; /* the whole warp: its shuffles stay together */\n"
+    "    const int nk = min(KT, mine - n0);\n"
+    "    for (int j = 0; j < nk; j++) {\n"
+    "      CT part = 0;\n"
+    "#pragma unroll\n"
+    "      for (int i = 0; i < DL; i++) {\n"
+    "        const int d = lane + 32 * i;\n"
+    "        if (d < D) part += qr[i] * sk[j * DD + d];\n"
+    "      }\n"
+    "#pragma unroll\n"
+    "      for (int off = 16; off > 0; off >>= 1) part += __shfl_xor_sync(0xffffffffu, part, off);\n"
+    "      CT x = part * (CT)C::SCALE;\n"
+    "      if constexpr (C::MASK != 0) {\n"
+    "        const CT mv = (CT)fc_attn_f(mask[mo + row * C::MQ + (n0 + j) * C::MK]);\n"
+    "        if constexpr (C::MASK == 1) x = mv != 0 ? x : ninf;\n"
+    "        else x += mv;\n"
+    "      }\n"
+    "      const CT mn = (x > m || x != x) ? x : m; /* max that keeps NaN, as the reference */\n"
+    "      if (mn == ninf) continue;                /* every key dropped so far */\n"
+    "      const CT alpha = fc_attn_exp(m - mn), p = fc_attn_exp(x - mn);\n"
+    "      l = l * alpha + p;\n"
+    "#pragma unroll\n"
+    "      for (int i = 0; i < DVL; i++) {\n"
+    "        const int d = lane + 32 * i;\n"
+    "        if (d < DV) acc[i] = acc[i] * alpha + p * sv[j * DVD + d];\n"
+    "      }\n"
+    "      m = mn;\n"
+    "    }\n"
+    "  }\n"
+    "  if (!live) return;\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < DVL; i++) {\n"
+    "    const int d = lane + 32 * i;\n"
+    "    if (d < DV) fc_attn_st(o + oo + row * C::OS + d * C::OD, acc[i] / l); /* no key: 0 / 0 = NaN */\n"
+    "  }\n"
+    "}\n"
+    "#endif\n";
+/* END GENERATED: templates_src */
+
+/* ---- string builder -------------------------------------------------------- */
+
+typedef struct sbuf {
+    char *buf;
+    size_t len, cap;
+    bool oom;
+} sbuf;
+
+static void put(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *s, const char *fmt, ...) {
+    if (s->oom) return;
+    va_list ap, ap2;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0) {
+        s->oom = true;
+        va_end(ap);
+        return;
+    }
+    if (s->len + (size_t)n + 1 > s->cap) {
+        size_t cap = s->cap ? s->cap : 8192;
+        while (cap < s->len + (size_t)n + 1) cap *= 2;
+        char *b = realloc(s->buf, cap);
+        if (!b) {
+            s->oom = true;
+            va_end(ap);
+            return;
+        }
+        s->buf = b;
+        s->cap = cap;
+    }
+    vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
+    s->len += (size_t)n;
+    va_end(ap);
+}
+
+/* ---- reading the group ----------------------------------------------------- */
+
+static const char *storage_type(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return "double";
+    case FC_F32: return "float";
+    case FC_F16: return "__half";
+    case FC_BF16: return "__nv_bfloat16";
+    case FC_BOOL: return "unsigned char";
+    default: return NULL; /* never an operand of attention */
+    }
+}
+
+static const fc_node *attention_node(const fc_group *gr) {
+    const fc_node *n = NULL;
+    for (int i = 0; i < gr->nnodes; i++)
+        if (gr->nodes[i]->op == FC_OP_ATTENTION) {
+            if (n) return NULL; /* one per group */
+            n = gr->nodes[i];
+        }
+    return n;
+}
+
+static int input_index(const fc_group *gr, const fc_value *v) {
+    for (int i = 0; i < gr->ninputs; i++)
+        if (gr->inputs[i] == v) return i;
+    return -1;
+}
+
+static bool is_group_input(const fc_value *v, void *arg) { return input_index(arg, v) >= 0; }
+
+/* How the kernel reads one operand, as strides into a group input. */
+typedef struct layout {
+    int input;                  /* index in gr->inputs */
+    int64_t offset;             /* elements */
+    int64_t row, col;           /* the last two dims; 0 where a dim is 1 (broadcast) */
+    int64_t batch[FC_MAX_RANK]; /* per batch dim of the result; 0 where broadcast */
+} layout;
+
+/* Fill L for operand x (rank may be below 2 for a mask) against nb batch
+ * dims of the result. False (with why in err) if it cannot be read in place. */
+static bool layout_of(const fc_group *gr, const fc_value *x, int nb, layout *L, char *err, size_t errn,
+                      const char *what) {
+    fc_strided_view view;
+    memset(L, 0, sizeof *L);
+    if (!fc_attention_view(x, is_group_input, (void *)gr, &view) || (L->input = input_index(gr, view.root)) < 0) {
+        snprintf(err, errn, "%s is not a strided view of a group input (fusion must store it or its views)", what);
+        return false;
+    }
+    int xr = x->rank;
+    L->offset = view.offset;
+    L->row = xr >= 2 && x->dims[xr - 2] != 1 ? view.stride[xr - 2] : 0;
+    L->col = xr >= 1 && x->dims[xr - 1] != 1 ? view.stride[xr - 1] : 0;
+    for (int b = 0; b < nb; b++) {
+        int xd = b - (nb - (xr - 2)); /* batch dims align on the right */
+        L->batch[b] = xd >= 0 && x->dims[xd] != 1 ? view.stride[xd] : 0;
+    }
+    return true;
+}
+
+/* May the kernel copy rows of n elements of L 16 bytes at a time (8 bf16)? */
+static bool vec16(const layout *L, int64_t n, int nb) {
+    if (L->col != 1 || n % 8 || L->row % 8 || L->offset % 8) return false;
+    for (int b = 0; b < nb; b++)
+        if (L->batch[b] % 8) return false;
+    return true;
+}
+
+/* The output chain: every node but the attention must be a permute or a
+ * reshape between its result and the group's one output. */
+static bool output_layout(const fc_group *gr, const fc_node *n, int64_t *strides) {
+    if (gr->noutputs != 1 || !fc_attention_output_strides(n->out[0], gr->outputs[0], strides)) return false;
+    int chain = 0;
+    for (const fc_value *v = gr->outputs[0]; v != n->out[0]; v = v->def->in[0]) chain++;
+    return chain == gr->nnodes - 1;
+}
+
+static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+
+bool fc_cuda_attention_uses_mma(const fc_group *gr) {
+    const fc_node *n = attention_node(gr);
+    if (!n) return false;
+    const fc_value *q = n->in[0], *o = n->out[0];
+    fc_dtype t = o->dtype;
+    int64_t d = q->dims[q->rank - 1], dv = o->dims[o->rank - 1];
+    return (t == FC_BF16 || t == FC_F16) && d >= 1 && dv >= 1 && round16(d) <= 128 && round16(dv) <= 128;
+}
+
+/* ---- the kernel ------------------------------------------------------------ */
+
+static const char *flag(bool b) { return b ? "true" : "false"; }
+
+fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const char *name, char **source,
+                                 fc_launch *l) {
+    fc_context *ctx = plan->g->ctx;
+    *source = NULL;
+    char err[256] = "";
+    const fc_node *n = attention_node(gr);
+    if (!n) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "attention codegen: group %d holds no single attention node", gr->id);
+    const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2], *mask = n->nin > 3 ? n->in[3] : NULL, *o = n->out[0];
+    const int R = o->rank, nb = R - 2;
+    const int64_t Sq = o->dims[R - 2], Dv = o->dims[R - 1], D = q->dims[q->rank - 1], Sk = k->dims[k->rank - 2];
+    int64_t NB = 1;
+    for (int b = 0; b < nb; b++) NB *= o->dims[b];
+
+    layout L[4];
+    int64_t os[FC_MAX_RANK];
+    const fc_value *ops[4] = {q, k, v, mask};
+    static const char *const what[4] = {"q", "k", "v", "the mask"};
+    bool ok = true;
+    for (int i = 0; i < 4 && ok; i++) ok = !ops[i] || layout_of(gr, ops[i], nb, &L[i], err, sizeof err, what[i]);
+    if (ok && !output_layout(gr, n, os)) {
+        snprintf(err, sizeof err, "the result is not written through permute/reshape ops to the group's one output");
+        ok = false;
+    }
+    for (int i = 0; ok && i < gr->ninputs; i++)
+        if (!storage_type(gr->inputs[i]->dtype)) {
+            snprintf(err, sizeof err, "input %d has dtype %s", i, fc_dtype_name(gr->inputs[i]->dtype));
+            ok = false;
+        }
+    if (ok && (Sq > INT_MAX / 2 || Sk > INT_MAX / 2 || D > 65536 || Dv > 65536)) {
+        snprintf(err, sizeof err, "a dimension is too large (Sq %lld, Sk %lld, D %lld, Dv %lld)", (long long)Sq,
+                 (long long)Sk, (long long)D, (long long)Dv);
+        ok = false;
+    }
+    if (!ok) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "attention codegen (group %d): %s", gr->id, err);
+
+    const bool mma = fc_cuda_attention_uses_mma(gr);
+    const fc_dtype t = o->dtype;
+    const bool f64 = t == FC_F64;
+    /* Warps of the tensor-core kernel (16 query rows each). 8 warps share
+     * each K/V tile among 128 rows, which halves the loads per FLOP; at
+     * about 225 registers a thread (head dim 128) that is one block of 8
+     * warps per SM. Head dims up to 64 need about 135 registers, so blocks
+     * of 4 warps fit 3 to an SM instead. Short sequences take 4 warps. */
+    const int nw = round16(D) > 64 && Sq > 64 ? 8 : 4;
+    const int rows_per_block = mma ? 16 * nw : 8, threads = mma ? 32 * nw : 256;
+    const int64_t nqt = (Sq + rows_per_block - 1) / rows_per_block;
+    const bool empty = Sq == 0 || Dv == 0 || NB == 0;
+    if (!empty && nqt * NB > INT_MAX)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "attention codegen (group %d): %lld blocks are too many for one grid",
+                            gr->id, (long long)(nqt * NB));
+    double scale = n->a.scale == FC_ATTENTION_DEFAULT_SCALE ? (D > 0 ? 1.0 / sqrt((double)D) : 1.0) : n->a.scale;
+    const int mask_kind = !mask ? 0 : mask->dtype == FC_BOOL ? 1 : 2;
+    const size_t csize = f64 ? 8 : 4;
+    int64_t kt = 32768 / (int64_t)((size_t)(D + Dv > 0 ? D + Dv : 1) * csize);
+    kt = kt < 1 ? 1 : kt > 64 ? 64 : kt;
+
+    sbuf s = {0};
+    put(&s, "%s%s", helpers_src, templates_src);
+    put(&s, "// attention: %s%s%s, q [%lld x %lld], k/v [%lld], dv %lld, %lld batches, %s kernel\n",
+        fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind == 1 ? ", bool mask" : mask_kind == 2 ? ", added mask" : "",
+        (long long)Sq, (long long)D, (long long)Sk, (long long)Dv, (long long)NB, mma ? "mma" : "row");
+    if (empty) {
+        /* Nothing to compute: a kernel that returns, so the launch list stays uniform. */
+        put(&s, "extern \"C\" __global__ void %s(", name);
+    } else {
+        put(&s, "struct fc_attn_cfg_%s {\n", name);
+        put(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
+            mask ? storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
+        put(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d;\n",
+            (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
+            (long long)kt, mask_kind, nw);
+        put(&s, "  static constexpr long long NB = %lld;\n", (long long)NB);
+        bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
+        for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
+        put(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
+            flag(vec16(&L[0], D, nb)), flag(vec16(&L[1], D, nb)), flag(vec16(&L[2], Dv, nb)), flag(ovec));
+        put(&s, "  static constexpr long long QS = %lld, QD = %lld, KS = %lld, KD = %lld, VS = %lld, VD = %lld,\n",
+            (long long)L[0].row, (long long)L[0].col, (long long)L[1].row, (long long)L[1].col, (long long)L[2].row,
+            (long long)L[2].col);
+        put(&s, "    MQ = %lld, MK = %lld, OS = %lld, OD = %lld;\n", mask ? (long long)L[3].row : 0LL,
+            mask ? (long long)L[3].col : 0LL, (long long)(Sq == 1 ? 0 : os[R - 2]), (long long)(Dv == 1 ? 0 : os[R - 1]));
+        put(&s, "  static constexpr float SCALE_LOG2 = (float)%.17g;\n", scale * 1.4426950408889634);
+        put(&s, "  static constexpr double SCALE = %.17g;\n", scale);
+        /* Batch index t -> element offsets, innermost batch dim first. */
+        put(&s, "  static __device__ __forceinline__ void offsets(long long t, long long &q, long long &k, long long &v,"
+                " long long &m, long long &o) {\n");
+        put(&s, "    q = %lldll; k = %lldll; v = %lldll; m = %lldll; o = 0;\n", (long long)L[0].offset,
+            (long long)L[1].offset, (long long)L[2].offset, mask ? (long long)L[3].offset : 0LL);
+        put(&s, "    long long c = 0;\n    (void)c; (void)t;\n");
+        for (int b = nb - 1; b >= 0; b--) {
+            if (o->dims[b] == 1) continue;
+            put(&s, "    c = t %% %lldll; t /= %lldll;", (long long)o->dims[b], (long long)o->dims[b]);
+            static const char *const names[5] = {"q", "k", "v", "m", "o"};
+            int64_t st[5] = {L[0].batch[b], L[1].batch[b], L[2].batch[b], mask ? L[3].batch[b] : 0, os[b]};
+            for (int i = 0; i < 5; i++)
+                if (st[i]) put(&s, " %s += c * %lldll;", names[i], (long long)st[i]);
+            put(&s, "\n");
+        }
+        put(&s, "  }\n};\n");
+        put(&s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, name);
+    }
+    for (int i = 0; i < gr->ninputs; i++)
+        put(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
+    put(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
+    if (!empty) {
+        put(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", mma ? "tc" : "rows", name, L[0].input, L[1].input,
+            L[2].input);
+        if (mask) put(&s, "a%d, o0);\n", L[3].input);
+        else put(&s, "(const unsigned char *)0, o0);\n");
+    } else {
+        for (int i = 0; i < gr->ninputs; i++) put(&s, "  (void)a%d;\n", i);
+        put(&s, "  (void)o0;\n");
+    }
+    put(&s, "}\n");
+    if (s.oom) {
+        free(s.buf);
+        return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (attention codegen)");
+    }
+
+    l->kind = FC_LAUNCH_KERNEL;
+    if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
+    l->grid[0] = empty ? 1u : (unsigned)(nqt * NB);
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = empty ? 32u : (unsigned)threads;
+    l->block[1] = l->block[2] = 1;
+    l->smem = 0;
+    snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld", mma ? "flash mma" : "flash rows",
+             fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind ? ", mask" : "", (long long)NB, (long long)Sq,
+             (long long)Sk, (long long)D);
+    *source = s.buf;
+    return FC_OK;
+}

@@ -1,0 +1,48 @@
+/*
+ * attention.h - the flash-attention kernel of one `attention` node (internal).
+ *
+ * The generator writes CUDA C for the attention group of a plan: one
+ * extern "C" __global__ kernel with every shape, stride, scale, mask and
+ * dtype baked in as constants, instantiating a kernel template that is
+ * emitted once per translation unit (behind #ifndef guards, so several
+ * attention kernels and the rest of the plan's kernels share one unit, and
+ * the text also compiles on its own). docs/ATTENTION.md has the design.
+ *
+ * The group. Its nodes are the attention node and, optionally, a chain of
+ * permute/reshape ops on its result whose last value is the group's one
+ * output (the kernel then writes [B, H, S, D] straight into the [B, S, H*D]
+ * buffer the next GEMM reads). Its inputs are the stored buffers that q, k,
+ * v (and the mask) are read from: each operand may be a chain of views
+ * (split, slice, reshape, permute, expand) of an input, which the kernel
+ * reads in place through strides (passes/attention.h: fc_attention_view).
+ *
+ * Kernel parameters, in order: one pointer per group input (gr->inputs
+ * order), then the output: exactly what fc_cuda_codegen puts in
+ * fc_launch.args. Base pointers must be 16-byte aligned (cudaMalloc and
+ * the plan's arena are 256-byte aligned).
+ *
+ * Launch: 1-D grid, static shared memory only (at most 40 KB), so no
+ * cuFuncSetAttribute is needed: l->smem is 0.
+ */
+#ifndef FC_CUDA_ATTENTION_H
+#define FC_CUDA_ATTENTION_H
+
+#include "cuda_codegen.h"
+
+/*
+ * Write the kernel `name` for attention group gr of plan. On success
+ * *source is a malloc'd, NUL-terminated CUDA C text (free it) to append to
+ * the translation unit after the prelude (or to compile alone), and l gets
+ * kind FC_LAUNCH_KERNEL, the name, grid, block and smem (args are the
+ * caller's, see above). On failure (a group this generator cannot read:
+ * FC_ERR_UNSUPPORTED; out of memory) the error is on the graph's context and
+ * *source is NULL.
+ */
+fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const char *name, char **source,
+                                 fc_launch *l);
+
+/* Which kernel a group gets, for plans and tests: true for the tensor-core
+ * kernel (bf16/f16, head dims up to 128), false for the general one. */
+bool fc_cuda_attention_uses_mma(const fc_group *gr);
+
+#endif
