@@ -158,7 +158,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof others / sizeof *others; i++) check_graph(ctx, "op", others[i]);
     /* Random graphs. */
-    int nrandom = getenv("FUSEC_RANDOM_GRAPHS") ? atoi(getenv("FUSEC_RANDOM_GRAPHS")) : (have_gpu ? 200 : 10);
+    int nrandom = getenv("FUSEC_RANDOM_GRAPHS") ? atoi(getenv("FUSEC_RANDOM_GRAPHS")) : (have_gpu ? 40 : 10);
     for (int seed = 1000; seed < 1000 + nrandom; seed++) {
         rg_opts o = {.max_nodes = 12, .bf16 = true};
         char *text = random_graph((uint64_t)seed, &o);
