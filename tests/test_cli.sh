@@ -244,7 +244,13 @@ if [[ $(tail -n 1 "$tmp/out") =~ ^time:\ [0-9.]+\ ms\ median\ of\ 3$ ]]; then pa
   fail "bench: last line is '$(tail -n 1 "$tmp/out")'"; fi
 expect_usage "check without --run" "--check needs --run" "$tmp/small.ir" --check
 expect_usage "bench count" "bad --bench '0'" "$tmp/small.ir" --run --bench 0
-expect_usage "device cpu" "device 'cpu' is not available in this build" "$tmp/small.ir" --run --device cpu
+if "$FUSEC" --devices | grep -qx cpu; then
+  # The LLVM CPU backend: the same output as the reference within tolerance.
+  expect_rc 0 "device cpu" "$tmp/small.ir" --run --device cpu --bind N=4 --check
+  expect_stdout_has "device cpu" "check out0: "
+else
+  expect_usage "device cpu" "device 'cpu' is not available in this build" "$tmp/small.ir" --run --device cpu
+fi
 expect_usage "device unknown" "unknown device 'tpu'" "$tmp/small.ir" --run --device=tpu
 expect_usage "seed not a number" "bad --seed 'abc'" "$tmp/small.ir" --run --seed abc
 expect_usage "inputs without --run" "--inputs needs --run" "$tmp/small.ir" --inputs "$tmp/one4.npy"

@@ -20,6 +20,7 @@
 #include "fusec.h"
 #include "ir.h" /* fc_value.name, for messages that name a parameter */
 #include "npy.h"
+#include "runtime/cpu_program.h"     /* the LLVM CPU backend */
 #include "runtime/aot.h"           /* fc_arch_parse */
 #include "runtime/cuda.h"          /* fc_cuda_available: is there a GPU */
 #include "runtime/program.h"       /* run from host memory, --check comparisons, --time text */
@@ -123,14 +124,9 @@ static fc_status run_ref(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *o
 /* CUDA: compile (passes, codegen, NVRTC, or the cache), then copy in, run,
  * copy out. The benchmark times device runs with CUDA events
  * (runtime/program.c). */
-static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
-                          run_stats *rs) {
-    memset(rs, 0, sizeof *rs);
-    fc_compile_options co;
-    fc_compile_options_default(&co);
-    co.device = FC_DEVICE_CUDA;
-    co.sm = cfg->sm;
-    /* Kernels have static shapes: bind the symbols the inputs give. */
+/* Compiled kernels have static shapes: a copy of g with the symbols bound
+ * to the sizes the inputs give (g itself when it has none). */
+static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin) {
     fc_binding binds[64];
     int nb = 0;
     for (int i = 0; i < nin && i < fc_graph_num_params(g); i++) {
@@ -142,7 +138,37 @@ static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *
             if (sym && !known && nb < 64) binds[nb++] = (fc_binding){sym, in[i].shape[d]};
         }
     }
-    fc_graph *sg = nb ? fc_graph_specialize(g, binds, nb) : g;
+    return nb ? fc_graph_specialize(g, binds, nb) : g;
+}
+
+/* The LLVM CPU backend: the same fused kernel groups, JIT-compiled for the
+ * host (runtime/cpu_program.h). */
+static fc_status run_cpu(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
+                         run_stats *rs) {
+    memset(rs, 0, sizeof *rs);
+    fc_graph *sg = specialize_to_inputs(g, in, nin);
+    if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
+    fc_cpu_program *p = NULL;
+    fc_status st = fc_cpu_compile(sg, &p);
+    if (!st) {
+        if (cfg->bench_iters > 0) st = fc_cpu_bench(p, in, nin, out, nout, cfg->bench_iters, &rs->median_ms);
+        else st = fc_cpu_run(p, in, nin, out, nout);
+    }
+    fc_cpu_program_free(p);
+    if (sg != g) fc_graph_free(sg);
+    return st;
+}
+
+static bool cpu_present(void) { return fc_cpu_available(); }
+
+static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
+                          run_stats *rs) {
+    memset(rs, 0, sizeof *rs);
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    co.device = FC_DEVICE_CUDA;
+    co.sm = cfg->sm;
+    fc_graph *sg = specialize_to_inputs(g, in, nin);
     if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
     fc_program *p = NULL;
     fc_status st = fc_compile(sg, &co, &p);
@@ -165,7 +191,7 @@ static bool cuda_present(void) {
 
 static const device devices[] = {
     {"ref", run_ref, NULL, false},           /* the reference interpreter: float64, slow, exact */
-    {"cpu", NULL, NULL, false},              /* the LLVM CPU backend */
+    {"cpu", run_cpu, cpu_present, false},    /* the LLVM CPU backend (when built with LLVM) */
     {"cuda", run_cuda, cuda_present, true},  /* NVRTC kernels through the CUDA driver API */
 };
 #define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
