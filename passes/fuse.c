@@ -278,6 +278,26 @@ static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
     return !out;
 }
 
+/* Does a view that is computed in group gr (a member, or a view inlined
+ * everywhere) read v, directly or through members of gr? A reshape between
+ * per-row shapes keeps the row and is allowed. gr is the group as it would
+ * be with the reduction (a REDUCE group). */
+static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth) {
+    if (depth > 256) return true; /* be safe on absurdly deep chains */
+    for (int j = 0; j < s->u.count[v->id]; j++) {
+        fc_node *u = s->u.list[s->u.start[v->id] + j];
+        int ug = s->plan->group_of_node[u->id];
+        if (ug != gr->id && ug != MULTI) continue;
+        if (is_view(u->op)) {
+            bool row_reshape = u->op == FC_OP_RESHAPE && is_row_shape(gr, u->out[0]) && is_row_shape(gr, v);
+            if (!row_reshape || ug == MULTI) return true;
+        }
+        for (int k = 0; k < u->nout; k++)
+            if (view_downstream(s, gr, u->out[k], depth + 1)) return true;
+    }
+    return false;
+}
+
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->nnodes >= s->o->max_group_nodes) return false;
@@ -303,9 +323,11 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
         if (is_full(&trial, uo) && row_broadcast(&trial, v)) continue;
         return false;
     }
-    /* Every existing member must still be computable: FULL or ROW level, or
-     * a value that is not stored. In a POINTWISE group every member was
-     * full-shaped or inlined, so this holds. */
+    /* No view in the group may read the reduced value, directly or through
+     * other members: a view reads its operand at another index, possibly in
+     * another row, and a reduced value exists only for the current row
+     * (permute(softmax(x)) must store the softmax first). */
+    if (view_downstream(s, &trial, v, 0)) return false;
     return true;
 }
 

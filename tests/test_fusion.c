@@ -63,6 +63,20 @@ static const fusion_case cases[] = {
      "  %u = exp(%t)\n  %v = reduce_sum(%u, axes=[0], keepdim=true)\n  %w = permute(%v, perm=[1, 0])\n  %y = add(%s, %w)\n"
      "  return %y\n}\n",
      3, 0},
+    /* A view must not read a reduced value inside the reduction's kernel: it
+     * reads another row. Found by the CPU backend's random graphs (seeds
+     * 1750, 2893, 3335); the softmax is stored before the permute. */
+    {"permute of a softmax is not fused into the softmax",
+     "graph f(%x: f32[16, 32]) {\n  %s = softmax(%x)\n  %p = permute(%s, perm=[1, 0])\n  return %p\n}\n", 3, 0},
+    {"permute of a reduced value is not fused into the reduction",
+     "graph f(%x: f32[16, 32], %y: f32[32, 16]) {\n  %r = reduce_sum(%x, axes=[1], keepdim=true)\n  %n = neg(%r)\n"
+     "  %p = permute(%n, perm=[1, 0])\n  %a = add(%y, %p)\n  return %a\n}\n",
+     2, 0},
+    /* A stored per-row value that does not depend on the reductions (seed 353). */
+    {"row-shaped result independent of the reduction",
+     "graph f(%x: f32[16, 32], %b: f32[16, 1]) {\n  %r = reduce_sum(%x, axes=[1], keepdim=true)\n  %e = exp(%b)\n"
+     "  %a = add(%r, %e)\n  return %a, %e\n}\n",
+     2, 0},
     {"views fold into indexing",
      "graph f(%x: f32[8, 16, 32]) {\n  %p = permute(%x, perm=[2, 0, 1])\n  %r = reshape(%p, shape=[32, 128])\n"
      "  %s = slice(%r, axis=1, start=1, end=-1, step=2)\n  %e = exp(%s)\n  return %e\n}\n",

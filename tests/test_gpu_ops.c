@@ -153,6 +153,12 @@ int main(void) {
         "  %e = add(%d, %xf)\n  %y = cast(%e, to=bf16)\n  return %y\n}\n",
         "graph batch(%a: f32[64, 3], %b: bf16[32], %c: f32[100]) {\n  %x = exp(%a)\n  %y = tanh(%b)\n  %z = neg(%c)\n"
         "  return %x, %y, %z\n}\n",
+        "graph psm(%x: f32[16, 32]) {\n  %s = softmax(%x)\n  %p = permute(%s, perm=[1, 0])\n  return %p\n}\n",
+        "graph pr(%x: f32[16, 32], %y: f32[32, 16]) {\n  %r = reduce_sum(%x, axes=[1], keepdim=true)\n  %n = neg(%r)\n"
+        "  %p = permute(%n, perm=[1, 0])\n  %a = add(%y, %p)\n  return %a\n}\n",
+        "graph rowout(%x: f32[16, 32], %b: f32[16, 1]) {\n  %r = reduce_sum(%x, axes=[1], keepdim=true)\n  %e = exp(%b)\n"
+        "  %a = add(%r, %e)\n  return %a, %e\n}\n",
+        "graph mixcat(%a: i32[4, 3], %b: bf16[4, 5]) {\n  %c = concat(%a, %b, axis=1)\n  return %c\n}\n",
         "graph sib(%x: f32[128, 512]) {\n  %a = exp(%x)\n  %b = tanh(%x)\n  %s = reduce_sum(%x, axes=[1])\n"
         "  %m = reduce_max(%x, axes=[1])\n  return %a, %b, %s, %m\n}\n",
     };

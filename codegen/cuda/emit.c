@@ -422,7 +422,12 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
             sbf(k->s, "      i64 %s = %s;\n", iv, idx);
             int mark = k->nmemo;
             const char *e = emit_value(k, xi, iv);
-            sbf(k->s, "      %s = (%s)%s;\n      }\n", res, compute_type(v->dtype), e ? e : "0");
+            /* concat promotes: an operand of another dtype is converted and
+             * rounded to the result's dtype */
+            char conv[160], rconv[400];
+            snprintf(conv, sizeof conv, "(%s)%s", compute_type(v->dtype), e ? e : "0");
+            rounded(rconv, sizeof rconv, v->dtype, conv);
+            sbf(k->s, "      %s = %s;\n      }\n", res, rconv);
             k->nmemo = mark;
             off += len;
         }
@@ -496,6 +501,8 @@ static bool in_group(const kctx *k, const fc_node *n) {
 
 /* Mark values computed once per row: reductions, and in-group elementwise
  * nodes of row shape whose operands are all per-row (or outside data). */
+static bool full_shape(const fc_group *gr, const fc_value *v);
+
 static void mark_rows(kctx *k) {
     const fc_group *gr = k->gr;
     for (int i = 0; i < gr->nnodes; i++) {
@@ -515,6 +522,13 @@ static void mark_rows(kctx *k) {
         if (!dep || other) continue;
         int64_t ne = numel_of(n->out[0]);
         if (ne == gr->rows && n->out[0]->rank <= gr->rank) k->is_row[n->out[0]->id] = true;
+    }
+    /* A stored value of per-row shape that does not depend on the
+     * reductions is computed and stored once per row too. */
+    for (int o = 0; o < gr->noutputs; o++) {
+        const fc_value *v = gr->outputs[o];
+        if (!k->is_row[v->id] && !full_shape(gr, v) && numel_of(v) == gr->rows && v->rank <= gr->rank)
+            k->is_row[v->id] = true;
     }
 }
 
