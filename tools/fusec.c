@@ -1281,7 +1281,9 @@ static const device *choose_device(const options *o, int *rc) {
         *rc = usage_error("unknown device '%s'%s (known: %s)", name, from_env ? " in FUSEC_DEVICE" : "", known);
         return NULL;
     }
-    if (!dev->run) {
+    /* The CPU backend exists only in builds with LLVM; a missing GPU is a
+     * run-time failure instead (exit 3), since the build supports one. */
+    if (!dev->run || (!strcmp(dev->name, "cpu") && !fc_cpu_available())) {
         *rc = usage_error("device '%s' is not available in this build", name);
         return NULL;
     }
