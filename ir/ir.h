@@ -199,6 +199,21 @@ fc_status fc_diagv(fc_context *ctx, const char *file, const char *text, size_t l
                    const char *fmt, va_list ap);
 
 /* ---------------------------------------------------------------- */
+/* A growing string, appended to with printf. The buffer is malloc'd  */
+/* (through ctx when set, so fault injection reaches it); after a     */
+/* failed allocation `oom` is set and appends do nothing.             */
+/* ---------------------------------------------------------------- */
+typedef struct fc_strbuf {
+    fc_context *ctx; /* may be NULL */
+    char *buf;       /* NUL-terminated once anything was appended */
+    size_t len, cap;
+    bool oom;
+} fc_strbuf;
+
+void fc_strbuf_printf(fc_strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap);
+
+/* ---------------------------------------------------------------- */
 /* Graph.                                                            */
 /* ---------------------------------------------------------------- */
 typedef struct fc_sym_binding {

@@ -1020,58 +1020,28 @@ void fc_cpu_program_count_launches(const fc_cpu_program *p, int *kernels, int *l
     if (library) *library = l;
 }
 
-typedef struct text {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void text_printf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(text *t, const char *fmt, ...) {
-    if (t->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->len + (size_t)n + 1) cap *= 2;
-        char *b = realloc(t->buf, cap);
-        if (!b) {
-            t->oom = true;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
 
 char *fc_cpu_program_plan_text(fc_cpu_program *p) {
     if (!p) return NULL;
-    text t = {0};
+    fc_strbuf t = {0};
     for (int i = 0; i < p->plan.ngroups; i++) {
         const fc_group *gr = p->plan.groups[i];
         const fc_llvm_kernel *kn = &p->kern[i];
         if (gr->kind == FC_GROUP_LIBRARY)
-            text_printf(&t, "launch %d: library %s ops: %s\n", i, fc_op_table[gr->nodes[0]->op].name, kn->summary);
+            fc_strbuf_printf(&t, "launch %d: library %s ops: %s\n", i, fc_op_table[gr->nodes[0]->op].name, kn->summary);
         else if (gr->kind == FC_GROUP_ALIAS)
-            text_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, kn->summary);
+            fc_strbuf_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, kn->summary);
         else
-            text_printf(&t, "launch %d: kernel fc_g%d iters=%lld threads=%d ops: %s\n", i, i, (long long)kn->iters,
+            fc_strbuf_printf(&t, "launch %d: kernel fc_g%d iters=%lld threads=%d ops: %s\n", i, i, (long long)kn->iters,
                         parallel(p, kn) ? p->threads : 1,
                         kn->summary);
     }
     int kernels, library;
     fc_cpu_program_count_launches(p, &kernels, &library);
-    if (p->note[0]) text_printf(&t, "note: %s\n", p->note);
-    text_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
+    if (p->note[0]) fc_strbuf_printf(&t, "note: %s\n", p->note);
+    fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
                 (long long)p->plan.arena_bytes, (long long)p->plan.intermediate_bytes);
-    text_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
+    fc_strbuf_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
                 (long long)p->plan.intermediate_bytes);
     if (t.oom || !t.buf) {
         free(t.buf);

@@ -838,63 +838,30 @@ void fc_program_times(const fc_program *p, fc_compile_times *out) {
 /* Text: the plan, the source, the PTX.                                */
 /* ------------------------------------------------------------------ */
 
-/* A growing malloc'd string; `oom` remembers a failed allocation. */
-typedef struct text {
-    fc_context *ctx;
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void text_printf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_printf(text *t, const char *fmt, ...) {
-    if (t->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->len + (size_t)n + 1) cap *= 2;
-        char *b = fc_ctx_realloc(t->ctx, t->buf, cap);
-        if (!b) {
-            t->oom = true;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
 char *fc_program_plan_text(fc_program *p) {
     if (!p) return NULL;
-    text t = {p->ctx, NULL, 0, 0, false};
+    fc_strbuf t = {.ctx = p->ctx};
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
         switch (l->kind) {
         case FC_LAUNCH_KERNEL:
-            text_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
+            fc_strbuf_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
                         l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->summary);
             break;
         case FC_LAUNCH_LIBRARY:
-            text_printf(&t, "launch %d: library %s ops: %s\n", i, l->name[0] ? l->name : "matmul", l->summary);
+            fc_strbuf_printf(&t, "launch %d: library %s ops: %s\n", i, l->name[0] ? l->name : "matmul", l->summary);
             break;
         case FC_LAUNCH_ALIAS:
-            text_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, l->summary);
+            fc_strbuf_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, l->summary);
             break;
         }
     }
     int kernels, library;
     fc_program_count_launches(p, &kernels, &library, NULL);
-    text_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
+    fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
                 (long long)p->d.arena_bytes, (long long)p->d.intermediate_bytes);
     /* The last line, exactly: tests and scripts parse it. */
-    text_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
+    fc_strbuf_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
                 (long long)p->d.intermediate_bytes);
     if (t.oom || !t.buf) {
         fc_ctx_freemem(p->ctx, t.buf);
@@ -907,7 +874,7 @@ char *fc_program_plan_text(fc_program *p) {
 /* One line per step; the "why" column says what a zero means. */
 char *fc_compile_times_text(const fc_compile_times *t) {
     if (!t) return NULL;
-    text s = {NULL, NULL, 0, 0, false};
+    fc_strbuf s = {0};
     const char *how = "";
     switch (t->origin) {
     case FC_PROGRAM_COMPILED: how = "compiled: passes, codegen and NVRTC ran"; break;
@@ -921,16 +888,16 @@ char *fc_compile_times_text(const fc_compile_times *t) {
     double other = t->compile_ms - t->passes_ms - t->codegen_ms - t->nvrtc_ms - t->cache_ms;
     if (other < 0) other = 0;
     double total = t->parse_ms + t->compile_ms + t->device_ms + t->load_ms;
-    text_printf(&s, "time: %.3f ms to %s (%s)\n", total, t->loaded ? "the first run" : "a compiled program", how);
-    text_printf(&s, "  parse    %10.3f ms\n", t->parse_ms);
-    text_printf(&s, "  passes   %10.3f ms%s\n", t->passes_ms, cached ? "  (skipped)" : "");
-    text_printf(&s, "  codegen  %10.3f ms%s\n", t->codegen_ms, cached ? "  (skipped)" : "");
-    text_printf(&s, "  nvrtc    %10.3f ms%s\n", t->nvrtc_ms,
+    fc_strbuf_printf(&s, "time: %.3f ms to %s (%s)\n", total, t->loaded ? "the first run" : "a compiled program", how);
+    fc_strbuf_printf(&s, "  parse    %10.3f ms\n", t->parse_ms);
+    fc_strbuf_printf(&s, "  passes   %10.3f ms%s\n", t->passes_ms, cached ? "  (skipped)" : "");
+    fc_strbuf_printf(&s, "  codegen  %10.3f ms%s\n", t->codegen_ms, cached ? "  (skipped)" : "");
+    fc_strbuf_printf(&s, "  nvrtc    %10.3f ms%s\n", t->nvrtc_ms,
                 t->origin == FC_PROGRAM_COMPILED ? "" : "  (skipped: cubin from the cache or the file)");
-    text_printf(&s, "  cache    %10.3f ms\n", t->cache_ms);
-    text_printf(&s, "  other    %10.3f ms\n", other);
-    text_printf(&s, "  device   %10.3f ms%s\n", t->device_ms, t->loaded ? "" : "  (no run yet)");
-    text_printf(&s, "  load     %10.3f ms%s\n", t->load_ms, t->loaded ? "" : "  (no run yet)");
+    fc_strbuf_printf(&s, "  cache    %10.3f ms\n", t->cache_ms);
+    fc_strbuf_printf(&s, "  other    %10.3f ms\n", other);
+    fc_strbuf_printf(&s, "  device   %10.3f ms%s\n", t->device_ms, t->loaded ? "" : "  (no run yet)");
+    fc_strbuf_printf(&s, "  load     %10.3f ms%s\n", t->load_ms, t->loaded ? "" : "  (no run yet)");
     if (s.oom || !s.buf) {
         free(s.buf);
         return NULL;

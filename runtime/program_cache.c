@@ -757,40 +757,7 @@ fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size,
 /* What the CLI prints.                                                */
 /* ------------------------------------------------------------------ */
 
-/* A growing string through ctx; `oom` remembers a failed allocation. */
-typedef struct text {
-    fc_context *ctx;
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void tprintf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void tprintf(text *t, const char *fmt, ...) {
-    if (t->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (t->len + (size_t)n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 1024;
-        while (cap < t->len + (size_t)n + 1) cap *= 2;
-        char *b = fc_ctx_realloc(t->ctx, t->buf, cap);
-        if (!b) {
-            t->oom = true;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(t->buf + t->len, t->cap - t->len, fmt, ap);
-    va_end(ap);
-    t->len += (size_t)n;
-}
-
-static char *text_done(text *t) {
+static char *text_done(fc_strbuf *t) {
     if (t->oom || !t->buf) {
         fc_ctx_freemem(t->ctx, t->buf);
         if (!t->oom) fc_set_error(t->ctx, FC_ERR_NOMEM, "out of memory");
@@ -834,33 +801,33 @@ char *fc_cache_info_text(fc_context *ctx, bool verify, size_t *nbad) {
     fc_cache_verify_result vr = {0};
     if (verify && fc_cache_verify(c, ctx, false, &vr) != FC_OK) return NULL;
 
-    text t = {ctx, NULL, 0, 0, false};
+    fc_strbuf t = {.ctx = ctx};
     char a[64], b[64];
-    tprintf(&t, "cache directory:   %s\n", s.dir[0] ? s.dir : "(none)");
-    tprintf(&t, "mode:              %s\n", fc_cache_mode_name(s.mode));
-    if (s.disk_enabled) tprintf(&t, "disk cache:        on\n");
-    else tprintf(&t, "disk cache:        off (%s)\n", s.disabled_reason ? s.disabled_reason : "?");
-    tprintf(&t, "format version:    %u\n", s.format_version);
-    tprintf(&t, "kernels:           %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_KERNEL],
+    fc_strbuf_printf(&t, "cache directory:   %s\n", s.dir[0] ? s.dir : "(none)");
+    fc_strbuf_printf(&t, "mode:              %s\n", fc_cache_mode_name(s.mode));
+    if (s.disk_enabled) fc_strbuf_printf(&t, "disk cache:        on\n");
+    else fc_strbuf_printf(&t, "disk cache:        off (%s)\n", s.disabled_reason ? s.disabled_reason : "?");
+    fc_strbuf_printf(&t, "format version:    %u\n", s.format_version);
+    fc_strbuf_printf(&t, "kernels:           %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_KERNEL],
             size_str(s.bytes[FC_CACHE_KERNEL], a, sizeof a));
-    tprintf(&t, "programs:          %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_PROGRAM],
+    fc_strbuf_printf(&t, "programs:          %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_PROGRAM],
             size_str(s.bytes[FC_CACHE_PROGRAM], a, sizeof a));
-    tprintf(&t, "other versions:    %llu entries, %s\n", (unsigned long long)s.stale_entries,
+    fc_strbuf_printf(&t, "other versions:    %llu entries, %s\n", (unsigned long long)s.stale_entries,
             size_str(s.stale_bytes, a, sizeof a));
-    tprintf(&t, "temporary files:   %llu\n", (unsigned long long)s.temp_files);
-    tprintf(&t, "total:             %s of %s (%.1f%%)\n", size_str(s.total_bytes, a, sizeof a),
+    fc_strbuf_printf(&t, "temporary files:   %llu\n", (unsigned long long)s.temp_files);
+    fc_strbuf_printf(&t, "total:             %s of %s (%.1f%%)\n", size_str(s.total_bytes, a, sizeof a),
             size_str(s.max_bytes, b, sizeof b), s.max_bytes ? 100.0 * (double)s.total_bytes / (double)s.max_bytes : 0.0);
-    tprintf(&t, "hits:              %llu\n", (unsigned long long)s.counters[FC_CACHE_HITS]);
-    tprintf(&t, "misses:            %llu\n", (unsigned long long)s.counters[FC_CACHE_MISSES]);
-    tprintf(&t, "compiles:          %llu\n", (unsigned long long)s.counters[FC_CACHE_COMPILES]);
-    tprintf(&t, "corrupt:           %llu\n", (unsigned long long)s.counters[FC_CACHE_CORRUPT]);
-    tprintf(&t, "evictions:         %llu\n", (unsigned long long)s.counters[FC_CACHE_EVICTIONS]);
-    tprintf(&t, "bytes written:     %s\n", size_str(s.counters[FC_CACHE_BYTES_WRITTEN], a, sizeof a));
-    tprintf(&t, "oldest entry:      %s (least recently used)\n", time_str(s.oldest, a, sizeof a));
-    tprintf(&t, "newest entry:      %s (most recently used)\n", time_str(s.newest, a, sizeof a));
+    fc_strbuf_printf(&t, "hits:              %llu\n", (unsigned long long)s.counters[FC_CACHE_HITS]);
+    fc_strbuf_printf(&t, "misses:            %llu\n", (unsigned long long)s.counters[FC_CACHE_MISSES]);
+    fc_strbuf_printf(&t, "compiles:          %llu\n", (unsigned long long)s.counters[FC_CACHE_COMPILES]);
+    fc_strbuf_printf(&t, "corrupt:           %llu\n", (unsigned long long)s.counters[FC_CACHE_CORRUPT]);
+    fc_strbuf_printf(&t, "evictions:         %llu\n", (unsigned long long)s.counters[FC_CACHE_EVICTIONS]);
+    fc_strbuf_printf(&t, "bytes written:     %s\n", size_str(s.counters[FC_CACHE_BYTES_WRITTEN], a, sizeof a));
+    fc_strbuf_printf(&t, "oldest entry:      %s (least recently used)\n", time_str(s.oldest, a, sizeof a));
+    fc_strbuf_printf(&t, "newest entry:      %s (most recently used)\n", time_str(s.newest, a, sizeof a));
     if (verify) {
-        tprintf(&t, "verify:            %zu entries checked, %zu bad\n", vr.checked, vr.nbad);
-        for (size_t i = 0; i < vr.nbad; i++) tprintf(&t, "bad entry:         %s: %s\n", vr.bad[i].path, vr.bad[i].reason);
+        fc_strbuf_printf(&t, "verify:            %zu entries checked, %zu bad\n", vr.checked, vr.nbad);
+        for (size_t i = 0; i < vr.nbad; i++) fc_strbuf_printf(&t, "bad entry:         %s: %s\n", vr.bad[i].path, vr.bad[i].reason);
         if (nbad) *nbad = vr.nbad;
     }
     fc_cache_verify_result_free(&vr);
@@ -872,9 +839,9 @@ char *fc_cache_clear_text(fc_context *ctx) {
     if (fc_cache_global_open(ctx, &c) != FC_OK) return NULL;
     uint64_t entries = 0, bytes = 0;
     if (fc_cache_clear(c, ctx, &entries, &bytes) != FC_OK) return NULL;
-    text t = {ctx, NULL, 0, 0, false};
+    fc_strbuf t = {.ctx = ctx};
     char a[64];
-    tprintf(&t, "cleared %s: %llu entries removed, %s freed\n", fc_cache_dir(c)[0] ? fc_cache_dir(c) : "(none)",
+    fc_strbuf_printf(&t, "cleared %s: %llu entries removed, %s freed\n", fc_cache_dir(c)[0] ? fc_cache_dir(c) : "(none)",
             (unsigned long long)entries, size_str(bytes, a, sizeof a));
     return text_done(&t);
 }

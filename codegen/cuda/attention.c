@@ -418,41 +418,7 @@ static const char templates_src[] =
 
 /* ---- string builder -------------------------------------------------------- */
 
-typedef struct sbuf {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *s, const char *fmt, ...) {
-    if (s->oom) return;
-    va_list ap, ap2;
-    va_start(ap, fmt);
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (n < 0) {
-        s->oom = true;
-        va_end(ap);
-        return;
-    }
-    if (s->len + (size_t)n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 8192;
-        while (cap < s->len + (size_t)n + 1) cap *= 2;
-        char *b = realloc(s->buf, cap);
-        if (!b) {
-            s->oom = true;
-            va_end(ap);
-            return;
-        }
-        s->buf = b;
-        s->cap = cap;
-    }
-    vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
-    s->len += (size_t)n;
-    va_end(ap);
-}
+/* Source text is built with fc_strbuf (ir/strbuf.c). */
 
 /* ---- reading the group ----------------------------------------------------- */
 
@@ -602,64 +568,64 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     int64_t kt = 32768 / (int64_t)((size_t)(D + Dv > 0 ? D + Dv : 1) * csize);
     kt = kt < 1 ? 1 : kt > 64 ? 64 : kt;
 
-    sbuf s = {0};
-    put(&s, "%s%s", helpers_src, templates_src);
-    put(&s, "// attention: %s%s%s, q [%lld x %lld], k/v [%lld], dv %lld, %lld batches, %s kernel\n",
+    fc_strbuf s = {0};
+    fc_strbuf_printf(&s, "%s%s", helpers_src, templates_src);
+    fc_strbuf_printf(&s, "// attention: %s%s%s, q [%lld x %lld], k/v [%lld], dv %lld, %lld batches, %s kernel\n",
         fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind == 1 ? ", bool mask" : mask_kind == 2 ? ", added mask" : "",
         (long long)Sq, (long long)D, (long long)Sk, (long long)Dv, (long long)NB, mma ? "mma" : "row");
     if (empty) {
         /* Nothing to compute: a kernel that returns, so the launch list stays uniform. */
-        put(&s, "extern \"C\" __global__ void %s(", name);
+        fc_strbuf_printf(&s, "extern \"C\" __global__ void %s(", name);
     } else {
-        put(&s, "struct fc_attn_cfg_%s {\n", name);
-        put(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
+        fc_strbuf_printf(&s, "struct fc_attn_cfg_%s {\n", name);
+        fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
             mask ? storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
-        put(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d;\n",
+        fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d;\n",
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
             (long long)kt, mask_kind, nw);
-        put(&s, "  static constexpr long long NB = %lld;\n", (long long)NB);
+        fc_strbuf_printf(&s, "  static constexpr long long NB = %lld;\n", (long long)NB);
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
         for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
-        put(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
+        fc_strbuf_printf(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
             flag(vec16(&L[0], D, nb)), flag(vec16(&L[1], D, nb)), flag(vec16(&L[2], Dv, nb)), flag(ovec));
-        put(&s, "  static constexpr long long QS = %lld, QD = %lld, KS = %lld, KD = %lld, VS = %lld, VD = %lld,\n",
+        fc_strbuf_printf(&s, "  static constexpr long long QS = %lld, QD = %lld, KS = %lld, KD = %lld, VS = %lld, VD = %lld,\n",
             (long long)L[0].row, (long long)L[0].col, (long long)L[1].row, (long long)L[1].col, (long long)L[2].row,
             (long long)L[2].col);
-        put(&s, "    MQ = %lld, MK = %lld, OS = %lld, OD = %lld;\n", mask ? (long long)L[3].row : 0LL,
+        fc_strbuf_printf(&s, "    MQ = %lld, MK = %lld, OS = %lld, OD = %lld;\n", mask ? (long long)L[3].row : 0LL,
             mask ? (long long)L[3].col : 0LL, (long long)(Sq == 1 ? 0 : os[R - 2]), (long long)(Dv == 1 ? 0 : os[R - 1]));
-        put(&s, "  static constexpr float SCALE_LOG2 = (float)%.17g;\n", scale * 1.4426950408889634);
-        put(&s, "  static constexpr double SCALE = %.17g;\n", scale);
+        fc_strbuf_printf(&s, "  static constexpr float SCALE_LOG2 = (float)%.17g;\n", scale * 1.4426950408889634);
+        fc_strbuf_printf(&s, "  static constexpr double SCALE = %.17g;\n", scale);
         /* Batch index t -> element offsets, innermost batch dim first. */
-        put(&s, "  static __device__ __forceinline__ void offsets(long long t, long long &q, long long &k, long long &v,"
+        fc_strbuf_printf(&s, "  static __device__ __forceinline__ void offsets(long long t, long long &q, long long &k, long long &v,"
                 " long long &m, long long &o) {\n");
-        put(&s, "    q = %lldll; k = %lldll; v = %lldll; m = %lldll; o = 0;\n", (long long)L[0].offset,
+        fc_strbuf_printf(&s, "    q = %lldll; k = %lldll; v = %lldll; m = %lldll; o = 0;\n", (long long)L[0].offset,
             (long long)L[1].offset, (long long)L[2].offset, mask ? (long long)L[3].offset : 0LL);
-        put(&s, "    long long c = 0;\n    (void)c; (void)t;\n");
+        fc_strbuf_printf(&s, "    long long c = 0;\n    (void)c; (void)t;\n");
         for (int b = nb - 1; b >= 0; b--) {
             if (o->dims[b] == 1) continue;
-            put(&s, "    c = t %% %lldll; t /= %lldll;", (long long)o->dims[b], (long long)o->dims[b]);
+            fc_strbuf_printf(&s, "    c = t %% %lldll; t /= %lldll;", (long long)o->dims[b], (long long)o->dims[b]);
             static const char *const names[5] = {"q", "k", "v", "m", "o"};
             int64_t st[5] = {L[0].batch[b], L[1].batch[b], L[2].batch[b], mask ? L[3].batch[b] : 0, os[b]};
             for (int i = 0; i < 5; i++)
-                if (st[i]) put(&s, " %s += c * %lldll;", names[i], (long long)st[i]);
-            put(&s, "\n");
+                if (st[i]) fc_strbuf_printf(&s, " %s += c * %lldll;", names[i], (long long)st[i]);
+            fc_strbuf_printf(&s, "\n");
         }
-        put(&s, "  }\n};\n");
-        put(&s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, name);
+        fc_strbuf_printf(&s, "  }\n};\n");
+        fc_strbuf_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, name);
     }
     for (int i = 0; i < gr->ninputs; i++)
-        put(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
-    put(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
+        fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
+    fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
     if (!empty) {
-        put(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", mma ? "tc" : "rows", name, L[0].input, L[1].input,
+        fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", mma ? "tc" : "rows", name, L[0].input, L[1].input,
             L[2].input);
-        if (mask) put(&s, "a%d, o0);\n", L[3].input);
-        else put(&s, "(const unsigned char *)0, o0);\n");
+        if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
+        else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
     } else {
-        for (int i = 0; i < gr->ninputs; i++) put(&s, "  (void)a%d;\n", i);
-        put(&s, "  (void)o0;\n");
+        for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(&s, "  (void)a%d;\n", i);
+        fc_strbuf_printf(&s, "  (void)o0;\n");
     }
-    put(&s, "}\n");
+    fc_strbuf_printf(&s, "}\n");
     if (s.oom) {
         free(s.buf);
         return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (attention codegen)");

@@ -40,42 +40,7 @@ static const char prelude[] =
 #include "prelude.cuh.inc"
     ;
 
-/* ---- string builder ---------------------------------------------------- */
-
-typedef struct sb {
-    char *buf;
-    size_t len, cap;
-    bool oom;
-} sb;
-
-static void sb_vf(sb *s, const char *fmt, va_list ap) {
-    if (s->oom) return;
-    va_list ap2;
-    va_copy(ap2, ap);
-    int n = vsnprintf(NULL, 0, fmt, ap2);
-    va_end(ap2);
-    if (s->len + (size_t)n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 4096;
-        while (cap < s->len + (size_t)n + 1) cap *= 2;
-        char *b = realloc(s->buf, cap);
-        if (!b) {
-            s->oom = true;
-            return;
-        }
-        s->buf = b;
-        s->cap = cap;
-    }
-    vsnprintf(s->buf + s->len, (size_t)n + 1, fmt, ap);
-    s->len += (size_t)n;
-}
-
-static void sbf(sb *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sbf(sb *s, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    sb_vf(s, fmt, ap);
-    va_end(ap);
-}
+/* Source text is built with fc_strbuf (ir/strbuf.c). */
 
 /* ---- types --------------------------------------------------------------- */
 
@@ -125,7 +90,7 @@ typedef struct memo {
 typedef struct kctx {
     const fc_plan *p;
     const fc_group *gr;
-    sb *s;
+    fc_strbuf *s;
     int tmp;
     memo *memo;
     int nmemo, cap_memo;
@@ -206,8 +171,8 @@ static void coord(kctx *k, const fc_value *v, const char *L, int d, char *name, 
     int64_t st[FC_MAX_RANK];
     strides_of(v, st);
     snprintf(name, n, "c%d", k->tmp++);
-    if (d == 0) sbf(k->s, "      i64 %s = %s / %lldll;\n", name, L, (long long)st[0]);
-    else sbf(k->s, "      i64 %s = (%s / %lldll) %% %lldll;\n", name, L, (long long)st[d], (long long)v->dims[d]);
+    if (d == 0) fc_strbuf_printf(k->s, "      i64 %s = %s / %lldll;\n", name, L, (long long)st[0]);
+    else fc_strbuf_printf(k->s, "      i64 %s = (%s / %lldll) %% %lldll;\n", name, L, (long long)st[d], (long long)v->dims[d]);
 }
 
 /* Index of operand x (broadcast into the shape of out) at out's index L. */
@@ -229,7 +194,7 @@ static void broadcast_index(kctx *k, const fc_value *out, const char *L, const f
         if (pos >= sizeof expr) pos = sizeof expr - 1;
     }
     snprintf(name, n, "ix%d", k->tmp++);
-    sbf(k->s, "      i64 %s = %s;\n", name, expr);
+    fc_strbuf_printf(k->s, "      i64 %s = %s;\n", name, expr);
 }
 
 static void literal(fc_dtype dt, double x, char *out, size_t n) {
@@ -247,7 +212,7 @@ static const char *bind(kctx *k, const fc_value *v, const char *L, const char *e
     char name[24], r[1100];
     snprintf(name, sizeof name, "t%d", k->tmp++);
     rounded(r, sizeof r, v->dtype, expr);
-    sbf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, r);
+    fc_strbuf_printf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, r);
     remember(k, v->id, L, name);
     return lookup(k, v->id, L);
 }
@@ -386,7 +351,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         }
         for (int d = 0; d < x->rank; d++) memcpy(in_c[d], c[d], 24);
         snprintf(name, sizeof name, "c%d", k->tmp++);
-        sbf(k->s, "      i64 %s = %lldll + %s * %lldll;\n", name, (long long)start, c[ax], (long long)step);
+        fc_strbuf_printf(k->s, "      i64 %s = %lldll + %s * %lldll;\n", name, (long long)start, c[ax], (long long)step);
         snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
         break;
     }
@@ -405,21 +370,21 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
         char res[24];
         snprintf(res, sizeof res, "t%d", k->tmp++);
-        sbf(k->s, "      %s %s;\n", compute_type(v->dtype), res);
+        fc_strbuf_printf(k->s, "      %s %s;\n", compute_type(v->dtype), res);
         int64_t off = 0;
         for (int i = 0; i < n->nin; i++) {
             const fc_value *xi = n->in[i];
             int64_t len = xi->dims[ax];
-            sbf(k->s, "      %sif (%s < %lldll) {\n", i ? "else " : "", c[ax], (long long)(off + len));
-            if (i == n->nin - 1) sbf(k->s, "      /* last operand */\n");
+            fc_strbuf_printf(k->s, "      %sif (%s < %lldll) {\n", i ? "else " : "", c[ax], (long long)(off + len));
+            if (i == n->nin - 1) fc_strbuf_printf(k->s, "      /* last operand */\n");
             for (int d = 0; d < v->rank; d++) memcpy(in_c[d], c[d], 24);
             snprintf(name, sizeof name, "c%d", k->tmp++);
-            sbf(k->s, "      i64 %s = %s - %lldll;\n", name, c[ax], (long long)off);
+            fc_strbuf_printf(k->s, "      i64 %s = %s - %lldll;\n", name, c[ax], (long long)off);
             snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
             linear(xi, in_c, idx, sizeof idx);
             char iv[24];
             snprintf(iv, sizeof iv, "ix%d", k->tmp++);
-            sbf(k->s, "      i64 %s = %s;\n", iv, idx);
+            fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, idx);
             int mark = k->nmemo;
             const char *e = emit_value(k, xi, iv);
             /* concat promotes: an operand of another dtype is converted and
@@ -427,7 +392,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
             char conv[160], rconv[400];
             snprintf(conv, sizeof conv, "(%s)%s", compute_type(v->dtype), e ? e : "0");
             rounded(rconv, sizeof rconv, v->dtype, conv);
-            sbf(k->s, "      %s = %s;\n      }\n", res, rconv);
+            fc_strbuf_printf(k->s, "      %s = %s;\n      }\n", res, rconv);
             k->nmemo = mark;
             off += len;
         }
@@ -441,12 +406,12 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         for (int d = 0; d < ix->rank; d++) memcpy(ic[d], c[ax + d], 24);
         linear(ix, ic, ilin, sizeof ilin);
         snprintf(iv, sizeof iv, "ix%d", k->tmp++);
-        sbf(k->s, "      i64 %s = %s;\n", iv, ilin);
+        fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, ilin);
         const char *e = emit_value(k, ix, iv);
         /* Out-of-range indices are clamped: a kernel cannot report them (the
          * reference interpreter rejects them). */
         snprintf(name, sizeof name, "c%d", k->tmp++);
-        sbf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %lldll : %s; %s = fc_sat(%s, 0ll, %lldll);\n", name,
+        fc_strbuf_printf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %lldll : %s; %s = fc_sat(%s, 0ll, %lldll);\n", name,
             e ? e : "0", name, name, name, (long long)tab->dims[ax], name, name, name, (long long)tab->dims[ax] - 1);
         for (int d = 0; d < ax; d++) memcpy(in_c[d], c[d], 24);
         snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
@@ -458,7 +423,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     }
     linear(x, in_c, idx, sizeof idx);
     snprintf(name, sizeof name, "ix%d", k->tmp++);
-    sbf(k->s, "      i64 %s = %s;\n", name, idx);
+    fc_strbuf_printf(k->s, "      i64 %s = %s;\n", name, idx);
     return emit_value(k, x, name);
 }
 
@@ -536,12 +501,12 @@ static void mark_rows(kctx *k) {
 
 static void kernel_signature(kctx *k, const char *name, unsigned block) {
     const fc_group *gr = k->gr;
-    sbf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
+    fc_strbuf_printf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
     for (int i = 0; i < gr->ninputs; i++)
-        sbf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
+        fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
     for (int i = 0; i < gr->noutputs; i++)
-        sbf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
-    sbf(k->s, ") {\n");
+        fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+    fc_strbuf_printf(k->s, ") {\n");
 }
 
 /* Vector width: 16 bytes of the widest full-shape input or output, when
@@ -578,7 +543,7 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
     for (int e = 0; e < vec; e++) {
         char L[24];
         snprintf(L, sizeof L, "L%d", k->tmp++);
-        sbf(k->s, "      i64 %s = %s + %d;\n", L, base, e);
+        fc_strbuf_printf(k->s, "      i64 %s = %s + %d;\n", L, base, e);
         for (int i = 0; i < gr->ninputs; i++)
             if (vin[i][0]) {
                 char ex[96];
@@ -604,7 +569,7 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             snprintf(vin[i], 24, cache_fmt, i);
         } else {
             snprintf(vin[i], 24, "v%d", k->tmp++);
-            sbf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(gr->inputs[i]->dtype),
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(gr->inputs[i]->dtype),
                 vec, vin[i], storage_type(gr->inputs[i]->dtype), vec, i, base);
         }
     }
@@ -626,8 +591,8 @@ static void store_element(kctx *k, int e, const char *L, void *arg) {
             return;
         }
         const char *x = emit_value(k, v, L);
-        if (sa->vout && sa->vout[o][0]) sbf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, storage_type(v->dtype), x);
-        else sbf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, storage_type(v->dtype), x);
+        if (sa->vout && sa->vout[o][0]) fc_strbuf_printf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, storage_type(v->dtype), x);
+        else fc_strbuf_printf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, storage_type(v->dtype), x);
     }
 }
 
@@ -637,7 +602,7 @@ static void declare_vector_outputs(kctx *k, int vec, char vout[][24]) {
         vout[o][0] = 0;
         if (vec == 1 || (k->reduce && k->is_row[gr->outputs[o]->id])) continue;
         snprintf(vout[o], 24, "w%d", k->tmp++);
-        sbf(k->s, "      fc_vec<%s, %d> %s;\n", storage_type(gr->outputs[o]->dtype), vec, vout[o]);
+        fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s;\n", storage_type(gr->outputs[o]->dtype), vec, vout[o]);
     }
 }
 
@@ -645,16 +610,16 @@ static void vector_stores(kctx *k, int vec, char vout[][24], const char *base) {
     const fc_group *gr = k->gr;
     for (int o = 0; o < gr->noutputs; o++)
         if (vout[o][0])
-            sbf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
+            fc_strbuf_printf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
 }
 
 /* The argument list of a group's kernel (or body function). */
 static void kernel_params(kctx *k) {
     const fc_group *gr = k->gr;
     for (int i = 0; i < gr->ninputs; i++)
-        sbf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
+        fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
     for (int i = 0; i < gr->noutputs; i++)
-        sbf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+        fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
 }
 
 /* Threads a pointwise group needs (one per VEC elements). */
@@ -673,11 +638,11 @@ static fc_status pointwise_body(kctx *k, const char *name) {
     for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
     int vec = vector_width(k, n);
     int64_t nthreads = n / vec;
-    sbf(k->s, "static __device__ __forceinline__ void %s_body(", name);
+    fc_strbuf_printf(k->s, "static __device__ __forceinline__ void %s_body(", name);
     kernel_params(k);
-    sbf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs ? ", " : "");
-    sbf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)nthreads);
-    sbf(k->s, "      i64 base = t * %d;\n", vec);
+    fc_strbuf_printf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs ? ", " : "");
+    fc_strbuf_printf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)nthreads);
+    fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
     if (!vin || !vout) {
@@ -690,7 +655,7 @@ static fc_status pointwise_body(kctx *k, const char *name) {
     store_arg sa = {vec > 1 ? vout : NULL, false};
     elements(k, "base", vec, vin, store_element, &sa);
     vector_stores(k, vec, vout, "base");
-    sbf(k->s, "  }\n}\n\n");
+    fc_strbuf_printf(k->s, "  }\n}\n\n");
     free(vin);
     free(vout);
     return FC_OK;
@@ -705,10 +670,10 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
     if (grid > (1 << 30)) grid = 1 << 30;
     if (grid < 1) grid = 1;
     kernel_signature(k, l->name, PW_BLOCK);
-    sbf(k->s, "  %s_body(", l->name);
-    for (int i = 0; i < k->gr->ninputs; i++) sbf(k->s, "a%d, ", i);
-    for (int i = 0; i < k->gr->noutputs; i++) sbf(k->s, "o%d, ", i);
-    sbf(k->s, "(i64)blockIdx.x * %u + threadIdx.x, (i64)gridDim.x * %u);\n}\n\n", PW_BLOCK, PW_BLOCK);
+    fc_strbuf_printf(k->s, "  %s_body(", l->name);
+    for (int i = 0; i < k->gr->ninputs; i++) fc_strbuf_printf(k->s, "a%d, ", i);
+    for (int i = 0; i < k->gr->noutputs; i++) fc_strbuf_printf(k->s, "o%d, ", i);
+    fc_strbuf_printf(k->s, "(i64)blockIdx.x * %u + threadIdx.x, (i64)gridDim.x * %u);\n}\n\n", PW_BLOCK, PW_BLOCK);
     l->grid[0] = (unsigned)grid;
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = PW_BLOCK;
@@ -739,7 +704,7 @@ static void row_reciprocal(kctx *k, const fc_value *v, const char *name) {
         if (n->op == FC_OP_DIV && n->in[1] == v && fc_dtype_is_float(n->out[0]->dtype)) {
             char rn[24];
             snprintf(rn, sizeof rn, "rcp%d", k->tmp++);
-            sbf(k->s, "    %s %s = (%s)1 / %s;\n", compute_type(v->dtype), rn, compute_type(v->dtype), name);
+            fc_strbuf_printf(k->s, "    %s %s = (%s)1 / %s;\n", compute_type(v->dtype), rn, compute_type(v->dtype), name);
             remember(k, v->id, "rcp", rn);
             return;
         }
@@ -755,12 +720,12 @@ typedef struct phase_arg {
 static void accumulate(kctx *k, int e, const char *L, void *arg) {
     phase_arg *pa = arg;
     const char *x = emit_value(k, pa->r->in[0], L);
-    if (pa->store) sbf(k->s, "      %s[c][%d] = %s;\n", pa->store, e, x);
+    if (pa->store) fc_strbuf_printf(k->s, "      %s[c][%d] = %s;\n", pa->store, e, x);
     const char *ct = compute_type(pa->r->out[0]->dtype == FC_BOOL ? FC_I64 : pa->r->in[0]->dtype);
     switch (pa->r->op) {
-    case FC_OP_REDUCE_MAX: sbf(k->s, "      %s = fc_max(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
-    case FC_OP_REDUCE_MIN: sbf(k->s, "      %s = fc_min(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
-    default: sbf(k->s, "      %s += (%s)%s;\n", pa->acc, ct, x); break;
+    case FC_OP_REDUCE_MAX: fc_strbuf_printf(k->s, "      %s = fc_max(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
+    case FC_OP_REDUCE_MIN: fc_strbuf_printf(k->s, "      %s = fc_min(%s, (%s)%s);\n", pa->acc, pa->acc, ct, x); break;
+    default: fc_strbuf_printf(k->s, "      %s += (%s)%s;\n", pa->acc, ct, x); break;
     }
 }
 
@@ -843,16 +808,16 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         (void)pos;
         snprintf(loop_open, sizeof loop_open, "    for (i64 j0 = 0; j0 < %lldll; j0++) {\n      {\n      i64 base = 0", (long long)len);
         /* the composed index continues below */
-        sbf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
+        fc_strbuf_printf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
         k->tmp += 0;
         /* store the composition in the loop header by appending to loop_open */
         size_t lo = strlen(loop_open);
         snprintf(loop_open + lo, sizeof loop_open - lo, "%.*s;\n", (int)(sizeof loop_open - lo - 4), tmp);
     }
 
-    if (tpr > 32) sbf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
-    sbf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
-    sbf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %lldll; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
+    if (tpr > 32) fc_strbuf_printf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
+    fc_strbuf_printf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
+    fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %lldll; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
         (long long)rows, rpb);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
@@ -866,15 +831,15 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         for (int i = 0; i < gr->ninputs; i++) {
             if (!full_shape(gr, gr->inputs[i])) continue;
             const char *st = storage_type(gr->inputs[i]->dtype);
-            sbf(k->s, "    fc_vec<%s, %d> r%d[%lld];\n", st, vec, i, (long long)kv);
+            fc_strbuf_printf(k->s, "    fc_vec<%s, %d> r%d[%lld];\n", st, vec, i, (long long)kv);
         }
-        sbf(k->s, "%s", loop_open);
+        fc_strbuf_printf(k->s, "%s", loop_open);
         for (int i = 0; i < gr->ninputs; i++) {
             if (!full_shape(gr, gr->inputs[i])) continue;
             const char *st = storage_type(gr->inputs[i]->dtype);
-            sbf(k->s, "      r%d[c] = *(const fc_vec<%s, %d> *)(a%d + base);\n", i, st, vec, i);
+            fc_strbuf_printf(k->s, "      r%d[c] = *(const fc_vec<%s, %d> *)(a%d + base);\n", i, st, vec, i);
         }
-        sbf(k->s, "    }}\n");
+        fc_strbuf_printf(k->s, "    }}\n");
     }
     /* One phase per reduction, in order. */
     for (int i = 0; i < gr->nnodes; i++) {
@@ -889,7 +854,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         else if (r->op == FC_OP_REDUCE_MIN)
             snprintf(init, sizeof init, fc_dtype_is_float(acc_dt) ? "INFINITY" : "(i64)0x7fffffffffffffffll");
         else snprintf(init, sizeof init, "0");
-        sbf(k->s, "    %s %s = %s;\n", ct, acc, init);
+        fc_strbuf_printf(k->s, "    %s %s = %s;\n", ct, acc, init);
         /* Persistent rows: keep the reduced value's input (softmax's exp) in
          * registers when later phases read it too, so it is computed once. */
         char store[16] = "";
@@ -902,16 +867,16 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
                     if (gr->nodes[j]->in[q] == x && gr->nodes[j] != r) later_use = true;
             if (later_use) {
                 snprintf(store, sizeof store, "s%d", k->tmp++);
-                sbf(k->s, "    %s %s[%lld][%d];\n", compute_type(x->dtype), store, (long long)kv, vec);
+                fc_strbuf_printf(k->s, "    %s %s[%lld][%d];\n", compute_type(x->dtype), store, (long long)kv, vec);
             }
         }
-        sbf(k->s, "%s", loop_open);
+        fc_strbuf_printf(k->s, "%s", loop_open);
         int mark = k->nmemo;
         vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
         phase_arg pa = {r, acc, store[0] ? store : NULL};
         elements(k, "base", vec, vin, accumulate, &pa);
         k->nmemo = mark;
-        sbf(k->s, "    }}\n");
+        fc_strbuf_printf(k->s, "    }}\n");
         if (store[0]) {
             k->cached_vid[k->ncached] = x->id;
             snprintf(k->cached_arr[k->ncached], sizeof k->cached_arr[0], "%s", store);
@@ -919,8 +884,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         }
         const char *opname = r->op == FC_OP_REDUCE_MAX ? "fc_op_max" : r->op == FC_OP_REDUCE_MIN ? "fc_op_min" : "fc_op_sum";
         const char *smem = acc_dt == FC_F64 ? "smem_d" : fc_dtype_is_float(acc_dt) ? "smem_f" : "smem_i";
-        if (tpr > 32) sbf(k->s, "    %s = fc_allreduce(%s, %d, %s, %s());\n", acc, acc, tpr, smem, opname);
-        else if (tpr > 1) sbf(k->s, "    %s = fc_allreduce(%s, %d, (%s *)0, %s());\n", acc, acc, tpr, ct, opname);
+        if (tpr > 32) fc_strbuf_printf(k->s, "    %s = fc_allreduce(%s, %d, %s, %s());\n", acc, acc, tpr, smem, opname);
+        else if (tpr > 1) fc_strbuf_printf(k->s, "    %s = fc_allreduce(%s, %d, (%s *)0, %s());\n", acc, acc, tpr, ct, opname);
         char val[64];
         if (r->op == FC_OP_REDUCE_MEAN) snprintf(val, sizeof val, "(%s / (%s)%lld)", acc, ct, (long long)len);
         else snprintf(val, sizeof val, "%s", acc);
@@ -928,7 +893,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         rounded(rv, sizeof rv, r->out[0]->dtype, val);
         char name[24];
         snprintf(name, sizeof name, "red%d", k->tmp++);
-        sbf(k->s, "    %s %s = %s;\n", compute_type(r->out[0]->dtype), name, rv);
+        fc_strbuf_printf(k->s, "    %s %s = %s;\n", compute_type(r->out[0]->dtype), name, rv);
         remember(k, r->out[0]->id, "row", name);
         row_reciprocal(k, r->out[0], name);
         k->row_ready[r->out[0]->id] = true;
@@ -954,7 +919,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     for (int o = 0; o < gr->noutputs; o++)
         if (!k->is_row[gr->outputs[o]->id]) any_full = true;
     if (any_full) {
-        sbf(k->s, "%s", loop_open);
+        fc_strbuf_printf(k->s, "%s", loop_open);
         int mark = k->nmemo;
         vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
         declare_vector_outputs(k, vec, vout);
@@ -962,15 +927,15 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         elements(k, "base", vec, vin, store_element, &sa);
         vector_stores(k, vec, vout, "base");
         k->nmemo = mark;
-        sbf(k->s, "    }}\n");
+        fc_strbuf_printf(k->s, "    }}\n");
     }
     for (int o = 0; o < gr->noutputs; o++) {
         const fc_value *v = gr->outputs[o];
         if (!k->is_row[v->id]) continue;
         const char *e = lookup(k, v->id, "row");
-        sbf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, storage_type(v->dtype), e ? e : "0");
+        fc_strbuf_printf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, storage_type(v->dtype), e ? e : "0");
     }
-    sbf(k->s, "  }\n}\n\n");
+    fc_strbuf_printf(k->s, "  }\n}\n\n");
     free(vin);
     free(vout);
     int64_t grid = (rows + rpb - 1) / rpb;
@@ -995,7 +960,7 @@ static void summarize(const fc_group *gr, char *out, size_t n) {
 /* Independent small pointwise groups [first, last] of one batch: each body
  * is a device function; one kernel gives each group its own range of
  * blocks. The launch's arguments are the groups' arguments in order. */
-static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s, fc_launch *l) {
+static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_strbuf *s, fc_launch *l) {
     fc_graph *g = plan->g;
     l->kind = FC_LAUNCH_KERNEL;
     l->group = plan->groups[first]->id;
@@ -1018,7 +983,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s,
         kctx k = {.p = plan, .gr = gr, .s = s};
         char name[80];
         snprintf(name, sizeof name, "%s_%d", l->name, i - first);
-        sbf(s, "// group %d (batched)\n", gr->id);
+        fc_strbuf_printf(s, "// group %d (batched)\n", gr->id);
         st = pointwise_body(&k, name);
         blocks[i - first] = (pointwise_threads(&k) + PW_BLOCK - 1) / PW_BLOCK;
         if (blocks[i - first] < 1) blocks[i - first] = 1;
@@ -1030,17 +995,17 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s,
         return st;
     }
     /* The kernel: all arguments, prefixed by group. */
-    sbf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", PW_BLOCK, l->name);
+    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", PW_BLOCK, l->name);
     int a = 0;
     for (int i = first; i <= last; i++) {
         const fc_group *gr = plan->groups[i];
         for (int q = 0; q < gr->ninputs; q++, a++) {
-            sbf(s, "%sconst %s *__restrict__ g%d_a%d", a ? ", " : "", storage_type(gr->inputs[q]->dtype), i - first, q);
+            fc_strbuf_printf(s, "%sconst %s *__restrict__ g%d_a%d", a ? ", " : "", storage_type(gr->inputs[q]->dtype), i - first, q);
         }
         for (int q = 0; q < gr->noutputs; q++, a++)
-            sbf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", storage_type(gr->outputs[q]->dtype), i - first, q);
+            fc_strbuf_printf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", storage_type(gr->outputs[q]->dtype), i - first, q);
     }
-    sbf(s, ") {\n  long long b = blockIdx.x;\n");
+    fc_strbuf_printf(s, ") {\n  long long b = blockIdx.x;\n");
     /* Arguments in the kernel's order: each group's reads, then its writes. */
     int at = 0;
     int64_t start = 0;
@@ -1049,13 +1014,13 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s,
         for (int q = 0; q < gr->ninputs; q++) l->args[at++] = gr->inputs[q]->id;
         for (int q = 0; q < gr->noutputs; q++) l->args[at++] = gr->outputs[q]->id;
         int64_t nb = blocks[i - first];
-        sbf(s, "  %sif (b < %lldll) %s_%d_body(", i > first ? "else " : "", (long long)(start + nb), l->name, i - first);
-        for (int q = 0; q < gr->ninputs; q++) sbf(s, "g%d_a%d, ", i - first, q);
-        for (int q = 0; q < gr->noutputs; q++) sbf(s, "g%d_o%d, ", i - first, q);
-        sbf(s, "(b - %lldll) * %u + threadIdx.x, %lldll * %u);\n", (long long)start, PW_BLOCK, (long long)nb, PW_BLOCK);
+        fc_strbuf_printf(s, "  %sif (b < %lldll) %s_%d_body(", i > first ? "else " : "", (long long)(start + nb), l->name, i - first);
+        for (int q = 0; q < gr->ninputs; q++) fc_strbuf_printf(s, "g%d_a%d, ", i - first, q);
+        for (int q = 0; q < gr->noutputs; q++) fc_strbuf_printf(s, "g%d_o%d, ", i - first, q);
+        fc_strbuf_printf(s, "(b - %lldll) * %u + threadIdx.x, %lldll * %u);\n", (long long)start, PW_BLOCK, (long long)nb, PW_BLOCK);
         start += nb;
     }
-    sbf(s, "}\n\n");
+    fc_strbuf_printf(s, "}\n\n");
     free(blocks);
     l->nargs = nargs;
     l->nreads = nargs; /* reads and writes interleave by group; the runtime
@@ -1070,8 +1035,8 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, sb *s,
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     memset(out, 0, sizeof *out);
     fc_graph *g = plan->g;
-    sb s = {0};
-    sbf(&s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
+    fc_strbuf s = {0};
+    fc_strbuf_printf(&s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
     out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
@@ -1106,7 +1071,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
             char *src = NULL;
             st = fc_cuda_emit_attention(plan, gr, l->name, &src, l);
-            if (!st) sbf(&s, "// group %d: %s\n%s", gr->id, l->summary, src);
+            if (!st) fc_strbuf_printf(&s, "// group %d: %s\n%s", gr->id, l->summary, src);
             free(src);
             continue;
         }
@@ -1122,7 +1087,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
         else {
-            sbf(&s, "// group %d: %s\n", gr->id, l->summary);
+            fc_strbuf_printf(&s, "// group %d: %s\n", gr->id, l->summary);
             st = gr->kind == FC_GROUP_REDUCE ? reduce_kernel(&k, l) : pointwise_kernel(&k, l);
         }
         if (!st && k.oom) st = FC_ERR_NOMEM;
