@@ -282,3 +282,31 @@ int fc_graph_num_params(const fc_graph *g) { return g->nparams; }
 fc_value *fc_graph_param(const fc_graph *g, int i) { return i >= 0 && i < g->nparams ? g->params[i] : NULL; }
 int fc_graph_num_outputs(const fc_graph *g) { return g->noutputs; }
 fc_value *fc_graph_output(const fc_graph *g, int i) { return i >= 0 && i < g->noutputs ? g->outputs[i] : NULL; }
+
+/* Compiled kernels bake shapes in: every dim of every param and live node
+ * result must be static. The error names the first unbound symbol. */
+static fc_status check_static(fc_graph *g, const fc_value *v) {
+    for (int d = 0; d < v->rank; d++) {
+        if (!fc_dim_is_sym(v->dims[d])) continue;
+        const char *name = fc_sym_name(g, v->dims[d]);
+        if (!name) name = "?";
+        return fc_set_error(g->ctx, FC_ERR_INPUT, "symbol %s is unbound: bind it (--bind %s=...) to compile", name,
+                            name);
+    }
+    return FC_OK;
+}
+
+fc_status fc_graph_check_static(fc_graph *g) {
+    for (int i = 0; i < g->nparams; i++) {
+        fc_status st = check_static(g, g->params[i]);
+        if (st != FC_OK) return st;
+    }
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        for (int k = 0; !n->dead && k < n->nout; k++) {
+            fc_status st = check_static(g, n->out[k]);
+            if (st != FC_OK) return st;
+        }
+    }
+    return FC_OK;
+}

@@ -282,6 +282,10 @@ fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_
 /* Check rank, dims and 64-bit size of a shape; poisons g on failure. */
 bool fc_check_shape(fc_graph *g, const char *what, fc_dtype dt, int rank, const fc_dim *dims);
 
+/* FC_OK when every dim of the graph is static (a compiled program bakes
+ * shapes in); else an error naming the first unbound symbol. */
+fc_status fc_graph_check_static(fc_graph *g);
+
 /* Re-run inference on node n and compare with its stored result types. */
 fc_status fc_reinfer_check(fc_graph *g, fc_node *n);
 

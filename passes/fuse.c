@@ -648,11 +648,8 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->g = g;
     fc_arena_init(&plan->arena, g->ctx);
-    for (int i = 0; i < g->nparams; i++)
-        for (int d = 0; d < g->params[i]->rank; d++)
-            if (fc_dim_is_sym(g->params[i]->dims[d]))
-                return fc_set_error(g->ctx, FC_ERR_INPUT, "symbol %s is unbound: bind it (--bind %s=...) to compile",
-                                    fc_sym_name(g, g->params[i]->dims[d]), fc_sym_name(g, g->params[i]->dims[d]));
+    fc_status check = fc_graph_check_static(g);
+    if (check != FC_OK) return check;
     plan->group_of_node = fc_arena_alloc(&plan->arena, sizeof(int) * ((size_t)g->next_node_id + 1));
     if (!plan->group_of_node) return FC_ERR_NOMEM;
     for (int i = 0; i <= g->next_node_id; i++) plan->group_of_node[i] = -1;

@@ -715,31 +715,6 @@ static fc_status check_library(fc_cpu_program *p, const fc_group *gr) {
 /* Compiling.                                                          */
 /* ------------------------------------------------------------------ */
 
-static fc_status check_static(fc_graph *g, const fc_value *v) {
-    for (int d = 0; d < v->rank; d++) {
-        if (!fc_dim_is_sym(v->dims[d])) continue;
-        const char *name = fc_sym_name(g, v->dims[d]);
-        if (!name) name = "?";
-        return fc_set_error(g->ctx, FC_ERR_INPUT, "symbol %s is unbound: bind it (--bind %s=...) to compile", name,
-                            name);
-    }
-    return FC_OK;
-}
-
-static fc_status check_all_static(fc_graph *g) {
-    for (int i = 0; i < g->nparams; i++) {
-        fc_status st = check_static(g, g->params[i]);
-        if (st != FC_OK) return st;
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const fc_node *n = g->nodes[i];
-        for (int k = 0; !n->dead && k < n->nout; k++) {
-            fc_status st = check_static(g, n->out[k]);
-            if (st != FC_OK) return st;
-        }
-    }
-    return FC_OK;
-}
 
 /* The passes and the LLVM code of g, fused or not. On failure, *row_conflict
  * says whether the code generator refused a reduction group that fusion
@@ -823,7 +798,7 @@ fc_status fc_cpu_compile_ex(fc_graph *g, const fc_cpu_options *o, fc_cpu_program
     if (!g->returned)
         return fc_set_error(ctx, FC_ERR_INPUT, "fc_cpu_compile: graph %s has no results (call fc_graph_return)",
                             g->name);
-    fc_status st = check_all_static(g);
+    fc_status st = fc_graph_check_static(g);
     if (st != FC_OK) return st;
     fc_cpu_program *p = zalloc(ctx, 1, sizeof *p);
     if (!p) return FC_ERR_NOMEM;

@@ -197,33 +197,6 @@ void fc_compile_counters_get(fc_compile_counters *out) {
 /* Compiling.                                                          */
 /* ------------------------------------------------------------------ */
 
-/* A dim that is still symbolic cannot be baked into a kernel. */
-static fc_status check_static(fc_graph *g, const fc_value *v) {
-    for (int d = 0; d < v->rank; d++) {
-        if (!fc_dim_is_sym(v->dims[d])) continue;
-        const char *name = fc_sym_name(g, v->dims[d]);
-        if (!name) name = "?";
-        return fc_set_error(g->ctx, FC_ERR_INPUT, "symbol %s is unbound: bind it (--bind %s=...) to compile", name,
-                            name);
-    }
-    return FC_OK;
-}
-
-static fc_status check_all_static(fc_graph *g) {
-    for (int i = 0; i < g->nparams; i++) {
-        fc_status st = check_static(g, g->params[i]);
-        if (st != FC_OK) return st;
-    }
-    for (int i = 0; i < g->nnodes; i++) {
-        const fc_node *n = g->nodes[i];
-        if (n->dead) continue;
-        for (int k = 0; k < n->nout; k++) {
-            fc_status st = check_static(g, n->out[k]);
-            if (st != FC_OK) return st;
-        }
-    }
-    return FC_OK;
-}
 
 /* sm 0 means the device's own compute capability, or sm_90 when there is
  * no device: NVRTC needs none, and the H100/H200 is the target. NULL
@@ -666,7 +639,7 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
                             "fc_compile yet)");
     if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
     /* Before copying anything: the most common mistake, with its fix. */
-    fc_status st = check_all_static(g);
+    fc_status st = fc_graph_check_static(g);
     if (st != FC_OK) return st;
 
     double t0 = now_ms();
