@@ -170,7 +170,7 @@ static int64_t numel(const fc_value *v) {
 /* A value of a REDUCE group is ROW level when it holds one element per row
  * in the kept dims' order: its shape is the space with the reduced dims
  * removed or set to 1. */
-static bool is_row_shape(const fc_group *gr, const fc_value *v) {
+bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v) {
     int j = 0;
     for (int d = 0; d < gr->rank; d++) {
         if (gr->reduced[d]) {
@@ -186,22 +186,16 @@ static bool is_row_shape(const fc_group *gr, const fc_value *v) {
 }
 
 /* Does reading operand v, broadcast (NumPy, right-aligned) into the group's
- * full space, give one value per row? True when every reduced dim is absent
- * or 1 in v and every kept dim matches. */
-static bool row_broadcast(const fc_group *gr, const fc_value *v) {
+ * full space, give one value per row, the row's own? Every reduced dim is 1
+ * (or absent) in v and every kept dim matches (a size-1 kept dim of the
+ * space may be absent). */
+bool fc_group_row_broadcast(const fc_group *gr, const fc_value *v) {
     if (v->rank > gr->rank) return false;
     int off = gr->rank - v->rank;
     for (int d = 0; d < gr->rank; d++) {
         int64_t vd = d < off ? 1 : v->dims[d - off];
-        if (gr->reduced[d]) {
-            if (vd != 1) return false;
-        } else if (vd != gr->space[d] && !(d < off)) {
-            if (vd != 1) return false;
-            /* a size-1 kept dim broadcast over rows: not per-row data */
-            if (gr->space[d] != 1) return false;
-        } else if (d < off && gr->space[d] != 1) {
-            return false; /* kept dim missing: value is the same for many rows */
-        }
+        if (gr->reduced[d] ? vd != 1 : (vd != gr->space[d] && gr->space[d] != 1)) return false;
+        if (!gr->reduced[d] && d < off && gr->space[d] != 1) return false;
     }
     return true;
 }
@@ -274,7 +268,7 @@ static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
      * reduction itself joins). Stored results must be FULL or ROW. */
     if (n->nout != 1) return !out;
     fc_value *v = n->out[0];
-    if (is_full(gr, v) || is_row_shape(gr, v)) return true;
+    if (is_full(gr, v) || fc_group_is_row_shape(gr, v)) return true;
     return !out;
 }
 
@@ -289,7 +283,7 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
         int ug = s->plan->group_of_node[u->id];
         if (ug != gr->id && ug != MULTI) continue;
         if (is_view(u->op)) {
-            bool row_reshape = u->op == FC_OP_RESHAPE && is_row_shape(gr, u->out[0]) && is_row_shape(gr, v);
+            bool row_reshape = u->op == FC_OP_RESHAPE && fc_group_is_row_shape(gr, u->out[0]) && fc_group_is_row_shape(gr, v);
             if (!row_reshape || ug == MULTI) return true;
         }
         for (int k = 0; k < u->nout; k++)
@@ -309,7 +303,7 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     /* As the group would be after the merge: */
     fc_group trial = *gr;
     make_reduce(&trial, r);
-    if (any_output(s, r) && !is_row_shape(&trial, r->out[0])) return false;
+    if (any_output(s, r) && !fc_group_is_row_shape(&trial, r->out[0])) return false;
     /* Every user must read the reduced value once per row: an elementwise
      * op that broadcasts it over the row (FULL result) or that works on
      * row values (ROW result), or a reshape between row shapes. */
@@ -317,10 +311,10 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     for (int j = 0; j < s->u.count[v->id]; j++) {
         fc_node *u = s->u.list[s->u.start[v->id] + j];
         fc_value *uo = u->out[0];
-        if (u->op == FC_OP_RESHAPE && is_row_shape(&trial, uo)) continue;
+        if (u->op == FC_OP_RESHAPE && fc_group_is_row_shape(&trial, uo)) continue;
         if (!is_elementwise(u->op)) return false;
-        if (is_row_shape(&trial, uo) && numel(uo) == trial.rows) continue;
-        if (is_full(&trial, uo) && row_broadcast(&trial, v)) continue;
+        if (fc_group_is_row_shape(&trial, uo) && numel(uo) == trial.rows) continue;
+        if (is_full(&trial, uo) && fc_group_row_broadcast(&trial, v)) continue;
         return false;
     }
     /* No view in the group may read the reduced value, directly or through

@@ -84,6 +84,13 @@ typedef struct fc_plan {
     int64_t intermediate_bytes; /* sum of every intermediate's bytes */
 } fc_plan;
 
+/* In a REDUCE group: does v hold one element per row, in the kept dims'
+ * order (the space with the reduced dims removed or set to 1)? */
+bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v);
+/* Does v, broadcast into the group's full space, give each row its own
+ * single value (every reduced dim 1 or absent, every kept dim matching)? */
+bool fc_group_row_broadcast(const fc_group *gr, const fc_value *v);
+
 /* Options of the fusion passes. */
 typedef struct fc_fuse_options {
     bool vertical;   /* default true */

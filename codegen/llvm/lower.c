@@ -686,37 +686,6 @@ static void pointwise_kernel(kern *k, LLVMValueRef b, LLVMValueRef e) {
 
 static bool in_group(const kern *k, const fc_node *n) { return k->plan->group_of_node[n->id] == k->gr->id; }
 
-/* passes/fuse.c's definitions: a value is row level when it holds one
- * element per row in the kept dims' order (the space with the reduced dims
- * removed or set to 1). */
-static bool is_row_shape(const fc_group *gr, const fc_value *v) {
-    int j = 0;
-    for (int d = 0; d < gr->rank; d++) {
-        if (gr->reduced[d]) {
-            if (j < v->rank && v->rank == gr->rank && v->dims[j] == 1) j++;
-            continue;
-        }
-        while (j < v->rank && v->dims[j] == 1 && gr->space[d] != 1) j++;
-        if (j >= v->rank || v->dims[j] != gr->space[d]) return false;
-        j++;
-    }
-    while (j < v->rank && v->dims[j] == 1) j++;
-    return j == v->rank;
-}
-
-/* Reading v broadcast into the full space gives one value per row, the
- * row's own: every reduced dim is 1 (or absent) in v and every kept dim
- * matches (a size-1 kept dim of the space may be absent). */
-static bool row_broadcast(const fc_group *gr, const fc_value *v) {
-    if (v->rank > gr->rank) return false;
-    int off = gr->rank - v->rank;
-    for (int d = 0; d < gr->rank; d++) {
-        int64_t vd = d < off ? 1 : v->dims[d - off];
-        if (gr->reduced[d] ? vd != 1 : (vd != gr->space[d] && gr->space[d] != 1)) return false;
-        if (!gr->reduced[d] && d < off && gr->space[d] != 1) return false;
-    }
-    return true;
-}
 
 /* Mark the values computed once per row (codegen/cuda/emit.c's rule): the
  * reductions, and in-group nodes with one element per row whose operands are
@@ -737,7 +706,7 @@ static void mark_rows(kern *k) {
             if (k->is_row[x->id]) dep = true;
             else if (x->def && in_group(k, x->def)) other = true;
         }
-        if (dep && !other && numel_of(n->out[0]) == gr->rows && is_row_shape(gr, n->out[0])) k->is_row[n->out[0]->id] = true;
+        if (dep && !other && numel_of(n->out[0]) == gr->rows && fc_group_is_row_shape(gr, n->out[0])) k->is_row[n->out[0]->id] = true;
     }
 }
 
@@ -770,10 +739,10 @@ static void check_row_reads(kern *k) {
             if (x->weak || (!k->is_row[x->id] && !dep[x->id])) continue;
             for (int o = 0; o < n->nout && !reduce && !row_out; o++) dep[n->out[o]->id] = true;
             bool ok;
-            if (reduce) ok = is_full(gr, x) && (dep[x->id] || row_broadcast(gr, x));
+            if (reduce) ok = is_full(gr, x) && (dep[x->id] || fc_group_row_broadcast(gr, x));
             else if (!k->is_row[x->id]) ok = is_elementwise(n->op) && is_full(gr, n->out[0]) && is_full(gr, x);
             else if (row_out) ok = is_elementwise(n->op) || n->op == FC_OP_RESHAPE;
-            else ok = is_elementwise(n->op) && is_full(gr, n->out[0]) && row_broadcast(gr, x);
+            else ok = is_elementwise(n->op) && is_full(gr, n->out[0]) && fc_group_row_broadcast(gr, x);
             if (!ok) {
                 char xs[128], ns[128];
                 k->row_conflict = true;
@@ -794,7 +763,7 @@ static void check_row_reads(kern *k) {
 /* A stored value of a REDUCE group that is not a per-row value but has one
  * element per row, in row order: it is written once per row. */
 static bool row_stored(const kern *k, const fc_value *v) {
-    return numel_of(v) == k->gr->rows && is_row_shape(k->gr, v);
+    return numel_of(v) == k->gr->rows && fc_group_is_row_shape(k->gr, v);
 }
 
 /* The reduction's accumulator type and initial value. Float max/min work on
