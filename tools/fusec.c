@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -365,22 +366,10 @@ static int flag_emit(options *o, const char *flag, const char *val) {
     return 0;
 }
 
-static int flag_check(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->check = true;
-    return 0;
-}
-
 static int flag_bench(options *o, const char *flag, const char *val) {
     uint64_t n;
     if (!parse_u64(val, 1000000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
     o->bench_iters = (int)n;
-    return 0;
-}
-
-static int flag_run(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->run = true;
     return 0;
 }
 
@@ -438,51 +427,9 @@ static int flag_arch(options *o, const char *flag, const char *val) {
     return 0;
 }
 
-static int flag_time(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->time = true;
-    return 0;
-}
-
 static int flag_cache_dir(options *o, const char *flag, const char *val) {
     if (!*val) return usage_error("%s needs a directory", flag);
     o->cache_dir = val;
-    return 0;
-}
-
-static int flag_cache_info(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->cache_info = true;
-    return 0;
-}
-
-static int flag_verify(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->verify = true;
-    return 0;
-}
-
-static int flag_cache_clear(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->cache_clear = true;
-    return 0;
-}
-
-static int flag_devices(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->list_devices = true;
-    return 0;
-}
-
-static int flag_help(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->help = true;
-    return 0;
-}
-
-static int flag_version(options *o, const char *flag, const char *val) {
-    (void)flag, (void)val;
-    o->version = true;
     return 0;
 }
 
@@ -490,30 +437,34 @@ typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
     bool takes_value;  /* --name VALUE or --name=VALUE */
-    int (*fn)(options *o, const char *flag, const char *val);
+    int (*fn)(options *o, const char *flag, const char *val); /* NULL: a switch */
+    size_t swtch;      /* a switch: offsetof the bool in options it sets */
 } flag;
 
+#define OPTION(name, alias, fn) {name, alias, true, fn, 0}
+#define SWITCH(name, alias, field) {name, alias, false, NULL, offsetof(options, field)}
+
 static const flag flags[] = {
-    {"--graph", NULL, true, flag_graph},
-    {"--bind", NULL, true, flag_bind},
-    {"--emit", NULL, true, flag_emit},
-    {"--run", NULL, false, flag_run},
-    {"--check", NULL, false, flag_check},
-    {"--bench", NULL, true, flag_bench},
-    {"--device", NULL, true, flag_device},
-    {"--inputs", NULL, true, flag_inputs},
-    {"--seed", NULL, true, flag_seed},
-    {"--save-outputs", NULL, true, flag_save_outputs},
-    {"--output", "-o", true, flag_output},
-    {"--arch", NULL, true, flag_arch},
-    {"--time", NULL, false, flag_time},
-    {"--cache-dir", NULL, true, flag_cache_dir},
-    {"--cache-info", NULL, false, flag_cache_info},
-    {"--verify", NULL, false, flag_verify},
-    {"--cache-clear", NULL, false, flag_cache_clear},
-    {"--devices", NULL, false, flag_devices},
-    {"--help", "-h", false, flag_help},
-    {"--version", NULL, false, flag_version},
+    OPTION("--graph", NULL, flag_graph),
+    OPTION("--bind", NULL, flag_bind),
+    OPTION("--emit", NULL, flag_emit),
+    SWITCH("--run", NULL, run),
+    SWITCH("--check", NULL, check),
+    OPTION("--bench", NULL, flag_bench),
+    OPTION("--device", NULL, flag_device),
+    OPTION("--inputs", NULL, flag_inputs),
+    OPTION("--seed", NULL, flag_seed),
+    OPTION("--save-outputs", NULL, flag_save_outputs),
+    OPTION("--output", "-o", flag_output),
+    OPTION("--arch", NULL, flag_arch),
+    SWITCH("--time", NULL, time),
+    OPTION("--cache-dir", NULL, flag_cache_dir),
+    SWITCH("--cache-info", NULL, cache_info),
+    SWITCH("--verify", NULL, verify),
+    SWITCH("--cache-clear", NULL, cache_clear),
+    SWITCH("--devices", NULL, list_devices),
+    SWITCH("--help", "-h", help),
+    SWITCH("--version", NULL, version),
 };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -546,6 +497,10 @@ static int parse_args(int argc, char **argv, options *o) {
             else return usage_error("option '%s' needs a value", f->name);
         } else if (eq) {
             return usage_error("option '%s' takes no value", f->name);
+        }
+        if (!f->fn) {
+            *(bool *)((char *)o + f->swtch) = true;
+            continue;
         }
         int rc = f->fn(o, f->name, val);
         if (rc) return rc;
