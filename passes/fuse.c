@@ -503,7 +503,8 @@ static bool *reachability(fc_plan *p) {
     int n = p->ngroups;
     bool *r = calloc((size_t)n * (size_t)n + 1, sizeof(bool));
     if (!r) return NULL;
-    /* Groups are in topological order here (schedule ran first). */
+    /* Groups are in topological order here, and fc_pass_schedule made each
+     * group's id its position. */
     for (int b = 0; b < n; b++) {
         fc_group *gb = p->groups[b];
         for (int k = 0; k < gb->ninputs; k++) {
@@ -511,14 +512,10 @@ static bool *reachability(fc_plan *p) {
             if (!v->def) continue;
             int a = p->group_of_node[v->def->id];
             if (a < 0) continue;
-            /* map group id to position */
-            int pa = -1;
+            FC_ASSERT(p->groups[a]->id == a);
+            r[(size_t)a * (size_t)n + (size_t)b] = true;
             for (int q = 0; q < n; q++)
-                if (p->groups[q]->id == a) pa = q;
-            if (pa < 0) continue;
-            r[(size_t)pa * (size_t)n + (size_t)b] = true;
-            for (int q = 0; q < n; q++)
-                if (r[(size_t)q * (size_t)n + (size_t)pa]) r[(size_t)q * (size_t)n + (size_t)b] = true;
+                if (r[(size_t)q * (size_t)n + (size_t)a]) r[(size_t)q * (size_t)n + (size_t)b] = true;
         }
     }
     return r;
