@@ -49,6 +49,8 @@ static const fusion_case cases[] = {
      "graph f(%x: f32[4, 100000]) {\n  %y = softmax(%x)\n  return %y\n}\n", 1, 0},
     {"column reduction",
      "graph f(%x: f32[512, 64]) {\n  %s = reduce_sum(%x, axes=[0])\n  return %s\n}\n", 1, 0},
+    {"rank-8 column reduction (a long index expression)",
+     "graph f(%x: f32[2, 3, 2, 3, 2, 3, 2, 5]) {\n  %s = reduce_sum(%x, axes=[0, 2, 4])\n  return %s\n}\n", 1, 0},
     {"sibling reductions (horizontal)",
      "graph f(%x: f32[128, 512]) {\n  %a = reduce_sum(%x, axes=[1])\n  %b = reduce_max(%x, axes=[1])\n  return %a, %b\n}\n",
      1, 0},

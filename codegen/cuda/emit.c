@@ -769,7 +769,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     mark_rows(k);
 
     /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
-    char loop_open[256];
+    char loop_open[1024]; /* rank 8: 8 terms of at most ~90 characters */
     if (cache)
         snprintf(loop_open, sizeof loop_open,
                  "    _Pragma(\"unroll\") for (int c = 0; c < %lld; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
@@ -787,32 +787,20 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             st[d] = s;
             s *= gr->space[d];
         }
-        char expr[200] = "0";
-        size_t pos = 1;
+        /* base = sum over dims of (coordinate * stride); the coordinates of
+         * kept dims come from `row`, those of reduced dims from `j0`. */
+        size_t pos = (size_t)snprintf(loop_open, sizeof loop_open,
+                                      "    for (i64 j0 = 0; j0 < %lldll; j0++) {\n      {\n      i64 base = 0", (long long)len);
         int64_t krem = 1, rrem = 1;
-        char tmp[1200] = "";
-        size_t tp = 0;
-        for (int d = gr->rank - 1; d >= 0; d--) {
-            if (gr->reduced[d]) {
-                tp += (size_t)snprintf(tmp + tp, sizeof tmp - tp, " + ((j0 / %lldll) %% %lldll) * %lldll", (long long)rrem,
-                                       (long long)gr->space[d], (long long)st[d]);
-                rrem *= gr->space[d];
-            } else {
-                tp += (size_t)snprintf(tmp + tp, sizeof tmp - tp, " + ((row / %lldll) %% %lldll) * %lldll", (long long)krem,
-                                       (long long)gr->space[d], (long long)st[d]);
-                krem *= gr->space[d];
-            }
-            if (tp >= sizeof tmp) tp = sizeof tmp - 1;
+        for (int d = gr->rank - 1; d >= 0 && pos < sizeof loop_open; d--) {
+            int64_t *rem = gr->reduced[d] ? &rrem : &krem;
+            pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %lldll) %% %lldll) * %lldll",
+                                    gr->reduced[d] ? "j0" : "row", (long long)*rem, (long long)gr->space[d],
+                                    (long long)st[d]);
+            *rem *= gr->space[d];
         }
-        (void)expr;
-        (void)pos;
-        snprintf(loop_open, sizeof loop_open, "    for (i64 j0 = 0; j0 < %lldll; j0++) {\n      {\n      i64 base = 0", (long long)len);
-        /* the composed index continues below */
+        if (pos < sizeof loop_open) snprintf(loop_open + pos, sizeof loop_open - pos, ";\n");
         fc_strbuf_printf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
-        k->tmp += 0;
-        /* store the composition in the loop header by appending to loop_open */
-        size_t lo = strlen(loop_open);
-        snprintf(loop_open + lo, sizeof loop_open - lo, "%.*s;\n", (int)(sizeof loop_open - lo - 4), tmp);
     }
 
     if (tpr > 32) fc_strbuf_printf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
