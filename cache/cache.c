@@ -28,6 +28,7 @@ const char *fc_cache_level_name(fc_cache_level level) {
     switch (level) {
     case FC_CACHE_KERNEL: return "kernel";
     case FC_CACHE_PROGRAM: return "program";
+    case FC_CACHE_ALGO: return "algorithm";
     default: return "?";
     }
 }
@@ -36,6 +37,7 @@ const char *fc_cache_level_dir(fc_cache_level level) {
     switch (level) {
     case FC_CACHE_KERNEL: return "kernels";
     case FC_CACHE_PROGRAM: return "programs";
+    case FC_CACHE_ALGO: return "algos";
     default: return "?";
     }
 }
@@ -382,6 +384,10 @@ void fc_cache_note_compile(fc_cache *c) {
     if (c && c->mode != FC_CACHE_OFF) count(c, FC_CACHE_COMPILES, 1);
 }
 
+void fc_cache_note_corrupt(fc_cache *c) {
+    if (c && c->mode != FC_CACHE_OFF) count(c, FC_CACHE_CORRUPT, 1);
+}
+
 fc_status fc_cache_flush_stats(fc_cache *c, fc_context *ctx) {
     if (!c) return fc_set_error(ctx, FC_ERR_USAGE, "fc_cache_flush_stats: cache is NULL");
     /* ro never writes; without a directory the counts stay in process. */
@@ -607,5 +613,27 @@ fc_status fc_cache_put(fc_cache *c, fc_context *ctx, fc_cache_level level, const
     /* Puts follow compiles, which cost far more than this: a good moment to
      * publish the counts. On failure they stay pending for a later flush. */
     (void)fc_cache_flush_stats(c, &scratch);
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Remove.                                                             */
+/* ------------------------------------------------------------------ */
+
+fc_status fc_cache_remove(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key) {
+    fc_status st = check_args(c, ctx, "fc_cache_remove", level, key);
+    if (st != FC_OK || c->mode == FC_CACHE_OFF) return st;
+    pthread_mutex_lock(&c->lock);
+    fc_memo_remove(&c->memo, level, key);
+    pthread_mutex_unlock(&c->lock);
+    if (c->mode != FC_CACHE_RW || c->root_fd < 0 || c->level_fd[level] < 0) return FC_OK;
+    char name[FC_CACHE_ENTRY_NAME_LEN + 1];
+    fc_cache_key_hex(key, name);
+    strcat(name, ".bin");
+    /* Only a regular file of ours: a planted directory or link under the
+     * name is not something this call made. ENOENT: already gone. */
+    struct stat st_file;
+    if (fstatat(c->level_fd[level], name, &st_file, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st_file.st_mode))
+        (void)fc_entry_unlink_if_same(c->level_fd[level], name, &st_file);
     return FC_OK;
 }

@@ -98,10 +98,13 @@ bool fc_cache_key_from_hex(const char *hex, size_t len, fc_cache_key *k);
 /* Levels, modes, options.                                             */
 /* ------------------------------------------------------------------ */
 
-/* Two namespaces: compiled kernels (cubins) and whole compiled programs. */
+/* Three namespaces: compiled kernels (cubins), whole compiled programs,
+ * and the GEMM algorithms cuBLASLt chose (runtime/cublaslt.c). The value
+ * is stored in each entry's header, so existing ones never change. */
 typedef enum fc_cache_level {
     FC_CACHE_KERNEL,
     FC_CACHE_PROGRAM,
+    FC_CACHE_ALGO,
     FC_CACHE_LEVEL_COUNT
 } fc_cache_level;
 
@@ -122,7 +125,7 @@ typedef struct fc_cache_options {
     uint64_t max_bytes;  /* 0: $FUSEC_CACHE_MAX_BYTES, else 1 GiB */
 } fc_cache_options;
 
-const char *fc_cache_level_name(fc_cache_level level); /* "kernel", "program" */
+const char *fc_cache_level_name(fc_cache_level level); /* "kernel", "program", "algorithm" */
 const char *fc_cache_mode_name(fc_cache_mode mode);    /* "off", "ro", "rw" */
 /*
  * Parse a size: decimal digits with an optional binary suffix K, M, G or T
@@ -206,6 +209,21 @@ fc_status fc_cache_put(fc_cache *c, fc_context *ctx, fc_cache_level level, const
 
 /* Count one compile (the caller compiled after a miss). */
 void fc_cache_note_compile(fc_cache *c);
+
+/*
+ * Remove the entry of (level, key): from the in-process layer, and from
+ * the disk in rw mode (ro leaves the disk alone, as for a damaged entry).
+ * For a caller that got bytes it cannot use: they passed the cache's
+ * checks but do not decode, or describe something the library now
+ * refuses. The next get misses instead of returning them again. A missing
+ * entry is not an error; disk trouble is ignored (the entry is then
+ * replaced by the caller's next put). Counts nothing. Errors: bad
+ * arguments.
+ */
+fc_status fc_cache_remove(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key);
+/* Count one corrupt entry that the caller found (fc_cache_get counts the
+ * ones it finds itself): a good checksum over bytes that do not decode. */
+void fc_cache_note_corrupt(fc_cache *c);
 
 /*
  * Add this handle's pending counts to the shared counters in DIR/v<N>/stats

@@ -39,6 +39,8 @@ fc_status fc_memo_get(fc_memo *m, fc_context *ctx, fc_cache_level level, const f
 /* Insert or replace; entries over the cap are not kept. */
 fc_status fc_memo_put(fc_memo *m, fc_context *ctx, fc_cache_level level, const fc_cache_key *key,
                       const void *data, size_t size);
+/* Drop (level, key) if present. */
+void fc_memo_remove(fc_memo *m, fc_cache_level level, const fc_cache_key *key);
 
 /* ------------------------------------------------------------------ */
 /* The handle (cache.c).                                               */
@@ -64,7 +66,7 @@ struct fc_cache {
 };
 
 /* Directory names. */
-const char *fc_cache_level_dir(fc_cache_level level); /* "kernels", "programs" */
+const char *fc_cache_level_dir(fc_cache_level level); /* "kernels", "programs", "algos" */
 
 /* Names: "<32 hex>.bin" for an entry; ".tmp-<32 hex>-<12 of [0-9a-z]>" for
  * a temporary file. Only names of these two shapes are ever deleted. */

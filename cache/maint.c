@@ -2,7 +2,7 @@
  * maint.c - walking the cache directory: LRU eviction, info, verify, clear.
  *
  * Everything here looks only at names fusec makes, in directories fusec
- * makes: DIR/v<N>/{kernels,programs}/<32 hex>.bin (entries),
+ * makes: DIR/v<N>/{kernels,programs,algos}/<32 hex>.bin (entries),
  * .../.tmp-<32 hex>-<12 chars> (temporary files) and DIR/v<N>/stats. Any
  * other file, wherever it is, is neither counted nor touched.
  */

@@ -133,3 +133,8 @@ fc_status fc_memo_put(fc_memo *m, fc_context *ctx, fc_cache_level level, const f
     m->bytes += size;
     return FC_OK;
 }
+
+void fc_memo_remove(fc_memo *m, fc_cache_level level, const fc_cache_key *key) {
+    fc_memo_entry **pe = find(m, level, key);
+    if (pe) unlink_entry(m, pe);
+}

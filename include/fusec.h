@@ -332,6 +332,19 @@ typedef enum fc_device {
     FC_DEVICE_CPU,  /* the LLVM CPU backend (when built with LLVM) */
 } fc_device;
 
+/* What a dynamic program does when a run's shapes match no specialization
+ * (a guard miss). */
+typedef enum fc_specialize_mode {
+    /* The run goes ahead at once with the dynamic variant while a
+     * background thread compiles the specialization; later runs of those
+     * shapes use it once it is ready. No run waits for a compile. */
+    FC_SPECIALIZE_BACKGROUND = 0,
+    /* The run compiles the specialization first, then runs it. */
+    FC_SPECIALIZE_SYNC = 1,
+    /* Never specialize: the dynamic variant serves every run. */
+    FC_SPECIALIZE_OFF = 2,
+} fc_specialize_mode;
+
 typedef struct fc_compile_options {
     fc_device device;
     /* CUDA target as major*10+minor (90 = sm_90). 0: the device's own, or
@@ -339,6 +352,21 @@ typedef struct fc_compile_options {
     int sm;
     bool fast_math;     /* --use_fast_math; off by default (numerics) */
     bool fuse;          /* vertical and horizontal fusion; on by default */
+    /* CUDA Graphs (docs/RUNTIME-GRAPHS.md): after its first run, a program
+     * captures its whole launch sequence (cuBLASLt calls included) into a
+     * CUDA Graph and replays it, patching new input and output pointers
+     * into the graph; on by default. $FUSEC_CUDA_GRAPHS=0 also turns it
+     * off. */
+    bool cuda_graphs;
+    /* Dynamic shapes (docs/DYNAMIC.md). false (the default): every symbolic
+     * dim must be bound, and the kernels have the shapes baked in. true:
+     * symbols may stay unbound; the program keeps a dynamic variant (its
+     * kernels take the dims as arguments; compiled once) and up to
+     * max_specializations static specializations behind shape guards, run
+     * with fc_run_shaped. */
+    bool dynamic;
+    int max_specializations; /* dynamic programs: the LRU bound (default 8; >= 1) */
+    fc_specialize_mode specialize; /* dynamic programs: what a guard miss does */
 } fc_compile_options;
 
 /* Fill o with the defaults. */
@@ -362,6 +390,55 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
 fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
 /* Free a program (and its device memory). NULL is ignored. */
 void fc_program_free(fc_program *p);
+
+/*
+ * Run p with the shapes of this call (docs/DYNAMIC.md). inputs[i].data is
+ * a device pointer to a dense row-major buffer of inputs[i]'s dtype and
+ * shape; outputs[k].data likewise, with the shape fc_program_infer_outputs
+ * gives for these inputs. Symbolic dims are bound from the input shapes.
+ * Shapes that contradict the graph (a static dim that differs, one symbol
+ * with two values, a size <= 0), a dtype that differs, or a pointer that
+ * is not 16-byte aligned are FC_ERR_INPUT with a message that names the
+ * input and the dim; nothing is launched then. Works for every program: a
+ * static one accepts exactly its own shapes.
+ */
+fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                        void *stream);
+/*
+ * The dtype and shape of each result for these input shapes (inputs[i].data
+ * is not read) into outputs[0..nout) (their data is set to NULL). Errors as
+ * fc_run_shaped's.
+ */
+fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout);
+/* Dynamic programs: wait until every specialization queued so far is built
+ * (or has failed). For tests and benchmarks; FC_OK at once otherwise. */
+fc_status fc_program_wait_specializations(fc_program *p);
+
+/* What a program's runs did: guards, specializations, CUDA Graphs. */
+typedef struct fc_run_stats {
+    uint64_t runs;               /* fc_run and fc_run_shaped calls that launched work */
+    /* Dynamic programs (all zero for a static one). */
+    uint64_t guard_hits;         /* runs served by a ready specialization */
+    uint64_t guard_misses;       /* runs whose shapes had no ready specialization */
+    uint64_t dynamic_runs;       /* runs served by the dynamic variant */
+    uint64_t sync_compiles;      /* runs that waited for a compile (FC_SPECIALIZE_SYNC, or
+                                  * no dynamic variant: see dynamic_unavailable) */
+    uint64_t specializations_built, specializations_failed, specializations_evicted;
+    int specializations_live;    /* ready now */
+    int specializations_pending; /* queued or compiling now */
+    /* CUDA Graphs, over the program (and its specializations). */
+    uint64_t graph_captures;     /* graphs built and instantiated */
+    uint64_t graph_replays;      /* runs that launched a graph */
+    uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
+                                  * cuBLASLt call captured again) */
+    uint64_t graph_skips;        /* runs launched one by one although graphs are on */
+    char graph_skip_reason[160]; /* why, for the latest skip ("" if none) */
+    char dynamic_unavailable[160]; /* why the program has no dynamic variant ("" if it has one,
+                                    * or is static) */
+} fc_run_stats;
+
+/* p's statistics since it was made (all zero for NULL). */
+void fc_program_stats(const fc_program *p, fc_run_stats *out);
 /* The launch plan as text: one line per launch, then the arena line, then
  * exactly `total: K kernels, L library calls, M bytes of intermediates`. */
 char *fc_program_plan_text(fc_program *p);

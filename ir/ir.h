@@ -289,6 +289,36 @@ fc_status fc_graph_check_static(fc_graph *g);
 /* Re-run inference on node n and compare with its stored result types. */
 fc_status fc_reinfer_check(fc_graph *g, fc_node *n);
 
+/* ---------------------------------------------------------------- */
+/* Monomials: a product of dims (an element count, a stride, a row   */
+/* count) with symbolic dims left as symbols. Every dim is an atom   */
+/* (a static size or one symbol), so a product of dims is a static   */
+/* factor times a product of symbols (ir/mono.c).                    */
+/* ---------------------------------------------------------------- */
+#define FC_DYN_MAX_SYMS 16 /* symbols a dynamic program may have */
+typedef struct fc_mono {
+    int64_t c;                   /* static factor */
+    uint8_t e[FC_DYN_MAX_SYMS]; /* exponent of symbol i */
+} fc_mono;
+
+fc_mono fc_mono_one(void);
+/* m *= d (a static size or a symbol of index < FC_DYN_MAX_SYMS). */
+void fc_mono_mul_dim(fc_mono *m, fc_dim d);
+/* Product of dims[0 .. rank). */
+fc_mono fc_mono_of(const fc_dim *dims, int rank);
+bool fc_mono_eq(const fc_mono *a, const fc_mono *b);
+bool fc_mono_is_static(const fc_mono *m);
+/* Its value with symbol i = syms[i]; -1 on overflow of int64. */
+int64_t fc_mono_eval(const fc_mono *m, const int64_t *syms, int nsyms);
+
+/* A copy of g for one shape: symbol i becomes vals[i] in every dim (of
+ * values and of dims attributes). Every live node and every value keeps
+ * its id (ids index plans and launch argument lists); dead nodes are left
+ * out. Every node is re-inferred, so a binding that makes the graph
+ * invalid gives FC_ERR_INPUT with the reason on the context. Values must be
+ * >= 1. The copy has no symbols. */
+fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_graph **out);
+
 /* Create a parameter value. */
 fc_value *fc_build_param(fc_graph *g, const char *name, size_t name_len, fc_dtype dt, int rank,
                          const fc_dim *dims);

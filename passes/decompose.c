@@ -88,20 +88,26 @@ static fc_value *along_axis(fc_rewriter *rw, fc_value *w, fc_dtype ct, int axis,
  *   var  = reduce_sum(d * d, [axis]) * 1/N   (biased, as torch)
  *   y    = d * rsqrt(var + eps) * w' + b'
  * The two-pass variance (of d, not E[x^2] - mean^2) is the one that does not
- * cancel catastrophically. NULL when N is symbolic. */
-static fc_value *lower_layernorm(fc_rewriter *rw, fc_node *n) {
+ * cancel catastrophically. When N is symbolic (a dynamic program), the
+ * means stay reduce_mean, which divides by the row length at run time. */
+static fc_value *mean_of(fc_rewriter *rw, fc_value *x, int64_t ax, fc_dim n) {
+    if (fc_dim_is_sym(n)) return fc_rw_reduce(rw, FC_OP_REDUCE_MEAN, x, 1, &ax, true);
+    return fc_rw_op2s(rw, FC_OP_MUL, fc_rw_reduce(rw, FC_OP_REDUCE_SUM, x, 1, &ax, true), 1.0 / (double)n);
+}
+
+static fc_value *lower_layernorm(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     fc_value *x = n->in[0];
     int axis = norm_axis(n->a.axis, x->rank);
-    if (fc_dim_is_sym(x->dims[axis])) return NULL;
-    double inv_n = 1.0 / (double)x->dims[axis];
+    fc_dim N = x->dims[axis];
+    if (fc_dim_is_sym(N) && !symbolic_means) return NULL;
     fc_dtype ct = compute_dtype(x->dtype);
     int64_t ax = n->a.axis;
 
     fc_value *xc = fc_rw_cast(rw, x, ct);
-    fc_value *mean = fc_rw_op2s(rw, FC_OP_MUL, fc_rw_reduce(rw, FC_OP_REDUCE_SUM, xc, 1, &ax, true), inv_n);
+    fc_value *mean = mean_of(rw, xc, ax, N);
     fc_value *d = fc_rw_op2(rw, FC_OP_SUB, xc, mean);
     fc_value *sq = fc_rw_op2(rw, FC_OP_MUL, d, d);
-    fc_value *var = fc_rw_op2s(rw, FC_OP_MUL, fc_rw_reduce(rw, FC_OP_REDUCE_SUM, sq, 1, &ax, true), inv_n);
+    fc_value *var = mean_of(rw, sq, ax, N);
     fc_value *rstd = fc_rw_op1(rw, FC_OP_RSQRT, fc_rw_op2s(rw, FC_OP_ADD, var, n->a.eps));
     fc_value *xn = fc_rw_op2(rw, FC_OP_MUL, d, rstd);
     fc_value *xw = fc_rw_op2(rw, FC_OP_MUL, xn, along_axis(rw, n->in[1], ct, axis, x->rank));
@@ -109,17 +115,16 @@ static fc_value *lower_layernorm(fc_rewriter *rw, fc_node *n) {
 }
 
 /* rmsnorm(x, w, eps) = x * rsqrt(reduce_sum(x * x, [-1]) * 1/N + eps) * w.
- * NULL when N (the last dim) is symbolic. */
-static fc_value *lower_rmsnorm(fc_rewriter *rw, fc_node *n) {
+ * A symbolic N (the last dim) keeps the mean as reduce_mean. */
+static fc_value *lower_rmsnorm(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     fc_value *x = n->in[0];
     fc_dim last = x->dims[x->rank - 1];
-    if (fc_dim_is_sym(last)) return NULL;
+    if (fc_dim_is_sym(last) && !symbolic_means) return NULL;
     fc_dtype ct = compute_dtype(x->dtype);
     int64_t ax = -1;
 
     fc_value *xc = fc_rw_cast(rw, x, ct);
-    fc_value *sum = fc_rw_reduce(rw, FC_OP_REDUCE_SUM, fc_rw_op2(rw, FC_OP_MUL, xc, xc), 1, &ax, true);
-    fc_value *ms = fc_rw_op2s(rw, FC_OP_MUL, sum, 1.0 / (double)last);
+    fc_value *ms = mean_of(rw, fc_rw_op2(rw, FC_OP_MUL, xc, xc), ax, last);
     fc_value *r = fc_rw_op1(rw, FC_OP_RSQRT, fc_rw_op2s(rw, FC_OP_ADD, ms, n->a.eps));
     fc_value *xr = fc_rw_op2(rw, FC_OP_MUL, xc, r);
     return fc_rw_op2(rw, FC_OP_MUL, xr, fc_rw_cast(rw, n->in[1], ct));
@@ -143,26 +148,32 @@ static fc_value *lower_silu(fc_rewriter *rw, fc_node *n) {
 
 /* The primitives replacing n, placed where n was; NULL if n stays (not a
  * composite, or one that cannot be lowered) or on error. */
-static fc_value *lower(fc_rewriter *rw, fc_node *n) {
+static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     switch (n->op) {
     case FC_OP_REDUCE_MEAN: return lower_mean(rw, n);
     case FC_OP_SOFTMAX: return lower_softmax(rw, n);
-    case FC_OP_LAYERNORM: return lower_layernorm(rw, n);
-    case FC_OP_RMSNORM: return lower_rmsnorm(rw, n);
+    case FC_OP_LAYERNORM: return lower_layernorm(rw, n, symbolic_means);
+    case FC_OP_RMSNORM: return lower_rmsnorm(rw, n, symbolic_means);
     case FC_OP_GELU: return lower_gelu(rw, n);
     case FC_OP_SILU: return lower_silu(rw, n);
     default: return NULL;
     }
 }
 
-fc_status fc_pass_decompose(fc_graph *g) {
+static fc_status decompose(fc_graph *g, bool symbolic_means);
+
+fc_status fc_pass_decompose(fc_graph *g) { return decompose(g, false); }
+
+fc_status fc_pass_decompose_dynamic(fc_graph *g) { return decompose(g, true); }
+
+static fc_status decompose(fc_graph *g, bool symbolic_means) {
     fc_status st = fc_pass_precheck(g, "decompose");
     if (st) return st;
     fc_rewriter rw;
     if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
     for (fc_node *n; (n = fc_rw_next(&rw));) {
         fc_rw_remap(&rw, n);
-        fc_value *y = lower(&rw, n);
+        fc_value *y = lower(&rw, n, symbolic_means);
         if (!y) {
             /* An error already poisoned the graph; else n stays as it is. */
             fc_rw_keep(&rw, n);

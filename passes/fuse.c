@@ -37,6 +37,7 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->horizontal = true;
     o->max_group_nodes = 256;
     o->attention_in_place = true;
+    o->dynamic = false;
 }
 
 int64_t fc_value_bytes(const fc_value *v) {
@@ -161,10 +162,20 @@ static bool same_shape(const fc_value *v, int rank, const int64_t *dims) {
     return true;
 }
 
-static int64_t numel(const fc_value *v) {
-    int64_t n = 1;
-    for (int i = 0; i < v->rank; i++) n *= v->dims[i];
-    return n;
+fc_mono fc_group_space_mono(const fc_group *gr) { return fc_mono_of(gr->space, gr->rank); }
+
+fc_mono fc_group_rows_mono(const fc_group *gr) {
+    fc_mono m = fc_mono_one();
+    for (int d = 0; d < gr->rank; d++)
+        if (!gr->reduced[d]) fc_mono_mul_dim(&m, gr->space[d]);
+    return m;
+}
+
+fc_mono fc_group_row_len_mono(const fc_group *gr) {
+    fc_mono m = fc_mono_one();
+    for (int d = 0; d < gr->rank; d++)
+        if (gr->reduced[d]) fc_mono_mul_dim(&m, gr->space[d]);
+    return m;
 }
 
 /* A value of a REDUCE group is ROW level when it holds one element per row
@@ -218,11 +229,10 @@ static void make_reduce(fc_group *gr, const fc_node *r) {
     gr->kind = FC_GROUP_REDUCE;
     set_space(gr, r->in[0]);
     reduce_mask(r, gr->reduced);
-    gr->rows = gr->row_len = 1;
-    for (int d = 0; d < gr->rank; d++) {
-        if (gr->reduced[d]) gr->row_len *= gr->space[d];
-        else gr->rows *= gr->space[d];
-    }
+    /* Products of atoms: -1 where a symbol makes them unknown (dynamic). */
+    fc_mono rows = fc_group_rows_mono(gr), len = fc_group_row_len_mono(gr);
+    gr->rows = fc_mono_is_static(&rows) ? rows.c : -1;
+    gr->row_len = fc_mono_is_static(&len) ? len.c : -1;
 }
 
 /* The single group of all users of n's results, or -1 (none, several, or a
@@ -313,7 +323,8 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
         fc_value *uo = u->out[0];
         if (u->op == FC_OP_RESHAPE && fc_group_is_row_shape(&trial, uo)) continue;
         if (!is_elementwise(u->op)) return false;
-        if (fc_group_is_row_shape(&trial, uo) && numel(uo) == trial.rows) continue;
+        fc_mono un = fc_mono_of(uo->dims, uo->rank), rows = fc_group_rows_mono(&trial);
+        if (fc_group_is_row_shape(&trial, uo) && fc_mono_eq(&un, &rows)) continue;
         if (is_full(&trial, uo) && fc_group_row_broadcast(&trial, v)) continue;
         return false;
     }
@@ -368,7 +379,10 @@ static fc_status vertical(fuse_state *s) {
             if (!add_node(s, gr, n)) return FC_ERR_NOMEM;
             continue;
         }
-        if (fc_op_table[n->op].kind == FC_KIND_OPAQUE || fc_op_table[n->op].kind == FC_KIND_COMPOSITE) {
+        /* reduce_mean is left composite only over a symbolic dim (dynamic
+         * plans): it is a reduction whose kernel divides by the row length. */
+        if (fc_op_table[n->op].kind == FC_KIND_OPAQUE ||
+            (fc_op_table[n->op].kind == FC_KIND_COMPOSITE && n->op != FC_OP_REDUCE_MEAN)) {
             fc_group *gr = new_group(s, FC_GROUP_LIBRARY);
             if (!gr || !add_node(s, gr, n)) return FC_ERR_NOMEM;
             continue;
@@ -639,8 +653,14 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     memset(plan, 0, sizeof *plan);
     plan->g = g;
     fc_arena_init(&plan->arena, g->ctx);
-    fc_status check = fc_graph_check_static(g);
-    if (check != FC_OK) return check;
+    plan->dynamic = o->dynamic;
+    if (!o->dynamic) {
+        fc_status check = fc_graph_check_static(g);
+        if (check != FC_OK) return check;
+    } else if (g->nsyms > FC_DYN_MAX_SYMS) {
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "fusion: graph %s has %d symbols; a dynamic program takes at most %d",
+                            g->name, g->nsyms, FC_DYN_MAX_SYMS);
+    }
     plan->group_of_node = fc_arena_alloc(&plan->arena, sizeof(int) * ((size_t)g->next_node_id + 1));
     if (!plan->group_of_node) return FC_ERR_NOMEM;
     for (int i = 0; i <= g->next_node_id; i++) plan->group_of_node[i] = -1;
@@ -668,10 +688,11 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     return st;
 }
 
+/* Elements of a group's space; a symbolic space is never small (its size
+ * is not known when the batch is made). */
 static int64_t space_elems(const fc_group *gr) {
-    int64_t n = 1;
-    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
-    return n;
+    fc_mono m = fc_group_space_mono(gr);
+    return fc_mono_is_static(&m) ? m.c : INT64_MAX;
 }
 
 /* Dependency level of each group: 0 for groups that read only params,
@@ -749,23 +770,28 @@ fc_status fc_pass_batch(fc_plan *p) {
 
 void fc_plan_release(fc_plan *plan) {
     if (!plan) return;
+    fc_graph *owned = plan->owned_graph;
     fc_arena_release(&plan->arena);
+    fc_graph_free(owned);
     memset(plan, 0, sizeof *plan);
 }
 
 fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     fc_status st;
     memset(plan, 0, sizeof *plan);
+    bool dynamic = o && o->dynamic;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
-    if ((st = fc_pass_decompose(g))) return st;
+    if (dynamic && (st = fc_pass_lower_attention(g))) return st;
+    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
-    if ((st = fc_pass_attention(g))) return st;
+    if (!dynamic && (st = fc_pass_attention(g))) return st;
     if ((st = fc_pass_epilogue(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st;
     if (o == NULL || o->horizontal)
         if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
+    if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind */
     if ((st = fc_pass_memplan(plan))) return st;
     return FC_OK;
 }

@@ -26,12 +26,20 @@ fc_status fc_pass_canonicalize(fc_graph *g);
  * primitives. f16/bf16 composites compute in f32 (cast in, cast out), so
  * numerics match the composite's reference semantics. */
 fc_status fc_pass_decompose(fc_graph *g);
+/* The same for the dynamic variant: a layernorm or rmsnorm over a symbolic
+ * dim lowers too, its means kept as reduce_mean (which kernels divide by
+ * the row length at run time). fc_pass_decompose leaves those composite. */
+fc_status fc_pass_decompose_dynamic(fc_graph *g);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */
 fc_status fc_pass_epilogue(fc_graph *g);
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
+/* Dynamic variant only: every `attention` op becomes matmul, softmax and
+ * matmul in the compute dtype (the flash-attention kernel needs static
+ * shapes). Runs before decompose (passes/lower_attention.c). */
+fc_status fc_pass_lower_attention(fc_graph *g);
 
 /* ---- the launch plan ------------------------------------------------- */
 
@@ -56,7 +64,9 @@ typedef struct fc_group {
     /* Iteration space. POINTWISE: the shape `space` (all outputs have its
      * element count). REDUCE: `space` is the full (unreduced) shape and
      * reduced[d] marks the reduced dims; rows = product of the kept dims,
-     * row_len = product of the reduced dims. */
+     * row_len = product of the reduced dims. In a dynamic plan a dim of
+     * `space` may be a symbol; rows and row_len are then -1 where they are
+     * symbolic (fc_group_rows_mono gives them as monomials). */
     int rank;
     int64_t space[FC_MAX_RANK];
     bool reduced[FC_MAX_RANK];
@@ -82,6 +92,17 @@ typedef struct fc_plan {
     int64_t *offset; /* indexed by value id; -1: not in the arena */
     int64_t arena_bytes;        /* peak: size of the arena */
     int64_t intermediate_bytes; /* sum of every intermediate's bytes */
+
+    /* Dynamic variant (docs/FUSION.md, "Dynamic shapes"). dynamic: the plan
+     * was made on a graph with unbound symbols (no memory plan: offset
+     * NULL). A plan made from it by fc_plan_bind has dynamic false, owns
+     * its graph (owned_graph == g, freed by fc_plan_release) and keeps the
+     * symbol values it was bound with (sym_values[i]: symbol i of the
+     * dynamic graph; nsyms of them). */
+    bool dynamic;
+    fc_graph *owned_graph;
+    int64_t *sym_values;
+    int nsyms;
 } fc_plan;
 
 /* In a REDUCE group: does v hold one element per row, in the kept dims'
@@ -90,6 +111,12 @@ bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v);
 /* Does v, broadcast into the group's full space, give each row its own
  * single value (every reduced dim 1 or absent, every kept dim matching)? */
 bool fc_group_row_broadcast(const fc_group *gr, const fc_value *v);
+/* Element count of the group's space, its rows and its row length, as
+ * monomials (symbols kept; for static groups the static factor is the
+ * number). */
+fc_mono fc_group_space_mono(const fc_group *gr);
+fc_mono fc_group_rows_mono(const fc_group *gr);
+fc_mono fc_group_row_len_mono(const fc_group *gr);
 
 /* Options of the fusion passes. */
 typedef struct fc_fuse_options {
@@ -99,12 +126,15 @@ typedef struct fc_fuse_options {
     bool attention_in_place; /* attention groups read view operands in place and write through
                               * a permute/reshape chain (the CUDA kernel); false: a library group
                               * with stored, contiguous operands; default true */
+    bool dynamic;            /* the dynamic variant: symbols stay unbound, kernels take them as
+                              * arguments, no memory plan (fc_plan_bind makes one per shape);
+                              * default false */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);
 
 /* Form kernel groups (vertical then horizontal fusion). Requires every dim
- * static (bind symbols first). The plan is initialised by this call and
+ * static (bind symbols first), unless o->dynamic. The plan is initialised by this call and
  * freed with fc_plan_release. */
 fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
 /* Order groups for launch and compute group inputs/outputs. */
@@ -117,8 +147,23 @@ fc_status fc_pass_batch(fc_plan *plan);
 fc_status fc_pass_memplan(fc_plan *plan);
 void fc_plan_release(fc_plan *plan);
 
-/* The whole pipeline: graph passes, then fusion, scheduling, memory plan. */
+/* The whole pipeline: graph passes, then fusion, scheduling, memory plan.
+ * With o->dynamic: the graph keeps its symbols (at most FC_DYN_MAX_SYMS),
+ * attention ops are lowered to primitives (no attention pattern fusion),
+ * symbolic groups are never batched, and there is no memory plan. */
 fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
+
+/* A concrete plan for one shape of a dynamic plan: sym_values[i] is the
+ * value of symbol i of dyn->g (dyn->g->syms order), nsyms == dyn->g->nsyms.
+ * `out` owns a copy of dyn->g with every symbol replaced by its value, in
+ * which every value and node id is the same as in dyn->g; its groups are
+ * dyn's groups in the same order (group i of out is group i of dyn), with
+ * concrete spaces, rows and row lengths; the memory plan is run on it. No
+ * fusion decision is made again. A binding that does not fit the graph
+ * (a size below 1, sizes that contradict a node's shape rule) gives
+ * FC_ERR_INPUT with the reason on the context; out is then empty. Release
+ * with fc_plan_release. */
+fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms, fc_plan *out);
 
 /* Bytes of a value with static dims. */
 int64_t fc_value_bytes(const fc_value *v);

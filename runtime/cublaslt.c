@@ -37,10 +37,13 @@
 #include "runtime/cublaslt.h"
 #include "passes/epilogue.h"
 #include "runtime/cuda_check.h"
+#include "runtime/program_cache.h"
 
 #include <cublasLt.h>
+#include <xxhash.h>
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -408,12 +411,17 @@ struct fc_cublaslt {
     fc_cuda_device *dev;
     cublasLtHandle_t lt;
     bool allow_tf32;
+    fc_cache *cache;          /* the options' cache; NULL: the process's, looked up at each use */
+    fc_cublaslt_device_id id; /* what an algorithm from the disk must have been chosen for */
     lt_entry **entries;
     int nentries, cap_entries;
     lt_concat *concats;
     int nconcats, cap_concats;
-    int queries;
+    int queries, disk_hits;
 };
+
+/* Over every handle of the process. */
+static _Atomic long total_queries, total_disk_hits;
 
 size_t fc_cublaslt_version(void) { return cublasLtGetVersion(); }
 
@@ -443,6 +451,8 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     h->ctx = ctx;
     h->dev = dev;
     h->allow_tf32 = o && o->allow_tf32;
+    h->cache = o ? o->cache : NULL;
+    fc_cublaslt_device_id_of(&dev->info, &h->id);
     st = lt_create(ctx, &h->lt);
     if (st != FC_OK) {
         fc_ctx_freemem(ctx, h);
@@ -509,6 +519,9 @@ bool fc_cublaslt_algo_at(const fc_cublaslt *h, int i, fc_cublaslt_key *key, uint
 }
 
 int fc_cublaslt_heuristic_queries(const fc_cublaslt *h) { return h ? h->queries : 0; }
+int fc_cublaslt_disk_hits(const fc_cublaslt *h) { return h ? h->disk_hits : 0; }
+long fc_cublaslt_heuristic_queries_total(void) { return atomic_load(&total_queries); }
+long fc_cublaslt_disk_hits_total(void) { return atomic_load(&total_disk_hits); }
 
 static lt_entry *find_entry(const fc_cublaslt *h, const fc_cublaslt_key *key) {
     for (int i = 0; i < h->nentries; i++)
@@ -694,6 +707,7 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
     memset(&res, 0, sizeof res);
     *count = 0;
     h->queries++;
+    atomic_fetch_add(&total_queries, 1);
     FC_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(h->lt, e->op, e->a, e->b, e->c, e->d, pref, 1, &res, count));
     if (*count > 0) e->algo = res.algo;
     return FC_OK;
@@ -709,8 +723,199 @@ static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n) {
              (long long)k->align_c, (long long)k->align_d);
 }
 
-/* Descriptors and an algorithm for entry e: a cached algorithm is checked
- * first; otherwise, or if the library refuses it, one heuristic query. */
+/* ------------------------------------------------------------------ */
+/* Algorithms on disk                                                   */
+/* ------------------------------------------------------------------ */
+
+void fc_cublaslt_device_id_of(const fc_cuda_device_info *info, fc_cublaslt_device_id *id) {
+    memset(id, 0, sizeof *id);
+    /* Copied up to the first NUL and padded with NULs: the whole array is
+     * hashed and stored, so bytes after the name must not vary. */
+    size_t n = strnlen(info->name, sizeof info->name);
+    if (n >= sizeof id->name) n = sizeof id->name - 1;
+    memcpy(id->name, info->name, n);
+    id->cc_major = info->cc_major;
+    id->cc_minor = info->cc_minor;
+    id->sm_count = info->sm_count;
+    id->driver_version = info->driver_version;
+    id->lt_version = (int64_t)cublasLtGetVersion();
+    id->cudart_version = (int64_t)cublasLtGetCudartVersion();
+}
+
+#define KEY_FIELDS ((int)(sizeof(fc_cublaslt_key) / sizeof(int64_t)))
+_Static_assert(sizeof(fc_cublaslt_key) % sizeof(int64_t) == 0, "fc_cublaslt_key is not all int64");
+
+/* The device's numbers in record order. */
+static void device_fields(const fc_cublaslt_device_id *d, int64_t out[6]) {
+    out[0] = d->cc_major;
+    out[1] = d->cc_minor;
+    out[2] = d->sm_count;
+    out[3] = d->driver_version;
+    out[4] = d->lt_version;
+    out[5] = d->cudart_version;
+}
+
+fc_cache_key fc_cublaslt_algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev) {
+    int64_t f[KEY_FIELDS], df[6];
+    memcpy(f, k, sizeof f);
+    device_fields(dev, df);
+    fc_cache_hasher hs;
+    fc_cache_key_begin(&hs);
+    fc_cache_key_add_str(&hs, "fusec gemm algorithm");
+    fc_cache_key_add_u64(&hs, FC_CUBLASLT_ALGO_RECORD_VERSION);
+    fc_cache_key_add_u64(&hs, (uint64_t)KEY_FIELDS);
+    for (int i = 0; i < KEY_FIELDS; i++) fc_cache_key_add_u64(&hs, (uint64_t)f[i]);
+    /* Every layout is made column-major (make_layout sets no order). */
+    fc_cache_key_add_u64(&hs, (uint64_t)CUBLASLT_ORDER_COL);
+    fc_cache_key_add(&hs, dev->name, sizeof dev->name);
+    for (int i = 0; i < 6; i++) fc_cache_key_add_u64(&hs, (uint64_t)df[i]);
+    return fc_cache_key_end(&hs);
+}
+
+/* The record (all little-endian):
+ *     0  magic "FCLTALGO"                8 bytes
+ *     8  record version                  u32
+ *    12  number of problem fields        u32 (25)
+ *    16  the problem (fc_cublaslt_key)   25 x i64
+ *   216  the device: cc major, minor, SM count, driver, cuBLASLt, cudart  6 x i64
+ *   264  the device name                 256 bytes, NUL-padded
+ *   520  cublasLtMatmulAlgo_t            64 bytes, as its eight uint64s
+ *   584  XXH3-64 of bytes 0 .. 584       u64
+ *   592 */
+enum { REC_KEY = 16, REC_DEV = REC_KEY + 8 * KEY_FIELDS, REC_NAME = REC_DEV + 6 * 8, REC_ALGO = REC_NAME + 256,
+       REC_SUM = REC_ALGO + FC_CUBLASLT_ALGO_BYTES, REC_END = REC_SUM + 8 };
+_Static_assert(REC_END == FC_CUBLASLT_ALGO_RECORD_BYTES, "FC_CUBLASLT_ALGO_RECORD_BYTES is stale");
+_Static_assert(sizeof(((fc_cublaslt_device_id *)0)->name) == 256, "device name size");
+
+static void put_le(uint8_t *p, uint64_t v, int n) {
+    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le(const uint8_t *p, int n) {
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* The algorithm as bytes: its eight uint64s, little-endian. */
+static void algo_to_le(const uint8_t algo[FC_CUBLASLT_ALGO_BYTES], uint8_t *out) {
+    cublasLtMatmulAlgo_t a;
+    memcpy(&a, algo, sizeof a);
+    for (int i = 0; i < 8; i++) put_le(out + 8 * i, a.data[i], 8);
+}
+
+void fc_cublaslt_algo_record_encode(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev,
+                                    const uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
+                                    uint8_t out[FC_CUBLASLT_ALGO_RECORD_BYTES]) {
+    int64_t f[KEY_FIELDS], df[6];
+    memcpy(f, k, sizeof f);
+    device_fields(dev, df);
+    memset(out, 0, FC_CUBLASLT_ALGO_RECORD_BYTES);
+    memcpy(out, FC_CUBLASLT_ALGO_MAGIC, 8);
+    put_le(out + 8, FC_CUBLASLT_ALGO_RECORD_VERSION, 4);
+    put_le(out + 12, (uint64_t)KEY_FIELDS, 4);
+    for (int i = 0; i < KEY_FIELDS; i++) put_le(out + REC_KEY + 8 * i, (uint64_t)f[i], 8);
+    for (int i = 0; i < 6; i++) put_le(out + REC_DEV + 8 * i, (uint64_t)df[i], 8);
+    memcpy(out + REC_NAME, dev->name, 256);
+    algo_to_le(algo, out + REC_ALGO);
+    put_le(out + REC_SUM, XXH3_64bits(out, REC_SUM), 8);
+}
+
+#define REFUSE(...) return snprintf(why, n, __VA_ARGS__), false
+
+bool fc_cublaslt_algo_record_decode(const void *data, size_t size, const fc_cublaslt_key *k,
+                                    const fc_cublaslt_device_id *dev, uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
+                                    char *why, size_t n) {
+    const uint8_t *in = data;
+    if (!in || size != FC_CUBLASLT_ALGO_RECORD_BYTES)
+        REFUSE("an algorithm record is %d bytes, not %zu", FC_CUBLASLT_ALGO_RECORD_BYTES, size);
+    if (memcmp(in, FC_CUBLASLT_ALGO_MAGIC, 8) != 0) REFUSE("not an algorithm record (bad magic)");
+    if (get_le(in + 8, 4) != FC_CUBLASLT_ALGO_RECORD_VERSION || get_le(in + 12, 4) != (uint64_t)KEY_FIELDS)
+        REFUSE("algorithm record version %llu with %llu fields, not %d with %d", (unsigned long long)get_le(in + 8, 4),
+               (unsigned long long)get_le(in + 12, 4), FC_CUBLASLT_ALGO_RECORD_VERSION, KEY_FIELDS);
+    if (get_le(in + REC_SUM, 8) != XXH3_64bits(in, REC_SUM)) REFUSE("algorithm record checksum mismatch");
+    /* The exact problem and device: a key collision, or a record copied
+     * from elsewhere, must not be used. */
+    uint8_t want[FC_CUBLASLT_ALGO_RECORD_BYTES];
+    uint8_t zero[FC_CUBLASLT_ALGO_BYTES] = {0};
+    fc_cublaslt_algo_record_encode(k, dev, zero, want);
+    if (memcmp(in + REC_KEY, want + REC_KEY, REC_DEV - REC_KEY) != 0)
+        REFUSE("the algorithm record is for another GEMM problem");
+    if (memcmp(in + REC_DEV, want + REC_DEV, REC_ALGO - REC_DEV) != 0)
+        REFUSE("the algorithm record is for another device, driver or cuBLASLt version");
+    cublasLtMatmulAlgo_t a;
+    for (int i = 0; i < 8; i++) a.data[i] = get_le(in + REC_ALGO + 8 * i, 8);
+    memcpy(algo, &a, FC_CUBLASLT_ALGO_BYTES);
+    return true;
+}
+
+#undef REFUSE
+
+/* The cache the handle's algorithms go to: the options', else the
+ * process's (NULL if it cannot be opened: then the handle works without). */
+static fc_cache *algo_cache(const fc_cublaslt *h) {
+    if (h->cache) return h->cache;
+    fc_context scratch = {0};
+    return fc_cache_global(&scratch);
+}
+
+/* Look e's problem up in the cache. True when an algorithm was found that
+ * decodes and that the library accepts for e's descriptors (which prepare
+ * has made, with the bias pointer set); e->algo holds it then. A record
+ * that is not usable is removed, so that the heuristic's answer replaces
+ * it. Cache trouble is a miss: the errors go to a scratch context, never
+ * over the caller's message. */
+static bool algo_from_cache(fc_cublaslt *h, lt_entry *e) {
+    fc_cache *c = algo_cache(h);
+    if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return false;
+    fc_context scratch = {0};
+    fc_cache_key key = fc_cublaslt_algo_cache_key(&e->key, &h->id);
+    void *data = NULL;
+    size_t size = 0;
+    if (fc_cache_get(c, &scratch, FC_CACHE_ALGO, &key, &data, &size) != FC_OK || !data) return false;
+    uint8_t algo[FC_CUBLASLT_ALGO_BYTES];
+    char why[160];
+    bool ok = fc_cublaslt_algo_record_decode(data, size, &e->key, &h->id, algo, why, sizeof why);
+    fc_ctx_freemem(&scratch, data);
+    if (!ok) {
+        /* The cache's checksum held, so the bytes are what was written:
+         * not a record of this problem. Counted as corrupt, as a program
+         * entry that does not decode would be. */
+        fc_cache_note_corrupt(c);
+        (void)fc_cache_remove(c, &scratch, FC_CACHE_ALGO, &key);
+        return false;
+    }
+    cublasLtMatmulAlgo_t a;
+    memcpy(&a, algo, sizeof a);
+    cublasLtMatmulHeuristicResult_t res;
+    memset(&res, 0, sizeof res);
+    cublasStatus_t cs = cublasLtMatmulAlgoCheck(h->lt, e->op, e->a, e->b, e->c, e->d, &a, &res);
+    if (cs != CUBLAS_STATUS_SUCCESS || res.state != CUBLAS_STATUS_SUCCESS ||
+        res.workspaceSize > (size_t)e->key.workspace_bytes) {
+        /* The library refuses it: another version (the key holds the
+         * version, so this is rare), or a record that lies. Not used. */
+        (void)fc_cache_remove(c, &scratch, FC_CACHE_ALGO, &key);
+        return false;
+    }
+    e->algo = a;
+    return true;
+}
+
+/* Keep e's algorithm, just chosen by the heuristic, in the cache. A
+ * failed write is not an error: the next process asks again. */
+static void algo_to_cache(fc_cublaslt *h, const lt_entry *e) {
+    fc_cache *c = algo_cache(h);
+    if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return;
+    fc_context scratch = {0};
+    uint8_t algo[FC_CUBLASLT_ALGO_BYTES], rec[FC_CUBLASLT_ALGO_RECORD_BYTES];
+    memcpy(algo, &e->algo, sizeof algo);
+    fc_cublaslt_algo_record_encode(&e->key, &h->id, algo, rec);
+    fc_cache_key key = fc_cublaslt_algo_cache_key(&e->key, &h->id);
+    (void)fc_cache_put(c, &scratch, FC_CACHE_ALGO, &key, rec, sizeof rec);
+}
+
+/* Descriptors and an algorithm for entry e: a seeded algorithm is checked
+ * first, then one from the cache; otherwise, or if the library refuses
+ * them, one heuristic query, whose answer goes to the cache. */
 static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdeviceptr bias) {
     fc_status st = make_descriptors(ctx, &e->key, e);
     if (st == FC_OK && e->key.align_bias) st = set_bias(ctx, e, bias); /* the heuristic reads its alignment */
@@ -727,6 +932,12 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
             return FC_OK;
         }
         e->have_algo = false; /* stale (another library version?): ask again */
+    }
+    if (algo_from_cache(h, e)) {
+        h->disk_hits++;
+        atomic_fetch_add(&total_disk_hits, 1);
+        e->have_algo = e->ready = true;
+        return FC_OK;
     }
     cublasLtMatmulPreference_t pref = NULL;
     int count = 0;
@@ -745,6 +956,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         return st;
     }
     e->have_algo = e->ready = true;
+    algo_to_cache(h, e);
     return FC_OK;
 }
 

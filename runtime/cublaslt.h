@@ -25,7 +25,10 @@
  * A handle is used by one thread at a time (as an fc_context is) and keeps,
  * for the life of the program that owns it:
  *  - the algorithm chosen for each problem (cublasLtMatmulAlgoGetHeuristic
- *    costs about 100 us, so it runs once per problem, not once per call);
+ *    costs about 100 us, so it runs once per problem, not once per call),
+ *    also kept in the on-disk cache (level FC_CACHE_ALGO) so that a new
+ *    process asks the heuristic only about problems never seen on this
+ *    device and library (see "The on-disk algorithm cache" below);
  *  - the concatenated weights of horizontally fused gemms, built on their
  *    first run (the user guarantees the weights do not change between runs;
  *    a weight passed at a new address is copied again).
@@ -33,6 +36,7 @@
 #ifndef FC_RUNTIME_CUBLASLT_H
 #define FC_RUNTIME_CUBLASLT_H
 
+#include "cache/cache.h"
 #include "passes/epilogue.h"
 #include "runtime/cuda.h"
 
@@ -132,6 +136,12 @@ typedef struct fc_cublaslt_options {
      * 10 bits of mantissa per product, so off by default; f16/bf16 always
      * accumulate in f32. */
     bool allow_tf32;
+    /* Where chosen algorithms are kept between processes (level
+     * FC_CACHE_ALGO). NULL: the process's cache, the one fc_compile uses
+     * (fc_cache_global), looked up at each use, so fc_cache_global_close
+     * between runs is safe. A cache opened with mode FC_CACHE_OFF keeps
+     * them in the handle only. A cache given here must outlive the handle. */
+    fc_cache *cache;
 } fc_cublaslt_options;
 
 /*
@@ -214,7 +224,68 @@ bool fc_cublaslt_algo_at(const fc_cublaslt *h, int i, fc_cublaslt_key *key, uint
  * query if the library refuses it. */
 fc_status fc_cublaslt_algo_insert(fc_cublaslt *h, const fc_cublaslt_key *key, const uint8_t algo[FC_CUBLASLT_ALGO_BYTES]);
 /* How many heuristic queries the handle has made (for tests: one per
- * distinct problem). */
+ * distinct problem not found in the cache). */
 int fc_cublaslt_heuristic_queries(const fc_cublaslt *h);
+/* How many algorithms the handle took from the cache (checked with
+ * cublasLtMatmulAlgoCheck and used) instead of asking the heuristic. */
+int fc_cublaslt_disk_hits(const fc_cublaslt *h);
+/* The same two counts over every handle of the process (for tests that
+ * run programs, whose handles they cannot reach). */
+long fc_cublaslt_heuristic_queries_total(void);
+long fc_cublaslt_disk_hits_total(void);
+
+/* ------------------------------------------------------------------ */
+/* The on-disk algorithm cache                                          */
+/*                                                                      */
+/* On a miss in the handle's table, the algorithm of a problem is looked */
+/* up in the cache (level FC_CACHE_ALGO) under fc_cublaslt_algo_cache_key */
+/* (the problem and the device); a record that decodes and that         */
+/* cublasLtMatmulAlgoCheck accepts (status, and a workspace need within  */
+/* the key's workspace) is used. Anything else is removed from the      */
+/* cache and the heuristic is asked, and its answer stored. These        */
+/* functions need no GPU: the tests check the key and the record with   */
+/* them. docs/GEMM.md, "Algorithms on disk", has the whole story.       */
+/* ------------------------------------------------------------------ */
+
+/* What an algorithm's validity depends on besides the problem. */
+typedef struct fc_cublaslt_device_id {
+    char name[256];          /* cuDeviceGetName, NUL-padded */
+    int64_t cc_major, cc_minor;
+    int64_t sm_count;        /* a MIG slice or a cut-down part of one name: other answers */
+    int64_t driver_version;  /* cuDriverGetVersion */
+    int64_t lt_version;      /* cublasLtGetVersion */
+    int64_t cudart_version;  /* cublasLtGetCudartVersion: the runtime cuBLASLt was built for */
+} fc_cublaslt_device_id;
+
+/* The identity of the device described by info, with this process's
+ * cuBLASLt. No GPU needed (info may be made up). */
+void fc_cublaslt_device_id_of(const fc_cuda_device_info *info, fc_cublaslt_device_id *id);
+
+/* Bump when the record layout or the key recipe changes: it is in the key
+ * and in the record, so old entries are never read. */
+#define FC_CUBLASLT_ALGO_RECORD_VERSION 1
+#define FC_CUBLASLT_ALGO_MAGIC "FCLTALGO"
+/* Every record has this size (docs/GEMM.md has the layout). */
+#define FC_CUBLASLT_ALGO_RECORD_BYTES 592
+
+/* XXH3-128 (fc_cache_key_begin's stream) over a tag, the record version,
+ * every field of the problem k, the matrix order (column-major, for all
+ * four layouts), and every field of the device. */
+fc_cache_key fc_cublaslt_algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev);
+
+/* The record of (k, dev, algo): FC_CUBLASLT_ALGO_RECORD_BYTES bytes into
+ * out, with its own checksum. */
+void fc_cublaslt_algo_record_encode(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev,
+                                    const uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
+                                    uint8_t out[FC_CUBLASLT_ALGO_RECORD_BYTES]);
+
+/* Read a record: its size, magic, version, field count and checksum, then
+ * that it is the record of exactly (k, dev) (a key collision, or a record
+ * of another device, is refused). The algorithm into algo; false, with the
+ * reason in why[0 .. n), when the record is not usable. It is still to be
+ * checked with cublasLtMatmulAlgoCheck before use. */
+bool fc_cublaslt_algo_record_decode(const void *data, size_t size, const fc_cublaslt_key *k,
+                                    const fc_cublaslt_device_id *dev, uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
+                                    char *why, size_t n);
 
 #endif

@@ -106,7 +106,12 @@ void fc_bytes_free(fc_bytes *b);
     X(GraphInstantiateWithFlags, 11040)                                        \
     X(GraphLaunch, 10000)                                                      \
     X(GraphExecDestroy, 10000)                                                 \
-    X(GraphDestroy, 10000)
+    X(GraphDestroy, 10000)                                                     \
+    X(GraphCreate, 10000)                                                      \
+    X(GraphAddKernelNode, 12000)                                               \
+    X(GraphAddChildGraphNode, 10000)                                           \
+    X(GraphExecKernelNodeSetParams, 12000)                                     \
+    X(GraphExecChildGraphNodeSetParams, 11010)
 
 /* The resolved driver: one pointer per function above, plus its version. */
 typedef struct fc_cuda_driver {
@@ -234,6 +239,24 @@ fc_status fc_cuda_capture_begin(fc_cuda_device *d, CUstream s);
 fc_status fc_cuda_capture_end(fc_cuda_device *d, CUstream s, CUgraphExec *out);
 fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s);
 void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored */
+
+/* Graphs built node by node (runtime/replay.c), so that each node's handle
+ * is known and its parameters can be changed in the instantiated graph.
+ * `dep` is the node the new one runs after (NULL: none). capture_end_graph
+ * ends a capture and returns the graph itself (not instantiated); free it
+ * with graph_free. A child graph is copied into its parent. */
+fc_status fc_cuda_graph_create(fc_cuda_device *d, CUgraph *out);
+fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
+                                   const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out);
+fc_status fc_cuda_graph_add_child(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUgraph child, CUgraphNode *out);
+fc_status fc_cuda_graph_instantiate(fc_cuda_device *d, CUgraph g, CUgraphExec *out);
+fc_status fc_cuda_capture_end_graph(fc_cuda_device *d, CUstream s, CUgraph *out);
+/* New parameters for a kernel node, or a new child graph for a child node,
+ * of an instantiated graph (the topology stays). */
+fc_status fc_cuda_exec_set_kernel(fc_cuda_device *d, CUgraphExec e, CUgraphNode n, CUfunction f,
+                                  const fc_cuda_launch_cfg *cfg, void **args);
+fc_status fc_cuda_exec_set_child(fc_cuda_device *d, CUgraphExec e, CUgraphNode n, CUgraph child);
+void fc_cuda_graph_free(fc_cuda_device *d, CUgraph g); /* NULL is ignored */
 
 /* ------------------------------------------------------------------ */
 /* NVRTC.                                                              */

@@ -552,3 +552,70 @@ void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g) {
     (void)d->cu->CtxSetCurrent(d->cuctx);
     (void)d->cu->GraphExecDestroy(g);
 }
+
+static CUDA_KERNEL_NODE_PARAMS kernel_params(CUfunction f, const fc_cuda_launch_cfg *cfg, void **args) {
+    CUDA_KERNEL_NODE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.func = f;
+    p.gridDimX = cfg->grid[0];
+    p.gridDimY = cfg->grid[1];
+    p.gridDimZ = cfg->grid[2];
+    p.blockDimX = cfg->block[0];
+    p.blockDimY = cfg->block[1];
+    p.blockDimZ = cfg->block[2];
+    p.sharedMemBytes = cfg->shared_bytes;
+    p.kernelParams = args;
+    return p;
+}
+
+fc_status fc_cuda_graph_create(fc_cuda_device *d, CUgraph *out) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->GraphCreate(out, 0));
+    return FC_OK;
+}
+
+fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
+                                   const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out) {
+    USE(d);
+    CUDA_KERNEL_NODE_PARAMS p = kernel_params(f, cfg, args);
+    FC_CU_CHECK(d->ctx, d->cu->GraphAddKernelNode(out, g, dep ? &dep : NULL, dep ? 1 : 0, &p));
+    return FC_OK;
+}
+
+fc_status fc_cuda_graph_add_child(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUgraph child, CUgraphNode *out) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->GraphAddChildGraphNode(out, g, dep ? &dep : NULL, dep ? 1 : 0, child));
+    return FC_OK;
+}
+
+fc_status fc_cuda_graph_instantiate(fc_cuda_device *d, CUgraph g, CUgraphExec *out) {
+    USE(d);
+    return instantiate(d, g, out);
+}
+
+fc_status fc_cuda_capture_end_graph(fc_cuda_device *d, CUstream s, CUgraph *out) {
+    USE(d);
+    *out = NULL;
+    FC_CU_CHECK(d->ctx, d->cu->StreamEndCapture(stream_or_default(d, s), out));
+    return FC_OK;
+}
+
+fc_status fc_cuda_exec_set_kernel(fc_cuda_device *d, CUgraphExec e, CUgraphNode n, CUfunction f,
+                                  const fc_cuda_launch_cfg *cfg, void **args) {
+    USE(d);
+    CUDA_KERNEL_NODE_PARAMS p = kernel_params(f, cfg, args);
+    FC_CU_CHECK(d->ctx, d->cu->GraphExecKernelNodeSetParams(e, n, &p));
+    return FC_OK;
+}
+
+fc_status fc_cuda_exec_set_child(fc_cuda_device *d, CUgraphExec e, CUgraphNode n, CUgraph child) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->GraphExecChildGraphNodeSetParams(e, n, child));
+    return FC_OK;
+}
+
+void fc_cuda_graph_free(fc_cuda_device *d, CUgraph g) {
+    if (!d || !g) return;
+    (void)d->cu->CtxSetCurrent(d->cuctx);
+    (void)d->cu->GraphDestroy(g);
+}

@@ -45,6 +45,8 @@
 #include "runtime/cuda_check.h"
 #include "runtime/interp.h"
 #include "runtime/program_cache.h"
+#include "runtime/dynamic.h"
+#include "runtime/replay.h"
 
 #include <math.h>
 #include <nvrtc.h>
@@ -86,6 +88,25 @@ struct fc_program {
     void **argptr;       /* ...and pointers to them, as cuLaunchKernel wants */
     fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
     CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
+
+    /* CUDA Graph replay (runtime/replay.c): built at the second run. */
+    fc_replay *replay;
+    bool replay_off;     /* graphs are off, or building one failed (stats say why) */
+    fc_run_stats stats;
+
+    /* One shape of a dynamic program's variant (an "instance"): the
+     * variant's module and kernels are borrowed, the kernels take these
+     * symbol values as trailing arguments. */
+    fc_program *variant;
+    int64_t *syms;
+    int nsyms;
+    unsigned arena_gen;         /* instance: the variant's arena_gen its graph was built for */
+    /* A variant: the arena its instances share, and how often it moved. */
+    int64_t shared_arena_bytes;
+    bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
+
+    /* A dynamic program (runtime/dynamic.c): guards, specializations. */
+    struct fc_dynamic *dyn;
 };
 
 /* Process-wide counters (fc_compile_counters_get). */
@@ -116,6 +137,10 @@ void fc_compile_options_default(fc_compile_options *o) {
     o->sm = 0;
     o->fast_math = false;
     o->fuse = true;
+    o->cuda_graphs = true;
+    o->dynamic = false;
+    o->max_specializations = 8;
+    o->specialize = FC_SPECIALIZE_BACKGROUND;
 }
 
 /* Every compile of a program's source (the cubin, the PTX, an AOT file)
@@ -417,7 +442,7 @@ static void count_launch_args(fc_program *p) {
     p->ngemms = 0;
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind != FC_LAUNCH_ALIAS && l->nargs > p->max_args) p->max_args = l->nargs;
+        if (l->kind != FC_LAUNCH_ALIAS && l->nargs + l->nsyms > p->max_args) p->max_args = l->nargs + l->nsyms;
         if (fc_program_gemm(&p->d, i)) p->ngemms++;
     }
 }
@@ -618,6 +643,155 @@ static fc_program *new_program(fc_context *ctx) {
     return p;
 }
 
+static fc_status prepare_run(fc_program *p);
+
+/* ------------------------------------------------------------------ */
+/* The dynamic variant and its instances (docs/DYNAMIC.md).            */
+/* ------------------------------------------------------------------ */
+
+/* The variant's signature: names, dtypes and (symbolic) shapes. Its
+ * storage is per shape: an instance's description has it. */
+static fc_status variant_signature(fc_program *p) {
+    fc_graph *g = p->g;
+    fc_program_desc *d = &p->d;
+    d->params = fc_ctx_malloc(p->ctx, sizeof *d->params * (size_t)(g->nparams + 1));
+    d->outputs = fc_ctx_malloc(p->ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    d->graph_name = dup_str(p->ctx, g->name);
+    if (!d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
+    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
+    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    for (int i = 0; i < g->nparams; i++) {
+        set_tensor_type(&d->params[i], g->params[i]);
+        d->nparams = i + 1;
+        if (!(d->params[i].name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
+    }
+    for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k]);
+    d->noutputs = g->noutputs;
+    return FC_OK;
+}
+
+fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out) {
+    *out = NULL;
+    double t0 = now_ms();
+    fc_program *p = new_program(g->ctx);
+    if (!p) return FC_ERR_NOMEM;
+    p->opts = *o;
+    fc_program_desc *d = &p->d;
+    d->sm = resolve_sm(o->sm);
+    d->fast_math = o->fast_math;
+    d->fuse = o->fuse;
+    fc_cache *cache = NULL;
+    fc_status st = fc_cache_global_open(p->ctx, &cache);
+    nvrtc_setup nv;
+    if (st == FC_OK) st = nvrtc_setup_make(p, &nv);
+    if (st == FC_OK && (fc_cache_mode_of(cache) == FC_CACHE_OFF || !nv.version_known)) cache = NULL;
+    if (st == FC_OK) {
+        p->g = fc_graph_clone(g);
+        if (!p->g) st = strstr(p->ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
+    }
+    if (st == FC_OK) {
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.vertical = fo.horizontal = o->fuse;
+        fo.dynamic = true;
+        double t = now_ms();
+        st = fc_pipeline(p->g, &fo, &p->plan);
+        p->times.passes_ms = now_ms() - t;
+    }
+    if (st == FC_OK) {
+        double t = now_ms();
+        st = fc_cuda_codegen(&p->plan, &d->src);
+        if (st == FC_OK) st = variant_signature(p);
+        p->times.codegen_ms = now_ms() - t;
+    }
+    bool kernel_hit = false;
+    if (st == FC_OK) {
+        count_launch_args(p);
+        st = get_cubin(p, cache, &nv, &kernel_hit);
+    }
+    if (st != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
+    p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
+    p->times.compile_ms = now_ms() - t0;
+    *out = p;
+    return FC_OK;
+}
+
+fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
+    *out = NULL;
+    fc_program *p = new_program(v->ctx);
+    if (!p) return FC_ERR_NOMEM;
+    p->opts = v->opts;
+    p->d.sm = v->d.sm;
+    p->d.fast_math = v->d.fast_math;
+    p->d.fuse = v->d.fuse;
+    p->variant = v;
+    fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
+    if (st == FC_OK) {
+        p->g = p->plan.g;
+        p->plan_owns_graph = true;
+        p->syms = fc_ctx_malloc(p->ctx, sizeof *p->syms * (size_t)(nsyms + 1));
+        fc_launch *ls = fc_ctx_malloc(p->ctx, sizeof *ls * (size_t)(v->d.src.nlaunches + 1));
+        if (!p->syms || !ls) {
+            fc_ctx_freemem(p->ctx, ls);
+            st = FC_ERR_NOMEM;
+        } else {
+            memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
+            p->nsyms = nsyms;
+            /* The variant's launches, with this shape's grids. fc_cuda_src
+             * frees the lists with free(). */
+            p->d.src.launches = ls;
+            for (int i = 0; i < v->d.src.nlaunches && st == FC_OK; i++) {
+                ls[i] = v->d.src.launches[i];
+                ls[i].args = malloc(sizeof(int) * (size_t)(ls[i].nargs + 1));
+                if (!ls[i].args) {
+                    st = FC_ERR_NOMEM;
+                    break;
+                }
+                memcpy(ls[i].args, v->d.src.launches[i].args, sizeof(int) * (size_t)ls[i].nargs);
+                p->d.src.nlaunches = i + 1;
+                if (ls[i].kind == FC_LAUNCH_KERNEL) st = fc_cuda_launch_grid(&p->plan, &v->d.src.launches[i], ls[i].grid);
+            }
+        }
+    }
+    if (st == FC_OK) st = build_desc(p);
+    if (st != FC_OK) {
+        if (st == FC_ERR_NOMEM) fc_set_error(p->ctx, st, "out of memory (a shape of program %s)", v->d.graph_name);
+        fc_program_free(p);
+        return st;
+    }
+    count_launch_args(p);
+    *out = p;
+    return FC_OK;
+}
+
+fc_status fc_program_prepare(fc_program *p) { return prepare_run(p); }
+
+fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
+    p->g = g;
+    fc_status st = variant_signature(p);
+    p->g = NULL;
+    if (st == FC_OK && !(p->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    p->d.sm = resolve_sm(p->opts.sm);
+    p->d.fast_math = p->opts.fast_math;
+    p->d.fuse = p->opts.fuse;
+    return st;
+}
+
+const char *fc_program_graph_text_of(const fc_program *p) { return p->d.graph_text; }
+
+void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { p->dyn = dyn; }
+struct fc_dynamic *fc_program_dynamic(const fc_program *p) { return p ? p->dyn : NULL; }
+fc_run_stats *fc_program_stats_ref(fc_program *p) { return &p->stats; }
+
+fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o) {
+    fc_program *p = new_program(ctx);
+    if (p) p->opts = *o;
+    return p;
+}
+
 fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     if (out) *out = NULL;
     if (!g) return FC_ERR_USAGE;
@@ -638,6 +812,12 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
                             "fc_compile: only the CUDA device is supported here (the CPU backend is not built into "
                             "fc_compile yet)");
     if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
+    /* A dynamic program when asked for and some symbol is unbound
+     * (runtime/dynamic.c); a fully bound graph is static either way. */
+    if (o->dynamic && fc_graph_check_static(g) != FC_OK) {
+        fc_clear_error(ctx);
+        return fc_dynamic_compile(g, o, out);
+    }
     /* Before copying anything: the most common mistake, with its fix. */
     fc_status st = fc_graph_check_static(g);
     if (st != FC_OK) return st;
@@ -691,7 +871,22 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
 
 void fc_program_free(fc_program *p) {
     if (!p) return;
+    fc_dynamic_free(p->dyn);
+    if (p->variant) {
+        /* Borrowed from the variant: not ours to free. */
+        fc_replay_free(p->replay, p->dev);
+        if (p->blas)
+            for (int i = 0; i < p->d.src.nlaunches; i++)
+                if (fc_program_gemm(&p->d, i)) fc_cublaslt_forget(p->blas, &p->d.gemm[i]);
+        p->replay = NULL;
+        p->func = NULL;
+        p->blas = NULL;
+        p->arena = 0;
+        p->module = NULL;
+    }
+    fc_ctx_freemem(p->ctx, p->syms);
     if (p->dev) {
+        fc_replay_free(p->replay, p->dev);
         /* Teardown errors are ignored, and kept off the context: nothing can
          * be done about them, and they must not hide an earlier error. The
          * synchronize makes sure no queued launch still uses the arena. */
@@ -709,7 +904,7 @@ void fc_program_free(fc_program *p) {
     fc_bytes_free(&p->cubin);
     fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
-    fc_graph_free(p->g);
+    if (!p->plan_owns_graph) fc_graph_free(p->g);
     fc_ctx_freemem(p->ctx, p);
 }
 
@@ -767,6 +962,7 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
 }
 
 int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(p->blas) : 0; }
+int fc_program_gemm_disk_hits(const fc_program *p) { return p ? fc_cublaslt_disk_hits(p->blas) : 0; }
 
 int fc_program_num_inputs(const fc_program *p) { return p ? p->d.nparams : 0; }
 int fc_program_num_outputs(const fc_program *p) { return p ? p->d.noutputs : 0; }
@@ -968,6 +1164,66 @@ static int64_t arena_size(const fc_program *p, int64_t *ws_offset) {
     return *ws_offset + ws;
 }
 
+static fc_status ensure_device(fc_program *p);
+
+/* Scratch for the kernel parameters of the largest launch. */
+static fc_status ensure_args(fc_program *p) {
+    if (p->argval) return FC_OK;
+    size_t n = (size_t)(p->max_args + 1);
+    p->argval = fc_ctx_malloc(p->ctx, n * sizeof *p->argval);
+    p->argptr = p->argval ? fc_ctx_malloc(p->ctx, n * sizeof *p->argptr) : NULL;
+    if (!p->argptr) {
+        fc_ctx_freemem(p->ctx, p->argval);
+        p->argval = NULL;
+        return FC_ERR_NOMEM;
+    }
+    return FC_OK;
+}
+
+/* An instance (one shape of a dynamic program's variant) borrows the
+ * variant's module, kernels and cuBLASLt handle, and shares one arena with
+ * every other instance: the variant's, grown (doubled) when a shape needs
+ * more. A grown arena moves, so instances made for the old one drop their
+ * graphs (arena_gen tells them). */
+static fc_status ensure_instance(fc_program *p) {
+    fc_program *v = p->variant;
+    fc_status st = ensure_device(v);
+    if (st != FC_OK) return st;
+    p->func = v->func;
+    p->funcs_ready = true;
+    if (p->ngemms > 0 && !v->blas) {
+        double t = now_ms();
+        st = fc_cublaslt_create(v->ctx, v->dev, NULL, &v->blas);
+        v->times.load_ms += now_ms() - t;
+        if (st != FC_OK) return st;
+    }
+    p->blas = v->blas;
+    if ((st = ensure_args(p)) != FC_OK) return st;
+    int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
+    if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
+    if (bytes > v->shared_arena_bytes) {
+        int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
+        if (v->arena) {
+            /* cuMemFree waits for the work that may still use it. */
+            (void)fc_cuda_free(v->dev, v->arena);
+            v->arena = 0;
+            v->shared_arena_bytes = 0;
+        }
+        st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
+        if (st != FC_OK) return st;
+        v->shared_arena_bytes = grown;
+        v->arena_gen++;
+    }
+    if (p->arena_gen != v->arena_gen) {
+        fc_replay_free(p->replay, p->dev);
+        p->replay = NULL;
+        p->arena_gen = v->arena_gen;
+    }
+    p->arena = v->arena;
+    p->blas_ws = v->arena + (CUdeviceptr)ws_offset;
+    return FC_OK;
+}
+
 /* Open the device, load the module, resolve the kernels and allocate the
  * arena, each once; a step that failed is tried again by the next run.
  * The first two are timed for fc_program_times: at a warm start they are
@@ -981,6 +1237,7 @@ static fc_status ensure_device(fc_program *p) {
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
+    if (p->variant) return ensure_instance(p);
     if (!p->module) {
         /* A cubin runs on its own major architecture, on the same or a
          * newer minor one; say so plainly instead of the driver's
@@ -1019,16 +1276,7 @@ static fc_status ensure_device(fc_program *p) {
         p->times.load_ms += now_ms() - t;
         p->times.loaded = true;
     }
-    if (!p->argval) {
-        size_t n = (size_t)(p->max_args + 1);
-        p->argval = fc_ctx_malloc(p->ctx, n * sizeof *p->argval);
-        p->argptr = p->argval ? fc_ctx_malloc(p->ctx, n * sizeof *p->argptr) : NULL;
-        if (!p->argptr) {
-            fc_ctx_freemem(p->ctx, p->argval);
-            p->argval = NULL;
-            return FC_ERR_NOMEM;
-        }
-    }
+    if ((st = ensure_args(p)) != FC_OK) return st;
     /* One allocation for the intermediates and the cuBLASLt workspace:
      * cuMemAlloc's base is 256-aligned, and so is the workspace's offset. */
     int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
@@ -1050,17 +1298,9 @@ static fc_status ensure_device(fc_program *p) {
     return FC_OK;
 }
 
-/* Value ids were checked when the description was made (build_desc) or
- * read (fc_program_desc_decode): every launch argument has storage. */
-static CUdeviceptr device_ptr(const fc_program *p, int id, void *const *inputs, void *const *outputs) {
-    const fc_store *s = &p->d.store[id];
-    switch (s->kind) {
-    case FC_STORE_INPUT: return (CUdeviceptr)(uintptr_t)inputs[s->index];
-    case FC_STORE_OUTPUT: return (CUdeviceptr)(uintptr_t)outputs[s->index];
-    case FC_STORE_ARENA: return p->arena + (CUdeviceptr)s->index;
-    case FC_STORE_NONE: break;
-    }
-    FC_UNREACHABLE("a launch argument without storage (build_desc and the decoder check every one)");
+static fc_replay_env env_of(const fc_program *p) {
+    fc_replay_env e = {p->dev, p->ctx, &p->d, p->func, p->arena, p->blas, p->blas_ws, p->syms, p->nsyms};
+    return e;
 }
 
 static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int64_t bytes, CUstream s) {
@@ -1071,17 +1311,31 @@ static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int6
     return FC_OK;
 }
 
-/* Queue every launch, then the result copies, on stream s. The device is
- * ready (ensure_device) and every library call is a GEMM
- * (check_supported). */
-static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+/* Are CUDA Graphs wanted for p? When not, *why says why. */
+static bool graphs_wanted(const fc_program *p, const char **why) {
+    const char *env = getenv("FUSEC_CUDA_GRAPHS");
+    if (!p->opts.cuda_graphs) *why = "CUDA Graphs are off (fc_compile_options.cuda_graphs, or --no-graphs)";
+    else if (env && !strcmp(env, "0")) *why = "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)";
+    else if (p->d.src.nlaunches == 0) *why = "the program launches nothing";
+    else return true;
+    return false;
+}
+
+static void graph_skipped(fc_program *p, const char *why) {
+    p->stats.graph_skips++;
+    if (strcmp(p->stats.graph_skip_reason, why)) {
+        snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%s", why);
+        fc_trace(FC_LOG_GRAPHS, "program %s: runs launch by launch: %s", p->d.graph_name, why);
+    }
+}
+
+/* The launches one by one. */
+static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_replay_env e = env_of(p);
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
         if (l->kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
-        for (int a = 0; a < l->nargs; a++) {
-            p->argval[a] = device_ptr(p, l->args[a], inputs, outputs);
-            p->argptr[a] = &p->argval[a];
-        }
+        fc_launch_args(&e, i, inputs, outputs, p->argval, p->argptr);
         if (l->kind == FC_LAUNCH_LIBRARY) {
             fc_status st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->argval, l->nargs, p->blas_ws,
                                               FC_CUBLASLT_WORKSPACE_BYTES, s);
@@ -1095,6 +1349,57 @@ static fc_status enqueue(fc_program *p, void *const *inputs, void *const *output
         fc_status st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->argptr);
         if (st != FC_OK) return st;
     }
+    return FC_OK;
+}
+
+/* The launches as a CUDA Graph (runtime/replay.c), built at the second run
+ * (the first runs eagerly: it makes cuBLASLt's choices and concatenated
+ * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run
+ * eagerly instead (the reason is in the stats and the log). */
+static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    const char *why = NULL;
+    if (p->replay_off) return FC_ERR_UNSUPPORTED;
+    if (!graphs_wanted(p, &why)) {
+        graph_skipped(p, why);
+        return FC_ERR_UNSUPPORTED;
+    }
+    if (p->stats.runs == 0) return FC_ERR_UNSUPPORTED;
+    fc_replay_env e = env_of(p);
+    if (!p->replay) {
+        fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, &p->replay);
+        if (st != FC_OK) {
+            char reason[160];
+            snprintf(reason, sizeof reason, "building the graph failed: %.120s", fc_last_error(p->ctx));
+            p->replay_off = true;
+            graph_skipped(p, reason);
+            return FC_ERR_UNSUPPORTED;
+        }
+        p->stats.graph_captures++;
+    }
+    fc_status st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
+    if (st != FC_OK) {
+        /* A graph that could not be patched is never launched again (nothing
+         * of it was queued: the launch is the last step); this run and the
+         * later ones go launch by launch. */
+        char reason[160];
+        snprintf(reason, sizeof reason, "patching the graph failed: %.120s", fc_last_error(p->ctx));
+        fc_replay_free(p->replay, p->dev);
+        p->replay = NULL;
+        p->replay_off = true;
+        graph_skipped(p, reason);
+        return FC_ERR_UNSUPPORTED;
+    }
+    p->stats.graph_replays++;
+    return FC_OK;
+}
+
+/* Queue every launch, then the result copies, on stream s. The device is
+ * ready (ensure_device) and every library call is a GEMM
+ * (check_supported). */
+static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_status st = enqueue_graph(p, inputs, outputs, s);
+    if (st == FC_ERR_UNSUPPORTED) st = enqueue_eager(p, inputs, outputs, s);
+    if (st != FC_OK) return st;
     /* Results no kernel wrote in place: a parameter (or a view of one)
      * returned, or a value returned more than once. */
     for (int k = 0; k < p->d.noutputs; k++) {
@@ -1103,9 +1408,10 @@ static fc_status enqueue(fc_program *p, void *const *inputs, void *const *output
         if (o->copy_from.kind == FC_STORE_INPUT) src = (CUdeviceptr)(uintptr_t)inputs[o->copy_from.index];
         else if (o->copy_from.kind == FC_STORE_OUTPUT) src = (CUdeviceptr)(uintptr_t)outputs[o->copy_from.index];
         else continue;
-        fc_status st = copy_dtod(p, dst, src, fc_program_tensor_bytes(o), s);
+        st = copy_dtod(p, dst, src, fc_program_tensor_bytes(o), s);
         if (st != FC_OK) return st;
     }
+    p->stats.runs++;
     return FC_OK;
 }
 
@@ -1135,6 +1441,11 @@ static fc_status prepare_run(fc_program *p) {
 
 fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
     if (!p) return FC_ERR_USAGE;
+    if (p->dyn)
+        return fc_set_error(p->ctx, FC_ERR_USAGE,
+                            "fc_run: program %s is dynamic (some dims are symbolic): run it with fc_run_shaped, "
+                            "which takes the shapes",
+                            fc_program_desc_of(p)->graph_name ? fc_program_desc_of(p)->graph_name : "?");
     fc_status st = check_buffers(p, inputs, nin, outputs, nout);
     if (st == FC_OK) st = prepare_run(p);
     if (st != FC_OK) return st;

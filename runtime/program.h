@@ -184,6 +184,9 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
  * per distinct GEMM problem: later runs reuse the algorithms); 0 before
  * the first run. For tests. */
 int fc_program_gemm_queries(const fc_program *p);
+/* How many of those algorithms came from the on-disk cache instead of a
+ * heuristic query (a warm cache answers them all). */
+int fc_program_gemm_disk_hits(const fc_program *p);
 /* The CUDA target the cubin was compiled for, major*10+minor (90: sm_90). */
 int fc_program_sm(const fc_program *p);
 /* The cubin NVRTC made of fc_program_cuda_source(p), for sm fc_program_sm(p)
@@ -283,3 +286,25 @@ fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_ten
 const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n);
 
 #endif
+
+/* ------------------------------------------------------------------ */
+/* Dynamic programs (runtime/dynamic.c, docs/DYNAMIC.md).              */
+/* ------------------------------------------------------------------ */
+struct fc_dynamic;
+/* The dynamic variant of g (symbols unbound): the dynamic pipeline and
+ * codegen, NVRTC (through the kernel cache); it never runs itself. */
+fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out);
+/* One shape of variant v: its bound plan (fc_plan_bind), descriptions,
+ * grids; it borrows v's module, kernels, cuBLASLt handle and arena. Free
+ * it (before v) with fc_program_free. FC_ERR_INPUT for a binding that
+ * does not fit the graph. */
+fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out);
+/* Open the device, load the module and allocate what a run needs, now. */
+fc_status fc_program_prepare(fc_program *p);
+/* An empty program that only carries a dynamic program's state. */
+fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
+void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);
+struct fc_dynamic *fc_program_dynamic(const fc_program *p);
+fc_run_stats *fc_program_stats_ref(fc_program *p);
+/* Give shell p the signature (symbolic shapes), graph text and target of g. */
+fc_status fc_program_set_signature(fc_program *p, fc_graph *g);

@@ -812,6 +812,8 @@ char *fc_cache_info_text(fc_context *ctx, bool verify, size_t *nbad) {
             size_str(s.bytes[FC_CACHE_KERNEL], a, sizeof a));
     fc_strbuf_printf(&t, "programs:          %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_PROGRAM],
             size_str(s.bytes[FC_CACHE_PROGRAM], a, sizeof a));
+    fc_strbuf_printf(&t, "gemm algorithms:   %llu entries, %s\n", (unsigned long long)s.entries[FC_CACHE_ALGO],
+            size_str(s.bytes[FC_CACHE_ALGO], a, sizeof a));
     fc_strbuf_printf(&t, "other versions:    %llu entries, %s\n", (unsigned long long)s.stale_entries,
             size_str(s.stale_bytes, a, sizeof a));
     fc_strbuf_printf(&t, "temporary files:   %llu\n", (unsigned long long)s.temp_files);

@@ -239,6 +239,7 @@ typedef struct options {
     int sm;             /* --arch, when arch_given */
     bool arch_given;
     bool time;          /* --time: where the compile time went */
+    bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;
     bool cache_info, verify, cache_clear;
     bool help, version, list_devices;
@@ -458,6 +459,7 @@ static const flag flags[] = {
     OPTION("--output", "-o", flag_output),
     OPTION("--arch", NULL, flag_arch),
     SWITCH("--time", NULL, time),
+    SWITCH("--no-graphs", NULL, no_graphs),
     OPTION("--cache-dir", NULL, flag_cache_dir),
     SWITCH("--cache-info", NULL, cache_info),
     SWITCH("--verify", NULL, verify),
@@ -583,6 +585,10 @@ static void print_help(void) {
         "  --bench N             time N runs after warm-up (CUDA events on the GPU, the\n"
         "                        wall clock on the CPU); the last line is exactly\n"
         "                          time: X ms median of N\n"
+        "                        On cuda, runs after the first replay the program as one\n"
+        "                        CUDA Graph (docs/RUNTIME-GRAPHS.md)\n"
+        "  --no-graphs           on cuda, launch kernel by kernel instead of replaying a\n"
+        "                        CUDA Graph (the same as FUSEC_CUDA_GRAPHS=0)\n"
         "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
         "                        without a file (the list is shorter than the parameters,\n"
         "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
@@ -656,7 +662,11 @@ static void print_help(void) {
         "  FUSEC_CACHE           off, ro (read only) or rw (the default)\n"
         "  FUSEC_CACHE_MAX_BYTES the cache's size limit, as 1073741824, 512M or 1G\n"
         "                        (the default); least recently used entries go first\n"
-        "  FUSEC_DEBUG=code      NVRTC errors show more of the generated source\n",
+        "  FUSEC_DEBUG=code      NVRTC errors show more of the generated source\n"
+        "  FUSEC_CUDA_GRAPHS=0   launch by launch, no CUDA Graph replay (--no-graphs)\n"
+        "  FUSEC_LOG=guards,graphs  log (to stderr) each guard miss of a dynamic program\n"
+        "                        with what changed, specializations built and evicted,\n"
+        "                        and why a program runs without a CUDA Graph\n",
         stdout);
 }
 
@@ -1391,6 +1401,9 @@ int main(int argc, char **argv) {
         } else if (o.cache_info || o.cache_clear) {
             rc = cache_commands(&o);
         } else {
+            /* The library reads the switch from the environment, where a
+             * user can set it for any program too. */
+            if (o.no_graphs) setenv("FUSEC_CUDA_GRAPHS", "0", 1);
             rc = run_cli(&o);
         }
     }

@@ -28,6 +28,17 @@ typedef struct fc_launch {
      * first nreads are read, the rest written. */
     int nargs, nreads;
     int *args;        /* value ids (malloc'd) */
+    /* Dynamic plans: a generated kernel takes, after its pointers, one
+     * `long long` per symbol of the graph (s0 .. s{nsyms-1}, symbol index
+     * order, all of them), so every kernel gets the same list. 0 for static
+     * kernels and for launches that are not kernels. */
+    int nsyms;
+    /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
+     * clamped to [1, grid_max[a]] (fc_cuda_launch_grid). grid[] holds the
+     * grid for every symbol = 1 as a placeholder. */
+    fc_mono grid_work[3];
+    int64_t grid_per[3];
+    int64_t grid_max[3];
     char summary[160]; /* for --emit=plan: "softmax-like row reduce: reduce_max, sub, exp, ..." */
 } fc_launch;
 
@@ -37,8 +48,16 @@ typedef struct fc_cuda_src {
     int nlaunches;
 } fc_cuda_src;
 
-/* Generate the source and launches for `plan`. */
+/* Generate the source and launches for `plan`. A dynamic plan
+ * (plan->dynamic) gives kernels whose symbol-dependent sizes are the
+ * trailing `long long` arguments (fc_launch.nsyms); what cannot be made
+ * symbolic fails with FC_ERR_UNSUPPORTED naming the group. */
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out);
+/* The grid of launch l (made from a dynamic plan) for `bound`, a plan made
+ * from that dynamic plan by fc_plan_bind. Static launches: l->grid.
+ * Block size and shared memory do not change (l->block, l->smem).
+ * FC_ERR_INPUT if the grid would exceed the hardware's limits. */
+fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
 void fc_cuda_src_release(fc_cuda_src *s);
 
 #endif

@@ -107,7 +107,49 @@ typedef struct kctx {
     int cached_vid[8];
     char cached_arr[8][16];
     int ncached;
+    /* Dynamic plan: symbolic sizes are the kernel's i64 parameters s0 ..
+     * s{nsyms-1} (every kernel takes all of them). */
+    bool dyn;
+    int nsyms;
 } kctx;
+
+/* ---- sizes as C text ---------------------------------------------------------- */
+
+/* A dim as C text: a literal (`768ll`) or the symbol's parameter (`s0`). */
+static const char *dimx(int64_t d, char *buf, size_t n) {
+    if (fc_dim_is_sym(d)) snprintf(buf, n, "s%d", fc_dim_sym_index(d));
+    else snprintf(buf, n, "%lldll", (long long)d);
+    return buf;
+}
+
+/* A product of dims as C text: `3072ll`, `(s0 * s1 * 768ll)`. */
+static const char *monox(const fc_mono *m, char *buf, size_t n) {
+    if (fc_mono_is_static(m) || m->c == 0) {
+        snprintf(buf, n, "%lldll", (long long)m->c);
+        return buf;
+    }
+    size_t pos = (size_t)snprintf(buf, n, "(");
+    bool first = true;
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++)
+        for (int e = 0; e < m->e[i] && pos < n; e++) {
+            pos += (size_t)snprintf(buf + pos, n - pos, "%ss%d", first ? "" : " * ", i);
+            first = false;
+        }
+    if (pos < n && m->c != 1) pos += (size_t)snprintf(buf + pos, n - pos, " * %lldll", (long long)m->c);
+    if (pos < n) snprintf(buf + pos, n - pos, ")");
+    return buf;
+}
+
+#define SZ 96 /* room for one size expression */
+
+/* Row-major strides of dims as C text. */
+static void stride_text(const fc_dim *dims, int rank, char st[][SZ]) {
+    fc_mono m = fc_mono_one();
+    for (int d = rank - 1; d >= 0; d--) {
+        monox(&m, st[d], SZ);
+        fc_mono_mul_dim(&m, dims[d]);
+    }
+}
 
 static const char *lookup(kctx *k, int vid, const char *idx) {
     for (int i = k->nmemo - 1; i >= 0; i--)
@@ -148,31 +190,17 @@ static bool is_input(const kctx *k, const fc_value *v, int *pos) {
     return false;
 }
 
-static void strides_of(const fc_value *v, int64_t *st) {
-    int64_t s = 1;
-    for (int d = v->rank - 1; d >= 0; d--) {
-        st[d] = s;
-        s *= v->dims[d];
-    }
-}
-
-static int64_t numel_of(const fc_value *v) {
-    int64_t n = 1;
-    for (int d = 0; d < v->rank; d++) n *= v->dims[d];
-    return n;
-}
-
 static bool same_dims(const fc_value *a, const fc_value *b) {
     return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank);
 }
 
 /* Declare `i64 name = coordinate d of linear index L in shape v`. */
 static void coord(kctx *k, const fc_value *v, const char *L, int d, char *name, size_t n) {
-    int64_t st[FC_MAX_RANK];
-    strides_of(v, st);
+    char st[FC_MAX_RANK][SZ], dim[SZ];
+    stride_text(v->dims, v->rank, st);
     snprintf(name, n, "c%d", k->tmp++);
-    if (d == 0) fc_strbuf_printf(k->s, "      i64 %s = %s / %lldll;\n", name, L, (long long)st[0]);
-    else fc_strbuf_printf(k->s, "      i64 %s = (%s / %lldll) %% %lldll;\n", name, L, (long long)st[d], (long long)v->dims[d]);
+    if (d == 0) fc_strbuf_printf(k->s, "      i64 %s = %s / %s;\n", name, L, st[0]);
+    else fc_strbuf_printf(k->s, "      i64 %s = (%s / %s) %% %s;\n", name, L, st[d], dimx(v->dims[d], dim, sizeof dim));
 }
 
 /* Index of operand x (broadcast into the shape of out) at out's index L. */
@@ -181,16 +209,16 @@ static void broadcast_index(kctx *k, const fc_value *out, const char *L, const f
         snprintf(name, n, "%s", L);
         return;
     }
-    int64_t xs[FC_MAX_RANK];
-    strides_of(x, xs);
+    char xs[FC_MAX_RANK][SZ];
+    stride_text(x->dims, x->rank, xs);
     int off = out->rank - x->rank;
-    char expr[512] = "0";
+    char expr[1024] = "0";
     size_t pos = 1;
     for (int d = 0; d < x->rank; d++) {
         if (x->dims[d] == 1) continue;
         char c[16];
         coord(k, out, L, d + off, c, sizeof c);
-        pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %lldll", c, (long long)xs[d]);
+        pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %s", c, xs[d]);
         if (pos >= sizeof expr) pos = sizeof expr - 1;
     }
     snprintf(name, n, "ix%d", k->tmp++);
@@ -312,15 +340,15 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
 
 /* Linear index into x from coordinates (names) of x's dims. */
 static void linear(const fc_value *x, char coords[][24], char *out, size_t n) {
-    int64_t st[FC_MAX_RANK];
-    strides_of(x, st);
+    char st[FC_MAX_RANK][SZ];
+    stride_text(x->dims, x->rank, st);
     size_t pos = (size_t)snprintf(out, n, "0");
     for (int d = 0; d < x->rank && pos < n; d++)
-        pos += (size_t)snprintf(out + pos, n - pos, " + %s * %lldll", coords[d], (long long)st[d]);
+        pos += (size_t)snprintf(out + pos, n - pos, " + %s * %s", coords[d], st[d]);
 }
 
 static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const char *L) {
-    char c[FC_MAX_RANK][24], in_c[FC_MAX_RANK][24], idx[600], name[24];
+    char c[FC_MAX_RANK][24], in_c[FC_MAX_RANK][24], idx[1200], name[24];
     const fc_attrs *a = &n->a;
     for (int d = 0; d < v->rank; d++) coord(k, v, L, d, c[d], sizeof c[d]);
     const fc_value *x = n->nin ? n->in[0] : NULL;
@@ -342,6 +370,10 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     case FC_OP_SPLIT: {
         int ax = (int)(a->axis < 0 ? a->axis + x->rank : a->axis);
         int64_t start = 0, step = 1;
+        if (fc_dim_is_sym(x->dims[ax])) {
+            fail(k, "codegen: slice or split of a symbolic dimension");
+            return "0";
+        }
         if (n->op == FC_OP_SLICE) {
             int64_t dim = x->dims[ax];
             start = a->start < 0 ? (a->start + dim < 0 ? 0 : a->start + dim) : (a->start > dim ? dim : a->start);
@@ -375,6 +407,10 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         for (int i = 0; i < n->nin; i++) {
             const fc_value *xi = n->in[i];
             int64_t len = xi->dims[ax];
+            if (fc_dim_is_sym(len)) {
+                fail(k, "codegen: concat along a symbolic dimension");
+                return "0";
+            }
             fc_strbuf_printf(k->s, "      %sif (%s < %lldll) {\n", i ? "else " : "", c[ax], (long long)(off + len));
             if (i == n->nin - 1) fc_strbuf_printf(k->s, "      /* last operand */\n");
             for (int d = 0; d < v->rank; d++) memcpy(in_c[d], c[d], 24);
@@ -402,7 +438,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     case FC_OP_GATHER: {
         const fc_value *tab = n->in[0], *ix = n->in[1];
         int ax = (int)(a->axis < 0 ? a->axis + tab->rank : a->axis);
-        char ic[FC_MAX_RANK][24], ilin[600], iv[24];
+        char ic[FC_MAX_RANK][24], ilin[1200], iv[24];
         for (int d = 0; d < ix->rank; d++) memcpy(ic[d], c[ax + d], 24);
         linear(ix, ic, ilin, sizeof ilin);
         snprintf(iv, sizeof iv, "ix%d", k->tmp++);
@@ -411,8 +447,15 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         /* Out-of-range indices are clamped: a kernel cannot report them (the
          * reference interpreter rejects them). */
         snprintf(name, sizeof name, "c%d", k->tmp++);
-        fc_strbuf_printf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %lldll : %s; %s = fc_sat(%s, 0ll, %lldll);\n", name,
-            e ? e : "0", name, name, name, (long long)tab->dims[ax], name, name, name, (long long)tab->dims[ax] - 1);
+        if (fc_dim_is_sym(tab->dims[ax])) {
+            char sd[SZ];
+            dimx(tab->dims[ax], sd, sizeof sd);
+            fc_strbuf_printf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %s : %s; %s = fc_sat(%s, 0ll, %s - 1);\n", name,
+                e ? e : "0", name, name, name, sd, name, name, name, sd);
+        } else {
+            fc_strbuf_printf(k->s, "      i64 %s = (i64)%s; %s = %s < 0 ? %s + %lldll : %s; %s = fc_sat(%s, 0ll, %lldll);\n", name,
+                e ? e : "0", name, name, name, (long long)tab->dims[ax], name, name, name, (long long)tab->dims[ax] - 1);
+        }
         for (int d = 0; d < ax; d++) memcpy(in_c[d], c[d], 24);
         snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
         for (int d = ax + 1; d < tab->rank; d++) memcpy(in_c[d], c[d - 1 + ix->rank], 24);
@@ -470,6 +513,7 @@ static bool full_shape(const fc_group *gr, const fc_value *v);
 
 static void mark_rows(kctx *k) {
     const fc_group *gr = k->gr;
+    fc_mono rows = fc_group_rows_mono(gr);
     for (int i = 0; i < gr->nnodes; i++) {
         fc_node *n = gr->nodes[i];
         if (fc_op_is_reduce(n->op)) {
@@ -485,19 +529,31 @@ static void mark_rows(kctx *k) {
             else if (x->def && in_group(k, x->def)) other = true;
         }
         if (!dep || other) continue;
-        int64_t ne = numel_of(n->out[0]);
-        if (ne == gr->rows && n->out[0]->rank <= gr->rank) k->is_row[n->out[0]->id] = true;
+        fc_mono ne = fc_mono_of(n->out[0]->dims, n->out[0]->rank);
+        if (fc_mono_eq(&ne, &rows) && n->out[0]->rank <= gr->rank) k->is_row[n->out[0]->id] = true;
     }
     /* A stored value of per-row shape that does not depend on the
      * reductions is computed and stored once per row too. */
     for (int o = 0; o < gr->noutputs; o++) {
         const fc_value *v = gr->outputs[o];
-        if (!k->is_row[v->id] && !full_shape(gr, v) && numel_of(v) == gr->rows && v->rank <= gr->rank)
+        fc_mono ne = fc_mono_of(v->dims, v->rank);
+        if (!k->is_row[v->id] && !full_shape(gr, v) && fc_mono_eq(&ne, &rows) && v->rank <= gr->rank)
             k->is_row[v->id] = true;
     }
 }
 
 /* ---- kernels ----------------------------------------------------------------- */
+
+/* Dynamic plans: `, i64 s0, ..., i64 s{n-1}` after the pointers. */
+static void sym_params(kctx *k, bool comma) {
+    if (!k->dyn) return;
+    for (int i = 0; i < k->nsyms; i++) fc_strbuf_printf(k->s, "%si64 s%d", comma || i ? ", " : "", i);
+}
+
+static void sym_args(kctx *k, const char *prefix) {
+    if (!k->dyn) return;
+    for (int i = 0; i < k->nsyms; i++) fc_strbuf_printf(k->s, "%ss%d, ", prefix, i);
+}
 
 static void kernel_signature(kctx *k, const char *name, unsigned block) {
     const fc_group *gr = k->gr;
@@ -506,6 +562,7 @@ static void kernel_signature(kctx *k, const char *name, unsigned block) {
         fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
     for (int i = 0; i < gr->noutputs; i++)
         fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+    sym_params(k, gr->ninputs + gr->noutputs > 0);
     fc_strbuf_printf(k->s, ") {\n");
 }
 
@@ -620,28 +677,34 @@ static void kernel_params(kctx *k) {
         fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
     for (int i = 0; i < gr->noutputs; i++)
         fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+    sym_params(k, gr->ninputs + gr->noutputs > 0);
 }
 
-/* Threads a pointwise group needs (one per VEC elements). */
+/* Threads a pointwise group needs (one per VEC elements); in a dynamic
+ * plan, the static factor of that count. */
 static int64_t pointwise_threads(kctx *k) {
-    const fc_group *gr = k->gr;
-    int64_t n = 1;
-    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
-    return n / vector_width(k, n);
+    fc_mono n = fc_group_space_mono(k->gr);
+    return n.c / vector_width(k, n.c);
 }
 
 /* A pointwise group as a device function over threads t0, t0 + stride, ...
  * A kernel of its own calls it once; a batched launch calls several. */
 static fc_status pointwise_body(kctx *k, const char *name) {
     const fc_group *gr = k->gr;
-    int64_t n = 1;
-    for (int d = 0; d < gr->rank; d++) n *= gr->space[d];
-    int vec = vector_width(k, n);
-    int64_t nthreads = n / vec;
+    /* The vector width comes from the static factor of the element count:
+     * with it the count is a multiple of VEC for every binding. */
+    fc_mono n = fc_group_space_mono(gr);
+    int vec = vector_width(k, n.c);
     fc_strbuf_printf(k->s, "static __device__ __forceinline__ void %s_body(", name);
     kernel_params(k);
-    fc_strbuf_printf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs ? ", " : "");
-    fc_strbuf_printf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)nthreads);
+    fc_strbuf_printf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs + (k->dyn ? k->nsyms : 0) ? ", " : "");
+    if (fc_mono_is_static(&n)) {
+        fc_strbuf_printf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)(n.c / vec));
+    } else {
+        char ne[SZ];
+        fc_strbuf_printf(k->s, "  const i64 nthreads = %s / %d;\n", monox(&n, ne, sizeof ne), vec);
+        fc_strbuf_printf(k->s, "  for (i64 t = t0; t < nthreads; t += stride) {\n");
+    }
     fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
@@ -673,9 +736,14 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
     fc_strbuf_printf(k->s, "  %s_body(", l->name);
     for (int i = 0; i < k->gr->ninputs; i++) fc_strbuf_printf(k->s, "a%d, ", i);
     for (int i = 0; i < k->gr->noutputs; i++) fc_strbuf_printf(k->s, "o%d, ", i);
+    sym_args(k, "");
     fc_strbuf_printf(k->s, "(i64)blockIdx.x * %u + threadIdx.x, (i64)gridDim.x * %u);\n}\n\n", PW_BLOCK, PW_BLOCK);
     l->grid[0] = (unsigned)grid;
     l->grid[1] = l->grid[2] = 1;
+    fc_mono n = fc_group_space_mono(k->gr);
+    l->grid_work[0] = n;
+    l->grid_per[0] = (int64_t)vector_width(k, n.c) * PW_BLOCK;
+    l->grid_max[0] = 1 << 30;
     l->block[0] = PW_BLOCK;
     l->block[1] = l->block[2] = 1;
     return FC_OK;
@@ -742,13 +810,30 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         if (gr->reduced[d]) seen_reduced = true;
         else if (seen_reduced) trailing = false;
     }
-    int64_t rows = gr->rows, len = gr->row_len;
+    /* Dynamic plans: rows and the row length are monomials; the vector
+     * width comes from the row length's static factor (so it divides every
+     * binding), and a symbolic row length takes a looped schedule sized by
+     * that static factor (valid for any length >= 1). */
+    fc_mono mrows = fc_group_rows_mono(gr), mlen = fc_group_row_len_mono(gr);
+    bool sym_len = !fc_mono_is_static(&mlen);
+    char rows_s[SZ], len_s[SZ];
+    monox(&mrows, rows_s, sizeof rows_s);
+    monox(&mlen, len_s, sizeof len_s);
+    int64_t len = mlen.c;
     int vec = trailing ? vector_width(k, len) : 1;
     int64_t nvec = len / vec;
     int tpr, rpb;
     if (!trailing) {
         tpr = 1;
         rpb = 256;
+    } else if (sym_len) {
+        if (nvec >= 512) {
+            tpr = 256;
+            rpb = 1;
+        } else {
+            tpr = 32;
+            rpb = 8;
+        }
     } else if (nvec <= 128) {
         tpr = 32;
         rpb = 8;
@@ -763,13 +848,13 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     size_t cache_bytes = 0;
     for (int i = 0; i < gr->ninputs; i++)
         if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
-    bool cache = trailing && vec > 1 && kv <= 8 && cache_bytes <= 512;
+    bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
     unsigned block = (unsigned)(tpr * rpb);
     kernel_signature(k, l->name, block);
     mark_rows(k);
 
     /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
-    char loop_open[1024]; /* rank 8: 8 terms of at most ~90 characters */
+    char loop_open[4096]; /* rank 8: 8 terms of at most ~4 size expressions */
     if (cache)
         snprintf(loop_open, sizeof loop_open,
                  "    _Pragma(\"unroll\") for (int c = 0; c < %lld; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
@@ -777,27 +862,25 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
                  (long long)kv, tpr, vec, (long long)len, (long long)len);
     else if (trailing)
         snprintf(loop_open, sizeof loop_open,
-                 "    for (i64 j0 = (i64)tid * %d; j0 < %lldll; j0 += %d) {\n      {\n      i64 base = row * %lldll + j0;\n", vec,
-                 (long long)len, tpr * vec, (long long)len);
+                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", vec,
+                 len_s, tpr * vec, len_s);
     else {
         /* Column reduction: one thread per row (kept index); the full index
          * is composed from the kept and reduced coordinates. */
-        int64_t st[FC_MAX_RANK], s = 1;
-        for (int d = gr->rank - 1; d >= 0; d--) {
-            st[d] = s;
-            s *= gr->space[d];
-        }
+        char st[FC_MAX_RANK][SZ];
+        stride_text(gr->space, gr->rank, st);
         /* base = sum over dims of (coordinate * stride); the coordinates of
          * kept dims come from `row`, those of reduced dims from `j0`. */
         size_t pos = (size_t)snprintf(loop_open, sizeof loop_open,
-                                      "    for (i64 j0 = 0; j0 < %lldll; j0++) {\n      {\n      i64 base = 0", (long long)len);
-        int64_t krem = 1, rrem = 1;
+                                      "    for (i64 j0 = 0; j0 < %s; j0++) {\n      {\n      i64 base = 0", len_s);
+        fc_mono krem = fc_mono_one(), rrem = fc_mono_one();
         for (int d = gr->rank - 1; d >= 0 && pos < sizeof loop_open; d--) {
-            int64_t *rem = gr->reduced[d] ? &rrem : &krem;
-            pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %lldll) %% %lldll) * %lldll",
-                                    gr->reduced[d] ? "j0" : "row", (long long)*rem, (long long)gr->space[d],
-                                    (long long)st[d]);
-            *rem *= gr->space[d];
+            fc_mono *rem = gr->reduced[d] ? &rrem : &krem;
+            char rs[SZ], ds[SZ];
+            pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %s) %% %s) * %s",
+                                    gr->reduced[d] ? "j0" : "row", monox(rem, rs, sizeof rs), dimx(gr->space[d], ds, sizeof ds),
+                                    st[d]);
+            fc_mono_mul_dim(rem, gr->space[d]);
         }
         if (pos < sizeof loop_open) snprintf(loop_open + pos, sizeof loop_open - pos, ";\n");
         fc_strbuf_printf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
@@ -805,8 +888,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
 
     if (tpr > 32) fc_strbuf_printf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
     fc_strbuf_printf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
-    fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %lldll; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
-        (long long)rows, rpb);
+    fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
+        rows_s, rpb);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
     if (!vin || !vout) {
@@ -874,8 +957,9 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         const char *smem = acc_dt == FC_F64 ? "smem_d" : fc_dtype_is_float(acc_dt) ? "smem_f" : "smem_i";
         if (tpr > 32) fc_strbuf_printf(k->s, "    %s = fc_allreduce(%s, %d, %s, %s());\n", acc, acc, tpr, smem, opname);
         else if (tpr > 1) fc_strbuf_printf(k->s, "    %s = fc_allreduce(%s, %d, (%s *)0, %s());\n", acc, acc, tpr, ct, opname);
-        char val[64];
-        if (r->op == FC_OP_REDUCE_MEAN) snprintf(val, sizeof val, "(%s / (%s)%lld)", acc, ct, (long long)len);
+        char val[256];
+        if (r->op == FC_OP_REDUCE_MEAN && sym_len) snprintf(val, sizeof val, "(%s / (%s)%s)", acc, ct, len_s);
+        else if (r->op == FC_OP_REDUCE_MEAN) snprintf(val, sizeof val, "(%s / (%s)%lld)", acc, ct, (long long)len);
         else snprintf(val, sizeof val, "%s", acc);
         char rv[600];
         rounded(rv, sizeof rv, r->out[0]->dtype, val);
@@ -926,11 +1010,14 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     fc_strbuf_printf(k->s, "  }\n}\n\n");
     free(vin);
     free(vout);
-    int64_t grid = (rows + rpb - 1) / rpb;
+    int64_t grid = (mrows.c + rpb - 1) / rpb;
     if (grid > (1 << 30)) grid = 1 << 30;
     if (grid < 1) grid = 1;
     l->grid[0] = (unsigned)grid;
     l->grid[1] = l->grid[2] = 1;
+    l->grid_work[0] = mrows;
+    l->grid_per[0] = rpb;
+    l->grid_max[0] = 1 << 30;
     l->block[0] = block;
     l->block[1] = l->block[2] = 1;
     return FC_OK;
@@ -968,7 +1055,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         for (int q = 0; q < gr->nnodes && pos + 16 < sizeof l->summary; q++)
             pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, "%s%s", q ? "," : " ", fc_op_table[gr->nodes[q]->op].name);
         if (pos + 2 < sizeof l->summary && i < last) pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, ";");
-        kctx k = {.p = plan, .gr = gr, .s = s};
+        kctx k = {.p = plan, .gr = gr, .s = s, .dyn = plan->dynamic, .nsyms = g->nsyms};
         char name[80];
         snprintf(name, sizeof name, "%s_%d", l->name, i - first);
         fc_strbuf_printf(s, "// group %d (batched)\n", gr->id);
@@ -993,6 +1080,8 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         for (int q = 0; q < gr->noutputs; q++, a++)
             fc_strbuf_printf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", storage_type(gr->outputs[q]->dtype), i - first, q);
     }
+    if (plan->dynamic)
+        for (int q = 0; q < g->nsyms; q++, a++) fc_strbuf_printf(s, "%si64 s%d", a ? ", " : "", q);
     fc_strbuf_printf(s, ") {\n  long long b = blockIdx.x;\n");
     /* Arguments in the kernel's order: each group's reads, then its writes. */
     int at = 0;
@@ -1005,6 +1094,8 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         fc_strbuf_printf(s, "  %sif (b < %lldll) %s_%d_body(", i > first ? "else " : "", (long long)(start + nb), l->name, i - first);
         for (int q = 0; q < gr->ninputs; q++) fc_strbuf_printf(s, "g%d_a%d, ", i - first, q);
         for (int q = 0; q < gr->noutputs; q++) fc_strbuf_printf(s, "g%d_o%d, ", i - first, q);
+        if (plan->dynamic)
+            for (int q = 0; q < g->nsyms; q++) fc_strbuf_printf(s, "s%d, ", q);
         fc_strbuf_printf(s, "(b - %lldll) * %u + threadIdx.x, %lldll * %u);\n", (long long)start, PW_BLOCK, (long long)nb, PW_BLOCK);
         start += nb;
     }
@@ -1015,6 +1106,11 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
                         * only maps each value id to its pointer */
     l->grid[0] = (unsigned)start;
     l->grid[1] = l->grid[2] = 1;
+    /* Batched groups have static spaces: a constant grid. */
+    l->grid_work[0].c = start;
+    l->grid_per[0] = 1;
+    l->grid_max[0] = start;
+    l->nsyms = plan->dynamic ? g->nsyms : 0;
     l->block[0] = PW_BLOCK;
     l->block[1] = l->block[2] = 1;
     return FC_OK;
@@ -1028,6 +1124,15 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
+    if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
+        st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
+                          g->nsyms, FC_DYN_MAX_SYMS);
+    for (int i = 0; i <= plan->ngroups; i++)
+        for (int a = 0; a < 3; a++) {
+            out->launches[i].grid_work[a] = fc_mono_one();
+            out->launches[i].grid_per[a] = 1;
+            out->launches[i].grid_max[a] = 1;
+        }
     for (int gi = 0; gi < plan->ngroups && !st; gi++) {
         const fc_group *gr = plan->groups[gi];
         if (gr->batch > 0) {
@@ -1049,11 +1154,26 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
         for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
+        if (gr->kind == FC_GROUP_LIBRARY && plan->dynamic && gr->nodes[0]->op != FC_OP_MATMUL && gr->nodes[0]->op != FC_OP_GEMM) {
+            st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                              "codegen: group %d (%s): %s with symbolic shapes has no library call or kernel (bind the symbols)",
+                              gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
+            break;
+        }
         if (gr->kind == FC_GROUP_LIBRARY) {
             l->kind = FC_LAUNCH_LIBRARY;
             snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             continue;
+        }
+        if (gr->kind == FC_GROUP_ATTENTION && plan->dynamic) {
+            /* fc_pipeline lowers attention ops in dynamic plans; one that
+             * stays (a symbolic head dim with the default scale) has no
+             * kernel: the flash-attention template needs static shapes. */
+            st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                              "codegen: group %d (%s): attention with symbolic shapes has no dynamic kernel (bind the symbols)",
+                              gr->id, l->summary);
+            break;
         }
         if (gr->kind == FC_GROUP_ATTENTION) { /* codegen/cuda/attention.c */
             snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
@@ -1070,7 +1190,8 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         l->kind = FC_LAUNCH_KERNEL;
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE};
+        l->nsyms = plan->dynamic ? g->nsyms : 0;
+        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms};
         k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
@@ -1101,4 +1222,24 @@ void fc_cuda_src_release(fc_cuda_src *s) {
     free(s->launches);
     free(s->source);
     memset(s, 0, sizeof *s);
+}
+
+fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]) {
+    for (int a = 0; a < 3; a++) grid[a] = l->grid[a];
+    if (l->kind != FC_LAUNCH_KERNEL || l->nsyms == 0) return FC_OK;
+    if (!bound || (bound->nsyms > 0 && !bound->sym_values) || bound->nsyms != l->nsyms)
+        return bound && bound->g ? fc_set_error(bound->g->ctx, FC_ERR_USAGE, "launch grid: the plan is not bound from this launch's plan")
+                                 : FC_ERR_USAGE;
+    for (int a = 0; a < 3; a++) {
+        int64_t work = fc_mono_eval(&l->grid_work[a], bound->sym_values, bound->nsyms);
+        int64_t per = l->grid_per[a] > 0 ? l->grid_per[a] : 1;
+        if (work < 0)
+            return fc_set_error(bound->g->ctx, FC_ERR_INPUT, "launch %s: the grid overflows 64 bits", l->name);
+        int64_t n = work / per + (work % per != 0);
+        int64_t max = l->grid_max[a] > 0 ? l->grid_max[a] : 1;
+        if (n > max) n = max;
+        if (n < 1) n = 1;
+        grid[a] = (unsigned)n;
+    }
+    return FC_OK;
 }

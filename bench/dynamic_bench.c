@@ -1,0 +1,385 @@
+/*
+ * dynamic_bench.c - issue 7's benchmarks, fusec side: CUDA Graph replay and
+ * dynamic shapes (docs/PERF.md, "Graphs and dynamic shapes").
+ *
+ *   ninja dynamic_bench && ./dynamic_bench [workload ...]
+ *   (run from the source root, or set FUSEC_SRC)
+ *
+ * Workloads (default: all):
+ *   gpt2     examples/gpt2_block_bf16.ir at B=1, T=64: time per forward,
+ *            graphs on and off
+ *   mlp8     an 8-layer MLP (32 x 256, bias, relu), bf16: the same
+ *   replay20 a 20-launch program (20 adds, unfused): host time of one fc_run
+ *            with the same pointers, with new pointers at every call (the
+ *            patching), and launch by launch
+ *   sweep    the GPT-2 block as one dynamic program (B=1, T symbolic):
+ *            every T from 1 to 1024 through the dynamic variant (first call,
+ *            steady state), and for a sample of T the specialization's time
+ *            after it lands, beside a static compile of that T
+ *
+ * "Per forward" is wall time: N calls back to back on one stream, then a
+ * synchronize, divided by N (what torch.compile's reduce-overhead numbers
+ * in bench/graphs_torch.py measure too). Host time is the fc_run call alone
+ * (no synchronize), median of 2000.
+ *
+ * Every result is one line: RESULT fusec <workload> <key>=<value> ...
+ */
+#include "ir/ir.h"
+#include "runtime/cuda.h"
+#include "runtime/program.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static fc_context *ctx;
+static fc_cuda_device *dev;
+
+#define DIE(...)                                                                                                      \
+    do {                                                                                                              \
+        fprintf(stderr, __VA_ARGS__);                                                                                 \
+        fprintf(stderr, "\n  fusec: %s\n", fc_last_error(ctx));                                                      \
+        exit(1);                                                                                                      \
+    } while (0)
+
+/* A device buffer of random values in [-a, a] for tensor t (bf16, f32). */
+static void *random_buffer(const fc_tensor *t, double a) {
+    size_t n = (size_t)fc_tensor_numel(t), es = fc_dtype_size(t->dtype);
+    uint8_t *h = malloc(n * es + 1);
+    for (size_t i = 0; i < n; i++) {
+        float v = (float)(a * (2.0 * rand() / RAND_MAX - 1.0));
+        if (t->dtype == FC_BF16) ((uint16_t *)h)[i] = fc_f32_to_bf16(v);
+        else if (t->dtype == FC_F16) ((uint16_t *)h)[i] = fc_f32_to_f16(v);
+        else if (t->dtype == FC_F32) ((float *)h)[i] = v;
+        else memset(h + i * es, 0, es);
+    }
+    CUdeviceptr d = 0;
+    if (fc_cuda_alloc(dev, n * es + 256, &d) != FC_OK || fc_cuda_upload(dev, d, h, n * es) != FC_OK)
+        DIE("cannot allocate %zu bytes", n * es);
+    free(h);
+    return (void *)(uintptr_t)d;
+}
+
+static fc_graph *parse_file(const char *rel, const fc_binding *b, int nb) {
+    const char *src = getenv("FUSEC_SRC");
+    char path[600];
+    snprintf(path, sizeof path, "%s/%s", src && *src ? src : ".", rel);
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, path, NULL, b, nb, &g) != FC_OK) DIE("parse %s", path);
+    return g;
+}
+
+/* Buffers for p's parameters and results at its static shapes. */
+typedef struct bufs {
+    int nin, nout;
+    void *in[32], *out[8];
+} bufs;
+
+static void make_bufs(fc_program *p, bufs *b) {
+    b->nin = fc_program_num_inputs(p);
+    b->nout = fc_program_num_outputs(p);
+    for (int i = 0; i < b->nin; i++) {
+        fc_tensor t;
+        const char *name = NULL;
+        fc_program_input(p, i, &t, &name);
+        b->in[i] = random_buffer(&t, name && strstr(name, "_w") && t.rank == 2 ? 0.02 : 1.0);
+    }
+    for (int k = 0; k < b->nout; k++) {
+        fc_tensor t;
+        fc_program_output(p, k, &t);
+        b->out[k] = random_buffer(&t, 0);
+    }
+}
+
+static void free_bufs(bufs *b) {
+    for (int i = 0; i < b->nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)b->in[i]);
+    for (int k = 0; k < b->nout; k++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)b->out[k]);
+}
+
+static void run(fc_program *p, const bufs *b) {
+    if (fc_run(p, b->in, b->nin, b->out, b->nout, dev->stream) != FC_OK) DIE("fc_run");
+}
+
+/* Wall time per call of `iters` calls back to back, in ms. */
+static double per_call_ms(fc_program *p, const bufs *b, int iters) {
+    for (int i = 0; i < 50; i++) run(p, b);
+    fc_cuda_stream_sync(dev, NULL);
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++) run(p, b);
+    fc_cuda_stream_sync(dev, NULL);
+    return (now_us() - t0) / iters * 1e-3;
+}
+
+/* Median host time of one fc_run (no synchronize), in us; alternate
+ * between two sets of buffers when b2 is given (every call patches). */
+static double host_us(fc_program *p, const bufs *b, const bufs *b2, int iters) {
+    double *t = malloc(sizeof *t * (size_t)iters);
+    for (int i = 0; i < 20; i++) run(p, i % 2 && b2 ? b2 : b);
+    fc_cuda_stream_sync(dev, NULL);
+    for (int i = 0; i < iters; i++) {
+        const bufs *x = i % 2 && b2 ? b2 : b;
+        double t0 = now_us();
+        run(p, x);
+        t[i] = now_us() - t0;
+        /* Keep the queue short, so no call waits for the GPU. */
+        if (i % 64 == 63) fc_cuda_stream_sync(dev, NULL);
+    }
+    fc_cuda_stream_sync(dev, NULL);
+    double m = median(t, iters);
+    free(t);
+    return m;
+}
+
+static fc_program *compile(fc_graph *g, bool graphs) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.cuda_graphs = graphs;
+    fc_program *p = NULL;
+    if (fc_compile(g, &o, &p) != FC_OK) DIE("compile %s", fc_graph_name(g));
+    return p;
+}
+
+static void print_stats(const char *wl, fc_program *p) {
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    printf("RESULT fusec %s stats runs=%llu captures=%llu replays=%llu patches=%llu skips=%llu skip_reason=\"%s\"\n", wl,
+           (unsigned long long)s.runs, (unsigned long long)s.graph_captures, (unsigned long long)s.graph_replays,
+           (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason);
+}
+
+/* Per forward, graphs on and off, and host time per call. */
+static void forward_bench(const char *wl, fc_graph *g) {
+    fc_program *on = compile(g, true), *off = compile(g, false);
+    int k = 0, l = 0;
+    fc_program_count_launches(on, &k, &l, NULL);
+    bufs b;
+    make_bufs(on, &b);
+    double ms_on = per_call_ms(on, &b, 2000), ms_off = per_call_ms(off, &b, 2000);
+    double us_on = host_us(on, &b, NULL, 2000), us_off = host_us(off, &b, NULL, 2000);
+    printf("RESULT fusec %s kernels=%d library=%d per_call_ms=%.5f host_us=%.2f eager_per_call_ms=%.5f "
+           "eager_host_us=%.2f\n",
+           wl, k, l, ms_on, us_on, ms_off, us_off);
+    print_stats(wl, on);
+    free_bufs(&b);
+    fc_program_free(on);
+    fc_program_free(off);
+}
+
+static void bench_gpt2(void) {
+    fc_binding b[2] = {{"B", 1}, {"T", 64}};
+    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", b, 2);
+    forward_bench("gpt2", g);
+    fc_graph_free(g);
+}
+
+static void bench_mlp8(void) {
+    fc_graph *g = fc_graph_new(ctx, "mlp8");
+    fc_dim xd[2] = {32, 256}, wd[2] = {256, 256}, bd[1] = {256};
+    fc_value *y = fc_param(g, "x", FC_BF16, 2, xd);
+    for (int i = 0; i < 8; i++) {
+        char wn[16], bn[16];
+        snprintf(wn, sizeof wn, "w%d_w", i);
+        snprintf(bn, sizeof bn, "b%d_b", i);
+        fc_value *w = fc_param(g, wn, FC_BF16, 2, wd), *bias = fc_param(g, bn, FC_BF16, 1, bd);
+        y = fc_relu(g, fc_add(g, fc_matmul(g, y, w), bias));
+    }
+    fc_graph_return(g, 1, &y);
+    forward_bench("mlp8", g);
+    fc_graph_free(g);
+}
+
+/* 20 adds that may not fuse (fuse off): 20 kernel launches. */
+static void bench_replay20(void) {
+    fc_graph *g = fc_graph_new(ctx, "chain20");
+    fc_dim d[1] = {4096};
+    fc_value *x = fc_param(g, "x", FC_F32, 1, d), *y = x;
+    for (int i = 0; i < 20; i++) y = fc_add(g, y, x);
+    fc_graph_return(g, 1, &y);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.fuse = false;
+    fc_program *on = NULL, *off = NULL;
+    if (fc_compile(g, &o, &on) != FC_OK) DIE("compile chain20");
+    o.cuda_graphs = false;
+    if (fc_compile(g, &o, &off) != FC_OK) DIE("compile chain20");
+    int k = 0;
+    fc_program_count_launches(on, &k, NULL, NULL);
+    bufs b1, b2;
+    make_bufs(on, &b1);
+    make_bufs(on, &b2);
+    double same = host_us(on, &b1, NULL, 2000), moving = host_us(on, &b1, &b2, 2000);
+    double eager = host_us(off, &b1, NULL, 2000);
+    printf("RESULT fusec replay20 launches=%d host_us_same_ptrs=%.2f host_us_new_ptrs=%.2f host_us_eager=%.2f\n", k,
+           same, moving, eager);
+    print_stats("replay20", on);
+    free_bufs(&b1);
+    free_bufs(&b2);
+    fc_program_free(on);
+    fc_program_free(off);
+    fc_graph_free(g);
+}
+
+/* ---- the T sweep ---------------------------------------------------------------- */
+
+typedef struct sweep_bufs {
+    fc_tensor in[16], out[1];
+    int nin;
+} sweep_bufs;
+
+/* Inputs of the dynamic GPT-2 block at the largest T; a smaller T uses a
+ * prefix of x and y (contiguous [1, T, 768]). */
+static void sweep_alloc(fc_program *p, sweep_bufs *s, int64_t tmax) {
+    s->nin = fc_program_num_inputs(p);
+    for (int i = 0; i < s->nin; i++) {
+        fc_tensor t;
+        const char *name = NULL;
+        fc_program_input(p, i, &t, &name);
+        for (int d = 0; d < t.rank; d++)
+            if (t.shape[d] < 0) t.shape[d] = d == 0 ? 1 : tmax;
+        t.data = random_buffer(&t, name && strstr(name, "_w") && t.rank == 2 ? 0.02 : 1.0);
+        s->in[i] = t;
+    }
+    fc_tensor o = {FC_BF16, 3, {1, tmax, 768}, NULL};
+    o.data = random_buffer(&o, 0);
+    s->out[0] = o;
+}
+
+static void sweep_set_t(sweep_bufs *s, int64_t T) {
+    s->in[0].shape[1] = T;
+    s->out[0].shape[1] = T;
+}
+
+static double shaped_call_ms(fc_program *p, sweep_bufs *s) {
+    double t0 = now_us();
+    if (fc_run_shaped(p, s->in, s->nin, s->out, 1, dev->stream) != FC_OK) DIE("fc_run_shaped");
+    fc_cuda_stream_sync(dev, NULL);
+    return (now_us() - t0) * 1e-3;
+}
+
+static double shaped_steady_ms(fc_program *p, sweep_bufs *s, int iters) {
+    for (int i = 0; i < 3; i++) shaped_call_ms(p, s);
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++)
+        if (fc_run_shaped(p, s->in, s->nin, s->out, 1, dev->stream) != FC_OK) DIE("fc_run_shaped");
+    fc_cuda_stream_sync(dev, NULL);
+    return (now_us() - t0) / iters * 1e-3;
+}
+
+static void bench_sweep(void) {
+    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}}, 1);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.dynamic = true;
+    o.specialize = FC_SPECIALIZE_OFF;
+    fc_program *dyn = NULL;
+    double t0 = now_us();
+    if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    printf("RESULT fusec sweep dynamic_compile_ms=%.1f\n", (now_us() - t0) * 1e-3);
+    fc_run_stats st;
+    fc_program_stats(dyn, &st);
+    if (st.dynamic_unavailable[0]) printf("RESULT fusec sweep dynamic_unavailable=\"%s\"\n", st.dynamic_unavailable);
+    sweep_bufs s;
+    sweep_alloc(dyn, &s, 1024);
+    /* 1. The dynamic variant alone, every T: first call and steady state. */
+    double worst_first = 0, worst_ratio = 0;
+    int64_t worst_t = 0;
+    FILE *csv = fopen(getenv("SWEEP_CSV") ? getenv("SWEEP_CSV") : "sweep.csv", "w");
+    if (csv) fprintf(csv, "T,first_ms,dynamic_ms\n");
+    for (int64_t T = 1; T <= 1024; T++) {
+        sweep_set_t(&s, T);
+        double first = shaped_call_ms(dyn, &s);
+        double steady = shaped_steady_ms(dyn, &s, 10);
+        if (csv) fprintf(csv, "%lld,%.5f,%.5f\n", (long long)T, first, steady);
+        if (first / steady > worst_ratio) worst_ratio = first / steady, worst_t = T;
+        if (first > worst_first) worst_first = first;
+    }
+    if (csv) fclose(csv);
+    printf("RESULT fusec sweep dynamic_all_T worst_first_over_steady=%.2f at_T=%lld worst_first_ms=%.4f\n",
+           worst_ratio, (long long)worst_t, worst_first);
+    fc_program_free(dyn);
+
+    /* 2. Background specialization on a sample of T: the miss (served by the
+     * variant), the variant's steady state, the specialization once it has
+     * landed, a static compile of the same T. */
+    o.specialize = FC_SPECIALIZE_BACKGROUND;
+    o.max_specializations = 8;
+    if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    static const int64_t sample[] = {1, 2, 3, 7, 8, 16, 31, 64, 65, 127, 128, 129, 255, 256, 500, 512, 513, 777, 1000, 1024};
+    int ns = (int)(sizeof sample / sizeof sample[0]);
+    double worst_spec_static = 0, worst_miss_dyn = 0;
+    for (int i = 0; i < ns; i++) {
+        int64_t T = sample[i];
+        sweep_set_t(&s, T);
+        double miss = shaped_call_ms(dyn, &s);
+        double dyn_ms = shaped_steady_ms(dyn, &s, 20); /* while the specialization compiles */
+        double w0 = now_us();
+        fc_program_wait_specializations(dyn);
+        double wait_ms = (now_us() - w0) * 1e-3;
+        double spec_ms = shaped_steady_ms(dyn, &s, 50);
+        fc_graph *gs = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}, {"T", T}}, 2);
+        fc_program *ps = compile(gs, true);
+        bufs b = {0};
+        b.nin = s.nin;
+        b.nout = 1;
+        for (int q = 0; q < s.nin; q++) b.in[q] = s.in[q].data;
+        b.out[0] = s.out[0].data;
+        double static_ms = per_call_ms(ps, &b, 200);
+        fc_program_free(ps);
+        fc_graph_free(gs);
+        printf("RESULT fusec sweep T=%lld miss_ms=%.4f dynamic_ms=%.4f specialized_ms=%.4f static_ms=%.4f "
+               "compile_wait_ms=%.1f\n",
+               (long long)T, miss, dyn_ms, spec_ms, static_ms, wait_ms);
+        if (spec_ms / static_ms > worst_spec_static) worst_spec_static = spec_ms / static_ms;
+        if (miss / dyn_ms > worst_miss_dyn) worst_miss_dyn = miss / dyn_ms;
+    }
+    fc_program_stats(dyn, &st);
+    printf("RESULT fusec sweep sample worst_specialized_over_static=%.3f worst_miss_over_dynamic=%.2f hits=%llu "
+           "misses=%llu built=%llu evicted=%llu\n",
+           worst_spec_static, worst_miss_dyn, (unsigned long long)st.guard_hits, (unsigned long long)st.guard_misses,
+           (unsigned long long)st.specializations_built, (unsigned long long)st.specializations_evicted);
+    for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
+    fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+    fc_program_free(dyn);
+    fc_graph_free(g);
+}
+
+int main(int argc, char **argv) {
+    ctx = fc_context_new();
+    if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
+    srand(1);
+    const char *all[] = {"gpt2", "mlp8", "replay20", "sweep"};
+    int n = argc > 1 ? argc - 1 : 4;
+    for (int i = 0; i < n; i++) {
+        const char *w = argc > 1 ? argv[i + 1] : all[i];
+        if (!strcmp(w, "gpt2")) bench_gpt2();
+        else if (!strcmp(w, "mlp8")) bench_mlp8();
+        else if (!strcmp(w, "replay20")) bench_replay20();
+        else if (!strcmp(w, "sweep")) bench_sweep();
+        else {
+            fprintf(stderr, "unknown workload %s (gpt2 mlp8 replay20 sweep)\n", w);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    fc_cuda_device_close(dev);
+    fc_context_free(ctx);
+    return 0;
+}

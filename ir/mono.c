@@ -1,0 +1,52 @@
+/* mono.c - products of dims with symbols kept as symbols (fc_mono). */
+#include "ir.h"
+
+#include <string.h>
+
+fc_mono fc_mono_one(void) {
+    fc_mono m;
+    memset(&m, 0, sizeof m);
+    m.c = 1;
+    return m;
+}
+
+void fc_mono_mul_dim(fc_mono *m, fc_dim d) {
+    if (fc_dim_is_sym(d)) {
+        int i = fc_dim_sym_index(d);
+        FC_ASSERT(i >= 0 && i < FC_DYN_MAX_SYMS);
+        m->e[i]++;
+    } else {
+        m->c *= d;
+    }
+}
+
+fc_mono fc_mono_of(const fc_dim *dims, int rank) {
+    fc_mono m = fc_mono_one();
+    for (int i = 0; i < rank; i++) fc_mono_mul_dim(&m, dims[i]);
+    return m;
+}
+
+bool fc_mono_eq(const fc_mono *a, const fc_mono *b) {
+    if (a->c != b->c) return false;
+    /* 0 times anything is 0 */
+    if (a->c == 0) return true;
+    return !memcmp(a->e, b->e, sizeof a->e);
+}
+
+bool fc_mono_is_static(const fc_mono *m) {
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++)
+        if (m->e[i]) return false;
+    return true;
+}
+
+int64_t fc_mono_eval(const fc_mono *m, const int64_t *syms, int nsyms) {
+    int64_t r = m->c;
+    if (r < 0) return -1;
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++)
+        for (int k = 0; k < m->e[i]; k++) {
+            if (i >= nsyms || syms[i] < 0) return -1;
+            if (syms[i] != 0 && r > INT64_MAX / syms[i]) return -1;
+            r *= syms[i];
+        }
+    return r;
+}

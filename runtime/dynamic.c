@@ -1,0 +1,709 @@
+/*
+ * dynamic.c - dynamic programs: guards, specializations, the variant.
+ *
+ * See dynamic.h for the parts and docs/DYNAMIC.md for the user's view.
+ *
+ * Threads. The program is used by one caller thread at a time (as an
+ * fc_context is). A background thread, started with the program, compiles
+ * queued specializations: it parses the program's graph text with the
+ * shape's bindings into a context of its own, calls fc_compile (serialized
+ * process-wide with every other compile), and opens the device and loads
+ * the module so that the first run of the specialization does not pay for
+ * it. The table of specializations is shared under one mutex; the caller
+ * holds it only to look up, queue and adopt, never while anything compiles
+ * or runs. A specialization evicted from the table (LRU) is handed to the
+ * background thread to free, since freeing waits for the device.
+ *
+ * Nothing here prints unless FUSEC_LOG asks for it.
+ */
+#include "runtime/dynamic.h"
+
+#include "ir/ir.h"
+#include "runtime/cuda.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAX_SPECS 8
+/* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
+#define MAX_INSTANCES 8
+
+/* ------------------------------------------------------------------ */
+/* FUSEC_LOG.                                                          */
+/* ------------------------------------------------------------------ */
+
+static int log_topics(void) {
+    const char *e = getenv("FUSEC_LOG");
+    if (!e || !*e) return 0;
+    int t = 0;
+    if (strstr(e, "guards")) t |= FC_LOG_GUARDS;
+    if (strstr(e, "graphs")) t |= FC_LOG_GRAPHS;
+    if (strstr(e, "all")) t |= FC_LOG_GUARDS | FC_LOG_GRAPHS;
+    return t;
+}
+
+bool fc_trace_on(int topic) { return (log_topics() & topic) != 0; }
+
+void fc_trace(int topic, const char *fmt, ...) {
+    if (!fc_trace_on(topic)) return;
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "fusec[%s]: %s\n", topic == FC_LOG_GUARDS ? "guards" : "graphs", buf);
+}
+
+/* ------------------------------------------------------------------ */
+/* Guards: binding the symbols from the shapes of one call.            */
+/* ------------------------------------------------------------------ */
+
+static const char *tensor_name(const fc_program_tensor *t, int i, char *buf, size_t n) {
+    if (t->name && t->name[0]) snprintf(buf, n, "input %d (%%%s)", i, t->name);
+    else snprintf(buf, n, "input %d", i);
+    return buf;
+}
+
+fc_status fc_guard_bind(fc_context *ctx, const fc_program_desc *sig, const char *const *sym_names, int nsyms,
+                        const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout, bool check_ptrs,
+                        int64_t *syms) {
+    const char *g = sig->graph_name ? sig->graph_name : "?";
+    if (nin != sig->nparams || nout != sig->noutputs)
+        return fc_set_error(ctx, FC_ERR_USAGE, "graph %s takes %d inputs and %d outputs, not %d and %d", g,
+                            sig->nparams, sig->noutputs, nin, nout);
+    if (nin > 0 && !inputs) return fc_set_error(ctx, FC_ERR_USAGE, "graph %s: inputs is NULL", g);
+    int from_input[FC_DYN_MAX_SYMS], from_dim[FC_DYN_MAX_SYMS];
+    for (int k = 0; k < nsyms; k++) syms[k] = -1, from_input[k] = from_dim[k] = -1;
+    char nm[96];
+    for (int i = 0; i < nin; i++) {
+        const fc_program_tensor *t = &sig->params[i];
+        const fc_tensor *x = &inputs[i];
+        if (x->dtype != t->dtype || x->rank != t->rank)
+            return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: %s is %s of rank %d, not %s of rank %d", g,
+                                tensor_name(t, i, nm, sizeof nm), fc_dtype_name(t->dtype), t->rank,
+                                fc_dtype_name(x->dtype), x->rank);
+        for (int d = 0; d < t->rank; d++) {
+            int64_t got = x->shape[d];
+            if (got <= 0)
+                return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: %s dim %d is %lld: sizes must be at least 1", g,
+                                    tensor_name(t, i, nm, sizeof nm), d, (long long)got);
+            if (!fc_dim_is_sym(t->dims[d])) {
+                if (got != t->dims[d])
+                    return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: %s dim %d is %lld, but the graph fixes it at %lld",
+                                        g, tensor_name(t, i, nm, sizeof nm), d, (long long)got,
+                                        (long long)t->dims[d]);
+                continue;
+            }
+            int k = fc_dim_sym_index(t->dims[d]);
+            FC_ASSERT(k < nsyms);
+            if (syms[k] < 0) {
+                syms[k] = got;
+                from_input[k] = i;
+                from_dim[k] = d;
+            } else if (syms[k] != got) {
+                char first[96];
+                tensor_name(&sig->params[from_input[k]], from_input[k], first, sizeof first);
+                return fc_set_error(ctx, FC_ERR_INPUT,
+                                    "graph %s: %s dim %d is %s = %lld, but %s dim %d says %s = %lld", g,
+                                    tensor_name(t, i, nm, sizeof nm), d, sym_names[k], (long long)got, first,
+                                    from_dim[k], sym_names[k], (long long)syms[k]);
+            }
+        }
+        if (check_ptrs && ((uintptr_t)x->data & 15u))
+            return fc_set_error(ctx, FC_ERR_INPUT,
+                                "graph %s: %s is at %p, which is not 16-byte aligned (fusec's kernels move 16-byte "
+                                "vectors; cuMemAlloc gives 256-byte alignment)",
+                                g, tensor_name(t, i, nm, sizeof nm), x->data);
+    }
+    for (int k = 0; k < nsyms; k++)
+        if (syms[k] < 0)
+            return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: symbol %s is in no input's shape", g, sym_names[k]);
+    for (int o = 0; o < nout && outputs; o++) {
+        const fc_program_tensor *t = &sig->outputs[o];
+        const fc_tensor *x = &outputs[o];
+        bool ok = x->dtype == t->dtype && x->rank == t->rank;
+        for (int d = 0; ok && d < t->rank; d++) {
+            int64_t want = fc_dim_is_sym(t->dims[d]) ? syms[fc_dim_sym_index(t->dims[d])] : t->dims[d];
+            ok = x->shape[d] == want;
+        }
+        if (!ok) {
+            char want[160];
+            size_t n = (size_t)snprintf(want, sizeof want, "%s[", fc_dtype_name(t->dtype));
+            for (int d = 0; d < t->rank && n < sizeof want; d++)
+                n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", d ? ", " : "",
+                                      (long long)(fc_dim_is_sym(t->dims[d]) ? syms[fc_dim_sym_index(t->dims[d])]
+                                                                            : t->dims[d]));
+            if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
+            return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: output %d must be %s for these inputs", g, o, want);
+        }
+        if (check_ptrs && ((uintptr_t)x->data & 15u))
+            return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: output %d is at %p, which is not 16-byte aligned", g, o,
+                                x->data);
+    }
+    return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* The state of a dynamic program.                                     */
+/* ------------------------------------------------------------------ */
+
+typedef enum spec_state { SPEC_QUEUED, SPEC_COMPILING, SPEC_READY, SPEC_FAILED } spec_state;
+
+typedef struct spec {
+    int64_t key[FC_DYN_MAX_SYMS];
+    spec_state state;
+    fc_context *ctx; /* the specialization's own context (its errors) */
+    fc_program *prog;
+    uint64_t used;   /* LRU clock of its last run */
+    char error[200]; /* FAILED: why */
+} spec;
+
+typedef struct instance {
+    int64_t key[FC_DYN_MAX_SYMS];
+    fc_program *prog; /* NULL: free slot */
+    uint64_t used;
+} instance;
+
+typedef struct fc_dynamic {
+    fc_context *ctx; /* the caller's */
+    fc_compile_options opts;
+    fc_program *shell; /* the program the caller holds (signature, stats) */
+    char *text;        /* the graph's text: what a specialization is compiled from */
+    int nsyms;
+    char *sym[FC_DYN_MAX_SYMS];
+    fc_program *variant; /* NULL: none (unavailable says why) */
+    char unavailable[160];
+    instance inst[MAX_INSTANCES];
+    int max_specs;
+
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    pthread_t thread;
+    bool thread_started, stop;
+    spec **specs; /* under mu */
+    int nspecs, capspecs;
+    fc_program **graveyard; /* evicted: the thread frees them (under mu) */
+    fc_context **graveyard_ctx;
+    int ngrave, capgrave;
+    uint64_t built, failed, evicted; /* under mu */
+
+    uint64_t clock;
+    int64_t last[FC_DYN_MAX_SYMS];
+    bool have_last;
+} fc_dynamic;
+
+/* fc_compile is serialized process-wide: the background threads and the
+ * callers share the compile cache and NVRTC's bookkeeping. */
+static pthread_mutex_t compile_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool same_key(const int64_t *a, const int64_t *b, int n) { return !memcmp(a, b, sizeof *a * (size_t)n); }
+
+static void key_text(const fc_dynamic *d, const int64_t *key, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int k = 0; k < d->nsyms && len < n; k++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s=%lld", k ? "," : "", d->sym[k], (long long)key[k]);
+}
+
+/* Compile the specialization of key (in ctx, a context of its own). */
+static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx, fc_program **out) {
+    fc_binding b[FC_DYN_MAX_SYMS];
+    for (int k = 0; k < d->nsyms; k++) b[k] = (fc_binding){d->sym[k], key[k]};
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(ctx, "<dynamic program>", d->text, strlen(d->text), NULL, b, d->nsyms, &g);
+    if (st == FC_OK) {
+        fc_compile_options o = d->opts;
+        o.dynamic = false;
+        o.sm = fc_program_sm(d->shell);
+        pthread_mutex_lock(&compile_lock);
+        st = fc_compile(g, &o, out);
+        pthread_mutex_unlock(&compile_lock);
+    }
+    fc_graph_free(g);
+    /* Load it now, off the caller's thread, when there is a GPU. */
+    if (st == FC_OK && fc_cuda_available(NULL)) (void)fc_program_prepare(*out);
+    return st;
+}
+
+/* Record how a compile of s ended and wake whoever waits (under mu). */
+static void finish_spec(fc_dynamic *d, spec *s, fc_status st, fc_program *prog) {
+    if (st == FC_OK) {
+        s->prog = prog;
+        s->state = SPEC_READY;
+        d->built++;
+    } else {
+        snprintf(s->error, sizeof s->error, "%.190s", fc_last_error(s->ctx));
+        s->state = SPEC_FAILED;
+        d->failed++;
+    }
+    pthread_cond_broadcast(&d->done);
+}
+
+static void *worker(void *arg) {
+    fc_dynamic *d = arg;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        while (d->ngrave > 0) {
+            fc_program *p = d->graveyard[--d->ngrave];
+            fc_context *c = d->graveyard_ctx[d->ngrave];
+            pthread_mutex_unlock(&d->mu);
+            fc_program_free(p);
+            fc_context_free(c);
+            pthread_mutex_lock(&d->mu);
+        }
+        spec *s = NULL;
+        for (int i = 0; i < d->nspecs && !s; i++)
+            if (d->specs[i]->state == SPEC_QUEUED) s = d->specs[i];
+        if (!s) {
+            if (d->stop) break;
+            pthread_cond_wait(&d->wake, &d->mu);
+            continue;
+        }
+        s->state = SPEC_COMPILING;
+        int64_t key[FC_DYN_MAX_SYMS];
+        memcpy(key, s->key, sizeof key);
+        fc_context *ctx = s->ctx;
+        pthread_mutex_unlock(&d->mu);
+        fc_program *prog = NULL;
+        fc_status st = compile_spec(d, key, ctx, &prog);
+        pthread_mutex_lock(&d->mu);
+        /* The entry stays where it is: only the caller removes entries,
+         * and never one that is compiling. */
+        finish_spec(d, s, st, prog);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return NULL;
+}
+
+static spec *find_spec(fc_dynamic *d, const int64_t *key) {
+    for (int i = 0; i < d->nspecs; i++)
+        if (same_key(d->specs[i]->key, key, d->nsyms)) return d->specs[i];
+    return NULL;
+}
+
+/* Remove entry i; its program goes to the background thread (under mu). */
+static bool bury(fc_dynamic *d, int i) {
+    spec *s = d->specs[i];
+    if (d->ngrave == d->capgrave) {
+        int cap = d->capgrave ? d->capgrave * 2 : 8;
+        fc_program **g = realloc(d->graveyard, sizeof *g * (size_t)cap);
+        if (!g) return false;
+        d->graveyard = g;
+        fc_context **c = realloc(d->graveyard_ctx, sizeof *c * (size_t)cap);
+        if (!c) return false;
+        d->graveyard_ctx = c;
+        d->capgrave = cap;
+    }
+    d->graveyard[d->ngrave] = s->prog;
+    d->graveyard_ctx[d->ngrave++] = s->ctx;
+    free(s);
+    d->specs[i] = d->specs[--d->nspecs];
+    return true;
+}
+
+/* Make room for one more entry: evict the least recently used ready one
+ * when the table is full. False when every entry is still compiling (the
+ * caller then does not queue). Under mu. */
+static bool make_room(fc_dynamic *d) {
+    if (d->nspecs < d->max_specs) return true;
+    int lru = -1;
+    for (int i = 0; i < d->nspecs; i++) {
+        spec_state st = d->specs[i]->state;
+        if (st != SPEC_READY && st != SPEC_FAILED) continue;
+        if (lru < 0 || d->specs[i]->used < d->specs[lru]->used) lru = i;
+    }
+    if (lru < 0) return false;
+    char k[160];
+    key_text(d, d->specs[lru]->key, k, sizeof k);
+    bool ready = d->specs[lru]->state == SPEC_READY;
+    if (!bury(d, lru)) return false;
+    if (ready) {
+        d->evicted++;
+        fc_trace(FC_LOG_GUARDS, "program %s: specialization %s evicted (least recently used of %d)",
+               fc_program_desc_of(d->shell)->graph_name, k, d->max_specs);
+    }
+    pthread_cond_signal(&d->wake);
+    return true;
+}
+
+/* A new entry for key, queued (under mu). NULL when out of memory. */
+static spec *queue_spec(fc_dynamic *d, const int64_t *key) {
+    if (d->nspecs == d->capspecs) {
+        int cap = d->capspecs ? d->capspecs * 2 : 8;
+        spec **n = realloc(d->specs, sizeof *n * (size_t)cap);
+        if (!n) return NULL;
+        d->specs = n;
+        d->capspecs = cap;
+    }
+    spec *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->ctx = fc_context_new();
+    if (!s->ctx) {
+        free(s);
+        return NULL;
+    }
+    memcpy(s->key, key, sizeof *key * (size_t)d->nsyms);
+    s->state = SPEC_QUEUED;
+    s->used = d->clock;
+    d->specs[d->nspecs++] = s;
+    return s;
+}
+
+/* Why the guard missed, for the log: what changed since the last run. */
+static void miss_reason(const fc_dynamic *d, const int64_t *key, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    if (!d->have_last) {
+        char k[160];
+        key_text(d, key, k, sizeof k);
+        snprintf(buf, n, "first run (%s)", k);
+        return;
+    }
+    for (int k = 0; k < d->nsyms && len < n; k++)
+        if (key[k] != d->last[k])
+            len += (size_t)snprintf(buf + len, n - len, "%s%s changed %lld -> %lld", len ? ", " : "", d->sym[k],
+                                    (long long)d->last[k], (long long)key[k]);
+    if (!len) snprintf(buf, n, "same shape as the last run, still no specialization");
+}
+
+/* The variant's instance for key, made on first use (LRU of MAX_INSTANCES). */
+static fc_status get_instance(fc_dynamic *d, const int64_t *key, fc_program **out) {
+    instance *slot = NULL;
+    for (int i = 0; i < MAX_INSTANCES; i++) {
+        instance *x = &d->inst[i];
+        if (x->prog && same_key(x->key, key, d->nsyms)) {
+            x->used = d->clock;
+            *out = x->prog;
+            return FC_OK;
+        }
+        if (!slot || !x->prog || (slot->prog && x->used < slot->used)) slot = x;
+    }
+    if (slot->prog) fc_program_free(slot->prog);
+    slot->prog = NULL;
+    fc_status st = fc_program_instance(d->variant, key, d->nsyms, &slot->prog);
+    if (st != FC_OK) return st;
+    memcpy(slot->key, key, sizeof *key * (size_t)d->nsyms);
+    slot->used = d->clock;
+    *out = slot->prog;
+    return FC_OK;
+}
+
+/* Copy the error of a program that ran in its own context to the caller's. */
+static fc_status pass_error(fc_dynamic *d, fc_context *from, fc_status st) {
+    if (from != d->ctx) fc_set_error(d->ctx, st, "%s", fc_last_error(from));
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Compile, select, run.                                               */
+/* ------------------------------------------------------------------ */
+
+fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
+    fc_context *ctx = g->ctx;
+    if (g->nsyms > FC_DYN_MAX_SYMS)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "graph %s has %d symbols; a dynamic program takes at most %d",
+                            g->name, g->nsyms, FC_DYN_MAX_SYMS);
+    if (o->max_specializations < 0)
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: max_specializations %d < 0", o->max_specializations);
+    fc_program *p = fc_program_new_shell(ctx, o);
+    fc_dynamic *d = calloc(1, sizeof *d);
+    if (!p || !d) {
+        free(d);
+        fc_program_free(p);
+        return FC_ERR_NOMEM;
+    }
+    fc_program_set_dynamic(p, d);
+    d->ctx = ctx;
+    d->opts = *o;
+    d->shell = p;
+    d->max_specs = o->max_specializations ? o->max_specializations : DEFAULT_MAX_SPECS;
+    pthread_mutex_init(&d->mu, NULL);
+    pthread_cond_init(&d->wake, NULL);
+    pthread_cond_init(&d->done, NULL);
+    fc_status st = fc_program_set_signature(p, g);
+    d->text = st == FC_OK ? fc_print(g) : NULL;
+    if (st == FC_OK && !d->text) st = FC_ERR_NOMEM;
+    d->nsyms = g->nsyms;
+    for (int k = 0; k < g->nsyms && st == FC_OK; k++) {
+        /* Every symbol must show in some parameter's shape: the guard binds
+         * symbols from the inputs. */
+        bool seen = false;
+        for (int i = 0; i < g->nparams && !seen; i++)
+            for (int q = 0; q < g->params[i]->rank; q++) seen |= g->params[i]->dims[q] == fc_dim_sym(k);
+        if (!seen)
+            st = fc_set_error(ctx, FC_ERR_INPUT,
+                              "graph %s: symbol %s is in no parameter's shape, so no run could bind it (bind it at "
+                              "compile time)",
+                              g->name, g->syms[k]);
+        else if (!(d->sym[k] = strdup(g->syms[k]))) st = FC_ERR_NOMEM;
+    }
+    if (st == FC_OK) {
+        /* The dynamic variant. A graph it cannot express still compiles:
+         * every new shape is then specialized before it runs (the stats
+         * and the log say why). */
+        fc_status vs = fc_program_compile_variant(g, o, &d->variant);
+        if (vs == FC_ERR_NOMEM) st = vs;
+        else if (vs != FC_OK) {
+            snprintf(d->unavailable, sizeof d->unavailable, "%.150s", fc_last_error(ctx));
+            fc_trace(FC_LOG_GUARDS, "program %s: no dynamic variant: %s", g->name, d->unavailable);
+            fc_clear_error(ctx);
+        }
+    }
+    if (st == FC_OK && o->specialize == FC_SPECIALIZE_BACKGROUND) {
+        if (pthread_create(&d->thread, NULL, worker, d) != 0)
+            st = fc_set_error(ctx, FC_ERR_RUNTIME, "fc_compile: cannot start the specialization thread");
+        else d->thread_started = true;
+    }
+    if (st != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
+    *out = p;
+    return FC_OK;
+}
+
+void fc_dynamic_free(fc_dynamic *d) {
+    if (!d) return;
+    if (d->thread_started) {
+        pthread_mutex_lock(&d->mu);
+        d->stop = true;
+        pthread_cond_broadcast(&d->wake);
+        pthread_mutex_unlock(&d->mu);
+        /* It finishes the compile it is in, frees the graveyard, and ends;
+         * queued entries are dropped below. */
+        pthread_join(d->thread, NULL);
+    }
+    for (int i = 0; i < d->ngrave; i++) {
+        fc_program_free(d->graveyard[i]);
+        fc_context_free(d->graveyard_ctx[i]);
+    }
+    for (int i = 0; i < d->nspecs; i++) {
+        fc_program_free(d->specs[i]->prog);
+        fc_context_free(d->specs[i]->ctx);
+        free(d->specs[i]);
+    }
+    for (int i = 0; i < MAX_INSTANCES; i++) fc_program_free(d->inst[i].prog);
+    fc_program_free(d->variant);
+    for (int k = 0; k < d->nsyms; k++) free(d->sym[k]);
+    free(d->specs);
+    free(d->graveyard);
+    free(d->graveyard_ctx);
+    free(d->text);
+    pthread_mutex_destroy(&d->mu);
+    pthread_cond_destroy(&d->wake);
+    pthread_cond_destroy(&d->done);
+    free(d);
+}
+
+/* Compile key's specialization on the caller's thread (FC_SPECIALIZE_SYNC,
+ * or no variant to fall back on). Under mu on entry and exit. */
+static spec *compile_now(fc_dynamic *d, const int64_t *key) {
+    spec *s = find_spec(d, key);
+    if (!s) {
+        if (!make_room(d)) return NULL;
+        if (!(s = queue_spec(d, key))) return NULL;
+    }
+    while (s->state == SPEC_COMPILING) pthread_cond_wait(&d->done, &d->mu);
+    if (s->state != SPEC_QUEUED) return s;
+    s->state = SPEC_COMPILING;
+    pthread_mutex_unlock(&d->mu);
+    fc_program *prog = NULL;
+    fc_status st = compile_spec(d, key, s->ctx, &prog);
+    pthread_mutex_lock(&d->mu);
+    finish_spec(d, s, st, prog);
+    return s;
+}
+
+fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
+    fc_dynamic *d = fc_program_dynamic(p);
+    *out = NULL;
+    if (!d) return FC_ERR_USAGE;
+    fc_run_stats *rs = fc_program_stats_ref(p);
+    const char *name = fc_program_desc_of(p)->graph_name;
+    d->clock++;
+    pthread_mutex_lock(&d->mu);
+    spec *s = find_spec(d, key);
+    if (s && s->state == SPEC_READY) {
+        s->used = d->clock;
+        rs->guard_hits++;
+        *out = s->prog;
+        pthread_mutex_unlock(&d->mu);
+        memcpy(d->last, key, sizeof *key * (size_t)d->nsyms);
+        d->have_last = true;
+        return FC_OK;
+    }
+    rs->guard_misses++;
+    char why[240], k[160];
+    miss_reason(d, key, why, sizeof why);
+    key_text(d, key, k, sizeof k);
+    fc_status st = FC_OK;
+    bool need_sync = d->opts.specialize == FC_SPECIALIZE_SYNC || !d->variant;
+    if (need_sync && (!s || s->state != SPEC_FAILED)) {
+        fc_trace(FC_LOG_GUARDS, "program %s: guard miss: %s; compiling the specialization %s now (%s)", name, why, k,
+               d->variant ? "synchronous specialization was asked for" : "there is no dynamic variant");
+        rs->sync_compiles++;
+        s = compile_now(d, key);
+        if (!s) st = fc_set_error(d->ctx, FC_ERR_NOMEM, "out of memory (specialization table)");
+        else if (s->state == SPEC_READY) {
+            s->used = d->clock;
+            *out = s->prog;
+        } else if (!d->variant) {
+            st = fc_set_error(d->ctx, FC_ERR_RUNTIME, "program %s: specializing %s failed: %s", name, k, s->error);
+        }
+    } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
+        if (make_room(d) && queue_spec(d, key)) {
+            pthread_cond_signal(&d->wake);
+            fc_trace(FC_LOG_GUARDS,
+                   "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
+                   "compiling in the background",
+                   name, why, k);
+        } else {
+            fc_trace(FC_LOG_GUARDS,
+                   "program %s: guard miss: %s; this run uses the dynamic variant (all %d specialization slots "
+                   "are compiling: %s not queued)",
+                   name, why, d->max_specs, k);
+        }
+    } else {
+        fc_trace(FC_LOG_GUARDS, "program %s: guard miss: %s; this run uses the dynamic variant (%s)", name, why,
+               !s                       ? "specialization is off"
+               : s->state == SPEC_FAILED ? s->error
+                                         : "its specialization is still compiling");
+    }
+    pthread_mutex_unlock(&d->mu);
+    memcpy(d->last, key, sizeof *key * (size_t)d->nsyms);
+    d->have_last = true;
+    return st;
+}
+
+/* The counters the background thread keeps, into the program's stats. */
+static void sync_stats(fc_dynamic *d, fc_run_stats *rs) {
+    pthread_mutex_lock(&d->mu);
+    rs->specializations_built = d->built;
+    rs->specializations_failed = d->failed;
+    rs->specializations_evicted = d->evicted;
+    int live = 0, pending = 0;
+    for (int i = 0; i < d->nspecs; i++) {
+        live += d->specs[i]->state == SPEC_READY;
+        pending += d->specs[i]->state == SPEC_QUEUED || d->specs[i]->state == SPEC_COMPILING;
+    }
+    rs->specializations_live = live;
+    rs->specializations_pending = pending;
+    pthread_mutex_unlock(&d->mu);
+    snprintf(rs->dynamic_unavailable, sizeof rs->dynamic_unavailable, "%s", d->unavailable);
+}
+
+static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
+    to->graph_captures += from->graph_captures;
+    to->graph_replays += from->graph_replays;
+    to->graph_patches += from->graph_patches;
+    to->graph_skips += from->graph_skips;
+    if (from->graph_skip_reason[0])
+        snprintf(to->graph_skip_reason, sizeof to->graph_skip_reason, "%s", from->graph_skip_reason);
+}
+
+void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
+    memset(out, 0, sizeof *out);
+    if (!cp) return;
+    fc_program *p = (fc_program *)cp;
+    *out = *fc_program_stats_ref(p);
+    fc_dynamic *d = fc_program_dynamic(p);
+    if (!d) return;
+    sync_stats(d, out);
+    /* Graph counters of everything that ran: the shell itself runs nothing. */
+    out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = 0;
+    out->graph_skip_reason[0] = 0;
+    for (int i = 0; i < MAX_INSTANCES; i++)
+        if (d->inst[i].prog) add_graph_stats(out, fc_program_stats_ref(d->inst[i].prog));
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < d->nspecs; i++)
+        if (d->specs[i]->state == SPEC_READY) add_graph_stats(out, fc_program_stats_ref(d->specs[i]->prog));
+    pthread_mutex_unlock(&d->mu);
+}
+
+fc_status fc_program_wait_specializations(fc_program *p) {
+    fc_dynamic *d = fc_program_dynamic(p);
+    if (!d) return p ? FC_OK : FC_ERR_USAGE;
+    pthread_mutex_lock(&d->mu);
+    for (;;) {
+        bool pending = false;
+        for (int i = 0; i < d->nspecs; i++)
+            pending |= d->specs[i]->state == SPEC_QUEUED || d->specs[i]->state == SPEC_COMPILING;
+        if (!pending || !d->thread_started) break;
+        pthread_cond_wait(&d->done, &d->mu);
+    }
+    pthread_mutex_unlock(&d->mu);
+    return FC_OK;
+}
+
+/* Pointers of an fc_run_shaped call in fc_run's convention. */
+static fc_status run_with(fc_program *prog, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                          void *stream) {
+    void *ptr[64];
+    void **buf = nin + nout <= (int)(sizeof ptr / sizeof ptr[0]) ? ptr : malloc(sizeof(void *) * (size_t)(nin + nout));
+    if (!buf) return FC_ERR_NOMEM;
+    for (int i = 0; i < nin; i++) buf[i] = inputs[i].data;
+    for (int k = 0; k < nout; k++) buf[nin + k] = outputs[k].data;
+    fc_status st = fc_run(prog, buf, nin, buf + nin, nout, stream);
+    if (buf != ptr) free(buf);
+    return st;
+}
+
+fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                        void *stream) {
+    if (!p) return FC_ERR_USAGE;
+    fc_dynamic *d = fc_program_dynamic(p);
+    fc_context *ctx = fc_program_context(p);
+    const fc_program_desc *sig = fc_program_desc_of(p);
+    int64_t key[FC_DYN_MAX_SYMS];
+    fc_status st = fc_guard_bind(ctx, sig, d ? (const char *const *)d->sym : NULL, d ? d->nsyms : 0, inputs, nin,
+                                 outputs, nout, true, key);
+    if (st != FC_OK) return st;
+    if (nout > 0 && !outputs) return fc_set_error(ctx, FC_ERR_USAGE, "fc_run_shaped: outputs is NULL");
+    if (!d) return run_with(p, inputs, nin, outputs, nout, stream);
+    fc_program *spec = NULL;
+    if ((st = fc_dynamic_select(p, key, &spec)) != FC_OK) return st;
+    fc_run_stats *rs = fc_program_stats_ref(p);
+    if (spec) {
+        st = run_with(spec, inputs, nin, outputs, nout, stream);
+        if (st != FC_OK) return pass_error(d, fc_program_context(spec), st);
+        rs->runs++;
+        return FC_OK;
+    }
+    if (!d->variant) {
+        char k[160];
+        key_text(d, key, k, sizeof k);
+        return fc_set_error(ctx, FC_ERR_RUNTIME,
+                            "program %s: no specialization for %s could be built, and there is no dynamic variant "
+                            "(%s)",
+                            sig->graph_name, k, d->unavailable);
+    }
+    fc_program *inst = NULL;
+    st = get_instance(d, key, &inst);
+    if (st == FC_OK) st = run_with(inst, inputs, nin, outputs, nout, stream);
+    if (st != FC_OK) return st;
+    rs->runs++;
+    rs->dynamic_runs++;
+    return FC_OK;
+}
+
+fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout) {
+    if (!p) return FC_ERR_USAGE;
+    fc_dynamic *d = fc_program_dynamic(p);
+    const fc_program_desc *sig = fc_program_desc_of(p);
+    int64_t key[FC_DYN_MAX_SYMS];
+    fc_status st = fc_guard_bind(fc_program_context(p), sig, d ? (const char *const *)d->sym : NULL, d ? d->nsyms : 0,
+                                 inputs, nin, NULL, nout, false, key);
+    if (st != FC_OK) return st;
+    for (int o = 0; o < nout; o++) {
+        const fc_program_tensor *t = &sig->outputs[o];
+        memset(&outputs[o], 0, sizeof outputs[o]);
+        outputs[o].dtype = t->dtype;
+        outputs[o].rank = t->rank;
+        for (int q = 0; q < t->rank; q++)
+            outputs[o].shape[q] = fc_dim_is_sym(t->dims[q]) ? key[fc_dim_sym_index(t->dims[q])] : t->dims[q];
+    }
+    return FC_OK;
+}

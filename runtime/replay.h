@@ -1,0 +1,73 @@
+/*
+ * replay.h - a program's launch sequence as a CUDA Graph, replayed with new
+ * pointers patched in (internal header; docs/RUNTIME-GRAPHS.md).
+ *
+ * A run of a program is a fixed sequence of launches: generated kernels
+ * and cuBLASLt calls. Launching them one by one costs a few microseconds of
+ * host time each; a CUDA Graph launches them all with one call. What
+ * changes between runs is only where the caller's tensors are (the arena,
+ * the cuBLASLt workspace and the shapes stay), so the graph is built once
+ * and each later run patches the nodes that read or write a caller's
+ * buffer whose address changed:
+ *
+ *  - a kernel node gets its new parameters (cuGraphExecKernelNodeSetParams);
+ *  - a cuBLASLt call is a child graph (captured from the stream); when one
+ *    of its pointers changes it is captured again and swapped in
+ *    (cuGraphExecChildGraphNodeSetParams). cuBLASLt's own kernels and
+ *    their parameters are its business: fusec never edits them.
+ *
+ * Nothing is copied into static buffers. The graph is a chain (each node
+ * after the one before), the order of the eager run.
+ *
+ * The same arguments are made by the eager path (fc_launch_args) so that a
+ * kernel gets the same parameters whichever way it runs.
+ */
+#ifndef FC_RUNTIME_REPLAY_H
+#define FC_RUNTIME_REPLAY_H
+
+#include "runtime/cublaslt.h"
+#include "runtime/cuda.h"
+#include "runtime/program.h"
+
+/* What running launch i of a description needs, provided by the program
+ * (runtime/program.c): a static program, or one shape of a dynamic one. */
+typedef struct fc_replay_env {
+    fc_cuda_device *dev;
+    fc_context *ctx;
+    const fc_program_desc *d; /* launches, storage, GEMMs */
+    const CUfunction *func;   /* per launch (kernels) */
+    CUdeviceptr arena;
+    fc_cublaslt *blas;
+    CUdeviceptr ws; /* cuBLASLt's workspace, FC_CUBLASLT_WORKSPACE_BYTES */
+    /* Trailing 64-bit kernel parameters of launches with nsyms > 0 (the
+     * symbol values of a dynamic program's shape). */
+    const int64_t *syms;
+    int nsyms;
+} fc_replay_env;
+
+/* Launch i's parameter values into argval (pointers, then symbol values)
+ * and pointers to them into argptr, as cuLaunchKernel takes them; returns
+ * how many. inputs and outputs are fc_run's. */
+int fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
+                   void **argptr);
+
+typedef struct fc_replay fc_replay;
+
+/*
+ * Build and instantiate the graph of e's launches with these pointers.
+ * argval/argptr: scratch with room for the most parameters of any launch.
+ * On failure *out is NULL and ctx says why (the caller runs eagerly and
+ * reports the reason).
+ */
+fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
+                          void **argptr, fc_replay **out);
+/*
+ * Launch the graph on stream s after patching the nodes whose caller
+ * pointers differ from the last run's; *patched += how many nodes were
+ * patched.
+ */
+fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
+                           CUdeviceptr *argval, void **argptr, CUstream s, uint64_t *patched);
+void fc_replay_free(fc_replay *r, fc_cuda_device *dev); /* NULL is ignored */
+
+#endif

@@ -1,0 +1,482 @@
+/* test_specialize.c - dynamic programs and CUDA Graph replay (issue 7).
+ *
+ * Everywhere (CI has no GPU): a graph with unbound symbols compiles to a
+ * dynamic program (its variant through NVRTC); the guards bind symbols from
+ * input shapes and reject shapes that contradict the graph, wrong dtypes,
+ * sizes below 1 and misaligned pointers, with messages that name the input
+ * and the dim, before anything launches; output shapes are inferred; the
+ * specialization bookkeeping (fc_dynamic_select) is checked against the
+ * stats in all three modes: background (miss, queue, build, hit, LRU
+ * eviction at max_specializations), synchronous and off; FUSEC_LOG=guards
+ * logs each miss with what changed; nothing is logged without it.
+ *
+ * With a GPU: every run gets its inputs and outputs at new addresses, and is
+ * compared with the reference interpreter: a static program replays as a
+ * CUDA Graph with patched pointers; dynamic programs (softmax over symbolic
+ * rows, layernorm, the GPT-2 bf16 block with B and T unbound) run a sequence
+ * of shapes on the dynamic variant, then again once the specializations
+ * have landed (guard hits), with the graph counters checked. */
+#include "check.h"
+#include "runtime/cuda.h"
+#include "runtime/dynamic.h"
+#include "runtime/interp.h"
+#include "runtime/program.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static const char softmax_text[] =
+    "graph sm(%x: f32[N, 1000]) {\n"
+    "  %y = softmax(%x, axis=-1) : f32[N, 1000]\n"
+    "  return %y\n"
+    "}\n";
+
+static const char ln_text[] =
+    "graph ln(%x: bf16[B, T, 256], %w: bf16[256], %b: bf16[256]) {\n"
+    "  %h = add(%x, %x)\n"
+    "  %y = layernorm(%h, %w, %b, axis=-1, eps=1e-5) : bf16[B, T, 256]\n"
+    "  return %y, %h\n"
+    "}\n";
+
+static fc_graph *parse(fc_context *ctx, const char *text) {
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(ctx, "<test>", text, strlen(text), NULL, NULL, 0, &g);
+    if (st != FC_OK) fprintf(stderr, "parse: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    return g;
+}
+
+static fc_program *compile_dynamic(fc_context *ctx, fc_graph *g, fc_specialize_mode mode, int max_specs) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.dynamic = true;
+    o.specialize = mode;
+    o.max_specializations = max_specs;
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &o, &p);
+    if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    return p;
+}
+
+static fc_tensor shaped(fc_dtype dt, int rank, const int64_t *dims, void *data) {
+    fc_tensor t = {dt, rank, {0}, data};
+    for (int d = 0; d < rank; d++) t.shape[d] = dims[d];
+    return t;
+}
+
+/* ---- without a GPU ---------------------------------------------------------------- */
+
+static void test_guards(fc_context *ctx) {
+    fc_graph *g = parse(ctx, ln_text);
+    fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    CHECK_STR(s.dynamic_unavailable, "");
+    CHECK_EQ_INT(fc_program_num_inputs(p), 3);
+    CHECK_EQ_INT(fc_program_num_outputs(p), 2);
+    /* 16-byte aligned fake device pointers: the guard runs before any launch. */
+    static _Alignas(256) char buf[4][256];
+    int64_t xd[3] = {2, 7, 256}, wd[1] = {256};
+    fc_tensor in[3] = {shaped(FC_BF16, 3, xd, buf[0]), shaped(FC_BF16, 1, wd, buf[1]), shaped(FC_BF16, 1, wd, buf[2])};
+    fc_tensor out[2];
+    CHECK_EQ_INT(fc_program_infer_outputs(p, in, 3, out, 2), FC_OK);
+    CHECK_EQ_INT(out[0].rank, 3);
+    CHECK_EQ_INT(out[0].shape[0], 2);
+    CHECK_EQ_INT(out[0].shape[1], 7);
+    CHECK_EQ_INT(out[0].shape[2], 256);
+    CHECK_EQ_INT(out[1].dtype, FC_BF16);
+
+    /* A static dim that differs. */
+    int64_t bad_static[3] = {2, 7, 255};
+    in[0] = shaped(FC_BF16, 3, bad_static, buf[0]);
+    CHECK_EQ_INT(fc_program_infer_outputs(p, in, 3, out, 2), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "input 0 (%x) dim 2 is 255, but the graph fixes it at 256") != NULL);
+    /* A size below 1. */
+    int64_t zero[3] = {2, 0, 256};
+    in[0] = shaped(FC_BF16, 3, zero, buf[0]);
+    CHECK_EQ_INT(fc_program_infer_outputs(p, in, 3, out, 2), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "dim 1 is 0: sizes must be at least 1") != NULL);
+    /* A dtype that differs. */
+    in[0] = shaped(FC_F32, 3, xd, buf[0]);
+    CHECK_EQ_INT(fc_program_infer_outputs(p, in, 3, out, 2), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "input 0 (%x) is bf16 of rank 3, not f32 of rank 3") != NULL);
+    /* A misaligned pointer, and an output of the wrong shape: fc_run_shaped
+     * refuses both before touching a device. */
+    in[0] = shaped(FC_BF16, 3, xd, buf[0] + 2);
+    fc_tensor o2[2] = {shaped(FC_BF16, 3, xd, buf[3]), shaped(FC_BF16, 3, xd, buf[3])};
+    CHECK_EQ_INT(fc_run_shaped(p, in, 3, o2, 2, NULL), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "not 16-byte aligned") != NULL);
+    in[0] = shaped(FC_BF16, 3, xd, buf[0]);
+    int64_t wrong[3] = {2, 8, 256};
+    o2[1] = shaped(FC_BF16, 3, wrong, buf[3]);
+    CHECK_EQ_INT(fc_run_shaped(p, in, 3, o2, 2, NULL), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "output 1 must be bf16[2, 7, 256]") != NULL);
+    /* fc_run cannot run a dynamic program: it has no shapes. */
+    void *ptrs[5] = {buf[0], buf[1], buf[2], buf[3], buf[3]};
+    CHECK_EQ_INT(fc_run(p, ptrs, 3, ptrs + 3, 2, NULL), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "fc_run_shaped") != NULL);
+    fc_program_free(p);
+    fc_graph_free(g);
+
+    /* One symbol with two values. */
+    static const char two[] = "graph two(%a: f32[N, 4], %b: f32[N, 4]) {\n  %c = add(%a, %b)\n  return %c\n}\n";
+    g = parse(ctx, two);
+    p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+    if (p) {
+        int64_t a[2] = {3, 4}, b[2] = {5, 4};
+        fc_tensor x[2] = {shaped(FC_F32, 2, a, buf[0]), shaped(FC_F32, 2, b, buf[1])};
+        fc_tensor y[1];
+        CHECK_EQ_INT(fc_program_infer_outputs(p, x, 2, y, 1), FC_ERR_INPUT);
+        CHECK(strstr(fc_last_error(ctx), "input 1 (%b) dim 0 is N = 5, but input 0 (%a) dim 0 says N = 3") != NULL);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+
+    /* A static program guards its own shapes. */
+    fc_binding bind = {"N", 4};
+    fc_graph *gs = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, "<t>", softmax_text, strlen(softmax_text), NULL, &bind, 1, &gs), FC_OK);
+    fc_program *ps = NULL;
+    if (gs) CHECK_EQ_INT(fc_compile(gs, NULL, &ps), FC_OK);
+    if (ps) {
+        int64_t d5[2] = {5, 1000};
+        fc_tensor x = shaped(FC_F32, 2, d5, buf[0]), y = shaped(FC_F32, 2, d5, buf[1]);
+        CHECK_EQ_INT(fc_run_shaped(ps, &x, 1, &y, 1, NULL), FC_ERR_INPUT);
+        CHECK(strstr(fc_last_error(ctx), "dim 0 is 5, but the graph fixes it at 4") != NULL);
+    }
+    fc_program_free(ps);
+    fc_graph_free(gs);
+}
+
+/* Redirect stderr to a file while fn runs; return what was written. */
+static char *capture_stderr(void (*fn)(void *), void *arg) {
+    char path[] = "/tmp/fusec-test-log-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return NULL;
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    static char text[8192];
+    lseek(fd, 0, SEEK_SET);
+    ssize_t n = read(fd, text, sizeof text - 1);
+    text[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(path);
+    return text;
+}
+
+typedef struct select_run {
+    fc_program *p;
+    const int64_t *keys;
+    int n;
+    int hits;
+} select_run;
+
+static void run_selects(void *arg) {
+    select_run *r = arg;
+    for (int i = 0; i < r->n; i++) {
+        fc_program *spec = NULL;
+        CHECK_EQ_INT(fc_dynamic_select(r->p, &r->keys[i], &spec), FC_OK);
+        r->hits += spec != NULL;
+    }
+}
+
+static void test_bookkeeping(fc_context *ctx) {
+    fc_graph *g = parse(ctx, softmax_text);
+    if (!g) return;
+    /* Background, at most 2 specializations. */
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 2);
+    if (p) {
+        int64_t k64 = 64, k65 = 65, k7 = 7;
+        select_run r = {p, &k64, 1, 0};
+        setenv("FUSEC_LOG", "guards", 1);
+        char *log = capture_stderr(run_selects, &r);
+        unsetenv("FUSEC_LOG");
+        CHECK_EQ_INT(r.hits, 0);
+        CHECK(log && strstr(log, "guard miss: first run (N=64)") && strstr(log, "compiling in the background"));
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        CHECK_EQ_INT(s.guard_misses, 1);
+        CHECK_EQ_INT(s.specializations_built, 1);
+        CHECK_EQ_INT(s.specializations_live, 1);
+        CHECK_EQ_INT(s.specializations_pending, 0);
+        /* Now a hit. */
+        r = (select_run){p, &k64, 1, 0};
+        run_selects(&r);
+        CHECK_EQ_INT(r.hits, 1);
+        /* A new shape: a miss that says what changed. */
+        r = (select_run){p, &k65, 1, 0};
+        setenv("FUSEC_LOG", "guards", 1);
+        log = capture_stderr(run_selects, &r);
+        unsetenv("FUSEC_LOG");
+        CHECK(log && strstr(log, "N changed 64 -> 65") != NULL);
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        /* A third shape evicts the least recently used (64 was used before 65). */
+        r = (select_run){p, &k65, 1, 0};
+        run_selects(&r);
+        CHECK_EQ_INT(r.hits, 1);
+        r = (select_run){p, &k7, 1, 0};
+        run_selects(&r);
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        fc_program_stats(p, &s);
+        CHECK_EQ_INT(s.specializations_built, 3);
+        CHECK_EQ_INT(s.specializations_evicted, 1);
+        CHECK_EQ_INT(s.specializations_live, 2);
+        CHECK_EQ_INT(s.guard_hits, 2);
+        CHECK_EQ_INT(s.guard_misses, 3);
+        int64_t again[3] = {65, 7, 64};
+        r = (select_run){p, again, 3, 0};
+        run_selects(&r);
+        CHECK_EQ_INT(r.hits, 2); /* 64 was evicted */
+        /* Without FUSEC_LOG nothing is printed. */
+        r = (select_run){p, &k7, 1, 0};
+        log = capture_stderr(run_selects, &r);
+        CHECK(log && log[0] == 0);
+    }
+    fc_program_free(p);
+
+    /* Synchronous: the miss compiles, then runs the specialization. */
+    p = compile_dynamic(ctx, g, FC_SPECIALIZE_SYNC, 4);
+    if (p) {
+        int64_t k = 3;
+        fc_program *spec = NULL;
+        CHECK_EQ_INT(fc_dynamic_select(p, &k, &spec), FC_OK);
+        CHECK(spec != NULL);
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        CHECK_EQ_INT(s.sync_compiles, 1);
+        CHECK_EQ_INT(s.specializations_built, 1);
+        CHECK_EQ_INT(s.guard_misses, 1);
+    }
+    fc_program_free(p);
+
+    /* Off: the variant serves everything, nothing is built. */
+    p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
+    if (p) {
+        int64_t keys[3] = {3, 4, 3};
+        select_run r = {p, keys, 3, 0};
+        run_selects(&r);
+        CHECK_EQ_INT(r.hits, 0);
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        CHECK_EQ_INT(s.specializations_built, 0);
+        CHECK_EQ_INT(s.guard_misses, 3);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+/* ---- with a GPU ------------------------------------------------------------------- */
+
+static double uniform(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
+
+/* Random host inputs for p's parameters at these symbol values. */
+static void fill_inputs(fc_program *p, const fc_tensor *shapes, fc_tensor *in, int nin) {
+    for (int i = 0; i < nin; i++) {
+        in[i] = shapes[i];
+        int64_t n = fc_tensor_numel(&in[i]);
+        size_t es = fc_dtype_size(in[i].dtype);
+        in[i].data = malloc((size_t)n * es + 1);
+        const char *name = NULL;
+        fc_tensor ty;
+        fc_program_input(p, i, &ty, &name);
+        /* Weights small (as a model's), norms' scales near 1, data in [-1, 1]. */
+        double lo = -1, hi = 1;
+        if (name && strstr(name, "_w") && ty.rank == 2) lo = -0.02, hi = 0.02;
+        else if (name && strstr(name, "_w")) lo = 0.9, hi = 1.1;
+        else if (name && strstr(name, "_b")) lo = -0.02, hi = 0.02;
+        for (int64_t e = 0; e < n; e++) {
+            double v = uniform(lo, hi);
+            if (in[i].dtype == FC_BF16) ((uint16_t *)in[i].data)[e] = fc_f32_to_bf16((float)v);
+            else if (in[i].dtype == FC_F16) ((uint16_t *)in[i].data)[e] = fc_f32_to_f16((float)v);
+            else ((float *)in[i].data)[e] = (float)v;
+        }
+    }
+}
+
+static size_t bytes_of(const fc_tensor *t) { return (size_t)fc_tensor_numel(t) * fc_dtype_size(t->dtype); }
+
+/* Run p once on inputs of these shapes, every buffer freshly allocated (so
+ * at new addresses), and compare with the reference interpreter. */
+static void run_and_compare(fc_context *ctx, fc_cuda_device *dev, fc_program *p, fc_graph *g, const fc_tensor *shapes,
+                            int nin, int nout, const char *what) {
+    fc_tensor in[16], got[8], want[8], dev_in[16], dev_out[8];
+    fill_inputs(p, shapes, in, nin);
+    CHECK_EQ_INT(fc_program_infer_outputs(p, in, nin, got, nout), FC_OK);
+    /* A spacer allocation makes the next buffers land elsewhere. */
+    CUdeviceptr spacer = 0;
+    fc_cuda_alloc(dev, 4096 + (size_t)(rand() % 8) * 4096, &spacer);
+    for (int i = 0; i < nin; i++) {
+        CUdeviceptr d = 0;
+        CHECK_EQ_INT(fc_cuda_alloc(dev, bytes_of(&in[i]) + 16, &d), FC_OK);
+        CHECK_EQ_INT(fc_cuda_upload(dev, d, in[i].data, bytes_of(&in[i])), FC_OK);
+        dev_in[i] = in[i];
+        dev_in[i].data = (void *)(uintptr_t)d;
+    }
+    for (int k = 0; k < nout; k++) {
+        CUdeviceptr d = 0;
+        CHECK_EQ_INT(fc_cuda_alloc(dev, bytes_of(&got[k]) + 16, &d), FC_OK);
+        dev_out[k] = got[k];
+        dev_out[k].data = (void *)(uintptr_t)d;
+    }
+    fc_status st = fc_run_shaped(p, dev_in, nin, dev_out, nout, dev->stream);
+    if (st != FC_OK) fprintf(stderr, "%s: %s\n", what, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+    for (int k = 0; k < nout; k++) {
+        got[k].data = malloc(bytes_of(&got[k]) + 1);
+        CHECK_EQ_INT(fc_cuda_download(dev, got[k].data, (CUdeviceptr)(uintptr_t)dev_out[k].data, bytes_of(&got[k])),
+                     FC_OK);
+    }
+    CHECK_EQ_INT(fc_run_reference(g, in, nin, want, nout), FC_OK);
+    fc_output_diff diff[8];
+    st = fc_compare_outputs(ctx, got, want, nout, diff);
+    for (int k = 0; k < nout; k++) {
+        char line[512];
+        printf("%s: %s\n", what, fc_output_diff_format(&diff[k], k, line, sizeof line));
+    }
+    CHECK_EQ_INT(st, FC_OK);
+    for (int i = 0; i < nin; i++) {
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)dev_in[i].data);
+        free(in[i].data);
+    }
+    for (int k = 0; k < nout; k++) {
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)dev_out[k].data);
+        free(got[k].data);
+        fc_tensor_release(&want[k]);
+    }
+    fc_cuda_free(dev, spacer);
+}
+
+static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
+    fc_binding bind = {"N", 64};
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, "<t>", softmax_text, strlen(softmax_text), NULL, &bind, 1, &g), FC_OK);
+    fc_program *p = NULL;
+    if (g) CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    if (!p) return;
+    int64_t d[2] = {64, 1000};
+    fc_tensor x = shaped(FC_F32, 2, d, NULL);
+    for (int rep = 0; rep < 4; rep++) run_and_compare(ctx, dev, p, g, &x, 1, 1, "static softmax N=64");
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    printf("static softmax: runs %llu, captures %llu, replays %llu, patches %llu\n", (unsigned long long)s.runs,
+           (unsigned long long)s.graph_captures, (unsigned long long)s.graph_replays,
+           (unsigned long long)s.graph_patches);
+    CHECK_EQ_INT(s.runs, 4);
+    CHECK_EQ_INT(s.graph_captures, 1);
+    CHECK_EQ_INT(s.graph_replays, 3);
+    CHECK(s.graph_patches >= 2); /* new pointers at every replay */
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+static void test_dynamic_gpu(fc_context *ctx, fc_cuda_device *dev, const char *what, fc_graph *g, int nsteps,
+                             const fc_tensor (*shapes)[16], int nin, int nout) {
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
+    if (!p) return;
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    if (s.dynamic_unavailable[0]) printf("%s: no dynamic variant: %s\n", what, s.dynamic_unavailable);
+    char name[160];
+    /* Each shape twice (a miss served by the variant, then a graph replay
+     * with new pointers), then the same after the specializations land. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < nsteps; i++)
+            for (int rep = 0; rep < 2; rep++) {
+                snprintf(name, sizeof name, "%s step %d%s", what, i, pass ? " (specialized)" : "");
+                run_and_compare(ctx, dev, p, g, shapes[i], nin, nout, name);
+            }
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+    }
+    fc_program_stats(p, &s);
+    printf("%s: runs %llu, hits %llu, misses %llu, dynamic runs %llu, built %llu, evicted %llu, live %d, graph "
+           "captures %llu, replays %llu, patches %llu\n",
+           what, (unsigned long long)s.runs, (unsigned long long)s.guard_hits, (unsigned long long)s.guard_misses,
+           (unsigned long long)s.dynamic_runs, (unsigned long long)s.specializations_built,
+           (unsigned long long)s.specializations_evicted, s.specializations_live,
+           (unsigned long long)s.graph_captures, (unsigned long long)s.graph_replays,
+           (unsigned long long)s.graph_patches);
+    CHECK_EQ_INT(s.runs, (uint64_t)(4 * nsteps));
+    CHECK(s.guard_hits >= (uint64_t)nsteps); /* the second pass, at least */
+    CHECK(s.dynamic_runs >= 1);
+    CHECK(s.specializations_built >= 1);
+    CHECK(s.graph_replays >= 1);
+    fc_program_free(p);
+}
+
+static void test_gpu(fc_context *ctx) {
+    fc_cuda_device *dev = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
+    if (!dev) return;
+    srand(7);
+    test_static_replay(ctx, dev);
+
+    fc_graph *g = parse(ctx, softmax_text);
+    if (g) {
+        fc_tensor sh[4][16];
+        int64_t rows[4] = {1, 37, 256, 37};
+        for (int i = 0; i < 4; i++) sh[i][0] = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
+        test_dynamic_gpu(ctx, dev, "softmax[N, 1000]", g, 4, (const fc_tensor(*)[16])sh, 1, 1);
+    }
+    fc_graph_free(g);
+
+    g = parse(ctx, ln_text);
+    if (g) {
+        fc_tensor sh[3][16];
+        int64_t bt[3][2] = {{1, 1}, {3, 17}, {2, 64}};
+        for (int i = 0; i < 3; i++) {
+            sh[i][0] = shaped(FC_BF16, 3, (int64_t[]){bt[i][0], bt[i][1], 256}, NULL);
+            sh[i][1] = sh[i][2] = shaped(FC_BF16, 1, (int64_t[]){256}, NULL);
+        }
+        test_dynamic_gpu(ctx, dev, "add+layernorm[B, T, 256]", g, 3, (const fc_tensor(*)[16])sh, 3, 2);
+    }
+    fc_graph_free(g);
+
+    const char *src = getenv("FUSEC_SRC");
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/gpt2_block_bf16.ir", src && *src ? src : ".");
+    g = NULL;
+    fc_status st = fc_parse_file(ctx, path, NULL, NULL, 0, &g);
+    CHECK_EQ_INT(st, FC_OK);
+    if (g) {
+        int64_t ts[3] = {64, 7, 130};
+        fc_tensor sh[3][16];
+        int nin = fc_graph_num_params(g);
+        for (int i = 0; i < 3; i++)
+            for (int q = 0; q < nin; q++) {
+                fc_tensor ty = {0};
+                fc_value *pv = fc_graph_param(g, q);
+                ty.dtype = fc_value_dtype(pv);
+                ty.rank = fc_value_rank(pv);
+                for (int d = 0; d < ty.rank; d++) {
+                    fc_dim dd = fc_value_dim(pv, d);
+                    ty.shape[d] = dd >= 0 ? dd : (d == 0 ? 1 : ts[i]); /* [B, T, 768] */
+                }
+                sh[i][q] = ty;
+            }
+        test_dynamic_gpu(ctx, dev, "gpt2_block_bf16[B=1, T]", g, 3, (const fc_tensor(*)[16])sh, nin, 1);
+    }
+    fc_graph_free(g);
+    fc_cuda_device_close(dev);
+}
+
+int main(void) {
+    fc_context *ctx = fc_context_new();
+    test_guards(ctx);
+    test_bookkeeping(ctx);
+    if (fc_cuda_available(NULL)) test_gpu(ctx);
+    else printf("test_specialize: GPU part skipped (no CUDA device)\n");
+    fc_context_free(ctx);
+    return check_report("test_specialize");
+}
