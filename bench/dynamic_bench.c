@@ -298,6 +298,10 @@ static void bench_sweep(void) {
     if (st.dynamic_unavailable[0]) printf("RESULT fusec sweep dynamic_unavailable=\"%s\"\n", st.dynamic_unavailable);
     sweep_bufs s;
     sweep_alloc(dyn, &s, 1024);
+    /* The program's very first call opens the device, loads the module and
+     * creates the cuBLASLt handle: once per program, reported apart. */
+    sweep_set_t(&s, 1024);
+    printf("RESULT fusec sweep first_call_of_program_ms=%.3f\n", shaped_call_ms(dyn, &s));
     /* 1. The dynamic variant alone, every T: first call and steady state. */
     double worst_first = 0, worst_ratio = 0;
     int64_t worst_t = 0;
