@@ -8,10 +8,12 @@
  * Workloads (default: all):
  *   gpt2     examples/gpt2_block_bf16.ir at B=1, T=64: time per forward,
  *            graphs on and off
+ *   gpt2_8x1024  the same block at B=8, T=1024 (issue 8's; not in the default list)
  *   mlp8     an 8-layer MLP (32 x 256, bias, relu), bf16: the same
  *   replay20 a 20-launch program (20 adds, unfused): host time of one fc_run
  *            with the same pointers, with new pointers at every call (the
- *            patching), and launch by launch
+ *            patching), and launch by launch; as a chain (x read by the first
+ *            kernel only: 2 nodes to patch) and as a fan (x read by all 20)
  *   sweep    the GPT-2 block as one dynamic program (B=1, T symbolic):
  *            every T from 1 to 1024 through the dynamic variant (first call,
  *            steady state), and for a sample of T the specialization's time
@@ -166,13 +168,13 @@ static void print_stats(const char *wl, fc_program *p) {
 }
 
 /* Per forward, graphs on and off, and host time per call. */
-static void forward_bench(const char *wl, fc_graph *g) {
+static void forward_bench(const char *wl, fc_graph *g, int iters) {
     fc_program *on = compile(g, true), *off = compile(g, false);
     int k = 0, l = 0;
     fc_program_count_launches(on, &k, &l, NULL);
     bufs b;
     make_bufs(on, &b);
-    double ms_on = per_call_ms(on, &b, 2000), ms_off = per_call_ms(off, &b, 2000);
+    double ms_on = per_call_ms(on, &b, iters), ms_off = per_call_ms(off, &b, iters);
     double us_on = host_us(on, &b, NULL, 2000), us_off = host_us(off, &b, NULL, 2000);
     printf("RESULT fusec %s kernels=%d library=%d per_call_ms=%.5f host_us=%.2f eager_per_call_ms=%.5f "
            "eager_host_us=%.2f\n",
@@ -186,7 +188,15 @@ static void forward_bench(const char *wl, fc_graph *g) {
 static void bench_gpt2(void) {
     fc_binding b[2] = {{"B", 1}, {"T", 64}};
     fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", b, 2);
-    forward_bench("gpt2", g);
+    forward_bench("gpt2", g, 2000);
+    fc_graph_free(g);
+}
+
+/* Issue 8's block: B=8, T=1024 (attention fused into one kernel). */
+static void bench_gpt2_large(void) {
+    fc_binding b[2] = {{"B", 8}, {"T", 1024}};
+    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", b, 2);
+    forward_bench("gpt2_8x1024", g, 200);
     fc_graph_free(g);
 }
 
@@ -202,16 +212,18 @@ static void bench_mlp8(void) {
         y = fc_relu(g, fc_add(g, fc_matmul(g, y, w), bias));
     }
     fc_graph_return(g, 1, &y);
-    forward_bench("mlp8", g);
+    forward_bench("mlp8", g, 2000);
     fc_graph_free(g);
 }
 
-/* 20 adds that may not fuse (fuse off): 20 kernel launches. */
-static void bench_replay20(void) {
+/* 20 launches (fusion off: one kernel an add). In the chain only the first
+ * kernel reads x and only the last writes the result, so new pointers patch
+ * two nodes; in the fan variant every kernel reads x, so all 20 are patched. */
+static void replay20_one(const char *label, bool fan) {
     fc_graph *g = fc_graph_new(ctx, "chain20");
     fc_dim d[1] = {4096};
     fc_value *x = fc_param(g, "x", FC_F32, 1, d), *y = x;
-    for (int i = 0; i < 20; i++) y = fc_add(g, y, x);
+    for (int i = 0; i < 20; i++) y = fc_add(g, y, fan ? x : fc_scalar(g, 1.0));
     fc_graph_return(g, 1, &y);
     fc_compile_options o;
     fc_compile_options_default(&o);
@@ -227,14 +239,19 @@ static void bench_replay20(void) {
     make_bufs(on, &b2);
     double same = host_us(on, &b1, NULL, 2000), moving = host_us(on, &b1, &b2, 2000);
     double eager = host_us(off, &b1, NULL, 2000);
-    printf("RESULT fusec replay20 launches=%d host_us_same_ptrs=%.2f host_us_new_ptrs=%.2f host_us_eager=%.2f\n", k,
+    printf("RESULT fusec %s launches=%d host_us_same_ptrs=%.2f host_us_new_ptrs=%.2f host_us_eager=%.2f\n", label, k,
            same, moving, eager);
-    print_stats("replay20", on);
+    print_stats(label, on);
     free_bufs(&b1);
     free_bufs(&b2);
     fc_program_free(on);
     fc_program_free(off);
     fc_graph_free(g);
+}
+
+static void bench_replay20(void) {
+    replay20_one("replay20", false);
+    replay20_one("replay20_fan", true);
 }
 
 /* ---- the T sweep ---------------------------------------------------------------- */
@@ -375,10 +392,11 @@ int main(int argc, char **argv) {
         const char *w = argc > 1 ? argv[i + 1] : all[i];
         if (!strcmp(w, "gpt2")) bench_gpt2();
         else if (!strcmp(w, "mlp8")) bench_mlp8();
+        else if (!strcmp(w, "gpt2_8x1024")) bench_gpt2_large();
         else if (!strcmp(w, "replay20")) bench_replay20();
         else if (!strcmp(w, "sweep")) bench_sweep();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 mlp8 replay20 sweep)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep)\n", w);
             return 2;
         }
         fflush(stdout);

@@ -46,7 +46,7 @@ import sys
 import time
 
 WORKLOADS = ("gpt2", "mlp8")
-MODES = ("eager", "reduce-overhead")
+MODES = ("eager", "reduce-overhead", "default")
 HOST_CALLS = 200
 MLP_M, MLP_N, MLP_LAYERS = 32, 256, 8
 
@@ -70,6 +70,7 @@ def parse_args(argv=None):
     ap.add_argument("--modes", default=",".join(MODES),
                     help="comma list from: " + ",".join(MODES))
     ap.add_argument("--T", type=int, default=64, help="gpt2 sequence length (default 64)")
+    ap.add_argument("--B", type=int, default=1, help="gpt2 batch (default 1)")
     ap.add_argument("--iters", type=int, default=2000, help="timed calls (default 2000)")
     ap.add_argument("--warmup", type=int, default=50, help="warm-up calls (default 50, min 3)")
     ap.add_argument("--json", help="write the results to this file")
@@ -88,9 +89,9 @@ def parse_args(argv=None):
     return args
 
 
-def describe(workload, T):
+def describe(workload, T, B=1):
     if workload == "gpt2":
-        return f"GPT-2 small block, x bf16[1, {T}, 768], 12 heads of 64, MLP 3072"
+        return f"GPT-2 small block, x bf16[{B}, {T}, 768], 12 heads of 64, MLP 3072"
     return f"{MLP_LAYERS}-layer MLP relu(y @ W + b), x bf16[{MLP_M}, {MLP_N}], W [{MLP_N}, {MLP_N}]"
 
 
@@ -114,13 +115,13 @@ def as_module(torch, named_weights, body):
     return Model().eval()
 
 
-def make_gpt2(torch, T):
-    """Function and arguments of examples/gpt2_block_bf16.ir with B=1."""
+def make_gpt2(torch, T, B=1):
+    """Function and arguments of examples/gpt2_block_bf16.ir."""
     F = torch.nn.functional
     dev, bf = "cuda", torch.bfloat16
     g = torch.Generator(device=dev)
     g.manual_seed(0)
-    B, C, H, D, FF = 1, 768, 12, 64, 3072
+    C, H, D, FF = 768, 12, 64, 3072
 
     def unif(*shape, scale=0.02):
         return ((torch.rand(*shape, device=dev, generator=g) * 2 - 1) * scale).to(bf)
@@ -188,7 +189,9 @@ def make_mlp8(torch):
 # --- timing --------------------------------------------------------------------
 
 def measure(torch, fn, fargs, mode, iters, warmup):
-    if mode == "reduce-overhead":
+    if mode == "default":
+        call = torch.compile(fn)
+    elif mode == "reduce-overhead":
         compiled = torch.compile(fn, mode="reduce-overhead")
         mark = getattr(torch.compiler, "cudagraph_mark_step_begin", None)
         if mark is not None:
@@ -248,12 +251,12 @@ def main(argv=None):
     args = parse_args(argv)
 
     print(f"graphs_torch: workloads={','.join(args.workloads)} modes={','.join(args.modes)} "
-          f"T={args.T} iters={args.iters} warmup={args.warmup} host_calls={HOST_CALLS}")
+          f"B={args.B} T={args.T} iters={args.iters} warmup={args.warmup} host_calls={HOST_CALLS}")
     if args.dry_run:
         print("dry run; would run:")
         for w in args.workloads:
             for m in args.modes:
-                print(f"  torch {w:5} {m:16} {describe(w, args.T)}")
+                print(f"  torch {w:5} {m:16} {describe(w, args.T, args.B)}")
         if args.json:
             print(f"  and write JSON to {args.json}")
         return 0
@@ -277,7 +280,7 @@ def main(argv=None):
         for m in args.modes:
             rec = {"workload": w, "mode": m}
             try:
-                fn, fargs = make_gpt2(torch, args.T) if w == "gpt2" else make_mlp8(torch)
+                fn, fargs = make_gpt2(torch, args.T, args.B) if w == "gpt2" else make_mlp8(torch)
                 rec.update(measure(torch, fn, fargs, m, args.iters, args.warmup))
                 print(f"RESULT torch {w} {m} per_call_ms={rec['per_call_ms']:.5f} "
                       f"gpu_ms={rec['gpu_ms']:.5f} host_us={rec['host_us']:.2f}")

@@ -37,7 +37,8 @@ if [[ -n $BENCH ]]; then
     echo "dynamic_bench: rc=$?"
 fi
 if [[ ${GRAPHS_TORCH:-1} != 0 ]]; then
-    timeout 240 python3 bench/graphs_torch.py --json "$OUT/torch.json" >"$OUT/torch.log" 2>&1
+    timeout 240 python3 bench/graphs_torch.py --modes eager,reduce-overhead --json "$OUT/torch.json" \
+        >"$OUT/torch.log" 2>&1
     echo "graphs_torch: rc=$?"
 fi
 echo "=== results"

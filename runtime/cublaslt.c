@@ -1174,6 +1174,23 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
     return FC_OK;
 }
 
+fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, size_t ws_bytes) {
+    if (!h || !d) return FC_ERR_USAGE;
+    const fc_gemm_plan *p = &d->plan;
+    if (p->M == 0 || p->N == 0 || p->batch == 0 || p->K == 0 || fc_gemm_plan_calls(p) == 0) return FC_OK;
+    /* Addresses as cuMemAlloc and the arena give them: 256-aligned (the key
+     * records the alignments; a run at other alignments prepares its own). */
+    const CUdeviceptr aligned = 256;
+    lt_ptrs ptr = {.x = aligned, .w = aligned, .d = aligned, .c = aligned, .bias = p->has_bias ? aligned : 0};
+    fc_cublaslt_key key;
+    make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
+    fc_status st = make_current(ctx, h->dev);
+    if (st != FC_OK) return st;
+    lt_entry *e = find_entry(h, &key);
+    if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
+    return e->ready ? FC_OK : prepare(h, ctx, e, ptr.bias);
+}
+
 fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                              int nargs, CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
     if (!h) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no handle (fc_cublaslt_create failed or was not called)");

@@ -177,6 +177,14 @@ void fc_cublaslt_destroy(fc_cublaslt *h);
  */
 fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                              int nargs, CUdeviceptr workspace, size_t ws_bytes, CUstream s);
+/*
+ * Choose d's algorithm now (descriptors, then the disk cache or one
+ * heuristic query), as its first launch with 256-aligned pointers and a
+ * ws_bytes workspace would, without launching anything. A dynamic
+ * program's background thread warms a specialization this way, so that its
+ * first run on the caller's thread asks cuBLASLt nothing.
+ */
+fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, size_t ws_bytes);
 
 /* Drop what the handle keeps for description d (its concatenated
  * weights), once the work that used them is finished. NULLs are ignored. */

@@ -767,7 +767,13 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     return FC_OK;
 }
 
-fc_status fc_program_prepare(fc_program *p) { return prepare_run(p); }
+fc_status fc_program_prepare(fc_program *p) {
+    fc_status st = prepare_run(p);
+    /* And every GEMM's algorithm, so the first run asks cuBLASLt nothing. */
+    for (int i = 0; i < p->d.src.nlaunches && st == FC_OK && p->blas; i++)
+        if (fc_program_gemm(&p->d, i)) st = fc_cublaslt_warm(p->blas, p->ctx, &p->d.gemm[i], FC_CUBLASLT_WORKSPACE_BYTES);
+    return st;
+}
 
 fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
     p->g = g;

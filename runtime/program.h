@@ -299,7 +299,9 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
  * it (before v) with fc_program_free. FC_ERR_INPUT for a binding that
  * does not fit the graph. */
 fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out);
-/* Open the device, load the module and allocate what a run needs, now. */
+/* Open the device, load the module, allocate what a run needs and choose
+ * every GEMM's algorithm, now (a dynamic program's background thread does
+ * this for each specialization it builds). */
 fc_status fc_program_prepare(fc_program *p);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);

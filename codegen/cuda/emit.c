@@ -111,6 +111,9 @@ typedef struct kctx {
      * s{nsyms-1} (every kernel takes all of them). */
     bool dyn;
     int nsyms;
+    /* store_element: the output value being stored unrounded (-1: none). */
+    int store_only_vid;
+    char store_only_name[24];
 } kctx;
 
 /* ---- sizes as C text ---------------------------------------------------------- */
@@ -239,8 +242,26 @@ static const char *emit_value(kctx *k, const fc_value *v, const char *L);
 static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
     char name[24], r[1100];
     snprintf(name, sizeof name, "t%d", k->tmp++);
+    /* A value whose only use here is a store of its own dtype is left
+     * unrounded: the store's conversion rounds to nearest even, exactly as
+     * fc_rnd_* does, and rounding is idempotent (same bits, two instructions
+     * an element fewer). It is not memoized: another use recomputes it. */
+    if (v->id == k->store_only_vid) {
+        fc_strbuf_printf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, expr);
+        snprintf(k->store_only_name, sizeof k->store_only_name, "%s", name);
+        return k->store_only_name;
+    }
     rounded(r, sizeof r, v->dtype, expr);
     fc_strbuf_printf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, r);
+    remember(k, v->id, L, name);
+    return lookup(k, v->id, L);
+}
+
+/* A loaded element: storage to compute type is exact, nothing to round. */
+static const char *bind_load(kctx *k, const fc_value *v, const char *L, const char *expr) {
+    char name[24];
+    snprintf(name, sizeof name, "t%d", k->tmp++);
+    fc_strbuf_printf(k->s, "      %s %s = %s;\n", compute_type(v->dtype), name, expr);
     remember(k, v->id, L, name);
     return lookup(k, v->id, L);
 }
@@ -485,7 +506,7 @@ static const char *emit_value(kctx *k, const fc_value *v, const char *L) {
     if (is_input(k, v, &pos)) {
         char ld[96];
         snprintf(ld, sizeof ld, "fc_ld(a%d[%s])", pos, L);
-        return bind(k, v, L, ld);
+        return bind_load(k, v, L, ld);
     }
     const fc_node *n = v->def;
     FC_ASSERT(n);
@@ -604,7 +625,7 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
         for (int i = 0; i < gr->ninputs; i++)
             if (vin[i][0]) {
                 char ex[96];
-                snprintf(ex, sizeof ex, "fc_ld(%s.v[%d])", vin[i], e);
+                snprintf(ex, sizeof ex, "fc_ld_lane(%s, %d)", vin[i], e);
                 remember(k, gr->inputs[i]->id, L, ex);
             }
         for (int i = 0; i < k->ncached; i++) {
@@ -647,7 +668,11 @@ static void store_element(kctx *k, int e, const char *L, void *arg) {
             fail(k, "codegen: a stored result does not have the kernel's iteration shape");
             return;
         }
+        /* bf16/f16 outputs not computed yet at this index are stored
+         * unrounded (see bind); the store's conversion rounds once. */
+        if ((v->dtype == FC_BF16 || v->dtype == FC_F16) && !lookup(k, v->id, L)) k->store_only_vid = v->id;
         const char *x = emit_value(k, v, L);
+        k->store_only_vid = -1;
         if (sa->vout && sa->vout[o][0]) fc_strbuf_printf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, storage_type(v->dtype), x);
         else fc_strbuf_printf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, storage_type(v->dtype), x);
     }
@@ -1055,7 +1080,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         for (int q = 0; q < gr->nnodes && pos + 16 < sizeof l->summary; q++)
             pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, "%s%s", q ? "," : " ", fc_op_table[gr->nodes[q]->op].name);
         if (pos + 2 < sizeof l->summary && i < last) pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, ";");
-        kctx k = {.p = plan, .gr = gr, .s = s, .dyn = plan->dynamic, .nsyms = g->nsyms};
+        kctx k = {.p = plan, .gr = gr, .s = s, .dyn = plan->dynamic, .nsyms = g->nsyms, .store_only_vid = -1};
         char name[80];
         snprintf(name, sizeof name, "%s_%d", l->name, i - first);
         fc_strbuf_printf(s, "// group %d (batched)\n", gr->id);
@@ -1191,7 +1216,8 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         l->kind = FC_LAUNCH_KERNEL;
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
         l->nsyms = plan->dynamic ? g->nsyms : 0;
-        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms};
+        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms,
+                .store_only_vid = -1};
         k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
