@@ -111,6 +111,14 @@ typedef struct kctx {
      * s{nsyms-1} (every kernel takes all of them). */
     bool dyn;
     int nsyms;
+    /* Broadcast inputs whose shape is a suffix of the space (a norm's
+     * weight) are vector-loaded at base % P (P = their element count):
+     * bv lists them for the current chunk; bx maps (element index L, P)
+     * to the name of that element's index into them. */
+    struct { int input; int64_t p; char off[24]; } bv[8];
+    int nbv;
+    struct { char L[24]; int64_t p; char ix[24]; } bx[8];
+    int nbx;
     /* store_element: the output value being stored unrounded (-1: none). */
     int store_only_vid;
     char store_only_name[24];
@@ -206,11 +214,38 @@ static void coord(kctx *k, const fc_value *v, const char *L, int d, char *name, 
     else fc_strbuf_printf(k->s, "      i64 %s = (%s / %s) %% %s;\n", name, L, st[d], dimx(v->dims[d], dim, sizeof dim));
 }
 
+static bool full_shape(const fc_group *gr, const fc_value *v);
+
+/* x's element count when x, without leading size-1 dims, is a suffix of
+ * the group's space with static dims (so the element at space index L is
+ * x's element L % P); 0 otherwise. */
+static int64_t suffix_numel(const fc_group *gr, const fc_value *x) {
+    int lead = 0;
+    while (lead < x->rank && x->dims[lead] == 1) lead++;
+    int r = x->rank - lead;
+    if (r > gr->rank) return 0;
+    int64_t p = 1;
+    for (int d = 0; d < r; d++) {
+        fc_dim dim = x->dims[lead + d];
+        if (fc_dim_is_sym(dim) || dim != gr->space[gr->rank - r + d]) return 0;
+        p *= dim;
+    }
+    return p;
+}
+
 /* Index of operand x (broadcast into the shape of out) at out's index L. */
 static void broadcast_index(kctx *k, const fc_value *out, const char *L, const fc_value *x, char *name, size_t n) {
     if (same_dims(out, x)) {
         snprintf(name, n, "%s", L);
         return;
+    }
+    if (k->nbx && full_shape(k->gr, out)) {
+        int64_t p = suffix_numel(k->gr, x);
+        for (int i = 0; i < k->nbx && p; i++)
+            if (k->bx[i].p == p && !strcmp(k->bx[i].L, L)) {
+                snprintf(name, n, "%s", k->bx[i].ix);
+                return;
+            }
     }
     char xs[FC_MAX_RANK][SZ];
     stride_text(x->dims, x->rank, xs);
@@ -530,7 +565,6 @@ static bool in_group(const kctx *k, const fc_node *n) {
 
 /* Mark values computed once per row: reductions, and in-group elementwise
  * nodes of row shape whose operands are all per-row (or outside data). */
-static bool full_shape(const fc_group *gr, const fc_value *v);
 
 static void mark_rows(kctx *k) {
     const fc_group *gr = k->gr;
@@ -622,8 +656,26 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
         char L[24];
         snprintf(L, sizeof L, "L%d", k->tmp++);
         fc_strbuf_printf(k->s, "      i64 %s = %s + %d;\n", L, base, e);
+        /* Suffix-broadcast inputs: their index for this element, and the
+         * vector lane that holds it. */
+        k->nbx = 0;
+        for (int b = 0; b < k->nbv; b++) {
+            int at = -1;
+            for (int q = 0; q < k->nbx; q++)
+                if (k->bx[q].p == k->bv[b].p) at = q;
+            if (at < 0) {
+                at = k->nbx++;
+                snprintf(k->bx[at].L, sizeof k->bx[at].L, "%s", L);
+                k->bx[at].p = k->bv[b].p;
+                snprintf(k->bx[at].ix, sizeof k->bx[at].ix, "bx%d", k->tmp++);
+                fc_strbuf_printf(k->s, "      i64 %s = %s + %d;\n", k->bx[at].ix, k->bv[b].off, e);
+            }
+            char ex[96];
+            snprintf(ex, sizeof ex, "fc_ld_lane(%s, %d)", vin[k->bv[b].input], e);
+            remember(k, gr->inputs[k->bv[b].input]->id, k->bx[at].ix, ex);
+        }
         for (int i = 0; i < gr->ninputs; i++)
-            if (vin[i][0]) {
+            if (vin[i][0] && full_shape(gr, gr->inputs[i])) {
                 char ex[96];
                 snprintf(ex, sizeof ex, "fc_ld_lane(%s, %d)", vin[i], e);
                 remember(k, gr->inputs[i]->id, L, ex);
@@ -640,8 +692,32 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
 /* Declare vector loads of every full-shape input at `base`; names in vin. */
 static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], const char *cache_fmt) {
     const fc_group *gr = k->gr;
+    k->nbv = k->nbx = 0;
     for (int i = 0; i < gr->ninputs; i++) {
         vin[i][0] = 0;
+        const fc_value *x = gr->inputs[i];
+        int64_t p = vec > 1 && !full_shape(gr, x) ? suffix_numel(gr, x) : 0;
+        /* A suffix-broadcast input moves as a vector when every chunk
+         * stays inside one copy of it (P % vec == 0; base is a multiple of
+         * vec) and the vector is at most 16 bytes (the alignment kernels
+         * assume of every pointer). */
+        if (p > 0 && p % vec == 0 && (size_t)vec * fc_dtype_size(x->dtype) <= 16 && k->nbv < 8) {
+            char *off = k->bv[k->nbv].off;
+            off[0] = 0;
+            for (int b = 0; b < k->nbv; b++)
+                if (k->bv[b].p == p) snprintf(off, 24, "%s", k->bv[b].off);
+            if (!off[0]) {
+                snprintf(off, 24, "bo%d", k->tmp++);
+                fc_strbuf_printf(k->s, "      i64 %s = %s %% %lldll;\n", off, base, (long long)p);
+            }
+            k->bv[k->nbv].input = i;
+            k->bv[k->nbv].p = p;
+            k->nbv++;
+            snprintf(vin[i], 24, "v%d", k->tmp++);
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(x->dtype), vec,
+                             vin[i], storage_type(x->dtype), vec, i, off);
+            continue;
+        }
         if (!full_shape(gr, gr->inputs[i]) || vec == 1) continue;
         if (cache_fmt) {
             snprintf(vin[i], 24, cache_fmt, i);
@@ -723,14 +799,21 @@ static fc_status pointwise_body(kctx *k, const char *name) {
     fc_strbuf_printf(k->s, "static __device__ __forceinline__ void %s_body(", name);
     kernel_params(k);
     fc_strbuf_printf(k->s, "%si64 t0, i64 stride) {\n", gr->ninputs + gr->noutputs + (k->dyn ? k->nsyms : 0) ? ", " : "");
-    if (fc_mono_is_static(&n)) {
+    if (fc_mono_is_static(&n) && n.c <= INT32_MAX) {
+        /* Fewer than 2^31 elements: a 32-bit loop counter (t + stride stays
+         * below 2^32: the grid covers the threads once, so stride is below
+         * their count + a block) and a base that widens only at the address. */
+        fc_strbuf_printf(k->s, "  for (unsigned t = (unsigned)t0; t < %lldu; t += (unsigned)stride) {\n", (long long)(n.c / vec));
+        fc_strbuf_printf(k->s, "      i64 base = (i64)(t * %du);\n", vec);
+    } else if (fc_mono_is_static(&n)) {
         fc_strbuf_printf(k->s, "  for (i64 t = t0; t < %lldll; t += stride) {\n", (long long)(n.c / vec));
+        fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     } else {
         char ne[SZ];
         fc_strbuf_printf(k->s, "  const i64 nthreads = %s / %d;\n", monox(&n, ne, sizeof ne), vec);
         fc_strbuf_printf(k->s, "  for (i64 t = t0; t < nthreads; t += stride) {\n");
+        fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     }
-    fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
     char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
     if (!vin || !vout) {
