@@ -418,6 +418,8 @@ struct fc_cublaslt {
     lt_concat *concats;
     int nconcats, cap_concats;
     int queries, disk_hits;
+    bool reuse_family;
+    int family_reuses;
 };
 
 /* Over every handle of the process. */
@@ -452,6 +454,7 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     h->dev = dev;
     h->allow_tf32 = o && o->allow_tf32;
     h->cache = o ? o->cache : NULL;
+    h->reuse_family = o && o->reuse_family;
     fc_cublaslt_device_id_of(&dev->info, &h->id);
     st = lt_create(ctx, &h->lt);
     if (st != FC_OK) {
@@ -913,6 +916,37 @@ static void algo_to_cache(fc_cublaslt *h, const lt_entry *e) {
     (void)fc_cache_put(c, &scratch, FC_CACHE_ALGO, &key, rec, sizeof rec);
 }
 
+/* Do two problems differ in their sizes only (m, n, k, leading dims, batch,
+ * strides)? */
+static bool same_family(const fc_cublaslt_key *a, const fc_cublaslt_key *b) {
+    fc_cublaslt_key x = *a, y = *b;
+    x.m = x.n = x.k = x.lda = x.ldb = x.ldd = x.batch = x.stride_a = x.stride_b = x.stride_d = 0;
+    y.m = y.n = y.k = y.lda = y.ldb = y.ldd = y.batch = y.stride_a = y.stride_b = y.stride_d = 0;
+    return !memcmp(&x, &y, sizeof x);
+}
+
+/* The algorithm of the latest ready entry of e's family, if cuBLASLt
+ * accepts it for e's sizes (e's descriptors are made). */
+static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
+    for (int i = h->nentries - 1; i >= 0; i--) {
+        const lt_entry *f = h->entries[i];
+        if (f == e || !f->ready || !same_family(&f->key, &e->key)) continue;
+        cublasLtMatmulHeuristicResult_t res;
+        memset(&res, 0, sizeof res);
+        cublasLtMatmulAlgo_t a = f->algo;
+        cublasStatus_t cs = cublasLtMatmulAlgoCheck(h->lt, e->op, e->a, e->b, e->c, e->d, &a, &res);
+        if (cs == CUBLAS_STATUS_SUCCESS && res.state == CUBLAS_STATUS_SUCCESS &&
+            res.workspaceSize <= (size_t)e->key.workspace_bytes) {
+            e->algo = a;
+            return true;
+        }
+        return false; /* the latest of the family did not fit: ask the heuristic */
+    }
+    return false;
+}
+
+int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuses : 0; }
+
 /* Descriptors and an algorithm for entry e: a seeded algorithm is checked
  * first, then one from the cache; otherwise, or if the library refuses
  * them, one heuristic query, whose answer goes to the cache. */
@@ -932,6 +966,11 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
             return FC_OK;
         }
         e->have_algo = false; /* stale (another library version?): ask again */
+    }
+    if (h->reuse_family && algo_from_family(h, e)) {
+        h->family_reuses++;
+        e->have_algo = e->ready = true;
+        return FC_OK;
     }
     if (algo_from_cache(h, e)) {
         h->disk_hits++;

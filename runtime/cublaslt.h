@@ -142,6 +142,15 @@ typedef struct fc_cublaslt_options {
      * between runs is safe. A cache opened with mode FC_CACHE_OFF keeps
      * them in the handle only. A cache given here must outlive the handle. */
     fc_cache *cache;
+    /* For a handle that sees one GEMM at many sizes (a dynamic program's
+     * variant, which meets every new sequence length at a run): a problem
+     * never seen takes the algorithm of the latest problem of its family
+     * (the same types, transposes, epilogue and alignments; other sizes) if
+     * cublasLtMatmulAlgoCheck accepts it for the new sizes, instead of a
+     * heuristic query (~100 us) and the first launch of another cuBLASLt
+     * kernel (its lazy load: up to ~15 ms). Off by default: the heuristic's
+     * choice for the exact sizes is the faster one to keep. */
+    bool reuse_family;
 } fc_cublaslt_options;
 
 /*
@@ -237,6 +246,8 @@ int fc_cublaslt_heuristic_queries(const fc_cublaslt *h);
 /* How many algorithms the handle took from the cache (checked with
  * cublasLtMatmulAlgoCheck and used) instead of asking the heuristic. */
 int fc_cublaslt_disk_hits(const fc_cublaslt *h);
+/* How many algorithms came from a problem of the same family (reuse_family). */
+int fc_cublaslt_family_reuses(const fc_cublaslt *h);
 /* The same two counts over every handle of the process (for tests that
  * run programs, whose handles they cannot reach). */
 long fc_cublaslt_heuristic_queries_total(void);

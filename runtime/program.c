@@ -1199,7 +1199,10 @@ static fc_status ensure_instance(fc_program *p) {
     p->funcs_ready = true;
     if (p->ngemms > 0 && !v->blas) {
         double t = now_ms();
-        st = fc_cublaslt_create(v->ctx, v->dev, NULL, &v->blas);
+        /* The variant meets every size of its GEMMs: a new one reuses the
+         * algorithm of its family when cuBLASLt accepts it (docs/DYNAMIC.md). */
+        fc_cublaslt_options lo = {.reuse_family = true};
+        st = fc_cublaslt_create(v->ctx, v->dev, &lo, &v->blas);
         v->times.load_ms += now_ms() - t;
         if (st != FC_OK) return st;
     }
