@@ -415,6 +415,8 @@ struct fc_cublaslt {
     fc_cublaslt_device_id id; /* what an algorithm from the disk must have been chosen for */
     lt_entry **entries;
     int nentries, cap_entries;
+    int *index;        /* open addressing: entry positions, -1 free */
+    size_t index_cap;  /* a power of two, or 0 */
     lt_concat *concats;
     int nconcats, cap_concats;
     int queries, disk_hits;
@@ -497,6 +499,7 @@ void fc_cublaslt_destroy(fc_cublaslt *h) {
         fc_ctx_freemem(h->ctx, h->entries[i]);
     }
     fc_ctx_freemem(h->ctx, h->entries);
+    fc_ctx_freemem(h->ctx, h->index);
     for (int i = 0; i < h->nconcats; i++) concat_clear(h, &h->concats[i]);
     fc_ctx_freemem(h->ctx, h->concats);
     if (h->lt) cublasLtDestroy(h->lt);
@@ -526,10 +529,31 @@ int fc_cublaslt_disk_hits(const fc_cublaslt *h) { return h ? h->disk_hits : 0; }
 long fc_cublaslt_heuristic_queries_total(void) { return atomic_load(&total_queries); }
 long fc_cublaslt_disk_hits_total(void) { return atomic_load(&total_disk_hits); }
 
+/* The entries are found through an open-addressing index (FNV-1a of the
+ * key's bytes): a dynamic program's variant meets a new size of each GEMM
+ * at every new shape, and a linear search over thousands of entries cost
+ * ~100 us a launch in a sweep over 1024 sequence lengths. */
+static uint64_t key_hash(const fc_cublaslt_key *key) {
+    const unsigned char *b = (const unsigned char *)key;
+    uint64_t x = 1469598103934665603ull;
+    for (size_t i = 0; i < sizeof *key; i++) x = (x ^ b[i]) * 1099511628211ull;
+    return x;
+}
+
 static lt_entry *find_entry(const fc_cublaslt *h, const fc_cublaslt_key *key) {
-    for (int i = 0; i < h->nentries; i++)
-        if (!memcmp(&h->entries[i]->key, key, sizeof *key)) return h->entries[i];
-    return NULL;
+    if (!h->index_cap) return NULL;
+    for (size_t i = key_hash(key) & (h->index_cap - 1);; i = (i + 1) & (h->index_cap - 1)) {
+        int at = h->index[i];
+        if (at < 0) return NULL;
+        if (!memcmp(&h->entries[at]->key, key, sizeof *key)) return h->entries[at];
+    }
+}
+
+/* Put entry `at` into the index (which has a free slot). */
+static void index_put(fc_cublaslt *h, int at) {
+    size_t i = key_hash(&h->entries[at]->key) & (h->index_cap - 1);
+    while (h->index[i] >= 0) i = (i + 1) & (h->index_cap - 1);
+    h->index[i] = at;
 }
 
 static lt_entry *add_entry(fc_cublaslt *h, fc_context *ctx, const fc_cublaslt_key *key) {
@@ -540,11 +564,23 @@ static lt_entry *add_entry(fc_cublaslt *h, fc_context *ctx, const fc_cublaslt_ke
         h->entries = e;
         h->cap_entries = cap;
     }
+    /* At most half full: rebuilt at twice the size when it would not be. */
+    if ((size_t)(h->nentries + 1) * 2 > h->index_cap) {
+        size_t cap = h->index_cap ? h->index_cap * 2 : 16;
+        int *ix = fc_ctx_malloc(ctx, sizeof *ix * cap);
+        if (!ix) return NULL;
+        fc_ctx_freemem(ctx, h->index);
+        h->index = ix;
+        h->index_cap = cap;
+        for (size_t i = 0; i < cap; i++) ix[i] = -1;
+        for (int i = 0; i < h->nentries; i++) index_put(h, i);
+    }
     lt_entry *e = fc_ctx_malloc(ctx, sizeof *e);
     if (!e) return NULL;
     memset(e, 0, sizeof *e);
     e->key = *key;
     h->entries[h->nentries++] = e;
+    index_put(h, h->nentries - 1);
     return e;
 }
 

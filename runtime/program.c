@@ -879,7 +879,10 @@ void fc_program_free(fc_program *p) {
     if (!p) return;
     fc_dynamic_free(p->dyn);
     if (p->variant) {
-        /* Borrowed from the variant: not ours to free. */
+        /* The device, module, kernels, cuBLASLt handle and arena are the
+         * variant's. No synchronize: an instance owns no device memory, and
+         * a graph still running is freed by the driver when it completes
+         * (cuGraphExecDestroy). */
         fc_replay_free(p->replay, p->dev);
         if (p->blas)
             for (int i = 0; i < p->d.src.nlaunches; i++)
@@ -889,6 +892,7 @@ void fc_program_free(fc_program *p) {
         p->blas = NULL;
         p->arena = 0;
         p->module = NULL;
+        p->dev = NULL;
     }
     fc_ctx_freemem(p->ctx, p->syms);
     if (p->dev) {
@@ -1239,6 +1243,13 @@ static fc_status ensure_instance(fc_program *p) {
  * most of the time to the first output. */
 static fc_status ensure_device(fc_program *p) {
     fc_status st;
+    if (p->variant) {
+        /* An instance uses its variant's device: no context or stream of
+         * its own to make at a new shape's first call. */
+        if ((st = ensure_device(p->variant)) != FC_OK) return st;
+        p->dev = p->variant->dev;
+        return ensure_instance(p);
+    }
     if (!p->dev) {
         double t = now_ms();
         st = fc_cuda_device_open(p->ctx, 0, &p->dev);
@@ -1246,7 +1257,6 @@ static fc_status ensure_device(fc_program *p) {
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
-    if (p->variant) return ensure_instance(p);
     if (!p->module) {
         /* A cubin runs on its own major architecture, on the same or a
          * newer minor one; say so plainly instead of the driver's
