@@ -7,7 +7,8 @@
  *   - loaded elements are not rounded (they already have their dtype);
  *   - a suffix-broadcast operand (a norm's weight) moves as a vector;
  *   - a space below 2^31 elements has a 32-bit loop counter, a larger one
- *     keeps 64-bit indexing; dynamic kernels keep 64-bit indexing.
+ *     keeps 64-bit indexing; dynamic kernels keep 64-bit indexing;
+ *   - h * (t + 1) with t + 1 read once is fma(h, t, h); read twice, not.
  */
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
@@ -80,7 +81,18 @@ int main(void) {
         CHECK(strstr(k, "fc_ld_lane(v") != NULL);
         CHECK(strstr(k, "for (unsigned t = (unsigned)t0; t < 32768u;") != NULL);
         CHECK(strstr(k, "for (i64 t") == NULL);
+        /* gelu's x/2 * (1 + erf(..)) is one fused multiply-add, 8 a thread. */
+        CHECK_EQ_INT(count(k, "fmaf("), 8);
+        CHECK(strstr(k, "+ (float)1)") == NULL);
     }
+    free(k);
+
+    /* A `t + 1` that is also stored, or read twice, stays an add. */
+    k = kernels(ctx,
+                "graph p1(%x: f32[64, 256]) {\n  %t = exp(%x)\n  %u = add(%t, 1.0)\n  %m = mul(%x, %u)\n"
+                "  %n = mul(%m, %u)\n  return %n\n}\n",
+                false);
+    if (k) CHECK_EQ_INT(count(k, "fmaf("), 0);
     free(k);
 
     /* A bf16 add stored and read again (add + layernorm's residual): the
