@@ -301,6 +301,12 @@ static bool bury(fc_dynamic *d, int i) {
     d->graveyard_ctx[d->ngrave++] = s->ctx;
     free(s);
     d->specs[i] = d->specs[--d->nspecs];
+    if (!d->thread_started) {
+        /* No background thread (synchronous or no specialization): free it
+         * here, as the caller's own compile would take longer anyway. */
+        fc_program_free(d->graveyard[--d->ngrave]);
+        fc_context_free(d->graveyard_ctx[d->ngrave]);
+    }
     return true;
 }
 
@@ -464,6 +470,8 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     *out = p;
     return FC_OK;
 }
+
+fc_program *fc_dynamic_variant(const fc_dynamic *d) { return d ? d->variant : NULL; }
 
 void fc_dynamic_free(fc_dynamic *d) {
     if (!d) return;

@@ -38,6 +38,8 @@ void fc_trace(int topic, const char *fmt, ...)
 struct fc_dynamic;
 /* fc_compile's path for a dynamic program (g has unbound symbols). */
 fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_program **out);
+/* The dynamic variant, or NULL when there is none. */
+fc_program *fc_dynamic_variant(const struct fc_dynamic *d);
 /* Free a dynamic program's state (its thread is joined first). NULL ok. */
 void fc_dynamic_free(struct fc_dynamic *d);
 

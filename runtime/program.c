@@ -1019,6 +1019,9 @@ void fc_program_times(const fc_program *p, fc_compile_times *out) {
 
 char *fc_program_plan_text(fc_program *p) {
     if (!p) return NULL;
+    /* A dynamic program shows its dynamic variant (kernels with the dims as
+     * arguments), when it has one. */
+    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_plan_text(fc_dynamic_variant(p->dyn));
     fc_strbuf t = {.ctx = p->ctx};
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
@@ -1086,6 +1089,9 @@ char *fc_compile_times_text(const fc_compile_times *t) {
 
 char *fc_program_cuda_source(fc_program *p) {
     if (!p) return NULL;
+    /* A dynamic program shows its dynamic variant (kernels with the dims as
+     * arguments), when it has one. */
+    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_cuda_source(fc_dynamic_variant(p->dyn));
     if (!p->d.src.source) {
         fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
         return NULL;
@@ -1121,6 +1127,9 @@ static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrt
 
 char *fc_program_ptx(fc_program *p) {
     if (!p) return NULL;
+    /* A dynamic program shows its dynamic variant (kernels with the dims as
+     * arguments), when it has one. */
+    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_ptx(fc_dynamic_variant(p->dyn));
     /* Not kept from fc_compile: few callers want it, and NVRTC makes it
      * again in a few milliseconds with exactly the same options. */
     if (!p->d.src.source) {

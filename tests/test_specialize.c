@@ -79,6 +79,13 @@ static void test_guards(fc_context *ctx) {
     CHECK_STR(s.dynamic_unavailable, "");
     CHECK_EQ_INT(fc_program_num_inputs(p), 3);
     CHECK_EQ_INT(fc_program_num_outputs(p), 2);
+    /* Its plan and source are the dynamic variant's: kernels that take the
+     * symbol values (B, T) as trailing arguments. */
+    char *plan = fc_program_plan_text(p), *src = fc_program_cuda_source(p);
+    CHECK(plan && strstr(plan, "total: 1 kernels"));
+    CHECK(src && strstr(src, "i64 s0") && strstr(src, "i64 s1"));
+    fc_free(plan);
+    fc_free(src);
     /* 16-byte aligned fake device pointers: the guard runs before any launch. */
     static _Alignas(256) char buf[4][256];
     int64_t xd[3] = {2, 7, 256}, wd[1] = {256};
