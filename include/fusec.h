@@ -352,6 +352,12 @@ typedef struct fc_compile_options {
     int sm;
     bool fast_math;     /* --use_fast_math; off by default (numerics) */
     bool fuse;          /* vertical and horizontal fusion; on by default */
+    /* f32 matmuls on TF32 tensor cores (cuBLASLt's
+     * CUBLAS_COMPUTE_32F_FAST_TF32): products with a 10-bit mantissa, about
+     * 8x the f32 rate, results no longer within the f32 tolerance of the
+     * reference. Off by default; f16 and bf16 GEMMs accumulate in f32 either
+     * way. */
+    bool allow_tf32;
     /* CUDA Graphs (docs/RUNTIME-GRAPHS.md): after its first run, a program
      * captures its whole launch sequence (cuBLASLt calls included) into a
      * CUDA Graph and replays it, patching new input and output pointers

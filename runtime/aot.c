@@ -380,7 +380,7 @@ static fc_status build_file(fc_context *ctx, const fc_program_desc *d, const cha
         return FC_ERR_NOMEM;
     }
     const char *extra[4];
-    int nextra = fc_program_extra_nvrtc_options(d->fast_math, extra);
+    int nextra = fc_program_extra_nvrtc_options(d->sm, d->fast_math, extra);
     char unit[96];
     fc_program_unit_name(d->graph_name, unit, sizeof unit);
     st = fc_nvrtc_compile(ctx, source, unit, d->sm / 10, d->sm % 10, extra, nextra, cubin);

@@ -145,9 +145,11 @@ void fc_compile_options_default(fc_compile_options *o) {
 
 /* Every compile of a program's source (the cubin, the PTX, an AOT file)
  * uses these, so the PTX is the PTX of the cubin. */
-int fc_program_extra_nvrtc_options(bool fast_math, const char **extra) {
+int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     int n = 0;
     if (fast_math) extra[n++] = "--use_fast_math";
+    const char *wg = getenv("FUSEC_ATTN_WGMMA");
+    if (sm == 90 && wg && wg[0] == '1') extra[n++] = "--gpu-architecture=sm_90a";
     return n;
 }
 
@@ -486,7 +488,7 @@ typedef struct nvrtc_setup {
 } nvrtc_setup;
 
 static fc_status nvrtc_setup_make(fc_program *p, nvrtc_setup *n) {
-    n->nextra = fc_program_extra_nvrtc_options(p->d.fast_math, n->extra);
+    n->nextra = fc_program_extra_nvrtc_options(p->d.sm, p->d.fast_math, n->extra);
     fc_status st = fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, n->extra, n->nextra, &n->opts);
     n->version_known = fc_nvrtc_version(&n->major, &n->minor) == FC_OK;
     return st;
@@ -585,6 +587,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     d->sm = resolve_sm(p->opts.sm);
     d->fast_math = p->opts.fast_math;
     d->fuse = p->opts.fuse;
+    d->tf32 = p->opts.allow_tf32;
 
     fc_cache *cache = NULL;
     fc_status st = fc_cache_global_open(p->ctx, &cache);
@@ -609,7 +612,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     bool program_hit = false;
     fc_cache_key pkey = {{0}};
     if (cache) {
-        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, nv.opts.opt, nv.opts.count,
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, nv.opts.opt, nv.opts.count,
                                     nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
         if (st != FC_OK) return st;
@@ -680,6 +683,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     d->sm = resolve_sm(o->sm);
     d->fast_math = o->fast_math;
     d->fuse = o->fuse;
+    d->tf32 = o->allow_tf32;
     fc_cache *cache = NULL;
     fc_status st = fc_cache_global_open(p->ctx, &cache);
     nvrtc_setup nv;
@@ -727,6 +731,7 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     p->d.sm = v->d.sm;
     p->d.fast_math = v->d.fast_math;
     p->d.fuse = v->d.fuse;
+    p->d.tf32 = v->d.tf32;
     p->variant = v;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
@@ -783,6 +788,7 @@ fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
     p->d.sm = resolve_sm(p->opts.sm);
     p->d.fast_math = p->opts.fast_math;
     p->d.fuse = p->opts.fuse;
+    p->d.tf32 = p->opts.allow_tf32;
     return st;
 }
 
@@ -865,6 +871,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
     p->opts.sm = p->d.sm;
     p->opts.fast_math = p->d.fast_math;
     p->opts.fuse = p->d.fuse;
+    p->opts.allow_tf32 = p->d.tf32;
     p->times.origin = origin;
     count_launch_args(p);
     *out = p;
@@ -1137,7 +1144,7 @@ char *fc_program_ptx(fc_program *p) {
         return NULL;
     }
     const char *extra[4];
-    int nextra = fc_program_extra_nvrtc_options(p->d.fast_math, extra);
+    int nextra = fc_program_extra_nvrtc_options(p->d.sm, p->d.fast_math, extra);
     fc_nvrtc_options opts;
     if (fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, extra, nextra, &opts) != FC_OK) return NULL;
     char name[96];
@@ -1214,7 +1221,7 @@ static fc_status ensure_instance(fc_program *p) {
         double t = now_ms();
         /* The variant meets every size of its GEMMs: a new one reuses the
          * algorithm of its family when cuBLASLt accepts it (docs/DYNAMIC.md). */
-        fc_cublaslt_options lo = {.reuse_family = true};
+        fc_cublaslt_options lo = {.reuse_family = true, .allow_tf32 = v->d.tf32};
         st = fc_cublaslt_create(v->ctx, v->dev, &lo, &v->blas);
         v->times.load_ms += now_ms() - t;
         if (st != FC_OK) return st;
@@ -1318,7 +1325,8 @@ static fc_status ensure_device(fc_program *p) {
     if (p->ngemms > 0 && !p->blas) {
         /* cublasLtCreate loads the library's kernels: timed with the load. */
         double t = now_ms();
-        st = fc_cublaslt_create(p->ctx, d, NULL, &p->blas);
+        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32};
+        st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
         p->times.load_ms += now_ms() - t;
         if (st != FC_OK) return st;
         p->blas_ws = p->arena + (CUdeviceptr)ws_offset;

@@ -79,6 +79,7 @@ typedef struct fc_program_desc {
     char *graph_text;   /* fc_print of the graph as given to fc_compile */
     int sm;             /* the target: major*10+minor */
     bool fast_math, fuse;
+    bool tf32; /* f32 GEMMs on TF32 tensor cores (fc_compile_options.allow_tf32) */
     int nparams, noutputs;
     fc_program_tensor *params, *outputs;
     int nvalues;
@@ -131,10 +132,12 @@ fc_context *fc_program_context(const fc_program *p);
 /* The program's times, to be filled in by whoever made it (a load). */
 fc_compile_times *fc_program_times_ref(fc_program *p);
 
-/* The NVRTC options a program adds to fc_nvrtc_options_build's own
- * (extra must have room for 4); returns how many. Every compile of a
- * program's source (cubin, PTX, AOT) uses these. */
-int fc_program_extra_nvrtc_options(bool fast_math, const char **extra);
+/* The NVRTC options a program for sm (90 for 9.0) adds to
+ * fc_nvrtc_options_build's own (extra must have room for 4); returns how
+ * many. Every compile of a program's source (cubin, PTX, AOT) uses these.
+ * On sm 90 with FUSEC_ATTN_WGMMA=1 in the environment: sm_90a, so the
+ * attention kernels run on wgmma (codegen/cuda/attention.c). */
+int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra);
 /* The name of the program's source in NVRTC's messages: "fusec_<graph>.cu". */
 void fc_program_unit_name(const char *graph_name, char *buf, size_t n);
 

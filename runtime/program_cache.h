@@ -70,7 +70,7 @@ fc_cache_key fc_kernel_cache_key(const char *source, const char *unit_name, int 
  * fc_build_identity): a rebuilt fusec may plan differently under the same
  * version number, and a stale plan must not be served.
  */
-fc_cache_key fc_program_cache_key(const char *graph_text, const fc_graph *g, int sm, bool fast_math, bool fuse,
+fc_cache_key fc_program_cache_key(const char *graph_text, const fc_graph *g, int sm, bool fast_math, bool fuse, bool tf32,
                                   const char *const *opts, int nopts, int nvrtc_major, int nvrtc_minor);
 
 /*

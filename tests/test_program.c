@@ -431,12 +431,20 @@ static void test_matmul(fc_context *ctx) {
  * watches the reads); every allocation of the decoder fails in turn. */
 static void test_gemm_serialization(fc_context *ctx) {
     fc_graph *gs[3] = {g_matmul_relu(ctx), g_qkv(ctx, FC_F32, false), g_qkv(ctx, FC_BF16, true)};
+    fc_cache_key k0 = fc_program_cache_key("text", gs[1], 90, false, true, false, NULL, 0, 13, 0),
+                 k1 = fc_program_cache_key("text", gs[1], 90, false, true, true, NULL, 0, 13, 0);
+    CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
     for (int k = 0; k < 3; k++) {
         fc_program *p = NULL;
+        /* The f32 QKV program asks for TF32: the flag goes through the
+         * bytes (and, through the program cache's key, never shares an
+         * entry with the same graph compiled without it). */
+        o.allow_tf32 = k == 1;
         CHECK_EQ_INT(fc_compile(gs[k], &o, &p), FC_OK);
+        if (p) CHECK_EQ_INT(fc_program_desc_of(p)->tf32, k == 1);
         const fc_program_desc *d = p ? fc_program_desc_of(p) : NULL;
         fc_bytes a = {NULL, 0}, b = {NULL, 0};
         if (!d || fc_program_desc_encode(ctx, d, &a) != FC_OK) {
@@ -452,6 +460,7 @@ static void test_gemm_serialization(fc_context *ctx) {
             int found = 0;
             for (int i = 0; i < back.src.nlaunches; i++) found += fc_program_gemm(&back, i) != NULL;
             CHECK_EQ_INT(found, 1);
+            CHECK_EQ_INT(back.tf32, k == 1);
             CHECK_EQ_INT(fc_program_desc_encode(ctx, &back, &b), FC_OK);
             CHECK(a.size == b.size && memcmp(a.data, b.data, a.size) == 0);
             fc_program_desc_release(&back);
