@@ -807,12 +807,12 @@ typedef struct gpu {
  * goes to `got` (allocated here). ms: the mean time of `iters` launches
  * after one warm-up, when iters > 0. */
 static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src, const fc_launch *l, const fc_tensor *in,
-                            fc_tensor *got, int iters, double *ms) {
+                            fc_tensor *got, int iters, double *ms, const char *const *extra, int nextra) {
     fc_bytes cubin = {0};
     CUmodule mod = NULL;
     CUfunction fn = NULL;
     CUdeviceptr ptr[9] = {0};
-    fc_status st = fc_nvrtc_compile(ctx, src, "attention.cu", G->d->info.cc_major, G->d->info.cc_minor, NULL, 0, &cubin);
+    fc_status st = fc_nvrtc_compile(ctx, src, "attention.cu", G->d->info.cc_major, G->d->info.cc_minor, extra, nextra, &cubin);
     if (!st) st = fc_cuda_module_load(G->d, cubin.data, cubin.size, &mod);
     if (!st) st = fc_cuda_module_function(G->d, mod, l->name, &fn);
     int nin = a->gr.ninputs;
@@ -853,6 +853,43 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
     return st;
 }
 
+static const char *const sm90a[] = {"--gpu-architecture=sm_90a"};
+
+/* The wgmma kernel is not correct yet (docs/ATTENTION.md): it runs on the
+ * GPU, and is timed, only with FUSEC_ATTN_WGMMA=1. */
+static bool wgmma_on(void) {
+    const char *e = getenv("FUSEC_ATTN_WGMMA");
+    return e && e[0] == '1';
+}
+
+/* A wgmma result that is wrong: which swap of the descriptors' two byte
+ * offsets (K's, V's) would have been right? Printed, once per run. */
+static void wgmma_diagnose(fc_context *ctx, gpu *G, agroup *a, const char *src, const fc_launch *l, const fc_tensor *in,
+                           const fc_tensor *want) {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    /* (Swapping V's offsets reads past the tile: an illegal address that
+     * ends the context, so it is not tried.) */
+    static const char *const opts[5][4] = {
+        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SCALED0=1", NULL, NULL},
+        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_PVTMP=1", NULL, NULL},
+        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SYNC=1", NULL, NULL},
+        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SCALED0=1", "-DFC_ATTN_WG_PVTMP=1", "-DFC_ATTN_WG_SYNC=1"},
+        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SWAPK=1", NULL, NULL}};
+    static const int nopts[5] = {2, 2, 2, 4, 2};
+    static const char *const names[5] = {"SCALED0", "PVTMP", "SYNC", "all three", "swap K"};
+    fc_tolerance tol = fc_dtype_tolerance(want->dtype);
+    for (int i = 0; i < 5; i++) {
+        fc_tensor got = {0};
+        double ms = 0;
+        fc_status st = run_on_gpu(ctx, G, a, src, l, in, &got, 0, &ms, opts[i], nopts[i]);
+        bool good = !st && allclose("diagnose", &got, want, tol.rel, tol.abs);
+        printf("wgmma diagnose: %s: %s\n", names[i], st ? fc_last_error(ctx) : good ? "CORRECT" : "wrong");
+        free(got.data);
+    }
+}
+
 static void test_kernels(fc_context *ctx, gpu *G) {
     /* Every kernel again in one translation unit, as a plan with several
      * attention groups gets: the shared templates are emitted once. */
@@ -891,30 +928,39 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             }
             free(src2);
         }
-        if (src) {
-            st = fc_nvrtc_compile(ctx, src, "attention.cu", 9, 0, NULL, 0, &cubin);
+        /* sm_90a as well: the tensor-core kernels then run on wgmma
+         * (fc_attn_wgmma), checked by ptxas here. */
+        for (int arch = 0; src && arch < (c->mma ? 2 : 1); arch++) {
+            st = fc_nvrtc_compile(ctx, src, "attention.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
             CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
+            if (st) fprintf(stderr, "%s (%s): %s\n", c->name, arch ? "sm_90a" : "sm_90", fc_last_error(ctx));
             fc_bytes_free(&cubin);
         }
         if (src && G->ok) {
             int nin = a.g->nparams;
-            fc_tensor in[8] = {0}, got = {0}, want = {0};
+            fc_tensor in[8] = {0}, want = {0};
             for (int k = 0; k < nin; k++) fill(&in[k], a.g->params[k], 2.0);
-            double ms = 0;
-            st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 0, &ms);
-            CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
             /* The reference of the graph the kernel implements (after the
              * pass: the attention op's exact semantics). */
             fc_status rst = fc_run_reference(a.g, in, nin, &want, 1);
             CHECK_EQ_INT(rst, FC_OK);
-            if (!st && !rst) {
-                fc_tolerance tol = fc_dtype_tolerance(want.dtype);
-                CHECK(allclose(c->name, &got, &want, tol.rel, tol.abs));
+            for (int arch = 0; arch < (c->mma && wgmma_on() ? 2 : 1); arch++) {
+                fc_tensor got = {0};
+                double ms = 0;
+                st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 0, &ms, arch ? sm90a : NULL, arch);
+                CHECK_EQ_INT(st, FC_OK);
+                if (st) fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
+                if (!st && !rst) {
+                    fc_tolerance tol = fc_dtype_tolerance(want.dtype);
+                    char what[160];
+                    snprintf(what, sizeof what, "%s%s", c->name, arch ? " (wgmma)" : "");
+                    bool good = allclose(what, &got, &want, tol.rel, tol.abs);
+                    CHECK(good);
+                    if (!good && arch) wgmma_diagnose(ctx, G, &a, src, &l, in, &want);
+                }
+                free(got.data);
             }
             for (int k = 0; k < nin; k++) free(in[k].data);
-            free(got.data);
             fc_tensor_release(&want);
         }
         free(src);
@@ -923,9 +969,12 @@ static void test_kernels(fc_context *ctx, gpu *G) {
     fc_bytes cubin = {0};
     CHECK(unit != NULL);
     if (unit) {
-        fc_status st = fc_nvrtc_compile(ctx, unit, "attention_unit.cu", 9, 0, NULL, 0, &cubin);
-        CHECK_EQ_INT(st, FC_OK);
-        if (st) fprintf(stderr, "one unit: %s\n", fc_last_error(ctx));
+        for (int arch = 0; arch < 2; arch++) {
+            fc_status st = fc_nvrtc_compile(ctx, unit, "attention_unit.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
+            CHECK_EQ_INT(st, FC_OK);
+            if (st) fprintf(stderr, "one unit (%s): %s\n", arch ? "sm_90a" : "sm_90", fc_last_error(ctx));
+            fc_bytes_free(&cubin);
+        }
     }
     fc_bytes_free(&cubin);
     free(unit);
@@ -953,14 +1002,19 @@ static void bench(fc_context *ctx, gpu *G) {
         if (make_group(ctx, "bench", ir, false, &a) && !fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l)) {
             fc_tensor in[3] = {0}, got = {0};
             for (int k = 0; k < 3; k++) fill(&in[k], a.g->params[k], 1.0);
-            double ms = 0;
-            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms);
             double flops = 4.0 * 8 * 16 * 2048.0 * 2048.0 * shapes[i].d * (shapes[i].causal ? 0.5 : 1.0);
-            if (!st)
-                printf("bench: %s B=8 H=16 S=2048 D=%d %s: %.3f ms, %.0f TFLOP/s\n", shapes[i].dt, shapes[i].d,
-                       shapes[i].causal ? "causal" : "full", ms, flops / ms * 1e-9);
-            else
-                fprintf(stderr, "bench: %s\n", fc_last_error(ctx));
+            /* The same kernel for sm_90 (mma.sync) and sm_90a (wgmma). */
+            for (int arch = 0; arch < (wgmma_on() ? 2 : 1); arch++) {
+                double ms = 0;
+                fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, arch ? sm90a : NULL, arch);
+                if (!st)
+                    printf("bench: %s B=8 H=16 S=2048 D=%d %s %s: %.3f ms, %.0f TFLOP/s\n", shapes[i].dt, shapes[i].d,
+                           shapes[i].causal ? "causal" : "full", arch ? "wgmma" : "mma.sync", ms, flops / ms * 1e-9);
+                else
+                    fprintf(stderr, "bench: %s\n", fc_last_error(ctx));
+                free(got.data);
+                got.data = NULL;
+            }
             for (int k = 0; k < 3; k++) free(in[k].data);
             free(got.data);
         }

@@ -12,6 +12,9 @@
  *    in f32 registers, causal blocks past the diagonal skipped;
  *  - fc_attn_rows, the general kernel (f32, f64, other head dims): a warp
  *    per query row, the same online softmax in f32 (f64 for f64).
+ *  - fc_attn_wgmma (wgmma_src), fc_attn_tc with both products on wgmma:
+ *    compiled only in sm_90a units, where it replaces fc_attn_tc with the
+ *    same launch; experimental and off by default (docs/ATTENTION.md).
  *
  * Per kernel, this file writes a config struct of constants (shapes,
  * strides, scale, mask kind, which loads may be 16-byte copies) and a thin
@@ -416,6 +419,307 @@ static const char templates_src[] =
     "#endif\n";
 /* END GENERATED: templates_src */
 
+/* BEGIN GENERATED: wgmma_src */
+static const char wgmma_src[] =
+    "/* fusec attention: the Hopper kernel (wgmma, sm_90a). Compiled only where the\n"
+    " * translation unit targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere each\n"
+    " * kernel falls back to fc_attn_tc with the same launch. */\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(FC_ATTN_WGMMA)\n"
+    "#define FC_ATTN_WGMMA\n"
+    "/* Descriptor checks: swap the two byte offsets of K's or V's descriptors. */\n"
+    "#ifndef FC_ATTN_WG_SWAPK\n"
+    "#define FC_ATTN_WG_SWAPK 0\n"
+    "#endif\n"
+    "#ifndef FC_ATTN_WG_SWAPV\n"
+    "#define FC_ATTN_WG_SWAPV 0\n"
+    "#endif\n"
+    "/* Variants, for finding what goes wrong (docs/ATTENTION.md): SCALED0, the\n"
+    " * first product of S overwrites (no zeroed accumulators); PVTMP, P V into\n"
+    " * zeroed registers added to O afterwards; SYNC, K and V both landed\n"
+    " * before S. */\n"
+    "#ifndef FC_ATTN_WG_SCALED0\n"
+    "#define FC_ATTN_WG_SCALED0 0\n"
+    "#endif\n"
+    "#ifndef FC_ATTN_WG_PVTMP\n"
+    "#define FC_ATTN_WG_PVTMP 0\n"
+    "#endif\n"
+    "#ifndef FC_ATTN_WG_SYNC\n"
+    "#define FC_ATTN_WG_SYNC 0\n"
+    "#endif\n"
+    "/* Shared-memory writes of the generic proxy (cp.async, stores) made visible\n"
+    " * to the async proxy (wgmma operands); each writing thread, before the barrier. */\n"
+    "__device__ __forceinline__ void fc_attn_fence_proxy() { asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\"); }\n"
+    "__device__ __forceinline__ void fc_attn_wg_fence() { asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\"); }\n"
+    "__device__ __forceinline__ void fc_attn_wg_commit() { asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\"); }\n"
+    "__device__ __forceinline__ void fc_attn_wg_wait() { asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\"); }\n"
+    "/* Keep the compiler from moving accumulator registers across the asynchronous MMAs. */\n"
+    "template <int N> __device__ __forceinline__ void fc_attn_wg_pin(float (&d)[N][4]) {\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < N; j++)\n"
+    "#pragma unroll\n"
+    "    for (int e = 0; e < 4; e++) asm volatile(\"\" : \"+f\"(d[j][e])::\"memory\");\n"
+    "}\n"
+    "/* Shared-memory matrix descriptor, no swizzle: start address, leading (K\n"
+    " * direction) and stride (M/N direction) byte offsets between 8x16-byte core\n"
+    " * matrices, all in 16-byte units. */\n"
+    "__device__ __forceinline__ unsigned long long fc_attn_desc(const void *p, unsigned lbo, unsigned sbo) {\n"
+    "  return (unsigned long long)((fc_attn_saddr(p) & 0x3ffffu) >> 4) | (unsigned long long)((lbo >> 4) & 0x3fffu) << 16 |\n"
+    "         (unsigned long long)((sbo >> 4) & 0x3fffu) << 32;\n"
+    "}\n"
+    "/* c (64 x N per warpgroup, f32) += a (64 x 16, registers) * b (16 x N, a\n"
+    " * descriptor; TB 1: b stored N-major). Specializations written per kernel. */\n"
+    "template <int N, int TB> struct fc_attn_wgop;\n"
+    "\n"
+    "/* Rows [r0, r0 + R) (R a multiple of 8) of an [S, N] matrix into shared\n"
+    " * memory as 8 x 8 core matrices (8 rows of 16 bytes, 128 contiguous bytes):\n"
+    " * element (r, c) at ((r / 8) * (NP / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8.\n"
+    " * Zeros past row S and column N. VEC as fc_attn_tile; eight neighbouring\n"
+    " * threads fill one core matrix (no bank conflicts), a warp reads 64\n"
+    " * contiguous bytes of each of 8 rows. */\n"
+    "template <typename T, int R, int NP, int N, int S, long long RS, long long CS, bool VEC, int NT>\n"
+    "__device__ __forceinline__ void fc_attn_tile_cm(T *sm, const T *__restrict__ g, int r0, int tid) {\n"
+    "  static_assert(R % 8 == 0 && NP % 8 == 0, \"whole core matrices\");\n"
+    "  constexpr int CPR = NP / 8;\n"
+    "  if constexpr (VEC) {\n"
+    "    constexpr int TOTAL = R * CPR;\n"
+    "#pragma unroll\n"
+    "    for (int it = 0; it < (TOTAL + NT - 1) / NT; it++) {\n"
+    "      const int c = it * NT + tid;\n"
+    "      if (TOTAL % NT == 0 || c < TOTAL) {\n"
+    "        const int rest = c >> 3, cc = rest % CPR, r = (rest / CPR) * 8 + (c & 7), col = cc * 8, row = r0 + r;\n"
+    "        const bool ok = row < S && col < N;\n"
+    "        fc_attn_cp16(sm + ((r >> 3) * CPR + cc) * 64 + (r & 7) * 8, ok ? g + row * RS + col : g, ok ? 16 : 0);\n"
+    "      }\n"
+    "    }\n"
+    "  } else {\n"
+    "    constexpr int TOTAL = R * NP;\n"
+    "    for (int c = tid; c < TOTAL; c += NT) {\n"
+    "      const bool by_rows = RS == 1 && CS != 1;\n"
+    "      const int r = by_rows ? c % R : c / NP, col = by_rows ? c / R : c % NP, row = r0 + r;\n"
+    "      T x;\n"
+    "      if (row < S && col < N) x = g[row * RS + col * CS];\n"
+    "      else fc_attn_st(&x, 0.f);\n"
+    "      sm[((r >> 3) * CPR + (col >> 3)) * 64 + (r & 7) * 8 + (col & 7)] = x;\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "/*\n"
+    " * The Hopper kernel: fc_attn_tc with both products on wgmma. A block of NW\n"
+    " * warps (NW / 4 warpgroups) owns 16 * NW query rows, a warpgroup 64 of them.\n"
+    " * Q stays in registers as the A operand (per warp the same fragments as\n"
+    " * mma.m16n8k16's A); K and V tiles of 64 keys sit in shared memory as core\n"
+    " * matrices, read by descriptors: S = Q K^T with K \"K-major\" (head dim\n"
+    " * contiguous), O += P V with V \"MN-major\" (transposed by the instruction).\n"
+    " * The accumulators of wgmma m64nNk16 hold, per warp, exactly what N / 8\n"
+    " * mma.m16n8k16 accumulators hold, so the masking, the online softmax and\n"
+    " * the packing of P into A fragments are fc_attn_tc's.\n"
+    " */\n"
+    "template <class C>\n"
+    "__device__ __forceinline__ void fc_attn_wgmma(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
+    "                                              const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
+    "                                              typename C::T *__restrict__ o) {\n"
+    "  typedef typename C::T T;\n"
+    "  constexpr int NW = C::NW, BM = 16 * NW, BN = 64, NT = 32 * NW;\n"
+    "  constexpr int DP = C::DP, DVP = C::DVP, LDQ = DP + 8;\n"
+    "  static_assert(NW % 4 == 0 && DP % 16 == 0 && DVP % 16 == 0 && DVP <= 256, \"whole warpgroups, head dims padded to 16\");\n"
+    "  /* The Q tile (rows padded for ldmatrix) uses the whole buffer first; then\n"
+    "   * it holds one K tile (sk) and one V tile (sv) as core matrices. */\n"
+    "  constexpr int QN = BM * LDQ, KVN = BN * (DP + DVP);\n"
+    "  __shared__ __align__(128) T smem[QN > KVN ? QN : KVN];\n"
+    "  T *const sk = smem, *const sv = smem + BN * DP;\n"
+    "  /* Byte offsets between core matrices: K (row = key, 16 bytes of head dim)\n"
+    "   * next along the head dim (K direction) 128, next 8 keys (N) DP * 16; V\n"
+    "   * (row = key, 16 bytes of value dim) next 8 keys (K direction) DVP * 16,\n"
+    "   * next 8 value dims (N) 128. */\n"
+    "  constexpr unsigned KL = FC_ATTN_WG_SWAPK ? DP * 16 : 128, KS = FC_ATTN_WG_SWAPK ? 128 : DP * 16;\n"
+    "  constexpr unsigned VL = FC_ATTN_WG_SWAPV ? 128 : DVP * 16, VS = FC_ATTN_WG_SWAPV ? DVP * 16 : 128;\n"
+    "  const float ninf = -__int_as_float(0x7f800000);\n"
+    "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n"
+    "  constexpr int NQT = (C::SQ + BM - 1) / BM;\n"
+    "  const long long bid = blockIdx.x;\n"
+    "  const int m0 = (NQT - 1 - (int)(bid / C::NB)) * BM;\n"
+    "  long long qo, ko, vo, mo, oo;\n"
+    "  C::offsets(bid % C::NB, qo, ko, vo, mo, oo);\n"
+    "\n"
+    "  fc_attn_tile<T, BM, DP, C::D, C::SQ, C::QS, C::QD, C::QVEC, LDQ, NT>(smem, q + qo, m0, tid);\n"
+    "  fc_attn_cp_wait();\n"
+    "  __syncthreads();\n"
+    "  unsigned qf[DP / 16][4];\n"
+    "#pragma unroll\n"
+    "  for (int kc = 0; kc < DP / 16; kc++)\n"
+    "    fc_attn_ldsm(qf[kc], smem + (warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * LDQ + kc * 16 + (lane >> 4) * 8);\n"
+    "  __syncthreads();\n"
+    "\n"
+    "  float acc[DVP / 8][4];\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < DVP / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;\n"
+    "  float mx[2] = {ninf, ninf}, l[2] = {0.f, 0.f};\n"
+    "  const int row0 = m0 + warp * 16 + (lane >> 2); /* this thread's rows: row0, row0 + 8 */\n"
+    "  const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
+    "\n"
+    "  fc_attn_tile_cm<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, NT>(sk, k + ko, 0, tid);\n"
+    "  fc_attn_cp_commit();\n"
+    "  for (int n0 = 0; n0 < kend; n0 += BN) {\n"
+    "    fc_attn_tile_cm<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, NT>(sv, v + vo, n0, tid);\n"
+    "    fc_attn_cp_commit();\n"
+    "    if (FC_ATTN_WG_SYNC) fc_attn_cp_wait_n<0>();\n"
+    "    else fc_attn_cp_wait_n<1>();\n"
+    "    fc_attn_fence_proxy();\n"
+    "    __syncthreads(); /* K(n0) is in shared memory, from every thread's copies */\n"
+    "\n"
+    "    float s[BN / 8][4];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < BN / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;\n"
+    "    fc_attn_wg_pin(s);\n"
+    "    fc_attn_wg_fence();\n"
+    "#pragma unroll\n"
+    "    for (int kc = 0; kc < DP / 16; kc++)\n"
+    "      fc_attn_wgop<BN, 0>::run(s, qf[kc], fc_attn_desc(sk + kc * 128, KL, KS), FC_ATTN_WG_SCALED0 ? kc > 0 : 1, T());\n"
+    "    fc_attn_wg_commit();\n"
+    "    fc_attn_wg_wait();\n"
+    "    fc_attn_wg_pin(s);\n"
+    "\n"
+    "    /* Scores in base 2 (exp(x) = exp2(x log2 e)), masked to -inf. Only\n"
+    "     * tiles that reach past the last key or across the diagonal check. */\n"
+    "    const bool edge = n0 + BN > C::SK || (C::CAUSAL && n0 + BN - 1 > m0 + warp * 16);\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < BN / 8; j++)\n"
+    "#pragma unroll\n"
+    "      for (int e = 0; e < 4; e++) {\n"
+    "        const int row = row0 + (e >> 1) * 8, col = n0 + j * 8 + 2 * (lane & 3) + (e & 1);\n"
+    "        float x = s[j][e] * C::SCALE_LOG2;\n"
+    "        if constexpr (C::MASK != 0) {\n"
+    "          if (row < C::SQ && col < C::SK) {\n"
+    "            const float mv = fc_attn_f(mask[mo + row * C::MQ + col * C::MK]);\n"
+    "            if constexpr (C::MASK == 1) x = mv != 0.f ? x : ninf;\n"
+    "            else x += mv * 1.4426950408889634f;\n"
+    "          }\n"
+    "        }\n"
+    "        if (edge && (col >= C::SK || (C::CAUSAL && col > row))) x = ninf;\n"
+    "        s[j][e] = x;\n"
+    "      }\n"
+    "\n"
+    "    /* Online softmax: new running max, rescale what was summed so far. */\n"
+    "#pragma unroll\n"
+    "    for (int r = 0; r < 2; r++) {\n"
+    "      float m = mx[r];\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < BN / 8; j++) m = fmaxf(m, fmaxf(s[j][2 * r], s[j][2 * r + 1]));\n"
+    "      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));\n"
+    "      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));\n"
+    "      const float base = m == ninf ? 0.f : m; /* every key dropped so far: keep exp2 at 0, not NaN */\n"
+    "      const float alpha = fc_attn_exp2(mx[r] - base);\n"
+    "      mx[r] = m;\n"
+    "      l[r] *= alpha;\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++) {\n"
+    "        acc[j][2 * r] *= alpha;\n"
+    "        acc[j][2 * r + 1] *= alpha;\n"
+    "      }\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < BN / 8; j++) {\n"
+    "        s[j][2 * r] = fc_attn_exp2(s[j][2 * r] - base);\n"
+    "        s[j][2 * r + 1] = fc_attn_exp2(s[j][2 * r + 1] - base);\n"
+    "        l[r] += s[j][2 * r] + s[j][2 * r + 1]; /* this thread's columns; the quad sums at the end */\n"
+    "      }\n"
+    "    }\n"
+    "\n"
+    "    fc_attn_cp_wait_n<0>();\n"
+    "    fc_attn_fence_proxy();\n"
+    "    __syncthreads(); /* V(n0) is in shared memory, and every warpgroup is done with K(n0) */\n"
+    "    if (n0 + BN < kend) {\n"
+    "      fc_attn_tile_cm<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, NT>(sk, k + ko, n0 + BN, tid);\n"
+    "      fc_attn_cp_commit();\n"
+    "    }\n"
+    "\n"
+    "    /* O += P V: two accumulator tiles of P are one A fragment. */\n"
+    "    unsigned pa[BN / 16][4];\n"
+    "#pragma unroll\n"
+    "    for (int kc = 0; kc < BN / 16; kc++) {\n"
+    "      pa[kc][0] = fc_attn_pack(s[2 * kc][0], s[2 * kc][1], T());\n"
+    "      pa[kc][1] = fc_attn_pack(s[2 * kc][2], s[2 * kc][3], T());\n"
+    "      pa[kc][2] = fc_attn_pack(s[2 * kc + 1][0], s[2 * kc + 1][1], T());\n"
+    "      pa[kc][3] = fc_attn_pack(s[2 * kc + 1][2], s[2 * kc + 1][3], T());\n"
+    "    }\n"
+    "    if constexpr (FC_ATTN_WG_PVTMP) {\n"
+    "      float t[DVP / 8][4];\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++) t[j][0] = t[j][1] = t[j][2] = t[j][3] = 0.f;\n"
+    "      fc_attn_wg_pin(t);\n"
+    "      fc_attn_wg_fence();\n"
+    "#pragma unroll\n"
+    "      for (int kc = 0; kc < BN / 16; kc++)\n"
+    "        fc_attn_wgop<DVP, 1>::run(t, pa[kc], fc_attn_desc(sv + kc * 16 * DVP, VL, VS), 1, T());\n"
+    "      fc_attn_wg_commit();\n"
+    "      fc_attn_wg_wait();\n"
+    "      fc_attn_wg_pin(t);\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++)\n"
+    "#pragma unroll\n"
+    "        for (int e = 0; e < 4; e++) acc[j][e] += t[j][e];\n"
+    "    } else {\n"
+    "      fc_attn_wg_pin(acc);\n"
+    "      fc_attn_wg_fence();\n"
+    "#pragma unroll\n"
+    "      for (int kc = 0; kc < BN / 16; kc++)\n"
+    "        fc_attn_wgop<DVP, 1>::run(acc, pa[kc], fc_attn_desc(sv + kc * 16 * DVP, VL, VS), 1, T());\n"
+    "      fc_attn_wg_commit();\n"
+    "      fc_attn_wg_wait();\n"
+    "      fc_attn_wg_pin(acc);\n"
+    "    }\n"
+    "    __syncthreads(); /* every warpgroup is done with V(n0) before V(n0 + 64) lands */\n"
+    "  }\n"
+    "\n"
+    "#pragma unroll\n"
+    "  for (int r = 0; r < 2; r++) {\n"
+    "    float lt = l[r];\n"
+    "    lt += __shfl_xor_sync(0xffffffffu, lt, 1);\n"
+    "    lt += __shfl_xor_sync(0xffffffffu, lt, 2);\n"
+    "    const int row = row0 + r * 8;\n"
+    "    if (row < C::SQ) {\n"
+    "      T *orow = o + oo + row * C::OS;\n"
+    "#pragma unroll\n"
+    "      for (int j = 0; j < DVP / 8; j++) {\n"
+    "        const int col = j * 8 + 2 * (lane & 3);\n"
+    "        /* A row that kept no key: 0 / 0 = NaN, as the reference. */\n"
+    "        const float y0 = acc[j][2 * r] / lt, y1 = acc[j][2 * r + 1] / lt;\n"
+    "        if constexpr (C::OVEC) {\n"
+    "          if (col < C::DV) fc_attn_st2(orow + col, y0, y1);\n"
+    "        } else {\n"
+    "          if (col < C::DV) fc_attn_st(orow + col * C::OD, y0);\n"
+    "          if (col + 1 < C::DV) fc_attn_st(orow + (col + 1) * C::OD, y1);\n"
+    "        }\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n"
+    "#endif\n";
+/* END GENERATED: wgmma_src */
+
+/* One wgmma m64nNk16 (A from registers, B by descriptor, f32 accumulators)
+ * per input type, as the specialization fc_attn_wgop<N, TB> the Hopper
+ * template calls: written per kernel, once per unit (#ifndef guard), since
+ * its operand list (N / 2 accumulators) depends on N. */
+static void emit_wgop(fc_strbuf *s, int n, int tb) {
+    fc_strbuf_printf(s, "#if defined(FC_ATTN_WGMMA) && !defined(FC_ATTN_WGOP_%d_%d)\n#define FC_ATTN_WGOP_%d_%d\n", n, tb, n, tb);
+    fc_strbuf_printf(s, "template <> struct fc_attn_wgop<%d, %d> {\n", n, tb);
+    static const char *const types[2][2] = {{"__nv_bfloat16", "bf16"}, {"__half", "f16"}};
+    const int nd = n / 2;
+    for (int t = 0; t < 2; t++) {
+        fc_strbuf_printf(s, "  static __device__ __forceinline__ void run(float (&d)[%d][4], const unsigned (&a)[4], unsigned long long b, int acc, %s) {\n",
+                         n / 8, types[t][0]);
+        fc_strbuf_printf(s, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + 5);
+        fc_strbuf_printf(s, "      \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", n, types[t][1], types[t][1]);
+        for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s%%%d", i ? ", " : "", i);
+        fc_strbuf_printf(s, "}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, %d;\\n}\\n\"\n      : ", nd, nd + 1, nd + 2, nd + 3,
+                         nd + 4, tb);
+        for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s\"+f\"(d[%d][%d])", i ? ", " : "", i / 4, i % 4);
+        fc_strbuf_printf(s, "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(acc));\n  }\n");
+    }
+    fc_strbuf_printf(s, "};\n#endif\n");
+}
+
 /* ---- string builder -------------------------------------------------------- */
 
 /* Source text is built with fc_strbuf (ir/strbuf.c). */
@@ -548,6 +852,11 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     if (!ok) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "attention codegen (group %d): %s", gr->id, err);
 
     const bool mma = fc_cuda_attention_uses_mma(gr);
+    /* The wgmma variant (sm_90a units only, opt-in: docs/ATTENTION.md). Not
+     * for value head dims of 64: there P V is an m64n64k16 like S = Q K^T,
+     * and the results came out wrong on the H200 past the first key tile
+     * (not understood yet); every other padded head dim checked right. */
+    const bool wg = mma && round16(Dv) != 64;
     const fc_dtype t = o->dtype;
     const bool f64 = t == FC_F64;
     /* Warps of the tensor-core kernel (16 query rows each). 8 warps share
@@ -569,7 +878,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     kt = kt < 1 ? 1 : kt > 64 ? 64 : kt;
 
     fc_strbuf s = {0};
-    fc_strbuf_printf(&s, "%s%s", helpers_src, templates_src);
+    fc_strbuf_printf(&s, "%s%s%s", helpers_src, templates_src, wgmma_src);
     fc_strbuf_printf(&s, "// attention: %s%s%s, q [%lld x %lld], k/v [%lld], dv %lld, %lld batches, %s kernel\n",
         fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind == 1 ? ", bool mask" : mask_kind == 2 ? ", added mask" : "",
         (long long)Sq, (long long)D, (long long)Sk, (long long)Dv, (long long)NB, mma ? "mma" : "row");
@@ -577,6 +886,10 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         /* Nothing to compute: a kernel that returns, so the launch list stays uniform. */
         fc_strbuf_printf(&s, "extern \"C\" __global__ void %s(", name);
     } else {
+        if (wg) {
+            emit_wgop(&s, 64, 0);
+            emit_wgop(&s, (int)round16(Dv), 1);
+        }
         fc_strbuf_printf(&s, "struct fc_attn_cfg_%s {\n", name);
         fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
             mask ? storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
@@ -617,10 +930,16 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
     if (!empty) {
-        fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", mma ? "tc" : "rows", name, L[0].input, L[1].input,
-            L[2].input);
-        if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
-        else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
+        /* The tensor-core kernel runs on wgmma where the unit is compiled
+         * for sm_90a (FC_ATTN_WGMMA), with the same launch. */
+        for (int pass = wg ? 0 : 1; pass < 2; pass++) {
+            if (wg) fc_strbuf_printf(&s, pass == 0 ? "#if defined(FC_ATTN_WGMMA)\n" : "#else\n");
+            fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", !mma ? "rows" : pass == 0 ? "wgmma" : "tc", name,
+                L[0].input, L[1].input, L[2].input);
+            if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
+            else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
+        }
+        if (wg) fc_strbuf_printf(&s, "#endif\n");
     } else {
         for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(&s, "  (void)a%d;\n", i);
         fc_strbuf_printf(&s, "  (void)o0;\n");
