@@ -283,6 +283,41 @@ static void test_bookkeeping(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* Every allocation of a dynamic compile fails in turn: FC_ERR_NOMEM each
+ * time (never a crash, a leak under ASan, or a program that silently lost
+ * its dynamic variant), until the compile succeeds whole. */
+static void test_dynamic_compile_oom(void) {
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = parse(ctx, ln_text);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.dynamic = true;
+    o.specialize = FC_SPECIALIZE_OFF;
+    int failures = 0;
+    for (long n = 1; g && n < 100000; n++) {
+        fc_program *p = NULL;
+        fc_context_fail_alloc_after(ctx, n);
+        fc_status st = fc_compile(g, &o, &p);
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            fc_run_stats s;
+            fc_program_stats(p, &s);
+            if (s.dynamic_unavailable[0]) fprintf(stderr, "allocation %ld: no variant: %s\n", n, s.dynamic_unavailable);
+            CHECK_STR(s.dynamic_unavailable, "");
+            fc_program_free(p);
+            break;
+        }
+        failures++;
+        CHECK(p == NULL);
+        if (st != FC_ERR_NOMEM) fprintf(stderr, "allocation %ld: status %d: %s\n", n, st, fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_ERR_NOMEM);
+        if (st != FC_ERR_NOMEM) break;
+    }
+    CHECK(failures > 10);
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
 /* ---- with a GPU ------------------------------------------------------------------- */
 
 static double uniform(double lo, double hi) { return lo + (hi - lo) * ((double)rand() / RAND_MAX); }
@@ -482,6 +517,7 @@ int main(void) {
     fc_context *ctx = fc_context_new();
     test_guards(ctx);
     test_bookkeeping(ctx);
+    test_dynamic_compile_oom();
     if (fc_cuda_available(NULL)) test_gpu(ctx);
     else printf("test_specialize: GPU part skipped (no CUDA device)\n");
     fc_context_free(ctx);
