@@ -13,9 +13,11 @@
  * With a GPU: every run gets its inputs and outputs at new addresses, and is
  * compared with the reference interpreter: a static program replays as a
  * CUDA Graph with patched pointers; dynamic programs (softmax over symbolic
- * rows, layernorm, the GPT-2 bf16 block with B and T unbound) run a sequence
- * of shapes on the dynamic variant, then again once the specializations
- * have landed (guard hits), with the graph counters checked. */
+ * rows, layernorm, the GPT-2 bf16 block and the Llama block with B and T
+ * unbound) run a sequence of shapes on the dynamic variant, then again once
+ * the specializations have landed (guard hits), with the graph counters
+ * checked; and a static program alternates between two sets of buffers, a
+ * patch at every replay. */
 #include "check.h"
 #include "runtime/cuda.h"
 #include "runtime/dynamic.h"
@@ -332,13 +334,29 @@ static void fill_inputs(fc_program *p, const fc_tensor *shapes, fc_tensor *in, i
         const char *name = NULL;
         fc_tensor ty;
         fc_program_input(p, i, &ty, &name);
-        /* Weights small (as a model's), norms' scales near 1, data in [-1, 1]. */
+        /* Weights small (as a model's), norms' scales near 1, data (and
+         * RoPE's cos and sin) in [-1, 1]. */
         double lo = -1, hi = 1;
-        if (name && strstr(name, "_w") && ty.rank == 2) lo = -0.02, hi = 0.02;
-        else if (name && strstr(name, "_w")) lo = 0.9, hi = 1.1;
+        bool trig = name && (!strcmp(name, "cos") || !strcmp(name, "sin"));
+        if (name && !trig && ty.rank == 2) lo = -0.02, hi = 0.02;
+        else if (name && (strstr(name, "norm") || strstr(name, "_w"))) lo = 0.9, hi = 1.1;
         else if (name && strstr(name, "_b")) lo = -0.02, hi = 0.02;
+        /* A weight (a parameter with no symbolic dim) has the same values
+         * at every run, wherever its buffer lands: a program may assume its
+         * weights constant (docs/GEMM.md: fused sibling GEMMs keep their
+         * concatenated weights by address), so a new buffer that happens to
+         * reuse a freed address must not hold other values. */
+        bool weight = true;
+        for (int d = 0; d < ty.rank; d++) weight &= ty.shape[d] >= 0;
+        uint64_t lcg = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
         for (int64_t e = 0; e < n; e++) {
-            double v = uniform(lo, hi);
+            double v;
+            if (weight) {
+                lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+                v = lo + (hi - lo) * (double)(lcg >> 11) / 9007199254740992.0;
+            } else {
+                v = uniform(lo, hi);
+            }
             if (in[i].dtype == FC_BF16) ((uint16_t *)in[i].data)[e] = fc_f32_to_bf16((float)v);
             else if (in[i].dtype == FC_F16) ((uint16_t *)in[i].data)[e] = fc_f32_to_f16((float)v);
             else ((float *)in[i].data)[e] = (float)v;
@@ -418,7 +436,45 @@ static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
     CHECK_EQ_INT(s.runs, 4);
     CHECK_EQ_INT(s.graph_captures, 1);
     CHECK_EQ_INT(s.graph_replays, 3);
-    CHECK(s.graph_patches >= 2); /* new pointers at every replay */
+
+    /* Two sets of buffers kept alive, used in turn (A B A B A): every replay
+     * after the graph's build (at the second run, with B) patches the one
+     * kernel, and every result is right. (Above, freed buffers may come
+     * back at the same addresses, so the patch count there is not fixed.) */
+    float *hx[2], *hy = malloc(sizeof(float) * 64000);
+    CUdeviceptr dx[2], dy[2];
+    for (int b = 0; b < 2; b++) {
+        hx[b] = malloc(sizeof(float) * 64000);
+        for (int e = 0; e < 64000; e++) hx[b][e] = (float)uniform(-4, 4);
+        CHECK_EQ_INT(fc_cuda_alloc(dev, sizeof(float) * 64000, &dx[b]), FC_OK);
+        CHECK_EQ_INT(fc_cuda_alloc(dev, sizeof(float) * 64000, &dy[b]), FC_OK);
+        CHECK_EQ_INT(fc_cuda_upload(dev, dx[b], hx[b], sizeof(float) * 64000), FC_OK);
+    }
+    uint64_t patches0 = s.graph_patches;
+    for (int r = 0; r < 5; r++) {
+        int b = r % 2;
+        fc_tensor in = shaped(FC_F32, 2, d, (void *)(uintptr_t)dx[b]), out = shaped(FC_F32, 2, d, (void *)(uintptr_t)dy[b]);
+        CHECK_EQ_INT(fc_run_shaped(p, &in, 1, &out, 1, dev->stream), FC_OK);
+        CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+        CHECK_EQ_INT(fc_cuda_download(dev, hy, dy[b], sizeof(float) * 64000), FC_OK);
+        fc_tensor hin = shaped(FC_F32, 2, d, hx[b]), want;
+        CHECK_EQ_INT(fc_run_reference(g, &hin, 1, &want, 1), FC_OK);
+        fc_tensor got = shaped(FC_F32, 2, d, hy);
+        fc_output_diff diff;
+        CHECK_EQ_INT(fc_compare_outputs(ctx, &got, &want, 1, &diff), FC_OK);
+        fc_tensor_release(&want);
+    }
+    fc_program_stats(p, &s);
+    /* Runs 2 to 5 here alternate, so each patches; the first does unless
+     * its buffers landed where the last run above had its own. */
+    CHECK(s.graph_patches - patches0 >= 4 && s.graph_patches - patches0 <= 5);
+    CHECK_EQ_INT(s.graph_replays, 8);
+    for (int b = 0; b < 2; b++) {
+        fc_cuda_free(dev, dx[b]);
+        fc_cuda_free(dev, dy[b]);
+        free(hx[b]);
+    }
+    free(hy);
     fc_program_free(p);
     fc_graph_free(g);
 }
@@ -485,14 +541,25 @@ static void test_gpu(fc_context *ctx) {
     }
     fc_graph_free(g);
 
+    /* The two example blocks with B and T unbound (symbols 0 and 1, in
+     * the order the parameters name them): GPT-2 (attention written out,
+     * QKV as one GEMM) and Llama (the attention op, RoPE, sibling Q/K/V and
+     * gate/up GEMMs). */
+    static const struct {
+        const char *file, *what;
+        int64_t bt[3][2];
+    } blocks[] = {
+        {"examples/gpt2_block_bf16.ir", "gpt2_block_bf16[B, T]", {{1, 64}, {1, 7}, {2, 130}}},
+        {"examples/llama_block.ir", "llama_block[B, T]", {{1, 16}, {2, 7}, {1, 33}}},
+    };
     const char *src = getenv("FUSEC_SRC");
-    char path[512];
-    snprintf(path, sizeof path, "%s/examples/gpt2_block_bf16.ir", src && *src ? src : ".");
-    g = NULL;
-    fc_status st = fc_parse_file(ctx, path, NULL, NULL, 0, &g);
-    CHECK_EQ_INT(st, FC_OK);
-    if (g) {
-        int64_t ts[3] = {64, 7, 130};
+    for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", src && *src ? src : ".", blocks[b].file);
+        g = NULL;
+        fc_status st = fc_parse_file(ctx, path, NULL, NULL, 0, &g);
+        CHECK_EQ_INT(st, FC_OK);
+        if (!g) continue;
         fc_tensor sh[3][16];
         int nin = fc_graph_num_params(g);
         for (int i = 0; i < 3; i++)
@@ -503,13 +570,13 @@ static void test_gpu(fc_context *ctx) {
                 ty.rank = fc_value_rank(pv);
                 for (int d = 0; d < ty.rank; d++) {
                     fc_dim dd = fc_value_dim(pv, d);
-                    ty.shape[d] = dd >= 0 ? dd : (d == 0 ? 1 : ts[i]); /* [B, T, 768] */
+                    ty.shape[d] = dd >= 0 ? dd : blocks[b].bt[i][FC_DIM_SYM_BASE - dd];
                 }
                 sh[i][q] = ty;
             }
-        test_dynamic_gpu(ctx, dev, "gpt2_block_bf16[B=1, T]", g, 3, (const fc_tensor(*)[16])sh, nin, 1);
+        test_dynamic_gpu(ctx, dev, blocks[b].what, g, 3, (const fc_tensor(*)[16])sh, nin, 1);
+        fc_graph_free(g);
     }
-    fc_graph_free(g);
     fc_cuda_device_close(dev);
 }
 
