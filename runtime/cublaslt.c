@@ -1249,6 +1249,26 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
     return FC_OK;
 }
 
+fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
+                                      int nargs, CUstream s) {
+    if (!h || !d) return FC_ERR_USAGE;
+    const fc_gemm_plan *p = &d->plan;
+    if (p->nweights <= 1) return FC_OK;
+    int nops = fc_gemm_plan_nops(p);
+    CUdeviceptr small[16], *in = small;
+    if (nops > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)nops))) return FC_ERR_NOMEM;
+    fc_status st = FC_OK;
+    for (int k = 0; k < nops && st == FC_OK; k++) {
+        if (d->op_arg[k] < 0 || d->op_arg[k] >= nargs) st = fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: bad operand position");
+        else in[k] = args[d->op_arg[k]];
+    }
+    CUdeviceptr w = 0, bias = 0;
+    if (st == FC_OK) st = make_current(ctx, h->dev);
+    if (st == FC_OK) st = concatenated(h, ctx, d, in, s ? s : h->dev->stream, &w, &bias);
+    if (in != small) fc_ctx_freemem(ctx, in);
+    return st;
+}
+
 fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, size_t ws_bytes) {
     if (!h || !d) return FC_ERR_USAGE;
     const fc_gemm_plan *p = &d->plan;

@@ -194,6 +194,15 @@ fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc
  * first run on the caller's thread asks cuBLASLt nothing.
  */
 fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, size_t ws_bytes);
+/*
+ * For a GEMM of fused siblings: bring the concatenated weights (and biases)
+ * up to date with the weights at these addresses now, queued on stream s,
+ * as the launch would. CUDA Graph replay calls this before it captures the
+ * GEMM, so that the capture holds only the matmul: weights that move are
+ * copied once, not at every replay. FC_OK at once for other GEMMs.
+ */
+fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
+                                      int nargs, CUstream s);
 
 /* Drop what the handle keeps for description d (its concatenated
  * weights), once the work that used them is finished. NULLs are ignored. */

@@ -1402,7 +1402,7 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
     if (p->stats.runs == 0) return FC_ERR_UNSUPPORTED;
     fc_replay_env e = env_of(p);
     if (!p->replay) {
-        fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, &p->replay);
+        fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
         if (st != FC_OK) {
             char reason[160];
             snprintf(reason, sizeof reason, "building the graph failed: %.120s", fc_last_error(p->ctx));

@@ -74,10 +74,16 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
 }
 
 /* Launch i's cuBLASLt call, captured from the device's own stream into a
- * graph of its own (*child; free it with fc_cuda_graph_free). */
-static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUgraph *child) {
+ * graph of its own (*child; free it with fc_cuda_graph_free). Fused
+ * siblings' concatenated weights are brought up to date first, on the run's
+ * stream s (before the graph that reads them is launched there), so that
+ * the capture holds the matmul alone. */
+static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s,
+                              CUgraph *child) {
     *child = NULL;
-    fc_status st = fc_cuda_capture_begin(e->dev, NULL);
+    fc_status st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
+    if (st != FC_OK) return st;
+    st = fc_cuda_capture_begin(e->dev, NULL);
     if (st != FC_OK) return st;
     fc_status launch = fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws,
                                           FC_CUBLASLT_WORKSPACE_BYTES, e->dev->stream);
@@ -108,7 +114,7 @@ static void remember_pointers(fc_replay *r, void *const *inputs, void *const *ou
 }
 
 fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                          void **argptr, fc_replay **out) {
+                          void **argptr, CUstream s, fc_replay **out) {
     *out = NULL;
     const fc_program_desc *d = e->d;
     fc_replay *r = calloc(1, sizeof *r);
@@ -143,7 +149,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
         int nargs = fc_launch_args(e, i, inputs, outputs, argval, argptr);
         if (n->gemm) {
             CUgraph child = NULL;
-            st = capture_gemm(e, i, argval, l->nargs, &child);
+            st = capture_gemm(e, i, argval, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
         } else {
@@ -183,7 +189,7 @@ fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *in
             fc_status st;
             if (n->gemm) {
                 CUgraph child = NULL;
-                st = capture_gemm(e, n->launch, argval, l->nargs, &child);
+                st = capture_gemm(e, n->launch, argval, l->nargs, s, &child);
                 if (st == FC_OK) st = fc_cuda_exec_set_child(e->dev, r->exec, n->node, child);
                 fc_cuda_graph_free(e->dev, child);
             } else {

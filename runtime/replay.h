@@ -54,13 +54,14 @@ int fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *con
 typedef struct fc_replay fc_replay;
 
 /*
- * Build and instantiate the graph of e's launches with these pointers.
+ * Build and instantiate the graph of e's launches with these pointers, for
+ * a launch on stream s (fused siblings' weights are refreshed there first).
  * argval/argptr: scratch with room for the most parameters of any launch.
  * On failure *out is NULL and ctx says why (the caller runs eagerly and
  * reports the reason).
  */
 fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                          void **argptr, fc_replay **out);
+                          void **argptr, CUstream s, fc_replay **out);
 /*
  * Launch the graph on stream s after patching the nodes whose caller
  * pointers differ from the last run's; *patched += how many nodes were
