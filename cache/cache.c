@@ -533,9 +533,19 @@ static void temp_name(char out[FC_CACHE_TEMP_NAME_LEN + 1], const char *hex) {
 }
 
 /*
+ * Levels whose entries are put from inside a run, where a put must cost
+ * microseconds: cuBLASLt algorithm records, written at a GEMM's first use
+ * (an fsync cost ~0.5 ms there). They skip the fsync (a record a crash tears
+ * is refused by its checksum and asked for again), and after such a put the
+ * eviction scan and the counters' flush (milliseconds with thousands of
+ * entries) wait for the next compile's put, or the close.
+ */
+static bool put_in_run(fc_cache_level level) { return level == FC_CACHE_ALGO; }
+
+/*
  * Write an entry safely: a temporary file in the same directory (created
- * O_EXCL, 0600), all bytes, fsync (not for FC_CACHE_ALGO, below), then
- * rename over the entry's name.
+ * O_EXCL, 0600), all bytes, fsync (except put_in_run levels), then rename
+ * over the entry's name.
  * rename is atomic, so a reader sees the old entry, no entry or the whole
  * new one, never a part; fsync before the rename keeps a crash from leaving
  * an entry whose data never reached the disk. Concurrent writers of one key
@@ -567,11 +577,7 @@ static fc_status write_entry(fc_cache *c, fc_context *ctx, fc_cache_level level,
     fc_entry_header(header, level, key, data, size);
     const char *what = NULL;
     if (!write_all(fd, header, sizeof header) || !write_all(fd, data, size)) what = "write";
-    /* Algorithm records skip the fsync: they are written from inside a run
-     * (a GEMM's first use; an fsync costs ~0.5 ms there), are small and
-     * cheap to recompute, and a record a crash tears is refused by its
-     * checksum and asked for again. */
-    else if (level != FC_CACHE_ALGO && fsync(fd) != 0) what = "fsync";
+    else if (!put_in_run(level) && fsync(fd) != 0) what = "fsync";
     int saved = errno;
     if (close(fd) != 0 && !what) {
         what = "close";
@@ -610,10 +616,7 @@ fc_status fc_cache_put(fc_cache *c, fc_context *ctx, fc_cache_level level, const
     if (st != FC_OK) return st;
     count(c, FC_CACHE_BYTES_WRITTEN, FC_CACHE_HEADER_SIZE + (uint64_t)size);
 
-    /* An algorithm record (600 bytes) is put from inside a run: the scan
-     * and the counters' flush (milliseconds with thousands of entries) wait
-     * for the next compile's put, or the close. */
-    if (level == FC_CACHE_ALGO) return FC_OK;
+    if (put_in_run(level)) return FC_OK;
     /* The rest is best effort, so it reports to a scratch context: its
      * failures must neither fail the put nor overwrite the caller's message. */
     fc_context scratch = {0};

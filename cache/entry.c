@@ -1,6 +1,7 @@
 /* entry.c - the entry file format: building headers, and reading an entry
  * back with every check, so that a damaged entry is never returned. */
 #include "cache_internal.h"
+#include "ir/le.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,22 +34,6 @@ const char *fc_entry_verdict_text(fc_entry_verdict v) {
     return "?";
 }
 
-static void put_le32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put_le64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get_le32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-static uint64_t get_le64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 static void checksum_bytes(uint8_t out[16], XXH128_hash_t h) {
     XXH128_canonical_t canon;
@@ -60,9 +45,9 @@ void fc_entry_header(uint8_t out[FC_CACHE_HEADER_SIZE], fc_cache_level level, co
                      const void *payload, size_t size) {
     memset(out, 0, FC_CACHE_HEADER_SIZE);
     memcpy(out, FC_CACHE_MAGIC, 8);
-    put_le32(out + 8, FC_CACHE_FORMAT_VERSION);
-    put_le32(out + 12, (uint32_t)level);
-    put_le64(out + 16, (uint64_t)size);
+    fc_put_le(out + 8, FC_CACHE_FORMAT_VERSION, 4);
+    fc_put_le(out + 12, (uint32_t)level, 4);
+    fc_put_le(out + 16, (uint64_t)size, 8);
     checksum_bytes(out + 24, XXH3_128bits(size ? payload : "", size));
     memcpy(out + 40, key->bytes, FC_CACHE_KEY_SIZE);
     /* 56..63: reserved, zero */
@@ -92,11 +77,11 @@ static bool read_full(int fd, void *buf, size_t n, int *err) {
 static fc_entry_verdict check_header(const uint8_t *h, fc_cache_level level, const fc_cache_key *key,
                                      uint64_t file_size, uint64_t max_payload) {
     if (memcmp(h, FC_CACHE_MAGIC, 8) != 0) return FC_ENTRY_BAD_MAGIC;
-    if (get_le32(h + 8) != FC_CACHE_FORMAT_VERSION) return FC_ENTRY_BAD_VERSION;
-    if (get_le32(h + 12) != (uint32_t)level) return FC_ENTRY_BAD_LEVEL;
+    if (fc_get_le(h + 8, 4) != FC_CACHE_FORMAT_VERSION) return FC_ENTRY_BAD_VERSION;
+    if (fc_get_le(h + 12, 4) != (uint32_t)level) return FC_ENTRY_BAD_LEVEL;
     if (memcmp(h + 40, key->bytes, FC_CACHE_KEY_SIZE) != 0) return FC_ENTRY_BAD_KEY;
-    if (get_le64(h + 56) != 0) return FC_ENTRY_BAD_RESERVED;
-    uint64_t payload = get_le64(h + 16);
+    if (fc_get_le(h + 56, 8) != 0) return FC_ENTRY_BAD_RESERVED;
+    uint64_t payload = fc_get_le(h + 16, 8);
     if (payload != file_size - FC_CACHE_HEADER_SIZE) return FC_ENTRY_BAD_SIZE;
     if (payload > max_payload) return FC_ENTRY_TOO_LARGE;
     return FC_ENTRY_OK;

@@ -28,34 +28,28 @@
 
 #include <xxhash.h>
 
+#include "ir/le.h"
+
 #define STATS_MAGIC "FUSECSTA"
 #define STATS_BODY (16 + 8 * FC_CACHE_COUNTER_COUNT)
 #define STATS_SIZE (STATS_BODY + 8)
 
-static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
 
 static void encode(uint8_t out[STATS_SIZE], const uint64_t c[FC_CACHE_COUNTER_COUNT]) {
     memcpy(out, STATS_MAGIC, 8);
-    put_le(out + 8, FC_CACHE_FORMAT_VERSION, 4);
-    put_le(out + 12, FC_CACHE_COUNTER_COUNT, 4);
-    for (int i = 0; i < FC_CACHE_COUNTER_COUNT; i++) put_le(out + 16 + 8 * i, c[i], 8);
-    put_le(out + STATS_BODY, XXH3_64bits(out, STATS_BODY), 8);
+    fc_put_le(out + 8, FC_CACHE_FORMAT_VERSION, 4);
+    fc_put_le(out + 12, FC_CACHE_COUNTER_COUNT, 4);
+    for (int i = 0; i < FC_CACHE_COUNTER_COUNT; i++) fc_put_le(out + 16 + 8 * i, c[i], 8);
+    fc_put_le(out + STATS_BODY, XXH3_64bits(out, STATS_BODY), 8);
 }
 
 /* Decode a record; false (and zeros) if it is not a good one. */
 static bool decode(const uint8_t *in, size_t n, uint64_t c[FC_CACHE_COUNTER_COUNT]) {
     memset(c, 0, sizeof(uint64_t) * FC_CACHE_COUNTER_COUNT);
-    if (n != STATS_SIZE || memcmp(in, STATS_MAGIC, 8) != 0 || get_le(in + 8, 4) != FC_CACHE_FORMAT_VERSION ||
-        get_le(in + 12, 4) != FC_CACHE_COUNTER_COUNT || get_le(in + STATS_BODY, 8) != XXH3_64bits(in, STATS_BODY))
+    if (n != STATS_SIZE || memcmp(in, STATS_MAGIC, 8) != 0 || fc_get_le(in + 8, 4) != FC_CACHE_FORMAT_VERSION ||
+        fc_get_le(in + 12, 4) != FC_CACHE_COUNTER_COUNT || fc_get_le(in + STATS_BODY, 8) != XXH3_64bits(in, STATS_BODY))
         return false;
-    for (int i = 0; i < FC_CACHE_COUNTER_COUNT; i++) c[i] = get_le(in + 16 + 8 * i, 8);
+    for (int i = 0; i < FC_CACHE_COUNTER_COUNT; i++) c[i] = fc_get_le(in + 16 + 8 * i, 8);
     return true;
 }
 

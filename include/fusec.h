@@ -437,8 +437,9 @@ typedef struct fc_run_stats {
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */
-    uint64_t graph_skips;        /* runs launched one by one although graphs are on */
-    char graph_skip_reason[160]; /* why, for the latest skip ("" if none) */
+    uint64_t graph_skips;        /* runs after the first launched one by one: graphs are off,
+                                  * or building or patching the graph failed */
+    char graph_skip_reason[160]; /* why ("" if the program replays) */
     char dynamic_unavailable[160]; /* why the program has no dynamic variant ("" if it has one,
                                     * or is static) */
 } fc_run_stats;

@@ -23,6 +23,7 @@
  * docs/AOT.md describes the format.
  */
 #include "runtime/aot.h"
+#include "ir/le.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
@@ -55,16 +56,6 @@ static double now_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-static uint64_t get_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-
 bool fc_arch_parse(const char *s, int *sm) {
     if (!s || !sm) return false;
     if (strncmp(s, "sm_", 3) == 0) s += 3;
@@ -95,12 +86,12 @@ fc_status fc_aot_locate(fc_context *ctx, const char *what, const uint8_t *data, 
     if (data[4] != ELF_CLASS64 || data[5] != ELF_DATA_LE)
         return fc_set_error(ctx, FC_ERR_INPUT,
                             "%s: not a compiled fusec program (not a 64-bit little-endian ELF file)", what);
-    unsigned machine = (unsigned)get_le(data + 18, 2);
+    unsigned machine = (unsigned)fc_get_le(data + 18, 2);
     if (machine != ELF_MACHINE_CUDA)
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: not a compiled fusec program (an ELF file for machine %u, not a "
                             "CUDA cubin)", what, machine);
-    uint64_t shoff = get_le(data + 0x28, 8);
-    unsigned shentsize = (unsigned)get_le(data + 0x3a, 2), shnum = (unsigned)get_le(data + 0x3c, 2);
+    uint64_t shoff = fc_get_le(data + 0x28, 8);
+    unsigned shentsize = (unsigned)fc_get_le(data + 0x3a, 2), shnum = (unsigned)fc_get_le(data + 0x3c, 2);
     if (shentsize != ELF_SECTION_HEADER_BYTES || shnum == 0 ||
         !inside(shoff, (uint64_t)shnum * ELF_SECTION_HEADER_BYTES, size))
         return fc_set_error(ctx, FC_ERR_INPUT,
@@ -109,26 +100,26 @@ fc_status fc_aot_locate(fc_context *ctx, const char *what, const uint8_t *data, 
 
     for (unsigned i = 0; i < shnum; i++) {
         const uint8_t *sh = data + shoff + (uint64_t)i * ELF_SECTION_HEADER_BYTES;
-        if (get_le(sh + 4, 4) != ELF_SHT_SYMTAB) continue;
-        uint64_t soff = get_le(sh + 24, 8), ssize = get_le(sh + 32, 8), entsize = get_le(sh + 56, 8);
-        unsigned link = (unsigned)get_le(sh + 40, 4);
+        if (fc_get_le(sh + 4, 4) != ELF_SHT_SYMTAB) continue;
+        uint64_t soff = fc_get_le(sh + 24, 8), ssize = fc_get_le(sh + 32, 8), entsize = fc_get_le(sh + 56, 8);
+        unsigned link = (unsigned)fc_get_le(sh + 40, 4);
         if (entsize != ELF_SYMBOL_BYTES || !inside(soff, ssize, size) || link >= shnum) goto damaged;
         const uint8_t *strsh = data + shoff + (uint64_t)link * ELF_SECTION_HEADER_BYTES;
-        uint64_t stroff = get_le(strsh + 24, 8), strsize = get_le(strsh + 32, 8);
+        uint64_t stroff = fc_get_le(strsh + 24, 8), strsize = fc_get_le(strsh + 32, 8);
         if (!inside(stroff, strsize, size)) goto damaged;
 
         for (uint64_t j = 0; j < ssize / ELF_SYMBOL_BYTES; j++) {
             const uint8_t *sym = data + soff + j * ELF_SYMBOL_BYTES;
-            uint64_t name = get_le(sym, 4);
+            uint64_t name = fc_get_le(sym, 4);
             if (!inside(name, sizeof FC_AOT_SYMBOL, strsize) ||
                 memcmp(data + stroff + name, FC_AOT_SYMBOL, sizeof FC_AOT_SYMBOL) != 0)
                 continue;
-            unsigned shndx = (unsigned)get_le(sym + 6, 2);
-            uint64_t value = get_le(sym + 8, 8), symsize = get_le(sym + 16, 8);
+            unsigned shndx = (unsigned)fc_get_le(sym + 6, 2);
+            uint64_t value = fc_get_le(sym + 8, 8), symsize = fc_get_le(sym + 16, 8);
             if (shndx == 0 || shndx >= shnum) goto damaged;
             const uint8_t *tsh = data + shoff + (uint64_t)shndx * ELF_SECTION_HEADER_BYTES;
-            uint64_t taddr = get_le(tsh + 16, 8), toff = get_le(tsh + 24, 8), tsize = get_le(tsh + 32, 8);
-            if (get_le(tsh + 4, 4) != ELF_SHT_PROGBITS || !inside(toff, tsize, size) || value < taddr ||
+            uint64_t taddr = fc_get_le(tsh + 16, 8), toff = fc_get_le(tsh + 24, 8), tsize = fc_get_le(tsh + 32, 8);
+            if (fc_get_le(tsh + 4, 4) != ELF_SHT_PROGBITS || !inside(toff, tsize, size) || value < taddr ||
                 !inside(value - taddr, symsize, tsize))
                 goto damaged;
             *off = (size_t)(toff + value - taddr);
@@ -169,13 +160,13 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
     if (len < FC_AOT_HEADER_SIZE || memcmp(c, FC_AOT_MAGIC, 8) != 0)
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: damaged compiled program: fusec's program data has no header",
                             what);
-    uint32_t version = (uint32_t)get_le(c + 8, 4), reserved = (uint32_t)get_le(c + 12, 4);
+    uint32_t version = (uint32_t)fc_get_le(c + 8, 4), reserved = (uint32_t)fc_get_le(c + 12, 4);
     if (version != FC_AOT_VERSION)
         return fc_set_error(ctx, FC_ERR_INPUT,
                             "%s: compiled program format version %u; this fusec reads version %u (compile the "
                             "model again with this fusec)",
                             what, version, FC_AOT_VERSION);
-    uint64_t n = get_le(c + 16, 8);
+    uint64_t n = fc_get_le(c + 16, 8);
     if (reserved != 0 || n > len - FC_AOT_HEADER_SIZE)
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: damaged compiled program: bad header", what);
     uint8_t sum[16];
@@ -188,11 +179,11 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
     /* A program in another format version is a file from another fusec,
      * not damage: say so as for the container, with the fix. */
     const uint8_t *prog = c + FC_AOT_HEADER_SIZE;
-    if (n >= 12 && memcmp(prog, FC_PROGRAM_MAGIC, 8) == 0 && get_le(prog + 8, 4) != FC_PROGRAM_FORMAT_VERSION)
+    if (n >= 12 && memcmp(prog, FC_PROGRAM_MAGIC, 8) == 0 && fc_get_le(prog + 8, 4) != FC_PROGRAM_FORMAT_VERSION)
         return fc_set_error(ctx, FC_ERR_INPUT,
                             "%s: its program is in format version %u; this fusec reads version %u (compile the "
                             "model again with this fusec)",
-                            what, (unsigned)get_le(prog + 8, 4), FC_PROGRAM_FORMAT_VERSION);
+                            what, (unsigned)fc_get_le(prog + 8, 4), FC_PROGRAM_FORMAT_VERSION);
     st = fc_program_desc_decode(ctx, prog, (size_t)n, desc);
     if (st == FC_ERR_INPUT) {
         /* The checksum matched, so this is a fusec bug, or a crafted file. */
@@ -369,8 +360,8 @@ static fc_status build_file(fc_context *ctx, const fc_program_desc *d, const cha
     }
     memset(c, 0, FC_AOT_HEADER_SIZE);
     memcpy(c, FC_AOT_MAGIC, 8);
-    put_le(c + 8, FC_AOT_VERSION, 4);
-    put_le(c + 16, prog.size, 8);
+    fc_put_le(c + 8, FC_AOT_VERSION, 4);
+    fc_put_le(c + 16, prog.size, 8);
     memcpy(c + FC_AOT_HEADER_SIZE, prog.data, prog.size);
     fc_bytes_free(&prog);
 

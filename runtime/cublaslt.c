@@ -35,6 +35,7 @@
  * that own resources call small helpers and clean up after them.
  */
 #include "runtime/cublaslt.h"
+#include "ir/le.h"
 #include "passes/epilogue.h"
 #include "runtime/cuda_check.h"
 #include "runtime/program_cache.h"
@@ -826,20 +827,11 @@ enum { REC_KEY = 16, REC_DEV = REC_KEY + 8 * KEY_FIELDS, REC_NAME = REC_DEV + 6 
 _Static_assert(REC_END == FC_CUBLASLT_ALGO_RECORD_BYTES, "FC_CUBLASLT_ALGO_RECORD_BYTES is stale");
 _Static_assert(sizeof(((fc_cublaslt_device_id *)0)->name) == 256, "device name size");
 
-static void put_le(uint8_t *p, uint64_t v, int n) {
-    for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
 /* The algorithm as bytes: its eight uint64s, little-endian. */
 static void algo_to_le(const uint8_t algo[FC_CUBLASLT_ALGO_BYTES], uint8_t *out) {
     cublasLtMatmulAlgo_t a;
     memcpy(&a, algo, sizeof a);
-    for (int i = 0; i < 8; i++) put_le(out + 8 * i, a.data[i], 8);
+    for (int i = 0; i < 8; i++) fc_put_le(out + 8 * i, a.data[i], 8);
 }
 
 void fc_cublaslt_algo_record_encode(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev,
@@ -850,13 +842,13 @@ void fc_cublaslt_algo_record_encode(const fc_cublaslt_key *k, const fc_cublaslt_
     device_fields(dev, df);
     memset(out, 0, FC_CUBLASLT_ALGO_RECORD_BYTES);
     memcpy(out, FC_CUBLASLT_ALGO_MAGIC, 8);
-    put_le(out + 8, FC_CUBLASLT_ALGO_RECORD_VERSION, 4);
-    put_le(out + 12, (uint64_t)KEY_FIELDS, 4);
-    for (int i = 0; i < KEY_FIELDS; i++) put_le(out + REC_KEY + 8 * i, (uint64_t)f[i], 8);
-    for (int i = 0; i < 6; i++) put_le(out + REC_DEV + 8 * i, (uint64_t)df[i], 8);
+    fc_put_le(out + 8, FC_CUBLASLT_ALGO_RECORD_VERSION, 4);
+    fc_put_le(out + 12, (uint64_t)KEY_FIELDS, 4);
+    for (int i = 0; i < KEY_FIELDS; i++) fc_put_le(out + REC_KEY + 8 * i, (uint64_t)f[i], 8);
+    for (int i = 0; i < 6; i++) fc_put_le(out + REC_DEV + 8 * i, (uint64_t)df[i], 8);
     memcpy(out + REC_NAME, dev->name, 256);
     algo_to_le(algo, out + REC_ALGO);
-    put_le(out + REC_SUM, XXH3_64bits(out, REC_SUM), 8);
+    fc_put_le(out + REC_SUM, XXH3_64bits(out, REC_SUM), 8);
 }
 
 #define REFUSE(...) return snprintf(why, n, __VA_ARGS__), false
@@ -868,10 +860,10 @@ bool fc_cublaslt_algo_record_decode(const void *data, size_t size, const fc_cubl
     if (!in || size != FC_CUBLASLT_ALGO_RECORD_BYTES)
         REFUSE("an algorithm record is %d bytes, not %zu", FC_CUBLASLT_ALGO_RECORD_BYTES, size);
     if (memcmp(in, FC_CUBLASLT_ALGO_MAGIC, 8) != 0) REFUSE("not an algorithm record (bad magic)");
-    if (get_le(in + 8, 4) != FC_CUBLASLT_ALGO_RECORD_VERSION || get_le(in + 12, 4) != (uint64_t)KEY_FIELDS)
-        REFUSE("algorithm record version %llu with %llu fields, not %d with %d", (unsigned long long)get_le(in + 8, 4),
-               (unsigned long long)get_le(in + 12, 4), FC_CUBLASLT_ALGO_RECORD_VERSION, KEY_FIELDS);
-    if (get_le(in + REC_SUM, 8) != XXH3_64bits(in, REC_SUM)) REFUSE("algorithm record checksum mismatch");
+    if (fc_get_le(in + 8, 4) != FC_CUBLASLT_ALGO_RECORD_VERSION || fc_get_le(in + 12, 4) != (uint64_t)KEY_FIELDS)
+        REFUSE("algorithm record version %llu with %llu fields, not %d with %d", (unsigned long long)fc_get_le(in + 8, 4),
+               (unsigned long long)fc_get_le(in + 12, 4), FC_CUBLASLT_ALGO_RECORD_VERSION, KEY_FIELDS);
+    if (fc_get_le(in + REC_SUM, 8) != XXH3_64bits(in, REC_SUM)) REFUSE("algorithm record checksum mismatch");
     /* The exact problem and device: a key collision, or a record copied
      * from elsewhere, must not be used. */
     uint8_t want[FC_CUBLASLT_ALGO_RECORD_BYTES];
@@ -882,7 +874,7 @@ bool fc_cublaslt_algo_record_decode(const void *data, size_t size, const fc_cubl
     if (memcmp(in + REC_DEV, want + REC_DEV, REC_ALGO - REC_DEV) != 0)
         REFUSE("the algorithm record is for another device, driver or cuBLASLt version");
     cublasLtMatmulAlgo_t a;
-    for (int i = 0; i < 8; i++) a.data[i] = get_le(in + REC_ALGO + 8 * i, 8);
+    for (int i = 0; i < 8; i++) a.data[i] = fc_get_le(in + REC_ALGO + 8 * i, 8);
     memcpy(algo, &a, FC_CUBLASLT_ALGO_BYTES);
     return true;
 }
@@ -1249,23 +1241,40 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
     return FC_OK;
 }
 
+/* The operands' pointers (d's positions in the launch's arguments) into
+ * *in: `small` when 16 do, else an allocation (release with
+ * release_operands). The positions were checked when the description was
+ * made or read (fc_gemm_desc_valid); a caller of its own may still pass too
+ * few arguments. */
+static fc_status gather_operands(fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args, int nargs,
+                                 CUdeviceptr small[16], CUdeviceptr **in) {
+    *in = small;
+    if (!d || !d->op_arg || !d->wcols || nargs < 0 || (nargs > 0 && !args))
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no GEMM description or no launch arguments");
+    int nops = fc_gemm_plan_nops(&d->plan);
+    bool in_range = d->out_arg >= 0 && d->out_arg < nargs;
+    for (int k = 0; k < nops; k++) in_range = in_range && d->op_arg[k] >= 0 && d->op_arg[k] < nargs;
+    if (!in_range)
+        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the GEMM's operands are not among the %d launch arguments",
+                            nargs);
+    if (nops > 16 && !(*in = fc_ctx_malloc(ctx, sizeof **in * (size_t)nops))) return FC_ERR_NOMEM;
+    for (int k = 0; k < nops; k++) (*in)[k] = args[d->op_arg[k]];
+    return FC_OK;
+}
+
+static void release_operands(fc_context *ctx, CUdeviceptr *in, const CUdeviceptr *small) {
+    if (in != small) fc_ctx_freemem(ctx, in);
+}
+
 fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                                       int nargs, CUstream s) {
     if (!h || !d) return FC_ERR_USAGE;
-    const fc_gemm_plan *p = &d->plan;
-    if (p->nweights <= 1) return FC_OK;
-    int nops = fc_gemm_plan_nops(p);
-    CUdeviceptr small[16], *in = small;
-    if (nops > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)nops))) return FC_ERR_NOMEM;
-    fc_status st = FC_OK;
-    for (int k = 0; k < nops && st == FC_OK; k++) {
-        if (d->op_arg[k] < 0 || d->op_arg[k] >= nargs) st = fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: bad operand position");
-        else in[k] = args[d->op_arg[k]];
-    }
-    CUdeviceptr w = 0, bias = 0;
+    if (d->plan.nweights <= 1) return FC_OK;
+    CUdeviceptr small[16], *in = small, w = 0, bias = 0;
+    fc_status st = gather_operands(ctx, d, args, nargs, small, &in);
     if (st == FC_OK) st = make_current(ctx, h->dev);
     if (st == FC_OK) st = concatenated(h, ctx, d, in, s ? s : h->dev->stream, &w, &bias);
-    if (in != small) fc_ctx_freemem(ctx, in);
+    release_operands(ctx, in, small);
     return st;
 }
 
@@ -1289,20 +1298,9 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
 fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                              int nargs, CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
     if (!h) return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no handle (fc_cublaslt_create failed or was not called)");
-    if (!d || !d->op_arg || !d->wcols || nargs < 0 || (nargs > 0 && !args))
-        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: no GEMM description or no launch arguments");
-    int nops = fc_gemm_plan_nops(&d->plan);
-    /* The positions were checked when the description was made or read
-     * (fc_gemm_desc_valid); a caller of its own may still pass too few. */
-    bool in_range = d->out_arg >= 0 && d->out_arg < nargs;
-    for (int k = 0; k < nops; k++) in_range = in_range && d->op_arg[k] >= 0 && d->op_arg[k] < nargs;
-    if (!in_range)
-        return fc_set_error(ctx, FC_ERR_USAGE, "cuBLASLt: the GEMM's operands are not among the %d launch arguments",
-                            nargs);
     CUdeviceptr small[16], *in = small;
-    if (nops > 16 && !(in = fc_ctx_malloc(ctx, sizeof *in * (size_t)nops))) return FC_ERR_NOMEM;
-    for (int k = 0; k < nops; k++) in[k] = args[d->op_arg[k]];
-    fc_status st = run(h, ctx, d, in, args[d->out_arg], workspace, ws_bytes, s);
-    if (in != small) fc_ctx_freemem(ctx, in);
+    fc_status st = gather_operands(ctx, d, args, nargs, small, &in);
+    if (st == FC_OK) st = run(h, ctx, d, in, args[d->out_arg], workspace, ws_bytes, s);
+    release_operands(ctx, in, small);
     return st;
 }

@@ -185,8 +185,7 @@ typedef struct fc_dynamic {
     bool thread_started, stop;
     spec **specs; /* under mu */
     int nspecs, capspecs;
-    fc_program **graveyard; /* evicted: the thread frees them (under mu) */
-    fc_context **graveyard_ctx;
+    spec **graveyard; /* evicted entries: the thread frees them (under mu) */
     int ngrave, capgrave;
     uint64_t built, failed, evicted; /* under mu */
 
@@ -228,8 +227,25 @@ static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx
     return st;
 }
 
-/* Record how a compile of s ended and wake whoever waits (under mu). */
-static void finish_spec(fc_dynamic *d, spec *s, fc_status st, fc_program *prog) {
+/* An entry, its program and its context. */
+static void spec_free(spec *s) {
+    if (!s) return;
+    fc_program_free(s->prog);
+    fc_context_free(s->ctx);
+    free(s);
+}
+
+/* Compile queued entry s, then wake whoever waits. Under mu on entry and
+ * exit; released while compiling. The entry stays where it is: only the
+ * caller's thread removes entries, and never one that is compiling. */
+static void compile_entry(fc_dynamic *d, spec *s) {
+    s->state = SPEC_COMPILING;
+    int64_t key[FC_DYN_MAX_SYMS];
+    memcpy(key, s->key, sizeof key);
+    pthread_mutex_unlock(&d->mu);
+    fc_program *prog = NULL;
+    fc_status st = compile_spec(d, key, s->ctx, &prog);
+    pthread_mutex_lock(&d->mu);
     if (st == FC_OK) {
         s->prog = prog;
         s->state = SPEC_READY;
@@ -247,32 +263,17 @@ static void *worker(void *arg) {
     pthread_mutex_lock(&d->mu);
     for (;;) {
         while (d->ngrave > 0) {
-            fc_program *p = d->graveyard[--d->ngrave];
-            fc_context *c = d->graveyard_ctx[d->ngrave];
+            spec *dead = d->graveyard[--d->ngrave];
             pthread_mutex_unlock(&d->mu);
-            fc_program_free(p);
-            fc_context_free(c);
+            spec_free(dead);
             pthread_mutex_lock(&d->mu);
         }
         spec *s = NULL;
         for (int i = 0; i < d->nspecs && !s; i++)
             if (d->specs[i]->state == SPEC_QUEUED) s = d->specs[i];
-        if (!s) {
-            if (d->stop) break;
-            pthread_cond_wait(&d->wake, &d->mu);
-            continue;
-        }
-        s->state = SPEC_COMPILING;
-        int64_t key[FC_DYN_MAX_SYMS];
-        memcpy(key, s->key, sizeof key);
-        fc_context *ctx = s->ctx;
-        pthread_mutex_unlock(&d->mu);
-        fc_program *prog = NULL;
-        fc_status st = compile_spec(d, key, ctx, &prog);
-        pthread_mutex_lock(&d->mu);
-        /* The entry stays where it is: only the caller removes entries,
-         * and never one that is compiling. */
-        finish_spec(d, s, st, prog);
+        if (s) compile_entry(d, s);
+        else if (d->stop) break;
+        else pthread_cond_wait(&d->wake, &d->mu);
     }
     pthread_mutex_unlock(&d->mu);
     return NULL;
@@ -284,29 +285,24 @@ static spec *find_spec(fc_dynamic *d, const int64_t *key) {
     return NULL;
 }
 
-/* Remove entry i; its program goes to the background thread (under mu). */
+/* Remove entry i (under mu). Its program is freed by the background
+ * thread, since freeing waits for the device; without one (synchronous or
+ * no specialization), here. */
 static bool bury(fc_dynamic *d, int i) {
     spec *s = d->specs[i];
-    if (d->ngrave == d->capgrave) {
-        int cap = d->capgrave ? d->capgrave * 2 : 8;
-        fc_program **g = realloc(d->graveyard, sizeof *g * (size_t)cap);
-        if (!g) return false;
-        d->graveyard = g;
-        fc_context **c = realloc(d->graveyard_ctx, sizeof *c * (size_t)cap);
-        if (!c) return false;
-        d->graveyard_ctx = c;
-        d->capgrave = cap;
-    }
-    d->graveyard[d->ngrave] = s->prog;
-    d->graveyard_ctx[d->ngrave++] = s->ctx;
-    free(s);
-    d->specs[i] = d->specs[--d->nspecs];
     if (!d->thread_started) {
-        /* No background thread (synchronous or no specialization): free it
-         * here, as the caller's own compile would take longer anyway. */
-        fc_program_free(d->graveyard[--d->ngrave]);
-        fc_context_free(d->graveyard_ctx[d->ngrave]);
+        spec_free(s);
+    } else {
+        if (d->ngrave == d->capgrave) {
+            int cap = d->capgrave ? d->capgrave * 2 : 8;
+            spec **g = realloc(d->graveyard, sizeof *g * (size_t)cap);
+            if (!g) return false;
+            d->graveyard = g;
+            d->capgrave = cap;
+        }
+        d->graveyard[d->ngrave++] = s;
     }
+    d->specs[i] = d->specs[--d->nspecs];
     return true;
 }
 
@@ -484,21 +480,13 @@ void fc_dynamic_free(fc_dynamic *d) {
          * queued entries are dropped below. */
         pthread_join(d->thread, NULL);
     }
-    for (int i = 0; i < d->ngrave; i++) {
-        fc_program_free(d->graveyard[i]);
-        fc_context_free(d->graveyard_ctx[i]);
-    }
-    for (int i = 0; i < d->nspecs; i++) {
-        fc_program_free(d->specs[i]->prog);
-        fc_context_free(d->specs[i]->ctx);
-        free(d->specs[i]);
-    }
+    for (int i = 0; i < d->ngrave; i++) spec_free(d->graveyard[i]);
+    for (int i = 0; i < d->nspecs; i++) spec_free(d->specs[i]);
     for (int i = 0; i < MAX_INSTANCES; i++) fc_program_free(d->inst[i].prog);
     fc_program_free(d->variant);
     for (int k = 0; k < d->nsyms; k++) free(d->sym[k]);
     free(d->specs);
     free(d->graveyard);
-    free(d->graveyard_ctx);
     free(d->text);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->wake);
@@ -515,13 +503,7 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
         if (!(s = queue_spec(d, key))) return NULL;
     }
     while (s->state == SPEC_COMPILING) pthread_cond_wait(&d->done, &d->mu);
-    if (s->state != SPEC_QUEUED) return s;
-    s->state = SPEC_COMPILING;
-    pthread_mutex_unlock(&d->mu);
-    fc_program *prog = NULL;
-    fc_status st = compile_spec(d, key, s->ctx, &prog);
-    pthread_mutex_lock(&d->mu);
-    finish_spec(d, s, st, prog);
+    if (s->state == SPEC_QUEUED) compile_entry(d, s);
     return s;
 }
 
@@ -544,9 +526,12 @@ fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out)
         return FC_OK;
     }
     rs->guard_misses++;
-    char why[240], k[160];
-    miss_reason(d, key, why, sizeof why);
-    key_text(d, key, k, sizeof k);
+    /* The log's text, only when it is asked for: with specialization off
+     * every run of the variant is a miss. */
+    char why[240] = "", k[160] = "";
+    if (fc_trace_on(FC_LOG_GUARDS)) miss_reason(d, key, why, sizeof why);
+    if (fc_trace_on(FC_LOG_GUARDS) || d->opts.specialize == FC_SPECIALIZE_SYNC || !d->variant)
+        key_text(d, key, k, sizeof k);
     fc_status st = FC_OK;
     bool need_sync = d->opts.specialize == FC_SPECIALIZE_SYNC || !d->variant;
     if (need_sync && (!s || s->state != SPEC_FAILED)) {

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE /* dladdr, for the build identity */
 #include "runtime/program_cache.h"
+#include "ir/le.h"
 #include "runtime/cublaslt.h"
 
 #include <dlfcn.h>
@@ -250,7 +251,7 @@ static void w_bytes(wbuf *w, const void *data, size_t n) {
 
 static void w_le(wbuf *w, uint64_t v, int nbytes) {
     uint8_t b[8];
-    for (int i = 0; i < nbytes; i++) b[i] = (uint8_t)(v >> (8 * i));
+    fc_put_le(b, v, nbytes);
     w_bytes(w, b, (size_t)nbytes);
 }
 static void w_u8(wbuf *w, unsigned v) { w_le(w, v, 1); }
@@ -396,8 +397,7 @@ static bool r_have(rbuf *r, size_t n) {
 
 static uint64_t r_le(rbuf *r, int nbytes) {
     if (!r_have(r, (size_t)nbytes)) return 0;
-    uint64_t v = 0;
-    for (int i = 0; i < nbytes; i++) v |= (uint64_t)r->p[r->pos + (size_t)i] << (8 * i);
+    uint64_t v = fc_get_le(r->p + r->pos, nbytes);
     r->pos += (size_t)nbytes;
     return v;
 }

@@ -146,14 +146,13 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             if (s >= 0) r->slot_of[nslot++] = s;
         }
         n->nslots = nslot - n->first_slot;
-        int nargs = fc_launch_args(e, i, inputs, outputs, argval, argptr);
+        fc_launch_args(e, i, inputs, outputs, argval, argptr);
         if (n->gemm) {
             CUgraph child = NULL;
             st = capture_gemm(e, i, argval, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
         } else {
-            (void)nargs;
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, argptr, &n->node);
         }
