@@ -11,11 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static bool has_dims_attr(fc_op op) {
-    return op == FC_OP_RESHAPE || op == FC_OP_EXPAND || op == FC_OP_SPLIT || op == FC_OP_IOTA || op == FC_OP_FULL;
+/* Does v's element count, at 8 bytes an element, fit in 64 bits? */
+static bool fits(const fc_value *v) {
+    int64_t ne;
+    return fc_shape_numel(v->dims, v->rank, &ne, NULL) && ne <= INT64_MAX / 8;
 }
-
-static fc_dim subst(fc_dim d, const int64_t *vals) { return fc_dim_is_sym(d) ? vals[fc_dim_sym_index(d)] : d; }
 
 /* The copy of value v (made on first sight). */
 static fc_value *copy_value(fc_graph *c, fc_value **map, fc_value *v, const int64_t *vals) {
@@ -24,7 +24,7 @@ static fc_value *copy_value(fc_graph *c, fc_value **map, fc_value *v, const int6
     if (!w) return NULL;
     *w = *v;
     w->def = NULL; /* set by the defining node's copy */
-    for (int d = 0; d < v->rank; d++) w->dims[d] = subst(v->dims[d], vals);
+    for (int d = 0; d < v->rank; d++) w->dims[d] = fc_dim_value(v->dims[d], vals);
     if (v->name) {
         w->name = fc_arena_strndup(&c->arena, v->name, strlen(v->name));
         if (!w->name) return NULL;
@@ -59,9 +59,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
         fc_value *p = copy_value(c, map, g->params[i], vals);
         if (!p) goto oom;
         c->params[c->nparams++] = p;
-        int64_t ne;
-        bool sym;
-        if (!fc_shape_numel(p->dims, p->rank, &ne, &sym) || ne > INT64_MAX / 8) {
+        if (!fits(p)) {
             fc_set_error(ctx, FC_ERR_INPUT, "bind: parameter %%%s is too large (its element count overflows 64 bits)",
                          p->name ? p->name : "?");
             goto fail;
@@ -79,8 +77,8 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
         if (n->a.nlist) {
             m->a.list = fc_arena_alloc(&c->arena, sizeof *m->a.list * (size_t)n->a.nlist);
             if (!m->a.list) goto oom;
-            for (int k = 0; k < n->a.nlist; k++)
-                m->a.list[k] = has_dims_attr(n->op) ? subst(n->a.list[k], vals) : n->a.list[k];
+            bool dims = fc_op_list_is_dims(n->op);
+            for (int k = 0; k < n->a.nlist; k++) m->a.list[k] = dims ? fc_dim_value(n->a.list[k], vals) : n->a.list[k];
         }
         for (int k = 0; k < n->nin; k++) {
             fc_value *v = n->in[k];
@@ -93,10 +91,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
         for (int k = 0; k < n->nout; k++) {
             if (!(m->out[k] = copy_value(c, map, n->out[k], vals))) goto oom;
             m->out[k]->def = m;
-            int64_t ne;
-            bool sym;
-            if (!fc_shape_numel(m->out[k]->dims, m->out[k]->rank, &ne, &sym) ||
-                ne > INT64_MAX / 8) {
+            if (!fits(m->out[k])) {
                 fc_set_error(ctx, FC_ERR_INPUT, "bind: a %s result of graph %s is too large (its size overflows 64 bits)",
                              fc_op_table[n->op].name, g->name);
                 goto fail;

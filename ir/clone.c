@@ -14,10 +14,6 @@ static fc_dim map_dim(fc_graph *g, fc_graph *c, fc_dim d) {
     return fc_graph_sym(c, name, strlen(name));
 }
 
-static bool has_dims_attr(fc_op op) {
-    return op == FC_OP_RESHAPE || op == FC_OP_EXPAND || op == FC_OP_SPLIT || op == FC_OP_IOTA || op == FC_OP_FULL;
-}
-
 static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds);
 
 fc_graph *fc_graph_clone(fc_graph *g) { return clone_bound(g, NULL, 0); }
@@ -76,7 +72,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         c->cur_loc = n->loc;
         fc_attrs a = n->a;
         int64_t list[64];
-        if (has_dims_attr(n->op) && a.nlist > 0 && a.nlist <= 64) {
+        if (fc_op_list_is_dims(n->op) && a.nlist > 0 && a.nlist <= 64) {
             for (int k = 0; k < a.nlist; k++) list[k] = map_dim(g, c, a.list[k]);
             a.list = list;
         }

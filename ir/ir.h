@@ -60,6 +60,15 @@ bool fc_op_is_unary(fc_op op);   /* neg .. erf */
 bool fc_op_is_binary(fc_op op);  /* add .. pow */
 bool fc_op_is_compare(fc_op op); /* eq .. ge */
 bool fc_op_is_reduce(fc_op op);  /* reduce_* */
+/* unary, binary, compare, where, cast: one result element from the
+ * operands' elements at the same (broadcast) index. */
+bool fc_op_is_elementwise(fc_op op);
+/* reshape, permute, expand, slice, concat, split, gather, iota, full: each
+ * result element is an operand element (or a constant) found by index. */
+bool fc_op_is_view(fc_op op);
+/* Does the op's list attribute hold dims (ops.def kind `dims`: sizes and
+ * symbols, as reshape's shape) rather than plain ints (axes, perm)? */
+bool fc_op_list_is_dims(fc_op op);
 
 /* ---------------------------------------------------------------- */
 /* Attributes. One struct for every op; the op's signature says      */
@@ -261,6 +270,8 @@ bool fc_grow(fc_arena *ar, void **arr, int *cap, int need, size_t elem);
 static inline bool fc_dim_is_sym(fc_dim d) { return d <= FC_DIM_SYM_BASE; }
 static inline int fc_dim_sym_index(fc_dim d) { return (int)(FC_DIM_SYM_BASE - d); }
 static inline fc_dim fc_dim_sym(int index) { return FC_DIM_SYM_BASE - index; }
+/* d with symbol i replaced by vals[i] (a binding of every symbol). */
+static inline fc_dim fc_dim_value(fc_dim d, const int64_t *vals) { return fc_dim_is_sym(d) ? vals[fc_dim_sym_index(d)] : d; }
 
 /* Symbol lookup by name without creating it; returns 0 if absent. */
 bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out);

@@ -21,6 +21,18 @@ bool fc_op_is_unary(fc_op op) { return op >= FC_OP_NEG && op <= FC_OP_ERF; }
 bool fc_op_is_binary(fc_op op) { return op >= FC_OP_ADD && op <= FC_OP_POW; }
 bool fc_op_is_compare(fc_op op) { return op >= FC_OP_EQ && op <= FC_OP_GE; }
 bool fc_op_is_reduce(fc_op op) { return op >= FC_OP_REDUCE_SUM && op <= FC_OP_REDUCE_MEAN; }
+bool fc_op_is_elementwise(fc_op op) {
+    return fc_op_is_unary(op) || fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE || op == FC_OP_CAST;
+}
+
+bool fc_op_is_view(fc_op op) {
+    switch (op) {
+    case FC_OP_RESHAPE: case FC_OP_PERMUTE: case FC_OP_EXPAND: case FC_OP_SLICE: case FC_OP_CONCAT:
+    case FC_OP_SPLIT: case FC_OP_GATHER: case FC_OP_IOTA: case FC_OP_FULL:
+        return true;
+    default: return false;
+    }
+}
 
 /* Signatures are parsed once into this table. */
 static fc_attr_spec specs[FC_OP_COUNT][FC_MAX_ATTRS];
@@ -67,6 +79,14 @@ int fc_op_attr_specs(fc_op op, const fc_attr_spec **out) {
     pthread_once(&specs_once, parse_specs);
     *out = specs[op];
     return nspecs[op];
+}
+
+bool fc_op_list_is_dims(fc_op op) {
+    const fc_attr_spec *sp;
+    int n = fc_op_attr_specs(op, &sp);
+    for (int k = 0; k < n; k++)
+        if (sp[k].kind == FC_ATTR_DIMS) return true;
+    return false;
 }
 
 void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double **f, fc_dtype **dt) {

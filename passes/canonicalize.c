@@ -92,11 +92,6 @@ static bool operand_is_zero(const fc_node *n, int k, bool negative) {
     return v == 0.0 && (!fc_dtype_is_float(compute_dtype(n)) || (bool)signbit(v) == negative);
 }
 
-static bool is_elementwise(fc_op op) {
-    return fc_op_is_unary(op) || fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE ||
-           op == FC_OP_CAST;
-}
-
 /* The scalar semantics of the elementwise ops: the reference's own
  * (ir/scalar.c), so a folded constant is the value the reference computes. */
 static double eval(fc_op op, double a, double b, double c) { return fc_scalar_eval(op, a, b, c); }
@@ -201,7 +196,7 @@ static fc_value *fold_shape(Canon *c, fc_node *n) {
 }
 
 static fc_value *fold(Canon *c, fc_node *n) {
-    if (is_elementwise(n->op)) return fold_elementwise(c, n);
+    if (fc_op_is_elementwise(n->op)) return fold_elementwise(c, n);
     switch (n->op) {
     case FC_OP_REDUCE_SUM:
     case FC_OP_REDUCE_MAX:

@@ -160,12 +160,6 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     }
 }
 
-static fc_status decompose(fc_graph *g, bool symbolic_means);
-
-fc_status fc_pass_decompose(fc_graph *g) { return decompose(g, false); }
-
-fc_status fc_pass_decompose_dynamic(fc_graph *g) { return decompose(g, true); }
-
 static fc_status decompose(fc_graph *g, bool symbolic_means) {
     fc_status st = fc_pass_precheck(g, "decompose");
     if (st) return st;
@@ -185,3 +179,7 @@ static fc_status decompose(fc_graph *g, bool symbolic_means) {
     }
     return fc_rw_end(&rw);
 }
+
+fc_status fc_pass_decompose(fc_graph *g) { return decompose(g, false); }
+
+fc_status fc_pass_decompose_dynamic(fc_graph *g) { return decompose(g, true); }

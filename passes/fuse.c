@@ -46,19 +46,6 @@ int64_t fc_value_bytes(const fc_value *v) {
     return n * (int64_t)fc_dtype_size(v->dtype);
 }
 
-static bool is_view(fc_op op) {
-    switch (op) {
-    case FC_OP_RESHAPE: case FC_OP_PERMUTE: case FC_OP_EXPAND: case FC_OP_SLICE: case FC_OP_CONCAT:
-    case FC_OP_SPLIT: case FC_OP_GATHER: case FC_OP_IOTA: case FC_OP_FULL:
-        return true;
-    default: return false;
-    }
-}
-
-static bool is_elementwise(fc_op op) {
-    return fc_op_is_unary(op) || fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE || op == FC_OP_CAST;
-}
-
 static bool is_expensive(fc_op op) {
     switch (op) {
     case FC_OP_EXP: case FC_OP_LOG: case FC_OP_SIN: case FC_OP_COS: case FC_OP_TANH: case FC_OP_SIGMOID:
@@ -292,7 +279,7 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
         fc_node *u = s->u.list[s->u.start[v->id] + j];
         int ug = s->plan->group_of_node[u->id];
         if (ug != gr->id && ug != MULTI) continue;
-        if (is_view(u->op)) {
+        if (fc_op_is_view(u->op)) {
             bool row_reshape = u->op == FC_OP_RESHAPE && fc_group_is_row_shape(gr, u->out[0]) && fc_group_is_row_shape(gr, v);
             if (!row_reshape || ug == MULTI) return true;
         }
@@ -322,9 +309,8 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
         fc_node *u = s->u.list[s->u.start[v->id] + j];
         fc_value *uo = u->out[0];
         if (u->op == FC_OP_RESHAPE && fc_group_is_row_shape(&trial, uo)) continue;
-        if (!is_elementwise(u->op)) return false;
-        fc_mono un = fc_mono_of(uo->dims, uo->rank), rows = fc_group_rows_mono(&trial);
-        if (fc_group_is_row_shape(&trial, uo) && fc_mono_eq(&un, &rows)) continue;
+        if (!fc_op_is_elementwise(u->op)) return false;
+        if (fc_group_is_row_shape(&trial, uo)) continue; /* its element count is the row count */
         if (is_full(&trial, uo) && fc_group_row_broadcast(&trial, v)) continue;
         return false;
     }
@@ -342,7 +328,7 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
  * codegen walks. */
 static bool stored_for_attention(const fc_value *v, void *arg) {
     fuse_state *s = arg;
-    return s->is_output[v->id] || !v->def || !is_view(v->def->op);
+    return s->is_output[v->id] || !v->def || !fc_op_is_view(v->def->op);
 }
 
 /* Is group gr (all the consumers of attention n) a chain of permute/reshape
@@ -379,14 +365,9 @@ static fc_status vertical(fuse_state *s) {
             if (!add_node(s, gr, n)) return FC_ERR_NOMEM;
             continue;
         }
-        /* reduce_mean is left composite only over a symbolic dim (dynamic
-         * plans): it is a reduction whose kernel divides by the row length. */
-        if (fc_op_table[n->op].kind == FC_KIND_OPAQUE ||
-            (fc_op_table[n->op].kind == FC_KIND_COMPOSITE && n->op != FC_OP_REDUCE_MEAN)) {
-            fc_group *gr = new_group(s, FC_GROUP_LIBRARY);
-            if (!gr || !add_node(s, gr, n)) return FC_ERR_NOMEM;
-            continue;
-        }
+        /* Every reduction, reduce_mean too: decompose leaves that composite
+         * only over a symbolic dim (dynamic plans), and its kernel divides by
+         * the row length. */
         if (fc_op_is_reduce(n->op)) {
             if (target && reduction_fits(s, target, n)) {
                 if (target->kind == FC_GROUP_POINTWISE) make_reduce(target, n);
@@ -399,11 +380,16 @@ static fc_status vertical(fuse_state *s) {
             }
             continue;
         }
+        if (fc_op_table[n->op].kind == FC_KIND_OPAQUE || fc_op_table[n->op].kind == FC_KIND_COMPOSITE) {
+            fc_group *gr = new_group(s, FC_GROUP_LIBRARY);
+            if (!gr || !add_node(s, gr, n)) return FC_ERR_NOMEM;
+            continue;
+        }
         /* Elementwise, broadcast or view. */
         bool expensive_through_view = false;
         if (is_expensive(n->op))
             for (int j = 0; j < s->u.count[n->out[0]->id]; j++)
-                if (is_view(s->u.list[s->u.start[n->out[0]->id] + j]->op)) expensive_through_view = true;
+                if (fc_op_is_view(s->u.list[s->u.start[n->out[0]->id] + j]->op)) expensive_through_view = true;
         if (target && !expensive_through_view && fits(s, target, n)) {
             if (!add_node(s, target, n)) return FC_ERR_NOMEM;
             continue;
@@ -422,7 +408,7 @@ static fc_status vertical(fuse_state *s) {
         }
         /* A library call needs its operands in memory: a view it reads is
          * stored (a copy kernel), everything else is recomputed. */
-        if (is_view(n->op) && !any_output(s, n) && !library_user && s->o->vertical) {
+        if (fc_op_is_view(n->op) && !any_output(s, n) && !library_user && s->o->vertical) {
             s->plan->group_of_node[n->id] = MULTI;
             continue;
         }

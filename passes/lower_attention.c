@@ -76,13 +76,8 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n) {
         fc_value *keep = fc_rw_op2(rw, FC_OP_GE, iota2(rw, sq, sk, 0), iota2(rw, sq, sk, 1));
         s = where_ninf(rw, keep, s);
     }
-    if (!s) return NULL;
-    fc_attrs sa;
-    fc_attrs_defaults(FC_OP_SOFTMAX, &sa);
-    sa.axis = -1;
-    fc_node *sm = fc_rw_build(rw, FC_OP_SOFTMAX, &s, 1, &sa);
-    if (!sm) return NULL;
-    return fc_rw_op2(rw, FC_OP_MATMUL, sm->out[0], vc);
+    /* softmax over the last axis (its default) */
+    return fc_rw_op2(rw, FC_OP_MATMUL, fc_rw_op1(rw, FC_OP_SOFTMAX, s), vc);
 }
 
 fc_status fc_pass_lower_attention(fc_graph *g) {

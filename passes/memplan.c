@@ -13,7 +13,8 @@
  * the unit of storage is a class: a value that owns a buffer (its root)
  * plus every alias of it, transitively. A class is live from the group
  * that writes its root to the last group that reads any of its members,
- * and all members get the root's offset.
+ * and all members get the root's offset. fc_plan_classes_make computes the
+ * classes; the runtimes place values by the same ones (passes.h).
  *
  * Which classes go in the arena: those that are not rooted at a graph
  * parameter (the caller's input buffer holds them) and contain no graph
@@ -58,11 +59,9 @@ typedef struct interval {
 typedef struct memplan {
     fc_context *ctx;
     int nv;             /* value ids are 0 .. nv-1 */
-    fc_value **val;     /* id -> value, for every value the plan mentions */
-    int *root;          /* id -> id of its class root */
+    fc_plan_classes cls; /* val, root, result_slot by value id */
     int *first, *last;  /* per root: first writer, last reader (-1: none) */
     int64_t *bytes;     /* per root: largest member (aliases match anyway) */
-    bool *has_result;   /* per root: some member is a graph result */
     interval *iv;
     int niv;
 } memplan;
@@ -74,20 +73,18 @@ static void *scratch(memplan *m, size_t n, size_t elem) {
 }
 
 static void memplan_free(memplan *m) {
-    fc_ctx_freemem(m->ctx, m->val);
-    fc_ctx_freemem(m->ctx, m->root);
+    fc_plan_classes_free(m->ctx, &m->cls);
     fc_ctx_freemem(m->ctx, m->first);
     fc_ctx_freemem(m->ctx, m->last);
     fc_ctx_freemem(m->ctx, m->bytes);
-    fc_ctx_freemem(m->ctx, m->has_result);
     fc_ctx_freemem(m->ctx, m->iv);
 }
 
 /* Remember v under its id. Values from outside the graph's id range are a
  * broken plan, not a user error. */
-static void see(memplan *m, fc_value *v) {
-    FC_ASSERT(v && v->id >= 0 && v->id < m->nv);
-    m->val[v->id] = v;
+static void see(fc_plan_classes *c, fc_value *v) {
+    FC_ASSERT(v && v->id >= 0 && v->id < c->nvalues);
+    c->val[v->id] = v;
 }
 
 static bool group_has_node(const fc_group *grp, const fc_node *n) {
@@ -106,6 +103,55 @@ static fc_value *alias_source(const fc_group *grp, fc_value *o) {
         v = v->def->in[0];
     }
     return v;
+}
+
+fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_classes *c) {
+    const fc_graph *g = plan->g;
+    int nv = g->next_value_id;
+    size_t n = (size_t)(nv ? nv : 1);
+    *c = (fc_plan_classes){nv, NULL, NULL, NULL};
+    c->val = fc_ctx_malloc(ctx, n * sizeof *c->val);
+    c->root = fc_ctx_malloc(ctx, n * sizeof *c->root);
+    c->result_slot = fc_ctx_malloc(ctx, n * sizeof *c->result_slot);
+    if (!c->val || !c->root || !c->result_slot) {
+        fc_plan_classes_free(ctx, c);
+        return FC_ERR_NOMEM;
+    }
+    for (int id = 0; id < nv; id++) {
+        c->val[id] = NULL;
+        c->root[id] = id;
+        c->result_slot[id] = -1;
+    }
+
+    /* Launch order means an alias's source already has its final root. */
+    for (int i = 0; i < g->nparams; i++) see(c, g->params[i]);
+    for (int pos = 0; pos < plan->ngroups; pos++) {
+        const fc_group *grp = plan->groups[pos];
+        for (int i = 0; i < grp->ninputs; i++) see(c, grp->inputs[i]);
+        for (int i = 0; i < grp->noutputs; i++) {
+            fc_value *o = grp->outputs[i];
+            see(c, o);
+            if (grp->kind == FC_GROUP_ALIAS) {
+                fc_value *src = alias_source(grp, o);
+                see(c, src);
+                c->root[o->id] = c->root[src->id];
+            }
+        }
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        fc_value *v = g->outputs[k];
+        see(c, v);
+        int r = c->root[v->id];
+        if (c->result_slot[r] < 0) c->result_slot[r] = k;
+    }
+    return FC_OK;
+}
+
+void fc_plan_classes_free(fc_context *ctx, fc_plan_classes *c) {
+    fc_ctx_freemem(ctx, c->val);
+    fc_ctx_freemem(ctx, c->root);
+    fc_ctx_freemem(ctx, c->result_slot);
+    *c = (fc_plan_classes){0, NULL, NULL, NULL};
 }
 
 /* Order for placement: largest first, then earliest start, then id. */
@@ -158,42 +204,20 @@ static int64_t place_all(interval *iv, int niv, interval **live) {
 }
 
 static fc_status memplan_run(memplan *m, fc_plan *plan) {
-    fc_graph *g = plan->g;
     int nv = m->nv;
 
-    m->val = scratch(m, (size_t)nv, sizeof *m->val);
-    m->root = scratch(m, (size_t)nv, sizeof *m->root);
+    /* Every value the plan touches, and the classes the alias groups make. */
+    fc_status st = fc_plan_classes_make(m->ctx, plan, &m->cls);
+    if (st != FC_OK) return st;
+    fc_value *const *val = m->cls.val;
+    const int *root = m->cls.root;
     m->first = scratch(m, (size_t)nv, sizeof *m->first);
     m->last = scratch(m, (size_t)nv, sizeof *m->last);
     m->bytes = scratch(m, (size_t)nv, sizeof *m->bytes);
-    m->has_result = scratch(m, (size_t)nv, sizeof *m->has_result);
-    if (!m->val || !m->root || !m->first || !m->last || !m->bytes || !m->has_result) return FC_ERR_NOMEM;
+    if (!m->first || !m->last || !m->bytes) return FC_ERR_NOMEM;
     for (int id = 0; id < nv; id++) {
-        m->val[id] = NULL;
-        m->root[id] = id;
         m->first[id] = m->last[id] = -1;
         m->bytes[id] = 0;
-        m->has_result[id] = false;
-    }
-
-    /* Every value the plan touches, and the classes the alias groups make.
-     * Launch order means an alias's source already has its final root. */
-    for (int pos = 0; pos < plan->ngroups; pos++) {
-        const fc_group *grp = plan->groups[pos];
-        for (int i = 0; i < grp->ninputs; i++) see(m, grp->inputs[i]);
-        for (int i = 0; i < grp->noutputs; i++) {
-            fc_value *o = grp->outputs[i];
-            see(m, o);
-            if (grp->kind == FC_GROUP_ALIAS) {
-                fc_value *src = alias_source(grp, o);
-                see(m, src);
-                m->root[o->id] = m->root[src->id];
-            }
-        }
-    }
-    for (int i = 0; i < g->noutputs; i++) {
-        see(m, g->outputs[i]);
-        m->has_result[m->root[g->outputs[i]->id]] = true;
     }
 
     /* Lifetimes per class: the first write of a member (the root's writer;
@@ -208,20 +232,20 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
             while (rpos + 1 < plan->ngroups && plan->groups[rpos + 1]->batch == grp->batch) rpos++;
         }
         for (int i = 0; i < grp->noutputs; i++) {
-            int r = m->root[grp->outputs[i]->id];
+            int r = root[grp->outputs[i]->id];
             if (m->first[r] < 0 || wpos < m->first[r]) m->first[r] = wpos;
             if (rpos > m->last[r]) m->last[r] = rpos;
         }
         for (int i = 0; i < grp->ninputs; i++) {
-            int r = m->root[grp->inputs[i]->id];
+            int r = root[grp->inputs[i]->id];
             if (rpos > m->last[r]) m->last[r] = rpos;
         }
     }
     for (int id = 0; id < nv; id++) {
-        if (!m->val[id] || m->val[id]->weak) continue;
-        int64_t b = fc_value_bytes(m->val[id]);
+        if (!val[id] || val[id]->weak) continue;
+        int64_t b = fc_value_bytes(val[id]);
         FC_ASSERT(b >= 0);
-        int r = m->root[id];
+        int r = root[id];
         if (b > m->bytes[r]) m->bytes[r] = b;
     }
 
@@ -234,8 +258,8 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
     }
     int64_t sum = 0;
     for (int r = 0; r < nv; r++) {
-        const fc_value *v = m->val[r];
-        if (m->root[r] != r || !v || v->weak || v->param_index >= 0 || m->has_result[r]) continue;
+        const fc_value *v = val[r];
+        if (root[r] != r || !v || v->weak || v->param_index >= 0 || m->cls.result_slot[r] >= 0) continue;
         if (m->first[r] < 0) continue; /* never written by a group: nothing to store */
         m->iv[m->niv++] = (interval){r, m->first[r], m->last[r], align_up(m->bytes[r]), -1};
         sum += m->bytes[r];
@@ -249,7 +273,7 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
     for (int id = 0; id < nv; id++) plan->offset[id] = -1;
     for (int i = 0; i < m->niv; i++) plan->offset[m->iv[i].root] = m->iv[i].offset;
     for (int id = 0; id < nv; id++)
-        if (m->val[id] && m->root[id] != id) plan->offset[id] = plan->offset[m->root[id]];
+        if (val[id] && root[id] != id) plan->offset[id] = plan->offset[root[id]];
     plan->arena_bytes = peak;
     plan->intermediate_bytes = sum;
     return FC_OK;

@@ -147,6 +147,23 @@ fc_status fc_pass_batch(fc_plan *plan);
 fc_status fc_pass_memplan(fc_plan *plan);
 void fc_plan_release(fc_plan *plan);
 
+/* The storage classes of a plan (passes/memplan.c): an FC_GROUP_ALIAS
+ * group's outputs are views of the buffer it reads, so a class is a value
+ * that owns a buffer (its root) plus every alias of it, transitively. The
+ * memory plan and the runtimes that place values by it share these. */
+typedef struct fc_plan_classes {
+    int nvalues;      /* plan->g->next_value_id; the arrays are indexed by value id */
+    fc_value **val;   /* id -> value, for every param, group input/output, alias
+                       * source and graph result; NULL for the rest */
+    int *root;        /* id -> id of its class root (id itself for a root) */
+    int *result_slot; /* root id -> the first graph result in the class, or -1 */
+} fc_plan_classes;
+
+/* Compute plan's classes into c (arrays from ctx; FC_ERR_NOMEM leaves c
+ * empty). Free with fc_plan_classes_free (an empty c is fine). */
+fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_classes *c);
+void fc_plan_classes_free(fc_context *ctx, fc_plan_classes *c);
+
 /* The whole pipeline: graph passes, then fusion, scheduling, memory plan.
  * With o->dynamic: the graph keeps its symbols (at most FC_DYN_MAX_SYMS),
  * attention ops are lowered to primitives (no attention pattern fusion),

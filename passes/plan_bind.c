@@ -11,9 +11,12 @@
 
 #include <string.h>
 
-static fc_value *value_of(fc_value **vmap, const fc_value *v) {
-    fc_value *w = vmap[v->id];
-    FC_ASSERT(w);
+/* The copy of value v of the dynamic graph: a parameter, or a result of a
+ * node (the copy keeps both indices). Group inputs and outputs are never
+ * weak scalars. */
+static fc_value *value_of(fc_graph *g, fc_node **nmap, const fc_value *v) {
+    fc_value *w = v->def ? nmap[v->def->id]->out[v->def_index] : g->params[v->param_index];
+    FC_ASSERT(w->id == v->id);
     return w;
 }
 
@@ -22,8 +25,6 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
     if (!dyn || !dyn->g || (nsyms > 0 && !sym_values)) return FC_ERR_USAGE;
     fc_graph *dg = dyn->g;
     fc_context *ctx = dg->ctx;
-    if (nsyms != dg->nsyms)
-        return fc_set_error(ctx, FC_ERR_INPUT, "bind: graph %s has %d symbols, %d values given", dg->name, dg->nsyms, nsyms);
     fc_graph *g = NULL;
     fc_status st = fc_graph_bind_copy(dg, sym_values, nsyms, &g);
     if (st) return st;
@@ -32,22 +33,16 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
     out->owned_graph = g;
     fc_arena_init(&out->arena, ctx);
     out->nsyms = nsyms;
-    /* id -> value and node of the copy */
-    int nv = g->next_value_id, nn = g->next_node_id;
-    fc_value **vmap = fc_arena_alloc(&out->arena, sizeof *vmap * (size_t)(nv + 1));
+    /* id -> node of the copy */
+    int nn = g->next_node_id;
     fc_node **nmap = fc_arena_alloc(&out->arena, sizeof *nmap * (size_t)(nn + 1));
     out->sym_values = fc_arena_alloc(&out->arena, sizeof(int64_t) * (size_t)(nsyms + 1));
     out->group_of_node = fc_arena_alloc(&out->arena, sizeof(int) * (size_t)(nn + 1));
     out->groups = fc_arena_alloc(&out->arena, sizeof *out->groups * (size_t)(dyn->ngroups + 1));
-    if (!vmap || !nmap || !out->sym_values || !out->group_of_node || !out->groups) goto oom;
+    if (!nmap || !out->sym_values || !out->group_of_node || !out->groups) goto oom;
     if (nsyms) memcpy(out->sym_values, sym_values, sizeof(int64_t) * (size_t)nsyms);
     memcpy(out->group_of_node, dyn->group_of_node, sizeof(int) * (size_t)(nn + 1));
-    for (int i = 0; i < g->nparams; i++) vmap[g->params[i]->id] = g->params[i];
-    for (int i = 0; i < g->nnodes; i++) {
-        fc_node *n = g->nodes[i];
-        nmap[n->id] = n;
-        for (int k = 0; k < n->nout; k++) vmap[n->out[k]->id] = n->out[k];
-    }
+    for (int i = 0; i < g->nnodes; i++) nmap[g->nodes[i]->id] = g->nodes[i];
 
     for (int gi = 0; gi < dyn->ngroups; gi++) {
         const fc_group *d = dyn->groups[gi];
@@ -63,10 +58,9 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
             gr->nodes[k] = nmap[d->nodes[k]->id];
             FC_ASSERT(gr->nodes[k]);
         }
-        for (int k = 0; k < d->ninputs; k++) gr->inputs[k] = value_of(vmap, d->inputs[k]);
-        for (int k = 0; k < d->noutputs; k++) gr->outputs[k] = value_of(vmap, d->outputs[k]);
-        for (int k = 0; k < d->rank; k++)
-            gr->space[k] = fc_dim_is_sym(d->space[k]) ? sym_values[fc_dim_sym_index(d->space[k])] : d->space[k];
+        for (int k = 0; k < d->ninputs; k++) gr->inputs[k] = value_of(g, nmap, d->inputs[k]);
+        for (int k = 0; k < d->noutputs; k++) gr->outputs[k] = value_of(g, nmap, d->outputs[k]);
+        for (int k = 0; k < d->rank; k++) gr->space[k] = fc_dim_value(d->space[k], sym_values);
         if (gr->kind == FC_GROUP_REDUCE) {
             fc_mono rows = fc_group_rows_mono(d), len = fc_group_row_len_mono(d);
             gr->rows = fc_mono_eval(&rows, sym_values, nsyms);

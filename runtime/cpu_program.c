@@ -7,7 +7,7 @@
  *   clone -> every dim static? -> fc_pipeline (the passes, fusion,
  *   scheduling, memory plan: exactly what the CUDA backend gets) ->
  *   fc_llvm_compile (codegen/llvm: one JIT-compiled function per kernel
- *   group) -> storage classes (as runtime/program.c has them)
+ *   group) -> storage classes (fc_plan_classes_make, as runtime/program.c)
  *
  * Running: the groups in launch order. A generated kernel gets one host
  * pointer per input and output; a large one (work above PARALLEL_WORK) has
@@ -194,11 +194,7 @@ struct fc_cpu_program {
     fc_llvm_module *mod;
     fc_llvm_kernel *kern; /* per group, in launch order */
 
-    /* Storage classes, by value id (see the top of the file). */
-    int nvalues;
-    fc_value **val;   /* id -> value, for every value the plan mentions */
-    int *root;        /* id -> id of its class root */
-    int *result_slot; /* root id -> the first graph result in the class, or -1 */
+    fc_plan_classes cls; /* storage classes, by value id (see the top of the file) */
 
     void *arena;      /* plan.arena_bytes of intermediates */
     void **args;      /* per-launch scratch: the kernel's pointers */
@@ -245,68 +241,21 @@ static void *zalloc(fc_context *ctx, size_t n, size_t size) {
     return q;
 }
 
-/* ---- storage classes (as runtime/program.c) ---------------------------- */
-
-static bool group_has_node(const fc_group *grp, const fc_node *n) {
-    for (int i = 0; i < grp->nnodes; i++)
-        if (grp->nodes[i] == n) return true;
-    return false;
-}
-
-/* The value outside alias group grp that its output o views. */
-static fc_value *alias_source(const fc_group *grp, fc_value *o) {
-    fc_value *v = o;
-    while (v->def && group_has_node(grp, v->def)) v = v->def->in[0];
-    return v;
-}
-
-static void note_value(fc_cpu_program *p, fc_value *v) {
-    FC_ASSERT(v && v->id >= 0 && v->id < p->nvalues);
-    p->val[v->id] = v;
-}
+/* ---- storage classes (passes/memplan.c) -------------------------------- */
 
 static fc_status build_storage(fc_cpu_program *p) {
-    fc_graph *g = p->g;
     const fc_plan *plan = &p->plan;
-    p->nvalues = g->next_value_id;
-    size_t nv = (size_t)(p->nvalues ? p->nvalues : 1);
-    p->val = zalloc(p->ctx, nv, sizeof *p->val);
-    p->root = zalloc(p->ctx, nv, sizeof *p->root);
-    p->result_slot = zalloc(p->ctx, nv, sizeof *p->result_slot);
-    if (!p->val || !p->root || !p->result_slot) return FC_ERR_NOMEM;
-    for (int id = 0; id < p->nvalues; id++) {
-        p->root[id] = id;
-        p->result_slot[id] = -1;
-    }
-    for (int i = 0; i < g->nparams; i++) note_value(p, g->params[i]);
-    for (int pos = 0; pos < plan->ngroups; pos++) {
-        const fc_group *grp = plan->groups[pos];
-        for (int i = 0; i < grp->ninputs; i++) note_value(p, grp->inputs[i]);
-        for (int i = 0; i < grp->noutputs; i++) {
-            fc_value *o = grp->outputs[i];
-            note_value(p, o);
-            if (grp->kind == FC_GROUP_ALIAS) {
-                fc_value *src = alias_source(grp, o);
-                note_value(p, src);
-                p->root[o->id] = p->root[src->id];
-            }
-        }
-        int nargs = grp->ninputs + grp->noutputs;
-        if (nargs > p->max_args) p->max_args = nargs;
-    }
-    for (int k = 0; k < g->noutputs; k++) {
-        fc_value *v = g->outputs[k];
-        note_value(p, v);
-        int r = p->root[v->id];
-        if (p->result_slot[r] < 0) p->result_slot[r] = k;
-    }
+    fc_status st = fc_plan_classes_make(p->ctx, plan, &p->cls);
+    if (st != FC_OK) return st;
     /* Every argument must have storage: check it here, at compile time. */
     for (int pos = 0; pos < plan->ngroups; pos++) {
         const fc_group *grp = plan->groups[pos];
-        for (int i = 0; i < grp->ninputs + grp->noutputs; i++) {
+        int nargs = grp->ninputs + grp->noutputs;
+        if (nargs > p->max_args) p->max_args = nargs;
+        for (int i = 0; i < nargs; i++) {
             const fc_value *v = i < grp->ninputs ? grp->inputs[i] : grp->outputs[i - grp->ninputs];
-            const fc_value *r = p->val[p->root[v->id]];
-            bool ok = r->param_index >= 0 || p->result_slot[r->id] >= 0 || plan->offset[v->id] >= 0;
+            const fc_value *r = p->cls.val[p->cls.root[v->id]];
+            bool ok = r->param_index >= 0 || p->cls.result_slot[r->id] >= 0 || plan->offset[v->id] >= 0;
             if (!ok)
                 return fc_set_error(p->ctx, FC_ERR_RUNTIME,
                                     "internal error: value %%%s of group %d has no storage in the memory plan",
@@ -318,9 +267,9 @@ static fc_status build_storage(fc_cpu_program *p) {
 
 /* The host address of value id for one run. */
 static void *value_ptr(const fc_cpu_program *p, int id, const fc_tensor *inputs, const fc_tensor *outputs) {
-    const fc_value *r = p->val[p->root[id]];
+    const fc_value *r = p->cls.val[p->cls.root[id]];
     if (r->param_index >= 0) return inputs[r->param_index].data;
-    if (p->result_slot[r->id] >= 0) return outputs[p->result_slot[r->id]].data;
+    if (p->cls.result_slot[r->id] >= 0) return outputs[p->cls.result_slot[r->id]].data;
     FC_ASSERT(p->plan.offset[id] >= 0);
     return (char *)p->arena + p->plan.offset[id];
 }
@@ -888,10 +837,10 @@ static fc_status run_groups(fc_cpu_program *p, const fc_tensor *inputs, const fc
     /* Results no kernel wrote in place. */
     const fc_graph *g = p->g;
     for (int k = 0; k < g->noutputs; k++) {
-        const fc_value *v = g->outputs[k], *r = p->val[p->root[v->id]];
+        const fc_value *v = g->outputs[k], *r = p->cls.val[p->cls.root[v->id]];
         const void *src;
         if (r->param_index >= 0) src = inputs[r->param_index].data;
-        else if (p->result_slot[r->id] != k) src = outputs[p->result_slot[r->id]].data;
+        else if (p->cls.result_slot[r->id] != k) src = outputs[p->cls.result_slot[r->id]].data;
         else continue;
         if (fc_value_bytes(v) > 0 && src != outputs[k].data) memcpy(outputs[k].data, src, (size_t)fc_value_bytes(v));
     }
@@ -1037,9 +986,7 @@ void fc_cpu_program_free(fc_cpu_program *p) {
     pool_free(p->pool);
     fc_llvm_module_free(p->mod);
     fc_ctx_freemem(p->ctx, p->kern);
-    fc_ctx_freemem(p->ctx, p->val);
-    fc_ctx_freemem(p->ctx, p->root);
-    fc_ctx_freemem(p->ctx, p->result_slot);
+    fc_plan_classes_free(p->ctx, &p->cls);
     fc_ctx_freemem(p->ctx, p->args);
     free(p->arena);
     fc_plan_release(&p->plan);

@@ -126,7 +126,7 @@ fc_status fc_guard_bind(fc_context *ctx, const fc_program_desc *sig, const char 
         const fc_tensor *x = &outputs[o];
         bool ok = x->dtype == t->dtype && x->rank == t->rank;
         for (int d = 0; ok && d < t->rank; d++) {
-            int64_t want = fc_dim_is_sym(t->dims[d]) ? syms[fc_dim_sym_index(t->dims[d])] : t->dims[d];
+            int64_t want = fc_dim_value(t->dims[d], syms);
             ok = x->shape[d] == want;
         }
         if (!ok) {
@@ -134,8 +134,7 @@ fc_status fc_guard_bind(fc_context *ctx, const fc_program_desc *sig, const char 
             size_t n = (size_t)snprintf(want, sizeof want, "%s[", fc_dtype_name(t->dtype));
             for (int d = 0; d < t->rank && n < sizeof want; d++)
                 n += (size_t)snprintf(want + n, sizeof want - n, "%s%lld", d ? ", " : "",
-                                      (long long)(fc_dim_is_sym(t->dims[d]) ? syms[fc_dim_sym_index(t->dims[d])]
-                                                                            : t->dims[d]));
+                                      (long long)fc_dim_value(t->dims[d], syms));
             if (n < sizeof want) snprintf(want + n, sizeof want - n, "]");
             return fc_set_error(ctx, FC_ERR_INPUT, "graph %s: output %d must be %s for these inputs", g, o, want);
         }
@@ -696,7 +695,7 @@ fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int n
         outputs[o].dtype = t->dtype;
         outputs[o].rank = t->rank;
         for (int q = 0; q < t->rank; q++)
-            outputs[o].shape[q] = fc_dim_is_sym(t->dims[q]) ? key[fc_dim_sym_index(t->dims[q])] : t->dims[q];
+            outputs[o].shape[q] = fc_dim_value(t->dims[q], key);
     }
     return FC_OK;
 }

@@ -91,7 +91,8 @@ struct fc_program {
 
     /* CUDA Graph replay (runtime/replay.c): built at the second run. */
     fc_replay *replay;
-    bool replay_off;     /* graphs are off, or building one failed (stats say why) */
+    bool graphs_decided; /* the options and environment were read (first run) */
+    bool replay_off;     /* graphs are off, or building or patching one failed (stats say why) */
     fc_run_stats stats;
 
     /* One shape of a dynamic program's variant (an "instance"): the
@@ -236,35 +237,17 @@ static int resolve_sm(int sm) {
     return 90;
 }
 
-static bool group_has_node(const fc_group *grp, const fc_node *n) {
-    for (int i = 0; i < grp->nnodes; i++)
-        if (grp->nodes[i] == n) return true;
-    return false;
-}
-
-/* The value outside alias group grp that its output o views (as in
- * passes/memplan.c, which makes the same classes). */
-static fc_value *alias_source(const fc_group *grp, fc_value *o) {
-    fc_value *v = o;
-    while (v->def && group_has_node(grp, v->def)) v = v->def->in[0];
-    return v;
-}
-
-/* The storage classes of a plan, by value id, while build_desc runs. */
-typedef struct classes {
-    int nvalues;
-    fc_value **val;   /* id -> value, for every value the plan mentions */
-    int *root;        /* id -> id of its class root */
-    int *result_slot; /* root id -> the first graph result in the class, or -1 */
-} classes;
-
-static void note_value(classes *c, fc_value *v) {
-    FC_ASSERT(v && v->id >= 0 && v->id < c->nvalues);
-    c->val[v->id] = v;
+/* What a description records of the compile options: the resolved target
+ * and the switches that change the code or the GEMMs. */
+static void set_target(fc_program_desc *d, const fc_compile_options *o) {
+    d->sm = resolve_sm(o->sm);
+    d->fast_math = o->fast_math;
+    d->fuse = o->fuse;
+    d->tf32 = o->allow_tf32;
 }
 
 /* Where value id lives (the table at the top of the file). */
-static fc_store store_of(const classes *c, const fc_plan *plan, int id) {
+static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
     fc_store s = {FC_STORE_NONE, 0, 0};
     const fc_value *v = c->val[id];
     if (!v) return s;
@@ -290,39 +273,14 @@ static void set_tensor_type(fc_program_tensor *t, const fc_value *v) {
     t->value = v->id;
 }
 
-/* Build the classes, check that every launch argument and every result
- * has storage (so that a mismatch between the plan and the codegen shows
- * up at compile time, in CI, not as a bad pointer on a GPU), and fill the
- * description from them. */
-static fc_status fill_desc(fc_program *p, classes *c) {
+/* Check that every launch argument and every result has storage in the
+ * plan's classes (so that a mismatch between the plan and the codegen
+ * shows up at compile time, in CI, not as a bad pointer on a GPU), and
+ * fill the description from them. */
+static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
     fc_graph *g = p->g;
     const fc_plan *plan = &p->plan;
     fc_program_desc *d = &p->d;
-    for (int id = 0; id < c->nvalues; id++) {
-        c->val[id] = NULL;
-        c->root[id] = id;
-        c->result_slot[id] = -1;
-    }
-    for (int i = 0; i < g->nparams; i++) note_value(c, g->params[i]);
-    for (int pos = 0; pos < plan->ngroups; pos++) {
-        const fc_group *grp = plan->groups[pos];
-        for (int i = 0; i < grp->ninputs; i++) note_value(c, grp->inputs[i]);
-        for (int i = 0; i < grp->noutputs; i++) {
-            fc_value *o = grp->outputs[i];
-            note_value(c, o);
-            if (grp->kind == FC_GROUP_ALIAS) {
-                fc_value *src = alias_source(grp, o);
-                note_value(c, src);
-                c->root[o->id] = c->root[src->id];
-            }
-        }
-    }
-    for (int k = 0; k < g->noutputs; k++) {
-        fc_value *v = g->outputs[k];
-        note_value(c, v);
-        int r = c->root[v->id];
-        if (c->result_slot[r] < 0) c->result_slot[r] = k;
-    }
 
     /* A result class not rooted at a parameter must be written by a group. */
     for (int k = 0; k < g->noutputs; k++) {
@@ -425,15 +383,10 @@ static fc_status describe_gemms(fc_program *p) {
 }
 
 static fc_status build_desc(fc_program *p) {
-    classes c = {p->g->next_value_id, NULL, NULL, NULL};
-    size_t nv = (size_t)(c.nvalues ? c.nvalues : 1);
-    c.val = fc_ctx_malloc(p->ctx, nv * sizeof *c.val);
-    c.root = fc_ctx_malloc(p->ctx, nv * sizeof *c.root);
-    c.result_slot = fc_ctx_malloc(p->ctx, nv * sizeof *c.result_slot);
-    fc_status st = c.val && c.root && c.result_slot ? fill_desc(p, &c) : FC_ERR_NOMEM;
-    fc_ctx_freemem(p->ctx, c.val);
-    fc_ctx_freemem(p->ctx, c.root);
-    fc_ctx_freemem(p->ctx, c.result_slot);
+    fc_plan_classes c;
+    fc_status st = fc_plan_classes_make(p->ctx, &p->plan, &c);
+    if (st == FC_OK) st = fill_desc(p, &c);
+    fc_plan_classes_free(p->ctx, &c);
     return st == FC_OK ? describe_gemms(p) : st;
 }
 
@@ -584,10 +537,7 @@ static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *ke
  * program when one fails. */
 static fc_status compile_program(fc_program *p, fc_graph *g) {
     fc_program_desc *d = &p->d;
-    d->sm = resolve_sm(p->opts.sm);
-    d->fast_math = p->opts.fast_math;
-    d->fuse = p->opts.fuse;
-    d->tf32 = p->opts.allow_tf32;
+    set_target(d, &p->opts);
 
     fc_cache *cache = NULL;
     fc_status st = fc_cache_global_open(p->ctx, &cache);
@@ -680,10 +630,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     if (!p) return FC_ERR_NOMEM;
     p->opts = *o;
     fc_program_desc *d = &p->d;
-    d->sm = resolve_sm(o->sm);
-    d->fast_math = o->fast_math;
-    d->fuse = o->fuse;
-    d->tf32 = o->allow_tf32;
+    set_target(d, o);
     fc_cache *cache = NULL;
     fc_status st = fc_cache_global_open(p->ctx, &cache);
     nvrtc_setup nv;
@@ -728,6 +675,7 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     fc_program *p = new_program(v->ctx);
     if (!p) return FC_ERR_NOMEM;
     p->opts = v->opts;
+    /* The variant's target, as resolved (no device query per shape). */
     p->d.sm = v->d.sm;
     p->d.fast_math = v->d.fast_math;
     p->d.fuse = v->d.fuse;
@@ -785,14 +733,9 @@ fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
     fc_status st = variant_signature(p);
     p->g = NULL;
     if (st == FC_OK && !(p->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
-    p->d.sm = resolve_sm(p->opts.sm);
-    p->d.fast_math = p->opts.fast_math;
-    p->d.fuse = p->opts.fuse;
-    p->d.tf32 = p->opts.allow_tf32;
+    set_target(&p->d, &p->opts);
     return st;
 }
-
-const char *fc_program_graph_text_of(const fc_program *p) { return p->d.graph_text; }
 
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { p->dyn = dyn; }
 struct fc_dynamic *fc_program_dynamic(const fc_program *p) { return p ? p->dyn : NULL; }
@@ -1024,11 +967,16 @@ void fc_program_times(const fc_program *p, fc_compile_times *out) {
 /* Text: the plan, the source, the PTX.                                */
 /* ------------------------------------------------------------------ */
 
+/* What a program's plan, source and PTX show: a dynamic program shows its
+ * dynamic variant (kernels with the dims as arguments), when it has one. */
+static fc_program *shown(fc_program *p) {
+    fc_program *v = p->dyn ? fc_dynamic_variant(p->dyn) : NULL;
+    return v ? v : p;
+}
+
 char *fc_program_plan_text(fc_program *p) {
     if (!p) return NULL;
-    /* A dynamic program shows its dynamic variant (kernels with the dims as
-     * arguments), when it has one. */
-    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_plan_text(fc_dynamic_variant(p->dyn));
+    p = shown(p);
     fc_strbuf t = {.ctx = p->ctx};
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
@@ -1096,9 +1044,7 @@ char *fc_compile_times_text(const fc_compile_times *t) {
 
 char *fc_program_cuda_source(fc_program *p) {
     if (!p) return NULL;
-    /* A dynamic program shows its dynamic variant (kernels with the dims as
-     * arguments), when it has one. */
-    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_cuda_source(fc_dynamic_variant(p->dyn));
+    p = shown(p);
     if (!p->d.src.source) {
         fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
         return NULL;
@@ -1134,9 +1080,7 @@ static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrt
 
 char *fc_program_ptx(fc_program *p) {
     if (!p) return NULL;
-    /* A dynamic program shows its dynamic variant (kernels with the dims as
-     * arguments), when it has one. */
-    if (p->dyn && fc_dynamic_variant(p->dyn)) return fc_program_ptx(fc_dynamic_variant(p->dyn));
+    p = shown(p);
     /* Not kept from fc_compile: few callers want it, and NVRTC makes it
      * again in a few milliseconds with exactly the same options. */
     if (!p->d.src.source) {
@@ -1347,22 +1291,22 @@ static fc_status copy_dtod(fc_program *p, CUdeviceptr dst, CUdeviceptr src, int6
     return FC_OK;
 }
 
-/* Are CUDA Graphs wanted for p? When not, *why says why. */
-static bool graphs_wanted(const fc_program *p, const char **why) {
-    const char *env = getenv("FUSEC_CUDA_GRAPHS");
-    if (!p->opts.cuda_graphs) *why = "CUDA Graphs are off (fc_compile_options.cuda_graphs, or --no-graphs)";
-    else if (env && !strcmp(env, "0")) *why = "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)";
-    else if (p->d.src.nlaunches == 0) *why = "the program launches nothing";
-    else return true;
-    return false;
+/* Graphs off for p from now on, for this reason (the stats keep it; the
+ * log says it once). */
+static void graphs_off(fc_program *p, const char *why) {
+    p->replay_off = true;
+    snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%s", why);
+    fc_trace(FC_LOG_GRAPHS, "program %s: runs launch by launch: %s", p->d.graph_name, why);
 }
 
-static void graph_skipped(fc_program *p, const char *why) {
-    p->stats.graph_skips++;
-    if (strcmp(p->stats.graph_skip_reason, why)) {
-        snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%s", why);
-        fc_trace(FC_LOG_GRAPHS, "program %s: runs launch by launch: %s", p->d.graph_name, why);
-    }
+/* Whether p replays at all, decided at its first run: the options and the
+ * environment are read once, not at every run. */
+static void decide_graphs(fc_program *p) {
+    const char *env = getenv("FUSEC_CUDA_GRAPHS");
+    p->graphs_decided = true;
+    if (!p->opts.cuda_graphs) graphs_off(p, "CUDA Graphs are off (fc_compile_options.cuda_graphs, or --no-graphs)");
+    else if (env && !strcmp(env, "0")) graphs_off(p, "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)");
+    else if (p->d.src.nlaunches == 0) graphs_off(p, "the program launches nothing");
 }
 
 /* The launches one by one. */
@@ -1393,36 +1337,35 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
  * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
-    const char *why = NULL;
-    if (p->replay_off) return FC_ERR_UNSUPPORTED;
-    if (!graphs_wanted(p, &why)) {
-        graph_skipped(p, why);
+    if (!p->graphs_decided) decide_graphs(p);
+    /* The first run is eager by design; a later eager one is a skip. */
+    if (p->stats.runs == 0) return FC_ERR_UNSUPPORTED;
+    if (p->replay_off) {
+        p->stats.graph_skips++;
         return FC_ERR_UNSUPPORTED;
     }
-    if (p->stats.runs == 0) return FC_ERR_UNSUPPORTED;
     fc_replay_env e = env_of(p);
+    fc_status st = FC_OK;
+    const char *failed = NULL;
     if (!p->replay) {
-        fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
-        if (st != FC_OK) {
-            char reason[160];
-            snprintf(reason, sizeof reason, "building the graph failed: %.120s", fc_last_error(p->ctx));
-            p->replay_off = true;
-            graph_skipped(p, reason);
-            return FC_ERR_UNSUPPORTED;
-        }
-        p->stats.graph_captures++;
+        st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
+        if (st == FC_OK) p->stats.graph_captures++;
+        else failed = "building the graph failed";
     }
-    fc_status st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
-    if (st != FC_OK) {
+    if (st == FC_OK) {
+        st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
         /* A graph that could not be patched is never launched again (nothing
-         * of it was queued: the launch is the last step); this run and the
-         * later ones go launch by launch. */
+         * of it was queued: the launch is the last step). */
+        if (st != FC_OK) failed = "patching the graph failed";
+    }
+    if (failed) {
+        /* This run and the later ones go launch by launch. */
         char reason[160];
-        snprintf(reason, sizeof reason, "patching the graph failed: %.120s", fc_last_error(p->ctx));
+        snprintf(reason, sizeof reason, "%s: %.120s", failed, fc_last_error(p->ctx));
         fc_replay_free(p->replay, p->dev);
         p->replay = NULL;
-        p->replay_off = true;
-        graph_skipped(p, reason);
+        graphs_off(p, reason);
+        p->stats.graph_skips++;
         return FC_ERR_UNSUPPORTED;
     }
     p->stats.graph_replays++;

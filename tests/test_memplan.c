@@ -7,8 +7,9 @@
  * aligned and inside the arena; every intermediate has an offset and every
  * parameter and result has none; the sum and the peak are what they say.
  * Then: a chain of N groups needs two buffers; reuse makes the peak smaller
- * than the sum; aliases share their source's storage and lifetime; random
- * DAGs; allocation failures. */
+ * than the sum; aliases share their source's storage and lifetime; the
+ * storage classes (fc_plan_classes_make); random DAGs; allocation
+ * failures. */
 #include "check.h"
 #include "passes/passes.h"
 
@@ -246,6 +247,65 @@ static void test_alias(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* The classes the memory plan and the runtimes share: an alias joins its
+ * source's class (through a chain of aliases), a class's result slot is its
+ * first graph result, and values the plan never names are NULL. */
+static void test_classes(fc_context *ctx) {
+    fc_graph *g = fc_graph_new(ctx, "classes");
+    fc_dim d[1] = {64}, d2[2] = {8, 8};
+    fc_value *x = fc_param(g, "x", FC_F32, 1, d);
+    fc_value *z = fc_param(g, "z", FC_F32, 1, d); /* read by nothing */
+    fc_value *t = fc_exp(g, x);                   /* inside g0, not written */
+    fc_value *a = fc_neg(g, t);                   /* g0 */
+    fc_value *v = fc_reshape(g, a, 2, d2);        /* g1: alias of a */
+    fc_value *u = fc_reshape(g, v, 1, d);         /* g2: alias of v, so of a */
+    fc_value *y = fc_reshape(g, x, 2, d2);        /* g3: alias of the param */
+    fc_value *b = fc_sin(g, y);                   /* g4 */
+    fc_value *outs[4] = {v, u, y, b};
+    fc_graph_return(g, 4, outs);
+    CHECK_EQ_INT(fc_graph_status(g), FC_OK);
+
+    fc_plan p;
+    plan_init(&p, g);
+    fc_node *g0[2] = {t->def, a->def};
+    add_group(&p, FC_GROUP_POINTWISE, g0, 2, &x, 1, &a, 1);
+    node_group(&p, FC_GROUP_ALIAS, v);
+    node_group(&p, FC_GROUP_ALIAS, u);
+    node_group(&p, FC_GROUP_ALIAS, y);
+    node_group(&p, FC_GROUP_POINTWISE, b);
+    fc_plan_classes c;
+    CHECK_EQ_INT(fc_plan_classes_make(ctx, &p, &c), FC_OK);
+    CHECK_EQ_INT(c.nvalues, g->next_value_id);
+    CHECK(c.val[x->id] == x && c.val[z->id] == z && c.val[a->id] == a && c.val[u->id] == u);
+    CHECK(c.val[t->id] == NULL);
+    CHECK_EQ_INT(c.root[x->id], x->id);
+    CHECK_EQ_INT(c.root[z->id], z->id);
+    CHECK_EQ_INT(c.root[a->id], a->id);
+    CHECK_EQ_INT(c.root[v->id], a->id);
+    CHECK_EQ_INT(c.root[u->id], a->id);
+    CHECK_EQ_INT(c.root[y->id], x->id);
+    CHECK_EQ_INT(c.root[b->id], b->id);
+    CHECK_EQ_INT(c.result_slot[a->id], 0); /* v, the first of v and u */
+    CHECK_EQ_INT(c.result_slot[x->id], 2);
+    CHECK_EQ_INT(c.result_slot[b->id], 3);
+    CHECK_EQ_INT(c.result_slot[z->id], -1);
+    fc_plan_classes_free(ctx, &c);
+    CHECK(c.val == NULL && c.root == NULL && c.result_slot == NULL);
+    fc_plan_classes_free(ctx, &c); /* an empty one is fine */
+
+    /* Allocation failures leave c empty. */
+    for (long n = 1; n <= 3; n++) {
+        fc_context_fail_alloc_after(ctx, n);
+        fc_status st = fc_plan_classes_make(ctx, &p, &c);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK_EQ_INT(st, FC_ERR_NOMEM);
+        CHECK(c.val == NULL && c.root == NULL && c.result_slot == NULL);
+    }
+    fc_clear_error(ctx);
+    fc_arena_release(&p.arena);
+    fc_graph_free(g);
+}
+
 /* A multi-output group (horizontal fusion) and a value written but read by
  * nobody later: it still gets storage of its own for its writer. */
 static void test_multi_output(fc_context *ctx) {
@@ -392,6 +452,7 @@ int main(void) {
     for (int n = 1; n <= 12; n++) test_chain(ctx, n);
     test_diamond(ctx);
     test_alias(ctx);
+    test_classes(ctx);
     test_multi_output(ctx);
     test_random(ctx, 300);
     test_empty(ctx);

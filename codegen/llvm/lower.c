@@ -261,20 +261,6 @@ static void store_output(kern *k, int o, const fc_value *v, LLVMValueRef L, LLVM
 
 static LLVMValueRef emit_value(kern *k, const fc_value *v, LLVMValueRef L);
 
-static bool is_view(fc_op op) {
-    switch (op) {
-    case FC_OP_RESHAPE: case FC_OP_PERMUTE: case FC_OP_EXPAND: case FC_OP_SLICE: case FC_OP_CONCAT:
-    case FC_OP_SPLIT: case FC_OP_GATHER: case FC_OP_IOTA: case FC_OP_FULL:
-        return true;
-    default: return false;
-    }
-}
-
-static bool is_elementwise(fc_op op) {
-    return fc_op_is_unary(op) || fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE ||
-           op == FC_OP_CAST;
-}
-
 /* The dtype an elementwise node computes in, exactly as the reference
  * (runtime/interp.c, compute_dtype): its result's dtype, except that
  * compares work in the promotion of their operands (a weak scalar taking
@@ -535,8 +521,8 @@ static LLVMValueRef emit_value(kern *k, const fc_value *v, LLVMValueRef L) {
     } else if (fc_op_is_reduce(n->op)) {
         fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: a reduction result is read at an element index");
         return zero(k, v->dtype);
-    } else if (is_view(n->op)) e = emit_view(k, n, v, L);
-    else if (is_elementwise(n->op)) e = emit_elementwise(k, n, L);
+    } else if (fc_op_is_view(n->op)) e = emit_view(k, n, v, L);
+    else if (fc_op_is_elementwise(n->op)) e = emit_elementwise(k, n, L);
     else {
         fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: %s cannot be computed inside a kernel", fc_op_table[n->op].name);
         return zero(k, v->dtype);
@@ -706,7 +692,7 @@ static void mark_rows(kern *k) {
             if (k->is_row[x->id]) dep = true;
             else if (x->def && in_group(k, x->def)) other = true;
         }
-        if (dep && !other && numel_of(n->out[0]) == gr->rows && fc_group_is_row_shape(gr, n->out[0])) k->is_row[n->out[0]->id] = true;
+        if (dep && !other && fc_group_is_row_shape(gr, n->out[0])) k->is_row[n->out[0]->id] = true;
     }
 }
 
@@ -740,9 +726,9 @@ static void check_row_reads(kern *k) {
             for (int o = 0; o < n->nout && !reduce && !row_out; o++) dep[n->out[o]->id] = true;
             bool ok;
             if (reduce) ok = is_full(gr, x) && (dep[x->id] || fc_group_row_broadcast(gr, x));
-            else if (!k->is_row[x->id]) ok = is_elementwise(n->op) && is_full(gr, n->out[0]) && is_full(gr, x);
-            else if (row_out) ok = is_elementwise(n->op) || n->op == FC_OP_RESHAPE;
-            else ok = is_elementwise(n->op) && is_full(gr, n->out[0]) && fc_group_row_broadcast(gr, x);
+            else if (!k->is_row[x->id]) ok = fc_op_is_elementwise(n->op) && is_full(gr, n->out[0]) && is_full(gr, x);
+            else if (row_out) ok = fc_op_is_elementwise(n->op) || n->op == FC_OP_RESHAPE;
+            else ok = fc_op_is_elementwise(n->op) && is_full(gr, n->out[0]) && fc_group_row_broadcast(gr, x);
             if (!ok) {
                 char xs[128], ns[128];
                 k->row_conflict = true;
@@ -763,7 +749,7 @@ static void check_row_reads(kern *k) {
 /* A stored value of a REDUCE group that is not a per-row value but has one
  * element per row, in row order: it is written once per row. */
 static bool row_stored(const kern *k, const fc_value *v) {
-    return numel_of(v) == k->gr->rows && fc_group_is_row_shape(k->gr, v);
+    return fc_group_is_row_shape(k->gr, v); /* implies numel(v) == rows */
 }
 
 /* The reduction's accumulator type and initial value. Float max/min work on
