@@ -23,6 +23,7 @@
 #include "runtime/interp.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
+#include "test_util.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -33,37 +34,6 @@
 #include <xxhash.h>
 
 static char root[256];
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static unsigned char *read_all(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) *n = (size_t)len;
-    return b;
-}
-
-static void write_all(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    CHECK(fwrite(data, 1, n, f) == n);
-    fclose(f);
-}
 
 static uint64_t nvrtc_count(void) {
     fc_compile_counters c;
@@ -188,7 +158,7 @@ static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
     CHECK(stat(path, &sb) == 0 && S_ISREG(sb.st_mode));
 
     size_t n;
-    unsigned char *file = read_all(path, &n);
+    unsigned char *file = read_file(path, &n);
     CHECK(file && n > 64 && memcmp(file, "\x7f" "ELF", 4) == 0);
     CHECK(file && file[4] == 2 && file[5] == 1 && file[18] == 190 && file[19] == 0); /* ELF64, LE, EM_CUDA */
     /* Every kernel is in it, and the program's symbol. */
@@ -318,7 +288,7 @@ static void test_refused(fc_context *ctx) {
     snprintf(bad, sizeof bad, "%s/bad.cubin", root);
     CHECK_EQ_INT(fc_program_save_file(p, path), FC_OK);
     size_t n;
-    unsigned char *file = read_all(path, &n);
+    unsigned char *file = read_file(path, &n);
     if (!file) {
         fc_program_free(p);
         fc_graph_free(g);
@@ -462,18 +432,8 @@ static void test_arch(void) {
     CHECK(!fc_arch_parse(NULL, &sm));
 }
 
-static void rm_rf(const char *path) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
-}
-
 int main(void) {
-    snprintf(root, sizeof root, "/tmp/fusec-test-aot-XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!temp_dir(root, sizeof root, "fusec-test-aot")) return 1;
     /* Saving and loading need no cache; keep the user's out of it. */
     setenv("FUSEC_CACHE", "off", 1);
     fc_context *ctx = fc_context_new();

@@ -9,6 +9,7 @@
 #include "cache/cache.h"
 #include "cache/cache_internal.h"
 #include "check.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -29,36 +30,11 @@ static fc_context *ctx;
 /* A fresh directory; the cache goes in <it>/cache so that creating it
  * (mkdir -p, modes) is part of every test. */
 static void fresh_dir(char *base, size_t n, char *cache_dir, size_t m) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(base, n, "%s/fusec-cache-test-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
-        exit(2);
-    }
+    if (!temp_dir(base, n, "fusec-cache-test")) exit(2);
     snprintf(cache_dir, m, "%s/cache", base);
 }
 
 /* rm -rf, restoring permissions that tests take away on purpose. */
-static void rm_rf(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        chmod(path, 0700);
-        DIR *d = opendir(path);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-            char sub[4096];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
-
 static fc_cache *open_cache(const char *dir, fc_cache_mode mode, uint64_t max) {
     fc_cache_options o = {.dir = dir, .mode = mode, .max_bytes = max};
     fc_cache *c = NULL;
@@ -123,17 +99,6 @@ static void set_mtime(const char *path, time_t t) {
 }
 
 /* Number of names in dir starting with prefix. */
-static int count_names(const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) n++;
-    closedir(d);
-    return n;
-}
-
 /* get -> 1 hit with the expected bytes, 0 miss, -1 wrong bytes or error */
 static int get_check(fc_cache *c, fc_cache_level level, const char *key_text, const void *want, size_t want_n) {
     fc_cache_key k = key_of(key_text);

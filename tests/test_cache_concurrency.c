@@ -16,6 +16,7 @@
  */
 #include "cache/cache.h"
 #include "check.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -128,36 +129,6 @@ static void child(int id, const char *dir, int start_fd, int result_fd) {
     fc_context_free(ctx);
     if (write(result_fd, &t, sizeof t) != (ssize_t)sizeof t) _exit(3);
     _exit(0);
-}
-
-static int count_names(const char *dir, const char *prefix) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) n++;
-    closedir(d);
-    return n;
-}
-
-static void rm_rf(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-            char sub[4096];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
 }
 
 static void test_processes(const char *dir) {
@@ -306,13 +277,8 @@ static void test_threads(const char *dir) {
 int main(void) {
     unsetenv("FUSEC_CACHE");
     unsetenv("FUSEC_CACHE_MAX_BYTES");
-    const char *tmp = getenv("TMPDIR");
     char base[256], dir[300];
-    snprintf(base, sizeof base, "%s/fusec-cache-conc-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(base)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    if (!temp_dir(base, sizeof base, "fusec-cache-conc")) return 2;
     snprintf(dir, sizeof dir, "%s/cache", base);
     test_processes(dir);
     test_threads(dir);

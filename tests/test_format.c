@@ -9,6 +9,7 @@
 #include "check.h"
 #include "fusec.h"
 #include "ir.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <stdio.h>
@@ -17,22 +18,6 @@
 #include <sys/stat.h>
 
 static fc_context *ctx;
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) buf = realloc(buf, cap *= 2);
-    }
-    fclose(f);
-    if (buf) buf[n] = 0;
-    *len = n;
-    return buf;
-}
 
 /* Parse text (as "t.ir") and print it; NULL, with the error reported as a
  * failure naming `line`, if either step fails. */

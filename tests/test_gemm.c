@@ -33,68 +33,25 @@
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
 #include "ir.h"
+#include "pass_file.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/interp.h"
+#include "test_util.h"
 
 #include <cublasLt.h>
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *src_dir(void) {
-    const char *s = getenv("FUSEC_SRC");
-    return s && *s ? s : ".";
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
 
 static fc_graph *parse(fc_context *ctx, const char *name, const char *text) {
     fc_graph *g = NULL;
     if (fc_parse(ctx, name, text, strlen(text), NULL, NULL, 0, &g) != FC_OK)
         fprintf(stderr, "%s: %s\n", name, fc_last_error(ctx));
     return g;
-}
-
-/* Run a comma-separated list of passes, verifying after each. */
-static fc_status run_passes(fc_graph *g, const char *list, const char *where) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *save, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save)) {
-        fc_status st;
-        if (!strcmp(p, "canonicalize")) st = fc_pass_canonicalize(g);
-        else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
-        else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
-        else if (!strcmp(p, "epilogue")) st = fc_pass_epilogue(g);
-        else {
-            fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
-            return FC_ERR_USAGE;
-        }
-        if (st == FC_OK) st = fc_verify(g);
-        if (st != FC_OK) {
-            fprintf(stderr, "%s: after %s: %s\n", where, p, fc_last_error(g->ctx));
-            return st;
-        }
-    }
-    return FC_OK;
 }
 
 /* The passes the pipeline runs up to and including epilogue fusion. */
@@ -162,35 +119,6 @@ static void random_interp_inputs(const fc_graph *g, fc_interp_tensor *in) {
 /* 1 and 2. Pass tests and their numerics                               */
 /* ------------------------------------------------------------------ */
 
-typedef struct directives {
-    char run[256];
-    char *expect; /* malloc'd */
-} directives;
-
-static bool read_directives(const char *text, directives *d) {
-    memset(d, 0, sizeof *d);
-    d->expect = calloc(strlen(text) + 1, 1);
-    size_t len = 0;
-    bool in_expect = false, have = false;
-    for (const char *line = text; *line;) {
-        const char *eol = strchr(line, '\n');
-        size_t n = eol ? (size_t)(eol - line) : strlen(line);
-        if (in_expect && (n == 0 || line[0] != '#')) in_expect = false;
-        if (in_expect) {
-            size_t skip = n >= 2 && line[1] == ' ' ? 2 : 1;
-            memcpy(d->expect + len, line + skip, n - skip);
-            len += n - skip;
-            d->expect[len++] = '\n';
-        } else if (!strncmp(line, "# RUN:", 6)) {
-            snprintf(d->run, sizeof d->run, "%.*s", (int)(n - 6), line + 6);
-        } else if (!strncmp(line, "# EXPECT:", 9)) {
-            in_expect = have = true;
-        }
-        line += n + (eol ? 1 : 0);
-    }
-    return d->run[0] && have;
-}
-
 /* g0 and g1 give the same results (within the result dtypes' tolerance)
  * on random inputs under the reference interpreter. */
 static void check_same_results(const char *name, fc_graph *g0, fc_graph *g1) {
@@ -226,7 +154,7 @@ static void check_same_results(const char *name, fc_graph *g0, fc_graph *g1) {
 }
 
 static void run_file_test(const char *path) {
-    char *text = read_file(path);
+    char *text = read_file(path, NULL);
     CHECK(text != NULL);
     if (!text) return;
     directives d;
@@ -269,30 +197,16 @@ static void run_file_test(const char *path) {
     free(text);
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
 static void test_files(void) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/gemm", src_dir());
-    DIR *dp = opendir(dir);
-    CHECK(dp != NULL);
-    if (!dp) return;
-    char *names[256];
+    char **files = list_ir(dir);
+    CHECK(files != NULL);
+    if (!files) return;
     int n = 0;
-    for (struct dirent *e; (e = readdir(dp)) && n < 256;) {
-        size_t l = strlen(e->d_name);
-        if (l > 3 && !strcmp(e->d_name + l - 3, ".ir")) {
-            names[n] = malloc(strlen(dir) + l + 2);
-            sprintf(names[n++], "%s/%s", dir, e->d_name);
-        }
-    }
-    closedir(dp);
-    qsort(names, (size_t)n, sizeof *names, cmp_str);
-    for (int i = 0; i < n; i++) {
-        run_file_test(names[i]);
-        free(names[i]);
-    }
+    for (int i = 0; files[i]; i++, n++) run_file_test(files[i]);
     CHECK(n >= 14);
+    free_list(files);
 }
 
 /* ------------------------------------------------------------------ */

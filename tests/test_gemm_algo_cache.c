@@ -34,6 +34,7 @@
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
+#include "test_util.h"
 
 #include <cublasLt.h>
 #include <dirent.h>
@@ -49,25 +50,6 @@
 /* ---- helpers ------------------------------------------------------------------ */
 
 static char root[512];
-
-static void rm_rf(const char *path) {
-    struct stat st;
-    if (lstat(path, &st) != 0) return;
-    if (S_ISDIR(st.st_mode)) {
-        DIR *d = opendir(path);
-        struct dirent *de;
-        while (d && (de = readdir(d))) {
-            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
-            char sub[1024];
-            snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
-            rm_rf(sub);
-        }
-        if (d) closedir(d);
-        rmdir(path);
-    } else {
-        unlink(path);
-    }
-}
 
 /* A fresh directory under the test's root. */
 static void fresh_dir(char *out, size_t n, const char *name) {
@@ -686,12 +668,7 @@ static void test_gpu_programs(fc_context *ctx) {
 }
 
 int main(void) {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(root, sizeof root, "%s/fusec-algo-cache-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 2;
-    }
+    if (!temp_dir(root, sizeof root, "fusec-algo-cache")) return 2;
     fc_context *ctx = fc_context_new();
     test_key();
     test_record();

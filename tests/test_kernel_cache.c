@@ -27,6 +27,7 @@
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <pthread.h>
@@ -41,12 +42,6 @@ static char root[256]; /* the temporary root of every cache directory here */
 static int ndirs;
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* Close the process's cache and point it at a new, empty directory; the
  * mode comes from FUSEC_CACHE (rw unless a test says otherwise). */
@@ -149,39 +144,8 @@ static int count_entries(const char *dir, const char *level) {
     return count;
 }
 
-static unsigned char *read_all(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *b = malloc((size_t)len + 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) *n = (size_t)len;
-    return b;
-}
-
-static void write_all(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f) return;
-    CHECK(fwrite(data, 1, n, f) == n);
-    fclose(f);
-}
-
 static bool same_bytes(const fc_bytes *a, const fc_bytes *b) {
     return a->size == b->size && memcmp(a->data, b->data, a->size) == 0;
-}
-
-static void rm_rf(const char *path) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", path);
 }
 
 /* ---- cold, warm, new process ---------------------------------------------------- */
@@ -355,7 +319,7 @@ static void test_processes(fc_context *ctx) {
         char path[400];
         snprintf(path, sizeof path, "%s/child%d.cubin", root, i);
         size_t n;
-        unsigned char *b = read_all(path, &n);
+        unsigned char *b = read_file(path, &n);
         CHECK(b && n > 64);
         if (i == 0) {
             first = b;
@@ -433,7 +397,7 @@ static const char *damage_name[NDAMAGE] = {"bit flip", "truncated", "zero-length
 
 static void damage_file(const char *path, damage how) {
     size_t n;
-    unsigned char *b = read_all(path, &n);
+    unsigned char *b = read_file(path, &n);
     CHECK(b != NULL && n > 80);
     if (!b) return;
     switch (how) {
@@ -459,11 +423,11 @@ static void test_damaged_kernel(fc_context *ctx, damage how) {
     only_entry(dir, "programs", ppath, sizeof ppath);
     CHECK(kpath[0] && ppath[0]);
     size_t good_n;
-    unsigned char *good = read_all(kpath, &good_n);
+    unsigned char *good = read_file(kpath, &good_n);
 
     damage_file(kpath, how);
     size_t bad_n;
-    unsigned char *bad = read_all(kpath, &bad_n);
+    unsigned char *bad = read_file(kpath, &bad_n);
     CHECK(unlink(ppath) == 0); /* so that the lookup reaches the kernel level */
     reopen_cache();
 
@@ -480,7 +444,7 @@ static void test_damaged_kernel(fc_context *ctx, damage how) {
     }
     /* The rebuilt entry is the good one, and verify finds nothing wrong. */
     size_t now_n;
-    unsigned char *now = read_all(kpath, &now_n);
+    unsigned char *now = read_file(kpath, &now_n);
     CHECK(now && now_n == good_n && memcmp(now, good, good_n) == 0);
     fc_cache_summary s;
     CHECK_EQ_INT(fc_cache_info(fc_cache_global(ctx), ctx, &s), FC_OK);
@@ -877,11 +841,7 @@ static void test_timing(fc_context *ctx) {
 }
 
 int main(void) {
-    snprintf(root, sizeof root, "/tmp/fusec-test-kcache-XXXXXX");
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!temp_dir(root, sizeof root, "fusec-test-kcache")) return 1;
     unsetenv("FUSEC_CACHE_MAX_BYTES");
     fc_context *ctx = fc_context_new();
     CHECK(fc_build_identity()[0] != 0);

@@ -13,6 +13,7 @@
  */
 #include "check.h"
 #include "fusec.h"
+#include "test_util.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -95,22 +96,6 @@ typedef struct File {
 
 static File corpus[256];
 static int ncorpus;
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = buf ? (size_t)n : 0;
-    return buf;
-}
 
 static void collect(const char *dir) {
     DIR *d = opendir(dir);

@@ -33,85 +33,16 @@
  */
 #include "check.h"
 #include "ir.h"
+#include "pass_file.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 #include "runtime/interp.h"
+#include "test_util.h"
 
-#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static const char *src_dir(void) {
-    const char *s = getenv("FUSEC_SRC");
-    return s && *s ? s : ".";
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) {
-        free(s);
-        s = NULL;
-    }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-/* The *.ir files of a directory, sorted (malloc'd paths; NULL-terminated). */
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-static char **list_ir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    char **v = NULL;
-    int n = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        size_t l = strlen(e->d_name);
-        if (l < 4 || strcmp(e->d_name + l - 3, ".ir")) continue;
-        v = realloc(v, sizeof *v * (size_t)(n + 2));
-        v[n] = malloc(strlen(dir) + l + 2);
-        sprintf(v[n++], "%s/%s", dir, e->d_name);
-    }
-    closedir(d);
-    if (!v) v = calloc(1, sizeof *v);
-    v[n] = NULL;
-    qsort(v, (size_t)n, sizeof *v, cmp_str);
-    return v;
-}
-
-static void free_list(char **v) {
-    for (int i = 0; v && v[i]; i++) free(v[i]);
-    free(v);
-}
-
-/* Run a comma-separated list of passes, verifying after each. */
-static fc_status run_passes(fc_graph *g, const char *list, const char *where) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    for (char *save, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save)) {
-        fc_status st;
-        if (!strcmp(p, "canonicalize")) st = fc_pass_canonicalize(g);
-        else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
-        else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
-        else {
-            fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
-            return FC_ERR_USAGE;
-        }
-        if (st == FC_OK) st = fc_verify(g);
-        if (st != FC_OK) {
-            fprintf(stderr, "%s: after %s: %s\n", where, p, fc_last_error(g->ctx));
-            return st;
-        }
-    }
-    return FC_OK;
-}
 
 /* Parse "N=4, B=2" into binds (names point into a static copy). */
 static int parse_binds(const char *text, fc_binding *binds, int max) {
@@ -133,45 +64,8 @@ static int parse_binds(const char *text, fc_binding *binds, int max) {
 /* 1. File tests                                                       */
 /* ------------------------------------------------------------------ */
 
-typedef struct {
-    char run[256], bind[256];
-    char *expect; /* malloc'd */
-} directives;
-
-/* Read the RUN, BIND and EXPECT comments of a test file. */
-static bool read_directives(const char *text, directives *d) {
-    memset(d, 0, sizeof *d);
-    size_t cap = strlen(text) + 1, len = 0;
-    d->expect = malloc(cap);
-    d->expect[0] = 0;
-    bool in_expect = false, have_expect = false;
-    for (const char *line = text; *line;) {
-        const char *eol = strchr(line, '\n');
-        size_t n = eol ? (size_t)(eol - line) : strlen(line);
-        if (in_expect) {
-            if (n == 0 || line[0] != '#') {
-                in_expect = false;
-            } else {
-                /* "# text" -> "text"; "#" alone -> an empty line */
-                size_t skip = n >= 2 && line[1] == ' ' ? 2 : 1;
-                memcpy(d->expect + len, line + skip, n - skip);
-                len += n - skip;
-                d->expect[len++] = '\n';
-                d->expect[len] = 0;
-            }
-        }
-        if (!in_expect) {
-            if (!strncmp(line, "# RUN:", 6)) snprintf(d->run, sizeof d->run, "%.*s", (int)(n - 6), line + 6);
-            else if (!strncmp(line, "# BIND:", 7)) snprintf(d->bind, sizeof d->bind, "%.*s", (int)(n - 7), line + 7);
-            else if (!strncmp(line, "# EXPECT:", 9)) in_expect = have_expect = true;
-        }
-        line += n + (eol ? 1 : 0);
-    }
-    return d->run[0] && have_expect;
-}
-
 static void run_file_test(const char *path) {
-    char *text = read_file(path);
+    char *text = read_file(path, NULL);
     CHECK(text != NULL);
     if (!text) return;
     directives d;
@@ -425,7 +319,7 @@ static const fc_binding example_binds[] = {{"B", 2}, {"T", 8}, {"N", 4}, {"S", 8
  * symbols free and bound; the pipeline computes the same values. */
 static void test_examples_one(const char *path, const char *graph) {
     static const char *const pipelines[] = {"canonicalize", "decompose", "dce", "canonicalize,decompose,canonicalize"};
-    char *text = read_file(path);
+    char *text = read_file(path, NULL);
     CHECK(text != NULL);
     if (!text) return;
     for (int bound = 0; bound < 2; bound++)
@@ -474,7 +368,7 @@ static void test_examples(void) {
         snprintf(dir, sizeof dir, "%s/%s", src_dir(), dirs[k]);
         char **files = list_ir(dir);
         for (int i = 0; files && files[i]; i++) {
-            char *text = read_file(files[i]);
+            char *text = read_file(files[i], NULL);
             if (!text) continue;
             fc_context *ctx = fc_context_new();
             char **names = NULL;

@@ -10,8 +10,9 @@
  * main() reads as the pipeline: parse the command line, then either work on
  * the cache, or get a program (parse and verify the graph, or load a
  * compiled program file), emit, save and/or run it. Flags live in one table
- * (`flags` below): to add one, write a handler and a row. Devices live in
- * another (`devices`): a backend is added by giving its row a run function.
+ * (`flags` below): to add one, write a row, and a handler for a value that
+ * needs more checking than a path's. Devices live in another (`devices`):
+ * a backend is added by giving its row a run function.
  *
  * Exit codes: 0 success, 1 input error, 2 usage error, 3 failure while
  * running, 4 --check failed, 5 out of memory, 6 unsupported (the fc_status
@@ -409,18 +410,6 @@ static int flag_seed(options *o, const char *flag, const char *val) {
     return 0;
 }
 
-static int flag_save_outputs(options *o, const char *flag, const char *val) {
-    if (!*val) return usage_error("%s needs a directory", flag);
-    o->save_dir = val;
-    return 0;
-}
-
-static int flag_output(options *o, const char *flag, const char *val) {
-    if (!*val) return usage_error("%s needs a file name", flag);
-    o->output = val;
-    return 0;
-}
-
 static int flag_arch(options *o, const char *flag, const char *val) {
     if (!fc_arch_parse(val, &o->sm))
         return usage_error("bad %s '%s': expected a CUDA target such as sm_90 (or sm90, 90, 9.0)", flag, val);
@@ -428,22 +417,19 @@ static int flag_arch(options *o, const char *flag, const char *val) {
     return 0;
 }
 
-static int flag_cache_dir(options *o, const char *flag, const char *val) {
-    if (!*val) return usage_error("%s needs a directory", flag);
-    o->cache_dir = val;
-    return 0;
-}
-
 typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
     bool takes_value;  /* --name VALUE or --name=VALUE */
-    int (*fn)(options *o, const char *flag, const char *val); /* NULL: a switch */
-    size_t swtch;      /* a switch: offsetof the bool in options it sets */
+    int (*fn)(options *o, const char *flag, const char *val); /* NULL: a switch or a path */
+    size_t field;      /* a switch: offsetof the bool in options it sets; a path: of the const char * */
+    const char *needs; /* a path: what an empty value lacks ("a directory") */
 } flag;
 
-#define OPTION(name, alias, fn) {name, alias, true, fn, 0}
-#define SWITCH(name, alias, field) {name, alias, false, NULL, offsetof(options, field)}
+#define OPTION(name, alias, fn) {name, alias, true, fn, 0, NULL}
+#define SWITCH(name, alias, field) {name, alias, false, NULL, offsetof(options, field), NULL}
+/* A non-empty value kept as it is. */
+#define PATH(name, alias, field, needs) {name, alias, true, NULL, offsetof(options, field), needs}
 
 static const flag flags[] = {
     OPTION("--graph", NULL, flag_graph),
@@ -455,12 +441,12 @@ static const flag flags[] = {
     OPTION("--device", NULL, flag_device),
     OPTION("--inputs", NULL, flag_inputs),
     OPTION("--seed", NULL, flag_seed),
-    OPTION("--save-outputs", NULL, flag_save_outputs),
-    OPTION("--output", "-o", flag_output),
+    PATH("--save-outputs", NULL, save_dir, "a directory"),
+    PATH("--output", "-o", output, "a file name"),
     OPTION("--arch", NULL, flag_arch),
     SWITCH("--time", NULL, time),
     SWITCH("--no-graphs", NULL, no_graphs),
-    OPTION("--cache-dir", NULL, flag_cache_dir),
+    PATH("--cache-dir", NULL, cache_dir, "a directory"),
     SWITCH("--cache-info", NULL, cache_info),
     SWITCH("--verify", NULL, verify),
     SWITCH("--cache-clear", NULL, cache_clear),
@@ -500,12 +486,15 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (eq) {
             return usage_error("option '%s' takes no value", f->name);
         }
-        if (!f->fn) {
-            *(bool *)((char *)o + f->swtch) = true;
-            continue;
+        if (f->fn) {
+            int rc = f->fn(o, f->name, val);
+            if (rc) return rc;
+        } else if (f->takes_value) {
+            if (!*val) return usage_error("%s needs %s", f->name, f->needs);
+            *(const char **)((char *)o + f->field) = val;
+        } else {
+            *(bool *)((char *)o + f->field) = true;
         }
-        int rc = f->fn(o, f->name, val);
-        if (rc) return rc;
     }
     return 0;
 }

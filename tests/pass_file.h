@@ -1,0 +1,117 @@
+/* pass_file.h - the pass-test file format that tests/passes/ and
+ * tests/gemm/ share (include after check.h): an input graph and, in
+ * comments, the passes to run and the exact IR expected after them.
+ *
+ *     # RUN: decompose,canonicalize      (passes, in order)
+ *     # BIND: N=4                        (optional: symbol bindings)
+ *     # EXPECT:
+ *     # graph f(%x: f32[4]) {
+ *     #   ...
+ *     # }
+ *     graph f(%x: f32[4]) { ... }
+ *
+ * The EXPECT block ends at the first line that is not a comment.
+ *
+ *   char **files = list_ir(dir);        the sorted .ir files of dir; free_list(files)
+ *   read_directives(text, &d)           RUN, BIND and EXPECT; free(d.expect)
+ *   run_passes(g, d.run, where)         each pass, then fc_verify
+ */
+#ifndef FC_TEST_PASS_FILE_H
+#define FC_TEST_PASS_FILE_H
+#include "ir.h"
+#include "passes/passes.h"
+
+#include <dirent.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static inline int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* NULL-terminated and sorted; NULL when dir cannot be opened. */
+static inline char **list_ir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char **v = NULL;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if (l < 4 || strcmp(e->d_name + l - 3, ".ir")) continue;
+        v = realloc(v, sizeof *v * (size_t)(n + 2));
+        v[n] = malloc(strlen(dir) + l + 2);
+        sprintf(v[n++], "%s/%s", dir, e->d_name);
+    }
+    closedir(d);
+    if (!v) v = calloc(1, sizeof *v);
+    v[n] = NULL;
+    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    return v;
+}
+
+static inline void free_list(char **v) {
+    for (int i = 0; v && v[i]; i++) free(v[i]);
+    free(v);
+}
+
+typedef struct {
+    char run[256], bind[256];
+    char *expect; /* malloc'd */
+} directives;
+
+/* Read the RUN, BIND and EXPECT comments of a test file: false when RUN
+ * or EXPECT is missing. */
+static inline bool read_directives(const char *text, directives *d) {
+    memset(d, 0, sizeof *d);
+    size_t cap = strlen(text) + 1, len = 0;
+    d->expect = malloc(cap);
+    d->expect[0] = 0;
+    bool in_expect = false, have_expect = false;
+    for (const char *line = text; *line;) {
+        const char *eol = strchr(line, '\n');
+        size_t n = eol ? (size_t)(eol - line) : strlen(line);
+        if (in_expect) {
+            if (n == 0 || line[0] != '#') {
+                in_expect = false;
+            } else {
+                /* "# text" -> "text"; "#" alone -> an empty line */
+                size_t skip = n >= 2 && line[1] == ' ' ? 2 : 1;
+                memcpy(d->expect + len, line + skip, n - skip);
+                len += n - skip;
+                d->expect[len++] = '\n';
+                d->expect[len] = 0;
+            }
+        }
+        if (!in_expect) {
+            if (!strncmp(line, "# RUN:", 6)) snprintf(d->run, sizeof d->run, "%.*s", (int)(n - 6), line + 6);
+            else if (!strncmp(line, "# BIND:", 7)) snprintf(d->bind, sizeof d->bind, "%.*s", (int)(n - 7), line + 7);
+            else if (!strncmp(line, "# EXPECT:", 9)) in_expect = have_expect = true;
+        }
+        line += n + (eol ? 1 : 0);
+    }
+    return d->run[0] && have_expect;
+}
+
+/* Run a comma-separated list of passes, verifying after each. */
+static inline fc_status run_passes(fc_graph *g, const char *list, const char *where) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save, *p = strtok_r(buf, ", ", &save); p; p = strtok_r(NULL, ", ", &save)) {
+        fc_status st;
+        if (!strcmp(p, "canonicalize")) st = fc_pass_canonicalize(g);
+        else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
+        else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
+        else if (!strcmp(p, "epilogue")) st = fc_pass_epilogue(g);
+        else {
+            fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
+            return FC_ERR_USAGE;
+        }
+        if (st == FC_OK) st = fc_verify(g);
+        if (st != FC_OK) {
+            fprintf(stderr, "%s: after %s: %s\n", where, p, fc_last_error(g->ctx));
+            return st;
+        }
+    }
+    return FC_OK;
+}
+#endif
