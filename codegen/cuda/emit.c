@@ -586,10 +586,7 @@ static const char *emit_value(kctx *k, const fc_value *v, const char *L) {
         fail(k, "codegen: a reduction result is read at an element index");
         return "0";
     }
-    if (n->op == FC_OP_RESHAPE || n->op == FC_OP_PERMUTE || n->op == FC_OP_EXPAND || n->op == FC_OP_SLICE ||
-        n->op == FC_OP_SPLIT || n->op == FC_OP_CONCAT || n->op == FC_OP_GATHER || n->op == FC_OP_IOTA ||
-        n->op == FC_OP_FULL)
-        return emit_view(k, n, v, L);
+    if (fc_op_is_view(n->op)) return emit_view(k, n, v, L);
     return emit_elementwise(k, n, L);
 }
 
@@ -602,7 +599,6 @@ static bool in_group(const kctx *k, const fc_node *n) {
 
 /* Mark values computed once per row: reductions, and in-group elementwise
  * nodes of row shape whose operands are all per-row (or outside data). */
-
 static void mark_rows(kctx *k) {
     const fc_group *gr = k->gr;
     fc_mono rows = fc_group_rows_mono(gr);
@@ -742,7 +738,7 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             char *off = k->bv[k->nbv].off;
             off[0] = 0;
             for (int b = 0; b < k->nbv; b++)
-                if (k->bv[b].p == p) snprintf(off, 24, "%s", k->bv[b].off);
+                if (k->bv[b].p == p) memcpy(off, k->bv[b].off, sizeof k->bv[b].off);
             if (!off[0]) {
                 snprintf(off, 24, "bo%d", k->tmp++);
                 fc_strbuf_printf(k->s, "      i64 %s = %s %% %lldll;\n", off, base, (long long)p);
