@@ -328,7 +328,10 @@ static void bench_sweep(void) {
     int64_t worst_second_t = 0;
     int with_query = 0;
     FILE *csv = fopen(getenv("SWEEP_CSV") ? getenv("SWEEP_CSV") : "sweep.csv", "w");
-    if (csv) fprintf(csv, "T,first_ms,first_host_ms,heuristic_queries,second_ms,dynamic_ms\n");
+    if (csv) fprintf(csv, "T,first_ms,first_host_ms,heuristic_queries,second_ms,graph_build_ms,dynamic_ms,dynamic_call_ms\n");
+    static double lat[1024], lratios[1024];
+    double worst_lratio = 0;
+    int64_t worst_lt = 0;
     for (int64_t T = 1; T <= 1024; T++) {
         sweep_set_t(&s, T);
         long q0 = fc_cublaslt_heuristic_queries_total();
@@ -339,18 +342,33 @@ static void bench_sweep(void) {
         double first = (now_us() - h0) * 1e-3;
         long q = fc_cublaslt_heuristic_queries_total() - q0;
         with_query += q > 0;
+        fc_program_stats(dyn, &st);
+        double build0 = st.graph_build_ms;
         double second = shaped_call_ms(dyn, &s); /* builds the shape's CUDA Graph */
+        fc_program_stats(dyn, &st);
+        double build = st.graph_build_ms - build0;
         double steady = shaped_steady_ms(dyn, &s, 10);
+        /* The steady state of one call on its own (call, then synchronize),
+         * as the first and second calls are timed: median of 5. */
+        double one[5];
+        for (int r = 0; r < 5; r++) one[r] = shaped_call_ms(dyn, &s);
+        double latency = median(one, 5);
         seconds[T - 1] = second;
         if (second > worst_second) worst_second = second, worst_second_t = T;
-        if (csv) fprintf(csv, "%lld,%.5f,%.5f,%ld,%.5f,%.5f\n", (long long)T, first, host, q, second, steady);
+        if (csv)
+            fprintf(csv, "%lld,%.5f,%.5f,%ld,%.5f,%.5f,%.5f,%.5f\n", (long long)T, first, host, q, second, build, steady,
+                    latency);
         if (q > 0 || first > 4 * steady)
             printf("RESULT fusec sweep slow_first T=%lld first_ms=%.4f host_ms=%.4f queries=%ld steady_ms=%.4f\n",
                    (long long)T, first, host, q, steady);
         firsts[T - 1] = first;
         steadies[T - 1] = steady;
+        lat[T - 1] = latency;
         ratios[T - 1] = first / steady;
+        double worst_call = first > second ? first : second;
+        lratios[T - 1] = worst_call / latency;
         if (first / steady > worst_ratio) worst_ratio = first / steady, worst_t = T;
+        if (worst_call / latency > worst_lratio) worst_lratio = worst_call / latency, worst_lt = T;
         if (first > worst_first) worst_first = first;
     }
     if (csv) fclose(csv);
@@ -359,6 +377,9 @@ static void bench_sweep(void) {
            "median_ratio=%.2f Ts_with_heuristic_queries=%d\n",
            worst_ratio, (long long)worst_t, worst_first, median(firsts, 1024), median(seconds, 1024), worst_second,
            (long long)worst_second_t, median(steadies, 1024), median(ratios, 1024), with_query);
+    printf("RESULT fusec sweep dynamic_all_T_latency median_call_ms=%.4f worst_new_shape_call_over_call=%.2f at_T=%lld "
+           "median_new_shape_call_over_call=%.2f\n",
+           median(lat, 1024), worst_lratio, (long long)worst_lt, median(lratios, 1024));
     fc_program_free(dyn);
 
     /* 2. Background specialization on a sample of T: the miss (served by the
@@ -378,7 +399,11 @@ static void bench_sweep(void) {
         double w0 = now_us();
         fc_program_wait_specializations(dyn);
         double wait_ms = (now_us() - w0) * 1e-3;
+        double hit1 = shaped_call_ms(dyn, &s), hit2 = shaped_call_ms(dyn, &s); /* the specialization's first runs */
         double spec_ms = shaped_steady_ms(dyn, &s, 50);
+        double one[5];
+        for (int r = 0; r < 5; r++) one[r] = shaped_call_ms(dyn, &s);
+        double spec_call = median(one, 5);
         fc_graph *gs = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}, {"T", T}}, 2);
         fc_program *ps = compile(gs, true);
         bufs b = {0};
@@ -389,17 +414,18 @@ static void bench_sweep(void) {
         double static_ms = per_call_ms(ps, &b, 200);
         fc_program_free(ps);
         fc_graph_free(gs);
-        printf("RESULT fusec sweep T=%lld miss_ms=%.4f dynamic_ms=%.4f specialized_ms=%.4f static_ms=%.4f "
-               "compile_wait_ms=%.1f\n",
-               (long long)T, miss, dyn_ms, spec_ms, static_ms, wait_ms);
+        printf("RESULT fusec sweep T=%lld miss_ms=%.4f dynamic_ms=%.4f first_hit_ms=%.4f second_hit_ms=%.4f "
+               "specialized_call_ms=%.4f specialized_ms=%.4f static_ms=%.4f compile_wait_ms=%.1f\n",
+               (long long)T, miss, dyn_ms, hit1, hit2, spec_call, spec_ms, static_ms, wait_ms);
         if (spec_ms / static_ms > worst_spec_static) worst_spec_static = spec_ms / static_ms;
         if (miss / dyn_ms > worst_miss_dyn) worst_miss_dyn = miss / dyn_ms;
     }
     fc_program_stats(dyn, &st);
     printf("RESULT fusec sweep sample worst_specialized_over_static=%.3f worst_miss_over_dynamic=%.2f hits=%llu "
-           "misses=%llu built=%llu evicted=%llu\n",
+           "misses=%llu built=%llu evicted=%llu graphs_prebuilt=%llu graph_build_ms=%.2f\n",
            worst_spec_static, worst_miss_dyn, (unsigned long long)st.guard_hits, (unsigned long long)st.guard_misses,
-           (unsigned long long)st.specializations_built, (unsigned long long)st.specializations_evicted);
+           (unsigned long long)st.specializations_built, (unsigned long long)st.specializations_evicted,
+           (unsigned long long)st.graph_prebuilt, st.graph_build_ms);
     for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
     fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
     fc_program_free(dyn);

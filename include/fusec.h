@@ -434,6 +434,9 @@ typedef struct fc_run_stats {
     int specializations_pending; /* queued or compiling now */
     /* CUDA Graphs, over the program (and its specializations). */
     uint64_t graph_captures;     /* graphs built and instantiated */
+    uint64_t graph_prebuilt;     /* of those, built by the background thread before the
+                                  * specialization's first run (docs/DYNAMIC.md) */
+    double graph_build_ms;       /* host time spent building them, in all */
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */

@@ -390,6 +390,21 @@ typedef struct lt_entry {
     cublasLtMatrixLayout_t a, b, c, d;
 } lt_entry;
 
+/* A family of problems (reuse_family): the same types, transposes,
+ * epilogue and alignments at other sizes, and the algorithms chosen for it
+ * (by the heuristic or from the disk), each with the sizes it was chosen
+ * for. */
+typedef struct lt_pick {
+    int64_t m, n, k;
+    cublasLtMatmulAlgo_t algo;
+} lt_pick;
+
+typedef struct lt_family {
+    fc_cublaslt_key key; /* sizes, leading dims and strides zeroed */
+    lt_pick *picks;
+    int npicks, cap_picks;
+} lt_family;
+
 /* The concatenated weights (and biases) of one horizontally fused gemm,
  * kept under its description's address. The layout fields record what the
  * buffers were made for: a description of another layout at the same
@@ -423,6 +438,8 @@ struct fc_cublaslt {
     int queries, disk_hits;
     bool reuse_family;
     int family_reuses;
+    lt_family *families; /* reuse_family: the algorithms chosen per family */
+    int nfamilies, cap_families;
 };
 
 /* Over every handle of the process. */
@@ -503,6 +520,8 @@ void fc_cublaslt_destroy(fc_cublaslt *h) {
     fc_ctx_freemem(h->ctx, h->index);
     for (int i = 0; i < h->nconcats; i++) concat_clear(h, &h->concats[i]);
     fc_ctx_freemem(h->ctx, h->concats);
+    for (int i = 0; i < h->nfamilies; i++) fc_ctx_freemem(h->ctx, h->families[i].picks);
+    fc_ctx_freemem(h->ctx, h->families);
     if (h->lt) cublasLtDestroy(h->lt);
     fc_ctx_freemem(h->ctx, h);
 }
@@ -944,31 +963,92 @@ static void algo_to_cache(fc_cublaslt *h, const lt_entry *e) {
     (void)fc_cache_put(c, &scratch, FC_CACHE_ALGO, &key, rec, sizeof rec);
 }
 
-/* Do two problems differ in their sizes only (m, n, k, leading dims, batch,
- * strides)? */
-static bool same_family(const fc_cublaslt_key *a, const fc_cublaslt_key *b) {
-    fc_cublaslt_key x = *a, y = *b;
-    x.m = x.n = x.k = x.lda = x.ldb = x.ldd = x.batch = x.stride_a = x.stride_b = x.stride_d = 0;
-    y.m = y.n = y.k = y.lda = y.ldb = y.ldd = y.batch = y.stride_a = y.stride_b = y.stride_d = 0;
-    return !memcmp(&x, &y, sizeof x);
+/* A problem's family key: its key with the sizes (m, n, k, leading dims,
+ * batch, strides) zeroed. */
+static void family_key(const fc_cublaslt_key *k, fc_cublaslt_key *f) {
+    *f = *k;
+    f->m = f->n = f->k = f->lda = f->ldb = f->ldd = f->batch = f->stride_a = f->stride_b = f->stride_d = 0;
 }
 
-/* The algorithm of the latest ready entry of e's family, if cuBLASLt
- * accepts it for e's sizes (e's descriptors are made). */
+static lt_family *find_family(fc_cublaslt *h, const fc_cublaslt_key *key) {
+    fc_cublaslt_key f;
+    family_key(key, &f);
+    for (int i = 0; i < h->nfamilies; i++)
+        if (!memcmp(&h->families[i].key, &f, sizeof f)) return &h->families[i];
+    return NULL;
+}
+
+/* Remember e's algorithm, just chosen for its sizes, in its family. Out of
+ * memory only loses the reuse. */
+static void family_add(fc_cublaslt *h, const lt_entry *e) {
+    lt_family *f = find_family(h, &e->key);
+    if (!f) {
+        if (h->nfamilies == h->cap_families) {
+            int cap = h->cap_families ? 2 * h->cap_families : 8;
+            lt_family *n = fc_ctx_realloc(h->ctx, h->families, sizeof *n * (size_t)cap);
+            if (!n) return;
+            h->families = n;
+            h->cap_families = cap;
+        }
+        f = &h->families[h->nfamilies++];
+        memset(f, 0, sizeof *f);
+        family_key(&e->key, &f->key);
+    }
+    if (f->npicks == f->cap_picks) {
+        int cap = f->cap_picks ? 2 * f->cap_picks : 8;
+        lt_pick *n = fc_ctx_realloc(h->ctx, f->picks, sizeof *n * (size_t)cap);
+        if (!n) return;
+        f->picks = n;
+        f->cap_picks = cap;
+    }
+    f->picks[f->npicks++] = (lt_pick){e->key.m, e->key.n, e->key.k, e->algo};
+}
+
+/* How far apart two sizes are: the largest ratio between them over m, n
+ * and k, as a power of two (0: within 2x in every dim). */
+static int size_distance(const lt_pick *p, const fc_cublaslt_key *k) {
+    int64_t a[3] = {p->m, p->n, p->k}, b[3] = {k->m, k->n, k->k};
+    int far = 0;
+    for (int i = 0; i < 3; i++) {
+        int64_t lo = a[i] < b[i] ? a[i] : b[i], hi = a[i] < b[i] ? b[i] : a[i];
+        int d = 0;
+        while (lo > 0 && lo * 2 <= hi) lo *= 2, d++;
+        if (d > far) far = d;
+    }
+    return far;
+}
+
+/* Picks further than this (8x in some dim) are not reused: the heuristic
+ * chooses for the new sizes, which then serve their own neighbourhood. A
+ * handful of queries per family over sizes 1 to 1024, where reusing one
+ * size's choice for all (say M = 1's for M = 1024) ran the dynamic GPT-2
+ * block at T = 1024 2x slower (docs/PERF.md). */
+#define FAMILY_REUSE_DISTANCE 3
+
+/* The algorithm chosen for the nearest size of e's family, if it is near
+ * enough and cuBLASLt accepts it for e's sizes (e's descriptors are made);
+ * else the next nearest, once. */
 static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
-    for (int i = h->nentries - 1; i >= 0; i--) {
-        const lt_entry *f = h->entries[i];
-        if (f == e || !f->ready || !same_family(&f->key, &e->key)) continue;
+    const lt_family *f = find_family(h, &e->key);
+    if (!f) return false;
+    int tried = -1;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int best = -1, bestd = FAMILY_REUSE_DISTANCE + 1;
+        for (int i = 0; i < f->npicks; i++) {
+            int dd = size_distance(&f->picks[i], &e->key);
+            if (i != tried && dd < bestd) best = i, bestd = dd;
+        }
+        if (best < 0) return false;
+        tried = best;
         cublasLtMatmulHeuristicResult_t res;
         memset(&res, 0, sizeof res);
-        cublasLtMatmulAlgo_t a = f->algo;
+        cublasLtMatmulAlgo_t a = f->picks[best].algo;
         cublasStatus_t cs = cublasLtMatmulAlgoCheck(h->lt, e->op, e->a, e->b, e->c, e->d, &a, &res);
         if (cs == CUBLAS_STATUS_SUCCESS && res.state == CUBLAS_STATUS_SUCCESS &&
             res.workspaceSize <= (size_t)e->key.workspace_bytes) {
             e->algo = a;
             return true;
         }
-        return false; /* the latest of the family did not fit: ask the heuristic */
     }
     return false;
 }
@@ -1004,6 +1084,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         h->disk_hits++;
         atomic_fetch_add(&total_disk_hits, 1);
         e->have_algo = e->ready = true;
+        if (h->reuse_family) family_add(h, e);
         return FC_OK;
     }
     cublasLtMatmulPreference_t pref = NULL;
@@ -1023,6 +1104,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         return st;
     }
     e->have_algo = e->ready = true;
+    if (h->reuse_family) family_add(h, e);
     algo_to_cache(h, e);
     return FC_OK;
 }

@@ -144,12 +144,13 @@ typedef struct fc_cublaslt_options {
     fc_cache *cache;
     /* For a handle that sees one GEMM at many sizes (a dynamic program's
      * variant, which meets every new sequence length at a run): a problem
-     * never seen takes the algorithm of the latest problem of its family
-     * (the same types, transposes, epilogue and alignments; other sizes) if
-     * cublasLtMatmulAlgoCheck accepts it for the new sizes, instead of a
-     * heuristic query (~100 us) and the first launch of another cuBLASLt
-     * kernel (its lazy load: up to ~15 ms). Off by default: the heuristic's
-     * choice for the exact sizes is the faster one to keep. */
+     * never seen takes the algorithm chosen for the nearest size of its
+     * family (the same types, transposes, epilogue and alignments; other
+     * sizes), if that size is within 8x in m, n and k and
+     * cublasLtMatmulAlgoCheck accepts it (else the next nearest), instead
+     * of a heuristic query (~100-170 us) and the first launch of another
+     * cuBLASLt kernel (its lazy load: up to ~15 ms). Off by default: the
+     * heuristic's choice for the exact sizes is the faster one to keep. */
     bool reuse_family;
 } fc_cublaslt_options;
 
@@ -255,7 +256,7 @@ int fc_cublaslt_heuristic_queries(const fc_cublaslt *h);
 /* How many algorithms the handle took from the cache (checked with
  * cublasLtMatmulAlgoCheck and used) instead of asking the heuristic. */
 int fc_cublaslt_disk_hits(const fc_cublaslt *h);
-/* How many algorithms came from a problem of the same family (reuse_family). */
+/* How many algorithms came from a nearby size of the same family (reuse_family). */
 int fc_cublaslt_family_reuses(const fc_cublaslt *h);
 /* The same two counts over every handle of the process (for tests that
  * run programs, whose handles they cannot reach). */

@@ -105,6 +105,7 @@ void fc_bytes_free(fc_bytes *b);
     X(StreamEndCapture, 10000)                                                 \
     X(GraphInstantiateWithFlags, 11040)                                        \
     X(GraphLaunch, 10000)                                                      \
+    X(GraphUpload, 11010)                                                      \
     X(GraphExecDestroy, 10000)                                                 \
     X(GraphDestroy, 10000)                                                     \
     X(GraphCreate, 10000)                                                      \
@@ -238,6 +239,9 @@ void fc_cuda_timer_destroy(fc_cuda_device *d, fc_cuda_timer *t); /* zeroed ok */
 fc_status fc_cuda_capture_begin(fc_cuda_device *d, CUstream s);
 fc_status fc_cuda_capture_end(fc_cuda_device *d, CUstream s, CUgraphExec *out);
 fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s);
+/* Upload g's work to the device on stream s without running it, so that
+ * its first launch costs what any other does. */
+fc_status fc_cuda_graph_upload(fc_cuda_device *d, CUgraphExec g, CUstream s);
 void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored */
 
 /* Graphs built node by node (runtime/replay.c), so that each node's handle

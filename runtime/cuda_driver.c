@@ -547,6 +547,12 @@ fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s) {
     return FC_OK;
 }
 
+fc_status fc_cuda_graph_upload(fc_cuda_device *d, CUgraphExec g, CUstream s) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->GraphUpload(g, stream_or_default(d, s)));
+    return FC_OK;
+}
+
 void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g) {
     if (!d || !g) return;
     (void)d->cu->CtxSetCurrent(d->cuctx);

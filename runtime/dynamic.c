@@ -158,6 +158,10 @@ typedef struct spec {
     fc_program *prog;
     uint64_t used;   /* LRU clock of its last run */
     char error[200]; /* FAILED: why */
+    /* The pointers of the run that missed (inputs, then outputs), which
+     * the specialization's graph is built for before it lands; NULL: none. */
+    void **ptrs;
+    int nin, nout;
 } spec;
 
 typedef struct instance {
@@ -206,8 +210,10 @@ static void key_text(const fc_dynamic *d, const int64_t *key, char *buf, size_t 
         len += (size_t)snprintf(buf + len, n - len, "%s%s=%lld", k ? "," : "", d->sym[k], (long long)key[k]);
 }
 
-/* Compile the specialization of key (in ctx, a context of its own). */
-static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx, fc_program **out) {
+/* Compile the specialization of key (in ctx, a context of its own); with
+ * pointers of a run of that shape, also build its CUDA Graph. */
+static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx, void *const *ptrs, int nin,
+                              int nout, fc_program **out) {
     fc_binding b[FC_DYN_MAX_SYMS];
     for (int k = 0; k < d->nsyms; k++) b[k] = (fc_binding){d->sym[k], key[k]};
     fc_graph *g = NULL;
@@ -221,8 +227,11 @@ static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx
         pthread_mutex_unlock(&compile_lock);
     }
     fc_graph_free(g);
-    /* Load it now, off the caller's thread, when there is a GPU. */
-    if (st == FC_OK && fc_cuda_available(NULL)) (void)fc_program_prepare(*out);
+    /* Load it now, off the caller's thread, when there is a GPU, and build
+     * its graph, so that its first run replays (a failure here only means
+     * the graph is built at its second run, as for any program). */
+    if (st == FC_OK && fc_cuda_available(NULL) && fc_program_prepare(*out) == FC_OK && ptrs)
+        (void)fc_program_prebuild_graph(*out, ptrs, nin, ptrs + nin, nout);
     return st;
 }
 
@@ -231,6 +240,7 @@ static void spec_free(spec *s) {
     if (!s) return;
     fc_program_free(s->prog);
     fc_context_free(s->ctx);
+    free(s->ptrs);
     free(s);
 }
 
@@ -241,9 +251,12 @@ static void compile_entry(fc_dynamic *d, spec *s) {
     s->state = SPEC_COMPILING;
     int64_t key[FC_DYN_MAX_SYMS];
     memcpy(key, s->key, sizeof key);
+    /* The entry stays, and only this thread changes it while COMPILING. */
+    void **ptrs = s->ptrs;
+    int nin = s->nin, nout = s->nout;
     pthread_mutex_unlock(&d->mu);
     fc_program *prog = NULL;
-    fc_status st = compile_spec(d, key, s->ctx, &prog);
+    fc_status st = compile_spec(d, key, s->ctx, ptrs, nin, nout, &prog);
     pthread_mutex_lock(&d->mu);
     if (st == FC_OK) {
         s->prog = prog;
@@ -330,8 +343,9 @@ static bool make_room(fc_dynamic *d) {
     return true;
 }
 
-/* A new entry for key, queued (under mu). NULL when out of memory. */
-static spec *queue_spec(fc_dynamic *d, const int64_t *key) {
+/* A new entry for key, queued (under mu), with the pointers of the run
+ * that missed when there are some. NULL when out of memory. */
+static spec *queue_spec(fc_dynamic *d, const int64_t *key, void *const *ptrs, int nin, int nout) {
     if (d->nspecs == d->capspecs) {
         int cap = d->capspecs ? d->capspecs * 2 : 8;
         spec **n = realloc(d->specs, sizeof *n * (size_t)cap);
@@ -345,6 +359,12 @@ static spec *queue_spec(fc_dynamic *d, const int64_t *key) {
     if (!s->ctx) {
         free(s);
         return NULL;
+    }
+    if (ptrs && nin + nout > 0 && (s->ptrs = malloc(sizeof *ptrs * (size_t)(nin + nout)))) {
+        /* Without them (out of memory) the graph is built at the 2nd run. */
+        memcpy(s->ptrs, ptrs, sizeof *ptrs * (size_t)(nin + nout));
+        s->nin = nin;
+        s->nout = nout;
     }
     memcpy(s->key, key, sizeof *key * (size_t)d->nsyms);
     s->state = SPEC_QUEUED;
@@ -499,14 +519,17 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
     spec *s = find_spec(d, key);
     if (!s) {
         if (!make_room(d)) return NULL;
-        if (!(s = queue_spec(d, key))) return NULL;
+        if (!(s = queue_spec(d, key, NULL, 0, 0))) return NULL;
     }
     while (s->state == SPEC_COMPILING) pthread_cond_wait(&d->done, &d->mu);
     if (s->state == SPEC_QUEUED) compile_entry(d, s);
     return s;
 }
 
-fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
+/* fc_dynamic_select, with the run's pointers (inputs, then outputs; NULL
+ * for none) for a specialization it queues. */
+static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptrs, int nin, int nout,
+                             fc_program **out) {
     fc_dynamic *d = fc_program_dynamic(p);
     *out = NULL;
     if (!d) return FC_ERR_USAGE;
@@ -546,7 +569,7 @@ fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out)
             st = fc_set_error(d->ctx, FC_ERR_RUNTIME, "program %s: specializing %s failed: %s", name, k, s->error);
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
-        if (make_room(d) && queue_spec(d, key)) {
+        if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
             pthread_cond_signal(&d->wake);
             fc_trace(FC_LOG_GUARDS,
                    "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
@@ -570,6 +593,10 @@ fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out)
     return st;
 }
 
+fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
+    return select_spec(p, key, NULL, 0, 0, out);
+}
+
 /* The counters the background thread keeps, into the program's stats. */
 static void sync_stats(fc_dynamic *d, fc_run_stats *rs) {
     pthread_mutex_lock(&d->mu);
@@ -589,6 +616,8 @@ static void sync_stats(fc_dynamic *d, fc_run_stats *rs) {
 
 static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
     to->graph_captures += from->graph_captures;
+    to->graph_prebuilt += from->graph_prebuilt;
+    to->graph_build_ms += from->graph_build_ms;
     to->graph_replays += from->graph_replays;
     to->graph_patches += from->graph_patches;
     to->graph_skips += from->graph_skips;
@@ -630,17 +659,36 @@ fc_status fc_program_wait_specializations(fc_program *p) {
     return FC_OK;
 }
 
-/* Pointers of an fc_run_shaped call in fc_run's convention. */
-static fc_status run_with(fc_program *prog, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
-                          void *stream) {
-    void *ptr[64];
-    void **buf = nin + nout <= (int)(sizeof ptr / sizeof ptr[0]) ? ptr : malloc(sizeof(void *) * (size_t)(nin + nout));
-    if (!buf) return FC_ERR_NOMEM;
-    for (int i = 0; i < nin; i++) buf[i] = inputs[i].data;
-    for (int k = 0; k < nout; k++) buf[nin + k] = outputs[k].data;
-    fc_status st = fc_run(prog, buf, nin, buf + nin, nout, stream);
-    if (buf != ptr) free(buf);
-    return st;
+/* A dynamic program's run with the call's pointers (buf: inputs, then
+ * outputs, fc_run's convention) and its symbol values. */
+static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
+                             void *stream) {
+    const fc_program_desc *sig = fc_program_desc_of(p);
+    fc_program *spec = NULL;
+    fc_status st = select_spec(p, key, buf, nin, nout, &spec);
+    if (st != FC_OK) return st;
+    fc_run_stats *rs = fc_program_stats_ref(p);
+    if (spec) {
+        st = fc_run(spec, buf, nin, buf + nin, nout, stream);
+        if (st != FC_OK) return pass_error(d, fc_program_context(spec), st);
+        rs->runs++;
+        return FC_OK;
+    }
+    if (!d->variant) {
+        char k[160];
+        key_text(d, key, k, sizeof k);
+        return fc_set_error(d->ctx, FC_ERR_RUNTIME,
+                            "program %s: no specialization for %s could be built, and there is no dynamic variant "
+                            "(%s)",
+                            sig->graph_name, k, d->unavailable);
+    }
+    fc_program *inst = NULL;
+    st = get_instance(d, key, &inst);
+    if (st == FC_OK) st = fc_run(inst, buf, nin, buf + nin, nout, stream);
+    if (st != FC_OK) return st;
+    rs->runs++;
+    rs->dynamic_runs++;
+    return FC_OK;
 }
 
 fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
@@ -654,31 +702,15 @@ fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const f
                                  outputs, nout, true, key);
     if (st != FC_OK) return st;
     if (nout > 0 && !outputs) return fc_set_error(ctx, FC_ERR_USAGE, "fc_run_shaped: outputs is NULL");
-    if (!d) return run_with(p, inputs, nin, outputs, nout, stream);
-    fc_program *spec = NULL;
-    if ((st = fc_dynamic_select(p, key, &spec)) != FC_OK) return st;
-    fc_run_stats *rs = fc_program_stats_ref(p);
-    if (spec) {
-        st = run_with(spec, inputs, nin, outputs, nout, stream);
-        if (st != FC_OK) return pass_error(d, fc_program_context(spec), st);
-        rs->runs++;
-        return FC_OK;
-    }
-    if (!d->variant) {
-        char k[160];
-        key_text(d, key, k, sizeof k);
-        return fc_set_error(ctx, FC_ERR_RUNTIME,
-                            "program %s: no specialization for %s could be built, and there is no dynamic variant "
-                            "(%s)",
-                            sig->graph_name, k, d->unavailable);
-    }
-    fc_program *inst = NULL;
-    st = get_instance(d, key, &inst);
-    if (st == FC_OK) st = run_with(inst, inputs, nin, outputs, nout, stream);
-    if (st != FC_OK) return st;
-    rs->runs++;
-    rs->dynamic_runs++;
-    return FC_OK;
+    /* The pointers in fc_run's convention. */
+    void *small[64];
+    void **buf = nin + nout <= (int)(sizeof small / sizeof small[0]) ? small : malloc(sizeof(void *) * (size_t)(nin + nout));
+    if (!buf) return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nin; i++) buf[i] = inputs[i].data;
+    for (int k = 0; k < nout; k++) buf[nin + k] = outputs[k].data;
+    st = d ? run_dynamic(p, d, key, buf, nin, nout, stream) : fc_run(p, buf, nin, buf + nin, nout, stream);
+    if (buf != small) free(buf);
+    return st;
 }
 
 fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout) {

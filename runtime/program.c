@@ -597,6 +597,7 @@ static fc_program *new_program(fc_context *ctx) {
 }
 
 static fc_status prepare_run(fc_program *p);
+static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout);
 
 /* ------------------------------------------------------------------ */
 /* The dynamic variant and its instances (docs/DYNAMIC.md).            */
@@ -1332,14 +1333,48 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
     return FC_OK;
 }
 
+static fc_status build_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_replay_env e = env_of(p);
+    double t = now_ms();
+    fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
+    p->stats.graph_build_ms += now_ms() - t;
+    if (st == FC_OK) p->stats.graph_captures++;
+    return st;
+}
+
+fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout) {
+    if (!p) return FC_ERR_USAGE;
+    fc_status st = check_buffers(p, inputs, nin, outputs, nout);
+    if (st == FC_OK) st = prepare_run(p);
+    if (st != FC_OK) return st;
+    if (!p->graphs_decided) decide_graphs(p);
+    if (p->replay) return FC_OK;
+    if (p->replay_off) return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "%s", p->stats.graph_skip_reason);
+    /* Refreshing concatenated weights copies from the caller's buffers,
+     * which a build with placeholder pointers must not do. */
+    for (int i = 0; i < p->d.src.nlaunches; i++)
+        if (fc_program_gemm(&p->d, i) && p->d.gemm[i].plan.nweights > 1)
+            return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
+                                "program %s has fused sibling GEMMs: its graph is built at its second run",
+                                p->d.graph_name);
+    st = build_graph(p, inputs, outputs, NULL);
+    /* Uploaded now, and waited for (this is the background thread): the
+     * first launch of a graph otherwise uploads it, ~50 us. */
+    if (st == FC_OK) st = fc_replay_upload(p->replay, p->dev, NULL);
+    if (st == FC_OK) st = fc_cuda_stream_sync(p->dev, NULL);
+    if (st == FC_OK) p->stats.graph_prebuilt++;
+    return st;
+}
+
 /* The launches as a CUDA Graph (runtime/replay.c), built at the second run
  * (the first runs eagerly: it makes cuBLASLt's choices and concatenated
  * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     if (!p->graphs_decided) decide_graphs(p);
-    /* The first run is eager by design; a later eager one is a skip. */
-    if (p->stats.runs == 0) return FC_ERR_UNSUPPORTED;
+    /* The first run is eager by design, unless the graph was built before
+     * it (fc_program_prebuild_graph); a later eager one is a skip. */
+    if (p->stats.runs == 0 && !p->replay) return FC_ERR_UNSUPPORTED;
     if (p->replay_off) {
         p->stats.graph_skips++;
         return FC_ERR_UNSUPPORTED;
@@ -1348,9 +1383,8 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
     fc_status st = FC_OK;
     const char *failed = NULL;
     if (!p->replay) {
-        st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
-        if (st == FC_OK) p->stats.graph_captures++;
-        else failed = "building the graph failed";
+        st = build_graph(p, inputs, outputs, s);
+        if (st != FC_OK) failed = "building the graph failed";
     }
     if (st == FC_OK) {
         st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);

@@ -306,6 +306,15 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
  * every GEMM's algorithm, now (a dynamic program's background thread does
  * this for each specialization it builds). */
 fc_status fc_program_prepare(fc_program *p);
+/* Build p's CUDA Graph now, for the caller's pointers inputs/outputs
+ * (placeholders: nothing runs, and the first run patches whatever moved),
+ * so that p's first run replays it instead of launching one by one and its
+ * second run does not pay for the build. A dynamic program's background
+ * thread does this for each specialization, with the pointers of the run
+ * that missed. FC_ERR_UNSUPPORTED when p does not replay (graphs off), or
+ * has fused sibling GEMMs (their concatenated weights are made by a run);
+ * its graph is then built at its second run as usual. */
+fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);

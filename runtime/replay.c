@@ -97,6 +97,10 @@ static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *
     return st;
 }
 
+fc_status fc_replay_upload(fc_replay *r, fc_cuda_device *dev, CUstream s) {
+    return fc_cuda_graph_upload(dev, r->exec, s);
+}
+
 void fc_replay_free(fc_replay *r, fc_cuda_device *dev) {
     if (!r) return;
     if (r->exec) fc_cuda_graph_destroy(dev, r->exec);

@@ -69,6 +69,9 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
  */
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
                            CUdeviceptr *argval, void **argptr, CUstream s, uint64_t *patched);
+/* Upload the graph to the device on stream s, without running it (a graph
+ * built ahead of its first run: that run then pays no upload). */
+fc_status fc_replay_upload(fc_replay *r, fc_cuda_device *dev, CUstream s);
 void fc_replay_free(fc_replay *r, fc_cuda_device *dev); /* NULL is ignored */
 
 #endif
