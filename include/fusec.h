@@ -419,6 +419,16 @@ fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int n
 /* Dynamic programs: wait until every specialization queued so far is built
  * (or has failed). For tests and benchmarks; FC_OK at once otherwise. */
 fc_status fc_program_wait_specializations(fc_program *p);
+/*
+ * Tell p that new values were written into weight or bias buffers in place
+ * (the same addresses) since its last run. A program keeps a copy of the
+ * weights of fused sibling GEMMs, concatenated (docs/GEMM.md, "The
+ * constant-weights contract"), which it refreshes by itself only when a
+ * weight moves; after this call its next run copies them again (for a
+ * dynamic program: every shape's). Everything else reads its inputs at
+ * every run and needs no telling. FC_OK also when p has nothing to refresh.
+ */
+fc_status fc_program_weights_changed(fc_program *p);
 
 /* What a program's runs did: guards, specializations, CUDA Graphs. */
 typedef struct fc_run_stats {

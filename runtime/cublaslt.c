@@ -1255,6 +1255,16 @@ static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_gemm_des
     return FC_OK;
 }
 
+void fc_cublaslt_weights_changed(fc_cublaslt *h) {
+    for (int i = 0; h && i < h->nconcats; i++) h->concats[i].valid = false;
+}
+
+bool fc_cublaslt_weights_stale(const fc_cublaslt *h) {
+    for (int i = 0; h && i < h->nconcats; i++)
+        if (h->concats[i].wcols && !h->concats[i].valid) return true;
+    return false;
+}
+
 /* ------------------------------------------------------------------ */
 /* Running                                                              */
 /* ------------------------------------------------------------------ */

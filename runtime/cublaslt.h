@@ -205,6 +205,13 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
 fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                                       int nargs, CUstream s);
 
+/* New values were written into weights in place: every concatenation is
+ * stale, and is copied again at its next launch or refresh. */
+void fc_cublaslt_weights_changed(fc_cublaslt *h);
+/* Whether some concatenation is stale (a replayed graph, which launches no
+ * copies of its own, must refresh its GEMMs' weights first). */
+bool fc_cublaslt_weights_stale(const fc_cublaslt *h);
+
 /* Drop what the handle keeps for description d (its concatenated
  * weights), once the work that used them is finished. NULLs are ignored. */
 void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d);

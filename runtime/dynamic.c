@@ -597,6 +597,18 @@ fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out)
     return select_spec(p, key, NULL, 0, 0, out);
 }
 
+fc_status fc_dynamic_weights_changed(fc_dynamic *d) {
+    /* The variant's instances share its cuBLASLt handle. */
+    if (d->variant) (void)fc_program_weights_changed(d->variant);
+    /* A specialization still compiling has copied nothing yet: its first
+     * run reads the weights as they are then. */
+    pthread_mutex_lock(&d->mu);
+    for (int i = 0; i < d->nspecs; i++)
+        if (d->specs[i]->state == SPEC_READY) (void)fc_program_weights_changed(d->specs[i]->prog);
+    pthread_mutex_unlock(&d->mu);
+    return FC_OK;
+}
+
 /* The counters the background thread keeps, into the program's stats. */
 static void sync_stats(fc_dynamic *d, fc_run_stats *rs) {
     pthread_mutex_lock(&d->mu);

@@ -40,6 +40,9 @@ struct fc_dynamic;
 fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_program **out);
 /* The dynamic variant, or NULL when there is none. */
 fc_program *fc_dynamic_variant(const struct fc_dynamic *d);
+/* fc_program_weights_changed for a dynamic program: its variant's shapes
+ * and every ready specialization. */
+fc_status fc_dynamic_weights_changed(struct fc_dynamic *d);
 /* Free a dynamic program's state (its thread is joined first). NULL ok. */
 void fc_dynamic_free(struct fc_dynamic *d);
 

@@ -1366,6 +1366,27 @@ fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin,
     return st;
 }
 
+/* Weights written in place (fc_program_weights_changed): the graph
+ * launches no copies, so the concatenations of its sibling GEMMs are
+ * brought up to date on stream s first. */
+static fc_status refresh_weights(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_replay_env e = env_of(p);
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        if (!fc_program_gemm(&p->d, i) || p->d.gemm[i].plan.nweights <= 1) continue;
+        int n = fc_launch_args(&e, i, inputs, outputs, p->argval, p->argptr);
+        fc_status st = fc_cublaslt_refresh_weights(p->blas, p->ctx, &p->d.gemm[i], p->argval, n, s);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
+fc_status fc_program_weights_changed(fc_program *p) {
+    if (!p) return FC_ERR_USAGE;
+    if (p->dyn) return fc_dynamic_weights_changed(p->dyn);
+    fc_cublaslt_weights_changed(p->blas);
+    return FC_OK;
+}
+
 /* The launches as a CUDA Graph (runtime/replay.c), built at the second run
  * (the first runs eagerly: it makes cuBLASLt's choices and concatenated
  * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run
@@ -1386,6 +1407,7 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
         st = build_graph(p, inputs, outputs, s);
         if (st != FC_OK) failed = "building the graph failed";
     }
+    if (st == FC_OK && fc_cublaslt_weights_stale(p->blas)) st = refresh_weights(p, inputs, outputs, s);
     if (st == FC_OK) {
         st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
         /* A graph that could not be patched is never launched again (nothing

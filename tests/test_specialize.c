@@ -520,12 +520,119 @@ static void test_dynamic_gpu(fc_context *ctx, fc_cuda_device *dev, const char *w
     fc_program_free(p);
 }
 
+/* Two sibling GEMMs of one input (one cuBLASLt call on concatenated
+ * weights). */
+static const char *siblings_text = "graph sib(%x: f32[N, 64], %wg: f32[80, 64], %wu: f32[80, 64]) {\n"
+                                   "  %wgt = permute(%wg, perm=[1, 0])\n  %wut = permute(%wu, perm=[1, 0])\n"
+                                   "  %g0 = matmul(%x, %wgt)\n  %g = relu(%g0)\n  %u0 = matmul(%x, %wut)\n"
+                                   "  %u = relu(%u0)\n  return %g, %u\n}\n";
+
+/* New values written into a weight in place (the same buffer) reach the
+ * results once fc_program_weights_changed says so: for a static program
+ * replaying its graph, a dynamic program's variant, and a specialization. */
+static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
+    static const char *const what[3] = {"static", "dynamic variant", "specialization"};
+    enum { N = 48, K = 64, H = 80 };
+    int64_t dx[2] = {N, K}, dw[2] = {H, K}, dy[2] = {N, H};
+    for (int mode = 0; mode < 3; mode++) {
+        fc_binding bind = {"N", N};
+        fc_graph *g = NULL;
+        CHECK_EQ_INT(fc_parse(ctx, "<t>", siblings_text, strlen(siblings_text), NULL, mode ? NULL : &bind,
+                              mode ? 0 : 1, &g),
+                     FC_OK);
+        fc_program *p = NULL;
+        if (g && mode == 0) CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+        if (g && mode > 0) p = compile_dynamic(ctx, g, mode == 1 ? FC_SPECIALIZE_OFF : FC_SPECIALIZE_BACKGROUND, 2);
+        if (!p) {
+            fc_graph_free(g);
+            continue;
+        }
+        size_t nx = (size_t)N * K, nw = (size_t)H * K, ny = (size_t)N * H;
+        float *hx = malloc(nx * 4), *hw[2] = {malloc(nw * 4), malloc(nw * 4)}, *hy = malloc(ny * 4);
+        for (size_t e = 0; e < nx; e++) hx[e] = (float)uniform(-1, 1);
+        for (int w = 0; w < 2; w++)
+            for (size_t e = 0; e < nw; e++) hw[w][e] = (float)uniform(-1, 1);
+        CUdeviceptr bx = 0, bw[2] = {0, 0}, by[2] = {0, 0};
+        CHECK_EQ_INT(fc_cuda_alloc(dev, nx * 4, &bx), FC_OK);
+        for (int w = 0; w < 2; w++) {
+            CHECK_EQ_INT(fc_cuda_alloc(dev, nw * 4, &bw[w]), FC_OK);
+            CHECK_EQ_INT(fc_cuda_alloc(dev, ny * 4, &by[w]), FC_OK);
+            CHECK_EQ_INT(fc_cuda_upload(dev, bw[w], hw[w], nw * 4), FC_OK);
+        }
+        CHECK_EQ_INT(fc_cuda_upload(dev, bx, hx, nx * 4), FC_OK);
+        for (int step = 0; step < 8; step++) {
+            /* The specialization lands after two runs of the variant. */
+            if (mode == 2 && step == 2) CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+            /* Static: %wu changes in place first without the call: the
+             * program keeps its copy (the documented contract), so %u is
+             * stale at runs 3 and 4 (which shows the call is what makes
+             * the difference at run 5). */
+            bool stale = mode == 0 && (step == 3 || step == 4);
+            if (mode == 0 && step == 3) {
+                for (size_t e = 0; e < nw; e++) hw[1][e] = (float)uniform(-1, 1);
+                CHECK_EQ_INT(fc_cuda_upload(dev, bw[1], hw[1], nw * 4), FC_OK);
+            }
+            if (step == 5) {
+                for (size_t e = 0; e < nw; e++) hw[0][e] = (float)uniform(-1, 1);
+                CHECK_EQ_INT(fc_cuda_upload(dev, bw[0], hw[0], nw * 4), FC_OK);
+                CHECK_EQ_INT(fc_program_weights_changed(p), FC_OK);
+            }
+            fc_tensor in[3] = {shaped(FC_F32, 2, dx, (void *)(uintptr_t)bx),
+                               shaped(FC_F32, 2, dw, (void *)(uintptr_t)bw[0]),
+                               shaped(FC_F32, 2, dw, (void *)(uintptr_t)bw[1])};
+            fc_tensor out[2] = {shaped(FC_F32, 2, dy, (void *)(uintptr_t)by[0]),
+                                shaped(FC_F32, 2, dy, (void *)(uintptr_t)by[1])};
+            CHECK_EQ_INT(fc_run_shaped(p, in, 3, out, 2, dev->stream), FC_OK);
+            CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+            fc_tensor hin[3] = {shaped(FC_F32, 2, dx, hx), shaped(FC_F32, 2, dw, hw[0]), shaped(FC_F32, 2, dw, hw[1])};
+            fc_tensor want[2];
+            CHECK_EQ_INT(fc_run_reference(g, hin, 3, want, 2), FC_OK);
+            for (int k = 0; k < 2; k++) {
+                CHECK_EQ_INT(fc_cuda_download(dev, hy, by[k], ny * 4), FC_OK);
+                fc_tensor got = shaped(FC_F32, 2, dy, hy);
+                fc_output_diff diff;
+                fc_status st = fc_compare_outputs(ctx, &got, &want[k], 1, &diff);
+                if (stale && k == 1) {
+                    CHECK(st != FC_OK);
+                    fc_tensor_release(&want[k]);
+                    continue;
+                }
+                if (st != FC_OK) {
+                    char line[512];
+                    printf("weights changed, %s, run %d: %s\n", what[mode], step,
+                           fc_output_diff_format(&diff, k, line, sizeof line));
+                }
+                CHECK_EQ_INT(st, FC_OK);
+                fc_tensor_release(&want[k]);
+            }
+        }
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        printf("weights changed, %s: runs %llu, hits %llu, replays %llu\n", what[mode], (unsigned long long)s.runs,
+               (unsigned long long)s.guard_hits, (unsigned long long)s.graph_replays);
+        /* The change came while a graph was being replayed. */
+        CHECK(s.graph_replays >= 4);
+        if (mode == 2) CHECK(s.guard_hits >= 6);
+        fc_cuda_free(dev, bx);
+        for (int w = 0; w < 2; w++) {
+            fc_cuda_free(dev, bw[w]);
+            fc_cuda_free(dev, by[w]);
+            free(hw[w]);
+        }
+        free(hx);
+        free(hy);
+        fc_program_free(p);
+        fc_graph_free(g);
+    }
+}
+
 static void test_gpu(fc_context *ctx) {
     fc_cuda_device *dev = NULL;
     CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
     if (!dev) return;
     srand(7);
     test_static_replay(ctx, dev);
+    test_weights_changed(ctx, dev);
 
     fc_graph *g = parse(ctx, softmax_text);
     if (g) {
