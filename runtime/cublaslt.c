@@ -406,11 +406,12 @@ typedef struct lt_family {
 } lt_family;
 
 /* The concatenated weights (and biases) of one horizontally fused gemm,
- * kept under its description's address. The layout fields record what the
+ * kept under its description's address, or under the GEMM the description
+ * is a shape of (fc_gemm_desc.share). The layout fields record what the
  * buffers were made for: a description of another layout at the same
  * address (a test reusing stack memory) gets new ones. */
 typedef struct lt_concat {
-    const fc_gemm_desc *desc;
+    const void *key;
     fc_dtype ab, out;
     bool trans_b, has_bias;
     int64_t K;
@@ -491,10 +492,13 @@ static void concat_clear(fc_cublaslt *h, lt_concat *c) {
     if (c->bias) (void)h->dev->cu->MemFree(c->bias);
     fc_ctx_freemem(h->ctx, c->src);
     fc_ctx_freemem(h->ctx, c->wcols);
-    const fc_gemm_desc *d = c->desc;
+    const void *key = c->key;
     memset(c, 0, sizeof *c);
-    c->desc = d;
+    c->key = key;
 }
+
+/* What a concatenation is kept under: the GEMM it serves (fc_gemm_desc.share). */
+static const void *concat_key(const fc_gemm_desc *d) { return d->share ? d->share : (const void *)d; }
 
 static void entry_free(lt_entry *e) {
     if (e->op) cublasLtMatmulDescDestroy(e->op);
@@ -1195,8 +1199,9 @@ static fc_status concat_make(fc_cublaslt *h, fc_context *ctx, lt_concat *c, cons
 }
 
 static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d) {
+    const void *key = concat_key(d);
     for (int i = 0; i < h->nconcats; i++)
-        if (h->concats[i].desc == d) return &h->concats[i];
+        if (h->concats[i].key == key) return &h->concats[i];
     if (h->nconcats == h->cap_concats) {
         int cap = h->cap_concats ? 2 * h->cap_concats : 4;
         lt_concat *c = fc_ctx_realloc(ctx, h->concats, sizeof *c * (size_t)cap);
@@ -1206,13 +1211,13 @@ static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_gemm_des
     }
     lt_concat *c = &h->concats[h->nconcats++];
     memset(c, 0, sizeof *c);
-    c->desc = d;
+    c->key = key;
     return c;
 }
 
 void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d) {
-    for (int i = 0; h && d && i < h->nconcats; i++)
-        if (h->concats[i].desc == d) concat_clear(h, &h->concats[i]);
+    for (int i = 0; h && d && !d->share && i < h->nconcats; i++)
+        if (h->concats[i].key == d) concat_clear(h, &h->concats[i]);
 }
 
 /* The concatenated weight (and bias) of a horizontally fused gemm: built on
@@ -1253,6 +1258,12 @@ static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_gemm_des
     memcpy(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc);
     c->valid = true;
     return FC_OK;
+}
+
+int fc_cublaslt_num_concats(const fc_cublaslt *h) {
+    int n = 0;
+    for (int i = 0; h && i < h->nconcats; i++) n += h->concats[i].wcols != NULL;
+    return n;
 }
 
 void fc_cublaslt_weights_changed(fc_cublaslt *h) {

@@ -100,6 +100,12 @@ typedef struct fc_gemm_desc {
      * [residual]: fc_gemm_plan_nops of them), out_arg for the result. */
     int *op_arg;
     int out_arg;
+    /* Which fused-sibling GEMM this is (concatenated weights are kept per
+     * handle under it): NULL for the description itself; a dynamic
+     * variant's shapes set the variant's launch, so that all its shapes
+     * share one concatenation instead of copying the weights per shape.
+     * Not serialized. */
+    const void *share;
 } fc_gemm_desc;
 
 /*
@@ -205,6 +211,8 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
 fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,
                                       int nargs, CUstream s);
 
+/* How many concatenations of fused siblings' weights the handle holds. */
+int fc_cublaslt_num_concats(const fc_cublaslt *h);
 /* New values were written into weights in place: every concatenation is
  * stale, and is copied again at its next launch or refresh. */
 void fc_cublaslt_weights_changed(fc_cublaslt *h);
@@ -213,7 +221,9 @@ void fc_cublaslt_weights_changed(fc_cublaslt *h);
 bool fc_cublaslt_weights_stale(const fc_cublaslt *h);
 
 /* Drop what the handle keeps for description d (its concatenated
- * weights), once the work that used them is finished. NULLs are ignored. */
+ * weights), once the work that used them is finished. NULLs are ignored,
+ * and so is a shared description (d->share): its concatenation serves
+ * other descriptions and lives as long as the handle. */
 void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d);
 
 /* ------------------------------------------------------------------ */

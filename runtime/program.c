@@ -711,6 +711,10 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
         }
     }
     if (st == FC_OK) st = build_desc(p);
+    /* Fused siblings' weights are the same at every shape: one
+     * concatenation in the variant's handle serves them all. */
+    for (int i = 0; st == FC_OK && i < p->d.src.nlaunches; i++)
+        if (fc_program_gemm(&p->d, i)) p->d.gemm[i].share = &v->d.src.launches[i];
     if (st != FC_OK) {
         if (st == FC_ERR_NOMEM) fc_set_error(p->ctx, st, "out of memory (a shape of program %s)", v->d.graph_name);
         fc_program_free(p);
@@ -741,6 +745,7 @@ fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { p->dyn = dyn; }
 struct fc_dynamic *fc_program_dynamic(const fc_program *p) { return p ? p->dyn : NULL; }
 fc_run_stats *fc_program_stats_ref(fc_program *p) { return &p->stats; }
+struct fc_cublaslt *fc_program_blas(const fc_program *p) { return p ? p->blas : NULL; }
 
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o) {
     fc_program *p = new_program(ctx);

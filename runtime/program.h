@@ -129,6 +129,9 @@ const fc_program_desc *fc_program_desc_of(const fc_program *p);
 fc_program_origin fc_program_origin_of(const fc_program *p);
 /* The context the program reports errors to. */
 fc_context *fc_program_context(const fc_program *p);
+/* p's cuBLASLt handle (an instance's is its variant's); NULL before its
+ * first run or without GEMMs. */
+struct fc_cublaslt *fc_program_blas(const fc_program *p);
 /* The program's times, to be filled in by whoever made it (a load). */
 fc_compile_times *fc_program_times_ref(fc_program *p);
 

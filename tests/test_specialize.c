@@ -19,6 +19,7 @@
  * checked; and a static program alternates between two sets of buffers, a
  * patch at every replay. */
 #include "check.h"
+#include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/dynamic.h"
 #include "runtime/interp.h"
@@ -480,9 +481,11 @@ static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
 }
 
 /* prebuilt: whether each specialization's graph is built before it lands
- * (not for programs with fused sibling GEMMs). */
+ * (not for programs with fused sibling GEMMs); concats: how many groups of
+ * fused sibling GEMMs the graph has (the variant keeps one concatenation
+ * of each, whatever the number of shapes). */
 static void test_dynamic_gpu(fc_context *ctx, fc_cuda_device *dev, const char *what, fc_graph *g, int nsteps,
-                             const fc_tensor (*shapes)[16], int nin, int nout, bool prebuilt) {
+                             const fc_tensor (*shapes)[16], int nin, int nout, bool prebuilt, int concats) {
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
     if (!p) return;
     fc_run_stats s;
@@ -513,6 +516,8 @@ static void test_dynamic_gpu(fc_context *ctx, fc_cuda_device *dev, const char *w
      * that run's new buffers (results compared above). */
     if (prebuilt) CHECK_EQ_INT(s.graph_prebuilt, s.specializations_built);
     else CHECK_EQ_INT(s.graph_prebuilt, 0);
+    fc_program *v = fc_dynamic_variant(fc_program_dynamic(p));
+    if (v) CHECK_EQ_INT(fc_cublaslt_num_concats(fc_program_blas(v)), concats);
     CHECK(s.guard_hits >= (uint64_t)nsteps); /* the second pass, at least */
     CHECK(s.dynamic_runs >= 1);
     CHECK(s.specializations_built >= 1);
@@ -639,7 +644,7 @@ static void test_gpu(fc_context *ctx) {
         fc_tensor sh[4][16];
         int64_t rows[4] = {1, 37, 256, 37};
         for (int i = 0; i < 4; i++) sh[i][0] = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
-        test_dynamic_gpu(ctx, dev, "softmax[N, 1000]", g, 4, (const fc_tensor(*)[16])sh, 1, 1, true);
+        test_dynamic_gpu(ctx, dev, "softmax[N, 1000]", g, 4, (const fc_tensor(*)[16])sh, 1, 1, true, 0);
     }
     fc_graph_free(g);
 
@@ -651,7 +656,7 @@ static void test_gpu(fc_context *ctx) {
             sh[i][0] = shaped(FC_BF16, 3, (int64_t[]){bt[i][0], bt[i][1], 256}, NULL);
             sh[i][1] = sh[i][2] = shaped(FC_BF16, 1, (int64_t[]){256}, NULL);
         }
-        test_dynamic_gpu(ctx, dev, "add+layernorm[B, T, 256]", g, 3, (const fc_tensor(*)[16])sh, 3, 2, true);
+        test_dynamic_gpu(ctx, dev, "add+layernorm[B, T, 256]", g, 3, (const fc_tensor(*)[16])sh, 3, 2, true, 0);
     }
     fc_graph_free(g);
 
@@ -663,9 +668,10 @@ static void test_gpu(fc_context *ctx) {
         const char *file, *what;
         int64_t bt[3][2];
         bool prebuilt; /* Llama's Q/K/V and gate/up are fused siblings */
+        int concats;
     } blocks[] = {
-        {"examples/gpt2_block_bf16.ir", "gpt2_block_bf16[B, T]", {{1, 64}, {1, 7}, {2, 130}}, true},
-        {"examples/llama_block.ir", "llama_block[B, T]", {{1, 16}, {2, 7}, {1, 33}}, false},
+        {"examples/gpt2_block_bf16.ir", "gpt2_block_bf16[B, T]", {{1, 64}, {1, 7}, {2, 130}}, true, 0},
+        {"examples/llama_block.ir", "llama_block[B, T]", {{1, 16}, {2, 7}, {1, 33}}, false, 2},
     };
     const char *src = getenv("FUSEC_SRC");
     for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) {
@@ -689,7 +695,7 @@ static void test_gpu(fc_context *ctx) {
                 }
                 sh[i][q] = ty;
             }
-        test_dynamic_gpu(ctx, dev, blocks[b].what, g, 3, (const fc_tensor(*)[16])sh, nin, 1, blocks[b].prebuilt);
+        test_dynamic_gpu(ctx, dev, blocks[b].what, g, 3, (const fc_tensor(*)[16])sh, nin, 1, blocks[b].prebuilt, blocks[b].concats);
         fc_graph_free(g);
     }
     fc_cuda_device_close(dev);
