@@ -103,6 +103,11 @@ typedef struct fc_plan {
     fc_graph *owned_graph;
     int64_t *sym_values;
     int nsyms;
+
+    /* The compute capability the code is generated for (major * 10 +
+     * minor; 0: any). Set by the runtime before fc_cuda_codegen; only the
+     * attention kernel asks (codegen/cuda/attention.h). */
+    int sm;
 } fc_plan;
 
 /* In a REDUCE group: does v hold one element per row, in the kept dims'

@@ -40,6 +40,7 @@
  * value returned twice) are copied device-to-device after the launches.
  */
 #include "runtime/program.h"
+#include "codegen/cuda/attention.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_check.h"
@@ -149,8 +150,9 @@ void fc_compile_options_default(fc_compile_options *o) {
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     int n = 0;
     if (fast_math) extra[n++] = "--use_fast_math";
-    const char *wg = getenv("FUSEC_ATTN_WGMMA");
-    if (sm == 90 && wg && wg[0] == '1') extra[n++] = "--gpu-architecture=sm_90a";
+    /* sm_90a (wgmma, setmaxnreg) for the Hopper attention kernel, which the
+     * codegen emits under the same condition. */
+    if (fc_cuda_attention_hopper(sm)) extra[n++] = "--gpu-architecture=sm_90a";
     return n;
 }
 
@@ -424,6 +426,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
                             g->nparams, p->g->nparams, g->noutputs, p->g->noutputs);
 
     t = now_ms();
+    p->plan.sm = p->d.sm;
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = build_desc(p);
     p->times.codegen_ms = now_ms() - t;

@@ -15,13 +15,21 @@
  *  4. Codegen: the kernel of every configuration below (bf16/f16 tensor-core
  *     kernel, f32/f64/wide-head general kernel, causal, masks, odd lengths,
  *     strided QKV, an output written through permute/reshape) compiles
- *     with NVRTC for sm_90; groups it cannot read are refused.
+ *     with NVRTC for sm_90 (and the tensor-core kernels for sm_90a); the
+ *     same groups generated for sm 90 get the Hopper kernel (fc_attn_fa3)
+ *     where both padded head dims are 64 or 128, with its launch (384 or
+ *     512 threads, dynamic shared memory), compiled for sm_90a (ptxas);
+ *     groups it cannot read are refused.
  *  5. Allocation failures at every allocation of the pass.
  * With a GPU:
  *  6. Every configuration of 4 runs on the device, launched directly
  *     (runtime/cuda.h), against the reference interpreter within the
- *     dtype's tolerance. FUSEC_ATTN_BENCH=1 also times the issue's
- *     benchmark shapes (B=8, H=16, S=2048, D=128/64, bf16).
+ *     dtype's tolerance: fc_attn_tc/fc_attn_rows, and fc_attn_fa3 where it
+ *     applies ("gpu: <case> (wgmma): ok" lines). FUSEC_ATTN_BENCH=1 also
+ *     times the issue's benchmark shapes (B=8, H=16, S=2048, D=128/64) on
+ *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _VARIANTS and
+ *     FUSEC_ATTN_TEST_OPTS (see bench() and test_kernels()) serve
+ *     experiments; FUSEC_ATTN_DUMP=dir writes the kernels' sources.
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
  */
 #include "check.h"
@@ -719,6 +727,9 @@ static const kcase kcases[] = {
     {"bf16 D=80 Dv=32 scale", ATT1("bf16", "2", "100", "90", "80", "32", ", scale=0.3"), false, true},
     {"bf16 D=8", ATT1("bf16", "2", "129", "129", "8", "8", ", causal=true"), false, true},
     {"bf16 causal D=128 Dv=64 (8 warps)", ATT1("bf16", "2, 2", "130", "130", "128", "64", ", causal=true"), false, true},
+    {"bf16 D=64 Dv=128 S=700", ATT1("bf16", "2", "700", "700", "64", "128", ""), false, true},
+    {"f16 causal D=128 Sq=1000 Sk=1300", ATT1("f16", "1, 2", "1000", "1300", "128", "128", ", causal=true"), false, true},
+    {"bf16 D=120 (padded to 128) S=333", ATT1("bf16", "3", "333", "333", "120", "120", ""), false, true},
     {"bf16 D=256 (general kernel)", ATT1("bf16", "1, 2", "70", "70", "256", "256", ", causal=true"), false, false},
     {"f32 causal D=64", ATT1("f32", "2, 2", "77", "77", "64", "64", ", causal=true"), false, false},
     {"f64 D=33", ATT1("f64", "3", "20", "37", "33", "70", ""), false, false},
@@ -815,6 +826,7 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
     fc_status st = fc_nvrtc_compile(ctx, src, "attention.cu", G->d->info.cc_major, G->d->info.cc_minor, extra, nextra, &cubin);
     if (!st) st = fc_cuda_module_load(G->d, cubin.data, cubin.size, &mod);
     if (!st) st = fc_cuda_module_function(G->d, mod, l->name, &fn);
+    if (!st && l->smem > 48 * 1024) st = fc_cuda_function_set_max_shared(G->d, fn, (int)l->smem);
     int nin = a->gr.ninputs;
     void *args[9];
     for (int i = 0; !st && i < nin; i++) {
@@ -855,46 +867,34 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
 
 static const char *const sm90a[] = {"--gpu-architecture=sm_90a"};
 
-/* The wgmma kernel is not correct yet (docs/ATTENTION.md): it runs on the
- * GPU, and is timed, only with FUSEC_ATTN_WGMMA=1. */
-static bool wgmma_on(void) {
-    const char *e = getenv("FUSEC_ATTN_WGMMA");
-    return e && e[0] == '1';
+/* The Hopper kernel (fc_attn_fa3) is generated for plans with sm 90
+ * (unless FUSEC_ATTN_WGMMA=0): does this kcase get it? */
+static bool expect_fa3(const kcase *c, const agroup *a) {
+    const fc_node *n = a->gr.nodes[0];
+    const fc_value *q = n->in[0], *o = n->out[0];
+    int64_t d = (q->dims[q->rank - 1] + 15) / 16 * 16, dv = (o->dims[o->rank - 1] + 15) / 16 * 16;
+    return c->mma && fc_cuda_attention_hopper(90) && d % 64 == 0 && dv % 64 == 0;
 }
 
-/* A wgmma result that is wrong: which swap of the descriptors' two byte
- * offsets (K's, V's) would have been right? Printed, once per run. */
-static void wgmma_diagnose(fc_context *ctx, gpu *G, agroup *a, const char *src, const fc_launch *l, const fc_tensor *in,
-                           const fc_tensor *want) {
-    static bool done = false;
-    if (done) return;
-    done = true;
-    /* (Swapping V's offsets reads past the tile: an illegal address that
-     * ends the context, so it is not tried.) */
-    static const char *const opts[5][4] = {
-        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SCALED0=1", NULL, NULL},
-        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_PVTMP=1", NULL, NULL},
-        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SYNC=1", NULL, NULL},
-        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SCALED0=1", "-DFC_ATTN_WG_PVTMP=1", "-DFC_ATTN_WG_SYNC=1"},
-        {"--gpu-architecture=sm_90a", "-DFC_ATTN_WG_SWAPK=1", NULL, NULL}};
-    static const int nopts[5] = {2, 2, 2, 4, 2};
-    static const char *const names[5] = {"SCALED0", "PVTMP", "SYNC", "all three", "swap K"};
-    fc_tolerance tol = fc_dtype_tolerance(want->dtype);
-    for (int i = 0; i < 5; i++) {
-        fc_tensor got = {0};
-        double ms = 0;
-        fc_status st = run_on_gpu(ctx, G, a, src, l, in, &got, 0, &ms, opts[i], nopts[i]);
-        bool good = !st && allclose("diagnose", &got, want, tol.rel, tol.abs);
-        printf("wgmma diagnose: %s: %s\n", names[i], st ? fc_last_error(ctx) : good ? "CORRECT" : "wrong");
-        free(got.data);
-    }
+/* Append src to the unit (*unit, *len); false when out of memory. */
+static bool unit_append(char **unit, size_t *len, const char *src) {
+    size_t n = strlen(src);
+    char *u = realloc(*unit, *len + n + 1);
+    if (!u) return false;
+    memcpy(u + *len, src, n + 1);
+    *unit = u;
+    *len += n;
+    return true;
 }
 
 static void test_kernels(fc_context *ctx, gpu *G) {
     /* Every kernel again in one translation unit, as a plan with several
-     * attention groups gets: the shared templates are emitted once. */
-    char *unit = NULL;
-    size_t unit_len = 0;
+     * attention groups gets: the shared templates are emitted once. Two
+     * units: code for any GPU (plan sm 0), and for sm 90 (the Hopper
+     * kernel where it applies, compiled for sm_90a). */
+    char *unit[2] = {NULL, NULL};
+    size_t unit_len[2] = {0, 0};
+    bool unit_ok[2] = {true, true};
     for (size_t i = 0; i < sizeof kcases / sizeof *kcases; i++) {
         const kcase *c = &kcases[i];
         agroup a;
@@ -905,120 +905,182 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             continue;
         }
         CHECK(fc_cuda_attention_uses_mma(&a.gr) == c->mma);
-        char *src = NULL;
-        fc_launch l = {0};
-        fc_status st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src, &l);
-        CHECK_EQ_INT(st, FC_OK);
-        if (st) fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
-        CHECK(l.kind == FC_LAUNCH_KERNEL && l.grid[0] >= 1 && l.smem == 0);
-        CHECK(c->mma ? l.block[0] == 128 || l.block[0] == 256 : l.block[0] == 256);
-        /* NVRTC for sm_90, with or without a GPU. */
-        fc_bytes cubin = {0};
-        char name[64];
-        snprintf(name, sizeof name, "fc_attention_unit_%zu", i);
-        char *src2 = NULL;
-        fc_launch l2 = {0};
-        if (fc_cuda_emit_attention(&a.plan, &a.gr, name, &src2, &l2) == FC_OK) {
-            size_t n = strlen(src2);
-            char *u = realloc(unit, unit_len + n + 1);
-            if (u) {
-                memcpy(u + unit_len, src2, n + 1);
-                unit = u;
-                unit_len += n;
-            }
-            free(src2);
-        }
-        /* sm_90a as well: the tensor-core kernels then run on wgmma
-         * (fc_attn_wgmma), checked by ptxas here. */
-        for (int arch = 0; src && arch < (c->mma ? 2 : 1); arch++) {
-            st = fc_nvrtc_compile(ctx, src, "attention.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
-            CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "%s (%s): %s\n", c->name, arch ? "sm_90a" : "sm_90", fc_last_error(ctx));
-            fc_bytes_free(&cubin);
-        }
-        if (src && G->ok) {
-            int nin = a.g->nparams;
-            fc_tensor in[8] = {0}, want = {0};
+        fc_tensor in[8] = {0}, want = {0};
+        int nin = a.g->nparams;
+        fc_status rst = FC_ERR_RUNTIME;
+        if (G->ok) {
             for (int k = 0; k < nin; k++) fill(&in[k], a.g->params[k], 2.0);
             /* The reference of the graph the kernel implements (after the
              * pass: the attention op's exact semantics). */
-            fc_status rst = fc_run_reference(a.g, in, nin, &want, 1);
+            rst = fc_run_reference(a.g, in, nin, &want, 1);
             CHECK_EQ_INT(rst, FC_OK);
-            for (int arch = 0; arch < (c->mma && wgmma_on() ? 2 : 1); arch++) {
+        }
+        /* target 0: plan sm 0 (fc_attn_tc or fc_attn_rows), compiled for
+         * sm_90 and, for the tensor-core kernel, sm_90a too (ptxas);
+         * target 1: plan sm 90 (fc_attn_fa3 where expected), sm_90a. */
+        const bool fa3 = expect_fa3(c, &a);
+        for (int target = 0; target < (c->mma ? 2 : 1); target++) {
+            a.plan.sm = target ? 90 : 0;
+            char *src = NULL;
+            fc_launch l = {0};
+            fc_status st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src, &l);
+            CHECK_EQ_INT(st, FC_OK);
+            if (st) {
+                fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
+                continue;
+            }
+            const bool hopper = target && fa3;
+            /* FUSEC_ATTN_DUMP=dir: the sources, for nvcc -Xptxas -v and cuobjdump. */
+            const char *dump = getenv("FUSEC_ATTN_DUMP");
+            if (dump && *dump) {
+                char path[512];
+                snprintf(path, sizeof path, "%s/k%02zu_%s.cu", dump, i, hopper ? "fa3" : "sm90");
+                FILE *f = fopen(path, "w");
+                if (f) {
+                    fputs(src, f);
+                    fclose(f);
+                }
+            }
+            CHECK(l.kind == FC_LAUNCH_KERNEL && l.grid[0] >= 1);
+            CHECK(hopper ? (l.block[0] == 384 || l.block[0] == 512) && l.smem > 48 * 1024 && l.smem <= 227 * 1024
+                         : l.smem == 0 && (c->mma ? l.block[0] == 128 || l.block[0] == 256 : l.block[0] == 256));
+            CHECK((strstr(src, "fc_attn_fa3<") != NULL) == hopper);
+            char name[64];
+            snprintf(name, sizeof name, "fc_attention_unit_%zu", i);
+            char *src2 = NULL;
+            fc_launch l2 = {0};
+            if (fc_cuda_emit_attention(&a.plan, &a.gr, name, &src2, &l2) == FC_OK)
+                unit_ok[target] = unit_append(&unit[target], &unit_len[target], src2) && unit_ok[target];
+            free(src2);
+            for (int arch = target; arch < (c->mma ? 2 : 1); arch++) {
+                if (G->ok && arch == target) continue; /* run_on_gpu below compiles it */
+                fc_bytes cubin = {0};
+                st = fc_nvrtc_compile(ctx, src, "attention.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
+                CHECK_EQ_INT(st, FC_OK);
+                if (st) fprintf(stderr, "%s (%s, plan sm %d): %s\n", c->name, arch ? "sm_90a" : "sm_90", a.plan.sm, fc_last_error(ctx));
+                fc_bytes_free(&cubin);
+            }
+            /* On the GPU: the sm_90 kernel, and the Hopper one (with the
+             * NVRTC options of FUSEC_ATTN_TEST_OPTS, space-separated:
+             * experiments' macros). */
+            if (G->ok && (target == 0 || hopper)) {
                 fc_tensor got = {0};
                 double ms = 0;
-                st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 0, &ms, arch ? sm90a : NULL, arch);
+                const char *hopts[8] = {sm90a[0]};
+                int nh = 1;
+                char obuf[512] = "";
+                const char *te = getenv("FUSEC_ATTN_TEST_OPTS");
+                if (te) snprintf(obuf, sizeof obuf, "%s", te);
+                for (char *sv = NULL, *t = strtok_r(obuf, " ", &sv); t && nh < 8; t = strtok_r(NULL, " ", &sv)) hopts[nh++] = t;
+                st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 0, &ms, target ? hopts : NULL, target ? nh : 0);
                 CHECK_EQ_INT(st, FC_OK);
                 if (st) fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
                 if (!st && !rst) {
                     fc_tolerance tol = fc_dtype_tolerance(want.dtype);
                     char what[160];
-                    snprintf(what, sizeof what, "%s%s", c->name, arch ? " (wgmma)" : "");
+                    snprintf(what, sizeof what, "%s%s", c->name, hopper ? " (wgmma)" : "");
                     bool good = allclose(what, &got, &want, tol.rel, tol.abs);
                     CHECK(good);
-                    if (!good && arch) wgmma_diagnose(ctx, G, &a, src, &l, in, &want);
+                    printf("gpu: %s: %s\n", what, good ? "ok" : "WRONG");
+                    fflush(stdout);
                 }
                 free(got.data);
             }
-            for (int k = 0; k < nin; k++) free(in[k].data);
-            fc_tensor_release(&want);
+            free(src);
         }
-        free(src);
+        for (int k = 0; k < nin; k++) free(in[k].data);
+        if (!rst) fc_tensor_release(&want);
         fc_graph_free(a.g);
     }
-    fc_bytes cubin = {0};
-    CHECK(unit != NULL);
-    if (unit) {
-        for (int arch = 0; arch < 2; arch++) {
-            fc_status st = fc_nvrtc_compile(ctx, unit, "attention_unit.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
+    for (int target = 0; target < 2; target++) {
+        CHECK(unit[target] != NULL && unit_ok[target]);
+        for (int arch = target; unit[target] && arch < 2; arch++) {
+            fc_bytes cubin = {0};
+            fc_status st = fc_nvrtc_compile(ctx, unit[target], "attention_unit.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
             CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "one unit (%s): %s\n", arch ? "sm_90a" : "sm_90", fc_last_error(ctx));
+            if (st) fprintf(stderr, "one unit (plan sm %d, %s): %s\n", target ? 90 : 0, arch ? "sm_90a" : "sm_90", fc_last_error(ctx));
             fc_bytes_free(&cubin);
         }
+        free(unit[target]);
     }
-    fc_bytes_free(&cubin);
-    free(unit);
 }
 
 /* The issue's benchmark shapes, timed (FUSEC_ATTN_BENCH=1): FLOPs are
- * 4 B H S^2 D, halved for causal. */
+ * 4 B H S^2 D, halved for causal. Each shape runs fc_attn_tc (plan sm 0)
+ * and fc_attn_fa3 (plan sm 90, sm_90a), the latter also with each option
+ * set of FUSEC_ATTN_BENCH_VARIANTS (';'-separated NVRTC option lists,
+ * options separated by spaces: "-DFC_ATTN_PINGPONG=0;-DFOO=1 -DBAR=2"). */
 static void bench(fc_context *ctx, gpu *G) {
     static const struct {
         const char *dt;
         int d;
         bool causal;
     } shapes[] = {{"bf16", 128, true}, {"bf16", 128, false}, {"bf16", 64, true}, {"bf16", 64, false}, {"f16", 128, true}};
+    /* Variants: [0] sm 0, [1] sm 90, then the environment's. */
+    const char *opts[10][6] = {{NULL}};
+    int nopts[10] = {0, 1};
+    char vbuf[1024] = "";
+    int nv = 2;
+    const char *ve = getenv("FUSEC_ATTN_BENCH_VARIANTS");
+    if (ve) snprintf(vbuf, sizeof vbuf, "%s", ve);
+    opts[1][0] = sm90a[0];
+    for (char *save = NULL, *v = strtok_r(vbuf, ";", &save); v && nv < 10; v = strtok_r(NULL, ";", &save)) {
+        opts[nv][0] = sm90a[0];
+        nopts[nv] = 1;
+        for (char *s2 = NULL, *o = strtok_r(v, " ", &s2); o && nopts[nv] < 6; o = strtok_r(NULL, " ", &s2)) opts[nv][nopts[nv]++] = o;
+        nv++;
+    }
+    const char *quick = getenv("FUSEC_ATTN_BENCH_QUICK"); /* =1: bf16 only */
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        char ir[512], d[8];
-        snprintf(d, sizeof d, "%d", shapes[i].d);
+        if (quick && *quick == '1' && strcmp(shapes[i].dt, "bf16") != 0) continue;
+        char ir[512];
         snprintf(ir, sizeof ir,
                  "graph b(%%q: %s[8, 16, 2048, %d], %%k: %s[8, 16, 2048, %d], %%v: %s[8, 16, 2048, %d]) {\n"
                  "  %%o = attention(%%q, %%k, %%v, causal=%s)\n  return %%o\n}\n",
                  shapes[i].dt, shapes[i].d, shapes[i].dt, shapes[i].d, shapes[i].dt, shapes[i].d,
                  shapes[i].causal ? "true" : "false");
         agroup a;
-        char *src = NULL;
-        fc_launch l = {0};
-        if (make_group(ctx, "bench", ir, false, &a) && !fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l)) {
-            fc_tensor in[3] = {0}, got = {0};
-            for (int k = 0; k < 3; k++) fill(&in[k], a.g->params[k], 1.0);
-            double flops = 4.0 * 8 * 16 * 2048.0 * 2048.0 * shapes[i].d * (shapes[i].causal ? 0.5 : 1.0);
-            /* The same kernel for sm_90 (mma.sync) and sm_90a (wgmma). */
-            for (int arch = 0; arch < (wgmma_on() ? 2 : 1); arch++) {
-                double ms = 0;
-                fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, arch ? sm90a : NULL, arch);
-                if (!st)
-                    printf("bench: %s B=8 H=16 S=2048 D=%d %s %s: %.3f ms, %.0f TFLOP/s\n", shapes[i].dt, shapes[i].d,
-                           shapes[i].causal ? "causal" : "full", arch ? "wgmma" : "mma.sync", ms, flops / ms * 1e-9);
-                else
-                    fprintf(stderr, "bench: %s\n", fc_last_error(ctx));
-                free(got.data);
-                got.data = NULL;
-            }
-            for (int k = 0; k < 3; k++) free(in[k].data);
-            free(got.data);
+        if (!make_group(ctx, "bench", ir, false, &a)) {
+            fc_graph_free(a.g);
+            continue;
         }
-        free(src);
+        fc_tensor in[3] = {0};
+        for (int k = 0; k < 3; k++) fill(&in[k], a.g->params[k], 1.0);
+        double flops = 4.0 * 8 * 16 * 2048.0 * 2048.0 * shapes[i].d * (shapes[i].causal ? 0.5 : 1.0);
+        for (int var = 0; var < nv; var++) {
+            a.plan.sm = var ? 90 : 0;
+            if (var && !fc_cuda_attention_hopper(90)) break;
+            char *src = NULL;
+            fc_launch l = {0};
+            if (fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l)) continue;
+            /* -DFC_ATTN_STAGES=n: the launch brings n stages of shared memory. */
+            for (int o = 1; o < nopts[var]; o++) {
+                int st = 0;
+                if (sscanf(opts[var][o], "-DFC_ATTN_STAGES=%d", &st) == 1 && st > 0) {
+                    const int dp = shapes[i].d;
+                    const int bn = 128;
+                    const int qrows = 64 * ((int)l.block[0] / 128 - 1);
+                    l.smem = (unsigned)(1024 + 2 * (qrows * dp + st * bn * 2 * dp) + 32 * st);
+                }
+            }
+            fc_tensor got = {0};
+            double ms = 0;
+            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, opts[var], nopts[var]);
+            char vname[128] = "mma.sync";
+            if (var >= 1) snprintf(vname, sizeof vname, "wgmma");
+            for (int o = 1; var > 1 && o < nopts[var]; o++) {
+                size_t used = strlen(vname);
+                snprintf(vname + used, sizeof vname - used, " %s", opts[var][o]);
+            }
+            if (!st)
+                printf("bench: %s B=8 H=16 S=2048 D=%d %s %s: %.3f ms, %.0f TFLOP/s\n", shapes[i].dt, shapes[i].d,
+                       shapes[i].causal ? "causal" : "full", vname, ms, flops / ms * 1e-9);
+            else
+                fprintf(stderr, "bench: %s\n", fc_last_error(ctx));
+            free(got.data);
+            free(src);
+        }
+        for (int k = 0; k < 3; k++) free(in[k].data);
         fc_graph_free(a.g);
     }
 }
@@ -1068,7 +1130,9 @@ int main(void) {
     gpu G = {0};
     G.ok = fc_cuda_available(ctx) && fc_cuda_device_open(ctx, 0, &G.d) == FC_OK;
     if (!G.ok) printf("skipped: no CUDA device (%s); compiling only\n", fc_last_error(ctx));
-    test_kernels(ctx, &G);
+    /* FUSEC_ATTN_BENCH_ONLY=1: the GPU's benchmark without the kernel tests. */
+    const char *bo = getenv("FUSEC_ATTN_BENCH_ONLY");
+    if (!(G.ok && bo && *bo == '1')) test_kernels(ctx, &G);
     const char *b = getenv("FUSEC_ATTN_BENCH");
     if (G.ok && b && *b == '1') bench(ctx, &G);
     fc_cuda_device_close(G.d);

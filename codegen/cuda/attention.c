@@ -1,8 +1,8 @@
 /*
  * attention.c - CUDA C for an attention group: one flash-attention kernel.
  *
- * The kernels themselves are two templates written out below as CUDA text
- * (helpers_src, templates_src), emitted once per translation unit:
+ * The kernels themselves are templates written out below as CUDA text
+ * (helpers_src, templates_src, wgmma_src), emitted once per translation unit:
  *
  *  - fc_attn_tc, the tensor-core kernel for bf16 and f16 with head dims up
  *    to 128 (FlashAttention-2): 16 query rows per warp, 4 or 8 warps a
@@ -10,11 +10,13 @@
  *    of the next tile overlapping the math on this one), mma.sync m16n8k16
  *    with f32 accumulators, ldmatrix for every fragment, the online softmax
  *    in f32 registers, causal blocks past the diagonal skipped;
+ *  - fc_attn_fa3 (wgmma_src), the Hopper kernel (FlashAttention-3's
+ *    structure: wgmma, a producer warpgroup feeding K and V through
+ *    mbarriers, setmaxnreg, intra-warpgroup overlap and ping-pong), for
+ *    plans generated for sm 90 whose padded head dims are 64 or 128; the
+ *    unit is then compiled for sm_90a (fc_cuda_attention_hopper);
  *  - fc_attn_rows, the general kernel (f32, f64, other head dims): a warp
  *    per query row, the same online softmax in f32 (f64 for f64).
- *  - fc_attn_wgmma (wgmma_src), fc_attn_tc with both products on wgmma:
- *    compiled only in sm_90a units, where it replaces fc_attn_tc with the
- *    same launch; experimental and off by default (docs/ATTENTION.md).
  *
  * Per kernel, this file writes a config struct of constants (shapes,
  * strides, scale, mask kind, which loads may be 16-byte copies) and a thin
@@ -160,7 +162,7 @@ static const char templates_src[] =
     "}\n"
     "\n"
     "/*\n"
-    " * The pieces of the tensor-core kernels (fc_attn_tc, and fc_attn_wgmma whose\n"
+    " * The pieces of the tensor-core kernels (fc_attn_tc, and fc_attn_fa3 whose\n"
     " * accumulators hold per warp what those of fc_attn_tc hold).\n"
     " *\n"
     " * mma.m16n8k16 fragments (g = lane / 4, t = lane % 4): A holds rows g and\n"
@@ -465,74 +467,116 @@ static const char templates_src[] =
 
 /* BEGIN GENERATED: wgmma_src */
 static const char wgmma_src[] =
-    "/* fusec attention: the Hopper kernel (wgmma, sm_90a). Compiled only where the\n"
-    " * translation unit targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere each\n"
-    " * kernel falls back to fc_attn_tc with the same launch. */\n"
-    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(FC_ATTN_WGMMA)\n"
-    "#define FC_ATTN_WGMMA\n"
-    "/* Descriptor checks: swap the two byte offsets of K's or V's descriptors. */\n"
-    "#ifndef FC_ATTN_WG_SWAPK\n"
-    "#define FC_ATTN_WG_SWAPK 0\n"
+    "/* fusec attention: the Hopper kernel (FlashAttention-3 structure; wgmma,\n"
+    " * mbarriers, setmaxnreg: sm_90a). Compiled only where the translation unit\n"
+    " * targets sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); the codegen emits it only for\n"
+    " * such units (docs/ATTENTION.md). */\n"
+    "#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(FC_ATTN_FA3)\n"
+    "#define FC_ATTN_FA3\n"
+    "/* Switches for experiments (NVRTC -D options; the defaults are what the\n"
+    " * codegen relies on, measured in docs/ATTENTION.md):\n"
+    " *  - PINGPONG: two consumer warpgroups take turns issuing their products,\n"
+    " *    so the softmax of one overlaps the tensor-core work of the other;\n"
+    " *  - NOINC: the producer's 16-byte copies arrive on the \"full\" mbarriers by\n"
+    " *    themselves (cp.async.mbarrier.arrive.noinc) instead of the producer\n"
+    " *    waiting for them, fencing and arriving; the consumers then fence the\n"
+    " *    proxies (fence.proxy.async) after their wait, before wgmma reads;\n"
+    " *  - STAGES: K/V stages other than the config's (the launch must bring the\n"
+    " *    shared memory);\n"
+    " *  - DIAG_NOLOAD, DIAG_NOSOFT: timing only, wrong results: the producer\n"
+    " *    copies the first ST tiles only; no masking, softmax or rescaling. */\n"
+    "#ifndef FC_ATTN_PINGPONG\n"
+    "#define FC_ATTN_PINGPONG 1\n"
     "#endif\n"
-    "#ifndef FC_ATTN_WG_SWAPV\n"
-    "#define FC_ATTN_WG_SWAPV 0\n"
+    "#ifndef FC_ATTN_NOINC\n"
+    "#define FC_ATTN_NOINC 1\n"
     "#endif\n"
-    "/* Variants, for finding what goes wrong (docs/ATTENTION.md): SCALED0, the\n"
-    " * first product of S overwrites (no zeroed accumulators); PVTMP, P V into\n"
-    " * zeroed registers added to O afterwards; SYNC, K and V both landed\n"
-    " * before S. */\n"
-    "#ifndef FC_ATTN_WG_SCALED0\n"
-    "#define FC_ATTN_WG_SCALED0 0\n"
+    "#ifndef FC_ATTN_DIAG_NOLOAD\n"
+    "#define FC_ATTN_DIAG_NOLOAD 0\n"
     "#endif\n"
-    "#ifndef FC_ATTN_WG_PVTMP\n"
-    "#define FC_ATTN_WG_PVTMP 0\n"
+    "#ifndef FC_ATTN_DIAG_NOSOFT\n"
+    "#define FC_ATTN_DIAG_NOSOFT 0\n"
     "#endif\n"
-    "#ifndef FC_ATTN_WG_SYNC\n"
-    "#define FC_ATTN_WG_SYNC 0\n"
-    "#endif\n"
+    "extern __shared__ __align__(1024) unsigned char fc_attn_dsmem[];\n"
     "/* Shared-memory writes of the generic proxy (cp.async, stores) made visible\n"
-    " * to the async proxy (wgmma operands); each writing thread, before the barrier. */\n"
+    " * to the async proxy (wgmma operands); by each writing thread. */\n"
     "__device__ __forceinline__ void fc_attn_fence_proxy() { asm volatile(\"fence.proxy.async.shared::cta;\\n\" ::: \"memory\"); }\n"
     "__device__ __forceinline__ void fc_attn_wg_fence() { asm volatile(\"wgmma.fence.sync.aligned;\\n\" ::: \"memory\"); }\n"
     "__device__ __forceinline__ void fc_attn_wg_commit() { asm volatile(\"wgmma.commit_group.sync.aligned;\\n\" ::: \"memory\"); }\n"
-    "__device__ __forceinline__ void fc_attn_wg_wait() { asm volatile(\"wgmma.wait_group.sync.aligned 0;\\n\" ::: \"memory\"); }\n"
-    "/* Keep the compiler from moving accumulator registers across the asynchronous MMAs. */\n"
-    "template <int N> __device__ __forceinline__ void fc_attn_wg_pin(float (&d)[N][4]) {\n"
+    "template <int N> __device__ __forceinline__ void fc_attn_wg_wait() {\n"
+    "  asm volatile(\"wgmma.wait_group.sync.aligned %0;\\n\" ::\"n\"(N) : \"memory\");\n"
+    "}\n"
+    "/* Registers the asynchronous products read or write stay where they are:\n"
+    " * the compiler may not move their uses across the waits (pin after a wait)\n"
+    " * nor reuse an operand's registers while a product may still read them. */\n"
+    "template <int N> __device__ __forceinline__ void fc_attn_pin(float (&d)[N][4]) {\n"
     "#pragma unroll\n"
     "  for (int j = 0; j < N; j++)\n"
     "#pragma unroll\n"
     "    for (int e = 0; e < 4; e++) asm volatile(\"\" : \"+f\"(d[j][e])::\"memory\");\n"
     "}\n"
-    "/* Shared-memory matrix descriptor, no swizzle: start address, leading (K\n"
-    " * direction) and stride (M/N direction) byte offsets between 8x16-byte core\n"
-    " * matrices, all in 16-byte units. */\n"
-    "__device__ __forceinline__ unsigned long long fc_attn_desc(const void *p, unsigned lbo, unsigned sbo) {\n"
-    "  return (unsigned long long)((fc_attn_saddr(p) & 0x3ffffu) >> 4) | (unsigned long long)((lbo >> 4) & 0x3fffu) << 16 |\n"
-    "         (unsigned long long)((sbo >> 4) & 0x3fffu) << 32;\n"
+    "template <int N> __device__ __forceinline__ void fc_attn_pin(unsigned (&d)[N][4]) {\n"
+    "#pragma unroll\n"
+    "  for (int j = 0; j < N; j++)\n"
+    "#pragma unroll\n"
+    "    for (int e = 0; e < 4; e++) asm volatile(\"\" : \"+r\"(d[j][e])::\"memory\");\n"
     "}\n"
-    "/* c (64 x N per warpgroup, f32) += a (64 x 16, registers) * b (16 x N, a\n"
-    " * descriptor; TB 1: b stored N-major). Specializations written per kernel. */\n"
-    "template <int N, int TB> struct fc_attn_wgop;\n"
+    "/* mbarriers (shared::cta addresses): arrive releases, a completed wait acquires. */\n"
+    "__device__ __forceinline__ void fc_attn_mbar_init(unsigned a, unsigned count) {\n"
+    "  asm volatile(\"mbarrier.init.shared::cta.b64 [%0], %1;\\n\" ::\"r\"(a), \"r\"(count) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_mbar_arrive(unsigned a) {\n"
+    "  asm volatile(\"{\\n.reg .b64 st;\\nmbarrier.arrive.shared::cta.b64 st, [%0];\\n}\\n\" ::\"r\"(a) : \"memory\");\n"
+    "}\n"
+    "__device__ __forceinline__ void fc_attn_mbar_wait(unsigned a, unsigned parity) {\n"
+    "  unsigned ok;\n"
+    "  do {\n"
+    "    asm volatile(\"{\\n.reg .pred p;\\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\nselp.u32 %0, 1, 0, p;\\n}\\n\"\n"
+    "                 : \"=r\"(ok) : \"r\"(a), \"r\"(parity) : \"memory\");\n"
+    "  } while (!ok);\n"
+    "}\n"
+    "/* An arrival on the mbarrier when all of this thread's earlier cp.async\n"
+    " * copies have landed (counted in the barrier's expected arrivals). */\n"
+    "__device__ __forceinline__ void fc_attn_cp_arrive(unsigned a) {\n"
+    "  asm volatile(\"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n\" ::\"r\"(a) : \"memory\");\n"
+    "}\n"
+    "/* Named barriers 1..15 (0 is __syncthreads). */\n"
+    "__device__ __forceinline__ void fc_attn_bar_sync(int id, int n) { asm volatile(\"bar.sync %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\"); }\n"
+    "__device__ __forceinline__ void fc_attn_bar_arrive(int id, int n) { asm volatile(\"bar.arrive %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\"); }\n"
+    "/* Shared-memory matrix descriptor, 128-byte swizzle: start address (16-byte\n"
+    " * units), leading and stride byte offsets (16-byte units), layout type 1. */\n"
+    "__device__ __forceinline__ unsigned long long fc_attn_desc(unsigned saddr, unsigned lbo, unsigned sbo) {\n"
+    "  return (unsigned long long)((saddr & 0x3ffffu) >> 4) | (unsigned long long)((lbo >> 4) & 0x3fffu) << 16 |\n"
+    "         (unsigned long long)((sbo >> 4) & 0x3fffu) << 32 | 1ull << 62;\n"
+    "}\n"
+    "/* c (64 x N per warpgroup, f32) += a * b: fc_attn_wgss, a and b by\n"
+    " * descriptors, both K-major; fc_attn_wgrs, a from registers (mma.m16n8k16 A\n"
+    " * fragments per warp), b N-major. Specializations written per kernel. */\n"
+    "template <int N> struct fc_attn_wgss;\n"
+    "template <int N> struct fc_attn_wgrs;\n"
     "\n"
-    "/* Rows [r0, r0 + R) (R a multiple of 8) of an [S, N] matrix into shared\n"
-    " * memory as 8 x 8 core matrices (8 rows of 16 bytes, 128 contiguous bytes):\n"
-    " * element (r, c) at ((r / 8) * (NP / 8) + c / 8) * 64 + (r % 8) * 8 + c % 8.\n"
-    " * Zeros past row S and column N. VEC as fc_attn_tile; eight neighbouring\n"
-    " * threads fill one core matrix (no bank conflicts), a warp reads 64\n"
-    " * contiguous bytes of each of 8 rows. */\n"
+    "/* Rows [r0, r0 + R) of an [S, N] matrix (row stride RS, column stride CS)\n"
+    " * into shared memory as wgmma's 128-byte-swizzled layout: panels of 64\n"
+    " * columns, a panel R rows of 128 bytes (R * 64 elements), the 16-byte chunk\n"
+    " * c of row r stored at chunk c ^ (r % 8). Both operand layouts are this one:\n"
+    " * K-major for Q and K (head dim contiguous), N-major for V (value dim\n"
+    " * contiguous). Zeros past row S and column N. VEC: 16-byte asynchronous\n"
+    " * copies (fc_attn_tile's condition); else element by element in the order of\n"
+    " * the memory. */\n"
     "template <typename T, int R, int NP, int N, int S, long long RS, long long CS, bool VEC, int NT>\n"
-    "__device__ __forceinline__ void fc_attn_tile_cm(T *sm, const T *__restrict__ g, int r0, int tid) {\n"
-    "  static_assert(R % 8 == 0 && NP % 8 == 0, \"whole core matrices\");\n"
+    "__device__ __forceinline__ void fc_attn_tile_sw(T *sm, const T *__restrict__ g, int r0, int tid) {\n"
+    "  static_assert(R % 8 == 0 && NP % 64 == 0, \"whole swizzle atoms\");\n"
     "  constexpr int CPR = NP / 8;\n"
     "  if constexpr (VEC) {\n"
     "    constexpr int TOTAL = R * CPR;\n"
-    "#pragma unroll\n"
+    "#pragma unroll 4\n"
     "    for (int it = 0; it < (TOTAL + NT - 1) / NT; it++) {\n"
     "      const int c = it * NT + tid;\n"
     "      if (TOTAL % NT == 0 || c < TOTAL) {\n"
-    "        const int rest = c >> 3, cc = rest % CPR, r = (rest / CPR) * 8 + (c & 7), col = cc * 8, row = r0 + r;\n"
+    "        const int r = c / CPR, cc = c % CPR, col = cc * 8, row = r0 + r;\n"
     "        const bool ok = row < S && col < N;\n"
-    "        fc_attn_cp16(sm + ((r >> 3) * CPR + cc) * 64 + (r & 7) * 8, ok ? g + row * RS + col : g, ok ? 16 : 0);\n"
+    "        fc_attn_cp16(sm + (cc >> 3) * (R * 64) + r * 64 + (((cc & 7) ^ (r & 7)) << 3), ok ? g + row * RS + col : g,\n"
+    "                     ok ? 16 : 0);\n"
     "      }\n"
     "    }\n"
     "  } else {\n"
@@ -543,145 +587,288 @@ static const char wgmma_src[] =
     "      T x;\n"
     "      if (row < S && col < N) x = g[row * RS + col * CS];\n"
     "      else fc_attn_st(&x, 0.f);\n"
-    "      sm[((r >> 3) * CPR + (col >> 3)) * 64 + (r & 7) * 8 + (col & 7)] = x;\n"
+    "      sm[(col >> 6) * (R * 64) + r * 64 + ((((col >> 3) & 7) ^ (r & 7)) << 3) + (col & 7)] = x;\n"
     "    }\n"
     "  }\n"
     "}\n"
     "\n"
+    "/* fc_attn_softmax without the rescaling of the accumulators: alpha, the\n"
+    " * factor they need, is returned (they are still being written by P V). */\n"
+    "template <int NS>\n"
+    "__device__ __forceinline__ void fc_attn_softmax_a(float (&s)[NS][4], float (&mx)[2], float (&l)[2], float (&alpha)[2]) {\n"
+    "  const float ninf = -__int_as_float(0x7f800000);\n"
+    "#pragma unroll\n"
+    "  for (int r = 0; r < 2; r++) {\n"
+    "    float m = mx[r];\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < NS; j++) m = fmaxf(m, fmaxf(s[j][2 * r], s[j][2 * r + 1]));\n"
+    "    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));\n"
+    "    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));\n"
+    "    const float base = m == ninf ? 0.f : m; /* every key dropped so far: keep exp2 at 0, not NaN */\n"
+    "    alpha[r] = fc_attn_exp2(mx[r] - base);\n"
+    "    mx[r] = m;\n"
+    "    float sum = 0.f;\n"
+    "#pragma unroll\n"
+    "    for (int j = 0; j < NS; j++) {\n"
+    "      s[j][2 * r] = fc_attn_exp2(s[j][2 * r] - base);\n"
+    "      s[j][2 * r + 1] = fc_attn_exp2(s[j][2 * r + 1] - base);\n"
+    "      sum += s[j][2 * r] + s[j][2 * r + 1]; /* this thread's columns; the quad sums at the end */\n"
+    "    }\n"
+    "    l[r] = l[r] * alpha[r] + sum;\n"
+    "  }\n"
+    "}\n"
+    "\n"
     "/*\n"
-    " * The Hopper kernel: fc_attn_tc with both products on wgmma. A block of NW\n"
-    " * warps (NW / 4 warpgroups) owns 16 * NW query rows, a warpgroup 64 of them.\n"
-    " * Q stays in registers as the A operand (per warp the same fragments as\n"
-    " * mma.m16n8k16's A); K and V tiles of 64 keys sit in shared memory as core\n"
-    " * matrices, read by descriptors: S = Q K^T with K \"K-major\" (head dim\n"
-    " * contiguous), O += P V with V \"MN-major\" (transposed by the instruction).\n"
-    " * The accumulators of wgmma m64nNk16 hold, per warp, exactly what N / 8\n"
-    " * mma.m16n8k16 accumulators hold, so the masking, the online softmax and\n"
-    " * the packing of P into A fragments are fc_attn_tc's.\n"
+    " * The Hopper kernel (FlashAttention-3's structure). A block of NC + 1\n"
+    " * warpgroups owns 64 NC query rows (C::NC: 2, or 3 for head dims of 64):\n"
+    " *\n"
+    " *  - warpgroup 0, the producer (setmaxnreg down to 56 or 32 registers),\n"
+    " *    copies K and V tiles of BN keys into ST stages of 128-byte-swizzled\n"
+    " *    shared memory with cp.async and signals each tile on its \"full\"\n"
+    " *    mbarrier (128 arrivals a phase: one per producer thread, made by the\n"
+    " *    copies themselves under NOINC); it refills a stage once every\n"
+    " *    consumer warp has arrived on its \"empty\" mbarrier (4 NC arrivals);\n"
+    " *  - warpgroups 1..NC, the consumers (setmaxnreg up to 224 or 160), own 64\n"
+    " *    query rows each (Q in swizzled shared memory, loaded by themselves).\n"
+    " *    Per key tile j they issue S(j) = Q K(j)^T (wgmma, both operands from\n"
+    " *    shared memory) and O += P(j-1) V(j-1) (P from registers) together,\n"
+    " *    wait for S(j) only, mask it and run the online softmax while P V is\n"
+    " *    still running, then wait for P V, rescale O and pack P(j): the\n"
+    " *    intra-warpgroup overlap. With two consumers and PINGPONG they take\n"
+    " *    turns issuing (named barriers 5 and 6), so one's softmax runs under\n"
+    " *    the other's products.\n"
+    " *\n"
+    " * No block-wide barrier after the start. Masking, the softmax arithmetic,\n"
+    " * the P packing and the store are fc_attn_tc's (the accumulators of\n"
+    " * m64nNk16 hold per warp what N / 8 mma.m16n8k16 accumulators hold).\n"
+    " *\n"
+    " * Q is a shared-memory operand, not registers: with both products taking\n"
+    " * A from registers (Q for S, P for P V) and both m64n64k16 (head dims of\n"
+    " * 64), ptxas 13.0 gave P the registers of Q, which the next tile still\n"
+    " * needs (docs/ATTENTION.md: the old kernel's wrong results at Dv = 64).\n"
     " */\n"
     "template <class C>\n"
-    "__device__ __forceinline__ void fc_attn_wgmma(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
-    "                                              const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
-    "                                              typename C::T *__restrict__ o) {\n"
+    "__device__ __forceinline__ void fc_attn_fa3(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
+    "                                            const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
+    "                                            typename C::T *__restrict__ o) {\n"
     "  typedef typename C::T T;\n"
-    "  constexpr int NW = C::NW, BM = 16 * NW, BN = 64, NT = 32 * NW;\n"
-    "  constexpr int DP = C::DP, DVP = C::DVP, LDQ = DP + 8;\n"
-    "  static_assert(NW % 4 == 0 && DP % 16 == 0 && DVP % 16 == 0 && DVP <= 256, \"whole warpgroups, head dims padded to 16\");\n"
-    "  /* The Q tile (rows of LDQ elements, fc_attn_load_q) uses the whole buffer first; then\n"
-    "   * it holds one K tile (sk) and one V tile (sv) as core matrices. */\n"
-    "  constexpr int QN = BM * LDQ, KVN = BN * (DP + DVP);\n"
-    "  __shared__ __align__(128) T smem[QN > KVN ? QN : KVN];\n"
-    "  T *const sk = smem, *const sv = smem + BN * DP;\n"
-    "  /* Byte offsets between core matrices: K (row = key, 16 bytes of head dim)\n"
-    "   * next along the head dim (K direction) 128, next 8 keys (N) DP * 16; V\n"
-    "   * (row = key, 16 bytes of value dim) next 8 keys (K direction) DVP * 16,\n"
-    "   * next 8 value dims (N) 128. */\n"
-    "  constexpr unsigned KL = FC_ATTN_WG_SWAPK ? DP * 16 : 128, KS = FC_ATTN_WG_SWAPK ? 128 : DP * 16;\n"
-    "  constexpr unsigned VL = FC_ATTN_WG_SWAPV ? 128 : DVP * 16, VS = FC_ATTN_WG_SWAPV ? DVP * 16 : 128;\n"
-    "  const float ninf = -__int_as_float(0x7f800000);\n"
-    "  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;\n"
+    "#ifdef FC_ATTN_STAGES /* an experiment's override: the launch must bring the shared memory */\n"
+    "  constexpr int ST = FC_ATTN_STAGES;\n"
+    "#else\n"
+    "  constexpr int ST = C::ST;\n"
+    "#endif\n"
+    "  constexpr int NC = C::NC, BM = 64 * NC, BN = C::BN, DP = C::DP, DVP = C::DVP;\n"
+    "  static_assert(NC == 2 || NC == 3, \"two or three consumer warpgroups\");\n"
+    "  constexpr bool PP = FC_ATTN_PINGPONG && NC == 2; /* ping-pong: two consumers */\n"
+    "  static_assert(BN % 16 == 0 && BN <= 256, \"key tiles of whole k16 steps\");\n"
+    "  static_assert(DP % 64 == 0 && DVP % 64 == 0 && DP <= 256 && DVP <= 256, \"head dims of whole 64-column panels\");\n"
+    "  /* Shared memory (bytes from a 1024-aligned base): Q of each consumer,\n"
+    "   * then ST stages of K, ST of V, then the mbarriers. */\n"
+    "  constexpr unsigned QB = 64 * DP * 2, KB = BN * DP * 2, VB = BN * DVP * 2;\n"
+    "  constexpr unsigned OK0 = NC * QB, OV0 = OK0 + ST * KB, OBAR = OV0 + ST * VB;\n"
+    "  const unsigned raw = fc_attn_saddr(fc_attn_dsmem), sbase = (raw + 1023u) & ~1023u;\n"
+    "  unsigned char *const gbase = fc_attn_dsmem + (sbase - raw);\n"
+    "  /* mbarriers: full K, full V, empty K, empty V; ST each. */\n"
+    "  const unsigned bfk = sbase + OBAR, bfv = bfk + 8 * ST, bek = bfv + 8 * ST, bev = bek + 8 * ST;\n"
+    "\n"
+    "  /* The warpgroup, through a shuffle so that the compiler knows it is the\n"
+    "   * same across the warp (wgmma in a branch it thinks divergent is serialized). */\n"
+    "  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);\n"
     "  constexpr int NQT = (C::SQ + BM - 1) / BM;\n"
     "  const long long bid = blockIdx.x;\n"
     "  const int m0 = (NQT - 1 - (int)(bid / C::NB)) * BM;\n"
     "  long long qo, ko, vo, mo, oo;\n"
     "  C::offsets(bid % C::NB, qo, ko, vo, mo, oo);\n"
+    "  const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
+    "  const int nt = (kend + BN - 1) / BN;\n"
     "\n"
-    "  unsigned qf[DP / 16][4];\n"
-    "  fc_attn_load_q<C>(qf, smem, q + qo, m0, tid);\n"
+    "  if (tid == 0) {\n"
+    "#pragma unroll\n"
+    "    for (int s = 0; s < ST; s++) {\n"
+    "      fc_attn_mbar_init(bfk + 8 * s, 128);\n"
+    "      fc_attn_mbar_init(bfv + 8 * s, 128);\n"
+    "      fc_attn_mbar_init(bek + 8 * s, 4 * NC);\n"
+    "      fc_attn_mbar_init(bev + 8 * s, 4 * NC);\n"
+    "    }\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "\n"
+    "  if (wg == 0) {\n"
+    "    /* The producer. */\n"
+    "    asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\\n\" ::\"n\"(NC == 2 ? 56 : 32));\n"
+    "    for (int j = 0; j < nt; j++) {\n"
+    "      const int s = j % ST;\n"
+    "      const unsigned ph = ((j / ST) & 1) ^ 1;\n"
+    "      if (j >= ST) fc_attn_mbar_wait(bek + 8 * s, ph);\n"
+    "      if (!FC_ATTN_DIAG_NOLOAD || j < ST)\n"
+    "        fc_attn_tile_sw<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, 128>((T *)(gbase + OK0 + s * KB), k + ko, j * BN, tid);\n"
+    "      if (FC_ATTN_NOINC && C::KVEC) fc_attn_cp_arrive(bfk + 8 * s);\n"
+    "      else fc_attn_cp_commit();\n"
+    "      if (j >= ST) fc_attn_mbar_wait(bev + 8 * s, ph);\n"
+    "      if (!FC_ATTN_DIAG_NOLOAD || j < ST)\n"
+    "        fc_attn_tile_sw<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, 128>((T *)(gbase + OV0 + s * VB), v + vo, j * BN, tid);\n"
+    "      if (FC_ATTN_NOINC && C::VVEC) {\n"
+    "        fc_attn_cp_arrive(bfv + 8 * s);\n"
+    "      } else {\n"
+    "        fc_attn_cp_commit();\n"
+    "      }\n"
+    "      if (!(FC_ATTN_NOINC && C::KVEC)) {\n"
+    "        if (FC_ATTN_NOINC && C::VVEC) fc_attn_cp_wait_n<0>();\n"
+    "        else fc_attn_cp_wait_n<1>();\n"
+    "        fc_attn_fence_proxy();\n"
+    "        fc_attn_mbar_arrive(bfk + 8 * s);\n"
+    "      }\n"
+    "      if (!(FC_ATTN_NOINC && C::VVEC)) {\n"
+    "        fc_attn_cp_wait_n<0>();\n"
+    "        fc_attn_fence_proxy();\n"
+    "        fc_attn_mbar_arrive(bfv + 8 * s);\n"
+    "      }\n"
+    "    }\n"
+    "    fc_attn_cp_wait_n<0>();\n"
+    "    return;\n"
+    "  }\n"
+    "\n"
+    "  /* A consumer: warpgroup cw of the NC, rows [m0 + 64 cw, + 64). */\n"
+    "  asm volatile(\"setmaxnreg.inc.sync.aligned.u32 %0;\\n\" ::\"n\"(NC == 2 ? 224 : 160));\n"
+    "  const float ninf = -__int_as_float(0x7f800000);\n"
+    "  const int cw = wg - 1, ctid = tid & 127, warp = ctid >> 5, lane = tid & 31;\n"
+    "  const int mw = m0 + 64 * cw;\n"
+    "  fc_attn_tile_sw<T, 64, DP, C::D, C::SQ, C::QS, C::QD, C::QVEC, 128>((T *)(gbase + cw * QB), q + qo, mw, ctid);\n"
+    "  fc_attn_cp_wait();\n"
+    "  fc_attn_fence_proxy();\n"
+    "  fc_attn_bar_sync(1 + cw, 128); /* this warpgroup's Q is in shared memory */\n"
     "\n"
     "  float acc[DVP / 8][4];\n"
     "  fc_attn_zero(acc);\n"
-    "  float mx[2] = {ninf, ninf}, l[2] = {0.f, 0.f};\n"
-    "  const int row0 = m0 + warp * 16 + (lane >> 2); /* this thread's rows: row0, row0 + 8 */\n"
-    "  const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
+    "  float mx[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];\n"
+    "  float s[BN / 8][4];\n"
+    "  fc_attn_zero(s);\n"
+    "  unsigned p[BN / 16][4];\n"
+    "  const int row0 = mw + warp * 16 + (lane >> 2); /* this thread's rows: row0, row0 + 8 */\n"
+    "  /* Descriptors: Q and K K-major (SBO: 8 rows of 128 bytes; a k16 step 32\n"
+    "   * bytes inside the swizzle atom, a panel further every 4 steps); V N-major\n"
+    "   * (LBO: the next 64 value dims, one panel; SBO: the next 8 keys). */\n"
+    "  const unsigned qa = sbase + cw * QB, ka = sbase + OK0, va = sbase + OV0;\n"
     "\n"
-    "  fc_attn_tile_cm<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, NT>(sk, k + ko, 0, tid);\n"
-    "  fc_attn_cp_commit();\n"
-    "  for (int n0 = 0; n0 < kend; n0 += BN) {\n"
-    "    fc_attn_tile_cm<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, NT>(sv, v + vo, n0, tid);\n"
-    "    fc_attn_cp_commit();\n"
-    "    if (FC_ATTN_WG_SYNC) fc_attn_cp_wait_n<0>();\n"
-    "    else fc_attn_cp_wait_n<1>();\n"
-    "    fc_attn_fence_proxy();\n"
-    "    __syncthreads(); /* K(n0) is in shared memory, from every thread's copies */\n"
-    "\n"
-    "    float s[BN / 8][4];\n"
-    "    fc_attn_zero(s);\n"
-    "    fc_attn_wg_pin(s);\n"
-    "    fc_attn_wg_fence();\n"
+    "  /* Phase j issues S(j) = Q K(j)^T (j < nt) and O += P(j-1) V(j-1) (j > 0);\n"
+    "   * the first and last phases are peeled off, so the products are never\n"
+    "   * issued under a branch. */\n"
+    "  auto issue_s = [&](int j) {\n"
+    "    const unsigned kb = ka + (j % ST) * KB;\n"
     "#pragma unroll\n"
     "    for (int kc = 0; kc < DP / 16; kc++)\n"
-    "      fc_attn_wgop<BN, 0>::run(s, qf[kc], fc_attn_desc(sk + kc * 128, KL, KS), FC_ATTN_WG_SCALED0 ? kc > 0 : 1, T());\n"
+    "      fc_attn_wgss<BN>::run(s, fc_attn_desc(qa + (kc >> 2) * (64 * 128) + (kc & 3) * 32, 16, 1024),\n"
+    "                            fc_attn_desc(kb + (kc >> 2) * (BN * 128) + (kc & 3) * 32, 16, 1024), kc > 0, T());\n"
     "    fc_attn_wg_commit();\n"
-    "    fc_attn_wg_wait();\n"
-    "    fc_attn_wg_pin(s);\n"
-    "\n"
-    "    FC_ATTN_MASK(C, BN, s, mask, mo, n0, m0, warp, lane, row0, ninf);\n"
-    "    fc_attn_softmax(s, acc, mx, l);\n"
-    "\n"
-    "    fc_attn_cp_wait_n<0>();\n"
-    "    fc_attn_fence_proxy();\n"
-    "    __syncthreads(); /* V(n0) is in shared memory, and every warpgroup is done with K(n0) */\n"
-    "    if (n0 + BN < kend) {\n"
-    "      fc_attn_tile_cm<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, NT>(sk, k + ko, n0 + BN, tid);\n"
-    "      fc_attn_cp_commit();\n"
-    "    }\n"
-    "\n"
-    "    /* O += P V. */\n"
-    "    unsigned pa[BN / 16][4];\n"
+    "  };\n"
+    "  auto issue_pv = [&](int j) {\n"
+    "    const unsigned vb = va + (j % ST) * VB;\n"
     "#pragma unroll\n"
-    "    for (int kc = 0; kc < BN / 16; kc++) fc_attn_pack_p<T>(pa[kc], s, kc);\n"
-    "    if constexpr (FC_ATTN_WG_PVTMP) {\n"
-    "      float t[DVP / 8][4];\n"
-    "      fc_attn_zero(t);\n"
-    "      fc_attn_wg_pin(t);\n"
-    "      fc_attn_wg_fence();\n"
-    "#pragma unroll\n"
-    "      for (int kc = 0; kc < BN / 16; kc++)\n"
-    "        fc_attn_wgop<DVP, 1>::run(t, pa[kc], fc_attn_desc(sv + kc * 16 * DVP, VL, VS), 1, T());\n"
-    "      fc_attn_wg_commit();\n"
-    "      fc_attn_wg_wait();\n"
-    "      fc_attn_wg_pin(t);\n"
-    "#pragma unroll\n"
-    "      for (int j = 0; j < DVP / 8; j++)\n"
-    "#pragma unroll\n"
-    "        for (int e = 0; e < 4; e++) acc[j][e] += t[j][e];\n"
+    "    for (int kc = 0; kc < BN / 16; kc++) fc_attn_wgrs<DVP>::run(acc, p[kc], fc_attn_desc(vb + kc * (16 * 128), BN * 128, 1024), T());\n"
+    "    fc_attn_wg_commit();\n"
+    "  };\n"
+    "  /* S(j) has landed: K(j) is free, mask, softmax (alpha for O). */\n"
+    "  auto scores = [&](int j) {\n"
+    "    fc_attn_pin(s);\n"
+    "    if (lane == 0) fc_attn_mbar_arrive(bek + 8 * (j % ST)); /* this warp is done with K(j) */\n"
+    "    const int n0 = j * BN;\n"
+    "    if (!FC_ATTN_DIAG_NOSOFT) {\n"
+    "      FC_ATTN_MASK(C, BN, s, mask, mo, n0, mw, warp, lane, row0, ninf);\n"
+    "      fc_attn_softmax_a(s, mx, l, alpha);\n"
     "    } else {\n"
-    "      fc_attn_wg_pin(acc);\n"
-    "      fc_attn_wg_fence();\n"
-    "#pragma unroll\n"
-    "      for (int kc = 0; kc < BN / 16; kc++)\n"
-    "        fc_attn_wgop<DVP, 1>::run(acc, pa[kc], fc_attn_desc(sv + kc * 16 * DVP, VL, VS), 1, T());\n"
-    "      fc_attn_wg_commit();\n"
-    "      fc_attn_wg_wait();\n"
-    "      fc_attn_wg_pin(acc);\n"
+    "      alpha[0] = alpha[1] = 1.f;\n"
     "    }\n"
-    "    __syncthreads(); /* every warpgroup is done with V(n0) before V(n0 + 64) lands */\n"
+    "  };\n"
+    "  auto pv_done = [&](int j) {\n"
+    "    fc_attn_pin(acc);\n"
+    "    fc_attn_pin(p);\n"
+    "    if (lane == 0) fc_attn_mbar_arrive(bev + 8 * (j % ST)); /* and with V(j) */\n"
+    "  };\n"
+    "  auto pack = [&]() {\n"
+    "#pragma unroll\n"
+    "    for (int kc = 0; kc < BN / 16; kc++) fc_attn_pack_p<T>(p[kc], s, kc);\n"
+    "  };\n"
+    "  if (nt > 0) {\n"
+    "    if (PP && cw == 1) fc_attn_bar_arrive(5, 256); /* consumer 0 issues first */\n"
+    "    fc_attn_mbar_wait(bfk, 0);\n"
+    "    if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "    if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
+    "    fc_attn_pin(s);\n"
+    "    fc_attn_wg_fence();\n"
+    "    issue_s(0);\n"
+    "    if (PP) fc_attn_bar_arrive(6 - cw, 256);\n"
+    "    fc_attn_wg_wait<0>();\n"
+    "    scores(0);\n"
+    "    pack();\n"
+    "    for (int j = 1; j < nt; j++) {\n"
+    "      fc_attn_mbar_wait(bfk + 8 * (j % ST), (j / ST) & 1);\n"
+    "      fc_attn_mbar_wait(bfv + 8 * ((j - 1) % ST), ((j - 1) / ST) & 1);\n"
+    "      if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "      if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
+    "      fc_attn_pin(acc);\n"
+    "      fc_attn_pin(s);\n"
+    "      fc_attn_pin(p);\n"
+    "      fc_attn_wg_fence();\n"
+    "      issue_s(j);\n"
+    "      issue_pv(j - 1);\n"
+    "      if (PP) fc_attn_bar_arrive(6 - cw, 256);\n"
+    "      fc_attn_wg_wait<1>();\n"
+    "      scores(j);\n"
+    "      fc_attn_wg_wait<0>();\n"
+    "      pv_done(j - 1);\n"
+    "#pragma unroll\n"
+    "      for (int jj = 0; jj < (FC_ATTN_DIAG_NOSOFT ? 0 : DVP / 8); jj++) {\n"
+    "        acc[jj][0] *= alpha[0];\n"
+    "        acc[jj][1] *= alpha[0];\n"
+    "        acc[jj][2] *= alpha[1];\n"
+    "        acc[jj][3] *= alpha[1];\n"
+    "      }\n"
+    "      pack();\n"
+    "    }\n"
+    "    fc_attn_mbar_wait(bfv + 8 * ((nt - 1) % ST), ((nt - 1) / ST) & 1);\n"
+    "    if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "    if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
+    "    fc_attn_pin(acc);\n"
+    "    fc_attn_pin(p);\n"
+    "    fc_attn_wg_fence();\n"
+    "    issue_pv(nt - 1);\n"
+    "    if (PP && cw == 0) fc_attn_bar_arrive(6, 256); /* consumer 1's last turn */\n"
+    "    fc_attn_wg_wait<0>();\n"
+    "    pv_done(nt - 1);\n"
     "  }\n"
     "  fc_attn_store_o<C>(o + oo, acc, l, row0, lane);\n"
     "}\n"
     "#endif\n";
 /* END GENERATED: wgmma_src */
 
-/* One wgmma m64nNk16 (A from registers, B by descriptor, f32 accumulators)
- * per input type, as the specialization fc_attn_wgop<N, TB> the Hopper
- * template calls: written per kernel, once per unit (#ifndef guard), since
- * its operand list (N / 2 accumulators) depends on N. */
-static void emit_wgop(fc_strbuf *s, int n, int tb) {
-    fc_strbuf_printf(s, "#if defined(FC_ATTN_WGMMA) && !defined(FC_ATTN_WGOP_%d_%d)\n#define FC_ATTN_WGOP_%d_%d\n", n, tb, n, tb);
-    fc_strbuf_printf(s, "template <> struct fc_attn_wgop<%d, %d> {\n", n, tb);
+/* One wgmma m64nNk16 per input type, f32 accumulators, as the
+ * specializations the Hopper template calls: fc_attn_wgss<N> (A and B by
+ * descriptors, both K-major; the first product of a tile overwrites) and
+ * fc_attn_wgrs<N> (A from registers, B N-major, accumulating). Written per
+ * kernel, once per unit (#ifndef guard), since the operand list (N / 2
+ * accumulators) depends on N. */
+static void emit_wgop(fc_strbuf *s, int n, bool ss) {
+    const char *form = ss ? "ss" : "rs";
+    fc_strbuf_printf(s, "#if defined(FC_ATTN_FA3) && !defined(FC_ATTN_WG%s_%d)\n#define FC_ATTN_WG%s_%d\n", form, n, form, n);
+    fc_strbuf_printf(s, "template <> struct fc_attn_wg%s<%d> {\n", form, n);
     static const char *const types[2][2] = {{"__nv_bfloat16", "bf16"}, {"__half", "f16"}};
     const int nd = n / 2;
     for (int t = 0; t < 2; t++) {
-        fc_strbuf_printf(s, "  static __device__ __forceinline__ void run(float (&d)[%d][4], const unsigned (&a)[4], unsigned long long b, int acc, %s) {\n",
-                         n / 8, types[t][0]);
-        fc_strbuf_printf(s, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + 5);
+        if (ss)
+            fc_strbuf_printf(s, "  static __device__ __forceinline__ void run(float (&d)[%d][4], unsigned long long a, unsigned long long b, int acc, %s) {\n",
+                             n / 8, types[t][0]);
+        else
+            fc_strbuf_printf(s, "  static __device__ __forceinline__ void run(float (&d)[%d][4], const unsigned (&a)[4], unsigned long long b, %s) {\n",
+                             n / 8, types[t][0]);
+        /* The scale-d predicate: the operand after the descriptors (or the A registers and B's descriptor). */
+        fc_strbuf_printf(s, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + (ss ? 2 : 5));
         fc_strbuf_printf(s, "      \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", n, types[t][1], types[t][1]);
         for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s%%%d", i ? ", " : "", i);
-        fc_strbuf_printf(s, "}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, %d;\\n}\\n\"\n      : ", nd, nd + 1, nd + 2, nd + 3,
-                         nd + 4, tb);
+        if (ss) fc_strbuf_printf(s, "}, %%%d, %%%d, p, 1, 1, 0, 0;\\n}\\n\"\n      : ", nd, nd + 1);
+        else fc_strbuf_printf(s, "}, {%%%d, %%%d, %%%d, %%%d}, %%%d, p, 1, 1, 1;\\n}\\n\"\n      : ", nd, nd + 1, nd + 2, nd + 3, nd + 4);
         for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s\"+f\"(d[%d][%d])", i ? ", " : "", i / 4, i % 4);
-        fc_strbuf_printf(s, "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(acc));\n  }\n");
+        if (ss) fc_strbuf_printf(s, "\n      : \"l\"(a), \"l\"(b), \"r\"(acc));\n  }\n");
+        else fc_strbuf_printf(s, "\n      : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(b), \"r\"(1));\n  }\n");
     }
     fc_strbuf_printf(s, "};\n#endif\n");
 }
@@ -778,6 +965,12 @@ bool fc_cuda_attention_uses_mma(const fc_group *gr) {
     return (t == FC_BF16 || t == FC_F16) && d >= 1 && dv >= 1 && round16(d) <= 128 && round16(dv) <= 128;
 }
 
+bool fc_cuda_attention_hopper(int sm) {
+    if (sm != 90) return false;
+    const char *e = getenv("FUSEC_ATTN_WGMMA");
+    return !(e && e[0] == '0');
+}
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 static const char *flag(bool b) { return b ? "true" : "false"; }
@@ -818,11 +1011,10 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     if (!ok) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "attention codegen (group %d): %s", gr->id, err);
 
     const bool mma = fc_cuda_attention_uses_mma(gr);
-    /* The wgmma variant (sm_90a units only, opt-in: docs/ATTENTION.md). Not
-     * for value head dims of 64: there P V is an m64n64k16 like S = Q K^T,
-     * and the results came out wrong on the H200 past the first key tile
-     * (not understood yet); every other padded head dim checked right. */
-    const bool wg = mma && round16(Dv) != 64;
+    /* The Hopper kernel (fc_attn_fa3) where the unit is compiled for sm_90a
+     * and both padded head dims are whole 64-column swizzle panels (64 or
+     * 128); everything else takes fc_attn_tc. */
+    const bool fa3 = mma && fc_cuda_attention_hopper(plan->sm) && round16(D) % 64 == 0 && round16(Dv) % 64 == 0;
     const fc_dtype t = o->dtype;
     const bool f64 = t == FC_F64;
     /* Warps of the tensor-core kernel (16 query rows each). 8 warps share
@@ -831,7 +1023,17 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
      * warps per SM. Head dims up to 64 need about 135 registers, so blocks
      * of 4 warps fit 3 to an SM instead. Short sequences take 4 warps. */
     const int nw = round16(D) > 64 && Sq > 64 ? 8 : 4;
-    const int rows_per_block = mma ? 16 * nw : 8, threads = mma ? 32 * nw : 256;
+    /* fc_attn_fa3: NC consumer warpgroups of 64 query rows (three where
+     * both head dims are 64: their registers fit in 160 a thread, and 192
+     * rows a block read K and V a third less often than 128; else two),
+     * key tiles of BN = 128, ST stages of K and V (3 where the shared
+     * memory takes them, else 2). Measured: docs/ATTENTION.md. */
+    const int64_t dp = round16(D), dvp = round16(Dv);
+    const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = 128;
+    const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3;
+    const int stages = fa3_smem3 <= 227 * 1024 ? 3 : 2;
+    const int64_t fa3_smem = 1024 + 2 * (64 * nc * dp + stages * bn * (dp + dvp)) + 32 * stages;
+    const int rows_per_block = fa3 ? 64 * nc : mma ? 16 * nw : 8, threads = fa3 ? 128 * (nc + 1) : mma ? 32 * nw : 256;
     const int64_t nqt = (Sq + rows_per_block - 1) / rows_per_block;
     const bool empty = Sq == 0 || Dv == 0 || NB == 0;
     if (!empty && nqt * NB > INT_MAX)
@@ -852,16 +1054,17 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         /* Nothing to compute: a kernel that returns, so the launch list stays uniform. */
         fc_strbuf_printf(&s, "extern \"C\" __global__ void %s(", name);
     } else {
-        if (wg) {
-            emit_wgop(&s, 64, 0);
-            emit_wgop(&s, (int)round16(Dv), 1);
+        if (fa3) {
+            fc_strbuf_printf(&s, "#if !defined(FC_ATTN_FA3)\n#error \"fusec: this attention kernel needs a unit compiled for sm_90a\"\n#endif\n");
+            emit_wgop(&s, bn, true);
+            emit_wgop(&s, (int)round16(Dv), false);
         }
         fc_strbuf_printf(&s, "struct fc_attn_cfg_%s {\n", name);
         fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
             mask ? storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
-        fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d;\n",
+        fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d, ST = %d, BN = %d, NC = %d;\n",
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
-            (long long)kt, mask_kind, nw);
+            (long long)kt, mask_kind, nw, stages, bn, nc);
         fc_strbuf_printf(&s, "  static constexpr long long NB = %lld;\n", (long long)NB);
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
         for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
@@ -890,22 +1093,16 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
             fc_strbuf_printf(&s, "\n");
         }
         fc_strbuf_printf(&s, "  }\n};\n");
-        fc_strbuf_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", threads, name);
+        fc_strbuf_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(", threads, fa3 ? ", 1" : "", name);
     }
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
     if (!empty) {
-        /* The tensor-core kernel runs on wgmma where the unit is compiled
-         * for sm_90a (FC_ATTN_WGMMA), with the same launch. */
-        for (int pass = wg ? 0 : 1; pass < 2; pass++) {
-            if (wg) fc_strbuf_printf(&s, pass == 0 ? "#if defined(FC_ATTN_WGMMA)\n" : "#else\n");
-            fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", !mma ? "rows" : pass == 0 ? "wgmma" : "tc", name,
-                L[0].input, L[1].input, L[2].input);
-            if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
-            else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
-        }
-        if (wg) fc_strbuf_printf(&s, "#endif\n");
+        fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
+                         L[1].input, L[2].input);
+        if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
+        else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
     } else {
         for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(&s, "  (void)a%d;\n", i);
         fc_strbuf_printf(&s, "  (void)o0;\n");
@@ -922,8 +1119,10 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = empty ? 32u : (unsigned)threads;
     l->block[1] = l->block[2] = 1;
-    l->smem = 0;
-    snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld", mma ? "flash mma" : "flash rows",
+    /* fc_attn_fa3: dynamic shared memory, aligned up to 1024 bytes inside:
+     * Q (64 NC rows), the K and V stages, 4 mbarriers a stage. */
+    l->smem = empty || !fa3 ? 0u : (unsigned)fa3_smem;
+    snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld", fa3 ? "flash wgmma" : mma ? "flash mma" : "flash rows",
              fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind ? ", mask" : "", (long long)NB, (long long)Sq,
              (long long)Sk, (long long)D);
     *source = s.buf;

@@ -21,8 +21,11 @@
  * fc_launch.args. Base pointers must be 16-byte aligned (cudaMalloc and
  * the plan's arena are 256-byte aligned).
  *
- * Launch: 1-D grid, static shared memory only (at most 40 KB), so no
- * cuFuncSetAttribute is needed: l->smem is 0.
+ * Launch: 1-D grid. fc_attn_tc and fc_attn_rows use static shared memory
+ * only (at most 40 KB): l->smem is 0. The Hopper kernel (fc_attn_fa3, where
+ * fc_cuda_attention_hopper(plan->sm)) takes up to 225 KiB of dynamic shared
+ * memory (l->smem; the caller raises the function's limit) and 384 or 512
+ * threads.
  */
 #ifndef FC_CUDA_ATTENTION_H
 #define FC_CUDA_ATTENTION_H
@@ -44,5 +47,11 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
 /* Which kernel a group gets, for plans and tests: true for the tensor-core
  * kernel (bf16/f16, head dims up to 128), false for the general one. */
 bool fc_cuda_attention_uses_mma(const fc_group *gr);
+
+/* Whether units for compute capability sm (major * 10 + minor; 0 unknown)
+ * are compiled for sm_90a and get the Hopper attention kernel: sm 90,
+ * unless FUSEC_ATTN_WGMMA=0 is in the environment. The codegen
+ * (plan->sm) and fc_program_extra_nvrtc_options ask the same question. */
+bool fc_cuda_attention_hopper(int sm);
 
 #endif
