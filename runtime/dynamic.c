@@ -180,6 +180,9 @@ typedef struct fc_dynamic {
     fc_program *variant; /* NULL: none (unavailable says why) */
     char unavailable[160];
     instance inst[MAX_INSTANCES];
+    /* The graph counters of the instances and specializations evicted so
+     * far (the stats add up everything that ran). */
+    fc_run_stats gone;
     int max_specs;
 
     pthread_mutex_t mu;
@@ -300,8 +303,11 @@ static spec *find_spec(fc_dynamic *d, const int64_t *key) {
 /* Remove entry i (under mu). Its program is freed by the background
  * thread, since freeing waits for the device; without one (synchronous or
  * no specialization), here. */
+static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from);
+
 static bool bury(fc_dynamic *d, int i) {
     spec *s = d->specs[i];
+    if (s->state == SPEC_READY) add_graph_stats(&d->gone, fc_program_stats_ref(s->prog));
     if (!d->thread_started) {
         spec_free(s);
     } else {
@@ -649,8 +655,10 @@ void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
     if (!d) return;
     sync_stats(d, out);
     /* Graph counters of everything that ran: the shell itself runs nothing. */
-    out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = 0;
+    out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = out->graph_prebuilt = 0;
+    out->graph_build_ms = 0;
     out->graph_skip_reason[0] = 0;
+    add_graph_stats(out, &d->gone);
     for (int i = 0; i < MAX_INSTANCES; i++)
         if (d->inst[i].prog) add_graph_stats(out, fc_program_stats_ref(d->inst[i].prog));
     pthread_mutex_lock(&d->mu);
@@ -700,6 +708,7 @@ static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, v
     fc_program *inst = NULL, *evicted = NULL;
     st = get_instance(d, key, &inst, &evicted);
     if (st == FC_OK) st = fc_run(inst, buf, nin, buf + nin, nout, stream);
+    if (evicted) add_graph_stats(&d->gone, fc_program_stats_ref(evicted));
     fc_program_free(evicted);
     if (st != FC_OK) return st;
     rs->runs++;

@@ -645,6 +645,22 @@ static void test_gpu(fc_context *ctx) {
         int64_t rows[4] = {1, 37, 256, 37};
         for (int i = 0; i < 4; i++) sh[i][0] = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
         test_dynamic_gpu(ctx, dev, "softmax[N, 1000]", g, 4, (const fc_tensor(*)[16])sh, 1, 1, true, 0);
+        /* One slot: the second shape's specialization evicts the first's;
+         * the counters still add up both (evicted programs' included). */
+        fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 1);
+        for (int i = 0; p && i < 2; i++) {
+            for (int rep = 0; rep < 3; rep++) {
+                run_and_compare(ctx, dev, p, g, sh[i], 1, 1, "softmax, one specialization slot");
+                if (rep == 0) CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+            }
+        }
+        fc_run_stats st;
+        fc_program_stats(p, &st);
+        CHECK_EQ_INT(st.specializations_built, 2);
+        CHECK_EQ_INT(st.specializations_evicted, 1);
+        CHECK_EQ_INT(st.graph_prebuilt, 2);
+        CHECK_EQ_INT(st.graph_replays, 4); /* each specialization's two runs */
+        fc_program_free(p);
     }
     fc_graph_free(g);
 
