@@ -1415,7 +1415,10 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
         st = build_graph(p, inputs, outputs, s);
         if (st != FC_OK) failed = "building the graph failed";
     }
-    if (st == FC_OK && fc_cublaslt_weights_stale(p->blas)) st = refresh_weights(p, inputs, outputs, s);
+    /* A failed refresh is the run's error (nothing was launched), not a
+     * reason to give up the graph. */
+    if (st == FC_OK && fc_cublaslt_weights_stale(p->blas) && (st = refresh_weights(p, inputs, outputs, s)) != FC_OK)
+        return st;
     if (st == FC_OK) {
         st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
         /* A graph that could not be patched is never launched again (nothing
