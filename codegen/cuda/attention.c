@@ -882,17 +882,6 @@ static void emit_wgop(fc_strbuf *s, int n, bool ss) {
 
 /* ---- reading the group ----------------------------------------------------- */
 
-static const char *storage_type(fc_dtype dt) {
-    switch (dt) {
-    case FC_F64: return "double";
-    case FC_F32: return "float";
-    case FC_F16: return "__half";
-    case FC_BF16: return "__nv_bfloat16";
-    case FC_BOOL: return "unsigned char";
-    default: return NULL; /* never an operand of attention */
-    }
-}
-
 static const fc_node *attention_node(const fc_group *gr) {
     const fc_node *n = NULL;
     for (int i = 0; i < gr->nnodes; i++)
@@ -1002,7 +991,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         ok = false;
     }
     for (int i = 0; ok && i < gr->ninputs; i++)
-        if (!storage_type(gr->inputs[i]->dtype)) {
+        if (!fc_dtype_is_float(gr->inputs[i]->dtype) && gr->inputs[i]->dtype != FC_BOOL) {
             snprintf(err, sizeof err, "input %d has dtype %s", i, fc_dtype_name(gr->inputs[i]->dtype));
             ok = false;
         }
@@ -1063,8 +1052,8 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
             emit_wgop(&s, (int)round16(Dv), false);
         }
         fc_strbuf_printf(&s, "struct fc_attn_cfg_%s {\n", name);
-        fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", storage_type(t),
-            mask ? storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
+        fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", fc_cuda_storage_type(t),
+            mask ? fc_cuda_storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
         fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d, ST = %d, BN = %d, NC = %d;\n",
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
             (long long)kt, mask_kind, nw, stages, bn, nc);
@@ -1099,8 +1088,8 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         fc_strbuf_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(", threads, fa3 ? ", 1" : "", name);
     }
     for (int i = 0; i < gr->ninputs; i++)
-        fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", storage_type(gr->inputs[i]->dtype), i);
-    fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", storage_type(gr->outputs[0]->dtype));
+        fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
+    fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", fc_cuda_storage_type(gr->outputs[0]->dtype));
     if (!empty) {
         fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
                          L[1].input, L[2].input);

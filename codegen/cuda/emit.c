@@ -44,7 +44,7 @@ static const char prelude[] =
 
 /* ---- types --------------------------------------------------------------- */
 
-static const char *storage_type(fc_dtype dt) {
+const char *fc_cuda_storage_type(fc_dtype dt) {
     switch (dt) {
     case FC_F64: return "double";
     case FC_F32: return "float";
@@ -643,14 +643,19 @@ static void sym_args(kctx *k, const char *prefix) {
     for (int i = 0; i < k->nsyms; i++) fc_strbuf_printf(k->s, "%ss%d, ", prefix, i);
 }
 
-static void kernel_signature(kctx *k, const char *name, unsigned block) {
+/* The argument list of a group's kernel (or body function). */
+static void kernel_params(kctx *k) {
     const fc_group *gr = k->gr;
-    fc_strbuf_printf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
     for (int i = 0; i < gr->ninputs; i++)
-        fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
+        fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     for (int i = 0; i < gr->noutputs; i++)
-        fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
+        fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", fc_cuda_storage_type(gr->outputs[i]->dtype), i);
     sym_params(k, gr->ninputs + gr->noutputs > 0);
+}
+
+static void kernel_signature(kctx *k, const char *name, unsigned block) {
+    fc_strbuf_printf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
+    kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
 }
 
@@ -747,8 +752,8 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             k->bv[k->nbv].p = p;
             k->nbv++;
             snprintf(vin[i], 24, "v%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(x->dtype), vec,
-                             vin[i], storage_type(x->dtype), vec, i, off);
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", fc_cuda_storage_type(x->dtype), vec,
+                             vin[i], fc_cuda_storage_type(x->dtype), vec, i, off);
             continue;
         }
         if (!full_shape(gr, gr->inputs[i]) || vec == 1) continue;
@@ -756,8 +761,8 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             snprintf(vin[i], 24, cache_fmt, i);
         } else {
             snprintf(vin[i], 24, "v%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", storage_type(gr->inputs[i]->dtype),
-                vec, vin[i], storage_type(gr->inputs[i]->dtype), vec, i, base);
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", fc_cuda_storage_type(gr->inputs[i]->dtype),
+                vec, vin[i], fc_cuda_storage_type(gr->inputs[i]->dtype), vec, i, base);
         }
     }
 }
@@ -782,8 +787,8 @@ static void store_element(kctx *k, int e, const char *L, void *arg) {
         if ((v->dtype == FC_BF16 || v->dtype == FC_F16) && !lookup(k, v->id, L)) k->store_only_vid = v->id;
         const char *x = emit_value(k, v, L);
         k->store_only_vid = -1;
-        if (sa->vout && sa->vout[o][0]) fc_strbuf_printf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, storage_type(v->dtype), x);
-        else fc_strbuf_printf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, storage_type(v->dtype), x);
+        if (sa->vout && sa->vout[o][0]) fc_strbuf_printf(k->s, "      %s.v[%d] = fc_to<%s>(%s);\n", sa->vout[o], e, fc_cuda_storage_type(v->dtype), x);
+        else fc_strbuf_printf(k->s, "      o%d[%s] = fc_to<%s>(%s);\n", o, L, fc_cuda_storage_type(v->dtype), x);
     }
 }
 
@@ -793,7 +798,7 @@ static void declare_vector_outputs(kctx *k, int vec, char vout[][24]) {
         vout[o][0] = 0;
         if (vec == 1 || (k->reduce && k->is_row[gr->outputs[o]->id])) continue;
         snprintf(vout[o], 24, "w%d", k->tmp++);
-        fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s;\n", storage_type(gr->outputs[o]->dtype), vec, vout[o]);
+        fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s;\n", fc_cuda_storage_type(gr->outputs[o]->dtype), vec, vout[o]);
     }
 }
 
@@ -801,17 +806,7 @@ static void vector_stores(kctx *k, int vec, char vout[][24], const char *base) {
     const fc_group *gr = k->gr;
     for (int o = 0; o < gr->noutputs; o++)
         if (vout[o][0])
-            fc_strbuf_printf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
-}
-
-/* The argument list of a group's kernel (or body function). */
-static void kernel_params(kctx *k) {
-    const fc_group *gr = k->gr;
-    for (int i = 0; i < gr->ninputs; i++)
-        fc_strbuf_printf(k->s, "%sconst %s *__restrict__ a%d", i ? ", " : "", storage_type(gr->inputs[i]->dtype), i);
-    for (int i = 0; i < gr->noutputs; i++)
-        fc_strbuf_printf(k->s, "%s%s *__restrict__ o%d", i || gr->ninputs ? ", " : "", storage_type(gr->outputs[i]->dtype), i);
-    sym_params(k, gr->ninputs + gr->noutputs > 0);
+            fc_strbuf_printf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", fc_cuda_storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
 }
 
 /* Threads a pointwise group needs (one per VEC elements); in a dynamic
@@ -1042,13 +1037,13 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         /* Prologue: the row's full-shape inputs into registers, once. */
         for (int i = 0; i < gr->ninputs; i++) {
             if (!full_shape(gr, gr->inputs[i])) continue;
-            const char *st = storage_type(gr->inputs[i]->dtype);
+            const char *st = fc_cuda_storage_type(gr->inputs[i]->dtype);
             fc_strbuf_printf(k->s, "    fc_vec<%s, %d> r%d[%lld];\n", st, vec, i, (long long)kv);
         }
         fc_strbuf_printf(k->s, "%s", loop_open);
         for (int i = 0; i < gr->ninputs; i++) {
             if (!full_shape(gr, gr->inputs[i])) continue;
-            const char *st = storage_type(gr->inputs[i]->dtype);
+            const char *st = fc_cuda_storage_type(gr->inputs[i]->dtype);
             fc_strbuf_printf(k->s, "      r%d[c] = *(const fc_vec<%s, %d> *)(a%d + base);\n", i, st, vec, i);
         }
         fc_strbuf_printf(k->s, "    }}\n");
@@ -1146,7 +1141,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         const fc_value *v = gr->outputs[o];
         if (!k->is_row[v->id]) continue;
         const char *e = lookup(k, v->id, "row");
-        fc_strbuf_printf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, storage_type(v->dtype), e ? e : "0");
+        fc_strbuf_printf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, fc_cuda_storage_type(v->dtype), e ? e : "0");
     }
     fc_strbuf_printf(k->s, "  }\n}\n\n");
     free(vin);
@@ -1216,10 +1211,10 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
     for (int i = first; i <= last; i++) {
         const fc_group *gr = plan->groups[i];
         for (int q = 0; q < gr->ninputs; q++, a++) {
-            fc_strbuf_printf(s, "%sconst %s *__restrict__ g%d_a%d", a ? ", " : "", storage_type(gr->inputs[q]->dtype), i - first, q);
+            fc_strbuf_printf(s, "%sconst %s *__restrict__ g%d_a%d", a ? ", " : "", fc_cuda_storage_type(gr->inputs[q]->dtype), i - first, q);
         }
         for (int q = 0; q < gr->noutputs; q++, a++)
-            fc_strbuf_printf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", storage_type(gr->outputs[q]->dtype), i - first, q);
+            fc_strbuf_printf(s, "%s%s *__restrict__ g%d_o%d", a ? ", " : "", fc_cuda_storage_type(gr->outputs[q]->dtype), i - first, q);
     }
     if (plan->dynamic)
         for (int q = 0; q < g->nsyms; q++, a++) fc_strbuf_printf(s, "%si64 s%d", a ? ", " : "", q);
