@@ -183,6 +183,26 @@ bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v) {
     return j == v->rank;
 }
 
+void fc_group_mark_rows(const fc_plan *p, const fc_group *gr, bool *is_row,
+                        bool (*row_shape)(const fc_group *gr, const fc_value *v)) {
+    for (int i = 0; i < gr->nnodes; i++) {
+        const fc_node *n = gr->nodes[i];
+        if (fc_op_is_reduce(n->op)) {
+            is_row[n->out[0]->id] = true;
+            continue;
+        }
+        if (n->nout != 1) continue;
+        bool dep = false, other = false;
+        for (int j = 0; j < n->nin; j++) {
+            const fc_value *x = n->in[j];
+            if (x->weak) continue;
+            if (is_row[x->id]) dep = true;
+            else if (x->def && p->group_of_node[x->def->id] == gr->id) other = true;
+        }
+        if (dep && !other && row_shape(gr, n->out[0])) is_row[n->out[0]->id] = true;
+    }
+}
+
 /* Does reading operand v, broadcast (NumPy, right-aligned) into the group's
  * full space, give one value per row, the row's own? Every reduced dim is 1
  * (or absent) in v and every kept dim matches (a size-1 kept dim of the

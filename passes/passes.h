@@ -113,6 +113,13 @@ typedef struct fc_plan {
 /* In a REDUCE group: does v hold one element per row, in the kept dims'
  * order (the space with the reduced dims removed or set to 1)? */
 bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v);
+/* In REDUCE group gr of plan p: mark (is_row, by value id) the values a
+ * kernel computes once per row: the reductions, then each in-group node
+ * with one output whose operands are per-row values or come from outside
+ * the group and whose output has row shape by row_shape (the backends' own
+ * test: they index such values differently). Both code generators use it. */
+void fc_group_mark_rows(const fc_plan *p, const fc_group *gr, bool *is_row,
+                        bool (*row_shape)(const fc_group *gr, const fc_value *v));
 /* Does v, broadcast into the group's full space, give each row its own
  * single value (every reduced dim 1 or absent, every kept dim matching)? */
 bool fc_group_row_broadcast(const fc_group *gr, const fc_value *v);

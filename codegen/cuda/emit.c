@@ -597,36 +597,22 @@ static bool in_group(const kctx *k, const fc_node *n) {
     return og == k->gr->id;
 }
 
-/* Mark values computed once per row: reductions, and in-group elementwise
- * nodes of row shape whose operands are all per-row (or outside data). */
+/* Row shape for the CUDA kernels: as many elements as rows (a per-row
+ * value is indexed by the row), no more dims than the space. */
+static bool row_numel(const fc_group *gr, const fc_value *v) {
+    fc_mono rows = fc_group_rows_mono(gr), ne = fc_mono_of(v->dims, v->rank);
+    return fc_mono_eq(&ne, &rows) && v->rank <= gr->rank;
+}
+
+/* Mark values computed once per row (fc_group_mark_rows). */
 static void mark_rows(kctx *k) {
     const fc_group *gr = k->gr;
-    fc_mono rows = fc_group_rows_mono(gr);
-    for (int i = 0; i < gr->nnodes; i++) {
-        fc_node *n = gr->nodes[i];
-        if (fc_op_is_reduce(n->op)) {
-            k->is_row[n->out[0]->id] = true;
-            continue;
-        }
-        if (n->nout != 1) continue;
-        bool dep = false, other = false;
-        for (int j = 0; j < n->nin; j++) {
-            const fc_value *x = n->in[j];
-            if (x->weak) continue;
-            if (k->is_row[x->id]) dep = true;
-            else if (x->def && in_group(k, x->def)) other = true;
-        }
-        if (!dep || other) continue;
-        fc_mono ne = fc_mono_of(n->out[0]->dims, n->out[0]->rank);
-        if (fc_mono_eq(&ne, &rows) && n->out[0]->rank <= gr->rank) k->is_row[n->out[0]->id] = true;
-    }
+    fc_group_mark_rows(k->p, gr, k->is_row, row_numel);
     /* A stored value of per-row shape that does not depend on the
      * reductions is computed and stored once per row too. */
     for (int o = 0; o < gr->noutputs; o++) {
         const fc_value *v = gr->outputs[o];
-        fc_mono ne = fc_mono_of(v->dims, v->rank);
-        if (!k->is_row[v->id] && !full_shape(gr, v) && fc_mono_eq(&ne, &rows) && v->rank <= gr->rank)
-            k->is_row[v->id] = true;
+        if (!k->is_row[v->id] && !full_shape(gr, v) && row_numel(gr, v)) k->is_row[v->id] = true;
     }
 }
 

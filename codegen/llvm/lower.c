@@ -670,31 +670,9 @@ static void pointwise_kernel(kern *k, LLVMValueRef b, LLVMValueRef e) {
 
 /* ---- REDUCE kernels -------------------------------------------------------------- */
 
-static bool in_group(const kern *k, const fc_node *n) { return k->plan->group_of_node[n->id] == k->gr->id; }
-
-
-/* Mark the values computed once per row (codegen/cuda/emit.c's rule): the
- * reductions, and in-group nodes with one element per row whose operands are
- * per-row values or come from outside the group. */
-static void mark_rows(kern *k) {
-    const fc_group *gr = k->gr;
-    for (int i = 0; i < gr->nnodes; i++) {
-        const fc_node *n = gr->nodes[i];
-        if (fc_op_is_reduce(n->op)) {
-            k->is_row[n->out[0]->id] = true;
-            continue;
-        }
-        if (n->nout != 1) continue;
-        bool dep = false, other = false;
-        for (int j = 0; j < n->nin; j++) {
-            const fc_value *x = n->in[j];
-            if (x->weak) continue;
-            if (k->is_row[x->id]) dep = true;
-            else if (x->def && in_group(k, x->def)) other = true;
-        }
-        if (dep && !other && fc_group_is_row_shape(gr, n->out[0])) k->is_row[n->out[0]->id] = true;
-    }
-}
+/* The values computed once per row (the rule both code generators share),
+ * a row-shaped value being one in the kept dims' order. */
+static void mark_rows(kern *k) { fc_group_mark_rows(k->plan, k->gr, k->is_row, fc_group_is_row_shape); }
 
 /*
  * A per-row value exists for the current row only, and so does every value
