@@ -730,6 +730,21 @@ static bool row_stored(const kern *k, const fc_value *v) {
     return fc_group_is_row_shape(k->gr, v); /* implies numel(v) == rows */
 }
 
+/* Whether a reduction kernel stores full-shape results (the rest are
+ * stored per row); a result that is neither fails the kernel. */
+static bool has_full_outputs(kern *k) {
+    const fc_group *gr = k->gr;
+    bool any = false;
+    for (int o = 0; o < gr->noutputs; o++) {
+        const fc_value *v = gr->outputs[o];
+        if (k->is_row[v->id] || (!is_full(gr, v) && row_stored(k, v))) continue;
+        if (!is_full(gr, v))
+            fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: a stored result of a reduction kernel is neither full nor per-row");
+        any = true;
+    }
+    return any;
+}
+
 /* The reduction's accumulator type and initial value. Float max/min work on
  * order keys (mathlib.c). */
 static LLVMValueRef acc_init(kern *k, const fc_node *r, fc_dtype acc_dt) {
@@ -889,15 +904,7 @@ static void reduce_columns(kern *k, LLVMValueRef b, LLVMValueRef e) {
         }
         loop_close(k, &li, NULL, false);
     }
-    bool any_full = false;
-    for (int o = 0; o < gr->noutputs; o++) {
-        const fc_value *v = gr->outputs[o];
-        if (k->is_row[v->id] || (!is_full(gr, v) && row_stored(k, v))) continue;
-        if (!is_full(gr, v))
-            fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: a stored result of a reduction kernel is neither full nor per-row");
-        any_full = true;
-    }
-    if (any_full && !k->err) {
+    if (has_full_outputs(k) && !k->err) {
         loop lj, lb;
         loop_open(k, &lj, ic(k, 0), ic(k, len), NULL);
         OPEN_ROWS(lb, lj.iv);
@@ -1026,15 +1033,7 @@ static void reduce_kernel(kern *k, LLVMValueRef b, LLVMValueRef e) {
         }
     }
     /* The full-shape outputs, then the per-row ones. */
-    bool any_full = false;
-    for (int o = 0; o < gr->noutputs; o++) {
-        const fc_value *v = gr->outputs[o];
-        if (k->is_row[v->id] || (!is_full(gr, v) && row_stored(k, v))) continue;
-        if (!is_full(gr, v))
-            fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: a stored result of a reduction kernel is neither full nor per-row");
-        any_full = true;
-    }
-    if (any_full && !k->err) {
+    if (has_full_outputs(k) && !k->err) {
         loop lp;
         OPEN_ELEMENTS(lp, NULL);
         store_full_outputs(k, L);
