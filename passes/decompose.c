@@ -160,24 +160,13 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     }
 }
 
+/* fc_rw_lower_nodes' callback; arg: whether means over symbolic dims are
+ * allowed (bool). */
+static fc_value *lower_node(fc_rewriter *rw, fc_node *n, void *arg) { return lower(rw, n, *(const bool *)arg); }
+
 static fc_status decompose(fc_graph *g, bool symbolic_means) {
     fc_status st = fc_pass_precheck(g, "decompose");
-    if (st) return st;
-    fc_rewriter rw;
-    if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
-    for (fc_node *n; (n = fc_rw_next(&rw));) {
-        fc_rw_remap(&rw, n);
-        fc_value *y = lower(&rw, n, symbolic_means);
-        if (!y) {
-            /* An error already poisoned the graph; else n stays as it is. */
-            fc_rw_keep(&rw, n);
-            continue;
-        }
-        /* Back to the composite's dtype: one rounding of the f32 result. */
-        y = fc_rw_cast(&rw, y, n->out[0]->dtype);
-        if (y) fc_rw_replace(&rw, n->out[0], y);
-    }
-    return fc_rw_end(&rw);
+    return st ? st : fc_rw_lower_nodes(g, lower_node, &symbolic_means);
 }
 
 fc_status fc_pass_decompose(fc_graph *g) { return decompose(g, false); }

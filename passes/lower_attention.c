@@ -80,23 +80,17 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n) {
     return fc_rw_op2(rw, FC_OP_MATMUL, fc_rw_op1(rw, FC_OP_SOFTMAX, s), vc);
 }
 
+/* fc_rw_lower_nodes' callback: attention nodes only. */
+static fc_value *lower_node(fc_rewriter *rw, fc_node *n, void *arg) {
+    (void)arg;
+    return n->op == FC_OP_ATTENTION ? lower(rw, n) : NULL;
+}
+
 fc_status fc_pass_lower_attention(fc_graph *g) {
     fc_status st = fc_pass_precheck(g, "lower_attention");
     if (st) return st;
     bool any = false;
     for (int i = 0; i < g->nnodes && !any; i++) any = !g->nodes[i]->dead && g->nodes[i]->op == FC_OP_ATTENTION;
     if (!any) return FC_OK;
-    fc_rewriter rw;
-    if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
-    for (fc_node *n; (n = fc_rw_next(&rw));) {
-        fc_rw_remap(&rw, n);
-        fc_value *y = n->op == FC_OP_ATTENTION ? lower(&rw, n) : NULL;
-        if (!y) {
-            fc_rw_keep(&rw, n);
-            continue;
-        }
-        y = fc_rw_cast(&rw, y, n->out[0]->dtype);
-        if (y) fc_rw_replace(&rw, n->out[0], y);
-    }
-    return fc_rw_end(&rw);
+    return fc_rw_lower_nodes(g, lower_node, NULL);
 }

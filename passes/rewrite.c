@@ -304,3 +304,19 @@ int *fc_use_counts(fc_graph *g) {
     }
     return uses;
 }
+
+fc_status fc_rw_lower_nodes(fc_graph *g, fc_rw_lower_fn lower, void *arg) {
+    fc_rewriter rw;
+    if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
+    for (fc_node *n; (n = fc_rw_next(&rw));) {
+        fc_rw_remap(&rw, n);
+        fc_value *y = lower(&rw, n, arg);
+        if (!y) {
+            fc_rw_keep(&rw, n);
+            continue;
+        }
+        y = fc_rw_cast(&rw, y, n->out[0]->dtype);
+        if (y) fc_rw_replace(&rw, n->out[0], y);
+    }
+    return fc_rw_end(&rw);
+}

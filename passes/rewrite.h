@@ -104,6 +104,13 @@ fc_status fc_rw_end(fc_rewriter *rw);
 
 /* ---- helpers outside a rebuild ------------------------------------------ */
 
+/* A whole rebuild that lowers nodes: each node for which lower returns a
+ * value is replaced by it, cast back to the node's dtype (one rounding of
+ * a wider result); a NULL keeps the node (or, after an error, which
+ * poisons the graph, ends the rebuild with it). Returns fc_rw_end's status. */
+typedef fc_value *(*fc_rw_lower_fn)(fc_rewriter *rw, fc_node *n, void *arg);
+fc_status fc_rw_lower_nodes(fc_graph *g, fc_rw_lower_fn lower, void *arg);
+
 /* What every pass checks first: a graph, not poisoned (its status is
  * returned), whose results were set (else FC_ERR_USAGE, recorded on the
  * context: without results every node would be dead). */
