@@ -284,24 +284,30 @@ static int64_t numel_of(const fc_value *v) {
     return n;
 }
 
-/* C = alpha op(A) op(B) + beta C, row-major, f32 or f64. */
+/* C = alpha op(A) op(B) + beta C, row-major, f32 or f64: cblas where it is
+ * linked, else these loops (one text for both types). */
+#ifndef USE_CBLAS
+#define GEMM_LOOPS(T)                                                                                                  \
+    for (int64_t i = 0; i < M; i++) {                                                                                  \
+        T *c = C + i * ldc;                                                                                            \
+        for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];                                            \
+        for (int64_t k = 0; k < K; k++) {                                                                              \
+            T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                                                      \
+            if (tb)                                                                                                    \
+                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[j * ldb + k];                                           \
+            else                                                                                                       \
+                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[k * ldb + j];                                           \
+        }                                                                                                              \
+    }
+#endif
+
 static void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                      const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc) {
 #ifdef USE_CBLAS
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
 #else
-    for (int64_t i = 0; i < M; i++) {
-        float *c = C + i * ldc;
-        for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];
-        for (int64_t k = 0; k < K; k++) {
-            float a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);
-            if (tb)
-                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[j * ldb + k];
-            else
-                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[k * ldb + j];
-        }
-    }
+    GEMM_LOOPS(float)
 #endif
 }
 
@@ -311,17 +317,7 @@ static void gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double a
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
 #else
-    for (int64_t i = 0; i < M; i++) {
-        double *c = C + i * ldc;
-        for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];
-        for (int64_t k = 0; k < K; k++) {
-            double a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);
-            if (tb)
-                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[j * ldb + k];
-            else
-                for (int64_t j = 0; j < N; j++) c[j] += a * Bm[k * ldb + j];
-        }
-    }
+    GEMM_LOOPS(double)
 #endif
 }
 
