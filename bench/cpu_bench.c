@@ -21,6 +21,7 @@
  * the C loop before anything is timed.
  */
 #include "fusec.h"
+#include "ir/timing.h"
 #include "runtime/cpu_program.h"
 
 #include <math.h>
@@ -32,22 +33,6 @@
 #define ROWS 4096
 #define COLS 4096
 #define N ((size_t)ROWS * COLS)
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-    qsort(t, (size_t)n, sizeof *t, cmp_double);
-    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
 
 /* ---- the hand-written loops ------------------------------------------------ */
 
@@ -99,12 +84,12 @@ static fc_cpu_program *compile(fc_context *ctx, fc_graph *g, int threads) {
     fc_cpu_options_default(&o);
     o.threads = threads;
     fc_cpu_program *p = NULL;
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     if (fc_cpu_compile_ex(g, &o, &p) != FC_OK) {
         fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
         exit(1);
     }
-    if (threads == 0) printf("  compile: %.1f ms\n", now_ms() - t0);
+    if (threads == 0) printf("  compile: %.1f ms\n", fc_now_ms() - t0);
     return p;
 }
 
@@ -180,11 +165,11 @@ int main(int argc, char **argv) {
     }
     printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, N));
     for (int i = 0; i < iters; i++) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         pointwise_c(x, r, want, N);
-        t[i] = now_ms() - t0;
+        t[i] = fc_now_ms() - t0;
     }
-    double c_ms = median(t, iters);
+    double c_ms = fc_median(t, iters);
     double f_ms = time_fusec(ctx, p, in, 2, iters), f1_ms = time_fusec(ctx, p1, in, 2, iters);
     printf("  C loop -O3 -march=native (1 thread): %8.2f ms\n", c_ms);
     printf("  fusec CPU, %d threads:               %8.2f ms  (%.2fx the C loop's time)\n",
@@ -192,12 +177,12 @@ int main(int argc, char **argv) {
     printf("  fusec CPU, 1 thread:                 %8.2f ms  (%.2fx the C loop's time)\n", f1_ms, f1_ms / c_ms);
     if (reference) {
         fc_tensor ref;
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         if (fc_run_reference(g, in, 2, &ref, 1) != FC_OK) {
             fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
             return 1;
         }
-        double ref_ms = now_ms() - t0;
+        double ref_ms = fc_now_ms() - t0;
         fc_tensor_release(&ref);
         printf("  reference interpreter (1 run):       %8.1f ms  (fusec %.0fx faster; 1 thread %.0fx)\n", ref_ms,
                ref_ms / f_ms, ref_ms / f1_ms);
@@ -218,11 +203,11 @@ int main(int argc, char **argv) {
     }
     printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, N));
     for (int i = 0; i < iters; i++) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         softmax_c(x, want, ROWS, COLS);
-        t[i] = now_ms() - t0;
+        t[i] = fc_now_ms() - t0;
     }
-    c_ms = median(t, iters);
+    c_ms = fc_median(t, iters);
     f_ms = time_fusec(ctx, p, in, 1, iters);
     f1_ms = time_fusec(ctx, p1, in, 1, iters);
     printf("  C two-pass loop (1 thread):          %8.2f ms\n", c_ms);
@@ -246,11 +231,11 @@ int main(int argc, char **argv) {
     }
     printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, COLS));
     for (int i = 0; i < iters; i++) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         colsum_c(x, want, ROWS, COLS);
-        t[i] = now_ms() - t0;
+        t[i] = fc_now_ms() - t0;
     }
-    c_ms = median(t, iters);
+    c_ms = fc_median(t, iters);
     f_ms = time_fusec(ctx, p, in, 1, iters);
     f1_ms = time_fusec(ctx, p1, in, 1, iters);
     printf("  C loop, rows outer (1 thread):       %8.2f ms\n", c_ms);

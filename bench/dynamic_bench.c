@@ -29,6 +29,7 @@
  * Every result is one line: RESULT fusec <workload> <key>=<value> ...
  */
 #include "ir/ir.h"
+#include "ir/timing.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
@@ -39,21 +40,8 @@
 #include <string.h>
 #include <time.h>
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+/* The sweep's numbers are kept in microseconds. */
+static double now_us(void) { return fc_now_ms() * 1e3; }
 
 static fc_context *ctx;
 static fc_cuda_device *dev;
@@ -148,7 +136,7 @@ static double host_us(fc_program *p, const bufs *b, const bufs *b2, int iters) {
         if (i % 64 == 63) fc_cuda_stream_sync(dev, NULL);
     }
     fc_cuda_stream_sync(dev, NULL);
-    double m = median(t, iters);
+    double m = fc_median(t, iters);
     free(t);
     return m;
 }
@@ -354,7 +342,7 @@ static void bench_sweep(void) {
          * as the first and second calls are timed: median of 5. */
         double one[5];
         for (int r = 0; r < 5; r++) one[r] = shaped_call_ms(dyn, &s);
-        double latency = median(one, 5);
+        double latency = fc_median(one, 5);
         seconds[T - 1] = second;
         if (second > worst_second) worst_second = second, worst_second_t = T;
         if (csv)
@@ -377,11 +365,11 @@ static void bench_sweep(void) {
     printf("RESULT fusec sweep dynamic_all_T worst_first_over_steady=%.2f at_T=%lld worst_first_ms=%.4f "
            "median_first_ms=%.4f median_second_ms=%.4f worst_second_ms=%.4f at_T=%lld median_steady_ms=%.4f "
            "median_ratio=%.2f Ts_with_heuristic_queries=%d\n",
-           worst_ratio, (long long)worst_t, worst_first, median(firsts, 1024), median(seconds, 1024), worst_second,
-           (long long)worst_second_t, median(steadies, 1024), median(ratios, 1024), with_query);
+           worst_ratio, (long long)worst_t, worst_first, fc_median(firsts, 1024), fc_median(seconds, 1024), worst_second,
+           (long long)worst_second_t, fc_median(steadies, 1024), fc_median(ratios, 1024), with_query);
     printf("RESULT fusec sweep dynamic_all_T_latency median_call_ms=%.4f worst_new_shape_call_over_call=%.2f at_T=%lld "
            "median_new_shape_call_over_call=%.2f\n",
-           median(lat, 1024), worst_lratio, (long long)worst_lt, median(lratios, 1024));
+           fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
     fc_program_free(dyn);
 
     /* 2. Background specialization on a sample of T: the miss (served by the
@@ -421,12 +409,12 @@ static void bench_sweep(void) {
         double second_call = nb > 0 ? before[0] : 0, worst_dyn = 0;
         for (int q = 1; q < nb; q++)
             if (before[q] > worst_dyn) worst_dyn = before[q];
-        double dyn_ms = nb > 1 ? median(before + 1, nb - 1) : 0;
+        double dyn_ms = nb > 1 ? fc_median(before + 1, nb - 1) : 0;
         double hit2 = shaped_call_ms(dyn, &s);
         double spec_ms = shaped_steady_ms(dyn, &s, 50);
         double one[5];
         for (int r = 0; r < 5; r++) one[r] = shaped_call_ms(dyn, &s);
-        double spec_call = median(one, 5);
+        double spec_call = fc_median(one, 5);
         fc_graph *gs = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}, {"T", T}}, 2);
         fc_program *ps = compile(gs, true);
         bufs b = {0};

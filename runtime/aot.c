@@ -24,6 +24,7 @@
  */
 #include "runtime/aot.h"
 #include "ir/le.h"
+#include "ir/timing.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
@@ -49,12 +50,6 @@
 #define ELF_SYMBOL_BYTES 24
 #define ELF_SHT_PROGBITS 1
 #define ELF_SHT_SYMTAB 2
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 bool fc_arch_parse(const char *s, int *sm) {
     if (!s || !sm) return false;
@@ -205,14 +200,14 @@ static fc_status load_owned(fc_context *ctx, const char *what, uint8_t *data, si
     }
     fc_bytes cubin = {data, size};
     st = fc_program_from_desc(ctx, &desc, &cubin, FC_PROGRAM_FILE, out);
-    if (st == FC_OK) fc_program_times_ref(*out)->compile_ms = now_ms() - t0;
+    if (st == FC_OK) fc_program_times_ref(*out)->compile_ms = fc_now_ms() - t0;
     return st;
 }
 
 fc_status fc_program_load_data(fc_context *ctx, const void *data, size_t size, fc_program **out) {
     if (out) *out = NULL;
     if (!out || (!data && size)) return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_load_data: NULL argument");
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     uint8_t *copy = fc_ctx_malloc(ctx, size);
     if (!copy) return FC_ERR_NOMEM;
     if (size) memcpy(copy, data, size);
@@ -258,7 +253,7 @@ static fc_status read_file(fc_context *ctx, const char *path, uint8_t **data, si
 fc_status fc_program_load_file(fc_context *ctx, const char *path, fc_program **out) {
     if (out) *out = NULL;
     if (!path || !out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_load_file: NULL argument");
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     uint8_t *data;
     size_t size;
     fc_status st = read_file(ctx, path, &data, &size);

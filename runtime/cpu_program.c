@@ -33,6 +33,7 @@
  */
 #include "runtime/cpu_program.h"
 #include "ir.h"
+#include "ir/timing.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -884,17 +885,6 @@ fc_status fc_cpu_run(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_ten
     return st;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout, int iters,
                        double *median_ms) {
     if (!p) return FC_ERR_USAGE;
@@ -909,15 +899,11 @@ fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_t
     if (st == FC_OK) st = alloc_outputs(p, scratch, nout);
     for (int i = 0; i < BENCH_WARMUP && st == FC_OK; i++) st = run_groups(p, inputs, scratch);
     for (int i = 0; i < iters && st == FC_OK; i++) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         st = run_groups(p, inputs, scratch);
-        ms[i] = now_ms() - t0;
+        ms[i] = fc_now_ms() - t0;
     }
-    if (st == FC_OK) {
-        qsort(ms, (size_t)iters, sizeof *ms, cmp_double);
-        double med = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
-        if (median_ms) *median_ms = med;
-    }
+    if (st == FC_OK && median_ms) *median_ms = fc_median(ms, iters);
     for (int k = 0; scratch && k < nout; k++) fc_tensor_release(&scratch[k]);
     free(scratch);
     free(ms);

@@ -41,6 +41,7 @@
  */
 #include "runtime/program.h"
 #include "codegen/cuda/attention.h"
+#include "ir/timing.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/cuda_check.h"
@@ -113,12 +114,6 @@ struct fc_program {
 
 /* Process-wide counters (fc_compile_counters_get). */
 static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, count_nvrtc;
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 
 /* A copy of s through ctx (fault injection applies); NULL on failure. */
 static char *dup_str(fc_context *ctx, const char *s) {
@@ -414,9 +409,9 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = p->opts.fuse;
-    double t = now_ms();
+    double t = fc_now_ms();
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
-    p->times.passes_ms = now_ms() - t;
+    p->times.passes_ms = fc_now_ms() - t;
     if (st != FC_OK) return st;
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
     if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
@@ -425,11 +420,11 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
                             "results)",
                             g->nparams, p->g->nparams, g->noutputs, p->g->noutputs);
 
-    t = now_ms();
+    t = fc_now_ms();
     p->plan.sm = p->d.sm;
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = build_desc(p);
-    p->times.codegen_ms = now_ms() - t;
+    p->times.codegen_ms = fc_now_ms() - t;
     return st;
 }
 
@@ -496,13 +491,13 @@ static fc_status get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv
     fc_program_unit_name(d->graph_name, unit, sizeof unit);
     fc_cache_key key = {{0}};
     if (cache) {
-        double t = now_ms();
+        double t = fc_now_ms();
         key = fc_kernel_cache_key(d->src.source, unit, d->sm, nv->opts.opt, nv->opts.count, nv->major, nv->minor);
         memcpy(d->kernel_key, key.bytes, sizeof d->kernel_key);
         void *bin = NULL;
         size_t n = 0;
         fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_KERNEL, &key, &bin, &n);
-        p->times.cache_ms += now_ms() - t;
+        p->times.cache_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
         if (bin && looks_like_cubin(bin, n)) {
             p->cubin.data = bin;
@@ -513,27 +508,27 @@ static fc_status get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv
         }
         fc_free(bin);
     }
-    double t = now_ms();
+    double t = fc_now_ms();
     fc_status st = fc_nvrtc_compile(p->ctx, d->src.source, unit, d->sm / 10, d->sm % 10, nv->extra, nv->nextra,
                                     &p->cubin);
-    p->times.nvrtc_ms += now_ms() - t;
+    p->times.nvrtc_ms += fc_now_ms() - t;
     atomic_fetch_add(&count_nvrtc, 1);
     if (st != FC_OK || !cache) return st;
-    t = now_ms();
+    t = fc_now_ms();
     fc_cache_note_compile(cache);
     (void)fc_cache_put(cache, p->ctx, FC_CACHE_KERNEL, &key, p->cubin.data, p->cubin.size);
-    p->times.cache_ms += now_ms() - t;
+    p->times.cache_ms += fc_now_ms() - t;
     return FC_OK;
 }
 
 /* Store the description as a level-2 entry; failures are not errors. */
 static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *key) {
-    double t = now_ms();
+    double t = fc_now_ms();
     fc_bytes blob = {NULL, 0};
     if (fc_program_desc_encode(p->ctx, &p->d, &blob) == FC_OK)
         (void)fc_cache_put(cache, p->ctx, FC_CACHE_PROGRAM, key, blob.data, blob.size);
     fc_bytes_free(&blob);
-    p->times.cache_ms += now_ms() - t;
+    p->times.cache_ms += fc_now_ms() - t;
 }
 
 /* The steps of fc_compile after the program exists; fc_compile frees the
@@ -554,7 +549,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
 
     /* The graph's canonical text: the level-2 key, and what a program from
      * the cache or a file re-plans from when asked for its plan. */
-    double t = now_ms();
+    double t = fc_now_ms();
     d->graph_text = fc_print(g);
     if (!d->graph_text) {
         if (strstr(p->ctx->error, "out of memory")) return FC_ERR_NOMEM;
@@ -569,7 +564,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
                                     nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
         if (st != FC_OK) return st;
-        p->times.cache_ms += now_ms() - t; /* without a cache, the text is "other" time */
+        p->times.cache_ms += fc_now_ms() - t; /* without a cache, the text is "other" time */
     }
 
     if (!program_hit && (st = plan_and_generate(p, g)) != FC_OK) return st;
@@ -629,7 +624,7 @@ static fc_status variant_signature(fc_program *p) {
 
 fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     *out = NULL;
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     fc_program *p = new_program(g->ctx);
     if (!p) return FC_ERR_NOMEM;
     p->opts = *o;
@@ -649,15 +644,15 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         fc_fuse_options_default(&fo);
         fo.vertical = fo.horizontal = o->fuse;
         fo.dynamic = true;
-        double t = now_ms();
+        double t = fc_now_ms();
         st = fc_pipeline(p->g, &fo, &p->plan);
-        p->times.passes_ms = now_ms() - t;
+        p->times.passes_ms = fc_now_ms() - t;
     }
     if (st == FC_OK) {
-        double t = now_ms();
+        double t = fc_now_ms();
         st = fc_cuda_codegen(&p->plan, &d->src);
         if (st == FC_OK) st = variant_signature(p);
-        p->times.codegen_ms = now_ms() - t;
+        p->times.codegen_ms = fc_now_ms() - t;
     }
     bool kernel_hit = false;
     if (st == FC_OK) {
@@ -669,7 +664,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         return st;
     }
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
-    p->times.compile_ms = now_ms() - t0;
+    p->times.compile_ms = fc_now_ms() - t0;
     *out = p;
     return FC_OK;
 }
@@ -786,7 +781,7 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
     fc_status st = fc_graph_check_static(g);
     if (st != FC_OK) return st;
 
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     fc_program *p = new_program(ctx);
     if (!p) return FC_ERR_NOMEM;
     p->opts = *o;
@@ -795,7 +790,7 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
         fc_program_free(p);
         return st;
     }
-    p->times.compile_ms = now_ms() - t0;
+    p->times.compile_ms = fc_now_ms() - t0;
     atomic_fetch_add(&count_compiles, 1);
     *out = p;
     return FC_OK;
@@ -1171,12 +1166,12 @@ static fc_status ensure_instance(fc_program *p) {
     p->func = v->func;
     p->funcs_ready = true;
     if (p->ngemms > 0 && !v->blas) {
-        double t = now_ms();
+        double t = fc_now_ms();
         /* The variant meets every size of its GEMMs: a new one reuses the
          * algorithm of its family when cuBLASLt accepts it (docs/DYNAMIC.md). */
         fc_cublaslt_options lo = {.reuse_family = true, .allow_tf32 = v->d.tf32};
         st = fc_cublaslt_create(v->ctx, v->dev, &lo, &v->blas);
-        v->times.load_ms += now_ms() - t;
+        v->times.load_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
     }
     p->blas = v->blas;
@@ -1220,9 +1215,9 @@ static fc_status ensure_device(fc_program *p) {
         return ensure_instance(p);
     }
     if (!p->dev) {
-        double t = now_ms();
+        double t = fc_now_ms();
         st = fc_cuda_device_open(p->ctx, 0, &p->dev);
-        p->times.device_ms += now_ms() - t;
+        p->times.device_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
@@ -1237,13 +1232,13 @@ static fc_status ensure_device(fc_program *p) {
                                 "with sm 0 (the device's own) or %d",
                                 p->d.sm, d->info.name, d->info.cc_major, d->info.cc_minor,
                                 d->info.cc_major * 10 + d->info.cc_minor);
-        double t = now_ms();
+        double t = fc_now_ms();
         st = fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
-        p->times.load_ms += now_ms() - t;
+        p->times.load_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
     }
     if (!p->funcs_ready) {
-        double t = now_ms();
+        double t = fc_now_ms();
         if (!p->func) {
             p->func = fc_ctx_malloc(p->ctx, sizeof *p->func * (size_t)(p->d.src.nlaunches + 1));
             if (!p->func) return FC_ERR_NOMEM;
@@ -1261,7 +1256,7 @@ static fc_status ensure_device(fc_program *p) {
             }
         }
         p->funcs_ready = true;
-        p->times.load_ms += now_ms() - t;
+        p->times.load_ms += fc_now_ms() - t;
         p->times.loaded = true;
     }
     if ((st = ensure_args(p)) != FC_OK) return st;
@@ -1277,10 +1272,10 @@ static fc_status ensure_device(fc_program *p) {
     }
     if (p->ngemms > 0 && !p->blas) {
         /* cublasLtCreate loads the library's kernels: timed with the load. */
-        double t = now_ms();
+        double t = fc_now_ms();
         fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32};
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
-        p->times.load_ms += now_ms() - t;
+        p->times.load_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
         p->blas_ws = p->arena + (CUdeviceptr)ws_offset;
     }
@@ -1343,9 +1338,9 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
 
 static fc_status build_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_replay_env e = env_of(p);
-    double t = now_ms();
+    double t = fc_now_ms();
     fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
-    p->stats.graph_build_ms += now_ms() - t;
+    p->stats.graph_build_ms += fc_now_ms() - t;
     if (st == FC_OK) p->stats.graph_captures++;
     return st;
 }
@@ -1520,15 +1515,10 @@ static const char *program_tensor_str(const fc_program_tensor *t, char *buf, siz
     return buf;
 }
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 /* Warm up, then time `iters` runs one by one; the median goes to *median. */
 static fc_status bench(fc_program *p, void *const *in, void *const *out, int iters, double *median) {
     fc_cuda_device *d = p->dev;
-    float *ms = fc_ctx_malloc(p->ctx, sizeof *ms * (size_t)iters);
+    double *ms = fc_ctx_malloc(p->ctx, sizeof *ms * (size_t)iters);
     if (!ms) return FC_ERR_NOMEM;
     fc_cuda_timer timer = {0};
     fc_status st = fc_cuda_timer_create(d, &timer);
@@ -1536,12 +1526,11 @@ static fc_status bench(fc_program *p, void *const *in, void *const *out, int ite
     for (int i = 0; i < iters && st == FC_OK; i++) {
         st = fc_cuda_timer_start(d, &timer, d->stream);
         if (st == FC_OK) st = enqueue(p, in, out, d->stream);
-        if (st == FC_OK) st = fc_cuda_timer_stop(d, &timer, d->stream, &ms[i]);
+        float t = 0;
+        if (st == FC_OK) st = fc_cuda_timer_stop(d, &timer, d->stream, &t);
+        ms[i] = t;
     }
-    if (st == FC_OK) {
-        qsort(ms, (size_t)iters, sizeof *ms, cmp_float);
-        *median = iters % 2 ? ms[iters / 2] : 0.5 * ((double)ms[iters / 2 - 1] + (double)ms[iters / 2]);
-    }
+    if (st == FC_OK) *median = fc_median(ms, iters);
     fc_cuda_timer_destroy(d, &timer);
     fc_ctx_freemem(p->ctx, ms);
     return st;

@@ -148,9 +148,9 @@ static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
     }
     char path[300];
     snprintf(path, sizeof path, "%s/%s.cubin", root, fc_graph_name(g));
-    double t0 = now_ms();
+    double t0 = fc_now_ms();
     fc_status st = fc_program_save_file(jit, path);
-    double save_ms = now_ms() - t0;
+    double save_ms = fc_now_ms() - t0;
     if (st != FC_OK) fprintf(stderr, "save: %s\n", fc_last_error(ctx));
     CHECK_EQ_INT(st, FC_OK);
     CHECK(fc_program_is_file(path));
@@ -171,9 +171,9 @@ static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
     /* Load: no NVRTC, no passes; the same program; the cubin is the file. */
     uint64_t n0 = nvrtc_count();
     fc_program *aot = NULL;
-    t0 = now_ms();
+    t0 = fc_now_ms();
     st = fc_program_load_file(ctx, path, &aot);
-    double load_ms = now_ms() - t0;
+    double load_ms = fc_now_ms() - t0;
     if (st != FC_OK) fprintf(stderr, "load: %s\n", fc_last_error(ctx));
     CHECK_EQ_INT(st, FC_OK);
     CHECK_EQ_INT(nvrtc_count(), n0);

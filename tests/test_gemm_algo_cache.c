@@ -432,12 +432,6 @@ typedef struct run_result {
     bool ok;
 } run_result;
 
-static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
-}
-
 /* Run the GEMM once in a fresh handle over cache c; what it did. */
 static run_result run_once(gemm_env *e, fc_cache *c) {
     run_result r;
@@ -447,10 +441,10 @@ static run_result run_once(gemm_env *e, fc_cache *c) {
     fc_status st = fc_cublaslt_create(e->ctx, e->dev, &o, &h);
     if (st == FC_OK) st = fc_cuda_memset_async(e->dev, e->args[3], 0, e->ybytes, NULL);
     if (st == FC_OK) st = fc_cuda_stream_sync(e->dev, NULL);
-    double t0 = now_us();
+    double t0 = fc_now_ms();
     if (st == FC_OK)
         st = fc_cublaslt_launch(h, e->ctx, &e->desc, e->args, 4, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
-    r.launch_us = now_us() - t0;
+    r.launch_us = (fc_now_ms() - t0) * 1e3;
     if (st == FC_OK) st = fc_cuda_download(e->dev, r.y, e->args[3], e->ybytes);
     if (st != FC_OK) fprintf(stderr, "run: %s\n", fc_last_error(e->ctx));
     CHECK_EQ_INT(st, FC_OK);

@@ -7,11 +7,12 @@
  *   temp_dir(buf, n, "name")        mkdtemp $TMPDIR/name-XXXXXX (else /tmp)
  *   rm_rf(path)                     remove a tree, read-only directories too
  *   count_names(dir, prefix)        the entries of dir whose name starts so
- *   now_ms()                        a monotonic clock, in milliseconds
+ *   fc_now_ms() (ir/timing.h)       a monotonic clock, in milliseconds
  */
 #ifndef FC_TEST_UTIL_H
 #define FC_TEST_UTIL_H
 #include "check.h"
+#include "ir/timing.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -96,9 +97,4 @@ static inline int count_names(const char *dir, const char *prefix) {
     return n;
 }
 
-static inline double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
-}
 #endif

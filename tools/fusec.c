@@ -20,6 +20,7 @@
  */
 #include "fusec.h"
 #include "ir.h" /* fc_value.name, for messages that name a parameter */
+#include "ir/timing.h"
 #include "npy.h"
 #include "runtime/cpu_program.h"     /* the LLVM CPU backend */
 #include "runtime/aot.h"           /* fc_arch_parse */
@@ -80,17 +81,6 @@ typedef struct device {
     bool compiles;             /* it compiles the graph for CUDA: --arch and --time apply */
 } device;
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Host-side timing for the CPU devices: the median of n runs. */
 static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor *in, int nin, int nout, int n,
                                 double *median_ms) {
@@ -100,15 +90,12 @@ static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor 
     run_config once = {0, 0};
     run_stats ignored;
     for (int i = 0; i < n && !st; i++) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         st = run(g, in, nin, tmp, nout, &once, &ignored);
-        t[i] = now_ms() - t0;
+        t[i] = fc_now_ms() - t0;
         for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
     }
-    if (!st) {
-        qsort(t, (size_t)n, sizeof *t, cmp_double);
-        *median_ms = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    }
+    if (!st) *median_ms = fc_median(t, n);
     free(t);
     free(tmp);
     return st;
@@ -1294,7 +1281,7 @@ static int run_cli(const options *o) {
         }
         if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
     } else {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         size_t len = 0;
         text = read_file(o->file, &len);
         if (!text) {
@@ -1303,7 +1290,7 @@ static int run_cli(const options *o) {
         }
         st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
         if (st == FC_OK) st = fc_verify(g);
-        parse_ms = now_ms() - t0;
+        parse_ms = fc_now_ms() - t0;
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
@@ -1328,14 +1315,14 @@ static int run_cli(const options *o) {
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
-        double t0 = now_ms();
+        double t0 = fc_now_ms();
         st = fc_program_save_file(prog, o->output);
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = run_exit_code(st);
             goto done;
         }
-        save_ms = now_ms() - t0;
+        save_ms = fc_now_ms() - t0;
     }
     if (o->run) {
         const char *name = is_program ? fc_program_desc_of(prog)->graph_name : fc_graph_name(g);
