@@ -68,6 +68,11 @@ static void colsum_c(const float *restrict x, float *restrict y, size_t rows, si
         for (size_t j = 0; j < cols; j++) y[j] += x[i * cols + j];
 }
 
+/* The loops with one signature: y from x (and r, for the pointwise chain). */
+static void pointwise_loop(const float *x, const float *r, float *y) { pointwise_c(x, r, y, N); }
+static void softmax_loop(const float *x, const float *r, float *y) { (void)r, softmax_c(x, y, ROWS, COLS); }
+static void colsum_loop(const float *x, const float *r, float *y) { (void)r, colsum_c(x, y, ROWS, COLS); }
+
 /* ---- helpers ---------------------------------------------------------------- */
 
 static fc_graph *parse(fc_context *ctx, const char *text) {
@@ -129,6 +134,59 @@ static float *random_floats(unsigned long long seed, double lo, double hi) {
     return x;
 }
 
+/* One workload: the graph, its C loop and what the loop is called. */
+typedef struct workload {
+    const char *title, *ir, *loop_name;
+    void (*loop)(const float *x, const float *r, float *y);
+    int nin;        /* x, then r */
+    int64_t out_n;  /* the result's elements: [ROWS, COLS], or [COLS] */
+    bool reference; /* also time the reference interpreter (it takes seconds) */
+} workload;
+
+/* Check fusec against the C loop, then time the loop, fusec on every core
+ * and on one thread (and the reference interpreter when asked). */
+static int run_workload(fc_context *ctx, const workload *w, float *x, float *r, float *want, float *got, double *t,
+                        int iters) {
+    printf("%s\n", w->title);
+    fc_graph *g = parse(ctx, w->ir);
+    fc_cpu_program *p = compile(ctx, g, 0), *p1 = compile(ctx, g, 1);
+    fc_tensor in[2] = {tensor(x), tensor(r)}, out = tensor(got);
+    if (w->out_n == COLS) out = (fc_tensor){.dtype = FC_F32, .rank = 1, .shape = {COLS}, .data = got};
+    w->loop(x, r, want);
+    if (fc_cpu_run_into(p, in, w->nin, &out, 1) != FC_OK) {
+        fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
+        return 1;
+    }
+    printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, (size_t)w->out_n));
+    for (int i = 0; i < iters; i++) {
+        double t0 = fc_now_ms();
+        w->loop(x, r, want);
+        t[i] = fc_now_ms() - t0;
+    }
+    double c_ms = fc_median(t, iters);
+    double f_ms = time_fusec(ctx, p, in, w->nin, iters), f1_ms = time_fusec(ctx, p1, in, w->nin, iters);
+    printf("  %-36s %8.2f ms\n", w->loop_name, c_ms);
+    printf("  fusec CPU, %d threads:               %8.2f ms  (%.2fx the C loop's time)\n",
+           fc_cpu_program_threads(p), f_ms, f_ms / c_ms);
+    printf("  fusec CPU, 1 thread:                 %8.2f ms  (%.2fx the C loop's time)\n", f1_ms, f1_ms / c_ms);
+    if (w->reference) {
+        fc_tensor ref;
+        double t0 = fc_now_ms();
+        if (fc_run_reference(g, in, w->nin, &ref, 1) != FC_OK) {
+            fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
+            return 1;
+        }
+        double ref_ms = fc_now_ms() - t0;
+        fc_tensor_release(&ref);
+        printf("  reference interpreter (1 run):       %8.1f ms  (fusec %.0fx faster; 1 thread %.0fx)\n", ref_ms,
+               ref_ms / f_ms, ref_ms / f1_ms);
+    }
+    fc_cpu_program_free(p);
+    fc_cpu_program_free(p1);
+    fc_graph_free(g);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int iters = 10;
     bool reference = true;
@@ -150,107 +208,27 @@ int main(int argc, char **argv) {
     float *want = malloc(N * sizeof *want), *got = malloc(N * sizeof *got);
     double *t = calloc((size_t)iters + 1, sizeof *t);
     if (!want || !got || !t) return 1;
-
-    /* ---- pointwise ---- */
-    printf("pointwise y = gelu(x*1.702 + r) * sigmoid(r) + x, f32 [%d, %d]\n", ROWS, COLS);
-    fc_graph *g = parse(ctx, "graph pointwise(%x: f32[4096, 4096], %r: f32[4096, 4096]) {\n"
-                             "  %a = mul(%x, 1.702)\n  %b = add(%a, %r)\n  %g = gelu(%b)\n"
-                             "  %s = sigmoid(%r)\n  %p = mul(%g, %s)\n  %y = add(%p, %x)\n  return %y\n}\n");
-    fc_cpu_program *p = compile(ctx, g, 0), *p1 = compile(ctx, g, 1);
-    fc_tensor in[2] = {tensor(x), tensor(r)}, out = tensor(got);
-    pointwise_c(x, r, want, N);
-    if (fc_cpu_run_into(p, in, 2, &out, 1) != FC_OK) {
-        fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
-        return 1;
-    }
-    printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, N));
-    for (int i = 0; i < iters; i++) {
-        double t0 = fc_now_ms();
-        pointwise_c(x, r, want, N);
-        t[i] = fc_now_ms() - t0;
-    }
-    double c_ms = fc_median(t, iters);
-    double f_ms = time_fusec(ctx, p, in, 2, iters), f1_ms = time_fusec(ctx, p1, in, 2, iters);
-    printf("  C loop -O3 -march=native (1 thread): %8.2f ms\n", c_ms);
-    printf("  fusec CPU, %d threads:               %8.2f ms  (%.2fx the C loop's time)\n",
-           fc_cpu_program_threads(p), f_ms, f_ms / c_ms);
-    printf("  fusec CPU, 1 thread:                 %8.2f ms  (%.2fx the C loop's time)\n", f1_ms, f1_ms / c_ms);
-    if (reference) {
-        fc_tensor ref;
-        double t0 = fc_now_ms();
-        if (fc_run_reference(g, in, 2, &ref, 1) != FC_OK) {
-            fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
-            return 1;
-        }
-        double ref_ms = fc_now_ms() - t0;
-        fc_tensor_release(&ref);
-        printf("  reference interpreter (1 run):       %8.1f ms  (fusec %.0fx faster; 1 thread %.0fx)\n", ref_ms,
-               ref_ms / f_ms, ref_ms / f1_ms);
-    }
-    fc_cpu_program_free(p);
-    fc_cpu_program_free(p1);
-    fc_graph_free(g);
-
-    /* ---- softmax ---- */
-    printf("softmax over rows, f32 [%d, %d]\n", ROWS, COLS);
-    g = parse(ctx, "graph softmax(%x: f32[4096, 4096]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n");
-    p = compile(ctx, g, 0);
-    p1 = compile(ctx, g, 1);
-    softmax_c(x, want, ROWS, COLS);
-    if (fc_cpu_run_into(p, in, 1, &out, 1) != FC_OK) {
-        fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
-        return 1;
-    }
-    printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, N));
-    for (int i = 0; i < iters; i++) {
-        double t0 = fc_now_ms();
-        softmax_c(x, want, ROWS, COLS);
-        t[i] = fc_now_ms() - t0;
-    }
-    c_ms = fc_median(t, iters);
-    f_ms = time_fusec(ctx, p, in, 1, iters);
-    f1_ms = time_fusec(ctx, p1, in, 1, iters);
-    printf("  C two-pass loop (1 thread):          %8.2f ms\n", c_ms);
-    printf("  fusec CPU, %d threads:               %8.2f ms  (%.2fx the C loop's time)\n",
-           fc_cpu_program_threads(p), f_ms, f_ms / c_ms);
-    printf("  fusec CPU, 1 thread:                 %8.2f ms  (%.2fx the C loop's time)\n", f1_ms, f1_ms / c_ms);
-    fc_cpu_program_free(p);
-    fc_cpu_program_free(p1);
-    fc_graph_free(g);
-
-    /* ---- column sums ---- */
-    printf("column sums (reduce_sum over axis 0), f32 [%d, %d]\n", ROWS, COLS);
-    g = parse(ctx, "graph colsum(%x: f32[4096, 4096]) {\n  %y = reduce_sum(%x, axes=[0])\n  return %y\n}\n");
-    p = compile(ctx, g, 0);
-    p1 = compile(ctx, g, 1);
-    colsum_c(x, want, ROWS, COLS);
-    fc_tensor col = {.dtype = FC_F32, .rank = 1, .shape = {COLS}, .data = got};
-    if (fc_cpu_run_into(p, in, 1, &col, 1) != FC_OK) {
-        fprintf(stderr, "cpu_bench: %s\n", fc_last_error(ctx));
-        return 1;
-    }
-    printf("  max |fusec - C loop| = %.3g\n", max_diff(got, want, COLS));
-    for (int i = 0; i < iters; i++) {
-        double t0 = fc_now_ms();
-        colsum_c(x, want, ROWS, COLS);
-        t[i] = fc_now_ms() - t0;
-    }
-    c_ms = fc_median(t, iters);
-    f_ms = time_fusec(ctx, p, in, 1, iters);
-    f1_ms = time_fusec(ctx, p1, in, 1, iters);
-    printf("  C loop, rows outer (1 thread):       %8.2f ms\n", c_ms);
-    printf("  fusec CPU, %d threads:               %8.2f ms  (%.2fx the C loop's time)\n",
-           fc_cpu_program_threads(p), f_ms, f_ms / c_ms);
-    printf("  fusec CPU, 1 thread:                 %8.2f ms  (%.2fx the C loop's time)\n", f1_ms, f1_ms / c_ms);
-    fc_cpu_program_free(p);
-    fc_cpu_program_free(p1);
-    fc_graph_free(g);
-
+    const workload all[] = {
+        {"pointwise y = gelu(x*1.702 + r) * sigmoid(r) + x, f32 [4096, 4096]",
+         "graph pointwise(%x: f32[4096, 4096], %r: f32[4096, 4096]) {\n"
+         "  %a = mul(%x, 1.702)\n  %b = add(%a, %r)\n  %g = gelu(%b)\n"
+         "  %s = sigmoid(%r)\n  %p = mul(%g, %s)\n  %y = add(%p, %x)\n  return %y\n}\n",
+         "C loop -O3 -march=native (1 thread):", pointwise_loop, 2, (int64_t)N, reference},
+        {"softmax over rows, f32 [4096, 4096]",
+         "graph softmax(%x: f32[4096, 4096]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n",
+         "C two-pass loop (1 thread):", softmax_loop, 1, (int64_t)N, false},
+        {"column sums (reduce_sum over axis 0), f32 [4096, 4096]",
+         "graph colsum(%x: f32[4096, 4096]) {\n  %y = reduce_sum(%x, axes=[0])\n  return %y\n}\n",
+         "C loop, rows outer (1 thread):", colsum_loop, 1, COLS, false},
+    };
+    int rc = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0] && !rc; i++)
+        rc = run_workload(ctx, &all[i], x, r, want, got, t, iters);
     free(x);
     free(r);
     free(want);
     free(got);
     free(t);
     fc_context_free(ctx);
-    return 0;
+    return rc;
 }
