@@ -8,6 +8,8 @@
 #ifndef FC_TEST_RANDOM_GRAPH_H
 #define FC_TEST_RANDOM_GRAPH_H
 
+#include "splitmix.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -36,12 +38,7 @@ typedef struct rg {
     int nvals, nparams, ntmp;
 } rg;
 
-static uint64_t rg_next(rg *r) { /* splitmix64 */
-    uint64_t z = (r->state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rg_next(rg *r) { return splitmix64(&r->state); }
 static int rg_int(rg *r, int n) { return (int)(rg_next(r) % (uint64_t)n); }
 
 static void rg_append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {

@@ -33,6 +33,7 @@
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
  */
 #include "check.h"
+#include "splitmix.h"
 #include "codegen/cuda/attention.h"
 #include "fusec.h"
 #include "ir.h"
@@ -53,14 +54,7 @@
 /* ------------------------------------------------------------------ */
 
 static uint64_t rng = 12345;
-static double uniform(void) { /* [-1, 1) */
-    rng += 0x9E3779B97F4A7C15ull;
-    uint64_t z = rng;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 4503599627370496.0 - 1.0;
-}
+static double uniform(void) { return splitmix_uniform(&rng); } /* [-1, 1) */
 
 /* Random data for parameter v: floats in [-amp, amp), bools true 3 times
  * in 4, integers in [0, 4). */

@@ -8,6 +8,7 @@
 #include "check.h"
 #include "fusec.h"
 #include "random_graph.h"
+#include "splitmix.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 
@@ -16,14 +17,7 @@
 #include <string.h>
 
 static uint64_t rng = 12345;
-static double uniform(void) { /* [-1, 1) */
-    rng += 0x9E3779B97F4A7C15ull;
-    uint64_t z = rng;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) / 4503599627370496.0 - 1.0;
-}
+static double uniform(void) { return splitmix_uniform(&rng); } /* [-1, 1) */
 
 /* Random data for a parameter; integer params get indices in [0, 8). */
 static void fill(fc_tensor *t, const fc_value *v) {
