@@ -450,6 +450,9 @@ typedef struct fc_run_stats {
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */
+    uint64_t graph_reshapes;     /* dynamic variant runs that re-pointed its one graph at
+                                  * another shape (a variant of kernels only: every node given
+                                  * that shape's grid and sizes; docs/RUNTIME-GRAPHS.md) */
     uint64_t graph_skips;        /* runs after the first launched one by one: graphs are off,
                                   * or building or patching the graph failed */
     char graph_skip_reason[160]; /* why ("" if the program replays) */

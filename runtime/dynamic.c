@@ -641,6 +641,7 @@ static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
     to->graph_build_ms += from->graph_build_ms;
     to->graph_replays += from->graph_replays;
     to->graph_patches += from->graph_patches;
+    to->graph_reshapes += from->graph_reshapes;
     to->graph_skips += from->graph_skips;
     if (from->graph_skip_reason[0])
         snprintf(to->graph_skip_reason, sizeof to->graph_skip_reason, "%s", from->graph_skip_reason);

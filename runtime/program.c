@@ -106,6 +106,17 @@ struct fc_program {
     unsigned arena_gen;         /* instance: the variant's arena_gen its graph was built for */
     /* A variant: the arena its instances share, and how often it moved. */
     int64_t shared_arena_bytes;
+    /* A variant whose launches are all kernels: one graph for all its
+     * shapes, re-pointed at each shape's grids and sizes when the shape
+     * changes (enqueue_shared). It holds the shape of instance shared_owner
+     * (ids from next_instance_id) and the arena of generation shared_gen.
+     * shared_off: it failed once; instances build graphs of their own. */
+    bool kernels_only;
+    fc_replay *shared_replay;
+    uint64_t shared_owner, next_instance_id;
+    unsigned shared_gen;
+    bool shared_off;
+    uint64_t instance_id; /* instance: its id in the variant (from 1) */
     bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
 
     /* A dynamic program (runtime/dynamic.c): guards, specializations. */
@@ -665,6 +676,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     }
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
     p->times.compile_ms = fc_now_ms() - t0;
+    p->kernels_only = fc_replay_kernels_only(d);
     *out = p;
     return FC_OK;
 }
@@ -680,6 +692,7 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
     p->variant = v;
+    p->instance_id = ++v->next_instance_id;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
         p->g = p->plan.g;
@@ -851,6 +864,7 @@ void fc_program_free(fc_program *p) {
     fc_ctx_freemem(p->ctx, p->syms);
     if (p->dev) {
         fc_replay_free(p->replay, p->dev);
+        fc_replay_free(p->shared_replay, p->dev);
         /* Teardown errors are ignored, and kept off the context: nothing can
          * be done about them, and they must not hide an earlier error. The
          * synchronize makes sure no queued launch still uses the arena. */
@@ -1390,12 +1404,62 @@ fc_status fc_program_weights_changed(fc_program *p) {
     return FC_OK;
 }
 
+/* An instance of a variant whose launches are all kernels: the variant's
+ * one graph, built at the first run of any shape, re-pointed at this
+ * shape if it holds another (fc_replay_rebind: each kernel node gets this
+ * shape's grid and sizes, ~1 us a node, where a graph of its own costs
+ * 70-140 us to build at the second run and ~35 us to destroy at eviction),
+ * then patched for the caller's pointers and launched. Without library
+ * calls there is nothing a first eager run must set up, so every run of
+ * every shape, the first included, replays. FC_ERR_UNSUPPORTED: the
+ * caller runs eagerly (the reason is in the stats and the log). */
+static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_program *v = p->variant;
+    fc_replay_env e = env_of(p);
+    fc_status st = FC_OK;
+    const char *failed = NULL;
+    if (!v->shared_replay) {
+        double t = fc_now_ms();
+        st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &v->shared_replay);
+        p->stats.graph_build_ms += fc_now_ms() - t;
+        if (st == FC_OK) p->stats.graph_captures++;
+        else failed = "building the graph failed";
+    } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
+        st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, p->argval, p->argptr, &p->stats.graph_patches);
+        if (st == FC_OK) p->stats.graph_reshapes++;
+        else failed = "re-pointing the graph at a new shape failed";
+    }
+    if (st == FC_OK) {
+        v->shared_owner = p->instance_id;
+        v->shared_gen = v->arena_gen;
+        st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
+        if (st != FC_OK) failed = "patching the graph failed";
+    }
+    if (failed) {
+        /* This run goes launch by launch; the variant's shapes build graphs
+         * of their own from now on (enqueue_graph), as with library calls. */
+        char reason[200];
+        snprintf(reason, sizeof reason, "the variant's shared graph: %s: %.100s", failed, fc_last_error(p->ctx));
+        fc_trace(FC_LOG_GRAPHS, "program %s: %s", p->d.graph_name, reason);
+        fc_replay_free(v->shared_replay, v->dev);
+        v->shared_replay = NULL;
+        v->shared_off = true;
+        p->stats.graph_skips++;
+        snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%.159s", reason);
+        return FC_ERR_UNSUPPORTED;
+    }
+    p->stats.graph_replays++;
+    return FC_OK;
+}
+
 /* The launches as a CUDA Graph (runtime/replay.c), built at the second run
  * (the first runs eagerly: it makes cuBLASLt's choices and concatenated
  * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     if (!p->graphs_decided) decide_graphs(p);
+    if (p->variant && p->variant->kernels_only && !p->variant->shared_off && !p->replay_off)
+        return enqueue_shared(p, inputs, outputs, s);
     /* The first run is eager by design, unless the graph was built before
      * it (fc_program_prebuild_graph); a later eager one is a skip. */
     if (p->stats.runs == 0 && !p->replay) return FC_ERR_UNSUPPORTED;

@@ -173,6 +173,46 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     return FC_OK;
 }
 
+/* Whether every node is a kernel (rebinding re-points kernel nodes only:
+ * a cuBLASLt call's captured kernels are the library's). */
+bool fc_replay_kernels_only(const fc_program_desc *d) {
+    for (int i = 0; i < d->src.nlaunches; i++)
+        if (d->src.launches[i].kind == FC_LAUNCH_LIBRARY) return false;
+    return true;
+}
+
+fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
+                           CUdeviceptr *argval, void **argptr, uint64_t *patched) {
+    const fc_program_desc *d = e->d;
+    int nslot = 0;
+    for (int k = 0; k < r->nnodes; k++) {
+        rnode *n = &r->nodes[k];
+        const fc_launch *l = &d->src.launches[n->launch];
+        /* The graph was built from a description with the same launches
+         * (every shape of a variant has the variant's); a mismatch is a
+         * broken caller, never patched over. */
+        if (n->gemm || l->kind != FC_LAUNCH_KERNEL || e->func[n->launch] == NULL)
+            return fc_set_error(e->ctx, FC_ERR_RUNTIME, "graph of %s: node %d is not the kernel launch %d it was built for",
+                                d->graph_name, k, n->launch);
+        /* Which arguments are the caller's buffers follows from the plan,
+         * not the sizes, but it is cheap to take it from this shape's
+         * description rather than assume it. */
+        n->first_slot = nslot;
+        for (int a = 0; a < l->nargs; a++) {
+            int s = slot_of_value(d, l->args[a]);
+            if (s >= 0) r->slot_of[nslot++] = s;
+        }
+        n->nslots = nslot - n->first_slot;
+        fc_launch_args(e, n->launch, inputs, outputs, argval, argptr);
+        fc_cuda_launch_cfg cfg = launch_cfg(l);
+        fc_status st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, argptr);
+        if (st != FC_OK) return st;
+        ++*patched;
+    }
+    remember_pointers(r, inputs, outputs);
+    return FC_OK;
+}
+
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
                            CUdeviceptr *argval, void **argptr, CUstream s, uint64_t *patched) {
     bool any = false;

@@ -631,6 +631,44 @@ static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
     }
 }
 
+/* A variant of kernels only runs every shape through one graph: built at
+ * its first run, re-pointed (each node's grid and sizes) whenever the shape
+ * differs from the one it holds, patched for new buffers, and right every
+ * time, including a shape that comes back after another and an instance
+ * evicted and made again (more shapes than the variant keeps). */
+static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
+    if (!p) return;
+    /* 37 twice in a row (no re-pointing), back to 37 after others, and
+     * ten distinct shapes in all, past the 8 instances kept. */
+    static const int64_t rows[] = {37, 37, 1, 256, 37, 5, 9, 12, 700, 3, 64, 2, 37, 37};
+    enum { NRUNS = sizeof rows / sizeof rows[0] };
+    uint64_t reshapes = 0;
+    for (int i = 0; i < NRUNS; i++) {
+        if (i > 0 && rows[i] != rows[i - 1]) reshapes++;
+        fc_tensor x = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "shared variant graph, run %d, N=%lld", i, (long long)rows[i]);
+        run_and_compare(ctx, dev, p, g, &x, 1, 1, what);
+    }
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    printf("shared variant graph: runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, replays %llu, patches "
+           "%llu, skips %llu%s%s\n",
+           (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs, (unsigned long long)s.graph_captures,
+           (unsigned long long)s.graph_reshapes, (unsigned long long)s.graph_replays,
+           (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason[0] ? ": " : "",
+           s.graph_skip_reason);
+    CHECK_EQ_INT(s.dynamic_runs, NRUNS);
+    CHECK_EQ_INT(s.graph_captures, 1);
+    CHECK_EQ_INT(s.graph_replays, NRUNS);
+    CHECK_EQ_INT(s.graph_skips, 0);
+    /* At least every change of shape; the arena grows (moves) at most a
+     * few times, and a move re-points the graph too. */
+    CHECK(s.graph_reshapes >= reshapes && s.graph_reshapes <= reshapes + 4);
+    fc_program_free(p);
+}
+
 static void test_gpu(fc_context *ctx) {
     fc_cuda_device *dev = NULL;
     CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
@@ -659,8 +697,13 @@ static void test_gpu(fc_context *ctx) {
         CHECK_EQ_INT(st.specializations_built, 2);
         CHECK_EQ_INT(st.specializations_evicted, 1);
         CHECK_EQ_INT(st.graph_prebuilt, 2);
-        CHECK_EQ_INT(st.graph_replays, 4); /* each specialization's two runs */
+        /* Each specialization's two runs, and the variant's run at each
+         * shape: its one graph (softmax is all kernels), built at the first
+         * and re-pointed at the second. */
+        CHECK_EQ_INT(st.graph_replays, 6);
+        CHECK_EQ_INT(st.graph_reshapes, 1);
         fc_program_free(p);
+        test_shared_variant_graph(ctx, dev, g);
     }
     fc_graph_free(g);
 
