@@ -19,7 +19,7 @@
  *            second call, steady state), and for a sample of T every call
  *            from the miss until the specialization serves one (it lands
  *            while the calls go on), then its steady state beside a static
- *            compile of that T
+ *            compile of that T (SWEEP_VARIANT_ONLY=1: the variant's part alone)
  *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
  *            variant only), the variant's GEMM as cuBLASLt
  *            (FUSEC_VARIANT_GEMM=cublaslt) and as the generated kernel, at
@@ -376,6 +376,13 @@ static void bench_sweep(void) {
            "median_new_shape_call_over_call=%.2f\n",
            fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
     fc_program_free(dyn);
+    /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
+    if (getenv("SWEEP_VARIANT_ONLY")) {
+        for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+        fc_graph_free(g);
+        return;
+    }
 
     /* 2. Background specialization on a sample of T: the miss (served by the
      * variant), the variant's steady state, the specialization once it has
