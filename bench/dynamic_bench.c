@@ -19,7 +19,12 @@
  *            second call, steady state), and for a sample of T every call
  *            from the miss until the specialization serves one (it lands
  *            while the calls go on), then its steady state beside a static
- *            compile of that T
+ *            compile of that T (SWEEP_VARIANT_ONLY=1: the variant's part alone)
+ *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
+ *            variant only), the variant's GEMM as cuBLASLt
+ *            (FUSEC_VARIANT_GEMM=cublaslt) and as the generated kernel, at
+ *            GPT-2's N, K and M from 1 to 8192: wall time per call (graph
+ *            replays back to back), both in this run
  *
  * "Per forward" is wall time: N calls back to back on one stream, then a
  * synchronize, divided by N (what torch.compile's reduce-overhead numbers
@@ -371,6 +376,13 @@ static void bench_sweep(void) {
            "median_new_shape_call_over_call=%.2f\n",
            fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
     fc_program_free(dyn);
+    /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
+    if (getenv("SWEEP_VARIANT_ONLY")) {
+        for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+        fc_graph_free(g);
+        return;
+    }
 
     /* 2. Background specialization on a sample of T: the miss (served by the
      * variant), the variant's steady state, the specialization once it has
@@ -445,6 +457,61 @@ static void bench_sweep(void) {
     fc_graph_free(g);
 }
 
+/* One bf16 GEMM as a dynamic program's variant: cuBLASLt beside the
+ * generated kernel (codegen/cuda/gemm.c), the same buffers. */
+static void bench_vgemm(void) {
+    static const int64_t nk[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
+    static const int64_t ms[] = {1, 16, 64, 256, 1024, 4096, 8192};
+    for (int c = 0; c < 4; c++) {
+        int64_t N = nk[c][0], K = nk[c][1];
+        char text[256];
+        snprintf(text, sizeof text, "graph vg(%%x: bf16[M, %lld], %%w: bf16[%lld, %lld]) {\n  %%y = matmul(%%x, %%w)\n  return %%y\n}\n",
+                 (long long)K, (long long)K, (long long)N);
+        fc_graph *g = NULL;
+        if (fc_parse(ctx, "<vgemm>", text, strlen(text), NULL, NULL, 0, &g) != FC_OK) DIE("parse vgemm");
+        fc_program *p[2] = {NULL, NULL};
+        for (int v = 0; v < 2; v++) {
+            if (v == 0) setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
+            else unsetenv("FUSEC_VARIANT_GEMM");
+            fc_compile_options o;
+            fc_compile_options_default(&o);
+            o.dynamic = true;
+            o.specialize = FC_SPECIALIZE_OFF;
+            if (fc_compile(g, &o, &p[v]) != FC_OK) DIE("compile vgemm");
+        }
+        int64_t mmax = ms[sizeof ms / sizeof ms[0] - 1];
+        fc_tensor x = {FC_BF16, 2, {mmax, K}, NULL}, w = {FC_BF16, 2, {K, N}, NULL}, y = {FC_BF16, 2, {mmax, N}, NULL};
+        x.data = random_buffer(&x, 1.0);
+        w.data = random_buffer(&w, 0.02);
+        y.data = random_buffer(&y, 0);
+        for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+            double us[2];
+            fc_tensor in[2] = {x, w}, out = y;
+            in[0].shape[0] = out.shape[0] = ms[i];
+            for (int v = 0; v < 2; v++) {
+                for (int r = 0; r < 5; r++)
+                    if (fc_run_shaped(p[v], in, 2, &out, 1, dev->stream) != FC_OK) DIE("vgemm run");
+                fc_cuda_stream_sync(dev, NULL);
+                int iters = 200;
+                double t0 = now_us();
+                for (int r = 0; r < iters; r++) fc_run_shaped(p[v], in, 2, &out, 1, dev->stream);
+                fc_cuda_stream_sync(dev, NULL);
+                us[v] = (now_us() - t0) / iters;
+            }
+            printf("RESULT fusec vgemm N=%lld K=%lld M=%lld cublaslt_us=%.2f generated_us=%.2f generated_over_cublaslt=%.2f "
+                   "generated_tflops=%.1f\n",
+                   (long long)N, (long long)K, (long long)ms[i], us[0], us[1], us[1] / us[0],
+                   2.0 * (double)ms[i] * (double)N * (double)K / (us[1] * 1e-6) * 1e-12);
+        }
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)x.data);
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)w.data);
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)y.data);
+        fc_program_free(p[0]);
+        fc_program_free(p[1]);
+        fc_graph_free(g);
+    }
+}
+
 int main(int argc, char **argv) {
     ctx = fc_context_new();
     if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
@@ -458,8 +525,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "gpt2_8x1024")) bench_gpt2_large();
         else if (!strcmp(w, "replay20")) bench_replay20();
         else if (!strcmp(w, "sweep")) bench_sweep();
+        else if (!strcmp(w, "vgemm")) bench_vgemm();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep vgemm)\n", w);
             return 2;
         }
         fflush(stdout);

@@ -8,11 +8,14 @@
  * left, the parameters and results typed as the statically specialized
  * graph types them, a memory plan that holds every intermediate, and
  * launch grids (fc_cuda_launch_grid) that cover the work. Bad bindings are
- * input errors with a message. Numerics of the dynamic kernels are checked
- * on the GPU machine (runtime tests).
+ * input errors with a message. The GEMMs are generated kernels (256
+ * threads, the symbols as arguments) unless FUSEC_VARIANT_GEMM=cublaslt,
+ * which brings back library launches. Numerics of the dynamic kernels are
+ * checked on the GPU machine (runtime tests; test_specialize for GEMMs).
  */
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/gemm.h"
 #include "fusec.h"
 #include "ir/timing.h"
 #include "passes/passes.h"
@@ -169,6 +172,25 @@ static void check_bound(fc_context *ctx, const example *ex, const fc_plan *dyn, 
     CHECK(bp.g == NULL && bp.groups == NULL);
 }
 
+/* The GEMM groups' launches: kernels (or library calls with
+ * FUSEC_VARIANT_GEMM=cublaslt). Returns how many are kernels. */
+static int check_gemm_launches(const fc_plan *dyn, const fc_cuda_src *src) {
+    int kernels = 0;
+    bool want_kernels = fc_cuda_variant_gemm_kernels();
+    for (int i = 0; i < src->nlaunches; i++) {
+        const fc_launch *l = &src->launches[i];
+        const fc_group *gr = dyn->groups[l->group];
+        if (gr->kind != FC_GROUP_LIBRARY || (gr->nodes[0]->op != FC_OP_GEMM && gr->nodes[0]->op != FC_OP_MATMUL)) continue;
+        CHECK_EQ_INT(l->kind, want_kernels ? FC_LAUNCH_KERNEL : FC_LAUNCH_LIBRARY);
+        if (l->kind != FC_LAUNCH_KERNEL) continue;
+        kernels++;
+        CHECK(l->block[0] == 256 && l->smem > 0 && l->smem <= 64 * 1024);
+        CHECK(strstr(src->source, l->name) != NULL);
+        CHECK(l->grid_per[0] == 64 && l->grid_per[1] == 32 && l->grid_per[2] == 1);
+    }
+    return kernels;
+}
+
 static void check_bad_bindings(fc_context *ctx, const fc_plan *dyn) {
     fc_graph *dg = dyn->g;
     int n = dg->nsyms;
@@ -270,6 +292,8 @@ int main(void) {
             }
             /* (mlp is GEMMs with fused epilogues only: no kernel) */
             if (kernels) CHECK(strstr(src.source, "i64 s0") != NULL);
+            int gemms = check_gemm_launches(&dyn, &src);
+            if (strstr(ex->file, "mlp") || strstr(ex->file, "block")) CHECK(gemms >= 2);
             fc_bytes cubin = {0};
             st = fc_nvrtc_compile(ctx, src.source, "dynamic_test.cu", 9, 0, NULL, 0, &cubin);
             if (st) fprintf(stderr, "%s: NVRTC: %s\n", ex->file, fc_last_error(ctx));
@@ -297,6 +321,25 @@ int main(void) {
         fc_graph_free(g);
     }
     check_bind_copy(ctx);
+    /* The escape hatch: library launches again. */
+    setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse_file(ctx, "examples/mlp.ir", NULL, NULL, 0, &g), FC_OK);
+    if (g) {
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.dynamic = true;
+        fc_plan dyn;
+        fc_cuda_src src = {0};
+        CHECK_EQ_INT(fc_pipeline(g, &fo, &dyn), FC_OK);
+        CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
+        CHECK_EQ_INT(check_gemm_launches(&dyn, &src), 0);
+        CHECK(src.source && !strstr(src.source, "fc_gm_run"));
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
+    unsetenv("FUSEC_VARIANT_GEMM");
     fc_context_free(ctx);
     return check_report("test_dynamic");
 }

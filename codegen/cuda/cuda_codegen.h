@@ -59,6 +59,9 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out);
  * FC_ERR_INPUT if the grid would exceed the hardware's limits. */
 fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
 void fc_cuda_src_release(fc_cuda_src *s);
+/* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,
+ * `(s0 * s1 * 768ll)` (symbol i is the kernel's parameter s<i>). Returns buf. */
+const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);
 /* The C type a buffer of dtype dt has in generated code ("__nv_bfloat16",
  * "i64", ...). */
 const char *fc_cuda_storage_type(fc_dtype dt);

@@ -28,6 +28,7 @@
  */
 #include "cuda_codegen.h"
 #include "attention.h"
+#include "gemm.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
 
 #include <math.h>
@@ -134,7 +135,7 @@ static const char *dimx(int64_t d, char *buf, size_t n) {
 }
 
 /* A product of dims as C text: `3072ll`, `(s0 * s1 * 768ll)`. */
-static const char *monox(const fc_mono *m, char *buf, size_t n) {
+const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n) {
     if (fc_mono_is_static(m) || m->c == 0) {
         snprintf(buf, n, "%lldll", (long long)m->c);
         return buf;
@@ -157,7 +158,7 @@ static const char *monox(const fc_mono *m, char *buf, size_t n) {
 static void stride_text(const fc_dim *dims, int rank, char st[][SZ]) {
     fc_mono m = fc_mono_one();
     for (int d = rank - 1; d >= 0; d--) {
-        monox(&m, st[d], SZ);
+        fc_cuda_mono_text(&m, st[d], SZ);
         fc_mono_mul_dim(&m, dims[d]);
     }
 }
@@ -824,7 +825,7 @@ static fc_status pointwise_body(kctx *k, const char *name) {
         fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     } else {
         char ne[SZ];
-        fc_strbuf_printf(k->s, "  const i64 nthreads = %s / %d;\n", monox(&n, ne, sizeof ne), vec);
+        fc_strbuf_printf(k->s, "  const i64 nthreads = %s / %d;\n", fc_cuda_mono_text(&n, ne, sizeof ne), vec);
         fc_strbuf_printf(k->s, "  for (i64 t = t0; t < nthreads; t += stride) {\n");
         fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     }
@@ -939,8 +940,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     fc_mono mrows = fc_group_rows_mono(gr), mlen = fc_group_row_len_mono(gr);
     bool sym_len = !fc_mono_is_static(&mlen);
     char rows_s[SZ], len_s[SZ];
-    monox(&mrows, rows_s, sizeof rows_s);
-    monox(&mlen, len_s, sizeof len_s);
+    fc_cuda_mono_text(&mrows, rows_s, sizeof rows_s);
+    fc_cuda_mono_text(&mlen, len_s, sizeof len_s);
     int64_t len = mlen.c;
     int vec = trailing ? vector_width(k, len) : 1;
     int64_t nvec = len / vec;
@@ -1000,7 +1001,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             fc_mono *rem = gr->reduced[d] ? &rrem : &krem;
             char rs[SZ], ds[SZ];
             pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %s) %% %s) * %s",
-                                    gr->reduced[d] ? "j0" : "row", monox(rem, rs, sizeof rs), dimx(gr->space[d], ds, sizeof ds),
+                                    gr->reduced[d] ? "j0" : "row", fc_cuda_mono_text(rem, rs, sizeof rs), dimx(gr->space[d], ds, sizeof ds),
                                     st[d]);
             fc_mono_mul_dim(rem, gr->space[d]);
         }
@@ -1246,6 +1247,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
+    bool gemm_templates = false; /* codegen/cuda/gemm.c's, emitted before the first GEMM kernel */
     if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
         st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
                           g->nsyms, FC_DYN_MAX_SYMS);
@@ -1281,6 +1283,13 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
                               "codegen: group %d (%s): %s with symbolic shapes has no library call or kernel (bind the symbols)",
                               gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
             break;
+        }
+        if (gr->kind == FC_GROUP_LIBRARY && plan->dynamic && fc_cuda_variant_gemm_kernels() && fc_cuda_gemm_kernel_fits(gr)) {
+            /* A new shape of the variant then needs no library setup (codegen/cuda/gemm.c). */
+            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+            if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+            st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
+            continue;
         }
         if (gr->kind == FC_GROUP_LIBRARY) {
             l->kind = FC_LAUNCH_LIBRARY;

@@ -1,0 +1,285 @@
+/* gemm.c - the GEMMs of a dynamic variant as generated CUDA kernels.
+ *
+ * cuBLASLt binds a matmul's descriptors to its sizes, so a variant that
+ * runs its GEMMs through it pays, at every new shape, for new descriptors,
+ * an algorithm (a heuristic query far from known sizes) and sometimes the
+ * lazy load of a library kernel (docs/DYNAMIC.md). Here the sizes are
+ * kernel arguments instead: one kernel per GEMM group, compiled with the
+ * rest of the variant, computes M, N, K, the leading dims and the batch
+ * strides from the symbol values (s0 ..) and calls the device templates of
+ * gemm.cuh.inc, which choose a tile shape from those sizes at run time.
+ *
+ * The plan of a node is the one runtime/cublaslt.c (fc_gemm_plan_of) makes,
+ * with monomials in place of sizes: rank-1 operands promoted, batch dims
+ * broadcast (static 1 only: a symbol is never assumed to be 1), a batch
+ * folded into M when the weight has none and A is dense and untransposed.
+ * Every remaining batch dim, strided or not, is one dim of grid.z's
+ * decomposition, so cuBLASLt's strided batch and its outer loop of calls
+ * are one launch here.
+ */
+#include "gemm.h"
+#include "passes/epilogue.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char templates_src[] =
+#include "gemm.cuh.inc"
+    ;
+
+/* Must match gemm.cuh.inc: FC_GM_THREADS, FC_GM_GRID_N, FC_GM_GRID_M and
+ * the tile shapes fc_gm_run picks from. */
+enum { GM_THREADS = 256, GM_GRID_N = 64, GM_GRID_M = 32, GM_GRID_YZ_MAX = 65535 };
+static const int tc_shapes[3][4] = {{128, 64, 32, 4}, {64, 64, 32, 4}, {32, 64, 64, 4}}; /* BM, BN, BK, stages */
+static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
+
+bool fc_cuda_variant_gemm_kernels(void) {
+    const char *e = getenv("FUSEC_VARIANT_GEMM");
+    return !(e && !strcmp(e, "cublaslt"));
+}
+
+static bool float_dtype(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16 || dt == FC_F32 || dt == FC_F64; }
+
+static bool static_dims(const fc_value *v) {
+    for (int d = 0; d < v->rank; d++)
+        if (fc_dim_is_sym(v->dims[d])) return false;
+    return true;
+}
+
+bool fc_cuda_gemm_kernel_fits(const fc_group *gr) {
+    if (gr->nnodes != 1 || gr->noutputs != 1) return false;
+    const fc_node *n = gr->nodes[0];
+    fc_gemm_info gi;
+    if (!fc_gemm_info_of(n, &gi) || !float_dtype(gi.a->dtype) || !float_dtype(gi.out)) return false;
+    if (gi.a->rank < 1 || gi.w[0]->rank < 1 || n->out[0] != gr->outputs[0]) return false;
+    bool epilogue = gi.has_bias || gi.has_residual || gi.act != FC_GEMM_ACT_NONE || gi.alpha != 1.0;
+    if (gi.a->dtype == FC_F64 && (epilogue || gi.out != FC_F64)) return false;
+    /* Several weights: their column ends are sums, which must be constants
+     * for grid.x's monomial (the pass fuses rank-2 parameters only). */
+    for (int i = 0; gi.nweights > 1 && i < gi.nweights; i++)
+        if (gi.w[i]->rank != 2 || !static_dims(gi.w[i])) return false;
+    return true;
+}
+
+/* ---- the plan, in monomials ----------------------------------------------- */
+
+typedef struct vplan {
+    fc_gemm_info gi;
+    fc_mono M, N, K, lda;
+    int nb;
+    fc_mono size[FC_MAX_RANK], sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
+} vplan;
+
+static fc_mono mono_dim(fc_dim d) {
+    fc_mono m = fc_mono_one();
+    fc_mono_mul_dim(&m, d);
+    return m;
+}
+
+static fc_mono mono_mul(fc_mono a, const fc_mono *b) {
+    a.c *= b->c;
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++) a.e[i] += b->e[i];
+    return a;
+}
+
+static fc_mono mono_zero(void) {
+    fc_mono z;
+    memset(&z, 0, sizeof z);
+    return z;
+}
+
+/* v's dims as matmul reads them (rank 1: [1, K] on the left, [K, 1] on the right). */
+static int promoted(const fc_value *v, bool left, fc_dim *dims) {
+    if (v->rank == 1) {
+        dims[0] = left ? 1 : v->dims[0];
+        dims[1] = left ? v->dims[0] : 1;
+        return 2;
+    }
+    memcpy(dims, v->dims, sizeof(fc_dim) * (size_t)v->rank);
+    return v->rank;
+}
+
+/* Dense batch strides of an operand with batch dims dims[0 .. rank-2),
+ * on the broadcast batch dims [0, nb); 0 where it is broadcast. */
+static void batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out) {
+    int rb = rank - 2;
+    fc_mono s = mono_dim(dims[rank - 2]), last = mono_dim(dims[rank - 1]);
+    s = mono_mul(s, &last);
+    for (int d = nb - 1; d >= 0; d--) {
+        int j = d - (nb - rb);
+        if (j < 0) {
+            out[d] = mono_zero();
+            continue;
+        }
+        out[d] = dims[j] == 1 ? mono_zero() : s;
+        fc_mono dj = mono_dim(dims[j]);
+        s = mono_mul(s, &dj);
+    }
+}
+
+static void plan_of(const fc_node *n, vplan *p) {
+    memset(p, 0, sizeof *p);
+    fc_gemm_info_of(n, &p->gi);
+    const fc_gemm_info *gi = &p->gi;
+    fc_dim ad[FC_MAX_RANK], wd[FC_MAX_RANK];
+    int ra = promoted(gi->a, true, ad), rw = promoted(gi->w[0], false, wd);
+    fc_mono M0 = mono_dim(gi->trans_a ? ad[ra - 1] : ad[ra - 2]);
+    p->K = mono_dim(gi->trans_a ? ad[ra - 2] : ad[ra - 1]);
+    if (gi->nweights == 1) p->N = mono_dim(gi->trans_b ? wd[rw - 2] : wd[rw - 1]);
+    else {
+        p->N = fc_mono_one();
+        p->N.c = 0;
+        for (int i = 0; i < gi->nweights; i++) p->N.c += gi->w[i]->dims[gi->trans_b ? 0 : 1];
+    }
+    p->lda = gi->trans_a ? M0 : p->K;
+
+    int nb = (ra > rw ? ra : rw) - 2;
+    fc_dim size[FC_MAX_RANK];
+    fc_mono sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
+    batch_strides(ad, ra, nb, sa);
+    batch_strides(wd, rw, nb, sw);
+    for (int d = 0; d < nb; d++) {
+        int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
+        fc_dim da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
+        size[d] = da == 1 ? dw : da;
+    }
+    fc_mono s = mono_mul(M0, &p->N);
+    for (int d = nb - 1; d >= 0; d--) {
+        sy[d] = size[d] == 1 ? mono_zero() : s;
+        fc_mono sd = mono_dim(size[d]);
+        s = mono_mul(s, &sd);
+    }
+    int k = 0;
+    for (int d = 0; d < nb; d++) {
+        if (size[d] == 1) continue;
+        p->size[k] = mono_dim(size[d]), p->sa[k] = sa[d], p->sw[k] = sw[d], p->sy[k] = sy[d];
+        k++;
+    }
+    nb = k;
+    /* A weight without batch dims and a dense, untransposed A: the batch
+     * is more rows of one GEMM (as fc_gemm_plan_of folds it). */
+    bool w_flat = true, a_dense = !gi->trans_a;
+    fc_mono dense = mono_mul(M0, &p->K);
+    for (int d = nb - 1; d >= 0; d--) {
+        w_flat = w_flat && p->sw[d].c == 0;
+        a_dense = a_dense && fc_mono_eq(&p->sa[d], &dense);
+        dense = mono_mul(dense, &p->size[d]);
+    }
+    p->M = M0;
+    if (nb > 0 && w_flat && a_dense) {
+        for (int d = 0; d < nb; d++) p->M = mono_mul(p->M, &p->size[d]);
+        nb = 0;
+    }
+    p->nb = nb;
+}
+
+/* ---- emitting --------------------------------------------------------------- */
+
+#define EX 128 /* room for one size expression */
+
+/* The kernel parameter holding value v: a<i> for the group's input i. */
+static void param_of(const fc_group *gr, const fc_value *v, char *out, size_t n) {
+    for (int i = 0; i < gr->ninputs; i++)
+        if (gr->inputs[i]->id == v->id) {
+            snprintf(out, n, "a%d", i);
+            return;
+        }
+    FC_UNREACHABLE("gemm operand is not an input of its group");
+}
+
+static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" : a == FC_GEMM_ACT_GELU_TANH ? "2" : "0"; }
+
+/* Dynamic shared memory of the largest tile shape fc_gm_run may pick. */
+static unsigned smem_bytes(const vplan *p) {
+    size_t es = fc_dtype_size(p->gi.a->dtype);
+    if (es != 2) return (unsigned)((size_t)(simt_bm_max * simt_bk + simt_bk * simt_bn) * es);
+    unsigned best = 0;
+    for (int i = 0; i < 3; i++) {
+        int bm = tc_shapes[i][0], bn = tc_shapes[i][1], bk = tc_shapes[i][2], st = tc_shapes[i][3];
+        int a = p->gi.trans_a ? bk * (bm + 8) : bm * (bk + 8), w = p->gi.trans_b ? bn * (bk + 8) : bk * (bn + 8);
+        unsigned b = (unsigned)(2 * st * (a + w));
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+static void set_grid(fc_launch *l, int a, fc_mono work, int64_t per, int64_t max, int nsyms) {
+    int64_t ones[FC_DYN_MAX_SYMS];
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++) ones[i] = 1;
+    l->grid_work[a] = work;
+    l->grid_per[a] = per;
+    l->grid_max[a] = max;
+    int64_t w = fc_mono_eval(&work, ones, nsyms), g = w / per + (w % per != 0);
+    l->grid[a] = (unsigned)(g < 1 ? 1 : g > max ? max : g);
+}
+
+fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, bool *templates,
+                            fc_launch *l) {
+    fc_graph *g = plan->g;
+    if (!fc_cuda_gemm_kernel_fits(gr))
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: group %d: no generated GEMM kernel for it", gr->id);
+    vplan p;
+    plan_of(gr->nodes[0], &p);
+    const fc_gemm_info *gi = &p.gi;
+    int nw = gi->nweights, nsyms = g->nsyms;
+    if (!*templates) {
+        fc_strbuf_printf(s, "%s\n", templates_src);
+        *templates = true;
+    }
+    const char *tin = fc_cuda_storage_type(gi->a->dtype), *tout = fc_cuda_storage_type(gi->out);
+    fc_strbuf_printf(s, "// group %d: %s\nextern \"C\" __global__ void __launch_bounds__(%d, 2) %s(", gr->id, l->summary,
+                     GM_THREADS, name);
+    for (int i = 0; i < gr->ninputs; i++)
+        fc_strbuf_printf(s, "%sconst %s *a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
+    fc_strbuf_printf(s, "%s%s *o0", gr->ninputs ? ", " : "", tout);
+    for (int i = 0; i < nsyms; i++) fc_strbuf_printf(s, ", i64 s%d", i);
+    fc_strbuf_printf(s, ") {\n  fc_gm_args<%d, %d> p;\n", nw, p.nb);
+    char x[EX], y[EX];
+    param_of(gr, gi->a, x, sizeof x);
+    fc_strbuf_printf(s, "  p.a = %s; p.lda = %s;\n", x, fc_cuda_mono_text(&p.lda, y, sizeof y));
+    int64_t end = 0;
+    for (int i = 0; i < nw; i++) {
+        param_of(gr, gi->w[i], x, sizeof x);
+        fc_mono ld = p.K, cols = p.N;
+        if (nw > 1) {
+            cols = fc_mono_one();
+            cols.c = gi->w[i]->dims[gi->trans_b ? 0 : 1];
+            end += cols.c;
+        }
+        if (!gi->trans_b) ld = cols;
+        fc_strbuf_printf(s, "  p.w[%d] = %s; p.ldw[%d] = %s; ", i, x, i, fc_cuda_mono_text(&ld, y, sizeof y));
+        if (nw > 1) fc_strbuf_printf(s, "p.wend[%d] = %lldll;", i, (long long)end);
+        else fc_strbuf_printf(s, "p.wend[0] = %s;", fc_cuda_mono_text(&p.N, y, sizeof y));
+        if (gi->has_bias) param_of(gr, gi->bias[i], x, sizeof x);
+        fc_strbuf_printf(s, " p.bias[%d] = %s;\n", i, gi->has_bias ? x : "0");
+    }
+    if (gi->has_residual) param_of(gr, gi->residual, x, sizeof x);
+    fc_strbuf_printf(s, "  p.res = %s; p.y = o0;\n", gi->has_residual ? x : "0");
+    char m[EX], n[EX], k[EX];
+    fc_strbuf_printf(s, "  p.M = %s; p.N = %s; p.K = %s;\n", fc_cuda_mono_text(&p.M, m, sizeof m),
+                     fc_cuda_mono_text(&p.N, n, sizeof n), fc_cuda_mono_text(&p.K, k, sizeof k));
+    fc_mono z = fc_mono_one();
+    for (int d = 0; d < p.nb; d++) {
+        char t[4][EX];
+        fc_strbuf_printf(s, "  p.bsize[%d] = %s; p.bsa[%d] = %s; p.bsw[%d] = %s; p.bsy[%d] = %s;\n", d,
+                         fc_cuda_mono_text(&p.size[d], t[0], EX), d, fc_cuda_mono_text(&p.sa[d], t[1], EX), d,
+                         fc_cuda_mono_text(&p.sw[d], t[2], EX), d, fc_cuda_mono_text(&p.sy[d], t[3], EX));
+        z = mono_mul(z, &p.size[d]);
+    }
+    /* alpha is an f32 scale, as cuBLASLt's for these types. */
+    fc_strbuf_printf(s, "  p.alpha = (float)%.9g;\n  fc_gm_run<%s, %s, %s, %s, %s, %s, %s, %s, %d, %d>(p);\n}\n\n", (double)(float)gi->alpha,
+                     tin, tout, gi->trans_a ? "true" : "false", gi->trans_b ? "true" : "false", act_name(gi->act),
+                     gi->has_bias ? "true" : "false", gi->has_residual ? "true" : "false",
+                     gi->alpha != 1.0 ? "true" : "false", nw, p.nb);
+
+    l->kind = FC_LAUNCH_KERNEL;
+    l->nsyms = nsyms;
+    l->block[0] = GM_THREADS;
+    l->block[1] = l->block[2] = 1;
+    l->smem = smem_bytes(&p);
+    set_grid(l, 0, p.N, GM_GRID_N, (int64_t)INT32_MAX, nsyms);
+    set_grid(l, 1, p.M, GM_GRID_M, GM_GRID_YZ_MAX, nsyms);
+    set_grid(l, 2, z, 1, GM_GRID_YZ_MAX, nsyms);
+    return FC_OK;
+}
