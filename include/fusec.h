@@ -442,11 +442,15 @@ typedef struct fc_run_stats {
     uint64_t specializations_built, specializations_failed, specializations_evicted;
     int specializations_live;    /* ready now */
     int specializations_pending; /* queued or compiling now */
+    double shape_setup_ms;       /* host time the dynamic variant spent on shapes it had no
+                                  * instance for: binding its plan to the shape (grids, memory
+                                  * plan, descriptions) and freeing the instance evicted */
     /* CUDA Graphs, over the program (and its specializations). */
     uint64_t graph_captures;     /* graphs built and instantiated */
     uint64_t graph_prebuilt;     /* of those, built by the background thread before the
                                   * specialization's first run (docs/DYNAMIC.md) */
-    double graph_build_ms;       /* host time spent building them, in all */
+    double graph_build_ms;       /* host time spent building them, and re-pointing a variant's
+                                  * graph at new shapes (graph_reshapes), in all */
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */

@@ -19,6 +19,7 @@
 #include "runtime/dynamic.h"
 
 #include "ir/ir.h"
+#include "ir/timing.h"
 #include "runtime/cuda.h"
 
 #include <pthread.h>
@@ -396,11 +397,11 @@ static void miss_reason(const fc_dynamic *d, const int64_t *key, char *buf, size
     if (!len) snprintf(buf, n, "same shape as the last run, still no specialization");
 }
 
-/* The variant's instance for key, made on first use (LRU of MAX_INSTANCES).
- * The instance it evicts goes to *evicted, for the caller to free after
- * its launches (freeing one costs ~35 us of host time, which the GPU then
- * hides). */
-static fc_status get_instance(fc_dynamic *d, const int64_t *key, fc_program **out, fc_program **evicted) {
+/* The variant's instance for key, made on first use (LRU of MAX_INSTANCES;
+ * *made says whether it was made now). The instance it evicts goes to
+ * *evicted, for the caller to free after its launches (freeing one costs
+ * ~35 us of host time, which the GPU then hides). */
+static fc_status get_instance(fc_dynamic *d, const int64_t *key, fc_program **out, fc_program **evicted, bool *made) {
     instance *slot = NULL;
     for (int i = 0; i < MAX_INSTANCES; i++) {
         instance *x = &d->inst[i];
@@ -412,6 +413,7 @@ static fc_status get_instance(fc_dynamic *d, const int64_t *key, fc_program **ou
         if (!slot || !x->prog || (slot->prog && x->used < slot->used)) slot = x;
     }
     *evicted = slot->prog;
+    *made = true;
     slot->prog = NULL;
     fc_status st = fc_program_instance(d->variant, key, d->nsyms, &slot->prog);
     if (st != FC_OK) return st;
@@ -657,6 +659,7 @@ void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
     sync_stats(d, out);
     /* Graph counters of everything that ran: the shell itself runs nothing. */
     out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = out->graph_prebuilt = 0;
+    out->graph_reshapes = 0;
     out->graph_build_ms = 0;
     out->graph_skip_reason[0] = 0;
     add_graph_stats(out, &d->gone);
@@ -707,10 +710,18 @@ static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, v
                             sig->graph_name, k, d->unavailable);
     }
     fc_program *inst = NULL, *evicted = NULL;
-    st = get_instance(d, key, &inst, &evicted);
+    bool made = false;
+    double t0 = fc_now_ms();
+    st = get_instance(d, key, &inst, &evicted, &made);
+    double setup = fc_now_ms() - t0;
     if (st == FC_OK) st = fc_run(inst, buf, nin, buf + nin, nout, stream);
-    if (evicted) add_graph_stats(&d->gone, fc_program_stats_ref(evicted));
-    fc_program_free(evicted);
+    if (evicted) {
+        add_graph_stats(&d->gone, fc_program_stats_ref(evicted));
+        t0 = fc_now_ms();
+        fc_program_free(evicted);
+        setup += fc_now_ms() - t0;
+    }
+    if (made) rs->shape_setup_ms += setup; /* a lookup is not counted */
     if (st != FC_OK) return st;
     rs->runs++;
     rs->dynamic_runs++;

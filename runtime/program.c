@@ -110,8 +110,10 @@ struct fc_program {
      * shapes, re-pointed at each shape's grids and sizes when the shape
      * changes (enqueue_shared). It holds the shape of instance shared_owner
      * (ids from next_instance_id) and the arena of generation shared_gen.
-     * shared_off: it failed once; instances build graphs of their own. */
-    bool kernels_only;
+     * shared_graph: the variant is all kernels and $FUSEC_SHARED_GRAPH is
+     * not 0; shared_off: it failed once. Otherwise instances build graphs
+     * of their own. */
+    bool shared_graph;
     fc_replay *shared_replay;
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
@@ -676,7 +678,8 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     }
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
     p->times.compile_ms = fc_now_ms() - t0;
-    p->kernels_only = fc_replay_kernels_only(d);
+    const char *shared = getenv("FUSEC_SHARED_GRAPH");
+    p->shared_graph = fc_replay_kernels_only(d) && !(shared && !strcmp(shared, "0"));
     *out = p;
     return FC_OK;
 }
@@ -1425,7 +1428,9 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
         if (st == FC_OK) p->stats.graph_captures++;
         else failed = "building the graph failed";
     } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
+        double t = fc_now_ms();
         st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, p->argval, p->argptr, &p->stats.graph_patches);
+        p->stats.graph_build_ms += fc_now_ms() - t;
         if (st == FC_OK) p->stats.graph_reshapes++;
         else failed = "re-pointing the graph at a new shape failed";
     }
@@ -1458,7 +1463,7 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     if (!p->graphs_decided) decide_graphs(p);
-    if (p->variant && p->variant->kernels_only && !p->variant->shared_off && !p->replay_off)
+    if (p->variant && p->variant->shared_graph && !p->variant->shared_off && !p->replay_off)
         return enqueue_shared(p, inputs, outputs, s);
     /* The first run is eager by design, unless the graph was built before
      * it (fc_program_prebuild_graph); a later eager one is a skip. */

@@ -640,6 +640,10 @@ static void print_help(void) {
         "                        (the default); least recently used entries go first\n"
         "  FUSEC_DEBUG=code      NVRTC errors show more of the generated source\n"
         "  FUSEC_CUDA_GRAPHS=0   launch by launch, no CUDA Graph replay (--no-graphs)\n"
+        "  FUSEC_VARIANT_GEMM=cublaslt  (library) a dynamic program's variant runs its\n"
+        "                        GEMMs through cuBLASLt, not generated kernels\n"
+        "  FUSEC_SHARED_GRAPH=0  (library) a dynamic variant of kernels only builds a\n"
+        "                        graph per shape instead of re-pointing one graph\n"
         "  FUSEC_LOG=guards,graphs  log (to stderr) each guard miss of a dynamic program\n"
         "                        with what changed, specializations built and evicted,\n"
         "                        and why a program runs without a CUDA Graph\n",
