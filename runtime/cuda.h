@@ -112,7 +112,8 @@ void fc_bytes_free(fc_bytes *b);
     X(GraphAddKernelNode, 12000)                                               \
     X(GraphAddChildGraphNode, 10000)                                           \
     X(GraphExecKernelNodeSetParams, 12000)                                     \
-    X(GraphExecChildGraphNodeSetParams, 11010)
+    X(GraphExecChildGraphNodeSetParams, 11010)                                 \
+    X(TensorMapEncodeTiled, 12000)
 
 /* The resolved driver: one pointer per function above, plus its version. */
 typedef struct fc_cuda_driver {
@@ -207,6 +208,15 @@ fc_status fc_cuda_module_function(fc_cuda_device *d, CUmodule m, const char *nam
 /* Allow f more than 48 KiB of dynamic shared memory (up to
  * info.max_shared_per_block_optin). */
 fc_status fc_cuda_function_set_max_shared(fc_cuda_device *d, CUfunction f, int bytes);
+
+/* A tiled tensor map (the descriptor the bulk tensor copy engine reads)
+ * over the global memory at addr: rank dims, innermost first; the byte
+ * strides of dims 1 .. rank - 1; a box of box[] elements; elements outside
+ * the dims read as zeros. Encoding is host work (cuTensorMapEncodeTiled);
+ * FC_ERR_RUNTIME with the driver's reason when it refuses the map. */
+fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDataType dtype, unsigned rank,
+                             CUdeviceptr addr, const cuuint64_t *dims, const cuuint64_t *strides,
+                             const cuuint32_t *box, CUtensorMapSwizzle swizzle);
 
 /* A launch configuration. */
 typedef struct fc_cuda_launch_cfg {

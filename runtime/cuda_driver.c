@@ -452,6 +452,19 @@ fc_status fc_cuda_function_set_max_shared(fc_cuda_device *d, CUfunction f, int b
     return FC_OK;
 }
 
+fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDataType dtype, unsigned rank,
+                             CUdeviceptr addr, const cuuint64_t *dims, const cuuint64_t *strides,
+                             const cuuint32_t *box, CUtensorMapSwizzle swizzle) {
+    /* Every element of the box, no interleave; lines promoted to 128 bytes
+     * in L2 (as CUTLASS's default: a box row is 128 bytes). */
+    const cuuint32_t elem_strides[5] = {1, 1, 1, 1, 1};
+    FC_CU_CHECK(d->ctx, d->cu->TensorMapEncodeTiled(out, dtype, rank, (void *)(uintptr_t)addr, dims, strides, box,
+                                                    elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                                    CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                                                    CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+    return FC_OK;
+}
+
 static fc_status launch(fc_cuda_device *d, CUfunction f, const fc_cuda_launch_cfg *c, void **args) {
     FC_CU_CHECK(d->ctx, d->cu->LaunchKernel(f, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
                                             c->block[2], c->shared_bytes, stream_or_default(d, c->stream), args,

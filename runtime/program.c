@@ -86,8 +86,7 @@ struct fc_program {
     CUfunction *func; /* per launch; NULL for launches that are not kernels */
     bool funcs_ready;
     CUdeviceptr arena;   /* the intermediates, then (with GEMMs) the cuBLASLt workspace */
-    CUdeviceptr *argval; /* per-run scratch: the kernel parameters' values */
-    void **argptr;       /* ...and pointers to them, as cuLaunchKernel wants */
+    fc_launch_params args; /* per-run scratch: the kernel parameters (runtime/replay.h) */
     fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
     CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
 
@@ -161,6 +160,9 @@ int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     /* sm_90a (wgmma, setmaxnreg) for the Hopper attention kernel, which the
      * codegen emits under the same condition. */
     if (fc_cuda_attention_hopper(sm)) extra[n++] = "--gpu-architecture=sm_90a";
+    /* No TMA in fc_attn_fa3 (FUSEC_ATTN_TMA=0): a macro no kernel reads,
+     * there only so that the cache keys of the two choices differ. */
+    if (fc_cuda_attention_hopper(sm) && !fc_cuda_attention_tma()) extra[n++] = "-DFC_ATTN_NO_TMA";
     return n;
 }
 
@@ -880,8 +882,7 @@ void fc_program_free(fc_program *p) {
         fc_cuda_device_close(p->dev);
     }
     fc_ctx_freemem(p->ctx, p->func);
-    fc_ctx_freemem(p->ctx, p->argval);
-    fc_ctx_freemem(p->ctx, p->argptr);
+    fc_launch_params_free(p->ctx, &p->args);
     fc_bytes_free(&p->cubin);
     fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
@@ -1159,16 +1160,8 @@ static fc_status ensure_device(fc_program *p);
 
 /* Scratch for the kernel parameters of the largest launch. */
 static fc_status ensure_args(fc_program *p) {
-    if (p->argval) return FC_OK;
-    size_t n = (size_t)(p->max_args + 1);
-    p->argval = fc_ctx_malloc(p->ctx, n * sizeof *p->argval);
-    p->argptr = p->argval ? fc_ctx_malloc(p->ctx, n * sizeof *p->argptr) : NULL;
-    if (!p->argptr) {
-        fc_ctx_freemem(p->ctx, p->argval);
-        p->argval = NULL;
-        return FC_ERR_NOMEM;
-    }
-    return FC_OK;
+    if (p->args.block) return FC_OK;
+    return fc_launch_params_alloc(p->ctx, p->max_args, &p->args);
 }
 
 /* An instance (one shape of a dynamic program's variant) borrows the
@@ -1336,9 +1329,11 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
         if (l->kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
-        fc_launch_args(&e, i, inputs, outputs, p->argval, p->argptr);
+        int nparams;
+        fc_status st = fc_launch_args(&e, i, inputs, outputs, &p->args, &nparams);
+        if (st != FC_OK) return st;
         if (l->kind == FC_LAUNCH_LIBRARY) {
-            fc_status st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->argval, l->nargs, p->blas_ws,
+            st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
                                               FC_CUBLASLT_WORKSPACE_BYTES, s);
             if (st != FC_OK) return st;
             continue;
@@ -1347,7 +1342,7 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
                                   {l->block[0], l->block[1], l->block[2]},
                                   l->smem,
                                   s};
-        fc_status st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->argptr);
+        st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
         if (st != FC_OK) return st;
     }
     return FC_OK;
@@ -1356,7 +1351,7 @@ static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *
 static fc_status build_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_replay_env e = env_of(p);
     double t = fc_now_ms();
-    fc_status st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &p->replay);
+    fc_status st = fc_replay_build(&e, inputs, outputs, &p->args, s, &p->replay);
     p->stats.graph_build_ms += fc_now_ms() - t;
     if (st == FC_OK) p->stats.graph_captures++;
     return st;
@@ -1393,8 +1388,9 @@ static fc_status refresh_weights(fc_program *p, void *const *inputs, void *const
     fc_replay_env e = env_of(p);
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         if (!fc_program_gemm(&p->d, i) || p->d.gemm[i].plan.nweights <= 1) continue;
-        int n = fc_launch_args(&e, i, inputs, outputs, p->argval, p->argptr);
-        fc_status st = fc_cublaslt_refresh_weights(p->blas, p->ctx, &p->d.gemm[i], p->argval, n, s);
+        int n;
+        fc_status st = fc_launch_args(&e, i, inputs, outputs, &p->args, &n);
+        if (st == FC_OK) st = fc_cublaslt_refresh_weights(p->blas, p->ctx, &p->d.gemm[i], p->args.val, n, s);
         if (st != FC_OK) return st;
     }
     return FC_OK;
@@ -1423,13 +1419,13 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
     const char *failed = NULL;
     if (!v->shared_replay) {
         double t = fc_now_ms();
-        st = fc_replay_build(&e, inputs, outputs, p->argval, p->argptr, s, &v->shared_replay);
+        st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
         p->stats.graph_build_ms += fc_now_ms() - t;
         if (st == FC_OK) p->stats.graph_captures++;
         else failed = "building the graph failed";
     } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
         double t = fc_now_ms();
-        st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, p->argval, p->argptr, &p->stats.graph_patches);
+        st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, &p->args, &p->stats.graph_patches);
         p->stats.graph_build_ms += fc_now_ms() - t;
         if (st == FC_OK) p->stats.graph_reshapes++;
         else failed = "re-pointing the graph at a new shape failed";
@@ -1437,7 +1433,7 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
     if (st == FC_OK) {
         v->shared_owner = p->instance_id;
         v->shared_gen = v->arena_gen;
-        st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
+        st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
         if (st != FC_OK) failed = "patching the graph failed";
     }
     if (failed) {
@@ -1484,7 +1480,7 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
     if (st == FC_OK && fc_cublaslt_weights_stale(p->blas) && (st = refresh_weights(p, inputs, outputs, s)) != FC_OK)
         return st;
     if (st == FC_OK) {
-        st = fc_replay_launch(p->replay, &e, inputs, outputs, p->argval, p->argptr, s, &p->stats.graph_patches);
+        st = fc_replay_launch(p->replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
         /* A graph that could not be patched is never launched again (nothing
          * of it was queued: the launch is the last step). */
         if (st != FC_OK) failed = "patching the graph failed";

@@ -195,6 +195,10 @@ const char *fc_build_identity(void) {
 /*   u32 nlaunches, each: u8 kind  str name  i32 group  u32 grid[3]     */
 /*                      u32 block[3]  u32 smem  u32 nargs  u32 nreads   */
 /*                      u32 args[nargs]  str summary                    */
+/*                      u8 ntmaps, each (version 3; fc_tmap): u32 arg   */
+/*                      i64 offset  u8 dtype  u8 rank  u8 flags (1      */
+/*                      swizzle 128B)  i64 dims[rank]                   */
+/*                      i64 strides[rank - 1]  u32 box[rank]            */
 /*   u32 ngemms, each (version 2: the GEMM a library launch runs,      */
 /*     runtime/cublaslt.h's fc_gemm_desc):                             */
 /*     u32 launch  u8 ab  u8 out  u8 flags (1 trans_a, 2 trans_b,      */
@@ -220,7 +224,8 @@ const char *fc_build_identity(void) {
 #define MIN_STORE_BYTES 17
 #define MIN_PARAM_BYTES 10
 #define MIN_OUTPUT_BYTES 15
-#define MIN_LAUNCH_BYTES 49
+#define MIN_LAUNCH_BYTES 50
+#define TMAP_SWIZZLE128 1u
 #define MIN_GEMM_BYTES 113 /* one weight, no loop, two operands */
 /* Most kernel parameters of one launch (the codegen makes a few). */
 #define MAX_LAUNCH_ARGS 4096
@@ -346,6 +351,18 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
         w_u32(&w, (uint32_t)l->nreads);
         for (int a = 0; a < l->nargs; a++) w_u32(&w, (uint32_t)l->args[a]);
         w_str(&w, l->summary);
+        w_u8(&w, (unsigned)l->ntmaps);
+        for (int t = 0; t < l->ntmaps; t++) {
+            const fc_tmap *m = &l->tmaps[t];
+            w_u32(&w, (uint32_t)m->arg);
+            w_u64(&w, (uint64_t)m->offset);
+            w_u8(&w, (unsigned)m->dtype);
+            w_u8(&w, (unsigned)m->rank);
+            w_u8(&w, m->swizzle128 ? TMAP_SWIZZLE128 : 0);
+            for (int d = 0; d < m->rank; d++) w_u64(&w, (uint64_t)m->dims[d]);
+            for (int d = 0; d + 1 < m->rank; d++) w_u64(&w, (uint64_t)m->strides[d]);
+            for (int d = 0; d < m->rank; d++) w_u32(&w, m->box[d]);
+        }
     }
     uint32_t ngemms = 0;
     for (int i = 0; i < d->src.nlaunches; i++) ngemms += fc_program_gemm(d, i) != NULL;
@@ -534,6 +551,68 @@ static void read_outputs(rbuf *r, fc_program_desc *d) {
     }
 }
 
+/* A launch's tensor maps, each checked against TMA's rules (what the
+ * driver would refuse, and what no codegen makes); that each lies inside
+ * its argument's buffer is checked with the storage (check_desc). */
+static void read_tmaps(rbuf *r, fc_launch *l) {
+    unsigned n = r_u8(r);
+    if (r->st != FC_OK) return;
+    if (n > FC_LAUNCH_MAX_TMAPS || (n > 0 && l->kind != FC_LAUNCH_KERNEL)) {
+        r_fail(r, FC_ERR_INPUT, "%u tensor maps (at most %d, for kernels only)", n, FC_LAUNCH_MAX_TMAPS);
+        return;
+    }
+    for (unsigned t = 0; t < n && r->st == FC_OK; t++) {
+        fc_tmap *m = &l->tmaps[t];
+        uint32_t arg = r_u32(r);
+        m->offset = r_i64(r);
+        unsigned dt = r_u8(r), rank = r_u8(r), flags = r_u8(r);
+        if (r->st != FC_OK) return;
+        if (arg >= (uint32_t)l->nargs || m->offset < 0 || (dt != FC_BF16 && dt != FC_F16) || rank < 1 ||
+            rank > FC_TMAP_MAX_RANK || (flags & ~TMAP_SWIZZLE128)) {
+            r_fail(r, FC_ERR_INPUT, "tensor map %u: argument %u of %d, offset %lld, dtype %u, rank %u, flags 0x%x", t,
+                   arg, l->nargs, (long long)m->offset, dt, rank, flags);
+            return;
+        }
+        m->arg = (int)arg;
+        m->dtype = (fc_dtype)dt;
+        m->rank = (int)rank;
+        m->swizzle128 = flags & TMAP_SWIZZLE128;
+        const int64_t es = (int64_t)fc_dtype_size(m->dtype);
+        for (int d = 0; d < m->rank; d++) m->dims[d] = r_i64(r);
+        for (int d = 0; d + 1 < m->rank; d++) m->strides[d] = r_i64(r);
+        for (int d = 0; d < m->rank; d++) m->box[d] = r_u32(r);
+        for (int d = 0; d < m->rank && r->st == FC_OK; d++) {
+            /* The driver's limits: dims below 2^32, strides multiples of
+             * 16 below 2^40, boxes of 1 to 256 with a whole number of 16
+             * bytes innermost (128 at most under the 128-byte swizzle). */
+            if (m->dims[d] < 1 || m->dims[d] > ((int64_t)1 << 32))
+                r_fail(r, FC_ERR_INPUT, "tensor map %u: dim %d is %lld", t, d, (long long)m->dims[d]);
+            else if (d > 0 && (m->strides[d - 1] < 16 || m->strides[d - 1] % 16 || m->strides[d - 1] >= ((int64_t)1 << 40)))
+                r_fail(r, FC_ERR_INPUT, "tensor map %u: stride %d is %lld bytes", t, d, (long long)m->strides[d - 1]);
+            else if (m->box[d] < 1 || m->box[d] > 256 ||
+                     (d == 0 && ((m->box[0] * es) % 16 || (m->swizzle128 && m->box[0] * es > 128))))
+                r_fail(r, FC_ERR_INPUT, "tensor map %u: box dim %d is %u", t, d, m->box[d]);
+        }
+        if (r->st == FC_OK) l->ntmaps = (int)t + 1;
+    }
+}
+
+/* Whether tensor map m lies inside a buffer of `bytes` bytes: its last
+ * element, offset + (dims[0] - 1) + sum (dims[d] - 1) * strides[d - 1]
+ * bytes in, is (the fields were bounded by read_tmaps, so no term
+ * overflows: dims <= 2^32, strides < 2^40; the sum is checked as it grows). */
+static bool tmap_inside(const fc_tmap *m, int64_t bytes) {
+    const int64_t es = (int64_t)fc_dtype_size(m->dtype);
+    if (m->offset > bytes / es || m->dims[0] > bytes / es - m->offset) return false;
+    int64_t end = (m->offset + m->dims[0]) * es; /* <= bytes */
+    for (int d = 1; d < m->rank && end <= bytes; d++) {
+        const int64_t s = m->strides[d - 1], n = m->dims[d] - 1;
+        if (n > 0 && s > (bytes - end) / n) return false;
+        end += n * s;
+    }
+    return end <= bytes;
+}
+
 static void read_launches(rbuf *r, fc_program_desc *d) {
     snprintf(r->where, sizeof r->where, "launches");
     int n = r_count(r, MIN_LAUNCH_BYTES, "launches");
@@ -561,6 +640,7 @@ static void read_launches(rbuf *r, fc_program_desc *d) {
         l->args = r_alloc(r, sizeof *l->args * (nargs + 1));
         for (uint32_t a = 0; a < nargs && r->st == FC_OK; a++) l->args[a] = (int)r_u32(r);
         r_str_into(r, l->summary, sizeof l->summary, "its summary");
+        read_tmaps(r, l);
     }
 }
 
@@ -651,6 +731,16 @@ static bool valid_store(const fc_program_desc *d, const fc_store *s) {
     return false;
 }
 
+/* The bytes of value id's buffer (its storage was checked): a caller's
+ * buffer is as large as its tensor, whatever the storage record says. */
+static int64_t buffer_bytes(const fc_program_desc *d, int id) {
+    const fc_store *s = &d->store[id];
+    int64_t t = s->kind == FC_STORE_INPUT    ? fc_program_tensor_bytes(&d->params[s->index])
+                : s->kind == FC_STORE_OUTPUT ? fc_program_tensor_bytes(&d->outputs[s->index])
+                                             : s->bytes;
+    return t < s->bytes ? t : s->bytes;
+}
+
 /* What the runtime relies on, checked once here so that it can index
  * without checks: every id in range, every launch argument with storage
  * inside its buffer, every copy from a buffer that exists. */
@@ -697,6 +787,14 @@ static void check_desc(rbuf *r, const fc_program_desc *d) {
             int id = l->args[a];
             if (id < 0 || id >= d->nvalues || d->store[id].kind == FC_STORE_NONE)
                 r_fail(r, FC_ERR_INPUT, "launch %d: argument %d is value %d, which has no storage", i, a, id);
+        }
+        /* A tensor map reads its argument's buffer: the copy engine must
+         * not be pointed past it. */
+        for (int t = 0; t < l->ntmaps && r->st == FC_OK; t++) {
+            const int64_t bytes = buffer_bytes(d, l->args[l->tmaps[t].arg]);
+            if (!tmap_inside(&l->tmaps[t], bytes))
+                r_fail(r, FC_ERR_INPUT, "launch %d: tensor map %d reaches past argument %d's %lld bytes", i, t,
+                       l->tmaps[t].arg, (long long)bytes);
         }
     }
     /* Last, as it reads the storage checked above: each GEMM's operands

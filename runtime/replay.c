@@ -4,6 +4,7 @@
 
 #include "ir/ir.h"
 
+#include <stdalign.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,24 +48,82 @@ static CUdeviceptr value_ptr(const fc_replay_env *e, int id, void *const *inputs
     FC_UNREACHABLE("a launch argument without storage (the description was checked when it was made)");
 }
 
-int fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                   void **argptr) {
+fc_status fc_launch_params_alloc(fc_context *ctx, int max_args, fc_launch_params *out) {
+    memset(out, 0, sizeof *out);
+    /* One block: the maps first, at CUtensorMap's alignment (which
+     * fc_ctx_malloc does not promise: the block is aligned by hand), then
+     * the words, then the parameter pointers. */
+    const size_t align = alignof(CUtensorMap), nargs = (size_t)max_args + 1;
+    const size_t maps = FC_LAUNCH_MAX_TMAPS * sizeof(CUtensorMap), vals = nargs * sizeof(CUdeviceptr);
+    char *block = fc_ctx_malloc(ctx, align + maps + vals + (nargs + FC_LAUNCH_MAX_TMAPS) * sizeof(void *));
+    if (!block) return FC_ERR_NOMEM;
+    char *base = block + (align - (uintptr_t)block % align) % align;
+    out->block = block;
+    out->map = (CUtensorMap *)(void *)base;
+    out->val = (CUdeviceptr *)(void *)(base + maps);
+    out->ptr = (void **)(void *)(base + maps + vals);
+    return FC_OK;
+}
+
+void fc_launch_params_free(fc_context *ctx, fc_launch_params *p) {
+    fc_ctx_freemem(ctx, p->block);
+    memset(p, 0, sizeof *p);
+}
+
+/* Tensor map m of kernel l over its argument's pointer p, into *out. The
+ * shape was checked when the description was made (codegen, or the decode
+ * of a cached one); the pointer is this run's, so its alignment is checked
+ * here: a caller's buffer at an odd address is an error, not a fault. */
+static fc_status encode_tmap(const fc_replay_env *e, const fc_launch *l, const fc_tmap *m, CUdeviceptr p,
+                             CUtensorMap *out) {
+    const int64_t es = (int64_t)fc_dtype_size(m->dtype);
+    const CUdeviceptr addr = p + (CUdeviceptr)(m->offset * es);
+    if (addr % 16)
+        return fc_set_error(e->ctx, FC_ERR_INPUT,
+                            "kernel %s: argument %d (at 0x%llx, + %lld elements) is not 16-byte aligned; its tensor "
+                            "map (TMA) needs that: pass buffers aligned as cudaMalloc's",
+                            l->name, m->arg, (unsigned long long)p, (long long)m->offset);
+    cuuint64_t dims[FC_TMAP_MAX_RANK], strides[FC_TMAP_MAX_RANK];
+    cuuint32_t box[FC_TMAP_MAX_RANK];
+    for (int d = 0; d < m->rank; d++) {
+        dims[d] = (cuuint64_t)m->dims[d];
+        box[d] = m->box[d];
+        if (d > 0) strides[d - 1] = (cuuint64_t)m->strides[d - 1];
+    }
+    return fc_cuda_tensor_map(e->dev, out,
+                              m->dtype == FC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                              (unsigned)m->rank, addr, dims, strides, box,
+                              m->swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
+}
+
+fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
+                         fc_launch_params *pa, int *count) {
     const fc_launch *l = &e->d->src.launches[i];
     int n = 0;
+    *count = 0;
     for (int a = 0; a < l->nargs; a++, n++) {
-        argval[n] = value_ptr(e, l->args[a], inputs, outputs);
-        argptr[n] = &argval[n];
+        pa->val[n] = value_ptr(e, l->args[a], inputs, outputs);
+        pa->ptr[n] = &pa->val[n];
     }
     if (l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0) {
         /* A dynamic kernel's trailing `long long` parameters: the symbol
          * values, as 64-bit words (CUdeviceptr is 64 bits too). */
         FC_ASSERT(l->nsyms == e->nsyms);
         for (int k = 0; k < l->nsyms; k++, n++) {
-            argval[n] = (CUdeviceptr)(uint64_t)e->syms[k];
-            argptr[n] = &argval[n];
+            pa->val[n] = (CUdeviceptr)(uint64_t)e->syms[k];
+            pa->ptr[n] = &pa->val[n];
         }
     }
-    return n;
+    /* Tensor maps: encoded at every launch (host work, no device call),
+     * since they hold this run's addresses. */
+    for (int t = 0; l->kind == FC_LAUNCH_KERNEL && t < l->ntmaps; t++) {
+        const fc_tmap *m = &l->tmaps[t];
+        fc_status st = encode_tmap(e, l, m, pa->val[m->arg], &pa->map[t]);
+        if (st != FC_OK) return st;
+        pa->ptr[n++] = &pa->map[t];
+    }
+    *count = n;
+    return FC_OK;
 }
 
 static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
@@ -117,8 +176,8 @@ static void remember_pointers(fc_replay *r, void *const *inputs, void *const *ou
         r->ptr[s] = (CUdeviceptr)(uintptr_t)(s < r->nin ? inputs[s] : outputs[s - r->nin]);
 }
 
-fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                          void **argptr, CUstream s, fc_replay **out) {
+fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, fc_launch_params *pa,
+                          CUstream s, fc_replay **out) {
     *out = NULL;
     const fc_program_desc *d = e->d;
     fc_replay *r = calloc(1, sizeof *r);
@@ -150,15 +209,17 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             if (s >= 0) r->slot_of[nslot++] = s;
         }
         n->nslots = nslot - n->first_slot;
-        fc_launch_args(e, i, inputs, outputs, argval, argptr);
+        int nparams;
+        st = fc_launch_args(e, i, inputs, outputs, pa, &nparams);
+        if (st != FC_OK) break;
         if (n->gemm) {
             CUgraph child = NULL;
-            st = capture_gemm(e, i, argval, l->nargs, s, &child);
+            st = capture_gemm(e, i, pa->val, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
         } else {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
-            st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, argptr, &n->node);
+            st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node);
         }
         prev = n->node;
         r->nnodes++;
@@ -182,7 +243,7 @@ bool fc_replay_kernels_only(const fc_program_desc *d) {
 }
 
 fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           CUdeviceptr *argval, void **argptr, uint64_t *patched) {
+                           fc_launch_params *pa, uint64_t *patched) {
     const fc_program_desc *d = e->d;
     int nslot = 0;
     for (int k = 0; k < r->nnodes; k++) {
@@ -203,9 +264,11 @@ fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *in
             if (s >= 0) r->slot_of[nslot++] = s;
         }
         n->nslots = nslot - n->first_slot;
-        fc_launch_args(e, n->launch, inputs, outputs, argval, argptr);
+        int nparams;
+        fc_status st = fc_launch_args(e, n->launch, inputs, outputs, pa, &nparams);
+        if (st != FC_OK) return st;
         fc_cuda_launch_cfg cfg = launch_cfg(l);
-        fc_status st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, argptr);
+        st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, pa->ptr);
         if (st != FC_OK) return st;
         ++*patched;
     }
@@ -214,7 +277,7 @@ fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *in
 }
 
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           CUdeviceptr *argval, void **argptr, CUstream s, uint64_t *patched) {
+                           fc_launch_params *pa, CUstream s, uint64_t *patched) {
     bool any = false;
     for (int q = 0; q < r->nslots; q++) {
         CUdeviceptr p = (CUdeviceptr)(uintptr_t)(q < r->nin ? inputs[q] : outputs[q - r->nin]);
@@ -228,16 +291,18 @@ fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *in
             for (int q = 0; q < n->nslots && !touch; q++) touch = r->changed[r->slot_of[n->first_slot + q]];
             if (!touch) continue;
             const fc_launch *l = &e->d->src.launches[n->launch];
-            fc_launch_args(e, n->launch, inputs, outputs, argval, argptr);
-            fc_status st;
+            /* Tensor maps are made again here, over the new pointers. */
+            int nparams;
+            fc_status st = fc_launch_args(e, n->launch, inputs, outputs, pa, &nparams);
+            if (st != FC_OK) return st;
             if (n->gemm) {
                 CUgraph child = NULL;
-                st = capture_gemm(e, n->launch, argval, l->nargs, s, &child);
+                st = capture_gemm(e, n->launch, pa->val, l->nargs, s, &child);
                 if (st == FC_OK) st = fc_cuda_exec_set_child(e->dev, r->exec, n->node, child);
                 fc_cuda_graph_free(e->dev, child);
             } else {
                 fc_cuda_launch_cfg cfg = launch_cfg(l);
-                st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, argptr);
+                st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, pa->ptr);
             }
             /* A node half-patched would run with stale pointers: the caller
              * drops the graph on any failure. */

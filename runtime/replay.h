@@ -45,30 +45,55 @@ typedef struct fc_replay_env {
     int nsyms;
 } fc_replay_env;
 
-/* Launch i's parameter values into argval (pointers, then symbol values)
- * and pointers to them into argptr, as cuLaunchKernel takes them; returns
- * how many. inputs and outputs are fc_run's. */
-int fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                   void **argptr);
+/*
+ * Scratch for one launch's kernel parameters, made once per program for its
+ * largest launch. The values live in storage of their own types: pointers
+ * and symbol values as 64-bit words (val; cuBLASLt launches read their
+ * pointers from it too), tensor maps in CUtensorMap storage with the type's
+ * alignment (map; the host copy cuLaunchKernel and graph nodes read from);
+ * ptr points at each parameter's value, as cuLaunchKernel takes them.
+ */
+typedef struct fc_launch_params {
+    CUdeviceptr *val; /* max_args words */
+    CUtensorMap *map; /* FC_LAUNCH_MAX_TMAPS maps */
+    void **ptr;       /* max_args + FC_LAUNCH_MAX_TMAPS */
+    void *block;      /* the one allocation holding the three */
+} fc_launch_params;
+/* Scratch for launches of up to max_args pointer and symbol parameters
+ * (and up to FC_LAUNCH_MAX_TMAPS tensor maps). FC_ERR_NOMEM on failure. */
+fc_status fc_launch_params_alloc(fc_context *ctx, int max_args, fc_launch_params *out);
+void fc_launch_params_free(fc_context *ctx, fc_launch_params *p); /* zeroed ok */
+
+/*
+ * Launch i's parameters into pa: the pointers, then the symbol values, then
+ * the tensor maps (l->tmaps, encoded over this run's pointers), and *n =
+ * how many. inputs and outputs are fc_run's. Fails only for a launch with
+ * tensor maps: a pointer the copy engine cannot take (not 16-byte aligned
+ * at the map's offset: FC_ERR_INPUT, naming the kernel and argument), or a
+ * map the driver refuses (FC_ERR_RUNTIME); nothing is launched then.
+ */
+fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
+                         fc_launch_params *pa, int *n);
 
 typedef struct fc_replay fc_replay;
 
 /*
  * Build and instantiate the graph of e's launches with these pointers, for
  * a launch on stream s (fused siblings' weights are refreshed there first).
- * argval/argptr: scratch with room for the most parameters of any launch.
+ * pa: scratch with room for the most parameters of any launch.
  * On failure *out is NULL and ctx says why (the caller runs eagerly and
  * reports the reason).
  */
-fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, CUdeviceptr *argval,
-                          void **argptr, CUstream s, fc_replay **out);
+fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, fc_launch_params *pa,
+                          CUstream s, fc_replay **out);
 /*
  * Launch the graph on stream s after patching the nodes whose caller
- * pointers differ from the last run's; *patched += how many nodes were
- * patched.
+ * pointers differ from the last run's (a kernel node with tensor maps gets
+ * them encoded again over the new pointers); *patched += how many nodes
+ * were patched.
  */
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           CUdeviceptr *argval, void **argptr, CUstream s, uint64_t *patched);
+                           fc_launch_params *pa, CUstream s, uint64_t *patched);
 /*
  * The graph re-pointed at another shape of the same dynamic variant: every
  * kernel node gets e's grid and parameters (e->d is the shape's
@@ -81,7 +106,7 @@ fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *in
  * and some the old: the caller must drop the graph.
  */
 fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           CUdeviceptr *argval, void **argptr, uint64_t *patched);
+                           fc_launch_params *pa, uint64_t *patched);
 /* Whether d's launches are kernels (and aliases) only: no library call. */
 bool fc_replay_kernels_only(const fc_program_desc *d);
 /* Upload the graph to the device on stream s, without running it (a graph

@@ -563,6 +563,52 @@ static const char wgmma_src[] =
     "__device__ __forceinline__ void fc_attn_cp_arrive(unsigned a) {\n"
     "  asm volatile(\"cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n\" ::\"r\"(a) : \"memory\");\n"
     "}\n"
+    "/* The bulk tensor copy engine (TMA). A tensor map is a kernel parameter\n"
+    " * (const __grid_constant__, encoded on the host with the run's pointers:\n"
+    " * fc_launch.tmaps); cp.async.bulk.tensor reads it through its generic\n"
+    " * address. The copy engine writes the 128-byte swizzle itself and\n"
+    " * zero-fills what lies outside the map's dims (rows past S, columns past D). */\n"
+    "struct __align__(64) fc_attn_tmap {\n"
+    "  unsigned long long opaque[16];\n"
+    "};\n"
+    "/* One arrival that also expects `bytes` from copies completing on the barrier. */\n"
+    "__device__ __forceinline__ void fc_attn_mbar_expect(unsigned a, unsigned bytes) {\n"
+    "  asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\\n\" ::\"r\"(a), \"r\"(bytes) : \"memory\");\n"
+    "}\n"
+    "/* The box of map m at coordinates c (innermost first, RK of them) into shared\n"
+    " * memory at dst, its bytes counted on mbarrier bar (shared::cta addresses;\n"
+    " * a block is its own cluster). */\n"
+    "template <int RK>\n"
+    "__device__ __forceinline__ void fc_attn_tma(unsigned dst, const fc_attn_tmap *m, unsigned bar, const int (&c)[5]) {\n"
+    "  const unsigned long long g = reinterpret_cast<unsigned long long>(m);\n"
+    "  static_assert(RK >= 2 && RK <= 5, \"tensor maps of 2 to 5 dims\");\n"
+    "  if constexpr (RK == 2)\n"
+    "    asm volatile(\"cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\\n\"\n"
+    "                 ::\"r\"(dst), \"l\"(g), \"r\"(bar), \"r\"(c[0]), \"r\"(c[1]) : \"memory\");\n"
+    "  else if constexpr (RK == 3)\n"
+    "    asm volatile(\"cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\\n\"\n"
+    "                 ::\"r\"(dst), \"l\"(g), \"r\"(bar), \"r\"(c[0]), \"r\"(c[1]), \"r\"(c[2]) : \"memory\");\n"
+    "  else if constexpr (RK == 4)\n"
+    "    asm volatile(\"cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];\\n\"\n"
+    "                 ::\"r\"(dst), \"l\"(g), \"r\"(bar), \"r\"(c[0]), \"r\"(c[1]), \"r\"(c[2]), \"r\"(c[3]) : \"memory\");\n"
+    "  else\n"
+    "    asm volatile(\"cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];\\n\"\n"
+    "                 ::\"r\"(dst), \"l\"(g), \"r\"(bar), \"r\"(c[0]), \"r\"(c[1]), \"r\"(c[2]), \"r\"(c[3]), \"r\"(c[4]) : \"memory\");\n"
+    "}\n"
+    "/* Rows [r0, r0 + R) of a tile through TMA, by one thread: NP / 64 boxes of\n"
+    " * 64 columns x R rows, box p into the swizzled panel p at dst (R * 128 bytes\n"
+    " * a panel, 1024-aligned: fc_attn_swizzled's layout), all counted on bar,\n"
+    " * whose one arrival this is. bc: the batch coordinates (dims 2 .. RK - 1). */\n"
+    "template <int RK, int R, int NP>\n"
+    "__device__ __forceinline__ void fc_attn_tile_tma(unsigned dst, const fc_attn_tmap *m, unsigned bar, int r0, const int (&bc)[5]) {\n"
+    "  int c[5] = {0, r0, bc[2], bc[3], bc[4]};\n"
+    "  fc_attn_mbar_expect(bar, R * NP * 2);\n"
+    "#pragma unroll\n"
+    "  for (int p = 0; p < NP / 64; p++) {\n"
+    "    c[0] = 64 * p;\n"
+    "    fc_attn_tma<RK>(dst + p * R * 128, m, bar, c);\n"
+    "  }\n"
+    "}\n"
     "/* Named barriers 1..15 (0 is __syncthreads). */\n"
     "__device__ __forceinline__ void fc_attn_bar_sync(int id, int n) { asm volatile(\"bar.sync %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\"); }\n"
     "__device__ __forceinline__ void fc_attn_bar_arrive(int id, int n) { asm volatile(\"bar.arrive %0, %1;\\n\" ::\"r\"(id), \"r\"(n) : \"memory\"); }\n"
@@ -622,10 +668,13 @@ static const char wgmma_src[] =
     " *\n"
     " *  - warpgroup 0, the producer (setmaxnreg down to 56 or 32 registers),\n"
     " *    copies K and V tiles of BN keys into ST stages of 128-byte-swizzled\n"
-    " *    shared memory with cp.async and signals each tile on its \"full\"\n"
-    " *    mbarrier (128 arrivals a phase: one per producer thread, made by the\n"
-    " *    copies themselves under NOINC); it refills a stage once every\n"
-    " *    consumer warp has arrived on its \"empty\" mbarrier (4 NC arrivals);\n"
+    " *    shared memory and signals each tile on its \"full\" mbarrier; it\n"
+    " *    refills a stage once every consumer warp has arrived on its \"empty\"\n"
+    " *    mbarrier (4 NC arrivals). An operand with a tensor map (C::KTMA,\n"
+    " *    C::VTMA) is copied by TMA, issued by thread 0 alone (one arrival\n"
+    " *    with the tile's bytes expected); else by all 128 threads with\n"
+    " *    16-byte cp.async (128 arrivals a phase, made by the copies\n"
+    " *    themselves under NOINC) or element by element;\n"
     " *  - warpgroups 1..NC, the consumers (setmaxnreg up to 224 or 160), own 64\n"
     " *    query rows each (Q in swizzled shared memory, loaded by themselves).\n"
     " *    Per key tile j they issue S(j) = Q K(j)^T (wgmma, both operands from\n"
@@ -648,7 +697,8 @@ static const char wgmma_src[] =
     "template <class C>\n"
     "__device__ __forceinline__ void fc_attn_fa3(const typename C::T *__restrict__ q, const typename C::T *__restrict__ k,\n"
     "                                            const typename C::T *__restrict__ v, const typename C::M *__restrict__ mask,\n"
-    "                                            typename C::T *__restrict__ o) {\n"
+    "                                            typename C::T *__restrict__ o, const fc_attn_tmap *tq, const fc_attn_tmap *tk,\n"
+    "                                            const fc_attn_tmap *tv) {\n"
     "  typedef typename C::T T;\n"
     "#ifdef FC_ATTN_STAGES /* an experiment's override: the launch must bring the shared memory */\n"
     "  constexpr int ST = FC_ATTN_STAGES;\n"
@@ -661,13 +711,17 @@ static const char wgmma_src[] =
     "  static_assert(BN % 16 == 0 && BN <= 256, \"key tiles of whole k16 steps\");\n"
     "  static_assert(DP % 64 == 0 && DVP % 64 == 0 && DP <= 256 && DVP <= 256, \"head dims of whole 64-column panels\");\n"
     "  /* Shared memory (bytes from a 1024-aligned base): Q of each consumer,\n"
-    "   * then ST stages of K, ST of V, then the mbarriers. */\n"
+    "   * then ST stages of K, ST of V, then the mbarriers (4 ST + NC). */\n"
     "  constexpr unsigned QB = 64 * DP * 2, KB = BN * DP * 2, VB = BN * DVP * 2;\n"
     "  constexpr unsigned OK0 = NC * QB, OV0 = OK0 + ST * KB, OBAR = OV0 + ST * VB;\n"
     "  const unsigned raw = fc_attn_saddr(fc_attn_dsmem), sbase = (raw + 1023u) & ~1023u;\n"
     "  unsigned char *const gbase = fc_attn_dsmem + (sbase - raw);\n"
-    "  /* mbarriers: full K, full V, empty K, empty V; ST each. */\n"
-    "  const unsigned bfk = sbase + OBAR, bfv = bfk + 8 * ST, bek = bfv + 8 * ST, bev = bek + 8 * ST;\n"
+    "  /* mbarriers: full K, full V, empty K, empty V, ST each; then Q's, one\n"
+    "   * per consumer (used with C::QTMA). */\n"
+    "  const unsigned bfk = sbase + OBAR, bfv = bfk + 8 * ST, bek = bfv + 8 * ST, bev = bek + 8 * ST, bq = bev + 8 * ST;\n"
+    "  /* K and V both by TMA: nothing the consumers read was written by the\n"
+    "   * generic proxy, so they need no proxy fence after their waits. */\n"
+    "  constexpr bool CPKV = !(C::KTMA && C::VTMA);\n"
     "\n"
     "  /* The warpgroup, through a shuffle so that the compiler knows it is the\n"
     "   * same across the warp (wgmma in a branch it thinks divergent is serialized). */\n"
@@ -677,46 +731,70 @@ static const char wgmma_src[] =
     "  const int m0 = (NQT - 1 - (int)(bid / C::NB)) * BM;\n"
     "  long long qo, ko, vo, mo, oo;\n"
     "  C::offsets(bid % C::NB, qo, ko, vo, mo, oo);\n"
+    "  int cq[5] = {0, 0, 0, 0, 0}, ck[5] = {0, 0, 0, 0, 0}, cv[5] = {0, 0, 0, 0, 0}; /* tensor-map batch coordinates */\n"
+    "  C::tcoords(bid % C::NB, cq, ck, cv);\n"
     "  const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
     "  const int nt = (kend + BN - 1) / BN;\n"
     "\n"
     "  if (tid == 0) {\n"
     "#pragma unroll\n"
     "    for (int s = 0; s < ST; s++) {\n"
-    "      fc_attn_mbar_init(bfk + 8 * s, 128);\n"
-    "      fc_attn_mbar_init(bfv + 8 * s, 128);\n"
+    "      fc_attn_mbar_init(bfk + 8 * s, C::KTMA ? 1 : 128);\n"
+    "      fc_attn_mbar_init(bfv + 8 * s, C::VTMA ? 1 : 128);\n"
     "      fc_attn_mbar_init(bek + 8 * s, 4 * NC);\n"
     "      fc_attn_mbar_init(bev + 8 * s, 4 * NC);\n"
     "    }\n"
+    "#pragma unroll\n"
+    "    for (int c = 0; c < NC; c++) fc_attn_mbar_init(bq + 8 * c, 1);\n"
+    "    /* The initialized barriers visible to the copy engine's completions. */\n"
+    "    asm volatile(\"fence.mbarrier_init.release.cluster;\\n\" ::: \"memory\");\n"
     "  }\n"
     "  __syncthreads();\n"
     "\n"
     "  if (wg == 0) {\n"
     "    /* The producer. */\n"
     "    asm volatile(\"setmaxnreg.dec.sync.aligned.u32 %0;\\n\" ::\"n\"(NC == 2 ? 56 : 32));\n"
+    "    /* K and V both by TMA: thread 0 does all the producer's work. */\n"
+    "    if (!CPKV && tid != 0) return;\n"
+    "    /* Which copies arrive on their own (TMA's one arrival, or cp.async's\n"
+    "     * noinc arrivals), and which the producer waits for, fences and\n"
+    "     * signals itself (cp.async without NOINC, element-wise stores). */\n"
+    "    constexpr bool KSELF = C::KTMA || (FC_ATTN_NOINC && C::KVEC), VSELF = C::VTMA || (FC_ATTN_NOINC && C::VVEC);\n"
     "    for (int j = 0; j < nt; j++) {\n"
     "      const int s = j % ST;\n"
     "      const unsigned ph = ((j / ST) & 1) ^ 1;\n"
+    "      const bool load = !FC_ATTN_DIAG_NOLOAD || j < ST;\n"
     "      if (j >= ST) fc_attn_mbar_wait(bek + 8 * s, ph);\n"
-    "      if (!FC_ATTN_DIAG_NOLOAD || j < ST)\n"
-    "        fc_attn_tile_sw<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, 128>((T *)(gbase + OK0 + s * KB), k + ko, j * BN, tid);\n"
-    "      if (FC_ATTN_NOINC && C::KVEC) fc_attn_cp_arrive(bfk + 8 * s);\n"
-    "      else fc_attn_cp_commit();\n"
-    "      if (j >= ST) fc_attn_mbar_wait(bev + 8 * s, ph);\n"
-    "      if (!FC_ATTN_DIAG_NOLOAD || j < ST)\n"
-    "        fc_attn_tile_sw<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, 128>((T *)(gbase + OV0 + s * VB), v + vo, j * BN, tid);\n"
-    "      if (FC_ATTN_NOINC && C::VVEC) {\n"
-    "        fc_attn_cp_arrive(bfv + 8 * s);\n"
+    "      if constexpr (C::KTMA) {\n"
+    "        if (tid == 0) {\n"
+    "          if (load) fc_attn_tile_tma<C::KR, BN, DP>(sbase + OK0 + s * KB, tk, bfk + 8 * s, j * BN, ck);\n"
+    "          else fc_attn_mbar_arrive(bfk + 8 * s);\n"
+    "        }\n"
     "      } else {\n"
-    "        fc_attn_cp_commit();\n"
+    "        if (load)\n"
+    "          fc_attn_tile_sw<T, BN, DP, C::D, C::SK, C::KS, C::KD, C::KVEC, 128>((T *)(gbase + OK0 + s * KB), k + ko, j * BN, tid);\n"
+    "        if (KSELF) fc_attn_cp_arrive(bfk + 8 * s);\n"
+    "        else fc_attn_cp_commit();\n"
     "      }\n"
-    "      if (!(FC_ATTN_NOINC && C::KVEC)) {\n"
-    "        if (FC_ATTN_NOINC && C::VVEC) fc_attn_cp_wait_n<0>();\n"
+    "      if (j >= ST) fc_attn_mbar_wait(bev + 8 * s, ph);\n"
+    "      if constexpr (C::VTMA) {\n"
+    "        if (tid == 0) {\n"
+    "          if (load) fc_attn_tile_tma<C::VR, BN, DVP>(sbase + OV0 + s * VB, tv, bfv + 8 * s, j * BN, cv);\n"
+    "          else fc_attn_mbar_arrive(bfv + 8 * s);\n"
+    "        }\n"
+    "      } else {\n"
+    "        if (load)\n"
+    "          fc_attn_tile_sw<T, BN, DVP, C::DV, C::SK, C::VS, C::VD, C::VVEC, 128>((T *)(gbase + OV0 + s * VB), v + vo, j * BN, tid);\n"
+    "        if (VSELF) fc_attn_cp_arrive(bfv + 8 * s);\n"
+    "        else fc_attn_cp_commit();\n"
+    "      }\n"
+    "      if (!KSELF) {\n"
+    "        if (VSELF) fc_attn_cp_wait_n<0>();\n"
     "        else fc_attn_cp_wait_n<1>();\n"
     "        fc_attn_fence_proxy();\n"
     "        fc_attn_mbar_arrive(bfk + 8 * s);\n"
     "      }\n"
-    "      if (!(FC_ATTN_NOINC && C::VVEC)) {\n"
+    "      if (!VSELF) {\n"
     "        fc_attn_cp_wait_n<0>();\n"
     "        fc_attn_fence_proxy();\n"
     "        fc_attn_mbar_arrive(bfv + 8 * s);\n"
@@ -731,10 +809,15 @@ static const char wgmma_src[] =
     "  const float ninf = -__int_as_float(0x7f800000);\n"
     "  const int cw = wg - 1, ctid = tid & 127, warp = ctid >> 5, lane = tid & 31;\n"
     "  const int mw = m0 + 64 * cw;\n"
-    "  fc_attn_tile_sw<T, 64, DP, C::D, C::SQ, C::QS, C::QD, C::QVEC, 128>((T *)(gbase + cw * QB), q + qo, mw, ctid);\n"
-    "  fc_attn_cp_wait();\n"
-    "  fc_attn_fence_proxy();\n"
-    "  fc_attn_bar_sync(1 + cw, 128); /* this warpgroup's Q is in shared memory */\n"
+    "  if constexpr (C::QTMA) {\n"
+    "    if (ctid == 0) fc_attn_tile_tma<C::QR, 64, DP>(sbase + cw * QB, tq, bq + 8 * cw, mw, cq);\n"
+    "    fc_attn_mbar_wait(bq + 8 * cw, 0); /* this warpgroup's Q is in shared memory */\n"
+    "  } else {\n"
+    "    fc_attn_tile_sw<T, 64, DP, C::D, C::SQ, C::QS, C::QD, C::QVEC, 128>((T *)(gbase + cw * QB), q + qo, mw, ctid);\n"
+    "    fc_attn_cp_wait();\n"
+    "    fc_attn_fence_proxy();\n"
+    "    fc_attn_bar_sync(1 + cw, 128); /* this warpgroup's Q is in shared memory */\n"
+    "  }\n"
     "\n"
     "  float acc[DVP / 8][4];\n"
     "  fc_attn_zero(acc);\n"
@@ -789,7 +872,7 @@ static const char wgmma_src[] =
     "  if (nt > 0) {\n"
     "    if (PP && cw == 1) fc_attn_bar_arrive(5, 256); /* consumer 0 issues first */\n"
     "    fc_attn_mbar_wait(bfk, 0);\n"
-    "    if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "    if (FC_ATTN_NOINC && CPKV) fc_attn_fence_proxy();\n"
     "    if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
     "    fc_attn_pin(s);\n"
     "    fc_attn_wg_fence();\n"
@@ -801,7 +884,7 @@ static const char wgmma_src[] =
     "    for (int j = 1; j < nt; j++) {\n"
     "      fc_attn_mbar_wait(bfk + 8 * (j % ST), (j / ST) & 1);\n"
     "      fc_attn_mbar_wait(bfv + 8 * ((j - 1) % ST), ((j - 1) / ST) & 1);\n"
-    "      if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "      if (FC_ATTN_NOINC && CPKV) fc_attn_fence_proxy();\n"
     "      if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
     "      fc_attn_pin(acc);\n"
     "      fc_attn_pin(s);\n"
@@ -824,7 +907,7 @@ static const char wgmma_src[] =
     "      pack();\n"
     "    }\n"
     "    fc_attn_mbar_wait(bfv + 8 * ((nt - 1) % ST), ((nt - 1) / ST) & 1);\n"
-    "    if (FC_ATTN_NOINC) fc_attn_fence_proxy();\n"
+    "    if (FC_ATTN_NOINC && CPKV) fc_attn_fence_proxy();\n"
     "    if (PP) fc_attn_bar_sync(5 + cw, 256);\n"
     "    fc_attn_pin(acc);\n"
     "    fc_attn_pin(p);\n"
@@ -943,6 +1026,80 @@ static bool output_layout(const fc_group *gr, const fc_node *n, int64_t *strides
 
 static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
 
+/* A tensor map for fc_attn_fa3's TMA loads, and how the kernel finds the
+ * batch coordinates of its dims 2 .. rank - 1. */
+typedef struct tma_plan {
+    fc_tmap map;
+    /* Map dim 2 + k covers the result's batch dims in the bit set
+     * members[k] (one, or neighbours merged where their strides allow); its
+     * coordinate is their index as one number, computed by the config's
+     * tcoords(). */
+    unsigned members[FC_TMAP_MAX_RANK - 2];
+} tma_plan;
+
+/*
+ * Whether TMA can load operand L (rows of n elements, rows of them, in
+ * boxes of box_rows rows by 64 columns) for a result o of nb batch dims,
+ * and the map if so. TMA's rules: the head dim contiguous; the row and batch
+ * strides multiples of 16 bytes (below 2^40); the view's offset a multiple of
+ * 16 bytes (the base pointer's alignment is checked at every launch); at
+ * most 5 dims once broadcast batch dims (stride 0: every batch reads the
+ * same rows, so the dim is left out of the map) are dropped and contiguous
+ * neighbours merged; 16-bit elements (fa3 only runs bf16 and f16). Otherwise
+ * the kernel keeps its cp.async loads for this operand.
+ */
+static bool tma_of(const layout *L, const fc_value *o, int nb, int64_t rows, int64_t n, int box_rows, fc_dtype t,
+                   tma_plan *tp) {
+    const int64_t es = 2, lim = (int64_t)1 << 40;
+    memset(tp, 0, sizeof *tp);
+    if ((t != FC_BF16 && t != FC_F16) || L->col != 1 || L->row <= 0 || (L->row * es) % 16 || L->row * es >= lim ||
+        (L->offset * es) % 16 || n < 1 || rows < 1 || rows > INT_MAX || n > INT_MAX)
+        return false;
+    fc_tmap *m = &tp->map;
+    m->arg = L->input;
+    m->offset = L->offset;
+    m->dtype = t;
+    m->dims[0] = n;
+    m->dims[1] = rows;
+    m->strides[0] = L->row * es;
+    m->box[0] = 64;
+    m->box[1] = (uint32_t)box_rows;
+    m->swizzle128 = true;
+    m->rank = 2;
+    /* Batch dims, inner to outer, each joining the map dim of its inner
+     * neighbour when it is exactly that dim's extent further on. */
+    int64_t size = 0, stride = 0;
+    for (int b = nb - 1; b >= 0; b--) {
+        const int64_t d = o->dims[b], st = L->batch[b];
+        if (d == 1 || st == 0) continue; /* coordinate 0 / a broadcast: not in the map */
+        if (st < 0 || (st * es) % 16 || st * es >= lim) return false;
+        if (size && st == stride * size && size <= INT_MAX / d) {
+            size *= d;
+            m->dims[m->rank - 1] = size;
+            tp->members[m->rank - 3] |= 1u << b;
+            continue;
+        }
+        if (m->rank == FC_TMAP_MAX_RANK) return false;
+        const int k = m->rank - 2;
+        size = d;
+        stride = st;
+        m->dims[m->rank] = d;
+        m->strides[m->rank - 1] = st * es;
+        m->box[m->rank] = 1;
+        tp->members[k] = 1u << b;
+        m->rank++;
+    }
+    return true;
+}
+
+/* FUSEC_ATTN_TMA=0 in the environment: fc_attn_fa3 loads everything with
+ * cp.async, as before TMA (an experiment's switch; the runtime adds a
+ * marker option so that cached programs are kept apart). */
+bool fc_cuda_attention_tma(void) {
+    const char *e = getenv("FUSEC_ATTN_TMA");
+    return !(e && e[0] == '0');
+}
+
 bool fc_cuda_attention_uses_mma(const fc_group *gr) {
     const fc_node *n = attention_node(gr);
     if (!n) return false;
@@ -961,6 +1118,39 @@ bool fc_cuda_attention_hopper(int sm) {
 /* ---- the kernel ------------------------------------------------------------ */
 
 static const char *flag(bool b) { return b ? "true" : "false"; }
+
+/* fc_attn_fa3's config members for TMA: which of Q, K, V have a tensor
+ * map (QTMA ..), its rank (QR ..), and tcoords(t, q, k, v), which writes
+ * batch t's coordinates of map dims 2 .. rank - 1 (tma_plan). */
+static void emit_tcoords(fc_strbuf *s, const fc_value *o, int nb, const tma_plan tp[3], const bool tma[3]) {
+    static const char *const up[3] = {"Q", "K", "V"}, *const lo[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++)
+        fc_strbuf_printf(s, "  static constexpr bool %sTMA = %s;\n  static constexpr int %sR = %d;\n", up[i], flag(tma[i]), up[i],
+                         tma[i] ? tp[i].map.rank : 2);
+    fc_strbuf_printf(s, "  static __device__ __forceinline__ void tcoords(long long t, int (&q)[5], int (&k)[5], int (&v)[5]) {\n");
+    fc_strbuf_printf(s, "    (void)t; (void)q; (void)k; (void)v;\n");
+    bool any = false;
+    for (int i = 0; i < 3; i++) any = any || (tma[i] && tp[i].map.rank > 2);
+    if (any) {
+        /* The batch index, innermost dim first (as offsets()). */
+        for (int b = nb - 1; b >= 0; b--)
+            fc_strbuf_printf(s, "    const long long c%d = t %% %lldll; t /= %lldll; (void)c%d;\n", b, (long long)o->dims[b],
+                             (long long)o->dims[b], b);
+        for (int i = 0; i < 3; i++) {
+            for (int d = 2; tma[i] && d < tp[i].map.rank; d++) {
+                /* Horner over the members, outer to inner. */
+                fc_strbuf_printf(s, "    %s[%d] = (int)", lo[i], d);
+                for (int b = 0; b < nb; b++)
+                    if (tp[i].members[d - 2] >> b & 1) fc_strbuf_printf(s, "(");
+                fc_strbuf_printf(s, "0");
+                for (int b = 0; b < nb; b++)
+                    if (tp[i].members[d - 2] >> b & 1) fc_strbuf_printf(s, " * %lldll + c%d)", (long long)o->dims[b], b);
+                fc_strbuf_printf(s, ";\n");
+            }
+        }
+    }
+    fc_strbuf_printf(s, "  }\n");
+}
 
 fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const char *name, char **source,
                                  fc_launch *l) {
@@ -1017,9 +1207,19 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
      * memory takes them, else 2). Measured: docs/ATTENTION.md. */
     const int64_t dp = round16(D), dvp = round16(Dv);
     const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = 128;
-    const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3;
+    const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3 + 8 * nc;
     const int stages = fa3_smem3 <= 227 * 1024 ? 3 : 2;
-    const int64_t fa3_smem = 1024 + 2 * (64 * nc * dp + stages * bn * (dp + dvp)) + 32 * stages;
+    const int64_t fa3_smem = 1024 + 2 * (64 * nc * dp + stages * bn * (dp + dvp)) + 32 * stages + 8 * nc;
+    /* fc_attn_fa3: Q, K and V through TMA where their layouts allow it
+     * (tma_of), each in boxes of 64 columns (128 bytes, one swizzle panel)
+     * by the tile's rows. */
+    tma_plan tp[3];
+    bool tma[3] = {false, false, false};
+    if (fa3 && fc_cuda_attention_tma()) {
+        tma[0] = tma_of(&L[0], o, nb, Sq, D, 64, o->dtype, &tp[0]);
+        tma[1] = tma_of(&L[1], o, nb, Sk, D, bn, o->dtype, &tp[1]);
+        tma[2] = tma_of(&L[2], o, nb, Sk, Dv, bn, o->dtype, &tp[2]);
+    }
     const int rows_per_block = fa3 ? 64 * nc : mma ? 16 * nw : 8, threads = fa3 ? 128 * (nc + 1) : mma ? 32 * nw : 256;
     const int64_t nqt = (Sq + rows_per_block - 1) / rows_per_block;
     const bool empty = Sq == 0 || Dv == 0 || NB == 0;
@@ -1079,17 +1279,26 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
                 if (st[i]) fc_strbuf_printf(&s, " %s += c * %lldll;", names[i], (long long)st[i]);
             fc_strbuf_printf(&s, "\n");
         }
-        fc_strbuf_printf(&s, "  }\n};\n");
+        fc_strbuf_printf(&s, "  }\n");
+        if (fa3) emit_tcoords(&s, o, nb, tp, tma);
+        fc_strbuf_printf(&s, "};\n");
         fc_strbuf_printf(&s, "extern \"C\" __global__ void __launch_bounds__(%d%s) %s(", threads, fa3 ? ", 1" : "", name);
     }
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(&s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
-    fc_strbuf_printf(&s, "%s *__restrict__ o0) {\n", fc_cuda_storage_type(gr->outputs[0]->dtype));
+    fc_strbuf_printf(&s, "%s *__restrict__ o0", fc_cuda_storage_type(gr->outputs[0]->dtype));
+    /* The tensor maps, after the pointers: fc_launch.tmaps, in this order. */
+    static const char *const tname[3] = {"tq", "tk", "tv"};
+    for (int i = 0; i < 3 && !empty; i++)
+        if (tma[i]) fc_strbuf_printf(&s, ", const __grid_constant__ fc_attn_tmap %s", tname[i]);
+    fc_strbuf_printf(&s, ") {\n");
     if (!empty) {
         fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
                          L[1].input, L[2].input);
-        if (mask) fc_strbuf_printf(&s, "a%d, o0);\n", L[3].input);
-        else fc_strbuf_printf(&s, "(const unsigned char *)0, o0);\n");
+        if (mask) fc_strbuf_printf(&s, "a%d, o0", L[3].input);
+        else fc_strbuf_printf(&s, "(const unsigned char *)0, o0");
+        for (int i = 0; i < 3 && fa3; i++) fc_strbuf_printf(&s, tma[i] ? ", &%s" : ", nullptr", tname[i]);
+        fc_strbuf_printf(&s, ");\n");
     } else {
         for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(&s, "  (void)a%d;\n", i);
         fc_strbuf_printf(&s, "  (void)o0;\n");
@@ -1109,6 +1318,9 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     /* fc_attn_fa3: dynamic shared memory, aligned up to 1024 bytes inside:
      * Q (64 NC rows), the K and V stages, 4 mbarriers a stage. */
     l->smem = empty || !fa3 ? 0u : (unsigned)fa3_smem;
+    l->ntmaps = 0;
+    for (int i = 0; i < 3 && !empty; i++)
+        if (tma[i]) l->tmaps[l->ntmaps++] = tp[i].map;
     snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld", fa3 ? "flash wgmma" : mma ? "flash mma" : "flash rows",
              fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind ? ", mask" : "", (long long)NB, (long long)Sq,
              (long long)Sk, (long long)D);

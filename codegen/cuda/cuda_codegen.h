@@ -17,6 +17,30 @@ typedef enum fc_launch_kind {
     FC_LAUNCH_ALIAS,   /* nothing to launch: an output aliases an input buffer */
 } fc_launch_kind;
 
+/*
+ * A tensor map (a CUtensorMap, the descriptor the bulk tensor copy engine,
+ * TMA, reads) that a kernel takes as a `const __grid_constant__` parameter.
+ * Its shape is static (codegen knows it), but it holds a base address, so
+ * the runtime encodes it (cuTensorMapEncodeTiled) at every launch, and
+ * again when a graph replay patches that argument's pointer
+ * (runtime/replay.c: fc_launch_args; docs/RUNTIME-GRAPHS.md).
+ * Dims go innermost first, as the driver takes them: element
+ * (c0, c1, ..) of the map is at args[arg] + (offset + c0) * esize +
+ * c1 * strides[0] + c2 * strides[1] + ...
+ */
+#define FC_TMAP_MAX_RANK 5
+#define FC_LAUNCH_MAX_TMAPS 4
+typedef struct fc_tmap {
+    int arg;                            /* the kernel argument (index into fc_launch.args) it reads */
+    int64_t offset;                     /* elements from that argument's pointer */
+    fc_dtype dtype;                     /* FC_BF16 or FC_F16 */
+    int rank;                           /* 1 .. FC_TMAP_MAX_RANK */
+    int64_t dims[FC_TMAP_MAX_RANK];     /* elements, innermost first */
+    int64_t strides[FC_TMAP_MAX_RANK - 1]; /* bytes, of dims 1 .. rank - 1 (multiples of 16) */
+    uint32_t box[FC_TMAP_MAX_RANK];     /* the box one copy moves (each 1 .. 256) */
+    bool swizzle128;                    /* 128-byte swizzle (box[0] * esize == 128); else none */
+} fc_tmap;
+
 typedef struct fc_launch {
     fc_launch_kind kind;
     char name[64];    /* kernel function name (extern "C") */
@@ -28,6 +52,11 @@ typedef struct fc_launch {
      * first nreads are read, the rest written. */
     int nargs, nreads;
     int *args;        /* value ids (malloc'd) */
+    /* Kernels only: after the pointers (and symbol values), one
+     * `const __grid_constant__` CUtensorMap (128 bytes, 64-aligned) per
+     * tmaps[i], in this order. Static kernels only (nsyms == 0). */
+    int ntmaps;
+    fc_tmap tmaps[FC_LAUNCH_MAX_TMAPS];
     /* Dynamic plans: a generated kernel takes, after its pointers, one
      * `long long` per symbol of the graph (s0 .. s{nsyms-1}, symbol index
      * order, all of them), so every kernel gets the same list. 0 for static
