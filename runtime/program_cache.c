@@ -352,16 +352,19 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
         for (int a = 0; a < l->nargs; a++) w_u32(&w, (uint32_t)l->args[a]);
         w_str(&w, l->summary);
         w_u8(&w, (unsigned)l->ntmaps);
-        for (int t = 0; t < l->ntmaps; t++) {
+        for (int t = 0; t < l->ntmaps && t < FC_LAUNCH_MAX_TMAPS; t++) {
             const fc_tmap *m = &l->tmaps[t];
+            /* The fields as they are (the reader judges them), but never
+             * more dims than the arrays hold. */
+            const int rank = m->rank < 0 ? 0 : m->rank > FC_TMAP_MAX_RANK ? FC_TMAP_MAX_RANK : m->rank;
             w_u32(&w, (uint32_t)m->arg);
             w_u64(&w, (uint64_t)m->offset);
             w_u8(&w, (unsigned)m->dtype);
             w_u8(&w, (unsigned)m->rank);
             w_u8(&w, m->swizzle128 ? TMAP_SWIZZLE128 : 0);
-            for (int d = 0; d < m->rank; d++) w_u64(&w, (uint64_t)m->dims[d]);
-            for (int d = 0; d + 1 < m->rank; d++) w_u64(&w, (uint64_t)m->strides[d]);
-            for (int d = 0; d < m->rank; d++) w_u32(&w, m->box[d]);
+            for (int d = 0; d < rank; d++) w_u64(&w, (uint64_t)m->dims[d]);
+            for (int d = 0; d + 1 < rank; d++) w_u64(&w, (uint64_t)m->strides[d]);
+            for (int d = 0; d < rank; d++) w_u32(&w, m->box[d]);
         }
     }
     uint32_t ngemms = 0;

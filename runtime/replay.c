@@ -70,16 +70,16 @@ void fc_launch_params_free(fc_context *ctx, fc_launch_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Tensor map m of kernel l over its argument's pointer p, into *out. The
- * shape was checked when the description was made (codegen, or the decode
- * of a cached one); the pointer is this run's, so its alignment is checked
- * here: a caller's buffer at an odd address is an error, not a fault. */
-static fc_status encode_tmap(const fc_replay_env *e, const fc_launch *l, const fc_tmap *m, CUdeviceptr p,
-                             CUtensorMap *out) {
+fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, CUdeviceptr p, CUtensorMap *out) {
+    const fc_tmap *m = &l->tmaps[t];
     const int64_t es = (int64_t)fc_dtype_size(m->dtype);
     const CUdeviceptr addr = p + (CUdeviceptr)(m->offset * es);
+    /* The shape was checked when the description was made (codegen, or the
+     * decode of a cached one); the pointer is this run's, so its alignment
+     * is checked here: a caller's buffer at an odd address is an error, not
+     * a fault. */
     if (addr % 16)
-        return fc_set_error(e->ctx, FC_ERR_INPUT,
+        return fc_set_error(dev->ctx, FC_ERR_INPUT,
                             "kernel %s: argument %d (at 0x%llx, + %lld elements) is not 16-byte aligned; its tensor "
                             "map (TMA) needs that: pass buffers aligned as cudaMalloc's",
                             l->name, m->arg, (unsigned long long)p, (long long)m->offset);
@@ -90,7 +90,7 @@ static fc_status encode_tmap(const fc_replay_env *e, const fc_launch *l, const f
         box[d] = m->box[d];
         if (d > 0) strides[d - 1] = (cuuint64_t)m->strides[d - 1];
     }
-    return fc_cuda_tensor_map(e->dev, out,
+    return fc_cuda_tensor_map(dev, out,
                               m->dtype == FC_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                               (unsigned)m->rank, addr, dims, strides, box,
                               m->swizzle128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_NONE);
@@ -117,8 +117,7 @@ fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, voi
     /* Tensor maps: encoded at every launch (host work, no device call),
      * since they hold this run's addresses. */
     for (int t = 0; l->kind == FC_LAUNCH_KERNEL && t < l->ntmaps; t++) {
-        const fc_tmap *m = &l->tmaps[t];
-        fc_status st = encode_tmap(e, l, m, pa->val[m->arg], &pa->map[t]);
+        fc_status st = fc_launch_tmap_encode(e->dev, l, t, pa->val[l->tmaps[t].arg], &pa->map[t]);
         if (st != FC_OK) return st;
         pa->ptr[n++] = &pa->map[t];
     }

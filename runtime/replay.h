@@ -64,6 +64,13 @@ typedef struct fc_launch_params {
 fc_status fc_launch_params_alloc(fc_context *ctx, int max_args, fc_launch_params *out);
 void fc_launch_params_free(fc_context *ctx, fc_launch_params *p); /* zeroed ok */
 
+/* Tensor map t of kernel launch l (l->tmaps[t]) over p, the pointer its
+ * argument has in this run, into *out: FC_ERR_INPUT when p plus the map's
+ * offset is not 16-byte aligned (TMA's rule), FC_ERR_RUNTIME when the
+ * driver refuses the map. fc_launch_args' encoder, for tests that launch
+ * a kernel by hand too. */
+fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, CUdeviceptr p, CUtensorMap *out);
+
 /*
  * Launch i's parameters into pa: the pointers, then the symbol values, then
  * the tensor maps (l->tmaps, encoded over this run's pointers), and *n =

@@ -42,6 +42,7 @@
 #include "passes/passes.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
+#include "runtime/replay.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -817,12 +818,13 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
     CUmodule mod = NULL;
     CUfunction fn = NULL;
     CUdeviceptr ptr[9] = {0};
+    CUtensorMap maps[FC_LAUNCH_MAX_TMAPS];
     fc_status st = fc_nvrtc_compile(ctx, src, "attention.cu", G->d->info.cc_major, G->d->info.cc_minor, extra, nextra, &cubin);
     if (!st) st = fc_cuda_module_load(G->d, cubin.data, cubin.size, &mod);
     if (!st) st = fc_cuda_module_function(G->d, mod, l->name, &fn);
     if (!st && l->smem > 48 * 1024) st = fc_cuda_function_set_max_shared(G->d, fn, (int)l->smem);
     int nin = a->gr.ninputs;
-    void *args[9];
+    void *args[9 + FC_LAUNCH_MAX_TMAPS];
     for (int i = 0; !st && i < nin; i++) {
         size_t bytes = (size_t)fc_tensor_numel(&in[i]) * fc_dtype_size(in[i].dtype);
         st = fc_cuda_alloc(G->d, bytes ? bytes : 1, &ptr[i]);
@@ -839,6 +841,11 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
     if (!st) st = fc_cuda_alloc(G->d, obytes ? obytes : 1, &ptr[nin]);
     if (!st) st = fc_cuda_memset_async(G->d, ptr[nin], 0xff, obytes, NULL); /* NaN: unwritten elements show */
     args[nin] = &ptr[nin];
+    /* The tensor maps after the pointers, as fc_launch_args makes them. */
+    for (int t = 0; !st && t < l->ntmaps; t++) {
+        st = fc_launch_tmap_encode(G->d, l, t, ptr[l->tmaps[t].arg], &maps[t]);
+        args[nin + 1 + t] = &maps[t];
+    }
     fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, NULL};
     if (!st) st = fc_cuda_launch(G->d, fn, &cfg, args);
     if (!st) st = fc_cuda_device_sync(G->d);
@@ -869,6 +876,24 @@ static bool expect_fa3(const kcase *c, const agroup *a) {
     int64_t d = (q->dims[q->rank - 1] + 15) / 16 * 16, dv = (o->dims[o->rank - 1] + 15) / 16 * 16;
     return c->mma && fc_cuda_attention_hopper(90) && d % 64 == 0 && dv % 64 == 0;
 }
+
+/* fc_attn_fa3's tensor maps (TMA loads) where the codegen must make them:
+ * Q, K and V dense, or views whose head dim is contiguous with strides of
+ * whole 16 bytes (the fused QKV split, GQA's broadcast heads: left out of
+ * the map); not a K stored [B, D, S] nor a V sliced with step 2 (their
+ * head dim is strided: cp.async or element loads), nor rows of 1 (S = 1).
+ * kmap_rank: the rank of the second map (K's where Q, K, V all have one). */
+static const struct {
+    const char *name;
+    int ntmaps, kmap_rank;
+} tma_expect[] = {
+    {"bf16 D=128 S=200", 3, 3},
+    {"bf16 causal S=1", 0, 0},
+    {"bf16 GQA broadcast k/v", 3, 3}, /* k [2, 1, 65, 64]: B only */
+    {"bf16 k stored [B, D, S], v a strided slice", 1, 0},
+    {"written out: fused QKV read in place, result written as [B, S, H*D]", 3, 4}, /* B, H apart */
+    {"bf16 D=120 (padded to 128) S=333", 3, 3},
+};
 
 /* Append src to the unit (*unit, *len); false when out of memory. */
 static bool unit_append(char **unit, size_t *len, const char *src) {
@@ -939,6 +964,19 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             CHECK(hopper ? (l.block[0] == 384 || l.block[0] == 512) && l.smem > 48 * 1024 && l.smem <= 227 * 1024
                          : l.smem == 0 && (c->mma ? l.block[0] == 128 || l.block[0] == 256 : l.block[0] == 256));
             CHECK((strstr(src, "fc_attn_fa3<") != NULL) == hopper);
+            /* Tensor maps: only for fc_attn_fa3, one kernel parameter each. */
+            int nparams = 0;
+            for (const char *p = src; (p = strstr(p, "const __grid_constant__ fc_attn_tmap")); p++) nparams++;
+            CHECK_EQ_INT(nparams, l.ntmaps);
+            CHECK(hopper || l.ntmaps == 0);
+            for (size_t e = 0; hopper && fc_cuda_attention_tma() && e < sizeof tma_expect / sizeof *tma_expect; e++)
+                if (!strcmp(tma_expect[e].name, c->name)) {
+                    CHECK_EQ_INT(l.ntmaps, tma_expect[e].ntmaps);
+                    if (l.ntmaps >= 2) CHECK_EQ_INT(l.tmaps[1].rank, tma_expect[e].kmap_rank);
+                }
+            for (int t = 0; t < l.ntmaps; t++)
+                CHECK(l.tmaps[t].swizzle128 && l.tmaps[t].box[0] == 64 && l.tmaps[t].strides[0] % 16 == 0 &&
+                      l.tmaps[t].arg < a.gr.ninputs && l.tmaps[t].rank >= 2 && l.tmaps[t].rank <= FC_TMAP_MAX_RANK);
             char name[64];
             snprintf(name, sizeof name, "fc_attention_unit_%zu", i);
             char *src2 = NULL;
@@ -972,13 +1010,38 @@ static void test_kernels(fc_context *ctx, gpu *G) {
                 if (!st && !rst) {
                     fc_tolerance tol = fc_dtype_tolerance(want.dtype);
                     char what[160];
-                    snprintf(what, sizeof what, "%s%s", c->name, hopper ? " (wgmma)" : "");
+                    snprintf(what, sizeof what, "%s%s", c->name, hopper ? (l.ntmaps ? " (wgmma, TMA)" : " (wgmma)") : "");
                     bool good = allclose(what, &got, &want, tol.rel, tol.abs);
                     CHECK(good);
                     printf("gpu: %s: %s\n", what, good ? "ok" : "WRONG");
                     fflush(stdout);
                 }
                 free(got.data);
+                /* The same kernel without its tensor maps (FUSEC_ATTN_TMA=0:
+                 * every load by cp.async, as before TMA), which is what a
+                 * layout TMA cannot read gets. */
+                if (hopper && l.ntmaps > 0 && !rst) {
+                    setenv("FUSEC_ATTN_TMA", "0", 1);
+                    char *src0 = NULL;
+                    fc_launch l0 = {0};
+                    st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src0, &l0);
+                    unsetenv("FUSEC_ATTN_TMA");
+                    CHECK(st == FC_OK && l0.ntmaps == 0);
+                    fc_tensor got0 = {0};
+                    if (!st) st = run_on_gpu(ctx, G, &a, src0, &l0, in, &got0, 0, &ms, hopts, nh);
+                    CHECK_EQ_INT(st, FC_OK);
+                    if (st) fprintf(stderr, "%s (cp.async): %s\n", c->name, fc_last_error(ctx));
+                    if (!st) {
+                        fc_tolerance tol = fc_dtype_tolerance(want.dtype);
+                        char what[160];
+                        snprintf(what, sizeof what, "%s (wgmma, cp.async)", c->name);
+                        bool good = allclose(what, &got0, &want, tol.rel, tol.abs);
+                        CHECK(good);
+                        printf("gpu: %s: %s\n", what, good ? "ok" : "WRONG");
+                    }
+                    free(got0.data);
+                    free(src0);
+                }
             }
             free(src);
         }
@@ -999,6 +1062,96 @@ static void test_kernels(fc_context *ctx, gpu *G) {
     }
 }
 
+/* 7. Through the runtime (fc_compile for the device, fc_run): kernels with
+ * tensor maps on an H100/H200. Every run gets new buffers, so the eager
+ * first run, the graph built at the second and the graph patched at each
+ * later one all encode maps over new pointers; each result against the
+ * reference. Then an input 2 bytes off 16-byte alignment: FC_ERR_INPUT
+ * naming the alignment, nothing launched (no fault), and a good run after. */
+static void test_runtime_tma(fc_context *ctx, gpu *G) {
+    static const char *const names[2] = {"bf16 D=128 S=200",
+                                         "written out: fused QKV read in place, result written as [B, S, H*D]"};
+    enum { RUNS = 4 };
+    for (int c = 0; c < 2; c++) {
+        const kcase *kc = NULL;
+        for (size_t i = 0; i < sizeof kcases / sizeof *kcases; i++)
+            if (!strcmp(kcases[i].name, names[c])) kc = &kcases[i];
+        fc_graph *g = kc ? parse(ctx, kc->name, kc->ir) : NULL;
+        fc_program *p = NULL;
+        CHECK(g && fc_compile(g, NULL, &p) == FC_OK);
+        if (!p) {
+            fprintf(stderr, "%s: %s\n", names[c], fc_last_error(ctx));
+            fc_graph_free(g);
+            continue;
+        }
+        const fc_program_desc *d = fc_program_desc_of(p);
+        int ntmaps = 0;
+        for (int i = 0; i < d->src.nlaunches; i++) ntmaps += d->src.launches[i].ntmaps;
+        const bool tma = G->d->info.cc_major == 9 && G->d->info.cc_minor == 0 && fc_cuda_attention_hopper(90) &&
+                         fc_cuda_attention_tma();
+        CHECK(!tma || ntmaps > 0);
+        const int nin = g->nparams;
+        fc_tensor in[4] = {0}, want = {0};
+        for (int k = 0; k < nin; k++) fill(&in[k], g->params[k], 2.0);
+        CHECK_EQ_INT(fc_run_reference(g, in, nin, &want, 1), FC_OK);
+        const size_t obytes = (size_t)fc_tensor_numel(&want) * fc_dtype_size(want.dtype);
+        CUdeviceptr din[RUNS][4] = {{0}}, dout[RUNS] = {0};
+        fc_status st = FC_OK;
+        for (int r = 0; r < RUNS && !st; r++) {
+            for (int k = 0; k < nin && !st; k++) {
+                size_t bytes = (size_t)fc_tensor_numel(&in[k]) * fc_dtype_size(in[k].dtype);
+                st = fc_cuda_alloc(G->d, bytes + 16, &din[r][k]); /* + 16: room for the misaligned run */
+                if (!st) st = fc_cuda_upload(G->d, din[r][k], in[k].data, bytes);
+            }
+            if (!st) st = fc_cuda_alloc(G->d, obytes, &dout[r]);
+        }
+        CHECK_EQ_INT(st, FC_OK);
+        fc_tensor got = want;
+        got.data = malloc(obytes);
+        for (int r = 0; r < RUNS + 2 && !st; r++) {
+            /* Run RUNS: input 0 two bytes further on; the run after it, good again. */
+            const int b = r < RUNS ? r : 0;
+            void *ip[4], *op[1] = {(void *)(uintptr_t)dout[b]};
+            for (int k = 0; k < nin; k++) ip[k] = (void *)(uintptr_t)(din[b][k] + (r == RUNS && k == 0 ? 2 : 0));
+            fc_status rs = fc_run(p, ip, nin, op, 1, NULL);
+            if (r == RUNS && ntmaps > 0) {
+                CHECK_EQ_INT(rs, FC_ERR_INPUT);
+                CHECK(strstr(fc_last_error(ctx), "16-byte aligned") != NULL);
+                CHECK_EQ_INT(fc_cuda_device_sync(G->d), FC_OK); /* nothing faulted */
+                continue;
+            }
+            if (r == RUNS) continue; /* no tensor maps: a misaligned run is the caller's fault */
+            CHECK_EQ_INT(rs, FC_OK);
+            if (rs) fprintf(stderr, "%s: run %d: %s\n", names[c], r, fc_last_error(ctx));
+            if (!rs) rs = fc_cuda_device_sync(G->d);
+            if (!rs) rs = fc_cuda_download(G->d, got.data, dout[b], obytes);
+            fc_tolerance tol = fc_dtype_tolerance(want.dtype);
+            char what[200];
+            snprintf(what, sizeof what, "%s, fc_run %d (%d tensor maps)", names[c], r, ntmaps);
+            bool good = !rs && allclose(what, &got, &want, tol.rel, tol.abs);
+            CHECK(good);
+            printf("gpu: %s: %s\n", what, good ? "ok" : "WRONG");
+        }
+        fc_run_stats rs;
+        fc_program_stats(p, &rs);
+        printf("gpu: %s: %llu graph replays, %llu nodes patched, graphs: %s\n", names[c], (unsigned long long)rs.graph_replays,
+               (unsigned long long)rs.graph_patches, rs.graph_skip_reason[0] ? rs.graph_skip_reason : "on");
+        /* Runs 1 .. RUNS - 1 replay the graph (unless graphs are off here),
+         * each patched for its new pointers. */
+        const char *ge = getenv("FUSEC_CUDA_GRAPHS");
+        if (!(ge && !strcmp(ge, "0"))) CHECK(rs.graph_replays >= RUNS - 1 && rs.graph_patches >= RUNS - 2);
+        free(got.data);
+        for (int r = 0; r < RUNS; r++) {
+            for (int k = 0; k < nin; k++) fc_cuda_free(G->d, din[r][k]);
+            fc_cuda_free(G->d, dout[r]);
+        }
+        for (int k = 0; k < nin; k++) free(in[k].data);
+        fc_tensor_release(&want);
+        fc_program_free(p);
+        fc_graph_free(g);
+    }
+}
+
 /* The issue's benchmark shapes, timed (FUSEC_ATTN_BENCH=1): FLOPs are
  * 4 B H S^2 D, halved for causal. Each shape runs fc_attn_tc (plan sm 0)
  * and fc_attn_fa3 (plan sm 90, sm_90a), the latter also with each option
@@ -1010,14 +1163,15 @@ static void bench(fc_context *ctx, gpu *G) {
         int d;
         bool causal;
     } shapes[] = {{"bf16", 128, true}, {"bf16", 128, false}, {"bf16", 64, true}, {"bf16", 64, false}, {"f16", 128, true}};
-    /* Variants: [0] sm 0, [1] sm 90, then the environment's. */
+    /* Variants: [0] sm 0, [1] sm 90, [2] sm 90 without TMA (FUSEC_ATTN_TMA=0
+     * at codegen: every load by cp.async), then the environment's. */
     const char *opts[10][6] = {{NULL}};
-    int nopts[10] = {0, 1};
+    int nopts[10] = {0, 1, 1};
     char vbuf[1024] = "";
-    int nv = 2;
+    int nv = 3;
     const char *ve = getenv("FUSEC_ATTN_BENCH_VARIANTS");
     if (ve) snprintf(vbuf, sizeof vbuf, "%s", ve);
-    opts[1][0] = sm90a[0];
+    opts[1][0] = opts[2][0] = sm90a[0];
     for (char *save = NULL, *v = strtok_r(vbuf, ";", &save); v && nv < 10; v = strtok_r(NULL, ";", &save)) {
         opts[nv][0] = sm90a[0];
         nopts[nv] = 1;
@@ -1046,7 +1200,10 @@ static void bench(fc_context *ctx, gpu *G) {
             if (var && !fc_cuda_attention_hopper(90)) break;
             char *src = NULL;
             fc_launch l = {0};
-            if (fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l)) continue;
+            if (var == 2) setenv("FUSEC_ATTN_TMA", "0", 1);
+            fc_status est = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l);
+            if (var == 2) unsetenv("FUSEC_ATTN_TMA");
+            if (est) continue;
             /* -DFC_ATTN_STAGES=n: the launch brings n stages of shared memory. */
             for (int o = 1; o < nopts[var]; o++) {
                 int st = 0;
@@ -1054,14 +1211,14 @@ static void bench(fc_context *ctx, gpu *G) {
                     const int dp = shapes[i].d;
                     const int bn = 128;
                     const int qrows = 64 * ((int)l.block[0] / 128 - 1);
-                    l.smem = (unsigned)(1024 + 2 * (qrows * dp + st * bn * 2 * dp) + 32 * st);
+                    l.smem = (unsigned)(1024 + 2 * (qrows * dp + st * bn * 2 * dp) + 32 * st + qrows / 64 * 8);
                 }
             }
             fc_tensor got = {0};
             double ms = 0;
             fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, opts[var], nopts[var]);
             char vname[128] = "mma.sync";
-            if (var >= 1) snprintf(vname, sizeof vname, "wgmma");
+            if (var >= 1) snprintf(vname, sizeof vname, "wgmma%s", l.ntmaps ? " TMA" : " cp.async");
             for (int o = 1; var > 1 && o < nopts[var]; o++) {
                 size_t used = strlen(vname);
                 snprintf(vname + used, sizeof vname - used, " %s", opts[var][o]);
@@ -1127,6 +1284,7 @@ int main(void) {
     /* FUSEC_ATTN_BENCH_ONLY=1: the GPU's benchmark without the kernel tests. */
     const char *bo = getenv("FUSEC_ATTN_BENCH_ONLY");
     if (!(G.ok && bo && *bo == '1')) test_kernels(ctx, &G);
+    if (G.ok && !(bo && *bo == '1')) test_runtime_tma(ctx, &G);
     const char *b = getenv("FUSEC_ATTN_BENCH");
     if (G.ok && b && *b == '1') bench(ctx, &G);
     fc_cuda_device_close(G.d);

@@ -23,6 +23,7 @@
  *   - cold against warm compile time of examples/softmax.ir, printed.
  */
 #include "check.h"
+#include "codegen/cuda/attention.h"
 #include "runtime/aot.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
@@ -82,6 +83,23 @@ static fc_graph *g_mixed(fc_context *ctx) {
     fc_value *ln = fc_layernorm(g, x, gw, gb, -1, 1e-5);
     fc_value *outs[4] = {ln, fc_reduce_sum(g, fc_exp(g, h), 1, &ax, false), x, ln};
     fc_graph_return(g, 4, outs);
+    return g;
+}
+
+/* Attention over a fused QKV projection, read in place: for sm 90 its
+ * kernel (fc_attn_fa3) takes tensor maps (fc_launch.tmaps) of rank 4. */
+static fc_graph *g_attention(fc_context *ctx) {
+    static const char ir[] =
+        "graph attn(%qkv: bf16[2, 130, 384]) {\n"
+        "  %q0, %k0, %v0 = split(%qkv, axis=-1, sizes=[128, 128, 128])\n"
+        "  %q1 = reshape(%q0, shape=[2, 130, 2, 64])\n  %q = permute(%q1, perm=[0, 2, 1, 3])\n"
+        "  %k1 = reshape(%k0, shape=[2, 130, 2, 64])\n  %k = permute(%k1, perm=[0, 2, 1, 3])\n"
+        "  %v1 = reshape(%v0, shape=[2, 130, 2, 64])\n  %v = permute(%v1, perm=[0, 2, 1, 3])\n"
+        "  %o = attention(%q, %k, %v, causal=true)\n  return %o\n}\n";
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(ctx, "attn.ir", ir, strlen(ir), NULL, NULL, 0, &g);
+    if (st != FC_OK) fprintf(stderr, "parse attn: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
     return g;
 }
 
@@ -613,15 +631,102 @@ static void test_unsafe_dir(fc_context *ctx) {
 
 /* ---- the serialized program -------------------------------------------------------- */
 
+/* Tensor maps a decoder must refuse: each field of a good one spoiled in
+ * turn, the description encoded again (encode trusts what it is given) and
+ * decoded: FC_ERR_INPUT with the field's message. (A count above
+ * FC_LAUNCH_MAX_TMAPS is among the flipped bytes of test_serialization.) */
+static void test_tmap_decode(fc_context *ctx) {
+    if (!fc_cuda_attention_hopper(90) || !fc_cuda_attention_tma()) return;
+    fc_graph *g = g_attention(ctx);
+    fc_program *p = compile(g, true, 90);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    fc_bytes a = {NULL, 0};
+    CHECK_EQ_INT(fc_program_desc_encode(ctx, fc_program_desc_of(p), &a), FC_OK);
+    fc_program_desc d;
+    CHECK_EQ_INT(fc_program_desc_decode(ctx, a.data, a.size, &d), FC_OK);
+    fc_bytes_free(&a);
+    fc_launch *l = NULL;
+    for (int i = 0; i < d.src.nlaunches; i++)
+        if (d.src.launches[i].ntmaps) l = &d.src.launches[i];
+    CHECK(l != NULL && l->ntmaps == 3 && l->tmaps[1].rank == 4);
+    if (!l) {
+        fc_program_desc_release(&d);
+        fc_program_free(p);
+        fc_graph_free(g);
+        return;
+    }
+    static const struct {
+        const char *what, *message;
+    } spoil[] = {
+        {"rank 6", "rank 6"},
+        {"rank 0", "rank 0"},
+        {"dtype f32", "dtype"},
+        {"argument past nargs", "argument"},
+        {"negative offset", "offset -"},
+        {"box 300", "box dim 1 is 300"},
+        {"box 0", "box dim 2 is 0"},
+        {"box[0] 128 (256 bytes under the 128-byte swizzle)", "box dim 0 is 128"},
+        {"stride 24", "stride 1 is 24 bytes"},
+        {"stride 2^40", "stride 2 is"},
+        {"dim 0", "dim 3 is 0"},
+        {"dim 2^33", "dim 1 is"},
+        {"past its buffer", "reaches past argument"},
+        {"offset past its buffer", "reaches past argument"},
+    };
+    const fc_tmap good = l->tmaps[1];
+    const int good_n = l->ntmaps;
+    for (size_t s = 0; s < sizeof spoil / sizeof *spoil; s++) {
+        fc_tmap *m = &l->tmaps[1];
+        *m = good;
+        l->ntmaps = good_n;
+        switch (s) {
+        case 0: m->rank = 6; break;
+        case 1: m->rank = 0; break;
+        case 2: m->dtype = FC_F32; break;
+        case 3: m->arg = l->nargs; break;
+        case 4: m->offset = -8; break;
+        case 5: m->box[1] = 300; break;
+        case 6: m->box[2] = 0; break;
+        case 7: m->box[0] = 128; break;
+        case 8: m->strides[0] = 24; break;
+        case 9: m->strides[1] = (int64_t)1 << 40; break;
+        case 10: m->dims[3] = 0; break;
+        case 11: m->dims[1] = (int64_t)1 << 33; break;
+        case 12: m->dims[3] *= 2; break;
+        case 13: m->offset = 2 * 130 * 384; break;
+        }
+        fc_bytes e = {NULL, 0};
+        CHECK_EQ_INT(fc_program_desc_encode(ctx, &d, &e), FC_OK);
+        fc_program_desc x;
+        fc_status st = fc_program_desc_decode(ctx, e.data, e.size, &x);
+        CHECK_EQ_INT(st, FC_ERR_INPUT);
+        if (!strstr(fc_last_error(ctx), spoil[s].message))
+            fprintf(stderr, "tensor map %s: \"%s\" not in: %s\n", spoil[s].what, spoil[s].message, fc_last_error(ctx));
+        CHECK(strstr(fc_last_error(ctx), spoil[s].message) != NULL);
+        fc_bytes_free(&e);
+    }
+    l->tmaps[1] = good;
+    l->ntmaps = good_n;
+    fc_program_desc_release(&d);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_serialization(fc_context *ctx) {
     char dir[300];
     fresh_cache(dir, sizeof dir, "off");
-    fc_graph *gs[2] = {g_mixed(ctx), g_pointwise(ctx, "ser", 2)};
-    for (int k = 0; k < 2; k++) {
-        for (int fuse = 0; fuse < 2; fuse++) {
+    fc_graph *gs[3] = {g_mixed(ctx), g_pointwise(ctx, "ser", 2), g_attention(ctx)};
+    for (int k = 0; k < 3; k++) {
+        for (int fuse = k == 2; fuse < 2; fuse++) { /* attention's split needs fusion */
             fc_program *p = compile(gs[k], fuse, 90);
             if (!p) continue;
             const fc_program_desc *d = fc_program_desc_of(p);
+            int ntmaps = 0;
+            for (int i = 0; i < d->src.nlaunches; i++) ntmaps += d->src.launches[i].ntmaps;
+            if (k == 2 && fc_cuda_attention_hopper(90) && fc_cuda_attention_tma()) CHECK(ntmaps == 3);
             fc_bytes a = {NULL, 0}, b = {NULL, 0};
             CHECK_EQ_INT(fc_program_desc_encode(ctx, d, &a), FC_OK);
             fc_program_desc back;
@@ -673,6 +778,7 @@ static void test_serialization(fc_context *ctx) {
         }
         fc_graph_free(gs[k]);
     }
+    test_tmap_decode(ctx);
     /* The header's checks, with their messages. */
     fc_program_desc x;
     CHECK_EQ_INT(fc_program_desc_decode(ctx, "FCPROGRM\x09\0\0\0\0\0\0\0", 16, &x), FC_ERR_INPUT);
