@@ -18,8 +18,11 @@
  *
  * Kernel parameters, in order: one pointer per group input (gr->inputs
  * order), then the output: exactly what fc_cuda_codegen puts in
- * fc_launch.args. Base pointers must be 16-byte aligned (cudaMalloc and
- * the plan's arena are 256-byte aligned).
+ * fc_launch.args; then, for fc_attn_fa3, one `const __grid_constant__`
+ * tensor map per operand it loads through TMA (q, k, v order), as
+ * fc_launch.tmaps describes them (the runtime encodes them over the run's
+ * pointers). Base pointers must be 16-byte aligned (cudaMalloc and the
+ * plan's arena are 256-byte aligned; for tensor maps the runtime checks).
  *
  * Launch: 1-D grid. fc_attn_tc and fc_attn_rows use static shared memory
  * only (at most 40 KB): l->smem is 0. The Hopper kernel (fc_attn_fa3, where
