@@ -1052,7 +1052,7 @@ static bool tma_of(const layout *L, const fc_value *o, int nb, int64_t rows, int
                    tma_plan *tp) {
     const int64_t es = 2, lim = (int64_t)1 << 40;
     memset(tp, 0, sizeof *tp);
-    if ((t != FC_BF16 && t != FC_F16) || L->col != 1 || L->row <= 0 || (L->row * es) % 16 || L->row * es >= lim ||
+    if ((t != FC_BF16 && t != FC_F16) || L->col != 1 || L->offset < 0 || L->row <= 0 || L->row >= lim / es || (L->row * es) % 16 ||
         (L->offset * es) % 16 || n < 1 || rows < 1 || rows > INT_MAX || n > INT_MAX)
         return false;
     fc_tmap *m = &tp->map;
@@ -1072,8 +1072,8 @@ static bool tma_of(const layout *L, const fc_value *o, int nb, int64_t rows, int
     for (int b = nb - 1; b >= 0; b--) {
         const int64_t d = o->dims[b], st = L->batch[b];
         if (d == 1 || st == 0) continue; /* coordinate 0 / a broadcast: not in the map */
-        if (st < 0 || (st * es) % 16 || st * es >= lim) return false;
-        if (size && st == stride * size && size <= INT_MAX / d) {
+        if (st < 0 || st >= lim / es || (st * es) % 16 || d > INT_MAX) return false; /* coordinates are 32-bit */
+        if (size && st % stride == 0 && st / stride == size && size <= INT_MAX / d) {
             size *= d;
             m->dims[m->rank - 1] = size;
             tp->members[m->rank - 3] |= 1u << b;
@@ -1321,9 +1321,13 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     l->ntmaps = 0;
     for (int i = 0; i < 3 && !empty; i++)
         if (tma[i]) l->tmaps[l->ntmaps++] = tp[i].map;
-    snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld", fa3 ? "flash wgmma" : mma ? "flash mma" : "flash rows",
+    /* The plan line says which operands the copy engine loads (--emit=plan). */
+    char tmas[16] = "";
+    if (l->ntmaps)
+        snprintf(tmas, sizeof tmas, ", TMA%s%s%s", tma[0] ? " q" : "", tma[1] ? " k" : "", tma[2] ? " v" : "");
+    snprintf(l->summary, sizeof l->summary, "attention: %s %s%s%s, %lld x %lld x %lld x %lld%s", fa3 ? "flash wgmma" : mma ? "flash mma" : "flash rows",
              fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind ? ", mask" : "", (long long)NB, (long long)Sq,
-             (long long)Sk, (long long)D);
+             (long long)Sk, (long long)D, tmas);
     *source = s.buf;
     return FC_OK;
 }
