@@ -18,6 +18,7 @@
  * program's bit for bit (the same kernels on the same inputs).
  */
 #include "check.h"
+#include "codegen/cuda/attention.h"
 #include "runtime/aot.h"
 #include "runtime/cuda.h"
 #include "runtime/interp.h"
@@ -50,6 +51,16 @@ static fc_graph *g_model(fc_context *ctx, bool bf16) {
     fc_value *x = fc_param(g, "x", dt, 2, d), *bias = fc_param(g, "bias", dt, 1, b);
     fc_value *outs[2] = {fc_softmax(g, x, -1), fc_gelu(g, fc_add(g, x, bias))};
     fc_graph_return(g, 2, outs);
+    return g;
+}
+
+/* Causal attention, bf16, D=128: for sm 90 its kernel is fc_attn_fa3 with
+ * tensor maps (fc_launch.tmaps), which the file must carry. */
+static fc_graph *g_attention(fc_context *ctx) {
+    static const char ir[] = "graph attention(%q: bf16[2, 3, 200, 128], %k: bf16[2, 3, 200, 128], %v: bf16[2, 3, 200, 128]) {\n"
+                             "  %o = attention(%q, %k, %v, causal=true)\n  return %o\n}\n";
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, "attention.ir", ir, strlen(ir), NULL, NULL, 0, &g), FC_OK);
     return g;
 }
 
@@ -135,13 +146,12 @@ static void check_same_program(fc_program *a, fc_program *b) {
 
 /* ---- save and load ------------------------------------------------------------------ */
 
-static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
-    fc_graph *g = g_model(ctx, bf16);
+static void test_round_trip(fc_context *ctx, fc_graph *g, bool gpu) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
     fc_program *jit = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &jit), FC_OK);
+    CHECK(g && fc_compile(g, &o, &jit) == FC_OK);
     if (!jit) {
         fc_graph_free(g);
         return;
@@ -162,11 +172,15 @@ static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
     CHECK(file && n > 64 && memcmp(file, "\x7f" "ELF", 4) == 0);
     CHECK(file && file[4] == 2 && file[5] == 1 && file[18] == 190 && file[19] == 0); /* ELF64, LE, EM_CUDA */
     /* Every kernel is in it, and the program's symbol. */
+    int ntmaps = 0;
     for (int i = 0; file && i < fc_program_num_launches(jit); i++) {
         const fc_launch *l = fc_program_launch(jit, i);
         if (l->kind == FC_LAUNCH_KERNEL) CHECK(has_string(file, n, l->name));
+        ntmaps += l->ntmaps;
     }
     CHECK(file && has_string(file, n, FC_AOT_SYMBOL));
+    if (!strcmp(fc_graph_name(g), "attention") && fc_cuda_attention_hopper(90) && fc_cuda_attention_tma())
+        CHECK_EQ_INT(ntmaps, 3);
 
     /* Load: no NVRTC, no passes; the same program; the cubin is the file. */
     uint64_t n0 = nvrtc_count();
@@ -177,10 +191,22 @@ static void test_round_trip(fc_context *ctx, bool bf16, bool gpu) {
     if (st != FC_OK) fprintf(stderr, "load: %s\n", fc_last_error(ctx));
     CHECK_EQ_INT(st, FC_OK);
     CHECK_EQ_INT(nvrtc_count(), n0);
-    printf("%s: saved %zu bytes in %.1f ms (one NVRTC compile), loaded in %.3f ms\n", fc_graph_name(g), n, save_ms,
-           load_ms);
+    printf("%s: saved %zu bytes in %.1f ms (one NVRTC compile), loaded in %.3f ms; %d tensor maps\n", fc_graph_name(g), n,
+           save_ms, load_ms, ntmaps);
     if (aot) {
         check_same_program(jit, aot);
+        /* The tensor maps too, field by field. */
+        for (int i = 0; i < fc_program_num_launches(jit); i++) {
+            const fc_launch *a = fc_program_launch(jit, i), *b = fc_program_launch(aot, i);
+            CHECK_EQ_INT(b->ntmaps, a->ntmaps);
+            for (int t = 0; t < a->ntmaps && t < b->ntmaps; t++) {
+                const fc_tmap *x = &a->tmaps[t], *y = &b->tmaps[t];
+                CHECK(x->arg == y->arg && x->offset == y->offset && x->dtype == y->dtype && x->rank == y->rank &&
+                      x->swizzle128 == y->swizzle128);
+                for (int d = 0; d < x->rank && d < FC_TMAP_MAX_RANK; d++)
+                    CHECK(x->dims[d] == y->dims[d] && x->box[d] == y->box[d] && (d == 0 || x->strides[d - 1] == y->strides[d - 1]));
+            }
+        }
         const fc_bytes *c = fc_program_cubin(aot);
         CHECK(file && c->size == n && memcmp(c->data, file, n) == 0);
         fc_compile_times t;
@@ -439,8 +465,10 @@ int main(void) {
     fc_context *ctx = fc_context_new();
     bool gpu = fc_cuda_available(NULL);
     test_arch();
-    test_round_trip(ctx, false, gpu);
-    test_round_trip(ctx, true, gpu);
+    test_round_trip(ctx, g_model(ctx, false), gpu);
+    test_round_trip(ctx, g_model(ctx, true), gpu);
+    /* Attention for sm 90: fc_attn_fa3, its tensor maps in the file. */
+    test_round_trip(ctx, g_attention(ctx), gpu);
     test_refused(ctx);
     if (!gpu) printf("test_aot: GPU part skipped (no CUDA device)\n");
     fc_cache_global_close();
