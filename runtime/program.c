@@ -1503,7 +1503,10 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
  * ready (ensure_device) and every library call is a GEMM
  * (check_supported). */
 static fc_status enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
-    fc_status st = enqueue_graph(p, inputs, outputs, s);
+    fc_replay_env e = env_of(p);
+    fc_status st = fc_launch_check_pointers(&e, inputs, outputs);
+    if (st != FC_OK) return st;
+    st = enqueue_graph(p, inputs, outputs, s);
     if (st == FC_ERR_UNSUPPORTED) st = enqueue_eager(p, inputs, outputs, s);
     if (st != FC_OK) return st;
     /* Results no kernel wrote in place: a parameter (or a view of one)

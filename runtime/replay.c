@@ -70,19 +70,39 @@ void fc_launch_params_free(fc_context *ctx, fc_launch_params *p) {
     memset(p, 0, sizeof *p);
 }
 
-fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, CUdeviceptr p, CUtensorMap *out) {
+/* The address tensor map t of launch l starts at, for argument pointer p;
+ * FC_ERR_INPUT if the copy engine cannot take it. The shape was checked
+ * when the description was made (codegen, or the decode of a cached one);
+ * the pointer is this run's, so its alignment is checked here: a caller's
+ * buffer at an odd address is an error, not a fault. */
+static fc_status tmap_address(fc_context *ctx, const fc_launch *l, int t, CUdeviceptr p, CUdeviceptr *addr) {
     const fc_tmap *m = &l->tmaps[t];
-    const int64_t es = (int64_t)fc_dtype_size(m->dtype);
-    const CUdeviceptr addr = p + (CUdeviceptr)(m->offset * es);
-    /* The shape was checked when the description was made (codegen, or the
-     * decode of a cached one); the pointer is this run's, so its alignment
-     * is checked here: a caller's buffer at an odd address is an error, not
-     * a fault. */
-    if (addr % 16)
-        return fc_set_error(dev->ctx, FC_ERR_INPUT,
+    *addr = p + (CUdeviceptr)(m->offset * (int64_t)fc_dtype_size(m->dtype));
+    if (*addr % 16)
+        return fc_set_error(ctx, FC_ERR_INPUT,
                             "kernel %s: argument %d (at 0x%llx, + %lld elements) is not 16-byte aligned; its tensor "
                             "map (TMA) needs that: pass buffers aligned as cudaMalloc's",
                             l->name, m->arg, (unsigned long long)p, (long long)m->offset);
+    return FC_OK;
+}
+
+fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, void *const *outputs) {
+    for (int i = 0; i < e->d->src.nlaunches; i++) {
+        const fc_launch *l = &e->d->src.launches[i];
+        for (int t = 0; l->kind == FC_LAUNCH_KERNEL && t < l->ntmaps; t++) {
+            CUdeviceptr addr;
+            fc_status st = tmap_address(e->ctx, l, t, value_ptr(e, l->args[l->tmaps[t].arg], inputs, outputs), &addr);
+            if (st != FC_OK) return st;
+        }
+    }
+    return FC_OK;
+}
+
+fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, CUdeviceptr p, CUtensorMap *out) {
+    const fc_tmap *m = &l->tmaps[t];
+    CUdeviceptr addr;
+    fc_status st = tmap_address(dev->ctx, l, t, p, &addr);
+    if (st != FC_OK) return st;
     cuuint64_t dims[FC_TMAP_MAX_RANK], strides[FC_TMAP_MAX_RANK];
     cuuint32_t box[FC_TMAP_MAX_RANK];
     for (int d = 0; d < m->rank; d++) {

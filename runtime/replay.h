@@ -70,6 +70,12 @@ void fc_launch_params_free(fc_context *ctx, fc_launch_params *p); /* zeroed ok *
  * driver refuses the map. fc_launch_args' encoder, for tests that launch
  * a kernel by hand too. */
 fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, CUdeviceptr p, CUtensorMap *out);
+/* Whether every tensor map of e's launches can take this run's pointers
+ * (FC_ERR_INPUT naming the kernel and argument if not). A run checks this
+ * before it launches or patches anything, so that a caller's misaligned
+ * buffer is refused as an input error and leaves the program's graph as it
+ * was, rather than failing half-way through patching it. */
+fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, void *const *outputs);
 
 /*
  * Launch i's parameters into pa: the pointers, then the symbol values, then
