@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# run-issues.sh - the closing run for issues 7 and 8 on the GPU machine, in
+# one call: build, every test, then each issue's benchmarks beside PyTorch in
+# the same run, and a short table last.
+#
+#   bash scripts/prepare-gpu-carry.sh     # here, once: .deps/xxhash/xxhash.h
+#   device run, carry [".deps"]:  bash bench/run-issues.sh
+#
+# Steps, each under its own timeout (a failing step never stops the later
+# ones); logs under $OUT:
+#   build.log   cmake (Release, no LLVM) + ninja
+#   ctest.log   every test, GPU ones included
+#   dyn.log     bench/dynamic_bench.c: gpt2 (B=1, T=64), gpt2_8x1024, mlp8,
+#               replay20, sweep (T = 1..1024; sweep.csv per T)
+#   torch.log   bench/graphs_torch.py: eager and reduce-overhead (gpt2 B=1
+#               T=64, mlp8), then the B=8 T=1024 block with the default mode
+#   attn.log    FUSEC_ATTN_BENCH=1 test_attention (the kernels alone) and
+#               bench/attention_bench.py (SDPA, and fusec's whole pipeline)
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn torch attn").
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=/tmp/fusec-issues-cache
+STEPS=${ISSUES_STEPS:-"build ctest dyn torch attn"}
+on() { [[ " $STEPS " == *" $1 "* ]]; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
+if on build; then
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF \
+        -DFUSEC_XXHASH_DIR="$ROOT/.deps/xxhash" >"$OUT/build.log" 2>&1 &&
+        ninja -C build >>"$OUT/build.log" 2>&1
+    echo "build: rc=$?"
+fi
+if on ctest; then
+    (cd build && timeout 240 ctest -j3 --output-on-failure) >"$OUT/ctest.log" 2>&1
+    echo "ctest: rc=$?"
+fi
+if on dyn; then
+    SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench gpt2 gpt2_8x1024 mlp8 replay20 sweep >"$OUT/dyn.log" 2>&1
+    echo "dynamic_bench: rc=$?"
+fi
+if on torch; then
+    {
+        timeout 150 python3 bench/graphs_torch.py --workloads gpt2,mlp8 --modes eager,reduce-overhead \
+            --json "$OUT/torch_small.json"
+        timeout 90 python3 bench/graphs_torch.py --workloads gpt2 --B 8 --T 1024 --modes default --iters 200 \
+            --json "$OUT/torch_8x1024.json"
+    } >"$OUT/torch.log" 2>&1
+    echo "graphs_torch: rc=$?"
+fi
+if on attn; then
+    {
+        FUSEC_ATTN_BENCH=1 FUSEC_ATTN_BENCH_ONLY=1 timeout 120 build/tests/test_attention | grep -E "^bench"
+        timeout 150 python3 bench/attention_bench.py --fusec build/fusec --reps 30 --json "$OUT/attn.json"
+    } >"$OUT/attn.log" 2>&1
+    echo "attention: rc=$?"
+fi
+
+echo "=== tests"
+grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
+echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
+grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
+echo "=== issue 8"
+tail -25 "$OUT/attn.log" 2>/dev/null | cut -c1-200
