@@ -470,7 +470,9 @@ static void bench_sweep(void) {
 }
 
 /* One bf16 GEMM as a dynamic program's variant: cuBLASLt beside the
- * generated kernel (codegen/cuda/gemm.c), the same buffers. */
+ * generated kernel (codegen/cuda/gemm.c), the same inputs, each its own
+ * result, compared (rel_err). FUSEC_VGEMM_CFG picks the generated
+ * kernels' tile configuration (docs/GEMM.md). */
 static void bench_vgemm(void) {
     static const int64_t nk[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
     static const int64_t ms[] = {1, 16, 64, 256, 1024, 4096, 8192};
@@ -496,11 +498,17 @@ static void bench_vgemm(void) {
         x.data = random_buffer(&x, 1.0);
         w.data = random_buffer(&w, 0.02);
         y.data = random_buffer(&y, 0);
+        fc_tensor y2 = y;
+        y2.data = random_buffer(&y2, 0);
+        size_t ybytes = (size_t)(mmax * N) * 2;
+        uint16_t *h[2] = {malloc(ybytes), malloc(ybytes)};
+        if (!h[0] || !h[1]) DIE("out of memory");
         for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
             double us[2];
             fc_tensor in[2] = {x, w}, out = y;
             in[0].shape[0] = out.shape[0] = ms[i];
             for (int v = 0; v < 2; v++) {
+                out.data = v ? y2.data : y.data; /* each path its own result, compared below */
                 for (int r = 0; r < 5; r++)
                     if (fc_run_shaped(p[v], in, 2, &out, 1, dev->stream) != FC_OK) DIE("vgemm run");
                 fc_cuda_stream_sync(dev, NULL);
@@ -510,14 +518,29 @@ static void bench_vgemm(void) {
                 fc_cuda_stream_sync(dev, NULL);
                 us[v] = (now_us() - t0) / iters;
             }
+            /* The generated result against cuBLASLt's: ||gen - lt|| / ||lt|| (both bf16). */
+            size_t nb = (size_t)(ms[i] * N) * 2;
+            if (fc_cuda_download(dev, h[0], (CUdeviceptr)(uintptr_t)y.data, nb) != FC_OK ||
+                fc_cuda_download(dev, h[1], (CUdeviceptr)(uintptr_t)y2.data, nb) != FC_OK)
+                DIE("vgemm download");
+            double num = 0, den = 0;
+            for (size_t e = 0; e < nb / 2; e++) {
+                double a = fc_bf16_to_f32(h[1][e]), b = fc_bf16_to_f32(h[0][e]);
+                num += (a - b) * (a - b);
+                den += b * b;
+            }
             printf("RESULT fusec vgemm N=%lld K=%lld M=%lld cublaslt_us=%.2f generated_us=%.2f generated_over_cublaslt=%.2f "
-                   "generated_tflops=%.1f\n",
+                   "generated_tflops=%.1f cublaslt_tflops=%.1f rel_err=%.2e\n",
                    (long long)N, (long long)K, (long long)ms[i], us[0], us[1], us[1] / us[0],
-                   2.0 * (double)ms[i] * (double)N * (double)K / (us[1] * 1e-6) * 1e-12);
+                   2.0 * (double)ms[i] * (double)N * (double)K / (us[1] * 1e-6) * 1e-12,
+                   2.0 * (double)ms[i] * (double)N * (double)K / (us[0] * 1e-6) * 1e-12, den > 0 ? sqrt(num / den) : num);
         }
         fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)x.data);
         fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)w.data);
         fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)y.data);
+        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)y2.data);
+        free(h[0]);
+        free(h[1]);
         fc_program_free(p[0]);
         fc_program_free(p[1]);
         fc_graph_free(g);

@@ -720,6 +720,40 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
          "  %wt = permute(%w, perm=[1, 0])\n  %h = matmul(%x, %wt)\n  %a = add(%h, %r)\n  %y = relu(%a)\n"
          "  return %y\n}\n",
          {{1, 0}, {31, 0}, {129, 0}, {5, 0}}},
+        /* Split-K (64 x 64 tiles, fewer than SMs): K 1000 is not a
+         * multiple of the 64-deep k tile nor of the split; M 1 to 65. */
+        {"bf16 x W + b, K 1000, split-K",
+         "graph g10(%x: bf16[N, 1000], %w: bf16[1000, 200], %g_b: bf16[200]) {\n"
+         "  %h = matmul(%x, %w)\n  %y = add(%h, %g_b)\n  return %y\n}\n",
+         {{1, 0}, {5, 0}, {64, 0}, {65, 0}}},
+        /* Every epilogue at once, N odd (element-wise pairs), split-K at M 1 and 3. */
+        {"f16 gelu(0.5 x W + r + b), N 333, split-K",
+         "graph g11(%x: f16[N, 512], %w: f16[512, 333], %r: f16[N, 333], %g_b: f16[333]) {\n"
+         "  %h = matmul(%x, %w)\n  %s = mul(%h, 0.5)\n  %a = add(%s, %r)\n  %b = add(%a, %g_b)\n"
+         "  %y = gelu_tanh(%b)\n  return %y\n}\n",
+         {{1, 0}, {3, 0}, {64, 0}, {200, 0}}},
+        /* A batch of GEMMs, each split along K (the splits of each batch
+         * element's tile meet at their own counter). */
+        {"bf16 batched [B, T, 256] x [B, 256, 40], split-K",
+         "graph g12(%a: bf16[B, T, 256], %w: bf16[B, 256, 40]) {\n  %y = matmul(%a, %w)\n  return %y\n}\n",
+         {{1, 1}, {3, 1}, {2, 50}, {4, 7}}},
+        /* Siblings with split-K: each split reads the weight holding its columns. */
+        {"bf16 siblings x W1 + b1, x W2 + b2, K 320, split-K",
+         "graph g13(%x: bf16[N, 320], %w1: bf16[320, 80], %w2: bf16[320, 36], %g_b1: bf16[80], %g_b2: bf16[36]) {\n"
+         "  %h1 = matmul(%x, %w1)\n  %y1 = add(%h1, %g_b1)\n"
+         "  %h2 = matmul(%x, %w2)\n  %y2 = add(%h2, %g_b2)\n  return %y1, %y2\n}\n",
+         {{1, 0}, {2, 0}, {16, 0}, {70, 0}}},
+        /* 128 x 128 tiles at M 2100 and 2500 (64 x 64 ones, unsplit, at
+         * 300): edges in M, N and K (K 200 is not a multiple of the k
+         * tile), bias, residual, relu. */
+        {"bf16 relu(x W + r + b), N 1096, K 200, 128 x 128 tiles",
+         "graph g14(%x: bf16[N, 200], %w: bf16[200, 1096], %r: bf16[N, 1096], %g_b: bf16[1096]) {\n"
+         "  %h = matmul(%x, %w)\n  %a = add(%h, %r)\n  %b = add(%a, %g_b)\n  %y = relu(%b)\n  return %y\n}\n",
+         {{2100, 0}, {1, 0}, {300, 0}, {2500, 0}}},
+        {"f16 x W^T, N 1001 (odd), 128 x 128 tiles at M 4000, split-K at 129",
+         "graph g15(%x: f16[N, 200], %w: f16[1001, 200]) {\n"
+         "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+         {{4000, 0}, {7, 0}, {129, 0}, {1, 0}}},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         fc_graph *g = parse(ctx, cases[c].text);

@@ -28,10 +28,12 @@ static const char templates_src[] =
 #include "gemm.cuh.inc"
     ;
 
-/* Must match gemm.cuh.inc: FC_GM_THREADS, FC_GM_GRID_N, FC_GM_GRID_M and
- * the tile shapes fc_gm_run picks from. */
-enum { GM_THREADS = 256, GM_GRID_N = 64, GM_GRID_M = 32, GM_GRID_YZ_MAX = 65535 };
-static const int tc_shapes[3][4] = {{128, 64, 32, 4}, {64, 64, 32, 4}, {32, 64, 64, 4}}; /* BM, BN, BK, stages */
+/* Must match gemm.cuh.inc: FC_GM_THREADS, FC_GM_BLOCKS (the persistent
+ * grid: one block per SM of an H100/H200 SXM) and the tile shapes
+ * fc_gm_tc_run picks from: the large one per FC_GM_CFG, then the small. */
+enum { GM_THREADS = 256, GM_BLOCKS = 132 };
+static const int tc_large[4][4] = {{128, 128, 64, 4}, {128, 128, 32, 4}, {128, 256, 32, 4}, {128, 128, 64, 6}}; /* BM, BN, BK, stages */
+static const int tc_small[4][4] = {{64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 8}};
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
 bool fc_cuda_variant_gemm_kernels(void) {
@@ -190,16 +192,27 @@ static void param_of(const fc_group *gr, const fc_value *v, char *out, size_t n)
 
 static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" : a == FC_GEMM_ACT_GELU_TANH ? "2" : "0"; }
 
-/* Dynamic shared memory of the largest tile shape fc_gm_run may pick. */
+/* The tile configuration (FC_GM_CFG in gemm.cuh.inc, which lists them): 0
+ * unless FUSEC_VGEMM_CFG names another (1, 2 or 3), for measuring them side
+ * by side; it is in the source, so in the kernel-cache key. */
+static int gemm_cfg(void) {
+    const char *e = getenv("FUSEC_VGEMM_CFG");
+    return e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
+}
+
+/* Dynamic shared memory of the largest tile shape fc_gm_run may pick: its
+ * cp.async stages, or its C tile in f32, which reuses them. */
 static unsigned smem_bytes(const vplan *p) {
     size_t es = fc_dtype_size(p->gi.a->dtype);
     if (es != 2) return (unsigned)((size_t)(simt_bm_max * simt_bk + simt_bk * simt_bn) * es);
     unsigned best = 0;
-    for (int i = 0; i < 3; i++) {
-        int bm = tc_shapes[i][0], bn = tc_shapes[i][1], bk = tc_shapes[i][2], st = tc_shapes[i][3];
+    for (int i = 0; i < 2; i++) {
+        const int *t = i ? tc_small[gemm_cfg()] : tc_large[gemm_cfg()];
+        int bm = t[0], bn = t[1], bk = t[2], st = t[3];
         int a = p->gi.trans_a ? bk * (bm + 8) : bm * (bk + 8), w = p->gi.trans_b ? bn * (bk + 8) : bk * (bn + 8);
-        unsigned b = (unsigned)(2 * st * (a + w));
+        unsigned b = (unsigned)(2 * st * (a + w)), c = (unsigned)(4 * bm * (bn + 8)); /* the stages, then C in f32 */
         if (b > best) best = b;
+        if (c > best) best = c;
     }
     return best;
 }
@@ -224,11 +237,11 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     const fc_gemm_info *gi = &p.gi;
     int nw = gi->nweights, nsyms = g->nsyms;
     if (!*templates) {
-        fc_strbuf_printf(s, "%s\n", templates_src);
+        fc_strbuf_printf(s, "#define FC_GM_CFG %d\n%s\n", gemm_cfg(), templates_src);
         *templates = true;
     }
     const char *tin = fc_cuda_storage_type(gi->a->dtype), *tout = fc_cuda_storage_type(gi->out);
-    fc_strbuf_printf(s, "// group %d: %s\nextern \"C\" __global__ void __launch_bounds__(%d, 2) %s(", gr->id, l->summary,
+    fc_strbuf_printf(s, "// group %d: %s\nextern \"C\" __global__ void __launch_bounds__(%d, 1) %s(", gr->id, l->summary,
                      GM_THREADS, name);
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(s, "%sconst %s *a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
@@ -259,13 +272,11 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     char m[EX], n[EX], k[EX];
     fc_strbuf_printf(s, "  p.M = %s; p.N = %s; p.K = %s;\n", fc_cuda_mono_text(&p.M, m, sizeof m),
                      fc_cuda_mono_text(&p.N, n, sizeof n), fc_cuda_mono_text(&p.K, k, sizeof k));
-    fc_mono z = fc_mono_one();
     for (int d = 0; d < p.nb; d++) {
         char t[4][EX];
         fc_strbuf_printf(s, "  p.bsize[%d] = %s; p.bsa[%d] = %s; p.bsw[%d] = %s; p.bsy[%d] = %s;\n", d,
                          fc_cuda_mono_text(&p.size[d], t[0], EX), d, fc_cuda_mono_text(&p.sa[d], t[1], EX), d,
                          fc_cuda_mono_text(&p.sw[d], t[2], EX), d, fc_cuda_mono_text(&p.sy[d], t[3], EX));
-        z = mono_mul(z, &p.size[d]);
     }
     /* alpha is an f32 scale, as cuBLASLt's for these types. */
     fc_strbuf_printf(s, "  p.alpha = (float)%.9g;\n  fc_gm_run<%s, %s, %s, %s, %s, %s, %s, %s, %d, %d>(p);\n}\n\n", (double)(float)gi->alpha,
@@ -278,8 +289,11 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     l->block[0] = GM_THREADS;
     l->block[1] = l->block[2] = 1;
     l->smem = smem_bytes(&p);
-    set_grid(l, 0, p.N, GM_GRID_N, (int64_t)INT32_MAX, nsyms);
-    set_grid(l, 1, p.M, GM_GRID_M, GM_GRID_YZ_MAX, nsyms);
-    set_grid(l, 2, z, 1, GM_GRID_YZ_MAX, nsyms);
+    /* The persistent grid: the same for every shape. */
+    fc_mono blocks = fc_mono_one();
+    blocks.c = GM_BLOCKS;
+    set_grid(l, 0, blocks, 1, GM_BLOCKS, nsyms);
+    set_grid(l, 1, fc_mono_one(), 1, 1, nsyms);
+    set_grid(l, 2, fc_mono_one(), 1, 1, nsyms);
     return FC_OK;
 }
