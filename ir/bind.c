@@ -33,16 +33,23 @@ static fc_value *copy_value(fc_graph *c, fc_value **map, fc_value *v, const int6
     return w;
 }
 
+fc_status fc_graph_check_bind_values(const fc_graph *g, const int64_t *vals, int nvals) {
+    if (g->status) return fc_set_error(g->ctx, g->status, "bind: the graph has an error");
+    if (nvals != g->nsyms)
+        return fc_set_error(g->ctx, FC_ERR_INPUT, "bind: graph %s has %d symbols, %d values given", g->name, g->nsyms,
+                            nvals);
+    for (int i = 0; i < nvals; i++)
+        if (vals[i] < 1)
+            return fc_set_error(g->ctx, FC_ERR_INPUT, "bind: symbol %s = %lld: a size must be at least 1", g->syms[i],
+                                (long long)vals[i]);
+    return FC_OK;
+}
+
 fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_graph **out) {
     *out = NULL;
     fc_context *ctx = g->ctx;
-    if (g->status) return fc_set_error(ctx, g->status, "bind: the graph has an error");
-    if (nvals != g->nsyms)
-        return fc_set_error(ctx, FC_ERR_INPUT, "bind: graph %s has %d symbols, %d values given", g->name, g->nsyms, nvals);
-    for (int i = 0; i < nvals; i++)
-        if (vals[i] < 1)
-            return fc_set_error(ctx, FC_ERR_INPUT, "bind: symbol %s = %lld: a size must be at least 1", g->syms[i],
-                                (long long)vals[i]);
+    fc_status st = fc_graph_check_bind_values(g, vals, nvals);
+    if (st != FC_OK) return st;
     fc_graph *c = fc_graph_new(ctx, g->name);
     fc_value **map = calloc((size_t)g->next_value_id + 1, sizeof *map);
     if (!c || !map) goto oom;

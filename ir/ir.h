@@ -329,6 +329,9 @@ int64_t fc_mono_eval(const fc_mono *m, const int64_t *syms, int nsyms);
  * invalid gives FC_ERR_INPUT with the reason on the context. Values must be
  * >= 1. The copy has no symbols. */
 fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_graph **out);
+/* The checks fc_graph_bind_copy makes of the values themselves: one per
+ * symbol, each at least 1 (FC_ERR_INPUT naming the symbol if not). */
+fc_status fc_graph_check_bind_values(const fc_graph *g, const int64_t *vals, int nvals);
 
 /* Create a parameter value. */
 fc_value *fc_build_param(fc_graph *g, const char *name, size_t name_len, fc_dtype dt, int rank,

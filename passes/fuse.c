@@ -46,6 +46,16 @@ int64_t fc_value_bytes(const fc_value *v) {
     return n * (int64_t)fc_dtype_size(v->dtype);
 }
 
+int64_t fc_value_bytes_at(const fc_value *v, const int64_t *sym_values) {
+    int64_t n = (int64_t)fc_dtype_size(v->dtype);
+    for (int i = 0; i < v->rank; i++) {
+        int64_t d = sym_values ? fc_dim_value(v->dims[i], sym_values) : v->dims[i];
+        if (d < 0 || (d > 0 && n > INT64_MAX / d)) return -1;
+        n *= d;
+    }
+    return n;
+}
+
 static bool is_expensive(fc_op op) {
     switch (op) {
     case FC_OP_EXP: case FC_OP_LOG: case FC_OP_SIN: case FC_OP_COS: case FC_OP_TANH: case FC_OP_SIGMOID:

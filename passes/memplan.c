@@ -243,7 +243,10 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
     }
     for (int id = 0; id < nv; id++) {
         if (!val[id] || val[id]->weak) continue;
-        int64_t b = fc_value_bytes(val[id]);
+        int64_t b = plan->sized ? fc_value_bytes_at(val[id], plan->sym_values) : fc_value_bytes(val[id]);
+        if (b < 0 && plan->sized)
+            return fc_set_error(m->ctx, FC_ERR_INPUT, "bind: a value of graph %s is too large (its size overflows 64 bits)",
+                                plan->g->name);
         FC_ASSERT(b >= 0);
         int r = root[id];
         if (b > m->bytes[r]) m->bytes[r] = b;

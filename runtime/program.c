@@ -111,8 +111,9 @@ struct fc_program {
      * (ids from next_instance_id) and the arena of generation shared_gen.
      * shared_graph: the variant is all kernels and $FUSEC_SHARED_GRAPH is
      * not 0; shared_off: it failed once. Otherwise instances build graphs
-     * of their own. */
-    bool shared_graph;
+     * of their own. kernels_only: no library launch, so an instance needs
+     * no bound graph (fc_plan_bind_sizes). */
+    bool kernels_only, shared_graph;
     fc_replay *shared_replay;
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
@@ -258,12 +259,17 @@ static void set_target(fc_program_desc *d, const fc_compile_options *o) {
     d->tf32 = o->allow_tf32;
 }
 
+/* The symbol values a plan's (symbolic) dims take: those of a plan from
+ * fc_plan_bind_sizes, whose graph is the variant's; NULL for a plan whose
+ * graph has its sizes. */
+static const int64_t *plan_sizes(const fc_plan *plan) { return plan->sized ? plan->sym_values : NULL; }
+
 /* Where value id lives (the table at the top of the file). */
 static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
     fc_store s = {FC_STORE_NONE, 0, 0};
     const fc_value *v = c->val[id];
     if (!v) return s;
-    s.bytes = fc_value_bytes(v);
+    s.bytes = fc_value_bytes_at(v, plan_sizes(plan));
     const fc_value *r = c->val[c->root[id]];
     if (r->param_index >= 0) {
         s.kind = FC_STORE_INPUT;
@@ -278,10 +284,11 @@ static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) 
     return s;
 }
 
-static void set_tensor_type(fc_program_tensor *t, const fc_value *v) {
+/* v's type, its symbolic dims given by sizes (NULL: kept as they are). */
+static void set_tensor_type(fc_program_tensor *t, const fc_value *v, const int64_t *sizes) {
     t->dtype = v->dtype;
     t->rank = v->rank;
-    for (int d = 0; d < v->rank; d++) t->dims[d] = v->dims[d];
+    for (int d = 0; d < v->rank; d++) t->dims[d] = sizes ? fc_dim_value(v->dims[d], sizes) : v->dims[d];
     t->value = v->id;
 }
 
@@ -321,7 +328,7 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
 
     for (int i = 0; i < g->nparams; i++) {
         fc_program_tensor *t = &d->params[i];
-        set_tensor_type(t, g->params[i]);
+        set_tensor_type(t, g->params[i], plan_sizes(plan));
         d->nparams = i + 1; /* so that release frees the names made so far */
         if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
@@ -329,12 +336,12 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
         fc_program_tensor *t = &d->outputs[k];
         const fc_value *v = g->outputs[k];
         const fc_value *r = c->val[c->root[v->id]];
-        set_tensor_type(t, v);
+        set_tensor_type(t, v, plan_sizes(plan));
+        const int64_t bytes = fc_value_bytes_at(v, plan_sizes(plan));
         /* Written in place unless a parameter (or a view of one) is
          * returned, or the class's result slot is another output. */
-        if (r->param_index >= 0) t->copy_from = (fc_store){FC_STORE_INPUT, r->param_index, fc_value_bytes(v)};
-        else if (c->result_slot[r->id] != k)
-            t->copy_from = (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], fc_value_bytes(v)};
+        if (r->param_index >= 0) t->copy_from = (fc_store){FC_STORE_INPUT, r->param_index, bytes};
+        else if (c->result_slot[r->id] != k) t->copy_from = (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], bytes};
         else t->copy_from = (fc_store){FC_STORE_NONE, 0, 0};
     }
     d->noutputs = g->noutputs;
@@ -628,11 +635,11 @@ static fc_status variant_signature(fc_program *p) {
     memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
     memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
     for (int i = 0; i < g->nparams; i++) {
-        set_tensor_type(&d->params[i], g->params[i]);
+        set_tensor_type(&d->params[i], g->params[i], NULL);
         d->nparams = i + 1;
         if (!(d->params[i].name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
-    for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k]);
+    for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k], NULL);
     d->noutputs = g->noutputs;
     return FC_OK;
 }
@@ -681,7 +688,8 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
     p->times.compile_ms = fc_now_ms() - t0;
     const char *shared = getenv("FUSEC_SHARED_GRAPH");
-    p->shared_graph = fc_replay_kernels_only(d) && !(shared && !strcmp(shared, "0"));
+    p->kernels_only = fc_replay_kernels_only(d);
+    p->shared_graph = p->kernels_only && !(shared && !strcmp(shared, "0"));
     *out = p;
     return FC_OK;
 }
@@ -698,8 +706,14 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     p->d.tf32 = v->d.tf32;
     p->variant = v;
     p->instance_id = ++v->next_instance_id;
-    fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
+    /* Kernels only: the kernels are generated, so the shape needs only its
+     * memory plan and its sizes, not a bound copy of the graph (re-checking
+     * every node is most of fc_plan_bind's time). A cuBLASLt call's
+     * description is made from its bound node. */
+    fc_status st = v->kernels_only ? fc_plan_bind_sizes(&v->plan, syms, nsyms, &p->plan)
+                                   : fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
+        /* The plan's graph: its own bound copy, or the variant's (sized). */
         p->g = p->plan.g;
         p->plan_owns_graph = true;
         p->syms = fc_ctx_malloc(p->ctx, sizeof *p->syms * (size_t)(nsyms + 1));

@@ -20,6 +20,7 @@
 #include "ir/timing.h"
 #include "passes/passes.h"
 #include "runtime/cuda.h"
+#include "runtime/program.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +130,33 @@ static void check_bound(fc_context *ctx, const example *ex, const fc_plan *dyn, 
         }
     CHECK(mem_ok);
 
+    /* The memory plan alone (fc_plan_bind_sizes, what a variant of kernels
+     * only binds per shape) is the full binding's, value by value. */
+    fc_plan sz;
+    st = fc_plan_bind_sizes(dyn, vals, dg->nsyms, &sz);
+    CHECK_EQ_INT(st, FC_OK);
+    if (!st) {
+        CHECK(sz.sized && !sz.dynamic && sz.g == dg && sz.groups == dyn->groups && sz.owned_graph == NULL);
+        CHECK_EQ_INT(sz.arena_bytes, bp.arena_bytes);
+        CHECK_EQ_INT(sz.intermediate_bytes, bp.intermediate_bytes);
+        bool same = true;
+        for (int id = 0; id < dg->next_value_id && same; id++) same = sz.offset[id] == bp.offset[id];
+        if (!same) fprintf(stderr, "%s: fc_plan_bind_sizes places values unlike fc_plan_bind\n", ex->file);
+        CHECK(same);
+        /* Sizes evaluated at the values are the bound graph's. */
+        bool bytes_ok = true;
+        for (int i = 0; i < bp.g->nnodes && bytes_ok; i++)
+            for (int k = 0; k < bp.g->nodes[i]->nout && bytes_ok; k++) {
+                const fc_value *bv = bp.g->nodes[i]->out[k];
+                int n = 0;
+                while (n < dg->nnodes && dg->nodes[n]->id != bp.g->nodes[i]->id) n++;
+                if (n < dg->nnodes)
+                    bytes_ok = fc_value_bytes_at(dg->nodes[n]->out[k], vals) == fc_value_bytes(bv);
+            }
+        CHECK(bytes_ok);
+        fc_plan_release(&sz);
+    }
+
     /* The statically specialized graph types the params and results alike. */
     fc_graph *sg = NULL;
     CHECK_EQ_INT(fc_parse_file(ctx, ex->file, ex->graph, binds, dg->nsyms, &sg), FC_OK);
@@ -215,6 +243,15 @@ static void check_bad_bindings(fc_context *ctx, const fc_plan *dyn) {
     CHECK_EQ_INT(fc_plan_bind(dyn, vals, n, &bp), FC_ERR_INPUT);
     CHECK(strstr(fc_last_error(ctx), "too large") != NULL);
     CHECK(bp.g == NULL);
+    /* The same refusals from the memory plan alone. */
+    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n, &bp), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "too large") != NULL);
+    CHECK(bp.g == NULL && bp.offset == NULL);
+    for (int i = 0; i < n; i++) vals[i] = 4;
+    vals[n - 1] = 0;
+    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n, &bp), FC_ERR_INPUT);
+    CHECK(strstr(fc_last_error(ctx), "at least 1") != NULL);
+    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n + 1, &bp), FC_ERR_INPUT);
 }
 
 /* Sizes a binding contradicts: a graph whose reshape only fits when
@@ -247,6 +284,81 @@ static void check_bind_copy(fc_context *ctx) {
     CHECK_EQ_INT(fc_graph_bind_copy(g, vals, 2, &c), FC_ERR_INPUT);
     CHECK(c == NULL);
     CHECK(strstr(fc_last_error(ctx), "do not fit") != NULL);
+    fc_graph_free(g);
+}
+
+/* A dynamic variant's instance (runtime/program.c): for a variant of
+ * kernels only it is made from the memory plan alone (fc_plan_bind_sizes),
+ * and its description must be what binding the whole graph gives: the
+ * parameters' and results' types, every value's storage (arena offsets
+ * and sizes) and every launch's grid, shape by shape. No GPU: an instance
+ * is made on the host, and the variant's kernels compile with NVRTC. */
+static void check_instances(fc_context *ctx, const example *ex) {
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, ex->file, ex->graph, NULL, 0, &g) != FC_OK) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *v = NULL;
+    fc_status st = fc_program_compile_variant(g, &o, &v);
+    if (st) fprintf(stderr, "%s: variant: %s\n", ex->file, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    const fc_plan *dyn = v ? fc_program_plan(v) : NULL;
+    for (size_t si = 0; dyn && si < sizeof shapes / sizeof shapes[0]; si++) {
+        int64_t vals[16];
+        for (int i = 0; i < g->nsyms; i++) vals[i] = sym_value(g->syms[i], &shapes[si]);
+        fc_program *inst = NULL;
+        fc_plan bp;
+        CHECK_EQ_INT(fc_program_instance(v, vals, g->nsyms, &inst), FC_OK);
+        CHECK_EQ_INT(fc_plan_bind(dyn, vals, g->nsyms, &bp), FC_OK);
+        if (!inst || !bp.g) {
+            fc_program_free(inst);
+            fc_plan_release(&bp);
+            continue;
+        }
+        const fc_program_desc *d = fc_program_desc_of(inst);
+        bool kernels_only = true;
+        for (int i = 0; i < d->src.nlaunches; i++) kernels_only &= d->src.launches[i].kind != FC_LAUNCH_LIBRARY;
+        CHECK_EQ_INT(fc_program_plan(inst)->sized, kernels_only);
+        bool ok = d->arena_bytes == bp.arena_bytes && d->nparams == bp.g->nparams && d->noutputs == bp.g->noutputs;
+        for (int i = 0; ok && i < d->nparams; i++) {
+            const fc_value *pv = bp.g->params[i];
+            ok = d->params[i].dtype == pv->dtype && d->params[i].rank == pv->rank &&
+                 !memcmp(d->params[i].dims, pv->dims, sizeof(fc_dim) * (size_t)pv->rank);
+        }
+        for (int k = 0; ok && k < d->noutputs; k++) {
+            const fc_value *ov = bp.g->outputs[k];
+            ok = d->outputs[k].dtype == ov->dtype && d->outputs[k].rank == ov->rank &&
+                 !memcmp(d->outputs[k].dims, ov->dims, sizeof(fc_dim) * (size_t)ov->rank) &&
+                 (d->outputs[k].copy_from.kind == FC_STORE_NONE || d->outputs[k].copy_from.bytes == fc_value_bytes(ov));
+        }
+        for (int id = 0; ok && id < d->nvalues; id++) {
+            const fc_store *sv = &d->store[id];
+            if (sv->kind == FC_STORE_ARENA) ok = sv->index == bp.offset[id];
+            if (ok && sv->kind != FC_STORE_NONE) {
+                /* The value's size as the bound graph has it. */
+                int64_t want = -1;
+                for (int i = 0; i < bp.g->nparams; i++)
+                    if (bp.g->params[i]->id == id) want = fc_value_bytes(bp.g->params[i]);
+                for (int i = 0; want < 0 && i < bp.g->nnodes; i++)
+                    for (int k = 0; k < bp.g->nodes[i]->nout; k++)
+                        if (bp.g->nodes[i]->out[k]->id == id) want = fc_value_bytes(bp.g->nodes[i]->out[k]);
+                ok = sv->bytes == want;
+            }
+        }
+        for (int i = 0; ok && i < d->src.nlaunches; i++) {
+            unsigned grid[3];
+            ok = fc_cuda_launch_grid(&bp, &fc_program_desc_of(v)->src.launches[i], grid) == FC_OK &&
+                 !memcmp(grid, d->src.launches[i].grid, sizeof grid);
+        }
+        if (!ok)
+            fprintf(stderr, "%s: the instance at B=%lld T=%lld differs from the bound plan\n", ex->file,
+                    (long long)shapes[si].B, (long long)shapes[si].T);
+        CHECK(ok);
+        fc_program_free(inst);
+        fc_plan_release(&bp);
+    }
+    fc_program_free(v);
     fc_graph_free(g);
 }
 
@@ -321,6 +433,7 @@ int main(void) {
         fc_graph_free(g);
     }
     check_bind_copy(ctx);
+    for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e]);
     /* The escape hatch: library launches again. */
     setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
     fc_graph *g = NULL;
@@ -339,6 +452,10 @@ int main(void) {
         fc_plan_release(&dyn);
         fc_graph_free(g);
     }
+    /* Library launches: the instance binds the whole graph (a cuBLASLt
+     * call's description is made from its bound node), and its description
+     * is the same. */
+    check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL});
     unsetenv("FUSEC_VARIANT_GEMM");
     fc_context_free(ctx);
     return check_report("test_dynamic");
