@@ -210,6 +210,16 @@ static bool infer_norm(fc_graph *g, fc_op op, fc_value *const *in, const fc_attr
     return true;
 }
 
+int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims) {
+    if (v->rank == 1) {
+        dims[0] = left ? 1 : v->dims[0];
+        dims[1] = left ? v->dims[0] : 1;
+        return 2;
+    }
+    memcpy(dims, v->dims, sizeof(fc_dim) * (size_t)v->rank);
+    return v->rank;
+}
+
 static bool infer_matmul(fc_graph *g, fc_value *a, fc_value *b, fc_type *t) {
     fc_op op = FC_OP_MATMUL;
     if (!need_float(g, op, a, "the left operand") || !need_float(g, op, b, "the right operand")) return false;
@@ -224,8 +234,8 @@ static bool infer_matmul(fc_graph *g, fc_value *a, fc_value *b, fc_type *t) {
     }
     /* Promote rank-1 operands: [K] -> [1, K] on the left, [K] -> [K, 1] on the right. */
     fc_value pa = *a, pb = *b;
-    if (a->rank == 1) { pa.rank = 2; pa.dims[0] = 1; pa.dims[1] = a->dims[0]; }
-    if (b->rank == 1) { pb.rank = 2; pb.dims[0] = b->dims[0]; pb.dims[1] = 1; }
+    pa.rank = fc_matmul_operand_dims(a, true, pa.dims);
+    pb.rank = fc_matmul_operand_dims(b, false, pb.dims);
     if (!dims_must_match(g, op, pa.dims[pa.rank - 1], pb.dims[pb.rank - 2], "inner dimensions")) return false;
     fc_type batch = {0};
     fc_value ba = pa, bb = pb;

@@ -297,6 +297,12 @@ bool fc_check_shape(fc_graph *g, const char *what, fc_dtype dt, int rank, const 
  * shapes in); else an error naming the first unbound symbol. */
 fc_status fc_graph_check_static(fc_graph *g);
 
+/* Matmul's view of operand v: its dims with a rank-1 operand promoted
+ * ([K] is [1, K] on the left, [K, 1] on the right); returns the rank. The
+ * one rule for shape inference, cuBLASLt's descriptions and the generated
+ * GEMMs. */
+int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims);
+
 /* Re-run inference on node n and compare with its stored result types. */
 fc_status fc_reinfer_check(fc_graph *g, fc_node *n);
 
@@ -317,10 +323,20 @@ fc_mono fc_mono_one(void);
 void fc_mono_mul_dim(fc_mono *m, fc_dim d);
 /* Product of dims[0 .. rank). */
 fc_mono fc_mono_of(const fc_dim *dims, int rank);
+/* The monomial 0; that of one dim; a * b. */
+fc_mono fc_mono_zero(void);
+fc_mono fc_mono_dim(fc_dim d);
+fc_mono fc_mono_mul(fc_mono a, const fc_mono *b);
 bool fc_mono_eq(const fc_mono *a, const fc_mono *b);
 bool fc_mono_is_static(const fc_mono *m);
 /* Its value with symbol i = syms[i]; -1 on overflow of int64. */
 int64_t fc_mono_eval(const fc_mono *m, const int64_t *syms, int nsyms);
+/* The element strides of a dense row-major matmul operand's batch dims
+ * dims[0 .. rank-2), mapped onto the broadcast batch dims [0, nb) (right
+ * aligned): 0 where the operand is broadcast (a missing or size-1 dim). As
+ * monomials, so that symbolic dims stay symbols; with static dims each is
+ * a constant (fc_mono_eval with no symbols). */
+void fc_matmul_batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out);
 
 /* A copy of g for one shape: symbol i becomes vals[i] in every dim (of
  * values and of dims attributes). Every live node and every value keeps

@@ -26,6 +26,40 @@ fc_mono fc_mono_of(const fc_dim *dims, int rank) {
     return m;
 }
 
+fc_mono fc_mono_zero(void) {
+    fc_mono m;
+    memset(&m, 0, sizeof m);
+    return m;
+}
+
+fc_mono fc_mono_dim(fc_dim d) {
+    fc_mono m = fc_mono_one();
+    fc_mono_mul_dim(&m, d);
+    return m;
+}
+
+fc_mono fc_mono_mul(fc_mono a, const fc_mono *b) {
+    a.c *= b->c;
+    for (int i = 0; i < FC_DYN_MAX_SYMS; i++) a.e[i] += b->e[i];
+    return a;
+}
+
+void fc_matmul_batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out) {
+    const int rb = rank - 2;
+    fc_mono s = fc_mono_dim(dims[rank - 2]), last = fc_mono_dim(dims[rank - 1]), zero = fc_mono_zero();
+    s = fc_mono_mul(s, &last);
+    for (int d = nb - 1; d >= 0; d--) {
+        int j = d - (nb - rb);
+        if (j < 0) {
+            out[d] = zero;
+            continue;
+        }
+        out[d] = dims[j] == 1 ? zero : s;
+        fc_mono dj = fc_mono_dim(dims[j]);
+        s = fc_mono_mul(s, &dj);
+    }
+}
+
 bool fc_mono_eq(const fc_mono *a, const fc_mono *b) {
     if (a->c != b->c) return false;
     /* 0 times anything is 0 */

@@ -59,33 +59,12 @@ static bool static_shape(const fc_value *v) {
     return true;
 }
 
-/* v's dims as matmul reads them: a rank-1 left operand is [1, K], a rank-1
- * right operand [K, 1]. */
-static int promoted_dims(const fc_value *v, bool left, int64_t *dims) {
-    if (v->rank == 1) {
-        dims[0] = left ? 1 : v->dims[0];
-        dims[1] = left ? v->dims[0] : 1;
-        return 2;
-    }
-    for (int d = 0; d < v->rank; d++) dims[d] = v->dims[d];
-    return v->rank;
-}
-
-/* Dense batch strides (elements) of an operand whose batch dims are
- * dims[0 .. rank-2), mapped onto the broadcast batch dims [0, nb); 0 where
- * the operand is broadcast. */
+/* Dense batch strides (elements) of a static operand (ir's rule,
+ * fc_matmul_batch_strides, evaluated). */
 static void batch_strides(const int64_t *dims, int rank, int nb, int64_t *out) {
-    int rb = rank - 2;
-    int64_t s = dims[rank - 2] * dims[rank - 1];
-    for (int d = nb - 1; d >= 0; d--) {
-        int j = d - (nb - rb);
-        if (j < 0) {
-            out[d] = 0;
-            continue;
-        }
-        out[d] = dims[j] == 1 ? 0 : s;
-        s *= dims[j];
-    }
+    fc_mono m[FC_MAX_RANK];
+    fc_matmul_batch_strides(dims, rank, nb, m);
+    for (int d = 0; d < nb; d++) out[d] = fc_mono_eval(&m[d], NULL, 0);
 }
 
 fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
@@ -109,7 +88,7 @@ fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
     if (a->rank < 1 || gi.w[0]->rank < 1)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of a scalar", fc_op_table[n->op].name);
     int64_t ad[FC_MAX_RANK] = {0}, wd[FC_MAX_RANK] = {0};
-    int ra = promoted_dims(a, true, ad), rw = promoted_dims(gi.w[0], false, wd);
+    int ra = fc_matmul_operand_dims(a, true, ad), rw = fc_matmul_operand_dims(gi.w[0], false, wd);
     p->ab = dt;
     p->out = gi.out;
     p->trans_a = gi.trans_a;

@@ -73,62 +73,15 @@ typedef struct vplan {
     fc_mono size[FC_MAX_RANK], sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
 } vplan;
 
-static fc_mono mono_dim(fc_dim d) {
-    fc_mono m = fc_mono_one();
-    fc_mono_mul_dim(&m, d);
-    return m;
-}
-
-static fc_mono mono_mul(fc_mono a, const fc_mono *b) {
-    a.c *= b->c;
-    for (int i = 0; i < FC_DYN_MAX_SYMS; i++) a.e[i] += b->e[i];
-    return a;
-}
-
-static fc_mono mono_zero(void) {
-    fc_mono z;
-    memset(&z, 0, sizeof z);
-    return z;
-}
-
-/* v's dims as matmul reads them (rank 1: [1, K] on the left, [K, 1] on the right). */
-static int promoted(const fc_value *v, bool left, fc_dim *dims) {
-    if (v->rank == 1) {
-        dims[0] = left ? 1 : v->dims[0];
-        dims[1] = left ? v->dims[0] : 1;
-        return 2;
-    }
-    memcpy(dims, v->dims, sizeof(fc_dim) * (size_t)v->rank);
-    return v->rank;
-}
-
-/* Dense batch strides of an operand with batch dims dims[0 .. rank-2),
- * on the broadcast batch dims [0, nb); 0 where it is broadcast. */
-static void batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out) {
-    int rb = rank - 2;
-    fc_mono s = mono_dim(dims[rank - 2]), last = mono_dim(dims[rank - 1]);
-    s = mono_mul(s, &last);
-    for (int d = nb - 1; d >= 0; d--) {
-        int j = d - (nb - rb);
-        if (j < 0) {
-            out[d] = mono_zero();
-            continue;
-        }
-        out[d] = dims[j] == 1 ? mono_zero() : s;
-        fc_mono dj = mono_dim(dims[j]);
-        s = mono_mul(s, &dj);
-    }
-}
-
 static void plan_of(const fc_node *n, vplan *p) {
     memset(p, 0, sizeof *p);
     fc_gemm_info_of(n, &p->gi);
     const fc_gemm_info *gi = &p->gi;
     fc_dim ad[FC_MAX_RANK], wd[FC_MAX_RANK];
-    int ra = promoted(gi->a, true, ad), rw = promoted(gi->w[0], false, wd);
-    fc_mono M0 = mono_dim(gi->trans_a ? ad[ra - 1] : ad[ra - 2]);
-    p->K = mono_dim(gi->trans_a ? ad[ra - 2] : ad[ra - 1]);
-    if (gi->nweights == 1) p->N = mono_dim(gi->trans_b ? wd[rw - 2] : wd[rw - 1]);
+    int ra = fc_matmul_operand_dims(gi->a, true, ad), rw = fc_matmul_operand_dims(gi->w[0], false, wd);
+    fc_mono M0 = fc_mono_dim(gi->trans_a ? ad[ra - 1] : ad[ra - 2]);
+    p->K = fc_mono_dim(gi->trans_a ? ad[ra - 2] : ad[ra - 1]);
+    if (gi->nweights == 1) p->N = fc_mono_dim(gi->trans_b ? wd[rw - 2] : wd[rw - 1]);
     else {
         p->N = fc_mono_one();
         p->N.c = 0;
@@ -139,38 +92,38 @@ static void plan_of(const fc_node *n, vplan *p) {
     int nb = (ra > rw ? ra : rw) - 2;
     fc_dim size[FC_MAX_RANK];
     fc_mono sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
-    batch_strides(ad, ra, nb, sa);
-    batch_strides(wd, rw, nb, sw);
+    fc_matmul_batch_strides(ad, ra, nb, sa);
+    fc_matmul_batch_strides(wd, rw, nb, sw);
     for (int d = 0; d < nb; d++) {
         int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
         fc_dim da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
         size[d] = da == 1 ? dw : da;
     }
-    fc_mono s = mono_mul(M0, &p->N);
+    fc_mono s = fc_mono_mul(M0, &p->N);
     for (int d = nb - 1; d >= 0; d--) {
-        sy[d] = size[d] == 1 ? mono_zero() : s;
-        fc_mono sd = mono_dim(size[d]);
-        s = mono_mul(s, &sd);
+        sy[d] = size[d] == 1 ? fc_mono_zero() : s;
+        fc_mono sd = fc_mono_dim(size[d]);
+        s = fc_mono_mul(s, &sd);
     }
     int k = 0;
     for (int d = 0; d < nb; d++) {
         if (size[d] == 1) continue;
-        p->size[k] = mono_dim(size[d]), p->sa[k] = sa[d], p->sw[k] = sw[d], p->sy[k] = sy[d];
+        p->size[k] = fc_mono_dim(size[d]), p->sa[k] = sa[d], p->sw[k] = sw[d], p->sy[k] = sy[d];
         k++;
     }
     nb = k;
     /* A weight without batch dims and a dense, untransposed A: the batch
      * is more rows of one GEMM (as fc_gemm_plan_of folds it). */
     bool w_flat = true, a_dense = !gi->trans_a;
-    fc_mono dense = mono_mul(M0, &p->K);
+    fc_mono dense = fc_mono_mul(M0, &p->K);
     for (int d = nb - 1; d >= 0; d--) {
         w_flat = w_flat && p->sw[d].c == 0;
         a_dense = a_dense && fc_mono_eq(&p->sa[d], &dense);
-        dense = mono_mul(dense, &p->size[d]);
+        dense = fc_mono_mul(dense, &p->size[d]);
     }
     p->M = M0;
     if (nb > 0 && w_flat && a_dense) {
-        for (int d = 0; d < nb; d++) p->M = mono_mul(p->M, &p->size[d]);
+        for (int d = 0; d < nb; d++) p->M = fc_mono_mul(p->M, &p->size[d]);
         nb = 0;
     }
     p->nb = nb;
