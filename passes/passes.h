@@ -112,6 +112,11 @@ typedef struct fc_plan {
      * minor; 0: any). Set by the runtime before fc_cuda_codegen; only the
      * attention kernel asks (codegen/cuda/attention.h). */
     int sm;
+    /* The streaming multiprocessors of the device it runs on (0: unknown).
+     * Set by the runtime before fc_cuda_codegen of a dynamic variant; the
+     * variant's generated GEMMs launch one persistent block per SM
+     * (codegen/cuda/gemm.c). */
+    int sm_count;
 } fc_plan;
 
 /* In a REDUCE group: does v hold one element per row, in the kept dims'

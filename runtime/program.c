@@ -250,6 +250,14 @@ static int resolve_sm(int sm) {
     return 90;
 }
 
+/* The device's streaming multiprocessors, 0 when there is no device (the
+ * code generator then assumes an H100/H200's 132). */
+static int device_sm_count(void) {
+    fc_cuda_device_info info;
+    if (fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, &info) == FC_OK) return info.sm_count;
+    return 0;
+}
+
 /* What a description records of the compile options: the resolved target
  * and the switches that change the code or the GEMMs. */
 static void set_target(fc_program_desc *d, const fc_compile_options *o) {
@@ -672,6 +680,8 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     }
     if (st == FC_OK) {
         double t = fc_now_ms();
+        p->plan.sm = d->sm;
+        p->plan.sm_count = device_sm_count();
         st = fc_cuda_codegen(&p->plan, &d->src);
         if (st == FC_OK) st = variant_signature(p);
         p->times.codegen_ms = fc_now_ms() - t;

@@ -214,7 +214,10 @@ static int check_gemm_launches(const fc_plan *dyn, const fc_cuda_src *src) {
         kernels++;
         CHECK(l->block[0] == 256 && l->smem > 0 && l->smem <= 227 * 1024);
         CHECK(strstr(src->source, l->name) != NULL);
-        CHECK(l->grid_per[0] == 1 && l->grid_max[0] == 132 && l->grid_max[1] == 1 && l->grid_max[2] == 1);
+        /* One persistent block per SM: the plan's count, 132 without one. */
+        const int64_t sms = dyn->sm_count > 0 ? dyn->sm_count : 132;
+        CHECK(l->grid_per[0] == 1 && l->grid_max[0] == sms && l->grid_max[1] == 1 && l->grid_max[2] == 1);
+        CHECK(l->grid_work[0].c == sms && fc_mono_is_static(&l->grid_work[0]));
     }
     return kernels;
 }
@@ -434,6 +437,25 @@ int main(void) {
     }
     check_bind_copy(ctx);
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e]);
+    /* A device with another SM count (an H100 PCIe's 114): the GEMMs'
+     * persistent grid follows it. */
+    {
+        fc_graph *g = NULL;
+        CHECK_EQ_INT(fc_parse_file(ctx, "examples/mlp.ir", NULL, NULL, 0, &g), FC_OK);
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.dynamic = true;
+        fc_plan dyn;
+        fc_cuda_src src = {0};
+        if (g && fc_pipeline(g, &fo, &dyn) == FC_OK) {
+            dyn.sm_count = 114;
+            CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
+            CHECK(check_gemm_launches(&dyn, &src) >= 2);
+            fc_cuda_src_release(&src);
+            fc_plan_release(&dyn);
+        }
+        fc_graph_free(g);
+    }
     /* The escape hatch: library launches again. */
     setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
     fc_graph *g = NULL;

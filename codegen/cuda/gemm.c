@@ -28,9 +28,10 @@ static const char templates_src[] =
 #include "gemm.cuh.inc"
     ;
 
-/* Must match gemm.cuh.inc: FC_GM_THREADS, FC_GM_BLOCKS (the persistent
- * grid: one block per SM of an H100/H200 SXM) and the tile shapes
- * fc_gm_tc_run picks from: the large one per FC_GM_CFG, then the small. */
+/* Must match gemm.cuh.inc: FC_GM_THREADS and the tile shapes fc_gm_tc_run
+ * picks from (the large one per FC_GM_CFG, then the small). The persistent
+ * grid is one block per SM: fc_plan.sm_count, or GM_BLOCKS (an H100/H200
+ * SXM's 132) when the variant is compiled without a device. */
 enum { GM_THREADS = 256, GM_BLOCKS = 132 };
 static const int tc_large[4][4] = {{128, 128, 64, 4}, {128, 128, 32, 4}, {128, 256, 32, 4}, {128, 128, 64, 6}}; /* BM, BN, BK, stages */
 static const int tc_small[4][4] = {{64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 8}};
@@ -242,10 +243,12 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     l->block[0] = GM_THREADS;
     l->block[1] = l->block[2] = 1;
     l->smem = smem_bytes(&p);
-    /* The persistent grid: the same for every shape. */
+    /* The persistent grid: one block per SM, the same for every shape (a
+     * device with fewer SMs than blocks would run a second, partial round). */
+    const int64_t nblocks = plan->sm_count > 0 ? plan->sm_count : GM_BLOCKS;
     fc_mono blocks = fc_mono_one();
-    blocks.c = GM_BLOCKS;
-    set_grid(l, 0, blocks, 1, GM_BLOCKS, nsyms);
+    blocks.c = nblocks;
+    set_grid(l, 0, blocks, 1, nblocks, nsyms);
     set_grid(l, 1, fc_mono_one(), 1, 1, nsyms);
     set_grid(l, 2, fc_mono_one(), 1, 1, nsyms);
     return FC_OK;
