@@ -331,12 +331,17 @@ bool fc_mono_eq(const fc_mono *a, const fc_mono *b);
 bool fc_mono_is_static(const fc_mono *m);
 /* Its value with symbol i = syms[i]; -1 on overflow of int64. */
 int64_t fc_mono_eval(const fc_mono *m, const int64_t *syms, int nsyms);
-/* The element strides of a dense row-major matmul operand's batch dims
- * dims[0 .. rank-2), mapped onto the broadcast batch dims [0, nb) (right
- * aligned): 0 where the operand is broadcast (a missing or size-1 dim). As
- * monomials, so that symbolic dims stay symbols; with static dims each is
- * a constant (fc_mono_eval with no symbols). */
-void fc_matmul_batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out);
+/* The batch of matmul(a, w), a's dims ad[0 .. ra) and w's wd[0 .. rw)
+ * (promoted: fc_matmul_operand_dims), both dense row-major: the broadcast
+ * batch dims (right-aligned) of size other than 1, in order, with each
+ * one's size and the element strides of a, of w and of the dense result
+ * (whose matrices are mn elements) along it; a stride is 0 where that
+ * operand is broadcast. Returns how many. As monomials, so that symbolic
+ * dims stay symbols; with static dims each is a constant (fc_mono_eval
+ * with no symbols). The one rule for cuBLASLt's plans and the generated
+ * GEMMs. */
+int fc_matmul_batch_layout(const fc_dim *ad, int ra, const fc_dim *wd, int rw, fc_mono mn, fc_mono *size,
+                           fc_mono *sa, fc_mono *sw, fc_mono *sy);
 
 /* A copy of g for one shape: symbol i becomes vals[i] in every dim (of
  * values and of dims attributes). Every live node and every value keeps

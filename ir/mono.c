@@ -44,20 +44,49 @@ fc_mono fc_mono_mul(fc_mono a, const fc_mono *b) {
     return a;
 }
 
-void fc_matmul_batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out) {
+/* Dense strides of an operand's batch dims dims[0 .. rank-2) on the
+ * broadcast batch dims [0, nb): 0 where it is broadcast. */
+static void batch_strides(const fc_dim *dims, int rank, int nb, fc_mono *out) {
     const int rb = rank - 2;
-    fc_mono s = fc_mono_dim(dims[rank - 2]), last = fc_mono_dim(dims[rank - 1]), zero = fc_mono_zero();
+    fc_mono s = fc_mono_dim(dims[rank - 2]), last = fc_mono_dim(dims[rank - 1]);
     s = fc_mono_mul(s, &last);
     for (int d = nb - 1; d >= 0; d--) {
         int j = d - (nb - rb);
         if (j < 0) {
-            out[d] = zero;
+            out[d] = fc_mono_zero();
             continue;
         }
-        out[d] = dims[j] == 1 ? zero : s;
+        out[d] = dims[j] == 1 ? fc_mono_zero() : s;
         fc_mono dj = fc_mono_dim(dims[j]);
         s = fc_mono_mul(s, &dj);
     }
+}
+
+int fc_matmul_batch_layout(const fc_dim *ad, int ra, const fc_dim *wd, int rw, fc_mono mn, fc_mono *size,
+                           fc_mono *sa, fc_mono *sw, fc_mono *sy) {
+    const int nb = (ra > rw ? ra : rw) - 2;
+    fc_dim bsize[FC_MAX_RANK];
+    batch_strides(ad, ra, nb, sa);
+    batch_strides(wd, rw, nb, sw);
+    for (int d = 0; d < nb; d++) {
+        int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
+        fc_dim da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
+        bsize[d] = da == 1 ? dw : da;
+    }
+    fc_mono s = mn;
+    for (int d = nb - 1; d >= 0; d--) {
+        sy[d] = bsize[d] == 1 ? fc_mono_zero() : s;
+        fc_mono sd = fc_mono_dim(bsize[d]);
+        s = fc_mono_mul(s, &sd);
+    }
+    /* Size-1 dims carry nothing: dropped. */
+    int k = 0;
+    for (int d = 0; d < nb; d++) {
+        if (bsize[d] == 1) continue;
+        size[k] = fc_mono_dim(bsize[d]), sa[k] = sa[d], sw[k] = sw[d], sy[k] = sy[d];
+        k++;
+    }
+    return k;
 }
 
 bool fc_mono_eq(const fc_mono *a, const fc_mono *b) {

@@ -59,14 +59,6 @@ static bool static_shape(const fc_value *v) {
     return true;
 }
 
-/* Dense batch strides (elements) of a static operand (ir's rule,
- * fc_matmul_batch_strides, evaluated). */
-static void batch_strides(const int64_t *dims, int rank, int nb, int64_t *out) {
-    fc_mono m[FC_MAX_RANK];
-    fc_matmul_batch_strides(dims, rank, nb, m);
-    for (int d = 0; d < nb; d++) out[d] = fc_mono_eval(&m[d], NULL, 0);
-}
-
 fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
     memset(p, 0, sizeof *p);
     fc_gemm_info gi;
@@ -108,28 +100,18 @@ fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
     p->act = gi.act;
     p->alpha = gi.alpha;
 
-    /* Batch dims: broadcast (right-aligned), size-1 dims dropped. */
-    int nb = (ra > rw ? ra : rw) - 2;
+    /* Batch dims: broadcast (right-aligned), size-1 dims dropped (ir's
+     * rule, in monomials, evaluated: every dim here is static). */
+    fc_mono mn = fc_mono_one(), msize[FC_MAX_RANK], msa[FC_MAX_RANK], msw[FC_MAX_RANK], msy[FC_MAX_RANK];
+    mn.c = p->M * p->N;
+    int nb = fc_matmul_batch_layout(ad, ra, wd, rw, mn, msize, msa, msw, msy);
     int64_t size[FC_MAX_RANK], sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
-    batch_strides(ad, ra, nb, sa);
-    batch_strides(wd, rw, nb, sw);
     for (int d = 0; d < nb; d++) {
-        int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
-        int64_t da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
-        size[d] = da == 1 ? dw : da;
+        size[d] = fc_mono_eval(&msize[d], NULL, 0);
+        sa[d] = fc_mono_eval(&msa[d], NULL, 0);
+        sw[d] = fc_mono_eval(&msw[d], NULL, 0);
+        sy[d] = fc_mono_eval(&msy[d], NULL, 0);
     }
-    int64_t s = p->M * p->N;
-    for (int d = nb - 1; d >= 0; d--) {
-        sy[d] = size[d] == 1 ? 0 : s;
-        s *= size[d];
-    }
-    int k = 0;
-    for (int d = 0; d < nb; d++) {
-        if (size[d] == 1) continue;
-        size[k] = size[d], sa[k] = sa[d], sw[k] = sw[d], sy[k] = sy[d];
-        k++;
-    }
-    nb = k;
 
     /* A weight without batch dims and a dense, untransposed X: the batch is
      * more rows of one GEMM. */

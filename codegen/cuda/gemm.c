@@ -90,29 +90,7 @@ static void plan_of(const fc_node *n, vplan *p) {
     }
     p->lda = gi->trans_a ? M0 : p->K;
 
-    int nb = (ra > rw ? ra : rw) - 2;
-    fc_dim size[FC_MAX_RANK];
-    fc_mono sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
-    fc_matmul_batch_strides(ad, ra, nb, sa);
-    fc_matmul_batch_strides(wd, rw, nb, sw);
-    for (int d = 0; d < nb; d++) {
-        int ja = d - (nb - (ra - 2)), jw = d - (nb - (rw - 2));
-        fc_dim da = ja >= 0 ? ad[ja] : 1, dw = jw >= 0 ? wd[jw] : 1;
-        size[d] = da == 1 ? dw : da;
-    }
-    fc_mono s = fc_mono_mul(M0, &p->N);
-    for (int d = nb - 1; d >= 0; d--) {
-        sy[d] = size[d] == 1 ? fc_mono_zero() : s;
-        fc_mono sd = fc_mono_dim(size[d]);
-        s = fc_mono_mul(s, &sd);
-    }
-    int k = 0;
-    for (int d = 0; d < nb; d++) {
-        if (size[d] == 1) continue;
-        p->size[k] = fc_mono_dim(size[d]), p->sa[k] = sa[d], p->sw[k] = sw[d], p->sy[k] = sy[d];
-        k++;
-    }
-    nb = k;
+    int nb = fc_matmul_batch_layout(ad, ra, wd, rw, fc_mono_mul(M0, &p->N), p->size, p->sa, p->sw, p->sy);
     /* A weight without batch dims and a dense, untransposed A: the batch
      * is more rows of one GEMM (as fc_gemm_plan_of folds it). */
     bool w_flat = true, a_dense = !gi->trans_a;
