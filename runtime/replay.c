@@ -195,6 +195,39 @@ static void remember_pointers(fc_replay *r, void *const *inputs, void *const *ou
         r->ptr[s] = (CUdeviceptr)(uintptr_t)(s < r->nin ? inputs[s] : outputs[s - r->nin]);
 }
 
+/* Node n's caller slots (which of launch l's arguments are the caller's
+ * buffers), from r->slot_of[*nslot] on. */
+static void node_slots(fc_replay *r, rnode *n, const fc_program_desc *d, const fc_launch *l, int *nslot) {
+    n->first_slot = *nslot;
+    for (int a = 0; a < l->nargs; a++) {
+        int s = slot_of_value(d, l->args[a]);
+        if (s >= 0) r->slot_of[(*nslot)++] = s;
+    }
+    n->nslots = *nslot - n->first_slot;
+}
+
+/* Node n given its launch's parameters for these pointers and e's shape:
+ * a kernel node's parameters and grid set, a cuBLASLt call captured again
+ * (on stream s) and swapped in. On failure the caller drops the graph: a
+ * node half-patched would run with stale pointers. */
+static fc_status patch_node(fc_replay *r, const fc_replay_env *e, const rnode *n, void *const *inputs,
+                            void *const *outputs, fc_launch_params *pa, CUstream s) {
+    const fc_launch *l = &e->d->src.launches[n->launch];
+    /* Tensor maps are made again here, over the new pointers. */
+    int nparams;
+    fc_status st = fc_launch_args(e, n->launch, inputs, outputs, pa, &nparams);
+    if (st != FC_OK) return st;
+    if (!n->gemm) {
+        fc_cuda_launch_cfg cfg = launch_cfg(l);
+        return fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, pa->ptr);
+    }
+    CUgraph child = NULL;
+    st = capture_gemm(e, n->launch, pa->val, l->nargs, s, &child);
+    if (st == FC_OK) st = fc_cuda_exec_set_child(e->dev, r->exec, n->node, child);
+    fc_cuda_graph_free(e->dev, child);
+    return st;
+}
+
 fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *const *outputs, fc_launch_params *pa,
                           CUstream s, fc_replay **out) {
     *out = NULL;
@@ -222,12 +255,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
         rnode *n = &r->nodes[r->nnodes];
         n->launch = i;
         n->gemm = l->kind == FC_LAUNCH_LIBRARY;
-        n->first_slot = nslot;
-        for (int a = 0; a < l->nargs; a++) {
-            int s = slot_of_value(d, l->args[a]);
-            if (s >= 0) r->slot_of[nslot++] = s;
-        }
-        n->nslots = nslot - n->first_slot;
+        node_slots(r, n, d, l, &nslot);
         int nparams;
         st = fc_launch_args(e, i, inputs, outputs, pa, &nparams);
         if (st != FC_OK) break;
@@ -277,17 +305,8 @@ fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *in
         /* Which arguments are the caller's buffers follows from the plan,
          * not the sizes, but it is cheap to take it from this shape's
          * description rather than assume it. */
-        n->first_slot = nslot;
-        for (int a = 0; a < l->nargs; a++) {
-            int s = slot_of_value(d, l->args[a]);
-            if (s >= 0) r->slot_of[nslot++] = s;
-        }
-        n->nslots = nslot - n->first_slot;
-        int nparams;
-        fc_status st = fc_launch_args(e, n->launch, inputs, outputs, pa, &nparams);
-        if (st != FC_OK) return st;
-        fc_cuda_launch_cfg cfg = launch_cfg(l);
-        st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, pa->ptr);
+        node_slots(r, n, d, l, &nslot);
+        fc_status st = patch_node(r, e, n, inputs, outputs, pa, NULL);
         if (st != FC_OK) return st;
         ++*patched;
     }
@@ -309,22 +328,7 @@ fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *in
             bool touch = false;
             for (int q = 0; q < n->nslots && !touch; q++) touch = r->changed[r->slot_of[n->first_slot + q]];
             if (!touch) continue;
-            const fc_launch *l = &e->d->src.launches[n->launch];
-            /* Tensor maps are made again here, over the new pointers. */
-            int nparams;
-            fc_status st = fc_launch_args(e, n->launch, inputs, outputs, pa, &nparams);
-            if (st != FC_OK) return st;
-            if (n->gemm) {
-                CUgraph child = NULL;
-                st = capture_gemm(e, n->launch, pa->val, l->nargs, s, &child);
-                if (st == FC_OK) st = fc_cuda_exec_set_child(e->dev, r->exec, n->node, child);
-                fc_cuda_graph_free(e->dev, child);
-            } else {
-                fc_cuda_launch_cfg cfg = launch_cfg(l);
-                st = fc_cuda_exec_set_kernel(e->dev, r->exec, n->node, e->func[n->launch], &cfg, pa->ptr);
-            }
-            /* A node half-patched would run with stale pointers: the caller
-             * drops the graph on any failure. */
+            fc_status st = patch_node(r, e, n, inputs, outputs, pa, s);
             if (st != FC_OK) return st;
             ++*patched;
         }
