@@ -109,15 +109,14 @@ struct fc_program {
      * shapes, re-pointed at each shape's grids and sizes when the shape
      * changes (enqueue_shared). It holds the shape of instance shared_owner
      * (ids from next_instance_id) and the arena of generation shared_gen.
-     * shared_graph: the variant is all kernels and $FUSEC_SHARED_GRAPH is
-     * not 0; shared_off: it failed once. Otherwise instances build graphs
-     * of their own. kernels_only: no library launch, so an instance needs
-     * no bound graph (fc_plan_bind_sizes). */
+     * shared_graph: the variant is all kernels, $FUSEC_SHARED_GRAPH is
+     * not 0 and the shared graph has not failed (then instances build
+     * graphs of their own). kernels_only: no library launch, so an
+     * instance needs no bound graph (fc_plan_bind_sizes). */
     bool kernels_only, shared_graph;
     fc_replay *shared_replay;
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
-    bool shared_off;
     uint64_t instance_id; /* instance: its id in the variant (from 1) */
     bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
 
@@ -1468,7 +1467,7 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
         fc_trace(FC_LOG_GRAPHS, "program %s: %s", p->d.graph_name, reason);
         fc_replay_free(v->shared_replay, v->dev);
         v->shared_replay = NULL;
-        v->shared_off = true;
+        v->shared_graph = false;
         p->stats.graph_skips++;
         snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%.159s", reason);
         return FC_ERR_UNSUPPORTED;
@@ -1483,7 +1482,7 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     if (!p->graphs_decided) decide_graphs(p);
-    if (p->variant && p->variant->shared_graph && !p->variant->shared_off && !p->replay_off)
+    if (p->variant && p->variant->shared_graph && !p->replay_off)
         return enqueue_shared(p, inputs, outputs, s);
     /* The first run is eager by design, unless the graph was built before
      * it (fc_program_prebuild_graph); a later eager one is a skip. */
