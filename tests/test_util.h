@@ -7,11 +7,15 @@
  *   temp_dir(buf, n, "name")        mkdtemp $TMPDIR/name-XXXXXX (else /tmp)
  *   rm_rf(path)                     remove a tree, read-only directories too
  *   count_names(dir, prefix)        the entries of dir whose name starts so
+ *   compile_through_alloc_failures(ctx, g, o, &failures)
+ *                                   fc_compile with its 1st, 2nd, ... allocation
+ *                                   failing until it succeeds; CHECKs each failure
  *   fc_now_ms() (ir/timing.h)       a monotonic clock, in milliseconds
  */
 #ifndef FC_TEST_UTIL_H
 #define FC_TEST_UTIL_H
 #include "check.h"
+#include "fusec.h"
 #include "ir/timing.h"
 
 #include <dirent.h>
@@ -95,6 +99,29 @@ static inline int count_names(const char *dir, const char *prefix) {
         if (strncmp(de->d_name, prefix, strlen(prefix)) == 0) n++;
     closedir(d);
     return n;
+}
+
+/* fc_compile(g, o) with its n-th allocation through ctx failing, for n = 1,
+ * 2, ... until a compile succeeds: each failure must be FC_ERR_NOMEM and
+ * leave no program (never a crash; ASan checks the leaks). Returns the
+ * first program that compiled (NULL if none did, or at a status other than
+ * FC_ERR_NOMEM); *failures counts the failed compiles. */
+static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_graph *g, const fc_compile_options *o,
+                                                         int *failures) {
+    *failures = 0;
+    for (long n = 1; g && n < 100000; n++) {
+        fc_program *p = NULL;
+        fc_context_fail_alloc_after(ctx, n);
+        fc_status st = fc_compile(g, o, &p);
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) return p;
+        ++*failures;
+        CHECK(p == NULL);
+        if (st != FC_ERR_NOMEM) fprintf(stderr, "allocation %ld: status %d: %s\n", n, st, fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_ERR_NOMEM);
+        if (st != FC_ERR_NOMEM) return NULL;
+    }
+    return NULL;
 }
 
 #endif
