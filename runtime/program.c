@@ -241,20 +241,23 @@ void fc_compile_counters_get(fc_compile_counters *out) {
 /* sm 0 means the device's own compute capability, or sm_90 when there is
  * no device: NVRTC needs none, and the H100/H200 is the target. NULL
  * contexts: a missing device is not an error here. */
+/* Device 0's properties, when there is a device (NULL context: a missing
+ * one is not an error here). */
+static bool device_info(fc_cuda_device_info *info) {
+    return fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, info) == FC_OK;
+}
+
 static int resolve_sm(int sm) {
-    if (sm > 0) return sm;
     fc_cuda_device_info info;
-    if (fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, &info) == FC_OK)
-        return info.cc_major * 10 + info.cc_minor;
-    return 90;
+    if (sm > 0) return sm;
+    return device_info(&info) ? info.cc_major * 10 + info.cc_minor : 90;
 }
 
 /* The device's streaming multiprocessors, 0 when there is no device (the
  * code generator then assumes an H100/H200's 132). */
 static int device_sm_count(void) {
     fc_cuda_device_info info;
-    if (fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, &info) == FC_OK) return info.sm_count;
-    return 0;
+    return device_info(&info) ? info.sm_count : 0;
 }
 
 /* What a description records of the compile options: the resolved target
