@@ -341,8 +341,7 @@ static void bench_sweep(void) {
     fc_program *dyn = NULL;
     double t0 = now_us();
     if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
-    printf("RESULT fusec sweep dynamic_compile_ms=%.1f new_shape=%s\n", (now_us() - t0) * 1e-3,
-           getenv("FUSEC_NEW_SHAPE") ? getenv("FUSEC_NEW_SHAPE") : "replay");
+    printf("RESULT fusec sweep dynamic_compile_ms=%.1f\n", (now_us() - t0) * 1e-3);
     fc_run_stats st;
     fc_program_stats(dyn, &st);
     if (st.dynamic_unavailable[0]) printf("RESULT fusec sweep dynamic_unavailable=\"%s\"\n", st.dynamic_unavailable);

@@ -38,6 +38,15 @@
  * hard ones to fit; small ones then fill the holes. Offsets and sizes are
  * multiples of 256 bytes (the alignment cuMemAlloc gives, and enough for
  * any vector load a kernel makes).
+ *
+ * Two halves. Everything above but the sizes follows from the groups: the
+ * classes, which need arena memory, their lifetimes. The layout
+ * (fc_memplan_layout_make) keeps that, with each value's size as a
+ * representative value whose dims give it (its "form"); a placement
+ * (fc_memplan_layout_place) evaluates the forms at one shape's symbol
+ * values and runs the best fit. fc_pass_memplan is the two in a row; a
+ * dynamic variant keeps the layout and places it per shape, which makes a
+ * new shape's memory plan a few hundred operations and no allocation.
  */
 #include "passes/passes.h"
 

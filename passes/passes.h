@@ -235,8 +235,8 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
  * values, and gets offsets, arena_bytes and intermediate_bytes equal to
  * what fc_plan_bind's memory plan gives for the same values. No node is
  * re-checked and no space is bound: it serves a shape whose kernels are
- * already generated (a dynamic variant's instance, where binding and
- * re-checking the whole graph is most of a new shape's host time). The
+ * already generated (a dynamic variant's instance gets the same plan from
+ * a fc_memplan_layout it keeps, placed per shape, above). The
  * symbol values must already be known to fit the graph (the run's guard
  * checks them); FC_ERR_INPUT for a value below 1, a wrong count or a size
  * that overflows 64 bits.

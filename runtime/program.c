@@ -133,11 +133,6 @@ struct fc_program {
      * the program's own allocation, and its names and launch argument
      * lists are the variant's, so they are not freed one by one. */
     bool desc_inline;
-    /* A variant: how the shared graph serves a shape it does not hold
-     * ($FUSEC_NEW_SHAPE, read when the variant is compiled): false,
-     * re-point it, then replay it; true, launch this call one by one and
-     * re-point the graph after the launches, while the GPU runs them. */
-    bool new_shape_eager;
 
     /* A dynamic program (runtime/dynamic.c): guards, specializations. */
     struct fc_dynamic *dyn;
@@ -720,6 +715,14 @@ static fc_status variant_layout(fc_program *v) {
 
 static size_t round_up16(size_t n) { return (n + 15) & ~(size_t)15; }
 
+/* Room for n + 1 elements of size elem at *at (16-byte aligned); *at moves
+ * past them. Returns where they start. */
+static size_t take(size_t *at, size_t elem, int n) {
+    size_t start = *at;
+    *at += round_up16(elem * (size_t)(n + 1));
+    return start;
+}
+
 /*
  * The instance of a variant of kernels only at syms, from its layout: no
  * graph is bound and nothing is planned again. One allocation holds the
@@ -735,21 +738,13 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     if (st != FC_OK) return st;
     const int nv = fc_memplan_layout_nvalues(v->layout), np = v->d.nparams, no = v->d.noutputs;
     const int nl = v->d.src.nlaunches;
+    /* The allocation's parts, one after another, each 16-byte aligned. */
     size_t at = round_up16(sizeof(fc_program));
-    const size_t at_syms = at;
-    at += round_up16(sizeof(int64_t) * (size_t)(nsyms + 1));
-    const size_t at_offset = at;
-    at += round_up16(sizeof(int64_t) * (size_t)(nv + 1));
-    const size_t at_bytes = at;
-    at += round_up16(sizeof(int64_t) * (size_t)(nv + 1));
-    const size_t at_store = at;
-    at += round_up16(sizeof(fc_store) * (size_t)(nv + 1));
-    const size_t at_params = at;
-    at += round_up16(sizeof(fc_program_tensor) * (size_t)(np + 1));
-    const size_t at_outputs = at;
-    at += round_up16(sizeof(fc_program_tensor) * (size_t)(no + 1));
-    const size_t at_launches = at;
-    at += sizeof(fc_launch) * (size_t)(nl + 1);
+    const size_t at_syms = take(&at, sizeof(int64_t), nsyms), at_offset = take(&at, sizeof(int64_t), nv),
+                 at_bytes = take(&at, sizeof(int64_t), nv), at_store = take(&at, sizeof(fc_store), nv),
+                 at_params = take(&at, sizeof(fc_program_tensor), np),
+                 at_outputs = take(&at, sizeof(fc_program_tensor), no),
+                 at_launches = take(&at, sizeof(fc_launch), nl);
     char *block = fc_ctx_malloc(v->ctx, at);
     if (!block) return fc_set_error(v->ctx, FC_ERR_NOMEM, "out of memory (a shape of program %s)", v->d.graph_name);
     fc_program *p = (fc_program *)(void *)block;
@@ -862,10 +857,9 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     }
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
     p->times.compile_ms = fc_now_ms() - t0;
-    const char *shared = getenv("FUSEC_SHARED_GRAPH"), *new_shape = getenv("FUSEC_NEW_SHAPE");
+    const char *shared = getenv("FUSEC_SHARED_GRAPH");
     p->kernels_only = fc_replay_kernels_only(d);
     p->shared_graph = p->kernels_only && !(shared && !strcmp(shared, "0"));
-    p->new_shape_eager = new_shape && !strcmp(new_shape, "eager");
     if (p->kernels_only && (st = variant_layout(p)) != FC_OK) {
         fc_program_free(p);
         return st;
@@ -1606,83 +1600,53 @@ fc_status fc_program_weights_changed(fc_program *p) {
     return FC_OK;
 }
 
-/* The variant's shared graph is given up after failing (why: what
- * failed): this run goes launch by launch unless it already has, and the
- * variant's shapes build graphs of their own from now on (enqueue_graph),
- * as with library calls. */
-static void shared_graph_off(fc_program *p, const char *why) {
-    fc_program *v = p->variant;
-    char reason[200];
-    snprintf(reason, sizeof reason, "the variant's shared graph: %s: %.100s", why, fc_last_error(p->ctx));
-    fc_trace(FC_LOG_GRAPHS, "program %s: %s", p->d.graph_name, reason);
-    fc_replay_free(v->shared_replay, v->dev);
-    v->shared_replay = NULL;
-    v->shared_graph = false;
-    p->stats.graph_skips++;
-    snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%.159s", reason);
-}
-
-/* Re-point the variant's shared graph at p's shape and arena. */
-static fc_status rebind_shared(fc_program *p, void *const *inputs, void *const *outputs) {
-    fc_program *v = p->variant;
-    fc_replay_env e = env_of(p);
-    double t = fc_now_ms();
-    fc_status st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, &p->args, &p->stats.graph_patches);
-    p->stats.graph_build_ms += fc_now_ms() - t;
-    if (st != FC_OK) return st;
-    p->stats.graph_reshapes++;
-    v->shared_owner = p->instance_id;
-    v->shared_gen = v->arena_gen;
-    return FC_OK;
-}
-
 /* An instance of a variant whose launches are all kernels: the variant's
  * one graph, built at the first run of any shape, re-pointed at this
  * shape if it holds another (fc_replay_rebind: each kernel node gets this
- * shape's grid and sizes, ~0.3 us a node, where a graph of its own costs
+ * shape's grid and sizes, ~1 us a node, where a graph of its own costs
  * 70-140 us to build at the second run and ~35 us to destroy at eviction),
  * then patched for the caller's pointers and launched. Without library
  * calls there is nothing a first eager run must set up, so every run of
- * every shape, the first included, replays; with $FUSEC_NEW_SHAPE=eager a
- * shape the graph does not hold is launched one by one and the graph
- * re-pointed after the launches, while the GPU runs them (docs/DYNAMIC.md
- * has both measured). FC_ERR_UNSUPPORTED: the caller runs eagerly (the
- * reason is in the stats and the log). */
+ * every shape, the first included, replays. (Launching a new shape one by
+ * one and re-pointing the graph after the launches, while the GPU runs
+ * them, was measured and is slower: docs/DYNAMIC.md, "A new shape's first
+ * call".) FC_ERR_UNSUPPORTED: the caller runs eagerly (the reason is in the
+ * stats and the log). */
 static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_program *v = p->variant;
     fc_replay_env e = env_of(p);
     fc_status st = FC_OK;
+    const char *failed = NULL;
     if (!v->shared_replay) {
         double t = fc_now_ms();
         st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
         p->stats.graph_build_ms += fc_now_ms() - t;
-        if (st != FC_OK) {
-            shared_graph_off(p, "building the graph failed");
-            return FC_ERR_UNSUPPORTED;
-        }
-        p->stats.graph_captures++;
+        if (st == FC_OK) p->stats.graph_captures++;
+        else failed = "building the graph failed";
+    } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
+        double t = fc_now_ms();
+        st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, &p->args, &p->stats.graph_patches);
+        p->stats.graph_build_ms += fc_now_ms() - t;
+        if (st == FC_OK) p->stats.graph_reshapes++;
+        else failed = "re-pointing the graph at a new shape failed";
+    }
+    if (st == FC_OK) {
         v->shared_owner = p->instance_id;
         v->shared_gen = v->arena_gen;
-    } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
-        if (v->new_shape_eager) {
-            st = enqueue_eager(p, inputs, outputs, s);
-            /* A failed launch is the run's error; the graph is as it was. */
-            if (st != FC_OK) return st == FC_ERR_UNSUPPORTED ? FC_ERR_RUNTIME : st;
-            if (rebind_shared(p, inputs, outputs) != FC_OK) {
-                /* This run is queued already. */
-                shared_graph_off(p, "re-pointing the graph at a new shape failed");
-                fc_clear_error(p->ctx);
-            }
-            return FC_OK;
-        }
-        if (rebind_shared(p, inputs, outputs) != FC_OK) {
-            shared_graph_off(p, "re-pointing the graph at a new shape failed");
-            return FC_ERR_UNSUPPORTED;
-        }
+        st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
+        if (st != FC_OK) failed = "patching the graph failed";
     }
-    st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
-    if (st != FC_OK) {
-        shared_graph_off(p, "patching the graph failed");
+    if (failed) {
+        /* This run goes launch by launch; the variant's shapes build graphs
+         * of their own from now on (enqueue_graph), as with library calls. */
+        char reason[200];
+        snprintf(reason, sizeof reason, "the variant's shared graph: %s: %.100s", failed, fc_last_error(p->ctx));
+        fc_trace(FC_LOG_GRAPHS, "program %s: %s", p->d.graph_name, reason);
+        fc_replay_free(v->shared_replay, v->dev);
+        v->shared_replay = NULL;
+        v->shared_graph = false;
+        p->stats.graph_skips++;
+        snprintf(p->stats.graph_skip_reason, sizeof p->stats.graph_skip_reason, "%.159s", reason);
         return FC_ERR_UNSUPPORTED;
     }
     p->stats.graph_replays++;
