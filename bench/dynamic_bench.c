@@ -287,6 +287,42 @@ static double shaped_call_ms(fc_program *p, sweep_bufs *s) {
     return (now_us() - t0) * 1e-3;
 }
 
+/* One call on its own, as shaped_call_ms, with its host part (the call
+ * without the synchronize) in *host_ms. */
+static double shaped_call_host_ms(fc_program *p, sweep_bufs *s, double *host_ms) {
+    double t0 = now_us();
+    if (fc_run_shaped(p, s->in, s->nin, s->out, 1, dev->stream) != FC_OK) DIE("fc_run_shaped");
+    *host_ms = (now_us() - t0) * 1e-3;
+    fc_cuda_stream_sync(dev, NULL);
+    return (now_us() - t0) * 1e-3;
+}
+
+/* The q-quantile (0..1, nearest rank) of v[0 .. n), n > 0, leaving v as it is. */
+static double quantile(const double *v, int n, double q) {
+    double *c = malloc(sizeof *c * (size_t)n);
+    if (!c) DIE("out of memory");
+    memcpy(c, v, sizeof *c * (size_t)n);
+    qsort(c, (size_t)n, sizeof *c, fc_cmp_double);
+    int k = (int)ceil(q * n) - 1;
+    double r = c[k < 0 ? 0 : k >= n ? n - 1 : k];
+    free(c);
+    return r;
+}
+
+/* One line on the distribution of v[0 .. n) (ratios to a steady call):
+ * median, p90, the worst and where, how many are over 1.1, 1.2 and 1.3. */
+static void print_ratio_spread(const char *what, const double *v, int n, const int64_t *at) {
+    int worst = 0, over[3] = {0, 0, 0};
+    for (int i = 0; i < n; i++) {
+        if (v[i] > v[worst]) worst = i;
+        over[0] += v[i] > 1.1;
+        over[1] += v[i] > 1.2;
+        over[2] += v[i] > 1.3;
+    }
+    printf("RESULT fusec sweep %s median=%.3f p90=%.3f max=%.2f at_T=%lld over_1.1=%d over_1.2=%d over_1.3=%d of=%d\n",
+           what, quantile(v, n, 0.5), quantile(v, n, 0.9), v[worst], (long long)at[worst], over[0], over[1], over[2], n);
+}
+
 static double shaped_steady_ms(fc_program *p, sweep_bufs *s, int iters) {
     for (int i = 0; i < 3; i++) shaped_call_ms(p, s);
     double t0 = now_us();
@@ -325,8 +361,14 @@ static void bench_sweep(void) {
     FILE *csv = fopen(getenv("SWEEP_CSV") ? getenv("SWEEP_CSV") : "sweep.csv", "w");
     if (csv)
         fprintf(csv, "T,first_ms,first_host_ms,heuristic_queries,second_ms,graph_build_ms,dynamic_ms,dynamic_call_ms,"
-                     "first_setup_ms,first_graph_ms\n");
+                     "first_setup_ms,first_graph_ms,call_host_ms\n");
     static double setups[1024], first_graphs[1024];
+    /* Each T's first and second call against a steady call of that T timed
+     * the same way (call + synchronize, median of 9), and the host time the
+     * first call spends beyond a steady call's. */
+    static double first_over_call[1024], second_over_call[1024], extra_host_us[1024];
+    static int64_t ts[1024];
+    int nsmall = 0;
     static double lat[1024], lratios[1024];
     double worst_lratio = 0;
     int64_t worst_lt = 0;
@@ -354,15 +396,21 @@ static void bench_sweep(void) {
         double build = st.graph_build_ms - build0;
         double steady = shaped_steady_ms(dyn, &s, 10);
         /* The steady state of one call on its own (call, then synchronize),
-         * as the first and second calls are timed: median of 5. */
-        double one[5];
-        for (int r = 0; r < 5; r++) one[r] = shaped_call_ms(dyn, &s);
-        double latency = fc_median(one, 5);
+         * timed as the first and second calls are: median of 9, and the
+         * median of their host parts. */
+        double one[9], one_host[9];
+        for (int r = 0; r < 9; r++) one[r] = shaped_call_host_ms(dyn, &s, &one_host[r]);
+        double latency = fc_median(one, 9), call_host = fc_median(one_host, 9);
+        first_over_call[T - 1] = first / latency;
+        second_over_call[T - 1] = second / latency;
+        extra_host_us[T - 1] = (host - call_host) * 1e3;
+        ts[T - 1] = T;
+        nsmall += T < 64;
         seconds[T - 1] = second;
         if (second > worst_second) worst_second = second, worst_second_t = T;
         if (csv)
-            fprintf(csv, "%lld,%.5f,%.5f,%ld,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f\n", (long long)T, first, host, q, second, build,
-                    steady, latency, setup, first_graph);
+            fprintf(csv, "%lld,%.5f,%.5f,%ld,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f,%.5f\n", (long long)T, first, host, q, second,
+                    build, steady, latency, setup, first_graph, call_host);
         if (q > 0 || first > 4 * steady)
             printf("RESULT fusec sweep slow_first T=%lld first_ms=%.4f host_ms=%.4f queries=%ld steady_ms=%.4f\n",
                    (long long)T, first, host, q, steady);
@@ -387,6 +435,12 @@ static void bench_sweep(void) {
     printf("RESULT fusec sweep dynamic_all_T_latency median_call_ms=%.4f worst_new_shape_call_over_call=%.2f at_T=%lld "
            "median_new_shape_call_over_call=%.2f\n",
            fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
+    print_ratio_spread("first_over_call", first_over_call, 1024, ts);
+    print_ratio_spread("first_over_call_T_below_64", first_over_call, nsmall, ts);
+    print_ratio_spread("second_over_call", second_over_call, 1024, ts);
+    printf("RESULT fusec sweep new_shape_extra_host_us median=%.2f p90=%.2f max=%.1f (first call's host time minus a "
+           "steady call's)\n",
+           quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0));
     fc_program_free(dyn);
     /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
     if (getenv("SWEEP_VARIANT_ONLY")) {

@@ -38,6 +38,15 @@
  * hard ones to fit; small ones then fill the holes. Offsets and sizes are
  * multiples of 256 bytes (the alignment cuMemAlloc gives, and enough for
  * any vector load a kernel makes).
+ *
+ * Two halves. Everything above but the sizes follows from the groups: the
+ * classes, which need arena memory, their lifetimes. The layout
+ * (fc_memplan_layout_make) keeps that, with each value's size as a
+ * representative value whose dims give it (its "form"); a placement
+ * (fc_memplan_layout_place) evaluates the forms at one shape's symbol
+ * values and runs the best fit. fc_pass_memplan is the two in a row; a
+ * dynamic variant keeps the layout and places it per shape, which makes a
+ * new shape's memory plan a few hundred operations and no allocation.
  */
 #include "passes/passes.h"
 
@@ -47,38 +56,45 @@
 
 #define MEMPLAN_ALIGN 256
 
-/* One storage class that needs arena memory. */
+/* One storage class that needs arena memory, at one shape. */
 typedef struct interval {
     int root;        /* value id of the class root */
+    int index;       /* its class in the layout (fc_memplan_layout.cls) */
     int first, last; /* launch positions, inclusive */
     int64_t size;    /* bytes, rounded up to MEMPLAN_ALIGN */
     int64_t offset;  /* assigned offset, -1 until placed */
 } interval;
 
-/* Scratch state of one run of the pass; freed by memplan_free. */
-typedef struct memplan {
+/* A class that needs arena memory, as the layout keeps it: everything but
+ * its size, which is the largest of its members' at the shape. */
+typedef struct layout_class {
+    int root, first, last;
+    int forms_at, nforms; /* its members' sizes: layout->class_forms[forms_at ..] */
+} layout_class;
+
+/*
+ * The shape-independent half of the memory plan. Which values are stored
+ * where, which classes need arena memory and when each is live follow from
+ * the groups alone; only the sizes depend on the symbols. A size is kept
+ * as a "form": a representative value whose dims (symbolic or not) give
+ * the bytes of every value with the same dtype size and dims, so that a
+ * placement evaluates each distinct size once.
+ */
+struct fc_memplan_layout {
     fc_context *ctx;
-    int nv;             /* value ids are 0 .. nv-1 */
-    fc_plan_classes cls; /* val, root, result_slot by value id */
-    int *first, *last;  /* per root: first writer, last reader (-1: none) */
-    int64_t *bytes;     /* per root: largest member (aliases match anyway) */
-    interval *iv;
-    int niv;
-} memplan;
+    const char *graph_name; /* the plan's graph's (it outlives the layout) */
+    int nvalues;            /* value ids are 0 .. nvalues-1 */
+    int nforms;
+    const fc_value **form; /* a representative value of each distinct size */
+    bool *form_checked;    /* used by a value that is not a weak scalar: its overflow is an error */
+    int *form_of;          /* by value id: its form; -1 for values the plan never names */
+    int *class_of;         /* by value id: the arena class whose offset it takes; -1: not in the arena */
+    int nclasses;
+    layout_class *cls;
+    int *class_forms; /* every class's member forms, one class after another */
+};
 
 static int64_t align_up(int64_t n) { return (n + MEMPLAN_ALIGN - 1) / MEMPLAN_ALIGN * MEMPLAN_ALIGN; }
-
-static void *scratch(memplan *m, size_t n, size_t elem) {
-    return fc_ctx_malloc(m->ctx, (n ? n : 1) * elem);
-}
-
-static void memplan_free(memplan *m) {
-    fc_plan_classes_free(m->ctx, &m->cls);
-    fc_ctx_freemem(m->ctx, m->first);
-    fc_ctx_freemem(m->ctx, m->last);
-    fc_ctx_freemem(m->ctx, m->bytes);
-    fc_ctx_freemem(m->ctx, m->iv);
-}
 
 /* Remember v under its id. Values from outside the graph's id range are a
  * broken plan, not a user error. */
@@ -155,17 +171,57 @@ void fc_plan_classes_free(fc_context *ctx, fc_plan_classes *c) {
 }
 
 /* Order for placement: largest first, then earliest start, then id. */
-static int by_size_desc(const void *pa, const void *pb) {
-    const interval *a = pa, *b = pb;
-    if (a->size != b->size) return a->size > b->size ? -1 : 1;
-    if (a->first != b->first) return a->first < b->first ? -1 : 1;
-    return (a->root > b->root) - (a->root < b->root);
+static bool placed_before(const interval *a, const interval *b) {
+    if (a->size != b->size) return a->size > b->size;
+    if (a->first != b->first) return a->first < b->first;
+    return a->root < b->root;
 }
 
-static int by_offset(const void *pa, const void *pb) {
+static bool below(const interval *a, const interval *b) {
+    if (a->offset != b->offset) return a->offset < b->offset;
+    return a->root < b->root;
+}
+
+static int cmp_placement(const void *pa, const void *pb) {
+    const interval *a = pa, *b = pb;
+    return placed_before(a, b) ? -1 : placed_before(b, a);
+}
+
+static int cmp_offset(const void *pa, const void *pb) {
     const interval *const *a = pa, *const *b = pb;
-    if ((*a)->offset != (*b)->offset) return (*a)->offset < (*b)->offset ? -1 : 1;
-    return ((*a)->root > (*b)->root) - ((*a)->root < (*b)->root);
+    return below(*a, *b) ? -1 : below(*b, *a);
+}
+
+/* Short lists (a dynamic variant's instance places a dozen classes per
+ * shape) are insertion-sorted: qsort's calls would cost more than the
+ * comparisons. Both orders are total (ids break ties), so either sort
+ * gives the same plan. */
+#define SHORT_SORT 32
+
+static void sort_for_placement(interval *iv, int n) {
+    if (n > SHORT_SORT) {
+        qsort(iv, (size_t)n, sizeof *iv, cmp_placement);
+        return;
+    }
+    for (int i = 1; i < n; i++) {
+        interval x = iv[i];
+        int j = i;
+        for (; j > 0 && placed_before(&x, &iv[j - 1]); j--) iv[j] = iv[j - 1];
+        iv[j] = x;
+    }
+}
+
+static void sort_by_offset(interval **live, int n) {
+    if (n > SHORT_SORT) {
+        qsort(live, (size_t)n, sizeof *live, cmp_offset);
+        return;
+    }
+    for (int i = 1; i < n; i++) {
+        interval *x = live[i];
+        int j = i;
+        for (; j > 0 && below(x, live[j - 1]); j--) live[j] = live[j - 1];
+        live[j] = x;
+    }
 }
 
 static bool lifetimes_overlap(const interval *a, const interval *b) {
@@ -176,14 +232,14 @@ static bool lifetimes_overlap(const interval *a, const interval *b) {
  * scratch for niv pointers. */
 static int64_t place_all(interval *iv, int niv, interval **live) {
     int64_t peak = 0;
-    qsort(iv, (size_t)niv, sizeof *iv, by_size_desc);
+    sort_for_placement(iv, niv);
     for (int i = 0; i < niv; i++) {
         interval *cur = &iv[i];
         /* The buffers already placed that are live at the same time. */
         int nlive = 0;
         for (int j = 0; j < i; j++)
             if (lifetimes_overlap(cur, &iv[j])) live[nlive++] = &iv[j];
-        qsort(live, (size_t)nlive, sizeof *live, by_offset);
+        sort_by_offset(live, nlive);
 
         /* Best fit: the smallest gap between them that holds cur; the top
          * (above every live buffer) when none does. */
@@ -203,25 +259,36 @@ static int64_t place_all(interval *iv, int niv, interval **live) {
     return peak;
 }
 
-static fc_status memplan_run(memplan *m, fc_plan *plan) {
-    int nv = m->nv;
+void fc_memplan_layout_free(fc_memplan_layout *l) {
+    if (!l) return;
+    fc_context *ctx = l->ctx;
+    fc_ctx_freemem(ctx, l->form);
+    fc_ctx_freemem(ctx, l->form_checked);
+    fc_ctx_freemem(ctx, l->form_of);
+    fc_ctx_freemem(ctx, l->class_of);
+    fc_ctx_freemem(ctx, l->cls);
+    fc_ctx_freemem(ctx, l->class_forms);
+    fc_ctx_freemem(ctx, l);
+}
 
-    /* Every value the plan touches, and the classes the alias groups make. */
-    fc_status st = fc_plan_classes_make(m->ctx, plan, &m->cls);
-    if (st != FC_OK) return st;
-    fc_value *const *val = m->cls.val;
-    const int *root = m->cls.root;
-    m->first = scratch(m, (size_t)nv, sizeof *m->first);
-    m->last = scratch(m, (size_t)nv, sizeof *m->last);
-    m->bytes = scratch(m, (size_t)nv, sizeof *m->bytes);
-    if (!m->first || !m->last || !m->bytes) return FC_ERR_NOMEM;
-    for (int id = 0; id < nv; id++) {
-        m->first[id] = m->last[id] = -1;
-        m->bytes[id] = 0;
+/* The form of v: the first value seen with v's dtype size and dims, or v
+ * itself as a new form. */
+static int form_index(fc_memplan_layout *l, const fc_value *v) {
+    for (int f = 0; f < l->nforms; f++) {
+        const fc_value *w = l->form[f];
+        if (w->rank == v->rank && fc_dtype_size(w->dtype) == fc_dtype_size(v->dtype) &&
+            !memcmp(w->dims, v->dims, sizeof *v->dims * (size_t)v->rank))
+            return f;
     }
+    l->form[l->nforms] = v;
+    return l->nforms++;
+}
 
-    /* Lifetimes per class: the first write of a member (the root's writer;
-     * alias groups come later) and the last read of any member. */
+/* Lifetimes per class (by root id, into first and last): the first write
+ * of a member (the root's writer; alias groups come later) and the last
+ * read of any member. */
+static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *first, int *last) {
+    for (int id = 0; id < nv; id++) first[id] = last[id] = -1;
     for (int pos = 0; pos < plan->ngroups; pos++) {
         const fc_group *grp = plan->groups[pos];
         /* The groups of one batch run at once: a value is written at the
@@ -233,68 +300,178 @@ static fc_status memplan_run(memplan *m, fc_plan *plan) {
         }
         for (int i = 0; i < grp->noutputs; i++) {
             int r = root[grp->outputs[i]->id];
-            if (m->first[r] < 0 || wpos < m->first[r]) m->first[r] = wpos;
-            if (rpos > m->last[r]) m->last[r] = rpos;
+            if (first[r] < 0 || wpos < first[r]) first[r] = wpos;
+            if (rpos > last[r]) last[r] = rpos;
         }
         for (int i = 0; i < grp->ninputs; i++) {
             int r = root[grp->inputs[i]->id];
-            if (rpos > m->last[r]) m->last[r] = rpos;
+            if (rpos > last[r]) last[r] = rpos;
         }
     }
+}
+
+/* The classes that need arena memory (see the top of the file), their
+ * members and their members' forms, into l. first, last: by root id. */
+static void find_classes(fc_memplan_layout *l, const fc_plan_classes *c, const int *first, const int *last) {
+    const int nv = l->nvalues;
     for (int id = 0; id < nv; id++) {
-        if (!val[id] || val[id]->weak) continue;
-        int64_t b = plan->sized ? fc_value_bytes_at(val[id], plan->sym_values) : fc_value_bytes(val[id]);
-        if (b < 0 && plan->sized)
-            return fc_set_error(m->ctx, FC_ERR_INPUT, "bind: a value of graph %s is too large (its size overflows 64 bits)",
-                                plan->g->name);
-        FC_ASSERT(b >= 0);
-        int r = root[id];
-        if (b > m->bytes[r]) m->bytes[r] = b;
+        const fc_value *v = c->val[id];
+        l->form_of[id] = v ? form_index(l, v) : -1;
+        if (v && !v->weak) l->form_checked[l->form_of[id]] = true;
+        l->class_of[id] = -1;
     }
-
-    /* The classes that need arena memory (see the top of the file). */
-    m->iv = scratch(m, (size_t)nv, sizeof *m->iv);
-    interval **live = scratch(m, (size_t)nv, sizeof *live);
-    if (!m->iv || !live) {
-        fc_ctx_freemem(m->ctx, live);
-        return FC_ERR_NOMEM;
-    }
-    int64_t sum = 0;
     for (int r = 0; r < nv; r++) {
-        const fc_value *v = val[r];
-        if (root[r] != r || !v || v->weak || v->param_index >= 0 || m->cls.result_slot[r] >= 0) continue;
-        if (m->first[r] < 0) continue; /* never written by a group: nothing to store */
-        m->iv[m->niv++] = (interval){r, m->first[r], m->last[r], align_up(m->bytes[r]), -1};
-        sum += m->bytes[r];
+        const fc_value *v = c->val[r];
+        if (c->root[r] != r || !v || v->weak || v->param_index >= 0 || c->result_slot[r] >= 0) continue;
+        if (first[r] < 0) continue; /* never written by a group: nothing to store */
+        l->class_of[r] = l->nclasses;
+        l->cls[l->nclasses++] = (layout_class){r, first[r], last[r], 0, 0};
     }
-    int64_t peak = place_all(m->iv, m->niv, live);
-    fc_ctx_freemem(m->ctx, live);
-
-    plan->offset = fc_arena_alloc(&plan->arena, (size_t)(nv ? nv : 1) * sizeof *plan->offset);
-    if (!plan->offset) return FC_ERR_NOMEM;
-    /* Offsets by root first, then every member takes its root's. */
-    for (int id = 0; id < nv; id++) plan->offset[id] = -1;
-    for (int i = 0; i < m->niv; i++) plan->offset[m->iv[i].root] = m->iv[i].offset;
+    /* Every member takes its root's offset; the class's size is its
+     * largest member's (aliases match anyway), weak scalars aside. Each
+     * class gets room for all its members' forms, one after another. */
     for (int id = 0; id < nv; id++)
-        if (val[id] && root[id] != id) plan->offset[id] = plan->offset[root[id]];
-    plan->arena_bytes = peak;
-    plan->intermediate_bytes = sum;
+        if (c->val[id]) l->class_of[id] = l->class_of[c->root[id]];
+    for (int id = 0; id < nv; id++)
+        if (l->class_of[id] >= 0 && !c->val[id]->weak) l->cls[l->class_of[id]].forms_at++;
+    int at = 0;
+    for (int k = 0; k < l->nclasses; k++) {
+        int n = l->cls[k].forms_at;
+        l->cls[k].forms_at = at;
+        at += n;
+    }
+    for (int id = 0; id < nv; id++) {
+        int k = l->class_of[id];
+        if (k < 0 || c->val[id]->weak) continue;
+        layout_class *cl = &l->cls[k];
+        int f = l->form_of[id], *forms = l->class_forms + cl->forms_at;
+        bool seen = false;
+        for (int i = 0; i < cl->nforms && !seen; i++) seen = forms[i] == f;
+        if (!seen) forms[cl->nforms++] = f;
+    }
+}
+
+fc_status fc_memplan_layout_make(const fc_plan *plan, fc_memplan_layout **out) {
+    *out = NULL;
+    if (!plan || !plan->g) return FC_ERR_USAGE;
+    fc_context *ctx = plan->g->ctx;
+    const int nv = plan->g->next_value_id;
+    const size_t n = (size_t)(nv ? nv : 1);
+    fc_memplan_layout *l = fc_ctx_malloc(ctx, sizeof *l);
+    if (!l) return FC_ERR_NOMEM;
+    memset(l, 0, sizeof *l);
+    l->ctx = ctx;
+    l->graph_name = plan->g->name;
+    l->nvalues = nv;
+    fc_plan_classes c;
+    int *first = NULL, *last = NULL;
+    fc_status st = fc_plan_classes_make(ctx, plan, &c);
+    if (st == FC_OK) {
+        l->form = fc_ctx_malloc(ctx, n * sizeof *l->form);
+        l->form_checked = fc_ctx_malloc(ctx, n * sizeof *l->form_checked);
+        l->form_of = fc_ctx_malloc(ctx, n * sizeof *l->form_of);
+        l->class_of = fc_ctx_malloc(ctx, n * sizeof *l->class_of);
+        l->cls = fc_ctx_malloc(ctx, n * sizeof *l->cls);
+        l->class_forms = fc_ctx_malloc(ctx, n * sizeof *l->class_forms);
+        first = fc_ctx_malloc(ctx, n * sizeof *first);
+        last = fc_ctx_malloc(ctx, n * sizeof *last);
+        if (!l->form || !l->form_checked || !l->form_of || !l->class_of || !l->cls || !l->class_forms || !first ||
+            !last)
+            st = FC_ERR_NOMEM;
+    }
+    if (st == FC_OK) {
+        memset(l->form_checked, 0, n * sizeof *l->form_checked);
+        class_lifetimes(plan, c.root, nv, first, last);
+        find_classes(l, &c, first, last);
+    }
+    fc_ctx_freemem(ctx, first);
+    fc_ctx_freemem(ctx, last);
+    fc_plan_classes_free(ctx, &c);
+    if (st != FC_OK) {
+        fc_memplan_layout_free(l);
+        return st;
+    }
+    *out = l;
     return FC_OK;
+}
+
+int fc_memplan_layout_nvalues(const fc_memplan_layout *l) { return l ? l->nvalues : 0; }
+
+/* Scratch of a placement kept on the stack up to this many classes and
+ * forms (a dynamic variant's instance then allocates nothing for it). */
+#define PLACE_SMALL 64
+
+fc_status fc_memplan_layout_place(const fc_memplan_layout *l, const int64_t *sym_values, int64_t *offset,
+                                  int64_t *bytes, int64_t *arena_bytes, int64_t *intermediate_bytes) {
+    int64_t fb_small[PLACE_SMALL], off_small[PLACE_SMALL];
+    interval iv_small[PLACE_SMALL];
+    interval *live_small[PLACE_SMALL];
+    int64_t *fb = fb_small, *off = off_small;
+    interval *iv = iv_small;
+    interval **live = live_small;
+    const int nc = l->nclasses;
+    if (l->nforms > PLACE_SMALL) fb = fc_ctx_malloc(l->ctx, sizeof *fb * (size_t)l->nforms);
+    if (nc > PLACE_SMALL) {
+        off = fc_ctx_malloc(l->ctx, sizeof *off * (size_t)nc);
+        iv = fc_ctx_malloc(l->ctx, sizeof *iv * (size_t)nc);
+        live = fc_ctx_malloc(l->ctx, sizeof *live * (size_t)nc);
+    }
+    fc_status st = FC_OK;
+    if (!fb || !off || !iv || !live) st = FC_ERR_NOMEM;
+    /* Each distinct size once. */
+    for (int f = 0; f < l->nforms && st == FC_OK; f++) {
+        fb[f] = fc_value_bytes_at(l->form[f], sym_values);
+        if (fb[f] < 0 && l->form_checked[f])
+            st = fc_set_error(l->ctx, FC_ERR_INPUT, "bind: a value of graph %s is too large (its size overflows 64 bits)",
+                              l->graph_name);
+    }
+    if (st == FC_OK) {
+        int64_t sum = 0;
+        for (int k = 0; k < nc; k++) {
+            const layout_class *cl = &l->cls[k];
+            int64_t size = 0;
+            for (int i = 0; i < cl->nforms; i++)
+                if (fb[l->class_forms[cl->forms_at + i]] > size) size = fb[l->class_forms[cl->forms_at + i]];
+            iv[k] = (interval){cl->root, k, cl->first, cl->last, align_up(size), -1};
+            sum += size;
+        }
+        *arena_bytes = place_all(iv, nc, live);
+        *intermediate_bytes = sum;
+        for (int k = 0; k < nc; k++) off[iv[k].index] = iv[k].offset;
+        for (int id = 0; id < l->nvalues; id++) {
+            offset[id] = l->class_of[id] >= 0 ? off[l->class_of[id]] : -1;
+            if (bytes) bytes[id] = l->form_of[id] >= 0 ? fb[l->form_of[id]] : 0;
+        }
+    }
+    if (fb != fb_small) fc_ctx_freemem(l->ctx, fb);
+    if (off != off_small) fc_ctx_freemem(l->ctx, off);
+    if (iv != iv_small) fc_ctx_freemem(l->ctx, iv);
+    if (live != live_small) fc_ctx_freemem(l->ctx, live);
+    return st;
 }
 
 fc_status fc_pass_memplan(fc_plan *plan) {
     if (!plan || !plan->g) return FC_ERR_USAGE;
-    memplan m;
-    memset(&m, 0, sizeof m);
-    m.ctx = plan->g->ctx;
-    m.nv = plan->g->next_value_id;
     plan->offset = NULL;
     plan->arena_bytes = plan->intermediate_bytes = 0;
-    fc_status st = memplan_run(&m, plan);
-    memplan_free(&m);
-    if (st != FC_OK) {
-        plan->offset = NULL;
-        plan->arena_bytes = plan->intermediate_bytes = 0;
+    fc_memplan_layout *l = NULL;
+    fc_status st = fc_memplan_layout_make(plan, &l);
+    int64_t *offset = NULL;
+    if (st == FC_OK) {
+        const int nv = l->nvalues;
+        offset = fc_arena_alloc(&plan->arena, (size_t)(nv ? nv : 1) * sizeof *offset);
+        if (!offset) st = FC_ERR_NOMEM;
     }
-    return st;
+    /* A plan bound by fc_plan_bind_sizes keeps symbolic dims and the
+     * values to evaluate them at; any other plan has static dims. */
+    if (st == FC_OK)
+        st = fc_memplan_layout_place(l, plan->sized ? plan->sym_values : NULL, offset, NULL, &plan->arena_bytes,
+                                     &plan->intermediate_bytes);
+    fc_memplan_layout_free(l);
+    if (st != FC_OK) {
+        plan->arena_bytes = plan->intermediate_bytes = 0;
+        return st;
+    }
+    plan->offset = offset;
+    return FC_OK;
 }

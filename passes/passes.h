@@ -168,6 +168,31 @@ fc_status fc_pass_batch(fc_plan *plan);
 fc_status fc_pass_memplan(fc_plan *plan);
 void fc_plan_release(fc_plan *plan);
 
+/*
+ * The memory plan in two halves (passes/memplan.c), for a plan placed at
+ * many shapes (a dynamic variant's instances). What depends on the groups
+ * alone is made once: the storage classes, which of them need arena memory,
+ * their lifetimes, and every value's size as a formula in the symbols. A
+ * placement then evaluates the sizes at one shape's values and places the
+ * classes by the same best-fit rule: fc_pass_memplan is make and place, so
+ * a placement gives value for value the offsets, arena_bytes and
+ * intermediate_bytes that fc_pass_memplan (and so fc_plan_bind) gives for
+ * the same values. The layout borrows the plan's graph (it must outlive
+ * the layout), not its groups.
+ */
+typedef struct fc_memplan_layout fc_memplan_layout;
+fc_status fc_memplan_layout_make(const fc_plan *plan, fc_memplan_layout **out);
+void fc_memplan_layout_free(fc_memplan_layout *l); /* NULL ok */
+/* The value ids it places: 0 .. fc_memplan_layout_nvalues(l) - 1. */
+int fc_memplan_layout_nvalues(const fc_memplan_layout *l);
+/* Place at sym_values (NULL: the plan's dims are static): offset[id] for
+ * every value id (-1: not in the arena), and when bytes is not NULL each
+ * value's size (0 for a value the plan never names). Allocates nothing for
+ * plans of up to 64 arena classes and distinct sizes. FC_ERR_INPUT when a
+ * size overflows 64 bits. */
+fc_status fc_memplan_layout_place(const fc_memplan_layout *l, const int64_t *sym_values, int64_t *offset,
+                                  int64_t *bytes, int64_t *arena_bytes, int64_t *intermediate_bytes);
+
 /* The storage classes of a plan (passes/memplan.c): an FC_GROUP_ALIAS
  * group's outputs are views of the buffer it reads, so a class is a value
  * that owns a buffer (its root) plus every alias of it, transitively. The
@@ -210,8 +235,8 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
  * values, and gets offsets, arena_bytes and intermediate_bytes equal to
  * what fc_plan_bind's memory plan gives for the same values. No node is
  * re-checked and no space is bound: it serves a shape whose kernels are
- * already generated (a dynamic variant's instance, where binding and
- * re-checking the whole graph is most of a new shape's host time). The
+ * already generated (a dynamic variant's instance gets the same plan from
+ * a fc_memplan_layout it keeps, placed per shape, above). The
  * symbol values must already be known to fit the graph (the run's guard
  * checks them); FC_ERR_INPUT for a value below 1, a wrong count or a size
  * that overflows 64 bits.

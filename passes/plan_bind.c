@@ -9,9 +9,10 @@
  * run. Cost: linear in the graph plus the memory plan; no fusion.
  *
  * fc_plan_bind_sizes is the memory plan alone, on the dynamic plan's own
- * graph and groups with sizes evaluated at the values: what a variant of
- * generated kernels needs per shape (docs/FUSION.md, "The memory plan
- * alone"). */
+ * graph and groups with sizes evaluated at the values (docs/FUSION.md, "The
+ * memory plan alone"). A dynamic variant's instance gets the same plan
+ * from the variant's memory-plan layout (fc_memplan_layout), made once, so
+ * that a new shape does not redo the classes and lifetimes. */
 #include "passes.h"
 
 #include <string.h>

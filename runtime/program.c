@@ -119,6 +119,20 @@ struct fc_program {
     unsigned shared_gen;
     uint64_t instance_id; /* instance: its id in the variant (from 1) */
     bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
+    /* A variant of kernels only: what each shape's instance is made from
+     * (instance_from_layout). The memory plan's layout (the classes, their
+     * lifetimes, the sizes as formulas: only the placement is per shape),
+     * and every value's storage kind and index, which do not depend on
+     * the shape either (an arena value's index is its offset, per shape).
+     * The variant's own d.outputs[k].copy_from holds each result's copy
+     * source the same way (its bytes are per shape). */
+    fc_memplan_layout *layout;
+    fc_store *store_kind;
+    bool *grid_sized; /* by launch: its grid depends on the symbols (else the variant's is every shape's) */
+    /* An instance made from the layout: its description's arrays live in
+     * the program's own allocation, and its names and launch argument
+     * lists are the variant's, so they are not freed one by one. */
+    bool desc_inline;
 
     /* A dynamic program (runtime/dynamic.c): guards, specializations. */
     struct fc_dynamic *dyn;
@@ -274,12 +288,12 @@ static void set_target(fc_program_desc *d, const fc_compile_options *o) {
  * graph has its sizes. */
 static const int64_t *plan_sizes(const fc_plan *plan) { return plan->sized ? plan->sym_values : NULL; }
 
-/* Where value id lives (the table at the top of the file). */
-static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
+/* Where value id lives (the table at the top of the file), given its
+ * arena offset (-1: none) and its size. */
+static fc_store store_at(const fc_plan_classes *c, int id, int64_t offset, int64_t bytes) {
     fc_store s = {FC_STORE_NONE, 0, 0};
-    const fc_value *v = c->val[id];
-    if (!v) return s;
-    s.bytes = fc_value_bytes_at(v, plan_sizes(plan));
+    if (!c->val[id]) return s;
+    s.bytes = bytes;
     const fc_value *r = c->val[c->root[id]];
     if (r->param_index >= 0) {
         s.kind = FC_STORE_INPUT;
@@ -287,11 +301,27 @@ static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) 
     } else if (c->result_slot[r->id] >= 0) {
         s.kind = FC_STORE_OUTPUT;
         s.index = c->result_slot[r->id];
-    } else if (plan->offset && plan->offset[id] >= 0) {
+    } else if (offset >= 0) {
         s.kind = FC_STORE_ARENA;
-        s.index = plan->offset[id];
+        s.index = offset;
     }
     return s;
+}
+
+static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
+    const fc_value *v = c->val[id];
+    return store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes_at(v, plan_sizes(plan)) : 0);
+}
+
+/* Where result k is copied from after the launches, when no kernel writes
+ * it in place (a parameter, or a view of one, returned as it is; a class
+ * whose result slot is another output); FC_STORE_NONE otherwise. bytes:
+ * the result's size. */
+static fc_store copy_source(const fc_plan_classes *c, const fc_graph *g, int k, int64_t bytes) {
+    const fc_value *r = c->val[c->root[g->outputs[k]->id]];
+    if (r->param_index >= 0) return (fc_store){FC_STORE_INPUT, r->param_index, bytes};
+    if (c->result_slot[r->id] != k) return (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], bytes};
+    return (fc_store){FC_STORE_NONE, 0, 0};
 }
 
 /* v's type, its symbolic dims given by sizes (NULL: kept as they are). */
@@ -344,15 +374,8 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
     }
     for (int k = 0; k < g->noutputs; k++) {
         fc_program_tensor *t = &d->outputs[k];
-        const fc_value *v = g->outputs[k];
-        const fc_value *r = c->val[c->root[v->id]];
-        set_tensor_type(t, v, plan_sizes(plan));
-        const int64_t bytes = fc_value_bytes_at(v, plan_sizes(plan));
-        /* Written in place unless a parameter (or a view of one) is
-         * returned, or the class's result slot is another output. */
-        if (r->param_index >= 0) t->copy_from = (fc_store){FC_STORE_INPUT, r->param_index, bytes};
-        else if (c->result_slot[r->id] != k) t->copy_from = (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], bytes};
-        else t->copy_from = (fc_store){FC_STORE_NONE, 0, 0};
+        set_tensor_type(t, g->outputs[k], plan_sizes(plan));
+        t->copy_from = copy_source(c, g, k, fc_value_bytes_at(g->outputs[k], plan_sizes(plan)));
     }
     d->noutputs = g->noutputs;
     d->arena_bytes = plan->arena_bytes;
@@ -654,6 +677,141 @@ static fc_status variant_signature(fc_program *p) {
     return FC_OK;
 }
 
+/* A variant of kernels only: the memory plan's layout, every value's
+ * storage kind and each result's copy source, made once, so that a shape's
+ * instance only places the arena and evaluates sizes and grids. */
+static fc_status variant_layout(fc_program *v) {
+    fc_status st = fc_memplan_layout_make(&v->plan, &v->layout);
+    if (st != FC_OK) return st;
+    const int nv = fc_memplan_layout_nvalues(v->layout);
+    fc_plan_classes c;
+    if ((st = fc_plan_classes_make(v->ctx, &v->plan, &c)) != FC_OK) return st;
+    /* Which values live in the arena does not depend on the sizes: a
+     * placement at every symbol = 1 says which. */
+    int64_t ones[FC_DYN_MAX_SYMS], arena, inter;
+    for (int k = 0; k < FC_DYN_MAX_SYMS; k++) ones[k] = 1;
+    int64_t *off = fc_ctx_malloc(v->ctx, sizeof *off * (size_t)(nv + 1));
+    v->store_kind = fc_ctx_malloc(v->ctx, sizeof *v->store_kind * (size_t)(nv + 1));
+    if (!off || !v->store_kind) st = FC_ERR_NOMEM;
+    if (st == FC_OK) st = fc_memplan_layout_place(v->layout, ones, off, NULL, &arena, &inter);
+    for (int id = 0; id < nv && st == FC_OK; id++) v->store_kind[id] = store_at(&c, id, off[id], 0);
+    for (int k = 0; k < v->d.noutputs && st == FC_OK; k++) v->d.outputs[k].copy_from = copy_source(&c, v->g, k, 0);
+    /* A kernel whose grid formulas are constants (a GEMM's persistent
+     * grid) has the variant's grid at every shape. */
+    const int nl = v->d.src.nlaunches;
+    if (st == FC_OK && !(v->grid_sized = fc_ctx_malloc(v->ctx, sizeof *v->grid_sized * (size_t)(nl + 1))))
+        st = FC_ERR_NOMEM;
+    for (int i = 0; i < nl && st == FC_OK; i++) {
+        const fc_launch *l = &v->d.src.launches[i];
+        v->grid_sized[i] = l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0;
+        if (v->grid_sized[i] && fc_mono_is_static(&l->grid_work[0]) && fc_mono_is_static(&l->grid_work[1]) &&
+            fc_mono_is_static(&l->grid_work[2]))
+            v->grid_sized[i] = false;
+    }
+    fc_ctx_freemem(v->ctx, off);
+    fc_plan_classes_free(v->ctx, &c);
+    return st;
+}
+
+static size_t round_up16(size_t n) { return (n + 15) & ~(size_t)15; }
+
+/* Room for n + 1 elements of size elem at *at (16-byte aligned); *at moves
+ * past them. Returns where they start. */
+static size_t take(size_t *at, size_t elem, int n) {
+    size_t start = *at;
+    *at += round_up16(elem * (size_t)(n + 1));
+    return start;
+}
+
+/*
+ * The instance of a variant of kernels only at syms, from its layout: no
+ * graph is bound and nothing is planned again. One allocation holds the
+ * program, its symbol values, its memory plan's offsets and its
+ * description (storage, signature, the variant's launches with this
+ * shape's grids); the per-shape work is the arena placement, a size per
+ * distinct value shape and three grid formulas per kernel. The result is
+ * what the general path (fc_plan_bind_sizes, then build_desc) makes,
+ * value by value (tests/test_dynamic.c checks it against fc_plan_bind).
+ */
+static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
+    fc_status st = fc_graph_check_bind_values(v->plan.g, syms, nsyms);
+    if (st != FC_OK) return st;
+    const int nv = fc_memplan_layout_nvalues(v->layout), np = v->d.nparams, no = v->d.noutputs;
+    const int nl = v->d.src.nlaunches;
+    /* The allocation's parts, one after another, each 16-byte aligned. */
+    size_t at = round_up16(sizeof(fc_program));
+    const size_t at_syms = take(&at, sizeof(int64_t), nsyms), at_offset = take(&at, sizeof(int64_t), nv),
+                 at_bytes = take(&at, sizeof(int64_t), nv), at_store = take(&at, sizeof(fc_store), nv),
+                 at_params = take(&at, sizeof(fc_program_tensor), np),
+                 at_outputs = take(&at, sizeof(fc_program_tensor), no),
+                 at_launches = take(&at, sizeof(fc_launch), nl);
+    char *block = fc_ctx_malloc(v->ctx, at);
+    if (!block) return fc_set_error(v->ctx, FC_ERR_NOMEM, "out of memory (a shape of program %s)", v->d.graph_name);
+    fc_program *p = (fc_program *)(void *)block;
+    memset(p, 0, sizeof *p);
+    p->ctx = v->ctx;
+    p->opts = v->opts;
+    p->desc_inline = true;
+    p->variant = v;
+    p->instance_id = ++v->next_instance_id;
+    p->syms = (int64_t *)(void *)(block + at_syms);
+    memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
+    p->nsyms = nsyms;
+    /* The plan: the variant's graph and groups with these sizes (as
+     * fc_plan_bind_sizes makes it; it owns nothing). */
+    fc_plan *plan = &p->plan;
+    plan->g = p->g = v->plan.g;
+    p->plan_owns_graph = true; /* not p's to free */
+    plan->groups = v->plan.groups;
+    plan->ngroups = v->plan.ngroups;
+    plan->group_of_node = v->plan.group_of_node;
+    plan->sm = v->plan.sm;
+    plan->sized = true;
+    plan->nsyms = nsyms;
+    plan->sym_values = p->syms;
+    plan->offset = (int64_t *)(void *)(block + at_offset);
+    int64_t *bytes = (int64_t *)(void *)(block + at_bytes);
+    st = fc_memplan_layout_place(v->layout, syms, plan->offset, bytes, &plan->arena_bytes, &plan->intermediate_bytes);
+    fc_program_desc *d = &p->d;
+    /* The variant's target, as resolved (no device query per shape). */
+    d->sm = v->d.sm;
+    d->fast_math = v->d.fast_math;
+    d->fuse = v->d.fuse;
+    d->tf32 = v->d.tf32;
+    d->graph_name = v->d.graph_name;
+    d->arena_bytes = plan->arena_bytes;
+    d->intermediate_bytes = plan->intermediate_bytes;
+    d->nvalues = nv;
+    d->store = (fc_store *)(void *)(block + at_store);
+    for (int id = 0; id < nv; id++) {
+        d->store[id] = v->store_kind[id];
+        d->store[id].bytes = bytes[id];
+        if (d->store[id].kind == FC_STORE_ARENA) d->store[id].index = plan->offset[id];
+    }
+    d->nparams = np;
+    d->noutputs = no;
+    d->params = (fc_program_tensor *)(void *)(block + at_params);
+    d->outputs = (fc_program_tensor *)(void *)(block + at_outputs);
+    for (int i = 0; i < np + no; i++) {
+        fc_program_tensor *t = i < np ? &d->params[i] : &d->outputs[i - np];
+        *t = i < np ? v->d.params[i] : v->d.outputs[i - np];
+        for (int q = 0; q < t->rank; q++) t->dims[q] = fc_dim_value(t->dims[q], syms);
+        if (i >= np && t->copy_from.kind != FC_STORE_NONE) t->copy_from.bytes = bytes[t->value];
+    }
+    d->src.launches = (fc_launch *)(void *)(block + at_launches);
+    memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
+    d->src.nlaunches = nl;
+    for (int i = 0; i < nl && st == FC_OK; i++)
+        if (v->grid_sized[i]) st = fc_cuda_launch_grid(plan, &v->d.src.launches[i], d->src.launches[i].grid);
+    if (st != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
+    p->max_args = v->max_args;
+    *out = p;
+    return FC_OK;
+}
+
 fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     *out = NULL;
     double t0 = fc_now_ms();
@@ -702,12 +860,19 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     const char *shared = getenv("FUSEC_SHARED_GRAPH");
     p->kernels_only = fc_replay_kernels_only(d);
     p->shared_graph = p->kernels_only && !(shared && !strcmp(shared, "0"));
+    if (p->kernels_only && (st = variant_layout(p)) != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
     *out = p;
     return FC_OK;
 }
 
 fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
     *out = NULL;
+    if (v->layout) return instance_from_layout(v, syms, nsyms, out);
+    /* Library launches: the whole graph bound to the shape (a cuBLASLt
+     * call's description is made from its bound node). */
     fc_program *p = new_program(v->ctx);
     if (!p) return FC_ERR_NOMEM;
     p->opts = v->opts;
@@ -718,14 +883,9 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     p->d.tf32 = v->d.tf32;
     p->variant = v;
     p->instance_id = ++v->next_instance_id;
-    /* Kernels only: the kernels are generated, so the shape needs only its
-     * memory plan and its sizes, not a bound copy of the graph (re-checking
-     * every node is most of fc_plan_bind's time). A cuBLASLt call's
-     * description is made from its bound node. */
-    fc_status st = v->kernels_only ? fc_plan_bind_sizes(&v->plan, syms, nsyms, &p->plan)
-                                   : fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
+    fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
-        /* The plan's graph: its own bound copy, or the variant's (sized). */
+        /* The plan's graph: its own bound copy. */
         p->g = p->plan.g;
         p->plan_owns_graph = true;
         p->syms = fc_ctx_malloc(p->ctx, sizeof *p->syms * (size_t)(nsyms + 1));
@@ -891,6 +1051,12 @@ void fc_program_free(fc_program *p) {
         p->arena = 0;
         p->module = NULL;
         p->dev = NULL;
+        memset(&p->args, 0, sizeof p->args); /* the variant's scratch */
+    }
+    if (p->desc_inline) {
+        /* Everything is in p's own allocation, or the variant's. */
+        fc_ctx_freemem(p->ctx, p);
+        return;
     }
     fc_ctx_freemem(p->ctx, p->syms);
     if (p->dev) {
@@ -909,6 +1075,9 @@ void fc_program_free(fc_program *p) {
     }
     fc_ctx_freemem(p->ctx, p->func);
     fc_launch_params_free(p->ctx, &p->args);
+    fc_memplan_layout_free(p->layout);
+    fc_ctx_freemem(p->ctx, p->store_kind);
+    fc_ctx_freemem(p->ctx, p->grid_sized);
     fc_bytes_free(&p->cubin);
     fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
@@ -1211,7 +1380,9 @@ static fc_status ensure_instance(fc_program *p) {
         if (st != FC_OK) return st;
     }
     p->blas = v->blas;
-    if ((st = ensure_args(p)) != FC_OK) return st;
+    /* The variant's parameter scratch: its largest launch is every
+     * instance's, and one caller thread runs them one at a time. */
+    p->args = v->args;
     int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
     if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
     if (bytes > v->shared_arena_bytes) {
@@ -1436,8 +1607,11 @@ fc_status fc_program_weights_changed(fc_program *p) {
  * 70-140 us to build at the second run and ~35 us to destroy at eviction),
  * then patched for the caller's pointers and launched. Without library
  * calls there is nothing a first eager run must set up, so every run of
- * every shape, the first included, replays. FC_ERR_UNSUPPORTED: the
- * caller runs eagerly (the reason is in the stats and the log). */
+ * every shape, the first included, replays. (Launching a new shape one by
+ * one and re-pointing the graph after the launches, while the GPU runs
+ * them, was measured and is slower: docs/DYNAMIC.md, "A new shape's first
+ * call".) FC_ERR_UNSUPPORTED: the caller runs eagerly (the reason is in the
+ * stats and the log). */
 static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_program *v = p->variant;
     fc_replay_env e = env_of(p);

@@ -302,10 +302,13 @@ struct fc_dynamic;
 /* The dynamic variant of g (symbols unbound): the dynamic pipeline and
  * codegen, NVRTC (through the kernel cache); it never runs itself. */
 fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out);
-/* One shape of variant v: its bound plan (fc_plan_bind), descriptions,
- * grids; it borrows v's module, kernels, cuBLASLt handle and arena. Free
- * it (before v) with fc_program_free. FC_ERR_INPUT for a binding that
- * does not fit the graph. */
+/* One shape of variant v: its memory plan, description and grids; it
+ * borrows v's module, kernels, cuBLASLt handle, arena and parameter
+ * scratch. A variant of kernels only makes it from what it precomputed
+ * (its memory-plan layout, storage kinds, grid formulas) in one
+ * allocation; one with library calls binds the whole graph (fc_plan_bind)
+ * for its GEMM descriptions. Free it (before v) with fc_program_free.
+ * FC_ERR_INPUT for a binding that does not fit the graph. */
 fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out);
 /* Open the device, load the module, allocate what a run needs and choose
  * every GEMM's algorithm, now (a dynamic program's background thread does

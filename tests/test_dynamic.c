@@ -8,7 +8,11 @@
  * left, the parameters and results typed as the statically specialized
  * graph types them, a memory plan that holds every intermediate, and
  * launch grids (fc_cuda_launch_grid) that cover the work. Bad bindings are
- * input errors with a message. The GEMMs are generated kernels (256
+ * input errors with a message. A variant's instances (one shape each)
+ * match fc_plan_bind value by value at those shapes and at every T of the
+ * GPT-2 block's sweep (B=1, T=1..1024); a variant of kernels only makes
+ * each with one allocation, from its memory-plan layout (passes.h,
+ * fc_memplan_layout), whose allocations fail cleanly. The GEMMs are generated kernels (256
  * threads, the symbols as arguments) unless FUSEC_VARIANT_GEMM=cublaslt,
  * which brings back library launches. Numerics of the dynamic kernels are
  * checked on the GPU machine (runtime tests; test_specialize for GEMMs).
@@ -290,15 +294,64 @@ static void check_bind_copy(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* Instance inst of variant v against fc_plan_bind of the variant's plan
+ * at the same values: the parameters' and results' types, every value's
+ * storage (arena offsets and sizes), the arena's size and every launch's
+ * grid. */
+static bool instance_matches(fc_program *v, const fc_program *inst, const int64_t *vals, int nsyms) {
+    const fc_plan *dyn = fc_program_plan(v);
+    fc_plan bp;
+    if (fc_plan_bind(dyn, vals, nsyms, &bp) != FC_OK) return false;
+    const fc_program_desc *d = fc_program_desc_of(inst);
+    bool ok = d->arena_bytes == bp.arena_bytes && d->intermediate_bytes == bp.intermediate_bytes &&
+              d->nparams == bp.g->nparams && d->noutputs == bp.g->noutputs;
+    for (int i = 0; ok && i < d->nparams; i++) {
+        const fc_value *pv = bp.g->params[i];
+        ok = d->params[i].dtype == pv->dtype && d->params[i].rank == pv->rank &&
+             !memcmp(d->params[i].dims, pv->dims, sizeof(fc_dim) * (size_t)pv->rank);
+    }
+    for (int k = 0; ok && k < d->noutputs; k++) {
+        const fc_value *ov = bp.g->outputs[k];
+        ok = d->outputs[k].dtype == ov->dtype && d->outputs[k].rank == ov->rank &&
+             !memcmp(d->outputs[k].dims, ov->dims, sizeof(fc_dim) * (size_t)ov->rank) &&
+             (d->outputs[k].copy_from.kind == FC_STORE_NONE || d->outputs[k].copy_from.bytes == fc_value_bytes(ov));
+    }
+    /* Each value's size as the bound graph has it (-1: not in it). */
+    int nv = bp.g->next_value_id;
+    int64_t *want = malloc(sizeof *want * (size_t)(nv + 1));
+    for (int id = 0; id < nv; id++) want[id] = -1;
+    for (int i = 0; i < bp.g->nparams; i++) want[bp.g->params[i]->id] = fc_value_bytes(bp.g->params[i]);
+    for (int i = 0; i < bp.g->nnodes; i++)
+        for (int k = 0; k < bp.g->nodes[i]->nout; k++)
+            want[bp.g->nodes[i]->out[k]->id] = fc_value_bytes(bp.g->nodes[i]->out[k]);
+    ok = ok && d->nvalues == nv;
+    for (int id = 0; ok && id < d->nvalues; id++) {
+        const fc_store *sv = &d->store[id];
+        if (sv->kind == FC_STORE_ARENA) ok = sv->index == bp.offset[id];
+        else ok = bp.offset[id] < 0;
+        if (ok && sv->kind != FC_STORE_NONE) ok = sv->bytes == want[id];
+    }
+    free(want);
+    for (int i = 0; ok && i < d->src.nlaunches; i++) {
+        unsigned grid[3];
+        ok = fc_cuda_launch_grid(&bp, &fc_program_desc_of(v)->src.launches[i], grid) == FC_OK &&
+             !memcmp(grid, d->src.launches[i].grid, sizeof grid);
+    }
+    fc_plan_release(&bp);
+    return ok;
+}
+
 /* A dynamic variant's instance (runtime/program.c): for a variant of
- * kernels only it is made from the memory plan alone (fc_plan_bind_sizes),
- * and its description must be what binding the whole graph gives: the
- * parameters' and results' types, every value's storage (arena offsets
- * and sizes) and every launch's grid, shape by shape. No GPU: an instance
- * is made on the host, and the variant's kernels compile with NVRTC. */
-static void check_instances(fc_context *ctx, const example *ex) {
+ * kernels only it is made from the variant's memory-plan layout
+ * (fc_memplan_layout_place), and its description must be what binding the
+ * whole graph gives, shape by shape (instance_matches). No GPU: an
+ * instance is made on the host, and the variant's kernels compile with
+ * NVRTC. bindings: fixed symbols for the parse (NULL: none); ts: extra
+ * values of T (or N) to check beyond the shapes above, B = 1. */
+static void check_instances(fc_context *ctx, const example *ex, const fc_binding *bindings, int nbindings,
+                            const int64_t *ts, int nts) {
     fc_graph *g = NULL;
-    if (fc_parse_file(ctx, ex->file, ex->graph, NULL, 0, &g) != FC_OK) return;
+    if (fc_parse_file(ctx, ex->file, ex->graph, bindings, nbindings, &g) != FC_OK) return;
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
@@ -306,60 +359,96 @@ static void check_instances(fc_context *ctx, const example *ex) {
     fc_status st = fc_program_compile_variant(g, &o, &v);
     if (st) fprintf(stderr, "%s: variant: %s\n", ex->file, fc_last_error(ctx));
     CHECK_EQ_INT(st, FC_OK);
-    const fc_plan *dyn = v ? fc_program_plan(v) : NULL;
-    for (size_t si = 0; dyn && si < sizeof shapes / sizeof shapes[0]; si++) {
+    int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    for (int si = 0; v && si < nshapes + nts; si++) {
+        shape sh = si < nshapes ? shapes[si] : (shape){1, ts[si - nshapes]};
         int64_t vals[16];
-        for (int i = 0; i < g->nsyms; i++) vals[i] = sym_value(g->syms[i], &shapes[si]);
+        for (int i = 0; i < g->nsyms; i++) vals[i] = sym_value(g->syms[i], &sh);
         fc_program *inst = NULL;
-        fc_plan bp;
         CHECK_EQ_INT(fc_program_instance(v, vals, g->nsyms, &inst), FC_OK);
-        CHECK_EQ_INT(fc_plan_bind(dyn, vals, g->nsyms, &bp), FC_OK);
-        if (!inst || !bp.g) {
-            fc_program_free(inst);
-            fc_plan_release(&bp);
-            continue;
-        }
+        if (!inst) continue;
         const fc_program_desc *d = fc_program_desc_of(inst);
         bool kernels_only = true;
         for (int i = 0; i < d->src.nlaunches; i++) kernels_only &= d->src.launches[i].kind != FC_LAUNCH_LIBRARY;
         CHECK_EQ_INT(fc_program_plan(inst)->sized, kernels_only);
-        bool ok = d->arena_bytes == bp.arena_bytes && d->nparams == bp.g->nparams && d->noutputs == bp.g->noutputs;
-        for (int i = 0; ok && i < d->nparams; i++) {
-            const fc_value *pv = bp.g->params[i];
-            ok = d->params[i].dtype == pv->dtype && d->params[i].rank == pv->rank &&
-                 !memcmp(d->params[i].dims, pv->dims, sizeof(fc_dim) * (size_t)pv->rank);
-        }
-        for (int k = 0; ok && k < d->noutputs; k++) {
-            const fc_value *ov = bp.g->outputs[k];
-            ok = d->outputs[k].dtype == ov->dtype && d->outputs[k].rank == ov->rank &&
-                 !memcmp(d->outputs[k].dims, ov->dims, sizeof(fc_dim) * (size_t)ov->rank) &&
-                 (d->outputs[k].copy_from.kind == FC_STORE_NONE || d->outputs[k].copy_from.bytes == fc_value_bytes(ov));
-        }
-        for (int id = 0; ok && id < d->nvalues; id++) {
-            const fc_store *sv = &d->store[id];
-            if (sv->kind == FC_STORE_ARENA) ok = sv->index == bp.offset[id];
-            if (ok && sv->kind != FC_STORE_NONE) {
-                /* The value's size as the bound graph has it. */
-                int64_t want = -1;
-                for (int i = 0; i < bp.g->nparams; i++)
-                    if (bp.g->params[i]->id == id) want = fc_value_bytes(bp.g->params[i]);
-                for (int i = 0; want < 0 && i < bp.g->nnodes; i++)
-                    for (int k = 0; k < bp.g->nodes[i]->nout; k++)
-                        if (bp.g->nodes[i]->out[k]->id == id) want = fc_value_bytes(bp.g->nodes[i]->out[k]);
-                ok = sv->bytes == want;
-            }
-        }
-        for (int i = 0; ok && i < d->src.nlaunches; i++) {
-            unsigned grid[3];
-            ok = fc_cuda_launch_grid(&bp, &fc_program_desc_of(v)->src.launches[i], grid) == FC_OK &&
-                 !memcmp(grid, d->src.launches[i].grid, sizeof grid);
-        }
+        bool ok = instance_matches(v, inst, vals, g->nsyms);
         if (!ok)
             fprintf(stderr, "%s: the instance at B=%lld T=%lld differs from the bound plan\n", ex->file,
-                    (long long)shapes[si].B, (long long)shapes[si].T);
+                    (long long)sh.B, (long long)sh.T);
         CHECK(ok);
         fc_program_free(inst);
-        fc_plan_release(&bp);
+    }
+    fc_program_free(v);
+    fc_graph_free(g);
+}
+
+/* The GPT-2 block's variant as the T sweep runs it (bench/dynamic_bench.c:
+ * B = 1 bound, T = 1 .. 1024): every instance matches fc_plan_bind's plan
+ * (the same arena, so no more memory than binding the graph takes); an
+ * instance of a variant of kernels only is one allocation (the first
+ * failing is a clean out-of-memory error, nothing leaks) and costs a few
+ * microseconds; the layout's own allocations fail cleanly too. */
+static void check_sweep_instances(fc_context *ctx) {
+    static int64_t ts[1024];
+    for (int t = 0; t < 1024; t++) ts[t] = t + 1;
+    const example ex = {"examples/gpt2_block_bf16.ir", NULL};
+    const fc_binding b1 = {"B", 1};
+    check_instances(ctx, &ex, &b1, 1, ts, 1024);
+
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse_file(ctx, ex.file, NULL, &b1, 1, &g), FC_OK);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *v = NULL;
+    if (g) CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
+    if (v) {
+        int64_t t = 77;
+        fc_program *inst = NULL;
+        fc_context_fail_alloc_after(ctx, 1);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_NOMEM);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst == NULL);
+        CHECK(strstr(fc_last_error(ctx), "out of memory") != NULL);
+        fc_context_fail_alloc_after(ctx, 2);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_OK);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst && instance_matches(v, inst, &t, 1));
+        fc_program_free(inst);
+        /* A value the graph refuses is refused here too. */
+        t = 0;
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_INPUT);
+        CHECK(strstr(fc_last_error(ctx), "at least 1") != NULL);
+        /* Host time per new shape (the H200's host is 2-3x slower than
+         * the development machine): a loose bound for CI. */
+        int reps = 2048;
+        double t0 = fc_now_ms();
+        for (int r = 0; r < reps; r++) {
+            int64_t tv = 1 + r % 1024;
+            if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
+        }
+        double us = (fc_now_ms() - t0) * 1e3 / reps;
+        printf("gpt2_block_bf16 (B=1) variant: an instance and its free %.2f us\n", us);
+        CHECK(us < 500.0);
+
+        /* The memory plan's layout, each allocation failing in turn. */
+        const fc_plan *dyn = fc_program_plan(v);
+        int failures = 0;
+        for (long n = 1; n < 100; n++) {
+            fc_memplan_layout *l = NULL;
+            fc_context_fail_alloc_after(ctx, n);
+            fc_status st = fc_memplan_layout_make(dyn, &l);
+            fc_context_fail_alloc_after(ctx, 0);
+            if (st == FC_OK) {
+                CHECK_EQ_INT(fc_memplan_layout_nvalues(l), dyn->g->next_value_id);
+                fc_memplan_layout_free(l);
+                break;
+            }
+            failures++;
+            CHECK_EQ_INT(st, FC_ERR_NOMEM);
+            CHECK(l == NULL);
+        }
+        CHECK(failures >= 8);
     }
     fc_program_free(v);
     fc_graph_free(g);
@@ -436,7 +525,8 @@ int main(void) {
         fc_graph_free(g);
     }
     check_bind_copy(ctx);
-    for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e]);
+    for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e], NULL, 0, NULL, 0);
+    check_sweep_instances(ctx);
     /* A device with another SM count (an H100 PCIe's 114): the GEMMs'
      * persistent grid follows it. */
     {
@@ -477,7 +567,7 @@ int main(void) {
     /* Library launches: the instance binds the whole graph (a cuBLASLt
      * call's description is made from its bound node), and its description
      * is the same. */
-    check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL});
+    check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
     unsetenv("FUSEC_VARIANT_GEMM");
     fc_context_free(ctx);
     return check_report("test_dynamic");
