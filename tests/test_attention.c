@@ -1266,7 +1266,7 @@ static void bench(fc_context *ctx, gpu *G) {
             }
             fc_tensor got = {0};
             double ms = 0;
-            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, nv_opts, nnv);
+            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 50, &ms, nv_opts, nnv);
             char vname[160] = "mma.sync";
             if (var >= 1) snprintf(vname, sizeof vname, "wgmma%s", l.ntmaps ? " TMA" : " cp.async");
             for (int o = 1; var > 1 && o < nopts[var]; o++) {
