@@ -27,7 +27,7 @@
  *     dtype's tolerance: fc_attn_tc/fc_attn_rows, and fc_attn_fa3 where it
  *     applies ("gpu: <case> (wgmma): ok" lines). FUSEC_ATTN_BENCH=1 also
  *     times the issue's benchmark shapes (B=8, H=16, S=2048, D=128/64) on
- *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _VARIANTS and
+ *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _D, _VARIANTS and
  *     FUSEC_ATTN_TEST_OPTS (see bench() and test_kernels()) serve
  *     experiments; FUSEC_ATTN_DUMP=dir writes the kernels' sources.
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
@@ -1205,8 +1205,10 @@ static void bench(fc_context *ctx, gpu *G) {
         nv++;
     }
     const char *quick = getenv("FUSEC_ATTN_BENCH_QUICK"); /* =1: bf16 only */
+    const char *only_d = getenv("FUSEC_ATTN_BENCH_D");    /* =64 or =128: that head dim only */
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         if (quick && *quick == '1' && strcmp(shapes[i].dt, "bf16") != 0) continue;
+        if (only_d && *only_d && atoi(only_d) != shapes[i].d) continue;
         char ir[512];
         snprintf(ir, sizeof ir,
                  "graph b(%%q: %s[8, 16, 2048, %d], %%k: %s[8, 16, 2048, %d], %%v: %s[8, 16, 2048, %d]) {\n"

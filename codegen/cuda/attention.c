@@ -1324,6 +1324,14 @@ static bool attention_persistent(void) {
     return !(e && e[0] == '0');
 }
 
+/* fc_attn_fa3's key tile BN: 128, or FUSEC_ATTN_BN (an experiment's
+ * switch: a multiple of 16 from 64 to 256; the wgmma N and the TMA box rows). */
+static int attention_key_tile(void) {
+    const char *e = getenv("FUSEC_ATTN_BN");
+    const int bn = e ? atoi(e) : 128;
+    return bn >= 64 && bn <= 256 && bn % 16 == 0 ? bn : 128;
+}
+
 /* The blocks of fc_attn_fa3's persistent grid: one per SM (one block fills
  * an SM: its shared memory and registers), of the device the plan is for,
  * or an H100/H200 SXM's 132 when that is unknown; never more than the
@@ -1426,7 +1434,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
      * key tiles of BN = 128, ST stages of K and V (3 where the shared
      * memory takes them, else 2). Measured: docs/ATTENTION.md. */
     const int64_t dp = round16(D), dvp = round16(Dv);
-    const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = 128;
+    const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = attention_key_tile();
     const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3 + 8 * nc;
     const int stages = fa3_smem3 <= 227 * 1024 ? 3 : 2;
     const int64_t fa3_smem = 1024 + 2 * (64 * nc * dp + stages * bn * (dp + dvp)) + 32 * stages + 8 * nc;
