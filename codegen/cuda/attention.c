@@ -768,9 +768,10 @@ static const char wgmma_src[] =
     " *\n"
     " * Persistent: the block walks work tiles (64 NC query rows of one batch\n"
     " * element), round r taking tile r G + b, or r G + G - 1 - b in odd rounds\n"
-    " * (G blocks, this one b). Tiles are numbered longest first (the last query\n"
-    " * tiles, under a causal mask), and alternating the direction evens out the\n"
-    " * work each block gets. The stage ring runs on across tiles, so the\n"
+    " * (G blocks, this one b). Tiles are numbered in sections of batch elements\n"
+    " * whose K and V fit in L2 together, longest first inside a section (the\n"
+    " * last query tiles, under a causal mask), and alternating the direction\n"
+    " * evens out the work each block gets. The stage ring runs on across tiles, so the\n"
     " * producer loads the next tile's K and V while the consumers finish this\n"
     " * one; a consumer's Q of the next tile is requested by TMA as soon as this\n"
     " * tile's last S has read Q (QEARLY), and the turns of ping-pong go on across\n"
@@ -822,13 +823,18 @@ static const char wgmma_src[] =
     "   * same across the warp (wgmma in a branch it thinks divergent is serialized). */\n"
     "  const int tid = threadIdx.x, wg = __shfl_sync(0xffffffffu, tid >> 7, 0);\n"
     "  /* Work tiles (see above): tile t is query rows [m0, m0 + BM) of batch\n"
-    "   * element t % NB, m0 from the last query tile down; under a causal mask\n"
-    "   * its keys end at the tile's last row. */\n"
+    "   * element tile_b(t). The batch elements go in sections of C::HG (a\n"
+    "   * divisor of NB), few enough that their K and V stay in L2 together\n"
+    "   * while the blocks walk the section's tiles: its tiles longest first\n"
+    "   * (m0 from the last query tile down), its batch elements fastest. Under\n"
+    "   * a causal mask a tile's keys end at its last row. */\n"
     "  constexpr int NQT = (C::SQ + BM - 1) / BM;\n"
-    "  constexpr long long NTILES = (long long)NQT * C::NB;\n"
+    "  constexpr long long NTILES = (long long)NQT * C::NB, SECT = (long long)NQT * C::HG;\n"
+    "  static_assert(C::NB % C::HG == 0, \"sections of whole batch elements\");\n"
     "  const long long nblk = gridDim.x, blk = blockIdx.x;\n"
     "  auto tile_at = [&](long long r) -> long long { return r * nblk + ((r & 1) ? nblk - 1 - blk : blk); };\n"
-    "  auto tile_m0 = [&](long long t) -> int { return (NQT - 1 - (int)(t / C::NB)) * BM; };\n"
+    "  auto tile_m0 = [&](long long t) -> int { return (NQT - 1 - (int)(t % SECT / C::HG)) * BM; };\n"
+    "  auto tile_b = [&](long long t) -> long long { return t / SECT * C::HG + t % C::HG; };\n"
     "  auto tile_nt = [&](int m0) -> int {\n"
     "    const int kend = C::CAUSAL ? min(C::SK, m0 + BM) : C::SK; /* causal: later keys are never seen */\n"
     "    return (kend + BN - 1) / BN;\n"
@@ -864,9 +870,9 @@ static const char wgmma_src[] =
     "      if (t >= NTILES) break;\n"
     "      const int nt = tile_nt(tile_m0(t));\n"
     "      long long qo, ko, vo, mo, oo;\n"
-    "      C::offsets(t % C::NB, qo, ko, vo, mo, oo);\n"
+    "      C::offsets(tile_b(t), qo, ko, vo, mo, oo);\n"
     "      int cq[5] = {0, 0, 0, 0, 0}, ck[5] = {0, 0, 0, 0, 0}, cv[5] = {0, 0, 0, 0, 0}; /* tensor-map batch coordinates */\n"
-    "      C::tcoords(t % C::NB, cq, ck, cv);\n"
+    "      C::tcoords(tile_b(t), cq, ck, cv);\n"
     "      for (int j = 0; j < nt; j++, g++) {\n"
     "        const int s = g % ST;\n"
     "        const unsigned ph = ((g / ST) & 1) ^ 1;\n"
@@ -939,7 +945,7 @@ static const char wgmma_src[] =
     "  auto load_q = [&](long long t) {\n"
     "    if (ctid == 0) {\n"
     "      int cq[5] = {0, 0, 0, 0, 0}, ck[5] = {0, 0, 0, 0, 0}, cv[5] = {0, 0, 0, 0, 0};\n"
-    "      C::tcoords(t % C::NB, cq, ck, cv);\n"
+    "      C::tcoords(tile_b(t), cq, ck, cv);\n"
     "      fc_attn_tile_tma<C::QR, 64, DP>(qa, tq, bq + 8 * cw, tile_m0(t) + 64 * cw, cq);\n"
     "    }\n"
     "  };\n"
@@ -990,7 +996,7 @@ static const char wgmma_src[] =
     "    const bool more = tn < NTILES; /* another tile follows */\n"
     "    const int m0 = tile_m0(t), mw = m0 + 64 * cw, nt = tile_nt(m0);\n"
     "    long long qo, ko, vo, mo, oo;\n"
-    "    C::offsets(t % C::NB, qo, ko, vo, mo, oo);\n"
+    "    C::offsets(tile_b(t), qo, ko, vo, mo, oo);\n"
     "    const int row0 = mw + warp * 16 + (lane >> 2); /* this thread's rows: row0, row0 + 8 */\n"
     "    /* This tile's Q in shared memory. The next tile's Q, by TMA, once\n"
     "     * every warp of the warpgroup is past this tile's last S (next_q). */\n"
@@ -1312,6 +1318,29 @@ static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles) {
     return attention_persistent() && sms < tiles ? sms : tiles;
 }
 
+/* fc_attn_fa3's sections of batch elements (the kernel's C::HG): the
+ * largest divisor of the nb batch elements whose K and V, kv bytes each,
+ * fit in ATTN_L2_SECTION bytes together, so that while the blocks walk a
+ * section's tiles its K and V stay in L2 (50 MB on an H100/H200) instead
+ * of being read again from memory by every query tile. Ordered as before
+ * (every batch element's last query tile first, over all of them), the
+ * K and V of all 128 heads at B=8, H=16, S=2048, D=128 (128 MB) were in
+ * use at once: 7% L2 hits, the memory 85% busy, the kernel bound by it
+ * (ncu, session 4). FUSEC_ATTN_L2SECT=N in the environment (experiments
+ * and tests): N KiB instead of ATTN_L2_SECTION; 0: one section of all of
+ * them (that order). */
+enum { ATTN_L2_SECTION = 32 << 20 };
+static int64_t l2_section(int64_t nb, int64_t kv) {
+    const char *e = getenv("FUSEC_ATTN_L2SECT");
+    const int64_t budget = e && *e ? (int64_t)atoll(e) << 10 : ATTN_L2_SECTION;
+    if (budget <= 0 || nb < 1) return nb > 0 ? nb : 1;
+    const int64_t cap = kv > 0 ? budget / kv : nb;
+    int64_t hg = 1;
+    for (int64_t d = 1; d <= nb && d <= cap; d++)
+        if (nb % d == 0) hg = d;
+    return hg;
+}
+
 /* ---- the kernel ------------------------------------------------------------ */
 
 static const char *flag(bool b) { return b ? "true" : "false"; }
@@ -1449,7 +1478,8 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
         fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d, ST = %d, BN = %d, NC = %d;\n",
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
             (long long)kt, mask_kind, nw, stages, bn, nc);
-        fc_strbuf_printf(&s, "  static constexpr long long NB = %lld;\n", (long long)NB);
+        fc_strbuf_printf(&s, "  static constexpr long long NB = %lld, HG = %lld;\n", (long long)NB,
+                         (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t)));
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
         for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
         fc_strbuf_printf(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
