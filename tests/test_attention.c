@@ -942,16 +942,19 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             a.plan.sm = target ? 90 : 0;
             /* fc_attn_fa3's persistent grid with 3 blocks, so that each walks
              * several work tiles, in both directions of its rounds (the
-             * cp.async run below: 2 blocks); and its tiles in sections of one
+             * cp.async run below: 2 blocks where the codegen makes the grid
+             * persistent, not for causal D=128); and its tiles in sections of one
              * batch element each (FUSEC_ATTN_L2SECT: a 1 KiB budget for the
              * section's K and V; the cp.async run: the default, which at
              * these sizes is one section of all of them). */
             a.plan.sm_count = 3;
             setenv("FUSEC_ATTN_L2SECT", "1", 1);
+            setenv("FUSEC_ATTN_PERSIST", "1", 1); /* causal D=128 too (not the default there) */
             char *src = NULL;
             fc_launch l = {0};
             fc_status st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src, &l);
             unsetenv("FUSEC_ATTN_L2SECT");
+            unsetenv("FUSEC_ATTN_PERSIST");
             CHECK_EQ_INT(st, FC_OK);
             if (st) {
                 fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));

@@ -1291,12 +1291,21 @@ bool fc_cuda_attention_hopper(int sm) {
     return !(e && e[0] == '0');
 }
 
-/* FUSEC_ATTN_PERSIST=0 in the environment: fc_attn_fa3 launches one block
- * per work tile, as before its persistent grid (an experiment's switch; the
- * kernel text is the same, only the grid differs). */
-static bool attention_persistent(void) {
+/* Whether fc_attn_fa3 gets a persistent grid (the kernel text is the same
+ * either way, only the grid differs). Yes, except for causal attention
+ * with two consumer warpgroups (head dims above 64): there the tiles are
+ * long (about twice the work per key tile of D = 64) and of unequal length,
+ * and the hardware's block scheduler, which starts each block on whichever
+ * SM frees first, balances them better than the persistent blocks' fixed
+ * rounds: B=8, H=16, S=2048, D=128 causal, 0.278 ms against 0.297
+ * persistent; at D = 64, where the tiles are short, persistence pays
+ * (causal 0.173 against 0.187; docs/ATTENTION.md, session 4).
+ * FUSEC_ATTN_PERSIST=0 or 1 in the environment decides it for every shape
+ * (experiments, tests). */
+static bool attention_persistent(bool causal, int nc) {
     const char *e = getenv("FUSEC_ATTN_PERSIST");
-    return !(e && e[0] == '0');
+    if (e && (e[0] == '0' || e[0] == '1')) return e[0] == '1';
+    return !(causal && nc == 2);
 }
 
 /* fc_attn_fa3's key tile BN: 128, or FUSEC_ATTN_BN (an experiment's
@@ -1313,9 +1322,9 @@ static int attention_key_tile(void) {
  * work tiles. Any grid computes the same result: each block walks the
  * tiles with the grid's size as its stride. */
 enum { ATTN_DEFAULT_SMS = 132 };
-static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles) {
+static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles, bool persistent) {
     const int64_t sms = plan->sm_count > 0 ? plan->sm_count : ATTN_DEFAULT_SMS;
-    return attention_persistent() && sms < tiles ? sms : tiles;
+    return persistent && sms < tiles ? sms : tiles;
 }
 
 /* fc_attn_fa3's sections of batch elements (the kernel's C::HG): the
@@ -1326,13 +1335,17 @@ static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles) {
  * (every batch element's last query tile first, over all of them), the
  * K and V of all 128 heads at B=8, H=16, S=2048, D=128 (128 MB) were in
  * use at once: 7% L2 hits, the memory 85% busy, the kernel bound by it
- * (ncu, session 4). FUSEC_ATTN_L2SECT=N in the environment (experiments
- * and tests): N KiB instead of ATTN_L2_SECTION; 0: one section of all of
- * them (that order). */
+ * (ncu, session 4); in sections, 59% hits and D=128 full went from 0.542
+ * to 0.434 ms. Only with two consumer warpgroups (head dims above 64):
+ * at D = 64 (three, 192 query rows a tile) the memory is not the limit
+ * and the sections' unequal causal rounds cost more (0.182 against 0.173
+ * ms causal, 0.278 against 0.274 full). FUSEC_ATTN_L2SECT=N in the
+ * environment (experiments and tests): N KiB instead of ATTN_L2_SECTION
+ * for every shape; 0: one section of all of them (that order). */
 enum { ATTN_L2_SECTION = 32 << 20 };
-static int64_t l2_section(int64_t nb, int64_t kv) {
+static int64_t l2_section(int64_t nb, int64_t kv, int nc) {
     const char *e = getenv("FUSEC_ATTN_L2SECT");
-    const int64_t budget = e && *e ? (int64_t)atoll(e) << 10 : ATTN_L2_SECTION;
+    const int64_t budget = e && *e ? (int64_t)atoll(e) << 10 : nc == 2 ? ATTN_L2_SECTION : 0;
     if (budget <= 0 || nb < 1) return nb > 0 ? nb : 1;
     const int64_t cap = kv > 0 ? budget / kv : nb;
     int64_t hg = 1;
@@ -1479,7 +1492,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
             (long long)kt, mask_kind, nw, stages, bn, nc);
         fc_strbuf_printf(&s, "  static constexpr long long NB = %lld, HG = %lld;\n", (long long)NB,
-                         (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t)));
+                         (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t), nc));
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
         for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
         fc_strbuf_printf(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
@@ -1538,7 +1551,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
 
     l->kind = FC_LAUNCH_KERNEL;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
-    l->grid[0] = empty ? 1u : (unsigned)(fa3 ? persistent_blocks(plan, nqt * NB) : nqt * NB);
+    l->grid[0] = empty ? 1u : (unsigned)(fa3 ? persistent_blocks(plan, nqt * NB, attention_persistent(n->a.causal, nc)) : nqt * NB);
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = empty ? 32u : (unsigned)threads;
     l->block[1] = l->block[2] = 1;
