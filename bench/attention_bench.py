@@ -68,13 +68,34 @@ def written_out(torch, q, k, v, causal):
     return torch.matmul(p, v)
 
 
-def run_fusec(binary, reps):
-    ir = os.path.join(HERE, "attention.ir")
+def pattern_ir(d, causal):
+    """bench/attention.ir (causal, D=128) rewritten for head dim d, and without
+    the mask lines for the non-causal pattern: the same spelling at every shape."""
+    with open(os.path.join(HERE, "attention.ir")) as f:
+        text = f.read()
+    text = text.replace(", 128]", f", {d}]").replace("0.08838834764831845", repr(1.0 / d ** 0.5))
+    if not causal:
+        lines = [ln for ln in text.splitlines() if not re.match(r"\s*%(qi|kj|keep|sm)\s*=", ln)]
+        text = "\n".join(lines).replace("cast(%sm,", "cast(%s,") + "\n"
+    return text
+
+
+def run_fusec(binary, reps, d=128, causal=True):
+    ir, temp = os.path.join(HERE, "attention.ir"), None
+    if (d, causal) != (128, True):
+        import tempfile
+        fd, ir = tempfile.mkstemp(suffix=".ir")
+        temp = ir
+        with os.fdopen(fd, "w") as f:
+            f.write(pattern_ir(d, causal))
     try:
         out = subprocess.run([binary, ir, "--run", "--device=cuda", "--bench", str(reps)], capture_output=True,
                              text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, str(e)
+    finally:
+        if temp:
+            os.unlink(temp)
     m = re.search(r"time: ([0-9.]+) ms", out.stdout + out.stderr)
     if out.returncode != 0 or not m:
         return None, (out.stdout + out.stderr).strip()[-400:]
@@ -110,11 +131,15 @@ def main():
                     rows.append(("compile", d, causal, ms))
         del q, k, v
 
+    # fusec's whole pipeline on the written-out pattern at each shape
+    # (bench/attention.ir, rewritten by pattern_ir for the others).
     fusec_ms, err = (None, "not built")
-    if os.path.exists(args.fusec):
-        fusec_ms, err = run_fusec(args.fusec, args.reps)
-    if fusec_ms is not None:
-        rows.append(("fusec", 128, True, fusec_ms))
+    for d in (128, 64):
+        for causal in (True, False):
+            if os.path.exists(args.fusec):
+                fusec_ms, err = run_fusec(args.fusec, args.reps, d, causal)
+            if fusec_ms is not None:
+                rows.append(("fusec", d, causal, fusec_ms))
 
     print(f"attention B={B} H={H} S={S} bf16, {torch.cuda.get_device_name()}")
     print(f"{'who':8} {'D':>4} {'mask':7} {'ms':>9} {'TFLOP/s':>8}")

@@ -477,6 +477,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
 
     t = fc_now_ms();
     p->plan.sm = p->d.sm;
+    p->plan.sm_count = device_sm_count(); /* the attention kernel's persistent grid */
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = build_desc(p);
     p->times.codegen_ms = fc_now_ms() - t;

@@ -27,7 +27,7 @@
  *     dtype's tolerance: fc_attn_tc/fc_attn_rows, and fc_attn_fa3 where it
  *     applies ("gpu: <case> (wgmma): ok" lines). FUSEC_ATTN_BENCH=1 also
  *     times the issue's benchmark shapes (B=8, H=16, S=2048, D=128/64) on
- *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _VARIANTS and
+ *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _D, _VARIANTS and
  *     FUSEC_ATTN_TEST_OPTS (see bench() and test_kernels()) serve
  *     experiments; FUSEC_ATTN_DUMP=dir writes the kernels' sources.
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
@@ -940,9 +940,21 @@ static void test_kernels(fc_context *ctx, gpu *G) {
         const bool fa3 = expect_fa3(c, &a);
         for (int target = 0; target < (c->mma ? 2 : 1); target++) {
             a.plan.sm = target ? 90 : 0;
+            /* fc_attn_fa3's persistent grid with 3 blocks, so that each walks
+             * several work tiles, in both directions of its rounds (the
+             * cp.async run below: 2 blocks where the codegen makes the grid
+             * persistent, not for causal D=128); and its tiles in sections of one
+             * batch element each (FUSEC_ATTN_L2SECT: a 1 KiB budget for the
+             * section's K and V; the cp.async run: the default, which at
+             * these sizes is one section of all of them). */
+            a.plan.sm_count = 3;
+            setenv("FUSEC_ATTN_L2SECT", "1", 1);
+            setenv("FUSEC_ATTN_PERSIST", "1", 1); /* causal D=128 too (not the default there) */
             char *src = NULL;
             fc_launch l = {0};
             fc_status st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src, &l);
+            unsetenv("FUSEC_ATTN_L2SECT");
+            unsetenv("FUSEC_ATTN_PERSIST");
             CHECK_EQ_INT(st, FC_OK);
             if (st) {
                 fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
@@ -961,6 +973,15 @@ static void test_kernels(fc_context *ctx, gpu *G) {
                 }
             }
             CHECK(l.kind == FC_LAUNCH_KERNEL && l.grid[0] >= 1);
+            if (hopper) {
+                /* One block per SM of the plan (3), at most one per work tile
+                 * (64 query rows per consumer warpgroup, per batch element). */
+                const fc_value *ov = a.out;
+                int64_t nbatch = 1, rows = 64 * ((int64_t)l.block[0] / 128 - 1);
+                for (int d = 0; d < ov->rank - 2; d++) nbatch *= ov->dims[d];
+                const int64_t tiles = (ov->dims[ov->rank - 2] + rows - 1) / rows * nbatch;
+                CHECK_EQ_INT((int64_t)l.grid[0], tiles < 3 ? tiles : 3);
+            }
             CHECK(hopper ? (l.block[0] == 384 || l.block[0] == 512) && l.smem > 48 * 1024 && l.smem <= 227 * 1024
                          : l.smem == 0 && (c->mma ? l.block[0] == 128 || l.block[0] == 256 : l.block[0] == 256));
             CHECK((strstr(src, "fc_attn_fa3<") != NULL) == hopper);
@@ -1024,7 +1045,9 @@ static void test_kernels(fc_context *ctx, gpu *G) {
                     setenv("FUSEC_ATTN_TMA", "0", 1);
                     char *src0 = NULL;
                     fc_launch l0 = {0};
+                    a.plan.sm_count = 2;
                     st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src0, &l0);
+                    a.plan.sm_count = 3;
                     unsetenv("FUSEC_ATTN_TMA");
                     CHECK(st == FC_OK && l0.ntmaps == 0);
                     fc_tensor got0 = {0};
@@ -1162,7 +1185,12 @@ static void test_runtime_tma(fc_context *ctx, gpu *G) {
  * 4 B H S^2 D, halved for causal. Each shape runs fc_attn_tc (plan sm 0)
  * and fc_attn_fa3 (plan sm 90, sm_90a), the latter also with each option
  * set of FUSEC_ATTN_BENCH_VARIANTS (';'-separated NVRTC option lists,
- * options separated by spaces: "-DFC_ATTN_PINGPONG=0;-DFOO=1 -DBAR=2"). */
+ * options separated by spaces: "-DFC_ATTN_PINGPONG=0;-DFOO=1 -DBAR=2"; an
+ * option NAME=VALUE without the dash is set in the environment while the
+ * codegen runs: "FUSEC_ATTN_PERSIST=0"). Every fc_attn_fa3 result is
+ * compared with fc_attn_tc's at the dtype's tolerance ("same" or
+ * "DIFFERS" on its line): the benchmark shapes checked against the other
+ * kernel, whose code is unchanged by fc_attn_fa3's experiments. */
 static void bench(fc_context *ctx, gpu *G) {
     static const struct {
         const char *dt;
@@ -1185,8 +1213,10 @@ static void bench(fc_context *ctx, gpu *G) {
         nv++;
     }
     const char *quick = getenv("FUSEC_ATTN_BENCH_QUICK"); /* =1: bf16 only */
+    const char *only_d = getenv("FUSEC_ATTN_BENCH_D");    /* =64 or =128: that head dim only */
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         if (quick && *quick == '1' && strcmp(shapes[i].dt, "bf16") != 0) continue;
+        if (only_d && *only_d && atoi(only_d) != shapes[i].d) continue;
         char ir[512];
         snprintf(ir, sizeof ir,
                  "graph b(%%q: %s[8, 16, 2048, %d], %%k: %s[8, 16, 2048, %d], %%v: %s[8, 16, 2048, %d]) {\n"
@@ -1201,14 +1231,38 @@ static void bench(fc_context *ctx, gpu *G) {
         fc_tensor in[3] = {0};
         for (int k = 0; k < 3; k++) fill(&in[k], a.g->params[k], 1.0);
         double flops = 4.0 * 8 * 16 * 2048.0 * 2048.0 * shapes[i].d * (shapes[i].causal ? 0.5 : 1.0);
+        fc_tensor base = {0};
+        a.plan.sm_count = G->d->info.sm_count; /* fc_attn_fa3's persistent grid: one block per SM */
         for (int var = 0; var < nv; var++) {
             a.plan.sm = var ? 90 : 0;
             if (var && !fc_cuda_attention_hopper(90)) break;
             char *src = NULL;
             fc_launch l = {0};
             if (var == 2) setenv("FUSEC_ATTN_TMA", "0", 1);
+            /* NAME=VALUE options: the environment of this variant's codegen;
+             * the rest go to NVRTC. */
+            const char *nv_opts[6];
+            int nnv = 0;
+            for (int o = 0; o < nopts[var]; o++) {
+                const char *eq = strchr(opts[var][o], '=');
+                if (opts[var][o][0] != '-' && eq && eq - opts[var][o] < 64) {
+                    char name[64];
+                    snprintf(name, sizeof name, "%.*s", (int)(eq - opts[var][o]), opts[var][o]);
+                    setenv(name, eq + 1, 1);
+                } else {
+                    nv_opts[nnv++] = opts[var][o];
+                }
+            }
             fc_status est = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l);
             if (var == 2) unsetenv("FUSEC_ATTN_TMA");
+            for (int o = 0; o < nopts[var]; o++) {
+                const char *eq = strchr(opts[var][o], '=');
+                if (opts[var][o][0] != '-' && eq && eq - opts[var][o] < 64) {
+                    char name[64];
+                    snprintf(name, sizeof name, "%.*s", (int)(eq - opts[var][o]), opts[var][o]);
+                    unsetenv(name);
+                }
+            }
             if (est) continue;
             /* -DFC_ATTN_STAGES=n: the launch brings n stages of shared memory. */
             for (int o = 1; o < nopts[var]; o++) {
@@ -1222,21 +1276,30 @@ static void bench(fc_context *ctx, gpu *G) {
             }
             fc_tensor got = {0};
             double ms = 0;
-            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 20, &ms, opts[var], nopts[var]);
-            char vname[128] = "mma.sync";
+            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 50, &ms, nv_opts, nnv);
+            char vname[160] = "mma.sync";
             if (var >= 1) snprintf(vname, sizeof vname, "wgmma%s", l.ntmaps ? " TMA" : " cp.async");
             for (int o = 1; var > 1 && o < nopts[var]; o++) {
                 size_t used = strlen(vname);
                 snprintf(vname + used, sizeof vname - used, " %s", opts[var][o]);
             }
+            const char *same = "";
+            if (!st && var == 0) {
+                base = got; /* what the fc_attn_fa3 variants are compared with */
+                got.data = NULL;
+            } else if (!st && base.data) {
+                fc_tolerance tol = fc_dtype_tolerance(got.dtype);
+                same = allclose(vname, &got, &base, tol.rel, tol.abs) ? ", same" : ", DIFFERS";
+            }
             if (!st)
-                printf("bench: %s B=8 H=16 S=2048 D=%d %s %s: %.3f ms, %.0f TFLOP/s\n", shapes[i].dt, shapes[i].d,
-                       shapes[i].causal ? "causal" : "full", vname, ms, flops / ms * 1e-9);
+                printf("bench: %s B=8 H=16 S=2048 D=%d %s %s: %.3f ms, %.0f TFLOP/s%s\n", shapes[i].dt, shapes[i].d,
+                       shapes[i].causal ? "causal" : "full", vname, ms, flops / ms * 1e-9, same);
             else
                 fprintf(stderr, "bench: %s\n", fc_last_error(ctx));
             free(got.data);
             free(src);
         }
+        free(base.data);
         for (int k = 0; k < 3; k++) free(in[k].data);
         fc_graph_free(a.g);
     }

@@ -28,7 +28,8 @@
  * only (at most 40 KB): l->smem is 0. The Hopper kernel (fc_attn_fa3, where
  * fc_cuda_attention_hopper(plan->sm)) takes up to 225 KiB of dynamic shared
  * memory (l->smem; the caller raises the function's limit) and 384 or 512
- * threads.
+ * threads, on a persistent grid of plan->sm_count blocks (132 when 0) at
+ * most, each walking work tiles (any grid size computes the same result).
  */
 #ifndef FC_CUDA_ATTENTION_H
 #define FC_CUDA_ATTENTION_H
