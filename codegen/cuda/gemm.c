@@ -42,11 +42,14 @@ static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, B
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
 /* The wgmma tile configurations (FUSEC_VGEMM_CFG): BN and cp.async stages
- * of the 128 x BN x 64 tile. 0, the default: 128 x 192, 5 stages (GPT-2's
- * N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128 tiles for
- * 132 SMs, one round); 1: 128 x 128, 6 stages; 2: 128 x 256, 4 stages; 3:
- * 128 x 192, 4 stages. */
-static const int wg_cfgs[4][2] = {{192, 5}, {128, 6}, {256, 4}, {192, 4}};
+ * of the 128 x BN x 64 tile, and whether the epilogue stores 8 columns at
+ * once (FC_GM_VEC8; else pairs). 0, the default: 128 x 192, 5 stages
+ * (GPT-2's N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128
+ * tiles for 132 SMs, one round); 1: 128 x 128, 6 stages; 2: 128 x 256, 3
+ * stages; 3: the default with 8-column stores (on the mma.sync tiles too).
+ * Each fits the 227 KiB a block may have with its f32 C tile after the
+ * first stages - 2 stages (fc_gm_wg_units). */
+static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5, 1}};
 
 /*
  * The tile rule, written once for both compilers: compiled here as C
@@ -55,8 +58,9 @@ static const int wg_cfgs[4][2] = {{192, 5}, {128, 6}, {256, 4}, {192, 4}};
  * kernel runs (the same answer in every block: a function of M, N, K, the
  * batch Z and the block count P alone). It returns the tile: 0, 64 x 64
  * (mma.sync); 1, 128 x 128 (mma.sync, only where wbn is 0: no wgmma); 2,
- * 128 x wbn (wgmma); and in *kper the 64-deep k tiles of one K split.
- * With one block per SM a shape takes ceil(units / P) rounds, so:
+ * 128 x wbn (wgmma; always, where force is set and wbn is not 0); and in
+ * *kper the 64-deep k tiles of one K split. With one block per SM a shape
+ * takes ceil(units / P) rounds, so:
  *  - a tile shape with fewer tiles than P is split along K: floor(P /
  *    tiles) splits (so that every unit runs in the first round), at most
  *    what the workspace holds, evened out over the k tiles (mma.sync's
@@ -65,12 +69,22 @@ static const int wg_cfgs[4][2] = {{192, 5}, {128, 6}, {256, 4}, {192, 4}};
  *  - without wgmma, 128 x 128 tiles when their rounds x 2 <= the unsplit
  *    64 x 64 tiles' rounds (a 128 x 128 tile took twice as long as a 64 x
  *    64 one on the H200, K 768);
- *  - with wgmma, 128 x wbn tiles when their rounds x k tiles x wbn <= the
- *    64 x 64 tiles' rounds x k tiles x 128: a 64-deep step of a 128 x wbn
- *    wgmma tile taken as wbn / 128 of a 64 x 64 mma.sync step (docs/GEMM.md
- *    has the measurements behind that weight).
+ *  - with wgmma, the tile whose rounds x (its unit's time) is smaller, the
+ *    unit's time being k tiles x a k step, plus a unit's start and end,
+ *    plus, when split, a share per split (the last block reads every
+ *    partial alone: S x 96 KiB for 128 x 192). The times, in 10 ns, from
+ *    the H200 (docs/GEMM.md): a 128 x 192 wgmma k step 0.78 us, scaled by
+ *    the bytes it loads ((128 + wbn) x 64 x 2: these tiles are bound by
+ *    the loads), 1.5 us a unit, 0.8 us a split; a 64 x 64 mma.sync k step
+ *    0.45 us, 1 us a unit, 0.15 us a split.
  * No comments inside: it becomes one line of the device source.
  */
+#define WG_STEP (78 * (128 + wbn) / 320)
+#define WG_UNIT 150
+#define WG_PART (80 * wbn / 192)
+#define SMALL_STEP 45
+#define SMALL_UNIT 100
+#define SMALL_PART 15
 #define TILE_RULE_BODY                                                                                              \
     {                                                                                                               \
         long long nk = (K + 63) / 64, p = P < 1 ? 1 : P, want;                                                      \
@@ -80,6 +94,14 @@ static const int wg_cfgs[4][2] = {{192, 5}, {128, 6}, {256, 4}, {192, 4}};
             if (want > WS_FLOATS / (64 * 64) / ts) want = WS_FLOATS / (64 * 64) / ts;                               \
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
+        long long tw = wbn > 0 ? ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z : 1, kw = nk;                        \
+        if (wbn > 0 && tw < p && nk >= 2) {                                                                         \
+            want = p / tw;                                                                                          \
+            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
+            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
+        }                                                                                                           \
+        *kper = kw;                                                                                                 \
+        if (wbn > 0 && force) return 2;                                                                             \
         *kper = ks;                                                                                                 \
         if (M <= 64) return 0;                                                                                      \
         if (wbn == 0) {                                                                                             \
@@ -88,19 +110,16 @@ static const int wg_cfgs[4][2] = {{192, 5}, {128, 6}, {256, 4}, {192, 4}};
             *kper = nk;                                                                                             \
             return 1;                                                                                               \
         }                                                                                                           \
-        long long tw = ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z, kw = nk;                                      \
-        if (tw < p && nk >= 2) {                                                                                    \
-            want = p / tw;                                                                                          \
-            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
-            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
-        }                                                                                                           \
-        long long rs = (ts * ((nk + ks - 1) / ks) + p - 1) / p, rw = (tw * ((nk + kw - 1) / kw) + p - 1) / p;       \
-        if (rw * kw * wbn > rs * ks * 128) return 0;                                                                \
+        long long ss = (nk + ks - 1) / ks, sw = (nk + kw - 1) / kw;                                                 \
+        long long cs = (ts * ss + p - 1) / p * (ks * SMALL_STEP + SMALL_UNIT + (ss > 1 ? ss * SMALL_PART : 0));     \
+        long long cw = (tw * sw + p - 1) / p * (kw * WG_STEP + WG_UNIT + (sw > 1 ? sw * WG_PART : 0));              \
+        if (cw > cs) return 0;                                                                                      \
         *kper = kw;                                                                                                 \
         return 2;                                                                                                   \
     }
-#define TILE_RULE_SIGNATURE(name) \
-    int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long *kper)
+#define TILE_RULE_SIGNATURE(name)                                                                                    \
+    int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,        \
+             long long *kper)
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
@@ -189,7 +208,7 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     int64_t M = fc_mono_eval(&p.M, syms, nsyms), N = fc_mono_eval(&p.N, syms, nsyms), K = fc_mono_eval(&p.K, syms, nsyms), Z = 1;
     for (int d = 0; d < p.nb; d++) Z *= fc_mono_eval(&p.size[d], syms, nsyms);
     long long kper = 1, nk = (K + 63) / 64;
-    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, fc_cuda_gemm_wgmma_bn(sm), &kper);
+    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, fc_cuda_gemm_wgmma_bn(sm), fc_cuda_gemm_wgmma_forced(), &kper);
     *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
     return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
 }
@@ -220,7 +239,12 @@ static int gemm_cfg(void) {
 
 int fc_cuda_gemm_wgmma_bn(int sm) {
     const char *e = getenv("FUSEC_VGEMM_WGMMA");
-    return sm == 90 && !(e && e[0] == '0') ? wg_cfgs[gemm_cfg()][0] : 0;
+    return sm == 90 && !(e && e[0] == '0' && !e[1]) ? wg_cfgs[gemm_cfg()][0] : 0;
+}
+
+bool fc_cuda_gemm_wgmma_forced(void) {
+    const char *e = getenv("FUSEC_VGEMM_WGMMA");
+    return e && !strcmp(e, "force");
 }
 
 /* Dynamic shared memory of the largest tile shape fc_gm_run may pick: its
@@ -240,9 +264,11 @@ static unsigned smem_bytes(const vplan *p, int wbn) {
             c = (unsigned)(4 * bm * (bn + 8)); /* then C in f32 */
         } else {
             if (!wbn) break;
-            /* Swizzled stages (no padding) from a 1024-aligned start. */
-            b = (unsigned)(1024 + 2 * wg_cfgs[gemm_cfg()][1] * (WG_BM * WG_BK + WG_BK * wbn));
-            c = (unsigned)(4 * WG_BM * (wbn + 8));
+            /* Swizzled stages (no padding) from a 1024-aligned start; C in
+             * f32 after the first stages - 2 of them. */
+            const int st = wg_cfgs[gemm_cfg()][1], sb = 2 * (WG_BM + wbn) * WG_BK;
+            b = (unsigned)(1024 + st * sb);
+            c = (unsigned)(1024 + (st - 2) * sb + 4 * WG_BM * (wbn + 8));
         }
         if (b > best) best = b;
         if (c > best) best = c;
@@ -296,8 +322,8 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     int nw = gi->nweights, nsyms = g->nsyms;
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
-        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_WS_FLOATS %d\n", wbn ? 1 : 0,
-                         wbn, wg_cfgs[gemm_cfg()][1], WS_FLOATS);
+        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n",
+                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS);
         if (wbn) {
             fc_strbuf_printf(s, "%s", wgmma_src);
             fc_cuda_emit_wgmma_ss(s, wbn);
