@@ -65,7 +65,9 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    tiles) splits (so that every unit runs in the first round), at most
  *    what the workspace holds, evened out over the k tiles (mma.sync's
  *    128 x 128 tile is never split);
- *  - M <= 64 takes 64 x 64 tiles;
+ *  - M <= 64 takes 64 x 64 tiles (and computes nothing more: a 64-bit
+ *    division is a long dependent chain, and every thread of every launch
+ *    runs this at its start);
  *  - without wgmma, 128 x 128 tiles when their rounds x 2 <= the unsplit
  *    64 x 64 tiles' rounds (a 128 x 128 tile took twice as long as a 64 x
  *    64 one on the H200, K 768);
@@ -94,28 +96,28 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
             if (want > WS_FLOATS / (64 * 64) / ts) want = WS_FLOATS / (64 * 64) / ts;                               \
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
-        long long tw = wbn > 0 ? ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z : 1, kw = nk;                        \
-        if (wbn > 0 && tw < p && nk >= 2) {                                                                         \
-            want = p / tw;                                                                                          \
-            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
-            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
-        }                                                                                                           \
-        *kper = kw;                                                                                                 \
-        if (wbn > 0 && force) return 2;                                                                             \
         *kper = ks;                                                                                                 \
-        if (M <= 64) return 0;                                                                                      \
-        if (wbn == 0) {                                                                                             \
+        if (wbn == 0 || (!force && M <= 64)) {                                                                      \
+            if (wbn != 0 || M <= 64) return 0;                                                                      \
             long long tl = ((M + 127) / 128) * ((N + 127) / 128) * Z;                                               \
             if ((tl + p - 1) / p * 2 > (ts + p - 1) / p) return 0;                                                  \
             *kper = nk;                                                                                             \
             return 1;                                                                                               \
         }                                                                                                           \
+        long long tw = ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z, kw = nk;                                      \
+        if (tw < p && nk >= 2) {                                                                                    \
+            want = p / tw;                                                                                          \
+            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
+            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
+        }                                                                                                           \
+        *kper = kw;                                                                                                 \
+        if (force) return 2;                                                                                        \
         long long ss = (nk + ks - 1) / ks, sw = (nk + kw - 1) / kw;                                                 \
         long long cs = (ts * ss + p - 1) / p * (ks * SMALL_STEP + SMALL_UNIT + (ss > 1 ? ss * SMALL_PART : 0));     \
         long long cw = (tw * sw + p - 1) / p * (kw * WG_STEP + WG_UNIT + (sw > 1 ? sw * WG_PART : 0));              \
-        if (cw > cs) return 0;                                                                                      \
-        *kper = kw;                                                                                                 \
-        return 2;                                                                                                   \
+        if (cw <= cs) return 2;                                                                                     \
+        *kper = ks;                                                                                                 \
+        return 0;                                                                                                   \
     }
 #define TILE_RULE_SIGNATURE(name)                                                                                    \
     int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,        \
