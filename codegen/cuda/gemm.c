@@ -210,8 +210,19 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     int64_t M = fc_mono_eval(&p.M, syms, nsyms), N = fc_mono_eval(&p.N, syms, nsyms), K = fc_mono_eval(&p.K, syms, nsyms), Z = 1;
     for (int d = 0; d < p.nb; d++) Z *= fc_mono_eval(&p.size[d], syms, nsyms);
     long long kper = 1, nk = (K + 63) / 64;
-    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, fc_cuda_gemm_wgmma_bn(sm), fc_cuda_gemm_wgmma_forced(), &kper);
+    const bool forced = fc_cuda_gemm_wgmma_forced(), has_wgmma = fc_cuda_gemm_wgmma_bn(sm) != 0;
+    /* The kernels' fc_gm_vectorized, of the sizes (base pointers taken as
+     * aligned: cudaMalloc's and the arena's are). */
+    bool vec = fc_mono_eval(&p.lda, syms, nsyms) % 8 == 0;
+    for (int i = 0; i < p.gi.nweights; i++) /* leading dim K, or its columns (a sibling's static count) */
+        vec = vec && (p.gi.trans_b ? K : p.gi.nweights > 1 ? p.gi.w[i]->dims[1] : N) % 8 == 0;
+    for (int d = 0; d < p.nb; d++)
+        vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
+    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, forced || vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, forced, &kper);
     *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
+    /* Beside wgmma the 128 x 128 mma.sync tile is not compiled: its units
+     * run as unsplit 64 x 64 tiles (fc_gm_tc_run). */
+    if (t == 1 && has_wgmma) t = 0;
     return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
 }
 
