@@ -32,6 +32,7 @@
  */
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/gemm.h"
 #include "ir.h"
 #include "pass_file.h"
 #include "passes/epilogue.h"
@@ -39,6 +40,7 @@
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/interp.h"
+#include "runtime/program.h"
 #include "test_util.h"
 
 #include <cublasLt.h>
@@ -1182,6 +1184,114 @@ static void test_gpu(gpu_env *env) {
     }
 }
 
+/* The dynamic variant's tile rule (fc_cuda_gemm_tiles, the kernels' own
+ * fc_gm_tiles), without a GPU: a split launch stays within the split-K
+ * workspace (4 MiB of f32) and its 256 counters, whatever the sizes and the
+ * grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
+ * 128 mma.sync tile only without wgmma and the wgmma tile only with it
+ * (always, forced); and a few shapes land where docs/GEMM.md says. */
+static void test_variant_tile_rule(void) {
+    static const long long sizes[] = {1, 7, 64, 65, 127, 129, 300, 768, 1000, 3072, 8192};
+    static const long long zs[] = {1, 3, 96}, ps[] = {1, 114, 132}, wbns[] = {0, 128, 192, 256};
+    int bad = 0;
+    for (size_t a = 0; a < 11; a++)
+        for (size_t b = 0; b < 11; b++)
+            for (size_t c = 0; c < 11; c++)
+                for (size_t z = 0; z < 3; z++)
+                    for (size_t q = 0; q < 3; q++)
+                        for (size_t w = 0; w < 8; w++) {
+                            long long M = sizes[a], N = sizes[b], K = sizes[c], Z = zs[z], P = ps[q], wbn = wbns[w % 4], f = w / 4;
+                            long long kper = 0, nk = (K + 63) / 64;
+                            int t = fc_cuda_gemm_tiles(M, N, K, Z, P, wbn, f, &kper);
+                            long long bm = t ? 128 : 64, bn = t == 2 ? wbn : t == 1 ? 128 : 64;
+                            long long tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * Z, splits = kper > 0 ? (nk + kper - 1) / kper : 0;
+                            bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0) && (t != 2 || wbn > 0) &&
+                                      (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) && (t != 1 || splits == 1) &&
+                                      (splits == 1 || (tiles * splits * bm * bn <= 1048576 && tiles <= 256));
+                            if (!ok && bad++ < 5)
+                                fprintf(stderr, "tile rule: M %lld N %lld K %lld Z %lld P %lld wbn %lld force %lld: tile %d, kper %lld\n", M,
+                                        N, K, Z, P, wbn, f, t, kper);
+                        }
+    CHECK_EQ_INT(bad, 0);
+    long long kper = 0;
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 192, 0, &kper), 2); /* 32 x 12 tiles, 3 rounds */
+    CHECK_EQ_INT(kper, 12);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 0, 0, &kper), 1);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
+    CHECK_EQ_INT(kper, 5);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 10 splits of 5 */
+    CHECK_EQ_INT(kper, 5);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 0, 1, &kper), 0); /* nothing to force without wgmma */
+    CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(80), 0);
+    CHECK(fc_cuda_gemm_wgmma_bn(90) > 0 || (getenv("FUSEC_VGEMM_WGMMA") && getenv("FUSEC_VGEMM_WGMMA")[0] == '0'));
+}
+
+/* The dynamic variant's GEMM kernels for sm 90 (wgmma tiles, compiled for
+ * sm_90a as the runtime compiles every sm 90 program) and for sm 80
+ * (mma.sync only), without a GPU: the sources compile with NVRTC, the sm 90
+ * one also for plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a; the kernels
+ * then fall back to mma.sync tiles, inside the same shared memory), and
+ * the shared memory is what a block may have. Transposes, an epilogue, f16
+ * and bf16, a batch with a broadcast weight. */
+static void test_variant_sources(void) {
+    static const char text[] =
+        "graph vs(%x: bf16[M, 256], %w: bf16[256, 384], %g_b: bf16[384], %xa: f16[T, 320], %wa: f16[200, T],\n"
+        "         %q: bf16[B, 2, M, 64], %wq: bf16[2, 64, 128]) {\n"
+        "  %h = matmul(%x, %w)\n  %a = add(%h, %g_b)\n  %y1 = gelu_tanh(%a)\n"
+        "  %at = permute(%xa, perm=[1, 0])\n  %wt = permute(%wa, perm=[1, 0])\n  %y2 = matmul(%at, %wt)\n"
+        "  %y3 = matmul(%q, %wq)\n  return %y1, %y2, %y3\n}\n";
+    fc_context *ctx = fc_context_new();
+    for (int sm = 80; sm <= 90; sm += 10) {
+        fc_graph *g = parse(ctx, "variant sources", text);
+        CHECK(g != NULL);
+        if (!g) continue;
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.dynamic = true;
+        fc_plan plan;
+        fc_status st = fc_pipeline(g, &fo, &plan);
+        CHECK_EQ_INT(st, FC_OK);
+        fc_cuda_src src = {0};
+        if (!st) {
+            plan.sm = sm;
+            plan.sm_count = 132;
+            st = fc_cuda_codegen(&plan, &src);
+            CHECK_EQ_INT(st, FC_OK);
+            if (st) fprintf(stderr, "variant sources, sm %d: %s\n", sm, fc_last_error(ctx));
+        }
+        if (!st) {
+            const bool wg = fc_cuda_gemm_wgmma_bn(sm) > 0;
+            char want[64];
+            snprintf(want, sizeof want, "struct fc_wg_ss<%d>", fc_cuda_gemm_wgmma_bn(sm));
+            CHECK_EQ_INT(strstr(src.source, want) != NULL, wg);
+            CHECK_EQ_INT(strstr(src.source, "#define FC_GM_WGMMA 1") != NULL, wg);
+            int gemms = 0;
+            for (int i = 0; i < src.nlaunches; i++) {
+                const fc_launch *l = &src.launches[i];
+                if (l->kind != FC_LAUNCH_KERNEL || l->smem == 0) continue; /* the GEMMs are the kernels with dynamic shared memory */
+                gemms++;
+                CHECK_EQ_INT(l->block[0], 256);
+                CHECK(l->smem > 0 && l->smem <= 227 * 1024);
+            }
+            CHECK_EQ_INT(gemms, 3);
+            const char *extra[8];
+            int nextra = fc_program_extra_nvrtc_options(sm, false, extra);
+            for (int plain = 0; plain < 1 + (sm == 90); plain++) {
+                fc_bytes cubin = {0};
+                st = fc_nvrtc_compile(ctx, src.source, "variant_gemm.cu", sm / 10, sm % 10, extra, plain ? 0 : nextra, &cubin);
+                if (st) fprintf(stderr, "variant sources, sm %d%s: NVRTC: %s\n", sm, plain ? " (plain)" : "", fc_last_error(ctx));
+                CHECK_EQ_INT(st, FC_OK);
+                CHECK(cubin.size > 0);
+                fc_bytes_free(&cubin);
+            }
+        }
+        fc_cuda_src_release(&src);
+        fc_plan_release(&plan);
+        fc_graph_free(g);
+    }
+    fc_context_free(ctx);
+}
+
 int main(void) {
     test_files();
     test_plans();
@@ -1191,6 +1301,8 @@ int main(void) {
     test_gemm_desc();
     test_alloc_failures();
     test_emulated();
+    test_variant_tile_rule();
+    test_variant_sources();
 
     fc_context *ctx = fc_context_new();
     int skipped = 0;

@@ -667,109 +667,197 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
  * epilogue, each dtype, transposes, batches with broadcast, fused
  * siblings (one weight a multiple of 8 columns, one not), leading dims
  * that are not multiples of 8 (the element-by-element loads), odd sizes
- * and M = 1, at several values of the symbols, on the variant alone. */
+ * and M = 1, at several values of the symbols, on the variant alone. Each
+ * run's name says which kernel each GEMM takes (fc_cuda_gemm_path: the
+ * kernels' own rule), and each case's wants say which kernels some run of
+ * it must reach, so that a change of the rule cannot quietly leave a
+ * kernel untested: the wgmma tiles where the device has them (sm 90) and
+ * the split 64 x 64 tiles. Where the device has wgmma, a second pass runs
+ * every case through the wgmma tiles (FUSEC_VGEMM_WGMMA=force): M = 1 and
+ * split-K under wgmma included. */
+enum { WANT_WG = 1, WANT_WG_SPLIT = 2, WANT_SMALL_SPLIT = 4 };
 static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
     static const struct {
         const char *what, *text;
         int64_t syms[4][2]; /* symbol values per run, in symbol order */
+        int wants;          /* WANT_*: the kernels some run must reach where the device has them */
     } cases[] = {
         {"bf16 gelu(x W + b), K 100, N 77",
          "graph g1(%x: bf16[N, 100], %w: bf16[100, 77], %g_b: bf16[77]) {\n"
          "  %h = matmul(%x, %w)\n  %a = add(%h, %g_b)\n  %y = gelu_tanh(%a)\n  return %y\n}\n",
-         {{1, 0}, {33, 0}, {300, 0}, {2, 0}}},
+         {{1, 0}, {33, 0}, {300, 0}, {2, 0}}, 0},
         {"f16 relu(x W^T + r), batched rows",
          "graph g2(%x: f16[B, T, 64], %w: f16[96, 64], %r: f16[B, T, 96]) {\n"
          "  %wt = permute(%w, perm=[1, 0])\n  %h = matmul(%x, %wt)\n  %a = add(%h, %r)\n  %y = relu(%a)\n"
          "  return %y\n}\n",
-         {{1, 1}, {2, 37}, {3, 130}, {1, 600}}},
+         {{1, 1}, {2, 37}, {3, 130}, {1, 600}}, 0},
         {"f32 0.5 x W + b (FMA kernel)",
          "graph g3(%x: f32[N, 37], %w: f32[37, 45], %g_b: f32[45]) {\n"
          "  %h = matmul(%x, %w)\n  %s = mul(%h, 0.5)\n  %y = add(%s, %g_b)\n  return %y\n}\n",
-         {{1, 0}, {65, 0}, {200, 0}, {7, 0}}},
+         {{1, 0}, {65, 0}, {200, 0}, {7, 0}}, 0},
         {"bf16 scores q k^T * 0.125, batch B x 3",
          "graph g4(%q: bf16[B, 3, T, 32], %k: bf16[B, 3, T, 32]) {\n"
          "  %kt = permute(%k, perm=[0, 1, 3, 2])\n  %s = matmul(%q, %kt)\n  %y = mul(%s, 0.125)\n  return %y\n}\n",
-         {{1, 1}, {2, 9}, {1, 150}, {3, 64}}},
+         {{1, 1}, {2, 9}, {1, 150}, {3, 64}}, 0},
         {"bf16 weight broadcast over B, [B, 2, T, 24] x [2, 24, 40]",
          "graph g5(%a: bf16[B, 2, T, 24], %w: bf16[2, 24, 40]) {\n  %y = matmul(%a, %w)\n  return %y\n}\n",
-         {{1, 1}, {3, 5}, {2, 130}, {1, 33}}},
+         {{1, 1}, {3, 5}, {2, 130}, {1, 33}}, 0},
         {"bf16 trans_a, K = T",
          "graph g6(%a: bf16[T, 48], %w: bf16[T, 40]) {\n"
          "  %at = permute(%a, perm=[1, 0])\n  %y = matmul(%at, %w)\n  return %y\n}\n",
-         {{1, 0}, {17, 0}, {300, 0}, {64, 0}}},
+         {{1, 0}, {17, 0}, {300, 0}, {64, 0}}, 0},
         {"bf16 siblings relu(x W1 + b1), relu(x W2 + b2), N 80 and 36",
          "graph g7(%x: bf16[N, 64], %w1: bf16[64, 80], %w2: bf16[64, 36], %g_b1: bf16[80], %g_b2: bf16[36]) {\n"
          "  %h1 = matmul(%x, %w1)\n  %a1 = add(%h1, %g_b1)\n  %y1 = relu(%a1)\n"
          "  %h2 = matmul(%x, %w2)\n  %a2 = add(%h2, %g_b2)\n  %y2 = relu(%a2)\n  return %y1, %y2\n}\n",
-         {{1, 0}, {45, 0}, {257, 0}, {3, 0}}},
+         {{1, 0}, {45, 0}, {257, 0}, {3, 0}}, 0},
         {"f16 x W -> f32 (autocast), M = B T",
          "graph g8(%x: f16[B, T, 72], %w: f16[72, 24]) {\n"
          "  %xf = cast(%x, to=f32)\n  %wf = cast(%w, to=f32)\n  %y = matmul(%xf, %wf)\n  return %y\n}\n",
-         {{1, 1}, {2, 33}, {4, 100}, {1, 2}}},
+         {{1, 1}, {2, 33}, {4, 100}, {1, 2}}, 0},
         {"f32 relu(x W^T + r), K 19",
          "graph g9(%x: f32[N, 19], %w: f32[70, 19], %r: f32[N, 70]) {\n"
          "  %wt = permute(%w, perm=[1, 0])\n  %h = matmul(%x, %wt)\n  %a = add(%h, %r)\n  %y = relu(%a)\n"
          "  return %y\n}\n",
-         {{1, 0}, {31, 0}, {129, 0}, {5, 0}}},
+         {{1, 0}, {31, 0}, {129, 0}, {5, 0}}, 0},
         /* Split-K (64 x 64 tiles, fewer than SMs): K 1000 is not a
          * multiple of the 64-deep k tile nor of the split; M 1 to 65. */
         {"bf16 x W + b, K 1000, split-K",
          "graph g10(%x: bf16[N, 1000], %w: bf16[1000, 200], %g_b: bf16[200]) {\n"
          "  %h = matmul(%x, %w)\n  %y = add(%h, %g_b)\n  return %y\n}\n",
-         {{1, 0}, {5, 0}, {64, 0}, {65, 0}}},
+         {{1, 0}, {5, 0}, {64, 0}, {65, 0}}, WANT_SMALL_SPLIT},
         /* Every epilogue at once, N odd (element-wise pairs), split-K at M 1 and 3. */
         {"f16 gelu(0.5 x W + r + b), N 333, split-K",
          "graph g11(%x: f16[N, 512], %w: f16[512, 333], %r: f16[N, 333], %g_b: f16[333]) {\n"
          "  %h = matmul(%x, %w)\n  %s = mul(%h, 0.5)\n  %a = add(%s, %r)\n  %b = add(%a, %g_b)\n"
          "  %y = gelu_tanh(%b)\n  return %y\n}\n",
-         {{1, 0}, {3, 0}, {64, 0}, {200, 0}}},
+         {{1, 0}, {3, 0}, {64, 0}, {200, 0}}, WANT_SMALL_SPLIT},
         /* A batch of GEMMs, each split along K (the splits of each batch
          * element's tile meet at their own counter). */
         {"bf16 batched [B, T, 256] x [B, 256, 40], split-K",
          "graph g12(%a: bf16[B, T, 256], %w: bf16[B, 256, 40]) {\n  %y = matmul(%a, %w)\n  return %y\n}\n",
-         {{1, 1}, {3, 1}, {2, 50}, {4, 7}}},
+         {{1, 1}, {3, 1}, {2, 50}, {4, 7}}, WANT_SMALL_SPLIT},
         /* Siblings with split-K: each split reads the weight holding its columns. */
         {"bf16 siblings x W1 + b1, x W2 + b2, K 320, split-K",
          "graph g13(%x: bf16[N, 320], %w1: bf16[320, 80], %w2: bf16[320, 36], %g_b1: bf16[80], %g_b2: bf16[36]) {\n"
          "  %h1 = matmul(%x, %w1)\n  %y1 = add(%h1, %g_b1)\n"
          "  %h2 = matmul(%x, %w2)\n  %y2 = add(%h2, %g_b2)\n  return %y1, %y2\n}\n",
-         {{1, 0}, {2, 0}, {16, 0}, {70, 0}}},
-        /* 128 x 128 tiles at M 2100 and 2500 (64 x 64 ones, unsplit, at
-         * 300): edges in M, N and K (K 200 is not a multiple of the k
-         * tile), bias, residual, relu. */
-        {"bf16 relu(x W + r + b), N 1096, K 200, 128 x 128 tiles",
+         {{1, 0}, {2, 0}, {16, 0}, {70, 0}}, WANT_SMALL_SPLIT},
+        /* The large tiles (wgmma 128 x 192 on sm 90, mma.sync 128 x 128
+         * elsewhere) at M 2100 and 2500: edges in M, N and K (K 200 is not
+         * a multiple of the k tile), bias, residual, relu. */
+        {"bf16 relu(x W + r + b), N 1096, K 200, large tiles",
          "graph g14(%x: bf16[N, 200], %w: bf16[200, 1096], %r: bf16[N, 1096], %g_b: bf16[1096]) {\n"
          "  %h = matmul(%x, %w)\n  %a = add(%h, %r)\n  %b = add(%a, %g_b)\n  %y = relu(%b)\n  return %y\n}\n",
-         {{2100, 0}, {1, 0}, {300, 0}, {2500, 0}}},
-        {"f16 x W^T, N 1001 (odd), 128 x 128 tiles at M 4000, split-K at 129",
+         {{2100, 0}, {1, 0}, {300, 0}, {2500, 0}}, WANT_WG},
+        {"f16 x W^T, N 1001 (odd), large tiles at M 4000, split-K at 129",
          "graph g15(%x: f16[N, 200], %w: f16[1001, 200]) {\n"
          "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
-         {{4000, 0}, {7, 0}, {129, 0}, {1, 0}}},
+         {{4000, 0}, {7, 0}, {129, 0}, {1, 0}}, WANT_WG | WANT_SMALL_SPLIT},
+        /* wgmma's operand layouts and edges (sm 90, the sizes the rule
+         * gives them there, and all of them in the forced pass; the other
+         * kernels elsewhere): A M-major (trans_a), both operands
+         * transposed, a strided batch, a weight broadcast over a batch dim,
+         * siblings whose boundary falls inside a tile, f16 in and f32 out,
+         * K 3000 (split 10 ways under wgmma at M 1 and 77: not a multiple
+         * of the k tile), M not a multiple of 64 or 128. */
+        {"bf16 trans_a, M 640, N 384, K = T",
+         "graph g16(%a: bf16[T, 640], %w: bf16[T, 384]) {\n"
+         "  %at = permute(%a, perm=[1, 0])\n  %y = matmul(%at, %w)\n  return %y\n}\n",
+         {{700, 0}, {1, 0}, {130, 0}, {64, 0}}, WANT_SMALL_SPLIT},
+        {"f16 x^T W^T + b, M 512, N 260, K = T",
+         "graph g17(%a: f16[T, 512], %w: f16[260, T], %g_b: f16[260]) {\n"
+         "  %at = permute(%a, perm=[1, 0])\n  %wt = permute(%w, perm=[1, 0])\n  %h = matmul(%at, %wt)\n"
+         "  %y = add(%h, %g_b)\n  return %y\n}\n",
+         {{1000, 0}, {7, 0}, {300, 0}, {77, 0}}, WANT_SMALL_SPLIT},
+        {"bf16 batched [B, T, 96] x [B, 96, 256]",
+         "graph g18(%a: bf16[B, T, 96], %w: bf16[B, 96, 256]) {\n  %y = matmul(%a, %w)\n  return %y\n}\n",
+         {{2, 600}, {1, 1}, {3, 200}, {1, 1000}}, WANT_SMALL_SPLIT},
+        {"bf16 relu([B, 2, T, 64] x [2, 64, 192]), weight broadcast over B",
+         "graph g19(%a: bf16[B, 2, T, 64], %w: bf16[2, 64, 192]) {\n  %h = matmul(%a, %w)\n  %y = relu(%h)\n  return %y\n}\n",
+         {{3, 500}, {1, 33}, {2, 130}, {1, 1}}, WANT_WG},
+        {"bf16 siblings relu(x W1 + b1), relu(x W2 + b2), N 400 and 136, K 256",
+         "graph g20(%x: bf16[N, 256], %w1: bf16[256, 400], %w2: bf16[256, 136], %g_b1: bf16[400], %g_b2: bf16[136]) {\n"
+         "  %h1 = matmul(%x, %w1)\n  %a1 = add(%h1, %g_b1)\n  %y1 = relu(%a1)\n"
+         "  %h2 = matmul(%x, %w2)\n  %a2 = add(%h2, %g_b2)\n  %y2 = relu(%a2)\n  return %y1, %y2\n}\n",
+         {{700, 0}, {1, 0}, {150, 0}, {2000, 0}}, WANT_WG | WANT_SMALL_SPLIT},
+        {"f16 x W -> f32 (autocast), N 400, K 136, M = B T",
+         "graph g21(%x: f16[B, T, 136], %w: f16[136, 400]) {\n"
+         "  %xf = cast(%x, to=f32)\n  %wf = cast(%w, to=f32)\n  %y = matmul(%xf, %wf)\n  return %y\n}\n",
+         {{3, 500}, {1, 1}, {2, 200}, {1, 66}}, WANT_WG | WANT_SMALL_SPLIT},
+        {"bf16 x W + b, K 3000, N 384",
+         "graph g22(%x: bf16[N, 3000], %w: bf16[3000, 384], %g_b: bf16[384]) {\n"
+         "  %h = matmul(%x, %w)\n  %y = add(%h, %g_b)\n  return %y\n}\n",
+         {{256, 0}, {1, 0}, {77, 0}, {129, 0}}, WANT_SMALL_SPLIT},
     };
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        fc_graph *g = parse(ctx, cases[c].text);
-        if (!g) continue;
-        fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 1);
-        int nin = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
-        for (int r = 0; p && r < 4; r++) {
-            fc_tensor sh[16];
-            for (int q = 0; q < nin; q++) {
-                fc_value *pv = fc_graph_param(g, q);
-                fc_tensor ty = {0};
-                ty.dtype = fc_value_dtype(pv);
-                ty.rank = fc_value_rank(pv);
-                for (int d = 0; d < ty.rank; d++) {
-                    fc_dim dd = fc_value_dim(pv, d);
-                    ty.shape[d] = dd >= 0 ? dd : cases[c].syms[r][FC_DIM_SYM_BASE - dd];
+    const int sm = dev->info.cc_major * 10 + dev->info.cc_minor;
+    const bool generated = fc_cuda_variant_gemm_kernels(), wgmma = fc_cuda_gemm_wgmma_bn(sm) > 0;
+    static const char *const path_names[] = {"fma", "mma 64x64", "mma 128x128", "wgmma"};
+    /* Pass 1 as the rule picks; pass 2, where the device has wgmma, with
+     * FUSEC_VGEMM_WGMMA=force: every f16/bf16 case and size (M = 1 too)
+     * through the wgmma tiles, split along K as their rule says. */
+    for (int forced = 0; forced < 1 + (wgmma && generated); forced++) {
+        int all_reached = 0;
+        if (forced) setenv("FUSEC_VGEMM_WGMMA", "force", 1);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            fc_graph *g = parse(ctx, cases[c].text);
+            /* The variant's plan, as the runtime makes it, on a copy (the
+             * passes rewrite the graph; the reference runs the original). */
+            fc_graph *gp = parse(ctx, cases[c].text);
+            fc_plan plan;
+            fc_fuse_options fo;
+            fc_fuse_options_default(&fo);
+            fo.dynamic = true;
+            bool planned = gp && fc_pipeline(gp, &fo, &plan) == FC_OK;
+            CHECK(planned);
+            fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 1) : NULL;
+            int nin = g ? fc_graph_num_params(g) : 0, nout = g ? fc_graph_num_outputs(g) : 0, reached = 0;
+            for (int r = 0; p && planned && r < 4; r++) {
+                fc_tensor sh[16];
+                for (int q = 0; q < nin; q++) {
+                    fc_value *pv = fc_graph_param(g, q);
+                    fc_tensor ty = {0};
+                    ty.dtype = fc_value_dtype(pv);
+                    ty.rank = fc_value_rank(pv);
+                    for (int d = 0; d < ty.rank; d++) {
+                        fc_dim dd = fc_value_dim(pv, d);
+                        ty.shape[d] = dd >= 0 ? dd : cases[c].syms[r][FC_DIM_SYM_BASE - dd];
+                    }
+                    sh[q] = ty;
                 }
-                sh[q] = ty;
+                /* The kernel each GEMM group takes at these sizes. */
+                char paths[96] = "";
+                for (int i = 0; i < plan.ngroups; i++) {
+                    int64_t splits = 1;
+                    int path = fc_cuda_gemm_path(plan.groups[i], cases[c].syms[r], 2, sm, dev->info.sm_count, &splits);
+                    if (path < 0) continue;
+                    size_t n = strlen(paths);
+                    snprintf(paths + n, sizeof paths - n, "%s%s", n ? ", " : "", path_names[path]);
+                    n = strlen(paths);
+                    if (splits > 1) snprintf(paths + n, sizeof paths - n, " split %lld", (long long)splits);
+                    if (path == FC_GEMM_PATH_WGMMA) reached |= WANT_WG | (splits > 1 ? WANT_WG_SPLIT : 0);
+                    if (path == FC_GEMM_PATH_MMA_SMALL && splits > 1) reached |= WANT_SMALL_SPLIT;
+                    /* Forced, every f16/bf16 GEMM takes the wgmma tiles. */
+                    if (forced) CHECK(path == FC_GEMM_PATH_WGMMA || path == FC_GEMM_PATH_FMA);
+                }
+                char name[256];
+                snprintf(name, sizeof name, "variant gemm%s: %s, run %d (%s)", forced ? " (wgmma forced)" : "", cases[c].what, r,
+                         paths);
+                run_and_compare(ctx, dev, p, g, sh, nin, nout, name);
             }
-            char name[200];
-            snprintf(name, sizeof name, "variant gemm: %s, run %d", cases[c].what, r);
-            run_and_compare(ctx, dev, p, g, sh, nin, nout, name);
+            int wants = forced ? 0 : cases[c].wants & (wgmma ? ~0 : WANT_SMALL_SPLIT);
+            if (p && planned && generated && (reached & wants) != wants)
+                fprintf(stderr, "variant gemm: %s: wants kernels 0x%x, its runs reach 0x%x\n", cases[c].what, wants, reached);
+            if (p && planned && generated) CHECK((reached & wants) == wants);
+            all_reached |= reached;
+            if (planned) fc_plan_release(&plan);
+            fc_program_free(p);
+            fc_graph_free(gp);
+            fc_graph_free(g);
         }
-        fc_program_free(p);
-        fc_graph_free(g);
+        /* Forced: split-K under wgmma too (the long-K cases at small M). */
+        if (forced) CHECK(all_reached & WANT_WG_SPLIT);
+        if (forced) unsetenv("FUSEC_VGEMM_WGMMA");
     }
 }
 

@@ -27,15 +27,108 @@
 static const char templates_src[] =
 #include "gemm.cuh.inc"
     ;
+static const char wgmma_src[] =
+#include "wgmma.cuh.inc"
+    ;
 
-/* Must match gemm.cuh.inc: FC_GM_THREADS and the tile shapes fc_gm_tc_run
- * picks from (the large one per FC_GM_CFG, then the small). The persistent
- * grid is one block per SM: fc_plan.sm_count, or GM_BLOCKS (an H100/H200
- * SXM's 132) when the variant is compiled without a device. */
-enum { GM_THREADS = 256, GM_BLOCKS = 132 };
-static const int tc_large[4][4] = {{128, 128, 64, 4}, {128, 128, 32, 4}, {128, 256, 32, 4}, {128, 128, 64, 6}}; /* BM, BN, BK, stages */
-static const int tc_small[4][4] = {{64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 4}, {64, 64, 64, 8}};
+/* Must match gemm.cuh.inc: FC_GM_THREADS, the mma.sync tile shapes (the
+ * large one, then the small) and the wgmma tile's 128 rows and 64-deep k
+ * tiles. The persistent grid is one block per SM: fc_plan.sm_count, or
+ * GM_BLOCKS (an H100/H200 SXM's 132) when the variant is compiled without a
+ * device. WS_FLOATS: the split-K workspace, 4 MiB of f32 (FC_GM_WS_FLOATS). */
+enum { GM_THREADS = 256, GM_BLOCKS = 132, WG_BM = 128, WG_BK = 64 };
+#define WS_FLOATS 1048576
+static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, BN, BK, stages */
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
+
+/* The wgmma tile configurations (FUSEC_VGEMM_CFG): BN and cp.async stages
+ * of the 128 x BN x 64 tile, and whether the epilogue stores 8 columns at
+ * once (FC_GM_VEC8; else pairs). 0, the default: 128 x 192, 5 stages
+ * (GPT-2's N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128
+ * tiles for 132 SMs, one round); 1: 128 x 128, 6 stages; 2: 128 x 256, 3
+ * stages; 3: the default with 8-column stores (on the mma.sync tiles too).
+ * Each fits the 227 KiB a block may have with its f32 C tile after the
+ * first stages - 2 stages (fc_gm_wg_units). */
+static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5, 1}};
+
+/*
+ * The tile rule, written once for both compilers: compiled here as C
+ * (fc_cuda_gemm_tiles, which the tests ask which kernel a shape takes) and
+ * emitted as the body of the device function fc_gm_tiles that every GEMM
+ * kernel runs (the same answer in every block: a function of M, N, K, the
+ * batch Z and the block count P alone). It returns the tile: 0, 64 x 64
+ * (mma.sync); 1, 128 x 128 (mma.sync, only where wbn is 0: no wgmma); 2,
+ * 128 x wbn (wgmma; always, where force is set and wbn is not 0); and in
+ * *kper the 64-deep k tiles of one K split. With one block per SM a shape
+ * takes ceil(units / P) rounds, so:
+ *  - a tile shape with fewer tiles than P is split along K: floor(P /
+ *    tiles) splits (so that every unit runs in the first round), at most
+ *    what the workspace holds, evened out over the k tiles (mma.sync's
+ *    128 x 128 tile is never split);
+ *  - M <= 64 takes 64 x 64 tiles (and computes nothing more: a 64-bit
+ *    division is a long dependent chain, and every thread of every launch
+ *    runs this at its start);
+ *  - without wgmma, 128 x 128 tiles when their rounds x 2 <= the unsplit
+ *    64 x 64 tiles' rounds (a 128 x 128 tile took twice as long as a 64 x
+ *    64 one on the H200, K 768);
+ *  - with wgmma, the tile whose rounds x (its unit's time) is smaller, the
+ *    unit's time being k tiles x a k step, plus a unit's start and end,
+ *    plus, when split, a share per split (the last block reads every
+ *    partial alone: S x 96 KiB for 128 x 192). The times, in 10 ns, from
+ *    the H200 (docs/GEMM.md): a 128 x 192 wgmma k step 0.78 us, scaled by
+ *    the bytes it loads ((128 + wbn) x 64 x 2: these tiles are bound by
+ *    the loads), 1.5 us a unit, 0.8 us a split; a 64 x 64 mma.sync k step
+ *    0.45 us, 1 us a unit, 0.15 us a split.
+ * No comments inside: it becomes one line of the device source.
+ */
+#define WG_STEP (78 * (128 + wbn) / 320)
+#define WG_UNIT 150
+#define WG_PART (80 * wbn / 192)
+#define SMALL_STEP 45
+#define SMALL_UNIT 100
+#define SMALL_PART 15
+#define TILE_RULE_BODY                                                                                              \
+    {                                                                                                               \
+        long long nk = (K + 63) / 64, p = P < 1 ? 1 : P, want;                                                      \
+        long long ts = ((M + 63) / 64) * ((N + 63) / 64) * Z, ks = nk;                                              \
+        if (ts < p && nk >= 2) {                                                                                    \
+            want = p / ts;                                                                                          \
+            if (want > WS_FLOATS / (64 * 64) / ts) want = WS_FLOATS / (64 * 64) / ts;                               \
+            if (want >= 2) ks = (nk + want - 1) / want;                                                             \
+        }                                                                                                           \
+        *kper = ks;                                                                                                 \
+        if (wbn == 0 || (!force && M <= 64)) {                                                                      \
+            if (wbn != 0 || M <= 64) return 0;                                                                      \
+            long long tl = ((M + 127) / 128) * ((N + 127) / 128) * Z;                                               \
+            if ((tl + p - 1) / p * 2 > (ts + p - 1) / p) return 0;                                                  \
+            *kper = nk;                                                                                             \
+            return 1;                                                                                               \
+        }                                                                                                           \
+        long long tw = ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z, kw = nk;                                      \
+        if (tw < p && nk >= 2) {                                                                                    \
+            want = p / tw;                                                                                          \
+            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
+            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
+        }                                                                                                           \
+        *kper = kw;                                                                                                 \
+        if (force) return 2;                                                                                        \
+        long long ss = (nk + ks - 1) / ks, sw = (nk + kw - 1) / kw;                                                 \
+        long long cs = (ts * ss + p - 1) / p * (ks * SMALL_STEP + SMALL_UNIT + (ss > 1 ? ss * SMALL_PART : 0));     \
+        long long cw = (tw * sw + p - 1) / p * (kw * WG_STEP + WG_UNIT + (sw > 1 ? sw * WG_PART : 0));              \
+        if (cw <= cs) return 2;                                                                                     \
+        *kper = ks;                                                                                                 \
+        return 0;                                                                                                   \
+    }
+#define TILE_RULE_SIGNATURE(name)                                                                                    \
+    int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,        \
+             long long *kper)
+#define STRING_OF_(...) #__VA_ARGS__
+#define STRING_OF(...) STRING_OF_(__VA_ARGS__)
+
+TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
+
+static const char tile_rule_src[] = "__device__ __forceinline__ " STRING_OF(TILE_RULE_SIGNATURE(fc_gm_tiles)) " " STRING_OF(
+    TILE_RULE_BODY) "\n";
 
 bool fc_cuda_variant_gemm_kernels(void) {
     const char *e = getenv("FUSEC_VARIANT_GEMM");
@@ -108,6 +201,31 @@ static void plan_of(const fc_node *n, vplan *p) {
     p->nb = nb;
 }
 
+int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm, int64_t blocks, int64_t *splits) {
+    *splits = 1;
+    if (!fc_cuda_gemm_kernel_fits(gr)) return -1;
+    vplan p;
+    plan_of(gr->nodes[0], &p);
+    if (fc_dtype_size(p.gi.a->dtype) != 2) return FC_GEMM_PATH_FMA;
+    int64_t M = fc_mono_eval(&p.M, syms, nsyms), N = fc_mono_eval(&p.N, syms, nsyms), K = fc_mono_eval(&p.K, syms, nsyms), Z = 1;
+    for (int d = 0; d < p.nb; d++) Z *= fc_mono_eval(&p.size[d], syms, nsyms);
+    long long kper = 1, nk = (K + 63) / 64;
+    const bool forced = fc_cuda_gemm_wgmma_forced(), has_wgmma = fc_cuda_gemm_wgmma_bn(sm) != 0;
+    /* The kernels' fc_gm_vectorized, of the sizes (base pointers taken as
+     * aligned: cudaMalloc's and the arena's are). */
+    bool vec = fc_mono_eval(&p.lda, syms, nsyms) % 8 == 0;
+    for (int i = 0; i < p.gi.nweights; i++) /* leading dim K, or its columns (a sibling's static count) */
+        vec = vec && (p.gi.trans_b ? K : p.gi.nweights > 1 ? p.gi.w[i]->dims[1] : N) % 8 == 0;
+    for (int d = 0; d < p.nb; d++)
+        vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
+    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, forced || vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, forced, &kper);
+    *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
+    /* Beside wgmma the 128 x 128 mma.sync tile is not compiled: its units
+     * run as unsplit 64 x 64 tiles (fc_gm_tc_run). */
+    if (t == 1 && has_wgmma) t = 0;
+    return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
+}
+
 /* ---- emitting --------------------------------------------------------------- */
 
 #define EX 128 /* room for one size expression */
@@ -124,29 +242,76 @@ static void param_of(const fc_group *gr, const fc_value *v, char *out, size_t n)
 
 static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" : a == FC_GEMM_ACT_GELU_TANH ? "2" : "0"; }
 
-/* The tile configuration (FC_GM_CFG in gemm.cuh.inc, which lists them): 0
- * unless FUSEC_VGEMM_CFG names another (1, 2 or 3), for measuring them side
- * by side; it is in the source, so in the kernel-cache key. */
+/* The wgmma tile configuration (wg_cfgs): 0 unless FUSEC_VGEMM_CFG names
+ * another (1, 2 or 3), for measuring them side by side; it is in the
+ * source, so in the kernel-cache key. */
 static int gemm_cfg(void) {
     const char *e = getenv("FUSEC_VGEMM_CFG");
     return e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
 }
 
+int fc_cuda_gemm_wgmma_bn(int sm) {
+    const char *e = getenv("FUSEC_VGEMM_WGMMA");
+    return sm == 90 && !(e && e[0] == '0' && !e[1]) ? wg_cfgs[gemm_cfg()][0] : 0;
+}
+
+bool fc_cuda_gemm_wgmma_forced(void) {
+    const char *e = getenv("FUSEC_VGEMM_WGMMA");
+    return e && !strcmp(e, "force");
+}
+
 /* Dynamic shared memory of the largest tile shape fc_gm_run may pick: its
- * cp.async stages, or its C tile in f32, which reuses them. */
-static unsigned smem_bytes(const vplan *p) {
+ * cp.async stages, or its C tile in f32, which reuses them. Where the
+ * variant has wgmma tiles, the mma.sync ones count too: a unit compiled for
+ * plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a) runs those instead. */
+static unsigned smem_bytes(const vplan *p, int wbn) {
     size_t es = fc_dtype_size(p->gi.a->dtype);
     if (es != 2) return (unsigned)((size_t)(simt_bm_max * simt_bk + simt_bk * simt_bn) * es);
     unsigned best = 0;
-    for (int i = 0; i < 2; i++) {
-        const int *t = i ? tc_small[gemm_cfg()] : tc_large[gemm_cfg()];
-        int bm = t[0], bn = t[1], bk = t[2], st = t[3];
-        int a = p->gi.trans_a ? bk * (bm + 8) : bm * (bk + 8), w = p->gi.trans_b ? bn * (bk + 8) : bk * (bn + 8);
-        unsigned b = (unsigned)(2 * st * (a + w)), c = (unsigned)(4 * bm * (bn + 8)); /* the stages, then C in f32 */
+    for (int i = 0; i < 3; i++) {
+        unsigned b, c;
+        if (i < 2) {
+            int bm = tc_tiles[i][0], bn = tc_tiles[i][1], bk = tc_tiles[i][2], st = tc_tiles[i][3];
+            int a = p->gi.trans_a ? bk * (bm + 8) : bm * (bk + 8), w = p->gi.trans_b ? bn * (bk + 8) : bk * (bn + 8);
+            b = (unsigned)(2 * st * (a + w)); /* the stages, rows padded */
+            c = (unsigned)(4 * bm * (bn + 8)); /* then C in f32 */
+        } else {
+            if (!wbn) break;
+            /* Swizzled stages (no padding) from a 1024-aligned start; C in
+             * f32 after the first stages - 2 of them. */
+            const int st = wg_cfgs[gemm_cfg()][1], sb = 2 * (WG_BM + wbn) * WG_BK;
+            b = (unsigned)(1024 + st * sb);
+            c = (unsigned)(1024 + (st - 2) * sb + 4 * WG_BM * (wbn + 8));
+        }
         if (b > best) best = b;
         if (c > best) best = c;
     }
     return best;
+}
+
+/* fc_wg_ss<n> (wgmma.cuh.inc): one wgmma m64nNk16 per input type, f32
+ * accumulators, both operands by descriptor, TA and TB its transpose bits.
+ * Written out per n since the operand list (n / 2 accumulators) depends on
+ * it; once per unit (#ifndef guard), and only where the helpers are (sm_90a). */
+void fc_cuda_emit_wgmma_ss(fc_strbuf *s, int n) {
+    fc_strbuf_printf(s, "#if defined(FC_WG_HELPERS) && !defined(FC_WG_SS_%d)\n#define FC_WG_SS_%d\n", n, n);
+    fc_strbuf_printf(s, "template <> struct fc_wg_ss<%d> {\n", n);
+    static const char *const types[2][2] = {{"__nv_bfloat16", "bf16"}, {"__half", "f16"}};
+    const int nd = n / 2;
+    for (int t = 0; t < 2; t++) {
+        fc_strbuf_printf(s,
+                         "  template <int TA, int TB>\n  static __device__ __forceinline__ void run(float (&d)[%d][4], "
+                         "unsigned long long a, unsigned long long b, %s *) {\n",
+                         n / 8, types[t][0]);
+        /* The scale-d predicate (1: accumulate) after the descriptors, then the transpose bits. */
+        fc_strbuf_printf(s, "    asm volatile(\"{\\n.reg .pred p;\\nsetp.ne.b32 p, %%%d, 0;\\n\"\n", nd + 2);
+        fc_strbuf_printf(s, "      \"wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s {", n, types[t][1], types[t][1]);
+        for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s%%%d", i ? ", " : "", i);
+        fc_strbuf_printf(s, "}, %%%d, %%%d, p, 1, 1, %%%d, %%%d;\\n}\\n\"\n      : ", nd, nd + 1, nd + 3, nd + 4);
+        for (int i = 0; i < nd; i++) fc_strbuf_printf(s, "%s\"+f\"(d[%d][%d])", i ? ", " : "", i / 4, i % 4);
+        fc_strbuf_printf(s, "\n      : \"l\"(a), \"l\"(b), \"r\"(1), \"n\"(TA), \"n\"(TB));\n  }\n");
+    }
+    fc_strbuf_printf(s, "};\n#endif\n");
 }
 
 static void set_grid(fc_launch *l, int a, fc_mono work, int64_t per, int64_t max, int nsyms) {
@@ -168,8 +333,15 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     plan_of(gr->nodes[0], &p);
     const fc_gemm_info *gi = &p.gi;
     int nw = gi->nweights, nsyms = g->nsyms;
+    const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
-        fc_strbuf_printf(s, "#define FC_GM_CFG %d\n%s\n", gemm_cfg(), templates_src);
+        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n",
+                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS);
+        if (wbn) {
+            fc_strbuf_printf(s, "%s", wgmma_src);
+            fc_cuda_emit_wgmma_ss(s, wbn);
+        }
+        fc_strbuf_printf(s, "%s%s\n", tile_rule_src, templates_src);
         *templates = true;
     }
     const char *tin = fc_cuda_storage_type(gi->a->dtype), *tout = fc_cuda_storage_type(gi->out);
@@ -220,7 +392,7 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     l->nsyms = nsyms;
     l->block[0] = GM_THREADS;
     l->block[1] = l->block[2] = 1;
-    l->smem = smem_bytes(&p);
+    l->smem = smem_bytes(&p, wbn);
     /* The persistent grid: one block per SM, the same for every shape (a
      * device with fewer SMs than blocks would run a second, partial round). */
     const int64_t nblocks = plan->sm_count > 0 ? plan->sm_count : GM_BLOCKS;

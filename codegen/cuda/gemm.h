@@ -26,6 +26,40 @@ bool fc_cuda_variant_gemm_kernels(void);
  * library launches, which report that nothing runs them). */
 bool fc_cuda_gemm_kernel_fits(const fc_group *gr);
 
+/* The N of the 128 x N wgmma tile that a variant compiled for compute
+ * capability sm (major * 10 + minor) uses for its f16/bf16 GEMMs: 0 (no
+ * wgmma: mma.sync tiles only) unless sm is 90, and there 0 too when the
+ * environment has FUSEC_VGEMM_WGMMA=0. FUSEC_VGEMM_CFG picks the tile's
+ * configuration (docs/GEMM.md). */
+int fc_cuda_gemm_wgmma_bn(int sm);
+/* FUSEC_VGEMM_WGMMA=force: the wgmma tile for every f16/bf16 shape, M = 1
+ * included, where the variant has it (for tests and measurements; read at
+ * codegen, and in the source, so in the kernel-cache key). */
+bool fc_cuda_gemm_wgmma_forced(void);
+
+/* Which tile an f16/bf16 GEMM of M x N x K, batch Z, takes on a grid of P
+ * blocks, with wgmma tiles 128 x wbn (wbn from fc_cuda_gemm_wgmma_bn; 0:
+ * none; force: always them): 0 for 64 x 64 mma.sync tiles, 1 for 128 x 128
+ * mma.sync tiles, 2 for wgmma tiles; *kper: the 64-deep k tiles of one K
+ * split (K splits when that is fewer than K's). The same code is the
+ * kernels' own rule (fc_gm_tiles), so the tests can tell which kernel a
+ * shape runs. */
+int fc_cuda_gemm_tiles(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,
+                       long long *kper);
+
+/* Which kernel the generated GEMM of group gr (of a dynamic plan) runs
+ * with the symbols at syms, for compute capability sm on a grid of `blocks`
+ * blocks (the SM count), and in *splits its K splits (1: none): -1 for a
+ * group fc_cuda_gemm_kernel_fits refuses. For the tests, which must know
+ * which kernel each of their cases reaches. */
+enum { FC_GEMM_PATH_FMA, FC_GEMM_PATH_MMA_SMALL, FC_GEMM_PATH_MMA_LARGE, FC_GEMM_PATH_WGMMA };
+int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm, int64_t blocks, int64_t *splits);
+
+/* Append fc_wg_ss<n>, the wgmma m64nNk16 wrappers that wgmma.cuh.inc
+ * declares (n a multiple of 8 up to 256; bf16 and f16 inputs, f32
+ * accumulators), guarded so that a unit gets each n once. */
+void fc_cuda_emit_wgmma_ss(fc_strbuf *s, int n);
+
 /*
  * Append to s the kernel `name` for group gr of dynamic plan `plan`
  * (preceded, when *templates is false, by the device templates, after
