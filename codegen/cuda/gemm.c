@@ -293,6 +293,8 @@ static unsigned smem_bytes(const vplan *p, int wbn) {
  * accumulators, both operands by descriptor, TA and TB its transpose bits.
  * Written out per n since the operand list (n / 2 accumulators) depends on
  * it; once per unit (#ifndef guard), and only where the helpers are (sm_90a). */
+void fc_cuda_emit_wgmma_helpers(fc_strbuf *s) { fc_strbuf_printf(s, "%s", wgmma_src); }
+
 void fc_cuda_emit_wgmma_ss(fc_strbuf *s, int n) {
     fc_strbuf_printf(s, "#if defined(FC_WG_HELPERS) && !defined(FC_WG_SS_%d)\n#define FC_WG_SS_%d\n", n, n);
     fc_strbuf_printf(s, "template <> struct fc_wg_ss<%d> {\n", n);
@@ -338,7 +340,7 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
         fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n",
                          wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS);
         if (wbn) {
-            fc_strbuf_printf(s, "%s", wgmma_src);
+            fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);
         }
         fc_strbuf_printf(s, "%s%s\n", tile_rule_src, templates_src);

@@ -55,6 +55,12 @@ int fc_cuda_gemm_tiles(long long M, long long N, long long K, long long Z, long 
 enum { FC_GEMM_PATH_FMA, FC_GEMM_PATH_MMA_SMALL, FC_GEMM_PATH_MMA_LARGE, FC_GEMM_PATH_WGMMA };
 int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm, int64_t blocks, int64_t *splits);
 
+/* Append the Hopper helpers of codegen/cuda/wgmma.cuh.inc (fc_wg_fence,
+ * fc_wg_commit, fc_wg_wait, fc_wg_desc, ...: what the generated GEMMs and
+ * fc_attn_fa3 share), compiled only for sm_90a and guarded so that a unit
+ * that gets them twice sees them once. */
+void fc_cuda_emit_wgmma_helpers(fc_strbuf *s);
+
 /* Append fc_wg_ss<n>, the wgmma m64nNk16 wrappers that wgmma.cuh.inc
  * declares (n a multiple of 8 up to 256; bf16 and f16 inputs, f32
  * accumulators), guarded so that a unit gets each n once. */
