@@ -16,14 +16,18 @@
 #               T=64, mlp8), then the B=8 T=1024 block with the default mode
 #   attn.log    FUSEC_ATTN_BENCH=1 test_attention (the kernels alone) and
 #               bench/attention_bench.py (SDPA, and fusec's whole pipeline)
-# Knobs: ISSUES_STEPS (subset of "build ctest dyn torch attn").
+#   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
+#               cuBLASLt) with the default configuration and with
+#               FUSEC_VGEMM_CFG=3 (8-column stores), and test_specialize
+#               under FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn vgemm torch attn").
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=/tmp/fusec-issues-cache
-STEPS=${ISSUES_STEPS:-"build ctest dyn torch attn"}
+STEPS=${ISSUES_STEPS:-"build ctest dyn vgemm torch attn"}
 on() { [[ " $STEPS " == *" $1 "* ]]; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
@@ -40,6 +44,14 @@ fi
 if on dyn; then
     SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench gpt2 gpt2_8x1024 mlp8 replay20 sweep >"$OUT/dyn.log" 2>&1
     echo "dynamic_bench: rc=$?"
+fi
+if on vgemm; then
+    {
+        timeout 90 build/dynamic_bench vgemm
+        FUSEC_VGEMM_CFG=3 timeout 90 build/dynamic_bench vgemm | sed 's/RESULT fusec vgemm /RESULT fusec vgemm cfg=3 /'
+        FUSEC_VGEMM_CFG=3 timeout 150 build/tests/test_specialize 2>&1 | grep -E "CHECK failed|wants kernels|passed, .* failed"
+    } >"$OUT/vgemm.log" 2>&1
+    echo "vgemm: rc=$?"
 fi
 if on torch; then
     {
@@ -62,5 +74,9 @@ echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
 grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
+echo "=== variant GEMMs (us: cuBLASLt / generated; cfg=3: 8-column stores)"
+grep -h "RESULT fusec vgemm" "$OUT/vgemm.log" 2>/dev/null |
+    sed -E 's/RESULT fusec vgemm //; s/cublaslt_us=//; s/generated_us=//; s/ generated_over_cublaslt=[^ ]*//; s/ generated_tflops=/ tf=/; s/ cublaslt_tflops=[^ ]*//' | cut -c1-120
+grep -E "passed|failed" "$OUT/vgemm.log" 2>/dev/null | tail -3
 echo "=== issue 8"
 tail -25 "$OUT/attn.log" 2>/dev/null | cut -c1-200
