@@ -1188,8 +1188,9 @@ static void test_gpu(gpu_env *env) {
  * fc_gm_tiles), without a GPU: a split launch stays within the split-K
  * workspace (4 MiB of f32) and its 256 counters, whatever the sizes and the
  * grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
- * 128 mma.sync tile only without wgmma and the wgmma tile only with it
- * (always, forced); and a few shapes land where docs/GEMM.md says. */
+ * 128 mma.sync tile only without wgmma or at M <= 768, and the wgmma tile
+ * only with it, at M > 768 (always, forced); and a few shapes land where
+ * docs/GEMM.md says. */
 static void test_variant_tile_rule(void) {
     static const long long sizes[] = {1, 7, 64, 65, 127, 129, 300, 768, 1000, 3072, 8192};
     static const long long zs[] = {1, 3, 96}, ps[] = {1, 114, 132}, wbns[] = {0, 128, 192, 256};
@@ -1205,7 +1206,8 @@ static void test_variant_tile_rule(void) {
                             int t = fc_cuda_gemm_tiles(M, N, K, Z, P, wbn, f, &kper);
                             long long bm = t ? 128 : 64, bn = t == 2 ? wbn : t == 1 ? 128 : 64;
                             long long tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * Z, splits = kper > 0 ? (nk + kper - 1) / kper : 0;
-                            bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0) && (t != 2 || wbn > 0) &&
+                            bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0 || (M <= 768 && !f)) && (t != 2 || wbn > 0) &&
+                                      (t != 2 || M > 768 || f) &&
                                       (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) && (t != 1 || splits == 1) &&
                                       (splits == 1 || (tiles * splits * bm * bn <= 1048576 && tiles <= 256));
                             if (!ok && bad++ < 5)
@@ -1217,6 +1219,7 @@ static void test_variant_tile_rule(void) {
     CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 192, 0, &kper), 2); /* 32 x 12 tiles, 3 rounds */
     CHECK_EQ_INT(kper, 12);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 0, 0, &kper), 1);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(512, 2304, 768, 1, 132, 192, 0, &kper), 1); /* M <= 768: 128 x 128 mma.sync */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 10 splits of 5 */

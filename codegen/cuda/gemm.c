@@ -57,7 +57,7 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
  * emitted as the body of the device function fc_gm_tiles that every GEMM
  * kernel runs (the same answer in every block: a function of M, N, K, the
  * batch Z and the block count P alone). It returns the tile: 0, 64 x 64
- * (mma.sync); 1, 128 x 128 (mma.sync, only where wbn is 0: no wgmma); 2,
+ * (mma.sync); 1, 128 x 128 (mma.sync); 2,
  * 128 x wbn (wgmma; always, where force is set and wbn is not 0); and in
  * *kper the 64-deep k tiles of one K split. With one block per SM a shape
  * takes ceil(units / P) rounds, so:
@@ -68,10 +68,14 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *  - M <= 64 takes 64 x 64 tiles (and computes nothing more: a 64-bit
  *    division is a long dependent chain, and every thread of every launch
  *    runs this at its start);
- *  - without wgmma, 128 x 128 tiles when their rounds x 2 <= the unsplit
- *    64 x 64 tiles' rounds (a 128 x 128 tile took twice as long as a 64 x
- *    64 one on the H200, K 768);
- *  - with wgmma, the tile whose rounds x (its unit's time) is smaller, the
+ *  - without wgmma, or at M <= WG_MIN_M, 128 x 128 tiles when their
+ *    rounds x 2 <= the unsplit 64 x 64 tiles' rounds (a 128 x 128 tile
+ *    took twice as long as a 64 x 64 one on the H200, K 768). WG_MIN_M:
+ *    in the GPT-2 variant's sweep (B=1, M = T) the wgmma tile the time
+ *    model below picked was 2-8% slower than these tiles for T 65..512,
+ *    even at T 513..768 (whole block; T a multiple of 8, where it
+ *    applies) and 8% faster above 768 (docs/GEMM.md);
+ *  - with wgmma above WG_MIN_M, the tile whose rounds x (its unit's time) is smaller, the
  *    unit's time being k tiles x a k step, plus a unit's start and end,
  *    plus, when split, a share per split (the last block reads every
  *    partial alone: S x 96 KiB for 128 x 192). The times, in 10 ns, from
@@ -81,6 +85,7 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    0.45 us, 1 us a unit, 0.15 us a split.
  * No comments inside: it becomes one line of the device source.
  */
+#define WG_MIN_M 768
 #define WG_STEP (78 * (128 + wbn) / 320)
 #define WG_UNIT 150
 #define WG_PART (80 * wbn / 192)
@@ -97,8 +102,8 @@ static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
         *kper = ks;                                                                                                 \
-        if (wbn == 0 || (!force && M <= 64)) {                                                                      \
-            if (wbn != 0 || M <= 64) return 0;                                                                      \
+        if (wbn == 0 || (!force && M <= WG_MIN_M)) {                                                                \
+            if (M <= 64) return 0;                                                                                  \
             long long tl = ((M + 127) / 128) * ((N + 127) / 128) * Z;                                               \
             if ((tl + p - 1) / p * 2 > (ts + p - 1) / p) return 0;                                                  \
             *kper = nk;                                                                                             \
@@ -210,7 +215,7 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     int64_t M = fc_mono_eval(&p.M, syms, nsyms), N = fc_mono_eval(&p.N, syms, nsyms), K = fc_mono_eval(&p.K, syms, nsyms), Z = 1;
     for (int d = 0; d < p.nb; d++) Z *= fc_mono_eval(&p.size[d], syms, nsyms);
     long long kper = 1, nk = (K + 63) / 64;
-    const bool forced = fc_cuda_gemm_wgmma_forced(), has_wgmma = fc_cuda_gemm_wgmma_bn(sm) != 0;
+    const bool forced = fc_cuda_gemm_wgmma_forced();
     /* The kernels' fc_gm_vectorized, of the sizes (base pointers taken as
      * aligned: cudaMalloc's and the arena's are). */
     bool vec = fc_mono_eval(&p.lda, syms, nsyms) % 8 == 0;
@@ -220,9 +225,6 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
         vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
     int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, forced || vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, forced, &kper);
     *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
-    /* Beside wgmma the 128 x 128 mma.sync tile is not compiled: its units
-     * run as unsplit 64 x 64 tiles (fc_gm_tc_run). */
-    if (t == 1 && has_wgmma) t = 0;
     return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
 }
 
