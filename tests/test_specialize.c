@@ -775,7 +775,7 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
          {{2, 600}, {1, 1}, {3, 200}, {1, 1000}}, WANT_SMALL_SPLIT},
         {"bf16 relu([B, 2, T, 64] x [2, 64, 192]), weight broadcast over B",
          "graph g19(%a: bf16[B, 2, T, 64], %w: bf16[2, 64, 192]) {\n  %h = matmul(%a, %w)\n  %y = relu(%h)\n  return %y\n}\n",
-         {{3, 500}, {1, 33}, {2, 130}, {1, 1000}}, WANT_WG},
+         {{3, 500}, {1, 33}, {2, 130}, {3, 1000}}, WANT_WG},
         {"bf16 siblings relu(x W1 + b1), relu(x W2 + b2), N 400 and 136, K 256",
          "graph g20(%x: bf16[N, 256], %w1: bf16[256, 400], %w2: bf16[256, 136], %g_b1: bf16[400], %g_b2: bf16[136]) {\n"
          "  %h1 = matmul(%x, %w1)\n  %a1 = add(%h1, %g_b1)\n  %y1 = relu(%a1)\n"
