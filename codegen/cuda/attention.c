@@ -1288,7 +1288,7 @@ bool fc_cuda_attention_hopper(int sm) {
  * SM frees first, balances them better than the persistent blocks' fixed
  * rounds: B=8, H=16, S=2048, D=128 causal, 0.278 ms against 0.297
  * persistent; at D = 64, where the tiles are short, persistence pays
- * (causal 0.173 against 0.187; docs/ATTENTION.md, session 4).
+ * (causal 0.173 against 0.187; docs/ATTENTION.md, session 5).
  * FUSEC_ATTN_PERSIST=0 or 1 in the environment decides it for every shape
  * (experiments, tests). */
 static bool attention_persistent(bool causal, int nc) {
@@ -1324,7 +1324,7 @@ static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles, bool persis
  * (every batch element's last query tile first, over all of them), the
  * K and V of all 128 heads at B=8, H=16, S=2048, D=128 (128 MB) were in
  * use at once: 7% L2 hits, the memory 85% busy, the kernel bound by it
- * (ncu, session 4); in sections, 59% hits and D=128 full went from 0.542
+ * (ncu, session 5); in sections, 59% hits and D=128 full went from 0.542
  * to 0.434 ms. Only with two consumer warpgroups (head dims above 64):
  * at D = 64 (three, 192 query rows a tile) the memory is not the limit
  * and the sections' unequal causal rounds cost more (0.182 against 0.173
