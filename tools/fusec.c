@@ -646,7 +646,10 @@ static void print_help(void) {
         "                        graph per shape instead of re-pointing one graph\n"
         "  FUSEC_LOG=guards,graphs  log (to stderr) each guard miss of a dynamic program\n"
         "                        with what changed, specializations built and evicted,\n"
-        "                        and why a program runs without a CUDA Graph\n",
+        "                        and why a program runs without a CUDA Graph\n"
+        "  FUSEC_ATTN_TMA, FUSEC_ATTN_PERSIST, FUSEC_ATTN_L2SECT, FUSEC_ATTN_BN,\n"
+        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG  switches of the attention kernel and of\n"
+        "                        the dynamic variant's GEMMs, for measuring (docs/CLI.md)\n",
         stdout);
 }
 
