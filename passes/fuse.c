@@ -807,7 +807,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_fuse(g, o, plan))) return st;
     if (o == NULL || o->horizontal)
         if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
-    if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind */
+    if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind, or an instance's layout */
     if ((st = fc_pass_memplan(plan))) return st;
     return FC_OK;
 }

@@ -462,11 +462,10 @@ fc_status fc_pass_memplan(fc_plan *plan) {
         offset = fc_arena_alloc(&plan->arena, (size_t)(nv ? nv : 1) * sizeof *offset);
         if (!offset) st = FC_ERR_NOMEM;
     }
-    /* A plan bound by fc_plan_bind_sizes keeps symbolic dims and the
-     * values to evaluate them at; any other plan has static dims. */
+    /* The plan's dims are static (a dynamic plan has no memory plan: its
+     * instances place a layout at their sizes). */
     if (st == FC_OK)
-        st = fc_memplan_layout_place(l, plan->sized ? plan->sym_values : NULL, offset, NULL, &plan->arena_bytes,
-                                     &plan->intermediate_bytes);
+        st = fc_memplan_layout_place(l, NULL, offset, NULL, &plan->arena_bytes, &plan->intermediate_bytes);
     fc_memplan_layout_free(l);
     if (st != FC_OK) {
         plan->arena_bytes = plan->intermediate_bytes = 0;

@@ -103,10 +103,6 @@ typedef struct fc_plan {
     fc_graph *owned_graph;
     int64_t *sym_values;
     int nsyms;
-    /* Made by fc_plan_bind_sizes: g, groups and group_of_node are the
-     * dynamic plan's (borrowed, dims still symbolic); sizes are the dims
-     * evaluated at sym_values (fc_value_bytes_at). */
-    bool sized;
 
     /* The compute capability the code is generated for (major * 10 +
      * minor; 0: any). Set by the runtime before fc_cuda_codegen; only the
@@ -227,21 +223,6 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
  * FC_ERR_INPUT with the reason on the context; out is then empty. Release
  * with fc_plan_release. */
 fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms, fc_plan *out);
-
-/*
- * The memory plan alone of dynamic plan dyn at one shape, without binding
- * its graph: out borrows dyn's graph, groups and group_of_node (dyn must
- * outlive it; fc_plan_release frees only what out owns), keeps the symbol
- * values, and gets offsets, arena_bytes and intermediate_bytes equal to
- * what fc_plan_bind's memory plan gives for the same values. No node is
- * re-checked and no space is bound: it serves a shape whose kernels are
- * already generated (a dynamic variant's instance gets the same plan from
- * a fc_memplan_layout it keeps, placed per shape, above). The
- * symbol values must already be known to fit the graph (the run's guard
- * checks them); FC_ERR_INPUT for a value below 1, a wrong count or a size
- * that overflows 64 bits.
- */
-fc_status fc_plan_bind_sizes(const fc_plan *dyn, const int64_t *sym_values, int nsyms, fc_plan *out);
 
 /* Bytes of a value with static dims. */
 int64_t fc_value_bytes(const fc_value *v);

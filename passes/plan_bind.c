@@ -8,11 +8,10 @@
  * group is copied onto the copy's nodes and values, and the memory plan is
  * run. Cost: linear in the graph plus the memory plan; no fusion.
  *
- * fc_plan_bind_sizes is the memory plan alone, on the dynamic plan's own
- * graph and groups with sizes evaluated at the values (docs/FUSION.md, "The
- * memory plan alone"). A dynamic variant's instance gets the same plan
- * from the variant's memory-plan layout (fc_memplan_layout), made once, so
- * that a new shape does not redo the classes and lifetimes. */
+ * A dynamic variant whose launches are all kernels needs no bound graph per
+ * shape: its instances place the variant's memory-plan layout
+ * (fc_memplan_layout, passes.h) at the shape's sizes instead
+ * (runtime/program.c). */
 #include "passes.h"
 
 #include <string.h>
@@ -89,33 +88,4 @@ fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms,
 oom:
     fc_plan_release(out);
     return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (binding plan of %s)", dg->name);
-}
-
-fc_status fc_plan_bind_sizes(const fc_plan *dyn, const int64_t *sym_values, int nsyms, fc_plan *out) {
-    memset(out, 0, sizeof *out);
-    if (!dyn || !dyn->g || !dyn->dynamic || (nsyms > 0 && !sym_values)) return FC_ERR_USAGE;
-    fc_graph *dg = dyn->g;
-    fc_context *ctx = dg->ctx;
-    fc_status st = fc_graph_check_bind_values(dg, sym_values, nsyms);
-    if (st != FC_OK) return st;
-    out->g = dg;
-    out->groups = dyn->groups;
-    out->ngroups = dyn->ngroups;
-    out->group_of_node = dyn->group_of_node;
-    out->sm = dyn->sm;
-    out->sized = true;
-    out->nsyms = nsyms;
-    fc_arena_init(&out->arena, ctx);
-    out->sym_values = fc_arena_alloc(&out->arena, sizeof(int64_t) * (size_t)(nsyms + 1));
-    if (!out->sym_values) {
-        fc_plan_release(out);
-        return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (binding plan of %s)", dg->name);
-    }
-    if (nsyms) memcpy(out->sym_values, sym_values, sizeof(int64_t) * (size_t)nsyms);
-    st = fc_pass_memplan(out);
-    if (st) {
-        fc_plan_release(out);
-        return st == FC_ERR_NOMEM ? fc_set_error(ctx, st, "out of memory (binding plan of %s)", dg->name) : st;
-    }
-    return FC_OK;
 }

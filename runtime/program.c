@@ -111,9 +111,8 @@ struct fc_program {
      * (ids from next_instance_id) and the arena of generation shared_gen.
      * shared_graph: the variant is all kernels, $FUSEC_SHARED_GRAPH is
      * not 0 and the shared graph has not failed (then instances build
-     * graphs of their own). kernels_only: no library launch, so an
-     * instance needs no bound graph (fc_plan_bind_sizes). */
-    bool kernels_only, shared_graph;
+     * graphs of their own). */
+    bool shared_graph;
     fc_replay *shared_replay;
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
@@ -252,15 +251,14 @@ void fc_compile_counters_get(fc_compile_counters *out) {
 /* ------------------------------------------------------------------ */
 
 
-/* sm 0 means the device's own compute capability, or sm_90 when there is
- * no device: NVRTC needs none, and the H100/H200 is the target. NULL
- * contexts: a missing device is not an error here. */
 /* Device 0's properties, when there is a device (NULL context: a missing
  * one is not an error here). */
 static bool device_info(fc_cuda_device_info *info) {
     return fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, info) == FC_OK;
 }
 
+/* sm 0 means the device's own compute capability, or sm_90 when there is
+ * no device: NVRTC needs none, and the H100/H200 is the target. */
 static int resolve_sm(int sm) {
     fc_cuda_device_info info;
     if (sm > 0) return sm;
@@ -282,11 +280,6 @@ static void set_target(fc_program_desc *d, const fc_compile_options *o) {
     d->fuse = o->fuse;
     d->tf32 = o->allow_tf32;
 }
-
-/* The symbol values a plan's (symbolic) dims take: those of a plan from
- * fc_plan_bind_sizes, whose graph is the variant's; NULL for a plan whose
- * graph has its sizes. */
-static const int64_t *plan_sizes(const fc_plan *plan) { return plan->sized ? plan->sym_values : NULL; }
 
 /* Where value id lives (the table at the top of the file), given its
  * arena offset (-1: none) and its size. */
@@ -310,7 +303,7 @@ static fc_store store_at(const fc_plan_classes *c, int id, int64_t offset, int64
 
 static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
     const fc_value *v = c->val[id];
-    return store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes_at(v, plan_sizes(plan)) : 0);
+    return store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes_at(v, NULL) : 0);
 }
 
 /* Where result k is copied from after the launches, when no kernel writes
@@ -324,11 +317,11 @@ static fc_store copy_source(const fc_plan_classes *c, const fc_graph *g, int k, 
     return (fc_store){FC_STORE_NONE, 0, 0};
 }
 
-/* v's type, its symbolic dims given by sizes (NULL: kept as they are). */
-static void set_tensor_type(fc_program_tensor *t, const fc_value *v, const int64_t *sizes) {
+/* v's type (symbolic dims kept as they are). */
+static void set_tensor_type(fc_program_tensor *t, const fc_value *v) {
     t->dtype = v->dtype;
     t->rank = v->rank;
-    for (int d = 0; d < v->rank; d++) t->dims[d] = sizes ? fc_dim_value(v->dims[d], sizes) : v->dims[d];
+    for (int d = 0; d < v->rank; d++) t->dims[d] = v->dims[d];
     t->value = v->id;
 }
 
@@ -368,14 +361,14 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
 
     for (int i = 0; i < g->nparams; i++) {
         fc_program_tensor *t = &d->params[i];
-        set_tensor_type(t, g->params[i], plan_sizes(plan));
+        set_tensor_type(t, g->params[i]);
         d->nparams = i + 1; /* so that release frees the names made so far */
         if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
     for (int k = 0; k < g->noutputs; k++) {
         fc_program_tensor *t = &d->outputs[k];
-        set_tensor_type(t, g->outputs[k], plan_sizes(plan));
-        t->copy_from = copy_source(c, g, k, fc_value_bytes_at(g->outputs[k], plan_sizes(plan)));
+        set_tensor_type(t, g->outputs[k]);
+        t->copy_from = copy_source(c, g, k, fc_value_bytes_at(g->outputs[k], NULL));
     }
     d->noutputs = g->noutputs;
     d->arena_bytes = plan->arena_bytes;
@@ -669,11 +662,11 @@ static fc_status variant_signature(fc_program *p) {
     memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
     memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
     for (int i = 0; i < g->nparams; i++) {
-        set_tensor_type(&d->params[i], g->params[i], NULL);
+        set_tensor_type(&d->params[i], g->params[i]);
         d->nparams = i + 1;
         if (!(d->params[i].name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
-    for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k], NULL);
+    for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k]);
     d->noutputs = g->noutputs;
     return FC_OK;
 }
@@ -731,8 +724,8 @@ static size_t take(size_t *at, size_t elem, int n) {
  * description (storage, signature, the variant's launches with this
  * shape's grids); the per-shape work is the arena placement, a size per
  * distinct value shape and three grid formulas per kernel. The result is
- * what the general path (fc_plan_bind_sizes, then build_desc) makes,
- * value by value (tests/test_dynamic.c checks it against fc_plan_bind).
+ * what binding the graph (fc_plan_bind, then build_desc) makes, value by
+ * value (tests/test_dynamic.c checks it).
  */
 static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
     fc_status st = fc_graph_check_bind_values(v->plan.g, syms, nsyms);
@@ -758,8 +751,8 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     p->syms = (int64_t *)(void *)(block + at_syms);
     memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
     p->nsyms = nsyms;
-    /* The plan: the variant's graph and groups with these sizes (as
-     * fc_plan_bind_sizes makes it; it owns nothing). */
+    /* The plan: the variant's graph and groups (borrowed: it owns nothing),
+     * the symbol values its grids are evaluated at, and the placement. */
     fc_plan *plan = &p->plan;
     plan->g = p->g = v->plan.g;
     p->plan_owns_graph = true; /* not p's to free */
@@ -767,7 +760,6 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     plan->ngroups = v->plan.ngroups;
     plan->group_of_node = v->plan.group_of_node;
     plan->sm = v->plan.sm;
-    plan->sized = true;
     plan->nsyms = nsyms;
     plan->sym_values = p->syms;
     plan->offset = (int64_t *)(void *)(block + at_offset);
@@ -858,10 +850,12 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     }
     p->times.origin = kernel_hit ? FC_PROGRAM_KERNEL_CACHE : FC_PROGRAM_COMPILED;
     p->times.compile_ms = fc_now_ms() - t0;
+    /* Kernels only: one graph for every shape, and instances made from the
+     * layout (a cuBLASLt call's description is made from its bound node). */
     const char *shared = getenv("FUSEC_SHARED_GRAPH");
-    p->kernels_only = fc_replay_kernels_only(d);
-    p->shared_graph = p->kernels_only && !(shared && !strcmp(shared, "0"));
-    if (p->kernels_only && (st = variant_layout(p)) != FC_OK) {
+    const bool kernels_only = fc_replay_kernels_only(d);
+    p->shared_graph = kernels_only && !(shared && !strcmp(shared, "0"));
+    if (kernels_only && (st = variant_layout(p)) != FC_OK) {
         fc_program_free(p);
         return st;
     }

@@ -134,32 +134,17 @@ static void check_bound(fc_context *ctx, const example *ex, const fc_plan *dyn, 
         }
     CHECK(mem_ok);
 
-    /* The memory plan alone (fc_plan_bind_sizes, what a variant of kernels
-     * only binds per shape) is the full binding's, value by value. */
-    fc_plan sz;
-    st = fc_plan_bind_sizes(dyn, vals, dg->nsyms, &sz);
-    CHECK_EQ_INT(st, FC_OK);
-    if (!st) {
-        CHECK(sz.sized && !sz.dynamic && sz.g == dg && sz.groups == dyn->groups && sz.owned_graph == NULL);
-        CHECK_EQ_INT(sz.arena_bytes, bp.arena_bytes);
-        CHECK_EQ_INT(sz.intermediate_bytes, bp.intermediate_bytes);
-        bool same = true;
-        for (int id = 0; id < dg->next_value_id && same; id++) same = sz.offset[id] == bp.offset[id];
-        if (!same) fprintf(stderr, "%s: fc_plan_bind_sizes places values unlike fc_plan_bind\n", ex->file);
-        CHECK(same);
-        /* Sizes evaluated at the values are the bound graph's. */
-        bool bytes_ok = true;
-        for (int i = 0; i < bp.g->nnodes && bytes_ok; i++)
-            for (int k = 0; k < bp.g->nodes[i]->nout && bytes_ok; k++) {
-                const fc_value *bv = bp.g->nodes[i]->out[k];
-                int n = 0;
-                while (n < dg->nnodes && dg->nodes[n]->id != bp.g->nodes[i]->id) n++;
-                if (n < dg->nnodes)
-                    bytes_ok = fc_value_bytes_at(dg->nodes[n]->out[k], vals) == fc_value_bytes(bv);
-            }
-        CHECK(bytes_ok);
-        fc_plan_release(&sz);
-    }
+    /* Sizes evaluated at the values (what a variant's instance places its
+     * layout with: check_instances) are the bound graph's. */
+    bool bytes_ok = true;
+    for (int i = 0; i < bp.g->nnodes && bytes_ok; i++)
+        for (int k = 0; k < bp.g->nodes[i]->nout && bytes_ok; k++) {
+            const fc_value *bv = bp.g->nodes[i]->out[k];
+            int n = 0;
+            while (n < dg->nnodes && dg->nodes[n]->id != bp.g->nodes[i]->id) n++;
+            if (n < dg->nnodes) bytes_ok = fc_value_bytes_at(dg->nodes[n]->out[k], vals) == fc_value_bytes(bv);
+        }
+    CHECK(bytes_ok);
 
     /* The statically specialized graph types the params and results alike. */
     fc_graph *sg = NULL;
@@ -250,15 +235,6 @@ static void check_bad_bindings(fc_context *ctx, const fc_plan *dyn) {
     CHECK_EQ_INT(fc_plan_bind(dyn, vals, n, &bp), FC_ERR_INPUT);
     CHECK(strstr(fc_last_error(ctx), "too large") != NULL);
     CHECK(bp.g == NULL);
-    /* The same refusals from the memory plan alone. */
-    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n, &bp), FC_ERR_INPUT);
-    CHECK(strstr(fc_last_error(ctx), "too large") != NULL);
-    CHECK(bp.g == NULL && bp.offset == NULL);
-    for (int i = 0; i < n; i++) vals[i] = 4;
-    vals[n - 1] = 0;
-    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n, &bp), FC_ERR_INPUT);
-    CHECK(strstr(fc_last_error(ctx), "at least 1") != NULL);
-    CHECK_EQ_INT(fc_plan_bind_sizes(dyn, vals, n + 1, &bp), FC_ERR_INPUT);
 }
 
 /* Sizes a binding contradicts: a graph whose reshape only fits when
@@ -370,7 +346,8 @@ static void check_instances(fc_context *ctx, const example *ex, const fc_binding
         const fc_program_desc *d = fc_program_desc_of(inst);
         bool kernels_only = true;
         for (int i = 0; i < d->src.nlaunches; i++) kernels_only &= d->src.launches[i].kind != FC_LAUNCH_LIBRARY;
-        CHECK_EQ_INT(fc_program_plan(inst)->sized, kernels_only);
+        /* Kernels only: made from the layout, on the variant's own graph. */
+        CHECK_EQ_INT(fc_program_plan(inst)->g == fc_program_plan(v)->g, kernels_only);
         bool ok = instance_matches(v, inst, vals, g->nsyms);
         if (!ok)
             fprintf(stderr, "%s: the instance at B=%lld T=%lld differs from the bound plan\n", ex->file,
@@ -415,10 +392,21 @@ static void check_sweep_instances(fc_context *ctx) {
         fc_context_fail_alloc_after(ctx, 0);
         CHECK(inst && instance_matches(v, inst, &t, 1));
         fc_program_free(inst);
-        /* A value the graph refuses is refused here too. */
+        /* What binding the graph refuses is refused here too, with nothing
+         * made: a size below 1, the wrong number of values, sizes whose
+         * product overflows. */
         t = 0;
         CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_INPUT);
         CHECK(strstr(fc_last_error(ctx), "at least 1") != NULL);
+        CHECK(inst == NULL);
+        int64_t two[2] = {4, 4};
+        CHECK_EQ_INT(fc_program_instance(v, two, 2, &inst), FC_ERR_INPUT);
+        CHECK(strstr(fc_last_error(ctx), "symbols") != NULL);
+        CHECK(inst == NULL);
+        t = (int64_t)1 << 61;
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_INPUT);
+        CHECK(strstr(fc_last_error(ctx), "too large") != NULL);
+        CHECK(inst == NULL);
         /* Host time per new shape (the H200's host is 2-3x slower than
          * the development machine): a loose bound for CI. */
         int reps = 2048;
