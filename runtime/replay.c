@@ -292,20 +292,17 @@ bool fc_replay_kernels_only(const fc_program_desc *d) {
 fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
                            fc_launch_params *pa, uint64_t *patched) {
     const fc_program_desc *d = e->d;
-    int nslot = 0;
     for (int k = 0; k < r->nnodes; k++) {
-        rnode *n = &r->nodes[k];
+        const rnode *n = &r->nodes[k];
         const fc_launch *l = &d->src.launches[n->launch];
         /* The graph was built from a description with the same launches
          * (every shape of a variant has the variant's); a mismatch is a
-         * broken caller, never patched over. */
+         * broken caller, never patched over. Which arguments are the
+         * caller's buffers (the node's slots) follows from the variant's
+         * storage kinds, the same at every shape: kept from the build. */
         if (n->gemm || l->kind != FC_LAUNCH_KERNEL || e->func[n->launch] == NULL)
             return fc_set_error(e->ctx, FC_ERR_RUNTIME, "graph of %s: node %d is not the kernel launch %d it was built for",
                                 d->graph_name, k, n->launch);
-        /* Which arguments are the caller's buffers follows from the plan,
-         * not the sizes, but it is cheap to take it from this shape's
-         * description rather than assume it. */
-        node_slots(r, n, d, l, &nslot);
         fc_status st = patch_node(r, e, n, inputs, outputs, pa, NULL);
         if (st != FC_OK) return st;
         ++*patched;
