@@ -206,6 +206,16 @@ static void plan_of(const fc_node *n, vplan *p) {
     p->nb = nb;
 }
 
+/* Weight i's columns (N, or a sibling's static count) and its leading dim
+ * (its columns, or K with trans_b). */
+static fc_mono weight_cols(const vplan *p, int i) {
+    if (p->gi.nweights == 1) return p->N;
+    fc_mono c = fc_mono_one();
+    c.c = p->gi.w[i]->dims[p->gi.trans_b ? 0 : 1];
+    return c;
+}
+static fc_mono weight_ld(const vplan *p, int i) { return p->gi.trans_b ? p->K : weight_cols(p, i); }
+
 int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm, int64_t blocks, int64_t *splits) {
     *splits = 1;
     if (!fc_cuda_gemm_kernel_fits(gr)) return -1;
@@ -219,8 +229,10 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     /* The kernels' fc_gm_vectorized, of the sizes (base pointers taken as
      * aligned: cudaMalloc's and the arena's are). */
     bool vec = fc_mono_eval(&p.lda, syms, nsyms) % 8 == 0;
-    for (int i = 0; i < p.gi.nweights; i++) /* leading dim K, or its columns (a sibling's static count) */
-        vec = vec && (p.gi.trans_b ? K : p.gi.nweights > 1 ? p.gi.w[i]->dims[1] : N) % 8 == 0;
+    for (int i = 0; i < p.gi.nweights; i++) {
+        const fc_mono cols = weight_cols(&p, i), ld = weight_ld(&p, i);
+        vec = vec && fc_mono_eval(&ld, syms, nsyms) % 8 == 0 && (p.gi.trans_b || fc_mono_eval(&cols, syms, nsyms) % 8 == 0);
+    }
     for (int d = 0; d < p.nb; d++)
         vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
     int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, forced || vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, forced, &kper);
@@ -291,12 +303,12 @@ static unsigned smem_bytes(const vplan *p, int wbn) {
     return best;
 }
 
+void fc_cuda_emit_wgmma_helpers(fc_strbuf *s) { fc_strbuf_printf(s, "%s", wgmma_src); }
+
 /* fc_wg_ss<n> (wgmma.cuh.inc): one wgmma m64nNk16 per input type, f32
  * accumulators, both operands by descriptor, TA and TB its transpose bits.
  * Written out per n since the operand list (n / 2 accumulators) depends on
  * it; once per unit (#ifndef guard), and only where the helpers are (sm_90a). */
-void fc_cuda_emit_wgmma_helpers(fc_strbuf *s) { fc_strbuf_printf(s, "%s", wgmma_src); }
-
 void fc_cuda_emit_wgmma_ss(fc_strbuf *s, int n) {
     fc_strbuf_printf(s, "#if defined(FC_WG_HELPERS) && !defined(FC_WG_SS_%d)\n#define FC_WG_SS_%d\n", n, n);
     fc_strbuf_printf(s, "template <> struct fc_wg_ss<%d> {\n", n);
@@ -362,13 +374,8 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     int64_t end = 0;
     for (int i = 0; i < nw; i++) {
         param_of(gr, gi->w[i], x, sizeof x);
-        fc_mono ld = p.K, cols = p.N;
-        if (nw > 1) {
-            cols = fc_mono_one();
-            cols.c = gi->w[i]->dims[gi->trans_b ? 0 : 1];
-            end += cols.c;
-        }
-        if (!gi->trans_b) ld = cols;
+        const fc_mono ld = weight_ld(&p, i);
+        if (nw > 1) end += weight_cols(&p, i).c;
         fc_strbuf_printf(s, "  p.w[%d] = %s; p.ldw[%d] = %s; ", i, x, i, fc_cuda_mono_text(&ld, y, sizeof y));
         if (nw > 1) fc_strbuf_printf(s, "p.wend[%d] = %lldll;", i, (long long)end);
         else fc_strbuf_printf(s, "p.wend[0] = %s;", fc_cuda_mono_text(&p.N, y, sizeof y));
