@@ -9,7 +9,7 @@
 # Steps, each under its own timeout (a failing step never stops the later
 # ones); logs under $OUT:
 #   build.log   cmake (Release, no LLVM) + ninja
-#   ctest.log   every test, GPU ones included
+#   ctest.log   every test, GPU ones included (ISSUES_TESTS: a ctest -R regex instead)
 #   dyn.log     bench/dynamic_bench.c: gpt2 (B=1, T=64), gpt2_8x1024, mlp8,
 #               replay20, sweep (T = 1..1024; sweep.csv per T)
 #   torch.log   bench/graphs_torch.py: eager and reduce-overhead (gpt2 B=1
@@ -20,7 +20,11 @@
 #               cuBLASLt) with the default configuration and with
 #               FUSEC_VGEMM_CFG=3 (8-column stores), and test_specialize
 #               under FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
-# Knobs: ISSUES_STEPS (subset of "build ctest dyn vgemm torch attn").
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn vgemm torch attn"),
+# ISSUES_TESTS (ctest -R regex; default every test), ISSUES_DYN (dynamic_bench
+# workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
+# for example: ISSUES_STEPS="build ctest dyn torch"
+# ISSUES_TESTS="specialize|dynamic|program|gemm|cuda_driver".
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 ROOT=$PWD
@@ -29,6 +33,8 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=/tmp/fusec-issues-cache
 STEPS=${ISSUES_STEPS:-"build ctest dyn vgemm torch attn"}
 on() { [[ " $STEPS " == *" $1 "* ]]; }
+if [[ -n ${ISSUES_TESTS:-} ]]; then TESTS=(-R "$ISSUES_TESTS"); else TESTS=(); fi
+DYN=${ISSUES_DYN:-"gpt2 gpt2_8x1024 mlp8 replay20 sweep"}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
 if on build; then
@@ -38,11 +44,12 @@ if on build; then
     echo "build: rc=$?"
 fi
 if on ctest; then
-    (cd build && timeout 240 ctest -j3 --output-on-failure) >"$OUT/ctest.log" 2>&1
+    (cd build && timeout 240 ctest -j3 --output-on-failure "${TESTS[@]}") >"$OUT/ctest.log" 2>&1
     echo "ctest: rc=$?"
 fi
 if on dyn; then
-    SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench gpt2 gpt2_8x1024 mlp8 replay20 sweep >"$OUT/dyn.log" 2>&1
+    # shellcheck disable=SC2086 # the workloads are words
+    SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench $DYN >"$OUT/dyn.log" 2>&1
     echo "dynamic_bench: rc=$?"
 fi
 if on vgemm; then
