@@ -17,9 +17,10 @@
 #   attn.log    FUSEC_ATTN_BENCH=1 test_attention (the kernels alone) and
 #               bench/attention_bench.py (SDPA, and fusec's whole pipeline)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
-#               cuBLASLt) with the default configuration and with
-#               FUSEC_VGEMM_CFG=3 (8-column stores), and test_specialize
-#               under FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
+#               cuBLASLt) with the default configuration (8-column epilogue
+#               stores) and with FUSEC_VGEMM_CFG=3 (pairs of columns, the
+#               previous default), and test_specialize under
+#               FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_DYN (dynamic_bench
 # workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
@@ -81,7 +82,7 @@ echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
 grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
-echo "=== variant GEMMs (us: cuBLASLt / generated; cfg=3: 8-column stores)"
+echo "=== variant GEMMs (us: cuBLASLt / generated; cfg=3: pairs of columns stored, the previous default)"
 grep -h "RESULT fusec vgemm" "$OUT/vgemm.log" 2>/dev/null |
     sed -E 's/RESULT fusec vgemm //; s/cublaslt_us=//; s/generated_us=//; s/ generated_over_cublaslt=[^ ]*//; s/ generated_tflops=/ tf=/; s/ cublaslt_tflops=[^ ]*//' | cut -c1-120
 grep -E "passed|failed" "$OUT/vgemm.log" 2>/dev/null | tail -3

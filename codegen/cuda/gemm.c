@@ -43,13 +43,15 @@ static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
 /* The wgmma tile configurations (FUSEC_VGEMM_CFG): BN and cp.async stages
  * of the 128 x BN x 64 tile, and whether the epilogue stores 8 columns at
- * once (FC_GM_VEC8; else pairs). 0, the default: 128 x 192, 5 stages
- * (GPT-2's N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128
- * tiles for 132 SMs, one round); 1: 128 x 128, 6 stages; 2: 128 x 256, 3
- * stages; 3: the default with 8-column stores (on the mma.sync tiles too).
+ * once (FC_GM_VEC8, on the mma.sync tiles too; else pairs). 0, the
+ * default: 128 x 192, 5 stages (GPT-2's N are multiples of 192: 768 is 4
+ * tiles, so 4096 rows make 128 tiles for 132 SMs, one round), 8-column
+ * stores (4-12% faster than pairs at M >= 256 on the H200: docs/GEMM.md);
+ * 1: 128 x 128, 6 stages; 2: 128 x 256, 3 stages; 3: the default with
+ * pairs stored (the default until session 6, kept for measuring).
  * Each fits the 227 KiB a block may have with its f32 C tile after the
  * first stages - 2 stages (fc_gm_wg_units). */
-static const int wg_cfgs[4][3] = {{192, 5, 0}, {128, 6, 0}, {256, 3, 0}, {192, 5, 1}};
+static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5, 0}};
 
 /*
  * The tile rule, written once for both compilers: compiled here as C
