@@ -21,7 +21,12 @@
 #               stores) and with FUSEC_VGEMM_CFG=3 (pairs of columns, the
 #               previous default), and test_specialize under
 #               FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
-# Knobs: ISSUES_STEPS (subset of "build ctest dyn vgemm torch attn"),
+#   frame.log   the variant's T sweep (SWEEP_VARIANT_ONLY) in three builds of
+#               the variant, interleaved over two rounds: frame kernels with
+#               programmatic launches (the default), frame kernels with
+#               FUSEC_PDL=0, and kernels re-pointed at each shape
+#               (FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn frame vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_DYN (dynamic_bench
 # workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
 # for example: ISSUES_STEPS="build ctest dyn torch"
@@ -32,7 +37,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=/tmp/fusec-issues-cache
-STEPS=${ISSUES_STEPS:-"build ctest dyn vgemm torch attn"}
+STEPS=${ISSUES_STEPS:-"build ctest dyn frame vgemm torch attn"}
 on() { [[ " $STEPS " == *" $1 "* ]]; }
 if [[ -n ${ISSUES_TESTS:-} ]]; then TESTS=(-R "$ISSUES_TESTS"); else TESTS=(); fi
 DYN=${ISSUES_DYN:-"gpt2 gpt2_8x1024 mlp8 replay20 sweep"}
@@ -52,6 +57,20 @@ if on dyn; then
     # shellcheck disable=SC2086 # the workloads are words
     SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench $DYN >"$OUT/dyn.log" 2>&1
     echo "dynamic_bench: rc=$?"
+fi
+if on frame; then
+    for round in 1 2; do
+        for mode in frame pdl0 params; do
+            case $mode in
+            frame) envs=() ;;
+            pdl0) envs=(FUSEC_PDL=0) ;;
+            params) envs=(FUSEC_VARIANT_FRAME=0) ;;
+            esac
+            env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \
+                build/dynamic_bench sweep 2>&1 | sed "s/RESULT fusec sweep /RESULT fusec sweep[$mode,$round] /"
+        done
+    done >"$OUT/frame.log" 2>&1
+    echo "frame sweeps: rc=$?"
 fi
 if on vgemm; then
     {
@@ -82,6 +101,10 @@ echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
 grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
+echo "=== issue 7: the variant's sweep, frame kernels (PDL, no PDL) against re-pointed kernels"
+grep -h "RESULT fusec sweep\[" "$OUT/frame.log" 2>/dev/null |
+    grep -E "first_over_call |first_over_call_T_below|second_over_call|extra_host|dynamic_all_T |new_shape_host" |
+    sed -E 's/RESULT fusec sweep//' | cut -c1-230
 echo "=== variant GEMMs (us: cuBLASLt / generated; cfg=3: pairs of columns stored, the previous default)"
 grep -h "RESULT fusec vgemm" "$OUT/vgemm.log" 2>/dev/null |
     sed -E 's/RESULT fusec vgemm //; s/cublaslt_us=//; s/generated_us=//; s/ generated_over_cublaslt=[^ ]*//; s/ generated_tflops=/ tf=/; s/ cublaslt_tflops=[^ ]*//' | cut -c1-120

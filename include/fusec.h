@@ -457,6 +457,10 @@ typedef struct fc_run_stats {
     uint64_t graph_reshapes;     /* dynamic variant runs that re-pointed its one graph at
                                   * another shape (a variant of kernels only: every node given
                                   * that shape's grid and sizes; docs/RUNTIME-GRAPHS.md) */
+    uint64_t frame_writes;       /* dynamic variant runs that wrote its frame: a shape, buffers
+                                  * or arena other than the last run's (a variant of kernels
+                                  * only: its kernels read sizes and pointers from the frame,
+                                  * and its graph never changes; docs/DYNAMIC.md) */
     uint64_t graph_skips;        /* runs after the first launched one by one: graphs are off,
                                   * or building or patching the graph failed */
     char graph_skip_reason[160]; /* why ("" if the program replays) */

@@ -84,6 +84,8 @@ void fc_bytes_free(fc_bytes *b);
     X(LaunchKernel, 4000)                                                      \
     X(MemAlloc, 3020)                                                          \
     X(MemFree, 3020)                                                           \
+    X(MemAllocHost, 3020)                                                      \
+    X(MemFreeHost, 2000)                                                       \
     X(MemcpyHtoD, 3020)                                                        \
     X(MemcpyDtoH, 3020)                                                        \
     X(MemcpyDtoD, 3020)                                                        \
@@ -115,10 +117,17 @@ void fc_bytes_free(fc_bytes *b);
     X(GraphExecChildGraphNodeSetParams, 11010)                                 \
     X(TensorMapEncodeTiled, 12000)
 
+/* Functions used when the driver has them, NULL otherwise (a driver
+ * without them still loads): graph edges with a type (CUDA 12.3), for the
+ * programmatic dependent launches of a frame graph (runtime/replay.c). */
+#define FC_CUDA_DRIVER_OPTIONAL(X)                                             \
+    X(GraphAddDependencies, 12030)
+
 /* The resolved driver: one pointer per function above, plus its version. */
 typedef struct fc_cuda_driver {
 #define FC_CUDA_DRIVER_MEMBER(name, version) PFN_cu##name##_v##version name;
     FC_CUDA_DRIVER_FUNCTIONS(FC_CUDA_DRIVER_MEMBER)
+    FC_CUDA_DRIVER_OPTIONAL(FC_CUDA_DRIVER_MEMBER)
 #undef FC_CUDA_DRIVER_MEMBER
     int version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
 } fc_cuda_driver;
@@ -198,6 +207,15 @@ fc_status fc_cuda_download(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t
 fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
 fc_status fc_cuda_download_async(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t bytes, CUstream s);
 fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char byte, size_t bytes, CUstream s);
+/* Page-locked host memory (a copy from it to the device is a DMA the
+ * stream orders; its source must stay unchanged until the copy ran). */
+fc_status fc_cuda_host_alloc(fc_cuda_device *d, size_t bytes, void **out);
+void fc_cuda_host_free(fc_cuda_device *d, void *p); /* NULL is ignored */
+/* Events that only order or wait (no timing). */
+fc_status fc_cuda_event_create(fc_cuda_device *d, CUevent *out);
+void fc_cuda_event_destroy(fc_cuda_device *d, CUevent e); /* NULL is ignored */
+fc_status fc_cuda_event_record(fc_cuda_device *d, CUevent e, CUstream s);
+fc_status fc_cuda_event_sync(fc_cuda_device *d, CUevent e);
 
 /* Modules and functions. The image must be a cubin (an ELF file, as
  * fc_nvrtc_compile makes); anything else is FC_ERR_USAGE. The driver
@@ -208,6 +226,9 @@ fc_status fc_cuda_module_function(fc_cuda_device *d, CUmodule m, const char *nam
 /* Allow f more than 48 KiB of dynamic shared memory (up to
  * info.max_shared_per_block_optin). */
 fc_status fc_cuda_function_set_max_shared(fc_cuda_device *d, CUfunction f, int bytes);
+/* How many blocks of f (block threads, smem bytes of dynamic shared
+ * memory) one multiprocessor holds at once. */
+fc_status fc_cuda_occupancy(fc_cuda_device *d, CUfunction f, int block, size_t smem, int *blocks);
 
 /* A tiled tensor map (the descriptor the bulk tensor copy engine reads)
  * over the global memory at addr: rank dims, innermost first; the byte
@@ -262,6 +283,13 @@ void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored
 fc_status fc_cuda_graph_create(fc_cuda_device *d, CUgraph *out);
 fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
                                    const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out);
+/* As fc_cuda_graph_add_kernel, with a programmatic edge from dep (a kernel
+ * node): f may start as dep's blocks finish and must wait for dep itself
+ * (griddepcontrol.wait). Where the driver or device cannot (before CUDA
+ * 12.3, or below sm_90), a plain edge: *programmatic says which. */
+fc_status fc_cuda_graph_add_kernel_programmatic(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
+                                                const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out,
+                                                bool *programmatic);
 fc_status fc_cuda_graph_add_child(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUgraph child, CUgraphNode *out);
 fc_status fc_cuda_graph_instantiate(fc_cuda_device *d, CUgraph g, CUgraphExec *out);
 fc_status fc_cuda_capture_end_graph(fc_cuda_device *d, CUstream s, CUgraph *out);

@@ -44,6 +44,9 @@ typedef struct driver_entry {
 static const driver_entry driver_entries[] = {
 #define FC_CUDA_DRIVER_ENTRY(name, ver) {"cu" #name, ver, offsetof(fc_cuda_driver, name)},
     FC_CUDA_DRIVER_FUNCTIONS(FC_CUDA_DRIVER_ENTRY)
+};
+static const driver_entry optional_entries[] = {
+    FC_CUDA_DRIVER_OPTIONAL(FC_CUDA_DRIVER_ENTRY)
 #undef FC_CUDA_DRIVER_ENTRY
 };
 
@@ -128,6 +131,15 @@ static void load_driver(void) {
             dlclose(lib);
             return;
         }
+        memcpy((char *)&driver + e->offset, &fn, sizeof fn);
+    }
+
+    for (size_t i = 0; i < sizeof optional_entries / sizeof optional_entries[0]; i++) {
+        const driver_entry *e = &optional_entries[i];
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        CUresult r = get_proc(e->symbol, &fn, e->version, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+        if (r != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS) fn = NULL;
         memcpy((char *)&driver + e->offset, &fn, sizeof fn);
     }
 
@@ -380,6 +392,44 @@ fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *s
     return FC_OK;
 }
 
+fc_status fc_cuda_host_alloc(fc_cuda_device *d, size_t bytes, void **out) {
+    *out = NULL;
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->MemAllocHost(out, bytes));
+    return FC_OK;
+}
+
+void fc_cuda_host_free(fc_cuda_device *d, void *p) {
+    if (!d || !p) return;
+    (void)d->cu->CtxSetCurrent(d->cuctx);
+    (void)d->cu->MemFreeHost(p);
+}
+
+fc_status fc_cuda_event_create(fc_cuda_device *d, CUevent *out) {
+    *out = NULL;
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->EventCreate(out, CU_EVENT_DISABLE_TIMING));
+    return FC_OK;
+}
+
+void fc_cuda_event_destroy(fc_cuda_device *d, CUevent e) {
+    if (!d || !e) return;
+    (void)d->cu->CtxSetCurrent(d->cuctx);
+    (void)d->cu->EventDestroy(e);
+}
+
+fc_status fc_cuda_event_record(fc_cuda_device *d, CUevent e, CUstream s) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->EventRecord(e, stream_or_default(d, s)));
+    return FC_OK;
+}
+
+fc_status fc_cuda_event_sync(fc_cuda_device *d, CUevent e) {
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->EventSynchronize(e));
+    return FC_OK;
+}
+
 fc_status fc_cuda_download_async(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t bytes, CUstream s) {
     USE(d);
     if (bytes == 0) return FC_OK;
@@ -449,6 +499,13 @@ fc_status fc_cuda_module_function(fc_cuda_device *d, CUmodule m, const char *nam
 fc_status fc_cuda_function_set_max_shared(fc_cuda_device *d, CUfunction f, int bytes) {
     USE(d);
     FC_CU_CHECK(d->ctx, d->cu->FuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+    return FC_OK;
+}
+
+fc_status fc_cuda_occupancy(fc_cuda_device *d, CUfunction f, int block, size_t smem, int *blocks) {
+    *blocks = 0;
+    USE(d);
+    FC_CU_CHECK(d->ctx, d->cu->OccupancyMaxActiveBlocksPerMultiprocessor(blocks, f, block, smem));
     return FC_OK;
 }
 
@@ -598,6 +655,25 @@ fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep
     USE(d);
     CUDA_KERNEL_NODE_PARAMS p = kernel_params(f, cfg, args);
     FC_CU_CHECK(d->ctx, d->cu->GraphAddKernelNode(out, g, dep ? &dep : NULL, dep ? 1 : 0, &p));
+    return FC_OK;
+}
+
+fc_status fc_cuda_graph_add_kernel_programmatic(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
+                                                const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out,
+                                                bool *programmatic) {
+    *programmatic = dep && d && d->cu->GraphAddDependencies && d->info.cc_major >= 9;
+    if (!*programmatic) return fc_cuda_graph_add_kernel(d, g, dep, f, cfg, args, out);
+    USE(d);
+    CUDA_KERNEL_NODE_PARAMS p = kernel_params(f, cfg, args);
+    FC_CU_CHECK(d->ctx, d->cu->GraphAddKernelNode(out, g, NULL, 0, &p));
+    /* The edge that cudaLaunchAttributeProgrammaticStreamSerialization
+     * makes in a capture: from dep's programmatic port (all its blocks
+     * triggered or exited), of the programmatic type. */
+    CUgraphEdgeData e;
+    memset(&e, 0, sizeof e);
+    e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    FC_CU_CHECK(d->ctx, d->cu->GraphAddDependencies(g, &dep, out, &e, 1));
     return FC_OK;
 }
 

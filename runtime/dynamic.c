@@ -644,6 +644,7 @@ static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
     to->graph_replays += from->graph_replays;
     to->graph_patches += from->graph_patches;
     to->graph_reshapes += from->graph_reshapes;
+    to->frame_writes += from->frame_writes;
     to->graph_skips += from->graph_skips;
     if (from->graph_skip_reason[0])
         snprintf(to->graph_skip_reason, sizeof to->graph_skip_reason, "%s", from->graph_skip_reason);
@@ -659,7 +660,7 @@ void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
     sync_stats(d, out);
     /* Graph counters of everything that ran: the shell itself runs nothing. */
     out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = out->graph_prebuilt = 0;
-    out->graph_reshapes = 0;
+    out->graph_reshapes = out->frame_writes = 0;
     out->graph_build_ms = 0;
     out->graph_skip_reason[0] = 0;
     add_graph_stats(out, &d->gone);

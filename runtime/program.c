@@ -48,6 +48,7 @@
 #include "runtime/interp.h"
 #include "runtime/program_cache.h"
 #include "runtime/dynamic.h"
+#include "runtime/frame.h"
 #include "runtime/replay.h"
 
 #include <math.h>
@@ -114,6 +115,11 @@ struct fc_program {
      * graphs of their own). */
     bool shared_graph;
     fc_replay *shared_replay;
+    /* A variant compiled with frame entries (d.src.frame_words > 0): the
+     * table its kernels read their sizes and pointers from. Its shared
+     * graph then never changes: a run writes the frame, not the graph
+     * (runtime/frame.h). */
+    fc_frame *frame;
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
     uint64_t instance_id; /* instance: its id in the variant (from 1) */
@@ -697,7 +703,8 @@ static fc_status variant_layout(fc_program *v) {
         st = FC_ERR_NOMEM;
     for (int i = 0; i < nl && st == FC_OK; i++) {
         const fc_launch *l = &v->d.src.launches[i];
-        v->grid_sized[i] = l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0;
+        /* A frame kernel has one grid for every shape (frame_setup). */
+        v->grid_sized[i] = l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0 && !l->frame;
         if (v->grid_sized[i] && fc_mono_is_static(&l->grid_work[0]) && fc_mono_is_static(&l->grid_work[1]) &&
             fc_mono_is_static(&l->grid_work[2]))
             v->grid_sized[i] = false;
@@ -792,8 +799,12 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
         if (i >= np && t->copy_from.kind != FC_STORE_NONE) t->copy_from.bytes = bytes[t->value];
     }
     d->src.launches = (fc_launch *)(void *)(block + at_launches);
-    memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
     d->src.nlaunches = nl;
+    d->src.frame_words = v->d.src.frame_words;
+    /* Frame kernels: the variant's launches themselves, whose grids are
+     * every shape's (set when the variant's device is ready). */
+    if (d->src.frame_words > 0) d->src.launches = v->d.src.launches;
+    else memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
     for (int i = 0; i < nl && st == FC_OK; i++)
         if (v->grid_sized[i]) st = fc_cuda_launch_grid(plan, &v->d.src.launches[i], d->src.launches[i].grid);
     if (st != FC_OK) {
@@ -1057,6 +1068,7 @@ void fc_program_free(fc_program *p) {
     if (p->dev) {
         fc_replay_free(p->replay, p->dev);
         fc_replay_free(p->shared_replay, p->dev);
+        fc_frame_free(p->frame, p->dev);
         /* Teardown errors are ignored, and kept off the context: nothing can
          * be done about them, and they must not hide an earlier error. The
          * synchronize makes sure no queued launch still uses the arena. */
@@ -1403,6 +1415,32 @@ static fc_status ensure_instance(fc_program *p) {
     return FC_OK;
 }
 
+/*
+ * A variant with frame kernels: one grid per kernel for every shape, and
+ * the frame. A kernel whose grid depends on the symbols gets as many
+ * blocks as the device holds at once (its occupancy on every SM), at most
+ * its grid_max: its grid-stride loop covers any size with them, and extra
+ * blocks at a small shape find no work and exit. Constant grids (a GEMM's
+ * persistent grid, a batched launch) stay.
+ */
+static fc_status frame_setup(fc_program *v) {
+    for (int i = 0; i < v->d.src.nlaunches; i++) {
+        fc_launch *l = &v->d.src.launches[i];
+        if (l->kind != FC_LAUNCH_KERNEL || !l->frame) continue;
+        for (int a = 0; a < 3; a++) {
+            if (fc_mono_is_static(&l->grid_work[a])) continue;
+            int per_sm = 0;
+            fc_status st = fc_cuda_occupancy(v->dev, v->func[i], (int)(l->block[0] * l->block[1] * l->block[2]),
+                                             l->smem, &per_sm);
+            if (st != FC_OK) return st;
+            int64_t n = (int64_t)(per_sm > 0 ? per_sm : 1) * v->dev->info.sm_count;
+            if (l->grid_max[a] > 0 && n > l->grid_max[a]) n = l->grid_max[a];
+            l->grid[a] = (unsigned)(n < 1 ? 1 : n);
+        }
+    }
+    return fc_frame_create(v->dev, v->d.src.frame_words, &v->frame);
+}
+
 /* Open the device, load the module, resolve the kernels and allocate the
  * arena, each once; a step that failed is tried again by the next run.
  * The first two are timed for fc_program_times: at a warm start they are
@@ -1462,6 +1500,7 @@ static fc_status ensure_device(fc_program *p) {
         p->times.loaded = true;
     }
     if ((st = ensure_args(p)) != FC_OK) return st;
+    if (p->d.src.frame_words > 0 && !p->frame && (st = frame_setup(p)) != FC_OK) return st;
     /* One allocation for the intermediates and the cuBLASLt workspace:
      * cuMemAlloc's base is 256-aligned, and so is the workspace's offset. */
     int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
@@ -1485,7 +1524,9 @@ static fc_status ensure_device(fc_program *p) {
 }
 
 static fc_replay_env env_of(const fc_program *p) {
-    fc_replay_env e = {p->dev, p->ctx, &p->d, p->func, p->arena, p->blas, p->blas_ws, p->syms, p->nsyms};
+    const fc_frame *f = p->variant ? p->variant->frame : NULL;
+    fc_replay_env e = {p->dev, p->ctx, &p->d, p->func, p->arena, p->blas, p->blas_ws, p->syms, p->nsyms,
+                       fc_frame_device(f)};
     return e;
 }
 
@@ -1616,9 +1657,14 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
         double t = fc_now_ms();
         st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
         p->stats.graph_build_ms += fc_now_ms() - t;
-        if (st == FC_OK) p->stats.graph_captures++;
-        else failed = "building the graph failed";
-    } else if (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen) {
+        if (st == FC_OK) {
+            p->stats.graph_captures++;
+            fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph: %s, %d programmatic edges", p->d.graph_name,
+                     v->frame ? "frame kernels (never re-pointed)" : "re-pointed at each new shape",
+                     fc_replay_programmatic_edges(v->shared_replay));
+        } else failed = "building the graph failed";
+    } else if (!v->frame && (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen)) {
+        /* (Frame kernels read the shape and the arena from the frame.) */
         double t = fc_now_ms();
         st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, &p->args, &p->stats.graph_patches);
         p->stats.graph_build_ms += fc_now_ms() - t;
@@ -1701,6 +1747,14 @@ static fc_status enqueue(fc_program *p, void *const *inputs, void *const *output
     fc_replay_env e = env_of(p);
     fc_status st = fc_launch_check_pointers(&e, inputs, outputs);
     if (st != FC_OK) return st;
+    if (e.frame) {
+        /* Frame kernels, replayed or not, read this run's sizes and
+         * pointers from the frame: its changed words first. */
+        bool wrote = false;
+        st = fc_frame_write(p->variant->frame, p->dev, &e, inputs, outputs, s, &wrote);
+        if (st != FC_OK) return st;
+        p->stats.frame_writes += wrote;
+    }
     st = enqueue_graph(p, inputs, outputs, s);
     if (st == FC_ERR_UNSUPPORTED) st = enqueue_eager(p, inputs, outputs, s);
     if (st != FC_OK) return st;

@@ -22,6 +22,7 @@ struct fc_replay {
     int nnodes;
     rnode *nodes;
     int *slot_of; /* every node's caller slots, one run after another */
+    int programmatic; /* edges of the programmatic type (frame kernels) */
     /* The caller's pointers the graph holds now: inputs, then outputs. */
     int nin, nslots;
     CUdeviceptr *ptr;
@@ -37,7 +38,7 @@ static int slot_of_value(const fc_program_desc *d, int id) {
     return -1;
 }
 
-static CUdeviceptr value_ptr(const fc_replay_env *e, int id, void *const *inputs, void *const *outputs) {
+CUdeviceptr fc_launch_value_ptr(const fc_replay_env *e, int id, void *const *inputs, void *const *outputs) {
     const fc_store *s = &e->d->store[id];
     switch (s->kind) {
     case FC_STORE_INPUT: return (CUdeviceptr)(uintptr_t)inputs[s->index];
@@ -91,7 +92,7 @@ fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, 
         const fc_launch *l = &e->d->src.launches[i];
         for (int t = 0; l->kind == FC_LAUNCH_KERNEL && t < l->ntmaps; t++) {
             CUdeviceptr addr;
-            fc_status st = tmap_address(e->ctx, l, t, value_ptr(e, l->args[l->tmaps[t].arg], inputs, outputs), &addr);
+            fc_status st = tmap_address(e->ctx, l, t, fc_launch_value_ptr(e, l->args[l->tmaps[t].arg], inputs, outputs), &addr);
             if (st != FC_OK) return st;
         }
     }
@@ -121,8 +122,15 @@ fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, voi
     const fc_launch *l = &e->d->src.launches[i];
     int n = 0;
     *count = 0;
+    if (l->kind == FC_LAUNCH_KERNEL && l->frame) {
+        FC_ASSERT(e->frame != 0);
+        pa->val[0] = e->frame;
+        pa->ptr[0] = &pa->val[0];
+        *count = 1;
+        return FC_OK;
+    }
     for (int a = 0; a < l->nargs; a++, n++) {
-        pa->val[n] = value_ptr(e, l->args[a], inputs, outputs);
+        pa->val[n] = fc_launch_value_ptr(e, l->args[a], inputs, outputs);
         pa->ptr[n] = &pa->val[n];
     }
     if (l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0) {
@@ -175,6 +183,8 @@ static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *
     return st;
 }
 
+int fc_replay_programmatic_edges(const fc_replay *r) { return r ? r->programmatic : 0; }
+
 fc_status fc_replay_upload(fc_replay *r, fc_cuda_device *dev, CUstream s) {
     return fc_cuda_graph_upload(dev, r->exec, s);
 }
@@ -199,7 +209,8 @@ static void remember_pointers(fc_replay *r, void *const *inputs, void *const *ou
  * buffers), from r->slot_of[*nslot] on. */
 static void node_slots(fc_replay *r, rnode *n, const fc_program_desc *d, const fc_launch *l, int *nslot) {
     n->first_slot = *nslot;
-    for (int a = 0; a < l->nargs; a++) {
+    /* A frame kernel's one parameter is the frame: no caller pointer. */
+    for (int a = 0; a < l->nargs && !l->frame; a++) {
         int s = slot_of_value(d, l->args[a]);
         if (s >= 0) r->slot_of[(*nslot)++] = s;
     }
@@ -248,6 +259,9 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     }
     fc_status st = fc_cuda_graph_create(e->dev, &r->graph);
     CUgraphNode prev = NULL;
+    bool prev_frame = false; /* prev is a frame kernel */
+    const char *pdl = getenv("FUSEC_PDL");
+    const bool programmatic = !(pdl && !strcmp(pdl, "0"));
     int nslot = 0;
     for (int i = 0; i < d->src.nlaunches && st == FC_OK; i++) {
         const fc_launch *l = &d->src.launches[i];
@@ -264,11 +278,18 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             st = capture_gemm(e, i, pa->val, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
+        } else if (programmatic && prev_frame && l->frame) {
+            fc_cuda_launch_cfg cfg = launch_cfg(l);
+            bool made = false;
+            st = fc_cuda_graph_add_kernel_programmatic(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node,
+                                                       &made);
+            r->programmatic += made;
         } else {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node);
         }
         prev = n->node;
+        prev_frame = !n->gemm && l->frame;
         r->nnodes++;
     }
     if (st == FC_OK) st = fc_cuda_graph_instantiate(e->dev, r->graph, &r->exec);

@@ -43,7 +43,14 @@ typedef struct fc_replay_env {
      * symbol values of a dynamic program's shape). */
     const int64_t *syms;
     int nsyms;
+    /* The frame (runtime/frame.h) of a variant whose kernels take it
+     * (fc_launch.frame): their one parameter. 0 otherwise. */
+    CUdeviceptr frame;
 } fc_replay_env;
+
+/* Where value id lives in this run: a caller's buffer (inputs, outputs)
+ * or fusec's arena. */
+CUdeviceptr fc_launch_value_ptr(const fc_replay_env *e, int id, void *const *inputs, void *const *outputs);
 
 /*
  * Scratch for one launch's kernel parameters, made once per program for its
@@ -78,7 +85,8 @@ fc_status fc_launch_tmap_encode(fc_cuda_device *dev, const fc_launch *l, int t, 
 fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, void *const *outputs);
 
 /*
- * Launch i's parameters into pa: the pointers, then the symbol values, then
+ * Launch i's parameters into pa: for a frame kernel the frame alone (its
+ * pointers and sizes are the frame's words); else the pointers, then the symbol values, then
  * the tensor maps (l->tmaps, encoded over this run's pointers), and *n =
  * how many. inputs and outputs are fc_run's. Fails only for a launch with
  * tensor maps: a pointer the copy engine cannot take (not 16-byte aligned
@@ -93,6 +101,10 @@ typedef struct fc_replay fc_replay;
 /*
  * Build and instantiate the graph of e's launches with these pointers, for
  * a launch on stream s (fused siblings' weights are refreshed there first).
+ * Frame kernels follow one another by programmatic edges (each may start
+ * as the one before finishes, and waits for it inside: codegen's frame
+ * entry), unless $FUSEC_PDL is 0 or the driver or device cannot; their
+ * nodes hold no caller pointer, so fc_replay_launch never patches them.
  * pa: scratch with room for the most parameters of any launch.
  * On failure *out is NULL and ctx says why (the caller runs eagerly and
  * reports the reason).
@@ -126,5 +138,7 @@ bool fc_replay_kernels_only(const fc_program_desc *d);
  * built ahead of its first run: that run then pays no upload). */
 fc_status fc_replay_upload(fc_replay *r, fc_cuda_device *dev, CUstream s);
 void fc_replay_free(fc_replay *r, fc_cuda_device *dev); /* NULL is ignored */
+/* How many of the graph's edges are programmatic (fc_replay_build). */
+int fc_replay_programmatic_edges(const fc_replay *r);
 
 #endif

@@ -24,6 +24,7 @@
 #include "ir/timing.h"
 #include "passes/passes.h"
 #include "runtime/cuda.h"
+#include "runtime/frame.h"
 #include "runtime/program.h"
 
 #include <stdio.h>
@@ -309,12 +310,121 @@ static bool instance_matches(fc_program *v, const fc_program *inst, const int64_
     }
     free(want);
     for (int i = 0; ok && i < d->src.nlaunches; i++) {
+        const fc_launch *vl = &fc_program_desc_of(v)->src.launches[i];
+        /* A frame kernel has one grid for every shape: the instance's
+         * launches are the variant's own. */
+        if (vl->kind == FC_LAUNCH_KERNEL && vl->frame) {
+            ok = &d->src.launches[i] == vl && d->src.frame_words == fc_program_desc_of(v)->src.frame_words;
+            continue;
+        }
         unsigned grid[3];
-        ok = fc_cuda_launch_grid(&bp, &fc_program_desc_of(v)->src.launches[i], grid) == FC_OK &&
-             !memcmp(grid, d->src.launches[i].grid, sizeof grid);
+        ok = fc_cuda_launch_grid(&bp, vl, grid) == FC_OK && !memcmp(grid, d->src.launches[i].grid, sizeof grid);
     }
     fc_plan_release(&bp);
     return ok;
+}
+
+/* Frame entries (codegen/cuda/cuda_codegen.h, fc_launch.frame): a dynamic
+ * plan of kernels only gives every kernel one, reading each argument from
+ * word nsyms + its value id and each symbol from its own word, then
+ * waiting for the kernel before; with a library launch, none. */
+static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src) {
+    bool kernels_only = true;
+    for (int i = 0; i < src->nlaunches; i++) kernels_only &= src->launches[i].kind != FC_LAUNCH_LIBRARY;
+    CHECK_EQ_INT(src->frame_words > 0, kernels_only);
+    const int nsyms = dyn->g->nsyms;
+    if (kernels_only) CHECK_EQ_INT(src->frame_words, nsyms + dyn->g->next_value_id);
+    for (int i = 0; i < src->nlaunches; i++) {
+        const fc_launch *l = &src->launches[i];
+        if (l->kind != FC_LAUNCH_KERNEL) continue;
+        CHECK_EQ_INT(l->frame, kernels_only);
+        char want[200];
+        snprintf(want, sizeof want, "%s(const long long *__restrict__ fc_frame) {\n", l->name);
+        const char *at = strstr(src->source, want);
+        CHECK_EQ_INT(at != NULL, l->frame);
+        if (!at) continue;
+        const char *end = strstr(at, "\n}\n");
+        CHECK(end != NULL);
+        for (int a = 0; a < l->nargs && end; a++) {
+            snprintf(want, sizeof want, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
+            const char *w = strstr(at, want);
+            CHECK(w != NULL && w < end);
+        }
+        for (int k = 0; k < l->nsyms && end; k++) {
+            snprintf(want, sizeof want, "  const long long s%d = fc_frame[%d];\n", k, k);
+            const char *w = strstr(at, want);
+            CHECK(w != NULL && w < end);
+        }
+        const char *wait = strstr(at, "fc_grid_wait();");
+        CHECK(wait != NULL && end && wait < end);
+        snprintf(want, sizeof want, "static __device__ __forceinline__ void %s_main(", l->name);
+        CHECK(strstr(src->source, want) != NULL);
+    }
+}
+
+/* fc_frame_fill: a run's frame holds the symbol values, then at word
+ * nsyms + id where value id is this run (the caller's buffer, or the
+ * arena at the instance's offset), for every value a kernel takes; the
+ * rest stays 0. fc_frame_diff: the range of words that differ. No GPU:
+ * the addresses are made up. */
+static void check_frame_fill(fc_context *ctx) {
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g) != FC_OK) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *v = NULL, *inst = NULL;
+    CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
+    int64_t vals[16];
+    shape sh = {2, 7};
+    for (int i = 0; i < g->nsyms; i++) vals[i] = sym_value(g->syms[i], &sh);
+    if (v) CHECK_EQ_INT(fc_program_instance(v, vals, g->nsyms, &inst), FC_OK);
+    if (inst) {
+        const fc_program_desc *d = fc_program_desc_of(inst);
+        CHECK(d->src.frame_words > g->nsyms);
+        void *in[32], *out[8];
+        for (int i = 0; i < d->nparams && i < 32; i++) in[i] = (void *)(uintptr_t)(0x10000000ull * (uint64_t)(i + 1));
+        for (int k = 0; k < d->noutputs && k < 8; k++) out[k] = (void *)(uintptr_t)(0x7000000000ull + 0x1000ull * (uint64_t)k);
+        const CUdeviceptr arena = 0x5500000000ull;
+        fc_replay_env e = {NULL, ctx, d, NULL, arena, NULL, 0, vals, g->nsyms, 0x6600000000ull};
+        uint64_t *img = calloc((size_t)d->src.frame_words, sizeof *img);
+        char *taken = calloc((size_t)d->src.frame_words, 1);
+        fc_frame_fill(&e, in, out, img);
+        for (int k = 0; k < g->nsyms; k++) CHECK_EQ_INT(img[k], vals[k]);
+        int words = 0;
+        for (int i = 0; i < d->src.nlaunches; i++) {
+            const fc_launch *l = &d->src.launches[i];
+            for (int a = 0; l->kind == FC_LAUNCH_KERNEL && a < l->nargs; a++) {
+                const int id = l->args[a];
+                const fc_store *st = &d->store[id];
+                uint64_t want = st->kind == FC_STORE_INPUT    ? (uint64_t)(uintptr_t)in[st->index]
+                                : st->kind == FC_STORE_OUTPUT ? (uint64_t)(uintptr_t)out[st->index]
+                                                              : arena + (uint64_t)st->index;
+                CHECK(st->kind != FC_STORE_NONE);
+                CHECK_EQ_INT(img[g->nsyms + id], want);
+                words += !taken[g->nsyms + id];
+                taken[g->nsyms + id] = 1;
+            }
+        }
+        int nonzero = 0;
+        for (int w = g->nsyms; w < d->src.frame_words; w++) nonzero += img[w] != 0;
+        CHECK_EQ_INT(nonzero, words);
+        CHECK(words >= 10);
+        /* A new output buffer changes its word alone. */
+        uint64_t *img2 = calloc((size_t)d->src.frame_words, sizeof *img2);
+        out[0] = (void *)(uintptr_t)0x7100000000ull;
+        fc_frame_fill(&e, in, out, img2);
+        int lo = -1, hi = -1;
+        CHECK(fc_frame_diff(img, img2, d->src.frame_words, &lo, &hi));
+        CHECK(hi - lo == 1 && img2[lo] == 0x7100000000ull);
+        CHECK(!fc_frame_diff(img, img, d->src.frame_words, &lo, &hi) && lo == hi);
+        free(img);
+        free(img2);
+        free(taken);
+    }
+    fc_program_free(inst);
+    fc_program_free(v);
+    fc_graph_free(g);
 }
 
 /* A dynamic variant's instance (runtime/program.c): for a variant of
@@ -484,6 +594,7 @@ int main(void) {
             }
             /* (mlp is GEMMs with fused epilogues only: no kernel) */
             if (kernels) CHECK(strstr(src.source, "i64 s0") != NULL);
+            check_frame_entries(&dyn, &src);
             int gemms = check_gemm_launches(&dyn, &src);
             if (strstr(ex->file, "mlp") || strstr(ex->file, "block")) CHECK(gemms >= 2);
             fc_bytes cubin = {0};
@@ -513,6 +624,7 @@ int main(void) {
         fc_graph_free(g);
     }
     check_bind_copy(ctx);
+    check_frame_fill(ctx);
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e], NULL, 0, NULL, 0);
     check_sweep_instances(ctx);
     /* A device with another SM count (an H100 PCIe's 114): the GEMMs'
@@ -548,6 +660,7 @@ int main(void) {
         CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
         CHECK_EQ_INT(check_gemm_launches(&dyn, &src), 0);
         CHECK(src.source && !strstr(src.source, "fc_gm_run"));
+        check_frame_entries(&dyn, &src); /* library launches: no frame */
         fc_cuda_src_release(&src);
         fc_plan_release(&dyn);
         fc_graph_free(g);
@@ -557,6 +670,29 @@ int main(void) {
      * is the same. */
     check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
     unsetenv("FUSEC_VARIANT_GEMM");
+    /* FUSEC_VARIANT_FRAME=0: kernels that take their pointers and sizes as
+     * parameters (the graph is re-pointed at each shape), and instances
+     * with their own grids, as fc_plan_bind's. */
+    setenv("FUSEC_VARIANT_FRAME", "0", 1);
+    g = NULL;
+    CHECK_EQ_INT(fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g), FC_OK);
+    if (g) {
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.dynamic = true;
+        fc_plan dyn;
+        fc_cuda_src src = {0};
+        CHECK_EQ_INT(fc_pipeline(g, &fo, &dyn), FC_OK);
+        CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
+        CHECK_EQ_INT(src.frame_words, 0);
+        for (int i = 0; i < src.nlaunches; i++) CHECK(!src.launches[i].frame);
+        CHECK(src.source && !strstr(src.source, "fc_frame") && strstr(src.source, "i64 s0"));
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
+    check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
+    unsetenv("FUSEC_VARIANT_FRAME");
     fc_context_free(ctx);
     return check_report("test_dynamic");
 }

@@ -624,13 +624,18 @@ static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
     }
 }
 
-/* A variant of kernels only runs every shape through one graph: built at
- * its first run, re-pointed (each node's grid and sizes) whenever the shape
- * differs from the one it holds, patched for new buffers, and right every
- * time, including a shape that comes back after another and an instance
- * evicted and made again (more shapes than the variant keeps). */
-static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+/* A variant of kernels only runs every shape through one graph, built at
+ * its first run, and right every time, including a shape that comes back
+ * after another and an instance evicted and made again (more shapes than
+ * the variant keeps). With frame kernels (the default) the graph never
+ * changes: each run whose shape or buffers differ writes the frame. With
+ * FUSEC_VARIANT_FRAME=0 the graph is re-pointed (each node's grid and
+ * sizes) whenever the shape differs from the one it holds, and patched for
+ * new buffers. */
+static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, bool frame) {
+    if (!frame) setenv("FUSEC_VARIANT_FRAME", "0", 1);
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
+    if (!frame) unsetenv("FUSEC_VARIANT_FRAME");
     if (!p) return;
     /* 37 twice in a row (no re-pointing), back to 37 after others, and
      * ten distinct shapes in all, past the 8 instances kept. */
@@ -646,19 +651,74 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     }
     fc_run_stats s;
     fc_program_stats(p, &s);
-    printf("shared variant graph: runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, replays %llu, patches "
-           "%llu, skips %llu%s%s\n",
-           (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs, (unsigned long long)s.graph_captures,
-           (unsigned long long)s.graph_reshapes, (unsigned long long)s.graph_replays,
+    printf("shared variant graph (%s): runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, frame writes %llu, "
+           "replays %llu, patches %llu, skips %llu%s%s\n",
+           frame ? "frame" : "re-pointed", (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
+           (unsigned long long)s.graph_captures, (unsigned long long)s.graph_reshapes,
+           (unsigned long long)s.frame_writes, (unsigned long long)s.graph_replays,
            (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason[0] ? ": " : "",
            s.graph_skip_reason);
     CHECK_EQ_INT(s.dynamic_runs, NRUNS);
     CHECK_EQ_INT(s.graph_captures, 1);
     CHECK_EQ_INT(s.graph_replays, NRUNS);
     CHECK_EQ_INT(s.graph_skips, 0);
-    /* At least every change of shape; the arena grows (moves) at most a
-     * few times, and a move re-points the graph too. */
-    CHECK(s.graph_reshapes >= reshapes && s.graph_reshapes <= reshapes + 4);
+    if (frame) {
+        /* Never re-pointed nor patched; every change of shape writes the
+         * frame (each run here has new buffers, so most runs do). */
+        CHECK_EQ_INT(s.graph_reshapes, 0);
+        CHECK_EQ_INT(s.graph_patches, 0);
+        CHECK(s.frame_writes >= reshapes + 1 && s.frame_writes <= NRUNS);
+    } else {
+        /* At least every change of shape; the arena grows (moves) at most a
+         * few times, and a move re-points the graph too. */
+        CHECK(s.graph_reshapes >= reshapes && s.graph_reshapes <= reshapes + 4);
+        CHECK_EQ_INT(s.frame_writes, 0);
+    }
+    fc_program_free(p);
+}
+
+/* The frame is written when, and only when, a run's shape or buffers
+ * differ from the last run's, and the results are right either way: the
+ * same buffers and shape twice (no write), a new shape, a new output
+ * buffer, and back to the first shape, on fixed buffers. */
+static void test_frame_writes(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
+    if (!p) return;
+    const int64_t cols = 1000, maxrows = 64;
+    CUdeviceptr bx = 0, by[2] = {0, 0};
+    CHECK_EQ_INT(fc_cuda_alloc(dev, (size_t)(maxrows * cols * 4), &bx), FC_OK);
+    for (int k = 0; k < 2; k++) CHECK_EQ_INT(fc_cuda_alloc(dev, (size_t)(maxrows * cols * 4), &by[k]), FC_OK);
+    float *hx = malloc(sizeof(float) * (size_t)(maxrows * cols)), *hy = malloc(sizeof(float) * (size_t)(maxrows * cols));
+    for (int64_t e = 0; e < maxrows * cols; e++) hx[e] = (float)uniform(-1, 1);
+    CHECK_EQ_INT(fc_cuda_upload(dev, bx, hx, sizeof(float) * (size_t)(maxrows * cols)), FC_OK);
+    /* rows, output buffer, frame writes after the run */
+    static const struct { int64_t rows; int out; uint64_t writes; } steps[] = {
+        {37, 0, 1}, {37, 0, 1}, {5, 0, 2}, {5, 1, 3}, {5, 1, 3}, {37, 1, 4}, {37, 0, 5}};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        int64_t dims[2] = {steps[i].rows, cols};
+        fc_tensor in = shaped(FC_F32, 2, dims, (void *)(uintptr_t)bx);
+        fc_tensor out = shaped(FC_F32, 2, dims, (void *)(uintptr_t)by[steps[i].out]);
+        CHECK_EQ_INT(fc_cuda_memset_async(dev, by[steps[i].out], 0xff, (size_t)(maxrows * cols * 4), NULL), FC_OK);
+        CHECK_EQ_INT(fc_run_shaped(p, &in, 1, &out, 1, dev->stream), FC_OK);
+        CHECK_EQ_INT(fc_cuda_stream_sync(dev, NULL), FC_OK);
+        CHECK_EQ_INT(fc_cuda_download(dev, hy, by[steps[i].out], sizeof(float) * (size_t)(steps[i].rows * cols)), FC_OK);
+        fc_tensor hin = shaped(FC_F32, 2, dims, hx), got = shaped(FC_F32, 2, dims, hy), want;
+        CHECK_EQ_INT(fc_run_reference(g, &hin, 1, &want, 1), FC_OK);
+        fc_output_diff diff;
+        CHECK_EQ_INT(fc_compare_outputs(ctx, &got, &want, 1, &diff), FC_OK);
+        fc_tensor_release(&want);
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        if (s.frame_writes != steps[i].writes)
+            printf("frame writes, step %zu: %llu writes, want %llu\n", i, (unsigned long long)s.frame_writes,
+                   (unsigned long long)steps[i].writes);
+        CHECK_EQ_INT(s.frame_writes, steps[i].writes);
+        CHECK_EQ_INT(s.graph_reshapes, 0);
+    }
+    fc_cuda_free(dev, bx);
+    for (int k = 0; k < 2; k++) fc_cuda_free(dev, by[k]);
+    free(hx);
+    free(hy);
     fc_program_free(p);
 }
 
@@ -892,11 +952,14 @@ static void test_gpu(fc_context *ctx) {
         CHECK_EQ_INT(st.graph_prebuilt, 2);
         /* Each specialization's two runs, and the variant's run at each
          * shape: its one graph (softmax is all kernels), built at the first
-         * and re-pointed at the second. */
+         * and never re-pointed: each shape writes the frame. */
         CHECK_EQ_INT(st.graph_replays, 6);
-        CHECK_EQ_INT(st.graph_reshapes, 1);
+        CHECK_EQ_INT(st.graph_reshapes, 0);
+        CHECK_EQ_INT(st.frame_writes, 2);
         fc_program_free(p);
-        test_shared_variant_graph(ctx, dev, g);
+        test_shared_variant_graph(ctx, dev, g, true);
+        test_shared_variant_graph(ctx, dev, g, false);
+        test_frame_writes(ctx, dev, g);
     }
     fc_graph_free(g);
 

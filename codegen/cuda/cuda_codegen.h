@@ -62,6 +62,17 @@ typedef struct fc_launch {
      * order, all of them), so every kernel gets the same list. 0 for static
      * kernels and for launches that are not kernels. */
     int nsyms;
+    /* Dynamic plans of kernels only (docs/DYNAMIC.md, "The frame"): the
+     * kernel's one parameter is the frame, a device table of 64-bit words
+     * that the runtime writes when a call's shape or buffers change: word
+     * k < nsyms is symbol k's value, word nsyms + id the address of value
+     * id. The kernel loads its words, waits for the kernel before it
+     * (griddepcontrol.wait on sm_90: it may be launched as a programmatic
+     * dependent) and runs the body that would otherwise be the kernel.
+     * Its grid-stride loops make any grid correct, so the runtime gives it
+     * one grid for every shape, and a CUDA Graph of such kernels never
+     * changes. */
+    bool frame;
     /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
      * clamped to [1, grid_max[a]] (fc_cuda_launch_grid). grid[] holds the
      * grid for every symbol = 1 as a placeholder. */
@@ -75,6 +86,7 @@ typedef struct fc_cuda_src {
     char *source; /* malloc'd CUDA C */
     fc_launch *launches; /* launch order */
     int nlaunches;
+    int frame_words; /* > 0: the kernels take the frame (fc_launch.frame), of this many words */
 } fc_cuda_src;
 
 /* Generate the source and launches for `plan`. A dynamic plan
@@ -88,6 +100,11 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out);
  * FC_ERR_INPUT if the grid would exceed the hardware's limits. */
 fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
 void fc_cuda_src_release(fc_cuda_src *s);
+/* The opening of launch l's kernel, up to its parameters: its entry point
+ * `extern "C" __global__ void __launch_bounds__(bounds) name(`, or for a
+ * frame launch the device function `name_main(` that fc_cuda_codegen's
+ * entry point calls after reading the frame. */
+void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds);
 /* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,
  * `(s0 * s1 * 768ll)` (symbol i is the kernel's parameter s<i>). Returns buf. */
 const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);

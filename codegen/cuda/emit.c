@@ -640,8 +640,10 @@ static void kernel_params(kctx *k) {
     sym_params(k, gr->ninputs + gr->noutputs > 0);
 }
 
-static void kernel_signature(kctx *k, const char *name, unsigned block) {
-    fc_strbuf_printf(k->s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block, name);
+static void kernel_signature(kctx *k, const fc_launch *l, unsigned block) {
+    char bounds[16];
+    snprintf(bounds, sizeof bounds, "%u", block);
+    fc_cuda_kernel_open(k->s, l, bounds);
     kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
 }
@@ -855,7 +857,7 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
     int64_t grid = (pointwise_threads(k) + PW_BLOCK - 1) / PW_BLOCK;
     if (grid > (1 << 30)) grid = 1 << 30;
     if (grid < 1) grid = 1;
-    kernel_signature(k, l->name, PW_BLOCK);
+    kernel_signature(k, l, PW_BLOCK);
     fc_strbuf_printf(k->s, "  %s_body(", l->name);
     for (int i = 0; i < k->gr->ninputs; i++) fc_strbuf_printf(k->s, "a%d, ", i);
     for (int i = 0; i < k->gr->noutputs; i++) fc_strbuf_printf(k->s, "o%d, ", i);
@@ -973,7 +975,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
     bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
     unsigned block = (unsigned)(tpr * rpb);
-    kernel_signature(k, l->name, block);
+    kernel_signature(k, l, block);
     mark_rows(k);
 
     /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
@@ -1193,7 +1195,9 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         return st;
     }
     /* The kernel: all arguments, prefixed by group. */
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", PW_BLOCK, l->name);
+    char bounds[16];
+    snprintf(bounds, sizeof bounds, "%u", PW_BLOCK);
+    fc_cuda_kernel_open(s, l, bounds);
     int a = 0;
     for (int i = first; i <= last; i++) {
         const fc_group *gr = plan->groups[i];
@@ -1239,6 +1243,62 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
     return FC_OK;
 }
 
+/* ---- the frame (dynamic plans of kernels only) ------------------------------ */
+
+void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds) {
+    if (l->frame) fc_strbuf_printf(s, "static __device__ __forceinline__ void %s_main(", l->name);
+    else fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%s) %s(", bounds, l->name);
+}
+
+/* What every frame entry uses, once after the prelude: fc_fp turns a
+ * frame word into whatever pointer the body's parameter is, and
+ * fc_grid_wait waits for the kernel before (a programmatic dependent
+ * launch may start while it finishes; griddepcontrol is sm_90's). */
+static const char frame_prelude[] =
+    "struct fc_fp {\n  long long v;\n"
+    "  template <class T> __device__ __forceinline__ operator T *() const { return reinterpret_cast<T *>(v); }\n};\n"
+    "static __device__ __forceinline__ void fc_grid_wait() {\n"
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+    "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n}\n\n";
+
+/* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
+ * of the frame are loaded first, then it waits for the kernel before, so
+ * that under a programmatic launch the loads overlap that kernel's end. */
+static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms, unsigned min_blocks) {
+    char bounds[32];
+    if (min_blocks) snprintf(bounds, sizeof bounds, "%u, %u", l->block[0], min_blocks);
+    else snprintf(bounds, sizeof bounds, "%u", l->block[0]);
+    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%s) %s(const long long *__restrict__ fc_frame) {\n",
+                     bounds, l->name);
+    for (int a = 0; a < l->nargs; a++)
+        fc_strbuf_printf(s, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
+    for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = fc_frame[%d];\n", k, k);
+    fc_strbuf_printf(s, "  fc_grid_wait();\n  %s_main(", l->name);
+    for (int a = 0; a < l->nargs; a++) fc_strbuf_printf(s, "%sfc_fp{w%d}", a ? ", " : "", a);
+    for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "%ss%d", l->nargs + k ? ", " : "", k);
+    fc_strbuf_printf(s, ");\n}\n\n");
+}
+
+/* Whether a dynamic plan's kernels take the frame: every launch of it is
+ * a kernel (a library call takes its sizes from the host at each shape),
+ * and $FUSEC_VARIANT_FRAME is not 0 (read here: it is in the source, so in
+ * the kernel-cache key). Mirrors the choices of fc_cuda_codegen below. */
+static bool frame_plan(const fc_plan *plan) {
+    if (!plan->dynamic) return false;
+    const char *e = getenv("FUSEC_VARIANT_FRAME");
+    if (e && !strcmp(e, "0")) return false;
+    for (int i = 0; i < plan->ngroups; i++) {
+        const fc_group *gr = plan->groups[i];
+        if (gr->batch > 0) continue;
+        if (gr->kind == FC_GROUP_ATTENTION) return false;
+        if (gr->kind == FC_GROUP_LIBRARY &&
+            !((gr->nodes[0]->op == FC_OP_MATMUL || gr->nodes[0]->op == FC_OP_GEMM) && fc_cuda_variant_gemm_kernels() &&
+              fc_cuda_gemm_kernel_fits(gr)))
+            return false;
+    }
+    return true;
+}
+
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     memset(out, 0, sizeof *out);
     fc_graph *g = plan->g;
@@ -1248,6 +1308,11 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
     bool gemm_templates = false; /* codegen/cuda/gemm.c's, emitted before the first GEMM kernel */
+    const bool frame = frame_plan(plan);
+    if (frame) {
+        fc_strbuf_printf(&s, "%s", frame_prelude);
+        out->frame_words = g->nsyms + g->next_value_id;
+    }
     if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
         st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
                           g->nsyms, FC_DYN_MAX_SYMS);
@@ -1262,7 +1327,10 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         if (gr->batch > 0) {
             int end = gi;
             while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
-            st = batched_launch(plan, gi, end, &s, &out->launches[out->nlaunches++]);
+            fc_launch *bl = &out->launches[out->nlaunches++];
+            bl->frame = frame;
+            st = batched_launch(plan, gi, end, &s, bl);
+            if (!st && frame) frame_entry(&s, bl, g->nsyms, 0);
             gi = end;
             continue;
         }
@@ -1288,7 +1356,9 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             /* A new shape of the variant then needs no library setup (codegen/cuda/gemm.c). */
             snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+            l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
+            if (!st && frame) frame_entry(&s, l, g->nsyms, 1); /* its __launch_bounds__(GM_THREADS, 1) */
             continue;
         }
         if (gr->kind == FC_GROUP_LIBRARY) {
@@ -1322,6 +1392,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         l->kind = FC_LAUNCH_KERNEL;
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
         l->nsyms = plan->dynamic ? g->nsyms : 0;
+        l->frame = frame;
         kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms,
                 .store_only_vid = -1};
         k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
@@ -1333,6 +1404,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         if (!st && k.oom) st = FC_ERR_NOMEM;
         if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
+        if (!st && frame) frame_entry(&s, l, g->nsyms, 0);
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         free(k.memo);
         free(k.is_row);

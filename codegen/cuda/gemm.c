@@ -363,8 +363,10 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
         *templates = true;
     }
     const char *tin = fc_cuda_storage_type(gi->a->dtype), *tout = fc_cuda_storage_type(gi->out);
-    fc_strbuf_printf(s, "// group %d: %s\nextern \"C\" __global__ void __launch_bounds__(%d, 1) %s(", gr->id, l->summary,
-                     GM_THREADS, name);
+    char bounds[24];
+    snprintf(bounds, sizeof bounds, "%d, 1", GM_THREADS);
+    fc_strbuf_printf(s, "// group %d: %s\n", gr->id, l->summary);
+    fc_cuda_kernel_open(s, l, bounds);
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(s, "%sconst %s *a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(s, "%s%s *o0", gr->ninputs ? ", " : "", tout);
