@@ -1253,10 +1253,16 @@ void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds) {
 /* What every frame entry uses, once after the prelude: fc_fp turns a
  * frame word into whatever pointer the body's parameter is, and
  * fc_grid_wait waits for the kernel before (a programmatic dependent
- * launch may start while it finishes; griddepcontrol is sm_90's). */
+ * launch may start while it finishes; griddepcontrol is sm_90's). The
+ * pointer is said to be global: loaded from memory, it would otherwise be
+ * generic, and every access through it a generic ld/st (as a kernel
+ * parameter it is known global; measured on the H200: the GPT-2 block's
+ * variant 2.6% slower at T >= 256 with generic accesses, docs/PERF.md run
+ * 19). */
 static const char frame_prelude[] =
     "struct fc_fp {\n  long long v;\n"
-    "  template <class T> __device__ __forceinline__ operator T *() const { return reinterpret_cast<T *>(v); }\n};\n"
+    "  template <class T> __device__ __forceinline__ operator T *() const {\n"
+    "    T *p = reinterpret_cast<T *>(v);\n    __builtin_assume(__isGlobal(p));\n    return p;\n  }\n};\n"
     "static __device__ __forceinline__ void fc_grid_wait() {\n"
     "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
     "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n}\n\n";
