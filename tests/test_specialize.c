@@ -51,17 +51,24 @@ static fc_graph *parse(fc_context *ctx, const char *text) {
     return g;
 }
 
-static fc_program *compile_dynamic(fc_context *ctx, fc_graph *g, fc_specialize_mode mode, int max_specs) {
+/* A dynamic program of g; graphs: CUDA Graph replay on (the default) or off. */
+static fc_program *compile_dynamic_graphs(fc_context *ctx, fc_graph *g, fc_specialize_mode mode, int max_specs,
+                                          bool graphs) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.dynamic = true;
     o.specialize = mode;
     o.max_specializations = max_specs;
+    o.cuda_graphs = graphs;
     fc_program *p = NULL;
     fc_status st = fc_compile(g, &o, &p);
     if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(ctx));
     CHECK_EQ_INT(st, FC_OK);
     return p;
+}
+
+static fc_program *compile_dynamic(fc_context *ctx, fc_graph *g, fc_specialize_mode mode, int max_specs) {
+    return compile_dynamic_graphs(ctx, g, mode, max_specs, true);
 }
 
 static fc_tensor shaped(fc_dtype dt, int rank, const int64_t *dims, void *data) {
@@ -677,6 +684,26 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     fc_program_free(p);
 }
 
+/* Frame kernels launched one by one (CUDA Graphs off): each run writes the
+ * frame before its launches, and every shape is right. */
+static void test_frame_eager(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+    fc_program *p = compile_dynamic_graphs(ctx, g, FC_SPECIALIZE_OFF, 0, false);
+    if (!p) return;
+    static const int64_t rows[] = {37, 1, 256, 37, 700};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        fc_tensor x = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "frame kernels, no graphs, N=%lld", (long long)rows[i]);
+        run_and_compare(ctx, dev, p, g, &x, 1, 1, what);
+    }
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    CHECK_EQ_INT(s.graph_replays, 0);
+    CHECK_EQ_INT(s.dynamic_runs, 5);
+    CHECK(s.frame_writes >= 4 && s.frame_writes <= 5);
+    fc_program_free(p);
+}
+
 /* The frame is written when, and only when, a run's shape or buffers
  * differ from the last run's, and the results are right either way: the
  * same buffers and shape twice (no write), a new shape, a new output
@@ -960,6 +987,7 @@ static void test_gpu(fc_context *ctx) {
         test_shared_variant_graph(ctx, dev, g, true);
         test_shared_variant_graph(ctx, dev, g, false);
         test_frame_writes(ctx, dev, g);
+        test_frame_eager(ctx, dev, g);
     }
     fc_graph_free(g);
 
