@@ -324,6 +324,31 @@ static bool instance_matches(fc_program *v, const fc_program *inst, const int64_
     return ok;
 }
 
+/* file's first graph through the dynamic pipeline and codegen: true when
+ * both worked (then *g, *dyn and *src are the caller's to release; else
+ * nothing is left to release). */
+static bool codegen_dynamic(fc_context *ctx, const char *file, fc_graph **g, fc_plan *dyn, fc_cuda_src *src) {
+    *g = NULL;
+    memset(src, 0, sizeof *src);
+    CHECK_EQ_INT(fc_parse_file(ctx, file, NULL, NULL, 0, g), FC_OK);
+    if (!*g) return false;
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.dynamic = true;
+    fc_status st = fc_pipeline(*g, &fo, dyn);
+    CHECK_EQ_INT(st, FC_OK);
+    if (st == FC_OK) {
+        st = fc_cuda_codegen(dyn, src);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st != FC_OK) fc_plan_release(dyn);
+    }
+    if (st != FC_OK) {
+        fc_graph_free(*g);
+        *g = NULL;
+    }
+    return st == FC_OK;
+}
+
 /* Frame entries (codegen/cuda/cuda_codegen.h, fc_launch.frame): a dynamic
  * plan of kernels only gives every kernel one, reading each argument from
  * word nsyms + its value id and each symbol from its own word, then
@@ -702,15 +727,9 @@ int main(void) {
     /* The escape hatch: library launches again. */
     setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
     fc_graph *g = NULL;
-    CHECK_EQ_INT(fc_parse_file(ctx, "examples/mlp.ir", NULL, NULL, 0, &g), FC_OK);
-    if (g) {
-        fc_fuse_options fo;
-        fc_fuse_options_default(&fo);
-        fo.dynamic = true;
-        fc_plan dyn;
-        fc_cuda_src src = {0};
-        CHECK_EQ_INT(fc_pipeline(g, &fo, &dyn), FC_OK);
-        CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
+    fc_plan dyn;
+    fc_cuda_src src = {0};
+    if (codegen_dynamic(ctx, "examples/mlp.ir", &g, &dyn, &src)) {
         CHECK_EQ_INT(check_gemm_launches(&dyn, &src), 0);
         CHECK(src.source && !strstr(src.source, "fc_gm_run"));
         check_frame_entries(&dyn, &src); /* library launches: no frame */
@@ -727,16 +746,7 @@ int main(void) {
      * parameters (the graph is re-pointed at each shape), and instances
      * with their own grids, as fc_plan_bind's. */
     setenv("FUSEC_VARIANT_FRAME", "0", 1);
-    g = NULL;
-    CHECK_EQ_INT(fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g), FC_OK);
-    if (g) {
-        fc_fuse_options fo;
-        fc_fuse_options_default(&fo);
-        fo.dynamic = true;
-        fc_plan dyn;
-        fc_cuda_src src = {0};
-        CHECK_EQ_INT(fc_pipeline(g, &fo, &dyn), FC_OK);
-        CHECK_EQ_INT(fc_cuda_codegen(&dyn, &src), FC_OK);
+    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
         CHECK_EQ_INT(src.frame_words, 0);
         for (int i = 0; i < src.nlaunches; i++) CHECK(!src.launches[i].frame);
         CHECK(src.source && !strstr(src.source, "fc_frame") && strstr(src.source, "i64 s0"));
