@@ -20,6 +20,11 @@
  *            from the miss until the specialization serves one (it lands
  *            while the calls go on), then its steady state beside a static
  *            compile of that T (SWEEP_VARIANT_ONLY=1: the variant's part alone)
+ *   variant  the GPT-2 block's variant alone (B=1, T symbolic) at the T's
+ *            of $VARIANT_TS (default 1,64,300,450,700,1000): a steady call
+ *            (calls back to back) at each, for comparing builds of the variant
+ *            (FUSEC_VARIANT_FRAME, FUSEC_PDL, FUSEC_FRAME_GRID); under ncu,
+ *            VARIANT_TS=700 profiles one T's kernels
  *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
  *            variant only), the variant's GEMM as cuBLASLt
  *            (FUSEC_VARIANT_GEMM=cublaslt) and as the generated kernel, at
@@ -601,6 +606,31 @@ static void bench_vgemm(void) {
     }
 }
 
+static void bench_variant(void) {
+    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}}, 1);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.dynamic = true;
+    o.specialize = FC_SPECIALIZE_OFF;
+    fc_program *dyn = NULL;
+    if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    sweep_bufs s;
+    sweep_alloc(dyn, &s, 1024);
+    const char *list = getenv("VARIANT_TS") ? getenv("VARIANT_TS") : "1,64,300,450,700,1000";
+    for (const char *at = list; *at;) {
+        int64_t T = strtoll(at, NULL, 10);
+        if (T < 1 || T > 1024) DIE("VARIANT_TS: each T in 1..1024");
+        sweep_set_t(&s, T);
+        printf("RESULT fusec variant T=%lld steady_ms=%.4f\n", (long long)T, shaped_steady_ms(dyn, &s, 200));
+        while (*at && *at != ',') at++;
+        if (*at == ',') at++;
+    }
+    fc_program_free(dyn);
+    for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
+    fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+    fc_graph_free(g);
+}
+
 int main(int argc, char **argv) {
     ctx = fc_context_new();
     if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
@@ -615,8 +645,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "replay20")) bench_replay20();
         else if (!strcmp(w, "sweep")) bench_sweep();
         else if (!strcmp(w, "vgemm")) bench_vgemm();
+        else if (!strcmp(w, "variant")) bench_variant();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep vgemm)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm)\n", w);
             return 2;
         }
         fflush(stdout);

@@ -1417,13 +1417,20 @@ static fc_status ensure_instance(fc_program *p) {
 
 /*
  * A variant with frame kernels: one grid per kernel for every shape, and
- * the frame. A kernel whose grid depends on the symbols gets as many
+ * the frame. A kernel whose grid depends on the symbols gets twice as many
  * blocks as the device holds at once (its occupancy on every SM), at most
  * its grid_max: its grid-stride loop covers any size with them, and extra
- * blocks at a small shape find no work and exit. Constant grids (a GEMM's
+ * blocks at a small shape find no work and exit. Twice, not once: with one
+ * wave the GPT-2 block's softmax (a row loop per block) took 163 us at T =
+ * 700 against 132 with a block per 8 rows, and the block 2-8% longer at T
+ * 600-750; with two it matches the shape-sized grids there, for ~0.6 us
+ * more at small T (docs/PERF.md, run 21). Constant grids (a GEMM's
  * persistent grid, a batched launch) stay.
  */
 static fc_status frame_setup(fc_program *v) {
+    /* FUSEC_FRAME_GRID=N (1-16): N waves instead, for measuring. */
+    const char *e = getenv("FUSEC_FRAME_GRID");
+    const int mul = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 2;
     for (int i = 0; i < v->d.src.nlaunches; i++) {
         fc_launch *l = &v->d.src.launches[i];
         if (l->kind != FC_LAUNCH_KERNEL || !l->frame) continue;
@@ -1433,7 +1440,7 @@ static fc_status frame_setup(fc_program *v) {
             fc_status st = fc_cuda_occupancy(v->dev, v->func[i], (int)(l->block[0] * l->block[1] * l->block[2]),
                                              l->smem, &per_sm);
             if (st != FC_OK) return st;
-            int64_t n = (int64_t)(per_sm > 0 ? per_sm : 1) * v->dev->info.sm_count;
+            int64_t n = (int64_t)(per_sm > 0 ? per_sm : 1) * v->dev->info.sm_count * mul;
             if (l->grid_max[a] > 0 && n > l->grid_max[a]) n = l->grid_max[a];
             l->grid[a] = (unsigned)(n < 1 ? 1 : n);
         }

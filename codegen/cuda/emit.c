@@ -112,6 +112,9 @@ typedef struct kctx {
      * s{nsyms-1} (every kernel takes all of them). */
     bool dyn;
     int nsyms;
+    /* A frame kernel (fc_launch.frame): its pointers are loaded, not
+     * parameters, so read-only loads are said explicitly (fc_nc). */
+    bool frame;
     /* Broadcast inputs whose shape is a suffix of the space (a norm's
      * weight) are vector-loaded at base % P (P = their element count):
      * bv lists them for the current chunk; bx maps (element index L, P)
@@ -577,8 +580,9 @@ static const char *emit_value(kctx *k, const fc_value *v, const char *L) {
     if (e) return e;
     int pos;
     if (is_input(k, v, &pos)) {
-        char ld[96];
-        snprintf(ld, sizeof ld, "fc_ld(a%d[%s])", pos, L);
+        char ld[128];
+        if (k->frame) snprintf(ld, sizeof ld, "fc_ld(fc_nc(a%d + (%s)))", pos, L);
+        else snprintf(ld, sizeof ld, "fc_ld(a%d[%s])", pos, L);
         return bind_load(k, v, L, ld);
     }
     const fc_node *n = v->def;
@@ -717,6 +721,18 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
 }
 
 /* Declare vector loads of every full-shape input at `base`; names in vin. */
+/* The load of vec elements of input i from element `at` on, as C text in
+ * buf: a plain dereference in a parameter kernel (its `const __restrict__`
+ * pointer gives ld.global.nc), fc_nc_vec in a frame kernel, whose pointers
+ * are loaded from the frame (the compiler cannot see they are read-only
+ * for the kernel's life: 20% slower permutes on the H200 without it). */
+static const char *vector_load(const kctx *k, int i, int vec, const char *at, char *buf, size_t n) {
+    const char *t = fc_cuda_storage_type(k->gr->inputs[i]->dtype);
+    if (k->frame) snprintf(buf, n, "fc_nc_vec<%s, %d>(a%d + %s)", t, vec, i, at);
+    else snprintf(buf, n, "*(const fc_vec<%s, %d> *)(a%d + %s)", t, vec, i, at);
+    return buf;
+}
+
 static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], const char *cache_fmt) {
     const fc_group *gr = k->gr;
     k->nbv = k->nbx = 0;
@@ -741,8 +757,9 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             k->bv[k->nbv].p = p;
             k->nbv++;
             snprintf(vin[i], 24, "v%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", fc_cuda_storage_type(x->dtype), vec,
-                             vin[i], fc_cuda_storage_type(x->dtype), vec, i, off);
+            char ld[128];
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = %s;\n", fc_cuda_storage_type(x->dtype), vec, vin[i],
+                             vector_load(k, i, vec, off, ld, sizeof ld));
             continue;
         }
         if (!full_shape(gr, gr->inputs[i]) || vec == 1) continue;
@@ -750,8 +767,9 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             snprintf(vin[i], 24, cache_fmt, i);
         } else {
             snprintf(vin[i], 24, "v%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = *(const fc_vec<%s, %d> *)(a%d + %s);\n", fc_cuda_storage_type(gr->inputs[i]->dtype),
-                vec, vin[i], fc_cuda_storage_type(gr->inputs[i]->dtype), vec, i, base);
+            char ld[128];
+            fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = %s;\n", fc_cuda_storage_type(gr->inputs[i]->dtype), vec, vin[i],
+                             vector_load(k, i, vec, base, ld, sizeof ld));
         }
     }
 }
@@ -1032,8 +1050,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         fc_strbuf_printf(k->s, "%s", loop_open);
         for (int i = 0; i < gr->ninputs; i++) {
             if (!full_shape(gr, gr->inputs[i])) continue;
-            const char *st = fc_cuda_storage_type(gr->inputs[i]->dtype);
-            fc_strbuf_printf(k->s, "      r%d[c] = *(const fc_vec<%s, %d> *)(a%d + base);\n", i, st, vec, i);
+            char ld[128];
+            fc_strbuf_printf(k->s, "      r%d[c] = %s;\n", i, vector_load(k, i, vec, "base", ld, sizeof ld));
         }
         fc_strbuf_printf(k->s, "    }}\n");
     }
@@ -1180,7 +1198,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         for (int q = 0; q < gr->nnodes && pos + 16 < sizeof l->summary; q++)
             pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, "%s%s", q ? "," : " ", fc_op_table[gr->nodes[q]->op].name);
         if (pos + 2 < sizeof l->summary && i < last) pos += (size_t)snprintf(l->summary + pos, sizeof l->summary - pos, ";");
-        kctx k = {.p = plan, .gr = gr, .s = s, .dyn = plan->dynamic, .nsyms = g->nsyms, .store_only_vid = -1};
+        kctx k = {.p = plan, .gr = gr, .s = s, .dyn = plan->dynamic, .nsyms = g->nsyms, .frame = l->frame, .store_only_vid = -1};
         char name[80];
         snprintf(name, sizeof name, "%s_%d", l->name, i - first);
         fc_strbuf_printf(s, "// group %d (batched)\n", gr->id);
@@ -1253,8 +1271,9 @@ void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds) {
 /* What every frame entry uses, once after the prelude: fc_fp turns a
  * frame word into whatever pointer the body's parameter is, and
  * fc_grid_wait waits for the kernel before (a programmatic dependent
- * launch may start while it finishes; griddepcontrol is sm_90's). The
- * pointer is said to be global: loaded from memory, it would otherwise be
+ * launch may start while it finishes; griddepcontrol is sm_90's); fc_nc
+ * and fc_nc_vec are the read-only loads (ld.global.nc) a parameter kernel
+ * gets from its `const __restrict__` pointers. The pointer is said to be global: loaded from memory, it would otherwise be
  * generic, and every access through it a generic ld/st (as a kernel
  * parameter it is known global; measured on the H200: the GPT-2 block's
  * variant 2.6% slower at T >= 256 with generic accesses, docs/PERF.md run
@@ -1263,6 +1282,15 @@ static const char frame_prelude[] =
     "struct fc_fp {\n  long long v;\n"
     "  template <class T> __device__ __forceinline__ operator T *() const {\n"
     "    T *p = reinterpret_cast<T *>(v);\n    __builtin_assume(__isGlobal(p));\n    return p;\n  }\n};\n"
+    "template <typename T> __device__ __forceinline__ T fc_nc(const T *p) { return __ldg(p); }\n"
+    "template <typename T, int N> __device__ __forceinline__ fc_vec<T, N> fc_nc_vec(const T *p) {\n"
+    "  fc_vec<T, N> r;\n"
+    "  if constexpr (sizeof r == 16) { uint4 u = __ldg((const uint4 *)p); memcpy(&r, &u, 16); }\n"
+    "  else if constexpr (sizeof r == 8) { uint2 u = __ldg((const uint2 *)p); memcpy(&r, &u, 8); }\n"
+    "  else if constexpr (sizeof r == 4) { unsigned u = __ldg((const unsigned *)p); memcpy(&r, &u, 4); }\n"
+    "  else if constexpr (sizeof r == 2) { unsigned short u = __ldg((const unsigned short *)p); memcpy(&r, &u, 2); }\n"
+    "  else r = *(const fc_vec<T, N> *)p;\n"
+    "  return r;\n}\n"
     "static __device__ __forceinline__ void fc_grid_wait() {\n"
     "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
     "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n}\n\n";
@@ -1399,7 +1427,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
         l->nsyms = plan->dynamic ? g->nsyms : 0;
         l->frame = frame;
-        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms,
+        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms, .frame = frame,
                 .store_only_vid = -1};
         k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
         k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
