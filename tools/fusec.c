@@ -649,6 +649,8 @@ static void print_help(void) {
         "                        shape), not from the frame a run writes\n"
         "  FUSEC_PDL=0           (library) no programmatic launches between a dynamic\n"
         "                        variant's frame kernels\n"
+        "  FUSEC_FRAME_GRID=N    (library) N waves of blocks for a dynamic variant's\n"
+        "                        frame kernels (default 2), for measuring\n"
         "  FUSEC_LOG=guards,graphs  log (to stderr) each guard miss of a dynamic program\n"
         "                        with what changed, specializations built and evicted,\n"
         "                        and why a program runs without a CUDA Graph\n"
