@@ -1296,9 +1296,8 @@ static const char frame_prelude[] =
     "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n}\n\n";
 
 /* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
- * of the frame are loaded first, then a block without work leaves, then it
- * waits for the kernel before, so that under a programmatic launch the
- * loads overlap that kernel's end. */
+ * of the frame are loaded first, then it waits for the kernel before, so
+ * that under a programmatic launch the loads overlap that kernel's end. */
 static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms, unsigned min_blocks) {
     char bounds[32];
     if (min_blocks) snprintf(bounds, sizeof bounds, "%u, %u", l->block[0], min_blocks);
@@ -1308,16 +1307,6 @@ static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms, unsigned mi
     for (int a = 0; a < l->nargs; a++)
         fc_strbuf_printf(s, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = fc_frame[%d];\n", k, k);
-    /* The grid is sized for every shape, so at a small one most blocks
-     * have nothing to do (block b works iff b * per < work: the body's
-     * grid-stride loop starts there): they leave at once, instead of
-     * waiting for the kernel before to find out. */
-    if (!fc_mono_is_static(&l->grid_work[0]) && fc_mono_is_static(&l->grid_work[1]) &&
-        fc_mono_is_static(&l->grid_work[2]) && l->grid_per[0] > 0) {
-        char work[160];
-        fc_strbuf_printf(s, "  if ((long long)blockIdx.x * %lldll >= %s) return;\n", (long long)l->grid_per[0],
-                         fc_cuda_mono_text(&l->grid_work[0], work, sizeof work));
-    }
     fc_strbuf_printf(s, "  fc_grid_wait();\n  %s_main(", l->name);
     for (int a = 0; a < l->nargs; a++) fc_strbuf_printf(s, "%sfc_fp{w%d}", a ? ", " : "", a);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "%ss%d", l->nargs + k ? ", " : "", k);
