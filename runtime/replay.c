@@ -92,7 +92,8 @@ fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, 
         const fc_launch *l = &e->d->src.launches[i];
         for (int t = 0; l->kind == FC_LAUNCH_KERNEL && t < l->ntmaps; t++) {
             CUdeviceptr addr;
-            fc_status st = tmap_address(e->ctx, l, t, fc_launch_value_ptr(e, l->args[l->tmaps[t].arg], inputs, outputs), &addr);
+            const CUdeviceptr p = fc_launch_value_ptr(e, l->args[l->tmaps[t].arg], inputs, outputs);
+            fc_status st = tmap_address(e->ctx, l, t, p, &addr);
             if (st != FC_OK) return st;
         }
     }
