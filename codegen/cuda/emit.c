@@ -720,7 +720,6 @@ static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn
     }
 }
 
-/* Declare vector loads of every full-shape input at `base`; names in vin. */
 /* The load of vec elements of input i from element `at` on, as C text in
  * buf: a plain dereference in a parameter kernel (its `const __restrict__`
  * pointer gives ld.global.nc), fc_nc_vec in a frame kernel, whose pointers
@@ -733,6 +732,7 @@ static const char *vector_load(const kctx *k, int i, int vec, const char *at, ch
     return buf;
 }
 
+/* Declare vector loads of every full-shape input at `base`; names in vin. */
 static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], const char *cache_fmt) {
     const fc_group *gr = k->gr;
     k->nbv = k->nbx = 0;
@@ -1268,16 +1268,16 @@ void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds) {
     else fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%s) %s(", bounds, l->name);
 }
 
-/* What every frame entry uses, once after the prelude: fc_fp turns a
- * frame word into whatever pointer the body's parameter is, and
- * fc_grid_wait waits for the kernel before (a programmatic dependent
- * launch may start while it finishes; griddepcontrol is sm_90's); fc_nc
- * and fc_nc_vec are the read-only loads (ld.global.nc) a parameter kernel
- * gets from its `const __restrict__` pointers. The pointer is said to be global: loaded from memory, it would otherwise be
- * generic, and every access through it a generic ld/st (as a kernel
- * parameter it is known global; measured on the H200: the GPT-2 block's
- * variant 2.6% slower at T >= 256 with generic accesses, docs/PERF.md run
- * 19). */
+/* What every frame entry uses, once after the prelude:
+ * - fc_fp turns a frame word into whatever pointer the body's parameter
+ *   is, said to be global: loaded from memory it would otherwise be
+ *   generic, and every access through it a generic ld/st (a kernel
+ *   parameter is known global; with generic accesses the GPT-2 block's
+ *   variant was 2.6% slower at T >= 256 on the H200, docs/PERF.md run 19);
+ * - fc_nc and fc_nc_vec are the read-only loads (ld.global.nc) a
+ *   parameter kernel gets from its `const __restrict__` pointers;
+ * - fc_grid_wait waits for the kernel before (a programmatic dependent
+ *   launch may start while it finishes; griddepcontrol is sm_90's). */
 static const char frame_prelude[] =
     "struct fc_fp {\n  long long v;\n"
     "  template <class T> __device__ __forceinline__ operator T *() const {\n"
