@@ -337,15 +337,28 @@ static double shaped_steady_ms(fc_program *p, sweep_bufs *s, int iters) {
     return (now_us() - t0) / iters * 1e-3;
 }
 
-static void bench_sweep(void) {
-    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}}, 1);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.dynamic = true;
-    o.specialize = FC_SPECIALIZE_OFF;
+/* The GPT-2 block (B = 1, T symbolic) as a dynamic program that its
+ * variant serves alone (no specializations); *o: its options. */
+static fc_program *gpt2_variant(fc_graph **g, fc_compile_options *o) {
+    *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}}, 1);
+    fc_compile_options_default(o);
+    o->dynamic = true;
+    o->specialize = FC_SPECIALIZE_OFF;
     fc_program *dyn = NULL;
+    if (fc_compile(*g, o, &dyn) != FC_OK) DIE("compile dynamic");
+    return dyn;
+}
+
+static void sweep_free(sweep_bufs *s) {
+    for (int i = 0; i < s->nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s->in[i].data);
+    fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s->out[0].data);
+}
+
+static void bench_sweep(void) {
+    fc_graph *g = NULL;
+    fc_compile_options o;
     double t0 = now_us();
-    if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    fc_program *dyn = gpt2_variant(&g, &o);
     printf("RESULT fusec sweep dynamic_compile_ms=%.1f\n", (now_us() - t0) * 1e-3);
     fc_run_stats st;
     fc_program_stats(dyn, &st);
@@ -449,8 +462,7 @@ static void bench_sweep(void) {
     fc_program_free(dyn);
     /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
     if (getenv("SWEEP_VARIANT_ONLY")) {
-        for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
-        fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+        sweep_free(&s);
         fc_graph_free(g);
         return;
     }
@@ -522,8 +534,7 @@ static void bench_sweep(void) {
            worst_spec_static, worst_miss_dyn, (unsigned long long)st.guard_hits, (unsigned long long)st.guard_misses,
            (unsigned long long)st.specializations_built, (unsigned long long)st.specializations_evicted,
            (unsigned long long)st.graph_prebuilt, st.graph_build_ms);
-    for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
-    fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+    sweep_free(&s);
     fc_program_free(dyn);
     fc_graph_free(g);
 }
@@ -607,13 +618,9 @@ static void bench_vgemm(void) {
 }
 
 static void bench_variant(void) {
-    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}}, 1);
+    fc_graph *g = NULL;
     fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.dynamic = true;
-    o.specialize = FC_SPECIALIZE_OFF;
-    fc_program *dyn = NULL;
-    if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    fc_program *dyn = gpt2_variant(&g, &o);
     sweep_bufs s;
     sweep_alloc(dyn, &s, 1024);
     const char *list = getenv("VARIANT_TS") ? getenv("VARIANT_TS") : "1,64,300,450,700,1000";
@@ -626,8 +633,7 @@ static void bench_variant(void) {
         if (*at == ',') at++;
     }
     fc_program_free(dyn);
-    for (int i = 0; i < s.nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.in[i].data);
-    fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s.out[0].data);
+    sweep_free(&s);
     fc_graph_free(g);
 }
 
