@@ -47,6 +47,7 @@ typedef struct fc_launch {
     int group;        /* plan group id */
     unsigned grid[3]; /* grid dimensions */
     unsigned block[3];
+    unsigned min_blocks; /* kernels: __launch_bounds__'s blocks per SM (0: not given) */
     unsigned smem;    /* dynamic shared memory bytes */
     /* Kernel parameters in order: one device pointer per value id. The
      * first nreads are read, the rest written. */
@@ -100,11 +101,13 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out);
  * FC_ERR_INPUT if the grid would exceed the hardware's limits. */
 fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
 void fc_cuda_src_release(fc_cuda_src *s);
-/* The opening of launch l's kernel, up to its parameters: its entry point
- * `extern "C" __global__ void __launch_bounds__(bounds) name(`, or for a
- * frame launch the device function `name_main(` that fc_cuda_codegen's
- * entry point calls after reading the frame. */
-void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds);
+/* The opening of launch l's kernel, up to its parameters, for blocks of
+ * `block` threads (min_blocks: __launch_bounds__'s blocks per SM, 0 for
+ * none), which it records in l: its entry point `extern "C" __global__
+ * void __launch_bounds__(..) name(`, or for a frame launch the device
+ * function `name_main(` that fc_cuda_codegen's entry point (with those
+ * bounds) calls after reading the frame. */
+void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned min_blocks);
 /* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,
  * `(s0 * s1 * 768ll)` (symbol i is the kernel's parameter s<i>). Returns buf. */
 const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);

@@ -644,10 +644,8 @@ static void kernel_params(kctx *k) {
     sym_params(k, gr->ninputs + gr->noutputs > 0);
 }
 
-static void kernel_signature(kctx *k, const fc_launch *l, unsigned block) {
-    char bounds[16];
-    snprintf(bounds, sizeof bounds, "%u", block);
-    fc_cuda_kernel_open(k->s, l, bounds);
+static void kernel_signature(kctx *k, fc_launch *l, unsigned block) {
+    fc_cuda_kernel_open(k->s, l, block, 0);
     kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
 }
@@ -887,8 +885,6 @@ static fc_status pointwise_kernel(kctx *k, fc_launch *l) {
     l->grid_work[0] = n;
     l->grid_per[0] = (int64_t)vector_width(k, n.c) * PW_BLOCK;
     l->grid_max[0] = 1 << 30;
-    l->block[0] = PW_BLOCK;
-    l->block[1] = l->block[2] = 1;
     return FC_OK;
 }
 
@@ -1161,8 +1157,6 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     l->grid_work[0] = mrows;
     l->grid_per[0] = rpb;
     l->grid_max[0] = 1 << 30;
-    l->block[0] = block;
-    l->block[1] = l->block[2] = 1;
     return FC_OK;
 }
 
@@ -1213,9 +1207,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         return st;
     }
     /* The kernel: all arguments, prefixed by group. */
-    char bounds[16];
-    snprintf(bounds, sizeof bounds, "%u", PW_BLOCK);
-    fc_cuda_kernel_open(s, l, bounds);
+    fc_cuda_kernel_open(s, l, PW_BLOCK, 0);
     int a = 0;
     for (int i = first; i <= last; i++) {
         const fc_group *gr = plan->groups[i];
@@ -1256,16 +1248,25 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
     l->grid_per[0] = 1;
     l->grid_max[0] = start;
     l->nsyms = plan->dynamic ? g->nsyms : 0;
-    l->block[0] = PW_BLOCK;
-    l->block[1] = l->block[2] = 1;
     return FC_OK;
 }
 
 /* ---- the frame (dynamic plans of kernels only) ------------------------------ */
 
-void fc_cuda_kernel_open(fc_strbuf *s, const fc_launch *l, const char *bounds) {
+/* `__launch_bounds__(..)` for l's recorded block and blocks per SM. */
+static const char *launch_bounds(const fc_launch *l, char *buf, size_t n) {
+    if (l->min_blocks) snprintf(buf, n, "__launch_bounds__(%u, %u)", l->block[0], l->min_blocks);
+    else snprintf(buf, n, "__launch_bounds__(%u)", l->block[0]);
+    return buf;
+}
+
+void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned min_blocks) {
+    l->block[0] = block;
+    l->block[1] = l->block[2] = 1;
+    l->min_blocks = min_blocks;
+    char b[48];
     if (l->frame) fc_strbuf_printf(s, "static __device__ __forceinline__ void %s_main(", l->name);
-    else fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%s) %s(", bounds, l->name);
+    else fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(", launch_bounds(l, b, sizeof b), l->name);
 }
 
 /* What every frame entry uses, once after the prelude:
@@ -1298,12 +1299,10 @@ static const char frame_prelude[] =
 /* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
  * of the frame are loaded first, then it waits for the kernel before, so
  * that under a programmatic launch the loads overlap that kernel's end. */
-static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms, unsigned min_blocks) {
-    char bounds[32];
-    if (min_blocks) snprintf(bounds, sizeof bounds, "%u, %u", l->block[0], min_blocks);
-    else snprintf(bounds, sizeof bounds, "%u", l->block[0]);
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%s) %s(const long long *__restrict__ fc_frame) {\n",
-                     bounds, l->name);
+static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms) {
+    char b[48];
+    fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(const long long *__restrict__ fc_frame) {\n",
+                     launch_bounds(l, b, sizeof b), l->name);
     for (int a = 0; a < l->nargs; a++)
         fc_strbuf_printf(s, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = fc_frame[%d];\n", k, k);
@@ -1364,7 +1363,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             fc_launch *bl = &out->launches[out->nlaunches++];
             bl->frame = frame;
             st = batched_launch(plan, gi, end, &s, bl);
-            if (!st && frame) frame_entry(&s, bl, g->nsyms, 0);
+            if (!st && frame) frame_entry(&s, bl, g->nsyms);
             gi = end;
             continue;
         }
@@ -1392,7 +1391,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
-            if (!st && frame) frame_entry(&s, l, g->nsyms, 1); /* its __launch_bounds__(GM_THREADS, 1) */
+            if (!st && frame) frame_entry(&s, l, g->nsyms);
             continue;
         }
         if (gr->kind == FC_GROUP_LIBRARY) {
@@ -1438,7 +1437,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         if (!st && k.oom) st = FC_ERR_NOMEM;
         if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
-        if (!st && frame) frame_entry(&s, l, g->nsyms, 0);
+        if (!st && frame) frame_entry(&s, l, g->nsyms);
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         free(k.memo);
         free(k.is_row);

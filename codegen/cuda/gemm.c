@@ -363,10 +363,8 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
         *templates = true;
     }
     const char *tin = fc_cuda_storage_type(gi->a->dtype), *tout = fc_cuda_storage_type(gi->out);
-    char bounds[24];
-    snprintf(bounds, sizeof bounds, "%d, 1", GM_THREADS);
     fc_strbuf_printf(s, "// group %d: %s\n", gr->id, l->summary);
-    fc_cuda_kernel_open(s, l, bounds);
+    fc_cuda_kernel_open(s, l, GM_THREADS, 1);
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(s, "%sconst %s *a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(s, "%s%s *o0", gr->ninputs ? ", " : "", tout);
@@ -405,8 +403,6 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
 
     l->kind = FC_LAUNCH_KERNEL;
     l->nsyms = nsyms;
-    l->block[0] = GM_THREADS;
-    l->block[1] = l->block[2] = 1;
     l->smem = smem_bytes(&p, wbn);
     /* The persistent grid: one block per SM, the same for every shape (a
      * device with fewer SMs than blocks would run a second, partial round). */
