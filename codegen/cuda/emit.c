@@ -1312,10 +1312,19 @@ static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms) {
     fc_strbuf_printf(s, ");\n}\n\n");
 }
 
+/* A library group (a gemm or matmul) that a dynamic plan runs as a
+ * generated kernel (codegen/cuda/gemm.c) instead of a library call: then
+ * a new shape needs no library setup. */
+static bool generated_gemm(const fc_plan *plan, const fc_group *gr) {
+    return gr->kind == FC_GROUP_LIBRARY && plan->dynamic && fc_cuda_variant_gemm_kernels() &&
+           fc_cuda_gemm_kernel_fits(gr);
+}
+
 /* Whether a dynamic plan's kernels take the frame: every launch of it is
- * a kernel (a library call takes its sizes from the host at each shape),
- * and $FUSEC_VARIANT_FRAME is not 0 (read here: it is in the source, so in
- * the kernel-cache key). Mirrors the choices of fc_cuda_codegen below. */
+ * a kernel (a library call takes its sizes from the host at each shape;
+ * an attention group of a dynamic plan fails below), and
+ * $FUSEC_VARIANT_FRAME is not 0 (read here: it is in the source, so in
+ * the kernel-cache key). */
 static bool frame_plan(const fc_plan *plan) {
     if (!plan->dynamic) return false;
     const char *e = getenv("FUSEC_VARIANT_FRAME");
@@ -1323,11 +1332,7 @@ static bool frame_plan(const fc_plan *plan) {
     for (int i = 0; i < plan->ngroups; i++) {
         const fc_group *gr = plan->groups[i];
         if (gr->batch > 0) continue;
-        if (gr->kind == FC_GROUP_ATTENTION) return false;
-        if (gr->kind == FC_GROUP_LIBRARY &&
-            !((gr->nodes[0]->op == FC_OP_MATMUL || gr->nodes[0]->op == FC_OP_GEMM) && fc_cuda_variant_gemm_kernels() &&
-              fc_cuda_gemm_kernel_fits(gr)))
-            return false;
+        if (gr->kind == FC_GROUP_ATTENTION || (gr->kind == FC_GROUP_LIBRARY && !generated_gemm(plan, gr))) return false;
     }
     return true;
 }
@@ -1385,8 +1390,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
                               gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
             break;
         }
-        if (gr->kind == FC_GROUP_LIBRARY && plan->dynamic && fc_cuda_variant_gemm_kernels() && fc_cuda_gemm_kernel_fits(gr)) {
-            /* A new shape of the variant then needs no library setup (codegen/cuda/gemm.c). */
+        if (generated_gemm(plan, gr)) {
             snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             l->frame = frame;
