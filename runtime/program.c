@@ -729,8 +729,9 @@ static size_t take(size_t *at, size_t elem, int n) {
  * graph is bound and nothing is planned again. One allocation holds the
  * program, its symbol values, its memory plan's offsets and its
  * description (storage, signature, the variant's launches with this
- * shape's grids); the per-shape work is the arena placement, a size per
- * distinct value shape and three grid formulas per kernel. The result is
+ * shape's grids, or the variant's own for frame kernels); the per-shape
+ * work is the arena placement, a size per distinct value shape and three
+ * grid formulas per kernel whose grid is per shape. The result is
  * what binding the graph (fc_plan_bind, then build_desc) makes, value by
  * value (tests/test_dynamic.c checks it).
  */
@@ -739,13 +740,17 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     if (st != FC_OK) return st;
     const int nv = fc_memplan_layout_nvalues(v->layout), np = v->d.nparams, no = v->d.noutputs;
     const int nl = v->d.src.nlaunches;
+    /* Frame kernels: the variant's launches themselves, whose grids are
+     * every shape's (set when the variant's device is ready); else a copy
+     * with this shape's grids. */
+    const bool frame = v->d.src.frame_words > 0;
     /* The allocation's parts, one after another, each 16-byte aligned. */
     size_t at = round_up16(sizeof(fc_program));
     const size_t at_syms = take(&at, sizeof(int64_t), nsyms), at_offset = take(&at, sizeof(int64_t), nv),
                  at_bytes = take(&at, sizeof(int64_t), nv), at_store = take(&at, sizeof(fc_store), nv),
                  at_params = take(&at, sizeof(fc_program_tensor), np),
                  at_outputs = take(&at, sizeof(fc_program_tensor), no),
-                 at_launches = take(&at, sizeof(fc_launch), nl);
+                 at_launches = frame ? 0 : take(&at, sizeof(fc_launch), nl);
     char *block = fc_ctx_malloc(v->ctx, at);
     if (!block) return fc_set_error(v->ctx, FC_ERR_NOMEM, "out of memory (a shape of program %s)", v->d.graph_name);
     fc_program *p = (fc_program *)(void *)block;
@@ -798,13 +803,13 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
         for (int q = 0; q < t->rank; q++) t->dims[q] = fc_dim_value(t->dims[q], syms);
         if (i >= np && t->copy_from.kind != FC_STORE_NONE) t->copy_from.bytes = bytes[t->value];
     }
-    d->src.launches = (fc_launch *)(void *)(block + at_launches);
     d->src.nlaunches = nl;
     d->src.frame_words = v->d.src.frame_words;
-    /* Frame kernels: the variant's launches themselves, whose grids are
-     * every shape's (set when the variant's device is ready). */
-    if (d->src.frame_words > 0) d->src.launches = v->d.src.launches;
-    else memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
+    if (frame) d->src.launches = v->d.src.launches;
+    else {
+        d->src.launches = (fc_launch *)(void *)(block + at_launches);
+        memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
+    }
     for (int i = 0; i < nl && st == FC_OK; i++)
         if (v->grid_sized[i]) st = fc_cuda_launch_grid(plan, &v->d.src.launches[i], d->src.launches[i].grid);
     if (st != FC_OK) {
