@@ -40,11 +40,7 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->dynamic = false;
 }
 
-int64_t fc_value_bytes(const fc_value *v) {
-    int64_t n = 1;
-    for (int i = 0; i < v->rank; i++) n *= v->dims[i];
-    return n * (int64_t)fc_dtype_size(v->dtype);
-}
+int64_t fc_value_bytes(const fc_value *v) { return fc_value_bytes_at(v, NULL); }
 
 int64_t fc_value_bytes_at(const fc_value *v, const int64_t *sym_values) {
     int64_t n = (int64_t)fc_dtype_size(v->dtype);

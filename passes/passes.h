@@ -224,7 +224,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
  * with fc_plan_release. */
 fc_status fc_plan_bind(const fc_plan *dyn, const int64_t *sym_values, int nsyms, fc_plan *out);
 
-/* Bytes of a value with static dims. */
+/* Bytes of a value with static dims (fc_value_bytes_at(v, NULL)). */
 int64_t fc_value_bytes(const fc_value *v);
 /* Bytes of v with each symbolic dim given by sym_values (NULL: v has
  * static dims); -1 if the product overflows 64 bits. */

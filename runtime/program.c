@@ -309,7 +309,7 @@ static fc_store store_at(const fc_plan_classes *c, int id, int64_t offset, int64
 
 static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
     const fc_value *v = c->val[id];
-    return store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes_at(v, NULL) : 0);
+    return store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes(v) : 0);
 }
 
 /* Where result k is copied from after the launches, when no kernel writes
@@ -374,7 +374,7 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
     for (int k = 0; k < g->noutputs; k++) {
         fc_program_tensor *t = &d->outputs[k];
         set_tensor_type(t, g->outputs[k]);
-        t->copy_from = copy_source(c, g, k, fc_value_bytes_at(g->outputs[k], NULL));
+        t->copy_from = copy_source(c, g, k, fc_value_bytes(g->outputs[k]));
     }
     d->noutputs = g->noutputs;
     d->arena_bytes = plan->arena_bytes;
