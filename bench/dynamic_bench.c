@@ -545,7 +545,7 @@ static void bench_sweep(void) {
  * kernels' tile configuration (docs/GEMM.md). */
 static void bench_vgemm(void) {
     static const int64_t nk[4][2] = {{2304, 768}, {768, 768}, {3072, 768}, {768, 3072}};
-    static const int64_t ms[] = {1, 16, 64, 256, 1024, 4096, 8192};
+    static const int64_t ms[] = {1, 16, 64, 256, 384, 512, 768, 1024, 4096, 8192};
     for (int c = 0; c < 4; c++) {
         int64_t N = nk[c][0], K = nk[c][1];
         char text[256];

@@ -17,17 +17,17 @@
 #   attn.log    FUSEC_ATTN_BENCH=1 test_attention (the kernels alone) and
 #               bench/attention_bench.py (SDPA, and fusec's whole pipeline)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
-#               cuBLASLt) with the default configuration (8-column epilogue
-#               stores) and with FUSEC_VGEMM_CFG=3 (pairs of columns, the
-#               previous default), and test_specialize under
-#               FUSEC_VGEMM_CFG=3 (its epilogues on the GPU)
-#   frame.log   the variant's T sweep (SWEEP_VARIANT_ONLY) in three builds of
-#               the variant, interleaved over two rounds: frame kernels with
-#               programmatic launches (the default), frame kernels with
-#               FUSEC_PDL=0, and kernels re-pointed at each shape
-#               (FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
+#               cuBLASLt) with the default rule and with FUSEC_VGEMM_SPLIT128=0
+#               (the 128 x 128 tile never split: the rule before session 7)
+#   frame.log   the variant's T sweep (SWEEP_VARIANT_ONLY) in several builds of
+#               the variant (ISSUES_FRAME_MODES, default "frame split0 params"),
+#               interleaved over two rounds: frame kernels with programmatic
+#               launches (frame, the default), FUSEC_PDL=0 (pdl0), the 128 x
+#               128 tile never split (split0), kernels re-pointed at each shape
+#               (params, FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn frame vgemm torch attn"),
-# ISSUES_TESTS (ctest -R regex; default every test), ISSUES_DYN (dynamic_bench
+# ISSUES_TESTS (ctest -R regex; default every test), ISSUES_FRAME_MODES (above),
+# ISSUES_DYN (dynamic_bench
 # workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
 # for example: ISSUES_STEPS="build ctest dyn torch"
 # ISSUES_TESTS="specialize|dynamic|program|gemm|cuda_driver".
@@ -60,10 +60,11 @@ if on dyn; then
 fi
 if on frame; then
     for round in 1 2; do
-        for mode in frame pdl0 params; do
+        for mode in ${ISSUES_FRAME_MODES:-frame split0 params}; do
             case $mode in
             frame) envs=() ;;
             pdl0) envs=(FUSEC_PDL=0) ;;
+            split0) envs=(FUSEC_VGEMM_SPLIT128=0) ;;
             params) envs=(FUSEC_VARIANT_FRAME=0) ;;
             esac
             env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \
@@ -75,8 +76,7 @@ fi
 if on vgemm; then
     {
         timeout 90 build/dynamic_bench vgemm
-        FUSEC_VGEMM_CFG=3 timeout 90 build/dynamic_bench vgemm | sed 's/RESULT fusec vgemm /RESULT fusec vgemm cfg=3 /'
-        FUSEC_VGEMM_CFG=3 timeout 150 build/tests/test_specialize 2>&1 | grep -E "CHECK failed|wants kernels|passed, .* failed"
+        FUSEC_VGEMM_SPLIT128=0 timeout 90 build/dynamic_bench vgemm | sed 's/RESULT fusec vgemm /RESULT fusec vgemm split0 /'
     } >"$OUT/vgemm.log" 2>&1
     echo "vgemm: rc=$?"
 fi
@@ -101,11 +101,11 @@ echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
 grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
-echo "=== issue 7: the variant's sweep, frame kernels (PDL, no PDL) against re-pointed kernels"
+echo "=== issue 7: the variant's sweep in each build (ISSUES_FRAME_MODES)"
 grep -h "RESULT fusec sweep\[" "$OUT/frame.log" 2>/dev/null |
     grep -E "first_over_call |first_over_call_T_below|second_over_call|extra_host|dynamic_all_T |new_shape_host" |
     sed -E 's/RESULT fusec sweep//' | cut -c1-230
-echo "=== variant GEMMs (us: cuBLASLt / generated; cfg=3: pairs of columns stored, the previous default)"
+echo "=== variant GEMMs (us: cuBLASLt / generated; split0: the 128 x 128 tile never split)"
 grep -h "RESULT fusec vgemm" "$OUT/vgemm.log" 2>/dev/null |
     sed -E 's/RESULT fusec vgemm //; s/cublaslt_us=//; s/generated_us=//; s/ generated_over_cublaslt=[^ ]*//; s/ generated_tflops=/ tf=/; s/ cublaslt_tflops=[^ ]*//' | cut -c1-120
 grep -E "passed|failed" "$OUT/vgemm.log" 2>/dev/null | tail -3

@@ -1186,8 +1186,8 @@ static void test_gpu(gpu_env *env) {
 
 /* The dynamic variant's tile rule (fc_cuda_gemm_tiles, the kernels' own
  * fc_gm_tiles), without a GPU: a split launch stays within the split-K
- * workspace (4 MiB of f32) and its 256 counters, whatever the sizes and the
- * grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
+ * workspace (8 MiB of f32; the wgmma tile's within the first 4) and its
+ * 512 counters, whatever the sizes and the grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
  * 128 mma.sync tile only without wgmma or at M <= 768, and the wgmma tile
  * only with it, at M > 768 (always, forced); and a few shapes land where
  * docs/GEMM.md says. */
@@ -1208,8 +1208,8 @@ static void test_variant_tile_rule(void) {
                             long long tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * Z, splits = kper > 0 ? (nk + kper - 1) / kper : 0;
                             bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0 || (M <= 768 && !f)) && (t != 2 || wbn > 0) &&
                                       (t != 2 || M > 768 || f) &&
-                                      (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) && (t != 1 || splits == 1) &&
-                                      (splits == 1 || (tiles * splits * bm * bn <= 1048576 && tiles <= 256));
+                                      (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) &&
+                                      (splits == 1 || (tiles * splits * bm * bn <= (t == 2 ? 1048576 : 2097152) && tiles <= 512));
                             if (!ok && bad++ < 5)
                                 fprintf(stderr, "tile rule: M %lld N %lld K %lld Z %lld P %lld wbn %lld force %lld: tile %d, kper %lld\n", M,
                                         N, K, Z, P, wbn, f, t, kper);
@@ -1220,6 +1220,18 @@ static void test_variant_tile_rule(void) {
     CHECK_EQ_INT(kper, 12);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 0, 0, &kper), 1);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(512, 2304, 768, 1, 132, 192, 0, &kper), 1); /* M <= 768: 128 x 128 mma.sync */
+    CHECK_EQ_INT(kper, 12);                                                       /* 72 tiles: unsplit */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1); /* 36 tiles, split 3 */
+    CHECK_EQ_INT(kper, 4);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 768, 768, 1, 132, 192, 0, &kper), 0);  /* 48 64 x 64 tiles, split 2 */
+    CHECK_EQ_INT(kper, 6);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 1); /* 18 tiles, split 7 */
+    CHECK_EQ_INT(kper, 7);
+    setenv("FUSEC_VGEMM_SPLIT128", "0", 1); /* the rule before session 7 */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1);
+    CHECK_EQ_INT(kper, 12);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 0);
+    unsetenv("FUSEC_VGEMM_SPLIT128");
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 10 splits of 5 */

@@ -759,10 +759,10 @@ static void test_frame_writes(fc_context *ctx, fc_cuda_device *dev, fc_graph *g)
  * kernels' own rule), and each case's wants say which kernels some run of
  * it must reach, so that a change of the rule cannot quietly leave a
  * kernel untested: the wgmma tiles where the device has them (sm 90) and
- * the split 64 x 64 tiles. Where the device has wgmma, a second pass runs
+ * the split 64 x 64 and 128 x 128 tiles. Where the device has wgmma, a second pass runs
  * every case through the wgmma tiles (FUSEC_VGEMM_WGMMA=force): M = 1 and
  * split-K under wgmma included. */
-enum { WANT_WG = 1, WANT_WG_SPLIT = 2, WANT_SMALL_SPLIT = 4 };
+enum { WANT_WG = 1, WANT_WG_SPLIT = 2, WANT_SMALL_SPLIT = 4, WANT_LARGE_SPLIT = 8 };
 static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
     static const struct {
         const char *what, *text;
@@ -876,6 +876,14 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
          "graph g22(%x: bf16[N, 3000], %w: bf16[3000, 384], %g_b: bf16[384]) {\n"
          "  %h = matmul(%x, %w)\n  %y = add(%h, %g_b)\n  return %y\n}\n",
          {{256, 0}, {1, 0}, {77, 0}, {129, 0}}, WANT_SMALL_SPLIT},
+        /* mma.sync's 128 x 128 tile split along K (M 320: 135 tiles of 64
+         * x 64 are two rounds, 42 of 128 x 128 split 3 ways are one; M
+         * 450: split 2), K 300 (the last split's k tile ragged), N 1700 not
+         * a multiple of the tile; 64 x 64 tiles at M 1 and 130. */
+        {"bf16 relu(x W + b), N 1700, K 300, 128 x 128 tiles split",
+         "graph g23(%x: bf16[N, 300], %w: bf16[300, 1700], %g_b: bf16[1700]) {\n"
+         "  %h = matmul(%x, %w)\n  %a = add(%h, %g_b)\n  %y = relu(%a)\n  return %y\n}\n",
+         {{320, 0}, {1, 0}, {130, 0}, {450, 0}}, WANT_LARGE_SPLIT},
     };
     const int sm = dev->info.cc_major * 10 + dev->info.cc_minor;
     const bool generated = fc_cuda_variant_gemm_kernels(), wgmma = fc_cuda_gemm_wgmma_bn(sm) > 0;
@@ -924,6 +932,7 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
                     if (splits > 1) snprintf(paths + n, sizeof paths - n, " split %lld", (long long)splits);
                     if (path == FC_GEMM_PATH_WGMMA) reached |= WANT_WG | (splits > 1 ? WANT_WG_SPLIT : 0);
                     if (path == FC_GEMM_PATH_MMA_SMALL && splits > 1) reached |= WANT_SMALL_SPLIT;
+                    if (path == FC_GEMM_PATH_MMA_LARGE && splits > 1) reached |= WANT_LARGE_SPLIT;
                     /* Forced, every f16/bf16 GEMM takes the wgmma tiles. */
                     if (forced) CHECK(path == FC_GEMM_PATH_WGMMA || path == FC_GEMM_PATH_FMA);
                 }
@@ -932,7 +941,7 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
                          paths);
                 run_and_compare(ctx, dev, p, g, sh, nin, nout, name);
             }
-            int wants = forced ? 0 : cases[c].wants & (wgmma ? ~0 : WANT_SMALL_SPLIT);
+            int wants = forced ? 0 : cases[c].wants & (wgmma ? ~0 : WANT_SMALL_SPLIT | WANT_LARGE_SPLIT);
             if (p && planned && generated && (reached & wants) != wants)
                 fprintf(stderr, "variant gemm: %s: wants kernels 0x%x, its runs reach 0x%x\n", cases[c].what, wants, reached);
             if (p && planned && generated) CHECK((reached & wants) == wants);

@@ -35,9 +35,9 @@ static const char wgmma_src[] =
  * large one, then the small) and the wgmma tile's 128 rows and 64-deep k
  * tiles. The persistent grid is one block per SM: fc_plan.sm_count, or
  * GM_BLOCKS (an H100/H200 SXM's 132) when the variant is compiled without a
- * device. WS_FLOATS: the split-K workspace, 4 MiB of f32 (FC_GM_WS_FLOATS). */
+ * device. WS_FLOATS: the split-K workspace, 8 MiB of f32 (FC_GM_WS_FLOATS). */
 enum { GM_THREADS = 256, GM_BLOCKS = 132, WG_BM = 128, WG_BK = 64 };
-#define WS_FLOATS 1048576
+#define WS_FLOATS 2097152
 static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, BN, BK, stages */
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
@@ -65,35 +65,46 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
  * takes ceil(units / P) rounds, so:
  *  - a tile shape with fewer tiles than P is split along K: floor(P /
  *    tiles) splits (so that every unit runs in the first round), at most
- *    what the workspace holds, evened out over the k tiles (mma.sync's
- *    128 x 128 tile is never split);
+ *    what the workspace holds, evened out over the k tiles;
  *  - M <= 64 takes 64 x 64 tiles (and computes nothing more: a 64-bit
  *    division is a long dependent chain, and every thread of every launch
  *    runs this at its start);
- *  - without wgmma, or at M <= WG_MIN_M, 128 x 128 tiles when their
- *    rounds x 2 <= the unsplit 64 x 64 tiles' rounds (a 128 x 128 tile
- *    took twice as long as a 64 x 64 one on the H200, K 768). WG_MIN_M:
- *    in the GPT-2 variant's sweep (B=1, M = T) the wgmma tile the time
- *    model below picked was 2-8% slower than these tiles for T 65..512,
- *    even at T 513..768 (whole block; T a multiple of 8, where it
- *    applies) and 8% faster above 768 (docs/GEMM.md);
- *  - with wgmma above WG_MIN_M, the tile whose rounds x (its unit's time) is smaller, the
- *    unit's time being k tiles x a k step, plus a unit's start and end,
- *    plus, when split, a share per split (the last block reads every
- *    partial alone: S x 96 KiB for 128 x 192). The times, in 10 ns, from
- *    the H200 (docs/GEMM.md): a 128 x 192 wgmma k step 0.78 us, scaled by
- *    the bytes it loads ((128 + wbn) x 64 x 2: these tiles are bound by
- *    the loads), 1.5 us a unit, 0.8 us a split; a 64 x 64 mma.sync k step
- *    0.45 us, 1 us a unit, 0.15 us a split.
+ *  - otherwise the small tile (64 x 64) and one large tile, each with its
+ *    K split, and the one whose rounds x (its unit's time) is smaller. The
+ *    large tile is mma.sync's 128 x 128 without wgmma or at M <= WG_MIN_M,
+ *    else wgmma's 128 x wbn. A unit's time: k tiles x a k step, plus a
+ *    unit's start and end, plus, when split, a share per split (the last
+ *    block reads every partial alone: S x 96 KiB for 128 x 192). The
+ *    times, in 10 ns, from the H200 (docs/GEMM.md): a 64 x 64 mma.sync k
+ *    step 0.45 us, 1 us a unit, 0.15 us a split (16 KiB partials); a 128 x
+ *    128 mma.sync tile twice a 64 x 64 one unsplit (K 768), 0.6 us a split
+ *    (64 KiB partials, the 64 x 64 rate); a 128 x 192 wgmma k step 0.78 us,
+ *    scaled by the bytes it loads ((128 + wbn) x 64 x 2: these tiles are
+ *    bound by the loads), 1.5 us a unit, 0.8 us a split. Unsplit, the 128 x
+ *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds, the
+ *    rule before session 7; split, it serves M ~200 to 520 at N 2304 and
+ *    3072, which took one round of 36 to 48 unsplit tiles, 12 k steps each,
+ *    on a third of the SMs. WG_MIN_M: in the GPT-2 variant's sweep (B=1, M
+ *    = T) the wgmma tile this model picked was 2-8% slower than the
+ *    mma.sync tiles for T 65..512, even at T 513..768 (whole block; T a
+ *    multiple of 8, where it applies) and 8% faster above 768. The wgmma
+ *    tile's splits stay within the first WG_WS_FLOATS of the workspace,
+ *    where they were measured; the 128 x 128 tile's use all of it
+ *    (fc_gm_large_room: FUSEC_VGEMM_SPLIT128=0, read at codegen, gives 0,
+ *    the rule before session 7 with its 128 x 128 tile never split).
  * No comments inside: it becomes one line of the device source.
  */
 #define WG_MIN_M 768
+#define WG_WS_FLOATS 1048576
 #define WG_STEP (78 * (128 + wbn) / 320)
 #define WG_UNIT 150
 #define WG_PART (80 * wbn / 192)
 #define SMALL_STEP 45
 #define SMALL_UNIT 100
 #define SMALL_PART 15
+#define LARGE_STEP 90
+#define LARGE_UNIT 200
+#define LARGE_PART 60
 #define TILE_RULE_BODY                                                                                              \
     {                                                                                                               \
         long long nk = (K + 63) / 64, p = P < 1 ? 1 : P, want;                                                      \
@@ -104,33 +115,41 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
         *kper = ks;                                                                                                 \
-        if (wbn == 0 || (!force && M <= WG_MIN_M)) {                                                                \
-            if (M <= 64) return 0;                                                                                  \
-            long long tl = ((M + 127) / 128) * ((N + 127) / 128) * Z;                                               \
-            if ((tl + p - 1) / p * 2 > (ts + p - 1) / p) return 0;                                                  \
-            *kper = nk;                                                                                             \
-            return 1;                                                                                               \
+        const int mma = wbn == 0 || (!force && M <= WG_MIN_M);                                                      \
+        if (mma && M <= 64) return 0;                                                                               \
+        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : WG_WS_FLOATS;                             \
+        long long tb = ((M + 127) / 128) * ((N + bn - 1) / bn) * Z, kb = nk;                                        \
+        if (tb < p && nk >= 2) {                                                                                    \
+            want = p / tb;                                                                                          \
+            if (want > room / (128 * bn) / tb) want = room / (128 * bn) / tb;                                       \
+            if (want >= 2) kb = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
-        long long tw = ((M + 127) / 128) * ((N + wbn - 1) / wbn) * Z, kw = nk;                                      \
-        if (tw < p && nk >= 2) {                                                                                    \
-            want = p / tw;                                                                                          \
-            if (want > WS_FLOATS / (128 * wbn) / tw) want = WS_FLOATS / (128 * wbn) / tw;                           \
-            if (want >= 2) kw = (nk + want - 1) / want;                                                             \
+        if (!mma && force) {                                                                                        \
+            *kper = kb;                                                                                             \
+            return 2;                                                                                               \
         }                                                                                                           \
-        *kper = kw;                                                                                                 \
-        if (force) return 2;                                                                                        \
-        long long ss = (nk + ks - 1) / ks, sw = (nk + kw - 1) / kw;                                                 \
+        long long ss = (nk + ks - 1) / ks, sb = (nk + kb - 1) / kb;                                                 \
         long long cs = (ts * ss + p - 1) / p * (ks * SMALL_STEP + SMALL_UNIT + (ss > 1 ? ss * SMALL_PART : 0));     \
-        long long cw = (tw * sw + p - 1) / p * (kw * WG_STEP + WG_UNIT + (sw > 1 ? sw * WG_PART : 0));              \
-        if (cw <= cs) return 2;                                                                                     \
-        *kper = ks;                                                                                                 \
-        return 0;                                                                                                   \
+        long long cb = (tb * sb + p - 1) / p *                                                                      \
+                       (mma ? kb * LARGE_STEP + LARGE_UNIT + (sb > 1 ? sb * LARGE_PART : 0)                         \
+                            : kb * WG_STEP + WG_UNIT + (sb > 1 ? sb * WG_PART : 0));                                \
+        if (cb > cs) return 0;                                                                                      \
+        *kper = kb;                                                                                                 \
+        return mma ? 1 : 2;                                                                                         \
     }
 #define TILE_RULE_SIGNATURE(name)                                                                                    \
     int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,        \
              long long *kper)
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
+
+/* The workspace the 128 x 128 tile's splits may use, in floats: all of
+ * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
+ * a constant (fc_cuda_emit_gemm). */
+static long long fc_gm_large_room(void) {
+    const char *e = getenv("FUSEC_VGEMM_SPLIT128");
+    return e && e[0] == '0' && !e[1] ? 0 : WS_FLOATS;
+}
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -353,8 +372,10 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     int nw = gi->nweights, nsyms = g->nsyms;
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
-        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n",
-                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS);
+        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n"
+                         "#define fc_gm_large_room() %lldLL\n",
+                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS,
+                         fc_gm_large_room());
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);
