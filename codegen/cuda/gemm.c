@@ -77,14 +77,17 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    block reads every partial alone: S x 96 KiB for 128 x 192). The
  *    times, in 10 ns, from the H200 (docs/GEMM.md): a 64 x 64 mma.sync k
  *    step 0.45 us, 1 us a unit, 0.15 us a split (16 KiB partials); a 128 x
- *    128 mma.sync tile twice a 64 x 64 one unsplit (K 768), 0.6 us a split
- *    (64 KiB partials, the 64 x 64 rate); a 128 x 192 wgmma k step 0.78 us,
+ *    128 mma.sync tile twice a 64 x 64 one unsplit, 1.9 us a split (64 KiB
+ *    partials; run 23: M 256, N 2304, K 768 split 3 ways took 2.1 us less
+ *    than unsplit, 4 k steps of ~1 us against 12); a 128 x 192 wgmma k step 0.78 us,
  *    scaled by the bytes it loads ((128 + wbn) x 64 x 2: these tiles are
  *    bound by the loads), 1.5 us a unit, 0.8 us a split. Unsplit, the 128 x
  *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds, the
- *    rule before session 7; split, it serves M ~200 to 520 at N 2304 and
- *    3072, which took one round of 36 to 48 unsplit tiles, 12 k steps each,
- *    on a third of the SMs. WG_MIN_M: in the GPT-2 variant's sweep (B=1, M
+ *    rule before session 7; split, it serves GPT-2's M 193-384 at N 2304,
+ *    129-256 at N 3072, 705-768 at N 768 and K 768, 321-768 at K 3072 (one
+ *    round of 18 to 48 tiles unsplit, on a third of the SMs or fewer; M
+ *    768, K 3072: 27 us against 55 on the H200, run 23 in docs/PERF.md).
+ *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M
  *    = T) the wgmma tile this model picked was 2-8% slower than the
  *    mma.sync tiles for T 65..512, even at T 513..768 (whole block; T a
  *    multiple of 8, where it applies) and 8% faster above 768. The wgmma
@@ -104,7 +107,7 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define SMALL_PART 15
 #define LARGE_STEP 90
 #define LARGE_UNIT 200
-#define LARGE_PART 60
+#define LARGE_PART 190
 #define TILE_RULE_BODY                                                                                              \
     {                                                                                                               \
         long long nk = (K + 63) / 64, p = P < 1 ? 1 : P, want;                                                      \
