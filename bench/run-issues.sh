@@ -23,7 +23,8 @@
 #               the variant (ISSUES_FRAME_MODES, default "frame split0 params"),
 #               interleaved over two rounds: frame kernels with programmatic
 #               launches (frame, the default), FUSEC_PDL=0 (pdl0), the 128 x
-#               128 tile never split (split0), kernels re-pointed at each shape
+#               128 tile never split (split0), unaligned rows loaded one element
+#               at a time (gather0), kernels re-pointed at each shape
 #               (params, FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn frame vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_FRAME_MODES (above),
@@ -65,6 +66,7 @@ if on frame; then
             frame) envs=() ;;
             pdl0) envs=(FUSEC_PDL=0) ;;
             split0) envs=(FUSEC_VGEMM_SPLIT128=0) ;;
+            gather0) envs=(FUSEC_VGEMM_GATHER=0) ;;
             params) envs=(FUSEC_VARIANT_FRAME=0) ;;
             esac
             env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \

@@ -283,6 +283,13 @@ static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" 
 /* The wgmma tile configuration (wg_cfgs): 0 unless FUSEC_VGEMM_CFG names
  * another (1, 2 or 3), for measuring them side by side; it is in the
  * source, so in the kernel-cache key. */
+/* FUSEC_VGEMM_GATHER=0, read at codegen: rows that are not 16-byte
+ * aligned load one element at a time, as before session 7 (for measuring). */
+static int gather_loads(void) {
+    const char *e = getenv("FUSEC_VGEMM_GATHER");
+    return !(e && e[0] == '0' && !e[1]);
+}
+
 static int gemm_cfg(void) {
     const char *e = getenv("FUSEC_VGEMM_CFG");
     return e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
@@ -376,9 +383,9 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
         fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n"
-                         "#define fc_gm_large_room() %lldLL\n",
+                         "#define fc_gm_large_room() %lldLL\n#define FC_GM_GATHER_ON %d\n",
                          wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS,
-                         fc_gm_large_room());
+                         fc_gm_large_room(), gather_loads());
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);
