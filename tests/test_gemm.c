@@ -1227,6 +1227,9 @@ static void test_variant_tile_rule(void) {
     CHECK_EQ_INT(kper, 6);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 1); /* 18 tiles, split 7 */
     CHECK_EQ_INT(kper, 7);
+    /* test_specialize's split 128 x 128 case (g23) must reach that tile. */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(200, 2120, 700, 1, 132, 192, 0, &kper), 1);
+    CHECK_EQ_INT(kper, 4);
     setenv("FUSEC_VGEMM_SPLIT128", "0", 1); /* the rule before session 7 */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1);
     CHECK_EQ_INT(kper, 12);

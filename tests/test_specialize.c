@@ -876,14 +876,14 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
          "graph g22(%x: bf16[N, 3000], %w: bf16[3000, 384], %g_b: bf16[384]) {\n"
          "  %h = matmul(%x, %w)\n  %y = add(%h, %g_b)\n  return %y\n}\n",
          {{256, 0}, {1, 0}, {77, 0}, {129, 0}}, WANT_SMALL_SPLIT},
-        /* mma.sync's 128 x 128 tile split along K (M 320: 135 tiles of 64
-         * x 64 are two rounds, 42 of 128 x 128 split 3 ways are one; M
-         * 450: split 2), K 300 (the last split's k tile ragged), N 1700 not
-         * a multiple of the tile; 64 x 64 tiles at M 1 and 130. */
-        {"bf16 relu(x W + b), N 1700, K 300, 128 x 128 tiles split",
-         "graph g23(%x: bf16[N, 300], %w: bf16[300, 1700], %g_b: bf16[1700]) {\n"
+        /* mma.sync's 128 x 128 tile split along K: at M 200, 136 tiles of
+         * 64 x 64 are two rounds, 34 of 128 x 128 split 3 ways one (k
+         * tiles 0-3, 4-7, 8-10, the last ragged: K 700); M and N not
+         * multiples of the tile. 64 x 64 tiles at M 1 (split), 65, 129. */
+        {"bf16 relu(x W + b), N 2120, K 700, 128 x 128 tiles split",
+         "graph g23(%x: bf16[N, 700], %w: bf16[700, 2120], %g_b: bf16[2120]) {\n"
          "  %h = matmul(%x, %w)\n  %a = add(%h, %g_b)\n  %y = relu(%a)\n  return %y\n}\n",
-         {{320, 0}, {1, 0}, {130, 0}, {450, 0}}, WANT_LARGE_SPLIT},
+         {{200, 0}, {1, 0}, {65, 0}, {129, 0}}, WANT_LARGE_SPLIT},
     };
     const int sm = dev->info.cc_major * 10 + dev->info.cc_minor;
     const bool generated = fc_cuda_variant_gemm_kernels(), wgmma = fc_cuda_gemm_wgmma_bn(sm) > 0;
