@@ -82,11 +82,24 @@ static void rounded(char *out, size_t n, fc_dtype dt, const char *e) {
 
 /* ---- kernel context -------------------------------------------------------- */
 
+#define SZ 96  /* room for one size expression */
+#define CX 256 /* room for one coordinate expression */
+
 typedef struct memo {
     int vid;
     char idx[24];
     char expr[96];
 } memo;
+
+/* Coordinates an index is known to have: idx is the linear index of an
+ * element of a value of shape (rank, dims) whose coordinate d is the C
+ * expression c[d] ("" where not known). */
+typedef struct coords {
+    char idx[24];
+    int rank;
+    fc_dim dims[FC_MAX_RANK];
+    char c[FC_MAX_RANK][CX];
+} coords;
 
 typedef struct kctx {
     const fc_plan *p;
@@ -95,6 +108,20 @@ typedef struct kctx {
     int tmp;
     memo *memo;
     int nmemo, cap_memo;
+    /* Indices made from coordinates (a view's, a broadcast operand's, a row
+     * kernel's element): coord reads their coordinates back instead of
+     * dividing the index again (64-bit divisions by run-time sizes are the
+     * costly part of a dynamic kernel's element). Scoped with the memo. */
+    coords *cm;
+    int ncm, cap_cm;
+    /* A trailing reduction: element L = row * len + j0 + e, its outer
+     * coordinates from row (computed once a row), the reduced ones from j0. */
+    bool row_coords;
+    /* A pointwise kernel's vector chunk at base (a multiple of its width,
+     * which divides the last dim): chunk_c[d] names base's coordinate d, and
+     * element base + e has them, the last plus e. */
+    bool chunk_coords;
+    char chunk_c[FC_MAX_RANK][24];
     bool oom;
     fc_status err;
     char errmsg[256];
@@ -155,7 +182,6 @@ const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n) {
     return buf;
 }
 
-#define SZ 96 /* room for one size expression */
 
 /* Row-major strides of dims as C text. */
 static void stride_text(const fc_dim *dims, int rank, char st[][SZ]) {
@@ -209,11 +235,56 @@ static bool same_dims(const fc_value *a, const fc_value *b) {
     return a->rank == b->rank && !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank);
 }
 
+/* Record that idx is the linear index of the element of shape (rank,
+ * dims) at coordinates c (C expressions; NULL or "" where not known). */
+static void note_coords(kctx *k, const char *idx, int rank, const fc_dim *dims, const char *const *c) {
+    if (k->ncm == k->cap_cm) {
+        int cap = k->cap_cm ? k->cap_cm * 2 : 32;
+        coords *m = realloc(k->cm, sizeof *m * (size_t)cap);
+        if (!m) {
+            k->oom = true;
+            return;
+        }
+        k->cm = m;
+        k->cap_cm = cap;
+    }
+    coords *e = &k->cm[k->ncm++];
+    snprintf(e->idx, sizeof e->idx, "%s", idx);
+    e->rank = rank;
+    for (int d = 0; d < rank; d++) {
+        e->dims[d] = dims[d];
+        /* One that does not fit is not known (never a cut expression). */
+        if (!c[d] || snprintf(e->c[d], CX, "%s", c[d]) >= CX) e->c[d][0] = 0;
+    }
+}
+
+/* note_coords from an array of names (a view's coordinates). */
+static void note_coord_names(kctx *k, const char *idx, const fc_value *x, char names[][24]) {
+    const char *c[FC_MAX_RANK];
+    for (int d = 0; d < x->rank; d++) c[d] = names[d];
+    note_coords(k, idx, x->rank, x->dims, c);
+}
+
+/* Coordinate d of index L in shape v, where L's coordinates are known. */
+static const char *known_coord(const kctx *k, const fc_value *v, const char *L, int d) {
+    for (int i = k->ncm - 1; i >= 0; i--) {
+        const coords *e = &k->cm[i];
+        if (strcmp(e->idx, L) || e->rank != v->rank || memcmp(e->dims, v->dims, sizeof(fc_dim) * (size_t)v->rank)) continue;
+        return e->c[d][0] ? e->c[d] : NULL;
+    }
+    return NULL;
+}
+
 /* Declare `i64 name = coordinate d of linear index L in shape v`. */
 static void coord(kctx *k, const fc_value *v, const char *L, int d, char *name, size_t n) {
     char st[FC_MAX_RANK][SZ], dim[SZ];
-    stride_text(v->dims, v->rank, st);
     snprintf(name, n, "c%d", k->tmp++);
+    const char *known = known_coord(k, v, L, d);
+    if (known) {
+        fc_strbuf_printf(k->s, "      i64 %s = %s;\n", name, known);
+        return;
+    }
+    stride_text(v->dims, v->rank, st);
     if (d == 0) fc_strbuf_printf(k->s, "      i64 %s = %s / %s;\n", name, L, st[0]);
     else fc_strbuf_printf(k->s, "      i64 %s = (%s / %s) %% %s;\n", name, L, st[d], dimx(v->dims[d], dim, sizeof dim));
 }
@@ -254,17 +325,18 @@ static void broadcast_index(kctx *k, const fc_value *out, const char *L, const f
     char xs[FC_MAX_RANK][SZ];
     stride_text(x->dims, x->rank, xs);
     int off = out->rank - x->rank;
-    char expr[1024] = "0";
+    char expr[1024] = "0", c[FC_MAX_RANK][24];
     size_t pos = 1;
     for (int d = 0; d < x->rank; d++) {
+        snprintf(c[d], sizeof c[d], "0");
         if (x->dims[d] == 1) continue;
-        char c[16];
-        coord(k, out, L, d + off, c, sizeof c);
-        pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %s", c, xs[d]);
+        coord(k, out, L, d + off, c[d], sizeof c[d]);
+        pos += (size_t)snprintf(expr + pos, sizeof expr - pos, " + %s * %s", c[d], xs[d]);
         if (pos >= sizeof expr) pos = sizeof expr - 1;
     }
     snprintf(name, n, "ix%d", k->tmp++);
     fc_strbuf_printf(k->s, "      i64 %s = %s;\n", name, expr);
+    note_coord_names(k, name, x, c);
 }
 
 static void literal(fc_dtype dt, double x, char *out, size_t n) {
@@ -444,6 +516,68 @@ static void linear(const fc_value *x, char coords[][24], char *out, size_t n) {
         pos += (size_t)snprintf(out + pos, n - pos, " + %s * %s", coords[d], st[d]);
 }
 
+/* x reshaped to v: where v's coordinates at L are known (c, names) and
+ * the dims regroup (one of x's dims a run of static dims of v, or a static
+ * dim of v a run of x's, or the same dim), x's coordinates at L without a
+ * division by a run-time size: merged as sums of products, split by static
+ * sizes. Otherwise nothing is noted (coord divides L as before). */
+static void reshape_coords(kctx *k, const fc_value *v, char c[][24], const fc_value *x, const char *L) {
+    for (int d = 0; d < v->rank; d++)
+        if (!known_coord(k, v, L, d)) return;
+    char buf[FC_MAX_RANK][CX];
+    const char *xc[FC_MAX_RANK];
+    int i = 0, j = 0;
+    while (i < x->rank || j < v->rank) {
+        if (i < x->rank && x->dims[i] == 1) {
+            xc[i++] = "0";
+            continue;
+        }
+        if (j < v->rank && v->dims[j] == 1) {
+            j++;
+            continue;
+        }
+        if (i >= x->rank || j >= v->rank) return;
+        if (x->dims[i] == v->dims[j]) {
+            xc[i++] = c[j++];
+            continue;
+        }
+        if (fc_dim_is_sym(x->dims[i]) || fc_dim_is_sym(v->dims[j])) return;
+        if (x->dims[i] > v->dims[j]) {
+            /* x's dim i is v's dims j .. q - 1, merged (row-major). */
+            int64_t prod = 1;
+            int q = j;
+            while (q < v->rank && !fc_dim_is_sym(v->dims[q]) && prod < x->dims[i]) prod *= v->dims[q++];
+            if (prod != x->dims[i]) return;
+            size_t pos = (size_t)snprintf(buf[i], CX, "(0");
+            int64_t inner = prod;
+            for (int r = j; r < q && pos < CX; r++) {
+                inner /= v->dims[r];
+                pos += (size_t)snprintf(buf[i] + pos, CX - pos, " + %s * %lldll", c[r], (long long)inner);
+            }
+            if (pos + 2 > CX) return;
+            snprintf(buf[i] + pos, CX - pos, ")");
+            xc[i] = buf[i];
+            i++;
+            j = q;
+        } else {
+            /* v's dim j is x's dims i .. q - 1: split by their static sizes. */
+            int64_t prod = 1;
+            int q = i;
+            while (q < x->rank && !fc_dim_is_sym(x->dims[q]) && prod < v->dims[j]) prod *= x->dims[q++];
+            if (prod != v->dims[j]) return;
+            int64_t inner = prod;
+            for (int r = i; r < q; r++) {
+                inner /= x->dims[r];
+                if (snprintf(buf[r], CX, "((%s / %lldll) %% %lldll)", c[j], (long long)inner, (long long)x->dims[r]) >= CX) return;
+                xc[r] = buf[r];
+            }
+            i = q;
+            j++;
+        }
+    }
+    note_coords(k, L, x->rank, x->dims, xc);
+}
+
 static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const char *L) {
     char c[FC_MAX_RANK][24], in_c[FC_MAX_RANK][24], idx[1200], name[24];
     const fc_attrs *a = &n->a;
@@ -451,6 +585,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     const fc_value *x = n->nin ? n->in[0] : NULL;
     switch (n->op) {
     case FC_OP_RESHAPE:
+        reshape_coords(k, v, c, x, L);
         return emit_value(k, x, L);
     case FC_OP_PERMUTE:
         for (int d = 0; d < v->rank; d++) {
@@ -518,7 +653,8 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
             char iv[24];
             snprintf(iv, sizeof iv, "ix%d", k->tmp++);
             fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, idx);
-            int mark = k->nmemo;
+            int mark = k->nmemo, cmark = k->ncm;
+            note_coord_names(k, iv, xi, in_c);
             const char *e = emit_value(k, xi, iv);
             /* concat promotes: an operand of another dtype is converted and
              * rounded to the result's dtype */
@@ -527,6 +663,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
             rounded(rconv, sizeof rconv, v->dtype, conv);
             fc_strbuf_printf(k->s, "      %s = %s;\n      }\n", res, rconv);
             k->nmemo = mark;
+            k->ncm = cmark;
             off += len;
         }
         remember(k, v->id, L, res);
@@ -540,6 +677,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         linear(ix, ic, ilin, sizeof ilin);
         snprintf(iv, sizeof iv, "ix%d", k->tmp++);
         fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, ilin);
+        note_coord_names(k, iv, ix, ic);
         const char *e = emit_value(k, ix, iv);
         /* Out-of-range indices are clamped: a kernel cannot report them (the
          * reference interpreter rejects them). */
@@ -564,6 +702,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     linear(x, in_c, idx, sizeof idx);
     snprintf(name, sizeof name, "ix%d", k->tmp++);
     fc_strbuf_printf(k->s, "      i64 %s = %s;\n", name, idx);
+    note_coord_names(k, name, x, in_c);
     return emit_value(k, x, name);
 }
 
@@ -679,12 +818,68 @@ static bool full_shape(const fc_group *gr, const fc_value *v) {
  * for what to do with each element. */
 typedef void (*elem_fn)(kctx *k, int e, const char *L, void *arg);
 
+/* A trailing reduction's element L = row * len + j0 + e: coordinate d of
+ * the group's space is, for an outer (kept) dim, one of row's (the same for
+ * the whole row: the compiler computes it once a row), for a reduced dim,
+ * one of j0 + e (a row's length never exceeds its vector chunks). */
+static void row_element_coords(kctx *k, const char *L, int e) {
+    const fc_group *gr = k->gr;
+    int r0 = gr->rank;
+    while (r0 > 0 && gr->reduced[r0 - 1]) r0--;
+    char outer[FC_MAX_RANK][SZ], inner[FC_MAX_RANK][SZ], dim[SZ], buf[FC_MAX_RANK][CX];
+    const char *c[FC_MAX_RANK];
+    stride_text(gr->space, r0, outer);
+    stride_text(gr->space + r0, gr->rank - r0, inner);
+    for (int d = 0; d < gr->rank; d++) {
+        dimx(gr->space[d], dim, sizeof dim);
+        int w;
+        if (d < r0 && d == 0) w = snprintf(buf[d], CX, "(row / %s)", outer[d]);
+        else if (d < r0) w = snprintf(buf[d], CX, "((row / %s) %% %s)", outer[d], dim);
+        else if (gr->rank - r0 == 1) w = snprintf(buf[d], CX, "(j0 + %d)", e);
+        else if (d == r0) w = snprintf(buf[d], CX, "((j0 + %d) / %s)", e, inner[d - r0]);
+        else w = snprintf(buf[d], CX, "(((j0 + %d) / %s) %% %s)", e, inner[d - r0], dim);
+        c[d] = w < CX ? buf[d] : NULL;
+    }
+    note_coords(k, L, gr->rank, gr->space, c);
+}
+
+/* Element base + e of a pointwise kernel's chunk (k->chunk_coords). */
+static void chunk_element_coords(kctx *k, const char *L, int e) {
+    const fc_group *gr = k->gr;
+    char last[48];
+    const char *c[FC_MAX_RANK];
+    for (int d = 0; d < gr->rank; d++) c[d] = k->chunk_c[d];
+    snprintf(last, sizeof last, "(%s + %d)", k->chunk_c[gr->rank - 1], e);
+    c[gr->rank - 1] = last;
+    note_coords(k, L, gr->rank, gr->space, c);
+}
+
+/* Declare the coordinates of the chunk at base once (k->chunk_c), where a
+ * chunk never crosses the last dim: its width divides it. */
+static void chunk_base_coords(kctx *k, int vec) {
+    const fc_group *gr = k->gr;
+    k->chunk_coords = false;
+    if (gr->rank < 1) return;
+    fc_dim last = gr->space[gr->rank - 1];
+    if (vec > 1 && (fc_dim_is_sym(last) || last % vec)) return;
+    char st[FC_MAX_RANK][SZ], dim[SZ];
+    stride_text(gr->space, gr->rank, st);
+    for (int d = 0; d < gr->rank; d++) {
+        snprintf(k->chunk_c[d], sizeof k->chunk_c[d], "cb%d", k->tmp++);
+        if (d == 0) fc_strbuf_printf(k->s, "      i64 %s = base / %s;\n", k->chunk_c[d], st[0]);
+        else fc_strbuf_printf(k->s, "      i64 %s = (base / %s) %% %s;\n", k->chunk_c[d], st[d], dimx(gr->space[d], dim, sizeof dim));
+    }
+    k->chunk_coords = true;
+}
+
 static void elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn fn, void *arg) {
     const fc_group *gr = k->gr;
     for (int e = 0; e < vec; e++) {
         char L[24];
         snprintf(L, sizeof L, "L%d", k->tmp++);
         fc_strbuf_printf(k->s, "      i64 %s = %s + %d;\n", L, base, e);
+        if (k->row_coords) row_element_coords(k, L, e);
+        if (k->chunk_coords) chunk_element_coords(k, L, e);
         /* Suffix-broadcast inputs: their index for this element, and the
          * vector lane that holds it. */
         k->nbx = 0;
@@ -854,10 +1049,12 @@ static fc_status pointwise_body(kctx *k, const char *name) {
         free(vout);
         return FC_ERR_NOMEM;
     }
+    chunk_base_coords(k, vec);
     vector_loads(k, "base", vec, vin, NULL);
     declare_vector_outputs(k, vec, vout);
     store_arg sa = {vec > 1 ? vout : NULL, false};
     elements(k, "base", vec, vin, store_element, &sa);
+    k->chunk_coords = false;
     vector_stores(k, vec, vout, "base");
     fc_strbuf_printf(k->s, "  }\n}\n\n");
     free(vin);
@@ -991,6 +1188,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     unsigned block = (unsigned)(tpr * rpb);
     kernel_signature(k, l, block);
     mark_rows(k);
+    k->row_coords = trailing;
 
     /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
     char loop_open[4096]; /* rank 8: 8 terms of at most ~4 size expressions */
@@ -1081,11 +1279,12 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             }
         }
         fc_strbuf_printf(k->s, "%s", loop_open);
-        int mark = k->nmemo;
+        int mark = k->nmemo, cmark = k->ncm;
         vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
         phase_arg pa = {r, acc, store[0] ? store : NULL};
         elements(k, "base", vec, vin, accumulate, &pa);
         k->nmemo = mark;
+        k->ncm = cmark;
         fc_strbuf_printf(k->s, "    }}\n");
         if (store[0]) {
             k->cached_vid[k->ncached] = x->id;
@@ -1131,13 +1330,14 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         if (!k->is_row[gr->outputs[o]->id]) any_full = true;
     if (any_full) {
         fc_strbuf_printf(k->s, "%s", loop_open);
-        int mark = k->nmemo;
+        int mark = k->nmemo, cmark = k->ncm;
         vector_loads(k, "base", vec, vin, cache ? "r%d[c]" : NULL);
         declare_vector_outputs(k, vec, vout);
         store_arg sa = {vec > 1 ? vout : NULL, true};
         elements(k, "base", vec, vin, store_element, &sa);
         vector_stores(k, vec, vout, "base");
         k->nmemo = mark;
+        k->ncm = cmark;
         fc_strbuf_printf(k->s, "    }}\n");
     }
     for (int o = 0; o < gr->noutputs; o++) {
@@ -1201,6 +1401,7 @@ static fc_status batched_launch(const fc_plan *plan, int first, int last, fc_str
         if (blocks[i - first] < 1) blocks[i - first] = 1;
         if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d)", k.errmsg, gr->id);
         free(k.memo);
+        free(k.cm);
     }
     if (st) {
         free(blocks);
@@ -1444,6 +1645,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         if (!st && frame) frame_entry(&s, l, g->nsyms);
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         free(k.memo);
+        free(k.cm);
         free(k.is_row);
         free(k.row_ready);
     }
