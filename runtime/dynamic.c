@@ -190,12 +190,6 @@ typedef struct fc_dynamic {
     pthread_cond_t wake, done;
     pthread_t thread;
     bool thread_started, stop;
-    /* Work for the background thread (an entry queued, an entry buried)
-     * that it has not been woken for yet: the caller's run wakes it after
-     * its launches (wake_worker), so that the thread's start, and the
-     * driver calls of freeing an evicted program, do not stand between a
-     * missing shape's call and the GPU. Under mu. */
-    bool wake_pending;
     spec **specs; /* under mu */
     int nspecs, capspecs;
     spec **graveyard; /* evicted entries: the thread frees them (under mu) */
@@ -301,15 +295,6 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* Wake the background thread for work queued since it last was (see
- * wake_pending). */
-static void wake_worker(fc_dynamic *d) {
-    pthread_mutex_lock(&d->mu);
-    if (d->wake_pending) pthread_cond_signal(&d->wake);
-    d->wake_pending = false;
-    pthread_mutex_unlock(&d->mu);
-}
-
 static spec *find_spec(fc_dynamic *d, const int64_t *key) {
     for (int i = 0; i < d->nspecs; i++)
         if (same_key(d->specs[i]->key, key, d->nsyms)) return d->specs[i];
@@ -361,7 +346,7 @@ static bool make_room(fc_dynamic *d) {
         fc_trace(FC_LOG_GUARDS, "program %s: specialization %s evicted (least recently used of %d)",
                fc_program_desc_of(d->shell)->graph_name, k, d->max_specs);
     }
-    d->wake_pending = true;
+    pthread_cond_signal(&d->wake);
     return true;
 }
 
@@ -596,7 +581,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
         if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
-            d->wake_pending = true;
+            pthread_cond_signal(&d->wake);
             fc_trace(FC_LOG_GUARDS,
                    "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
                    "compiling in the background",
@@ -620,10 +605,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
 }
 
 fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
-    fc_status st = select_spec(p, key, NULL, 0, 0, out);
-    fc_dynamic *d = fc_program_dynamic(p);
-    if (d) wake_worker(d);
-    return st;
+    return select_spec(p, key, NULL, 0, 0, out);
 }
 
 fc_status fc_dynamic_weights_changed(fc_dynamic *d) {
@@ -694,9 +676,6 @@ fc_status fc_program_wait_specializations(fc_program *p) {
     fc_dynamic *d = fc_program_dynamic(p);
     if (!d) return p ? FC_OK : FC_ERR_USAGE;
     pthread_mutex_lock(&d->mu);
-    /* (Every run wakes the thread for what it queued; in case.) */
-    if (d->wake_pending) pthread_cond_signal(&d->wake);
-    d->wake_pending = false;
     for (;;) {
         bool pending = false;
         for (int i = 0; i < d->nspecs; i++)
@@ -709,9 +688,9 @@ fc_status fc_program_wait_specializations(fc_program *p) {
 }
 
 /* A dynamic program's run with the call's pointers (buf: inputs, then
- * outputs, fc_run's convention) and its symbol values: its launches. */
-static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
-                                void *stream) {
+ * outputs, fc_run's convention) and its symbol values. */
+static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
+                             void *stream) {
     const fc_program_desc *sig = fc_program_desc_of(p);
     fc_program *spec = NULL;
     fc_status st = select_spec(p, key, buf, nin, nout, &spec);
@@ -748,17 +727,6 @@ static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key
     rs->runs++;
     rs->dynamic_runs++;
     return FC_OK;
-}
-
-/* The run, then the background thread woken for what the run queued: a
- * miss's call waited for that thread's start and for the driver calls of
- * its freeing an evicted program (run 28: 40-50 us of host time at a miss,
- * 200-380 us with an eviction, against ~3 us for a call). */
-static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
-                             void *stream) {
-    fc_status st = launch_dynamic(p, d, key, buf, nin, nout, stream);
-    wake_worker(d);
-    return st;
 }
 
 fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
