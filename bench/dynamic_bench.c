@@ -20,6 +20,9 @@
  *            from the miss until the specialization serves one (it lands
  *            while the calls go on), then its steady state beside a static
  *            compile of that T (SWEEP_VARIANT_ONLY=1: the variant's part alone)
+ *   regraph  a static GPT-2 block's host time per call right after eight
+ *            (then one) other programs' graphs ran on the stream, against
+ *            its steady host time (why a dynamic program's miss is slow)
  *   variant  the GPT-2 block's variant alone (B=1, T symbolic) at the T's
  *            of $VARIANT_TS (default 1,64,300,450,700,1000): a steady call
  *            (calls back to back) at each, for comparing builds of the variant
@@ -642,6 +645,56 @@ static void bench_variant(void) {
     fc_graph_free(g);
 }
 
+/* regraph: does a program's graph cost more host time at its first launch
+ * after other programs' graphs ran on the same stream? (A dynamic
+ * program's miss, in the sweep's sample, launches the variant's graph after
+ * the specializations' graphs ran, and took 40-120 us of host time against
+ * ~3 us: runs 28 and 29.) The GPT-2 block at B=1, T=64 (A) and at T=65..72
+ * (eight others, as eight specializations), static, graphs on: A's host
+ * time per call (call, then synchronize) steady, right after the others ran
+ * 5 calls each, and the call after that; then the same with one other. */
+static double call_host_us(fc_program *p, const bufs *b) {
+    double t0 = now_us();
+    run(p, b);
+    double us = now_us() - t0;
+    fc_cuda_stream_sync(dev, NULL);
+    return us;
+}
+
+static void bench_regraph(void) {
+    enum { NB = 8, ROUNDS = 9 };
+    fc_program *a, *others[NB];
+    bufs ba, bo[NB];
+    fc_graph *g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}, {"T", 64}}, 2);
+    a = compile(g, true);
+    fc_graph_free(g);
+    make_bufs(a, &ba);
+    for (int i = 0; i < NB; i++) {
+        g = parse_file("examples/gpt2_block_bf16.ir", (fc_binding[]){{"B", 1}, {"T", 65 + i}}, 2);
+        others[i] = compile(g, true);
+        fc_graph_free(g);
+        make_bufs(others[i], &bo[i]);
+    }
+    for (int n = NB; n >= 1; n -= NB - 1) {
+        double steady[ROUNDS], after[ROUNDS], next[ROUNDS];
+        for (int r = 0; r < ROUNDS; r++) {
+            for (int i = 0; i < 20; i++) steady[r] = call_host_us(a, &ba);
+            for (int o = 0; o < n; o++)
+                for (int i = 0; i < 5; i++) call_host_us(others[o], &bo[o]);
+            after[r] = call_host_us(a, &ba);
+            next[r] = call_host_us(a, &ba);
+        }
+        printf("RESULT fusec regraph others=%d steady_host_us=%.2f first_after_others_host_us=%.2f second_host_us=%.2f\n", n,
+               fc_median(steady, ROUNDS), fc_median(after, ROUNDS), fc_median(next, ROUNDS));
+    }
+    for (int i = 0; i < NB; i++) {
+        fc_program_free(others[i]);
+        free_bufs(&bo[i]);
+    }
+    fc_program_free(a);
+    free_bufs(&ba);
+}
+
 int main(int argc, char **argv) {
     ctx = fc_context_new();
     if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
@@ -657,8 +710,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "sweep")) bench_sweep();
         else if (!strcmp(w, "vgemm")) bench_vgemm();
         else if (!strcmp(w, "variant")) bench_variant();
+        else if (!strcmp(w, "regraph")) bench_regraph();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph)\n", w);
             return 2;
         }
         fflush(stdout);
