@@ -27,20 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define DEFAULT_MAX_SPECS 8
-/* The background thread, idle, looks for work every POLL_MS for
- * POLL_WINDOW_MS after its last work, and only then sleeps until woken: a
- * run that queues a specialization (or buries an evicted one) wakes it only
- * when it sleeps. Waking a sleeping thread took the caller 16-25 us on the
- * development machine (a futex wake, twice when the thread then waits for
- * the lock the caller holds; up to ~100 us on the GPU machine's host), on
- * the miss's path before its launches. Polling costs POLL_WINDOW_MS /
- * POLL_MS short wake-ups after each burst of work; a specialization starts
- * at most POLL_MS late. */
-#define POLL_MS 2
-#define POLL_WINDOW_MS 2000
 /* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
 #define MAX_INSTANCES 8
 
@@ -202,7 +190,6 @@ typedef struct fc_dynamic {
     pthread_cond_t wake, done;
     pthread_t thread;
     bool thread_started, stop;
-    bool polling; /* the thread looks for work by itself (under mu) */
     spec **specs; /* under mu */
     int nspecs, capspecs;
     spec **graveyard; /* evicted entries: the thread frees them (under mu) */
@@ -287,52 +274,25 @@ static void compile_entry(fc_dynamic *d, spec *s) {
     pthread_cond_broadcast(&d->done);
 }
 
-/* now + ms on the monotonic clock (the wake condition's). */
-static struct timespec deadline_ms(long ms) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_nsec += ms * 1000000L;
-    t.tv_sec += t.tv_nsec / 1000000000L;
-    t.tv_nsec %= 1000000000L;
-    return t;
-}
-
 static void *worker(void *arg) {
     fc_dynamic *d = arg;
     pthread_mutex_lock(&d->mu);
-    double last_work = fc_now_ms();
     for (;;) {
-        bool worked = false;
         while (d->ngrave > 0) {
             spec *dead = d->graveyard[--d->ngrave];
             pthread_mutex_unlock(&d->mu);
             spec_free(dead);
             pthread_mutex_lock(&d->mu);
-            worked = true;
         }
         spec *s = NULL;
         for (int i = 0; i < d->nspecs && !s; i++)
             if (d->specs[i]->state == SPEC_QUEUED) s = d->specs[i];
         if (s) compile_entry(d, s);
-        if (s || worked) last_work = fc_now_ms();
-        if (s) continue;
-        if (d->stop) break;
-        d->polling = fc_now_ms() - last_work < POLL_WINDOW_MS;
-        if (d->polling) {
-            struct timespec t = deadline_ms(POLL_MS);
-            pthread_cond_timedwait(&d->wake, &d->mu, &t);
-        } else {
-            pthread_cond_wait(&d->wake, &d->mu);
-        }
+        else if (d->stop) break;
+        else pthread_cond_wait(&d->wake, &d->mu);
     }
-    d->polling = false;
     pthread_mutex_unlock(&d->mu);
     return NULL;
-}
-
-/* Wake the background thread for new work, where it sleeps (under mu). */
-static void wake_worker(fc_dynamic *d) {
-    if (!d->polling) pthread_cond_signal(&d->wake);
 }
 
 static spec *find_spec(fc_dynamic *d, const int64_t *key) {
@@ -386,7 +346,7 @@ static bool make_room(fc_dynamic *d) {
         fc_trace(FC_LOG_GUARDS, "program %s: specialization %s evicted (least recently used of %d)",
                fc_program_desc_of(d->shell)->graph_name, k, d->max_specs);
     }
-    wake_worker(d);
+    pthread_cond_signal(&d->wake);
     return true;
 }
 
@@ -493,11 +453,7 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     d->shell = p;
     d->max_specs = o->max_specializations ? o->max_specializations : DEFAULT_MAX_SPECS;
     pthread_mutex_init(&d->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* worker's timed waits */
-    pthread_cond_init(&d->wake, &ca);
-    pthread_condattr_destroy(&ca);
+    pthread_cond_init(&d->wake, NULL);
     pthread_cond_init(&d->done, NULL);
     fc_status st = fc_program_set_signature(p, g);
     d->text = st == FC_OK ? fc_print(g) : NULL;
@@ -625,7 +581,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
         if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
-            wake_worker(d);
+            pthread_cond_signal(&d->wake);
             fc_trace(FC_LOG_GUARDS,
                    "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
                    "compiling in the background",
