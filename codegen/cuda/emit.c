@@ -198,17 +198,24 @@ static const char *lookup(kctx *k, int vid, const char *idx) {
     return NULL;
 }
 
-static void remember(kctx *k, int vid, const char *idx, const char *expr) {
-    if (k->nmemo == k->cap_memo) {
-        int cap = k->cap_memo ? k->cap_memo * 2 : 64;
-        memo *m = realloc(k->memo, sizeof *m * (size_t)cap);
-        if (!m) {
-            k->oom = true;
-            return;
-        }
-        k->memo = m;
-        k->cap_memo = cap;
+/* Room for element n of the array *arr of elements of sz bytes (capacity
+ * *cap, doubled from first): the array, or NULL (k->oom) out of memory. */
+static void *room_for(kctx *k, void *arr, int *cap, int n, size_t sz, int first) {
+    if (n < *cap) return arr;
+    int c = *cap ? *cap * 2 : first;
+    void *grown = realloc(arr, sz * (size_t)c);
+    if (!grown) {
+        k->oom = true;
+        return NULL;
     }
+    *cap = c;
+    return grown;
+}
+
+static void remember(kctx *k, int vid, const char *idx, const char *expr) {
+    memo *grown = room_for(k, k->memo, &k->cap_memo, k->nmemo, sizeof *k->memo, 64);
+    if (!grown) return;
+    k->memo = grown;
     memo *m = &k->memo[k->nmemo++];
     m->vid = vid;
     snprintf(m->idx, sizeof m->idx, "%s", idx);
@@ -238,16 +245,9 @@ static bool same_dims(const fc_value *a, const fc_value *b) {
 /* Record that idx is the linear index of the element of shape (rank,
  * dims) at coordinates c (C expressions; NULL or "" where not known). */
 static void note_coords(kctx *k, const char *idx, int rank, const fc_dim *dims, const char *const *c) {
-    if (k->ncm == k->cap_cm) {
-        int cap = k->cap_cm ? k->cap_cm * 2 : 32;
-        coords *m = realloc(k->cm, sizeof *m * (size_t)cap);
-        if (!m) {
-            k->oom = true;
-            return;
-        }
-        k->cm = m;
-        k->cap_cm = cap;
-    }
+    coords *grown = room_for(k, k->cm, &k->cap_cm, k->ncm, sizeof *k->cm, 32);
+    if (!grown) return;
+    k->cm = grown;
     coords *e = &k->cm[k->ncm++];
     snprintf(e->idx, sizeof e->idx, "%s", idx);
     e->rank = rank;
