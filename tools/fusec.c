@@ -655,8 +655,9 @@ static void print_help(void) {
         "                        with what changed, specializations built and evicted,\n"
         "                        and why a program runs without a CUDA Graph\n"
         "  FUSEC_ATTN_TMA, FUSEC_ATTN_PERSIST, FUSEC_ATTN_L2SECT, FUSEC_ATTN_BN,\n"
-        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG  switches of the attention kernel and of\n"
-        "                        the dynamic variant's GEMMs, for measuring (docs/CLI.md)\n",
+        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG, FUSEC_VGEMM_SPLIT128, FUSEC_VGEMM_GATHER\n"
+        "                        switches of the attention kernel and of the dynamic\n"
+        "                        variant's GEMMs, for measuring (docs/CLI.md)\n",
         stdout);
 }
 
