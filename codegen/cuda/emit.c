@@ -821,7 +821,8 @@ typedef void (*elem_fn)(kctx *k, int e, const char *L, void *arg);
 /* A trailing reduction's element L = row * len + j0 + e: coordinate d of
  * the group's space is, for an outer (kept) dim, one of row's (the same for
  * the whole row: the compiler computes it once a row), for a reduced dim,
- * one of j0 + e (a row's length never exceeds its vector chunks). */
+ * one of j0 + e (a vector chunk never crosses the end of a row: its width
+ * divides the row's length). */
 static void row_element_coords(kctx *k, const char *L, int e) {
     const fc_group *gr = k->gr;
     int r0 = gr->rank;
