@@ -482,7 +482,14 @@ static void bench_sweep(void) {
     for (int i = 0; i < ns; i++) {
         int64_t T = sample[i];
         sweep_set_t(&s, T);
+        fc_program_stats(dyn, &st);
+        const double guard0 = st.miss_guard_ms, run0 = st.miss_run_ms, setup0 = st.shape_setup_ms;
         double miss_host = 0, miss = shaped_call_host_ms(dyn, &s, &miss_host);
+        fc_program_stats(dyn, &st);
+        /* The miss's host time by part: the guard (queueing the
+         * specialization), the instance, and the whole run. */
+        const double miss_guard_us = (st.miss_guard_ms - guard0) * 1e3, miss_run_us = (st.miss_run_ms - run0) * 1e3,
+                     miss_setup_us = (st.shape_setup_ms - setup0) * 1e3;
         /* Calls one after another, each timed alone (call, synchronize), as
          * a caller would make them, until one is served by the
          * specialization, which lands meanwhile (nothing waits for it):
@@ -528,10 +535,11 @@ static void bench_sweep(void) {
          * program's teardown (measured: the misses stayed 1.5-2.4x the
          * variant's call with and without these, runs 27 and 28). */
         for (int r = 0; r < 5; r++) shaped_call_ms(dyn, &s);
-        printf("RESULT fusec sweep T=%lld miss_ms=%.4f miss_host_ms=%.4f second_call_ms=%.4f dynamic_call_ms=%.4f worst_dynamic_call_ms=%.4f "
+        printf("RESULT fusec sweep T=%lld miss_ms=%.4f miss_host_ms=%.4f miss_guard_us=%.1f miss_instance_us=%.1f "
+               "miss_run_us=%.1f second_call_ms=%.4f dynamic_call_ms=%.4f worst_dynamic_call_ms=%.4f "
                "dynamic_calls=%d first_hit_ms=%.4f second_hit_ms=%.4f specialized_call_ms=%.4f specialized_ms=%.4f "
                "static_ms=%.4f landed_after_ms=%.1f\n",
-               (long long)T, miss, miss_host, second_call, dyn_ms, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, static_ms,
+               (long long)T, miss, miss_host, miss_guard_us, miss_setup_us, miss_run_us, second_call, dyn_ms, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, static_ms,
                wait_ms);
         if (spec_ms / static_ms > worst_spec_static) worst_spec_static = spec_ms / static_ms;
         if (dyn_ms > 0 && miss / dyn_ms > worst_miss_dyn) worst_miss_dyn = miss / dyn_ms;

@@ -229,10 +229,16 @@ static void test_bookkeeping(fc_context *ctx) {
         CHECK_EQ_INT(s.specializations_built, 1);
         CHECK_EQ_INT(s.specializations_live, 1);
         CHECK_EQ_INT(s.specializations_pending, 0);
-        /* Now a hit. */
+        /* The miss's guard time is counted (a select is no run: no run time). */
+        CHECK(s.miss_guard_ms > 0 && s.miss_guard_ms < 1000);
+        CHECK(s.miss_run_ms == 0);
+        const double guard_ms = s.miss_guard_ms;
+        /* Now a hit: not counted. */
         r = (select_run){p, &k64, 1, 0};
         run_selects(&r);
         CHECK_EQ_INT(r.hits, 1);
+        fc_program_stats(p, &s);
+        CHECK(s.miss_guard_ms == guard_ms);
         /* A new shape: a miss that says what changed. */
         r = (select_run){p, &k65, 1, 0};
         setenv("FUSEC_LOG", "guards", 1);
