@@ -146,13 +146,16 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
+/* $name is "0": a switch of the variant's GEMMs turned off. */
+static bool switched_off(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0' && !e[1];
+}
+
 /* The workspace the 128 x 128 tile's splits may use, in floats: all of
  * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
  * a constant (fc_cuda_emit_gemm). */
-static long long fc_gm_large_room(void) {
-    const char *e = getenv("FUSEC_VGEMM_SPLIT128");
-    return e && e[0] == '0' && !e[1] ? 0 : WS_FLOATS;
-}
+static long long fc_gm_large_room(void) { return switched_off("FUSEC_VGEMM_SPLIT128") ? 0 : WS_FLOATS; }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -285,10 +288,7 @@ static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" 
  * source, so in the kernel-cache key. */
 /* FUSEC_VGEMM_GATHER=0, read at codegen: rows that are not 16-byte
  * aligned load one element at a time, as before session 7 (for measuring). */
-static int gather_loads(void) {
-    const char *e = getenv("FUSEC_VGEMM_GATHER");
-    return !(e && e[0] == '0' && !e[1]);
-}
+static int gather_loads(void) { return !switched_off("FUSEC_VGEMM_GATHER"); }
 
 static int gemm_cfg(void) {
     const char *e = getenv("FUSEC_VGEMM_CFG");
@@ -296,8 +296,7 @@ static int gemm_cfg(void) {
 }
 
 int fc_cuda_gemm_wgmma_bn(int sm) {
-    const char *e = getenv("FUSEC_VGEMM_WGMMA");
-    return sm == 90 && !(e && e[0] == '0' && !e[1]) ? wg_cfgs[gemm_cfg()][0] : 0;
+    return sm == 90 && !switched_off("FUSEC_VGEMM_WGMMA") ? wg_cfgs[gemm_cfg()][0] : 0;
 }
 
 bool fc_cuda_gemm_wgmma_forced(void) {
