@@ -538,15 +538,15 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
 }
 
 /* fc_dynamic_select, with the run's pointers (inputs, then outputs; NULL
- * for none) for a specialization it queues. */
-static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptrs, int nin, int nout,
+ * for none) for a specialization it queues, and the time (ms) the guard
+ * check began, for a miss's miss_guard_ms (a hit reads no clock). */
+static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptrs, int nin, int nout, double t0,
                              fc_program **out) {
     fc_dynamic *d = fc_program_dynamic(p);
     *out = NULL;
     if (!d) return FC_ERR_USAGE;
     fc_run_stats *rs = fc_program_stats_ref(p);
     const char *name = fc_program_desc_of(p)->graph_name;
-    const double t0 = fc_now_ms();
     d->clock++;
     pthread_mutex_lock(&d->mu);
     spec *s = find_spec(d, key);
@@ -607,7 +607,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
 }
 
 fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
-    return select_spec(p, key, NULL, 0, 0, out);
+    return select_spec(p, key, NULL, 0, 0, fc_now_ms(), out);
 }
 
 fc_status fc_dynamic_weights_changed(fc_dynamic *d) {
@@ -689,12 +689,13 @@ fc_status fc_program_wait_specializations(fc_program *p) {
     return FC_OK;
 }
 
-/* The launches of a dynamic program's run (run_dynamic). */
+/* The launches of a dynamic program's run (run_dynamic), which began at
+ * `began` (ms). */
 static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
-                                void *stream) {
+                                void *stream, double began) {
     const fc_program_desc *sig = fc_program_desc_of(p);
     fc_program *spec = NULL;
-    fc_status st = select_spec(p, key, buf, nin, nout, &spec);
+    fc_status st = select_spec(p, key, buf, nin, nout, began, &spec);
     if (st != FC_OK) return st;
     fc_run_stats *rs = fc_program_stats_ref(p);
     if (spec) {
@@ -738,7 +739,7 @@ static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, v
     fc_run_stats *rs = fc_program_stats_ref(p);
     const uint64_t misses = rs->guard_misses;
     const double t0 = fc_now_ms();
-    fc_status st = launch_dynamic(p, d, key, buf, nin, nout, stream);
+    fc_status st = launch_dynamic(p, d, key, buf, nin, nout, stream, t0);
     if (rs->guard_misses != misses) rs->miss_run_ms += fc_now_ms() - t0;
     return st;
 }
