@@ -387,6 +387,15 @@ static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src) {
     }
 }
 
+/* The compile options the variant tests use: the defaults, for sm 90 (the
+ * H100/H200; NVRTC needs no device). */
+static fc_compile_options sm90_options(void) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    return o;
+}
+
 /* fc_frame_fill: a run's frame holds the symbol values, then at word
  * nsyms + id where value id is this run (the caller's buffer, or the
  * arena at the instance's offset), for every value a kernel takes; the
@@ -395,9 +404,7 @@ static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src) {
 static void check_frame_fill(fc_context *ctx) {
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g) != FC_OK) return;
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
+    fc_compile_options o = sm90_options();
     fc_program *v = NULL, *inst = NULL;
     CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
     int64_t vals[16];
@@ -489,9 +496,7 @@ static int count_divisions(const char *ptx) {
 static void check_frame_address_spaces(fc_context *ctx) {
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g) != FC_OK) return;
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
+    fc_compile_options o = sm90_options();
     int gen[2], glob[2], nc[2], words = 0;
     for (int frame = 0; frame < 2; frame++) {
         if (!frame) setenv("FUSEC_VARIANT_FRAME", "0", 1);
@@ -539,9 +544,7 @@ static void check_instances(fc_context *ctx, const example *ex, const fc_binding
                             const int64_t *ts, int nts) {
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, ex->file, ex->graph, bindings, nbindings, &g) != FC_OK) return;
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
+    fc_compile_options o = sm90_options();
     fc_program *v = NULL;
     fc_status st = fc_program_compile_variant(g, &o, &v);
     if (st) fprintf(stderr, "%s: variant: %s\n", ex->file, fc_last_error(ctx));
@@ -585,9 +588,7 @@ static void check_sweep_instances(fc_context *ctx) {
 
     fc_graph *g = NULL;
     CHECK_EQ_INT(fc_parse_file(ctx, ex.file, NULL, &b1, 1, &g), FC_OK);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
+    fc_compile_options o = sm90_options();
     fc_program *v = NULL;
     if (g) CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
     if (v) {
