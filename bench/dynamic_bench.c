@@ -393,7 +393,9 @@ static void bench_sweep(void) {
     static double lat[1024], lratios[1024];
     double worst_lratio = 0;
     int64_t worst_lt = 0;
-    for (int64_t T = 1; T <= 1024; T++) {
+    /* SWEEP_SAMPLE_ONLY=1: part 2 alone (the background sample's misses). */
+    const int64_t last_t = getenv("SWEEP_SAMPLE_ONLY") ? 0 : 1024;
+    for (int64_t T = 1; T <= last_t; T++) {
         sweep_set_t(&s, T);
         long q0 = fc_cublaslt_heuristic_queries_total();
         fc_program_stats(dyn, &st);
@@ -446,22 +448,24 @@ static void bench_sweep(void) {
         if (first > worst_first) worst_first = first;
     }
     if (csv) fclose(csv);
-    printf("RESULT fusec sweep dynamic_all_T worst_first_over_steady=%.2f at_T=%lld worst_first_ms=%.4f "
-           "median_first_ms=%.4f median_second_ms=%.4f worst_second_ms=%.4f at_T=%lld median_steady_ms=%.4f "
-           "median_ratio=%.2f Ts_with_heuristic_queries=%d\n",
-           worst_ratio, (long long)worst_t, worst_first, fc_median(firsts, 1024), fc_median(seconds, 1024), worst_second,
-           (long long)worst_second_t, fc_median(steadies, 1024), fc_median(ratios, 1024), with_query);
-    printf("RESULT fusec sweep new_shape_host median_setup_ms=%.4f median_first_graph_ms=%.4f\n", fc_median(setups, 1024),
-           fc_median(first_graphs, 1024));
-    printf("RESULT fusec sweep dynamic_all_T_latency median_call_ms=%.4f worst_new_shape_call_over_call=%.2f at_T=%lld "
-           "median_new_shape_call_over_call=%.2f\n",
-           fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
-    print_ratio_spread("first_over_call", first_over_call, 1024, ts);
-    print_ratio_spread("first_over_call_T_below_64", first_over_call, nsmall, ts);
-    print_ratio_spread("second_over_call", second_over_call, 1024, ts);
-    printf("RESULT fusec sweep new_shape_extra_host_us median=%.2f p90=%.2f max=%.1f (first call's host time minus a "
-           "steady call's)\n",
-           quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0));
+    if (last_t) {
+        printf("RESULT fusec sweep dynamic_all_T worst_first_over_steady=%.2f at_T=%lld worst_first_ms=%.4f "
+               "median_first_ms=%.4f median_second_ms=%.4f worst_second_ms=%.4f at_T=%lld median_steady_ms=%.4f "
+               "median_ratio=%.2f Ts_with_heuristic_queries=%d\n",
+               worst_ratio, (long long)worst_t, worst_first, fc_median(firsts, 1024), fc_median(seconds, 1024), worst_second,
+               (long long)worst_second_t, fc_median(steadies, 1024), fc_median(ratios, 1024), with_query);
+        printf("RESULT fusec sweep new_shape_host median_setup_ms=%.4f median_first_graph_ms=%.4f\n", fc_median(setups, 1024),
+               fc_median(first_graphs, 1024));
+        printf("RESULT fusec sweep dynamic_all_T_latency median_call_ms=%.4f worst_new_shape_call_over_call=%.2f at_T=%lld "
+               "median_new_shape_call_over_call=%.2f\n",
+               fc_median(lat, 1024), worst_lratio, (long long)worst_lt, fc_median(lratios, 1024));
+        print_ratio_spread("first_over_call", first_over_call, 1024, ts);
+        print_ratio_spread("first_over_call_T_below_64", first_over_call, nsmall, ts);
+        print_ratio_spread("second_over_call", second_over_call, 1024, ts);
+        printf("RESULT fusec sweep new_shape_extra_host_us median=%.2f p90=%.2f max=%.1f (first call's host time minus a "
+               "steady call's)\n",
+               quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0));
+    }
     fc_program_free(dyn);
     /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
     if (getenv("SWEEP_VARIANT_ONLY")) {
@@ -474,7 +478,8 @@ static void bench_sweep(void) {
      * variant), the variant's steady state, the specialization once it has
      * landed, a static compile of the same T. */
     o.specialize = FC_SPECIALIZE_BACKGROUND;
-    o.max_specializations = 8;
+    /* SWEEP_MAX_SPECS: the table's size (8: the sample's 9th T on evict one). */
+    o.max_specializations = getenv("SWEEP_MAX_SPECS") ? atoi(getenv("SWEEP_MAX_SPECS")) : 8;
     if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
     static const int64_t sample[] = {1, 2, 3, 7, 8, 16, 31, 64, 65, 127, 128, 129, 255, 256, 500, 512, 513, 777, 1000, 1024};
     int ns = (int)(sizeof sample / sizeof sample[0]);

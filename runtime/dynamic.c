@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_MAX_SPECS 8
 /* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
@@ -185,6 +186,7 @@ typedef struct fc_dynamic {
      * far (the stats add up everything that ran). */
     fc_run_stats gone;
     int max_specs;
+    long delay_us; /* FUSEC_SPEC_DELAY_US: the background thread's start, that late */
 
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
@@ -274,10 +276,23 @@ static void compile_entry(fc_dynamic *d, spec *s) {
     pthread_cond_broadcast(&d->done);
 }
 
+static bool has_queued(const fc_dynamic *d) {
+    for (int i = 0; i < d->nspecs; i++)
+        if (d->specs[i]->state == SPEC_QUEUED) return true;
+    return false;
+}
+
 static void *worker(void *arg) {
     fc_dynamic *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
+        if (d->delay_us > 0 && !d->stop && (d->ngrave > 0 || has_queued(d))) {
+            /* FUSEC_SPEC_DELAY_US: start the work that late (measuring
+             * what it costs the caller's calls that run meanwhile). */
+            pthread_mutex_unlock(&d->mu);
+            usleep((useconds_t)d->delay_us);
+            pthread_mutex_lock(&d->mu);
+        }
         while (d->ngrave > 0) {
             spec *dead = d->graveyard[--d->ngrave];
             pthread_mutex_unlock(&d->mu);
@@ -452,6 +467,7 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     d->opts = *o;
     d->shell = p;
     d->max_specs = o->max_specializations ? o->max_specializations : DEFAULT_MAX_SPECS;
+    d->delay_us = getenv("FUSEC_SPEC_DELAY_US") ? atol(getenv("FUSEC_SPEC_DELAY_US")) : 0;
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->wake, NULL);
     pthread_cond_init(&d->done, NULL);
