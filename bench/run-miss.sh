@@ -6,11 +6,17 @@
 #   teardown.log  bench/micro/teardown_bench.cu: a caller's call (small copy,
 #                 event, graph replay) while another thread repeats one CUDA
 #                 operation (module load/unload, malloc/free, synchronize, ...)
+#   ctest.log     the tests (MISS_TESTS: a ctest -R regex; MISS_NOTEST=1: none)
 #   miss-*.log    dynamic_bench sweep's part 2 alone (SWEEP_SAMPLE_ONLY=1) in
-#                 each mode of MISS_MODES (default "default nofree delay"):
-#                 default; nofree (SWEEP_MAX_SPECS=32: nothing evicted, so
-#                 nothing freed); delay (FUSEC_SPEC_DELAY_US=20000: the
-#                 background thread starts its work 20 ms after the miss)
+#                 each mode of MISS_MODES (default "cold default region0
+#                 batch0"): cold (an empty kernel cache: every specialization
+#                 runs NVRTC while the variant serves the calls); default (the
+#                 cache warm); region0 (FUSEC_ARENA_REGION=0: the variant's
+#                 arena reallocated to grow, the code before session 8);
+#                 batch0 (FUSEC_SPEC_BATCH=0: the background thread at the
+#                 caller's priority); nofree (SWEEP_MAX_SPECS=32: nothing
+#                 evicted, so nothing freed); delay (FUSEC_SPEC_DELAY_US=20000:
+#                 the background thread starts its work 20 ms after the miss)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 OUT=${OUT:-$PWD/out}
@@ -21,15 +27,24 @@ if [[ -z ${MISS_NOBUILD:-} ]]; then
         -DFUSEC_XXHASH_DIR="$PWD/.deps/xxhash" >"$OUT/build.log" 2>&1 && ninja -C build >>"$OUT/build.log" 2>&1
     echo "build: rc=$?"
 fi
+if [[ -z ${MISS_NOTEST:-} ]]; then
+    if [[ -n ${MISS_TESTS:-} ]]; then TESTS=(-R "$MISS_TESTS"); else TESTS=(); fi
+    (cd build && timeout 300 ctest -j3 --output-on-failure "${TESTS[@]}") >"$OUT/ctest.log" 2>&1
+    echo "ctest: rc=$?"
+fi
 if [[ -z ${MISS_NOTEARDOWN:-} ]]; then
     nvcc -O2 -arch=sm_90 bench/micro/teardown_bench.cu -lcuda -lcublasLt -o build/teardown_bench >"$OUT/teardown.log" 2>&1 &&
         nvcc -arch=sm_90 -cubin bench/micro/teardown_bench.cu -o build/teardown_bench.cubin >>"$OUT/teardown.log" 2>&1 &&
         timeout 120 build/teardown_bench build/teardown_bench.cubin >>"$OUT/teardown.log" 2>&1
     echo "teardown_bench: rc=$?"
 fi
-for mode in ${MISS_MODES:-default nofree delay}; do
+MODES=${MISS_MODES:-cold default region0 batch0}
+for mode in $MODES; do
     case $mode in
+    cold) envs=(FUSEC_CACHE_DIR="$(mktemp -d)") ;;
     default) envs=() ;;
+    region0) envs=(FUSEC_ARENA_REGION=0) ;;
+    batch0) envs=(FUSEC_SPEC_BATCH=0) ;;
     nofree) envs=(SWEEP_MAX_SPECS=32) ;;
     delay) envs=(FUSEC_SPEC_DELAY_US=20000) ;;
     *) envs=("$mode") ;; # VAR=value as it is
@@ -37,9 +52,11 @@ for mode in ${MISS_MODES:-default nofree delay}; do
     env "${envs[@]}" SWEEP_SAMPLE_ONLY=1 timeout 150 build/dynamic_bench sweep >"$OUT/miss-$mode.log" 2>&1
     echo "sweep sample ($mode): rc=$?"
 done
+echo "=== tests"
+grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== teardown_bench (us)"
-tail -12 "$OUT/teardown.log"
-for mode in ${MISS_MODES:-default nofree delay}; do
+tail -14 "$OUT/teardown.log"
+for mode in $MODES; do
     echo "=== misses: $mode (ms; guard/instance/run in us)"
     grep -h "sweep T=" "$OUT/miss-$mode.log" |
         sed -E 's/RESULT fusec sweep //; s/ second_call_ms=[^ ]*//; s/ first_hit_ms=[^ ]*//; s/ second_hit_ms=[^ ]*//; s/ specialized_call_ms=[^ ]*//; s/ specialized_ms=[^ ]*//; s/ static_ms=[^ ]*//; s/_ms=/=/g; s/_us=/=/g; s/miss_//g' | cut -c1-200

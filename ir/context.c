@@ -31,6 +31,11 @@ void fc_context_fail_alloc_after(fc_context *ctx, long n) {
     ctx->alloc_count = 0;
 }
 
+bool fc_env_is_zero(const char *name) {
+    const char *e = getenv(name);
+    return e && e[0] == '0' && !e[1];
+}
+
 void fc_free(void *p) { free(p); }
 
 static bool alloc_should_fail(fc_context *ctx) {

@@ -192,6 +192,10 @@ struct fc_context {
     long alloc_count;
 };
 
+/* $name is exactly "0": a measuring switch turned off (FUSEC_PDL=0,
+ * FUSEC_ARENA_REGION=0, ...; docs/CLI.md lists them). */
+bool fc_env_is_zero(const char *name);
+
 /* Record an error on ctx (printf-style); returns `st` for chaining. */
 fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

@@ -121,7 +121,15 @@ void fc_bytes_free(fc_bytes *b);
  * without them still loads): graph edges with a type (CUDA 12.3), for the
  * programmatic dependent launches of a frame graph (runtime/replay.c). */
 #define FC_CUDA_DRIVER_OPTIONAL(X)                                             \
-    X(GraphAddDependencies, 12030)
+    X(GraphAddDependencies, 12030)                                             \
+    X(MemAddressReserve, 10020)                                                \
+    X(MemAddressFree, 10020)                                                   \
+    X(MemCreate, 10020)                                                        \
+    X(MemRelease, 10020)                                                       \
+    X(MemMap, 10020)                                                           \
+    X(MemUnmap, 10020)                                                         \
+    X(MemSetAccess, 10020)                                                     \
+    X(MemGetAllocationGranularity, 10020)
 
 /* The resolved driver: one pointer per function above, plus its version. */
 typedef struct fc_cuda_driver {
@@ -207,6 +215,33 @@ fc_status fc_cuda_download(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t
 fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
 fc_status fc_cuda_download_async(fc_cuda_device *d, void *dst, CUdeviceptr src, size_t bytes, CUstream s);
 fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char byte, size_t bytes, CUstream s);
+/*
+ * A device region that grows in place: an address range reserved once (as
+ * large as the device's memory), backed by physical memory mapped at its
+ * end as it grows (the virtual memory management API: cuMemCreate,
+ * cuMemMap). Its base never moves, so whatever holds its addresses stays
+ * right, and growing frees nothing, so it never waits for the device: a
+ * free-then-alloc growth (cuMemFree synchronizes) cost a caller's call
+ * 100-700 us on the H200, and blocked other threads' launches meanwhile
+ * (docs/DYNAMIC.md, "Session 8"). A zeroed struct is an empty region.
+ */
+typedef struct fc_cuda_region {
+    CUdeviceptr base; /* 0 until the first growth reserves the range */
+    size_t reserved, mapped, granularity;
+    CUmemGenericAllocationHandle *chunk; /* each growth's physical memory, in address order */
+    size_t *chunk_bytes;
+    int nchunks, capchunks;
+} fc_cuda_region;
+/* Map at least `bytes` from r->base (rounded up to the granularity; a
+ * region already that large is left alone). FC_ERR_UNSUPPORTED, with r
+ * unchanged and no error recorded, when the driver or the device has no
+ * virtual memory management (the caller then allocates as before); any
+ * other failure is recorded and leaves r as it was. */
+fc_status fc_cuda_region_grow(fc_cuda_device *d, fc_cuda_region *r, size_t bytes);
+/* Unmap and release everything, free the range, zero r. The caller makes
+ * sure no queued work still uses it. NULL and an empty region are ignored. */
+void fc_cuda_region_free(fc_cuda_device *d, fc_cuda_region *r);
+
 /* Page-locked host memory (a copy from it to the device is a DMA the
  * stream orders; its source must stay unchanged until the copy ran). */
 fc_status fc_cuda_host_alloc(fc_cuda_device *d, size_t bytes, void **out);

@@ -385,6 +385,102 @@ fc_status fc_cuda_free(fc_cuda_device *d, CUdeviceptr p) {
     return FC_OK;
 }
 
+/* The range to reserve and the granularity, at a region's first growth:
+ * FC_ERR_UNSUPPORTED without virtual memory management. */
+static fc_status region_reserve(fc_cuda_device *d, fc_cuda_region *r) {
+    const fc_cuda_driver *cu = d->cu;
+    if (!cu->MemAddressReserve || !cu->MemAddressFree || !cu->MemCreate || !cu->MemRelease || !cu->MemMap ||
+        !cu->MemUnmap || !cu->MemSetAccess || !cu->MemGetAllocationGranularity)
+        return FC_ERR_UNSUPPORTED;
+    int vmm = 0;
+    if (cu->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev) != CUDA_SUCCESS ||
+        !vmm)
+        return FC_ERR_UNSUPPORTED;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = (int)d->dev;
+    size_t gran = 0, total = 0;
+    if (cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !gran ||
+        cu->DeviceTotalMem(&total, d->dev) != CUDA_SUCCESS)
+        return FC_ERR_UNSUPPORTED;
+    /* As large as the device's memory: no region can outgrow it. */
+    size_t reserve = (total + gran - 1) / gran * gran;
+    CUdeviceptr base = 0;
+    if (cu->MemAddressReserve(&base, reserve, gran, 0, 0) != CUDA_SUCCESS) return FC_ERR_UNSUPPORTED;
+    r->base = base;
+    r->reserved = reserve;
+    r->granularity = gran;
+    return FC_OK;
+}
+
+fc_status fc_cuda_region_grow(fc_cuda_device *d, fc_cuda_region *r, size_t bytes) {
+    USE(d);
+    if (!r) return FC_ERR_USAGE;
+    if (!r->base) {
+        fc_status st = region_reserve(d, r);
+        if (st != FC_OK) return st;
+    }
+    if (bytes <= r->mapped) return FC_OK;
+    size_t want = (bytes + r->granularity - 1) / r->granularity * r->granularity;
+    if (want > r->reserved || want < bytes)
+        return fc_set_error(d->ctx, FC_ERR_RUNTIME, "a device region of %zu bytes is larger than the device's memory",
+                            bytes);
+    if (r->nchunks == r->capchunks) {
+        int cap = r->capchunks ? r->capchunks * 2 : 8;
+        CUmemGenericAllocationHandle *h = realloc(r->chunk, sizeof *h * (size_t)cap);
+        if (h) r->chunk = h;
+        size_t *b = h ? realloc(r->chunk_bytes, sizeof *b * (size_t)cap) : NULL;
+        if (b) r->chunk_bytes = b;
+        if (!h || !b) return fc_set_error(d->ctx, FC_ERR_NOMEM, "out of memory (device region)");
+        r->capchunks = cap;
+    }
+    const fc_cuda_driver *cu = d->cu;
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = (int)d->dev;
+    CUmemAccessDesc access = {0};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t add = want - r->mapped;
+    CUdeviceptr at = r->base + r->mapped;
+    CUmemGenericAllocationHandle h = 0;
+    CUresult e = cu->MemCreate(&h, add, &prop, 0);
+    if (e == CUDA_SUCCESS) {
+        e = cu->MemMap(at, add, 0, h, 0);
+        if (e == CUDA_SUCCESS) {
+            e = cu->MemSetAccess(at, add, &access, 1);
+            if (e != CUDA_SUCCESS) (void)cu->MemUnmap(at, add);
+        }
+        if (e != CUDA_SUCCESS) (void)cu->MemRelease(h);
+    }
+    if (e != CUDA_SUCCESS) {
+        fc_status st = fc_cu_fail(d->ctx, e, "cuMemCreate/cuMemMap/cuMemSetAccess", __FILE__, __LINE__);
+        return append_error(d->ctx, st, " (growing a device region to %zu bytes)", want);
+    }
+    r->chunk[r->nchunks] = h;
+    r->chunk_bytes[r->nchunks++] = add;
+    r->mapped = want;
+    return FC_OK;
+}
+
+void fc_cuda_region_free(fc_cuda_device *d, fc_cuda_region *r) {
+    if (!d || !r || !r->base) return;
+    const fc_cuda_driver *cu = d->cu;
+    (void)cu->CtxSetCurrent(d->cuctx);
+    size_t off = 0;
+    for (int i = 0; i < r->nchunks; i++) {
+        (void)cu->MemUnmap(r->base + off, r->chunk_bytes[i]);
+        (void)cu->MemRelease(r->chunk[i]);
+        off += r->chunk_bytes[i];
+    }
+    (void)cu->MemAddressFree(r->base, r->reserved);
+    free(r->chunk);
+    free(r->chunk_bytes);
+    memset(r, 0, sizeof *r);
+}
+
 fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
     USE(d);
     if (bytes == 0) return FC_OK;

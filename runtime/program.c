@@ -104,8 +104,14 @@ struct fc_program {
     int64_t *syms;
     int nsyms;
     unsigned arena_gen;         /* instance: the variant's arena_gen its graph was built for */
-    /* A variant: the arena its instances share, and how often it moved. */
+    /* A variant: the arena its instances share, and how often it moved.
+     * The arena is arena_region's when the device has virtual memory
+     * management: it grows in place and never moves (nor waits for the
+     * device); otherwise it is one cuMemAlloc, freed and allocated again,
+     * larger, when a shape needs more. */
     int64_t shared_arena_bytes;
+    fc_cuda_region arena_region;
+    bool arena_moves; /* no region: the arena is reallocated to grow */
     /* A variant whose launches are all kernels: one graph for all its
      * shapes, re-pointed at each shape's grids and sizes when the shape
      * changes (enqueue_shared). It holds the shape of instance shared_owner
@@ -868,9 +874,8 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     p->times.compile_ms = fc_now_ms() - t0;
     /* Kernels only: one graph for every shape, and instances made from the
      * layout (a cuBLASLt call's description is made from its bound node). */
-    const char *shared = getenv("FUSEC_SHARED_GRAPH");
     const bool kernels_only = fc_replay_kernels_only(d);
-    p->shared_graph = kernels_only && !(shared && !strcmp(shared, "0"));
+    p->shared_graph = kernels_only && !fc_env_is_zero("FUSEC_SHARED_GRAPH");
     if (kernels_only && (st = variant_layout(p)) != FC_OK) {
         fc_program_free(p);
         return st;
@@ -1081,7 +1086,8 @@ void fc_program_free(fc_program *p) {
         (void)cu->CtxSetCurrent(p->dev->cuctx);
         (void)cu->CtxSynchronize();
         fc_cublaslt_destroy(p->blas); /* it uses the device: before it is closed */
-        if (p->arena) (void)cu->MemFree(p->arena);
+        if (p->arena_region.base) fc_cuda_region_free(p->dev, &p->arena_region);
+        else if (p->arena) (void)cu->MemFree(p->arena);
         if (p->module) (void)cu->ModuleUnload(p->module);
         fc_cuda_device_close(p->dev);
     }
@@ -1397,18 +1403,31 @@ static fc_status ensure_instance(fc_program *p) {
     p->args = v->args;
     int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
     if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
+    if (!v->arena_region.base && !v->arena && fc_env_is_zero("FUSEC_ARENA_REGION"))
+        v->arena_moves = true; /* measuring the reallocated arena (docs/DYNAMIC.md) */
     if (bytes > v->shared_arena_bytes) {
+        /* Doubled at least: a sweep of growing shapes grows it a few times. */
         int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
-        if (v->arena) {
-            /* cuMemFree waits for the work that may still use it. */
-            (void)fc_cuda_free(v->dev, v->arena);
-            v->arena = 0;
-            v->shared_arena_bytes = 0;
+        st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
+        if (st == FC_OK) {
+            if (v->arena != v->arena_region.base) v->arena_gen++; /* its first growth */
+            v->arena = v->arena_region.base;
+            v->shared_arena_bytes = (int64_t)v->arena_region.mapped;
+        } else if (st == FC_ERR_UNSUPPORTED) {
+            v->arena_moves = true;
+            if (v->arena) {
+                /* cuMemFree waits for the work that may still use it. */
+                (void)fc_cuda_free(v->dev, v->arena);
+                v->arena = 0;
+                v->shared_arena_bytes = 0;
+            }
+            st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
+            if (st != FC_OK) return st;
+            v->shared_arena_bytes = grown;
+            v->arena_gen++;
+        } else {
+            return st;
         }
-        st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
-        if (st != FC_OK) return st;
-        v->shared_arena_bytes = grown;
-        v->arena_gen++;
     }
     if (p->arena_gen != v->arena_gen) {
         fc_replay_free(p->replay, p->dev);
@@ -1561,10 +1580,9 @@ static void graphs_off(fc_program *p, const char *why) {
 /* Whether p replays at all, decided at its first run: the options and the
  * environment are read once, not at every run. */
 static void decide_graphs(fc_program *p) {
-    const char *env = getenv("FUSEC_CUDA_GRAPHS");
     p->graphs_decided = true;
     if (!p->opts.cuda_graphs) graphs_off(p, "CUDA Graphs are off (fc_compile_options.cuda_graphs, or --no-graphs)");
-    else if (env && !strcmp(env, "0")) graphs_off(p, "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)");
+    else if (fc_env_is_zero("FUSEC_CUDA_GRAPHS")) graphs_off(p, "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)");
     else if (p->d.src.nlaunches == 0) graphs_off(p, "the program launches nothing");
 }
 

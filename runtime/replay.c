@@ -261,8 +261,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     fc_status st = fc_cuda_graph_create(e->dev, &r->graph);
     CUgraphNode prev = NULL;
     bool prev_frame = false; /* prev is a frame kernel */
-    const char *pdl = getenv("FUSEC_PDL");
-    const bool programmatic = !(pdl && !strcmp(pdl, "0"));
+    const bool programmatic = !fc_env_is_zero("FUSEC_PDL");
     int nslot = 0;
     for (int i = 0; i < d->src.nlaunches && st == FC_OK; i++) {
         const fc_launch *l = &d->src.launches[i];

@@ -140,10 +140,65 @@ static void test_saxpy(fc_context *ctx) {
     free(out);
 }
 
+/* A region grows in place: its base never moves, what was written stays,
+ * the new tail is usable, a smaller request changes nothing, a request
+ * beyond the device's memory is an error that leaves it as it was, and
+ * freeing zeroes it. */
+static void test_region(fc_context *ctx) {
+    fc_cuda_device *d = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    if (!d) return;
+    fc_cuda_region r = {0};
+    fc_status st = fc_cuda_region_grow(d, &r, 1000);
+    if (st == FC_ERR_UNSUPPORTED) {
+        printf("skipped: no virtual memory management on this device\n");
+        fc_cuda_device_close(d);
+        return;
+    }
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK(r.base != 0 && r.granularity > 0 && r.mapped >= 1000 && r.mapped % r.granularity == 0);
+    const CUdeviceptr base = r.base;
+    const size_t first = r.mapped, n = first / 4;
+    uint32_t *h = malloc(sizeof *h * 3 * n);
+    CHECK(h != NULL);
+    if (!h) return;
+    for (size_t i = 0; i < n; i++) h[i] = (uint32_t)i * 2654435761u;
+    CHECK_EQ_INT(fc_cuda_upload(d, base, h, first), FC_OK);
+    /* Grown (twice the size and a bit: a second chunk), then smaller. */
+    CHECK_EQ_INT(fc_cuda_region_grow(d, &r, 2 * first + 1), FC_OK);
+    CHECK(r.base == base && r.mapped >= 2 * first + 1 && r.nchunks == 2);
+    CHECK_EQ_INT(fc_cuda_region_grow(d, &r, first), FC_OK);
+    CHECK(r.nchunks == 2);
+    /* The tail across the chunks' boundary is writable, the head kept. */
+    for (size_t i = 0; i < 2 * n; i++) h[n + i] = (uint32_t)i ^ 0x5a5a5a5au;
+    CHECK_EQ_INT(fc_cuda_upload(d, base + first - 4 * n / 2, h + n, 2 * first), FC_OK);
+    uint32_t *back = malloc(sizeof *back * 3 * n);
+    CHECK(back != NULL);
+    if (back) {
+        CHECK_EQ_INT(fc_cuda_download(d, back, base, 3 * first / 2), FC_OK);
+        int bad = 0;
+        for (size_t i = 0; i < n / 2; i++) bad += back[i] != (uint32_t)i * 2654435761u;
+        for (size_t i = 0; i < n; i++) bad += back[n / 2 + i] != ((uint32_t)i ^ 0x5a5a5a5au);
+        CHECK_EQ_INT(bad, 0);
+        free(back);
+    }
+    /* Beyond the device: an error, the region unchanged. */
+    const size_t mapped = r.mapped;
+    CHECK_EQ_INT(fc_cuda_region_grow(d, &r, r.reserved + 1), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "larger than the device's memory") != NULL);
+    CHECK(r.base == base && r.mapped == mapped && r.nchunks == 2);
+    fc_cuda_region_free(d, &r);
+    CHECK(r.base == 0 && r.mapped == 0 && r.nchunks == 0 && r.chunk == NULL);
+    fc_cuda_region_free(d, &r); /* twice: nothing */
+    free(h);
+    fc_cuda_device_close(d);
+}
+
 int main(void) {
     fc_context *ctx = fc_context_new();
     if (fc_cuda_available(ctx)) {
         test_saxpy(ctx);
+        test_region(ctx);
         fc_context_free(ctx);
         return check_report("test_cuda_driver");
     }

@@ -69,6 +69,25 @@ static void *bg_main(void *arg) {
         case 8: { void *p; CK(cudaMallocHost(&p, 1 << 20)); CK(cudaFreeHost(p)); break; }
         case 9: { char *p = (char *)malloc(64 << 20); for (size_t i = 0; i < (64u << 20); i += 4096) p[i] = 1; free(p); break; }
         case 10: { cublasLtHandle_t h; if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) exit(1); cublasLtDestroy(h); break; }
+        case 11: case 12: { // map 64 MiB more at the end of a reserved range (fusec's growing arena); 12: also unmap, release
+            static CUdeviceptr base; static size_t mapped; static std::vector<CUmemGenericAllocationHandle> hs;
+            CUmemAllocationProp prop = {}; prop.type = CU_MEM_ALLOCATION_TYPE_PINNED; prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE; prop.location.id = 0;
+            const size_t chunk = 64 << 20, range = 64ull << 30;
+            if (!base) CD(cuMemAddressReserve(&base, range, 0, 0, 0));
+            if (mapped + chunk > range || b->op == 12) { // start again: unmap everything
+                for (size_t i = 0; i < hs.size(); i++) { CD(cuMemUnmap(base + i * chunk, chunk)); CD(cuMemRelease(hs[i])); }
+                hs.clear(); mapped = 0;
+            }
+            CUmemGenericAllocationHandle h; CD(cuMemCreate(&h, chunk, &prop, 0)); CD(cuMemMap(base + mapped, chunk, 0, h, 0));
+            CUmemAccessDesc a = {}; a.location = prop.location; a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            CD(cuMemSetAccess(base + mapped, chunk, &a, 1));
+            hs.push_back(h); mapped += chunk;
+            if (b->op == 11 && mapped >= (8ull << 30)) { // keep device memory in bounds: 8 GiB, then start over
+                for (size_t i = 0; i < hs.size(); i++) { CD(cuMemUnmap(base + i * chunk, chunk)); CD(cuMemRelease(hs[i])); }
+                hs.clear(); mapped = 0;
+            }
+            break;
+        }
         }
         t.push_back(now_us() - t0);
         b->count++;
@@ -83,7 +102,9 @@ int main(int argc, char **argv) {
                                   "cudaDeviceSynchronize", "cuModuleLoadData + cuModuleUnload", "graph instantiate + upload + destroy",
                                   "stream + event create, destroy", "cudaMallocAsync + cudaFreeAsync 64 MiB (pool)",
                                   "cudaMallocHost + cudaFreeHost, 1 MiB", "host malloc 64 MiB, touch, free",
-                                  "cublasLtCreate + cublasLtDestroy"};
+                                  "cublasLtCreate + cublasLtDestroy",
+                                  "cuMemCreate + cuMemMap + cuMemSetAccess 64 MiB",
+                                  "the same, then cuMemUnmap + cuMemRelease"};
     const int nops = (int)(sizeof names / sizeof names[0]);
     Bg proto;
     if (argc > 1) {

@@ -147,10 +147,7 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
 /* $name is "0": a switch of the variant's GEMMs turned off. */
-static bool switched_off(const char *name) {
-    const char *e = getenv(name);
-    return e && e[0] == '0' && !e[1];
-}
+static bool switched_off(const char *name) { return fc_env_is_zero(name); }
 
 /* The workspace the 128 x 128 tile's splits may use, in floats: all of
  * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
