@@ -477,7 +477,10 @@ static void bench_sweep(void) {
     /* 2. Background specialization on a sample of T: the miss (served by the
      * variant), the variant's steady state, the specialization once it has
      * landed, a static compile of the same T. */
-    o.specialize = FC_SPECIALIZE_BACKGROUND;
+    /* SWEEP_SPECIALIZE=off: the same sample with the variant alone (each
+     * T's miss then 20 calls), to tell what the queueing costs a miss. */
+    const bool spec_off = getenv("SWEEP_SPECIALIZE") && !strcmp(getenv("SWEEP_SPECIALIZE"), "off");
+    o.specialize = spec_off ? FC_SPECIALIZE_OFF : FC_SPECIALIZE_BACKGROUND;
     /* SWEEP_MAX_SPECS: the table's size (8: the sample's 9th T on evict one). */
     o.max_specializations = getenv("SWEEP_MAX_SPECS") ? atoi(getenv("SWEEP_MAX_SPECS")) : 8;
     if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
@@ -488,13 +491,14 @@ static void bench_sweep(void) {
         int64_t T = sample[i];
         sweep_set_t(&s, T);
         fc_program_stats(dyn, &st);
-        const double guard0 = st.miss_guard_ms, run0 = st.miss_run_ms, setup0 = st.shape_setup_ms;
+        const double guard0 = st.miss_guard_ms, run0 = st.miss_run_ms, setup0 = st.shape_setup_ms,
+                     grow0 = st.arena_grow_ms;
         double miss_host = 0, miss = shaped_call_host_ms(dyn, &s, &miss_host);
         fc_program_stats(dyn, &st);
         /* The miss's host time by part: the guard (queueing the
          * specialization), the instance, and the whole run. */
         const double miss_guard_us = (st.miss_guard_ms - guard0) * 1e3, miss_run_us = (st.miss_run_ms - run0) * 1e3,
-                     miss_setup_us = (st.shape_setup_ms - setup0) * 1e3;
+                     miss_setup_us = (st.shape_setup_ms - setup0) * 1e3, miss_grow_us = (st.arena_grow_ms - grow0) * 1e3;
         /* Calls one after another, each timed alone (call, synchronize), as
          * a caller would make them, until one is served by the
          * specialization, which lands meanwhile (nothing waits for it):
@@ -508,7 +512,7 @@ static void bench_sweep(void) {
             uint64_t h0 = st.guard_hits;
             double t = shaped_call_ms(dyn, &s);
             fc_program_stats(dyn, &st);
-            if (st.guard_hits > h0) {
+            if (st.guard_hits > h0 || (spec_off && nb == 20)) {
                 hit1 = t;
                 break;
             }
@@ -542,10 +546,10 @@ static void bench_sweep(void) {
          * variant's call with and without these, runs 27 and 28). */
         for (int r = 0; r < 5; r++) shaped_call_ms(dyn, &s);
         printf("RESULT fusec sweep T=%lld miss_ms=%.4f miss_host_ms=%.4f miss_guard_us=%.1f miss_instance_us=%.1f "
-               "miss_run_us=%.1f second_call_ms=%.4f dynamic_call_ms=%.4f dynamic_call_p99_ms=%.4f worst_dynamic_call_ms=%.4f "
+               "miss_grow_us=%.1f miss_run_us=%.1f second_call_ms=%.4f dynamic_call_ms=%.4f dynamic_call_p99_ms=%.4f worst_dynamic_call_ms=%.4f "
                "dynamic_calls=%d first_hit_ms=%.4f second_hit_ms=%.4f specialized_call_ms=%.4f specialized_ms=%.4f "
                "static_ms=%.4f landed_after_ms=%.1f\n",
-               (long long)T, miss, miss_host, miss_guard_us, miss_setup_us, miss_run_us, second_call, dyn_ms, dyn_p99, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, static_ms,
+               (long long)T, miss, miss_host, miss_guard_us, miss_setup_us, miss_grow_us, miss_run_us, second_call, dyn_ms, dyn_p99, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, static_ms,
                wait_ms);
         if (spec_ms / static_ms > worst_spec_static) worst_spec_static = spec_ms / static_ms;
         if (dyn_ms > 0 && miss / dyn_ms > worst_miss_dyn) worst_miss_dyn = miss / dyn_ms;

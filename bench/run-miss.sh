@@ -9,12 +9,12 @@
 #   ctest.log     the tests (MISS_TESTS: a ctest -R regex; MISS_NOTEST=1: none)
 #   miss-*.log    dynamic_bench sweep's part 2 alone (SWEEP_SAMPLE_ONLY=1) in
 #                 each mode of MISS_MODES (default "cold default region0
-#                 batch0"): cold (an empty kernel cache: every specialization
+#                 off"): cold (an empty kernel cache: every specialization
 #                 runs NVRTC while the variant serves the calls); default (the
 #                 cache warm); region0 (FUSEC_ARENA_REGION=0: the variant's
 #                 arena reallocated to grow, the code before session 8);
-#                 batch0 (FUSEC_SPEC_BATCH=0: the background thread at the
-#                 caller's priority); nofree (SWEEP_MAX_SPECS=32: nothing
+#                 off (SWEEP_SPECIALIZE=off: the variant alone, each T's
+#                 miss then 20 calls: what the queueing costs); nofree (SWEEP_MAX_SPECS=32: nothing
 #                 evicted, so nothing freed); delay (FUSEC_SPEC_DELAY_US=20000:
 #                 the background thread starts its work 20 ms after the miss)
 set -uo pipefail
@@ -38,13 +38,13 @@ if [[ -z ${MISS_NOTEARDOWN:-} ]]; then
         timeout 120 build/teardown_bench build/teardown_bench.cubin >>"$OUT/teardown.log" 2>&1
     echo "teardown_bench: rc=$?"
 fi
-MODES=${MISS_MODES:-cold default region0 batch0}
+MODES=${MISS_MODES:-cold default region0 off}
 for mode in $MODES; do
     case $mode in
     cold) envs=(FUSEC_CACHE_DIR="$(mktemp -d)") ;;
     default) envs=() ;;
     region0) envs=(FUSEC_ARENA_REGION=0) ;;
-    batch0) envs=(FUSEC_SPEC_BATCH=0) ;;
+    off) envs=(SWEEP_SPECIALIZE=off) ;;
     nofree) envs=(SWEEP_MAX_SPECS=32) ;;
     delay) envs=(FUSEC_SPEC_DELAY_US=20000) ;;
     *) envs=("$mode") ;; # VAR=value as it is

@@ -451,6 +451,11 @@ typedef struct fc_run_stats {
     double miss_run_ms;          /* host time of the runs that missed, in all (fc_run_shaped
                                   * from the guard to its return: the guard, the variant's
                                   * instance, frame and launches; docs/DYNAMIC.md) */
+    uint64_t arena_grows;        /* times the dynamic variant's arena grew for a larger shape
+                                  * (its first allocation included) */
+    double arena_grow_ms;        /* host time of those growths, in all (memory mapped at the
+                                  * arena's end, or, without virtual memory management, the
+                                  * arena freed and allocated larger; docs/DYNAMIC.md) */
     /* CUDA Graphs, over the program (and its specializations). */
     uint64_t graph_captures;     /* graphs built and instantiated */
     uint64_t graph_prebuilt;     /* of those, built by the background thread before the

@@ -16,8 +16,6 @@
  *
  * Nothing here prints unless FUSEC_LOG asks for it.
  */
-/* SCHED_BATCH (the background thread's policy) is a GNU name. */
-#define _GNU_SOURCE
 #include "runtime/dynamic.h"
 
 #include "ir/ir.h"
@@ -25,9 +23,6 @@
 #include "runtime/cuda.h"
 
 #include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,21 +282,8 @@ static bool has_queued(const fc_dynamic *d) {
     return false;
 }
 
-/* The background thread makes way for the callers' threads: SCHED_BATCH
- * (the scheduler never lets it preempt a thread when it wakes) at nice 5.
- * FUSEC_SPEC_BATCH=0 leaves it as it was started, for measuring. */
-static void make_way(void) {
-#ifdef SCHED_BATCH
-    if (fc_env_is_zero("FUSEC_SPEC_BATCH")) return;
-    struct sched_param sp = {0};
-    (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
-    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 5);
-#endif
-}
-
 static void *worker(void *arg) {
     fc_dynamic *d = arg;
-    make_way();
     pthread_mutex_lock(&d->mu);
     for (;;) {
         if (d->delay_us > 0 && !d->stop && (d->ngrave > 0 || has_queued(d))) {
@@ -700,6 +682,11 @@ void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
     out->graph_build_ms = 0;
     out->graph_skip_reason[0] = 0;
     add_graph_stats(out, &d->gone);
+    if (d->variant) {
+        /* The arena is the variant's (its instances share it). */
+        out->arena_grows = fc_program_stats_ref(d->variant)->arena_grows;
+        out->arena_grow_ms = fc_program_stats_ref(d->variant)->arena_grow_ms;
+    }
     for (int i = 0; i < MAX_INSTANCES; i++)
         if (d->inst[i].prog) add_graph_stats(out, fc_program_stats_ref(d->inst[i].prog));
     pthread_mutex_lock(&d->mu);

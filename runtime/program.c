@@ -1408,6 +1408,7 @@ static fc_status ensure_instance(fc_program *p) {
     if (bytes > v->shared_arena_bytes) {
         /* Doubled at least: a sweep of growing shapes grows it a few times. */
         int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
+        const double t0 = fc_now_ms();
         st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
         if (st == FC_OK) {
             if (v->arena != v->arena_region.base) v->arena_gen++; /* its first growth */
@@ -1428,6 +1429,8 @@ static fc_status ensure_instance(fc_program *p) {
         } else {
             return st;
         }
+        v->stats.arena_grows++;
+        v->stats.arena_grow_ms += fc_now_ms() - t0;
     }
     if (p->arena_gen != v->arena_gen) {
         fc_replay_free(p->replay, p->dev);
