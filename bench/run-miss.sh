@@ -8,8 +8,7 @@
 #                 operation (module load/unload, malloc/free, synchronize, ...)
 #   ctest.log     the tests (MISS_TESTS: a ctest -R regex; MISS_NOTEST=1: none)
 #   miss-*.log    dynamic_bench sweep's part 2 alone (SWEEP_SAMPLE_ONLY=1) in
-#                 each mode of MISS_MODES (default "cold default region0
-#                 off"): cold (an empty kernel cache: every specialization
+#                 each mode of MISS_MODES (default "default region0 off"): cold (an empty kernel cache: every specialization
 #                 runs NVRTC while the variant serves the calls); default (the
 #                 cache warm); region0 (FUSEC_ARENA_REGION=0: the variant's
 #                 arena reallocated to grow, the code before session 8);
@@ -38,7 +37,7 @@ if [[ -z ${MISS_NOTEARDOWN:-} ]]; then
         timeout 120 build/teardown_bench build/teardown_bench.cubin >>"$OUT/teardown.log" 2>&1
     echo "teardown_bench: rc=$?"
 fi
-MODES=${MISS_MODES:-cold default region0 off}
+MODES=${MISS_MODES:-default region0 off}
 for mode in $MODES; do
     case $mode in
     cold) envs=(FUSEC_CACHE_DIR="$(mktemp -d)") ;;

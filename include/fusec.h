@@ -456,6 +456,9 @@ typedef struct fc_run_stats {
     double arena_grow_ms;        /* host time of those growths, in all (memory mapped at the
                                   * arena's end, or, without virtual memory management, the
                                   * arena freed and allocated larger; docs/DYNAMIC.md) */
+    uint64_t arena_grows_ahead;  /* growths the background thread made ahead of need, after a
+                                  * new shape's run (to twice that shape's need): no run waited */
+    double arena_ahead_ms;       /* their time, in all (the background thread's) */
     /* CUDA Graphs, over the program (and its specializations). */
     uint64_t graph_captures;     /* graphs built and instantiated */
     uint64_t graph_prebuilt;     /* of those, built by the background thread before the

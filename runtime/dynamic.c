@@ -197,6 +197,11 @@ typedef struct fc_dynamic {
     spec **graveyard; /* evicted entries: the thread frees them (under mu) */
     int ngrave, capgrave;
     uint64_t built, failed, evicted; /* under mu */
+    /* The variant's arena size the background thread is asked to grow it
+     * to ahead of need (0: none), and its growths so far (under mu). */
+    int64_t arena_ahead;
+    uint64_t ahead_grows;
+    double ahead_ms;
 
     uint64_t clock;
     int64_t last[FC_DYN_MAX_SYMS];
@@ -255,6 +260,15 @@ static void spec_free(spec *s) {
  * caller's thread removes entries, and never one that is compiling. */
 static void compile_entry(fc_dynamic *d, spec *s) {
     s->state = SPEC_COMPILING;
+    /* Its context is made here, not when the caller queued it (the
+     * caller's miss does as little as it can). */
+    if (!s->ctx && !(s->ctx = fc_context_new())) {
+        snprintf(s->error, sizeof s->error, "out of memory (a specialization's context)");
+        s->state = SPEC_FAILED;
+        d->failed++;
+        pthread_cond_broadcast(&d->done);
+        return;
+    }
     int64_t key[FC_DYN_MAX_SYMS];
     memcpy(key, s->key, sizeof key);
     /* The entry stays, and only this thread changes it while COMPILING. */
@@ -292,6 +306,21 @@ static void *worker(void *arg) {
             pthread_mutex_unlock(&d->mu);
             usleep((useconds_t)d->delay_us);
             pthread_mutex_lock(&d->mu);
+        }
+        if (d->arena_ahead > 0) {
+            /* First: it is quick, and a run may soon need it. */
+            const int64_t want = d->arena_ahead;
+            d->arena_ahead = 0;
+            pthread_mutex_unlock(&d->mu);
+            const double t0 = fc_now_ms();
+            const bool grew = fc_program_arena_ahead(d->variant, want);
+            const double ms = fc_now_ms() - t0;
+            pthread_mutex_lock(&d->mu);
+            if (grew) {
+                d->ahead_grows++;
+                d->ahead_ms += ms;
+            }
+            continue;
         }
         while (d->ngrave > 0) {
             spec *dead = d->graveyard[--d->ngrave];
@@ -352,17 +381,20 @@ static bool make_room(fc_dynamic *d) {
         if (lru < 0 || d->specs[i]->used < d->specs[lru]->used) lru = i;
     }
     if (lru < 0) return false;
-    char k[160];
-    key_text(d, d->specs[lru]->key, k, sizeof k);
+    int64_t key[FC_DYN_MAX_SYMS];
+    memcpy(key, d->specs[lru]->key, sizeof key);
     bool ready = d->specs[lru]->state == SPEC_READY;
     if (!bury(d, lru)) return false;
     if (ready) {
         d->evicted++;
-        fc_trace(FC_LOG_GUARDS, "program %s: specialization %s evicted (least recently used of %d)",
-               fc_program_desc_of(d->shell)->graph_name, k, d->max_specs);
+        if (fc_trace_on(FC_LOG_GUARDS)) {
+            char k[160];
+            key_text(d, key, k, sizeof k);
+            fc_trace(FC_LOG_GUARDS, "program %s: specialization %s evicted (least recently used of %d)",
+                     fc_program_desc_of(d->shell)->graph_name, k, d->max_specs);
+        }
     }
-    pthread_cond_signal(&d->wake);
-    return true;
+    return true; /* the caller wakes the background thread (it frees the entry) */
 }
 
 /* A new entry for key, queued (under mu), with the pointers of the run
@@ -377,11 +409,6 @@ static spec *queue_spec(fc_dynamic *d, const int64_t *key, void *const *ptrs, in
     }
     spec *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->ctx = fc_context_new();
-    if (!s->ctx) {
-        free(s);
-        return NULL;
-    }
     if (ptrs && nin + nout > 0 && (s->ptrs = malloc(sizeof *ptrs * (size_t)(nin + nout)))) {
         /* Without them (out of memory) the graph is built at the 2nd run. */
         memcpy(s->ptrs, ptrs, sizeof *ptrs * (size_t)(nin + nout));
@@ -555,9 +582,14 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
 
 /* fc_dynamic_select, with the run's pointers (inputs, then outputs; NULL
  * for none) for a specialization it queues, and the time (ms) the guard
- * check began, for a miss's miss_guard_ms (a hit reads no clock). */
+ * check began, for a miss's miss_guard_ms (a hit reads no clock). When
+ * the background thread has work (an entry queued or evicted) it is woken
+ * here, after the mutex is released, or, with wake_later, by the caller
+ * once its launches are queued (*wake_later says whether to): waking a
+ * sleeping thread is a system call, and a miss's launches should not
+ * wait for it. */
 static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptrs, int nin, int nout, double t0,
-                             fc_program **out) {
+                             fc_program **out, bool *wake_later) {
     fc_dynamic *d = fc_program_dynamic(p);
     *out = NULL;
     if (!d) return FC_ERR_USAGE;
@@ -598,7 +630,6 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
         if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
-            pthread_cond_signal(&d->wake);
             fc_trace(FC_LOG_GUARDS,
                    "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
                    "compiling in the background",
@@ -615,7 +646,12 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
                : s->state == SPEC_FAILED ? s->error
                                          : "its specialization is still compiling");
     }
+    /* Work for the background thread: a queued entry, or an evicted one
+     * to free (the table changes only under mu, so it cannot miss it). */
+    const bool work = d->thread_started && (d->ngrave > 0 || has_queued(d));
     pthread_mutex_unlock(&d->mu);
+    if (wake_later) *wake_later = work;
+    else if (work) pthread_cond_signal(&d->wake);
     memcpy(d->last, key, sizeof *key * (size_t)d->nsyms);
     d->have_last = true;
     rs->miss_guard_ms += fc_now_ms() - t0;
@@ -623,7 +659,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
 }
 
 fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
-    return select_spec(p, key, NULL, 0, 0, fc_now_ms(), out);
+    return select_spec(p, key, NULL, 0, 0, fc_now_ms(), out, NULL);
 }
 
 fc_status fc_dynamic_weights_changed(fc_dynamic *d) {
@@ -644,6 +680,8 @@ static void sync_stats(fc_dynamic *d, fc_run_stats *rs) {
     rs->specializations_built = d->built;
     rs->specializations_failed = d->failed;
     rs->specializations_evicted = d->evicted;
+    rs->arena_grows_ahead = d->ahead_grows;
+    rs->arena_ahead_ms = d->ahead_ms;
     int live = 0, pending = 0;
     for (int i = 0; i < d->nspecs; i++) {
         live += d->specs[i]->state == SPEC_READY;
@@ -710,14 +748,11 @@ fc_status fc_program_wait_specializations(fc_program *p) {
     return FC_OK;
 }
 
-/* The launches of a dynamic program's run (run_dynamic), which began at
- * `began` (ms). */
-static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
-                                void *stream, double began) {
+/* launch_dynamic's launches: spec's, or the variant's instance for key. */
+static fc_status launch_selected(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin,
+                                 int nout, void *stream, fc_program *spec, bool *wake) {
     const fc_program_desc *sig = fc_program_desc_of(p);
-    fc_program *spec = NULL;
-    fc_status st = select_spec(p, key, buf, nin, nout, began, &spec);
-    if (st != FC_OK) return st;
+    fc_status st = FC_OK;
     fc_run_stats *rs = fc_program_stats_ref(p);
     if (spec) {
         st = fc_run(spec, buf, nin, buf + nin, nout, stream);
@@ -747,9 +782,31 @@ static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key
     }
     if (made) rs->shape_setup_ms += setup; /* a lookup is not counted */
     if (st != FC_OK) return st;
+    /* A new shape: the background thread grows the arena ahead of the
+     * next larger one, so that the run that needs the memory finds it
+     * mapped (a growth costs a run ~100 us of host time; docs/DYNAMIC.md). */
+    int64_t ahead = made && d->thread_started ? fc_program_arena_ahead_bytes(inst) : 0;
+    if (ahead > 0) {
+        pthread_mutex_lock(&d->mu);
+        if (ahead > d->arena_ahead) d->arena_ahead = ahead;
+        pthread_mutex_unlock(&d->mu);
+        *wake = true;
+    }
     rs->runs++;
     rs->dynamic_runs++;
     return FC_OK;
+}
+
+/* The launches of a dynamic program's run (run_dynamic), which began at
+ * `began` (ms). */
+static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
+                                void *stream, double began) {
+    fc_program *spec = NULL;
+    bool wake = false;
+    fc_status st = select_spec(p, key, buf, nin, nout, began, &spec, &wake);
+    if (st == FC_OK) st = launch_selected(p, d, key, buf, nin, nout, stream, spec, &wake);
+    if (wake) pthread_cond_signal(&d->wake); /* after the launches (select_spec) */
+    return st;
 }
 
 /* A dynamic program's run with the call's pointers (buf: inputs, then

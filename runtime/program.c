@@ -53,6 +53,7 @@
 
 #include <math.h>
 #include <nvrtc.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1377,6 +1378,75 @@ static fc_status ensure_args(fc_program *p) {
     return fc_launch_params_alloc(p->ctx, p->max_args, &p->args);
 }
 
+/* The variants' arena growths are serialized process-wide: the caller's
+ * thread grows an arena for the shape it runs now (ensure_instance), a
+ * dynamic program's background thread grows it ahead of need
+ * (fc_program_arena_ahead). Growths are rare; one lock serves all. A
+ * variant's shared_arena_bytes is written under it and read without it
+ * (atomically) on every run. */
+static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Make v's arena (a variant's) hold `bytes`. Under arena_lock. */
+static fc_status grow_arena(fc_program *v, int64_t bytes) {
+    if (bytes <= v->shared_arena_bytes) return FC_OK; /* grown ahead meanwhile */
+    if (!v->arena_region.base && !v->arena && fc_env_is_zero("FUSEC_ARENA_REGION"))
+        v->arena_moves = true; /* measuring the reallocated arena (docs/DYNAMIC.md) */
+    /* Doubled at least: a sweep of growing shapes grows it a few times. */
+    int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
+    const double t0 = fc_now_ms();
+    fc_status st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
+    if (st == FC_OK) {
+        if (v->arena != v->arena_region.base) v->arena_gen++; /* its first growth */
+        v->arena = v->arena_region.base;
+        grown = (int64_t)v->arena_region.mapped;
+    } else if (st == FC_ERR_UNSUPPORTED) {
+        v->arena_moves = true;
+        if (v->arena) {
+            /* cuMemFree waits for the work that may still use it. */
+            (void)fc_cuda_free(v->dev, v->arena);
+            v->arena = 0;
+            __atomic_store_n(&v->shared_arena_bytes, 0, __ATOMIC_RELEASE);
+        }
+        st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
+        if (st != FC_OK) return st;
+        v->arena_gen++;
+    } else {
+        return st;
+    }
+    __atomic_store_n(&v->shared_arena_bytes, grown, __ATOMIC_RELEASE);
+    v->stats.arena_grows++;
+    v->stats.arena_grow_ms += fc_now_ms() - t0;
+    return FC_OK;
+}
+
+int64_t fc_program_arena_ahead_bytes(fc_program *inst) {
+    fc_program *v = inst ? inst->variant : NULL;
+    if (!v || v->arena_moves || !v->arena_region.base) return 0;
+    int64_t ws_offset = 0, bytes = arena_size(inst, &ws_offset);
+    if (bytes <= 0 || bytes > INT64_MAX / 2) return 0;
+    return 2 * bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE) ? 2 * bytes : 0;
+}
+
+bool fc_program_arena_ahead(fc_program *v, int64_t bytes) {
+    bool grew = false;
+    pthread_mutex_lock(&arena_lock);
+    if (v && v->dev && v->arena_region.base && !v->arena_moves && bytes > v->shared_arena_bytes) {
+        /* The device as the caller's thread has it, but with errors going
+         * to a context of this thread's own: a failure here is nobody's
+         * error (the run that needs the memory grows the arena itself). */
+        fc_context *scratch = fc_context_new();
+        fc_cuda_device dev = *v->dev;
+        dev.ctx = scratch;
+        if (scratch && fc_cuda_region_grow(&dev, &v->arena_region, (size_t)bytes) == FC_OK) {
+            __atomic_store_n(&v->shared_arena_bytes, (int64_t)v->arena_region.mapped, __ATOMIC_RELEASE);
+            grew = true;
+        }
+        fc_context_free(scratch);
+    }
+    pthread_mutex_unlock(&arena_lock);
+    return grew;
+}
+
 /* An instance (one shape of a dynamic program's variant) borrows the
  * variant's module, kernels and cuBLASLt handle, and shares one arena with
  * every other instance: the variant's, grown (doubled) when a shape needs
@@ -1403,34 +1473,11 @@ static fc_status ensure_instance(fc_program *p) {
     p->args = v->args;
     int64_t ws_offset = 0, bytes = arena_size(p, &ws_offset);
     if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
-    if (!v->arena_region.base && !v->arena && fc_env_is_zero("FUSEC_ARENA_REGION"))
-        v->arena_moves = true; /* measuring the reallocated arena (docs/DYNAMIC.md) */
-    if (bytes > v->shared_arena_bytes) {
-        /* Doubled at least: a sweep of growing shapes grows it a few times. */
-        int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
-        const double t0 = fc_now_ms();
-        st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
-        if (st == FC_OK) {
-            if (v->arena != v->arena_region.base) v->arena_gen++; /* its first growth */
-            v->arena = v->arena_region.base;
-            v->shared_arena_bytes = (int64_t)v->arena_region.mapped;
-        } else if (st == FC_ERR_UNSUPPORTED) {
-            v->arena_moves = true;
-            if (v->arena) {
-                /* cuMemFree waits for the work that may still use it. */
-                (void)fc_cuda_free(v->dev, v->arena);
-                v->arena = 0;
-                v->shared_arena_bytes = 0;
-            }
-            st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
-            if (st != FC_OK) return st;
-            v->shared_arena_bytes = grown;
-            v->arena_gen++;
-        } else {
-            return st;
-        }
-        v->stats.arena_grows++;
-        v->stats.arena_grow_ms += fc_now_ms() - t0;
+    if (bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE)) {
+        pthread_mutex_lock(&arena_lock);
+        st = grow_arena(v, bytes);
+        pthread_mutex_unlock(&arena_lock);
+        if (st != FC_OK) return st;
     }
     if (p->arena_gen != v->arena_gen) {
         fc_replay_free(p->replay, p->dev);

@@ -323,6 +323,15 @@ fc_status fc_program_prepare(fc_program *p);
  * has fused sibling GEMMs (their concatenated weights are made by a run);
  * its graph is then built at its second run as usual. */
 fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout);
+/* The size a variant's arena should grow to ahead of need after a run of
+ * instance inst (twice what inst needs, when the arena holds less and
+ * grows in place), else 0. Any thread. */
+int64_t fc_program_arena_ahead_bytes(fc_program *inst);
+/* Grow variant v's arena to `bytes` ahead of need (a dynamic program's
+ * background thread, while the caller's thread runs instances): only an
+ * arena that grows in place, best effort (on failure nothing changes and
+ * a run that needs the memory grows it then). True when it grew. */
+bool fc_program_arena_ahead(fc_program *v, int64_t bytes);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);

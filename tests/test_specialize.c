@@ -963,6 +963,53 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
     }
 }
 
+/* The variant's arena grows in place, and ahead of need: after a new
+ * shape's run the background thread maps twice that shape's need, so a
+ * larger shape within it runs without growing it; one beyond it grows it
+ * on the caller's thread. Results are right throughout (the arena never
+ * moves; what the graph and the frame hold stays valid). */
+static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+    fc_cuda_region probe = {0};
+    if (fc_cuda_region_grow(dev, &probe, 1) != FC_OK) {
+        printf("arena ahead: skipped (no virtual memory management: the arena is reallocated to grow)\n");
+        fc_clear_error(ctx);
+        return;
+    }
+    fc_cuda_region_free(dev, &probe);
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
+    if (!p) return;
+    int nin = fc_graph_num_params(g);
+    /* T = 64, then 128 (within twice 64's need: the GEMMs' workspace
+     * dominates), then 1024 (beyond it). */
+    static const int64_t ts[3] = {64, 128, 1024};
+    static const uint64_t grows[3] = {1, 1, 2};
+    for (int i = 0; i < 3; i++) {
+        fc_tensor sh[16];
+        for (int q = 0; q < nin; q++) {
+            fc_value *pv = fc_graph_param(g, q);
+            sh[q] = (fc_tensor){fc_value_dtype(pv), fc_value_rank(pv), {0}, NULL};
+            for (int d = 0; d < sh[q].rank; d++) {
+                fc_dim dd = fc_value_dim(pv, d);
+                sh[q].shape[d] = dd >= 0 ? dd : FC_DIM_SYM_BASE - dd == 0 ? 1 : ts[i]; /* B = 1 */
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof what, "arena ahead, T=%lld", (long long)ts[i]);
+        run_and_compare(ctx, dev, p, g, sh, nin, 1, what);
+        /* The background thread grows the arena before it compiles. */
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        fc_run_stats s;
+        fc_program_stats(p, &s);
+        printf("arena ahead, T=%lld: grows %llu (%.3f ms), ahead %llu (%.3f ms)\n", (long long)ts[i],
+               (unsigned long long)s.arena_grows, s.arena_grow_ms, (unsigned long long)s.arena_grows_ahead,
+               s.arena_ahead_ms);
+        CHECK_EQ_INT(s.arena_grows, grows[i]);
+        CHECK(s.arena_grows_ahead >= (uint64_t)(i + 1));
+        CHECK(s.arena_grow_ms > 0 && s.arena_ahead_ms > 0);
+    }
+    fc_program_free(p);
+}
+
 static void test_gpu(fc_context *ctx) {
     fc_cuda_device *dev = NULL;
     CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
@@ -1054,6 +1101,7 @@ static void test_gpu(fc_context *ctx) {
                 sh[i][q] = ty;
             }
         test_dynamic_gpu(ctx, dev, blocks[b].what, g, 3, (const fc_tensor(*)[16])sh, nin, 1, blocks[b].prebuilt, blocks[b].concats);
+        if (b == 0) test_arena_ahead(ctx, dev, g);
         fc_graph_free(g);
     }
     fc_cuda_device_close(dev);
