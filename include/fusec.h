@@ -417,7 +417,8 @@ fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const f
  */
 fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout);
 /* Dynamic programs: wait until every specialization queued so far is built
- * (or has failed). For tests and benchmarks; FC_OK at once otherwise. */
+ * (or has failed), and the background thread's growth of the arena ahead
+ * of need is done. For tests and benchmarks; FC_OK at once otherwise. */
 fc_status fc_program_wait_specializations(fc_program *p);
 /*
  * Tell p that new values were written into weight or bias buffers in place

@@ -200,6 +200,7 @@ typedef struct fc_dynamic {
     /* The variant's arena size the background thread is asked to grow it
      * to ahead of need (0: none), and its growths so far (under mu). */
     int64_t arena_ahead;
+    bool ahead_busy; /* the thread is growing it */
     uint64_t ahead_grows;
     double ahead_ms;
 
@@ -311,6 +312,7 @@ static void *worker(void *arg) {
             /* First: it is quick, and a run may soon need it. */
             const int64_t want = d->arena_ahead;
             d->arena_ahead = 0;
+            d->ahead_busy = true;
             pthread_mutex_unlock(&d->mu);
             const double t0 = fc_now_ms();
             const bool grew = fc_program_arena_ahead(d->variant, want);
@@ -320,6 +322,8 @@ static void *worker(void *arg) {
                 d->ahead_grows++;
                 d->ahead_ms += ms;
             }
+            d->ahead_busy = false;
+            pthread_cond_broadcast(&d->done);
             continue;
         }
         while (d->ngrave > 0) {
@@ -738,7 +742,8 @@ fc_status fc_program_wait_specializations(fc_program *p) {
     if (!d) return p ? FC_OK : FC_ERR_USAGE;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        bool pending = false;
+        /* Its growth of the arena ahead of need too. */
+        bool pending = d->arena_ahead > 0 || d->ahead_busy;
         for (int i = 0; i < d->nspecs; i++)
             pending |= d->specs[i]->state == SPEC_QUEUED || d->specs[i]->state == SPEC_COMPILING;
         if (!pending || !d->thread_started) break;
