@@ -228,8 +228,10 @@ fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char
 typedef struct fc_cuda_region {
     CUdeviceptr base; /* 0 until the first growth reserves the range */
     size_t reserved, mapped, granularity;
-    CUmemGenericAllocationHandle *chunk; /* each growth's physical memory, in address order */
-    size_t *chunk_bytes;
+    struct fc_cuda_region_chunk {
+        CUmemGenericAllocationHandle handle;
+        size_t bytes;
+    } *chunk; /* each growth's physical memory, in address order */
     int nchunks, capchunks;
 } fc_cuda_region;
 /* Map at least `bytes` from r->base (rounded up to the granularity; a

@@ -385,6 +385,15 @@ fc_status fc_cuda_free(fc_cuda_device *d, CUdeviceptr p) {
     return FC_OK;
 }
 
+/* A region's physical memory: pinned, on d's device. */
+static CUmemAllocationProp region_prop(const fc_cuda_device *d) {
+    CUmemAllocationProp prop = {0};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = (int)d->dev;
+    return prop;
+}
+
 /* The range to reserve and the granularity, at a region's first growth:
  * FC_ERR_UNSUPPORTED without virtual memory management. */
 static fc_status region_reserve(fc_cuda_device *d, fc_cuda_region *r) {
@@ -396,10 +405,7 @@ static fc_status region_reserve(fc_cuda_device *d, fc_cuda_region *r) {
     if (cu->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev) != CUDA_SUCCESS ||
         !vmm)
         return FC_ERR_UNSUPPORTED;
-    CUmemAllocationProp prop = {0};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = (int)d->dev;
+    const CUmemAllocationProp prop = region_prop(d);
     size_t gran = 0, total = 0;
     if (cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !gran ||
         cu->DeviceTotalMem(&total, d->dev) != CUDA_SUCCESS)
@@ -428,18 +434,13 @@ fc_status fc_cuda_region_grow(fc_cuda_device *d, fc_cuda_region *r, size_t bytes
                             bytes);
     if (r->nchunks == r->capchunks) {
         int cap = r->capchunks ? r->capchunks * 2 : 8;
-        CUmemGenericAllocationHandle *h = realloc(r->chunk, sizeof *h * (size_t)cap);
-        if (h) r->chunk = h;
-        size_t *b = h ? realloc(r->chunk_bytes, sizeof *b * (size_t)cap) : NULL;
-        if (b) r->chunk_bytes = b;
-        if (!h || !b) return fc_set_error(d->ctx, FC_ERR_NOMEM, "out of memory (device region)");
+        struct fc_cuda_region_chunk *c = realloc(r->chunk, sizeof *c * (size_t)cap);
+        if (!c) return fc_set_error(d->ctx, FC_ERR_NOMEM, "out of memory (device region)");
+        r->chunk = c;
         r->capchunks = cap;
     }
     const fc_cuda_driver *cu = d->cu;
-    CUmemAllocationProp prop = {0};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = (int)d->dev;
+    const CUmemAllocationProp prop = region_prop(d);
     CUmemAccessDesc access = {0};
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -459,8 +460,7 @@ fc_status fc_cuda_region_grow(fc_cuda_device *d, fc_cuda_region *r, size_t bytes
         fc_status st = fc_cu_fail(d->ctx, e, "cuMemCreate/cuMemMap/cuMemSetAccess", __FILE__, __LINE__);
         return append_error(d->ctx, st, " (growing a device region to %zu bytes)", want);
     }
-    r->chunk[r->nchunks] = h;
-    r->chunk_bytes[r->nchunks++] = add;
+    r->chunk[r->nchunks++] = (struct fc_cuda_region_chunk){h, add};
     r->mapped = want;
     return FC_OK;
 }
@@ -471,13 +471,12 @@ void fc_cuda_region_free(fc_cuda_device *d, fc_cuda_region *r) {
     (void)cu->CtxSetCurrent(d->cuctx);
     size_t off = 0;
     for (int i = 0; i < r->nchunks; i++) {
-        (void)cu->MemUnmap(r->base + off, r->chunk_bytes[i]);
-        (void)cu->MemRelease(r->chunk[i]);
-        off += r->chunk_bytes[i];
+        (void)cu->MemUnmap(r->base + off, r->chunk[i].bytes);
+        (void)cu->MemRelease(r->chunk[i].handle);
+        off += r->chunk[i].bytes;
     }
     (void)cu->MemAddressFree(r->base, r->reserved);
     free(r->chunk);
-    free(r->chunk_bytes);
     memset(r, 0, sizeof *r);
 }
 

@@ -146,13 +146,10 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
-/* $name is "0": a switch of the variant's GEMMs turned off. */
-static bool switched_off(const char *name) { return fc_env_is_zero(name); }
-
 /* The workspace the 128 x 128 tile's splits may use, in floats: all of
  * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
  * a constant (fc_cuda_emit_gemm). */
-static long long fc_gm_large_room(void) { return switched_off("FUSEC_VGEMM_SPLIT128") ? 0 : WS_FLOATS; }
+static long long fc_gm_large_room(void) { return fc_env_is_zero("FUSEC_VGEMM_SPLIT128") ? 0 : WS_FLOATS; }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -280,20 +277,20 @@ static void param_of(const fc_group *gr, const fc_value *v, char *out, size_t n)
 
 static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" : a == FC_GEMM_ACT_GELU_TANH ? "2" : "0"; }
 
+/* FUSEC_VGEMM_GATHER=0, read at codegen: rows that are not 16-byte
+ * aligned load one element at a time, as before session 7 (for measuring). */
+static int gather_loads(void) { return !fc_env_is_zero("FUSEC_VGEMM_GATHER"); }
+
 /* The wgmma tile configuration (wg_cfgs): 0 unless FUSEC_VGEMM_CFG names
  * another (1, 2 or 3), for measuring them side by side; it is in the
  * source, so in the kernel-cache key. */
-/* FUSEC_VGEMM_GATHER=0, read at codegen: rows that are not 16-byte
- * aligned load one element at a time, as before session 7 (for measuring). */
-static int gather_loads(void) { return !switched_off("FUSEC_VGEMM_GATHER"); }
-
 static int gemm_cfg(void) {
     const char *e = getenv("FUSEC_VGEMM_CFG");
     return e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
 }
 
 int fc_cuda_gemm_wgmma_bn(int sm) {
-    return sm == 90 && !switched_off("FUSEC_VGEMM_WGMMA") ? wg_cfgs[gemm_cfg()][0] : 0;
+    return sm == 90 && !fc_env_is_zero("FUSEC_VGEMM_WGMMA") ? wg_cfgs[gemm_cfg()][0] : 0;
 }
 
 bool fc_cuda_gemm_wgmma_forced(void) {
