@@ -484,10 +484,18 @@ static void bench_sweep(void) {
     /* SWEEP_MAX_SPECS: the table's size (8: the sample's 9th T on evict one). */
     o.max_specializations = getenv("SWEEP_MAX_SPECS") ? atoi(getenv("SWEEP_MAX_SPECS")) : 8;
     if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
+    /* SWEEP_RESERVE=1: the largest shape declared first (fc_program_reserve),
+     * so that no miss grows the variant's arena. */
+    if (getenv("SWEEP_RESERVE") && fc_program_reserve(dyn, (fc_binding[]){{"B", 1}, {"T", 1024}}, 2) != FC_OK)
+        DIE("fc_program_reserve");
     static const int64_t sample[] = {1, 2, 3, 7, 8, 16, 31, 64, 65, 127, 128, 129, 255, 256, 500, 512, 513, 777, 1000, 1024};
     int ns = (int)(sizeof sample / sizeof sample[0]);
     double worst_spec_static = 0, worst_miss_dyn = 0;
     static double spec_steady[32];
+    static double during_p99[32], during_worst[32];
+    int nduring = 0;
+    long during_calls = 0, during_slow = 0;
+    double during_extra_us = 0;
     for (int i = 0; i < ns; i++) {
         int64_t T = sample[i];
         sweep_set_t(&s, T);
@@ -526,6 +534,19 @@ static void bench_sweep(void) {
             if (before[q] > worst_dyn) worst_dyn = before[q];
         double dyn_ms = nb > 1 ? fc_median(before + 1, nb - 1) : 0;
         double dyn_p99 = nb > 1 ? quantile(before + 1, nb - 1, 0.99) : 0;
+        /* The variant's calls while the background thread builds the
+         * specialization (and frees the one it evicts): how much that work
+         * stalls them, against their own median (T = 1 left out: the
+         * program's first specialization opens what later ones borrow). */
+        if (i > 0 && nb > 1 && dyn_ms > 0) {
+            during_p99[nduring] = dyn_p99 / dyn_ms;
+            during_worst[nduring++] = worst_dyn / dyn_ms;
+            for (int q = 1; q < nb; q++) {
+                during_calls++;
+                during_slow += before[q] > 1.5 * dyn_ms;
+                during_extra_us += before[q] > dyn_ms ? (before[q] - dyn_ms) * 1e3 : 0;
+            }
+        }
         double hit2 = shaped_call_ms(dyn, &s);
         double spec_ms = shaped_steady_ms(dyn, &s, 50);
         double one[5];
@@ -563,6 +584,13 @@ static void bench_sweep(void) {
         if (spec_steady[i] / static_ms > worst_spec_static) worst_spec_static = spec_steady[i] / static_ms;
     }
     fc_program_stats(dyn, &st);
+    if (nduring > 0) {
+        double worst = 0;
+        for (int q = 0; q < nduring; q++) worst = during_worst[q] > worst ? during_worst[q] : worst;
+        printf("RESULT fusec sweep sample during_compile p99_over_median=%.3f (median over T) worst_over_median=%.2f "
+               "calls=%ld over_1.5x=%ld extra_us_total=%.0f\n",
+               fc_median(during_p99, nduring), worst, during_calls, during_slow, during_extra_us);
+    }
     printf("RESULT fusec sweep sample worst_specialized_over_static=%.3f worst_miss_over_dynamic=%.2f hits=%llu "
            "misses=%llu built=%llu evicted=%llu graphs_prebuilt=%llu graph_build_ms=%.2f\n",
            worst_spec_static, worst_miss_dyn, (unsigned long long)st.guard_hits, (unsigned long long)st.guard_misses,

@@ -15,7 +15,11 @@
 #                 off (SWEEP_SPECIALIZE=off: the variant alone, each T's
 #                 miss then 20 calls: what the queueing costs); nofree (SWEEP_MAX_SPECS=32: nothing
 #                 evicted, so nothing freed); delay (FUSEC_SPEC_DELAY_US=20000:
-#                 the background thread starts its work 20 ms after the miss)
+#                 the background thread starts its work 20 ms after the miss);
+#                 nolease (FUSEC_SPEC_LEASE=0: each specialization opens its
+#                 own stream and cuBLASLt handle and allocates its memory,
+#                 the code before session 9); reserve (SWEEP_RESERVE=1: the
+#                 largest shape declared with fc_program_reserve first)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 OUT=${OUT:-$PWD/out}
@@ -46,18 +50,22 @@ for mode in $MODES; do
     off) envs=(SWEEP_SPECIALIZE=off) ;;
     nofree) envs=(SWEEP_MAX_SPECS=32) ;;
     delay) envs=(FUSEC_SPEC_DELAY_US=20000) ;;
+    nolease) envs=(FUSEC_SPEC_LEASE=0) ;;
+    reserve) envs=(SWEEP_RESERVE=1) ;;
     *) envs=("$mode") ;; # VAR=value as it is
     esac
-    env "${envs[@]}" SWEEP_SAMPLE_ONLY=1 timeout 150 build/dynamic_bench sweep >"$OUT/miss-$mode.log" 2>&1
+    log="$OUT/miss-$mode.log"
+    [[ -e $log ]] && log="$OUT/miss-$mode-2.log" # a mode named twice: two rounds
+    env "${envs[@]}" SWEEP_SAMPLE_ONLY=1 timeout 150 build/dynamic_bench sweep >"$log" 2>&1
     echo "sweep sample ($mode): rc=$?"
 done
 echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== teardown_bench (us)"
 tail -14 "$OUT/teardown.log"
-for mode in $MODES; do
-    echo "=== misses: $mode (ms; guard/instance/run in us)"
-    grep -h "sweep T=" "$OUT/miss-$mode.log" |
-        sed -E 's/RESULT fusec sweep //; s/ second_call_ms=[^ ]*//; s/ first_hit_ms=[^ ]*//; s/ second_hit_ms=[^ ]*//; s/ specialized_call_ms=[^ ]*//; s/ specialized_ms=[^ ]*//; s/ static_ms=[^ ]*//; s/_ms=/=/g; s/_us=/=/g; s/miss_//g' | cut -c1-200
-    grep -h "sweep sample" "$OUT/miss-$mode.log" | cut -c1-200
+for log in "$OUT"/miss-*.log; do
+    echo "=== $(basename "$log" .log): T, miss ms, miss host us, growth us | variant calls meanwhile: median, p99, worst ms"
+    grep -h "sweep T=" "$log" | sed -E 's/.*T=([0-9]+) miss_ms=([^ ]*) miss_host_ms=([^ ]*) .*miss_grow_us=([^ ]*) .*dynamic_call_ms=([^ ]*) dynamic_call_p99_ms=([^ ]*) worst_dynamic_call_ms=([^ ]*) .*/\1 \2 \3 \4 | \5 \6 \7/' |
+        awk '{printf "%s %s %.1f %s | %s %s %s\n", $1, $2, $3 * 1000, $4, $6, $7, $8}' | paste -sd ';' | fold -w 236
+    grep -h "sweep sample" "$log" | sed 's/RESULT fusec sweep sample //' | cut -c1-240
 done

@@ -421,6 +421,21 @@ fc_status fc_program_infer_outputs(fc_program *p, const fc_tensor *inputs, int n
  * of need is done. For tests and benchmarks; FC_OK at once otherwise. */
 fc_status fc_program_wait_specializations(fc_program *p);
 /*
+ * Dynamic programs: declare the largest shape the program will see (every
+ * symbol by name, as --bind takes them; a TensorRT optimization profile's
+ * "max"), and map the memory the dynamic variant needs for it now, so that
+ * no later run grows it on the caller's thread (85-280 us each on the
+ * H200) or the background thread ahead of need. Every size being a
+ * product of the symbols, a shape within these values needs no more; one
+ * that does (a larger value) grows the memory as before (counted in
+ * arena_grows). Opens the device and loads the variant's module if no run
+ * has yet. FC_ERR_USAGE for a name the graph has no symbol of, a symbol
+ * not given, or a value below 1; FC_OK with nothing to do for a static
+ * program, or a dynamic one without a variant (each shape then has its
+ * own specialization, sized for it).
+ */
+fc_status fc_program_reserve(fc_program *p, const fc_binding *largest, int n);
+/*
  * Tell p that new values were written into weight or bias buffers in place
  * (the same addresses) since its last run. A program keeps a copy of the
  * weights of fused sibling GEMMs, concatenated (docs/GEMM.md, "The

@@ -382,12 +382,16 @@ typedef struct lt_concat {
     int nsrc;
     bool valid;       /* the buffers hold the data of src */
     CUdeviceptr w, bias;
+    bool mapped;      /* w and bias are the handle's region's (freed with it) */
 } lt_concat;
 
 struct fc_cublaslt {
     fc_context *ctx; /* the device's, for allocations */
     fc_cuda_device *dev;
     cublasLtHandle_t lt;
+    bool lt_borrowed;    /* lt is the options' share's */
+    bool mapped;         /* the concatenations are taken from mem */
+    fc_cuda_region mem;  /* mapped: the concatenations' memory */
     bool allow_tf32;
     fc_cache *cache;          /* the options' cache; NULL: the process's, looked up at each use */
     fc_cublaslt_device_id id; /* what an algorithm from the disk must have been chosen for */
@@ -438,7 +442,10 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     h->cache = o ? o->cache : NULL;
     h->reuse_family = o && o->reuse_family;
     fc_cublaslt_device_id_of(&dev->info, &h->id);
-    st = lt_create(ctx, &h->lt);
+    h->mapped = o && o->mapped;
+    h->lt_borrowed = o && o->share;
+    if (h->lt_borrowed) h->lt = o->share->lt;
+    else st = lt_create(ctx, &h->lt);
     if (st != FC_OK) {
         fc_ctx_freemem(ctx, h);
         return st;
@@ -449,8 +456,8 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
 
 /* Free what a concatenation holds (its slot stays, for the same address). */
 static void concat_clear(fc_cublaslt *h, lt_concat *c) {
-    if (c->w) (void)h->dev->cu->MemFree(c->w);
-    if (c->bias) (void)h->dev->cu->MemFree(c->bias);
+    if (c->w && !c->mapped) (void)h->dev->cu->MemFree(c->w);
+    if (c->bias && !c->mapped) (void)h->dev->cu->MemFree(c->bias);
     fc_ctx_freemem(h->ctx, c->src);
     fc_ctx_freemem(h->ctx, c->wcols);
     const void *key = c->key;
@@ -487,7 +494,8 @@ void fc_cublaslt_destroy(fc_cublaslt *h) {
     fc_ctx_freemem(h->ctx, h->concats);
     for (int i = 0; i < h->nfamilies; i++) fc_ctx_freemem(h->ctx, h->families[i].picks);
     fc_ctx_freemem(h->ctx, h->families);
-    if (h->lt) cublasLtDestroy(h->lt);
+    fc_cuda_region_free(h->dev, &h->mem);
+    if (h->lt && !h->lt_borrowed) cublasLtDestroy(h->lt);
     fc_ctx_freemem(h->ctx, h);
 }
 
@@ -1140,8 +1148,24 @@ static fc_status concat_make(fc_cublaslt *h, fc_context *ctx, lt_concat *c, cons
         concat_clear(h, c);
         return FC_ERR_NOMEM;
     }
-    fc_status st = fc_cuda_alloc(h->dev, (size_t)(p->K * p->N) * fc_dtype_size(p->ab), &c->w);
-    if (st == FC_OK && p->has_bias) st = fc_cuda_alloc(h->dev, (size_t)p->N * fc_dtype_size(p->out), &c->bias);
+    const size_t wbytes = (size_t)(p->K * p->N) * fc_dtype_size(p->ab), bbytes = (size_t)p->N * fc_dtype_size(p->out);
+    fc_status st = FC_ERR_UNSUPPORTED;
+    if (h->mapped) {
+        /* Taken from the handle's region, never freed on their own: a
+         * handle's layouts do not change, so a concatenation is made once. */
+        c->mapped = true;
+        st = fc_cuda_region_take(h->dev, &h->mem, wbytes, &c->w);
+        if (st == FC_OK && p->has_bias) st = fc_cuda_region_take(h->dev, &h->mem, bbytes, &c->bias);
+        if (st == FC_ERR_UNSUPPORTED) {
+            /* No virtual memory management (nothing was taken): allocate. */
+            c->mapped = h->mapped = false;
+            c->w = c->bias = 0;
+        }
+    }
+    if (st == FC_ERR_UNSUPPORTED) {
+        st = fc_cuda_alloc(h->dev, wbytes, &c->w);
+        if (st == FC_OK && p->has_bias) st = fc_cuda_alloc(h->dev, bbytes, &c->bias);
+    }
     if (st != FC_OK) {
         fc_ctx_freemem(ctx, wcols);
         concat_clear(h, c);
@@ -1219,6 +1243,14 @@ static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_gemm_des
     memcpy(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc);
     c->valid = true;
     return FC_OK;
+}
+
+bool fc_cublaslt_same_handle(const fc_cublaslt *a, const fc_cublaslt *b) { return a && b && a->lt == b->lt; }
+
+bool fc_cublaslt_concats_mapped(const fc_cublaslt *h) {
+    bool all = h && h->nconcats > 0;
+    for (int i = 0; all && i < h->nconcats; i++) all = h->concats[i].mapped;
+    return all;
 }
 
 int fc_cublaslt_num_concats(const fc_cublaslt *h) {

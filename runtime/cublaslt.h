@@ -158,6 +158,17 @@ typedef struct fc_cublaslt_options {
      * cuBLASLt kernel (its lazy load: up to ~15 ms). Off by default: the
      * heuristic's choice for the exact sizes is the faster one to keep. */
     bool reuse_family;
+    /* For the many short-lived handles of one owner (a dynamic program's
+     * specializations, made and freed by its background thread while the
+     * caller's thread launches): `share` (not NULL) lends its cuBLASLt
+     * handle, which this one uses and does not destroy (cuBLASLt calls
+     * are thread-safe on one handle; `share` must outlive this one), and
+     * `mapped` puts the concatenated weights in mapped memory
+     * (fc_cuda_region_take), whose release never waits for the device.
+     * cublasLtCreate and cuMemFree in another thread stall a caller's
+     * launches by ~30 us and by 0.5-32 ms (docs/DYNAMIC.md, "Session 8"). */
+    const struct fc_cublaslt *share;
+    bool mapped;
 } fc_cublaslt_options;
 
 /*
@@ -213,6 +224,10 @@ fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_
 
 /* How many concatenations of fused siblings' weights the handle holds. */
 int fc_cublaslt_num_concats(const fc_cublaslt *h);
+/* Whether a and b use one cuBLASLt handle (fc_cublaslt_options.share), and
+ * whether h's concatenations are in mapped memory (.mapped; tests). */
+bool fc_cublaslt_same_handle(const fc_cublaslt *a, const fc_cublaslt *b);
+bool fc_cublaslt_concats_mapped(const fc_cublaslt *h);
 /* New values were written into weights in place: every concatenation is
  * stale, and is copied again at its next launch or refresh. */
 void fc_cublaslt_weights_changed(fc_cublaslt *h);

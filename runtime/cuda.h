@@ -194,6 +194,7 @@ typedef struct fc_cuda_device {
     CUcontext cuctx; /* the retained primary context */
     CUstream stream; /* fusec's stream: CU_STREAM_NON_BLOCKING */
     fc_cuda_device_info info;
+    bool borrowed; /* fc_cuda_device_borrow's: the stream and context are another handle's */
 } fc_cuda_device;
 
 /* Open device `ordinal`; *out is NULL on failure. */
@@ -201,6 +202,13 @@ fc_status fc_cuda_device_open(fc_context *ctx, int ordinal, fc_cuda_device **out
 /* Synchronize, destroy the stream, release the primary context, free d.
  * Teardown errors are ignored: nothing can be done about them. NULL ok. */
 void fc_cuda_device_close(fc_cuda_device *d);
+/* A second handle on open device `from`, whose errors go to ctx: the same
+ * primary context, stream and properties, made without a driver call.
+ * `from` must outlive it; closing it frees the handle alone (no
+ * synchronize). A dynamic program's specializations borrow one device
+ * (docs/DYNAMIC.md): a stream created or destroyed in another thread
+ * stalls the caller's launches by ~30 us. */
+fc_status fc_cuda_device_borrow(fc_context *ctx, const fc_cuda_device *from, fc_cuda_device **out);
 /* Wait for all work on the device (every stream of the primary context). */
 fc_status fc_cuda_device_sync(fc_cuda_device *d);
 /* Wait for the work queued on stream s (NULL: the device's stream). */
@@ -228,6 +236,7 @@ fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char
 typedef struct fc_cuda_region {
     CUdeviceptr base; /* 0 until the first growth reserves the range */
     size_t reserved, mapped, granularity;
+    size_t taken; /* bytes handed out by fc_cuda_region_take */
     struct fc_cuda_region_chunk {
         CUmemGenericAllocationHandle handle;
         size_t bytes;
@@ -243,6 +252,12 @@ fc_status fc_cuda_region_grow(fc_cuda_device *d, fc_cuda_region *r, size_t bytes
 /* Unmap and release everything, free the range, zero r. The caller makes
  * sure no queued work still uses it. NULL and an empty region are ignored. */
 void fc_cuda_region_free(fc_cuda_device *d, fc_cuda_region *r);
+/* `bytes` of r after what it handed out before (256-byte aligned, as
+ * cuMemAlloc's), growing it as needed; given back only by
+ * fc_cuda_region_free. For buffers that live as long as their owner and
+ * whose freeing must not wait for the device. FC_ERR_UNSUPPORTED as
+ * fc_cuda_region_grow's. */
+fc_status fc_cuda_region_take(fc_cuda_device *d, fc_cuda_region *r, size_t bytes, CUdeviceptr *out);
 
 /* Page-locked host memory (a copy from it to the device is a DMA the
  * stream orders; its source must stay unchanged until the copy ran). */

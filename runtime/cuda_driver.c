@@ -331,9 +331,19 @@ fc_status fc_cuda_device_open(fc_context *ctx, int ordinal, fc_cuda_device **out
     return FC_OK;
 }
 
+fc_status fc_cuda_device_borrow(fc_context *ctx, const fc_cuda_device *from, fc_cuda_device **out) {
+    if (!out || !from) return fc_set_error(ctx, FC_ERR_USAGE, "fc_cuda_device_borrow: from or out is NULL");
+    *out = fc_ctx_malloc(ctx, sizeof **out);
+    if (!*out) return FC_ERR_NOMEM;
+    **out = *from;
+    (*out)->ctx = ctx;
+    (*out)->borrowed = true;
+    return FC_OK;
+}
+
 void fc_cuda_device_close(fc_cuda_device *d) {
     if (!d) return;
-    if (d->cuctx) {
+    if (d->cuctx && !d->borrowed) {
         /* Errors are ignored: a failed teardown cannot be repaired, and an
          * earlier error (a faulting kernel) must not be hidden by it. */
         (void)d->cu->CtxSetCurrent(d->cuctx);
@@ -478,6 +488,19 @@ void fc_cuda_region_free(fc_cuda_device *d, fc_cuda_region *r) {
     (void)cu->MemAddressFree(r->base, r->reserved);
     free(r->chunk);
     memset(r, 0, sizeof *r);
+}
+
+fc_status fc_cuda_region_take(fc_cuda_device *d, fc_cuda_region *r, size_t bytes, CUdeviceptr *out) {
+    if (!out || !r) return FC_ERR_USAGE;
+    *out = 0;
+    const size_t at = (r->taken + 255) / 256 * 256;
+    if (bytes == 0) return FC_OK;
+    if (at + bytes < at) return fc_set_error(d->ctx, FC_ERR_RUNTIME, "a device region of more than SIZE_MAX bytes");
+    fc_status st = fc_cuda_region_grow(d, r, at + bytes);
+    if (st != FC_OK) return st;
+    r->taken = at + bytes;
+    *out = r->base + at;
+    return FC_OK;
 }
 
 fc_status fc_cuda_upload_async(fc_cuda_device *d, CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {

@@ -187,6 +187,10 @@ typedef struct fc_dynamic {
     fc_run_stats gone;
     int max_specs;
     long delay_us; /* FUSEC_SPEC_DELAY_US: the background thread's start, that late */
+    /* The device and cuBLASLt handle the specializations borrow, and so
+     * map their memory (runtime/program.h); NULL with FUSEC_SPEC_LEASE=0
+     * (measuring: each opens its own, as before session 9). */
+    fc_device_lease *lease;
 
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
@@ -242,6 +246,7 @@ static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx
     /* Load it now, off the caller's thread, when there is a GPU, and build
      * its graph, so that its first run replays (a failure here only means
      * the graph is built at its second run, as for any program). */
+    if (st == FC_OK) fc_program_use_lease(*out, d->lease);
     if (st == FC_OK && fc_cuda_available(NULL) && fc_program_prepare(*out) == FC_OK && ptrs)
         (void)fc_program_prebuild_graph(*out, ptrs, nin, ptrs + nin, nout);
     return st;
@@ -503,6 +508,7 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     pthread_cond_init(&d->wake, NULL);
     pthread_cond_init(&d->done, NULL);
     fc_status st = fc_program_set_signature(p, g);
+    if (st == FC_OK && !fc_env_is_zero("FUSEC_SPEC_LEASE") && !(d->lease = fc_device_lease_new())) st = FC_ERR_NOMEM;
     d->text = st == FC_OK ? fc_print(g) : NULL;
     if (st == FC_OK && !d->text) st = FC_ERR_NOMEM;
     d->nsyms = g->nsyms;
@@ -546,6 +552,30 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
 
 fc_program *fc_dynamic_variant(const fc_dynamic *d) { return d ? d->variant : NULL; }
 
+fc_status fc_program_reserve(fc_program *p, const fc_binding *largest, int n) {
+    if (!p) return FC_ERR_USAGE;
+    fc_dynamic *d = fc_program_dynamic(p);
+    if (!d) return FC_OK; /* a static program: its memory is its shape's */
+    if (n < 0 || (n > 0 && !largest)) return fc_set_error(d->ctx, FC_ERR_USAGE, "fc_program_reserve: no bindings");
+    int64_t key[FC_DYN_MAX_SYMS];
+    for (int k = 0; k < d->nsyms; k++) key[k] = 0;
+    for (int i = 0; i < n; i++) {
+        int k = 0;
+        while (k < d->nsyms && (!largest[i].name || strcmp(largest[i].name, d->sym[k]))) k++;
+        if (k == d->nsyms)
+            return fc_set_error(d->ctx, FC_ERR_USAGE, "fc_program_reserve: the graph has no symbol %s",
+                                largest[i].name ? largest[i].name : "(NULL)");
+        if (largest[i].value < 1)
+            return fc_set_error(d->ctx, FC_ERR_USAGE, "fc_program_reserve: %s = %lld: sizes must be at least 1",
+                                d->sym[k], (long long)largest[i].value);
+        key[k] = largest[i].value;
+    }
+    for (int k = 0; k < d->nsyms; k++)
+        if (!key[k]) return fc_set_error(d->ctx, FC_ERR_USAGE, "fc_program_reserve: symbol %s is not given", d->sym[k]);
+    if (!d->variant) return FC_OK;
+    return fc_program_reserve_arena(d->variant, key, d->nsyms);
+}
+
 void fc_dynamic_free(fc_dynamic *d) {
     if (!d) return;
     if (d->thread_started) {
@@ -559,6 +589,7 @@ void fc_dynamic_free(fc_dynamic *d) {
     }
     for (int i = 0; i < d->ngrave; i++) spec_free(d->graveyard[i]);
     for (int i = 0; i < d->nspecs; i++) spec_free(d->specs[i]);
+    fc_device_lease_free(d->lease); /* after every specialization */
     for (int i = 0; i < MAX_INSTANCES; i++) fc_program_free(d->inst[i].prog);
     fc_program_free(d->variant);
     for (int k = 0; k < d->nsyms; k++) free(d->sym[k]);

@@ -111,6 +111,7 @@ struct fc_program {
      * device); otherwise it is one cuMemAlloc, freed and allocated again,
      * larger, when a shape needs more. */
     int64_t shared_arena_bytes;
+    int64_t arena_reserved; /* what fc_program_reserve_arena mapped (the declared largest shape's need) */
     fc_cuda_region arena_region;
     bool arena_moves; /* no region: the arena is reallocated to grow */
     /* A variant whose launches are all kernels: one graph for all its
@@ -148,6 +149,16 @@ struct fc_program {
 
     /* A dynamic program (runtime/dynamic.c): guards, specializations. */
     struct fc_dynamic *dyn;
+    /* A specialization: its dynamic program's device and cuBLASLt handle,
+     * borrowed (program.h). Its arena is then arena_region's too. */
+    fc_device_lease *lease;
+};
+
+struct fc_device_lease {
+    pthread_mutex_t mu;
+    fc_context *ctx;     /* errors of the lease's own device and handle */
+    fc_cuda_device *dev; /* opened by the first borrower */
+    fc_cublaslt *blas;   /* made by the first borrower with GEMMs */
 };
 
 /* Process-wide counters (fc_compile_counters_get). */
@@ -966,6 +977,8 @@ struct fc_dynamic *fc_program_dynamic(const fc_program *p) { return p ? p->dyn :
 fc_run_stats *fc_program_stats_ref(fc_program *p) { return &p->stats; }
 struct fc_cublaslt *fc_program_blas(const fc_program *p) { return p ? p->blas : NULL; }
 
+const struct fc_cuda_device *fc_program_device(const fc_program *p) { return p ? p->dev : NULL; }
+
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o) {
     fc_program *p = new_program(ctx);
     if (p) p->opts = *o;
@@ -1372,6 +1385,62 @@ static int64_t arena_size(const fc_program *p, int64_t *ws_offset) {
 
 static fc_status ensure_device(fc_program *p);
 
+fc_device_lease *fc_device_lease_new(void) {
+    fc_device_lease *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    if (!(l->ctx = fc_context_new())) {
+        free(l);
+        return NULL;
+    }
+    pthread_mutex_init(&l->mu, NULL);
+    return l;
+}
+
+void fc_device_lease_free(fc_device_lease *l) {
+    if (!l) return;
+    if (l->dev) {
+        (void)l->dev->cu->CtxSetCurrent(l->dev->cuctx);
+        (void)l->dev->cu->CtxSynchronize();
+    }
+    fc_cublaslt_destroy(l->blas);
+    fc_cuda_device_close(l->dev);
+    fc_context_free(l->ctx);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+void fc_program_use_lease(fc_program *p, fc_device_lease *l) {
+    if (p && !p->dev) p->lease = l;
+}
+
+/* The lease's failure, said on p's context. Under l->mu. */
+static fc_status lease_error(fc_program *p, fc_status st) {
+    return fc_set_error(p->ctx, st, "%s", fc_last_error(p->lease->ctx));
+}
+
+/* p->dev: a handle on the lease's device, opened by its first borrower. */
+static fc_status lease_device(fc_program *p) {
+    fc_device_lease *l = p->lease;
+    pthread_mutex_lock(&l->mu);
+    fc_status st = l->dev ? FC_OK : fc_cuda_device_open(l->ctx, 0, &l->dev);
+    if (st != FC_OK) st = lease_error(p, st);
+    else st = fc_cuda_device_borrow(p->ctx, l->dev, &p->dev);
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
+/* The lease's cuBLASLt handle (made by its first borrower with GEMMs),
+ * for p's own handle to share. */
+static fc_status lease_blas(fc_program *p, const fc_cublaslt **out) {
+    fc_device_lease *l = p->lease;
+    pthread_mutex_lock(&l->mu);
+    fc_status st = FC_OK;
+    if (!l->blas && (st = fc_cublaslt_create(l->ctx, l->dev, NULL, &l->blas)) != FC_OK) st = lease_error(p, st);
+    *out = l->blas;
+    pthread_mutex_unlock(&l->mu);
+    return st;
+}
+
 /* Scratch for the kernel parameters of the largest launch. */
 static fc_status ensure_args(fc_program *p) {
     if (p->args.block) return FC_OK;
@@ -1386,13 +1455,14 @@ static fc_status ensure_args(fc_program *p) {
  * (atomically) on every run. */
 static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Make v's arena (a variant's) hold `bytes`. Under arena_lock. */
-static fc_status grow_arena(fc_program *v, int64_t bytes) {
+/* Make v's arena (a variant's) hold `bytes`: doubled at least (a sweep of
+ * growing shapes grows it a few times), or exactly (fc_program_reserve's
+ * declared largest shape). Under arena_lock. */
+static fc_status grow_arena(fc_program *v, int64_t bytes, bool exact) {
     if (bytes <= v->shared_arena_bytes) return FC_OK; /* grown ahead meanwhile */
     if (!v->arena_region.base && !v->arena && fc_env_is_zero("FUSEC_ARENA_REGION"))
         v->arena_moves = true; /* measuring the reallocated arena (docs/DYNAMIC.md) */
-    /* Doubled at least: a sweep of growing shapes grows it a few times. */
-    int64_t grown = v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
+    int64_t grown = !exact && v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
     const double t0 = fc_now_ms();
     fc_status st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
     if (st == FC_OK) {
@@ -1424,6 +1494,8 @@ int64_t fc_program_arena_ahead_bytes(fc_program *inst) {
     if (!v || v->arena_moves || !v->arena_region.base) return 0;
     int64_t ws_offset = 0, bytes = arena_size(inst, &ws_offset);
     if (bytes <= 0 || bytes > INT64_MAX / 2) return 0;
+    /* Within the declared largest shape: nothing more ahead. */
+    if (bytes <= __atomic_load_n(&v->arena_reserved, __ATOMIC_ACQUIRE)) return 0;
     return 2 * bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE) ? 2 * bytes : 0;
 }
 
@@ -1445,6 +1517,21 @@ bool fc_program_arena_ahead(fc_program *v, int64_t bytes) {
     }
     pthread_mutex_unlock(&arena_lock);
     return grew;
+}
+
+fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms) {
+    fc_program *inst = NULL;
+    fc_status st = fc_program_instance(v, syms, nsyms, &inst);
+    if (st != FC_OK) return st;
+    int64_t ws_offset = 0, bytes = arena_size(inst, &ws_offset);
+    fc_program_free(inst);
+    if (bytes < 0) return fc_set_error(v->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", v->d.graph_name);
+    if ((st = ensure_device(v)) != FC_OK) return st;
+    pthread_mutex_lock(&arena_lock);
+    st = grow_arena(v, bytes, true);
+    if (st == FC_OK && bytes > v->arena_reserved) __atomic_store_n(&v->arena_reserved, bytes, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&arena_lock);
+    return st;
 }
 
 /* An instance (one shape of a dynamic program's variant) borrows the
@@ -1475,7 +1562,7 @@ static fc_status ensure_instance(fc_program *p) {
     if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
     if (bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&arena_lock);
-        st = grow_arena(v, bytes);
+        st = grow_arena(v, bytes, false);
         pthread_mutex_unlock(&arena_lock);
         if (st != FC_OK) return st;
     }
@@ -1537,7 +1624,7 @@ static fc_status ensure_device(fc_program *p) {
     }
     if (!p->dev) {
         double t = fc_now_ms();
-        st = fc_cuda_device_open(p->ctx, 0, &p->dev);
+        st = p->lease ? lease_device(p) : fc_cuda_device_open(p->ctx, 0, &p->dev);
         p->times.device_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;
     }
@@ -1589,13 +1676,18 @@ static fc_status ensure_device(fc_program *p) {
         return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena of %lld bytes is too large",
                             p->d.graph_name, (long long)p->d.arena_bytes);
     if (!p->arena && bytes > 0) {
-        st = fc_cuda_alloc(d, (size_t)bytes, &p->arena);
+        /* A lease's programs map theirs: freeing it then waits for nothing. */
+        st = p->lease ? fc_cuda_region_grow(d, &p->arena_region, (size_t)bytes) : FC_ERR_UNSUPPORTED;
+        if (st == FC_OK) p->arena = p->arena_region.base;
+        else if (st == FC_ERR_UNSUPPORTED) st = fc_cuda_alloc(d, (size_t)bytes, &p->arena);
         if (st != FC_OK) return st;
     }
     if (p->ngemms > 0 && !p->blas) {
         /* cublasLtCreate loads the library's kernels: timed with the load. */
         double t = fc_now_ms();
         fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32};
+        if (p->lease && (st = lease_blas(p, &lo.share)) != FC_OK) return st;
+        lo.mapped = p->lease != NULL;
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
         p->times.load_ms += fc_now_ms() - t;
         if (st != FC_OK) return st;

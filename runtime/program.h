@@ -132,6 +132,8 @@ fc_context *fc_program_context(const fc_program *p);
 /* p's cuBLASLt handle (an instance's is its variant's); NULL before its
  * first run or without GEMMs. */
 struct fc_cublaslt *fc_program_blas(const fc_program *p);
+/* p's device handle (NULL before its first run or prepare); tests. */
+const struct fc_cuda_device *fc_program_device(const fc_program *p);
 /* The program's times, to be filled in by whoever made it (a load). */
 fc_compile_times *fc_program_times_ref(fc_program *p);
 
@@ -332,6 +334,29 @@ int64_t fc_program_arena_ahead_bytes(fc_program *inst);
  * arena that grows in place, best effort (on failure nothing changes and
  * a run that needs the memory grows it then). True when it grew. */
 bool fc_program_arena_ahead(fc_program *v, int64_t bytes);
+/*
+ * What a dynamic program lends the specializations its background thread
+ * makes and frees while the caller's thread launches (docs/DYNAMIC.md,
+ * "Session 9"): one device handle (its stream and primary context) and
+ * one cuBLASLt handle for all of them, made by the first that needs them.
+ * A specialization then makes no stream and no cuBLASLt handle, and keeps
+ * its arena and concatenated weights in mapped memory
+ * (fc_cuda_region), whose release does not wait for the device: in
+ * another thread, a stream create or destroy stalls a caller's launches
+ * by ~30 us, cublasLtCreate by ~30 us, cuMemFree by 0.5-32 ms.
+ * A lease is shared by the threads of one dynamic program (it locks
+ * itself); free it after every program that used it.
+ */
+typedef struct fc_device_lease fc_device_lease;
+fc_device_lease *fc_device_lease_new(void); /* NULL: out of memory */
+void fc_device_lease_free(fc_device_lease *l);  /* NULL is ignored */
+/* Before p's first run or prepare: p uses l (NULL: its own device, as any
+ * program). */
+void fc_program_use_lease(fc_program *p, fc_device_lease *l);
+/* Map variant v's arena for the shape of these symbol values now, exactly
+ * its need (fc_program_reserve): opens the device and loads the module if
+ * no run has yet. Shapes within it then grow nothing, ahead or not. */
+fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);

@@ -194,11 +194,76 @@ static void test_region(fc_context *ctx) {
     fc_cuda_device_close(d);
 }
 
+/* fc_cuda_region_take: 256-aligned pieces one after another, the region
+ * grown under them, data kept; zero bytes is a null pointer. */
+static void test_region_take(fc_context *ctx) {
+    fc_cuda_device *d = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    if (!d) return;
+    fc_cuda_region r = {0};
+    CUdeviceptr a = 0, b = 0, c = 1, e = 0;
+    fc_status st = fc_cuda_region_take(d, &r, 100, &a);
+    if (st == FC_ERR_UNSUPPORTED) {
+        printf("skipped: no virtual memory management on this device\n");
+        fc_cuda_device_close(d);
+        return;
+    }
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK(a == r.base && r.taken == 100);
+    CHECK_EQ_INT(fc_cuda_region_take(d, &r, 3 * r.granularity, &b), FC_OK);
+    CHECK(b == r.base + 256 && b % 256 == 0 && r.mapped >= 256 + 3 * r.granularity);
+    CHECK_EQ_INT(fc_cuda_region_take(d, &r, 0, &c), FC_OK);
+    CHECK(c == 0);
+    CHECK_EQ_INT(fc_cuda_region_take(d, &r, 8, &e), FC_OK);
+    CHECK(e == b + 3 * r.granularity);
+    uint64_t h[2] = {0x0123456789abcdefull, 0xfedcba9876543210ull}, back[2] = {0, 0};
+    CHECK_EQ_INT(fc_cuda_upload(d, a, &h[0], 8), FC_OK);
+    CHECK_EQ_INT(fc_cuda_upload(d, e, &h[1], 8), FC_OK);
+    CHECK_EQ_INT(fc_cuda_download(d, &back[0], a, 8), FC_OK);
+    CHECK_EQ_INT(fc_cuda_download(d, &back[1], e, 8), FC_OK);
+    CHECK(back[0] == h[0] && back[1] == h[1]);
+    fc_cuda_region_free(d, &r);
+    CHECK(r.taken == 0 && r.base == 0);
+    fc_cuda_device_close(d);
+}
+
+/* A borrowed handle: the same context and stream, errors on its own
+ * context, and closing it leaves the device it borrowed working. */
+static void test_borrow(fc_context *ctx) {
+    fc_cuda_device *d = NULL, *b = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    if (!d) return;
+    fc_context *other = fc_context_new();
+    CHECK_EQ_INT(fc_cuda_device_borrow(other, d, &b), FC_OK);
+    CHECK(b && b->borrowed && !d->borrowed && b->stream == d->stream && b->cuctx == d->cuctx && b->ctx == other);
+    CHECK(b && !strcmp(b->info.name, d->info.name) && b->info.sm_count == d->info.sm_count);
+    CUdeviceptr p = 0;
+    CHECK_EQ_INT(fc_cuda_alloc(b, 64, &p), FC_OK);
+    CHECK_EQ_INT(fc_cuda_free(b, p), FC_OK);
+    /* An error through the borrowed handle lands on its context. */
+    CHECK(fc_cuda_alloc(b, (size_t)1 << 62, &p) != FC_OK);
+    CHECK(fc_last_error(other)[0] != 0);
+    fc_cuda_device_close(b);
+    /* The stream is still d's, and works. */
+    CHECK_EQ_INT(fc_cuda_alloc(d, 64, &p), FC_OK);
+    uint32_t x = 7, y = 0;
+    CHECK_EQ_INT(fc_cuda_upload(d, p, &x, 4), FC_OK);
+    CHECK_EQ_INT(fc_cuda_download(d, &y, p, 4), FC_OK);
+    CHECK(y == 7);
+    CHECK_EQ_INT(fc_cuda_stream_sync(d, NULL), FC_OK);
+    CHECK_EQ_INT(fc_cuda_free(d, p), FC_OK);
+    CHECK_EQ_INT(fc_cuda_device_borrow(other, NULL, &b), FC_ERR_USAGE);
+    fc_context_free(other);
+    fc_cuda_device_close(d);
+}
+
 int main(void) {
     fc_context *ctx = fc_context_new();
     if (fc_cuda_available(ctx)) {
         test_saxpy(ctx);
         test_region(ctx);
+        test_region_take(ctx);
+        test_borrow(ctx);
         fc_context_free(ctx);
         return check_report("test_cuda_driver");
     }

@@ -304,6 +304,39 @@ static void test_bookkeeping(fc_context *ctx) {
 /* Every allocation of a dynamic compile fails in turn: FC_ERR_NOMEM each
  * time (never a crash, a leak under ASan, or a program that silently lost
  * its dynamic variant), until the compile succeeds whole. */
+/* fc_program_reserve's argument checks (no GPU needed), and a static
+ * program's nothing to do. */
+static void test_reserve_usage(fc_context *ctx) {
+    fc_graph *g = parse(ctx, ln_text);
+    fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    CHECK_EQ_INT(fc_program_reserve(NULL, NULL, 0), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_program_reserve(p, (fc_binding[]){{"B", 2}, {"X", 3}}, 2), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "no symbol X") != NULL);
+    CHECK_EQ_INT(fc_program_reserve(p, (fc_binding[]){{"B", 2}}, 1), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "symbol T is not given") != NULL);
+    CHECK_EQ_INT(fc_program_reserve(p, (fc_binding[]){{"B", 2}, {"T", 0}}, 2), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "T = 0: sizes must be at least 1") != NULL);
+    /* Valid: done with a GPU, the device's absence said without one. */
+    fc_status st = fc_program_reserve(p, (fc_binding[]){{"T", 64}, {"B", 2}}, 2);
+    if (fc_cuda_available(NULL)) CHECK_EQ_INT(st, FC_OK);
+    else CHECK_EQ_INT(st, FC_ERR_RUNTIME);
+    fc_clear_error(ctx);
+    fc_program_free(p);
+    fc_binding bind[2] = {{"B", 2}, {"T", 5}};
+    fc_graph *gs = fc_graph_specialize(g, bind, 2);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    fc_program *ps = NULL;
+    if (gs && fc_compile(gs, &o, &ps) == FC_OK) CHECK_EQ_INT(fc_program_reserve(ps, bind, 2), FC_OK);
+    fc_program_free(ps);
+    fc_graph_free(gs);
+    fc_graph_free(g);
+}
+
 static void test_dynamic_compile_oom(void) {
     fc_context *ctx = fc_context_new();
     fc_graph *g = parse(ctx, ln_text);
@@ -1015,6 +1048,82 @@ static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) 
     fc_program_free(p);
 }
 
+/* fc_program_reserve with the largest shape (T = 1024): one growth, the
+ * reserve's; then no shape within it grows the arena, on the caller's
+ * thread or ahead of need; results right. */
+static void test_reserve(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
+    if (!p) return;
+    CHECK_EQ_INT(fc_program_reserve(p, (fc_binding[]){{"T", 1024}, {"B", 1}}, 2), FC_OK);
+    fc_run_stats s;
+    fc_program_stats(p, &s);
+    CHECK_EQ_INT(s.arena_grows, 1);
+    int nin = fc_graph_num_params(g);
+    static const int64_t ts[5] = {777, 1024, 1, 500, 1000};
+    for (int i = 0; i < 5; i++) {
+        fc_tensor sh[16];
+        for (int q = 0; q < nin; q++) {
+            fc_value *pv = fc_graph_param(g, q);
+            sh[q] = (fc_tensor){fc_value_dtype(pv), fc_value_rank(pv), {0}, NULL};
+            for (int d = 0; d < sh[q].rank; d++) {
+                fc_dim dd = fc_value_dim(pv, d);
+                sh[q].shape[d] = dd >= 0 ? dd : FC_DIM_SYM_BASE - dd == 0 ? 1 : ts[i]; /* B = 1 */
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof what, "reserved, T=%lld", (long long)ts[i]);
+        run_and_compare(ctx, dev, p, g, sh, nin, 1, what);
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        fc_program_stats(p, &s);
+        CHECK_EQ_INT(s.arena_grows, 1);
+        CHECK_EQ_INT(s.arena_grows_ahead, 0);
+    }
+    fc_program_free(p);
+}
+
+/* The specializations borrow their dynamic program's device and cuBLASLt
+ * handle and map their memory (fc_device_lease), so that making and
+ * freeing one stalls the caller's launches as little as it can; with
+ * FUSEC_SPEC_LEASE=0 each has its own, as before. Results are compared
+ * both ways, an eviction included (max 2 specializations, 3 shapes). */
+static void test_spec_lease(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, const fc_tensor (*shapes)[16],
+                            const int64_t (*bt)[2], int nin, int concats) {
+    for (int lease = 1; lease >= 0; lease--) {
+        if (!lease) setenv("FUSEC_SPEC_LEASE", "0", 1);
+        fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 2);
+        unsetenv("FUSEC_SPEC_LEASE");
+        if (!p) return;
+        char name[96];
+        for (int i = 0; i < 3; i++) {
+            snprintf(name, sizeof name, "lease %d, shape %d", lease, i);
+            run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name);
+            CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+            run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name); /* the specialization */
+        }
+        const fc_cublaslt *first = NULL;
+        int live = 0;
+        for (int i = 1; i < 3; i++) { /* shape 0's was evicted */
+            fc_program *sp = NULL;
+            CHECK_EQ_INT(fc_dynamic_select(p, bt[i], &sp), FC_OK);
+            CHECK(sp != NULL);
+            if (!sp) continue;
+            live++;
+            const fc_cuda_device *d = fc_program_device(sp);
+            CHECK(d && d->borrowed == (lease == 1));
+            const fc_cublaslt *h = fc_program_blas(sp);
+            CHECK(h != NULL);
+            if (concats) CHECK(fc_cublaslt_concats_mapped(h) == (lease == 1));
+            if (first) CHECK(fc_cublaslt_same_handle(first, h) == (lease == 1));
+            first = h;
+        }
+        CHECK_EQ_INT(live, 2);
+        fc_run_stats st;
+        fc_program_stats(p, &st);
+        CHECK_EQ_INT(st.specializations_evicted, 1);
+        fc_program_free(p);
+    }
+}
+
 static void test_gpu(fc_context *ctx) {
     fc_cuda_device *dev = NULL;
     CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
@@ -1106,7 +1215,12 @@ static void test_gpu(fc_context *ctx) {
                 sh[i][q] = ty;
             }
         test_dynamic_gpu(ctx, dev, blocks[b].what, g, 3, (const fc_tensor(*)[16])sh, nin, 1, blocks[b].prebuilt, blocks[b].concats);
-        if (b == 0) test_arena_ahead(ctx, dev, g);
+        if (b == 0) {
+            test_arena_ahead(ctx, dev, g);
+            test_reserve(ctx, dev, g);
+        }
+        else test_spec_lease(ctx, dev, g, (const fc_tensor(*)[16])sh, (const int64_t(*)[2])blocks[b].bt, nin,
+                             blocks[b].concats);
         fc_graph_free(g);
     }
     fc_cuda_device_close(dev);
@@ -1116,6 +1230,7 @@ int main(void) {
     fc_context *ctx = fc_context_new();
     test_guards(ctx);
     test_bookkeeping(ctx);
+    test_reserve_usage(ctx);
     test_dynamic_compile_oom();
     if (fc_cuda_available(NULL)) test_gpu(ctx);
     else printf("test_specialize: GPU part skipped (no CUDA device)\n");
