@@ -486,7 +486,7 @@ static void bench_sweep(void) {
     if (fc_compile(g, &o, &dyn) != FC_OK) DIE("compile dynamic");
     /* SWEEP_RESERVE=1: the largest shape declared first (fc_program_reserve),
      * so that no miss grows the variant's arena. */
-    if (getenv("SWEEP_RESERVE") && fc_program_reserve(dyn, (fc_binding[]){{"B", 1}, {"T", 1024}}, 2) != FC_OK)
+    if (getenv("SWEEP_RESERVE") && fc_program_reserve(dyn, (fc_binding[]){{"T", 1024}}, 1) != FC_OK)
         DIE("fc_program_reserve");
     static const int64_t sample[] = {1, 2, 3, 7, 8, 16, 31, 64, 65, 127, 128, 129, 255, 256, 500, 512, 513, 777, 1000, 1024};
     int ns = (int)(sizeof sample / sizeof sample[0]);
@@ -513,19 +513,24 @@ static void bench_sweep(void) {
          * specialization, which lands meanwhile (nothing waits for it):
          * the variant's second call (its graph build), the variant's calls
          * while the specialization compiles, the first hit. */
-        static double before[100000];
+        static double before[100000], before_at[100000], before_host[100000];
         int nb = 0;
         double hit1 = 0, w0 = now_us();
         for (;;) {
             fc_program_stats(dyn, &st);
             uint64_t h0 = st.guard_hits;
-            double t = shaped_call_ms(dyn, &s);
+            const double at = fc_now_ms();
+            double host = 0, t = shaped_call_host_ms(dyn, &s, &host);
             fc_program_stats(dyn, &st);
             if (st.guard_hits > h0 || (spec_off && nb == 20)) {
                 hit1 = t;
                 break;
             }
-            if (nb < (int)(sizeof before / sizeof before[0])) before[nb++] = t;
+            if (nb < (int)(sizeof before / sizeof before[0])) {
+                before_at[nb] = at;
+                before_host[nb] = host;
+                before[nb++] = t;
+            }
             if (now_us() - w0 > 60e6) DIE("the specialization of T=%lld did not land in 60 s", (long long)T);
         }
         double wait_ms = (now_us() - w0) * 1e-3;
@@ -534,6 +539,12 @@ static void bench_sweep(void) {
             if (before[q] > worst_dyn) worst_dyn = before[q];
         double dyn_ms = nb > 1 ? fc_median(before + 1, nb - 1) : 0;
         double dyn_p99 = nb > 1 ? quantile(before + 1, nb - 1, 0.99) : 0;
+        /* SWEEP_SLOW_CALLS=1: when each slow one began (fc_now_ms, as
+         * FUSEC_LOG=spec stamps the background thread's steps). */
+        for (int q = 1; getenv("SWEEP_SLOW_CALLS") && q < nb; q++)
+            if (before[q] > 1.5 * dyn_ms)
+                printf("RESULT fusec sweep slow_call T=%lld at_ms=%.3f ms=%.4f host_ms=%.4f median_ms=%.4f\n",
+                       (long long)T, before_at[q], before[q], before_host[q], dyn_ms);
         /* The variant's calls while the background thread builds the
          * specialization (and frees the one it evicts): how much that work
          * stalls them, against their own median (T = 1 left out: the

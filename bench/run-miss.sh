@@ -20,6 +20,9 @@
 #                 own stream and cuBLASLt handle and allocates its memory,
 #                 the code before session 9); reserve (SWEEP_RESERVE=1: the
 #                 largest shape declared with fc_program_reserve first)
+#   MISS_TRACE=1  also log the background thread's steps (FUSEC_LOG=spec)
+#                 and the slow calls (SWEEP_SLOW_CALLS=1), and say which
+#                 step each slow call overlapped (bench/slow_calls.py)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 OUT=${OUT:-$PWD/out}
@@ -56,6 +59,7 @@ for mode in $MODES; do
     esac
     log="$OUT/miss-$mode.log"
     [[ -e $log ]] && log="$OUT/miss-$mode-2.log" # a mode named twice: two rounds
+    if [[ -n ${MISS_TRACE:-} ]]; then envs+=(FUSEC_LOG=spec SWEEP_SLOW_CALLS=1); fi
     env "${envs[@]}" SWEEP_SAMPLE_ONLY=1 timeout 150 build/dynamic_bench sweep >"$log" 2>&1
     echo "sweep sample ($mode): rc=$?"
 done
@@ -69,3 +73,7 @@ for log in "$OUT"/miss-*.log; do
         awk '{printf "%s %s %.1f %s | %s %s %s\n", $1, $2, $3 * 1000, $4, $6, $7, $8}' | paste -sd ';' | fold -w 236
     grep -h "sweep sample" "$log" | sed 's/RESULT fusec sweep sample //' | cut -c1-240
 done
+if [[ -n ${MISS_TRACE:-} ]]; then
+    echo "=== slow calls against the background thread's steps"
+    python3 bench/slow_calls.py "$OUT"/miss-*.log
+fi

@@ -43,7 +43,8 @@ static int log_topics(void) {
     int t = 0;
     if (strstr(e, "guards")) t |= FC_LOG_GUARDS;
     if (strstr(e, "graphs")) t |= FC_LOG_GRAPHS;
-    if (strstr(e, "all")) t |= FC_LOG_GUARDS | FC_LOG_GRAPHS;
+    if (strstr(e, "spec")) t |= FC_LOG_SPEC;
+    if (strstr(e, "all")) t |= FC_LOG_GUARDS | FC_LOG_GRAPHS | FC_LOG_SPEC;
     return t;
 }
 
@@ -56,7 +57,8 @@ void fc_trace(int topic, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "fusec[%s]: %s\n", topic == FC_LOG_GUARDS ? "guards" : "graphs", buf);
+    fprintf(stderr, "fusec[%s]: %s\n",
+            topic == FC_LOG_GUARDS ? "guards" : topic == FC_LOG_GRAPHS ? "graphs" : "spec", buf);
 }
 
 /* ------------------------------------------------------------------ */
@@ -232,6 +234,7 @@ static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx
                               int nout, fc_program **out) {
     fc_binding b[FC_DYN_MAX_SYMS];
     for (int k = 0; k < d->nsyms; k++) b[k] = (fc_binding){d->sym[k], key[k]};
+    double t = fc_now_ms();
     fc_graph *g = NULL;
     fc_status st = fc_parse(ctx, "<dynamic program>", d->text, strlen(d->text), NULL, b, d->nsyms, &g);
     if (st == FC_OK) {
@@ -243,12 +246,16 @@ static fc_status compile_spec(fc_dynamic *d, const int64_t *key, fc_context *ctx
         pthread_mutex_unlock(&compile_lock);
     }
     fc_graph_free(g);
+    fc_trace(FC_LOG_SPEC, "%.3f..%.3f parse and compile", t, fc_now_ms());
     /* Load it now, off the caller's thread, when there is a GPU, and build
      * its graph, so that its first run replays (a failure here only means
      * the graph is built at its second run, as for any program). */
     if (st == FC_OK) fc_program_use_lease(*out, d->lease);
-    if (st == FC_OK && fc_cuda_available(NULL) && fc_program_prepare(*out) == FC_OK && ptrs)
+    if (st == FC_OK && fc_cuda_available(NULL) && fc_program_prepare(*out) == FC_OK && ptrs) {
+        t = fc_now_ms();
         (void)fc_program_prebuild_graph(*out, ptrs, nin, ptrs + nin, nout);
+        fc_trace(FC_LOG_SPEC, "%.3f..%.3f graph built and uploaded", t, fc_now_ms());
+    }
     return st;
 }
 
@@ -282,7 +289,13 @@ static void compile_entry(fc_dynamic *d, spec *s) {
     int nin = s->nin, nout = s->nout;
     pthread_mutex_unlock(&d->mu);
     fc_program *prog = NULL;
+    const double t = fc_now_ms();
     fc_status st = compile_spec(d, key, s->ctx, ptrs, nin, nout, &prog);
+    if (fc_trace_on(FC_LOG_SPEC)) {
+        char k[160];
+        key_text(d, key, k, sizeof k);
+        fc_trace(FC_LOG_SPEC, "%.3f..%.3f specialization %s made", t, fc_now_ms(), k);
+    }
     pthread_mutex_lock(&d->mu);
     if (st == FC_OK) {
         s->prog = prog;
@@ -326,6 +339,8 @@ static void *worker(void *arg) {
             if (grew) {
                 d->ahead_grows++;
                 d->ahead_ms += ms;
+                fc_trace(FC_LOG_SPEC, "%.3f..%.3f the variant's arena grown ahead to %lld bytes", t0, t0 + ms,
+                         (long long)want);
             }
             d->ahead_busy = false;
             pthread_cond_broadcast(&d->done);
@@ -334,7 +349,9 @@ static void *worker(void *arg) {
         while (d->ngrave > 0) {
             spec *dead = d->graveyard[--d->ngrave];
             pthread_mutex_unlock(&d->mu);
+            const double t = fc_now_ms();
             spec_free(dead);
+            fc_trace(FC_LOG_SPEC, "%.3f..%.3f an evicted specialization freed", t, fc_now_ms());
             pthread_mutex_lock(&d->mu);
         }
         spec *s = NULL;

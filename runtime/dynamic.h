@@ -25,9 +25,11 @@
 #include <stdint.h>
 
 /* FUSEC_LOG topics: a comma-separated list in the environment ("guards",
- * "graphs", "all"). Only these print, to stderr; nothing else in the
- * library prints. */
-enum { FC_LOG_GUARDS = 1, FC_LOG_GRAPHS = 2 };
+ * "graphs", "spec", "all"). Only these print, to stderr; nothing else in
+ * the library prints. "spec": each step of the background thread's
+ * making and freeing of a specialization, stamped with fc_now_ms (to line
+ * up with a caller's slow calls). */
+enum { FC_LOG_GUARDS = 1, FC_LOG_GRAPHS = 2, FC_LOG_SPEC = 4 };
 bool fc_trace_on(int topic);
 void fc_trace(int topic, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -152,6 +152,7 @@ struct fc_program {
     /* A specialization: its dynamic program's device and cuBLASLt handle,
      * borrowed (program.h). Its arena is then arena_region's too. */
     fc_device_lease *lease;
+    bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
 };
 
 struct fc_device_lease {
@@ -170,6 +171,12 @@ static char *dup_str(fc_context *ctx, const char *s) {
     char *c = fc_ctx_malloc(ctx, n + 1);
     if (c) memcpy(c, s, n + 1);
     return c;
+}
+
+/* FUSEC_LOG=spec: one step of making or freeing a program, from t0 to now
+ * (a dynamic program's specializations, on its background thread). */
+static void spec_step(const fc_program *p, const char *what, double t0) {
+    if (p->specialization) fc_trace(FC_LOG_SPEC, "%.3f..%.3f [%s] %s", t0, fc_now_ms(), p->d.graph_name, what);
 }
 
 /* ------------------------------------------------------------------ */
@@ -958,8 +965,10 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
 fc_status fc_program_prepare(fc_program *p) {
     fc_status st = prepare_run(p);
     /* And every GEMM's algorithm, so the first run asks cuBLASLt nothing. */
+    const double t = fc_now_ms();
     for (int i = 0; i < p->d.src.nlaunches && st == FC_OK && p->blas; i++)
         if (fc_program_gemm(&p->d, i)) st = fc_cublaslt_warm(p->blas, p->ctx, &p->d.gemm[i], FC_CUBLASLT_WORKSPACE_BYTES);
+    if (p->blas) spec_step(p, "GEMM algorithms", t);
     return st;
 }
 
@@ -1090,20 +1099,32 @@ void fc_program_free(fc_program *p) {
     }
     fc_ctx_freemem(p->ctx, p->syms);
     if (p->dev) {
+        const double t0 = fc_now_ms();
         fc_replay_free(p->replay, p->dev);
         fc_replay_free(p->shared_replay, p->dev);
         fc_frame_free(p->frame, p->dev);
+        spec_step(p, "freeing: graph", t0);
         /* Teardown errors are ignored, and kept off the context: nothing can
          * be done about them, and they must not hide an earlier error. The
          * synchronize makes sure no queued launch still uses the arena. */
         const fc_cuda_driver *cu = p->dev->cu;
+        double t = fc_now_ms();
         (void)cu->CtxSetCurrent(p->dev->cuctx);
         (void)cu->CtxSynchronize();
+        spec_step(p, "freeing: synchronized", t);
+        t = fc_now_ms();
         fc_cublaslt_destroy(p->blas); /* it uses the device: before it is closed */
+        spec_step(p, "freeing: cuBLASLt handle", t);
+        t = fc_now_ms();
         if (p->arena_region.base) fc_cuda_region_free(p->dev, &p->arena_region);
         else if (p->arena) (void)cu->MemFree(p->arena);
+        spec_step(p, "freeing: arena", t);
+        t = fc_now_ms();
         if (p->module) (void)cu->ModuleUnload(p->module);
+        spec_step(p, "freeing: module unloaded", t);
+        t = fc_now_ms();
         fc_cuda_device_close(p->dev);
+        spec_step(p, "freeing: device closed", t);
     }
     fc_ctx_freemem(p->ctx, p->func);
     fc_launch_params_free(p->ctx, &p->args);
@@ -1411,6 +1432,7 @@ void fc_device_lease_free(fc_device_lease *l) {
 
 void fc_program_use_lease(fc_program *p, fc_device_lease *l) {
     if (p && !p->dev) p->lease = l;
+    if (p) p->specialization = true;
 }
 
 /* The lease's failure, said on p's context. Under l->mu. */
@@ -1626,6 +1648,7 @@ static fc_status ensure_device(fc_program *p) {
         double t = fc_now_ms();
         st = p->lease ? lease_device(p) : fc_cuda_device_open(p->ctx, 0, &p->dev);
         p->times.device_ms += fc_now_ms() - t;
+        spec_step(p, p->lease ? "device borrowed" : "device opened", t);
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
@@ -1643,6 +1666,7 @@ static fc_status ensure_device(fc_program *p) {
         double t = fc_now_ms();
         st = fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
         p->times.load_ms += fc_now_ms() - t;
+        spec_step(p, "module loaded", t);
         if (st != FC_OK) return st;
     }
     if (!p->funcs_ready) {
@@ -1666,6 +1690,7 @@ static fc_status ensure_device(fc_program *p) {
         p->funcs_ready = true;
         p->times.load_ms += fc_now_ms() - t;
         p->times.loaded = true;
+        spec_step(p, "kernels looked up", t);
     }
     if ((st = ensure_args(p)) != FC_OK) return st;
     if (p->d.src.frame_words > 0 && !p->frame && (st = frame_setup(p)) != FC_OK) return st;
@@ -1677,9 +1702,11 @@ static fc_status ensure_device(fc_program *p) {
                             p->d.graph_name, (long long)p->d.arena_bytes);
     if (!p->arena && bytes > 0) {
         /* A lease's programs map theirs: freeing it then waits for nothing. */
+        const double t = fc_now_ms();
         st = p->lease ? fc_cuda_region_grow(d, &p->arena_region, (size_t)bytes) : FC_ERR_UNSUPPORTED;
         if (st == FC_OK) p->arena = p->arena_region.base;
         else if (st == FC_ERR_UNSUPPORTED) st = fc_cuda_alloc(d, (size_t)bytes, &p->arena);
+        spec_step(p, p->arena_region.base ? "arena mapped" : "arena allocated", t);
         if (st != FC_OK) return st;
     }
     if (p->ngemms > 0 && !p->blas) {
@@ -1690,6 +1717,7 @@ static fc_status ensure_device(fc_program *p) {
         lo.mapped = p->lease != NULL;
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
         p->times.load_ms += fc_now_ms() - t;
+        spec_step(p, lo.share ? "cuBLASLt handle shared" : "cuBLASLt handle created", t);
         if (st != FC_OK) return st;
         p->blas_ws = p->arena + (CUdeviceptr)ws_offset;
     }
