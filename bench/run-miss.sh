@@ -19,7 +19,11 @@
 #                 nolease (FUSEC_SPEC_LEASE=0: each specialization opens its
 #                 own stream and cuBLASLt handle and allocates its memory,
 #                 the code before session 9); reserve (SWEEP_RESERVE=1: the
-#                 largest shape declared with fc_program_reserve first)
+#                 largest shape declared with fc_program_reserve first);
+#                 upload0 (FUSEC_SPEC_UPLOAD=0: a specialization's graph is
+#                 not uploaded by the background thread but by its first
+#                 launch); eager (CUDA_MODULE_LOADING=EAGER: no lazy kernel
+#                 loading in the driver)
 #   MISS_TRACE=1  also log the background thread's steps (FUSEC_LOG=spec)
 #                 and the slow calls (SWEEP_SLOW_CALLS=1), and say which
 #                 step each slow call overlapped (bench/slow_calls.py)
@@ -55,6 +59,8 @@ for mode in $MODES; do
     delay) envs=(FUSEC_SPEC_DELAY_US=20000) ;;
     nolease) envs=(FUSEC_SPEC_LEASE=0) ;;
     reserve) envs=(SWEEP_RESERVE=1) ;;
+    upload0) envs=(FUSEC_SPEC_UPLOAD=0) ;;
+    eager) envs=(CUDA_MODULE_LOADING=EAGER) ;;
     *) envs=("$mode") ;; # VAR=value as it is
     esac
     log="$OUT/miss-$mode.log"

@@ -1805,11 +1805,20 @@ fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin,
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
                                 "program %s has fused sibling GEMMs: its graph is built at its second run",
                                 p->d.graph_name);
+    double t = fc_now_ms();
     st = build_graph(p, inputs, outputs, NULL);
+    spec_step(p, "graph built (captured, instantiated)", t);
     /* Uploaded now, and waited for (this is the background thread): the
-     * first launch of a graph otherwise uploads it, ~50 us. */
-    if (st == FC_OK) st = fc_replay_upload(p->replay, p->dev, NULL);
-    if (st == FC_OK) st = fc_cuda_stream_sync(p->dev, NULL);
+     * first launch of a graph otherwise uploads it, ~50 us.
+     * FUSEC_SPEC_UPLOAD=0 leaves it to that launch (measuring). */
+    if (st == FC_OK && !fc_env_is_zero("FUSEC_SPEC_UPLOAD")) {
+        t = fc_now_ms();
+        st = fc_replay_upload(p->replay, p->dev, NULL);
+        spec_step(p, "graph upload queued", t);
+        t = fc_now_ms();
+        if (st == FC_OK) st = fc_cuda_stream_sync(p->dev, NULL);
+        spec_step(p, "graph upload waited for", t);
+    }
     if (st == FC_OK) p->stats.graph_prebuilt++;
     return st;
 }
