@@ -1001,6 +1001,27 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
  * larger shape within it runs without growing it; one beyond it grows it
  * on the caller's thread. Results are right throughout (the arena never
  * moves; what the graph and the frame hold stays valid). */
+/* One run of a block whose symbols are B and T (in that order) at B = 1
+ * and this T, compared with the reference; then wait for the background
+ * thread (its specialization, its arena growth). */
+static void run_block_at(fc_context *ctx, fc_cuda_device *dev, fc_program *p, fc_graph *g, int64_t T,
+                         const char *label) {
+    fc_tensor sh[16];
+    int nin = fc_graph_num_params(g);
+    for (int q = 0; q < nin; q++) {
+        fc_value *pv = fc_graph_param(g, q);
+        sh[q] = (fc_tensor){fc_value_dtype(pv), fc_value_rank(pv), {0}, NULL};
+        for (int d = 0; d < sh[q].rank; d++) {
+            fc_dim dd = fc_value_dim(pv, d);
+            sh[q].shape[d] = dd >= 0 ? dd : FC_DIM_SYM_BASE - dd == 0 ? 1 : T;
+        }
+    }
+    char what[64];
+    snprintf(what, sizeof what, "%s, T=%lld", label, (long long)T);
+    run_and_compare(ctx, dev, p, g, sh, nin, 1, what);
+    CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+}
+
 static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
     fc_cuda_region probe = {0};
     if (fc_cuda_region_grow(dev, &probe, 1) != FC_OK) {
@@ -1011,7 +1032,6 @@ static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) 
     fc_cuda_region_free(dev, &probe);
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
     if (!p) return;
-    int nin = fc_graph_num_params(g);
     /* T = 256 (3.5 MB of intermediates), then 360 (6.8 MB: within twice
      * 256's need, beyond the 4 MiB its own growth mapped), then 1024 (52
      * MB: beyond twice 360's). A shape whose need rounded to the
@@ -1020,20 +1040,8 @@ static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) 
     static const int64_t ts[3] = {256, 360, 1024};
     static const uint64_t grows[3] = {1, 1, 2};
     for (int i = 0; i < 3; i++) {
-        fc_tensor sh[16];
-        for (int q = 0; q < nin; q++) {
-            fc_value *pv = fc_graph_param(g, q);
-            sh[q] = (fc_tensor){fc_value_dtype(pv), fc_value_rank(pv), {0}, NULL};
-            for (int d = 0; d < sh[q].rank; d++) {
-                fc_dim dd = fc_value_dim(pv, d);
-                sh[q].shape[d] = dd >= 0 ? dd : FC_DIM_SYM_BASE - dd == 0 ? 1 : ts[i]; /* B = 1 */
-            }
-        }
-        char what[64];
-        snprintf(what, sizeof what, "arena ahead, T=%lld", (long long)ts[i]);
-        run_and_compare(ctx, dev, p, g, sh, nin, 1, what);
         /* The background thread grows the arena before it compiles. */
-        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        run_block_at(ctx, dev, p, g, ts[i], "arena ahead");
         fc_run_stats s;
         fc_program_stats(p, &s);
         printf("arena ahead, T=%lld: grows %llu (%.3f ms), ahead %llu (%.3f ms)\n", (long long)ts[i],
@@ -1058,22 +1066,9 @@ static void test_reserve(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
     fc_run_stats s;
     fc_program_stats(p, &s);
     CHECK_EQ_INT(s.arena_grows, 1);
-    int nin = fc_graph_num_params(g);
     static const int64_t ts[5] = {777, 1024, 1, 500, 1000};
     for (int i = 0; i < 5; i++) {
-        fc_tensor sh[16];
-        for (int q = 0; q < nin; q++) {
-            fc_value *pv = fc_graph_param(g, q);
-            sh[q] = (fc_tensor){fc_value_dtype(pv), fc_value_rank(pv), {0}, NULL};
-            for (int d = 0; d < sh[q].rank; d++) {
-                fc_dim dd = fc_value_dim(pv, d);
-                sh[q].shape[d] = dd >= 0 ? dd : FC_DIM_SYM_BASE - dd == 0 ? 1 : ts[i]; /* B = 1 */
-            }
-        }
-        char what[64];
-        snprintf(what, sizeof what, "reserved, T=%lld", (long long)ts[i]);
-        run_and_compare(ctx, dev, p, g, sh, nin, 1, what);
-        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        run_block_at(ctx, dev, p, g, ts[i], "reserved");
         fc_program_stats(p, &s);
         CHECK_EQ_INT(s.arena_grows, 1);
         CHECK_EQ_INT(s.arena_grows_ahead, 0);
