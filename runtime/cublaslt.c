@@ -390,6 +390,8 @@ struct fc_cublaslt {
     fc_cuda_device *dev;
     cublasLtHandle_t lt;
     bool lt_borrowed;    /* lt is the options' share's */
+    bool tune;           /* options.tune */
+    int tuned, tune_changed;
     bool mapped;         /* the concatenations are taken from mem */
     fc_cuda_region mem;  /* mapped: the concatenations' memory */
     bool allow_tf32;
@@ -443,6 +445,7 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     h->reuse_family = o && o->reuse_family;
     fc_cublaslt_device_id_of(&dev->info, &h->id);
     h->mapped = o && o->mapped;
+    h->tune = o && o->tune;
     h->lt_borrowed = o && o->share;
     if (h->lt_borrowed) h->lt = o->share->lt;
     else st = lt_create(ctx, &h->lt);
@@ -733,16 +736,128 @@ static fc_status set_pref(fc_context *ctx, cublasLtMatmulPreference_t pref, cons
     return FC_OK;
 }
 
+/* The heuristic's first `want` candidates into res (*count of them); the
+ * first is e's algorithm. */
 static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasLtMatmulPreference_t pref,
-                           int *count) {
-    cublasLtMatmulHeuristicResult_t res;
-    memset(&res, 0, sizeof res);
+                           cublasLtMatmulHeuristicResult_t *res, int want, int *count) {
+    memset(res, 0, sizeof *res * (size_t)want);
     *count = 0;
     h->queries++;
     atomic_fetch_add(&total_queries, 1);
-    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(h->lt, e->op, e->a, e->b, e->c, e->d, pref, 1, &res, count));
-    if (*count > 0) e->algo = res.algo;
+    FC_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(h->lt, e->op, e->a, e->b, e->c, e->d, pref, want, res, count));
+    if (*count > 0) e->algo = res[0].algo;
     return FC_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Choosing by timing (options.tune)                                    */
+/* ------------------------------------------------------------------ */
+
+#define TUNE_CANDIDATES 8
+#define TUNE_REPS 8   /* launches per timing */
+#define TUNE_ROUNDS 3 /* timings per candidate, interleaved; the least counts */
+
+static size_t type_bytes(int64_t t) {
+    switch ((cudaDataType_t)t) {
+    case CUDA_R_64F: return 8;
+    case CUDA_R_32F: return 4;
+    default: return 2;
+    }
+}
+
+/* Bytes a column-major layout of `cols` columns spans, batches included. */
+static size_t layout_bytes(int64_t type, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+    return type_bytes(type) * (size_t)(ld * cols + (batch > 1 ? stride * (batch - 1) : 0));
+}
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* One timing of algo: TUNE_REPS launches between two events, in ms; < 0
+ * when the library refuses it. */
+static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt_entry *e,
+                       const cublasLtMatmulAlgo_t *algo, const void *alpha, const void *beta, CUdeviceptr a,
+                       CUdeviceptr b, CUdeviceptr d, CUdeviceptr ws, size_t ws_bytes) {
+    cudaStream_t s = (cudaStream_t)dev->stream;
+    void *vd = (void *)(uintptr_t)d;
+#define LT_CALL()                                                                                                     \
+    cublasLtMatmul(h->lt, e->op, alpha, (const void *)(uintptr_t)a, e->a, (const void *)(uintptr_t)b, e->b, beta, vd, \
+                   e->c, vd, e->d, algo, (void *)(uintptr_t)ws, ws_bytes, s)
+    if (LT_CALL() != CUBLAS_STATUS_SUCCESS) return -1; /* a warm-up: a lazily loaded kernel's load */
+    float ms = -1;
+    if (fc_cuda_timer_start(dev, t, dev->stream) != FC_OK) return -1;
+    for (int r = 0; r < TUNE_REPS; r++)
+        if (LT_CALL() != CUBLAS_STATUS_SUCCESS) return -1;
+#undef LT_CALL
+    if (fc_cuda_timer_stop(dev, t, dev->stream, &ms) != FC_OK) return -1;
+    return ms;
+}
+
+/* Keep the fastest of the heuristic's `count` candidates in e->algo, timed
+ * on scratch buffers of the problem's sizes (zeros; C is D). Best effort:
+ * on any failure e keeps the heuristic's first, and nothing is said on the
+ * caller's context. Candidates are timed in TUNE_ROUNDS interleaved
+ * rounds and each keeps its least time, so that other work on the device
+ * meanwhile (a dynamic program's variant, beside a specialization built
+ * in the background) does not pick for it. */
+static void tune(fc_cublaslt *h, lt_entry *e, const cublasLtMatmulHeuristicResult_t *res, int count, bool residual) {
+    fc_context *scratch = fc_context_new();
+    if (!scratch) return;
+    fc_cuda_device dev = *h->dev;
+    dev.ctx = scratch;
+    dev.borrowed = true;
+    const fc_cublaslt_key *k = &e->key;
+    const bool ta = k->op_a == CUBLAS_OP_T, tb = k->op_b == CUBLAS_OP_T;
+    const size_t ba = up256(layout_bytes(k->a_type, ta ? k->m : k->k, k->lda, k->batch, k->stride_a));
+    const size_t bb = up256(layout_bytes(k->b_type, tb ? k->k : k->n, k->ldb, k->batch, k->stride_b));
+    const size_t bd = up256(layout_bytes(k->d_type, k->n, k->ldd, k->batch, k->stride_d));
+    const size_t bbias = up256((size_t)k->m * type_bytes(k->d_type)), ws_bytes = (size_t)k->workspace_bytes;
+    const size_t total = ba + bb + bd + bbias + ws_bytes;
+    /* Mapped, so that releasing it waits for nothing (a specialization's
+     * tuning runs beside the caller's launches). */
+    fc_cuda_region mem = {0};
+    CUdeviceptr base = 0;
+    bool mapped = fc_cuda_region_grow(&dev, &mem, total) == FC_OK;
+    if (mapped) base = mem.base;
+    else if (fc_cuda_alloc(&dev, total, &base) != FC_OK) base = 0;
+    fc_cuda_timer t = {0};
+    if (base && fc_cuda_memset_async(&dev, base, 0, total, dev.stream) == FC_OK &&
+        fc_cuda_timer_create(&dev, &t) == FC_OK) {
+        const CUdeviceptr a = base, b = a + ba, d = b + bb, bias = d + bd, ws = bias + bbias;
+        const void *pb = (const void *)(uintptr_t)bias;
+        bool ok = !k->align_bias || cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pb,
+                                                                   sizeof pb) == CUBLAS_STATUS_SUCCESS;
+        float one32 = 1.0f, beta32 = residual ? 1.0f : 0.0f;
+        double one64 = 1.0, beta64 = residual ? 1.0 : 0.0;
+        const bool f64 = k->scale_type == CUDA_R_64F;
+        const void *alpha = f64 ? (const void *)&one64 : (const void *)&one32;
+        const void *beta = f64 ? (const void *)&beta64 : (const void *)&beta32;
+        float best[TUNE_CANDIDATES];
+        for (int i = 0; i < count; i++) best[i] = -1;
+        for (int r = 0; ok && r < TUNE_ROUNDS; r++)
+            for (int i = 0; i < count; i++) {
+                if (res[i].state != CUBLAS_STATUS_SUCCESS || res[i].workspaceSize > ws_bytes) continue;
+                float ms = time_algo(h, &dev, &t, e, &res[i].algo, alpha, beta, a, b, d, ws, ws_bytes);
+                if (ms > 0 && (best[i] < 0 || ms < best[i])) best[i] = ms;
+            }
+        int pick = -1;
+        for (int i = 0; i < count; i++)
+            if (best[i] > 0 && (pick < 0 || best[i] < best[pick])) pick = i;
+        if (ok && pick >= 0) {
+            e->algo = res[pick].algo;
+            h->tuned++;
+            h->tune_changed += pick != 0;
+        }
+    }
+    fc_cuda_timer_destroy(&dev, &t);
+    (void)fc_cuda_stream_sync(&dev, NULL);
+    if (mapped) fc_cuda_region_free(&dev, &mem);
+    else if (base) (void)fc_cuda_free(&dev, base);
+    fc_context_free(scratch);
+}
+
+int fc_cublaslt_tuned(const fc_cublaslt *h, int *changed) {
+    if (changed) *changed = h ? h->tune_changed : 0;
+    return h ? h->tuned : 0;
 }
 
 /* "m=4096 n=8192 k=1024 bf16 -> bf16 epilogue 36 batch 1", for errors. */
@@ -787,13 +902,23 @@ static void device_fields(const fc_cublaslt_device_id *d, int64_t out[6]) {
     out[5] = d->cudart_version;
 }
 
+/* Choices made by timing (options.tune) are kept under keys of their own:
+ * a handle that takes the heuristic's first must not hand its choice to one
+ * that times, nor the other way. */
+static fc_cache_key algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev, bool tuned);
+
 fc_cache_key fc_cublaslt_algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev) {
+    return algo_cache_key(k, dev, false);
+}
+
+static fc_cache_key algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev, bool tuned) {
     int64_t f[KEY_FIELDS], df[6];
     memcpy(f, k, sizeof f);
     device_fields(dev, df);
     fc_cache_hasher hs;
     fc_cache_key_begin(&hs);
     fc_cache_key_add_str(&hs, "fusec gemm algorithm");
+    if (tuned) fc_cache_key_add_str(&hs, "timed");
     fc_cache_key_add_u64(&hs, FC_CUBLASLT_ALGO_RECORD_VERSION);
     fc_cache_key_add_u64(&hs, (uint64_t)KEY_FIELDS);
     for (int i = 0; i < KEY_FIELDS; i++) fc_cache_key_add_u64(&hs, (uint64_t)f[i]);
@@ -891,7 +1016,7 @@ static bool algo_from_cache(fc_cublaslt *h, lt_entry *e) {
     fc_cache *c = algo_cache(h);
     if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return false;
     fc_context scratch = {0};
-    fc_cache_key key = fc_cublaslt_algo_cache_key(&e->key, &h->id);
+    fc_cache_key key = algo_cache_key(&e->key, &h->id, h->tune);
     void *data = NULL;
     size_t size = 0;
     if (fc_cache_get(c, &scratch, FC_CACHE_ALGO, &key, &data, &size) != FC_OK || !data) return false;
@@ -932,7 +1057,7 @@ static void algo_to_cache(fc_cublaslt *h, const lt_entry *e) {
     uint8_t algo[FC_CUBLASLT_ALGO_BYTES], rec[FC_CUBLASLT_ALGO_RECORD_BYTES];
     memcpy(algo, &e->algo, sizeof algo);
     fc_cublaslt_algo_record_encode(&e->key, &h->id, algo, rec);
-    fc_cache_key key = fc_cublaslt_algo_cache_key(&e->key, &h->id);
+    fc_cache_key key = algo_cache_key(&e->key, &h->id, h->tune);
     (void)fc_cache_put(c, &scratch, FC_CACHE_ALGO, &key, rec, sizeof rec);
 }
 
@@ -1031,7 +1156,7 @@ int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuse
 /* Descriptors and an algorithm for entry e: a seeded algorithm is checked
  * first, then one from the cache; otherwise, or if the library refuses
  * them, one heuristic query, whose answer goes to the cache. */
-static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdeviceptr bias) {
+static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdeviceptr bias, bool residual) {
     fc_status st = make_descriptors(ctx, &e->key, e);
     if (st == FC_OK && e->key.align_bias) st = set_bias(ctx, e, bias); /* the heuristic reads its alignment */
     if (st != FC_OK) {
@@ -1061,12 +1186,14 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         return FC_OK;
     }
     cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
     cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
     if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
     if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
-    if (st == FC_OK) st = heuristic(h, ctx, e, pref, &count);
+    if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, h->tune ? TUNE_CANDIDATES : 1, &count);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == FC_OK && h->tune && count > 1) tune(h, e, res, count, residual);
     if (st == FC_OK && count == 0) {
         char what[512];
         describe_key(&e->key, what, sizeof what);
@@ -1310,7 +1437,7 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
     make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
     lt_entry *e = find_entry(h, &key);
     if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
-    if (!e->ready && (st = prepare(h, ctx, e, ptr.bias)) != FC_OK) return st;
+    if (!e->ready && (st = prepare(h, ctx, e, ptr.bias, p->has_residual)) != FC_OK) return st;
     if (p->has_bias && (st = set_bias(ctx, e, ptr.bias)) != FC_OK) return st;
 
     float alpha32 = (float)p->alpha, beta32 = p->has_residual ? 1.0f : 0.0f;
@@ -1388,7 +1515,7 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
     if (st != FC_OK) return st;
     lt_entry *e = find_entry(h, &key);
     if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
-    return e->ready ? FC_OK : prepare(h, ctx, e, ptr.bias);
+    return e->ready ? FC_OK : prepare(h, ctx, e, ptr.bias, p->has_residual);
 }
 
 fc_status fc_cublaslt_launch(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *args,

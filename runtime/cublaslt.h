@@ -169,6 +169,14 @@ typedef struct fc_cublaslt_options {
      * launches by ~30 us and by 0.5-32 ms (docs/DYNAMIC.md, "Session 8"). */
     const struct fc_cublaslt *share;
     bool mapped;
+    /* Choose each new problem's algorithm by timing the heuristic's first
+     * candidates (up to 8) on scratch buffers of its sizes, not by taking
+     * its first: at small M its first is often not the fastest (the GPT-2
+     * block at T = 64 got a split-K kernel and a separate reduction for
+     * its second MLP GEMM). About 1-20 ms per problem, once: the choice
+     * goes to the disk cache, under a key of its own. Off for a handle on
+     * the caller's hot path (the dynamic variant's). */
+    bool tune;
 } fc_cublaslt_options;
 
 /*
@@ -224,6 +232,9 @@ fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_
 
 /* How many concatenations of fused siblings' weights the handle holds. */
 int fc_cublaslt_num_concats(const fc_cublaslt *h);
+/* How many problems h chose an algorithm for by timing (options.tune), and
+ * how many of those chose another than the heuristic's first. */
+int fc_cublaslt_tuned(const fc_cublaslt *h, int *changed);
 /* Whether a and b use one cuBLASLt handle (fc_cublaslt_options.share), and
  * whether h's concatenations are in mapped memory (.mapped; tests). */
 bool fc_cublaslt_same_handle(const fc_cublaslt *a, const fc_cublaslt *b);

@@ -40,6 +40,7 @@
 #include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -424,7 +425,7 @@ static void env_free(gemm_env *e) {
 }
 
 typedef struct run_result {
-    int queries, disk_hits;
+    int queries, disk_hits, tuned;
     fc_cublaslt_key key; /* the problem's key (the table's first entry) */
     uint8_t algo[FC_CUBLASLT_ALGO_BYTES];
     uint8_t y[64 * 96 * 2];
@@ -432,11 +433,12 @@ typedef struct run_result {
     bool ok;
 } run_result;
 
-/* Run the GEMM once in a fresh handle over cache c; what it did. */
-static run_result run_once(gemm_env *e, fc_cache *c) {
+/* Run the GEMM once in a fresh handle over cache c (choosing by timing:
+ * tune); what it did. */
+static run_result run_once_tuned(gemm_env *e, fc_cache *c, bool tune) {
     run_result r;
     memset(&r, 0, sizeof r);
-    fc_cublaslt_options o = {.cache = c};
+    fc_cublaslt_options o = {.cache = c, .tune = tune};
     fc_cublaslt *h = NULL;
     fc_status st = fc_cublaslt_create(e->ctx, e->dev, &o, &h);
     if (st == FC_OK) st = fc_cuda_memset_async(e->dev, e->args[3], 0, e->ybytes, NULL);
@@ -451,10 +453,56 @@ static run_result run_once(gemm_env *e, fc_cache *c) {
     r.ok = st == FC_OK;
     r.queries = fc_cublaslt_heuristic_queries(h);
     r.disk_hits = fc_cublaslt_disk_hits(h);
+    r.tuned = fc_cublaslt_tuned(h, NULL);
     CHECK_EQ_INT(fc_cublaslt_num_algos(h), 1);
     CHECK(fc_cublaslt_algo_at(h, 0, &r.key, r.algo));
     fc_cublaslt_destroy(h);
     return r;
+}
+
+static run_result run_once(gemm_env *e, fc_cache *c) { return run_once_tuned(e, c, false); }
+
+/* bf16 results a and b (n values) agree within 1/64 relative, 1/256 absolute:
+ * two algorithms may sum in another order. */
+static bool bf16_close(const uint8_t *a, const uint8_t *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint16_t ua, ub;
+        memcpy(&ua, a + 2 * i, 2);
+        memcpy(&ub, b + 2 * i, 2);
+        uint32_t wa = (uint32_t)ua << 16, wb = (uint32_t)ub << 16;
+        float fa, fb;
+        memcpy(&fa, &wa, 4);
+        memcpy(&fb, &wb, 4);
+        if (fabsf(fa - fb) > 1.0f / 256 + fabsf(fb) / 64) return false;
+    }
+    return true;
+}
+
+/* Choosing by timing (fc_cublaslt_options.tune): the choice is kept under a
+ * key of its own (a handle that takes the heuristic's first neither gives
+ * it nor takes it), a second tuned handle reads it without timing again,
+ * and the result agrees with the heuristic's choice's. */
+static void test_gpu_tuned(gemm_env *e) {
+    char dir[600];
+    fresh_dir(dir, sizeof dir, "tuned");
+    CHECK(mkdir(dir, 0700) == 0);
+    fc_cache *c = open_cache(e->ctx, dir, FC_CACHE_RW);
+    run_result plain = run_once(e, c), t1 = run_once_tuned(e, c, true), t2 = run_once_tuned(e, c, true);
+    run_result plain2 = run_once(e, c);
+    fc_cache_close(c);
+    printf("tuned: first handle %d queries, %d timed; second %d queries, %d disk hits, %d timed\n", t1.queries, t1.tuned,
+           t2.queries, t2.disk_hits, t2.tuned);
+    CHECK(plain.ok && t1.ok && t2.ok && plain2.ok);
+    CHECK_EQ_INT(t1.queries, 1); /* the untuned record is not taken */
+    CHECK_EQ_INT(t1.tuned, 1);
+    CHECK_EQ_INT(t2.queries, 0);
+    CHECK_EQ_INT(t2.disk_hits, 1);
+    CHECK_EQ_INT(t2.tuned, 0);
+    CHECK(memcmp(t1.algo, t2.algo, sizeof t1.algo) == 0);
+    CHECK_EQ_INT(plain2.queries, 0); /* its own record, not the timed one */
+    CHECK(memcmp(plain.algo, plain2.algo, sizeof plain.algo) == 0);
+    CHECK_EQ_INT(count_entries(dir, "algos"), 2);
+    CHECK(bf16_close(t1.y, plain.y, sizeof plain.y / 2));
 }
 
 /* The one algorithm entry's file in dir, and the problem's cache key. */
@@ -679,6 +727,7 @@ int main(void) {
         CHECK_EQ_INT(st, FC_OK);
         if (st == FC_OK && env_setup(&e)) {
             test_gpu_handles(&e);
+            test_gpu_tuned(&e);
             test_gpu_programs(ctx);
         }
         if (e.dev) env_free(&e);
