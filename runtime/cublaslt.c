@@ -754,7 +754,7 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
 /* ------------------------------------------------------------------ */
 
 #define TUNE_CANDIDATES 8
-#define TUNE_REPS 8   /* launches per timing */
+#define TUNE_REPS 8   /* single launches per candidate and round */
 #define TUNE_ROUNDS 3 /* timings per candidate, interleaved; the least counts */
 
 static size_t type_bytes(int64_t t) {
@@ -772,8 +772,13 @@ static size_t layout_bytes(int64_t type, int64_t cols, int64_t ld, int64_t batch
 
 static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
 
-/* One timing of algo: TUNE_REPS launches between two events, in ms; < 0
- * when the library refuses it. */
+/* The least time of TUNE_REPS single launches of algo, each between two
+ * events and waited for, in ms; < 0 when the library refuses it. Single
+ * launches, not a loop of them: in a loop the next launch overlaps the one
+ * before (programmatic launches), which measures throughput, and a
+ * program's GEMM waits for the kernel before it and is waited for by the
+ * one after: latency is what counts (session 9: timed in a loop, the
+ * choices made the GPT-2 block at T = 64 18% slower). */
 static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt_entry *e,
                        const cublasLtMatmulAlgo_t *algo, const void *alpha, const void *beta, CUdeviceptr a,
                        CUdeviceptr b, CUdeviceptr d, CUdeviceptr ws, size_t ws_bytes) {
@@ -783,13 +788,16 @@ static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt
     cublasLtMatmul(h->lt, e->op, alpha, (const void *)(uintptr_t)a, e->a, (const void *)(uintptr_t)b, e->b, beta, vd, \
                    e->c, vd, e->d, algo, (void *)(uintptr_t)ws, ws_bytes, s)
     if (LT_CALL() != CUBLAS_STATUS_SUCCESS) return -1; /* a warm-up: a lazily loaded kernel's load */
-    float ms = -1;
-    if (fc_cuda_timer_start(dev, t, dev->stream) != FC_OK) return -1;
-    for (int r = 0; r < TUNE_REPS; r++)
-        if (LT_CALL() != CUBLAS_STATUS_SUCCESS) return -1;
+    float least = -1;
+    for (int r = 0; r < TUNE_REPS; r++) {
+        float ms = -1;
+        if (fc_cuda_timer_start(dev, t, dev->stream) != FC_OK || LT_CALL() != CUBLAS_STATUS_SUCCESS ||
+            fc_cuda_timer_stop(dev, t, dev->stream, &ms) != FC_OK)
+            return -1;
+        if (least < 0 || ms < least) least = ms;
+    }
 #undef LT_CALL
-    if (fc_cuda_timer_stop(dev, t, dev->stream, &ms) != FC_OK) return -1;
-    return ms;
+    return least;
 }
 
 /* Keep the fastest of the heuristic's `count` candidates in e->algo, timed

@@ -170,12 +170,13 @@ typedef struct fc_cublaslt_options {
     const struct fc_cublaslt *share;
     bool mapped;
     /* Choose each new problem's algorithm by timing the heuristic's first
-     * candidates (up to 8) on scratch buffers of its sizes, not by taking
-     * its first: at small M its first is often not the fastest (the GPT-2
-     * block at T = 64 got a split-K kernel and a separate reduction for
-     * its second MLP GEMM). About 1-20 ms per problem, once: the choice
-     * goes to the disk cache, under a key of its own. Off for a handle on
-     * the caller's hot path (the dynamic variant's). */
+     * candidates (up to 8), each launched alone on scratch buffers of the
+     * problem's sizes, instead of taking its first. About 1-20 ms per
+     * problem, once: the choice goes to the disk cache, under a key of its
+     * own. Programs set it only with FUSEC_GEMM_TUNE=1: measured in the
+     * GPT-2 block's graph on the H200, the timed choices were 18-26%
+     * slower at T = 64 and 1-2% faster at B = 8, T = 1024 (docs/GEMM.md,
+     * "Choosing by timing"). */
     bool tune;
 } fc_cublaslt_options;
 

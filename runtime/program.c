@@ -1712,10 +1712,12 @@ static fc_status ensure_device(fc_program *p) {
     if (p->ngemms > 0 && !p->blas) {
         /* cublasLtCreate loads the library's kernels: timed with the load. */
         double t = fc_now_ms();
-        /* Algorithms chosen by timing (once per problem: the disk cache
-         * keeps them), unless FUSEC_GEMM_TUNE=0: a static program or a
-         * specialization is made once and run many times. */
-        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = !fc_env_is_zero("FUSEC_GEMM_TUNE")};
+        /* FUSEC_GEMM_TUNE=1: algorithms chosen by timing (once per problem:
+         * the disk cache keeps them). Off by default: timed alone, the
+         * choices made the GPT-2 block at T = 64 18-26% slower in its graph
+         * than the heuristic's first (docs/GEMM.md, "Choosing by timing"). */
+        const char *tune = getenv("FUSEC_GEMM_TUNE");
+        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = tune && !strcmp(tune, "1")};
         if (p->lease && (st = lease_blas(p, &lo.share)) != FC_OK) return st;
         lo.mapped = p->lease != NULL;
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
