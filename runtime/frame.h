@@ -16,10 +16,14 @@
  * k's value; word nsyms + id is the address of value id, for the values
  * some launch takes. Other words stay 0.
  *
- * The copies come from a ring of page-locked slots, so a write never waits
- * for the device unless a whole ring of earlier writes is still queued
- * (each slot's event says when its copy ran). The program's rule (one
- * caller thread, one stream at a time, as for its arena) covers the frame.
+ * The copy comes from the host image itself, pageable memory: the driver
+ * stages a copy that small before cuMemcpyHtoDAsync returns, so the image
+ * may change at once, and the copy is ordered on the run's stream. (Until
+ * session 9 the copies came from a ring of page-locked slots, each with an
+ * event saying when its copy ran; FUSEC_FRAME_PINNED=1 keeps that, for
+ * measuring: it costs ~1 us more host time per write.) The program's rule
+ * (one caller thread, one stream at a time, as for its arena) covers the
+ * frame.
  */
 #ifndef FC_RUNTIME_FRAME_H
 #define FC_RUNTIME_FRAME_H
@@ -28,7 +32,8 @@
 
 typedef struct fc_frame fc_frame;
 
-/* A frame of `words` words on dev: its device table (zeroed) and the ring. */
+/* A frame of `words` words on dev: its device table (zeroed), and with
+ * FUSEC_FRAME_PINNED=1 the ring. */
 fc_status fc_frame_create(fc_cuda_device *dev, int words, fc_frame **out);
 void fc_frame_free(fc_frame *f, fc_cuda_device *dev); /* NULL is ignored; waits for its copies */
 /* The device table's address (the frame kernels' parameter). */
