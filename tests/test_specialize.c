@@ -282,6 +282,21 @@ static void test_bookkeeping(fc_context *ctx) {
         CHECK_EQ_INT(s.sync_compiles, 1);
         CHECK_EQ_INT(s.specializations_built, 1);
         CHECK_EQ_INT(s.guard_misses, 1);
+        /* FUSEC_LOG=spec: the steps of making one, each with its start and
+         * end on fc_now_ms's clock (here on the caller's thread). */
+        int64_t k5 = 5;
+        select_run r = {p, &k5, 1, 0};
+        setenv("FUSEC_LOG", "spec", 1);
+        const double before = fc_now_ms();
+        char *log = capture_stderr(run_selects, &r);
+        const double after = fc_now_ms();
+        unsetenv("FUSEC_LOG");
+        const char *line = log ? strstr(log, "fusec[spec]: ") : NULL;
+        double a = 0, b = 0;
+        CHECK(line && sscanf(line, "fusec[spec]: %lf..%lf", &a, &b) == 2);
+        CHECK(before - 0.001 <= a && a <= b && b <= after + 0.001); /* printed to 1 us */
+        CHECK(log && strstr(log, "parse and compile") && strstr(log, "specialization N=5 made"));
+        CHECK(log && !strstr(log, "fusec[guards]"));
     }
     fc_program_free(p);
 
