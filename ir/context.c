@@ -31,10 +31,13 @@ void fc_context_fail_alloc_after(fc_context *ctx, long n) {
     ctx->alloc_count = 0;
 }
 
-bool fc_env_is_zero(const char *name) {
+static bool env_is(const char *name, char c) {
     const char *e = getenv(name);
-    return e && e[0] == '0' && !e[1];
+    return e && e[0] == c && !e[1];
 }
+
+bool fc_env_is_zero(const char *name) { return env_is(name, '0'); }
+bool fc_env_is_one(const char *name) { return env_is(name, '1'); }
 
 void fc_free(void *p) { free(p); }
 

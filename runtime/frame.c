@@ -32,8 +32,7 @@ fc_status fc_frame_create(fc_cuda_device *dev, int words, fc_frame **out) {
     if (st == FC_OK) st = fc_cuda_alloc(dev, bytes, &f->table);
     if (st == FC_OK) st = fc_cuda_memset_async(dev, f->table, 0, bytes, NULL);
     if (st == FC_OK) st = fc_cuda_stream_sync(dev, NULL);
-    const char *pinned = getenv("FUSEC_FRAME_PINNED");
-    f->pinned = pinned && !strcmp(pinned, "1");
+    f->pinned = fc_env_is_one("FUSEC_FRAME_PINNED");
     if (st == FC_OK && f->pinned) st = fc_cuda_host_alloc(dev, bytes * FRAME_RING, (void **)&f->ring);
     for (int i = 0; i < FRAME_RING && st == FC_OK && f->pinned; i++) st = fc_cuda_event_create(dev, &f->ev[i]);
     if (st != FC_OK) {

@@ -1716,8 +1716,7 @@ static fc_status ensure_device(fc_program *p) {
          * the disk cache keeps them). Off by default: timed alone, the
          * choices made the GPT-2 block at T = 64 18-26% slower in its graph
          * than the heuristic's first (docs/GEMM.md, "Choosing by timing"). */
-        const char *tune = getenv("FUSEC_GEMM_TUNE");
-        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = tune && !strcmp(tune, "1")};
+        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = fc_env_is_one("FUSEC_GEMM_TUNE")};
         if (p->lease && (st = lease_blas(p, &lo.share)) != FC_OK) return st;
         lo.mapped = p->lease != NULL;
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
