@@ -811,9 +811,7 @@ static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt
 static void tune(fc_cublaslt *h, lt_entry *e, const cublasLtMatmulHeuristicResult_t *res, int count, bool residual) {
     fc_context *scratch = fc_context_new();
     if (!scratch) return;
-    fc_cuda_device dev = *h->dev;
-    dev.ctx = scratch;
-    dev.borrowed = true;
+    fc_cuda_device dev = fc_cuda_device_view(h->dev, scratch);
     const fc_cublaslt_key *k = &e->key;
     const bool ta = k->op_a == CUBLAS_OP_T, tb = k->op_b == CUBLAS_OP_T;
     const size_t ba = up256(layout_bytes(k->a_type, ta ? k->m : k->k, k->lda, k->batch, k->stride_a));

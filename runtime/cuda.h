@@ -167,6 +167,7 @@ typedef struct fc_cuda_device_info {
     int l2_bytes;
     int warp_size;
     int driver_version;             /* as fc_cuda_driver.version */
+    int vmm;                        /* virtual memory management (fc_cuda_region) */
 } fc_cuda_device_info;
 
 /* Number of devices (0 is not an error here), or an error on ctx when the
@@ -209,6 +210,9 @@ void fc_cuda_device_close(fc_cuda_device *d);
  * (docs/DYNAMIC.md): a stream created or destroyed in another thread
  * stalls the caller's launches by ~30 us. */
 fc_status fc_cuda_device_borrow(fc_context *ctx, const fc_cuda_device *from, fc_cuda_device **out);
+/* The same, by value, for a handle on the stack (never closed): another
+ * thread's use of `from` with its errors on a context of its own. */
+fc_cuda_device fc_cuda_device_view(const fc_cuda_device *from, fc_context *ctx);
 /* Wait for all work on the device (every stream of the primary context). */
 fc_status fc_cuda_device_sync(fc_cuda_device *d);
 /* Wait for the work queued on stream s (NULL: the device's stream). */

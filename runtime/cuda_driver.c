@@ -273,6 +273,7 @@ fc_status fc_cuda_device_query(fc_context *ctx, int ordinal, fc_cuda_device_info
         {CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, &info->max_shared_per_block_optin},
         {CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, &info->l2_bytes},
         {CU_DEVICE_ATTRIBUTE_WARP_SIZE, &info->warp_size},
+        {CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, &info->vmm},
     };
     for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
         FC_CU_CHECK(ctx, cu->DeviceGetAttribute(attrs[i].out, attrs[i].attr, dev));
@@ -331,13 +332,18 @@ fc_status fc_cuda_device_open(fc_context *ctx, int ordinal, fc_cuda_device **out
     return FC_OK;
 }
 
+fc_cuda_device fc_cuda_device_view(const fc_cuda_device *from, fc_context *ctx) {
+    fc_cuda_device d = *from;
+    d.ctx = ctx;
+    d.borrowed = true;
+    return d;
+}
+
 fc_status fc_cuda_device_borrow(fc_context *ctx, const fc_cuda_device *from, fc_cuda_device **out) {
     if (!out || !from) return fc_set_error(ctx, FC_ERR_USAGE, "fc_cuda_device_borrow: from or out is NULL");
     *out = fc_ctx_malloc(ctx, sizeof **out);
     if (!*out) return FC_ERR_NOMEM;
-    **out = *from;
-    (*out)->ctx = ctx;
-    (*out)->borrowed = true;
+    **out = fc_cuda_device_view(from, ctx);
     return FC_OK;
 }
 
@@ -411,17 +417,13 @@ static fc_status region_reserve(fc_cuda_device *d, fc_cuda_region *r) {
     if (!cu->MemAddressReserve || !cu->MemAddressFree || !cu->MemCreate || !cu->MemRelease || !cu->MemMap ||
         !cu->MemUnmap || !cu->MemSetAccess || !cu->MemGetAllocationGranularity)
         return FC_ERR_UNSUPPORTED;
-    int vmm = 0;
-    if (cu->DeviceGetAttribute(&vmm, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d->dev) != CUDA_SUCCESS ||
-        !vmm)
-        return FC_ERR_UNSUPPORTED;
+    if (!d->info.vmm) return FC_ERR_UNSUPPORTED;
     const CUmemAllocationProp prop = region_prop(d);
-    size_t gran = 0, total = 0;
-    if (cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !gran ||
-        cu->DeviceTotalMem(&total, d->dev) != CUDA_SUCCESS)
+    size_t gran = 0;
+    if (cu->MemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) != CUDA_SUCCESS || !gran)
         return FC_ERR_UNSUPPORTED;
     /* As large as the device's memory: no region can outgrow it. */
-    size_t reserve = (total + gran - 1) / gran * gran;
+    size_t reserve = (d->info.total_mem + gran - 1) / gran * gran;
     CUdeviceptr base = 0;
     if (cu->MemAddressReserve(&base, reserve, gran, 0, 0) != CUDA_SUCCESS) return FC_ERR_UNSUPPORTED;
     r->base = base;

@@ -634,7 +634,7 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
 
 /* fc_dynamic_select, with the run's pointers (inputs, then outputs; NULL
  * for none) for a specialization it queues, and the time (ms) the guard
- * check began, for a miss's miss_guard_ms (a hit reads no clock). When
+ * check began, for a miss's miss_guard_ms (a hit reads no other clock). When
  * the background thread has work (an entry queued or evicted) it is woken
  * here, after the mutex is released, or, with wake_later, by the caller
  * once its launches are queued (*wake_later says whether to): waking a

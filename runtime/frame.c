@@ -79,27 +79,9 @@ bool fc_frame_diff(const uint64_t *a, const uint64_t *b, int n, int *lo, int *hi
     return i < j;
 }
 
-fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *e, void *const *inputs,
-                         void *const *outputs, CUstream s, bool *wrote) {
-    *wrote = false;
-    fc_frame_fill(e, inputs, outputs, f->next);
-    int lo, hi;
-    if (!fc_frame_diff(f->next, f->last, f->words, &lo, &hi)) return FC_OK;
-    const size_t at = sizeof(uint64_t) * (size_t)lo, n = sizeof(uint64_t) * (size_t)(hi - lo);
-    if (!f->pinned) {
-        /* From pageable memory: the driver stages so small a copy before it
-         * returns (the source may change at once), ordered on s. No ring
-         * slot and no event to record: ~1 us less host time than the ring
-         * (frame_bench, session 9: 4.4 against 5.3 us). */
-        fc_status st = fc_cuda_upload_async(dev, f->table + at, f->next + lo, n, s);
-        if (st != FC_OK) {
-            memset(f->last, 0xff, sizeof(uint64_t) * (size_t)f->words);
-            return st;
-        }
-        memcpy(f->last + lo, f->next + lo, n);
-        *wrote = true;
-        return FC_OK;
-    }
+/* With FUSEC_FRAME_PINNED=1: the ring slot the next copy comes from, into
+ * *src, with the words [lo, hi) of this run's image in it. */
+static fc_status ring_slot(fc_frame *f, fc_cuda_device *dev, int lo, int hi, const uint64_t **src) {
     /* The slot's previous copy must have read it before it is overwritten:
      * only a caller FRAME_RING writes ahead of the device waits here. */
     const int k = f->slot;
@@ -108,20 +90,39 @@ fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *
         if (st != FC_OK) return st;
         f->queued[k] = false;
     }
-    uint64_t *src = f->ring + (size_t)k * (size_t)f->words;
-    memcpy(src + lo, f->next + lo, sizeof(uint64_t) * (size_t)(hi - lo));
-    fc_status st = fc_cuda_upload_async(dev, f->table + sizeof(uint64_t) * (size_t)lo, src + lo,
-                                        sizeof(uint64_t) * (size_t)(hi - lo), s);
-    if (st == FC_OK) st = fc_cuda_event_record(dev, f->ev[k], s);
+    uint64_t *slot = f->ring + (size_t)k * (size_t)f->words;
+    memcpy(slot + lo, f->next + lo, sizeof(uint64_t) * (size_t)(hi - lo));
+    *src = slot;
+    return FC_OK;
+}
+
+fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *e, void *const *inputs,
+                         void *const *outputs, CUstream s, bool *wrote) {
+    *wrote = false;
+    fc_frame_fill(e, inputs, outputs, f->next);
+    int lo, hi;
+    if (!fc_frame_diff(f->next, f->last, f->words, &lo, &hi)) return FC_OK;
+    const size_t n = sizeof(uint64_t) * (size_t)(hi - lo);
+    /* From the image itself, pageable memory: the driver stages so small a
+     * copy before it returns (the image may change at once), ordered on s.
+     * No ring slot and no event to record: ~1 us less host time than the
+     * ring (frame_bench, session 9: 4.4 against 5.3 us). */
+    const uint64_t *src = f->next;
+    fc_status st = f->pinned ? ring_slot(f, dev, lo, hi, &src) : FC_OK;
+    if (st != FC_OK) return st;
+    st = fc_cuda_upload_async(dev, f->table + sizeof(uint64_t) * (size_t)lo, src + lo, n, s);
+    if (st == FC_OK && f->pinned) st = fc_cuda_event_record(dev, f->ev[f->slot], s);
     if (st != FC_OK) {
         /* Whether the copy was queued is unknown: the next run writes the
          * whole frame again. */
         memset(f->last, 0xff, sizeof(uint64_t) * (size_t)f->words);
         return st;
     }
-    f->queued[k] = true;
-    f->slot = (k + 1) % FRAME_RING;
-    memcpy(f->last + lo, f->next + lo, sizeof(uint64_t) * (size_t)(hi - lo));
+    if (f->pinned) {
+        f->queued[f->slot] = true;
+        f->slot = (f->slot + 1) % FRAME_RING;
+    }
+    memcpy(f->last + lo, f->next + lo, n);
     *wrote = true;
     return FC_OK;
 }

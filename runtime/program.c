@@ -1513,7 +1513,7 @@ static fc_status grow_arena(fc_program *v, int64_t bytes, bool exact) {
 
 int64_t fc_program_arena_ahead_bytes(fc_program *inst) {
     fc_program *v = inst ? inst->variant : NULL;
-    if (!v || v->arena_moves || !v->arena_region.base) return 0;
+    if (!v || !v->arena_region.base) return 0; /* only an arena that grows in place (never one that moves) */
     int64_t ws_offset = 0, bytes = arena_size(inst, &ws_offset);
     if (bytes <= 0 || bytes > INT64_MAX / 2) return 0;
     /* Within the declared largest shape: nothing more ahead. */
@@ -1524,13 +1524,12 @@ int64_t fc_program_arena_ahead_bytes(fc_program *inst) {
 bool fc_program_arena_ahead(fc_program *v, int64_t bytes) {
     bool grew = false;
     pthread_mutex_lock(&arena_lock);
-    if (v && v->dev && v->arena_region.base && !v->arena_moves && bytes > v->shared_arena_bytes) {
+    if (v && v->dev && v->arena_region.base && bytes > v->shared_arena_bytes) {
         /* The device as the caller's thread has it, but with errors going
          * to a context of this thread's own: a failure here is nobody's
          * error (the run that needs the memory grows the arena itself). */
         fc_context *scratch = fc_context_new();
-        fc_cuda_device dev = *v->dev;
-        dev.ctx = scratch;
+        fc_cuda_device dev = fc_cuda_device_view(v->dev, scratch);
         if (scratch && fc_cuda_region_grow(&dev, &v->arena_region, (size_t)bytes) == FC_OK) {
             __atomic_store_n(&v->shared_arena_bytes, (int64_t)v->arena_region.mapped, __ATOMIC_RELEASE);
             grew = true;

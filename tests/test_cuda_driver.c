@@ -140,22 +140,27 @@ static void test_saxpy(fc_context *ctx) {
     free(out);
 }
 
+/* Device 0, when it has virtual memory management (else NULL, said). */
+static fc_cuda_device *open_with_vmm(fc_context *ctx) {
+    fc_cuda_device *d = NULL;
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    if (d && !d->info.vmm) {
+        printf("skipped: no virtual memory management on this device\n");
+        fc_cuda_device_close(d);
+        d = NULL;
+    }
+    return d;
+}
+
 /* A region grows in place: its base never moves, what was written stays,
  * the new tail is usable, a smaller request changes nothing, a request
  * beyond the device's memory is an error that leaves it as it was, and
  * freeing zeroes it. */
 static void test_region(fc_context *ctx) {
-    fc_cuda_device *d = NULL;
-    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    fc_cuda_device *d = open_with_vmm(ctx);
     if (!d) return;
     fc_cuda_region r = {0};
-    fc_status st = fc_cuda_region_grow(d, &r, 1000);
-    if (st == FC_ERR_UNSUPPORTED) {
-        printf("skipped: no virtual memory management on this device\n");
-        fc_cuda_device_close(d);
-        return;
-    }
-    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(fc_cuda_region_grow(d, &r, 1000), FC_OK);
     CHECK(r.base != 0 && r.granularity > 0 && r.mapped >= 1000 && r.mapped % r.granularity == 0);
     const CUdeviceptr base = r.base;
     const size_t first = r.mapped, n = first / 4;
@@ -197,18 +202,11 @@ static void test_region(fc_context *ctx) {
 /* fc_cuda_region_take: 256-aligned pieces one after another, the region
  * grown under them, data kept; zero bytes is a null pointer. */
 static void test_region_take(fc_context *ctx) {
-    fc_cuda_device *d = NULL;
-    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &d), FC_OK);
+    fc_cuda_device *d = open_with_vmm(ctx);
     if (!d) return;
     fc_cuda_region r = {0};
     CUdeviceptr a = 0, b = 0, c = 1, e = 0;
-    fc_status st = fc_cuda_region_take(d, &r, 100, &a);
-    if (st == FC_ERR_UNSUPPORTED) {
-        printf("skipped: no virtual memory management on this device\n");
-        fc_cuda_device_close(d);
-        return;
-    }
-    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(fc_cuda_region_take(d, &r, 100, &a), FC_OK);
     CHECK(a == r.base && r.taken == 100);
     CHECK_EQ_INT(fc_cuda_region_take(d, &r, 3 * r.granularity, &b), FC_OK);
     CHECK(b == r.base + 256 && b % 256 == 0 && r.mapped >= 256 + 3 * r.granularity);
