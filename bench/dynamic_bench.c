@@ -28,6 +28,13 @@
  *            (calls back to back) at each, for comparing builds of the variant
  *            (FUSEC_VARIANT_FRAME, FUSEC_PDL, FUSEC_FRAME_GRID); under ncu,
  *            VARIANT_TS=700 profiles one T's kernels
+ *   trace    a static program's kernels as its graph replays, from CUPTI's
+ *            activity records (built when the toolkit has CUPTI): per
+ *            kernel of one forward, its median time on the GPU and the
+ *            median gap before it, over TRACE_ITERS (200) replays back to
+ *            back. TRACE_IR (examples/gpt2_block_bf16.ir) and TRACE_BIND
+ *            ("B=1,T=64") say what; FUSEC_GEMM_PICK picks cuBLASLt's
+ *            candidates (docs/GEMM.md)
  *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
  *            variant only), the variant's GEMM as cuBLASLt
  *            (FUSEC_VARIANT_GEMM=cublaslt) and as the generated kernel, at
@@ -41,16 +48,21 @@
  *
  * Every result is one line: RESULT fusec <workload> <key>=<value> ...
  */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "ir/ir.h"
 #include "ir/timing.h"
 #include "runtime/cublaslt.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 
+#ifdef FC_HAVE_CUPTI
+#include <cupti.h>
+#endif
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 /* The sweep's numbers are kept in microseconds. */
@@ -305,6 +317,16 @@ static double shaped_call_host_ms(fc_program *p, sweep_bufs *s, double *host_ms)
     return (now_us() - t0) * 1e-3;
 }
 
+/* The calling thread's page faults (minor) and context switches (both
+ * kinds) so far: what a call's host time may hide. */
+static void thread_usage(long *faults, long *switches) {
+    struct rusage u;
+    memset(&u, 0, sizeof u);
+    getrusage(RUSAGE_THREAD, &u);
+    *faults = u.ru_minflt + u.ru_majflt;
+    *switches = u.ru_nvcsw + u.ru_nivcsw;
+}
+
 /* The q-quantile (0..1, nearest rank) of v[0 .. n), n > 0, leaving v as it is. */
 static double quantile(const double *v, int n, double q) {
     double *c = malloc(sizeof *c * (size_t)n);
@@ -390,6 +412,7 @@ static void bench_sweep(void) {
     static double first_over_call[1024], second_over_call[1024], extra_host_us[1024];
     static int64_t ts[1024];
     int nsmall = 0;
+    long first_faults = 0, first_switches = 0; /* over the first calls' host parts */
     static double lat[1024], lratios[1024];
     double worst_lratio = 0;
     int64_t worst_lt = 0;
@@ -400,9 +423,14 @@ static void bench_sweep(void) {
         long q0 = fc_cublaslt_heuristic_queries_total();
         fc_program_stats(dyn, &st);
         double setup0 = st.shape_setup_ms, gb0 = st.graph_build_ms;
+        long f0, c0, f1, c1;
+        thread_usage(&f0, &c0);
         double h0 = now_us();
         if (fc_run_shaped(dyn, s.in, s.nin, s.out, 1, dev->stream) != FC_OK) DIE("fc_run_shaped");
         double host = (now_us() - h0) * 1e-3;
+        thread_usage(&f1, &c1);
+        first_faults += f1 - f0;
+        first_switches += c1 - c0;
         fc_cuda_stream_sync(dev, NULL);
         double first = (now_us() - h0) * 1e-3;
         long q = fc_cublaslt_heuristic_queries_total() - q0;
@@ -463,8 +491,9 @@ static void bench_sweep(void) {
         print_ratio_spread("first_over_call_T_below_64", first_over_call, nsmall, ts);
         print_ratio_spread("second_over_call", second_over_call, 1024, ts);
         printf("RESULT fusec sweep new_shape_extra_host_us median=%.2f p90=%.2f max=%.1f (first call's host time minus a "
-               "steady call's)\n",
-               quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0));
+               "steady call's) page_faults=%ld context_switches=%ld (in the 1024 first calls)\n",
+               quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0),
+               first_faults, first_switches);
     }
     fc_program_free(dyn);
     /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */
@@ -502,7 +531,10 @@ static void bench_sweep(void) {
         fc_program_stats(dyn, &st);
         const double guard0 = st.miss_guard_ms, run0 = st.miss_run_ms, setup0 = st.shape_setup_ms,
                      grow0 = st.arena_grow_ms;
+        long mf0, mc0, mf1, mc1;
+        thread_usage(&mf0, &mc0);
         double miss_host = 0, miss = shaped_call_host_ms(dyn, &s, &miss_host);
+        thread_usage(&mf1, &mc1); /* (the synchronize's included) */
         fc_program_stats(dyn, &st);
         /* The miss's host time by part: the guard (queueing the
          * specialization), the instance, and the whole run. */
@@ -542,6 +574,7 @@ static void bench_sweep(void) {
         memcpy(sorted, before, sizeof *before * (size_t)nb);
         double dyn_ms = nb > 1 ? fc_median(sorted + 1, nb - 1) : 0;
         double dyn_p99 = nb > 1 ? quantile(before + 1, nb - 1, 0.99) : 0;
+        double dyn_host_ms = nb > 1 ? quantile(before_host + 1, nb - 1, 0.5) : 0; /* their host parts */
         /* SWEEP_SLOW_CALLS=1: when each slow one began (fc_now_ms, as
          * FUSEC_LOG=spec stamps the background thread's steps). */
         for (int q = 1; getenv("SWEEP_SLOW_CALLS") && q < nb; q++)
@@ -570,8 +603,9 @@ static void bench_sweep(void) {
         printf("RESULT fusec sweep T=%lld miss_ms=%.4f miss_host_ms=%.4f miss_guard_us=%.1f miss_instance_us=%.1f "
                "miss_grow_us=%.1f miss_run_us=%.1f second_call_ms=%.4f dynamic_call_ms=%.4f dynamic_call_p99_ms=%.4f worst_dynamic_call_ms=%.4f "
                "dynamic_calls=%d first_hit_ms=%.4f second_hit_ms=%.4f specialized_call_ms=%.4f specialized_ms=%.4f "
-               "landed_after_ms=%.1f\n",
-               (long long)T, miss, miss_host, miss_guard_us, miss_setup_us, miss_grow_us, miss_run_us, second_call, dyn_ms, dyn_p99, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, wait_ms);
+               "landed_after_ms=%.1f miss_page_faults=%ld miss_context_switches=%ld dynamic_call_host_ms=%.4f\n",
+               (long long)T, miss, miss_host, miss_guard_us, miss_setup_us, miss_grow_us, miss_run_us, second_call, dyn_ms,
+               dyn_p99, worst_dyn, nb, hit1, hit2, spec_call, spec_ms, wait_ms, mf1 - mf0, mc1 - mc0, dyn_host_ms);
         /* (T = 1's miss is the program's first call: the device, the module, the arena.) */
         if (i > 0 && dyn_ms > 0 && miss / dyn_ms > worst_miss_dyn) worst_miss_dyn = miss / dyn_ms;
     }
@@ -763,6 +797,129 @@ static void bench_regraph(void) {
     free_bufs(&ba);
 }
 
+
+#ifdef FC_HAVE_CUPTI
+/* ------------------------------------------------------------------ */
+/* trace: where a forward's GPU time goes, kernel by kernel             */
+/* ------------------------------------------------------------------ */
+
+typedef struct trace_kernel {
+    uint64_t start, end;
+    const char *name; /* CUPTI's, valid for the process */
+    int grid;
+} trace_kernel;
+
+static trace_kernel *trace_recs;
+static size_t trace_n, trace_cap;
+
+static void CUPTIAPI trace_buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
+    *size = 8u << 20;
+    *buffer = aligned_alloc(8, *size);
+    *max_records = 0;
+}
+
+static void CUPTIAPI trace_buffer_completed(CUcontext c, uint32_t stream, uint8_t *buffer, size_t size, size_t valid) {
+    (void)c, (void)stream, (void)size;
+    CUpti_Activity *rec = NULL;
+    while (cuptiActivityGetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+        if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
+        const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)rec;
+        if (trace_n == trace_cap) {
+            trace_cap = trace_cap ? 2 * trace_cap : 4096;
+            trace_recs = realloc(trace_recs, trace_cap * sizeof *trace_recs);
+        }
+        trace_recs[trace_n++] = (trace_kernel){k->start, k->end, k->name, k->gridX * k->gridY * k->gridZ};
+    }
+    free(buffer);
+}
+
+static int trace_by_start(const void *a, const void *b) {
+    uint64_t x = ((const trace_kernel *)a)->start, y = ((const trace_kernel *)b)->start;
+    return x < y ? -1 : x > y;
+}
+
+/* "B=1,T=64" into b (at most n); the count. */
+static int parse_bind(const char *v, fc_binding *b, int n, char names[][16]) {
+    int k = 0;
+    while (v && *v && k < n) {
+        const char *eq = strchr(v, '=');
+        if (!eq || eq == v || eq - v >= 16) DIE("TRACE_BIND: want SYM=INT,... (%s)", v);
+        memcpy(names[k], v, (size_t)(eq - v));
+        names[k][eq - v] = 0;
+        char *end = NULL;
+        b[k].name = names[k];
+        b[k].value = strtoll(eq + 1, &end, 10);
+        k++;
+        v = *end == ',' ? end + 1 : end;
+    }
+    return k;
+}
+
+static void bench_trace(void) {
+    const char *ir = getenv("TRACE_IR"), *bind = getenv("TRACE_BIND"), *it = getenv("TRACE_ITERS");
+    int iters = it && atoi(it) > 0 ? atoi(it) : 200;
+    fc_binding b[8];
+    char names[8][16];
+    int nb = parse_bind(bind && *bind ? bind : "B=1,T=64", b, 8, names);
+    fc_graph *g = parse_file(ir && *ir ? ir : "examples/gpt2_block_bf16.ir", b, nb);
+    fc_program *p = compile(g, true);
+    bufs bf;
+    make_bufs(p, &bf);
+    double ms = per_call_ms(p, &bf, 2000); /* warm, and the time untraced */
+    if (cuptiActivityRegisterCallbacks(trace_buffer_requested, trace_buffer_completed) != CUPTI_SUCCESS ||
+        cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) != CUPTI_SUCCESS)
+        DIE("CUPTI: cannot trace kernels");
+    for (int i = 0; i < 20; i++) run(p, &bf);
+    fc_cuda_stream_sync(dev, NULL);
+    cuptiActivityFlushAll(1);
+    trace_n = 0; /* the warm-up's records */
+    double t0 = now_us();
+    for (int i = 0; i < iters; i++) run(p, &bf);
+    fc_cuda_stream_sync(dev, NULL);
+    double traced = (now_us() - t0) / iters * 1e-3;
+    cuptiActivityFlushAll(1);
+    cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    qsort(trace_recs, trace_n, sizeof *trace_recs, trace_by_start);
+    size_t per = trace_n / (size_t)iters;
+    printf("RESULT fusec trace ir=%s bind=%s per_call_ms=%.5f traced_per_call_ms=%.5f kernels_per_forward=%zu "
+           "records=%zu\n",
+           ir && *ir ? ir : "examples/gpt2_block_bf16.ir", bind && *bind ? bind : "B=1,T=64", ms, traced, per, trace_n);
+    if (per == 0 || trace_n % (size_t)iters) {
+        printf("RESULT fusec trace error=\"%zu records for %d forwards\"\n", trace_n, iters);
+        goto done;
+    }
+    double *dur = malloc(sizeof *dur * (size_t)iters), *gap = malloc(sizeof *gap * (size_t)iters);
+    double sum_dur = 0, sum_gap = 0;
+    for (size_t j = 0; j < per; j++) {
+        int n = 0;
+        for (int i = 1; i < iters; i++) { /* the first forward has no gap before it */
+            const trace_kernel *k = &trace_recs[(size_t)i * per + j], *prev = k - 1;
+            dur[n] = (double)(k->end - k->start) * 1e-3;
+            gap[n++] = ((double)k->start - (double)prev->end) * 1e-3;
+        }
+        double d = fc_median(dur, n), gp = fc_median(gap, n);
+        sum_dur += d;
+        sum_gap += gp;
+        const trace_kernel *k = &trace_recs[per + j];
+        printf("RESULT fusec trace kernel=%zu us=%.2f gap_us=%.2f blocks=%d name=%.70s\n", j, d, gp, k->grid,
+               k->name ? k->name : "?");
+    }
+    int n = 0;
+    for (int i = 1; i < iters; i++)
+        dur[n++] = (double)(trace_recs[(size_t)i * per].start - trace_recs[(size_t)(i - 1) * per].start) * 1e-3;
+    printf("RESULT fusec trace sum_kernel_us=%.2f sum_gap_us=%.2f period_us=%.2f\n", sum_dur, sum_gap,
+           fc_median(dur, n));
+    free(dur);
+    free(gap);
+done:
+    free_bufs(&bf);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+#else
+static void bench_trace(void) { printf("RESULT fusec trace error=\"built without CUPTI\"\n"); }
+#endif
+
 int main(int argc, char **argv) {
     ctx = fc_context_new();
     if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
@@ -779,8 +936,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "vgemm")) bench_vgemm();
         else if (!strcmp(w, "variant")) bench_variant();
         else if (!strcmp(w, "regraph")) bench_regraph();
+        else if (!strcmp(w, "trace")) bench_trace();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace)\n", w);
             return 2;
         }
         fflush(stdout);

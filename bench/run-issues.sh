@@ -16,6 +16,14 @@
 #               T=64, mlp8), then the B=8 T=1024 block with the default mode
 #   attn.log    FUSEC_ATTN_BENCH=1 test_attention (the kernels alone) and
 #               bench/attention_bench.py (SDPA, and fusec's whole pipeline)
+#   trace.log   dynamic_bench trace (a static program's kernels in its graph,
+#               from CUPTI: time and gap before each) for the GPT-2 block at
+#               B=1, T=64, once per word of ISSUES_TRACE_PICKS (default
+#               "default"): default (the heuristic's first or the cache's),
+#               tune (FUSEC_GEMM_TUNE=1), N (FUSEC_GEMM_PICK: the heuristic's
+#               candidate N for every GEMM), a list such as 0,3,0,1 (one per
+#               GEMM, in launch order), or environment settings joined by +
+#               (FUSEC_ATTN_BN=64+FUSEC_CACHE=off)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
 #               cuBLASLt) with the default rule and with FUSEC_VGEMM_SPLIT128=0
 #               (the 128 x 128 tile never split: the rule before session 7)
@@ -26,7 +34,7 @@
 #               128 tile never split (split0), unaligned rows loaded one element
 #               at a time (gather0), kernels re-pointed at each shape
 #               (params, FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
-# Knobs: ISSUES_STEPS (subset of "build ctest dyn frame vgemm torch attn"),
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_FRAME_MODES (above),
 # ISSUES_DYN (dynamic_bench
 # workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
@@ -58,6 +66,19 @@ if on dyn; then
     # shellcheck disable=SC2086 # the workloads are words
     SWEEP_CSV=$OUT/sweep.csv timeout 150 build/dynamic_bench $DYN >"$OUT/dyn.log" 2>&1
     echo "dynamic_bench: rc=$?"
+fi
+if on trace; then
+    for pick in ${ISSUES_TRACE_PICKS:-default}; do
+        case $pick in
+        default) envs=() ;;
+        tune) envs=(FUSEC_GEMM_TUNE=1) ;;
+        *=*) IFS=+ read -r -a envs <<<"$pick" ;;
+        *,*) envs=(FUSEC_GEMM_PICK="$pick") ;;
+        *) envs=(FUSEC_GEMM_PICK="$(printf "$pick,%.0s" {1..16})") ;;
+        esac
+        env "${envs[@]}" timeout 60 build/dynamic_bench trace 2>&1 | sed "s/RESULT fusec trace /RESULT fusec trace[$pick] /"
+    done >"$OUT/trace.log" 2>&1
+    echo "trace: rc=$?"
 fi
 if on frame; then
     for round in 1 2; do
@@ -103,6 +124,8 @@ echo "=== tests"
 grep -E "tests passed|tests failed|\*\*\*Failed|Timeout" "$OUT/ctest.log" 2>/dev/null | head -20
 echo "=== issue 7 (fusec: dynamic_bench; torch: graphs_torch)"
 grep -h RESULT "$OUT/dyn.log" "$OUT/torch.log" 2>/dev/null | grep -vE "sweep T=|slow_first" | cut -c1-300
+echo "=== issue 7: the GPT-2 block's kernels in its graph (us on the GPU, gap before)"
+grep -h "RESULT fusec trace" "$OUT/trace.log" 2>/dev/null | sed -E 's/RESULT fusec trace//; s/ name=(.{0,40}).*/ \1/' | cut -c1-160
 echo "=== issue 7: the variant's sweep in each build (ISSUES_FRAME_MODES)"
 grep -h "RESULT fusec sweep\[" "$OUT/frame.log" 2>/dev/null |
     grep -E "first_over_call |first_over_call_T_below|second_over_call|extra_host|dynamic_all_T |new_shape_host" |

@@ -392,6 +392,10 @@ struct fc_cublaslt {
     bool lt_borrowed;    /* lt is the options' share's */
     bool tune;           /* options.tune */
     int tuned, tune_changed;
+    /* FUSEC_GEMM_PICK (measuring only): the heuristic's candidate to take
+     * for each problem chosen, in the order they are chosen; the disk
+     * cache and the family's choices are bypassed. npick 0: off. */
+    int pick[16], npick, picked;
     bool mapped;         /* the concatenations are taken from mem */
     fc_cuda_region mem;  /* mapped: the concatenations' memory */
     bool allow_tf32;
@@ -410,6 +414,10 @@ struct fc_cublaslt {
     int nfamilies, cap_families;
 };
 
+/* Candidates asked of the heuristic when timing (options.tune) or picking
+ * (FUSEC_GEMM_PICK). */
+#define TUNE_CANDIDATES 8
+
 /* Over every handle of the process. */
 static _Atomic long total_queries, total_disk_hits;
 
@@ -418,6 +426,20 @@ size_t fc_cublaslt_version(void) { return cublasLtGetVersion(); }
 static fc_status make_current(fc_context *ctx, fc_cuda_device *d) {
     FC_CU_CHECK(ctx, d->cu->CtxSetCurrent(d->cuctx));
     return FC_OK;
+}
+
+/* "2,0,5": up to n candidate indices; 0 of them for anything else. */
+static int parse_pick(const char *v, int *out, int n) {
+    int k = 0;
+    while (v && *v && k < n) {
+        char *end = NULL;
+        long i = strtol(v, &end, 10);
+        if (end == v || i < 0 || i >= TUNE_CANDIDATES) return 0;
+        out[k++] = (int)i;
+        v = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 0;
+    }
+    return k;
 }
 
 static fc_status lt_create(fc_context *ctx, cublasLtHandle_t *lt) {
@@ -446,6 +468,7 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     fc_cublaslt_device_id_of(&dev->info, &h->id);
     h->mapped = o && o->mapped;
     h->tune = o && o->tune;
+    h->npick = parse_pick(getenv("FUSEC_GEMM_PICK"), h->pick, 16);
     h->lt_borrowed = o && o->share;
     if (h->lt_borrowed) h->lt = o->share->lt;
     else st = lt_create(ctx, &h->lt);
@@ -733,6 +756,15 @@ static fc_status set_pref(fc_context *ctx, cublasLtMatmulPreference_t pref, cons
                                                                 &al[2], sizeof al[2]));
     FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                 &al[3], sizeof al[3]));
+    /* FUSEC_GEMM_REDUCTION (measuring only, with FUSEC_GEMM_PICK, which
+     * bypasses the disk): the split-K reduction schemes allowed, as
+     * cublasLtReductionScheme_t bits; 0 = no split-K reduction. */
+    const char *red = getenv("FUSEC_GEMM_REDUCTION");
+    if (red && *red >= '0' && *red <= '7') {
+        uint32_t mask = (uint32_t)(*red - '0');
+        FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                    &mask, sizeof mask));
+    }
     return FC_OK;
 }
 
@@ -753,7 +785,6 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
 /* Choosing by timing (options.tune)                                    */
 /* ------------------------------------------------------------------ */
 
-#define TUNE_CANDIDATES 8
 #define TUNE_REPS 8   /* single launches per candidate and round */
 #define TUNE_ROUNDS 3 /* timings per candidate, interleaved; the least counts */
 
@@ -1160,6 +1191,31 @@ static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
 
 int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuses : 0; }
 
+/* FUSEC_GEMM_PICK: the heuristic's candidate the list names for this
+ * problem (the last one it has, when it offers fewer), never from or to the
+ * disk, so that measuring leaves the cache as it was. */
+static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
+    int count = 0;
+    fc_status st = FC_OK;
+    cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
+    if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
+    if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
+    if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, TUNE_CANDIDATES, &count);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == FC_OK && count == 0) st = fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this GEMM");
+    if (st != FC_OK) {
+        entry_free(e);
+        return st;
+    }
+    int i = h->picked < h->npick ? h->pick[h->picked] : 0;
+    h->picked++;
+    e->algo = res[i < count ? i : count - 1].algo;
+    e->have_algo = e->ready = true;
+    return FC_OK;
+}
+
 /* Descriptors and an algorithm for entry e: a seeded algorithm is checked
  * first, then one from the cache; otherwise, or if the library refuses
  * them, one heuristic query, whose answer goes to the cache. */
@@ -1180,6 +1236,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         }
         e->have_algo = false; /* stale (another library version?): ask again */
     }
+    if (h->npick) return prepare_picked(h, ctx, e);
     if (h->reuse_family && algo_from_family(h, e)) {
         h->family_reuses++;
         e->have_algo = e->ready = true;

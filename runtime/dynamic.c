@@ -632,16 +632,51 @@ static spec *compile_now(fc_dynamic *d, const int64_t *key) {
     return s;
 }
 
+/* Queue a specialization of key (under mu), evicting the least recently
+ * used one if the table is full, and log the miss (why: its reason). */
+static void queue_miss(fc_dynamic *d, const int64_t *key, void *const *ptrs, int nin, int nout, const char *why) {
+    const char *name = fc_program_desc_of(d->shell)->graph_name;
+    char k[160] = "";
+    if (fc_trace_on(FC_LOG_GUARDS)) key_text(d, key, k, sizeof k);
+    if (find_spec(d, key)) {
+        /* Queued meanwhile by a run on another thread. */
+        fc_trace(FC_LOG_GUARDS, "program %s: guard miss: %s; this run uses the dynamic variant (its specialization "
+                 "is already queued)", name, why);
+    } else if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
+        fc_trace(FC_LOG_GUARDS,
+                 "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
+                 "compiling in the background",
+                 name, why, k);
+    } else {
+        fc_trace(FC_LOG_GUARDS,
+                 "program %s: guard miss: %s; this run uses the dynamic variant (all %d specialization slots "
+                 "are compiling: %s not queued)",
+                 name, why, d->max_specs, k);
+    }
+}
+
+/* Whether the background thread has work (under mu): a queued entry, or an
+ * evicted one to free (the table changes only under mu, so it cannot miss
+ * it). */
+static bool thread_has_work(fc_dynamic *d) { return d->thread_started && (d->ngrave > 0 || has_queued(d)); }
+
+/* What select_spec leaves to its caller for after the run's launches. */
+typedef struct miss_after {
+    bool queue; /* queue a specialization of the run's key (queue_after) */
+    bool wake;  /* wake the background thread */
+    char why[240];
+} miss_after;
+
 /* fc_dynamic_select, with the run's pointers (inputs, then outputs; NULL
  * for none) for a specialization it queues, and the time (ms) the guard
- * check began, for a miss's miss_guard_ms (a hit reads no other clock). When
- * the background thread has work (an entry queued or evicted) it is woken
- * here, after the mutex is released, or, with wake_later, by the caller
- * once its launches are queued (*wake_later says whether to): waking a
- * sleeping thread is a system call, and a miss's launches should not
- * wait for it. */
+ * check began, for a miss's miss_guard_ms. With `after` (a run), a miss
+ * that background specialization serves with the variant queues nothing
+ * here: the caller launches the variant first and then calls queue_after,
+ * so that the queueing (an allocation, an eviction, the log) and the
+ * wake-up of the background thread (a system call) come after the work is
+ * on the GPU. Without it (fc_dynamic_select) everything happens here. */
 static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptrs, int nin, int nout, double t0,
-                             fc_program **out, bool *wake_later) {
+                             fc_program **out, miss_after *after) {
     fc_dynamic *d = fc_program_dynamic(p);
     *out = NULL;
     if (!d) return FC_ERR_USAGE;
@@ -681,16 +716,11 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
             st = fc_set_error(d->ctx, FC_ERR_RUNTIME, "program %s: specializing %s failed: %s", name, k, s->error);
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
-        if (make_room(d) && queue_spec(d, key, ptrs, nin, nout)) {
-            fc_trace(FC_LOG_GUARDS,
-                   "program %s: guard miss: %s; this run uses the dynamic variant, the specialization %s is "
-                   "compiling in the background",
-                   name, why, k);
+        if (after) {
+            after->queue = true;
+            snprintf(after->why, sizeof after->why, "%s", why);
         } else {
-            fc_trace(FC_LOG_GUARDS,
-                   "program %s: guard miss: %s; this run uses the dynamic variant (all %d specialization slots "
-                   "are compiling: %s not queued)",
-                   name, why, d->max_specs, k);
+            queue_miss(d, key, ptrs, nin, nout, why);
         }
     } else {
         fc_trace(FC_LOG_GUARDS, "program %s: guard miss: %s; this run uses the dynamic variant (%s)", name, why,
@@ -698,16 +728,30 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
                : s->state == SPEC_FAILED ? s->error
                                          : "its specialization is still compiling");
     }
-    /* Work for the background thread: a queued entry, or an evicted one
-     * to free (the table changes only under mu, so it cannot miss it). */
-    const bool work = d->thread_started && (d->ngrave > 0 || has_queued(d));
+    const bool work = thread_has_work(d);
     pthread_mutex_unlock(&d->mu);
-    if (wake_later) *wake_later = work;
+    if (after) after->wake = work;
     else if (work) pthread_cond_signal(&d->wake);
     memcpy(d->last, key, sizeof *key * (size_t)d->nsyms);
     d->have_last = true;
     rs->miss_guard_ms += fc_now_ms() - t0;
     return st;
+}
+
+/* The queueing select_spec left for after a run's launches (a->queue),
+ * counted in miss_guard_ms; then the background thread is woken if it has
+ * work. */
+static void queue_after(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *ptrs, int nin, int nout,
+                        miss_after *a) {
+    if (a->queue) {
+        const double t0 = fc_now_ms();
+        pthread_mutex_lock(&d->mu);
+        queue_miss(d, key, ptrs, nin, nout, a->why);
+        a->wake |= thread_has_work(d);
+        pthread_mutex_unlock(&d->mu);
+        fc_program_stats_ref(p)->miss_guard_ms += fc_now_ms() - t0;
+    }
+    if (a->wake) pthread_cond_signal(&d->wake);
 }
 
 fc_status fc_dynamic_select(fc_program *p, const int64_t *key, fc_program **out) {
@@ -855,10 +899,12 @@ static fc_status launch_selected(fc_program *p, fc_dynamic *d, const int64_t *ke
 static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
                                 void *stream, double began) {
     fc_program *spec = NULL;
-    bool wake = false;
-    fc_status st = select_spec(p, key, buf, nin, nout, began, &spec, &wake);
-    if (st == FC_OK) st = launch_selected(p, d, key, buf, nin, nout, stream, spec, &wake);
-    if (wake) pthread_cond_signal(&d->wake); /* after the launches (select_spec) */
+    miss_after after = {0};
+    fc_status st = select_spec(p, key, buf, nin, nout, began, &spec, &after);
+    if (st == FC_OK) st = launch_selected(p, d, key, buf, nin, nout, stream, spec, &after.wake);
+    /* After the launches, even if they failed (the shape is still worth
+     * specializing). */
+    queue_after(p, d, key, buf, nin, nout, &after);
     return st;
 }
 

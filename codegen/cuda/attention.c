@@ -1297,11 +1297,15 @@ static bool attention_persistent(bool causal, int nc) {
     return !(causal && nc == 2);
 }
 
-/* fc_attn_fa3's key tile BN: 128, or FUSEC_ATTN_BN (an experiment's
- * switch: a multiple of 16 from 64 to 256; the wgmma N and the TMA box rows). */
-static int attention_key_tile(void) {
+/* fc_attn_fa3's key tile BN: 128, or 64 where all the keys fit in 64 (a
+ * 128-key tile would be half masked: the GPT-2 block at B=1, T=64 spent
+ * 3.94 us on its attention kernel in its CUDA Graph with 128 and 3.46 with
+ * 64, CUPTI's times, docs/PERF.md session 10), or FUSEC_ATTN_BN (an
+ * experiment's switch: a multiple of 16 from 64 to 256; the wgmma N and the
+ * TMA box rows). */
+static int attention_key_tile(int64_t keys) {
     const char *e = getenv("FUSEC_ATTN_BN");
-    const int bn = e ? atoi(e) : 128;
+    const int bn = e ? atoi(e) : keys <= 64 ? 64 : 128;
     return bn >= 64 && bn <= 256 && bn % 16 == 0 ? bn : 128;
 }
 
@@ -1431,10 +1435,10 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     /* fc_attn_fa3: NC consumer warpgroups of 64 query rows (three where
      * both head dims are 64: their registers fit in 160 a thread, and 192
      * rows a block read K and V a third less often than 128; else two),
-     * key tiles of BN = 128, ST stages of K and V (3 where the shared
+     * key tiles of BN = 128 (64 for at most 64 keys), ST stages of K and V (3 where the shared
      * memory takes them, else 2). Measured: docs/ATTENTION.md. */
     const int64_t dp = round16(D), dvp = round16(Dv);
-    const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = attention_key_tile();
+    const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = attention_key_tile(Sk);
     const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3 + 8 * nc;
     const int stages = fa3_smem3 <= 227 * 1024 ? 3 : 2;
     const int64_t fa3_smem = 1024 + 2 * (64 * nc * dp + stages * bn * (dp + dvp)) + 32 * stages + 8 * nc;
