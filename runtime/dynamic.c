@@ -189,6 +189,7 @@ typedef struct fc_dynamic {
     fc_run_stats gone;
     int max_specs;
     long delay_us; /* FUSEC_SPEC_DELAY_US: the background thread's start, that late */
+    bool queue_first; /* FUSEC_SPEC_QUEUE_FIRST=1 (measuring): a miss queues before it launches, as before session 10 */
     /* The device and cuBLASLt handle the specializations borrow, and so
      * map their memory (runtime/program.h); NULL with FUSEC_SPEC_LEASE=0
      * (measuring: each opens its own, as before session 9). */
@@ -521,6 +522,7 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     d->shell = p;
     d->max_specs = o->max_specializations ? o->max_specializations : DEFAULT_MAX_SPECS;
     d->delay_us = getenv("FUSEC_SPEC_DELAY_US") ? atol(getenv("FUSEC_SPEC_DELAY_US")) : 0;
+    d->queue_first = fc_env_is_one("FUSEC_SPEC_QUEUE_FIRST");
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->wake, NULL);
     pthread_cond_init(&d->done, NULL);
@@ -716,7 +718,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
             st = fc_set_error(d->ctx, FC_ERR_RUNTIME, "program %s: specializing %s failed: %s", name, k, s->error);
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
-        if (after) {
+        if (after && !d->queue_first) {
             after->queue = true;
             snprintf(after->why, sizeof after->why, "%s", why);
         } else {

@@ -197,7 +197,7 @@ void fc_compile_options_default(fc_compile_options *o) {
 }
 
 /* Every compile of a program's source (the cubin, the PTX, an AOT file)
- * uses these, so the PTX is the PTX of the cubin. */
+ * uses these, so the PTX is the PTX of the cubin. At most 4. */
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     int n = 0;
     if (fast_math) extra[n++] = "--use_fast_math";
@@ -207,6 +207,9 @@ int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     /* No TMA in fc_attn_fa3 (FUSEC_ATTN_TMA=0): a macro no kernel reads,
      * there only so that the cache keys of the two choices differ. */
     if (fc_cuda_attention_hopper(sm) && !fc_cuda_attention_tma()) extra[n++] = "-DFC_ATTN_NO_TMA";
+    /* And the other switches of its source (FUSEC_ATTN_BN, ...), likewise. */
+    const char *sw = fc_cuda_attention_hopper(sm) ? fc_cuda_attention_switches() : NULL;
+    if (sw) extra[n++] = sw;
     return n;
 }
 

@@ -68,6 +68,10 @@ static void *bg_main(void *arg) {
         case 7: { void *p; CK(cudaMallocAsync(&p, 64 << 20, s)); CK(cudaFreeAsync(p, s)); CK(cudaStreamSynchronize(s)); break; }
         case 8: { void *p; CK(cudaMallocHost(&p, 1 << 20)); CK(cudaFreeHost(p)); break; }
         case 9: { char *p = (char *)malloc(64 << 20); for (size_t i = 0; i < (64u << 20); i += 4096) p[i] = 1; free(p); break; }
+        case 13: { // context-independent loading (CUDA 12.0): load, the kernel's function in this context, unload
+            CUlibrary l; CD(cuLibraryLoadData(&l, b->cubin.data(), NULL, NULL, 0, NULL, NULL, 0));
+            CUkernel k; CD(cuLibraryGetKernel(&k, l, "_Z7k_chainPfPKfS1_x"));
+            CUfunction f; CD(cuKernelGetFunction(&f, k)); CD(cuLibraryUnload(l)); break; }
         case 10: { cublasLtHandle_t h; if (cublasLtCreate(&h) != CUBLAS_STATUS_SUCCESS) exit(1); cublasLtDestroy(h); break; }
         case 11: case 12: { // map 64 MiB more at the end of a reserved range (fusec's growing arena); 12: also unmap, release
             static CUdeviceptr base; static size_t mapped; static std::vector<CUmemGenericAllocationHandle> hs;
@@ -104,7 +108,8 @@ int main(int argc, char **argv) {
                                   "cudaMallocHost + cudaFreeHost, 1 MiB", "host malloc 64 MiB, touch, free",
                                   "cublasLtCreate + cublasLtDestroy",
                                   "cuMemCreate + cuMemMap + cuMemSetAccess 64 MiB",
-                                  "the same, then cuMemUnmap + cuMemRelease"};
+                                  "the same, then cuMemUnmap + cuMemRelease",
+                                  "cuLibraryLoadData + cuKernelGetFunction + unload"};
     const int nops = (int)(sizeof names / sizeof names[0]);
     Bg proto;
     if (argc > 1) {
@@ -129,7 +134,7 @@ int main(int argc, char **argv) {
     printf("%-46s %8s %8s %8s %8s | %8s %8s %8s | %8s %6s\n", "the other thread repeats", "host p50", "p90", "p99", "max",
            "call p50", "p90", "max", "op us", "ops");
     for (int op = 0; op < nops; op++) {
-        if (op == 4 && proto.cubin.empty()) continue;
+        if ((op == 4 || op == 13) && proto.cubin.empty()) continue;
         Bg b; b.op = op; b.cubin = proto.cubin; b.graph = g;
         for (int i = 0; i < 20; i++) { CK(cudaGraphLaunch(e, st)); CK(cudaStreamSynchronize(st)); }
         pthread_t th; pthread_create(&th, NULL, bg_main, &b);
