@@ -462,8 +462,9 @@ typedef struct fc_run_stats {
                                   * instance for: binding its plan to the shape (grids, memory
                                   * plan, descriptions) and freeing the instance evicted */
     double miss_guard_ms;        /* host time of the guard checks that missed, in all: finding no
-                                  * ready specialization and queueing one (and evicting), or
-                                  * compiling it where synchronous specialization is asked for */
+                                  * ready specialization and queueing one (and evicting; after
+                                  * the run's launches), or compiling it where synchronous
+                                  * specialization is asked for */
     double miss_run_ms;          /* host time of the runs that missed, in all (fc_run_shaped
                                   * from the guard to its return: the guard, the variant's
                                   * instance, frame and launches; docs/DYNAMIC.md) */
