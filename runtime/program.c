@@ -207,8 +207,8 @@ int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     /* No TMA in fc_attn_fa3 (FUSEC_ATTN_TMA=0): a macro no kernel reads,
      * there only so that the cache keys of the two choices differ. */
     if (fc_cuda_attention_hopper(sm) && !fc_cuda_attention_tma()) extra[n++] = "-DFC_ATTN_NO_TMA";
-    /* And the other switches of its source (FUSEC_ATTN_BN, ...), likewise. */
-    const char *sw = fc_cuda_attention_hopper(sm) ? fc_cuda_attention_switches() : NULL;
+    /* And the other switches of the source (FUSEC_ATTN_BN, ...), likewise. */
+    const char *sw = fc_cuda_source_switches();
     if (sw) extra[n++] = sw;
     return n;
 }

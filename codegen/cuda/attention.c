@@ -37,7 +37,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1264,29 +1263,6 @@ static bool tma_of(const layout *L, const fc_value *o, int nb, int64_t rows, int
 bool fc_cuda_attention_tma(void) {
     const char *e = getenv("FUSEC_ATTN_TMA");
     return !(e && e[0] == '0');
-}
-
-const char *fc_cuda_attention_switches(void) {
-    const char *bn = getenv("FUSEC_ATTN_BN"), *ps = getenv("FUSEC_ATTN_PERSIST"), *l2 = getenv("FUSEC_ATTN_L2SECT");
-    if (!bn && !ps && !l2) return NULL;
-    char opt[160];
-    snprintf(opt, sizeof opt, "-DFC_ATTN_SWITCHES=%.32s.%.32s.%.32s", bn ? bn : "", ps ? ps : "", l2 ? l2 : "");
-    /* Interned: a program keeps pointers to its options. A process sees
-     * a few settings at most; past the table, one shared marker still
-     * keeps every switched program apart from the default ones. */
-    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static char seen[16][160];
-    static int nseen;
-    const char *r = NULL;
-    pthread_mutex_lock(&mu);
-    for (int i = 0; i < nseen && !r; i++)
-        if (!strcmp(seen[i], opt)) r = seen[i];
-    if (!r && nseen < 16) {
-        memcpy(seen[nseen], opt, sizeof opt);
-        r = seen[nseen++];
-    }
-    pthread_mutex_unlock(&mu);
-    return r ? r : "-DFC_ATTN_SWITCHES=many";
 }
 
 bool fc_cuda_attention_uses_mma(const fc_group *gr) {

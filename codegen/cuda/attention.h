@@ -64,14 +64,4 @@ bool fc_cuda_attention_hopper(int sm);
  * program cache keeps the two apart. */
 bool fc_cuda_attention_tma(void);
 
-/* The experiments' switches that change fc_attn_fa3's source without
- * changing the NVRTC options (FUSEC_ATTN_BN, FUSEC_ATTN_PERSIST,
- * FUSEC_ATTN_L2SECT), as one option no kernel reads,
- * "-DFC_ATTN_SWITCHES=BN.PERSIST.L2SECT", or NULL when none is set. The
- * program cache's key holds a program's options and not its source, so the
- * runtime adds it (fc_program_extra_nvrtc_options): otherwise a program
- * compiled under one setting would be served under another. The string
- * lives as long as the process. */
-const char *fc_cuda_attention_switches(void);
-
 #endif

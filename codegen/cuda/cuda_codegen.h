@@ -115,4 +115,15 @@ const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);
  * "i64", ...). */
 const char *fc_cuda_storage_type(fc_dtype dt);
 
+/* The experiments' switches that change the generated source without
+ * changing the NVRTC options (FUSEC_ATTN_BN, FUSEC_ATTN_PERSIST,
+ * FUSEC_ATTN_L2SECT, FUSEC_NORM_PRELOAD), as one option no kernel reads,
+ * "-DFC_SWITCHES=BN.PERSIST.L2SECT.PRELOAD", or NULL when none is set. The
+ * program cache's key holds a program's options and not its source (a hit
+ * skips the codegen), so the runtime adds it
+ * (fc_program_extra_nvrtc_options): otherwise a program compiled under one
+ * setting would be served under another. The string lives as long as the
+ * process. */
+const char *fc_cuda_source_switches(void);
+
 #endif

@@ -32,6 +32,7 @@
 #include "passes/epilogue.h" /* fc_gemm_describe */
 
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,33 @@ static const char prelude[] =
     ;
 
 /* Source text is built with fc_strbuf (ir/strbuf.c). */
+
+/* ---- switches ------------------------------------------------------------ */
+
+const char *fc_cuda_source_switches(void) {
+    const char *v[4] = {getenv("FUSEC_ATTN_BN"), getenv("FUSEC_ATTN_PERSIST"), getenv("FUSEC_ATTN_L2SECT"),
+                        getenv("FUSEC_NORM_PRELOAD")};
+    if (!v[0] && !v[1] && !v[2] && !v[3]) return NULL;
+    char opt[160];
+    snprintf(opt, sizeof opt, "-DFC_SWITCHES=%.24s.%.24s.%.24s.%.24s", v[0] ? v[0] : "", v[1] ? v[1] : "",
+             v[2] ? v[2] : "", v[3] ? v[3] : "");
+    /* Interned: a program keeps pointers to its options. A process sees a
+     * few settings at most; past the table, one shared marker still keeps
+     * every switched program apart from the default ones. */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char seen[16][160];
+    static int nseen;
+    const char *r = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nseen && !r; i++)
+        if (!strcmp(seen[i], opt)) r = seen[i];
+    if (!r && nseen < 16) {
+        memcpy(seen[nseen], opt, sizeof opt);
+        r = seen[nseen++];
+    }
+    pthread_mutex_unlock(&mu);
+    return r ? r : "-DFC_SWITCHES=many";
+}
 
 /* ---- types --------------------------------------------------------------- */
 
@@ -148,6 +176,11 @@ typedef struct kctx {
      * to the name of that element's index into them. */
     struct { int input; int64_t p; char off[24]; } bv[8];
     int nbv;
+    /* Persistent rows: suffix-broadcast inputs loaded in the prologue with
+     * the row (their chunk c in q<input>[c]) instead of in the phases that
+     * read them: bq lists the inputs. */
+    int bq[8];
+    int nbq;
     struct { char L[24]; int64_t p; char ix[24]; } bx[8];
     int nbx;
     /* store_element: the output value being stored unrounded (-1: none). */
@@ -926,6 +959,22 @@ static const char *vector_load(const kctx *k, int i, int vec, const char *at, ch
     return buf;
 }
 
+/* P when input i of the group is a suffix-broadcast input (a norm's
+ * weight) that moves as vectors of vec: every chunk stays inside one copy
+ * of it (P % vec == 0; base is a multiple of vec) and the vector is at
+ * most 16 bytes (the alignment kernels assume of every pointer); else 0. */
+static int64_t vector_bcast(const fc_group *gr, int i, int vec) {
+    const fc_value *x = gr->inputs[i];
+    int64_t p = vec > 1 && !full_shape(gr, x) ? suffix_numel(gr, x) : 0;
+    return p > 0 && p % vec == 0 && (size_t)vec * fc_dtype_size(x->dtype) <= 16 ? p : 0;
+}
+
+static bool in_prologue(const kctx *k, int i) {
+    for (int q = 0; q < k->nbq; q++)
+        if (k->bq[q] == i) return true;
+    return false;
+}
+
 /* Declare vector loads of every full-shape input at `base`; names in vin. */
 static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], const char *cache_fmt) {
     const fc_group *gr = k->gr;
@@ -933,12 +982,8 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
     for (int i = 0; i < gr->ninputs; i++) {
         vin[i][0] = 0;
         const fc_value *x = gr->inputs[i];
-        int64_t p = vec > 1 && !full_shape(gr, x) ? suffix_numel(gr, x) : 0;
-        /* A suffix-broadcast input moves as a vector when every chunk
-         * stays inside one copy of it (P % vec == 0; base is a multiple of
-         * vec) and the vector is at most 16 bytes (the alignment kernels
-         * assume of every pointer). */
-        if (p > 0 && p % vec == 0 && (size_t)vec * fc_dtype_size(x->dtype) <= 16 && k->nbv < 8) {
+        const int64_t p = vector_bcast(gr, i, vec);
+        if (p > 0 && k->nbv < 8) {
             char *off = k->bv[k->nbv].off;
             off[0] = 0;
             for (int b = 0; b < k->nbv; b++)
@@ -950,6 +995,10 @@ static void vector_loads(kctx *k, const char *base, int vec, char vin[][24], con
             k->bv[k->nbv].input = i;
             k->bv[k->nbv].p = p;
             k->nbv++;
+            if (cache_fmt && in_prologue(k, i)) {
+                snprintf(vin[i], 24, "q%d[c]", i);
+                continue;
+            }
             snprintf(vin[i], 24, "v%d", k->tmp++);
             char ld[128];
             fc_strbuf_printf(k->s, "      fc_vec<%s, %d> %s = %s;\n", fc_cuda_storage_type(x->dtype), vec, vin[i],
@@ -1186,6 +1235,20 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     for (int i = 0; i < gr->ninputs; i++)
         if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
     bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
+    /* And, in what is left of those 512 bytes, the suffix-broadcast inputs
+     * (a norm's weight and bias), so that their loads overlap the row's
+     * instead of following the reductions: the GPT-2 block's layernorms
+     * read theirs after two all-reduces, an L2 round trip the GPU waited for
+     * (docs/CODEGEN.md). */
+    k->nbq = 0;
+    const bool preload = !fc_env_is_zero("FUSEC_NORM_PRELOAD"); /* 0: as before, for measuring */
+    for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {
+        const size_t b = (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
+        if (vector_bcast(gr, i, vec) > 0 && cache_bytes + b <= 512) {
+            k->bq[k->nbq++] = i;
+            cache_bytes += b;
+        }
+    }
     unsigned block = (unsigned)(tpr * rpb);
     kernel_signature(k, l, block);
     mark_rows(k);
@@ -1238,15 +1301,20 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     if (cache) {
         /* Prologue: the row's full-shape inputs into registers, once. */
         for (int i = 0; i < gr->ninputs; i++) {
-            if (!full_shape(gr, gr->inputs[i])) continue;
+            const bool bq = in_prologue(k, i);
+            if (!full_shape(gr, gr->inputs[i]) && !bq) continue;
             const char *st = fc_cuda_storage_type(gr->inputs[i]->dtype);
-            fc_strbuf_printf(k->s, "    fc_vec<%s, %d> r%d[%lld];\n", st, vec, i, (long long)kv);
+            fc_strbuf_printf(k->s, "    fc_vec<%s, %d> %c%d[%lld];\n", st, vec, bq ? 'q' : 'r', i, (long long)kv);
         }
         fc_strbuf_printf(k->s, "%s", loop_open);
         for (int i = 0; i < gr->ninputs; i++) {
-            if (!full_shape(gr, gr->inputs[i])) continue;
-            char ld[128];
-            fc_strbuf_printf(k->s, "      r%d[c] = %s;\n", i, vector_load(k, i, vec, "base", ld, sizeof ld));
+            char ld[128], at[64];
+            if (full_shape(gr, gr->inputs[i])) {
+                fc_strbuf_printf(k->s, "      r%d[c] = %s;\n", i, vector_load(k, i, vec, "base", ld, sizeof ld));
+            } else if (in_prologue(k, i)) {
+                snprintf(at, sizeof at, "base %% %lldll", (long long)vector_bcast(gr, i, vec));
+                fc_strbuf_printf(k->s, "      q%d[c] = %s;\n", i, vector_load(k, i, vec, at, ld, sizeof ld));
+            }
         }
         fc_strbuf_printf(k->s, "    }}\n");
     }
