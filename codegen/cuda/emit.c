@@ -1238,10 +1238,16 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     /* And, in what is left of those 512 bytes, the suffix-broadcast inputs
      * (a norm's weight and bias), so that their loads overlap the row's
      * instead of following the reductions: the GPT-2 block's layernorms
-     * read theirs after two all-reduces, an L2 round trip the GPU waited for
-     * (docs/CODEGEN.md). */
+     * read theirs after two all-reduces, an L2 round trip the GPU waited
+     * for. Only where the blocks fit in one wave (or the rows are
+     * symbolic): with more, other blocks hide that latency, and the
+     * registers cost more than it saves (rmsnorm, 32768 rows of 4096: 0.5-0.9%
+     * slower; docs/CODEGEN.md). */
     k->nbq = 0;
-    const bool preload = !fc_env_is_zero("FUSEC_NORM_PRELOAD"); /* 0: as before, for measuring */
+    const int64_t sms = k->p->sm_count > 0 ? k->p->sm_count : 132;
+    const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= sms;
+    /* FUSEC_NORM_PRELOAD=0: never, as before session 10 (measuring). */
+    const bool preload = one_wave && !fc_env_is_zero("FUSEC_NORM_PRELOAD");
     for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {
         const size_t b = (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
         if (vector_bcast(gr, i, vec) > 0 && cache_bytes + b <= 512) {
