@@ -901,7 +901,8 @@ static fc_status launch_selected(fc_program *p, fc_dynamic *d, const int64_t *ke
 static fc_status launch_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, void *const *buf, int nin, int nout,
                                 void *stream, double began) {
     fc_program *spec = NULL;
-    miss_after after = {0};
+    miss_after after; /* (no zeroing of why on every run: select_spec sets it where it queues) */
+    after.queue = after.wake = false;
     fc_status st = select_spec(p, key, buf, nin, nout, began, &spec, &after);
     if (st == FC_OK) st = launch_selected(p, d, key, buf, nin, nout, stream, spec, &after.wake);
     /* After the launches, even if they failed (the shape is still worth
