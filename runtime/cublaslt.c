@@ -756,15 +756,6 @@ static fc_status set_pref(fc_context *ctx, cublasLtMatmulPreference_t pref, cons
                                                                 &al[2], sizeof al[2]));
     FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                                 &al[3], sizeof al[3]));
-    /* FUSEC_GEMM_REDUCTION (measuring only, with FUSEC_GEMM_PICK, which
-     * bypasses the disk): the split-K reduction schemes allowed, as
-     * cublasLtReductionScheme_t bits; 0 = no split-K reduction. */
-    const char *red = getenv("FUSEC_GEMM_REDUCTION");
-    if (red && *red >= '0' && *red <= '7') {
-        uint32_t mask = (uint32_t)(*red - '0');
-        FC_CUBLASLT_CHECK(ctx, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                                    &mask, sizeof mask));
-    }
     return FC_OK;
 }
 
@@ -779,6 +770,41 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
     FC_CUBLASLT_CHECK(ctx, cublasLtMatmulAlgoGetHeuristic(h->lt, e->op, e->a, e->b, e->c, e->d, pref, want, res, count));
     if (*count > 0) e->algo = res[0].algo;
     return FC_OK;
+}
+
+/* Defined with the records' code below. */
+static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n);
+
+/* The heuristic's first `want` candidates for e's problem under its
+ * preferences, into res (*count of them, at least 1 on FC_OK). picking:
+ * FUSEC_GEMM_PICK is on, and FUSEC_GEMM_REDUCTION (measuring only: the
+ * split-K reduction schemes allowed, as cublasLtReductionScheme_t bits; 0:
+ * no split-K reduction) restricts them; never otherwise, since other
+ * choices go to the disk. */
+static fc_status ask_heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasLtMatmulHeuristicResult_t *res,
+                               int want, int *count, bool picking) {
+    cublasLtMatmulPreference_t pref = NULL;
+    fc_status st = FC_OK;
+    *count = 0;
+    cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
+    if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
+    if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
+    const char *red = picking ? getenv("FUSEC_GEMM_REDUCTION") : NULL;
+    if (st == FC_OK && red && *red >= '0' && *red <= '7') {
+        uint32_t mask = (uint32_t)(*red - '0');
+        cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", __FILE__,
+                                  __LINE__);
+    }
+    if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, want, count);
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (st == FC_OK && *count == 0) {
+        char what[512];
+        describe_key(&e->key, what, sizeof what);
+        st = fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this GEMM: %s", what);
+    }
+    return st;
 }
 
 /* ------------------------------------------------------------------ */
@@ -1195,16 +1221,9 @@ int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuse
  * problem (the last one it has, when it offers fewer), never from or to the
  * disk, so that measuring leaves the cache as it was. */
 static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
-    cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
-    fc_status st = FC_OK;
-    cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
-    if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
-    if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
-    if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, TUNE_CANDIDATES, &count);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (st == FC_OK && count == 0) st = fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this GEMM");
+    fc_status st = ask_heuristic(h, ctx, e, res, TUNE_CANDIDATES, &count, true);
     if (st != FC_OK) {
         entry_free(e);
         return st;
@@ -1249,20 +1268,10 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         if (h->reuse_family) family_add(h, e);
         return FC_OK;
     }
-    cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
-    cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
-    if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
-    if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
-    if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, h->tune ? TUNE_CANDIDATES : 1, &count);
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    st = ask_heuristic(h, ctx, e, res, h->tune ? TUNE_CANDIDATES : 1, &count, false);
     if (st == FC_OK && h->tune && count > 1) tune(h, e, res, count, residual);
-    if (st == FC_OK && count == 0) {
-        char what[512];
-        describe_key(&e->key, what, sizeof what);
-        st = fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt has no algorithm for this GEMM: %s", what);
-    }
     if (st != FC_OK) {
         entry_free(e);
         return st;
