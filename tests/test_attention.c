@@ -777,6 +777,44 @@ static const kcase kcases[] = {
      true, true},
 };
 
+/* fc_attn_fa3's key tile: 64 where all the keys fit in 64 (a 128-key tile
+ * would be half masked; docs/ATTENTION.md), else 128; FUSEC_ATTN_BN
+ * overrides both. No GPU: the source's configuration line. */
+static void test_key_tile(fc_context *ctx) {
+    if (!fc_cuda_attention_hopper(90)) return; /* FUSEC_ATTN_WGMMA=0: no fa3 */
+    static const struct {
+        int sk;
+        const char *bn_env;
+        const char *want;
+    } cases[] = {{8, NULL, "BN = 64, NC"}, {64, NULL, "BN = 64, NC"}, {65, NULL, "BN = 128, NC"}, {256, NULL, "BN = 128, NC"},
+                 {64, "128", "BN = 128, NC"}, {256, "64", "BN = 64, NC"}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char ir[512];
+        snprintf(ir, sizeof ir,
+                 "graph t(%%q: bf16[1, 12, 64, 64], %%k: bf16[1, 12, %d, 64], %%v: bf16[1, 12, %d, 64]) {\n"
+                 "  %%o = attention(%%q, %%k, %%v)\n  return %%o\n}\n",
+                 cases[i].sk, cases[i].sk);
+        agroup a;
+        if (!make_group(ctx, "key_tile", ir, false, &a)) {
+            CHECK(false);
+            fc_graph_free(a.g);
+            continue;
+        }
+        a.plan.sm = 90;
+        if (cases[i].bn_env) setenv("FUSEC_ATTN_BN", cases[i].bn_env, 1);
+        char *src = NULL;
+        fc_launch l = {0};
+        CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_key_tile", &src, &l), FC_OK);
+        if (cases[i].bn_env) unsetenv("FUSEC_ATTN_BN");
+        const bool ok = src && strstr(src, cases[i].want);
+        if (!ok) fprintf(stderr, "key tile: %d keys%s%s: want %s\n", cases[i].sk, cases[i].bn_env ? ", BN=" : "",
+                         cases[i].bn_env ? cases[i].bn_env : "", cases[i].want);
+        CHECK(ok);
+        free(src);
+        fc_graph_free(a.g);
+    }
+}
+
 static void test_codegen_refusals(fc_context *ctx) {
     /* q computed, not a view of an input: codegen refuses (fusion must
      * store it); an output chain through an elementwise op likewise. */
@@ -1345,6 +1383,7 @@ int main(void) {
     test_gpt2_block(ctx);
     test_views(ctx);
     test_codegen_refusals(ctx);
+    test_key_tile(ctx);
     test_alloc_failures();
 
     gpu G = {0};
