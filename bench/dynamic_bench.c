@@ -797,7 +797,6 @@ static void bench_regraph(void) {
     free_bufs(&ba);
 }
 
-
 #ifdef FC_HAVE_CUPTI
 /* ------------------------------------------------------------------ */
 /* trace: where a forward's GPU time goes, kernel by kernel             */
@@ -857,11 +856,13 @@ static int parse_bind(const char *v, fc_binding *b, int n, char names[][16]) {
 
 static void bench_trace(void) {
     const char *ir = getenv("TRACE_IR"), *bind = getenv("TRACE_BIND"), *it = getenv("TRACE_ITERS");
+    if (!ir || !*ir) ir = "examples/gpt2_block_bf16.ir";
+    if (!bind || !*bind) bind = "B=1,T=64";
     int iters = it && atoi(it) > 0 ? atoi(it) : 200;
     fc_binding b[8];
     char names[8][16];
-    int nb = parse_bind(bind && *bind ? bind : "B=1,T=64", b, 8, names);
-    fc_graph *g = parse_file(ir && *ir ? ir : "examples/gpt2_block_bf16.ir", b, nb);
+    int nb = parse_bind(bind, b, 8, names);
+    fc_graph *g = parse_file(ir, b, nb);
     fc_program *p = compile(g, true);
     bufs bf;
     make_bufs(p, &bf);
@@ -883,7 +884,7 @@ static void bench_trace(void) {
     size_t per = trace_n / (size_t)iters;
     printf("RESULT fusec trace ir=%s bind=%s per_call_ms=%.5f traced_per_call_ms=%.5f kernels_per_forward=%zu "
            "records=%zu\n",
-           ir && *ir ? ir : "examples/gpt2_block_bf16.ir", bind && *bind ? bind : "B=1,T=64", ms, traced, per, trace_n);
+           ir, bind, ms, traced, per, trace_n);
     if (per == 0 || trace_n % (size_t)iters) {
         printf("RESULT fusec trace error=\"%zu records for %d forwards\"\n", trace_n, iters);
         goto done;

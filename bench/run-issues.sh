@@ -22,7 +22,8 @@
 #               "default"): default (the heuristic's first or the cache's),
 #               tune (FUSEC_GEMM_TUNE=1), N (FUSEC_GEMM_PICK: the heuristic's
 #               candidate N for every GEMM), a list such as 0,3,0,1 (one per
-#               GEMM, in launch order), or environment settings joined by +
+#               GEMM, in launch order, the last for the rest), or environment
+#               settings joined by +
 #               (FUSEC_ATTN_BN=64+FUSEC_CACHE=off)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
 #               cuBLASLt) with the default rule and with FUSEC_VGEMM_SPLIT128=0
@@ -73,8 +74,7 @@ if on trace; then
         default) envs=() ;;
         tune) envs=(FUSEC_GEMM_TUNE=1) ;;
         *=*) IFS=+ read -r -a envs <<<"$pick" ;;
-        *,*) envs=(FUSEC_GEMM_PICK="$pick") ;;
-        *) envs=(FUSEC_GEMM_PICK="$(printf "$pick,%.0s" {1..16})") ;;
+        *) envs=(FUSEC_GEMM_PICK="$pick") ;; # N, or N,N,...
         esac
         env "${envs[@]}" timeout 60 build/dynamic_bench trace 2>&1 | sed "s/RESULT fusec trace /RESULT fusec trace[$pick] /"
     done >"$OUT/trace.log" 2>&1

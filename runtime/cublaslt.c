@@ -393,8 +393,9 @@ struct fc_cublaslt {
     bool tune;           /* options.tune */
     int tuned, tune_changed;
     /* FUSEC_GEMM_PICK (measuring only): the heuristic's candidate to take
-     * for each problem chosen, in the order they are chosen; the disk
-     * cache and the family's choices are bypassed. npick 0: off. */
+     * for each problem chosen, in the order they are chosen, the last for
+     * every one after; the disk cache and the family's choices are
+     * bypassed. npick 0: off. */
     int pick[16], npick, picked;
     bool mapped;         /* the concatenations are taken from mem */
     fc_cuda_region mem;  /* mapped: the concatenations' memory */
@@ -1218,8 +1219,9 @@ static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
 int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuses : 0; }
 
 /* FUSEC_GEMM_PICK: the heuristic's candidate the list names for this
- * problem (the last one it has, when it offers fewer), never from or to the
- * disk, so that measuring leaves the cache as it was. */
+ * problem (the list's last past its end; the heuristic's last one, when it
+ * offers fewer), never from or to the disk, so that measuring leaves the
+ * cache as it was. */
 static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
@@ -1228,7 +1230,7 @@ static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
         entry_free(e);
         return st;
     }
-    int i = h->picked < h->npick ? h->pick[h->picked] : 0;
+    int i = h->pick[h->picked < h->npick ? h->picked : h->npick - 1];
     h->picked++;
     e->algo = res[i < count ? i : count - 1].algo;
     e->have_algo = e->ready = true;

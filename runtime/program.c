@@ -197,17 +197,16 @@ void fc_compile_options_default(fc_compile_options *o) {
 }
 
 /* Every compile of a program's source (the cubin, the PTX, an AOT file)
- * uses these, so the PTX is the PTX of the cubin. At most 4. */
+ * uses these, so the PTX is the PTX of the cubin. At most 3. */
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     int n = 0;
     if (fast_math) extra[n++] = "--use_fast_math";
     /* sm_90a (wgmma, setmaxnreg) for the Hopper attention kernel, which the
      * codegen emits under the same condition. */
     if (fc_cuda_attention_hopper(sm)) extra[n++] = "--gpu-architecture=sm_90a";
-    /* No TMA in fc_attn_fa3 (FUSEC_ATTN_TMA=0): a macro no kernel reads,
-     * there only so that the cache keys of the two choices differ. */
-    if (fc_cuda_attention_hopper(sm) && !fc_cuda_attention_tma()) extra[n++] = "-DFC_ATTN_NO_TMA";
-    /* And the other switches of the source (FUSEC_ATTN_BN, ...), likewise. */
+    /* The switches that change the source and nothing else (FUSEC_ATTN_TMA,
+     * FUSEC_ATTN_BN, ...): a macro no kernel reads, there only so that the
+     * cache keys of the choices differ. */
     const char *sw = fc_cuda_source_switches();
     if (sw) extra[n++] = sw;
     return n;

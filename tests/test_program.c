@@ -902,7 +902,8 @@ static void test_horizontal_gpu(fc_context *ctx, fc_dtype dt, bool wt) {
 }
 
 /* The experiment switches that change the generated source but no NVRTC
- * option (FUSEC_ATTN_BN, _PERSIST, _L2SECT, FUSEC_NORM_PRELOAD) reach the
+ * option (FUSEC_ATTN_BN, _PERSIST, _L2SECT, FUSEC_NORM_PRELOAD,
+ * FUSEC_ATTN_TMA) reach the
  * program cache's key through a marker option: a program compiled under one
  * setting is never served under another (session 10: FUSEC_ATTN_BN=128 got
  * the cached default program). */
@@ -911,6 +912,7 @@ static void test_attention_switches_in_key(fc_context *ctx) {
     unsetenv("FUSEC_ATTN_PERSIST");
     unsetenv("FUSEC_ATTN_L2SECT");
     unsetenv("FUSEC_NORM_PRELOAD");
+    unsetenv("FUSEC_ATTN_TMA");
     fc_graph *g = g_softmax(ctx);
     const char *plain[4], *plain80[4], *bn64[4], *again[4], *bn96[4], *sm80[4];
     const int n0 = fc_program_extra_nvrtc_options(90, false, plain);
@@ -923,14 +925,20 @@ static void test_attention_switches_in_key(fc_context *ctx) {
     setenv("FUSEC_ATTN_BN", "96", 1);
     const int n3 = fc_program_extra_nvrtc_options(90, false, bn96);
     unsetenv("FUSEC_ATTN_BN");
+    const char *notma[4];
+    setenv("FUSEC_ATTN_TMA", "0", 1);
+    const int n4 = fc_program_extra_nvrtc_options(90, false, notma);
+    unsetenv("FUSEC_ATTN_TMA");
+    CHECK_EQ_INT(n4, n0 + 1);
+    if (n4 == n0 + 1) CHECK(strcmp(notma[n4 - 1], "-DFC_SWITCHES=....0") == 0);
     CHECK_EQ_INT(n1, n0 + 1);
     CHECK_EQ_INT(n2, n1);
     CHECK_EQ_INT(n3, n1);
     CHECK_EQ_INT(n8, n80 + 1);
     if (n1 == n0 + 1 && n2 == n1 && n3 == n1) {
-        CHECK(strcmp(bn64[n1 - 1], "-DFC_SWITCHES=64...") == 0);
+        CHECK(strcmp(bn64[n1 - 1], "-DFC_SWITCHES=64....") == 0);
         CHECK(bn64[n1 - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
-        CHECK(strcmp(bn96[n3 - 1], "-DFC_SWITCHES=96...") == 0);
+        CHECK(strcmp(bn96[n3 - 1], "-DFC_SWITCHES=96....") == 0);
         fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, plain, n0, 13, 0),
                      k1 = fc_program_cache_key("text", g, 90, false, true, false, bn64, n1, 13, 0),
                      k2 = fc_program_cache_key("text", g, 90, false, true, false, bn96, n3, 13, 0);

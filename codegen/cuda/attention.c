@@ -1310,13 +1310,12 @@ static int attention_key_tile(int64_t keys) {
 }
 
 /* The blocks of fc_attn_fa3's persistent grid: one per SM (one block fills
- * an SM: its shared memory and registers), of the device the plan is for,
- * or an H100/H200 SXM's 132 when that is unknown; never more than the
- * work tiles. Any grid computes the same result: each block walks the
- * tiles with the grid's size as its stride. */
-enum { ATTN_DEFAULT_SMS = 132 };
+ * an SM: its shared memory and registers) of the device the plan is for
+ * (fc_cuda_plan_sms); never more than the work tiles. Any grid computes the
+ * same result: each block walks the tiles with the grid's size as its
+ * stride. */
 static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles, bool persistent) {
-    const int64_t sms = plan->sm_count > 0 ? plan->sm_count : ATTN_DEFAULT_SMS;
+    const int64_t sms = fc_cuda_plan_sms(plan);
     return persistent && sms < tiles ? sms : tiles;
 }
 

@@ -60,8 +60,8 @@ bool fc_cuda_attention_hopper(int sm);
 
 /* Whether fc_attn_fa3 may load operands through TMA (tensor maps in
  * fc_launch.tmaps): unless FUSEC_ATTN_TMA=0 is in the environment. The
- * runtime adds an NVRTC option marking the other choice, so that the
- * program cache keeps the two apart. */
+ * runtime adds an NVRTC option marking the other choice
+ * (fc_cuda_source_switches), so that the program cache keeps the two apart. */
 bool fc_cuda_attention_tma(void);
 
 #endif

@@ -117,13 +117,19 @@ const char *fc_cuda_storage_type(fc_dtype dt);
 
 /* The experiments' switches that change the generated source without
  * changing the NVRTC options (FUSEC_ATTN_BN, FUSEC_ATTN_PERSIST,
- * FUSEC_ATTN_L2SECT, FUSEC_NORM_PRELOAD), as one option no kernel reads,
- * "-DFC_SWITCHES=BN.PERSIST.L2SECT.PRELOAD", or NULL when none is set. The
+ * FUSEC_ATTN_L2SECT, FUSEC_NORM_PRELOAD, FUSEC_ATTN_TMA), as one option no
+ * kernel reads, "-DFC_SWITCHES=BN.PERSIST.L2SECT.PRELOAD.TMA", or NULL when
+ * none is set. The
  * program cache's key holds a program's options and not its source (a hit
  * skips the codegen), so the runtime adds it
  * (fc_program_extra_nvrtc_options): otherwise a program compiled under one
  * setting would be served under another. The string lives as long as the
  * process. */
 const char *fc_cuda_source_switches(void);
+
+/* The SM count of the device plan is compiled for (fc_plan.sm_count), or
+ * an H100/H200 SXM's 132 when that is unknown (a plan made without a
+ * device): the persistent grids' and the one-wave rules' count. */
+int64_t fc_cuda_plan_sms(const fc_plan *plan);
 
 #endif

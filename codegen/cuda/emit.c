@@ -47,12 +47,16 @@ static const char prelude[] =
 /* ---- switches ------------------------------------------------------------ */
 
 const char *fc_cuda_source_switches(void) {
-    const char *v[4] = {getenv("FUSEC_ATTN_BN"), getenv("FUSEC_ATTN_PERSIST"), getenv("FUSEC_ATTN_L2SECT"),
-                        getenv("FUSEC_NORM_PRELOAD")};
-    if (!v[0] && !v[1] && !v[2] && !v[3]) return NULL;
+    static const char *const names[] = {"FUSEC_ATTN_BN", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_L2SECT",
+                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA"};
     char opt[160];
-    snprintf(opt, sizeof opt, "-DFC_SWITCHES=%.24s.%.24s.%.24s.%.24s", v[0] ? v[0] : "", v[1] ? v[1] : "",
-             v[2] ? v[2] : "", v[3] ? v[3] : "");
+    int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES="), set = 0;
+    for (int i = 0; i < 5; i++) {
+        const char *v = getenv(names[i]);
+        set += v != NULL;
+        at += snprintf(opt + at, sizeof opt - (size_t)at, "%s%.24s", i ? "." : "", v ? v : "");
+    }
+    if (!set) return NULL;
     /* Interned: a program keeps pointers to its options. A process sees a
      * few settings at most; past the table, one shared marker still keeps
      * every switched program apart from the default ones. */
@@ -70,6 +74,8 @@ const char *fc_cuda_source_switches(void) {
     pthread_mutex_unlock(&mu);
     return r ? r : "-DFC_SWITCHES=many";
 }
+
+int64_t fc_cuda_plan_sms(const fc_plan *plan) { return plan->sm_count > 0 ? plan->sm_count : 132; }
 
 /* ---- types --------------------------------------------------------------- */
 
@@ -1244,8 +1250,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
      * registers cost more than it saves (rmsnorm, 32768 rows of 4096: 0.5-0.9%
      * slower; docs/CODEGEN.md). */
     k->nbq = 0;
-    const int64_t sms = k->p->sm_count > 0 ? k->p->sm_count : 132;
-    const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= sms;
+    const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= fc_cuda_plan_sms(k->p);
     /* FUSEC_NORM_PRELOAD=0: never, as before session 10 (measuring). */
     const bool preload = one_wave && !fc_env_is_zero("FUSEC_NORM_PRELOAD");
     for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {

@@ -33,10 +33,11 @@ static const char wgmma_src[] =
 
 /* Must match gemm.cuh.inc: FC_GM_THREADS, the mma.sync tile shapes (the
  * large one, then the small) and the wgmma tile's 128 rows and 64-deep k
- * tiles. The persistent grid is one block per SM: fc_plan.sm_count, or
- * GM_BLOCKS (an H100/H200 SXM's 132) when the variant is compiled without a
- * device. WS_FLOATS: the split-K workspace, 8 MiB of f32 (FC_GM_WS_FLOATS). */
-enum { GM_THREADS = 256, GM_BLOCKS = 132, WG_BM = 128, WG_BK = 64 };
+ * tiles. The persistent grid is one block per SM (fc_cuda_plan_sms: the
+ * device's, or an H100/H200 SXM's 132 when the variant is compiled without
+ * a device). WS_FLOATS: the split-K workspace, 8 MiB of f32
+ * (FC_GM_WS_FLOATS). */
+enum { GM_THREADS = 256, WG_BM = 128, WG_BK = 64 };
 #define WS_FLOATS 2097152
 static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, BN, BK, stages */
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
@@ -430,7 +431,7 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     l->smem = smem_bytes(&p, wbn);
     /* The persistent grid: one block per SM, the same for every shape (a
      * device with fewer SMs than blocks would run a second, partial round). */
-    const int64_t nblocks = plan->sm_count > 0 ? plan->sm_count : GM_BLOCKS;
+    const int64_t nblocks = fc_cuda_plan_sms(plan);
     fc_mono blocks = fc_mono_one();
     blocks.c = nblocks;
     set_grid(l, 0, blocks, 1, nblocks, nsyms);
