@@ -1791,7 +1791,11 @@ static fc_status build_graph(fc_program *p, void *const *inputs, void *const *ou
     double t = fc_now_ms();
     fc_status st = fc_replay_build(&e, inputs, outputs, &p->args, s, &p->replay);
     p->stats.graph_build_ms += fc_now_ms() - t;
-    if (st == FC_OK) p->stats.graph_captures++;
+    if (st == FC_OK) {
+        p->stats.graph_captures++;
+        fc_trace(FC_LOG_GRAPHS, "program %s: graph built, %d programmatic edges", p->d.graph_name,
+                 fc_replay_programmatic_edges(p->replay));
+    }
     return st;
 }
 

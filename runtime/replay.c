@@ -261,6 +261,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     fc_status st = fc_cuda_graph_create(e->dev, &r->graph);
     CUgraphNode prev = NULL;
     bool prev_frame = false; /* prev is a frame kernel */
+    bool prev_kernel = false; /* prev is a kernel node (not a cuBLASLt call's child graph) */
     const bool programmatic = !fc_env_is_zero("FUSEC_PDL");
     int nslot = 0;
     for (int i = 0; i < d->src.nlaunches && st == FC_OK; i++) {
@@ -278,7 +279,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             st = capture_gemm(e, i, pa->val, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
-        } else if (programmatic && prev_frame && l->frame) {
+        } else if (programmatic && ((prev_frame && l->frame) || (prev_kernel && l->pdl))) {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             bool made = false;
             st = fc_cuda_graph_add_kernel_programmatic(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node,
@@ -290,6 +291,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
         }
         prev = n->node;
         prev_frame = !n->gemm && l->frame;
+        prev_kernel = !n->gemm;
         r->nnodes++;
     }
     if (st == FC_OK) st = fc_cuda_graph_instantiate(e->dev, r->graph, &r->exec);

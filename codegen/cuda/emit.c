@@ -28,6 +28,7 @@
  */
 #include "cuda_codegen.h"
 #include "attention.h"
+#include "skinny.h"
 #include "gemm.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
 
@@ -48,10 +49,10 @@ static const char prelude[] =
 
 const char *fc_cuda_source_switches(void) {
     static const char *const names[] = {"FUSEC_ATTN_BN", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_L2SECT",
-                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA"};
+                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA", "FUSEC_SKINNY"};
     char opt[160];
     int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES="), set = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
         const char *v = getenv(names[i]);
         set += v != NULL;
         at += snprintf(opt + at, sizeof opt - (size_t)at, "%s%.24s", i ? "." : "", v ? v : "");
@@ -1627,6 +1628,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
     bool gemm_templates = false; /* codegen/cuda/gemm.c's, emitted before the first GEMM kernel */
+    bool skinny_templates = false; /* codegen/cuda/skinny.c's, before the first skinny GEMM */
     const bool frame = frame_plan(plan);
     if (frame) {
         fc_strbuf_printf(&s, "%s", frame_prelude);
@@ -1677,6 +1679,16 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
             if (!st && frame) frame_entry(&s, l, g->nsyms);
+            continue;
+        }
+        fc_skinny sk;
+        if (fc_cuda_skinny_plan(plan, gr, &sk)) { /* codegen/cuda/skinny.c */
+            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+            char d[96];
+            fc_gemm_describe(gr->nodes[0], d, sizeof d);
+            snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d,
+                     (long long)sk.M, (long long)sk.N, (long long)sk.K, sk.splits);
+            st = fc_cuda_emit_skinny(plan, gr, &sk, l->name, &s, &skinny_templates, l);
             continue;
         }
         if (gr->kind == FC_GROUP_LIBRARY) {

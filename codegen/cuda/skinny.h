@@ -1,0 +1,54 @@
+/*
+ * skinny.h - GEMMs of few rows (static M <= 64) as generated kernels on
+ * Hopper (internal to codegen/cuda).
+ *
+ * A static plan's GEMM with M <= 64 rows is latency, not bandwidth: the
+ * GPT-2 block at B=1, T=64 spent 19 of its 26.5 us in cuBLASLt's five
+ * kernels (docs/PERF.md, session 10), the down projection in two (a split-K
+ * GEMM and its reduction). Here one kernel of thread block clusters splits
+ * K across a cluster's blocks and sums the partial tiles through
+ * distributed shared memory, and it may start while the kernel before it
+ * finishes (a programmatic dependent launch: fc_launch.pdl), fetching its
+ * weights meanwhile. docs/GEMM.md, "Skinny GEMMs", has the design and the
+ * measurements; bench/micro/skinny_gemm_bench.cu the kernels it was chosen
+ * from.
+ */
+#ifndef FC_CUDA_SKINNY_H
+#define FC_CUDA_SKINNY_H
+#include "cuda_codegen.h"
+#include <stdbool.h>
+
+/* What a skinny GEMM runs: y [M, N] = act(alpha A W + bias + residual),
+ * A [M, K] and W [K, N] row-major. */
+typedef struct fc_skinny {
+    int64_t M, N, K;
+    int splits;    /* S: blocks of a cluster, each a K slice */
+    int64_t slice; /* KS = K / S, a multiple of 64, at most 384 */
+    int a, w, bias, residual; /* their positions among the group's inputs (-1: none) */
+    int act;       /* 0 none, 1 relu, 2 gelu_tanh */
+    double alpha;
+    bool constant_w; /* W (and the bias, if any) are the program's parameters */
+    fc_dtype dtype;
+} fc_skinny;
+
+/* Whether group gr of static plan `plan` runs as a skinny GEMM, and how
+ * (*out, may be NULL): a one-weight gemm or matmul of f16 or bf16 operands
+ * and result (bias and residual of that type), neither operand transposed,
+ * the weight of rank 2 with static dims, M <= 64, N and K multiples of 64,
+ * K <= 3072, N x K >= 768 x 768 (the sizes measured: smaller GEMMs keep
+ * cuBLASLt), on sm 90 compiled for sm_90a (fc_cuda_attention_hopper), and
+ * unless the environment has FUSEC_SKINNY=0 (read here; it is in the source,
+ * so in the switches marker, fc_cuda_source_switches). */
+bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out);
+
+/* Append to s the kernel `name` for group gr (preceded, when *templates is
+ * false, by the device template, after which *templates is true) and fill
+ * l: kind, grid, block, shared memory, the two tensor maps (A and W), pdl.
+ * l->args are the group's inputs then outputs, as the caller made them. */
+fc_status fc_cuda_emit_skinny(const fc_plan *plan, const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s,
+                              bool *templates, fc_launch *l);
+
+/* FUSEC_SKINNY=0 in the environment: static GEMMs keep cuBLASLt. */
+bool fc_cuda_skinny_enabled(void);
+
+#endif

@@ -1,0 +1,302 @@
+/* test_skinny.c - the skinny GEMMs (codegen/cuda/skinny.c: static M <= 64,
+ * cluster split-K, sm_90a).
+ *
+ * Without a GPU: which GEMMs the rule takes and which it leaves to cuBLASLt
+ * (rows, dtypes, transposes, sizes, the switch), the split it picks, the
+ * launch it describes (grid, block, shared memory, tensor maps, the
+ * programmatic-dependent flag), that the source compiles with NVRTC for
+ * sm_90a (fc_compile), that the weights are fetched before the wait only
+ * where they are the program's parameters, and that the flag survives the
+ * program cache's encoding.
+ *
+ * On an sm 90 GPU: each case against the reference interpreter (float64
+ * inside, each dtype's tolerance), run four times on new buffers each time
+ * (the eager first run, the graph built at the second, patched after: the
+ * tensor maps re-encoded over the new pointers), M = 1 to 64, every
+ * epilogue, and the GPT-2 block at B = 1, T = 64 and T = 7. */
+#include "check.h"
+#include "fusec.h"
+#include "splitmix.h"
+#include "codegen/cuda/attention.h"
+#include "codegen/cuda/skinny.h"
+#include "runtime/cuda.h"
+#include "runtime/program.h"
+#include "runtime/program_cache.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 777;
+
+static void fill(fc_tensor *t, const fc_value *v) {
+    t->dtype = fc_value_dtype(v);
+    t->rank = fc_value_rank(v);
+    int64_t n = 1;
+    for (int i = 0; i < t->rank; i++) n *= (t->shape[i] = fc_value_dim(v, i));
+    t->data = calloc((size_t)n, fc_dtype_size(t->dtype));
+    for (int64_t i = 0; i < n; i++) {
+        const float x = (float)(splitmix_uniform(&rng) * 0.5);
+        if (t->dtype == FC_F32) ((float *)t->data)[i] = x;
+        else if (t->dtype == FC_F16) ((uint16_t *)t->data)[i] = fc_f32_to_f16(x);
+        else ((uint16_t *)t->data)[i] = fc_f32_to_bf16(x);
+    }
+}
+
+static fc_graph *parse(fc_context *ctx, const char *name, const char *ir) {
+    fc_graph *g = NULL;
+    if (fc_parse(ctx, name, ir, strlen(ir), NULL, NULL, 0, &g) != FC_OK) fprintf(stderr, "%s: %s\n", name, fc_last_error(ctx));
+    return g;
+}
+
+static fc_graph *parse_gpt2(fc_context *ctx, int T) {
+    const char *src = getenv("FUSEC_SRC");
+    char path[512];
+    snprintf(path, sizeof path, "%s/examples/gpt2_block_bf16.ir", src ? src : ".");
+    fc_binding b[2] = {{"B", 1}, {"T", T}};
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, path, NULL, b, 2, &g) != FC_OK) fprintf(stderr, "%s: %s\n", path, fc_last_error(ctx));
+    return g;
+}
+
+/* The skinny launches of p: how many, and each one's K split in splits[]. */
+static int skinny_launches(const fc_program *p, int *splits, int max) {
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int n = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (strncmp(l->summary, "skinny ", 7)) continue;
+        const char *in = strstr(l->summary, "K in ");
+        if (n < max) splits[n] = in ? atoi(in + 5) : -1;
+        n++;
+    }
+    return n;
+}
+
+static int library_launches(const fc_program *p) {
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int n = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) n += d->src.launches[i].kind == FC_LAUNCH_LIBRARY;
+    return n;
+}
+
+static fc_program *compile(fc_context *ctx, fc_graph *g) {
+    fc_program *p = NULL;
+    if (!g || fc_compile(g, NULL, &p) != FC_OK) fprintf(stderr, "compile: %s\n", fc_last_error(ctx));
+    return p;
+}
+
+/* 1. The GPT-2 block at B = 1, T = 64: its four GEMMs are skinny, split
+ * 2, 4, 2 and 8 ways (QKV 2304 x 768, out 768 x 768, fc 3072 x 768, down
+ * 768 x 3072), each launch described as the kernel needs it. */
+static void test_gpt2_plan(fc_context *ctx, bool hopper) {
+    fc_graph *g = parse_gpt2(ctx, 64);
+    fc_program *p = compile(ctx, g);
+    CHECK(p != NULL);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    int s[8] = {0};
+    const int n = skinny_launches(p, s, 8);
+    if (!hopper) {
+        CHECK_EQ_INT(n, 0);
+        CHECK_EQ_INT(library_launches(p), 4);
+    } else {
+        CHECK_EQ_INT(n, 4);
+        CHECK_EQ_INT(library_launches(p), 0);
+        CHECK_EQ_INT(s[0], 2);
+        CHECK_EQ_INT(s[1], 4);
+        CHECK_EQ_INT(s[2], 2);
+        CHECK_EQ_INT(s[3], 8);
+        const fc_program_desc *d = fc_program_desc_of(p);
+        static const unsigned grids[4] = {72, 48, 96, 96}; /* N / 64 x the split */
+        int k = 0;
+        for (int i = 0; i < d->src.nlaunches; i++) {
+            const fc_launch *l = &d->src.launches[i];
+            if (strncmp(l->summary, "skinny ", 7)) {
+                CHECK(!l->pdl); /* the other kernels do not wait */
+                continue;
+            }
+            CHECK(l->kind == FC_LAUNCH_KERNEL && l->pdl);
+            CHECK_EQ_INT((int)l->block[0], 128);
+            if (k < 4) CHECK_EQ_INT((int)l->grid[0], (int)grids[k]);
+            CHECK(l->smem > 0 && l->smem <= 232448);
+            CHECK_EQ_INT(l->ntmaps, 2);
+            /* A: [M, K] in 64 x 64 boxes; W: [K, N] in 64-column boxes of the slice (or half of it). */
+            CHECK_EQ_INT((int)l->tmaps[0].dims[1], 64);
+            CHECK_EQ_INT((int)l->tmaps[0].box[0], 64);
+            CHECK_EQ_INT((int)l->tmaps[0].box[1], 64);
+            CHECK(l->tmaps[0].swizzle128 && l->tmaps[1].swizzle128);
+            CHECK_EQ_INT((int)l->tmaps[1].box[0], 64);
+            CHECK_EQ_INT((int)l->tmaps[1].dims[1], (int)l->tmaps[0].dims[0]); /* W's rows are A's K */
+            CHECK(l->tmaps[0].arg != l->tmaps[1].arg);
+            k++;
+        }
+        CHECK(strstr(d->src.source, "__cluster_dims__(8, 1, 1)") != NULL);
+        CHECK(strstr(d->src.source, "__cluster_dims__(4, 1, 1)") != NULL);
+        /* The weights are parameters: fetched before the wait. */
+        CHECK(strstr(d->src.source, ", true>(&ta, &tw") != NULL && strstr(d->src.source, ", false>(&ta, &tw") == NULL);
+        /* The flag travels through the program cache's encoding. */
+        fc_bytes b = {0};
+        CHECK_EQ_INT(fc_program_desc_encode(ctx, d, &b), FC_OK);
+        fc_program_desc x;
+        memset(&x, 0, sizeof x);
+        CHECK_EQ_INT(fc_program_desc_decode(ctx, b.data, b.size, &x), FC_OK);
+        CHECK_EQ_INT(x.src.nlaunches, d->src.nlaunches);
+        for (int i = 0; i < d->src.nlaunches && i < x.src.nlaunches; i++) CHECK(x.src.launches[i].pdl == d->src.launches[i].pdl);
+        fc_program_desc_release(&x);
+        fc_bytes_free(&b);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+    /* T = 65: 65 rows, cuBLASLt's. */
+    g = parse_gpt2(ctx, 65);
+    p = compile(ctx, g);
+    CHECK(p && skinny_launches(p, s, 8) == 0 && library_launches(p) == 4);
+    fc_program_free(p);
+    fc_graph_free(g);
+    /* FUSEC_SKINNY=0: cuBLASLt's (read at codegen). */
+    setenv("FUSEC_SKINNY", "0", 1);
+    g = parse_gpt2(ctx, 64);
+    p = compile(ctx, g);
+    CHECK(p && skinny_launches(p, s, 8) == 0 && library_launches(p) == 4);
+    unsetenv("FUSEC_SKINNY");
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+/* 2. What the rule leaves to cuBLASLt, and what it takes. */
+typedef struct rcase {
+    const char *name, *ir;
+    int splits; /* 0: not skinny */
+    bool constant_w;
+} rcase;
+static const rcase rcases[] = {
+    {"bf16 1 x 2304 x 768, bias", "graph a(%x: bf16[1, 768], %w: bf16[768, 2304], %b: bf16[2304]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", 2, true},
+    {"f16 17 x 768 x 768, bias, residual, relu", "graph b(%x: f16[17, 768], %w: f16[768, 768], %b: f16[768], %r: f16[17, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=f16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", 4, true},
+    {"bf16 [2, 32] x 3072 x 768, gelu, scale", "graph c(%x: bf16[2, 32, 768], %w: bf16[768, 3072], %b: bf16[3072]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 2], scale=0.5)\n  return %y\n}\n", 2, true},
+    {"bf16 64 x 768 x 3072, bias, residual", "graph d(%x: bf16[64, 3072], %w: bf16[3072, 768], %b: bf16[768], %r: bf16[64, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", 8, true},
+    {"bf16 40 x 1024 x 1024, computed weight", "graph e(%x: bf16[40, 1024], %v: f32[1024, 1024]) {\n"
+     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", 4, false},
+    {"bf16 64 x 1536 x 2048, plain", "graph f(%x: bf16[64, 2048], %w: bf16[2048, 1536]) {\n"
+     "  %y = matmul(%x, %w)\n  return %y\n}\n", 8, true},
+    /* Not taken. */
+    {"65 rows", "graph n1(%x: bf16[65, 768], %w: bf16[768, 768]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", 0, false},
+    {"f32", "graph n2(%x: f32[64, 768], %w: f32[768, 768]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", 0, false},
+    {"f32 result (autocast)", "graph n3(%x: bf16[64, 768], %w: bf16[768, 768]) {\n"
+     "  %y = gemm(%x, %w, to=f32, spec=[0, 0, 1, 0, 0, 0])\n  return %y\n}\n", 0, false},
+    {"trans_b", "graph n4(%x: bf16[64, 768], %w: bf16[768, 768]) {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", 0, false},
+    {"N 800 (not a multiple of 64)", "graph n5(%x: bf16[64, 768], %w: bf16[768, 800]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", 0, false},
+    {"K 3136 (over 8 slices of 384)", "graph n6(%x: bf16[64, 3136], %w: bf16[3136, 768]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     0, false},
+    {"256 x 256 (smaller than measured)", "graph n7(%x: bf16[32, 256], %w: bf16[256, 256]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     0, false},
+    {"batched weight", "graph n8(%x: bf16[2, 16, 768], %w: bf16[2, 768, 768]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", 0, false},
+};
+
+static void test_rule(fc_context *ctx, bool hopper) {
+    for (size_t c = 0; c < sizeof rcases / sizeof *rcases; c++) {
+        const rcase *rc = &rcases[c];
+        fc_graph *g = parse(ctx, rc->name, rc->ir);
+        fc_program *p = compile(ctx, g);
+        CHECK(p != NULL);
+        if (p) {
+            int s[2] = {0};
+            const int n = skinny_launches(p, s, 2), want = hopper && rc->splits ? 1 : 0;
+            if (n != want || (want && s[0] != rc->splits)) {
+                fprintf(stderr, "%s: %d skinny launches (split %d), want %d (split %d)\n", rc->name, n, s[0], want, rc->splits);
+                CHECK(false);
+            }
+            if (want) {
+                const char *src = fc_program_desc_of(p)->src.source;
+                CHECK(strstr(src, rc->constant_w ? ", true>(&ta, &tw" : ", false>(&ta, &tw") != NULL);
+            }
+        }
+        fc_program_free(p);
+        fc_graph_free(g);
+    }
+}
+
+/* 3. On the GPU: each taken case and the GPT-2 block against the
+ * reference, four runs on new device buffers each. */
+static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_graph *g) {
+    fc_program *p = compile(ctx, g);
+    CHECK(p != NULL);
+    if (!p) return;
+    const int nin = g->nparams, nout = g->noutputs;
+    fc_tensor in[16] = {{0}}, want[4] = {{0}};
+    for (int k = 0; k < nin; k++) fill(&in[k], g->params[k]);
+    CHECK_EQ_INT(fc_run_reference(g, in, nin, want, nout), FC_OK);
+    for (int r = 0; r < 4; r++) {
+        CUdeviceptr din[16] = {0}, dout[4] = {0};
+        void *ip[16], *op[4];
+        fc_status st = FC_OK;
+        for (int k = 0; k < nin && !st; k++) {
+            const size_t bytes = (size_t)fc_tensor_numel(&in[k]) * fc_dtype_size(in[k].dtype);
+            st = fc_cuda_alloc(dev, bytes, &din[k]);
+            if (!st) st = fc_cuda_upload(dev, din[k], in[k].data, bytes);
+            ip[k] = (void *)(uintptr_t)din[k];
+        }
+        for (int k = 0; k < nout && !st; k++) {
+            st = fc_cuda_alloc(dev, (size_t)fc_tensor_numel(&want[k]) * fc_dtype_size(want[k].dtype), &dout[k]);
+            op[k] = (void *)(uintptr_t)dout[k];
+        }
+        if (!st) st = fc_run(p, ip, nin, op, nout, NULL);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) fprintf(stderr, "%s: run %d: %s\n", name, r, fc_last_error(ctx));
+        for (int k = 0; k < nout && !st; k++) {
+            fc_tensor got = want[k];
+            const size_t bytes = (size_t)fc_tensor_numel(&want[k]) * fc_dtype_size(want[k].dtype);
+            got.data = malloc(bytes);
+            st = fc_cuda_download(dev, got.data, dout[k], bytes);
+            fc_output_diff d;
+            if (!st && fc_compare_outputs(ctx, &got, &want[k], 1, &d) != FC_OK) {
+                char line[512];
+                fprintf(stderr, "%s: run %d: %s\n", name, r, fc_output_diff_format(&d, k, line, sizeof line));
+                CHECK(false);
+            }
+            free(got.data);
+        }
+        for (int k = 0; k < nin; k++) fc_cuda_free(dev, din[k]);
+        for (int k = 0; k < nout; k++) fc_cuda_free(dev, dout[k]);
+    }
+    for (int k = 0; k < nin; k++) free(in[k].data);
+    for (int k = 0; k < nout; k++) fc_tensor_release(&want[k]);
+    fc_program_free(p);
+}
+
+int main(void) {
+    fc_context *ctx = fc_context_new();
+    /* What fc_compile targets here: the device's, or sm 90 without one. */
+    fc_cuda_device *dev = NULL;
+    const bool gpu = fc_cuda_available(ctx) && fc_cuda_device_open(ctx, 0, &dev) == FC_OK;
+    const bool sm90 = !gpu || (dev->info.cc_major == 9 && dev->info.cc_minor == 0);
+    const bool hopper = sm90 && fc_cuda_attention_hopper(90) && fc_cuda_skinny_enabled();
+    test_gpt2_plan(ctx, hopper);
+    test_rule(ctx, hopper);
+    if (!gpu) printf("skipped: no CUDA device; the plans and the sources only\n");
+    else if (!hopper) printf("skipped: not an sm 90 device with sm_90a; the plans only\n");
+    else {
+        for (size_t c = 0; c < sizeof rcases / sizeof *rcases; c++) {
+            if (!rcases[c].splits) continue;
+            fc_graph *g = parse(ctx, rcases[c].name, rcases[c].ir);
+            if (g) run_case(ctx, dev, rcases[c].name, g);
+            fc_graph_free(g);
+        }
+        static const int Ts[2] = {64, 7};
+        for (int t = 0; t < 2; t++) {
+            fc_graph *g = parse_gpt2(ctx, Ts[t]);
+            if (g) run_case(ctx, dev, Ts[t] == 64 ? "gpt2 B=1 T=64" : "gpt2 B=1 T=7", g);
+            fc_graph_free(g);
+        }
+    }
+    if (dev) fc_cuda_device_close(dev);
+    fc_context_free(ctx);
+    return check_report("test_skinny");
+}
