@@ -36,7 +36,8 @@
 #               at a time (gather0), kernels re-pointed at each shape
 #               (params, FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame vgemm torch attn"),
-# ISSUES_TESTS (ctest -R regex; default every test), ISSUES_FRAME_MODES (above),
+# ISSUES_TESTS (ctest -R regex; default every test), ISSUES_CTEST_TIMEOUT (s, default
+# 420), ISSUES_FRAME_MODES (above),
 # ISSUES_DYN (dynamic_bench
 # workloads; default "gpt2 gpt2_8x1024 mlp8 replay20 sweep"). Issue 7 alone,
 # for example: ISSUES_STEPS="build ctest dyn torch"
@@ -60,7 +61,7 @@ if on build; then
     echo "build: rc=$?"
 fi
 if on ctest; then
-    (cd build && timeout 240 ctest -j3 --output-on-failure "${TESTS[@]}") >"$OUT/ctest.log" 2>&1
+    (cd build && timeout "${ISSUES_CTEST_TIMEOUT:-420}" ctest -j4 --output-on-failure "${TESTS[@]}") >"$OUT/ctest.log" 2>&1
     echo "ctest: rc=$?"
 fi
 if on dyn; then

@@ -1525,7 +1525,9 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     static const char *const tname[3] = {"tq", "tk", "tv"};
     for (int i = 0; i < 3 && !empty; i++)
         if (tma[i]) fc_strbuf_printf(&s, ", const __grid_constant__ fc_attn_tmap %s", tname[i]);
-    fc_strbuf_printf(&s, ") {\n");
+    /* A programmatic dependent (a skinny GEMM) may launch at once (the
+     * prelude's fc_dependents_may_launch; this source also compiles alone). */
+    fc_strbuf_printf(&s, ") {\n#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n");
     if (!empty) {
         fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
                          L[1].input, L[2].input);
