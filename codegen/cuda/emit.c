@@ -827,7 +827,10 @@ static void kernel_signature(kctx *k, fc_launch *l, unsigned block) {
     fc_cuda_kernel_open(k->s, l, block, 0);
     kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
-    if (!k->dyn) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
+    if (!k->dyn) { /* the prelude's: a programmatic dependent, and one itself on sm 90 */
+        fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n  fc_wait_kernel_before();\n");
+        l->pdl = k->p->sm >= 90;
+    }
 }
 
 /* Vector width: 16 bytes of the widest full-shape input or output, when
