@@ -1525,10 +1525,9 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     static const char *const tname[3] = {"tq", "tk", "tv"};
     for (int i = 0; i < 3 && !empty; i++)
         if (tma[i]) fc_strbuf_printf(&s, ", const __grid_constant__ fc_attn_tmap %s", tname[i]);
-    /* The prelude's fc_dependents_may_launch and fc_wait_kernel_before
-     * (fc_launch.pdl; this source also compiles alone, without it). */
-    fc_strbuf_printf(&s, ") {\n#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
-                         "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n");
+    /* The prelude's fc_dependents_may_launch (this source also compiles
+     * alone, without the prelude): the skinny GEMM after it may start. */
+    fc_strbuf_printf(&s, ") {\n#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n");
     if (!empty) {
         fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
                          L[1].input, L[2].input);
@@ -1547,7 +1546,6 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     }
 
     l->kind = FC_LAUNCH_KERNEL;
-    l->pdl = plan->sm >= 90;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
     l->grid[0] = empty ? 1u : (unsigned)(fa3 ? persistent_blocks(plan, nqt * NB, attention_persistent(n->a.causal, nc)) : nqt * NB);
     l->grid[1] = l->grid[2] = 1;

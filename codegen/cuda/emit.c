@@ -827,10 +827,12 @@ static void kernel_signature(kctx *k, fc_launch *l, unsigned block) {
     fc_cuda_kernel_open(k->s, l, block, 0);
     kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
-    if (!k->dyn) { /* the prelude's: a programmatic dependent, and one itself on sm 90 */
-        fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n  fc_wait_kernel_before();\n");
-        l->pdl = k->p->sm >= 90;
-    }
+    /* The prelude's: the kernel after it may launch at once. Measured on
+     * the H200 (docs/PERF.md, session 11): the skinny GEMMs after the
+     * layernorms and the attention start early and fetch their weights;
+     * making these kernels wait (programmatic dependents themselves) gained
+     * nothing more, so they do not. */
+    if (!k->dyn) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
 }
 
 /* Vector width: 16 bytes of the widest full-shape input or output, when
