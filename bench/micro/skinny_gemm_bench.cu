@@ -308,7 +308,10 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
         float s1 = 0.f, s2 = 0.f;
 #pragma unroll 4
         for (int i = 0; i < CH; ++i) {
-            const int ch = part + i * TPR, p = ch >> 3, q = ch & 7;
+            /* Chunk ch of the row, read at physical chunk (ch + row) % 8 of its
+             * panel: every row at the same physical chunk made 16-way bank
+             * conflicts (run 3 of session 11). */
+            const int ch = part + i * TPR, p = ch >> 3, q = (ch + row) & 7;
             uint4 u = *(const uint4 *)(sA + p * 4096 + row * 64 + q * 8);
             const bf16 *e = (const bf16 *)&u;
 #pragma unroll
@@ -326,7 +329,7 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
         const float rstd = rsqrtf(var + g.eps);
 #pragma unroll 4
         for (int i = 0; i < CH; ++i) {
-            const int ch = part + i * TPR, p = ch >> 3, q = ch & 7, col = p * 64 + ((q ^ (row & 7)) << 3);
+            const int ch = part + i * TPR, p = ch >> 3, q = (ch + row) & 7, col = p * 64 + ((q ^ (row & 7)) << 3);
             uint4 *up = (uint4 *)(sA + p * 4096 + row * 64 + q * 8);
             uint4 u = *up;
             bf16 *e = (bf16 *)&u;

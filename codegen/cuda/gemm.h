@@ -6,7 +6,8 @@
  * leading dims and batch strides are computed from the symbol arguments,
  * so a new shape needs new grid dims and symbol values and nothing else:
  * no cuBLASLt descriptors, algorithm queries or lazily loaded library
- * kernels. Static plans (and so specializations) keep cuBLASLt.
+ * kernels. Static plans (and so specializations) keep cuBLASLt, but for
+ * their GEMMs of at most 64 rows on Hopper (skinny.h).
  * docs/GEMM.md, "Generated GEMMs in the dynamic variant", has the design.
  */
 #ifndef FC_CUDA_GEMM_H
