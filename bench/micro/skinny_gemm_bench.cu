@@ -718,13 +718,14 @@ int main(int argc, char **argv) {
     struct LtCase { const char *name; LtGemm *g; } lts[] = {{"cublasLt qkv", &Lq}, {"cublasLt out", &Lo}, {"cublasLt fc", &Lf}, {"cublasLt fc2", &Lp}};
     for (auto &l : lts) printf("%-28s %10.3f\n", l.name, time_graph(st, R, [&] { lt_run(lt, *l.g, st); }));
     printf("%-28s %10.3f\n", "layernorm (baseline)", time_graph(st, R, ln1k));
-    const int from = getenv("FROM") ? atoi(getenv("FROM")) : 0;
+    const int from = getenv("FROM") ? atoi(getenv("FROM")) : 0, only = getenv("ONLY") ? atoi(getenv("ONLY")) : -1;
     for (auto &c : cfgs) {
-        if (&c - cfgs < from) continue;
+        if (&c - cfgs < from || (only >= 0 && &c - cfgs != only)) continue;
         double t0 = time_graph(st, R, [&] { c.f(*c.a, st, false); });
         double t1 = time_graph(st, R, [&] { c.f(*c.a, st, true); });
         printf("%-28s %10.3f %10.3f\n", c.name, t0, t1);
     }
+    if (only >= 0) return 0; /* ONLY=N (for a profiler): config N's timing alone */
     for (auto &n : nulls) {
         Args z = ao; z.M = 64; z.N = 768;
         double t0 = time_graph(st, R, [&] { n.f(z, st, false); }), t1 = time_graph(st, R, [&] { n.f(z, st, true); });
