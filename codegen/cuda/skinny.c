@@ -131,8 +131,9 @@ fc_status fc_cuda_emit_skinny(const fc_plan *plan, const fc_group *gr, const fc_
     l->block[0] = SK_THREADS;
     l->block[1] = l->block[2] = 1;
     l->min_blocks = 1;
-    /* FC_SK_SMEM: alignment, the W and A slices, the f32 tile, the
-     * residual's rows, the bias, two mbarriers. */
+    /* fc_sk_run's dynamic shared memory: 1024 of alignment, the W and A
+     * slices (128 bytes a row of depth each), the f32 tile (64 x 68), the
+     * residual's rows this block finishes, the bias, two mbarriers. */
     const int64_t rows = (SK_ROWS + k->splits - 1) / k->splits;
     l->smem = (unsigned)(1024 + k->slice * 128 * 2 + SK_ROWS * 68 * 4 + rows * 128 + 128 + 16);
     const uint32_t wbox = (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2);
