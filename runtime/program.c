@@ -1177,6 +1177,7 @@ const fc_launch *fc_program_launch(const fc_program *p, int i) {
 int fc_program_sm(const fc_program *p) { return p ? p->d.sm : 0; }
 const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
 const fc_program_desc *fc_program_desc_of(const fc_program *p) { return p ? &p->d : NULL; }
+int fc_program_programmatic_edges(const fc_program *p) { return p && p->replay ? fc_replay_programmatic_edges(p->replay) : 0; }
 fc_program_origin fc_program_origin_of(const fc_program *p) { return p ? p->times.origin : FC_PROGRAM_COMPILED; }
 
 void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {

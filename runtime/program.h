@@ -126,6 +126,9 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
                                fc_program **out);
 /* The program's description. */
 const fc_program_desc *fc_program_desc_of(const fc_program *p);
+/* How many of p's CUDA Graph edges are programmatic (0 before its graph is
+ * built, or without one): the skinny GEMMs' (docs/RUNTIME-GRAPHS.md). */
+int fc_program_programmatic_edges(const fc_program *p);
 fc_program_origin fc_program_origin_of(const fc_program *p);
 /* The context the program reports errors to. */
 fc_context *fc_program_context(const fc_program *p);
