@@ -279,6 +279,12 @@ static inline int fc_dim_sym_index(fc_dim d) { return (int)(FC_DIM_SYM_BASE - d)
 static inline fc_dim fc_dim_sym(int index) { return FC_DIM_SYM_BASE - index; }
 /* d with symbol i replaced by vals[i] (a binding of every symbol). */
 static inline fc_dim fc_dim_value(fc_dim d, const int64_t *vals) { return fc_dim_is_sym(d) ? vals[fc_dim_sym_index(d)] : d; }
+/* Whether every dim of v is static. */
+static inline bool fc_value_is_static(const fc_value *v) {
+    for (int d = 0; d < v->rank; d++)
+        if (fc_dim_is_sym(v->dims[d])) return false;
+    return true;
+}
 
 /* Symbol lookup by name without creating it; returns 0 if absent. */
 bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out);

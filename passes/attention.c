@@ -106,12 +106,6 @@ static bool is_const(const fc_value *v, fc_dtype dt, double want) {
 /* Strided views (shared with fusion and codegen)                      */
 /* ------------------------------------------------------------------ */
 
-static bool static_dims(const fc_value *v) {
-    for (int i = 0; i < v->rank; i++)
-        if (v->dims[i] < 0) return false;
-    return true;
-}
-
 static void row_major(const fc_value *v, int64_t *st) {
     int64_t s = 1;
     for (int i = v->rank - 1; i >= 0; i--) {
@@ -163,7 +157,7 @@ static bool reshape_strides(int orank, const int64_t *od, const int64_t *os, int
 }
 
 static bool view_rec(const fc_value *v, fc_stored_fn stored, void *arg, fc_strided_view *out, int depth) {
-    if (v->weak || !static_dims(v) || depth > 64) return false;
+    if (v->weak || !fc_value_is_static(v) || depth > 64) return false;
     const fc_node *n = v->def;
     out->rank = v->rank;
     if (!n || stored(v, arg)) {
@@ -223,7 +217,7 @@ bool fc_attention_view(const fc_value *v, fc_stored_fn stored, void *arg, fc_str
 }
 
 bool fc_attention_output_strides(const fc_value *o, const fc_value *w, int64_t *strides) {
-    if (!static_dims(w)) return false;
+    if (!fc_value_is_static(w)) return false;
     int64_t st[FC_MAX_RANK], prev[FC_MAX_RANK];
     row_major(w, st);
     const fc_value *cur = w;
@@ -235,7 +229,7 @@ bool fc_attention_output_strides(const fc_value *o, const fc_value *w, int64_t *
         if (n->op == FC_OP_PERMUTE) {
             /* cur[c] = x[d] with d[perm[i]] = c[i]: x's dim perm[i] has cur's stride i. */
             for (int i = 0; i < cur->rank; i++) st[norm_axis(n->a.list[i], cur->rank)] = prev[i];
-        } else if (!static_dims(x) || !reshape_strides(cur->rank, cur->dims, prev, x->rank, x->dims, st)) {
+        } else if (!fc_value_is_static(x) || !reshape_strides(cur->rank, cur->dims, prev, x->rank, x->dims, st)) {
             return false; /* x = reshape(cur) read through cur's strides */
         }
         cur = x;

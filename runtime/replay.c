@@ -22,7 +22,7 @@ struct fc_replay {
     int nnodes;
     rnode *nodes;
     int *slot_of; /* every node's caller slots, one run after another */
-    int programmatic; /* edges of the programmatic type (frame kernels) */
+    int programmatic; /* edges of the programmatic type (into fc_launch.pdl kernels) */
     /* The caller's pointers the graph holds now: inputs, then outputs. */
     int nin, nslots;
     CUdeviceptr *ptr;
@@ -260,7 +260,6 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     }
     fc_status st = fc_cuda_graph_create(e->dev, &r->graph);
     CUgraphNode prev = NULL;
-    bool prev_frame = false; /* prev is a frame kernel */
     bool prev_kernel = false; /* prev is a kernel node (not a cuBLASLt call's child graph) */
     const bool programmatic = !fc_env_is_zero("FUSEC_PDL");
     int nslot = 0;
@@ -279,7 +278,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             st = capture_gemm(e, i, pa->val, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
-        } else if (programmatic && ((prev_frame && l->frame) || (prev_kernel && l->pdl))) {
+        } else if (programmatic && prev_kernel && l->pdl) {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             bool made = false;
             st = fc_cuda_graph_add_kernel_programmatic(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node,
@@ -290,7 +289,6 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node);
         }
         prev = n->node;
-        prev_frame = !n->gemm && l->frame;
         prev_kernel = !n->gemm;
         r->nnodes++;
     }

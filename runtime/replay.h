@@ -101,9 +101,10 @@ typedef struct fc_replay fc_replay;
 /*
  * Build and instantiate the graph of e's launches with these pointers, for
  * a launch on stream s (fused siblings' weights are refreshed there first).
- * Frame kernels follow one another by programmatic edges (each may start
- * as the one before finishes, and waits for it inside: codegen's frame
- * entry), unless $FUSEC_PDL is 0 or the driver or device cannot; their
+ * A kernel whose launch says pdl (every frame kernel, and a static
+ * program's skinny GEMMs) follows a kernel node before it by a programmatic
+ * edge (it may start as that one finishes, and waits for it inside),
+ * unless $FUSEC_PDL is 0 or the driver or device cannot. Frame kernels'
  * nodes hold no caller pointer, so fc_replay_launch never patches them.
  * pa: scratch with room for the most parameters of any launch.
  * On failure *out is NULL and ctx says why (the caller runs eagerly and

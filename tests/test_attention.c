@@ -1025,7 +1025,7 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             CHECK((strstr(src, "fc_attn_fa3<") != NULL) == hopper);
             /* Tensor maps: only for fc_attn_fa3, one kernel parameter each. */
             int nparams = 0;
-            for (const char *p = src; (p = strstr(p, "const __grid_constant__ fc_attn_tmap")); p++) nparams++;
+            for (const char *p = src; (p = strstr(p, "const __grid_constant__ fc_wg_tmap")); p++) nparams++;
             CHECK_EQ_INT(nparams, l.ntmaps);
             CHECK(hopper || l.ntmaps == 0);
             for (size_t e = 0; hopper && fc_cuda_attention_tma() && e < sizeof tma_expect / sizeof *tma_expect; e++)

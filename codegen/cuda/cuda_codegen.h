@@ -75,11 +75,10 @@ typedef struct fc_launch {
      * changes. */
     bool frame;
     /* The kernel waits (griddepcontrol.wait) before it reads anything a
-     * kernel before it wrote, and writes nothing before that: a static
-     * program's graph may join it to the kernel before it by a
-     * programmatic edge, so it starts while that kernel finishes
-     * (runtime/replay.c). The skinny GEMMs (skinny.h). Frame kernels wait
-     * too; their edges follow l->frame. */
+     * kernel before it wrote, and writes nothing before that: the graph
+     * joins it to a kernel node before it by a programmatic edge, so it
+     * starts while that kernel finishes (runtime/replay.c). The skinny
+     * GEMMs (skinny.h) and every frame kernel. */
     bool pdl;
     /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
      * clamped to [1, grid_max[a]] (fc_cuda_launch_grid). grid[] holds the

@@ -1587,8 +1587,9 @@ static const char frame_prelude[] =
 /* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
  * of the frame are loaded first, then it waits for the kernel before, so
  * that under a programmatic launch the loads overlap that kernel's end. */
-static void frame_entry(fc_strbuf *s, const fc_launch *l, int nsyms) {
+static void frame_entry(fc_strbuf *s, fc_launch *l, int nsyms) {
     char b[48];
+    l->pdl = true; /* it waits (fc_grid_wait) before its body */
     fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(const long long *__restrict__ fc_frame) {\n",
                      launch_bounds(l, b, sizeof b), l->name);
     for (int a = 0; a < l->nargs; a++)
@@ -1690,11 +1691,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         fc_skinny sk;
         if (fc_cuda_skinny_plan(plan, gr, &sk)) { /* codegen/cuda/skinny.c */
             snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-            char d[96];
-            fc_gemm_describe(gr->nodes[0], d, sizeof d);
-            snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d,
-                     (long long)sk.M, (long long)sk.N, (long long)sk.K, sk.splits);
-            st = fc_cuda_emit_skinny(plan, gr, &sk, l->name, &s, &skinny_templates, l);
+            st = fc_cuda_emit_skinny(gr, &sk, l->name, &s, &skinny_templates, l);
             continue;
         }
         if (gr->kind == FC_GROUP_LIBRARY) {

@@ -164,12 +164,6 @@ bool fc_cuda_variant_gemm_kernels(void) {
 
 static bool float_dtype(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16 || dt == FC_F32 || dt == FC_F64; }
 
-static bool static_dims(const fc_value *v) {
-    for (int d = 0; d < v->rank; d++)
-        if (fc_dim_is_sym(v->dims[d])) return false;
-    return true;
-}
-
 bool fc_cuda_gemm_kernel_fits(const fc_group *gr) {
     if (gr->nnodes != 1 || gr->noutputs != 1) return false;
     const fc_node *n = gr->nodes[0];
@@ -181,7 +175,7 @@ bool fc_cuda_gemm_kernel_fits(const fc_group *gr) {
     /* Several weights: their column ends are sums, which must be constants
      * for grid.x's monomial (the pass fuses rank-2 parameters only). */
     for (int i = 0; gi.nweights > 1 && i < gi.nweights; i++)
-        if (gi.w[i]->rank != 2 || !static_dims(gi.w[i])) return false;
+        if (gi.w[i]->rank != 2 || !fc_value_is_static(gi.w[i])) return false;
     return true;
 }
 

@@ -26,12 +26,6 @@ enum { MIN_BLOCKS = 48 };
 
 bool fc_cuda_skinny_enabled(void) { return !fc_env_is_zero("FUSEC_SKINNY"); }
 
-static bool static_value(const fc_value *v) {
-    for (int d = 0; d < v->rank; d++)
-        if (fc_dim_is_sym(v->dims[d])) return false;
-    return true;
-}
-
 static int input_index(const fc_group *gr, const fc_value *v) {
     for (int i = 0; v && i < gr->ninputs; i++)
         if (gr->inputs[i] == v) return i;
@@ -67,7 +61,7 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
     if ((t != FC_BF16 && t != FC_F16) || w->dtype != t || gi.out != t || y->dtype != t) return false;
     if (gi.has_bias && gi.bias[0]->dtype != t) return false;
     if (gi.has_residual && gi.residual->dtype != t) return false;
-    if (a->rank < 2 || w->rank != 2 || y->rank != a->rank || !static_value(a) || !static_value(w)) return false;
+    if (a->rank < 2 || w->rank != 2 || y->rank != a->rank || !fc_value_is_static(a) || !fc_value_is_static(w)) return false;
     int64_t M = 1;
     for (int d = 0; d + 1 < a->rank; d++) M *= a->dims[d];
     const int64_t K = a->dims[a->rank - 1], N = w->dims[1];
@@ -97,9 +91,12 @@ static fc_tmap tmap_of(int arg, fc_dtype t, int64_t cols, int64_t rows, uint32_t
     return m;
 }
 
-fc_status fc_cuda_emit_skinny(const fc_plan *plan, const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s,
-                              bool *templates, fc_launch *l) {
-    (void)plan;
+fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, bool *templates,
+                              fc_launch *l) {
+    char d[96];
+    fc_gemm_describe(gr->nodes[0], d, sizeof d);
+    snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d, (long long)k->M,
+             (long long)k->N, (long long)k->K, k->splits);
     if (!*templates) {
         fc_cuda_emit_wgmma_helpers(s);
         fc_cuda_emit_wgmma_ss(s, SK_COLS);
@@ -111,7 +108,7 @@ fc_status fc_cuda_emit_skinny(const fc_plan *plan, const fc_group *gr, const fc_
     fc_strbuf_printf(s, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1) %s(", k->splits,
                      SK_THREADS, name);
     for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
-    fc_strbuf_printf(s, "%s *__restrict__ o0, const __grid_constant__ fc_sk_tmap ta, const __grid_constant__ fc_sk_tmap tw) {\n",
+    fc_strbuf_printf(s, "%s *__restrict__ o0, const __grid_constant__ fc_wg_tmap ta, const __grid_constant__ fc_wg_tmap tw) {\n",
                      t);
     fc_strbuf_printf(s, "#if defined(FC_SK_TEMPLATES)\n");
     fc_strbuf_printf(s, "  fc_sk_run<%s, %lld, %d, %d, %s, %s, %s>(&ta, &tw, ", t, (long long)k->slice, k->splits, k->act,

@@ -41,12 +41,14 @@ typedef struct fc_skinny {
  * so in the switches marker, fc_cuda_source_switches). */
 bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out);
 
-/* Append to s the kernel `name` for group gr (preceded, when *templates is
- * false, by the device template, after which *templates is true) and fill
- * l: kind, grid, block, shared memory, the two tensor maps (A and W), pdl.
- * l->args are the group's inputs then outputs, as the caller made them. */
-fc_status fc_cuda_emit_skinny(const fc_plan *plan, const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s,
-                              bool *templates, fc_launch *l);
+/* Append to s the kernel `name` for group gr, planned as k by
+ * fc_cuda_skinny_plan (preceded, when *templates is false, by the device
+ * template, after which *templates is true), and fill l: its summary ("skinny
+ * gemm[...], M x N x K, K in S slices of a cluster"), kind, grid, block,
+ * shared memory, the two tensor maps (A and W), pdl. l->args are the
+ * group's inputs then outputs, as the caller made them. */
+fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, bool *templates,
+                              fc_launch *l);
 
 /* FUSEC_SKINNY=0 in the environment: static GEMMs keep cuBLASLt. */
 bool fc_cuda_skinny_enabled(void);
