@@ -30,7 +30,8 @@
 static uint64_t rng = 777;
 
 /* Random data for parameter v: uniform in [-0.5, 0.5), or with `model`
- * (the GPT-2 block) as test_program's: the input in [-1, 1], the norms'
+ * (the GPT-2 block, the attention cases) as test_program's: the input (and
+ * the attention's q, k, v) in [-1, 1], the norms'
  * scales near 1, weights of standard deviation 0.02 and fc_w ten times
  * smaller, biases within 0.02. With the GEMM cases' range the block's
  * outputs reach the hundreds, and with fc_w at 0.02 the last residual sum
@@ -44,14 +45,16 @@ static void fill(fc_tensor *t, const fc_value *v, bool model) {
     t->data = calloc((size_t)n, fc_dtype_size(t->dtype));
     const char *name = v->name;
     double lo = -0.5, hi = 0.5;
-    if (model && name && !strcmp(name, "x")) lo = -1, hi = 1;
+    const bool act = name && (!strcmp(name, "x") || !strcmp(name, "qkv") || !strcmp(name, "q") || !strcmp(name, "k") || !strcmp(name, "v"));
+    if (model && act) lo = -1, hi = 1;
     else if (model && name && !strcmp(name, "fc_w")) lo = -0.00346, hi = 0.00346;
     else if (model && t->rank == 2) lo = -0.0346, hi = 0.0346;
     else if (model && name && strstr(name, "ln")) lo = strstr(name, "_w") ? 0.9 : -0.02, hi = strstr(name, "_w") ? 1.1 : 0.02;
     else if (model) lo = -0.02, hi = 0.02;
     for (int64_t i = 0; i < n; i++) {
         const float x = (float)(lo + (splitmix_uniform(&rng) + 1) * 0.5 * (hi - lo));
-        if (t->dtype == FC_F32) ((float *)t->data)[i] = x;
+        if (t->dtype == FC_BOOL) ((uint8_t *)t->data)[i] = 1; /* a mask that keeps every key */
+        else if (t->dtype == FC_F32) ((float *)t->data)[i] = x;
         else if (t->dtype == FC_F16) ((uint16_t *)t->data)[i] = fc_f32_to_f16(x);
         else ((uint16_t *)t->data)[i] = fc_f32_to_bf16(x);
     }
@@ -80,8 +83,8 @@ static int skinny_launches(const fc_program *p, int *splits, int max) {
     for (int i = 0; i < d->src.nlaunches; i++) {
         const fc_launch *l = &d->src.launches[i];
         if (strncmp(l->summary, "skinny ", 7)) continue;
-        const char *in = strstr(l->summary, "K in ");
-        if (n < max) splits[n] = in ? atoi(in + 5) : -1;
+        const char *in = strstr(l->summary, "K in "), *of = strstr(l->summary, "a block of ");
+        if (n < max) splits[n] = in ? atoi(in + 5) : of ? atoi(of + 11) : -1;
         n++;
     }
     return n;
@@ -100,9 +103,18 @@ static fc_program *compile(fc_context *ctx, fc_graph *g) {
     return p;
 }
 
+/* The launches of p whose summary starts with `prefix`. */
+static int launches_named(const fc_program *p, const char *prefix) {
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int n = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) n += !strncmp(d->src.launches[i].summary, prefix, strlen(prefix));
+    return n;
+}
+
 /* 1. The GPT-2 block at B = 1, T = 64: its four GEMMs are skinny, split
- * 2, 4, 2 and 8 ways (QKV 2304 x 768, out 768 x 768, fc 3072 x 768, down
- * 768 x 3072), each launch described as the kernel needs it. */
+ * 2, 6, 2 and 8 ways (QKV 2304 x 768; out 768 x 768 with the attention
+ * inside, 2 heads a block; fc 3072 x 768, down 768 x 3072), each launch
+ * described as the kernel needs it, and no attention launch of its own. */
 static void test_gpt2_plan(fc_context *ctx, bool hopper) {
     fc_graph *g = parse_gpt2(ctx, 64);
     fc_program *p = compile(ctx, g);
@@ -120,11 +132,14 @@ static void test_gpt2_plan(fc_context *ctx, bool hopper) {
         CHECK_EQ_INT(n, 4);
         CHECK_EQ_INT(library_launches(p), 0);
         CHECK_EQ_INT(s[0], 2);
-        CHECK_EQ_INT(s[1], 4);
+        CHECK_EQ_INT(s[1], 6);
         CHECK_EQ_INT(s[2], 2);
         CHECK_EQ_INT(s[3], 8);
+        CHECK_EQ_INT(launches_named(p, "attention"), 0);
+        CHECK_EQ_INT(launches_named(p, "skinny gemm[bias,residual] -> bf16 of attention causal"), 1);
         const fc_program_desc *d = fc_program_desc_of(p);
-        static const unsigned grids[4] = {72, 48, 96, 96}; /* N / 64 x the split */
+        CHECK_EQ_INT(d->src.nlaunches, 6);
+        static const unsigned grids[4] = {72, 72, 96, 96}; /* N / 64 x the split */
         int k = 0;
         for (int i = 0; i < d->src.nlaunches; i++) {
             const fc_launch *l = &d->src.launches[i];
@@ -133,9 +148,29 @@ static void test_gpt2_plan(fc_context *ctx, bool hopper) {
                 continue;
             }
             CHECK(l->kind == FC_LAUNCH_KERNEL && l->pdl);
-            CHECK_EQ_INT((int)l->block[0], 128);
+            CHECK_EQ_INT((int)l->block[0], strstr(l->summary, "of attention") ? 256 : 128); /* a warpgroup a head */
             if (k < 4) CHECK_EQ_INT((int)l->grid[0], (int)grids[k]);
             CHECK(l->smem > 0 && l->smem <= 232448);
+            if (strstr(l->summary, "of attention")) {
+                /* q, k, v: the [64, 2304] qkv buffer in boxes of 64 rows by one
+                 * head's 64 columns; W: [768, 768] in boxes of 2 heads' rows. */
+                CHECK_EQ_INT(l->ntmaps, 4);
+                for (int m = 0; m < 3; m++) {
+                    CHECK_EQ_INT((int)l->tmaps[m].dims[0], 2304);
+                    CHECK_EQ_INT((int)l->tmaps[m].dims[1], 64);
+                    CHECK_EQ_INT((int)l->tmaps[m].box[0], 64);
+                    CHECK_EQ_INT((int)l->tmaps[m].box[1], 64);
+                    CHECK_EQ_INT(l->tmaps[m].arg, l->tmaps[0].arg); /* one buffer */
+                }
+                CHECK_EQ_INT((int)l->tmaps[3].dims[1], 768);
+                CHECK_EQ_INT((int)l->tmaps[3].box[1], 128);
+                CHECK(l->tmaps[3].arg != l->tmaps[0].arg);
+                /* Columns 0, 768 and 1536 of a row, 64 further a head; weights before the wait. */
+                CHECK(strstr(d->src.source, "fc_ska_run<__nv_bfloat16, 2, 2, 6, 0, true, true, true, true, 64>(&tq, &tk, &tv, &tw, "
+                                            "make_int3(0, 64, 0), make_int3(768, 64, 0), make_int3(1536, 64, 0)") != NULL);
+                k++;
+                continue;
+            }
             CHECK_EQ_INT(l->ntmaps, 2);
             /* A: [M, K] in 64 x 64 boxes; W: [K, N] in 64-column boxes of the slice (or half of it). */
             CHECK_EQ_INT((int)l->tmaps[0].dims[1], 64);
@@ -148,7 +183,7 @@ static void test_gpt2_plan(fc_context *ctx, bool hopper) {
             k++;
         }
         CHECK(strstr(d->src.source, "__cluster_dims__(8, 1, 1)") != NULL);
-        CHECK(strstr(d->src.source, "__cluster_dims__(4, 1, 1)") != NULL);
+        CHECK(strstr(d->src.source, "__cluster_dims__(6, 1, 1)") != NULL);
         /* The weights are parameters: fetched before the wait. */
         CHECK(strstr(d->src.source, ", true>(&ta, &tw") != NULL && strstr(d->src.source, ", false>(&ta, &tw") == NULL);
         /* The flag travels through the program cache's encoding. */
@@ -168,6 +203,20 @@ static void test_gpt2_plan(fc_context *ctx, bool hopper) {
     g = parse_gpt2(ctx, 65);
     p = compile(ctx, g);
     CHECK(p && skinny_launches(p, s, 8) == 0 && library_launches(p) == 4);
+    fc_program_free(p);
+    fc_graph_free(g);
+    /* FUSEC_SKINNY_ATTN=0: the attention kernel, then the out projection split 4 ways. */
+    setenv("FUSEC_SKINNY_ATTN", "0", 1);
+    g = parse_gpt2(ctx, 64);
+    p = compile(ctx, g);
+    CHECK(p != NULL);
+    if (p && hopper) {
+        CHECK_EQ_INT(skinny_launches(p, s, 8), 4);
+        CHECK_EQ_INT(s[1], 4);
+        CHECK_EQ_INT(launches_named(p, "attention"), 1);
+        CHECK_EQ_INT(fc_program_desc_of(p)->src.nlaunches, 7);
+    }
+    unsetenv("FUSEC_SKINNY_ATTN");
     fc_program_free(p);
     fc_graph_free(g);
     /* FUSEC_SKINNY=0: cuBLASLt's (read at codegen). */
@@ -242,7 +291,96 @@ static void test_rule(fc_context *ctx, bool hopper) {
     }
 }
 
-/* 3. On the GPU: each taken case and the GPT-2 block against the
+/* 3. Attention and projection: an attention op on views of one qkv
+ * buffer [B, T, 3 H D] (split, reshape, permute, as GPT-2 writes it), its
+ * result permuted back to [B, T, H D] and projected with a bias and a
+ * residual. `how`: 0 plain; 1 a boolean mask input too; 2 the attention's
+ * result also returned; 3 the same with q, k, v of their own buffers [B,
+ * H, T, D] (rows of one head at a time: not the rows form). */
+typedef struct acase {
+    const char *name;
+    int B, T, H, D;
+    bool causal;
+    int how;
+    int fused; /* heads a block when fused, 0 when not */
+} acase;
+static const acase acases[] = {
+    {"attention 1 x 64, 12 heads, causal", 1, 64, 12, 64, true, 0, 2},
+    {"attention 2 x 32, 12 heads, causal (two batch elements in the rows)", 2, 32, 12, 64, true, 0, 2},
+    {"attention 1 x 7, 12 heads, not causal", 1, 7, 12, 64, false, 0, 2},
+    {"attention 4 x 5, 16 heads, not causal", 4, 5, 16, 64, false, 0, 2},
+    {"attention 1 x 48, 24 heads, causal (3 heads a block)", 1, 48, 24, 64, true, 0, 3},
+    /* Not fused. */
+    {"attention with a mask input", 1, 64, 12, 64, false, 1, 0},
+    {"attention result returned too", 1, 64, 12, 64, true, 2, 0},
+    {"attention of head-major buffers", 1, 64, 12, 64, true, 3, 0},
+    {"attention of head dim 128", 1, 64, 6, 128, true, 0, 0},
+    {"attention 1 x 65 (65 rows)", 1, 65, 12, 64, true, 0, 0},
+};
+
+static void attn_ir(char *buf, size_t n, const acase *a) {
+    const int B = a->B, T = a->T, H = a->H, D = a->D, W = H * D;
+    int at = 0;
+    if (a->how == 3)
+        at += snprintf(buf + at, n - (size_t)at,
+                       "graph sa(%%q: bf16[%d, %d, %d, %d], %%k: bf16[%d, %d, %d, %d], %%v: bf16[%d, %d, %d, %d], ", B, H, T, D, B,
+                       H, T, D, B, H, T, D);
+    else at += snprintf(buf + at, n - (size_t)at, "graph sa(%%qkv: bf16[%d, %d, %d], ", B, T, 3 * W);
+    at += snprintf(buf + at, n - (size_t)at, "%%w: bf16[%d, %d], %%b: bf16[%d], %%r: bf16[%d, %d, %d]%s) {\n", W, W, W, B, T, W,
+                   a->how == 1 ? ", %m: bool[1, 1, 1, 1]" : "");
+    if (a->how != 3) {
+        at += snprintf(buf + at, n - (size_t)at, "  %%q0, %%k0, %%v0 = split(%%qkv, axis=-1, sizes=[%d, %d, %d])\n", W, W, W);
+        static const char *const ops[3] = {"q", "k", "v"};
+        for (int i = 0; i < 3; i++)
+            at += snprintf(buf + at, n - (size_t)at,
+                           "  %%%s1 = reshape(%%%s0, shape=[%d, %d, %d, %d])\n  %%%s = permute(%%%s1, perm=[0, 2, 1, 3])\n", ops[i],
+                           ops[i], B, T, H, D, ops[i], ops[i]);
+    }
+    at += snprintf(buf + at, n - (size_t)at, "  %%a = attention(%%q, %%k, %%v%s, causal=%s)\n", a->how == 1 ? ", %m" : "",
+                   a->causal ? "true" : "false");
+    at += snprintf(buf + at, n - (size_t)at,
+                   "  %%a1 = permute(%%a, perm=[0, 2, 1, 3])\n  %%a2 = reshape(%%a1, shape=[%d, %d, %d])\n"
+                   "  %%o0 = matmul(%%a2, %%w)\n  %%o1 = add(%%o0, %%b)\n  %%y = add(%%r, %%o1)\n  return %%y%s\n}\n",
+                   B, T, W, a->how == 2 ? ", %a2" : "");
+}
+
+static void test_attention_rule(fc_context *ctx, bool hopper) {
+    for (size_t c = 0; c < sizeof acases / sizeof *acases; c++) {
+        const acase *a = &acases[c];
+        char ir[4096];
+        attn_ir(ir, sizeof ir, a);
+        fc_graph *g = parse(ctx, a->name, ir);
+        fc_program *p = compile(ctx, g);
+        CHECK(p != NULL);
+        if (p) {
+            const int fused = launches_named(p, "skinny gemm[bias,residual] -> bf16 of attention");
+            const bool want = hopper && a->fused;
+            if (fused != (want ? 1 : 0) || launches_named(p, "attention") != (want ? 0 : 1)) {
+                fprintf(stderr, "%s: %d fused launches, %d attention launches, want %d\n", a->name, fused,
+                        launches_named(p, "attention"), want);
+                CHECK(false);
+            }
+            int sp[1] = {0};
+            if (want && skinny_launches(p, sp, 1) == 1) CHECK_EQ_INT(sp[0], a->H / a->fused);
+            if (want) {
+                char tag[64];
+                snprintf(tag, sizeof tag, "a block of %d", a->H / a->fused);
+                const fc_program_desc *d = fc_program_desc_of(p);
+                for (int i = 0; i < d->src.nlaunches; i++)
+                    if (strstr(d->src.launches[i].summary, "of attention")) {
+                        char heads[32];
+                        snprintf(heads, sizeof heads, ", %d heads ", a->fused);
+                        CHECK(strstr(d->src.launches[i].summary, heads) != NULL && strstr(d->src.launches[i].summary, tag) != NULL);
+                        CHECK(d->src.launches[i].pdl && d->src.launches[i].ntmaps == 4);
+                    }
+            }
+        }
+        fc_program_free(p);
+        fc_graph_free(g);
+    }
+}
+
+/* 4. On the GPU: each taken case and the GPT-2 block against the
  * reference, four runs on new device buffers each. */
 /* want_edges >= 0: the programmatic edges p's graph must have after the
  * runs (the log of the H200's run 5 said 4 for the GPT-2 block). */
@@ -306,6 +444,7 @@ int main(void) {
     const bool hopper = sm90 && fc_cuda_attention_hopper(90) && fc_cuda_skinny_enabled();
     test_gpt2_plan(ctx, hopper);
     test_rule(ctx, hopper);
+    test_attention_rule(ctx, hopper);
     if (!gpu) printf("skipped: no CUDA device; the plans and the sources only\n");
     else if (!hopper) printf("skipped: not an sm 90 device with sm_90a; the plans only\n");
     else {
@@ -313,6 +452,13 @@ int main(void) {
             if (!rcases[c].splits) continue;
             fc_graph *g = parse(ctx, rcases[c].name, rcases[c].ir);
             if (g) run_case(ctx, dev, rcases[c].name, g, false, -1);
+            fc_graph_free(g);
+        }
+        for (size_t c = 0; c < sizeof acases / sizeof *acases; c++) {
+            char ir[4096];
+            attn_ir(ir, sizeof ir, &acases[c]);
+            fc_graph *g = parse(ctx, acases[c].name, ir);
+            if (g) run_case(ctx, dev, acases[c].name, g, true, -1); /* GPT-2's scales (fill) */
             fc_graph_free(g);
         }
         static const int Ts[2] = {64, 7};

@@ -652,6 +652,8 @@ static void print_help(void) {
         "                        skinny GEMMs\n"
         "  FUSEC_SKINNY=0        (library) a static program's GEMMs of at most 64 rows\n"
         "                        stay cuBLASLt calls, not skinny GEMM kernels (sm_90a)\n"
+        "  FUSEC_SKINNY_ATTN=0   (library) an attention whose result only a skinny GEMM\n"
+        "                        reads keeps its own kernel, not computed inside it\n"
         "  FUSEC_FRAME_GRID=N    (library) N waves of blocks for a dynamic variant's\n"
         "                        frame kernels (default 2), for measuring\n"
         "  FUSEC_ARENA_REGION=0  (library) a dynamic variant's arena is freed and\n"

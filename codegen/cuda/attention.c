@@ -1228,6 +1228,54 @@ bool fc_cuda_attention_uses_mma(const fc_group *gr) {
     return (t == FC_BF16 || t == FC_F16) && d >= 1 && dv >= 1 && round16(d) <= 128 && round16(dv) <= 128;
 }
 
+/* The rows form (attention.h): every check the skinny GEMM's attention
+ * prologue relies on, so that codegen/cuda/skinny.c never reads a layout. */
+bool fc_cuda_attention_rows(const fc_group *gr, fc_attention_rows *out) {
+    const fc_node *n = attention_node(gr);
+    if (!n || n->nin != 3) return false; /* no mask input */
+    const fc_value *o = n->out[0];
+    const int R = o->rank, nb = R - 2;
+    if (nb < 1 || nb > 2 || !fc_value_is_static(o)) return false;
+    const fc_dtype t = o->dtype;
+    if (t != FC_BF16 && t != FC_F16) return false;
+    const int64_t B = nb == 2 ? o->dims[0] : 1, H = o->dims[R - 3], T = o->dims[R - 2], Dv = o->dims[R - 1];
+    for (int i = 0; i < 3; i++)
+        if (n->in[i]->dtype != t || !fc_value_is_static(n->in[i]) || n->in[i]->rank != R) return false;
+    const int64_t D = n->in[0]->dims[R - 1];
+    if (D != Dv || n->in[1]->dims[R - 1] != D || n->in[1]->dims[R - 2] != T || B < 1 || H < 1 || T < 1) return false;
+    /* The result written as [B, T, H * D]: rows b T + t, columns h D + d. */
+    int64_t os[FC_MAX_RANK];
+    if (!output_layout(gr, n, os) || os[R - 1] != 1 || os[R - 2] != H * D || os[R - 3] != D || (nb == 2 && B > 1 && os[0] != T * H * D))
+        return false;
+    fc_attention_rows r = {.batch = B, .heads = H, .seq = T, .head_dim = D, .causal = n->a.causal, .dtype = t};
+    r.scale = n->a.scale == FC_ATTENTION_DEFAULT_SCALE ? 1.0 / sqrt((double)D) : n->a.scale;
+    char err[256];
+    for (int i = 0; i < 3; i++) {
+        layout L;
+        if (!layout_of(gr, n->in[i], nb, &L, err, sizeof err, "operand")) return false;
+        const int64_t head = L.batch[nb - 1];
+        /* Rows of the root's [rows, L.row] matrix: batch b's rows follow batch
+         * b - 1's; every head's D columns inside a row; 16-byte rows (TMA). */
+        if (L.col != 1 || L.row <= 0 || (L.row * 2) % 16 || L.row > INT_MAX || L.offset < 0 || head < 0 ||
+            (nb == 2 && B > 1 && L.batch[0] != T * L.row) || L.offset + (H - 1) * head + D > L.row)
+            return false;
+        r.op[i].input = L.input;
+        r.op[i].row = L.row;
+        r.op[i].head = head;
+        r.op[i].col0 = L.offset;
+    }
+    if (out) *out = r;
+    return true;
+}
+
+void fc_cuda_emit_attention_templates(fc_strbuf *s, int n) {
+    fc_strbuf_printf(s, "%s%s", helpers_src, templates_src);
+    fc_cuda_emit_wgmma_helpers(s);
+    fc_strbuf_printf(s, "%s", wgmma_src);
+    emit_wgop(s, n, true);
+    emit_wgop(s, n, false);
+}
+
 bool fc_cuda_attention_hopper(int sm) {
     if (sm != 90) return false;
     const char *e = getenv("FUSEC_ATTN_WGMMA");

@@ -64,4 +64,33 @@ bool fc_cuda_attention_hopper(int sm);
  * (fc_cuda_source_switches), so that the program cache keeps the two apart. */
 bool fc_cuda_attention_tma(void);
 
+/*
+ * An attention group as the skinny GEMM's prologue reads it
+ * (codegen/cuda/skinny.c, "attention and projection"): the result [B, H, T,
+ * D] (or [H, T, D]; B is then 1) written as the rows of a [B T, H D] matrix,
+ * and each of q, k, v read from a [rows, row] matrix of one group input
+ * (op[i].input), head h of batch element b at rows b T .. + T, columns
+ * col0 + h head .. + D. Only an attention node without a mask input, of
+ * static bf16 or f16 operands with Sq = Sk = T, whose operands are such
+ * views (16-byte rows: TMA loads them) and whose result goes to the group's
+ * one output in that layout. False (and *out untouched) otherwise.
+ */
+typedef struct fc_attention_rows {
+    int64_t batch, heads, seq, head_dim;
+    bool causal;
+    double scale; /* the default already resolved: 1 / sqrt(D) */
+    fc_dtype dtype;
+    struct {
+        int input;           /* index in gr->inputs */
+        int64_t row;         /* elements a row */
+        int64_t head, col0;  /* head h's first column: col0 + h head */
+    } op[3];                 /* q, k, v */
+} fc_attention_rows;
+bool fc_cuda_attention_rows(const fc_group *gr, fc_attention_rows *out);
+
+/* Append the attention templates (helpers, the tensor-core pieces, the
+ * Hopper kernel's, guarded: once a unit) and the m64nNk16 wrappers
+ * fc_attn_wgss<n> and fc_attn_wgrs<n>, for a generator that builds on them. */
+void fc_cuda_emit_attention_templates(fc_strbuf *s, int n);
+
 #endif

@@ -49,7 +49,8 @@ static const char prelude[] =
 
 const char *fc_cuda_source_switches(void) {
     static const char *const names[] = {"FUSEC_ATTN_BN", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_L2SECT",
-                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA", "FUSEC_SKINNY"};
+                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA", "FUSEC_SKINNY",
+                                        "FUSEC_SKINNY_ATTN"};
     char opt[160];
     int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES="), set = 0;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
@@ -1635,7 +1636,27 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     fc_status st = FC_OK;
     bool gemm_templates = false; /* codegen/cuda/gemm.c's, emitted before the first GEMM kernel */
-    bool skinny_templates = false; /* codegen/cuda/skinny.c's, before the first skinny GEMM */
+    unsigned skinny_templates = 0; /* codegen/cuda/skinny.c's, before the first skinny GEMM */
+    /* Attention groups that run inside the skinny GEMM reading their result
+     * (codegen/cuda/skinny.c, "attention and projection"): fused_into[i] is
+     * that GEMM's group index (the attention gets no launch of its own),
+     * fused_from[j] the attention's; -1 elsewhere. */
+    int *fused_into = malloc(sizeof(int) * (size_t)(plan->ngroups + 1)), *fused_from = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
+    fc_skinny_attention *fused = calloc((size_t)plan->ngroups + 1, sizeof *fused);
+    if (!fused_into || !fused_from || !fused) {
+        free(fused_into);
+        free(fused_from);
+        free(fused);
+        fc_cuda_src_release(out);
+        return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    }
+    for (int i = 0; i < plan->ngroups; i++) fused_into[i] = fused_from[i] = -1;
+    for (int i = 0; i < plan->ngroups; i++)
+        for (int j = i + 1; j < plan->ngroups && plan->groups[i]->kind == FC_GROUP_ATTENTION && fused_into[i] < 0; j++)
+            if (fc_cuda_skinny_attention_plan(plan, plan->groups[i], plan->groups[j], &fused[j])) {
+                fused_into[i] = j;
+                fused_from[j] = i;
+            }
     const bool frame = frame_plan(plan);
     if (frame) {
         fc_strbuf_printf(&s, "%s", frame_prelude);
@@ -1662,6 +1683,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             gi = end;
             continue;
         }
+        if (fused_into[gi] >= 0) continue; /* runs inside a later launch */
         fc_launch *l = &out->launches[out->nlaunches++];
         l->group = gr->id;
         summarize(gr, l->summary, sizeof l->summary);
@@ -1686,6 +1708,12 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
             if (!st && frame) frame_entry(&s, l, g->nsyms);
+            continue;
+        }
+        if (fused_from[gi] >= 0) { /* codegen/cuda/skinny.c */
+            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+            st = fc_cuda_emit_skinny_attention(plan->groups[fused_from[gi]], gr, &fused[gi], l->name, &s, &skinny_templates, l);
+            if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
             continue;
         }
         fc_skinny sk;
@@ -1744,6 +1772,9 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         free(k.is_row);
         free(k.row_ready);
     }
+    free(fused_into);
+    free(fused_from);
+    free(fused);
     if (!st && s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     if (st) {
         free(s.buf);

@@ -13,6 +13,9 @@
 static const char skinny_src[] =
 #include "skinny.cuh.inc"
     ;
+static const char skinny_attention_src[] =
+#include "skinny_attention.cuh.inc"
+    ;
 
 /* Must match skinny.cuh.inc: 128 threads (one warpgroup), 64 rows and 64
  * columns a cluster, a K slice of at most MAX_SLICE (its A and W slices,
@@ -25,6 +28,8 @@ enum { SK_THREADS = 128, SK_ROWS = 64, SK_COLS = 64, SK_PANEL = 64, MAX_SLICE = 
 enum { MIN_BLOCKS = 48 };
 
 bool fc_cuda_skinny_enabled(void) { return !fc_env_is_zero("FUSEC_SKINNY"); }
+
+bool fc_cuda_skinny_attention_enabled(void) { return fc_cuda_skinny_enabled() && !fc_env_is_zero("FUSEC_SKINNY_ATTN"); }
 
 static int input_index(const fc_group *gr, const fc_value *v) {
     for (int i = 0; v && i < gr->ninputs; i++)
@@ -91,18 +96,30 @@ static fc_tmap tmap_of(int arg, fc_dtype t, int64_t cols, int64_t rows, uint32_t
     return m;
 }
 
-fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, bool *templates,
+/* The device templates, once a unit each: the skinny GEMM's (bit 1 of
+ * *templates) and, for the attention prologue, the attention templates and
+ * the fused kernel's (bit 2). */
+static void emit_templates(fc_strbuf *s, unsigned *templates, bool attention) {
+    if (!(*templates & 1u)) {
+        fc_cuda_emit_wgmma_helpers(s);
+        fc_cuda_emit_wgmma_ss(s, SK_COLS);
+        fc_strbuf_printf(s, "%s", skinny_src);
+        *templates |= 1u;
+    }
+    if (attention && !(*templates & 2u)) {
+        fc_cuda_emit_attention_templates(s, SK_COLS);
+        fc_strbuf_printf(s, "%s", skinny_attention_src);
+        *templates |= 2u;
+    }
+}
+
+fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, unsigned *templates,
                               fc_launch *l) {
     char d[96];
     fc_gemm_describe(gr->nodes[0], d, sizeof d);
     snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d, (long long)k->M,
              (long long)k->N, (long long)k->K, k->splits);
-    if (!*templates) {
-        fc_cuda_emit_wgmma_helpers(s);
-        fc_cuda_emit_wgmma_ss(s, SK_COLS);
-        fc_strbuf_printf(s, "%s", skinny_src);
-        *templates = true;
-    }
+    emit_templates(s, templates, false);
     const char *t = fc_cuda_storage_type(k->dtype);
     fc_strbuf_printf(s, "// group %d: %s\n", gr->id, l->summary);
     fc_strbuf_printf(s, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1) %s(", k->splits,
@@ -138,6 +155,127 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
     /* A's boxes hold its M rows (the panel's other rows are never stored). */
     l->tmaps[0] = tmap_of(k->a, k->dtype, k->K, k->M, (uint32_t)k->M);
     l->tmaps[1] = tmap_of(k->w, k->dtype, k->N, k->K, wbox);
+    l->pdl = true;
+    return s->oom ? FC_ERR_NOMEM : FC_OK;
+}
+
+/* ---- attention and projection ---------------------------------------------- */
+
+/* Whether value v is read by group `only` alone and is no graph result. */
+static bool read_by_only(const fc_plan *plan, const fc_value *v, const fc_group *only) {
+    for (int i = 0; i < plan->g->noutputs; i++)
+        if (plan->g->outputs[i] == v) return false;
+    for (int i = 0; i < plan->ngroups; i++)
+        if (plan->groups[i] != only && input_index(plan->groups[i], v) >= 0) return false;
+    return true;
+}
+
+/* Position of value v among the launch's arguments args[0 .. *n), appended if new. */
+static int arg_of(int *args, int *n, const fc_value *v) {
+    for (int i = 0; i < *n; i++)
+        if (args[i] == v->id) return i;
+    args[*n] = v->id;
+    return (*n)++;
+}
+
+bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out) {
+    if (!fc_cuda_skinny_attention_enabled() || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
+    fc_skinny k;
+    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !read_by_only(plan, ga->outputs[0], gg))
+        return false;
+    /* The residual, bias or weight being the attention's result too: not this kernel. */
+    if (k.w == k.a || k.bias == k.a || k.residual == k.a) return false;
+    fc_attention_rows r;
+    if (!fc_cuda_attention_rows(ga, &r) || r.dtype != k.dtype || r.head_dim != SK_PANEL || r.batch * r.seq != k.M ||
+        r.heads * r.head_dim != k.K)
+        return false;
+    /* Heads a block: the fewest that leave at most MAX_SPLITS blocks a cluster. */
+    int hpb = 0;
+    for (int h = 1; h <= r.heads && !hpb; h++)
+        if (r.heads % h == 0 && r.heads / h <= MAX_SPLITS) hpb = h;
+    if (!hpb || fc_cuda_skinny_attention_smem(hpb, (int)(r.heads / hpb)) > 227 * 1024) return false;
+    k.splits = (int)(r.heads / hpb);
+    k.slice = (int64_t)hpb * SK_PANEL;
+    if (out) *out = (fc_skinny_attention){.gemm = k, .rows = r, .heads_per_block = hpb};
+    return true;
+}
+
+/* fc_ska_run's warpgroups: one a head, at most 4. */
+static int attention_warpgroups(int heads_per_block) { return heads_per_block < 4 ? heads_per_block : 4; }
+
+unsigned fc_cuda_skinny_attention_smem(int heads_per_block, int splits) {
+    /* fc_ska_run: 1024 of alignment, W's rows (128 bytes each), Q, K and V
+     * of each head (64 x 128 bytes each), each warpgroup's f32 tile, the
+     * residual's rows, the bias, 1 + heads mbarriers. */
+    const int rows = (SK_ROWS + splits - 1) / splits;
+    return (unsigned)(1024 + heads_per_block * SK_PANEL * 128 + heads_per_block * 3 * SK_ROWS * 128 +
+                      attention_warpgroups(heads_per_block) * SK_ROWS * 68 * 4 + rows * 128 + 128 + 8 * (1 + heads_per_block));
+}
+
+fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, const fc_skinny_attention *f, const char *name,
+                                        fc_strbuf *s, unsigned *templates, fc_launch *l) {
+    const fc_skinny *k = &f->gemm;
+    const fc_attention_rows *r = &f->rows;
+    char d[96];
+    fc_gemm_describe(gg->nodes[0], d, sizeof d);
+    const int w0 = snprintf(l->summary, sizeof l->summary, "skinny %.90s of attention%s, %lld x %lld x %lld", d,
+                            r->causal ? " causal" : "", (long long)k->M, (long long)k->N, (long long)k->K);
+    if (w0 > 0 && (size_t)w0 < sizeof l->summary)
+        snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", %d heads a block of %d", f->heads_per_block, k->splits);
+    emit_templates(s, templates, true);
+
+    /* Arguments: the attention group's inputs, the GEMM group's but its A
+     * (computed here), the result. */
+    free(l->args);
+    l->args = calloc((size_t)(ga->ninputs + gg->ninputs + 1), sizeof(int));
+    if (!l->args) return FC_ERR_NOMEM;
+    int n = 0, op[3];
+    for (int i = 0; i < ga->ninputs; i++) arg_of(l->args, &n, ga->inputs[i]);
+    for (int i = 0; i < 3; i++) op[i] = arg_of(l->args, &n, ga->inputs[r->op[i].input]);
+    const int w = arg_of(l->args, &n, gg->inputs[k->w]);
+    const int bias = k->bias >= 0 ? arg_of(l->args, &n, gg->inputs[k->bias]) : -1;
+    const int res = k->residual >= 0 ? arg_of(l->args, &n, gg->inputs[k->residual]) : -1;
+    for (int i = 0; i < gg->ninputs; i++)
+        if (i != k->a) arg_of(l->args, &n, gg->inputs[i]);
+    l->nreads = n;
+    l->args[n++] = gg->outputs[0]->id;
+    l->nargs = n;
+
+    const char *t = fc_cuda_storage_type(k->dtype);
+    fc_strbuf_printf(s, "// groups %d and %d: %s\n", ga->id, gg->id, l->summary);
+    const int nw = attention_warpgroups(f->heads_per_block);
+    fc_strbuf_printf(s, "extern \"C\" __global__ void __cluster_dims__(%d, 1, 1) __launch_bounds__(%d, 1) %s(", k->splits,
+                     SK_THREADS * nw, name);
+    for (int i = 0; i < l->nreads; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
+    fc_strbuf_printf(s, "%s *__restrict__ o0, const __grid_constant__ fc_wg_tmap tq, const __grid_constant__ fc_wg_tmap tk, "
+                        "const __grid_constant__ fc_wg_tmap tv, const __grid_constant__ fc_wg_tmap tw) {\n", t);
+    fc_strbuf_printf(s, "#if defined(FC_SKA_TEMPLATES)\n");
+    fc_strbuf_printf(s, "  fc_ska_run<%s, %d, %d, %d, %d, %s, %s, %s, %s, %lld>(&tq, &tk, &tv, &tw, ", t, f->heads_per_block, nw, k->splits,
+                     k->act, bias >= 0 ? "true" : "false", res >= 0 ? "true" : "false", k->constant_w ? "true" : "false",
+                     r->causal ? "true" : "false", (long long)r->seq);
+    for (int i = 0; i < 3; i++) fc_strbuf_printf(s, "make_int3(%lld, %lld, 0), ", (long long)r->op[i].col0, (long long)r->op[i].head);
+    fc_strbuf_printf(s, "(float)%.17g, ", r->scale * 1.4426950408889634);
+    if (bias >= 0) fc_strbuf_printf(s, "a%d, ", bias);
+    else fc_strbuf_printf(s, "(const %s *)0, ", t);
+    if (res >= 0) fc_strbuf_printf(s, "a%d, ", res);
+    else fc_strbuf_printf(s, "(const %s *)0, ", t);
+    fc_strbuf_printf(s, "o0, %lld, %lld, (float)%.17g);\n", (long long)k->M, (long long)k->N, k->alpha);
+    for (int i = 0; i < l->nreads; i++) fc_strbuf_printf(s, "  (void)a%d;\n", i);
+    fc_strbuf_printf(s, "#else\n  __trap();\n#endif\n}\n");
+
+    l->kind = FC_LAUNCH_KERNEL;
+    if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
+    l->grid[0] = (unsigned)(k->N / SK_COLS * k->splits);
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = (unsigned)(SK_THREADS * nw);
+    l->block[1] = l->block[2] = 1;
+    l->min_blocks = 1;
+    l->smem = fc_cuda_skinny_attention_smem(f->heads_per_block, k->splits);
+    /* Q, K, V: [M rows, row] matrices of their buffers, boxes of 64 rows
+     * (zeros past M) by one head's 64 columns; W as the skinny GEMM's. */
+    l->ntmaps = 4;
+    for (int i = 0; i < 3; i++) l->tmaps[i] = tmap_of(op[i], k->dtype, r->op[i].row, k->M, SK_ROWS);
+    l->tmaps[3] = tmap_of(w, k->dtype, k->N, k->K, (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2));
     l->pdl = true;
     return s->oom ? FC_ERR_NOMEM : FC_OK;
 }

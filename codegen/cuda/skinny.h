@@ -15,6 +15,7 @@
  */
 #ifndef FC_CUDA_SKINNY_H
 #define FC_CUDA_SKINNY_H
+#include "attention.h"
 #include "cuda_codegen.h"
 #include <stdbool.h>
 
@@ -42,15 +43,53 @@ typedef struct fc_skinny {
 bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out);
 
 /* Append to s the kernel `name` for group gr, planned as k by
- * fc_cuda_skinny_plan (preceded, when *templates is false, by the device
- * template, after which *templates is true), and fill l: its summary ("skinny
+ * fc_cuda_skinny_plan (preceded, the first time, by the device templates:
+ * *templates says which the unit has, 0 at first), and fill l: its summary ("skinny
  * gemm[...], M x N x K, K in S slices of a cluster"), kind, grid, block,
  * shared memory, the two tensor maps (A and W), pdl. l->args are the
  * group's inputs then outputs, as the caller made them. */
-fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, bool *templates,
+fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, unsigned *templates,
                               fc_launch *l);
 
 /* FUSEC_SKINNY=0 in the environment: static GEMMs keep cuBLASLt. */
 bool fc_cuda_skinny_enabled(void);
+
+/*
+ * Attention and projection: a skinny GEMM whose A is the result of an
+ * attention group read by nothing else, one kernel for both (the attention
+ * group gets no launch; its result is never stored). The kernel's cluster
+ * splits K by heads: block r computes heads r h .. + h of the attention (h =
+ * heads_per_block) for all M rows and multiplies them by W's rows of those
+ * heads. docs/GEMM.md, "Attention and projection".
+ */
+typedef struct fc_skinny_attention {
+    fc_skinny gemm;          /* the projection: splits = heads / heads_per_block, slice = 64 heads_per_block */
+    fc_attention_rows rows;  /* the attention (codegen/cuda/attention.h) */
+    int heads_per_block;
+} fc_skinny_attention;
+
+/* Whether attention group ga and GEMM group gg of static plan `plan` run as
+ * one kernel, and how (*out, may be NULL): gg a skinny GEMM
+ * (fc_cuda_skinny_plan) whose A is ga's one output, which no other group
+ * reads and the graph does not return; ga an attention as
+ * fc_cuda_attention_rows reads it, of head dim 64, the GEMM's dtype, B T =
+ * M and heads x 64 = K; the heads in at most 8 blocks of a cluster; unless
+ * FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) is in the environment. */
+bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out);
+
+/* Append the fused kernel `name` (templates as fc_cuda_emit_skinny) and fill
+ * l as fc_cuda_emit_skinny does, its arguments too (l->args replaced): the
+ * attention group's inputs, the GEMM group's but A, then the result; four
+ * tensor maps (q, k, v, W). */
+fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, const fc_skinny_attention *f, const char *name,
+                                        fc_strbuf *s, unsigned *templates, fc_launch *l);
+
+/* The fused kernel's dynamic shared memory, bytes. */
+unsigned fc_cuda_skinny_attention_smem(int heads_per_block, int splits);
+
+/* FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) in the environment: attention
+ * keeps its own kernel before the skinny GEMM. Read at codegen; in the
+ * switches marker. */
+bool fc_cuda_skinny_attention_enabled(void);
 
 #endif
