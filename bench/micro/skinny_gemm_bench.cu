@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(128 * WN) skinny(Args g) {
     }
     if (PDL) pdl_trigger();
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < (warp < 4 * WN ? 8 : 0); ++j) {
         int r = wm * 16 + (lane >> 2), c = wn * 64 + j * 8 + (lane & 3) * 2;
         sC[r * CP + c] = acc[j][0]; sC[r * CP + c + 1] = acc[j][1];
         sC[(r + 8) * CP + c] = acc[j][2]; sC[(r + 8) * CP + c + 1] = acc[j][3];
@@ -257,9 +257,13 @@ __device__ __forceinline__ void wg_pin(float (&d)[8][4]) {
         for (int e = 0; e < 4; e++) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
-template <int WN, int KS, int S, bool LN, bool GELU, bool PDL, bool WG = false>
-__global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUtensorMap tA, const __grid_constant__ CUtensorMap tW, Args g) {
-    constexpr int BN = 64 * WN, NT = 128 * WN, CP = BN + 4, KP = KS / 64, BR = KS <= 256 ? KS : KS / 2;
+// PW: warpgroups a column tile's products take: the block has 128 WN PW
+// threads, of which the first 128 WN issue the products and all run the
+// layernorm prologue and the epilogue (session 12: does the prologue stop
+// costing more than the layernorm kernel with more warps to hide it?).
+template <int WN, int KS, int S, bool LN, bool GELU, bool PDL, bool WG = false, int PW = 1>
+__global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__ CUtensorMap tA, const __grid_constant__ CUtensorMap tW, Args g) {
+    constexpr int BN = 64 * WN, NT = 128 * WN * PW, CP = BN + 4, KP = KS / 64, BR = KS <= 256 ? KS : KS / 2;
     constexpr int ROWS = (64 + S - 1) / S;
     extern __shared__ __align__(1024) unsigned char smem_raw[];
     unsigned char *smem = (unsigned char *)(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
@@ -285,6 +289,14 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
     }
     if (g.bias)
         for (int c = tid; c < BN / 8; c += NT) cp16(sBias + c * 8, g.bias + n0 + c * 8, true);
+    /* The norm's weight and bias of this slice, constants: before the wait
+     * (PW > 1 only: the PW = 1 kernels are session 11's, unchanged). */
+    bf16 *sGb = (bf16 *)sG, *sBb = (bf16 *)sBt;
+    if (LN && PW > 1)
+        for (int c = tid; c < KS / 8; c += NT) {
+            cp16(sGb + c * 8, g.gamma + k0 + c * 8, true);
+            cp16(sBb + c * 8, g.beta + k0 + c * 8, true);
+        }
     if (PDL) pdl_wait();
     if (tid == 0) {
         mbar_expect(&bar[1], KP * 64 * 64 * 2);
@@ -298,7 +310,8 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
     cp_commit();
     float x0 = 0.f; // the row's shift, fetched while the slices arrive
     if (LN && tid % (NT / 64) == 0 && tid / (NT / 64) < g.M) x0 = __bfloat162float(g.A[(size_t)(tid / (NT / 64)) * g.K]);
-    __syncthreads(); // the barriers' init before anyone waits
+    if (LN && PW > 1) cp_wait_all();
+    __syncthreads(); // the barriers' init (and the norm's constants) before anyone waits
     mbar_wait(&bar[1], 0);
 
     if (LN) {
@@ -333,7 +346,8 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
             uint4 *up = (uint4 *)(sA + p * 4096 + row * 64 + q * 8);
             uint4 u = *up;
             bf16 *e = (bf16 *)&u;
-            const uint4 gu = *(const uint4 *)(g.gamma + k0 + col), bu = *(const uint4 *)(g.beta + k0 + col);
+            const uint4 gu = PW > 1 ? *(const uint4 *)(sGb + col) : *(const uint4 *)(g.gamma + k0 + col),
+                        bu = PW > 1 ? *(const uint4 *)(sBb + col) : *(const uint4 *)(g.beta + k0 + col);
             const bf16 *ge = (const bf16 *)&gu, *be = (const bf16 *)&bu;
 #pragma unroll
             for (int j = 0; j < 8; ++j) e[j] = __float2bfloat16((__bfloat162float(e[j]) - mean) * rstd * __bfloat162float(ge[j]) + __bfloat162float(be[j]));
@@ -349,7 +363,7 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
     float acc[8][4];
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-    if (WG) {
+    if (WG && warp < 4 * WN) {
         wg_pin(acc);
         asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
@@ -364,7 +378,7 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
         wg_pin(acc);
     }
 #pragma unroll 4
-    for (int kk = 0; kk < (WG ? 0 : KS); kk += 16) {
+    for (int kk = 0; kk < (WG || warp >= 4 * WN ? 0 : KS); kk += 16) {
         unsigned a0, a1, a2, a3;
         ldm_x4(a0, a1, a2, a3, sA + (kk >> 6) * 4096 + swz(wm * 16 + (lane & 15), (kk & 63) + (lane >> 4) * 8));
 #pragma unroll
@@ -377,7 +391,7 @@ __global__ void __launch_bounds__(128 * WN) skinny2(const __grid_constant__ CUte
     }
     if (PDL) pdl_trigger();
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < (warp < 4 * WN ? 8 : 0); ++j) {
         int r = wm * 16 + (lane >> 2), c = wn * 64 + j * 8 + (lane & 3) * 2;
         *(float2 *)(sC + r * CP + c) = make_float2(acc[j][0], acc[j][1]);
         *(float2 *)(sC + (r + 8) * CP + c) = make_float2(acc[j][2], acc[j][3]);
@@ -429,10 +443,10 @@ static CUtensorMap make_tmap(const bf16 *base, int cols, int rows, int box_cols,
     return m;
 }
 
-template <int WN, int KS, int S, bool LN, bool GELU, bool WG = false>
+template <int WN, int KS, int S, bool LN, bool GELU, bool WG = false, int PW = 1>
 static void launch2(const Args &a, cudaStream_t st, bool pdl) {
     constexpr int BN = 64 * WN, ROWS = (64 + S - 1) / S, BR = KS <= 256 ? KS : KS / 2;
-    auto kern = pdl ? skinny2<WN, KS, S, LN, GELU, true, WG> : skinny2<WN, KS, S, LN, GELU, false, WG>;
+    auto kern = pdl ? skinny2<WN, KS, S, LN, GELU, true, WG, PW> : skinny2<WN, KS, S, LN, GELU, false, WG, PW>;
     size_t sm = 1024 + (size_t)WN * KS * 64 * 2 + KS / 64 * 8192 + 64 * (BN + 4) * 4 + ROWS * BN * 2 + BN * 2 + 512 + 2 * KS * 4 + 16;
     static bool set[2];
     if (!set[pdl]) {
@@ -444,7 +458,7 @@ static void launch2(const Args &a, cudaStream_t st, bool pdl) {
     // Tensor maps per call here (a program makes them once).
     CUtensorMap tA = make_tmap(a.A, a.K, a.M, 64, 64), tW = make_tmap(a.W, a.N, a.K, 64, BR);
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(a.N / BN * S); cfg.blockDim = dim3(128 * WN); cfg.dynamicSmemBytes = sm; cfg.stream = st;
+    cfg.gridDim = dim3(a.N / BN * S); cfg.blockDim = dim3(128 * WN * PW); cfg.dynamicSmemBytes = sm; cfg.stream = st;
     cudaLaunchAttribute at[2];
     at[0].id = cudaLaunchAttributeClusterDimension; at[0].val.clusterDim.x = S; at[0].val.clusterDim.y = 1; at[0].val.clusterDim.z = 1;
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[1].val.programmaticStreamSerializationAllowed = 1;
@@ -695,6 +709,16 @@ int main(int argc, char **argv) {
         {"v3 fc2 S8 (96 blk)", launch2<1, 384, 8, false, false, true>, &ap, false, false},
         {"v3 fc2 S12 (144 blk)", launch2<1, 256, 12, false, false, true>, &ap, false, false},
         {"v3 fc2 WN2 S16 (96 blk)", launch2<2, 192, 16, false, false, true>, &ap, false, false},
+        // Session 12, from index 46: the layernorm prologue on 1, 2 and 4
+        // warpgroups (products on the first), the norm's constants staged
+        // before the wait from PW 2.
+        {"v3 qkv LN S2 PW1 (72 blk)", launch2<1, 384, 2, true, false, true, 1>, &aq, true, false},
+        {"v3 qkv LN S2 PW2 (72 blk)", launch2<1, 384, 2, true, false, true, 2>, &aq, true, false},
+        {"v3 qkv LN S2 PW4 (72 blk)", launch2<1, 384, 2, true, false, true, 4>, &aq, true, false},
+        {"v3 qkv LN S4 PW4 (144 blk)", launch2<1, 192, 4, true, false, true, 4>, &aq, true, false},
+        {"v3 fc LN S2 PW1 (96 blk)", launch2<1, 384, 2, true, true, true, 1>, &af, true, true},
+        {"v3 fc LN S2 PW2 (96 blk)", launch2<1, 384, 2, true, true, true, 2>, &af, true, true},
+        {"v3 fc LN S2 PW4 (96 blk)", launch2<1, 384, 2, true, true, true, 4>, &af, true, true},
     };
     struct Null { const char *name; launch_fn f; } nulls[] = {
         {"null cluster S2 (96 blk)", launch_null<2>}, {"null cluster S8 (96 blk)", launch_null<8>}, {"null cluster S16 (192 blk)", launch_null<16>}};
