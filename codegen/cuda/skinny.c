@@ -178,10 +178,39 @@ static int arg_of(int *args, int *n, const fc_value *v) {
     return (*n)++;
 }
 
+/* Whether arena values a and b share no byte (either outside the arena:
+ * a parameter, a result in the caller's buffer). */
+static bool arena_disjoint(const fc_plan *plan, const fc_value *a, const fc_value *b) {
+    const int64_t oa = plan->offset[a->id], ob = plan->offset[b->id];
+    return oa < 0 || ob < 0 || oa + fc_value_bytes(a) <= ob || ob + fc_value_bytes(b) <= oa;
+}
+
+/* The fused kernel reads the attention group's inputs where the GEMM group
+ * runs, later than the memory plan assumed (it saw them read by the
+ * attention group): no group from the attention's successor to the GEMM,
+ * the GEMM included, may write where they are. */
+static bool inputs_survive(const fc_plan *plan, const fc_group *ga, const fc_group *gg) {
+    if (!plan->offset) return false;
+    int at = -1;
+    for (int i = 0; i < plan->ngroups && at < 0; i++)
+        if (plan->groups[i] == ga) at = i;
+    if (at < 0) return false;
+    for (int j = at + 1; j < plan->ngroups; j++) {
+        const fc_group *gj = plan->groups[j];
+        if (gj->kind != FC_GROUP_ALIAS) /* an alias writes nothing */
+            for (int o = 0; o < gj->noutputs; o++)
+                for (int i = 0; i < ga->ninputs; i++)
+                    if (!arena_disjoint(plan, gj->outputs[o], ga->inputs[i])) return false;
+        if (gj == gg) return true;
+    }
+    return false;
+}
+
 bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out) {
     if (!fc_cuda_skinny_attention_enabled() || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
     fc_skinny k;
-    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !read_by_only(plan, ga->outputs[0], gg))
+    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !read_by_only(plan, ga->outputs[0], gg) ||
+        !inputs_survive(plan, ga, gg))
         return false;
     /* The residual, bias or weight being the attention's result too: not this kernel. */
     if (k.w == k.a || k.bias == k.a || k.residual == k.a) return false;

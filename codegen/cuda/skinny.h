@@ -73,7 +73,9 @@ typedef struct fc_skinny_attention {
  * (fc_cuda_skinny_plan) whose A is ga's one output, which no other group
  * reads and the graph does not return; ga an attention as
  * fc_cuda_attention_rows reads it, of head dim 64, the GEMM's dtype, B T =
- * M and heads x 64 = K; the heads in at most 8 blocks of a cluster; unless
+ * M and heads x 64 = K; the heads in at most 8 blocks of a cluster; no
+ * group after ga up to gg writing arena memory where ga's inputs are (the
+ * kernel reads them at gg's place in the plan, not ga's); unless
  * FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) is in the environment. */
 bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out);
 
