@@ -101,6 +101,7 @@ static fc_tmap tmap_of(int arg, fc_dtype t, int64_t cols, int64_t rows, uint32_t
  * the fused kernel's (bit 2). */
 static void emit_templates(fc_strbuf *s, unsigned *templates, bool attention) {
     if (!(*templates & 1u)) {
+        if (fc_env_is_zero("FUSEC_SKINNY_ARRIVE")) fc_strbuf_printf(s, "#define FC_SK_ARRIVE 0\n");
         fc_cuda_emit_wgmma_helpers(s);
         fc_cuda_emit_wgmma_ss(s, SK_COLS);
         fc_strbuf_printf(s, "%s", skinny_src);
