@@ -938,19 +938,19 @@ static void test_attention_switches_in_key(fc_context *ctx) {
     const int n6 = fc_program_extra_nvrtc_options(90, false, noattn);
     unsetenv("FUSEC_SKINNY_ATTN");
     CHECK_EQ_INT(n6, n0 + 1);
-    if (n6 == n0 + 1) CHECK(strcmp(noattn[n6 - 1], "-DFC_SWITCHES=......0.") == 0);
+    if (n6 == n0 + 1) CHECK(strcmp(noattn[n6 - 1], "-DFC_SWITCHES=......0") == 0);
     CHECK_EQ_INT(n5, n0 + 1);
-    if (n5 == n0 + 1) CHECK(strcmp(noskinny[n5 - 1], "-DFC_SWITCHES=.....0..") == 0);
+    if (n5 == n0 + 1) CHECK(strcmp(noskinny[n5 - 1], "-DFC_SWITCHES=.....0.") == 0);
     CHECK_EQ_INT(n4, n0 + 1);
-    if (n4 == n0 + 1) CHECK(strcmp(notma[n4 - 1], "-DFC_SWITCHES=....0...") == 0);
+    if (n4 == n0 + 1) CHECK(strcmp(notma[n4 - 1], "-DFC_SWITCHES=....0..") == 0);
     CHECK_EQ_INT(n1, n0 + 1);
     CHECK_EQ_INT(n2, n1);
     CHECK_EQ_INT(n3, n1);
     CHECK_EQ_INT(n8, n80 + 1);
     if (n1 == n0 + 1 && n2 == n1 && n3 == n1) {
-        CHECK(strcmp(bn64[n1 - 1], "-DFC_SWITCHES=64.......") == 0);
+        CHECK(strcmp(bn64[n1 - 1], "-DFC_SWITCHES=64......") == 0);
         CHECK(bn64[n1 - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
-        CHECK(strcmp(bn96[n3 - 1], "-DFC_SWITCHES=96.......") == 0);
+        CHECK(strcmp(bn96[n3 - 1], "-DFC_SWITCHES=96......") == 0);
         fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, plain, n0, 13, 0),
                      k1 = fc_program_cache_key("text", g, 90, false, true, false, bn64, n1, 13, 0),
                      k2 = fc_program_cache_key("text", g, 90, false, true, false, bn96, n3, 13, 0);

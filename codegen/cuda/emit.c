@@ -50,7 +50,7 @@ static const char prelude[] =
 const char *fc_cuda_source_switches(void) {
     static const char *const names[] = {"FUSEC_ATTN_BN", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_L2SECT",
                                         "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA", "FUSEC_SKINNY",
-                                        "FUSEC_SKINNY_ATTN", "FUSEC_SKINNY_ARRIVE"};
+                                        "FUSEC_SKINNY_ATTN"};
     char opt[160];
     int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES="), set = 0;
     for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {

@@ -27,6 +27,13 @@ enum { SK_THREADS = 128, SK_ROWS = 64, SK_COLS = 64, SK_PANEL = 64, MAX_SLICE = 
  * 192-deep slices, against 3.0 on 72 (docs/GEMM.md). */
 enum { MIN_BLOCKS = 48 };
 
+/* The partial tiles' bytes in a block's shared memory (fc_sk_tiles<S, NT>):
+ * the ceil(64 / S) rows it finishes of each of the S NT tiles of the
+ * cluster, 68 floats a row. */
+static int64_t tiles_bytes(int splits, int nt) {
+    return (int64_t)splits * nt * ((SK_ROWS + splits - 1) / splits) * 68 * 4;
+}
+
 bool fc_cuda_skinny_enabled(void) { return !fc_env_is_zero("FUSEC_SKINNY"); }
 
 bool fc_cuda_skinny_attention_enabled(void) { return fc_cuda_skinny_enabled() && !fc_env_is_zero("FUSEC_SKINNY_ATTN"); }
@@ -101,7 +108,6 @@ static fc_tmap tmap_of(int arg, fc_dtype t, int64_t cols, int64_t rows, uint32_t
  * the fused kernel's (bit 2). */
 static void emit_templates(fc_strbuf *s, unsigned *templates, bool attention) {
     if (!(*templates & 1u)) {
-        if (fc_env_is_zero("FUSEC_SKINNY_ARRIVE")) fc_strbuf_printf(s, "#define FC_SK_ARRIVE 0\n");
         fc_cuda_emit_wgmma_helpers(s);
         fc_cuda_emit_wgmma_ss(s, SK_COLS);
         fc_strbuf_printf(s, "%s", skinny_src);
@@ -147,10 +153,10 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
     l->block[1] = l->block[2] = 1;
     l->min_blocks = 1;
     /* fc_sk_run's dynamic shared memory: 1024 of alignment, the W and A
-     * slices (128 bytes a row of depth each), the f32 tile (64 x 68), the
+     * slices (128 bytes a row of depth each), the partial tiles, the
      * residual's rows this block finishes, the bias, two mbarriers. */
     const int64_t rows = (SK_ROWS + k->splits - 1) / k->splits;
-    l->smem = (unsigned)(1024 + k->slice * 128 * 2 + SK_ROWS * 68 * 4 + rows * 128 + 128 + 16);
+    l->smem = (unsigned)(1024 + k->slice * 128 * 2 + tiles_bytes(k->splits, 1) + rows * 128 + 128 + 16);
     const uint32_t wbox = (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2);
     l->ntmaps = 2;
     /* A's boxes hold its M rows (the panel's other rows are never stored). */
@@ -239,7 +245,7 @@ unsigned fc_cuda_skinny_attention_smem(int heads_per_block, int splits) {
      * residual's rows, the bias, 1 + heads mbarriers. */
     const int rows = (SK_ROWS + splits - 1) / splits;
     return (unsigned)(1024 + heads_per_block * SK_PANEL * 128 + heads_per_block * 3 * SK_ROWS * 128 +
-                      attention_warpgroups(heads_per_block) * SK_ROWS * 68 * 4 + rows * 128 + 128 + 8 * (1 + heads_per_block));
+                      tiles_bytes(splits, attention_warpgroups(heads_per_block)) + rows * 128 + 128 + 8 * (1 + heads_per_block));
 }
 
 fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, const fc_skinny_attention *f, const char *name,
