@@ -300,7 +300,7 @@ static void test_rule(fc_context *ctx, bool hopper) {
  * by a kernel (an arena buffer) and the projection's result read by one
  * more (tanh): the memory plan may put the result where qkv was, which the
  * fused kernel still reads (fused = -1: fused exactly when they do not
- * overlap, and the case must make them overlap). */
+ * overlap, and the case must make them overlap); 5 as 0 in f16. */
 typedef struct acase {
     const char *name;
     int B, T, H, D;
@@ -314,6 +314,8 @@ static const acase acases[] = {
     {"attention 1 x 7, 12 heads, not causal", 1, 7, 12, 64, false, 0, 2},
     {"attention 4 x 5, 16 heads, not causal", 4, 5, 16, 64, false, 0, 2},
     {"attention 1 x 48, 24 heads, causal (3 heads a block)", 1, 48, 24, 64, true, 0, 3},
+    {"attention 1 x 64, 12 heads, causal, f16", 1, 64, 12, 64, true, 5, 2},
+    {"attention 2 x 9, 16 heads, not causal, f16", 2, 9, 16, 64, false, 5, 2},
     /* Not fused. */
     {"attention with a mask input", 1, 64, 12, 64, false, 1, 0},
     {"attention result returned too", 1, 64, 12, 64, true, 2, 0},
@@ -325,13 +327,14 @@ static const acase acases[] = {
 
 static void attn_ir(char *buf, size_t n, const acase *a) {
     const int B = a->B, T = a->T, H = a->H, D = a->D, W = H * D;
+    const char *t = a->how == 5 ? "f16" : "bf16";
     int at = 0;
     if (a->how == 3)
         at += snprintf(buf + at, n - (size_t)at,
-                       "graph sa(%%q: bf16[%d, %d, %d, %d], %%k: bf16[%d, %d, %d, %d], %%v: bf16[%d, %d, %d, %d], ", B, H, T, D, B,
-                       H, T, D, B, H, T, D);
-    else at += snprintf(buf + at, n - (size_t)at, "graph sa(%%%s: bf16[%d, %d, %d], ", a->how == 4 ? "qin" : "qkv", B, T, 3 * W);
-    at += snprintf(buf + at, n - (size_t)at, "%%w: bf16[%d, %d], %%b: bf16[%d], %%r: bf16[%d, %d, %d]%s) {\n", W, W, W, B, T, W,
+                       "graph sa(%%q: %s[%d, %d, %d, %d], %%k: %s[%d, %d, %d, %d], %%v: %s[%d, %d, %d, %d], ", t, B, H, T, D, t, B,
+                       H, T, D, t, B, H, T, D);
+    else at += snprintf(buf + at, n - (size_t)at, "graph sa(%%%s: %s[%d, %d, %d], ", a->how == 4 ? "qin" : "qkv", t, B, T, 3 * W);
+    at += snprintf(buf + at, n - (size_t)at, "%%w: %s[%d, %d], %%b: %s[%d], %%r: %s[%d, %d, %d]%s) {\n", t, W, W, t, W, t, B, T, W,
                    a->how == 1 ? ", %m: bool[1, 1, 1, 1]" : "");
     if (a->how == 4) at += snprintf(buf + at, n - (size_t)at, "  %%qkv = mul(%%qin, 2.0)\n");
     if (a->how != 3) {
@@ -369,7 +372,8 @@ static void test_attention_rule(fc_context *ctx, bool hopper) {
         fc_program *p = compile(ctx, g);
         CHECK(p != NULL);
         if (p) {
-            const int fused = launches_named(p, "skinny gemm[bias,residual] -> bf16 of attention");
+            const int fused = launches_named(p, a->how == 5 ? "skinny gemm[bias,residual] -> f16 of attention"
+                                                            : "skinny gemm[bias,residual] -> bf16 of attention");
             bool want = hopper && a->fused;
             if (a->fused < 0) {
                 /* Where the memory plan put qkv and the projection's result. */
