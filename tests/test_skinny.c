@@ -45,7 +45,9 @@ static void fill(fc_tensor *t, const fc_value *v, bool model) {
     t->data = calloc((size_t)n, fc_dtype_size(t->dtype));
     const char *name = v->name;
     double lo = -0.5, hi = 0.5;
-    const bool act = name && (!strcmp(name, "x") || !strcmp(name, "qkv") || !strcmp(name, "q") || !strcmp(name, "k") || !strcmp(name, "v"));
+    static const char *const acts[] = {"x", "qkv", "q", "k", "v", "q0", "k0", "v0"};
+    bool act = false;
+    for (size_t i = 0; name && i < sizeof acts / sizeof *acts; i++) act = act || !strcmp(name, acts[i]);
     if (model && act) lo = -1, hi = 1;
     else if (model && name && !strcmp(name, "fc_w")) lo = -0.00346, hi = 0.00346;
     else if (model && t->rank == 2) lo = -0.0346, hi = 0.0346;
@@ -300,7 +302,9 @@ static void test_rule(fc_context *ctx, bool hopper) {
  * by a kernel (an arena buffer) and the projection's result read by one
  * more (tanh): the memory plan may put the result where qkv was, which the
  * fused kernel still reads (fused = -1: fused exactly when they do not
- * overlap, and the case must make them overlap); 5 as 0 in f16. */
+ * overlap, and the case must make them overlap); 5 as 0 in f16; 6 q, k, v
+ * of three buffers [B, T, H D] (three maps over three arguments); 7 qkv
+ * [T, B, 3 H D] (a batch element's rows are not consecutive: not fused). */
 typedef struct acase {
     const char *name;
     int B, T, H, D;
@@ -316,12 +320,14 @@ static const acase acases[] = {
     {"attention 1 x 48, 24 heads, causal (3 heads a block)", 1, 48, 24, 64, true, 0, 3},
     {"attention 1 x 64, 12 heads, causal, f16", 1, 64, 12, 64, true, 5, 2},
     {"attention 2 x 9, 16 heads, not causal, f16", 2, 9, 16, 64, false, 5, 2},
+    {"attention 2 x 16, q, k, v of three buffers", 2, 16, 12, 64, true, 6, 2},
     /* Not fused. */
     {"attention with a mask input", 1, 64, 12, 64, false, 1, 0},
     {"attention result returned too", 1, 64, 12, 64, true, 2, 0},
     {"attention of head-major buffers", 1, 64, 12, 64, true, 3, 0},
     {"attention of head dim 128", 1, 64, 6, 128, true, 0, 0},
     {"attention 1 x 65 (65 rows)", 1, 65, 12, 64, true, 0, 0},
+    {"attention of a [T, B, 3 H D] qkv", 2, 32, 12, 64, true, 7, 0},
     {"attention of a computed qkv, its projection's result reusing qkv's memory", 1, 64, 12, 64, true, 4, -1},
 };
 
@@ -333,17 +339,22 @@ static void attn_ir(char *buf, size_t n, const acase *a) {
         at += snprintf(buf + at, n - (size_t)at,
                        "graph sa(%%q: %s[%d, %d, %d, %d], %%k: %s[%d, %d, %d, %d], %%v: %s[%d, %d, %d, %d], ", t, B, H, T, D, t, B,
                        H, T, D, t, B, H, T, D);
+    else if (a->how == 6)
+        at += snprintf(buf + at, n - (size_t)at, "graph sa(%%q0: %s[%d, %d, %d], %%k0: %s[%d, %d, %d], %%v0: %s[%d, %d, %d], ", t, B,
+                       T, W, t, B, T, W, t, B, T, W);
+    else if (a->how == 7) at += snprintf(buf + at, n - (size_t)at, "graph sa(%%qkv: %s[%d, %d, %d], ", t, T, B, 3 * W);
     else at += snprintf(buf + at, n - (size_t)at, "graph sa(%%%s: %s[%d, %d, %d], ", a->how == 4 ? "qin" : "qkv", t, B, T, 3 * W);
     at += snprintf(buf + at, n - (size_t)at, "%%w: %s[%d, %d], %%b: %s[%d], %%r: %s[%d, %d, %d]%s) {\n", t, W, W, t, W, t, B, T, W,
                    a->how == 1 ? ", %m: bool[1, 1, 1, 1]" : "");
     if (a->how == 4) at += snprintf(buf + at, n - (size_t)at, "  %%qkv = mul(%%qin, 2.0)\n");
     if (a->how != 3) {
-        at += snprintf(buf + at, n - (size_t)at, "  %%q0, %%k0, %%v0 = split(%%qkv, axis=-1, sizes=[%d, %d, %d])\n", W, W, W);
+        if (a->how != 6)
+            at += snprintf(buf + at, n - (size_t)at, "  %%q0, %%k0, %%v0 = split(%%qkv, axis=-1, sizes=[%d, %d, %d])\n", W, W, W);
         static const char *const ops[3] = {"q", "k", "v"};
         for (int i = 0; i < 3; i++)
-            at += snprintf(buf + at, n - (size_t)at,
-                           "  %%%s1 = reshape(%%%s0, shape=[%d, %d, %d, %d])\n  %%%s = permute(%%%s1, perm=[0, 2, 1, 3])\n", ops[i],
-                           ops[i], B, T, H, D, ops[i], ops[i]);
+            at += snprintf(buf + at, n - (size_t)at, "  %%%s1 = reshape(%%%s0, shape=[%d, %d, %d, %d])\n  %%%s = permute(%%%s1, perm=%s)\n",
+                           ops[i], ops[i], a->how == 7 ? T : B, a->how == 7 ? B : T, H, D, ops[i], ops[i],
+                           a->how == 7 ? "[1, 2, 0, 3]" : "[0, 2, 1, 3]");
     }
     at += snprintf(buf + at, n - (size_t)at, "  %%a = attention(%%q, %%k, %%v%s, causal=%s)\n", a->how == 1 ? ", %m" : "",
                    a->causal ? "true" : "false");
@@ -404,6 +415,9 @@ static void test_attention_rule(fc_context *ctx, bool hopper) {
                         snprintf(heads, sizeof heads, ", %d heads ", a->fused);
                         CHECK(strstr(d->src.launches[i].summary, heads) != NULL && strstr(d->src.launches[i].summary, tag) != NULL);
                         CHECK(d->src.launches[i].pdl && d->src.launches[i].ntmaps == 4);
+                        const fc_tmap *m = d->src.launches[i].tmaps;
+                        if (a->how == 6) CHECK(m[0].arg != m[1].arg && m[1].arg != m[2].arg && m[0].arg != m[2].arg);
+                        else CHECK(m[0].arg == m[1].arg && m[1].arg == m[2].arg); /* one qkv buffer */
                     }
             }
         }
