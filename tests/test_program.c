@@ -913,6 +913,8 @@ static void test_attention_switches_in_key(fc_context *ctx) {
     unsetenv("FUSEC_ATTN_L2SECT");
     unsetenv("FUSEC_NORM_PRELOAD");
     unsetenv("FUSEC_ATTN_TMA");
+    unsetenv("FUSEC_SKINNY");
+    unsetenv("FUSEC_SKINNY_ATTN");
     fc_graph *g = g_softmax(ctx);
     const char *plain[4], *plain80[4], *bn64[4], *again[4], *bn96[4], *sm80[4];
     const int n0 = fc_program_extra_nvrtc_options(90, false, plain);
@@ -925,24 +927,20 @@ static void test_attention_switches_in_key(fc_context *ctx) {
     setenv("FUSEC_ATTN_BN", "96", 1);
     const int n3 = fc_program_extra_nvrtc_options(90, false, bn96);
     unsetenv("FUSEC_ATTN_BN");
-    const char *notma[4];
-    setenv("FUSEC_ATTN_TMA", "0", 1);
-    const int n4 = fc_program_extra_nvrtc_options(90, false, notma);
-    unsetenv("FUSEC_ATTN_TMA");
-    const char *noskinny[4];
-    setenv("FUSEC_SKINNY", "0", 1);
-    const int n5 = fc_program_extra_nvrtc_options(90, false, noskinny);
-    unsetenv("FUSEC_SKINNY");
-    const char *noattn[4];
-    setenv("FUSEC_SKINNY_ATTN", "0", 1);
-    const int n6 = fc_program_extra_nvrtc_options(90, false, noattn);
-    unsetenv("FUSEC_SKINNY_ATTN");
-    CHECK_EQ_INT(n6, n0 + 1);
-    if (n6 == n0 + 1) CHECK(strcmp(noattn[n6 - 1], "-DFC_SWITCHES=......0") == 0);
-    CHECK_EQ_INT(n5, n0 + 1);
-    if (n5 == n0 + 1) CHECK(strcmp(noskinny[n5 - 1], "-DFC_SWITCHES=.....0.") == 0);
-    CHECK_EQ_INT(n4, n0 + 1);
-    if (n4 == n0 + 1) CHECK(strcmp(notma[n4 - 1], "-DFC_SWITCHES=....0..") == 0);
+    /* Each switch set to 0 alone: its field of the marker. */
+    static const struct {
+        const char *name, *marker;
+    } zeros[] = {{"FUSEC_ATTN_TMA", "-DFC_SWITCHES=....0.."},
+                 {"FUSEC_SKINNY", "-DFC_SWITCHES=.....0."},
+                 {"FUSEC_SKINNY_ATTN", "-DFC_SWITCHES=......0"}};
+    for (size_t z = 0; z < sizeof zeros / sizeof *zeros; z++) {
+        const char *opts[4];
+        setenv(zeros[z].name, "0", 1);
+        const int n = fc_program_extra_nvrtc_options(90, false, opts);
+        unsetenv(zeros[z].name);
+        CHECK_EQ_INT(n, n0 + 1);
+        if (n == n0 + 1) CHECK(strcmp(opts[n - 1], zeros[z].marker) == 0);
+    }
     CHECK_EQ_INT(n1, n0 + 1);
     CHECK_EQ_INT(n2, n1);
     CHECK_EQ_INT(n3, n1);

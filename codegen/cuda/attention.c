@@ -1268,10 +1268,17 @@ bool fc_cuda_attention_rows(const fc_group *gr, fc_attention_rows *out) {
     return true;
 }
 
-void fc_cuda_emit_attention_templates(fc_strbuf *s, int n) {
+/* The templates' text: the helpers, the tensor-core pieces, the shared
+ * Hopper helpers (fc_wg_*, which wgmma_src uses) and the Hopper kernel's,
+ * each guarded to once a unit. */
+static void emit_templates(fc_strbuf *s) {
     fc_strbuf_printf(s, "%s%s", helpers_src, templates_src);
     fc_cuda_emit_wgmma_helpers(s);
     fc_strbuf_printf(s, "%s", wgmma_src);
+}
+
+void fc_cuda_emit_attention_templates(fc_strbuf *s, int n) {
+    emit_templates(s);
     emit_wgop(s, n, true);
     emit_wgop(s, n, false);
 }
@@ -1466,9 +1473,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
     kt = kt < 1 ? 1 : kt > 64 ? 64 : kt;
 
     fc_strbuf s = {0};
-    fc_strbuf_printf(&s, "%s%s", helpers_src, templates_src);
-    fc_cuda_emit_wgmma_helpers(&s); /* fc_wg_*, which wgmma_src uses (guarded: once a unit) */
-    fc_strbuf_printf(&s, "%s", wgmma_src);
+    emit_templates(&s);
     fc_strbuf_printf(&s, "// attention: %s%s%s, q [%lld x %lld], k/v [%lld], dv %lld, %lld batches, %s kernel\n",
         fc_dtype_name(t), n->a.causal ? ", causal" : "", mask_kind == 1 ? ", bool mask" : mask_kind == 2 ? ", added mask" : "",
         (long long)Sq, (long long)D, (long long)Sk, (long long)Dv, (long long)NB, mma ? "mma" : "row");

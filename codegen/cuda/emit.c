@@ -1651,12 +1651,14 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     }
     for (int i = 0; i < plan->ngroups; i++) fused_into[i] = fused_from[i] = -1;
-    for (int i = 0; i < plan->ngroups; i++)
-        for (int j = i + 1; j < plan->ngroups && plan->groups[i]->kind == FC_GROUP_ATTENTION && fused_into[i] < 0; j++)
-            if (fc_cuda_skinny_attention_plan(plan, plan->groups[i], plan->groups[j], &fused[j])) {
-                fused_into[i] = j;
-                fused_from[j] = i;
-            }
+    for (int i = 0; i < plan->ngroups; i++) {
+        fc_skinny_attention f;
+        if (fc_cuda_skinny_attention_plan(plan, i, &f)) {
+            fused[f.gemm_group] = f;
+            fused_into[i] = f.gemm_group;
+            fused_from[f.gemm_group] = i;
+        }
+    }
     const bool frame = frame_plan(plan);
     if (frame) {
         fc_strbuf_printf(&s, "%s", frame_prelude);

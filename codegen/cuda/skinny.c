@@ -168,13 +168,18 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
 
 /* ---- attention and projection ---------------------------------------------- */
 
-/* Whether value v is read by group `only` alone and is no graph result. */
-static bool read_by_only(const fc_plan *plan, const fc_value *v, const fc_group *only) {
+/* The index of the one group that reads value v, or -1 (none, several, or
+ * v a graph result). */
+static int sole_reader(const fc_plan *plan, const fc_value *v) {
     for (int i = 0; i < plan->g->noutputs; i++)
-        if (plan->g->outputs[i] == v) return false;
+        if (plan->g->outputs[i] == v) return -1;
+    int at = -1;
     for (int i = 0; i < plan->ngroups; i++)
-        if (plan->groups[i] != only && input_index(plan->groups[i], v) >= 0) return false;
-    return true;
+        if (input_index(plan->groups[i], v) >= 0) {
+            if (at >= 0) return -1;
+            at = i;
+        }
+    return at;
 }
 
 /* Position of value v among the launch's arguments args[0 .. *n), appended if new. */
@@ -194,31 +199,29 @@ static bool arena_disjoint(const fc_plan *plan, const fc_value *a, const fc_valu
 
 /* The fused kernel reads the attention group's inputs where the GEMM group
  * runs, later than the memory plan assumed (it saw them read by the
- * attention group): no group from the attention's successor to the GEMM,
- * the GEMM included, may write where they are. */
-static bool inputs_survive(const fc_plan *plan, const fc_group *ga, const fc_group *gg) {
+ * attention group, at position a): no group after a up to the GEMM's
+ * position g, the GEMM included, may write where they are. */
+static bool inputs_survive(const fc_plan *plan, int a, int g) {
     if (!plan->offset) return false;
-    int at = -1;
-    for (int i = 0; i < plan->ngroups && at < 0; i++)
-        if (plan->groups[i] == ga) at = i;
-    if (at < 0) return false;
-    for (int j = at + 1; j < plan->ngroups; j++) {
+    const fc_group *ga = plan->groups[a];
+    for (int j = a + 1; j <= g; j++) {
         const fc_group *gj = plan->groups[j];
-        if (gj->kind != FC_GROUP_ALIAS) /* an alias writes nothing */
-            for (int o = 0; o < gj->noutputs; o++)
-                for (int i = 0; i < ga->ninputs; i++)
-                    if (!arena_disjoint(plan, gj->outputs[o], ga->inputs[i])) return false;
-        if (gj == gg) return true;
+        if (gj->kind == FC_GROUP_ALIAS) continue; /* an alias writes nothing */
+        for (int o = 0; o < gj->noutputs; o++)
+            for (int i = 0; i < ga->ninputs; i++)
+                if (!arena_disjoint(plan, gj->outputs[o], ga->inputs[i])) return false;
     }
-    return false;
+    return true;
 }
 
-bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out) {
+bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attention *out) {
+    const fc_group *ga = plan->groups[a];
     if (!fc_cuda_skinny_attention_enabled() || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
+    const int g = sole_reader(plan, ga->outputs[0]);
+    if (g <= a) return false;
+    const fc_group *gg = plan->groups[g];
     fc_skinny k;
-    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !read_by_only(plan, ga->outputs[0], gg) ||
-        !inputs_survive(plan, ga, gg))
-        return false;
+    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !inputs_survive(plan, a, g)) return false;
     /* The residual, bias or weight being the attention's result too: not this kernel. */
     if (k.w == k.a || k.bias == k.a || k.residual == k.a) return false;
     fc_attention_rows r;
@@ -232,7 +235,7 @@ bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, cons
     if (!hpb || fc_cuda_skinny_attention_smem(hpb, (int)(r.heads / hpb)) > 227 * 1024) return false;
     k.splits = (int)(r.heads / hpb);
     k.slice = (int64_t)hpb * SK_PANEL;
-    if (out) *out = (fc_skinny_attention){.gemm = k, .rows = r, .heads_per_block = hpb};
+    if (out) *out = (fc_skinny_attention){.gemm = k, .rows = r, .heads_per_block = hpb, .gemm_group = g};
     return true;
 }
 

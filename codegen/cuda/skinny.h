@@ -66,10 +66,12 @@ typedef struct fc_skinny_attention {
     fc_skinny gemm;          /* the projection: splits = heads / heads_per_block, slice = 64 heads_per_block */
     fc_attention_rows rows;  /* the attention (codegen/cuda/attention.h) */
     int heads_per_block;
+    int gemm_group;          /* the GEMM group's index in plan->groups */
 } fc_skinny_attention;
 
-/* Whether attention group ga and GEMM group gg of static plan `plan` run as
- * one kernel, and how (*out, may be NULL): gg a skinny GEMM
+/* Whether attention group ga = plan->groups[a] of static plan `plan` runs
+ * inside the GEMM group gg that reads its result, and how (*out, may be
+ * NULL; out->gemm_group is gg's index): gg a skinny GEMM
  * (fc_cuda_skinny_plan) whose A is ga's one output, which no other group
  * reads and the graph does not return; ga an attention as
  * fc_cuda_attention_rows reads it, of head dim 64, the GEMM's dtype, B T =
@@ -77,7 +79,7 @@ typedef struct fc_skinny_attention {
  * group after ga up to gg writing arena memory where ga's inputs are (the
  * kernel reads them at gg's place in the plan, not ga's); unless
  * FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) is in the environment. */
-bool fc_cuda_skinny_attention_plan(const fc_plan *plan, const fc_group *ga, const fc_group *gg, fc_skinny_attention *out);
+bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attention *out);
 
 /* Append the fused kernel `name` (templates as fc_cuda_emit_skinny) and fill
  * l as fc_cuda_emit_skinny does, its arguments too (l->args replaced): the
