@@ -34,7 +34,9 @@
 #               launches (frame, the default), FUSEC_PDL=0 (pdl0), the 128 x
 #               128 tile never split (split0), unaligned rows loaded one element
 #               at a time (gather0), kernels re-pointed at each shape
-#               (params, FUSEC_VARIANT_FRAME=0); sweep-<mode>-<round>.csv per T
+#               (params, FUSEC_VARIANT_FRAME=0), the frame copied before the
+#               launches instead of carried by the first kernel (carry0,
+#               FUSEC_FRAME_CARRY=0); sweep-<mode>-<round>.csv per T
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_CTEST_TIMEOUT (s, default
 # 420), ISSUES_FRAME_MODES (above),
@@ -90,6 +92,7 @@ if on frame; then
             split0) envs=(FUSEC_VGEMM_SPLIT128=0) ;;
             gather0) envs=(FUSEC_VGEMM_GATHER=0) ;;
             params) envs=(FUSEC_VARIANT_FRAME=0) ;;
+            carry0) envs=(FUSEC_FRAME_CARRY=0) ;;
             esac
             env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \
                 build/dynamic_bench sweep 2>&1 | sed "s/RESULT fusec sweep /RESULT fusec sweep[$mode,$round] /"

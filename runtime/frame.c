@@ -11,6 +11,7 @@
 struct fc_frame {
     int words;
     bool pinned;            /* FUSEC_FRAME_PINNED=1: copies from the ring (before session 9) */
+    bool carried;           /* the carrier kernel takes the words: nothing is copied */
     CUdeviceptr table;      /* on the device: what the kernels read */
     uint64_t *next, *last;  /* host: this run's image, and the last one written */
     uint64_t *ring;         /* page-locked: FRAME_RING slots of words words */
@@ -19,12 +20,13 @@ struct fc_frame {
     int slot;               /* the next slot to use */
 };
 
-fc_status fc_frame_create(fc_cuda_device *dev, int words, fc_frame **out) {
+fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame **out) {
     *out = NULL;
     if (words < 1) return fc_set_error(dev->ctx, FC_ERR_USAGE, "fc_frame_create: %d words", words);
     fc_frame *f = calloc(1, sizeof *f);
     if (!f) return fc_set_error(dev->ctx, FC_ERR_NOMEM, "out of memory (a frame)");
     f->words = words;
+    f->carried = carried;
     const size_t bytes = sizeof(uint64_t) * (size_t)words;
     f->next = calloc((size_t)words, sizeof(uint64_t));
     f->last = calloc((size_t)words, sizeof(uint64_t));
@@ -32,7 +34,7 @@ fc_status fc_frame_create(fc_cuda_device *dev, int words, fc_frame **out) {
     if (st == FC_OK) st = fc_cuda_alloc(dev, bytes, &f->table);
     if (st == FC_OK) st = fc_cuda_memset_async(dev, f->table, 0, bytes, NULL);
     if (st == FC_OK) st = fc_cuda_stream_sync(dev, NULL);
-    f->pinned = fc_env_is_one("FUSEC_FRAME_PINNED");
+    f->pinned = !carried && fc_env_is_one("FUSEC_FRAME_PINNED");
     if (st == FC_OK && f->pinned) st = fc_cuda_host_alloc(dev, bytes * FRAME_RING, (void **)&f->ring);
     for (int i = 0; i < FRAME_RING && st == FC_OK && f->pinned; i++) st = fc_cuda_event_create(dev, &f->ev[i]);
     if (st != FC_OK) {
@@ -58,6 +60,8 @@ void fc_frame_free(fc_frame *f, fc_cuda_device *dev) {
 }
 
 CUdeviceptr fc_frame_device(const fc_frame *f) { return f ? f->table : 0; }
+
+const uint64_t *fc_frame_image(const fc_frame *f) { return f && f->carried ? f->next : NULL; }
 
 void fc_frame_fill(const fc_replay_env *e, void *const *inputs, void *const *outputs, uint64_t *image) {
     for (int k = 0; k < e->nsyms; k++) image[k] = (uint64_t)e->syms[k];
@@ -103,6 +107,12 @@ fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *
     int lo, hi;
     if (!fc_frame_diff(f->next, f->last, f->words, &lo, &hi)) return FC_OK;
     const size_t n = sizeof(uint64_t) * (size_t)(hi - lo);
+    if (f->carried) {
+        /* The carrier's launch takes f->next; last only says what changed. */
+        memcpy(f->last + lo, f->next + lo, n);
+        *wrote = true;
+        return FC_OK;
+    }
     /* From the image itself, pageable memory: the driver stages so small a
      * copy before it returns (the image may change at once), ordered on s.
      * No ring slot and no event to record: ~1 us less host time than the

@@ -24,6 +24,13 @@
  * measuring: it costs ~1 us more host time per write.) The program's rule
  * (one caller thread, one stream at a time, as for its arena) covers the
  * frame.
+ *
+ * A carried frame (fc_cuda_src.frame_carried, the default since session
+ * 13): nothing is copied. The variant's first kernel, the carrier, takes
+ * the run's words by value as its second parameter and stores them into
+ * the table for the kernels after it; a run only fills the host image
+ * (fc_frame_image), which the carrier's launch, or its graph node's update
+ * (runtime/replay.c), hands to the driver.
  */
 #ifndef FC_RUNTIME_FRAME_H
 #define FC_RUNTIME_FRAME_H
@@ -33,8 +40,8 @@
 typedef struct fc_frame fc_frame;
 
 /* A frame of `words` words on dev: its device table (zeroed), and with
- * FUSEC_FRAME_PINNED=1 the ring. */
-fc_status fc_frame_create(fc_cuda_device *dev, int words, fc_frame **out);
+ * FUSEC_FRAME_PINNED=1 the ring unless it is carried. */
+fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame **out);
 void fc_frame_free(fc_frame *f, fc_cuda_device *dev); /* NULL is ignored; waits for its copies */
 /* The device table's address (the frame kernels' parameter). */
 CUdeviceptr fc_frame_device(const fc_frame *f);
@@ -50,8 +57,12 @@ bool fc_frame_diff(const uint64_t *a, const uint64_t *b, int n, int *lo, int *hi
 /* Fill this run's frame (fc_frame_fill) and queue on stream s a copy of the
  * words that differ from the last written frame; *wrote says whether any
  * did. On failure the device table is as the last successful write left it
- * (a later run writes again). */
+ * (a later run writes again). A carried frame is filled and compared, and
+ * never copied: the carrier takes fc_frame_image. */
 fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *e, void *const *inputs,
                          void *const *outputs, CUstream s, bool *wrote);
+/* This run's words (after fc_frame_write): a carried frame's carrier
+ * parameter. */
+const uint64_t *fc_frame_image(const fc_frame *f);
 
 #endif

@@ -128,6 +128,7 @@ struct fc_program {
      * graph then never changes: a run writes the frame, not the graph
      * (runtime/frame.h). */
     fc_frame *frame;
+    int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
     uint64_t shared_owner, next_instance_id;
     unsigned shared_gen;
     uint64_t instance_id; /* instance: its id in the variant (from 1) */
@@ -832,6 +833,7 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     }
     d->src.nlaunches = nl;
     d->src.frame_words = v->d.src.frame_words;
+    d->src.frame_carried = v->d.src.frame_carried;
     if (frame) d->src.launches = v->d.src.launches;
     else {
         d->src.launches = (fc_launch *)(void *)(block + at_launches);
@@ -1630,7 +1632,8 @@ static fc_status frame_setup(fc_program *v) {
             l->grid[a] = (unsigned)(n < 1 ? 1 : n);
         }
     }
-    return fc_frame_create(v->dev, v->d.src.frame_words, &v->frame);
+    v->frame_carrier = fc_cuda_src_frame_carrier(&v->d.src);
+    return fc_frame_create(v->dev, v->d.src.frame_words, v->frame_carrier >= 0, &v->frame);
 }
 
 /* Open the device, load the module, resolve the kernels and allocate the
@@ -1732,8 +1735,9 @@ static fc_status ensure_device(fc_program *p) {
 
 static fc_replay_env env_of(const fc_program *p) {
     const fc_frame *f = p->variant ? p->variant->frame : NULL;
-    fc_replay_env e = {p->dev, p->ctx, &p->d, p->func, p->arena, p->blas, p->blas_ws, p->syms, p->nsyms,
-                       fc_frame_device(f)};
+    fc_replay_env e = {p->dev,   p->ctx,  &p->d,         p->func,         p->arena,           p->blas,
+                       p->blas_ws, p->syms, p->nsyms, fc_frame_device(f), fc_frame_image(f), -1};
+    if (e.frame_image) e.frame_carrier = p->variant->frame_carrier;
     return e;
 }
 
@@ -1879,7 +1883,9 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
         if (st == FC_OK) {
             p->stats.graph_captures++;
             fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph: %s, %d programmatic edges", p->d.graph_name,
-                     v->frame ? "frame kernels (never re-pointed)" : "re-pointed at each new shape",
+                     !v->frame                ? "re-pointed at each new shape"
+                     : v->frame_carrier >= 0 ? "frame kernels, the frame carried by the first (its node updated when the frame changes)"
+                                             : "frame kernels (never re-pointed)",
                      fc_replay_programmatic_edges(v->shared_replay));
         } else failed = "building the graph failed";
     } else if (!v->frame && (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen)) {

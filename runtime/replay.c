@@ -27,6 +27,10 @@ struct fc_replay {
     int nin, nslots;
     CUdeviceptr *ptr;
     bool *changed; /* scratch, per slot */
+    /* A carried frame: the carrier's node (index in nodes) and the words
+     * its parameters hold now (ncarried of them); -1 and NULL otherwise. */
+    int carrier_node, ncarried;
+    uint64_t *carried;
 };
 
 /* The caller slot of value id (input i: i; output k: nin + k), or -1 for
@@ -128,6 +132,13 @@ fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, voi
         pa->val[0] = e->frame;
         pa->ptr[0] = &pa->val[0];
         *count = 1;
+        if (i == e->frame_carrier) {
+            /* The words by value: the driver copies them at the launch (or
+             * into the graph node), so the image may change right after. */
+            FC_ASSERT(e->frame_image != NULL);
+            pa->ptr[1] = (void *)e->frame_image;
+            *count = 2;
+        }
         return FC_OK;
     }
     for (int a = 0; a < l->nargs; a++, n++) {
@@ -198,6 +209,7 @@ void fc_replay_free(fc_replay *r, fc_cuda_device *dev) {
     free(r->slot_of);
     free(r->ptr);
     free(r->changed);
+    free(r->carried);
     free(r);
 }
 
@@ -254,7 +266,12 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     r->slot_of = calloc((size_t)total_args + 1, sizeof *r->slot_of);
     r->ptr = calloc((size_t)r->nslots + 1, sizeof *r->ptr);
     r->changed = calloc((size_t)r->nslots + 1, sizeof *r->changed);
-    if (!r->nodes || !r->slot_of || !r->ptr || !r->changed) {
+    r->carrier_node = -1;
+    if (e->frame_image && e->frame_carrier >= 0) {
+        r->ncarried = d->src.frame_words;
+        r->carried = malloc(sizeof(uint64_t) * (size_t)r->ncarried);
+    }
+    if (!r->nodes || !r->slot_of || !r->ptr || !r->changed || (r->ncarried && !r->carried)) {
         fc_replay_free(r, e->dev);
         return FC_ERR_NOMEM;
     }
@@ -287,6 +304,10 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
         } else {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             st = fc_cuda_graph_add_kernel(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node);
+        }
+        if (st == FC_OK && i == e->frame_carrier && r->carried) {
+            r->carrier_node = r->nnodes;
+            memcpy(r->carried, e->frame_image, sizeof(uint64_t) * (size_t)r->ncarried);
         }
         prev = n->node;
         prev_kernel = !n->gemm;
@@ -351,6 +372,15 @@ fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *in
             ++*patched;
         }
         remember_pointers(r, inputs, outputs);
+    }
+    /* The carrier, with this run's words when they differ from its own (a
+     * new shape, new buffers, a moved arena). */
+    const size_t words = sizeof(uint64_t) * (size_t)r->ncarried;
+    if (r->carrier_node >= 0 && memcmp(r->carried, e->frame_image, words)) {
+        fc_status st = patch_node(r, e, &r->nodes[r->carrier_node], inputs, outputs, pa, s);
+        if (st != FC_OK) return st;
+        memcpy(r->carried, e->frame_image, words);
+        ++*patched;
     }
     return fc_cuda_graph_launch(e->dev, r->exec, s);
 }

@@ -46,6 +46,11 @@ typedef struct fc_replay_env {
     /* The frame (runtime/frame.h) of a variant whose kernels take it
      * (fc_launch.frame): their one parameter. 0 otherwise. */
     CUdeviceptr frame;
+    /* A carried frame (fc_cuda_src.frame_carried): this run's words
+     * (d->src.frame_words of them, filled before any launch), the carrier
+     * kernel's second parameter; NULL when the frame is copied. */
+    const uint64_t *frame_image;
+    int frame_carrier; /* the carrier's launch index (fc_cuda_src_frame_carrier), -1 for none */
 } fc_replay_env;
 
 /* Where value id lives in this run: a caller's buffer (inputs, outputs)
@@ -86,7 +91,8 @@ fc_status fc_launch_check_pointers(const fc_replay_env *e, void *const *inputs, 
 
 /*
  * Launch i's parameters into pa: for a frame kernel the frame alone (its
- * pointers and sizes are the frame's words); else the pointers, then the symbol values, then
+ * pointers and sizes are the frame's words), and for the frame's carrier
+ * the words too (e->frame_image, by value); else the pointers, then the symbol values, then
  * the tensor maps (l->tmaps, encoded over this run's pointers), and *n =
  * how many. inputs and outputs are fc_run's. Fails only for a launch with
  * tensor maps: a pointer the copy engine cannot take (not 16-byte aligned
@@ -105,7 +111,8 @@ typedef struct fc_replay fc_replay;
  * program's skinny GEMMs) follows a kernel node before it by a programmatic
  * edge (it may start as that one finishes, and waits for it inside),
  * unless $FUSEC_PDL is 0 or the driver or device cannot. Frame kernels'
- * nodes hold no caller pointer, so fc_replay_launch never patches them.
+ * nodes hold no caller pointer, so fc_replay_launch patches none of them
+ * but a carrier, whose parameters hold the frame's words (e->frame_image).
  * pa: scratch with room for the most parameters of any launch.
  * On failure *out is NULL and ctx says why (the caller runs eagerly and
  * reports the reason).
@@ -115,8 +122,9 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
 /*
  * Launch the graph on stream s after patching the nodes whose caller
  * pointers differ from the last run's (a kernel node with tensor maps gets
- * them encoded again over the new pointers); *patched += how many nodes
- * were patched.
+ * them encoded again over the new pointers), and the frame's carrier when
+ * e->frame_image differs from the words it holds; *patched += how many
+ * nodes were patched.
  */
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
                            fc_launch_params *pa, CUstream s, uint64_t *patched);

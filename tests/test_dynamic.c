@@ -352,31 +352,48 @@ static bool codegen_dynamic(fc_context *ctx, const char *file, fc_graph **g, fc_
 /* Frame entries (codegen/cuda/cuda_codegen.h, fc_launch.frame): a dynamic
  * plan of kernels only gives every kernel one, reading each argument from
  * word nsyms + its value id and each symbol from its own word, then
- * waiting for the kernel before; with a library launch, none. */
-static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src) {
+ * waiting for the kernel before; with a library launch, none. The carried
+ * frame (the default; carried: what the caller expects): the first kernel
+ * takes the words by value too, reads its own from there and stores them
+ * all into the frame; neither it nor the kernel after it is a
+ * programmatic dependent, every later one is. */
+static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src, bool carried) {
     bool kernels_only = true;
     for (int i = 0; i < src->nlaunches; i++) kernels_only &= src->launches[i].kind != FC_LAUNCH_LIBRARY;
     CHECK_EQ_INT(src->frame_words > 0, kernels_only);
+    CHECK_EQ_INT(src->frame_carried, kernels_only && carried);
     const int nsyms = dyn->g->nsyms;
     if (kernels_only) CHECK_EQ_INT(src->frame_words, nsyms + dyn->g->next_value_id);
+    const int carrier = fc_cuda_src_frame_carrier(src);
+    CHECK_EQ_INT(carrier >= 0, src->frame_carried);
+    int kernel = 0; /* kernels so far */
     for (int i = 0; i < src->nlaunches; i++) {
         const fc_launch *l = &src->launches[i];
         if (l->kind != FC_LAUNCH_KERNEL) continue;
         CHECK_EQ_INT(l->frame, kernels_only);
+        CHECK_EQ_INT(i == carrier, src->frame_carried && kernel == 0);
+        if (l->frame) CHECK_EQ_INT(l->pdl, !src->frame_carried || kernel >= 2);
+        kernel++;
         char want[200];
-        snprintf(want, sizeof want, "%s(const long long *__restrict__ fc_frame) {\n", l->name);
+        if (i == carrier)
+            snprintf(want, sizeof want,
+                     "%s(long long *__restrict__ fc_frame, const __grid_constant__ fc_frame_words<%d> fc_fw) {\n"
+                     "  fc_frame_store(fc_frame, fc_fw);\n",
+                     l->name, src->frame_words);
+        else snprintf(want, sizeof want, "%s(const long long *__restrict__ fc_frame) {\n", l->name);
         const char *at = strstr(src->source, want);
         CHECK_EQ_INT(at != NULL, l->frame);
         if (!at) continue;
         const char *end = strstr(at, "\n}\n");
         CHECK(end != NULL);
+        const char *from = i == carrier ? "fc_fw.w" : "fc_frame";
         for (int a = 0; a < l->nargs && end; a++) {
-            snprintf(want, sizeof want, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
+            snprintf(want, sizeof want, "  const long long w%d = %s[%d];\n", a, from, nsyms + l->args[a]);
             const char *w = strstr(at, want);
             CHECK(w != NULL && w < end);
         }
         for (int k = 0; k < l->nsyms && end; k++) {
-            snprintf(want, sizeof want, "  const long long s%d = fc_frame[%d];\n", k, k);
+            snprintf(want, sizeof want, "  const long long s%d = %s[%d];\n", k, from, k);
             const char *w = strstr(at, want);
             CHECK(w != NULL && w < end);
         }
@@ -419,7 +436,7 @@ static void check_frame_fill(fc_context *ctx) {
         for (int i = 0; i < d->nparams && i < 32; i++) in[i] = (void *)(uintptr_t)(0x10000000ull * (uint64_t)(i + 1));
         for (int k = 0; k < d->noutputs && k < 8; k++) out[k] = (void *)(uintptr_t)(0x7000000000ull + 0x1000ull * (uint64_t)k);
         const CUdeviceptr arena = 0x5500000000ull;
-        fc_replay_env e = {NULL, ctx, d, NULL, arena, NULL, 0, vals, g->nsyms, 0x6600000000ull};
+        fc_replay_env e = {NULL, ctx, d, NULL, arena, NULL, 0, vals, g->nsyms, 0x6600000000ull, NULL, -1};
         uint64_t *img = calloc((size_t)d->src.frame_words, sizeof *img);
         char *taken = calloc((size_t)d->src.frame_words, 1);
         fc_frame_fill(&e, in, out, img);
@@ -451,6 +468,23 @@ static void check_frame_fill(fc_context *ctx) {
         CHECK(fc_frame_diff(img, img2, d->src.frame_words, &lo, &hi));
         CHECK(hi - lo == 1 && img2[lo] == 0x7100000000ull);
         CHECK(!fc_frame_diff(img, img, d->src.frame_words, &lo, &hi) && lo == hi);
+        /* The carrier's parameters: the frame's address, then the words
+         * themselves (the image, by value); any other frame kernel's: the
+         * address alone. */
+        CHECK(d->src.frame_carried);
+        e.frame_image = img2;
+        e.frame_carrier = fc_cuda_src_frame_carrier(&d->src);
+        CHECK_EQ_INT(e.frame_carrier, 0);
+        fc_launch_params pa;
+        CHECK_EQ_INT(fc_launch_params_alloc(ctx, 64, &pa), FC_OK);
+        for (int i = 0; pa.block && i < d->src.nlaunches; i++) {
+            int n = -1;
+            CHECK_EQ_INT(fc_launch_args(&e, i, in, out, &pa, &n), FC_OK);
+            CHECK_EQ_INT(n, i == e.frame_carrier ? 2 : 1);
+            CHECK(pa.val[0] == 0x6600000000ull && pa.ptr[0] == &pa.val[0]);
+            if (n == 2) CHECK(pa.ptr[1] == (void *)img2);
+        }
+        fc_launch_params_free(ctx, &pa);
         free(img);
         free(img2);
         free(taken);
@@ -512,6 +546,11 @@ static void check_frame_address_spaces(fc_context *ctx) {
              * by run-time sizes again: 254 64-bit divisions and remainders
              * in this PTX before (63 in the softmax kernel, 255 us of the
              * T = 1024 block on the H200), 130 after (6 in the softmax). */
+            /* The carrier reads its words from its parameter (ld.param,
+             * by a computed address in its store loop), never from a copy
+             * in local memory. */
+            CHECK(strstr(ptx, ".local") == NULL);
+            CHECK(strstr(ptx, "ld.param.u64") != NULL);
             int divs = count_divisions(ptx);
             printf("gpt2_block_bf16 variant PTX: %d 64-bit divisions and remainders\n", divs);
             CHECK(divs <= 140);
@@ -696,7 +735,7 @@ int main(void) {
             }
             /* (mlp is GEMMs with fused epilogues only: no kernel) */
             if (kernels) CHECK(strstr(src.source, "i64 s0") != NULL);
-            check_frame_entries(&dyn, &src);
+            check_frame_entries(&dyn, &src, true);
             int gemms = check_gemm_launches(&dyn, &src);
             if (strstr(ex->file, "mlp") || strstr(ex->file, "block")) CHECK(gemms >= 2);
             fc_bytes cubin = {0};
@@ -757,7 +796,7 @@ int main(void) {
     if (codegen_dynamic(ctx, "examples/mlp.ir", &g, &dyn, &src)) {
         CHECK_EQ_INT(check_gemm_launches(&dyn, &src), 0);
         CHECK(src.source && !strstr(src.source, "fc_gm_run"));
-        check_frame_entries(&dyn, &src); /* library launches: no frame */
+        check_frame_entries(&dyn, &src, true); /* library launches: no frame */
         fc_cuda_src_release(&src);
         fc_plan_release(&dyn);
         fc_graph_free(g);
@@ -781,6 +820,17 @@ int main(void) {
     }
     check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
     unsetenv("FUSEC_VARIANT_FRAME");
+    /* FUSEC_FRAME_CARRY=0: the frame is copied before the launches (no
+     * carrier; every frame kernel a programmatic dependent). */
+    setenv("FUSEC_FRAME_CARRY", "0", 1);
+    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
+        check_frame_entries(&dyn, &src, false);
+        CHECK(src.source && !strstr(src.source, "fc_frame_words"));
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
+    unsetenv("FUSEC_FRAME_CARRY");
     fc_context_free(ctx);
     return check_report("test_dynamic");
 }

@@ -94,6 +94,11 @@ typedef struct fc_cuda_src {
     fc_launch *launches; /* launch order */
     int nlaunches;
     int frame_words; /* > 0: the kernels take the frame (fc_launch.frame), of this many words */
+    /* The first kernel (fc_cuda_src_frame_carrier) carries the frame's
+     * words as its second parameter and stores them into the frame for the
+     * kernels after it (docs/DYNAMIC.md, "The carried frame"); false: the
+     * runtime copies the frame before the launches. */
+    bool frame_carried;
 } fc_cuda_src;
 
 /* Generate the source and launches for `plan`. A dynamic plan
@@ -107,6 +112,9 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out);
  * FC_ERR_INPUT if the grid would exceed the hardware's limits. */
 fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
 void fc_cuda_src_release(fc_cuda_src *s);
+/* The launch index of the frame's carrier (the first kernel) when
+ * s->frame_carried, else -1. */
+int fc_cuda_src_frame_carrier(const fc_cuda_src *s);
 /* The opening of launch l's kernel, up to its parameters, for blocks of
  * `block` threads (min_blocks: __launch_bounds__'s blocks per SM, 0 for
  * none), which it records in l: its entry point `extern "C" __global__

@@ -1587,19 +1587,63 @@ static const char frame_prelude[] =
 
 /* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
  * of the frame are loaded first, then it waits for the kernel before, so
- * that under a programmatic launch the loads overlap that kernel's end. */
-static void frame_entry(fc_strbuf *s, fc_launch *l, int nsyms) {
+ * that under a programmatic launch the loads overlap that kernel's end.
+ *
+ * The carrier (the plan's first kernel, when the frame is carried: see
+ * frame_carry) takes the frame's words by value as well, a
+ * __grid_constant__ parameter the runtime sets with the launch (a graph
+ * node's parameters: cuGraphExecKernelNodeSetParams), reads its own words
+ * from there, and its block 0 stores them all into the frame for the
+ * kernels after it. So a new shape or new pointers cost the host one
+ * parameter update instead of a copy before the launch (docs/DYNAMIC.md,
+ * "The carried frame"). The kernel after the carrier must then not start
+ * before the carrier ends (it reads the frame before it waits): neither
+ * is a programmatic dependent. */
+static void frame_entry(fc_strbuf *s, fc_launch *l, int nsyms, int carried_words) {
     char b[48];
-    l->pdl = true; /* it waits (fc_grid_wait) before its body */
-    fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(const long long *__restrict__ fc_frame) {\n",
-                     launch_bounds(l, b, sizeof b), l->name);
+    const bool carrier = carried_words > 0;
+    l->pdl = !carrier; /* it waits (fc_grid_wait) before its body */
+    if (carrier) {
+        fc_strbuf_printf(s,
+                         "extern \"C\" __global__ void %s %s(long long *__restrict__ fc_frame, "
+                         "const __grid_constant__ fc_frame_words<%d> fc_fw) {\n",
+                         launch_bounds(l, b, sizeof b), l->name, carried_words);
+        fc_strbuf_printf(s, "  fc_frame_store(fc_frame, fc_fw);\n");
+    } else
+        fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(const long long *__restrict__ fc_frame) {\n",
+                         launch_bounds(l, b, sizeof b), l->name);
+    const char *from = carrier ? "fc_fw.w" : "fc_frame";
     for (int a = 0; a < l->nargs; a++)
-        fc_strbuf_printf(s, "  const long long w%d = fc_frame[%d];\n", a, nsyms + l->args[a]);
-    for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = fc_frame[%d];\n", k, k);
+        fc_strbuf_printf(s, "  const long long w%d = %s[%d];\n", a, from, nsyms + l->args[a]);
+    for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = %s[%d];\n", k, from, k);
     fc_strbuf_printf(s, "  fc_grid_wait();\n  %s_main(", l->name);
     for (int a = 0; a < l->nargs; a++) fc_strbuf_printf(s, "%sfc_fp{w%d}", a ? ", " : "", a);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "%ss%d", l->nargs + k ? ", " : "", k);
     fc_strbuf_printf(s, ");\n}\n\n");
+}
+
+/* The frame's words as one kernel parameter (the carrier's, above), and
+ * block 0's store of them into the frame. */
+static const char frame_carry_prelude[] =
+    "template <int N> struct fc_frame_words {\n  long long w[N];\n};\n"
+    "template <int N>\n"
+    "static __device__ __forceinline__ void fc_frame_store(long long *t, const fc_frame_words<N> &fw) {\n"
+    "  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {\n"
+    "    const int n = blockDim.x * blockDim.y * blockDim.z;\n"
+    "    for (int i = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); i < N; i += n) t[i] = fw.w[i];\n"
+    "  }\n}\n\n";
+
+/* The most bytes of words the carrier takes: with the frame's address,
+ * within the 4 KiB of parameters every CUDA 12 driver accepts. */
+#define FRAME_CARRY_MAX_WORDS 500
+
+/* Whether a frame plan's frame of `words` words is carried by its first
+ * kernel (frame_entry): it fits in the carrier's parameters, and
+ * $FUSEC_FRAME_CARRY is not 0 (read here, so it is in the source and the
+ * kernel-cache key; 0 copies the frame from the host before the launch, as
+ * before session 13). */
+static bool frame_carry(int words) {
+    return words <= FRAME_CARRY_MAX_WORDS && !fc_env_is_zero("FUSEC_FRAME_CARRY");
 }
 
 /* A library group (a gemm or matmul) that a dynamic plan runs as a
@@ -1625,6 +1669,14 @@ static bool frame_plan(const fc_plan *plan) {
         if (gr->kind == FC_GROUP_ATTENTION || (gr->kind == FC_GROUP_LIBRARY && !generated_gemm(plan, gr))) return false;
     }
     return true;
+}
+
+/* Frame launch l of out, just made: the words it carries (the frame's, if
+ * it is the first kernel and the frame is carried), else 0. */
+static int carrier_words(fc_cuda_src *out, fc_launch *l, bool carry) {
+    if (!carry || out->frame_carried) return 0;
+    out->frame_carried = true;
+    return out->frame_words;
 }
 
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
@@ -1660,9 +1712,12 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
     }
     const bool frame = frame_plan(plan);
+    bool carry = false; /* whether the first kernel is to carry the frame */
     if (frame) {
         fc_strbuf_printf(&s, "%s", frame_prelude);
         out->frame_words = g->nsyms + g->next_value_id;
+        carry = frame_carry(out->frame_words);
+        if (carry) fc_strbuf_printf(&s, "%s", frame_carry_prelude);
     }
     if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
         st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
@@ -1681,7 +1736,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             fc_launch *bl = &out->launches[out->nlaunches++];
             bl->frame = frame;
             st = batched_launch(plan, gi, end, &s, bl);
-            if (!st && frame) frame_entry(&s, bl, g->nsyms);
+            if (!st && frame) frame_entry(&s, bl, g->nsyms, carrier_words(out, bl, carry));
             gi = end;
             continue;
         }
@@ -1709,7 +1764,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
-            if (!st && frame) frame_entry(&s, l, g->nsyms);
+            if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, l, carry));
             continue;
         }
         if (fused_from[gi] >= 0) { /* codegen/cuda/skinny.c */
@@ -1767,7 +1822,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         if (!st && k.oom) st = FC_ERR_NOMEM;
         if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
-        if (!st && frame) frame_entry(&s, l, g->nsyms);
+        if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, l, carry));
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         free(k.memo);
         free(k.cm);
@@ -1777,6 +1832,14 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     free(fused_into);
     free(fused_from);
     free(fused);
+    /* The kernel after the carrier reads the frame before it waits: it
+     * starts when the carrier has ended (a plain edge), never during. */
+    const int carrier = out->frame_carried ? fc_cuda_src_frame_carrier(out) : -1;
+    for (int i = carrier + 1; carrier >= 0 && i < out->nlaunches; i++)
+        if (out->launches[i].kind == FC_LAUNCH_KERNEL) {
+            out->launches[i].pdl = false;
+            break;
+        }
     if (!st && s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     if (st) {
         free(s.buf);
@@ -1785,6 +1848,13 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     }
     out->source = s.buf;
     return FC_OK;
+}
+
+int fc_cuda_src_frame_carrier(const fc_cuda_src *s) {
+    if (!s->frame_carried) return -1;
+    for (int i = 0; i < s->nlaunches; i++)
+        if (s->launches[i].kind == FC_LAUNCH_KERNEL) return i;
+    return -1;
 }
 
 void fc_cuda_src_release(fc_cuda_src *s) {
