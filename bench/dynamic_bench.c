@@ -35,6 +35,10 @@
  *            back. TRACE_IR (examples/gpt2_block_bf16.ir) and TRACE_BIND
  *            ("B=1,T=64") say what; FUSEC_GEMM_PICK picks cuBLASLt's
  *            candidates (docs/GEMM.md)
+ *   ab       the variant's sweep (T = 1..1024, each new) in two builds of
+ *            the variant in one process, A compiled under $AB_ENV (e.g.
+ *            FUSEC_FRAME_CARRY=0) and B without, T by T, the order
+ *            alternating: first call and steady call of each (bench_ab)
  *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
  *            variant only), the variant's GEMM as cuBLASLt
  *            (FUSEC_VARIANT_GEMM=cublaslt) and as the generated kernel, at
@@ -921,6 +925,110 @@ done:
 static void bench_trace(void) { printf("RESULT fusec trace error=\"built without CUPTI\"\n"); }
 #endif
 
+/* ---- A/B of two builds of the variant in one process ---------------------------- */
+
+/* The GPT-2 block's variant compiled twice, A with the environment
+ * settings of $AB_ENV (NAME=VALUE[,NAME=VALUE...], set while it compiles and
+ * runs, e.g. FUSEC_FRAME_CARRY=0: a switch read when the variant is
+ * compiled) and B without, each T from 1 to 1024 new to both: the first
+ * call of A and of B (the order alternating with T), then a steady call of
+ * each (call + synchronize, median of 7, alternating). The host's speed
+ * drifts by 2x between sweeps of one device call (docs/PERF.md, "Session
+ * 10"); within one T both builds see the same host. Per build: first /
+ * steady call (median, p90, below T = 64, T's over 1.1x) and the first
+ * call's extra host time. */
+typedef struct ab_side {
+    fc_program *p;
+    double first[1024], host[1024], steady[1024], steady_host[1024];
+} ab_side;
+
+static void ab_env(const char *spec, bool set) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec ? spec : "");
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        if (!eq) continue;
+        *eq = 0;
+        if (set) setenv(tok, eq + 1, 1);
+        else unsetenv(tok);
+    }
+}
+
+static void ab_first(ab_side *a, sweep_bufs *s, int64_t T, const char *env) {
+    ab_env(env, true);
+    double host;
+    a->first[T - 1] = shaped_call_host_ms(a->p, s, &host);
+    a->host[T - 1] = host;
+    ab_env(env, false);
+}
+
+static void ab_steady(ab_side *a, ab_side *b, sweep_bufs *s, int64_t T, const char *env) {
+    double ta[7], ha[7], tb[7], hb[7];
+    for (int r = 0; r < 7; r++) {
+        ab_env(env, true);
+        ta[r] = shaped_call_host_ms(a->p, s, &ha[r]);
+        ab_env(env, false);
+        tb[r] = shaped_call_host_ms(b->p, s, &hb[r]);
+    }
+    a->steady[T - 1] = fc_median(ta, 7);
+    a->steady_host[T - 1] = fc_median(ha, 7);
+    b->steady[T - 1] = fc_median(tb, 7);
+    b->steady_host[T - 1] = fc_median(hb, 7);
+}
+
+static void ab_report(const char *name, const ab_side *a) {
+    static double r[1024], x[1024];
+    static int64_t ts[1024];
+    for (int i = 0; i < 1024; i++) {
+        r[i] = a->first[i] / a->steady[i];
+        x[i] = (a->host[i] - a->steady_host[i]) * 1e3;
+        ts[i] = i + 1;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "ab[%s] first_over_call", name);
+    print_ratio_spread(what, r, 1024, ts);
+    snprintf(what, sizeof what, "ab[%s] first_over_call_T_below_64", name);
+    print_ratio_spread(what, r, 63, ts);
+    printf("RESULT fusec sweep ab[%s] extra_host_us median=%.2f p90=%.2f steady_call_ms median=%.4f steady_host_us "
+           "median=%.2f\n",
+           name, quantile(x, 1024, 0.5), quantile(x, 1024, 0.9), fc_median((double *)a->steady, 1024),
+           quantile(a->steady_host, 1024, 0.5) * 1e3);
+}
+
+static void bench_ab(void) {
+    const char *env = getenv("AB_ENV");
+    static ab_side a, b;
+    fc_graph *ga = NULL, *gb = NULL;
+    fc_compile_options o;
+    ab_env(env, true);
+    a.p = gpt2_variant(&ga, &o);
+    ab_env(env, false);
+    b.p = gpt2_variant(&gb, &o);
+    sweep_bufs s;
+    sweep_alloc(a.p, &s, 1024);
+    sweep_set_t(&s, 1024);
+    ab_first(&a, &s, 1024, env); /* each program's first call (device, module, graph), left out */
+    ab_first(&b, &s, 1024, NULL);
+    for (int64_t T = 1; T <= 1024; T++) {
+        sweep_set_t(&s, T);
+        if (T % 2) {
+            ab_first(&a, &s, T, env);
+            ab_first(&b, &s, T, NULL);
+        } else {
+            ab_first(&b, &s, T, NULL);
+            ab_first(&a, &s, T, env);
+        }
+        ab_steady(&a, &b, &s, T, env);
+    }
+    ab_report(env ? env : "A", &a);
+    ab_report("default", &b);
+    fc_program_free(a.p);
+    fc_program_free(b.p);
+    sweep_free(&s);
+    fc_graph_free(ga);
+    fc_graph_free(gb);
+}
+
 int main(int argc, char **argv) {
     ctx = fc_context_new();
     if (fc_cuda_device_open(ctx, 0, &dev) != FC_OK) DIE("no CUDA device");
@@ -938,8 +1046,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "variant")) bench_variant();
         else if (!strcmp(w, "regraph")) bench_regraph();
         else if (!strcmp(w, "trace")) bench_trace();
+        else if (!strcmp(w, "ab")) bench_ab();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace ab)\n", w);
             return 2;
         }
         fflush(stdout);

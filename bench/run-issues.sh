@@ -37,7 +37,10 @@
 #               (params, FUSEC_VARIANT_FRAME=0), the frame copied before the
 #               launches instead of carried by the first kernel (carry0,
 #               FUSEC_FRAME_CARRY=0); sweep-<mode>-<round>.csv per T
-# Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame vgemm torch attn"),
+#   ab.log      dynamic_bench ab, two rounds: the variant's sweep in two builds
+#               in one process, T by T (A under ISSUES_AB_ENV, default
+#               FUSEC_FRAME_CARRY=0; B the default)
+# Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame ab vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_CTEST_TIMEOUT (s, default
 # 420), ISSUES_FRAME_MODES (above),
 # ISSUES_DYN (dynamic_bench
@@ -100,6 +103,15 @@ if on frame; then
     done >"$OUT/frame.log" 2>&1
     echo "frame sweeps: rc=$?"
 fi
+if on ab; then
+    # Two builds of the variant in one process, T by T (dynamic_bench ab):
+    # A under ISSUES_AB_ENV (default FUSEC_FRAME_CARRY=0), B the default.
+    for round in 1 2; do
+        AB_ENV=${ISSUES_AB_ENV:-FUSEC_FRAME_CARRY=0} timeout 150 build/dynamic_bench ab 2>&1 |
+            sed "s/RESULT fusec sweep ab\[/RESULT fusec sweep ab$round[/"
+    done >"$OUT/ab.log" 2>&1
+    echo "ab: rc=$?"
+fi
 if on vgemm; then
     {
         timeout 90 build/dynamic_bench vgemm
@@ -134,6 +146,8 @@ echo "=== issue 7: the variant's sweep in each build (ISSUES_FRAME_MODES)"
 grep -h "RESULT fusec sweep\[" "$OUT/frame.log" 2>/dev/null |
     grep -E "first_over_call |first_over_call_T_below|second_over_call|extra_host|dynamic_all_T |new_shape_host" |
     sed -E 's/RESULT fusec sweep//' | cut -c1-230
+echo "=== issue 7: two builds of the variant, T by T in one process (ab)"
+grep -h "RESULT fusec sweep ab" "$OUT/ab.log" 2>/dev/null | sed -E 's/RESULT fusec sweep //' | cut -c1-200
 echo "=== variant GEMMs (us: cuBLASLt / generated; split0: the 128 x 128 tile never split)"
 grep -h "RESULT fusec vgemm" "$OUT/vgemm.log" 2>/dev/null |
     sed -E 's/RESULT fusec vgemm //; s/cublaslt_us=//; s/generated_us=//; s/ generated_over_cublaslt=[^ ]*//; s/ generated_tflops=/ tf=/; s/ cublaslt_tflops=[^ ]*//' | cut -c1-120

@@ -688,16 +688,22 @@ static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
 /* A variant of kernels only runs every shape through one graph, built at
  * its first run, and right every time, including a shape that comes back
  * after another and an instance evicted and made again (more shapes than
- * the variant keeps). With frame kernels (the default) the graph never
- * changes: each run whose shape or buffers differ writes the frame. With
+ * the variant keeps). With frame kernels (the default) each run whose
+ * shape or buffers differ writes the frame: carried (the default), its
+ * first kernel's node alone is patched with the new words; copied
+ * (FUSEC_FRAME_CARRY=0, carried false), the graph never changes. With
  * FUSEC_VARIANT_FRAME=0 the graph is re-pointed (each node's grid and
  * sizes) whenever the shape differs from the one it holds, and patched for
  * new buffers. */
-static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, bool frame) {
+static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, bool frame, bool carried) {
     if (!frame) setenv("FUSEC_VARIANT_FRAME", "0", 1);
+    if (!carried) setenv("FUSEC_FRAME_CARRY", "0", 1);
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
-    if (!frame) unsetenv("FUSEC_VARIANT_FRAME");
+    unsetenv("FUSEC_VARIANT_FRAME");
+    unsetenv("FUSEC_FRAME_CARRY");
     if (!p) return;
+    const fc_program *v = fc_dynamic_variant(fc_program_dynamic(p));
+    CHECK(v && fc_program_desc_of(v)->src.frame_carried == (frame && carried));
     /* 37 twice in a row (no re-pointing), back to 37 after others, and
      * ten distinct shapes in all, past the 8 instances kept. */
     static const int64_t rows[] = {37, 37, 1, 256, 37, 5, 9, 12, 700, 3, 64, 2, 37, 37};
@@ -714,7 +720,7 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     fc_program_stats(p, &s);
     printf("shared variant graph (%s): runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, frame writes %llu, "
            "replays %llu, patches %llu, skips %llu%s%s\n",
-           frame ? "frame" : "re-pointed", (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
+           !frame ? "re-pointed" : carried ? "frame, carried" : "frame, copied", (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
            (unsigned long long)s.graph_captures, (unsigned long long)s.graph_reshapes,
            (unsigned long long)s.frame_writes, (unsigned long long)s.graph_replays,
            (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason[0] ? ": " : "",
@@ -724,10 +730,11 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     CHECK_EQ_INT(s.graph_replays, NRUNS);
     CHECK_EQ_INT(s.graph_skips, 0);
     if (frame) {
-        /* Never re-pointed nor patched; every change of shape writes the
-         * frame (each run here has new buffers, so most runs do). */
+        /* Never re-pointed; every change of shape writes the frame (each
+         * run here has new buffers, so most runs do), which patches the
+         * carrier's node, but at the first run (the graph's build). */
         CHECK_EQ_INT(s.graph_reshapes, 0);
-        CHECK_EQ_INT(s.graph_patches, 0);
+        CHECK_EQ_INT(s.graph_patches, carried ? s.frame_writes - 1 : 0);
         CHECK(s.frame_writes >= reshapes + 1 && s.frame_writes <= NRUNS);
     } else {
         /* At least every change of shape; the arena grows (moves) at most a
@@ -1169,8 +1176,9 @@ static void test_gpu(fc_context *ctx) {
         CHECK_EQ_INT(st.graph_reshapes, 0);
         CHECK_EQ_INT(st.frame_writes, 2);
         fc_program_free(p);
-        test_shared_variant_graph(ctx, dev, g, true);
-        test_shared_variant_graph(ctx, dev, g, false);
+        test_shared_variant_graph(ctx, dev, g, true, true);
+        test_shared_variant_graph(ctx, dev, g, true, false);
+        test_shared_variant_graph(ctx, dev, g, false, true);
         test_frame_writes(ctx, dev, g);
         test_frame_eager(ctx, dev, g);
     }
