@@ -663,6 +663,8 @@ static void print_help(void) {
         "  FUSEC_GEMM_TUNE=1     (library) choose cuBLASLt algorithms by timing the\n"
         "                        heuristic's first 8 candidates (off: slower in a\n"
         "                        program's graph at small sizes; docs/GEMM.md)\n"
+        "  FUSEC_FRAME_CARRY=0   (library) a dynamic variant's frame is copied before\n"
+        "                        the launches, not carried by its first kernel\n"
         "  FUSEC_FRAME_PINNED=1  (library) a dynamic variant's frame is copied from a\n"
         "                        page-locked ring, not its pageable image (measuring)\n"
         "  FUSEC_SPEC_LEASE=0    (library) each specialization opens its own stream and\n"
