@@ -398,6 +398,22 @@ static void bench_sweep(void) {
      * creates the cuBLASLt handle: once per program, reported apart. */
     sweep_set_t(&s, 1024);
     printf("RESULT fusec sweep first_call_of_program_ms=%.3f\n", shaped_call_ms(dyn, &s));
+    {
+        /* The same with the largest shape declared first (fc_program_reserve:
+         * the arena mapped, the variant's graph built and uploaded): the
+         * first call is then a replay, against a steady call of that T. */
+        fc_graph *g2 = NULL;
+        fc_compile_options o2;
+        fc_program *p2 = gpt2_variant(&g2, &o2);
+        double r0 = now_us();
+        if (fc_program_reserve(p2, (fc_binding[]){{"T", 1024}}, 1) != FC_OK) DIE("fc_program_reserve");
+        double reserve = (now_us() - r0) * 1e-3, first = shaped_call_ms(p2, &s), one[9], h;
+        for (int r = 0; r < 9; r++) one[r] = shaped_call_host_ms(p2, &s, &h);
+        printf("RESULT fusec sweep reserve_ms=%.3f first_call_after_reserve_ms=%.4f steady_call_ms=%.4f (T = 1024)\n",
+               reserve, first, fc_median(one, 9));
+        fc_program_free(p2);
+        fc_graph_free(g2);
+    }
     /* 1. The dynamic variant alone, every T: first call and steady state. */
     double worst_first = 0, worst_ratio = 0;
     int64_t worst_t = 0;

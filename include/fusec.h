@@ -429,7 +429,9 @@ fc_status fc_program_wait_specializations(fc_program *p);
  * product of the symbols, a shape within these values needs no more; one
  * that does (a larger value) grows the memory as before (counted in
  * arena_grows). Opens the device and loads the variant's module if no run
- * has yet. FC_ERR_USAGE for a name the graph has no symbol of, a symbol
+ * has yet, and builds the variant's CUDA Graph (a variant of kernels only:
+ * one graph for every shape) with the largest shape's instance, so that
+ * the first run replays it as any new shape's run does. FC_ERR_USAGE for a name the graph has no symbol of, a symbol
  * not given, or a value below 1; FC_OK with nothing to do for a static
  * program, or a dynamic one without a variant (each shape then has its
  * own specialization, sized for it).
@@ -478,8 +480,9 @@ typedef struct fc_run_stats {
     double arena_ahead_ms;       /* their time, in all (the background thread's) */
     /* CUDA Graphs, over the program (and its specializations). */
     uint64_t graph_captures;     /* graphs built and instantiated */
-    uint64_t graph_prebuilt;     /* of those, built by the background thread before the
-                                  * specialization's first run (docs/DYNAMIC.md) */
+    uint64_t graph_prebuilt;     /* of those, built before their first run: by the background
+                                  * thread for a specialization, by fc_program_reserve for the
+                                  * dynamic variant (docs/DYNAMIC.md) */
     double graph_build_ms;       /* host time spent building them, and re-pointing a variant's
                                   * graph at new shapes (graph_reshapes), in all */
     uint64_t graph_replays;      /* runs that launched a graph */

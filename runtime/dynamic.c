@@ -592,7 +592,19 @@ fc_status fc_program_reserve(fc_program *p, const fc_binding *largest, int n) {
     for (int k = 0; k < d->nsyms; k++)
         if (!key[k]) return fc_set_error(d->ctx, FC_ERR_USAGE, "fc_program_reserve: symbol %s is not given", d->sym[k]);
     if (!d->variant) return FC_OK;
-    return fc_program_reserve_arena(d->variant, key, d->nsyms);
+    fc_status st = fc_program_reserve_arena(d->variant, key, d->nsyms);
+    if (st != FC_OK) return st;
+    /* And the variant's graph, from the largest shape's instance (kept:
+     * a shape like any other), so that the first run only replays it. */
+    fc_program *inst = NULL, *evicted = NULL;
+    bool made = false;
+    st = get_instance(d, key, &inst, &evicted, &made);
+    if (evicted) {
+        add_graph_stats(&d->gone, fc_program_stats_ref(evicted));
+        fc_program_free(evicted);
+    }
+    if (st != FC_OK) return st;
+    return fc_program_prebuild_shared_graph(inst);
 }
 
 void fc_dynamic_free(fc_dynamic *d) {

@@ -1919,6 +1919,42 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
     return FC_OK;
 }
 
+fc_status fc_program_prebuild_shared_graph(fc_program *inst) {
+    fc_program *v = inst->variant;
+    if (!v) return fc_set_error(inst->ctx, FC_ERR_USAGE, "fc_program_prebuild_shared_graph: not an instance");
+    fc_status st = ensure_device(inst);
+    if (st != FC_OK) return st;
+    if (!inst->graphs_decided) decide_graphs(inst);
+    if (!v->frame || !v->shared_graph || inst->replay_off || v->shared_replay) return FC_OK;
+    /* No caller's buffers yet: frame kernels' nodes hold none, and the
+     * carrier's words (made with NULL for them) differ from the first
+     * run's, which updates its node. */
+    const int np = inst->d.nparams, no = inst->d.noutputs;
+    void **none = calloc((size_t)(np + no) + 1, sizeof *none);
+    if (!none) return fc_set_error(inst->ctx, FC_ERR_NOMEM, "out of memory (a graph)");
+    fc_replay_env e = env_of(inst);
+    CUstream s = inst->dev->stream;
+    bool wrote = false;
+    st = fc_frame_write(v->frame, inst->dev, &e, none, none + np, s, &wrote);
+    const double t = fc_now_ms();
+    if (st == FC_OK) st = fc_replay_build(&e, none, none + np, &inst->args, s, &v->shared_replay);
+    if (st == FC_OK) st = fc_replay_upload(v->shared_replay, inst->dev, s);
+    if (st == FC_OK) st = fc_cuda_stream_sync(inst->dev, s);
+    inst->stats.graph_build_ms += fc_now_ms() - t;
+    free(none);
+    if (st != FC_OK) {
+        /* The first run tries again (and reports what it meets). */
+        fc_replay_free(v->shared_replay, inst->dev);
+        v->shared_replay = NULL;
+        return st;
+    }
+    inst->stats.graph_captures++;
+    inst->stats.graph_prebuilt++;
+    fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph built ahead of its first run (fc_program_reserve)",
+             inst->d.graph_name);
+    return FC_OK;
+}
+
 /* The launches as a CUDA Graph (runtime/replay.c), built at the second run
  * (the first runs eagerly: it makes cuBLASLt's choices and concatenated
  * weights, which a capture must not allocate). FC_ERR_UNSUPPORTED: run

@@ -360,6 +360,14 @@ void fc_program_use_lease(fc_program *p, fc_device_lease *l);
  * its need (fc_program_reserve): opens the device and loads the module if
  * no run has yet. Shapes within it then grow nothing, ahead or not. */
 fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms);
+/* A variant of frame kernels: its one graph (the shared graph every shape
+ * replays) built, instantiated and uploaded now, from instance inst,
+ * before any run, so that the program's first run costs what a new
+ * shape's does (fc_program_reserve). Opens the device and loads the module
+ * if no run has yet. FC_OK with nothing to do when the variant has no
+ * frame, graphs are off, or the graph exists; on failure the first run
+ * builds it as usual. */
+fc_status fc_program_prebuild_shared_graph(fc_program *inst);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);

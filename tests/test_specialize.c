@@ -1077,7 +1077,9 @@ static void test_arena_ahead(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) 
 
 /* fc_program_reserve with the largest shape (T = 1024): one growth, the
  * reserve's; then no shape within it grows the arena, on the caller's
- * thread or ahead of need; results right. */
+ * thread or ahead of need; results right. The variant's graph (frame
+ * kernels) is built by the reserve, before any run: no run builds
+ * another, the first run only replays it. */
 static void test_reserve(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
     if (!p) return;
@@ -1085,13 +1087,20 @@ static void test_reserve(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
     fc_run_stats s;
     fc_program_stats(p, &s);
     CHECK_EQ_INT(s.arena_grows, 1);
+    CHECK_EQ_INT(s.graph_captures, 1);
+    CHECK_EQ_INT(s.graph_prebuilt, 1);
+    CHECK_EQ_INT(s.graph_replays, 0);
     static const int64_t ts[5] = {777, 1024, 1, 500, 1000};
     for (int i = 0; i < 5; i++) {
         run_block_at(ctx, dev, p, g, ts[i], "reserved");
         fc_program_stats(p, &s);
         CHECK_EQ_INT(s.arena_grows, 1);
         CHECK_EQ_INT(s.arena_grows_ahead, 0);
+        if (i == 0) CHECK_EQ_INT(s.graph_replays, 1);
     }
+    /* The variant's one graph (specializations that landed meanwhile build
+     * their own: counted apart, as prebuilt). */
+    CHECK_EQ_INT(s.graph_captures - s.graph_prebuilt, 0);
     fc_program_free(p);
 }
 
