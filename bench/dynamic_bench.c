@@ -35,6 +35,8 @@
  *            back. TRACE_IR (examples/gpt2_block_bf16.ir) and TRACE_BIND
  *            ("B=1,T=64") say what; FUSEC_GEMM_PICK picks cuBLASLt's
  *            candidates (docs/GEMM.md)
+ *   reserve  the variant's first call after fc_program_reserve (T = 1024),
+ *            three programs (also at the start of sweep)
  *   ab       the variant's sweep (T = 1..1024, each new) in two builds of
  *            the variant in one process, A compiled under $AB_ENV (e.g.
  *            FUSEC_FRAME_CARRY=0) and B without, T by T, the order
@@ -383,6 +385,41 @@ static void sweep_free(sweep_bufs *s) {
     fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s->out[0].data);
 }
 
+/* The sweep's program's first call with the largest shape declared first
+ * (fc_program_reserve: the arena mapped, the variant's graph built and
+ * uploaded): the first call is then a replay, against a second and a
+ * steady call of that T (T = 1024), each with its host part. */
+static void reserve_first_call(sweep_bufs *s) {
+    sweep_set_t(s, 1024);
+    fc_graph *g2 = NULL;
+    fc_compile_options o2;
+    fc_program *p2 = gpt2_variant(&g2, &o2);
+    double r0 = now_us();
+    if (fc_program_reserve(p2, (fc_binding[]){{"T", 1024}}, 1) != FC_OK) DIE("fc_program_reserve");
+    double reserve = (now_us() - r0) * 1e-3, first_host, second_host, one[9], one_host[9];
+    double first = shaped_call_host_ms(p2, s, &first_host), second = shaped_call_host_ms(p2, s, &second_host);
+    for (int r = 0; r < 9; r++) one[r] = shaped_call_host_ms(p2, s, &one_host[r]);
+    printf("RESULT fusec sweep reserve_ms=%.3f first_call_after_reserve_ms=%.4f (host %.1f us) second_ms=%.4f "
+           "(host %.1f us) steady_call_ms=%.4f (host %.1f us) (T = 1024)\n",
+           reserve, first, first_host * 1e3, second, second_host * 1e3, fc_median(one, 9), fc_median(one_host, 9) * 1e3);
+    fc_program_free(p2);
+    fc_graph_free(g2);
+}
+
+/* reserve: reserve_first_call three times (each a new program; the kernel
+ * cache is warm after the first). */
+static void bench_reserve(void) {
+    fc_graph *g = NULL;
+    fc_compile_options o;
+    fc_program *p = gpt2_variant(&g, &o);
+    sweep_bufs s;
+    sweep_alloc(p, &s, 1024);
+    for (int i = 0; i < 3; i++) reserve_first_call(&s);
+    sweep_free(&s);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void bench_sweep(void) {
     fc_graph *g = NULL;
     fc_compile_options o;
@@ -398,22 +435,7 @@ static void bench_sweep(void) {
      * creates the cuBLASLt handle: once per program, reported apart. */
     sweep_set_t(&s, 1024);
     printf("RESULT fusec sweep first_call_of_program_ms=%.3f\n", shaped_call_ms(dyn, &s));
-    {
-        /* The same with the largest shape declared first (fc_program_reserve:
-         * the arena mapped, the variant's graph built and uploaded): the
-         * first call is then a replay, against a steady call of that T. */
-        fc_graph *g2 = NULL;
-        fc_compile_options o2;
-        fc_program *p2 = gpt2_variant(&g2, &o2);
-        double r0 = now_us();
-        if (fc_program_reserve(p2, (fc_binding[]){{"T", 1024}}, 1) != FC_OK) DIE("fc_program_reserve");
-        double reserve = (now_us() - r0) * 1e-3, first = shaped_call_ms(p2, &s), one[9], h;
-        for (int r = 0; r < 9; r++) one[r] = shaped_call_host_ms(p2, &s, &h);
-        printf("RESULT fusec sweep reserve_ms=%.3f first_call_after_reserve_ms=%.4f steady_call_ms=%.4f (T = 1024)\n",
-               reserve, first, fc_median(one, 9));
-        fc_program_free(p2);
-        fc_graph_free(g2);
-    }
+    reserve_first_call(&s);
     /* 1. The dynamic variant alone, every T: first call and steady state. */
     double worst_first = 0, worst_ratio = 0;
     int64_t worst_t = 0;
@@ -1063,8 +1085,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "regraph")) bench_regraph();
         else if (!strcmp(w, "trace")) bench_trace();
         else if (!strcmp(w, "ab")) bench_ab();
+        else if (!strcmp(w, "reserve")) bench_reserve();
         else {
-            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace ab)\n", w);
+            fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace ab reserve)\n", w);
             return 2;
         }
         fflush(stdout);
