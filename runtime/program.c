@@ -1939,11 +1939,6 @@ fc_status fc_program_prebuild_shared_graph(fc_program *inst) {
     const double t = fc_now_ms();
     if (st == FC_OK) st = fc_replay_build(&e, none, none + np, &inst->args, s, &v->shared_replay);
     if (st == FC_OK) st = fc_replay_upload(v->shared_replay, inst->dev, s);
-    /* FUSEC_RESERVE_TOUCH=1 (measuring): the arena written once, so that
-     * the first run does not meet freshly mapped memory. */
-    const int64_t arena = __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE);
-    if (st == FC_OK && arena > 0 && fc_env_is_one("FUSEC_RESERVE_TOUCH"))
-        st = fc_cuda_memset_async(inst->dev, v->arena, 0, (size_t)arena, s);
     if (st == FC_OK) st = fc_cuda_stream_sync(inst->dev, s);
     inst->stats.graph_build_ms += fc_now_ms() - t;
     free(none);
