@@ -380,6 +380,14 @@ static fc_program *gpt2_variant(fc_graph **g, fc_compile_options *o) {
     return dyn;
 }
 
+/* gpt2_variant, with the sweep's buffers (T up to 1024) in *s. */
+static fc_program *gpt2_variant_bufs(fc_graph **g, sweep_bufs *s) {
+    fc_compile_options o;
+    fc_program *p = gpt2_variant(g, &o);
+    sweep_alloc(p, s, 1024);
+    return p;
+}
+
 static void sweep_free(sweep_bufs *s) {
     for (int i = 0; i < s->nin; i++) fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s->in[i].data);
     fc_cuda_free(dev, (CUdeviceptr)(uintptr_t)s->out[0].data);
@@ -410,10 +418,8 @@ static void reserve_first_call(sweep_bufs *s) {
  * cache is warm after the first). */
 static void bench_reserve(void) {
     fc_graph *g = NULL;
-    fc_compile_options o;
-    fc_program *p = gpt2_variant(&g, &o);
     sweep_bufs s;
-    sweep_alloc(p, &s, 1024);
+    fc_program *p = gpt2_variant_bufs(&g, &s);
     for (int i = 0; i < 3; i++) reserve_first_call(&s);
     sweep_free(&s);
     fc_program_free(p);
@@ -771,10 +777,8 @@ static void bench_vgemm(void) {
 
 static void bench_variant(void) {
     fc_graph *g = NULL;
-    fc_compile_options o;
-    fc_program *dyn = gpt2_variant(&g, &o);
     sweep_bufs s;
-    sweep_alloc(dyn, &s, 1024);
+    fc_program *dyn = gpt2_variant_bufs(&g, &s);
     const char *list = getenv("VARIANT_TS") ? getenv("VARIANT_TS") : "1,64,300,450,700,1000";
     for (const char *at = list; *at;) {
         int64_t T = strtoll(at, NULL, 10);
