@@ -1671,9 +1671,9 @@ static bool frame_plan(const fc_plan *plan) {
     return true;
 }
 
-/* Frame launch l of out, just made: the words it carries (the frame's, if
+/* The frame launch of out just made: the words it carries (the frame's, if
  * it is the first kernel and the frame is carried), else 0. */
-static int carrier_words(fc_cuda_src *out, fc_launch *l, bool carry) {
+static int carrier_words(fc_cuda_src *out, bool carry) {
     if (!carry || out->frame_carried) return 0;
     out->frame_carried = true;
     return out->frame_words;
@@ -1736,7 +1736,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             fc_launch *bl = &out->launches[out->nlaunches++];
             bl->frame = frame;
             st = batched_launch(plan, gi, end, &s, bl);
-            if (!st && frame) frame_entry(&s, bl, g->nsyms, carrier_words(out, bl, carry));
+            if (!st && frame) frame_entry(&s, bl, g->nsyms, carrier_words(out, carry));
             gi = end;
             continue;
         }
@@ -1764,7 +1764,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
             l->frame = frame;
             st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
-            if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, l, carry));
+            if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, carry));
             continue;
         }
         if (fused_from[gi] >= 0) { /* codegen/cuda/skinny.c */
@@ -1822,7 +1822,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
         }
         if (!st && k.oom) st = FC_ERR_NOMEM;
         if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
-        if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, l, carry));
+        if (!st && frame) frame_entry(&s, l, g->nsyms, carrier_words(out, carry));
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         free(k.memo);
         free(k.cm);
