@@ -1871,23 +1871,32 @@ fc_status fc_program_weights_changed(fc_program *p) {
  * them, was measured and is slower: docs/DYNAMIC.md, "A new shape's first
  * call".) FC_ERR_UNSUPPORTED: the caller runs eagerly (the reason is in the
  * stats and the log). */
+/* The variant's shared graph, built from instance p for these buffers (its
+ * time and count in p's stats). */
+static fc_status build_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    fc_program *v = p->variant;
+    fc_replay_env e = env_of(p);
+    const double t = fc_now_ms();
+    fc_status st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
+    p->stats.graph_build_ms += fc_now_ms() - t;
+    if (st != FC_OK) return st;
+    p->stats.graph_captures++;
+    fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph: %s, %d programmatic edges", p->d.graph_name,
+             !v->frame                ? "re-pointed at each new shape"
+             : v->frame_carrier >= 0 ? "frame kernels, the frame carried by the first (its node updated when the frame changes)"
+                                     : "frame kernels (never re-pointed)",
+             fc_replay_programmatic_edges(v->shared_replay));
+    return FC_OK;
+}
+
 static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_program *v = p->variant;
     fc_replay_env e = env_of(p);
     fc_status st = FC_OK;
     const char *failed = NULL;
     if (!v->shared_replay) {
-        double t = fc_now_ms();
-        st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
-        p->stats.graph_build_ms += fc_now_ms() - t;
-        if (st == FC_OK) {
-            p->stats.graph_captures++;
-            fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph: %s, %d programmatic edges", p->d.graph_name,
-                     !v->frame                ? "re-pointed at each new shape"
-                     : v->frame_carrier >= 0 ? "frame kernels, the frame carried by the first (its node updated when the frame changes)"
-                                             : "frame kernels (never re-pointed)",
-                     fc_replay_programmatic_edges(v->shared_replay));
-        } else failed = "building the graph failed";
+        st = build_shared(p, inputs, outputs, s);
+        if (st != FC_OK) failed = "building the graph failed";
     } else if (!v->frame && (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen)) {
         /* (Frame kernels read the shape and the arena from the frame.) */
         double t = fc_now_ms();
@@ -1936,19 +1945,18 @@ fc_status fc_program_prebuild_shared_graph(fc_program *inst) {
     CUstream s = inst->dev->stream;
     bool wrote = false;
     st = fc_frame_write(v->frame, inst->dev, &e, none, none + np, s, &wrote);
-    const double t = fc_now_ms();
-    if (st == FC_OK) st = fc_replay_build(&e, none, none + np, &inst->args, s, &v->shared_replay);
+    if (st == FC_OK) st = build_shared(inst, none, none + np, s);
     if (st == FC_OK) st = fc_replay_upload(v->shared_replay, inst->dev, s);
     if (st == FC_OK) st = fc_cuda_stream_sync(inst->dev, s);
-    inst->stats.graph_build_ms += fc_now_ms() - t;
     free(none);
     if (st != FC_OK) {
-        /* The first run tries again (and reports what it meets). */
+        /* The first run tries again (and reports what it meets); a graph
+         * built but not uploaded is not counted. */
+        if (v->shared_replay) inst->stats.graph_captures--;
         fc_replay_free(v->shared_replay, inst->dev);
         v->shared_replay = NULL;
         return st;
     }
-    inst->stats.graph_captures++;
     inst->stats.graph_prebuilt++;
     fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph built ahead of its first run (fc_program_reserve)",
              inst->d.graph_name);

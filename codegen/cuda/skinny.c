@@ -103,6 +103,26 @@ static fc_tmap tmap_of(int arg, fc_dtype t, int64_t cols, int64_t rows, uint32_t
     return m;
 }
 
+/* What both kernels' launches share: kind, name, a cluster of k->splits
+ * blocks per 64 columns, blocks of `threads`, one block an SM, and pdl (they
+ * wait before they read what the kernel before wrote). */
+static void fill_launch(fc_launch *l, const char *name, const fc_skinny *k, unsigned threads) {
+    l->kind = FC_LAUNCH_KERNEL;
+    if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
+    l->grid[0] = (unsigned)(k->N / SK_COLS * k->splits);
+    l->grid[1] = l->grid[2] = 1;
+    l->block[0] = threads;
+    l->block[1] = l->block[2] = 1;
+    l->min_blocks = 1;
+    l->pdl = true;
+}
+
+/* W's tensor map (argument arg): boxes of the K slice's rows, half of it
+ * past 256 rows (a box holds at most 256). */
+static fc_tmap w_tmap(const fc_skinny *k, int arg) {
+    return tmap_of(arg, k->dtype, k->N, k->K, (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2));
+}
+
 /* The device templates, once a unit each: the skinny GEMM's (bit 1 of
  * *templates) and, for the attention prologue, the attention templates and
  * the fused kernel's (bit 2). */
@@ -145,24 +165,16 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
     /* Compiled without sm_90a (which the rule requires): loud, never wrong. */
     fc_strbuf_printf(s, "#else\n  __trap();\n#endif\n}\n");
 
-    l->kind = FC_LAUNCH_KERNEL;
-    if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
-    l->grid[0] = (unsigned)(k->N / SK_COLS * k->splits);
-    l->grid[1] = l->grid[2] = 1;
-    l->block[0] = SK_THREADS;
-    l->block[1] = l->block[2] = 1;
-    l->min_blocks = 1;
+    fill_launch(l, name, k, SK_THREADS);
     /* fc_sk_run's dynamic shared memory: 1024 of alignment, the W and A
      * slices (128 bytes a row of depth each), the partial tiles, the
      * residual's rows this block finishes, the bias, two mbarriers. */
     const int64_t rows = (SK_ROWS + k->splits - 1) / k->splits;
     l->smem = (unsigned)(1024 + k->slice * 128 * 2 + tiles_bytes(k->splits, 1) + rows * 128 + 128 + 16);
-    const uint32_t wbox = (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2);
     l->ntmaps = 2;
     /* A's boxes hold its M rows (the panel's other rows are never stored). */
     l->tmaps[0] = tmap_of(k->a, k->dtype, k->K, k->M, (uint32_t)k->M);
-    l->tmaps[1] = tmap_of(k->w, k->dtype, k->N, k->K, wbox);
-    l->pdl = true;
+    l->tmaps[1] = w_tmap(k, k->w);
     return s->oom ? FC_ERR_NOMEM : FC_OK;
 }
 
@@ -302,19 +314,12 @@ fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, 
     for (int i = 0; i < l->nreads; i++) fc_strbuf_printf(s, "  (void)a%d;\n", i);
     fc_strbuf_printf(s, "#else\n  __trap();\n#endif\n}\n");
 
-    l->kind = FC_LAUNCH_KERNEL;
-    if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
-    l->grid[0] = (unsigned)(k->N / SK_COLS * k->splits);
-    l->grid[1] = l->grid[2] = 1;
-    l->block[0] = (unsigned)(SK_THREADS * nw);
-    l->block[1] = l->block[2] = 1;
-    l->min_blocks = 1;
+    fill_launch(l, name, k, (unsigned)(SK_THREADS * nw));
     l->smem = fc_cuda_skinny_attention_smem(f->heads_per_block, k->splits);
     /* Q, K, V: [M rows, row] matrices of their buffers, boxes of 64 rows
      * (zeros past M) by one head's 64 columns; W as the skinny GEMM's. */
     l->ntmaps = 4;
     for (int i = 0; i < 3; i++) l->tmaps[i] = tmap_of(op[i], k->dtype, r->op[i].row, k->M, SK_ROWS);
-    l->tmaps[3] = tmap_of(w, k->dtype, k->N, k->K, (uint32_t)(k->slice <= 256 ? k->slice : k->slice / 2));
-    l->pdl = true;
+    l->tmaps[3] = w_tmap(k, w);
     return s->oom ? FC_ERR_NOMEM : FC_OK;
 }
