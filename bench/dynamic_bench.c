@@ -458,6 +458,7 @@ static void bench_sweep(void) {
      * the same way (call + synchronize, median of 9), and the host time the
      * first call spends beyond a steady call's. */
     static double first_over_call[1024], second_over_call[1024], extra_host_us[1024];
+    static double steady_over_call[1024], steady_extra_host_us[1024];
     static int64_t ts[1024];
     int nsmall = 0;
     long first_faults = 0, first_switches = 0; /* over the first calls' host parts */
@@ -500,6 +501,11 @@ static void bench_sweep(void) {
         double one[9], one_host[9];
         for (int r = 0; r < 9; r++) one[r] = shaped_call_host_ms(dyn, &s, &one_host[r]);
         double latency = fc_median(one, 9), call_host = fc_median(one_host, 9);
+        /* The noise floor of these ratios: one more steady call, a single
+         * sample as the first call is, against the same median. */
+        double again_host, again = shaped_call_host_ms(dyn, &s, &again_host);
+        steady_over_call[T - 1] = again / latency;
+        steady_extra_host_us[T - 1] = (again_host - call_host) * 1e3;
         first_over_call[T - 1] = first / latency;
         second_over_call[T - 1] = second / latency;
         extra_host_us[T - 1] = (host - call_host) * 1e3;
@@ -538,10 +544,16 @@ static void bench_sweep(void) {
         print_ratio_spread("first_over_call", first_over_call, 1024, ts);
         print_ratio_spread("first_over_call_T_below_64", first_over_call, nsmall, ts);
         print_ratio_spread("second_over_call", second_over_call, 1024, ts);
+        print_ratio_spread("steady_over_call", steady_over_call, 1024, ts);
+        print_ratio_spread("steady_over_call_T_below_64", steady_over_call, nsmall, ts);
         printf("RESULT fusec sweep new_shape_extra_host_us median=%.2f p90=%.2f max=%.1f (first call's host time minus a "
                "steady call's) page_faults=%ld context_switches=%ld (in the 1024 first calls)\n",
                quantile(extra_host_us, 1024, 0.5), quantile(extra_host_us, 1024, 0.9), quantile(extra_host_us, 1024, 1.0),
                first_faults, first_switches);
+        printf("RESULT fusec sweep steady_extra_host_us median=%.2f p90=%.2f max=%.1f (one more steady call's host time "
+               "minus the median steady call's: the noise floor)\n",
+               quantile(steady_extra_host_us, 1024, 0.5), quantile(steady_extra_host_us, 1024, 0.9),
+               quantile(steady_extra_host_us, 1024, 1.0));
     }
     fc_program_free(dyn);
     /* SWEEP_VARIANT_ONLY: the variant's part alone (comparing its GEMM paths). */

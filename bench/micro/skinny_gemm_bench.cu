@@ -73,6 +73,11 @@ struct Args {
     bf16 *C;
     int M, N, K;
     float eps;
+    /* Session 14: the layernorm's row statistics as the kernel before
+     * would leave them, a (mean, centred sum of squares) pair per row and
+     * 64-column slice of K: [M][np][2] (skinny2 with ST). */
+    const float *stats;
+    int np;
 };
 
 // BN = 64 * WN columns a cluster, 4 x WN warps (16 rows x 64 columns each).
@@ -261,7 +266,7 @@ __device__ __forceinline__ void wg_pin(float (&d)[8][4]) {
 // threads, of which the first 128 WN issue the products and all run the
 // layernorm prologue and the epilogue (session 12: does the prologue stop
 // costing more than the layernorm kernel with more warps to hide it?).
-template <int WN, int KS, int S, bool LN, bool GELU, bool PDL, bool WG = false, int PW = 1>
+template <int WN, int KS, int S, bool LN, bool GELU, bool PDL, bool WG = false, int PW = 1, bool ST = false>
 __global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__ CUtensorMap tA, const __grid_constant__ CUtensorMap tW, Args g) {
     constexpr int BN = 64 * WN, NT = 128 * WN * PW, CP = BN + 4, KP = KS / 64, BR = KS <= 256 ? KS : KS / 2;
     constexpr int ROWS = (64 + S - 1) / S;
@@ -308,8 +313,21 @@ __global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__
             cp16(sR + r * BN + c8, g.resid + (size_t)(r0 + r) * g.N + n0 + c8, true);
         }
     cp_commit();
+    /* ST: this thread's share of its row's partial statistics, fetched
+     * while the slices arrive (TPR threads a row, np / TPR pairs each). */
+    constexpr int PQ = (16 + NT / 64 - 1) / (NT / 64); // np <= 16
+    float2 pst[PQ];
+    if (LN && ST) {
+        constexpr int TPR = NT / 64;
+        const int row = tid / TPR, part = tid % TPR;
+#pragma unroll
+        for (int i = 0; i < PQ; ++i) {
+            const int q = part + i * TPR;
+            pst[i] = q < g.np && row < g.M ? *(const float2 *)(g.stats + ((size_t)row * g.np + q) * 2) : make_float2(0.f, 0.f);
+        }
+    }
     float x0 = 0.f; // the row's shift, fetched while the slices arrive
-    if (LN && tid % (NT / 64) == 0 && tid / (NT / 64) < g.M) x0 = __bfloat162float(g.A[(size_t)(tid / (NT / 64)) * g.K]);
+    if (LN && !ST && tid % (NT / 64) == 0 && tid / (NT / 64) < g.M) x0 = __bfloat162float(g.A[(size_t)(tid / (NT / 64)) * g.K]);
     if (LN && PW > 1) cp_wait_all();
     __syncthreads(); // the barriers' init (and the norm's constants) before anyone waits
     mbar_wait(&bar[1], 0);
@@ -318,6 +336,23 @@ __global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__
         constexpr int TPR = NT / 64, CH = KS / 8 / TPR;
         const int row = tid / TPR, part = tid % TPR;
         x0 = __shfl_sync(0xffffffffu, x0, lane & ~(TPR - 1));
+        float mean, rstd;
+        if (ST) {
+            /* Chan's combination of np slices of c = K / np columns each:
+             * the mean of the means, and M2 = sum M2_q + c sum (mean_q - mean)^2. */
+            const float c = (float)g.K / g.np;
+            float sm = 0.f;
+#pragma unroll
+            for (int i = 0; i < PQ; ++i) sm += part + i * TPR < g.np ? pst[i].x : 0.f;
+            for (int o = TPR / 2; o; o >>= 1) sm += __shfl_xor_sync(0xffffffffu, sm, o);
+            mean = sm / g.np;
+            float m2 = 0.f;
+#pragma unroll
+            for (int i = 0; i < PQ; ++i)
+                if (part + i * TPR < g.np) { const float d = pst[i].x - mean; m2 += pst[i].y + c * d * d; }
+            for (int o = TPR / 2; o; o >>= 1) m2 += __shfl_xor_sync(0xffffffffu, m2, o);
+            rstd = rsqrtf(m2 / g.K + g.eps);
+        } else {
         float s1 = 0.f, s2 = 0.f;
 #pragma unroll 4
         for (int i = 0; i < CH; ++i) {
@@ -338,8 +373,10 @@ __global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__
             unsigned a = mapa(sSt + row * 2, q);
             t1 += ld_dsmem_f32(a); t2 += ld_dsmem_f32(a + 4);
         }
-        const float m1 = t1 / g.K, mean = x0 + m1, var = fmaxf(t2 / g.K - m1 * m1, 0.f);
-        const float rstd = rsqrtf(var + g.eps);
+        const float m1 = t1 / g.K, var = fmaxf(t2 / g.K - m1 * m1, 0.f);
+        mean = x0 + m1;
+        rstd = rsqrtf(var + g.eps);
+        }
 #pragma unroll 4
         for (int i = 0; i < CH; ++i) {
             const int ch = part + i * TPR, p = ch >> 3, q = (ch + row) & 7, col = p * 64 + ((q ^ (row & 7)) << 3);
@@ -417,6 +454,19 @@ __global__ void __launch_bounds__(128 * WN * PW) skinny2(const __grid_constant__
         __align__(8) bf16 out[4];
         for (int i = 0; i < 4; ++i) out[i] = __float2bfloat16(o[i]);
         *(uint2 *)(g.C + (size_t)r * g.N + n0 + c) = *(uint2 *)out;
+        if (ST && !LN && WN == 1) {
+            /* The row's statistics over this 64-column slice, from the
+             * rounded values (what a layernorm reading C sees): 16
+             * consecutive lanes hold the slice (all active or none). */
+            const unsigned half = 0xffffu << (lane & 16);
+            float v[4], sm = 0.f, m2 = 0.f;
+            for (int i = 0; i < 4; ++i) { v[i] = __bfloat162float(out[i]); sm += v[i]; }
+            for (int o2 = 8; o2; o2 >>= 1) sm += __shfl_xor_sync(half, sm, o2);
+            const float mean = sm * (1.f / 64);
+            for (int i = 0; i < 4; ++i) m2 += (v[i] - mean) * (v[i] - mean);
+            for (int o2 = 8; o2; o2 >>= 1) m2 += __shfl_xor_sync(half, m2, o2);
+            if ((lane & 15) == 0) *(float2 *)((float *)g.stats + ((size_t)r * g.np + n0 / 64) * 2) = make_float2(mean, m2);
+        }
     }
     cluster_sync();
 }
@@ -443,10 +493,10 @@ static CUtensorMap make_tmap(const bf16 *base, int cols, int rows, int box_cols,
     return m;
 }
 
-template <int WN, int KS, int S, bool LN, bool GELU, bool WG = false, int PW = 1>
+template <int WN, int KS, int S, bool LN, bool GELU, bool WG = false, int PW = 1, bool ST = false>
 static void launch2(const Args &a, cudaStream_t st, bool pdl) {
     constexpr int BN = 64 * WN, ROWS = (64 + S - 1) / S, BR = KS <= 256 ? KS : KS / 2;
-    auto kern = pdl ? skinny2<WN, KS, S, LN, GELU, true, WG, PW> : skinny2<WN, KS, S, LN, GELU, false, WG, PW>;
+    auto kern = pdl ? skinny2<WN, KS, S, LN, GELU, true, WG, PW, ST> : skinny2<WN, KS, S, LN, GELU, false, WG, PW, ST>;
     size_t sm = 1024 + (size_t)WN * KS * 64 * 2 + KS / 64 * 8192 + 64 * (BN + 4) * 4 + ROWS * BN * 2 + BN * 2 + 512 + 2 * KS * 4 + 16;
     static bool set[2];
     if (!set[pdl]) {
@@ -501,6 +551,39 @@ static void launch(const Args &a, cudaStream_t st, bool pdl) {
     at[1].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[1].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at; cfg.numAttrs = pdl ? 2 : 1;
     CK(cudaLaunchKernelEx(&cfg, kern, a));
+}
+
+// The partial statistics ST reads: per row and 64-column slice, the mean
+// and centred sum of squares (what the kernel writing x would leave).
+__global__ void slice_stats(const bf16 *x, float *st, int M, int K) {
+    int row = blockIdx.x, q = threadIdx.x; // K / 64 threads
+    if (row >= M || q * 64 >= K) return;
+    const bf16 *xr = x + (size_t)row * K + q * 64;
+    float s = 0.f;
+    for (int k = 0; k < 64; ++k) s += __bfloat162float(xr[k]);
+    float m = s / 64, v = 0.f;
+    for (int k = 0; k < 64; ++k) { float d = __bfloat162float(xr[k]) - m; v += d * d; }
+    st[((size_t)row * (K / 64) + q) * 2] = m;
+    st[((size_t)row * (K / 64) + q) * 2 + 1] = v;
+}
+
+// fusec's layernorm as the block's graph launches it: a programmatic
+// dependent (waits for the kernel before, lets the next one start).
+__global__ void ln_kernel_pdl(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, int M, int K, float eps) {
+    pdl_wait();
+    pdl_trigger();
+    int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x & 31;
+    if (row >= M) return;
+    const bf16 *xr = x + (size_t)row * K;
+    float s = 0.f;
+    for (int k = lane; k < K; k += 32) s += __bfloat162float(xr[k]);
+    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float mean = s / K, v = 0.f;
+    for (int k = lane; k < K; k += 32) { float d = __bfloat162float(xr[k]) - mean; v += d * d; }
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    float rstd = rsqrtf(v / K + eps);
+    for (int k = lane; k < K; k += 32)
+        y[(size_t)row * K + k] = __float2bfloat16((__bfloat162float(xr[k]) - mean) * rstd * __bfloat162float(gm[k]) + __bfloat162float(bt[k]));
 }
 
 // The baseline's layernorm: a warp a row, f32, rounded to bf16 (as fusec's).
@@ -655,6 +738,9 @@ int main(int argc, char **argv) {
     Args ap = {fc, Wp, bp, h, nullptr, nullptr, y, M, D, F, eps};           // fc2 + residual
     // The same GEMMs reading the layernorms' outputs (the baseline).
     Args lq = aq, lf = af; lq.A = ln1; lf.A = ln2;
+    // Session 14: LN2's statistics from the kernel before (ST).
+    float *hst; CK(cudaMalloc(&hst, (size_t)M * (D / 64) * 2 * sizeof(float)));
+    Args afs = af; afs.stats = hst; afs.np = D / 64;
     LtGemm Lq = lt_make(lt, lq, false), Lo = lt_make(lt, ao, false), Lf = lt_make(lt, lf, true), Lp = lt_make(lt, ap, false);
     auto ln1k = [&] { ln_kernel<<<(M + 7) / 8, 256, 0, st>>>(x, g1, b1, ln1, M, D, eps); };
     auto ln2k = [&] { ln_kernel<<<(M + 7) / 8, 256, 0, st>>>(h, g1, b1, ln2, M, D, eps); };
@@ -719,12 +805,20 @@ int main(int argc, char **argv) {
         {"v3 fc LN S2 PW1 (96 blk)", launch2<1, 384, 2, true, true, true, 1>, &af, true, true},
         {"v3 fc LN S2 PW2 (96 blk)", launch2<1, 384, 2, true, true, true, 2>, &af, true, true},
         {"v3 fc LN S2 PW4 (96 blk)", launch2<1, 384, 2, true, true, true, 4>, &af, true, true},
+        // Session 14, from index 53: the statistics given (the kernel
+        // before leaves them per 64-column slice), the prologue normalizes.
+        {"v3 fc LNstats S2 PW1 (96 blk)", launch2<1, 384, 2, true, true, true, 1, true>, &afs, true, true},
+        {"v3 fc LNstats S2 PW2 (96 blk)", launch2<1, 384, 2, true, true, true, 2, true>, &afs, true, true},
+        {"v3 fc LNstats S2 PW4 (96 blk)", launch2<1, 384, 2, true, true, true, 4, true>, &afs, true, true},
+        {"v3 fc LNstats S3 PW4 (144 blk)", launch2<1, 256, 3, true, true, true, 4, true>, &afs, true, true},
     };
     struct Null { const char *name; launch_fn f; } nulls[] = {
         {"null cluster S2 (96 blk)", launch_null<2>}, {"null cluster S8 (96 blk)", launch_null<8>}, {"null cluster S16 (192 blk)", launch_null<16>}};
     // Baseline outputs first, so the checks of the fused kernels read the
     // layernorms' outputs the reference recomputes.
-    ln1k(); lt_run(lt, Lo, st); ln2k(); lt_run(lt, Lf, st); CK(cudaStreamSynchronize(st));
+    ln1k(); lt_run(lt, Lo, st); ln2k(); lt_run(lt, Lf, st);
+    slice_stats<<<M, D / 64, 0, st>>>(h, hst, M, D);
+    CK(cudaStreamSynchronize(st));
     int fails = 0;
     const bool checks = !getenv("SKIP_CHECK");
     for (auto &c : cfgs) {
@@ -766,6 +860,39 @@ int main(int argc, char **argv) {
         double v0 = time_graph(st, RB, [&] { cfgs[iq].f(aq, st, false); cfgs[io].f(ao, st, false); cfgs[iff].f(af, st, false); cfgs[ip].f(ap, st, false); });
         double v1 = time_graph(st, RB, [&] { cfgs[iq].f(aq, st, true); cfgs[io].f(ao, st, true); cfgs[iff].f(af, st, true); cfgs[ip].f(ap, st, true); });
         printf("block's GEMM part with %s | %s | %s | %s: plain %.3f | PDL %.3f\n", cfgs[iq].name, cfgs[io].name, cfgs[iff].name, cfgs[ip].name, v0, v1);
+    }
+    {
+        /* Session 14: out projection -> LN2 -> fc, against the out
+         * projection leaving LN2's statistics -> fc normalizing A itself. */
+        Args aos = ao; aos.stats = hst; aos.np = D / 64;
+        auto lnp = [&] {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3((M + 7) / 8); cfg.blockDim = dim3(256); cfg.stream = st;
+            cudaLaunchAttribute at[1];
+            at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization; at[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = at; cfg.numAttrs = 1;
+            CK(cudaLaunchKernelEx(&cfg, ln_kernel_pdl, (const bf16 *)h, (const bf16 *)g1, (const bf16 *)b1, ln2, M, D, eps));
+        };
+        auto out_plain = launch2<1, 128, 6, false, false, true>;
+        auto out_st = launch2<1, 128, 6, false, false, true, 1, true>;
+        auto fc_noln = launch2<1, 384, 2, false, true, true>;
+        out_st(aos, st, true); CK(cudaStreamSynchronize(st));
+        { /* the epilogue's statistics against slice_stats' */
+            std::vector<float> a((size_t)M * (D / 64) * 2), b(a.size());
+            CK(cudaMemcpy(a.data(), hst, a.size() * 4, cudaMemcpyDeviceToHost));
+            slice_stats<<<M, D / 64, 0, st>>>(h, hst, M, D); CK(cudaStreamSynchronize(st));
+            CK(cudaMemcpy(b.data(), hst, b.size() * 4, cudaMemcpyDeviceToHost));
+            double w = 0; for (size_t i = 0; i < a.size(); ++i) w = std::max(w, (double)fabsf(a[i] - b[i]) / (1.0 + fabsf(b[i])));
+            printf("epilogue statistics vs slice_stats: max rel diff %.2e %s\n", w, w < 1e-4 ? "ok" : "FAIL");
+            fails += w >= 1e-4;
+        }
+        for (int rep = 0; rep < 3; ++rep) {
+            double c0 = time_graph(st, RB, [&] { out_plain(ao, st, true); lnp(); fc_noln(lf, st, true); });
+            double c1 = time_graph(st, RB, [&] { out_st(aos, st, true); cfgs[55].f(afs, st, true); });
+            double c2 = time_graph(st, RB, [&] { out_st(aos, st, true); cfgs[53].f(afs, st, true); });
+            double c3 = time_graph(st, RB, [&] { out_plain(ao, st, true); fc_noln(lf, st, true); });
+            printf("chain out->LN2->fc (PDL) %.3f | out+stats->fc LNstats PW4 %.3f | PW1 %.3f | out->fc, no LN at all %.3f  (us per chain)\n", c0, c1, c2, c3);
+        }
     }
     printf("fails: %d\n", fails);
     return fails != 0;
