@@ -37,6 +37,9 @@
  *            candidates (docs/GEMM.md)
  *   reserve  the variant's first call after fc_program_reserve (T = 1024),
  *            three programs (also at the start of sweep)
+ *   newshape a new shape's host time, enough calls to profile: the variant
+ *            at a new T every call (NEWSHAPE_CALLS, 20000), then at one T;
+ *            host time and latency of each (bench_newshape)
  *   ab       the variant's sweep (T = 1..1024, each new) in two builds of
  *            the variant in one process, A compiled under $AB_ENV (e.g.
  *            FUSEC_FRAME_CARRY=0) and B without, T by T, the order
@@ -421,6 +424,52 @@ static void bench_reserve(void) {
     sweep_bufs s;
     fc_program *p = gpt2_variant_bufs(&g, &s);
     for (int i = 0; i < 3; i++) reserve_first_call(&s);
+    sweep_free(&s);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+/* newshape: where a new shape's host time goes, with enough calls to
+ * profile it (perf). The variant (B = 1, T symbolic, reserved for T =
+ * 1024) called NEWSHAPE_CALLS times (default 20000), each at a T its
+ * instance table no longer holds (T steps by 37 modulo 1024: a new
+ * instance and a carrier update every call), synchronized after each as
+ * the sweep's first calls are; then as many calls at one T (T = 300).
+ * Host time of each call (fc_run_shaped alone) and its latency (call and
+ * synchronize): median and p90. NEWSHAPE_ONLY=new or same: that part alone. */
+static void bench_newshape(void) {
+    fc_graph *g = NULL;
+    sweep_bufs s;
+    fc_program *p = gpt2_variant_bufs(&g, &s);
+    if (fc_program_reserve(p, (fc_binding[]){{"T", 1024}}, 1) != FC_OK) DIE("fc_program_reserve");
+    const int n = getenv("NEWSHAPE_CALLS") ? atoi(getenv("NEWSHAPE_CALLS")) : 20000;
+    const char *only = getenv("NEWSHAPE_ONLY");
+    double *host = malloc(sizeof *host * (size_t)n), *lat = malloc(sizeof *lat * (size_t)n);
+    if (!host || !lat) DIE("out of memory");
+    for (int part = 0; part < 2; part++) {
+        const char *name = part ? "same" : "new";
+        if (only && strcmp(only, name)) continue;
+        int64_t t = 1;
+        for (int i = 0; i < 2048; i++) { /* warm: every T once, twice */
+            sweep_set_t(&s, part ? 300 : t);
+            shaped_call_ms(p, &s);
+            t = 1 + (t - 1 + 37) % 1024;
+        }
+        for (int i = 0; i < n; i++) {
+            sweep_set_t(&s, part ? 300 : t);
+            lat[i] = shaped_call_host_ms(p, &s, &host[i]) * 1e3;
+            host[i] *= 1e3;
+            t = 1 + (t - 1 + 37) % 1024;
+        }
+        printf("RESULT fusec newshape %s calls=%d host_us median=%.2f p90=%.2f latency_us median=%.2f p90=%.2f\n", name, n,
+               quantile(host, n, 0.5), quantile(host, n, 0.9), quantile(lat, n, 0.5), quantile(lat, n, 0.9));
+    }
+    fc_run_stats st;
+    fc_program_stats(p, &st);
+    printf("RESULT fusec newshape stats runs=%llu shape_setup_ms=%.2f graph_patches=%llu graph_builds_ms=%.2f\n",
+           (unsigned long long)st.runs, st.shape_setup_ms, (unsigned long long)st.graph_patches, st.graph_build_ms);
+    free(host);
+    free(lat);
     sweep_free(&s);
     fc_program_free(p);
     fc_graph_free(g);
@@ -1102,6 +1151,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(w, "trace")) bench_trace();
         else if (!strcmp(w, "ab")) bench_ab();
         else if (!strcmp(w, "reserve")) bench_reserve();
+        else if (!strcmp(w, "newshape")) bench_newshape();
         else {
             fprintf(stderr, "unknown workload %s (gpt2 gpt2_8x1024 mlp8 replay20 sweep variant vgemm regraph trace ab reserve)\n", w);
             return 2;
