@@ -1186,8 +1186,8 @@ static void test_gpu(gpu_env *env) {
 
 /* The dynamic variant's tile rule (fc_cuda_gemm_tiles, the kernels' own
  * fc_gm_tiles), without a GPU: a split launch stays within the split-K
- * workspace (8 MiB of f32; the wgmma tile's within the first 4) and its
- * 512 counters, whatever the sizes and the grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
+ * workspace (16 MiB of f32, for every tile since session 14) and its
+ * 1024 counters, whatever the sizes and the grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
  * 128 mma.sync tile only without wgmma or at M <= 768, and the wgmma tile
  * only with it, at M > 768 (always, forced); and a few shapes land where
  * docs/GEMM.md says. */
@@ -1209,7 +1209,7 @@ static void test_variant_tile_rule(void) {
                             bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0 || (M <= 768 && !f)) && (t != 2 || wbn > 0) &&
                                       (t != 2 || M > 768 || f) &&
                                       (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) &&
-                                      (splits == 1 || (tiles * splits * bm * bn <= (t == 2 ? 1048576 : 2097152) && tiles <= 512));
+                                      (splits == 1 || (tiles * splits * bm * bn <= 4194304 && tiles <= 1024));
                             if (!ok && bad++ < 5)
                                 fprintf(stderr, "tile rule: M %lld N %lld K %lld Z %lld P %lld wbn %lld force %lld: tile %d, kper %lld\n", M,
                                         N, K, Z, P, wbn, f, t, kper);
@@ -1237,8 +1237,16 @@ static void test_variant_tile_rule(void) {
     unsetenv("FUSEC_VGEMM_SPLIT128");
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 10 splits of 5 */
-    CHECK_EQ_INT(kper, 5);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 24 splits of 2 */
+    CHECK_EQ_INT(kper, 2);
+    /* GPT-2's out projection and MLP down projection at T = 1024 (M 1024,
+     * N 768): 32 wgmma tiles, split 4 since session 14 (the wgmma tile's
+     * splits may use the whole 16 MiB workspace; before, its first 4 MiB
+     * held one split, and the 32 tiles ran unsplit on 32 of 132 SMs). */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 3072, 1, 132, 192, 0, &kper), 2);
+    CHECK_EQ_INT(kper, 12);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 768, 1, 132, 192, 0, &kper), 2);
+    CHECK_EQ_INT(kper, 3);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 0, 1, &kper), 0); /* nothing to force without wgmma */
     CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(80), 0);
     CHECK(fc_cuda_gemm_wgmma_bn(90) > 0 || (getenv("FUSEC_VGEMM_WGMMA") && getenv("FUSEC_VGEMM_WGMMA")[0] == '0'));

@@ -35,10 +35,11 @@ static const char wgmma_src[] =
  * large one, then the small) and the wgmma tile's 128 rows and 64-deep k
  * tiles. The persistent grid is one block per SM (fc_cuda_plan_sms: the
  * device's, or an H100/H200 SXM's 132 when the variant is compiled without
- * a device). WS_FLOATS: the split-K workspace, 8 MiB of f32
- * (FC_GM_WS_FLOATS). */
+ * a device). WS_FLOATS: the split-K workspace, 16 MiB of f32
+ * (FC_GM_WS_FLOATS): room for the wgmma tile's full split on 132 SMs
+ * (170 tiles of 128 x 192 at once; session 14, docs/GEMM.md). */
 enum { GM_THREADS = 256, WG_BM = 128, WG_BK = 64 };
-#define WS_FLOATS 2097152
+#define WS_FLOATS 4194304
 static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, BN, BK, stages */
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
@@ -91,15 +92,14 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M
  *    = T) the wgmma tile this model picked was 2-8% slower than the
  *    mma.sync tiles for T 65..512, even at T 513..768 (whole block; T a
- *    multiple of 8, where it applies) and 8% faster above 768. The wgmma
- *    tile's splits stay within the first WG_WS_FLOATS of the workspace,
- *    where they were measured; the 128 x 128 tile's use all of it
- *    (fc_gm_large_room: FUSEC_VGEMM_SPLIT128=0, read at codegen, gives 0,
- *    the rule before session 7 with its 128 x 128 tile never split).
+ *    multiple of 8, where it applies) and 8% faster above 768.
+ *    The splits of either large tile may use the whole workspace
+ *    (fc_gm_wg_room; fc_gm_large_room: FUSEC_VGEMM_SPLIT128=0, read at
+ *    codegen, gives 0, the rule before session 7 with its 128 x 128 tile
+ *    never split).
  * No comments inside: it becomes one line of the device source.
  */
 #define WG_MIN_M 768
-#define WG_WS_FLOATS 1048576
 #define WG_STEP (78 * (128 + wbn) / 320)
 #define WG_UNIT 150
 #define WG_PART (80 * wbn / 192)
@@ -115,13 +115,13 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
         long long ts = ((M + 63) / 64) * ((N + 63) / 64) * Z, ks = nk;                                              \
         if (ts < p && nk >= 2) {                                                                                    \
             want = p / ts;                                                                                          \
-            if (want > WS_FLOATS / (64 * 64) / ts) want = WS_FLOATS / (64 * 64) / ts;                               \
+            if (want > fc_gm_ws_floats() / (64 * 64) / ts) want = fc_gm_ws_floats() / (64 * 64) / ts;               \
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
         *kper = ks;                                                                                                 \
         const int mma = wbn == 0 || (!force && M <= WG_MIN_M);                                                      \
         if (mma && M <= 64) return 0;                                                                               \
-        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : WG_WS_FLOATS;                             \
+        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : fc_gm_wg_room();                          \
         long long tb = ((M + 127) / 128) * ((N + bn - 1) / bn) * Z, kb = nk;                                        \
         if (tb < p && nk >= 2) {                                                                                    \
             want = p / tb;                                                                                          \
@@ -147,10 +147,23 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
+/* The split-K workspace, in floats: WS_FLOATS, or FUSEC_VGEMM_WS_MIB
+ * MiB (1-64, read at codegen; measuring). */
+static long long fc_gm_ws_floats(void) {
+    const char *e = getenv("FUSEC_VGEMM_WS_MIB");
+    const int mib = e ? atoi(e) : 0;
+    return mib >= 1 && mib <= 64 ? (long long)mib * 262144 : WS_FLOATS;
+}
+
 /* The workspace the 128 x 128 tile's splits may use, in floats: all of
  * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
  * a constant (fc_cuda_emit_gemm). */
-static long long fc_gm_large_room(void) { return fc_env_is_zero("FUSEC_VGEMM_SPLIT128") ? 0 : WS_FLOATS; }
+static long long fc_gm_large_room(void) { return fc_env_is_zero("FUSEC_VGEMM_SPLIT128") ? 0 : fc_gm_ws_floats(); }
+
+/* The wgmma tile's: all of it too. (Until session 14 the first 4 MiB of
+ * an 8 MiB workspace, which left M 769-1408 at K 3072 or N 768 unsplit on
+ * a quarter of the SMs: the GPT-2 variant 5-6.5% slower at T 769-1024.) */
+static long long fc_gm_wg_room(void) { return fc_gm_ws_floats(); }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -370,10 +383,11 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     int nw = gi->nweights, nsyms = g->nsyms;
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
-        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %d\n"
+        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %lld\n"
+                         "#define fc_gm_ws_floats() %lldLL\n#define fc_gm_wg_room() %lldLL\n"
                          "#define fc_gm_large_room() %lldLL\n#define FC_GM_GATHER_ON %d\n",
-                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2], WS_FLOATS,
-                         fc_gm_large_room(), gather_loads());
+                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2],
+                         fc_gm_ws_floats(), fc_gm_ws_floats(), fc_gm_wg_room(), fc_gm_large_room(), gather_loads());
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);
