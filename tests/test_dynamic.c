@@ -327,10 +327,10 @@ static bool instance_matches(fc_program *v, const fc_program *inst, const int64_
 /* file's first graph through the dynamic pipeline and codegen: true when
  * both worked (then *g, *dyn and *src are the caller's to release; else
  * nothing is left to release). */
-static bool codegen_dynamic(fc_context *ctx, const char *file, fc_graph **g, fc_plan *dyn, fc_cuda_src *src) {
-    *g = NULL;
+/* The dynamic pipeline and codegen of graph *g (freed, and set to NULL,
+ * on failure). */
+static bool codegen_dynamic_graph(fc_graph **g, fc_plan *dyn, fc_cuda_src *src) {
     memset(src, 0, sizeof *src);
-    CHECK_EQ_INT(fc_parse_file(ctx, file, NULL, NULL, 0, g), FC_OK);
     if (!*g) return false;
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
@@ -347,6 +347,60 @@ static bool codegen_dynamic(fc_context *ctx, const char *file, fc_graph **g, fc_
         *g = NULL;
     }
     return st == FC_OK;
+}
+
+static bool codegen_dynamic(fc_context *ctx, const char *file, fc_graph **g, fc_plan *dyn, fc_cuda_src *src) {
+    *g = NULL;
+    CHECK_EQ_INT(fc_parse_file(ctx, file, NULL, NULL, 0, g), FC_OK);
+    return codegen_dynamic_graph(g, dyn, src);
+}
+
+/* How often needle occurs in hay. */
+static int occurrences(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *at = hay ? strstr(hay, needle) : NULL; at; at = strstr(at + 1, needle)) n++;
+    return n;
+}
+
+/* A reduction over a symbolic row length (the variant's softmax over T):
+ * its row loop twice, as vectors of 8 bf16 when the length is a multiple
+ * of 8 and the buffers 16-byte aligned (checked at run time), else one
+ * element at a time; the GPT-2 block's layernorms (768 long, static) take
+ * vectors always and are not doubled. Not with a broadcast input (its
+ * period is symbolic), nor with FUSEC_REDUCE_VEC=0. No GPU: the text (the
+ * GPU tests run both loops: T = 500 and 777, and 1000 and 1024). */
+static void check_reduce_vector_path(fc_context *ctx) {
+    static const char *test = " % 8 == 0 && ((0ull | (unsigned long long)a0 | (unsigned long long)o0) & 15) == 0) {";
+    fc_graph *g = NULL;
+    fc_plan dyn;
+    fc_cuda_src src;
+    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
+        CHECK_EQ_INT(occurrences(src.source, test), 1);
+        CHECK_EQ_INT(occurrences(src.source, "fc_nc_vec<__nv_bfloat16, 8>(a0 + base)") >= 3, 1);
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
+    setenv("FUSEC_REDUCE_VEC", "0", 1);
+    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
+        CHECK_EQ_INT(occurrences(src.source, test), 0);
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
+    unsetenv("FUSEC_REDUCE_VEC");
+    static const char *texts[2] = {
+        "graph s(%x: bf16[R, T]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n",
+        "graph s(%x: bf16[R, T], %m: bf16[T]) {\n  %h = add(%x, %m)\n  %y = softmax(%h, axis=-1)\n  return %y\n}\n"};
+    for (int i = 0; i < 2; i++) {
+        g = NULL;
+        CHECK_EQ_INT(fc_parse(ctx, "<test>", texts[i], strlen(texts[i]), NULL, NULL, 0, &g), FC_OK);
+        if (!codegen_dynamic_graph(&g, &dyn, &src)) continue;
+        CHECK_EQ_INT(occurrences(src.source, "% 8 == 0 && ((0ull"), i == 0);
+        fc_cuda_src_release(&src);
+        fc_plan_release(&dyn);
+        fc_graph_free(g);
+    }
 }
 
 /* Frame entries (codegen/cuda/cuda_codegen.h, fc_launch.frame): a dynamic
@@ -769,6 +823,7 @@ int main(void) {
     check_frame_address_spaces(ctx);
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) check_instances(ctx, &examples[e], NULL, 0, NULL, 0);
     check_sweep_instances(ctx);
+    check_reduce_vector_path(ctx);
     /* A device with another SM count (an H100 PCIe's 114): the GEMMs'
      * persistent grid follows it. */
     {

@@ -1201,113 +1201,22 @@ static void accumulate(kctx *k, int e, const char *L, void *arg) {
  * the row index `row` and the element offset `j` within the row. Only used
  * for trailing reductions (contiguous rows). */
 
-static fc_status reduce_kernel(kctx *k, fc_launch *l) {
+/* The row loop of a REDUCE kernel (reduce_kernel) at one vector width:
+ * rl->loop_open opens the element loop for rl->vec. Emitted once, or
+ * twice for a symbolic row length (a vector path and a scalar one). */
+typedef struct row_loop {
+    int tpr, rpb, vec;
+    int64_t kv, len;
+    bool cache, sym_len;
+    const char *rows_s, *len_s, *loop_open;
+} row_loop;
+
+static fc_status reduce_rows(kctx *k, const row_loop *rl) {
     const fc_group *gr = k->gr;
-    /* Trailing reduction: the reduced dims are a suffix, rows are contiguous. */
-    bool trailing = true;
-    bool seen_reduced = false;
-    for (int d = 0; d < gr->rank; d++) {
-        if (gr->reduced[d]) seen_reduced = true;
-        else if (seen_reduced) trailing = false;
-    }
-    /* Dynamic plans: rows and the row length are monomials; the vector
-     * width comes from the row length's static factor (so it divides every
-     * binding), and a symbolic row length takes a looped schedule sized by
-     * that static factor (valid for any length >= 1). */
-    fc_mono mrows = fc_group_rows_mono(gr), mlen = fc_group_row_len_mono(gr);
-    bool sym_len = !fc_mono_is_static(&mlen);
-    char rows_s[SZ], len_s[SZ];
-    fc_cuda_mono_text(&mrows, rows_s, sizeof rows_s);
-    fc_cuda_mono_text(&mlen, len_s, sizeof len_s);
-    int64_t len = mlen.c;
-    int vec = trailing ? vector_width(k, len) : 1;
-    int64_t nvec = len / vec;
-    int tpr, rpb;
-    if (!trailing) {
-        tpr = 1;
-        rpb = 256;
-    } else if (sym_len) {
-        if (nvec >= 512) {
-            tpr = 256;
-            rpb = 1;
-        } else {
-            tpr = 32;
-            rpb = 8;
-        }
-    } else if (nvec <= 128) {
-        tpr = 32;
-        rpb = 8;
-    } else {
-        tpr = 64;
-        while (tpr < 1024 && tpr * 4 < nvec) tpr *= 2;
-        rpb = 1;
-    }
-    k->tpr = tpr;
-    int64_t kv = (nvec + tpr - 1) / tpr; /* vectors per thread */
-    /* Persistent: keep full-shape inputs in registers when they fit. */
-    size_t cache_bytes = 0;
-    for (int i = 0; i < gr->ninputs; i++)
-        if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
-    bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
-    /* And, in what is left of those 512 bytes, the suffix-broadcast inputs
-     * (a norm's weight and bias), so that their loads overlap the row's
-     * instead of following the reductions: the GPT-2 block's layernorms
-     * read theirs after two all-reduces, an L2 round trip the GPU waited
-     * for. Only where the blocks fit in one wave (or the rows are
-     * symbolic): with more, other blocks hide that latency, and the
-     * registers cost more than it saves (rmsnorm, 32768 rows of 4096: 0.5-0.9%
-     * slower; docs/CODEGEN.md). */
-    k->nbq = 0;
-    const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= fc_cuda_plan_sms(k->p);
-    /* FUSEC_NORM_PRELOAD=0: never, as before session 10 (measuring). */
-    const bool preload = one_wave && !fc_env_is_zero("FUSEC_NORM_PRELOAD");
-    for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {
-        const size_t b = (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
-        if (vector_bcast(gr, i, vec) > 0 && cache_bytes + b <= 512) {
-            k->bq[k->nbq++] = i;
-            cache_bytes += b;
-        }
-    }
-    unsigned block = (unsigned)(tpr * rpb);
-    kernel_signature(k, l, block);
-    mark_rows(k);
-    k->row_coords = trailing;
-
-    /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
-    char loop_open[4096]; /* rank 8: 8 terms of at most ~4 size expressions */
-    if (cache)
-        snprintf(loop_open, sizeof loop_open,
-                 "    _Pragma(\"unroll\") for (int c = 0; c < %lld; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
-                 "      if (j0 < %lldll) {\n      i64 base = row * %lldll + j0;\n",
-                 (long long)kv, tpr, vec, (long long)len, (long long)len);
-    else if (trailing)
-        snprintf(loop_open, sizeof loop_open,
-                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", vec,
-                 len_s, tpr * vec, len_s);
-    else {
-        /* Column reduction: one thread per row (kept index); the full index
-         * is composed from the kept and reduced coordinates. */
-        char st[FC_MAX_RANK][SZ];
-        stride_text(gr->space, gr->rank, st);
-        /* base = sum over dims of (coordinate * stride); the coordinates of
-         * kept dims come from `row`, those of reduced dims from `j0`. */
-        size_t pos = (size_t)snprintf(loop_open, sizeof loop_open,
-                                      "    for (i64 j0 = 0; j0 < %s; j0++) {\n      {\n      i64 base = 0", len_s);
-        fc_mono krem = fc_mono_one(), rrem = fc_mono_one();
-        for (int d = gr->rank - 1; d >= 0 && pos < sizeof loop_open; d--) {
-            fc_mono *rem = gr->reduced[d] ? &rrem : &krem;
-            char rs[SZ], ds[SZ];
-            pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %s) %% %s) * %s",
-                                    gr->reduced[d] ? "j0" : "row", fc_cuda_mono_text(rem, rs, sizeof rs), dimx(gr->space[d], ds, sizeof ds),
-                                    st[d]);
-            fc_mono_mul_dim(rem, gr->space[d]);
-        }
-        if (pos < sizeof loop_open) snprintf(loop_open + pos, sizeof loop_open - pos, ";\n");
-        fc_strbuf_printf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
-    }
-
-    if (tpr > 32) fc_strbuf_printf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
-    fc_strbuf_printf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
+    const int tpr = rl->tpr, rpb = rl->rpb, vec = rl->vec;
+    const int64_t kv = rl->kv, len = rl->len;
+    const bool cache = rl->cache, sym_len = rl->sym_len;
+    const char *rows_s = rl->rows_s, *len_s = rl->len_s, *loop_open = rl->loop_open;
     fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
         rows_s, rpb);
     char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
@@ -1434,9 +1343,170 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         const char *e = lookup(k, v->id, "row");
         fc_strbuf_printf(k->s, "    if (tid == 0) o%d[row] = fc_to<%s>(%s);\n", o, fc_cuda_storage_type(v->dtype), e ? e : "0");
     }
-    fc_strbuf_printf(k->s, "  }\n}\n\n");
+    fc_strbuf_printf(k->s, "  }\n");
     free(vin);
     free(vout);
+    return FC_OK;
+}
+
+/* Whether every input of gr has its iteration shape (no broadcast one). */
+static bool all_full_inputs(const fc_group *gr) {
+    for (int i = 0; i < gr->ninputs; i++)
+        if (!full_shape(gr, gr->inputs[i])) return false;
+    return true;
+}
+
+static fc_status reduce_kernel(kctx *k, fc_launch *l) {
+    const fc_group *gr = k->gr;
+    /* Trailing reduction: the reduced dims are a suffix, rows are contiguous. */
+    bool trailing = true;
+    bool seen_reduced = false;
+    for (int d = 0; d < gr->rank; d++) {
+        if (gr->reduced[d]) seen_reduced = true;
+        else if (seen_reduced) trailing = false;
+    }
+    /* Dynamic plans: rows and the row length are monomials; the vector
+     * width comes from the row length's static factor (so it divides every
+     * binding), and a symbolic row length takes a looped schedule sized by
+     * that static factor (valid for any length >= 1). */
+    fc_mono mrows = fc_group_rows_mono(gr), mlen = fc_group_row_len_mono(gr);
+    bool sym_len = !fc_mono_is_static(&mlen);
+    char rows_s[SZ], len_s[SZ];
+    fc_cuda_mono_text(&mrows, rows_s, sizeof rows_s);
+    fc_cuda_mono_text(&mlen, len_s, sizeof len_s);
+    int64_t len = mlen.c;
+    int vec = trailing ? vector_width(k, len) : 1;
+    int64_t nvec = len / vec;
+    int tpr, rpb;
+    if (!trailing) {
+        tpr = 1;
+        rpb = 256;
+    } else if (sym_len) {
+        if (nvec >= 512) {
+            tpr = 256;
+            rpb = 1;
+        } else {
+            tpr = 32;
+            rpb = 8;
+        }
+    } else if (nvec <= 128) {
+        tpr = 32;
+        rpb = 8;
+    } else {
+        tpr = 64;
+        while (tpr < 1024 && tpr * 4 < nvec) tpr *= 2;
+        rpb = 1;
+    }
+    k->tpr = tpr;
+    int64_t kv = (nvec + tpr - 1) / tpr; /* vectors per thread */
+    /* Persistent: keep full-shape inputs in registers when they fit. */
+    size_t cache_bytes = 0;
+    for (int i = 0; i < gr->ninputs; i++)
+        if (full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
+    bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
+    /* And, in what is left of those 512 bytes, the suffix-broadcast inputs
+     * (a norm's weight and bias), so that their loads overlap the row's
+     * instead of following the reductions: the GPT-2 block's layernorms
+     * read theirs after two all-reduces, an L2 round trip the GPU waited
+     * for. Only where the blocks fit in one wave (or the rows are
+     * symbolic): with more, other blocks hide that latency, and the
+     * registers cost more than it saves (rmsnorm, 32768 rows of 4096: 0.5-0.9%
+     * slower; docs/CODEGEN.md). */
+    k->nbq = 0;
+    const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= fc_cuda_plan_sms(k->p);
+    /* FUSEC_NORM_PRELOAD=0: never, as before session 10 (measuring). */
+    const bool preload = one_wave && !fc_env_is_zero("FUSEC_NORM_PRELOAD");
+    for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {
+        const size_t b = (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
+        if (vector_bcast(gr, i, vec) > 0 && cache_bytes + b <= 512) {
+            k->bq[k->nbq++] = i;
+            cache_bytes += b;
+        }
+    }
+    unsigned block = (unsigned)(tpr * rpb);
+    kernel_signature(k, l, block);
+    mark_rows(k);
+    k->row_coords = trailing;
+
+    /* The element loop over a row; chunk c covers elements [j0, j0 + vec). */
+    char loop_open[4096]; /* rank 8: 8 terms of at most ~4 size expressions */
+    if (cache)
+        snprintf(loop_open, sizeof loop_open,
+                 "    _Pragma(\"unroll\") for (int c = 0; c < %lld; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
+                 "      if (j0 < %lldll) {\n      i64 base = row * %lldll + j0;\n",
+                 (long long)kv, tpr, vec, (long long)len, (long long)len);
+    else if (trailing)
+        snprintf(loop_open, sizeof loop_open,
+                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", vec,
+                 len_s, tpr * vec, len_s);
+    else {
+        /* Column reduction: one thread per row (kept index); the full index
+         * is composed from the kept and reduced coordinates. */
+        char st[FC_MAX_RANK][SZ];
+        stride_text(gr->space, gr->rank, st);
+        /* base = sum over dims of (coordinate * stride); the coordinates of
+         * kept dims come from `row`, those of reduced dims from `j0`. */
+        size_t pos = (size_t)snprintf(loop_open, sizeof loop_open,
+                                      "    for (i64 j0 = 0; j0 < %s; j0++) {\n      {\n      i64 base = 0", len_s);
+        fc_mono krem = fc_mono_one(), rrem = fc_mono_one();
+        for (int d = gr->rank - 1; d >= 0 && pos < sizeof loop_open; d--) {
+            fc_mono *rem = gr->reduced[d] ? &rrem : &krem;
+            char rs[SZ], ds[SZ];
+            pos += (size_t)snprintf(loop_open + pos, sizeof loop_open - pos, " + ((%s / %s) %% %s) * %s",
+                                    gr->reduced[d] ? "j0" : "row", fc_cuda_mono_text(rem, rs, sizeof rs), dimx(gr->space[d], ds, sizeof ds),
+                                    st[d]);
+            fc_mono_mul_dim(rem, gr->space[d]);
+        }
+        if (pos < sizeof loop_open) snprintf(loop_open + pos, sizeof loop_open - pos, ";\n");
+        fc_strbuf_printf(k->s, "  /* column reduction: rows are the kept coordinates */\n");
+    }
+
+    if (tpr > 32) fc_strbuf_printf(k->s, "  __shared__ double smem_d[32]; __shared__ float smem_f[32]; __shared__ i64 smem_i[32];\n");
+    fc_strbuf_printf(k->s, "  const int tid = threadIdx.x %% %d;\n", tpr);
+    row_loop rl = {tpr, rpb, vec, kv, len, cache, sym_len, rows_s, len_s, loop_open};
+    /* A symbolic row length gives vec 1 (no static factor to divide), so
+     * every load is one element. When the length is a multiple of the
+     * width the dtypes allow and the buffers are 16-byte aligned (checked
+     * at run time), the rows go as vectors instead: the row loop twice,
+     * chosen per launch. Only where every input has the kernel's shape
+     * (a broadcast input's period is symbolic). FUSEC_REDUCE_VEC=0 (read
+     * at codegen): the scalar loop alone, for measuring. */
+    const int wide = sym_len && trailing && !cache && all_full_inputs(gr) && !fc_env_is_zero("FUSEC_REDUCE_VEC")
+                         ? vector_width(k, 16)
+                         : 1;
+    fc_status st;
+    if (wide > 1) {
+        fc_strbuf_printf(k->s, "  if ((%s) %% %d == 0 && ((0ull", len_s, wide);
+        for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(k->s, " | (unsigned long long)a%d", i);
+        for (int o = 0; o < gr->noutputs; o++)
+            if (!k->is_row[gr->outputs[o]->id]) fc_strbuf_printf(k->s, " | (unsigned long long)o%d", o);
+        fc_strbuf_printf(k->s, ") & 15) == 0) {\n");
+        char open_wide[4096];
+        snprintf(open_wide, sizeof open_wide,
+                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", wide,
+                 len_s, tpr * wide, len_s);
+        row_loop rw = rl;
+        rw.vec = wide;
+        rw.loop_open = open_wide;
+        /* Both loops start from the same state: row values not made yet. */
+        const size_t nv = (size_t)k->p->g->next_value_id + 1;
+        bool *ready = malloc(nv);
+        if (!ready) return FC_ERR_NOMEM;
+        memcpy(ready, k->row_ready, nv);
+        const int mark = k->nmemo, cmark = k->ncm;
+        st = reduce_rows(k, &rw);
+        fc_strbuf_printf(k->s, "  } else {\n");
+        memcpy(k->row_ready, ready, nv);
+        free(ready);
+        k->nmemo = mark;
+        k->ncm = cmark;
+        if (st == FC_OK) st = reduce_rows(k, &rl);
+        fc_strbuf_printf(k->s, "  }\n");
+    } else {
+        st = reduce_rows(k, &rl);
+    }
+    if (st != FC_OK) return st;
+    fc_strbuf_printf(k->s, "}\n\n");
     int64_t grid = (mrows.c + rpb - 1) / rpb;
     if (grid > (1 << 30)) grid = 1 << 30;
     if (grid < 1) grid = 1;
