@@ -1466,9 +1466,11 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
     row_loop rl = {tpr, rpb, vec, kv, len, cache, sym_len, rows_s, len_s, loop_open};
     /* A symbolic row length gives vec 1 (no static factor to divide), so
      * every load is one element. When the length is a multiple of the
-     * width the dtypes allow and the buffers are 16-byte aligned (checked
-     * at run time), the rows go as vectors instead: the row loop twice,
-     * chosen per launch. Only where every input has the kernel's shape
+     * width the dtypes allow, long enough to give each of a row's threads
+     * a vector (shorter rows ran 1% slower as vectors: T = 64 of the GPT-2
+     * variant's softmax, docs/PERF.md "Session 14") and the buffers are
+     * 16-byte aligned (checked at run time), the rows go as vectors
+     * instead: the row loop twice, chosen per launch. Only where every input has the kernel's shape
      * (a broadcast input's period is symbolic). FUSEC_REDUCE_VEC=0 (read
      * at codegen): the scalar loop alone, for measuring. */
     const int wide = sym_len && trailing && !cache && all_full_inputs(gr) && !fc_env_is_zero("FUSEC_REDUCE_VEC")
@@ -1476,7 +1478,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
                          : 1;
     fc_status st;
     if (wide > 1) {
-        fc_strbuf_printf(k->s, "  if ((%s) %% %d == 0 && ((0ull", len_s, wide);
+        fc_strbuf_printf(k->s, "  if ((%s) %% %d == 0 && (%s) >= %d && ((0ull", len_s, wide, len_s, tpr * wide);
         for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(k->s, " | (unsigned long long)a%d", i);
         for (int o = 0; o < gr->noutputs; o++)
             if (!k->is_row[gr->outputs[o]->id]) fc_strbuf_printf(k->s, " | (unsigned long long)o%d", o);
