@@ -1349,35 +1349,6 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
     return FC_OK;
 }
 
-/* What emitting a row loop changes in k (the row values made, the memo,
- * the register-held values), so that a kernel's next row loop starts from
- * where its first did. */
-typedef struct rows_state {
-    bool *ready;
-    int nmemo, ncm, ncached;
-} rows_state;
-
-static fc_status rows_state_save(kctx *k, rows_state *at) {
-    const size_t nv = (size_t)k->p->g->next_value_id + 1;
-    at->ready = malloc(nv);
-    if (!at->ready) return FC_ERR_NOMEM;
-    memcpy(at->ready, k->row_ready, nv);
-    at->nmemo = k->nmemo;
-    at->ncm = k->ncm;
-    at->ncached = k->ncached;
-    return FC_OK;
-}
-
-static void rows_state_restore(kctx *k, const rows_state *at) {
-    memcpy(k->row_ready, at->ready, (size_t)k->p->g->next_value_id + 1);
-    k->nmemo = at->nmemo;
-    k->ncm = at->ncm;
-    k->ncached = at->ncached;
-}
-
-/* Vectors a thread holds of a symbolic row in registers (reduce_kernel). */
-#define ROW_CHUNKS 8
-
 /* Whether every input of gr has its iteration shape (no broadcast one). */
 static bool all_full_inputs(const fc_group *gr) {
     for (int i = 0; i < gr->ninputs; i++)
@@ -1512,41 +1483,25 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
         for (int o = 0; o < gr->noutputs; o++)
             if (!k->is_row[gr->outputs[o]->id]) fc_strbuf_printf(k->s, " | (unsigned long long)o%d", o);
         fc_strbuf_printf(k->s, ") & 15) == 0) {\n");
-        /* Every loop starts from the same state: no row value made yet. */
-        rows_state at;
-        if ((st = rows_state_save(k, &at)) != FC_OK) return st;
-        /* A row of at most ROW_CHUNKS vectors a thread is held in registers,
-         * its inputs loaded once and a costly value the later phases read
-         * (softmax's exp) computed once, as a static row of that size is
-         * (cache above); FUSEC_REDUCE_VEC=nocache: not, for measuring. */
-        const char *rv = getenv("FUSEC_REDUCE_VEC");
-        char open_held[4096], open_wide[4096];
-        if (!(rv && !strcmp(rv, "nocache"))) {
-            fc_strbuf_printf(k->s, "  if ((%s) <= %d) {\n", len_s, tpr * wide * ROW_CHUNKS);
-            snprintf(open_held, sizeof open_held,
-                     "    _Pragma(\"unroll\") for (int c = 0; c < %d; c++) {\n      i64 j0 = ((i64)c * %d + tid) * %d;\n"
-                     "      if (j0 < %s) {\n      i64 base = row * %s + j0;\n",
-                     ROW_CHUNKS, tpr, wide, len_s, len_s);
-            row_loop rh = rl;
-            rh.vec = wide;
-            rh.cache = true;
-            rh.kv = ROW_CHUNKS;
-            rh.loop_open = open_held;
-            st = reduce_rows(k, &rh);
-            fc_strbuf_printf(k->s, "  } else {\n");
-            rows_state_restore(k, &at);
-        }
+        char open_wide[4096];
         snprintf(open_wide, sizeof open_wide,
                  "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", wide,
                  len_s, tpr * wide, len_s);
         row_loop rw = rl;
         rw.vec = wide;
         rw.loop_open = open_wide;
-        if (st == FC_OK) st = reduce_rows(k, &rw);
-        if (!(rv && !strcmp(rv, "nocache"))) fc_strbuf_printf(k->s, "  }\n");
+        /* Both loops start from the same state: row values not made yet. */
+        const size_t nv = (size_t)k->p->g->next_value_id + 1;
+        bool *ready = malloc(nv);
+        if (!ready) return FC_ERR_NOMEM;
+        memcpy(ready, k->row_ready, nv);
+        const int mark = k->nmemo, cmark = k->ncm;
+        st = reduce_rows(k, &rw);
         fc_strbuf_printf(k->s, "  } else {\n");
-        rows_state_restore(k, &at);
-        free(at.ready);
+        memcpy(k->row_ready, ready, nv);
+        free(ready);
+        k->nmemo = mark;
+        k->ncm = cmark;
         if (st == FC_OK) st = reduce_rows(k, &rl);
         fc_strbuf_printf(k->s, "  }\n");
     } else {
