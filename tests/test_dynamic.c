@@ -600,7 +600,10 @@ static void check_frame_address_spaces(fc_context *ctx) {
              * (codegen/cuda/emit.c, coords), not divided out of the index
              * by run-time sizes again: 254 64-bit divisions and remainders
              * in this PTX before (63 in the softmax kernel, 255 us of the
-             * T = 1024 block on the H200), 130 after (6 in the softmax). */
+             * T = 1024 block on the H200), 130 after (6 in the softmax),
+             * 134 since session 14 (the softmax's row loop twice, as
+             * vectors and one element at a time: the added ones are per
+             * row, not per element). */
             /* The carrier reads its words from its parameter (ld.param,
              * by a computed address in its store loop), never from a copy
              * in local memory. */

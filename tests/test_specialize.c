@@ -36,6 +36,14 @@ static const char softmax_text[] =
     "  return %y\n"
     "}\n";
 
+/* A softmax over a symbolic row length (the GPT-2 variant's attention
+ * scores are [.., T, T]): test_symbolic_rows. */
+static const char softmax_t_text[] =
+    "graph smt(%x: bf16[R, T]) {\n"
+    "  %y = softmax(%x, axis=-1) : bf16[R, T]\n"
+    "  return %y\n"
+    "}\n";
+
 static const char ln_text[] =
     "graph ln(%x: bf16[B, T, 256], %w: bf16[256], %b: bf16[256]) {\n"
     "  %h = add(%x, %x)\n"
@@ -537,6 +545,25 @@ static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
  * (not for programs with fused sibling GEMMs); concats: how many groups of
  * fused sibling GEMMs the graph has (the variant keeps one concatenation
  * of each, whatever the number of shapes). */
+/* The variant's reduction over a symbolic row length in each of its two
+ * row loops (codegen/cuda/emit.c, reduce_kernel): as vectors (T a
+ * multiple of 8, at least 256), one element at a time (the rest); each
+ * against the reference, on new buffers, the variant alone. */
+static void test_symbolic_rows(fc_context *ctx, fc_cuda_device *dev) {
+    fc_graph *g = parse(ctx, softmax_t_text);
+    fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+    static const int64_t ts[] = {7, 64, 256, 1000, 2048, 2056, 4096, 3001, 255};
+    for (size_t i = 0; p && i < sizeof ts / sizeof ts[0]; i++) {
+        fc_tensor sh[16];
+        sh[0] = shaped(FC_BF16, 2, (int64_t[]){5, ts[i]}, NULL);
+        char name[64];
+        snprintf(name, sizeof name, "softmax over T = %lld", (long long)ts[i]);
+        run_and_compare(ctx, dev, p, g, sh, 1, 1, name);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_dynamic_gpu(fc_context *ctx, fc_cuda_device *dev, const char *what, fc_graph *g, int nsteps,
                              const fc_tensor (*shapes)[16], int nin, int nout, bool prebuilt, int concats) {
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 4);
@@ -1157,6 +1184,7 @@ static void test_gpu(fc_context *ctx) {
     test_static_replay(ctx, dev);
     test_weights_changed(ctx, dev);
     test_variant_gemms(ctx, dev);
+    test_symbolic_rows(ctx, dev);
 
     fc_graph *g = parse(ctx, softmax_text);
     if (g) {
