@@ -683,8 +683,9 @@ static void print_help(void) {
         "                        evicted, why a program runs without a CUDA Graph, and\n"
         "                        (spec) each step of the background thread, timed\n"
         "  FUSEC_ATTN_TMA, FUSEC_ATTN_PERSIST, FUSEC_ATTN_L2SECT, FUSEC_ATTN_BN,\n"
-        "  FUSEC_NORM_PRELOAD,\n"
-        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG, FUSEC_VGEMM_SPLIT128, FUSEC_VGEMM_GATHER\n"
+        "  FUSEC_NORM_PRELOAD, FUSEC_REDUCE_VEC,\n"
+        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG, FUSEC_VGEMM_SPLIT128, FUSEC_VGEMM_GATHER,\n"
+        "  FUSEC_VGEMM_WS_MIB\n"
         "                        switches of the attention kernel, of row reductions\n"
         "                        and of the dynamic variant's GEMMs, for measuring\n"
         "                        (docs/CLI.md)\n",
