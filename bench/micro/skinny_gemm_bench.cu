@@ -567,27 +567,15 @@ __global__ void slice_stats(const bf16 *x, float *st, int M, int K) {
     st[((size_t)row * (K / 64) + q) * 2 + 1] = v;
 }
 
-// fusec's layernorm as the block's graph launches it: a programmatic
-// dependent (waits for the kernel before, lets the next one start).
-__global__ void ln_kernel_pdl(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, int M, int K, float eps) {
-    pdl_wait();
-    pdl_trigger();
-    int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= M) return;
-    const bf16 *xr = x + (size_t)row * K;
-    float s = 0.f;
-    for (int k = lane; k < K; k += 32) s += __bfloat162float(xr[k]);
-    for (int o = 16; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    float mean = s / K, v = 0.f;
-    for (int k = lane; k < K; k += 32) { float d = __bfloat162float(xr[k]) - mean; v += d * d; }
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    float rstd = rsqrtf(v / K + eps);
-    for (int k = lane; k < K; k += 32)
-        y[(size_t)row * K + k] = __float2bfloat16((__bfloat162float(xr[k]) - mean) * rstd * __bfloat162float(gm[k]) + __bfloat162float(bt[k]));
-}
-
 // The baseline's layernorm: a warp a row, f32, rounded to bf16 (as fusec's).
-__global__ void ln_kernel(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, int M, int K, float eps) {
+// With PDL (fusec's layernorm as the block's graph launches it) a
+// programmatic dependent: waits for the kernel before, lets the next start.
+template <bool PDL>
+__global__ void ln_rows(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y, int M, int K, float eps) {
+    if (PDL) {
+        pdl_wait();
+        pdl_trigger();
+    }
     int row = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x & 31;
     if (row >= M) return;
     const bf16 *xr = x + (size_t)row * K;
@@ -601,6 +589,8 @@ __global__ void ln_kernel(const bf16 *x, const bf16 *gm, const bf16 *bt, bf16 *y
     for (int k = lane; k < K; k += 32)
         y[(size_t)row * K + k] = __float2bfloat16((__bfloat162float(xr[k]) - mean) * rstd * __bfloat162float(gm[k]) + __bfloat162float(bt[k]));
 }
+#define ln_kernel ln_rows<false>
+#define ln_kernel_pdl ln_rows<true>
 
 struct Lt {
     cublasLtHandle_t h;
