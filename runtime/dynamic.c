@@ -466,10 +466,6 @@ static void miss_reason(const fc_dynamic *d, const int64_t *key, char *buf, size
     if (!len) snprintf(buf, n, "same shape as the last run, still no specialization");
 }
 
-/* The variant's instance for key, made on first use (LRU of MAX_INSTANCES;
- * *made says whether it was made now). The instance it evicts goes to
- * *evicted, for the caller to free after its launches (freeing one costs
- * ~35 us of host time, which the GPU then hides). */
 /* An instance get_instance evicted (NULL: none): its graph counters kept
  * in d->gone, then freed. Returns the freeing's time, ms. */
 static double retire_instance(fc_dynamic *d, fc_program *evicted) {
@@ -480,6 +476,10 @@ static double retire_instance(fc_dynamic *d, fc_program *evicted) {
     return fc_now_ms() - t0;
 }
 
+/* The variant's instance for key, made on first use (LRU of MAX_INSTANCES;
+ * *made says whether it was made now). The instance it evicts goes to
+ * *evicted, for the caller to free after its launches (retire_instance:
+ * freeing one costs ~35 us of host time, which the GPU then hides). */
 static fc_status get_instance(fc_dynamic *d, const int64_t *key, fc_program **out, fc_program **evicted, bool *made) {
     instance *slot = NULL;
     for (int i = 0; i < MAX_INSTANCES; i++) {

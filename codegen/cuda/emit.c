@@ -1197,10 +1197,6 @@ static void accumulate(kctx *k, int e, const char *L, void *arg) {
     }
 }
 
-/* Index of the first element of the current chunk in the full space, given
- * the row index `row` and the element offset `j` within the row. Only used
- * for trailing reductions (contiguous rows). */
-
 /* The row loop of a REDUCE kernel (reduce_kernel) at one vector width:
  * rl->loop_open opens the element loop for rl->vec. Emitted once, or
  * twice for a symbolic row length (a vector path and a scalar one). */
@@ -1349,6 +1345,13 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
     return FC_OK;
 }
 
+/* The element loop over a contiguous row of len_s elements, chunks of vec
+ * from j0 (a trailing reduction without its row in registers). */
+static void trailing_loop_open(char *buf, size_t n, int tpr, int vec, const char *len_s) {
+    snprintf(buf, n, "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", vec,
+             len_s, tpr * vec, len_s);
+}
+
 /* Whether every input of gr has its iteration shape (no broadcast one). */
 static bool all_full_inputs(const fc_group *gr) {
     for (int i = 0; i < gr->ninputs; i++)
@@ -1436,9 +1439,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
                  "      if (j0 < %lldll) {\n      i64 base = row * %lldll + j0;\n",
                  (long long)kv, tpr, vec, (long long)len, (long long)len);
     else if (trailing)
-        snprintf(loop_open, sizeof loop_open,
-                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", vec,
-                 len_s, tpr * vec, len_s);
+        trailing_loop_open(loop_open, sizeof loop_open, tpr, vec, len_s);
     else {
         /* Column reduction: one thread per row (kept index); the full index
          * is composed from the kept and reduced coordinates. */
@@ -1470,9 +1471,10 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
      * a vector (shorter rows ran 1% slower as vectors: T = 64 of the GPT-2
      * variant's softmax, docs/PERF.md "Session 14") and the buffers are
      * 16-byte aligned (checked at run time), the rows go as vectors
-     * instead: the row loop twice, chosen per launch. Only where every input has the kernel's shape
-     * (a broadcast input's period is symbolic). FUSEC_REDUCE_VEC=0 (read
-     * at codegen): the scalar loop alone, for measuring. */
+     * instead: the row loop twice, chosen per launch. Only where every
+     * input has the kernel's shape (a broadcast input's period is
+     * symbolic). FUSEC_REDUCE_VEC=0 (read at codegen): the scalar loop
+     * alone, for measuring. */
     const int wide = sym_len && trailing && !cache && all_full_inputs(gr) && !fc_env_is_zero("FUSEC_REDUCE_VEC")
                          ? vector_width(k, 16)
                          : 1;
@@ -1484,9 +1486,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
             if (!k->is_row[gr->outputs[o]->id]) fc_strbuf_printf(k->s, " | (unsigned long long)o%d", o);
         fc_strbuf_printf(k->s, ") & 15) == 0) {\n");
         char open_wide[4096];
-        snprintf(open_wide, sizeof open_wide,
-                 "    for (i64 j0 = (i64)tid * %d; j0 < %s; j0 += %d) {\n      {\n      i64 base = row * %s + j0;\n", wide,
-                 len_s, tpr * wide, len_s);
+        trailing_loop_open(open_wide, sizeof open_wide, tpr, wide, len_s);
         row_loop rw = rl;
         rw.vec = wide;
         rw.loop_open = open_wide;
@@ -1906,7 +1906,7 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     free(fused);
     /* The kernel after the carrier reads the frame before it waits: it
      * starts when the carrier has ended (a plain edge), never during. */
-    const int carrier = out->frame_carried ? fc_cuda_src_frame_carrier(out) : -1;
+    const int carrier = fc_cuda_src_frame_carrier(out);
     for (int i = carrier + 1; carrier >= 0 && i < out->nlaunches; i++)
         if (out->launches[i].kind == FC_LAUNCH_KERNEL) {
             out->launches[i].pdl = false;

@@ -93,10 +93,12 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    = T) the wgmma tile this model picked was 2-8% slower than the
  *    mma.sync tiles for T 65..512, even at T 513..768 (whole block; T a
  *    multiple of 8, where it applies) and 8% faster above 768.
- *    The splits of either large tile may use the whole workspace
- *    (fc_gm_wg_room; fc_gm_large_room: FUSEC_VGEMM_SPLIT128=0, read at
- *    codegen, gives 0, the rule before session 7 with its 128 x 128 tile
- *    never split).
+ *    The splits of either large tile may use the whole workspace (until
+ *    session 14 the wgmma tile's only the first 4 MiB of 8, which left M
+ *    769-1408 at K 3072 or N 768 unsplit on a quarter of the SMs: the
+ *    GPT-2 variant 5-6.5% slower at T 769-1024; fc_gm_large_room:
+ *    FUSEC_VGEMM_SPLIT128=0, read at codegen, gives 0 for the 128 x 128
+ *    tile, the rule before session 7 with that tile never split).
  * No comments inside: it becomes one line of the device source.
  */
 #define WG_MIN_M 768
@@ -121,7 +123,7 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
         *kper = ks;                                                                                                 \
         const int mma = wbn == 0 || (!force && M <= WG_MIN_M);                                                      \
         if (mma && M <= 64) return 0;                                                                               \
-        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : fc_gm_wg_room();                          \
+        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : fc_gm_ws_floats();                        \
         long long tb = ((M + 127) / 128) * ((N + bn - 1) / bn) * Z, kb = nk;                                        \
         if (tb < p && nk >= 2) {                                                                                    \
             want = p / tb;                                                                                          \
@@ -159,11 +161,6 @@ static long long fc_gm_ws_floats(void) {
  * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
  * a constant (fc_cuda_emit_gemm). */
 static long long fc_gm_large_room(void) { return fc_env_is_zero("FUSEC_VGEMM_SPLIT128") ? 0 : fc_gm_ws_floats(); }
-
-/* The wgmma tile's: all of it too. (Until session 14 the first 4 MiB of
- * an 8 MiB workspace, which left M 769-1408 at K 3072 or N 768 unsplit on
- * a quarter of the SMs: the GPT-2 variant 5-6.5% slower at T 769-1024.) */
-static long long fc_gm_wg_room(void) { return fc_gm_ws_floats(); }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -384,10 +381,10 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
         fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %lld\n"
-                         "#define fc_gm_ws_floats() %lldLL\n#define fc_gm_wg_room() %lldLL\n"
+                         "#define fc_gm_ws_floats() ((long long)FC_GM_WS_FLOATS)\n"
                          "#define fc_gm_large_room() %lldLL\n#define FC_GM_GATHER_ON %d\n",
                          wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2],
-                         fc_gm_ws_floats(), fc_gm_ws_floats(), fc_gm_wg_room(), fc_gm_large_room(), gather_loads());
+                         fc_gm_ws_floats(), fc_gm_large_room(), gather_loads());
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);
