@@ -34,8 +34,8 @@ void fc_graph_free(fc_graph *g) {
 }
 
 fc_status fc_graph_status(const fc_graph *g) { return g ? g->status : FC_ERR_USAGE; }
-const char *fc_graph_name(const fc_graph *g) { return g->name; }
-fc_context *fc_graph_context(const fc_graph *g) { return g->ctx; }
+const char *fc_graph_name(const fc_graph *g) { return g ? g->name : NULL; }
+fc_context *fc_graph_context(const fc_graph *g) { return g ? g->ctx : NULL; }
 
 /* The foreign graph is not named: it may be freed already, and its name
  * would then be read from freed memory. */
@@ -142,7 +142,7 @@ fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value) {
 }
 
 const char *fc_sym_name(const fc_graph *g, fc_dim d) {
-    if (!fc_dim_is_sym(d)) return NULL;
+    if (!g || !fc_dim_is_sym(d)) return NULL;
     int i = fc_dim_sym_index(d);
     return i < g->nsyms ? g->syms[i] : NULL;
 }
@@ -291,10 +291,10 @@ int fc_value_rank(const fc_value *v) { return v ? v->rank : 0; }
 fc_dtype fc_value_dtype(const fc_value *v) { return v ? v->dtype : FC_DTYPE_COUNT; }
 fc_dim fc_value_dim(const fc_value *v, int i) { return v && i >= 0 && i < v->rank ? v->dims[i] : FC_DIM_INFER; }
 bool fc_value_is_poison(const fc_value *v) { return !v || v->poison; }
-int fc_graph_num_params(const fc_graph *g) { return g->nparams; }
-fc_value *fc_graph_param(const fc_graph *g, int i) { return i >= 0 && i < g->nparams ? g->params[i] : NULL; }
-int fc_graph_num_outputs(const fc_graph *g) { return g->noutputs; }
-fc_value *fc_graph_output(const fc_graph *g, int i) { return i >= 0 && i < g->noutputs ? g->outputs[i] : NULL; }
+int fc_graph_num_params(const fc_graph *g) { return g ? g->nparams : 0; }
+fc_value *fc_graph_param(const fc_graph *g, int i) { return g && i >= 0 && i < g->nparams ? g->params[i] : NULL; }
+int fc_graph_num_outputs(const fc_graph *g) { return g ? g->noutputs : 0; }
+fc_value *fc_graph_output(const fc_graph *g, int i) { return g && i >= 0 && i < g->noutputs ? g->outputs[i] : NULL; }
 
 /* Compiled kernels bake shapes in: every dim of every param and live node
  * result must be static. The error names the first unbound symbol. */
