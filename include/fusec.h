@@ -110,9 +110,9 @@ fc_graph *fc_graph_new(fc_context *ctx, const char *name);
 void fc_graph_free(fc_graph *g);
 /* FC_OK, or the status of the first builder error (the sticky error). */
 fc_status fc_graph_status(const fc_graph *g);
-/* The graph's name. */
+/* The graph's name (NULL for a NULL graph). */
 const char *fc_graph_name(const fc_graph *g);
-/* The context the graph belongs to. */
+/* The context the graph belongs to (NULL for a NULL graph). */
 fc_context *fc_graph_context(const fc_graph *g);
 
 /*
@@ -246,6 +246,7 @@ fc_dtype fc_value_dtype(const fc_value *v);
 fc_dim fc_value_dim(const fc_value *v, int i);
 /* True if v is the poison value. */
 bool fc_value_is_poison(const fc_value *v);
+/* For a NULL graph: 0 parameters and outputs; an index out of range: NULL. */
 int fc_graph_num_params(const fc_graph *g);
 fc_value *fc_graph_param(const fc_graph *g, int i);
 int fc_graph_num_outputs(const fc_graph *g);
@@ -319,7 +320,8 @@ uint16_t fc_f32_to_bf16(float f);
 float fc_bf16_to_f32(uint16_t h);
 uint16_t fc_f32_to_f16(float f);
 float fc_f16_to_f32(uint16_t h);
-/* Round a double to the nearest value of dtype dt (saturating/truncating as a cast). */
+/* Round a double to the nearest value of dtype dt (saturating/truncating as
+ * a cast); NaN for a dt that is not an fc_dtype. */
 double fc_round_to_dtype(double x, fc_dtype dt);
 
 

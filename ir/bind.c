@@ -23,6 +23,7 @@ static fc_value *copy_value(fc_graph *c, fc_value **map, fc_value *v, const int6
     fc_value *w = fc_arena_alloc(&c->arena, sizeof *w);
     if (!w) return NULL;
     *w = *v;
+    w->graph = c;
     w->def = NULL; /* set by the defining node's copy */
     for (int d = 0; d < v->rank; d++) w->dims[d] = fc_dim_value(v->dims[d], vals);
     if (v->name) {

@@ -760,6 +760,10 @@ fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_
             fc_graph_error(g, FC_ERR_USAGE, "%s: operand %d is NULL", info->name, i);
             return NULL;
         }
+        if (in[i]->graph != g) { /* before the poison test: another graph's poison is not ours */
+            fc_foreign_value(g, info->name, "operand", i);
+            return NULL;
+        }
         if (in[i]->poison) return NULL; /* the graph is already poisoned */
         if (in[i]->weak && !accepts_weak(op)) {
             fc_graph_error(g, FC_ERR_INPUT, "%s: operand %d cannot be a bare number", info->name, i);
@@ -802,6 +806,7 @@ fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_
     for (int i = 0; i < nout; i++) {
         fc_value *v = fc_arena_alloc(&g->arena, sizeof *v);
         if (!v) return g->status = FC_ERR_NOMEM, NULL;
+        v->graph = g;
         v->dtype = ts[i].dt;
         v->rank = ts[i].rank;
         memcpy(v->dims, ts[i].dims, sizeof(fc_dim) * (size_t)ts[i].rank);

@@ -24,6 +24,10 @@ fc_graph *fc_graph_specialize(fc_graph *g, const fc_binding *binds, int nbinds) 
 
 static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
     if (!g) return NULL;
+    if (nbinds < 0 || (nbinds > 0 && !binds)) {
+        fc_set_error(g->ctx, FC_ERR_USAGE, "specialize: bad bindings (%d given%s)", nbinds, binds ? "" : ", NULL");
+        return NULL;
+    }
     if (g->status) {
         fc_set_error(g->ctx, g->status, "clone: the graph has an error");
         return NULL;

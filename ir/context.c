@@ -27,7 +27,8 @@ void fc_clear_error(fc_context *ctx) {
 }
 
 void fc_context_fail_alloc_after(fc_context *ctx, long n) {
-    ctx->alloc_fail_after = n;
+    if (!ctx) return;
+    ctx->alloc_fail_after = n < 0 ? 0 : n;
     ctx->alloc_count = 0;
 }
 

@@ -79,8 +79,9 @@ double fc_round_to_dtype(double x, fc_dtype dt) {
     case FC_I32: return clamp_int(x, -2147483648.0, 2147483647.0);
     case FC_I8: return clamp_int(x, -128.0, 127.0);
     case FC_BOOL: return x != 0 ? 1.0 : 0.0; /* NaN != 0: true, as in PyTorch */
-    default: FC_UNREACHABLE("bad dtype");
+    case FC_DTYPE_COUNT: break;
     }
+    return NAN; /* a public function: a bad dtype is the caller's, not a broken invariant */
 }
 
 uint16_t fc_f32_to_bf16(float f) {

@@ -14,6 +14,7 @@ fc_graph *fc_graph_new(fc_context *ctx, const char *name) {
     g->ctx = ctx;
     fc_arena_init(&g->arena, ctx);
     g->poison_value.poison = true;
+    g->poison_value.graph = g;
     g->poison_value.param_index = -1;
     g->poison_value.dtype = FC_F32;
     g->poison_value.id = -1;
@@ -33,8 +34,17 @@ void fc_graph_free(fc_graph *g) {
 }
 
 fc_status fc_graph_status(const fc_graph *g) { return g ? g->status : FC_ERR_USAGE; }
-const char *fc_graph_name(const fc_graph *g) { return g->name; }
-fc_context *fc_graph_context(const fc_graph *g) { return g->ctx; }
+const char *fc_graph_name(const fc_graph *g) { return g ? g->name : NULL; }
+fc_context *fc_graph_context(const fc_graph *g) { return g ? g->ctx : NULL; }
+
+/* The foreign graph is not named: it may be freed already, and its name
+ * would then be read from freed memory. */
+fc_status fc_foreign_value(fc_graph *g, const char *op, const char *what, int index) {
+    return fc_graph_error(g, FC_ERR_USAGE,
+                          "%s: %s %d belongs to another graph, not to graph '%s' (a value is used only in the graph "
+                          "that made it)",
+                          op, what, index, g->name ? g->name : "");
+}
 
 fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...) {
     if (g->status != FC_OK) return g->status; /* sticky: keep the first */
@@ -132,7 +142,7 @@ fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value) {
 }
 
 const char *fc_sym_name(const fc_graph *g, fc_dim d) {
-    if (!fc_dim_is_sym(d)) return NULL;
+    if (!g || !fc_dim_is_sym(d)) return NULL;
     int i = fc_dim_sym_index(d);
     return i < g->nsyms ? g->syms[i] : NULL;
 }
@@ -209,6 +219,7 @@ fc_value *fc_build_param(fc_graph *g, const char *name, size_t len, fc_dtype dt,
         oom(g);
         return &g->poison_value;
     }
+    v->graph = g;
     v->dtype = dt;
     v->rank = rank;
     if (rank) memcpy(v->dims, dims, sizeof(fc_dim) * (size_t)rank);
@@ -242,6 +253,7 @@ fc_value *fc_scalar(fc_graph *g, double v) {
     if (g->status) return &g->poison_value;
     fc_value *s = fc_arena_alloc(&g->arena, sizeof *s);
     if (!s) return oom(g), &g->poison_value;
+    s->graph = g;
     s->weak = true;
     s->scalar = v;
     s->dtype = FC_F32; /* fixed when it is used as an operand */
@@ -263,6 +275,7 @@ fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs) {
     if (n < 1 || !outs) return fc_graph_error(g, FC_ERR_INPUT, "return: a graph must return at least one value");
     for (int i = 0; i < n; i++) {
         if (!outs[i]) return fc_graph_error(g, FC_ERR_USAGE, "return: result %d is NULL", i);
+        if (outs[i]->graph != g) return fc_foreign_value(g, "return", "result", i);
         if (outs[i]->poison) return g->status ? g->status : FC_ERR_INPUT;
         if (outs[i]->weak) return fc_graph_error(g, FC_ERR_INPUT, "return: a bare number cannot be a result");
     }
@@ -278,10 +291,10 @@ int fc_value_rank(const fc_value *v) { return v ? v->rank : 0; }
 fc_dtype fc_value_dtype(const fc_value *v) { return v ? v->dtype : FC_DTYPE_COUNT; }
 fc_dim fc_value_dim(const fc_value *v, int i) { return v && i >= 0 && i < v->rank ? v->dims[i] : FC_DIM_INFER; }
 bool fc_value_is_poison(const fc_value *v) { return !v || v->poison; }
-int fc_graph_num_params(const fc_graph *g) { return g->nparams; }
-fc_value *fc_graph_param(const fc_graph *g, int i) { return i >= 0 && i < g->nparams ? g->params[i] : NULL; }
-int fc_graph_num_outputs(const fc_graph *g) { return g->noutputs; }
-fc_value *fc_graph_output(const fc_graph *g, int i) { return i >= 0 && i < g->noutputs ? g->outputs[i] : NULL; }
+int fc_graph_num_params(const fc_graph *g) { return g ? g->nparams : 0; }
+fc_value *fc_graph_param(const fc_graph *g, int i) { return g && i >= 0 && i < g->nparams ? g->params[i] : NULL; }
+int fc_graph_num_outputs(const fc_graph *g) { return g ? g->noutputs : 0; }
+fc_value *fc_graph_output(const fc_graph *g, int i) { return g && i >= 0 && i < g->noutputs ? g->outputs[i] : NULL; }
 
 /* Compiled kernels bake shapes in: every dim of every param and live node
  * result must be static. The error names the first unbound symbol. */

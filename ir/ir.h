@@ -136,6 +136,9 @@ typedef struct fc_loc {
 typedef struct fc_node fc_node;
 
 struct fc_value {
+    /* The graph that made it. Builders refuse a value of another graph:
+     * the node would point into memory that graph owns and frees. */
+    const fc_graph *graph;
     fc_dtype dtype;
     int rank;
     fc_dim dims[FC_MAX_RANK];
@@ -270,6 +273,9 @@ struct fc_graph {
 /* Record a builder error on g: sticky, located at g->cur_loc when set. */
 fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* The error for a value of another graph used by `op` as its `what` number
+ * `index` ("operand 1", "result 0"): FC_ERR_USAGE, sticky. */
+fc_status fc_foreign_value(fc_graph *g, const char *op, const char *what, int index);
 
 /* Grow an arena array (doubling); returns false on OOM (error recorded). */
 bool fc_grow(fc_arena *ar, void **arr, int *cap, int need, size_t elem);

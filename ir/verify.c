@@ -25,7 +25,7 @@ fc_status fc_verify(fc_graph *g) {
     fc_status st = FC_OK;
     for (int i = 0; i < g->nparams && !st; i++) {
         fc_value *p = g->params[i];
-        if (p->param_index != i || p->def) st = fail(g, "verify: parameter %d (%s) is malformed", i, p->name);
+        if (p->param_index != i || p->def || p->graph != g) st = fail(g, "verify: parameter %d (%s) is malformed", i, p->name);
         else defined[p->id] = true;
     }
     for (int i = 0; i < g->nnodes && !st; i++) {
@@ -39,13 +39,15 @@ fc_status fc_verify(fc_graph *g) {
         for (int k = 0; k < n->nin && !st; k++) {
             fc_value *v = n->in[k];
             if (!v || v->poison) st = fail(g, "verify: node %d (%s) has a missing operand", n->id, info->name);
+            else if (v->graph != g)
+                st = fail(g, "verify: node %d (%s) uses a value of another graph", n->id, info->name);
             else if (!v->weak && (v->id < 0 || v->id >= g->next_value_id || !defined[v->id]))
                 st = fail(g, "verify: node %d (%s) uses a value before it is defined", n->id, info->name);
         }
         if (st) break;
         for (int k = 0; k < n->nout && !st; k++) {
             fc_value *v = n->out[k];
-            if (!v || v->def != n || v->def_index != k)
+            if (!v || v->def != n || v->def_index != k || v->graph != g)
                 st = fail(g, "verify: node %d (%s) has a malformed result", n->id, info->name);
             else if (defined[v->id]) st = fail(g, "verify: node %d (%s) redefines a value", n->id, info->name);
             else defined[v->id] = true;
@@ -54,7 +56,7 @@ fc_status fc_verify(fc_graph *g) {
     }
     for (int i = 0; i < g->noutputs && !st; i++) {
         fc_value *v = g->outputs[i];
-        if (!v || v->weak || v->id < 0 || v->id >= g->next_value_id || !defined[v->id] || (v->def && v->def->dead))
+        if (!v || v->weak || v->graph != g || v->id < 0 || v->id >= g->next_value_id || !defined[v->id] || (v->def && v->def->dead))
             st = fail(g, "verify: result %d of graph %s is not defined", i, g->name);
     }
     free(defined);

@@ -24,6 +24,7 @@
  */
 #include "runtime/aot.h"
 #include "ir/le.h"
+#include "ir/outfile.h"
 #include "ir/timing.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
@@ -31,7 +32,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -296,51 +296,6 @@ static char *source_with_container(fc_context *ctx, const char *source, const ui
     return s;
 }
 
-/* Write data to path through a temporary file in the same directory and
- * a rename: a reader sees the old file or the new one, never a part. The
- * mode is 0666 less the umask, as for any file a tool writes. */
-static fc_status write_file_atomic(fc_context *ctx, const char *path, const uint8_t *data, size_t n) {
-    static _Atomic unsigned counter;
-    size_t plen = strlen(path);
-    char *tmp = fc_ctx_malloc(ctx, plen + 64);
-    if (!tmp) return FC_ERR_NOMEM;
-    int fd = -1;
-    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
-        snprintf(tmp, plen + 64, "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&counter, 1));
-        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-        if (fd < 0 && errno != EEXIST) break;
-    }
-    if (fd < 0) {
-        fc_status st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno));
-        fc_ctx_freemem(ctx, tmp);
-        return st;
-    }
-    const char *step = NULL;
-    for (size_t done = 0; !step && done < n;) {
-        ssize_t w = write(fd, data + done, n - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) step = "write";
-        else done += (size_t)w;
-    }
-    if (!step && fsync(fd) != 0) step = "fsync";
-    int err = errno;
-    if (close(fd) != 0 && !step) {
-        step = "close";
-        err = errno;
-    }
-    if (!step && rename(tmp, path) != 0) {
-        step = "rename";
-        err = errno;
-    }
-    fc_status st = FC_OK;
-    if (step) {
-        (void)unlink(tmp);
-        st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s (%s): %s", path, step, strerror(err));
-    }
-    fc_ctx_freemem(ctx, tmp);
-    return st;
-}
-
 /* Compile the program with its container into *cubin, then patch the
  * checksum in. Checks on the way that NVRTC kept the bytes as written. */
 static fc_status build_file(fc_context *ctx, const fc_program_desc *d, const char *path, fc_bytes *cubin) {
@@ -403,7 +358,7 @@ fc_status fc_program_save_file(fc_program *p, const char *path) {
     fc_program_desc check;
     st = read_container(ctx, path, file.data, file.size, &check);
     if (st == FC_OK) fc_program_desc_release(&check);
-    if (st == FC_OK) st = write_file_atomic(ctx, path, file.data, file.size);
+    if (st == FC_OK) st = fc_write_file_atomic(ctx, path, file.data, file.size);
     fc_bytes_free(&file);
     return st;
 }

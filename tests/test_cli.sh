@@ -575,6 +575,66 @@ expect_stderr_has "-o with an unbound dim" "symbol N is unbound"
 if [[ ! -e $tmp/unbound.cubin ]]; then pass; else fail "-o with an unbound dim wrote a file"; fi
 expect_rc 3 "-o into a missing directory" "$tmp/small.ir" --bind N=4 -o "$tmp/no/such/dir/x.cubin"
 expect_stderr_has "-o into a missing directory" "cannot write"
+# -o writes only regular files: a rename would replace a device node, a
+# FIFO or a socket with a regular file (as root, `-o /dev/null` would).
+ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) and PATH is left as it was
+  local before after
+  before=$(stat -c '%F %i %a' "$2" 2>/dev/null)
+  expect_rc 3 "$1" "$tmp/small.ir" --bind N=4 -o "$2"
+  expect_stderr_has "$1" "$3"
+  after=$(stat -c '%F %i %a' "$2" 2>/dev/null)
+  if [[ $before == "$after" ]]; then pass; else fail "$1: -o changed $2 ($before -> $after)"; fi
+  if ! ls "$(dirname "$2")" | grep -q '\.tmp\.'; then pass; else fail "$1: a temporary file was left"; fi
+}
+od_dir=$tmp/odir
+mkdir -p "$od_dir"
+mkfifo "$od_dir/fifo"
+ofail "-o onto a FIFO" "$od_dir/fifo" "it is a FIFO; fusec writes only regular files"
+if python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' "$od_dir/sock" 2>/dev/null; then
+  ofail "-o onto a socket" "$od_dir/sock" "it is a socket"
+fi
+if [[ $(id -u) -eq 0 ]] && mknod "$od_dir/null" c 1 3 2>/dev/null; then
+  ofail "-o onto a character device" "$od_dir/null" "it is a character device"
+  ln -s "$od_dir/null" "$od_dir/to_null"
+  ofail "-o onto a symlink to a device" "$od_dir/to_null" "it is a symlink to $od_dir/null, a character device"
+  if [[ -L $od_dir/to_null ]]; then pass; else fail "-o replaced the symlink to a device"; fi
+else
+  echo "skip: -o onto a character device (needs root and mknod)"
+fi
+ofail "-o onto a directory" "$od_dir" "it is a directory"
+ln -s "$od_dir/nothing" "$od_dir/dangling"
+ofail "-o onto a dangling symlink" "$od_dir/dangling" "dangling symlink"
+if [[ -L $od_dir/dangling && ! -e $od_dir/nothing ]]; then pass; else fail "-o wrote through a dangling symlink"; fi
+# A symlink to a regular file: the file is written, the link stays (cp's way).
+echo old >"$od_dir/real.cubin"
+ln -s real.cubin "$od_dir/link.cubin"
+expect_rc 0 "-o through a symlink" "$tmp/small.ir" --bind N=4 -o "$od_dir/link.cubin"
+if [[ -L $od_dir/link.cubin ]] && cmp -s "$od_dir/real.cubin" "$tmp/small.cubin"; then pass
+else fail "-o through a symlink: expected the link kept and its target written"; fi
+# An existing file keeps its permission bits.
+echo old >"$od_dir/mode.cubin"
+chmod 0640 "$od_dir/mode.cubin"
+expect_rc 0 "-o over a 0640 file" "$tmp/small.ir" --bind N=4 -o "$od_dir/mode.cubin"
+if [[ $(stat -c %a "$od_dir/mode.cubin") == 640 ]] && cmp -s "$od_dir/mode.cubin" "$tmp/small.cubin"; then pass
+else fail "-o over a 0640 file: expected the new program, mode 640"; fi
+# A file that could not be opened for writing is never replaced. Root can
+# open any file, so root runs this case as nobody.
+echo keep >"$od_dir/ro.cubin"
+chmod 0444 "$od_dir/ro.cubin"
+as_user=()
+if [[ $(id -u) -eq 0 ]]; then
+  chmod 0777 "$od_dir"
+  chmod o+rx "$tmp"
+  as_user=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+fi
+if [[ $(id -u) -ne 0 ]] || command -v setpriv >/dev/null; then
+  last_args=(-o "$od_dir/ro.cubin")
+  FUSEC_CACHE=off "${as_user[@]}" "$FUSEC" "$tmp/small.ir" --bind N=4 -o "$od_dir/ro.cubin" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [[ $rc -eq 3 ]] && grep -qF "cannot write $od_dir/ro.cubin: Permission denied" "$tmp/err" &&
+    [[ $(cat "$od_dir/ro.cubin") == keep ]]; then pass
+  else fail "-o onto a read-only file: expected exit 3, 'Permission denied' and the file kept"; fi
+fi
 expect_usage "bad --arch" "bad --arch 'sm_x'" "$tmp/small.ir" --bind N=4 --arch sm_x -o "$tmp/x.cubin"
 expect_usage "--arch without a compile" "--arch needs a compile" "$tmp/small.ir" --arch sm_90 --emit=ir
 expect_usage "-o without a name" "--output needs a file name" "$tmp/small.ir" -o ""
