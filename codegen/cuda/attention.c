@@ -230,14 +230,6 @@ static bool tma_of(const layout *L, const fc_value *o, int nb, int64_t rows, int
     return true;
 }
 
-/* FUSEC_ATTN_TMA=0 in the environment: fc_attn_fa3 loads everything with
- * cp.async, as before TMA (an experiment's switch; the runtime adds a
- * marker option so that cached programs are kept apart). */
-bool fc_cuda_attention_tma(void) {
-    const char *e = getenv("FUSEC_ATTN_TMA");
-    return !(e && e[0] == '0');
-}
-
 bool fc_cuda_attention_uses_mma(const fc_group *gr) {
     const fc_node *n = attention_node(gr);
     if (!n) return false;
@@ -302,11 +294,7 @@ void fc_cuda_emit_attention_templates(fc_strbuf *s, int n) {
     emit_wgop(s, n, false);
 }
 
-bool fc_cuda_attention_hopper(int sm) {
-    if (sm != 90) return false;
-    const char *e = getenv("FUSEC_ATTN_WGMMA");
-    return !(e && e[0] == '0');
-}
+bool fc_cuda_attention_hopper(int sm) { return sm == 90; }
 
 /* Whether fc_attn_fa3 gets a persistent grid (the kernel text is the same
  * either way, only the grid differs). Yes, except for causal attention
@@ -314,28 +302,16 @@ bool fc_cuda_attention_hopper(int sm) {
  * long (about twice the work per key tile of D = 64) and of unequal length,
  * and the hardware's block scheduler, which starts each block on whichever
  * SM frees first, balances them better than the persistent blocks' fixed
- * rounds: B=8, H=16, S=2048, D=128 causal, 0.278 ms against 0.297
- * persistent; at D = 64, where the tiles are short, persistence pays
- * (causal 0.173 against 0.187; docs/ATTENTION.md, session 5).
- * FUSEC_ATTN_PERSIST=0 or 1 in the environment decides it for every shape
- * (experiments, tests). */
-static bool attention_persistent(bool causal, int nc) {
-    const char *e = getenv("FUSEC_ATTN_PERSIST");
-    if (e && (e[0] == '0' || e[0] == '1')) return e[0] == '1';
-    return !(causal && nc == 2);
+ * rounds; at D = 64, where the tiles are short, persistence pays
+ * (docs/ATTENTION.md, "The persistent grid"). */
+static bool attention_persistent(bool causal, int nc, const fc_attention_force *force) {
+    return force->persistent || !(causal && nc == 2);
 }
 
-/* fc_attn_fa3's key tile BN: 128, or 64 where all the keys fit in 64 (a
- * 128-key tile would be half masked: the GPT-2 block at B=1, T=64 spent
- * 3.94 us on its attention kernel in its CUDA Graph with 128 and 3.46 with
- * 64, CUPTI's times, docs/PERF.md session 10), or FUSEC_ATTN_BN (an
- * experiment's switch: a multiple of 16 from 64 to 256; the wgmma N and the
- * TMA box rows). */
-static int attention_key_tile(int64_t keys) {
-    const char *e = getenv("FUSEC_ATTN_BN");
-    const int bn = e ? atoi(e) : keys <= 64 ? 64 : 128;
-    return bn >= 64 && bn <= 256 && bn % 16 == 0 ? bn : 128;
-}
+/* fc_attn_fa3's key tile BN (the wgmma N and the TMA box rows): 128, or 64
+ * where all the keys fit in 64, since a 128-key tile would be half masked
+ * (docs/ATTENTION.md). */
+static int attention_key_tile(int64_t keys) { return keys <= 64 ? 64 : 128; }
 
 /* The blocks of fc_attn_fa3's persistent grid: one per SM (one block fills
  * an SM: its shared memory and registers) of the device the plan is for
@@ -351,21 +327,17 @@ static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles, bool persis
  * largest divisor of the nb batch elements whose K and V, kv bytes each,
  * fit in ATTN_L2_SECTION bytes together, so that while the blocks walk a
  * section's tiles its K and V stay in L2 (50 MB on an H100/H200) instead
- * of being read again from memory by every query tile. Ordered as before
- * (every batch element's last query tile first, over all of them), the
- * K and V of all 128 heads at B=8, H=16, S=2048, D=128 (128 MB) were in
- * use at once: 7% L2 hits, the memory 85% busy, the kernel bound by it
- * (ncu, session 5); in sections, 59% hits and D=128 full went from 0.542
- * to 0.434 ms. Only with two consumer warpgroups (head dims above 64):
- * at D = 64 (three, 192 query rows a tile) the memory is not the limit
- * and the sections' unequal causal rounds cost more (0.182 against 0.173
- * ms causal, 0.278 against 0.274 full). FUSEC_ATTN_L2SECT=N in the
- * environment (experiments and tests): N KiB instead of ATTN_L2_SECTION
- * for every shape; 0: one section of all of them (that order). */
+ * of being read again from memory by every query tile: with every batch
+ * element's last query tile first, over all of them, the K and V of a
+ * large batch of heads are in use at once and the kernel is bound by
+ * memory. Only with two consumer warpgroups (head dims above 64): at
+ * D = 64 (three, 192 query rows a tile) the memory is not the limit and
+ * the sections' unequal causal rounds cost more than they save; there all
+ * batch elements are one section (docs/ATTENTION.md, "L2 sections").
+ * force->l2_section_bytes > 0 replaces the budget at every head dim. */
 enum { ATTN_L2_SECTION = 32 << 20 };
-static int64_t l2_section(int64_t nb, int64_t kv, int nc) {
-    const char *e = getenv("FUSEC_ATTN_L2SECT");
-    const int64_t budget = e && *e ? (int64_t)atoll(e) << 10 : nc == 2 ? ATTN_L2_SECTION : 0;
+static int64_t l2_section(int64_t nb, int64_t kv, int nc, const fc_attention_force *force) {
+    const int64_t budget = force->l2_section_bytes > 0 ? force->l2_section_bytes : nc == 2 ? ATTN_L2_SECTION : 0;
     if (budget <= 0 || nb < 1) return nb > 0 ? nb : 1;
     const int64_t cap = kv > 0 ? budget / kv : nb;
     int64_t hg = 1;
@@ -413,6 +385,12 @@ static void emit_tcoords(fc_strbuf *s, const fc_value *o, int nb, const tma_plan
 
 fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const char *name, char **source,
                                  fc_launch *l) {
+    static const fc_attention_force rules = {0};
+    return fc_cuda_emit_attention_forced(plan, gr, name, &rules, source, l);
+}
+
+fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr, const char *name,
+                                        const fc_attention_force *force, char **source, fc_launch *l) {
     fc_context *ctx = plan->g->ctx;
     *source = NULL;
     char err[256] = "";
@@ -474,7 +452,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
      * by the tile's rows. */
     tma_plan tp[3];
     bool tma[3] = {false, false, false};
-    if (fa3 && fc_cuda_attention_tma()) {
+    if (fa3 && !force->no_tma) {
         tma[0] = tma_of(&L[0], o, nb, Sq, D, 64, o->dtype, &tp[0]);
         tma[1] = tma_of(&L[1], o, nb, Sk, D, bn, o->dtype, &tp[1]);
         tma[2] = tma_of(&L[2], o, nb, Sk, Dv, bn, o->dtype, &tp[2]);
@@ -512,7 +490,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
             (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
             (long long)kt, mask_kind, nw, stages, bn, nc);
         fc_strbuf_printf(&s, "  static constexpr long long NB = %lld, HG = %lld;\n", (long long)NB,
-                         (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t), nc));
+                         (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t), nc, force));
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;
         for (int b = 0; b < nb; b++) ovec = ovec && os[b] % 2 == 0;
         fc_strbuf_printf(&s, "  static constexpr bool CAUSAL = %s, QVEC = %s, KVEC = %s, VVEC = %s, OVEC = %s;\n", flag(n->a.causal),
@@ -573,7 +551,7 @@ fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const 
 
     l->kind = FC_LAUNCH_KERNEL;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
-    l->grid[0] = empty ? 1u : (unsigned)(fa3 ? persistent_blocks(plan, nqt * NB, attention_persistent(n->a.causal, nc)) : nqt * NB);
+    l->grid[0] = empty ? 1u : (unsigned)(fa3 ? persistent_blocks(plan, nqt * NB, attention_persistent(n->a.causal, nc, force)) : nqt * NB);
     l->grid[1] = l->grid[2] = 1;
     l->block[0] = empty ? 32u : (unsigned)threads;
     l->block[1] = l->block[2] = 1;
