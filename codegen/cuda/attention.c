@@ -303,14 +303,14 @@ bool fc_cuda_attention_hopper(int sm) { return sm == 90; }
  * and the hardware's block scheduler, which starts each block on whichever
  * SM frees first, balances them better than the persistent blocks' fixed
  * rounds; at D = 64, where the tiles are short, persistence pays
- * (docs/ATTENTION.md, "The persistent grid"). */
+ * (measured: docs/PERF.md, "Attention"). */
 static bool attention_persistent(bool causal, int nc, const fc_attention_force *force) {
     return force->persistent || !(causal && nc == 2);
 }
 
 /* fc_attn_fa3's key tile BN (the wgmma N and the TMA box rows): 128, or 64
  * where all the keys fit in 64, since a 128-key tile would be half masked
- * (docs/ATTENTION.md). */
+ * (measured: docs/PERF.md, "Attention"). */
 static int attention_key_tile(int64_t keys) { return keys <= 64 ? 64 : 128; }
 
 /* The blocks of fc_attn_fa3's persistent grid: one per SM (one block fills
@@ -333,7 +333,7 @@ static int64_t persistent_blocks(const fc_plan *plan, int64_t tiles, bool persis
  * memory. Only with two consumer warpgroups (head dims above 64): at
  * D = 64 (three, 192 query rows a tile) the memory is not the limit and
  * the sections' unequal causal rounds cost more than they save; there all
- * batch elements are one section (docs/ATTENTION.md, "L2 sections").
+ * batch elements are one section (measured: docs/PERF.md, "Attention").
  * force->l2_section_bytes > 0 replaces the budget at every head dim. */
 enum { ATTN_L2_SECTION = 32 << 20 };
 static int64_t l2_section(int64_t nb, int64_t kv, int nc, const fc_attention_force *force) {
@@ -441,7 +441,7 @@ fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr,
      * both head dims are 64: their registers fit in 160 a thread, and 192
      * rows a block read K and V a third less often than 128; else two),
      * key tiles of BN = 128 (64 for at most 64 keys), ST stages of K and V (3 where the shared
-     * memory takes them, else 2). Measured: docs/ATTENTION.md. */
+     * memory takes them, else 2). Measured: docs/PERF.md, "Attention". */
     const int64_t dp = round16(D), dvp = round16(Dv);
     const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = attention_key_tile(Sk);
     const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3 + 8 * nc;
