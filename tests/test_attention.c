@@ -810,6 +810,58 @@ static void test_key_tile(fc_context *ctx) {
     }
 }
 
+/* fc_attn_fa3's other shape rules, as the launch and the config line show
+ * them (no GPU): a persistent grid (min(SMs, tiles) blocks) except for
+ * causal attention with two consumer warpgroups (head dims above 64), which
+ * gets one block per work tile; L2 sections of batch elements whose K and V
+ * fit in 32 MiB with two consumers, one section of all with three. The
+ * environment variables that once chose these for measuring are not read:
+ * set, they change nothing. */
+static void test_shape_rules(fc_context *ctx) {
+    static const struct {
+        int d;
+        bool causal;
+        long long grid, hg; /* B=4, H=16, S=2048: K and V 1 MiB a head at D = 128 */
+        int block;
+    } cases[] = {{128, true, 1024, 32, 384}, {128, false, 3, 32, 384}, {64, true, 3, 64, 512}, {64, false, 3, 64, 512}};
+    static const char *const gone[] = {"FUSEC_ATTN_TMA", "FUSEC_ATTN_WGMMA", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_BN",
+                                       "FUSEC_ATTN_L2SECT"};
+    static const char *const set[] = {"0", "0", "1", "256", "1"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char ir[512];
+        snprintf(ir, sizeof ir,
+                 "graph t(%%q: bf16[4, 16, 2048, %d], %%k: bf16[4, 16, 2048, %d], %%v: bf16[4, 16, 2048, %d]) {\n"
+                 "  %%o = attention(%%q, %%k, %%v, causal=%s)\n  return %%o\n}\n",
+                 cases[i].d, cases[i].d, cases[i].d, cases[i].causal ? "true" : "false");
+        agroup a;
+        if (!make_group(ctx, "shape_rules", ir, false, &a)) {
+            CHECK(false);
+            fc_graph_free(a.g);
+            continue;
+        }
+        a.plan.sm = 90;
+        a.plan.sm_count = 3;
+        char *src = NULL, *src_env = NULL;
+        fc_launch l = {0}, le = {0};
+        CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_rules", &src, &l), FC_OK);
+        for (size_t e = 0; e < sizeof gone / sizeof *gone; e++) setenv(gone[e], set[e], 1);
+        CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_rules", &src_env, &le), FC_OK);
+        for (size_t e = 0; e < sizeof gone / sizeof *gone; e++) unsetenv(gone[e]);
+        char hg[64];
+        snprintf(hg, sizeof hg, "NB = 64, HG = %lld;", cases[i].hg);
+        CHECK(src && strstr(src, "fc_attn_fa3<") && strstr(src, hg) && strstr(src, "BN = 128, NC"));
+        CHECK_EQ_INT((long long)l.grid[0], cases[i].grid);
+        CHECK_EQ_INT((int)l.block[0], cases[i].block);
+        CHECK_EQ_INT(l.ntmaps, 3);
+        CHECK(src && src_env && strcmp(src, src_env) == 0);
+        CHECK(l.grid[0] == le.grid[0] && l.block[0] == le.block[0] && l.smem == le.smem && l.ntmaps == le.ntmaps);
+        if (src && !strstr(src, hg)) fprintf(stderr, "shape rules: D=%d%s: want %s\n", cases[i].d, cases[i].causal ? " causal" : "", hg);
+        free(src);
+        free(src_env);
+        fc_graph_free(a.g);
+    }
+}
+
 static void test_codegen_refusals(fc_context *ctx) {
     /* q computed, not a view of an input: codegen refuses (fusion must
      * store it); an output chain through an elementwise op likewise. */
@@ -1338,6 +1390,7 @@ int main(void) {
     test_views(ctx);
     test_codegen_refusals(ctx);
     test_key_tile(ctx);
+    test_shape_rules(ctx);
     test_alloc_failures();
 
     gpu G = {0};
