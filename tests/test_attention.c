@@ -777,6 +777,24 @@ static const kcase kcases[] = {
      true, true},
 };
 
+/* An attention group of bf16 q [b, h, sq, d], k and v [b, h, sk, d], its
+ * plan for sm 90 (fc_attn_fa3 where the head dims allow). False (a failed
+ * check, nothing to free) if it cannot be made. */
+static bool fa3_group(fc_context *ctx, const char *name, int b, int h, int sq, int sk, int d, bool causal, agroup *a) {
+    char ir[512];
+    snprintf(ir, sizeof ir,
+             "graph t(%%q: bf16[%d, %d, %d, %d], %%k: bf16[%d, %d, %d, %d], %%v: bf16[%d, %d, %d, %d]) {\n"
+             "  %%o = attention(%%q, %%k, %%v, causal=%s)\n  return %%o\n}\n",
+             b, h, sq, d, b, h, sk, d, b, h, sk, d, causal ? "true" : "false");
+    if (!make_group(ctx, name, ir, false, a)) {
+        CHECK(false);
+        fc_graph_free(a->g);
+        return false;
+    }
+    a->plan.sm = 90;
+    return true;
+}
+
 /* fc_attn_fa3's key tile: 64 where all the keys fit in 64 (a 128-key tile
  * would be half masked; docs/ATTENTION.md), else 128. No GPU: the source's
  * configuration line. */
@@ -787,18 +805,8 @@ static void test_key_tile(fc_context *ctx) {
         const char *want;
     } cases[] = {{8, "BN = 64, NC"}, {64, "BN = 64, NC"}, {65, "BN = 128, NC"}, {256, "BN = 128, NC"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char ir[512];
-        snprintf(ir, sizeof ir,
-                 "graph t(%%q: bf16[1, 12, 64, 64], %%k: bf16[1, 12, %d, 64], %%v: bf16[1, 12, %d, 64]) {\n"
-                 "  %%o = attention(%%q, %%k, %%v)\n  return %%o\n}\n",
-                 cases[i].sk, cases[i].sk);
         agroup a;
-        if (!make_group(ctx, "key_tile", ir, false, &a)) {
-            CHECK(false);
-            fc_graph_free(a.g);
-            continue;
-        }
-        a.plan.sm = 90;
+        if (!fa3_group(ctx, "key_tile", 1, 12, 64, cases[i].sk, 64, false, &a)) continue;
         char *src = NULL;
         fc_launch l = {0};
         CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_key_tile", &src, &l), FC_OK);
@@ -828,18 +836,8 @@ static void test_shape_rules(fc_context *ctx) {
                                        "FUSEC_ATTN_L2SECT"};
     static const char *const set[] = {"0", "0", "1", "256", "1"};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char ir[512];
-        snprintf(ir, sizeof ir,
-                 "graph t(%%q: bf16[4, 16, 2048, %d], %%k: bf16[4, 16, 2048, %d], %%v: bf16[4, 16, 2048, %d]) {\n"
-                 "  %%o = attention(%%q, %%k, %%v, causal=%s)\n  return %%o\n}\n",
-                 cases[i].d, cases[i].d, cases[i].d, cases[i].causal ? "true" : "false");
         agroup a;
-        if (!make_group(ctx, "shape_rules", ir, false, &a)) {
-            CHECK(false);
-            fc_graph_free(a.g);
-            continue;
-        }
-        a.plan.sm = 90;
+        if (!fa3_group(ctx, "shape_rules", 4, 16, 2048, 2048, cases[i].d, cases[i].causal, &a)) continue;
         a.plan.sm_count = 3;
         char *src = NULL, *src_env = NULL;
         fc_launch l = {0}, le = {0};
