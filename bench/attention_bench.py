@@ -19,8 +19,8 @@ and prints ms and TFLOP/s (4 B H S^2 D, halved for causal) for each. The
 fusec kernel alone, for every shape here, is also timed by
 `FUSEC_ATTN_BENCH=1 build/tests/test_attention` (no integration needed),
 both the mma.sync kernel and the Hopper one. On an H100/H200 fusec runs the
-Hopper kernel (fc_attn_fa3, an sm_90a unit); FUSEC_ATTN_WGMMA=0 in the
-environment gives the mma.sync kernel instead (docs/ATTENTION.md).
+Hopper kernel (fc_attn_fa3, an sm_90a unit), on other GPUs the mma.sync
+kernel (docs/ATTENTION.md).
 
 Timing: CUDA events around each repetition, median of --reps after --warmup.
 """

@@ -24,7 +24,7 @@
 #               candidate N for every GEMM), a list such as 0,3,0,1 (one per
 #               GEMM, in launch order, the last for the rest), or environment
 #               settings joined by +
-#               (FUSEC_ATTN_BN=64+FUSEC_CACHE=off)
+#               (FUSEC_SKINNY=0+FUSEC_CACHE=off)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
 #               cuBLASLt) with the default rule and with FUSEC_VGEMM_SPLIT128=0
 #               (the 128 x 128 tile never split: the rule before session 7)

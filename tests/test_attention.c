@@ -777,40 +777,85 @@ static const kcase kcases[] = {
      true, true},
 };
 
+/* An attention group of bf16 q [b, h, sq, d], k and v [b, h, sk, d], its
+ * plan for sm 90 (fc_attn_fa3 where the head dims allow). False (a failed
+ * check, nothing to free) if it cannot be made. */
+static bool fa3_group(fc_context *ctx, const char *name, int b, int h, int sq, int sk, int d, bool causal, agroup *a) {
+    char ir[512];
+    snprintf(ir, sizeof ir,
+             "graph t(%%q: bf16[%d, %d, %d, %d], %%k: bf16[%d, %d, %d, %d], %%v: bf16[%d, %d, %d, %d]) {\n"
+             "  %%o = attention(%%q, %%k, %%v, causal=%s)\n  return %%o\n}\n",
+             b, h, sq, d, b, h, sk, d, b, h, sk, d, causal ? "true" : "false");
+    if (!make_group(ctx, name, ir, false, a)) {
+        CHECK(false);
+        fc_graph_free(a->g);
+        return false;
+    }
+    a->plan.sm = 90;
+    return true;
+}
+
 /* fc_attn_fa3's key tile: 64 where all the keys fit in 64 (a 128-key tile
- * would be half masked; docs/ATTENTION.md), else 128; FUSEC_ATTN_BN
- * overrides both. No GPU: the source's configuration line. */
+ * would be half masked; docs/ATTENTION.md), else 128. No GPU: the source's
+ * configuration line. */
 static void test_key_tile(fc_context *ctx) {
-    if (!fc_cuda_attention_hopper(90)) return; /* FUSEC_ATTN_WGMMA=0: no fa3 */
+    CHECK(fc_cuda_attention_hopper(90) && !fc_cuda_attention_hopper(0) && !fc_cuda_attention_hopper(100));
     static const struct {
         int sk;
-        const char *bn_env;
         const char *want;
-    } cases[] = {{8, NULL, "BN = 64, NC"}, {64, NULL, "BN = 64, NC"}, {65, NULL, "BN = 128, NC"}, {256, NULL, "BN = 128, NC"},
-                 {64, "128", "BN = 128, NC"}, {256, "64", "BN = 64, NC"}};
+    } cases[] = {{8, "BN = 64, NC"}, {64, "BN = 64, NC"}, {65, "BN = 128, NC"}, {256, "BN = 128, NC"}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        char ir[512];
-        snprintf(ir, sizeof ir,
-                 "graph t(%%q: bf16[1, 12, 64, 64], %%k: bf16[1, 12, %d, 64], %%v: bf16[1, 12, %d, 64]) {\n"
-                 "  %%o = attention(%%q, %%k, %%v)\n  return %%o\n}\n",
-                 cases[i].sk, cases[i].sk);
         agroup a;
-        if (!make_group(ctx, "key_tile", ir, false, &a)) {
-            CHECK(false);
-            fc_graph_free(a.g);
-            continue;
-        }
-        a.plan.sm = 90;
-        if (cases[i].bn_env) setenv("FUSEC_ATTN_BN", cases[i].bn_env, 1);
+        if (!fa3_group(ctx, "key_tile", 1, 12, 64, cases[i].sk, 64, false, &a)) continue;
         char *src = NULL;
         fc_launch l = {0};
         CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_key_tile", &src, &l), FC_OK);
-        if (cases[i].bn_env) unsetenv("FUSEC_ATTN_BN");
         const bool ok = src && strstr(src, cases[i].want);
-        if (!ok) fprintf(stderr, "key tile: %d keys%s%s: want %s\n", cases[i].sk, cases[i].bn_env ? ", BN=" : "",
-                         cases[i].bn_env ? cases[i].bn_env : "", cases[i].want);
+        if (!ok) fprintf(stderr, "key tile: %d keys: want %s\n", cases[i].sk, cases[i].want);
         CHECK(ok);
         free(src);
+        fc_graph_free(a.g);
+    }
+}
+
+/* fc_attn_fa3's other shape rules, as the launch and the config line show
+ * them (no GPU): a persistent grid (min(SMs, tiles) blocks) except for
+ * causal attention with two consumer warpgroups (head dims above 64), which
+ * gets one block per work tile; L2 sections of batch elements whose K and V
+ * fit in 32 MiB with two consumers, one section of all with three. The
+ * environment variables that once chose these for measuring are not read:
+ * set, they change nothing. */
+static void test_shape_rules(fc_context *ctx) {
+    static const struct {
+        int d;
+        bool causal;
+        long long grid, hg; /* B=4, H=16, S=2048: K and V 1 MiB a head at D = 128 */
+        int block;
+    } cases[] = {{128, true, 1024, 32, 384}, {128, false, 3, 32, 384}, {64, true, 3, 64, 512}, {64, false, 3, 64, 512}};
+    static const char *const gone[] = {"FUSEC_ATTN_TMA", "FUSEC_ATTN_WGMMA", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_BN",
+                                       "FUSEC_ATTN_L2SECT"};
+    static const char *const set[] = {"0", "0", "1", "256", "1"};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        agroup a;
+        if (!fa3_group(ctx, "shape_rules", 4, 16, 2048, 2048, cases[i].d, cases[i].causal, &a)) continue;
+        a.plan.sm_count = 3;
+        char *src = NULL, *src_env = NULL;
+        fc_launch l = {0}, le = {0};
+        CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_rules", &src, &l), FC_OK);
+        for (size_t e = 0; e < sizeof gone / sizeof *gone; e++) setenv(gone[e], set[e], 1);
+        CHECK_EQ_INT(fc_cuda_emit_attention(&a.plan, &a.gr, "fc_rules", &src_env, &le), FC_OK);
+        for (size_t e = 0; e < sizeof gone / sizeof *gone; e++) unsetenv(gone[e]);
+        char hg[64];
+        snprintf(hg, sizeof hg, "NB = 64, HG = %lld;", cases[i].hg);
+        CHECK(src && strstr(src, "fc_attn_fa3<") && strstr(src, hg) && strstr(src, "BN = 128, NC"));
+        CHECK_EQ_INT((long long)l.grid[0], cases[i].grid);
+        CHECK_EQ_INT((int)l.block[0], cases[i].block);
+        CHECK_EQ_INT(l.ntmaps, 3);
+        CHECK(src && src_env && strcmp(src, src_env) == 0);
+        CHECK(l.grid[0] == le.grid[0] && l.block[0] == le.block[0] && l.smem == le.smem && l.ntmaps == le.ntmaps);
+        if (src && !strstr(src, hg)) fprintf(stderr, "shape rules: D=%d%s: want %s\n", cases[i].d, cases[i].causal ? " causal" : "", hg);
+        free(src);
+        free(src_env);
         fc_graph_free(a.g);
     }
 }
@@ -906,8 +951,8 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
 
 static const char *const sm90a[] = {"--gpu-architecture=sm_90a"};
 
-/* The Hopper kernel (fc_attn_fa3) is generated for plans with sm 90
- * (unless FUSEC_ATTN_WGMMA=0): does this kcase get it? */
+/* The Hopper kernel (fc_attn_fa3) is generated for plans with sm 90:
+ * does this kcase get it? */
 static bool expect_fa3(const kcase *c, const agroup *a) {
     const fc_node *n = a->gr.nodes[0];
     const fc_value *q = n->in[0], *o = n->out[0];
@@ -982,17 +1027,14 @@ static void test_kernels(fc_context *ctx, gpu *G) {
              * several work tiles, in both directions of its rounds (the
              * cp.async run below: 2 blocks where the codegen makes the grid
              * persistent, not for causal D=128); and its tiles in sections of one
-             * batch element each (FUSEC_ATTN_L2SECT: a 1 KiB budget for the
-             * section's K and V; the cp.async run: the default, which at
-             * these sizes is one section of all of them). */
+             * batch element each (a 1 KiB budget for the section's K and V;
+             * the cp.async run: the rules, which at these sizes make one
+             * section of all of them). */
             a.plan.sm_count = 3;
-            setenv("FUSEC_ATTN_L2SECT", "1", 1);
-            setenv("FUSEC_ATTN_PERSIST", "1", 1); /* causal D=128 too (not the default there) */
+            const fc_attention_force walk = {.persistent = true, .l2_section_bytes = 1024}; /* causal D=128 too */
             char *src = NULL;
             fc_launch l = {0};
-            fc_status st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src, &l);
-            unsetenv("FUSEC_ATTN_L2SECT");
-            unsetenv("FUSEC_ATTN_PERSIST");
+            fc_status st = fc_cuda_emit_attention_forced(&a.plan, &a.gr, "fc_attention_test", &walk, &src, &l);
             CHECK_EQ_INT(st, FC_OK);
             if (st) {
                 fprintf(stderr, "%s: %s\n", c->name, fc_last_error(ctx));
@@ -1028,7 +1070,7 @@ static void test_kernels(fc_context *ctx, gpu *G) {
             for (const char *p = src; (p = strstr(p, "const __grid_constant__ fc_wg_tmap")); p++) nparams++;
             CHECK_EQ_INT(nparams, l.ntmaps);
             CHECK(hopper || l.ntmaps == 0);
-            for (size_t e = 0; hopper && fc_cuda_attention_tma() && e < sizeof tma_expect / sizeof *tma_expect; e++)
+            for (size_t e = 0; hopper && e < sizeof tma_expect / sizeof *tma_expect; e++)
                 if (!strcmp(tma_expect[e].name, c->name)) {
                     CHECK_EQ_INT(l.ntmaps, tma_expect[e].ntmaps);
                     if (l.ntmaps >= 2) CHECK_EQ_INT(l.tmaps[1].rank, tma_expect[e].kmap_rank);
@@ -1076,17 +1118,15 @@ static void test_kernels(fc_context *ctx, gpu *G) {
                     fflush(stdout);
                 }
                 free(got.data);
-                /* The same kernel without its tensor maps (FUSEC_ATTN_TMA=0:
-                 * every load by cp.async, as before TMA), which is what a
-                 * layout TMA cannot read gets. */
+                /* The same kernel without its tensor maps (every load by
+                 * cp.async), which is what a layout TMA cannot read gets. */
                 if (hopper && l.ntmaps > 0 && !rst) {
-                    setenv("FUSEC_ATTN_TMA", "0", 1);
+                    const fc_attention_force cp_async = {.no_tma = true};
                     char *src0 = NULL;
                     fc_launch l0 = {0};
                     a.plan.sm_count = 2;
-                    st = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_test", &src0, &l0);
+                    st = fc_cuda_emit_attention_forced(&a.plan, &a.gr, "fc_attention_test", &cp_async, &src0, &l0);
                     a.plan.sm_count = 3;
-                    unsetenv("FUSEC_ATTN_TMA");
                     CHECK(st == FC_OK && l0.ntmaps == 0);
                     fc_tensor got0 = {0};
                     if (!st) st = run_on_gpu(ctx, G, &a, src0, &l0, in, &got0, 0, &ms, hopts, nh);
@@ -1148,8 +1188,7 @@ static void test_runtime_tma(fc_context *ctx, gpu *G) {
         const fc_program_desc *d = fc_program_desc_of(p);
         int ntmaps = 0;
         for (int i = 0; i < d->src.nlaunches; i++) ntmaps += d->src.launches[i].ntmaps;
-        const bool tma = G->d->info.cc_major == 9 && G->d->info.cc_minor == 0 && fc_cuda_attention_hopper(90) &&
-                         fc_cuda_attention_tma();
+        const bool tma = G->d->info.cc_major == 9 && G->d->info.cc_minor == 0 && fc_cuda_attention_hopper(90);
         CHECK(!tma || ntmaps > 0);
         const int nin = g->nparams;
         fc_tensor in[4] = {0}, want = {0};
@@ -1223,9 +1262,8 @@ static void test_runtime_tma(fc_context *ctx, gpu *G) {
  * 4 B H S^2 D, halved for causal. Each shape runs fc_attn_tc (plan sm 0)
  * and fc_attn_fa3 (plan sm 90, sm_90a), the latter also with each option
  * set of FUSEC_ATTN_BENCH_VARIANTS (';'-separated NVRTC option lists,
- * options separated by spaces: "-DFC_ATTN_PINGPONG=0;-DFOO=1 -DBAR=2"; an
- * option NAME=VALUE without the dash is set in the environment while the
- * codegen runs: "FUSEC_ATTN_PERSIST=0"). Every fc_attn_fa3 result is
+ * options separated by spaces: "-DFOO=1;-DFOO=2 -DBAR=2", for a kernel
+ * under experiment). Every fc_attn_fa3 result is
  * compared with fc_attn_tc's at the dtype's tolerance ("same" or
  * "DIFFERS" on its line): the benchmark shapes checked against the other
  * kernel, whose code is unchanged by fc_attn_fa3's experiments. */
@@ -1235,8 +1273,8 @@ static void bench(fc_context *ctx, gpu *G) {
         int d;
         bool causal;
     } shapes[] = {{"bf16", 128, true}, {"bf16", 128, false}, {"bf16", 64, true}, {"bf16", 64, false}, {"f16", 128, true}};
-    /* Variants: [0] sm 0, [1] sm 90, [2] sm 90 without TMA (FUSEC_ATTN_TMA=0
-     * at codegen: every load by cp.async), then the environment's. */
+    /* Variants: [0] sm 0, [1] sm 90, [2] sm 90 without TMA (every load by
+     * cp.async, what a layout TMA cannot read gets), then the environment's. */
     const char *opts[10][6] = {{NULL}};
     int nopts[10] = {0, 1, 1};
     char vbuf[1024] = "";
@@ -1276,45 +1314,11 @@ static void bench(fc_context *ctx, gpu *G) {
             if (var && !fc_cuda_attention_hopper(90)) break;
             char *src = NULL;
             fc_launch l = {0};
-            if (var == 2) setenv("FUSEC_ATTN_TMA", "0", 1);
-            /* NAME=VALUE options: the environment of this variant's codegen;
-             * the rest go to NVRTC. */
-            const char *nv_opts[6];
-            int nnv = 0;
-            for (int o = 0; o < nopts[var]; o++) {
-                const char *eq = strchr(opts[var][o], '=');
-                if (opts[var][o][0] != '-' && eq && eq - opts[var][o] < 64) {
-                    char name[64];
-                    snprintf(name, sizeof name, "%.*s", (int)(eq - opts[var][o]), opts[var][o]);
-                    setenv(name, eq + 1, 1);
-                } else {
-                    nv_opts[nnv++] = opts[var][o];
-                }
-            }
-            fc_status est = fc_cuda_emit_attention(&a.plan, &a.gr, "fc_attention_bench", &src, &l);
-            if (var == 2) unsetenv("FUSEC_ATTN_TMA");
-            for (int o = 0; o < nopts[var]; o++) {
-                const char *eq = strchr(opts[var][o], '=');
-                if (opts[var][o][0] != '-' && eq && eq - opts[var][o] < 64) {
-                    char name[64];
-                    snprintf(name, sizeof name, "%.*s", (int)(eq - opts[var][o]), opts[var][o]);
-                    unsetenv(name);
-                }
-            }
-            if (est) continue;
-            /* -DFC_ATTN_STAGES=n: the launch brings n stages of shared memory. */
-            for (int o = 1; o < nopts[var]; o++) {
-                int st = 0;
-                if (sscanf(opts[var][o], "-DFC_ATTN_STAGES=%d", &st) == 1 && st > 0) {
-                    const int dp = shapes[i].d;
-                    const int bn = 128;
-                    const int qrows = 64 * ((int)l.block[0] / 128 - 1);
-                    l.smem = (unsigned)(1024 + 2 * (qrows * dp + st * bn * 2 * dp) + 32 * st + qrows / 64 * 8);
-                }
-            }
+            const fc_attention_force force = {.no_tma = var == 2};
+            if (fc_cuda_emit_attention_forced(&a.plan, &a.gr, "fc_attention_bench", &force, &src, &l)) continue;
             fc_tensor got = {0};
             double ms = 0;
-            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 50, &ms, nv_opts, nnv);
+            fc_status st = run_on_gpu(ctx, G, &a, src, &l, in, &got, 50, &ms, opts[var], nopts[var]);
             char vname[160] = "mma.sync";
             if (var >= 1) snprintf(vname, sizeof vname, "wgmma%s", l.ntmaps ? " TMA" : " cp.async");
             for (int o = 1; var > 1 && o < nopts[var]; o++) {
@@ -1384,6 +1388,7 @@ int main(void) {
     test_views(ctx);
     test_codegen_refusals(ctx);
     test_key_tile(ctx);
+    test_shape_rules(ctx);
     test_alloc_failures();
 
     gpu G = {0};

@@ -636,7 +636,7 @@ static void test_unsafe_dir(fc_context *ctx) {
  * decoded: FC_ERR_INPUT with the field's message. (A count above
  * FC_LAUNCH_MAX_TMAPS is among the flipped bytes of test_serialization.) */
 static void test_tmap_decode(fc_context *ctx) {
-    if (!fc_cuda_attention_hopper(90) || !fc_cuda_attention_tma()) return;
+    if (!fc_cuda_attention_hopper(90)) return;
     fc_graph *g = g_attention(ctx);
     fc_program *p = compile(g, true, 90);
     if (!p) {
@@ -726,7 +726,7 @@ static void test_serialization(fc_context *ctx) {
             const fc_program_desc *d = fc_program_desc_of(p);
             int ntmaps = 0;
             for (int i = 0; i < d->src.nlaunches; i++) ntmaps += d->src.launches[i].ntmaps;
-            if (k == 2 && fc_cuda_attention_hopper(90) && fc_cuda_attention_tma()) CHECK(ntmaps == 3);
+            if (k == 2 && fc_cuda_attention_hopper(90)) CHECK(ntmaps == 3);
             fc_bytes a = {NULL, 0}, b = {NULL, 0};
             CHECK_EQ_INT(fc_program_desc_encode(ctx, d, &a), FC_OK);
             fc_program_desc back;

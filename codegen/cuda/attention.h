@@ -48,21 +48,29 @@
 fc_status fc_cuda_emit_attention(const fc_plan *plan, const fc_group *gr, const char *name, char **source,
                                  fc_launch *l);
 
+/*
+ * fc_attn_fa3's shape rules, some fixed by the caller: fc_cuda_emit_attention
+ * is fc_cuda_emit_attention_forced with all of them zero. For tests, which
+ * must reach each path of the Hopper kernel at small shapes where the rules
+ * would not take it (every path is taken by the rules at some shape).
+ */
+typedef struct fc_attention_force {
+    bool persistent;          /* a persistent grid, also for causal attention at head dims above 64 */
+    int64_t l2_section_bytes; /* > 0: sections of batch elements whose K and V fit in this many bytes, at any head dim */
+    bool no_tma;              /* every operand by cp.async, as for a layout TMA cannot read */
+} fc_attention_force;
+fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr, const char *name,
+                                        const fc_attention_force *force, char **source, fc_launch *l);
+
 /* Which kernel a group gets, for plans and tests: true for the tensor-core
  * kernel (bf16/f16, head dims up to 128), false for the general one. */
 bool fc_cuda_attention_uses_mma(const fc_group *gr);
 
 /* Whether units for compute capability sm (major * 10 + minor; 0 unknown)
- * are compiled for sm_90a and get the Hopper attention kernel: sm 90,
- * unless FUSEC_ATTN_WGMMA=0 is in the environment. The codegen
- * (plan->sm) and fc_program_extra_nvrtc_options ask the same question. */
+ * are compiled for sm_90a and get the Hopper attention kernel: sm 90. The
+ * codegen (plan->sm) and fc_program_extra_nvrtc_options ask the same
+ * question. */
 bool fc_cuda_attention_hopper(int sm);
-
-/* Whether fc_attn_fa3 may load operands through TMA (tensor maps in
- * fc_launch.tmaps): unless FUSEC_ATTN_TMA=0 is in the environment. The
- * runtime adds an NVRTC option marking the other choice
- * (fc_cuda_source_switches), so that the program cache keeps the two apart. */
-bool fc_cuda_attention_tma(void);
 
 /*
  * An attention group as the skinny GEMM's prologue reads it
