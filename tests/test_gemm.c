@@ -1230,26 +1230,20 @@ static void test_variant_tile_rule(void) {
     /* test_specialize's split 128 x 128 case (g23) must reach that tile. */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(200, 2120, 700, 1, 132, 192, 0, &kper), 1);
     CHECK_EQ_INT(kper, 4);
-    setenv("FUSEC_VGEMM_SPLIT128", "0", 1); /* the rule before session 7 */
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1);
-    CHECK_EQ_INT(kper, 12);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 0);
-    unsetenv("FUSEC_VGEMM_SPLIT128");
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 24 splits of 2 */
     CHECK_EQ_INT(kper, 2);
     /* GPT-2's out projection and MLP down projection at T = 1024 (M 1024,
-     * N 768): 32 wgmma tiles, split 4 since session 14 (the wgmma tile's
-     * splits may use the whole 16 MiB workspace; before, its first 4 MiB
-     * held one split, and the 32 tiles ran unsplit on 32 of 132 SMs). */
+     * N 768): 32 wgmma tiles, split 4 (the wgmma tile's splits may use the
+     * whole 16 MiB workspace). */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 3072, 1, 132, 192, 0, &kper), 2);
     CHECK_EQ_INT(kper, 12);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 768, 1, 132, 192, 0, &kper), 2);
     CHECK_EQ_INT(kper, 3);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 0, 1, &kper), 0); /* nothing to force without wgmma */
     CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(80), 0);
-    CHECK(fc_cuda_gemm_wgmma_bn(90) > 0 || (getenv("FUSEC_VGEMM_WGMMA") && getenv("FUSEC_VGEMM_WGMMA")[0] == '0'));
+    CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(90), 192);
 }
 
 /* The dynamic variant's GEMM kernels for sm 90 (wgmma tiles, compiled for

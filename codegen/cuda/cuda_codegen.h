@@ -129,11 +129,10 @@ const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);
  * "i64", ...). */
 const char *fc_cuda_storage_type(fc_dtype dt);
 
-/* The experiments' switches that change the generated source without
- * changing the NVRTC options (FUSEC_ATTN_BN, FUSEC_ATTN_PERSIST,
- * FUSEC_ATTN_L2SECT, FUSEC_NORM_PRELOAD, FUSEC_ATTN_TMA), as one option no
- * kernel reads, "-DFC_SWITCHES=BN.PERSIST.L2SECT.PRELOAD.TMA", or NULL when
- * none is set. The
+/* The switches that change the generated source without changing the
+ * NVRTC options (those of ir/switches.def whose `source` is 1, set to other
+ * than their default: fc_switch_source_marker), as one option no kernel
+ * reads, "-DFC_SWITCHES=FUSEC_SKINNY=0", or NULL when none is set. The
  * program cache's key holds a program's options and not its source (a hit
  * skips the codegen), so the runtime adds it
  * (fc_program_extra_nvrtc_options): otherwise a program compiled under one

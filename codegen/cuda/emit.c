@@ -31,6 +31,7 @@
 #include "skinny.h"
 #include "gemm.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
+#include "ir/switches.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -48,22 +49,15 @@ static const char prelude[] =
 /* ---- switches ------------------------------------------------------------ */
 
 const char *fc_cuda_source_switches(void) {
-    static const char *const names[] = {"FUSEC_ATTN_BN", "FUSEC_ATTN_PERSIST", "FUSEC_ATTN_L2SECT",
-                                        "FUSEC_NORM_PRELOAD", "FUSEC_ATTN_TMA", "FUSEC_SKINNY",
-                                        "FUSEC_SKINNY_ATTN"};
-    char opt[160];
-    int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES="), set = 0;
-    for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++) {
-        const char *v = getenv(names[i]);
-        set += v != NULL;
-        at += snprintf(opt + at, sizeof opt - (size_t)at, "%s%.24s", i ? "." : "", v ? v : "");
-    }
-    if (!set) return NULL;
+    enum { MAX = 256 };
+    char opt[MAX];
+    const int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES=");
+    if (!fc_switch_source_marker(opt + at, sizeof opt - (size_t)at)) return NULL;
     /* Interned: a program keeps pointers to its options. A process sees a
      * few settings at most; past the table, one shared marker still keeps
      * every switched program apart from the default ones. */
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-    static char seen[16][160];
+    static char seen[16][MAX];
     static int nseen;
     const char *r = NULL;
     pthread_mutex_lock(&mu);
@@ -1417,9 +1411,7 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
      * slower; docs/CODEGEN.md). */
     k->nbq = 0;
     const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= fc_cuda_plan_sms(k->p);
-    /* FUSEC_NORM_PRELOAD=0: never, as before session 10 (measuring). */
-    const bool preload = one_wave && !fc_env_is_zero("FUSEC_NORM_PRELOAD");
-    for (int i = 0; cache && preload && i < gr->ninputs && k->nbq < 8; i++) {
+    for (int i = 0; cache && one_wave && i < gr->ninputs && k->nbq < 8; i++) {
         const size_t b = (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
         if (vector_bcast(gr, i, vec) > 0 && cache_bytes + b <= 512) {
             k->bq[k->nbq++] = i;
@@ -1473,11 +1465,8 @@ static fc_status reduce_kernel(kctx *k, fc_launch *l) {
      * 16-byte aligned (checked at run time), the rows go as vectors
      * instead: the row loop twice, chosen per launch. Only where every
      * input has the kernel's shape (a broadcast input's period is
-     * symbolic). FUSEC_REDUCE_VEC=0 (read at codegen): the scalar loop
-     * alone, for measuring. */
-    const int wide = sym_len && trailing && !cache && all_full_inputs(gr) && !fc_env_is_zero("FUSEC_REDUCE_VEC")
-                         ? vector_width(k, 16)
-                         : 1;
+     * symbolic). */
+    const int wide = sym_len && trailing && !cache && all_full_inputs(gr) ? vector_width(k, 16) : 1;
     fc_status st;
     if (wide > 1) {
         fc_strbuf_printf(k->s, "  if ((%s) %% %d == 0 && (%s) >= %d && ((0ull", len_s, wide, len_s, tpr * wide);
@@ -1710,13 +1699,9 @@ static const char frame_carry_prelude[] =
 #define FRAME_CARRY_MAX_WORDS 500
 
 /* Whether a frame plan's frame of `words` words is carried by its first
- * kernel (frame_entry): it fits in the carrier's parameters, and
- * $FUSEC_FRAME_CARRY is not 0 (read here, so it is in the source and the
- * kernel-cache key; 0 copies the frame from the host before the launch, as
- * before session 13). */
-static bool frame_carry(int words) {
-    return words <= FRAME_CARRY_MAX_WORDS && !fc_env_is_zero("FUSEC_FRAME_CARRY");
-}
+ * kernel (frame_entry): where it fits in the carrier's parameters. A
+ * larger frame is copied from the host before the launches. */
+static bool frame_carry(int words) { return words <= FRAME_CARRY_MAX_WORDS; }
 
 /* A library group (a gemm or matmul) that a dynamic plan runs as a
  * generated kernel (codegen/cuda/gemm.c) instead of a library call: then
@@ -1728,13 +1713,9 @@ static bool generated_gemm(const fc_plan *plan, const fc_group *gr) {
 
 /* Whether a dynamic plan's kernels take the frame: every launch of it is
  * a kernel (a library call takes its sizes from the host at each shape;
- * an attention group of a dynamic plan fails below), and
- * $FUSEC_VARIANT_FRAME is not 0 (read here: it is in the source, so in
- * the kernel-cache key). */
+ * an attention group of a dynamic plan fails below). */
 static bool frame_plan(const fc_plan *plan) {
     if (!plan->dynamic) return false;
-    const char *e = getenv("FUSEC_VARIANT_FRAME");
-    if (e && !strcmp(e, "0")) return false;
     for (int i = 0; i < plan->ngroups; i++) {
         const fc_group *gr = plan->groups[i];
         if (gr->batch > 0) continue;
