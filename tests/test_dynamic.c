@@ -585,7 +585,7 @@ static void check_frame_address_spaces(fc_context *ctx) {
     if (ptx) {
         count_accesses(ptx, &gen, &glob, &nc);
         /* Element coordinates are read back where they are known
-         * (codegen/cuda/emit.c, coords), not divided out of the index by
+         * (codegen/cuda/expr.c, coords), not divided out of the index by
          * run-time sizes again (the softmax's row loop is there twice, as
          * vectors and one element at a time: the divisions that adds are
          * per row, not per element). */

@@ -546,7 +546,7 @@ static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
  * fused sibling GEMMs the graph has (the variant keeps one concatenation
  * of each, whatever the number of shapes). */
 /* The variant's reduction over a symbolic row length in each of its two
- * row loops (codegen/cuda/emit.c, reduce_kernel): as vectors (T a
+ * row loops (codegen/cuda/reduce.c, fc_cg_reduce_kernel): as vectors (T a
  * multiple of 8, at least 256), one element at a time (the rest); each
  * against the reference, on new buffers, the variant alone. */
 static void test_symbolic_rows(fc_context *ctx, fc_cuda_device *dev) {

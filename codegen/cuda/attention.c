@@ -32,6 +32,7 @@
  * ends in the group's output.
  */
 #include "attention.h"
+#include "emit.h"
 #include "gemm.h"
 #include "passes/attention.h"
 

@@ -13,7 +13,7 @@
 #ifndef FC_CUDA_GEMM_H
 #define FC_CUDA_GEMM_H
 
-#include "cuda_codegen.h"
+#include "emit.h"
 
 #include <stdbool.h>
 

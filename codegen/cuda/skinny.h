@@ -16,7 +16,7 @@
 #ifndef FC_CUDA_SKINNY_H
 #define FC_CUDA_SKINNY_H
 #include "attention.h"
-#include "cuda_codegen.h"
+#include "emit.h"
 #include <stdbool.h>
 
 /* What a skinny GEMM runs: y [M, N] = act(alpha A W + bias + residual),
