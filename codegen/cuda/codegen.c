@@ -10,6 +10,7 @@
 #include "attention.h"
 #include "skinny.h"
 #include "gemm.h"
+#include "gemm_choice.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
 #include "ir/switches.h"
 
@@ -54,65 +55,186 @@ static void summarize(const fc_group *gr, char *out, size_t n) {
         pos += (size_t)snprintf(out + pos, n - pos, "%s%s", i ? "," : " ", fc_op_table[gr->nodes[i]->op].name);
 }
 
-/* A library group (a gemm or matmul) that a dynamic plan runs as a
- * generated kernel (codegen/cuda/gemm.c) instead of a library call: then
- * a new shape needs no library setup. */
-static bool generated_gemm(const fc_plan *plan, const fc_group *gr) {
-    return gr->kind == FC_GROUP_LIBRARY && plan->dynamic && fc_cuda_variant_gemm_kernels() &&
-           fc_cuda_gemm_kernel_fits(gr);
-}
+/* What the dispatcher carries from group to group of one unit. */
+typedef struct unit {
+    const fc_plan *plan;
+    fc_strbuf s;
+    fc_cuda_src *out;
+    fc_gemm_choice *choice; /* per group (fc_cuda_gemm_choose) */
+    bool frame;             /* the plan's kernels take the frame (frame_plan) */
+    bool carry;             /* the first kernel carries it */
+    bool gemm_templates;    /* gemm.c's, emitted before the first generated GEMM */
+    unsigned skinny_templates; /* skinny.c's, before the first skinny GEMM */
+} unit;
 
 /* Whether a dynamic plan's kernels take the frame: every launch of it is
  * a kernel (a library call takes its sizes from the host at each shape;
  * an attention group of a dynamic plan fails below). */
-static bool frame_plan(const fc_plan *plan) {
+static bool frame_plan(const unit *u) {
+    const fc_plan *plan = u->plan;
     if (!plan->dynamic) return false;
     for (int i = 0; i < plan->ngroups; i++) {
         const fc_group *gr = plan->groups[i];
         if (gr->batch > 0) continue;
-        if (gr->kind == FC_GROUP_ATTENTION || (gr->kind == FC_GROUP_LIBRARY && !generated_gemm(plan, gr))) return false;
+        if (gr->kind == FC_GROUP_ATTENTION || (gr->kind == FC_GROUP_LIBRARY && u->choice[i].path != FC_GEMM_GENERATED)) return false;
     }
     return true;
+}
+
+/* The frame entry of kernel launch l just emitted, in a frame plan. */
+static void frame_entry(unit *u, fc_launch *l) {
+    if (u->frame) fc_cg_frame_entry(&u->s, l, u->plan->g->nsyms, fc_cg_carrier_words(u->out, u->carry));
+}
+
+/* A library group: the GEMM path its choice names (gemm_choice.c). */
+static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
+    const fc_plan *plan = u->plan;
+    const fc_group *gr = plan->groups[gi];
+    const fc_gemm_choice *c = &u->choice[gi];
+    fc_graph *g = plan->g;
+    fc_status st = FC_OK;
+    switch (c->path) {
+    case FC_GEMM_UNSUPPORTED:
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                            "codegen: group %d (%s): %s with symbolic shapes has no library call or kernel (bind the symbols)",
+                            gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
+    case FC_GEMM_GENERATED: /* gemm.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+        l->frame = u->frame;
+        st = fc_cuda_emit_gemm(plan, gr, l->name, &u->s, &u->gemm_templates, l);
+        if (!st) frame_entry(u, l);
+        return st;
+    case FC_GEMM_SKINNY_ATTENTION: /* skinny.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        st = fc_cuda_emit_skinny_attention(plan->groups[c->attention], gr, &c->fused, l->name, &u->s, &u->skinny_templates, l);
+        if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+        return st;
+    case FC_GEMM_SKINNY: /* skinny.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        return fc_cuda_emit_skinny(gr, &c->skinny, l->name, &u->s, &u->skinny_templates, l);
+    default: /* FC_GEMM_LIBRARY */
+        l->kind = FC_LAUNCH_LIBRARY;
+        snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
+        if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+        return FC_OK;
+    }
+}
+
+/* An attention group: its kernel (attention.c). */
+static fc_status attention_group(unit *u, const fc_group *gr, fc_launch *l) {
+    fc_graph *g = u->plan->g;
+    if (u->plan->dynamic) {
+        /* fc_pipeline lowers attention ops in dynamic plans; one that
+         * stays (a symbolic head dim with the default scale) has no
+         * kernel: the flash-attention template needs static shapes. */
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                            "codegen: group %d (%s): attention with symbolic shapes has no dynamic kernel (bind the symbols)",
+                            gr->id, l->summary);
+    }
+    snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+    char *src = NULL;
+    fc_status st = fc_cuda_emit_attention(u->plan, gr, l->name, &src, l);
+    if (!st) fc_strbuf_printf(&u->s, "// group %d: %s\n%s", gr->id, l->summary, src);
+    free(src);
+    return st;
+}
+
+/* A pointwise or row group: its kernel (pointwise.c, reduce.c). */
+static fc_status kernel_group(unit *u, const fc_group *gr, fc_launch *l) {
+    const fc_plan *plan = u->plan;
+    fc_graph *g = plan->g;
+    l->kind = FC_LAUNCH_KERNEL;
+    snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+    l->nsyms = plan->dynamic ? g->nsyms : 0;
+    l->frame = u->frame;
+    kctx k = {.p = plan, .gr = gr, .s = &u->s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms,
+              .frame = u->frame, .store_only_vid = -1};
+    k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+    k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+    fc_status st;
+    if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
+    else {
+        fc_strbuf_printf(&u->s, "// group %d: %s\n", gr->id, l->summary);
+        st = gr->kind == FC_GROUP_REDUCE ? fc_cg_reduce_kernel(&k, l) : fc_cg_pointwise_kernel(&k, l);
+    }
+    if (!st && k.oom) st = FC_ERR_NOMEM;
+    if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
+    if (!st) frame_entry(u, l);
+    if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+    free(k.memo);
+    free(k.cm);
+    free(k.is_row);
+    free(k.row_ready);
+    return st;
+}
+
+/* A launch for group gr: its arguments (inputs, then outputs) and summary. */
+static fc_status open_launch(const fc_group *gr, fc_launch *l, fc_graph *g) {
+    l->group = gr->id;
+    summarize(gr, l->summary, sizeof l->summary);
+    l->nargs = gr->ninputs + gr->noutputs;
+    l->nreads = gr->ninputs;
+    l->args = calloc((size_t)l->nargs + 1, sizeof(int));
+    if (!l->args) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
+    for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
+    return FC_OK;
+}
+
+/* The launches of groups from gi on (a batch takes several); *next: the
+ * group after them. */
+static fc_status group_launch(unit *u, int gi, int *next) {
+    const fc_plan *plan = u->plan;
+    const fc_group *gr = plan->groups[gi];
+    *next = gi + 1;
+    if (gr->batch > 0) {
+        int end = gi;
+        while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
+        *next = end + 1;
+        fc_launch *bl = &u->out->launches[u->out->nlaunches++];
+        bl->frame = u->frame;
+        fc_status st = fc_cg_batched_launch(plan, gi, end, &u->s, bl);
+        if (!st) frame_entry(u, bl);
+        return st;
+    }
+    /* An attention that runs inside the skinny GEMM reading its result
+     * (skinny.c, "attention and projection") gets no launch of its own. */
+    for (int j = gi + 1; j < plan->ngroups; j++)
+        if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
+    fc_launch *l = &u->out->launches[u->out->nlaunches++];
+    fc_status st = open_launch(gr, l, plan->g);
+    if (st) return st;
+    if (u->choice[gi].path != FC_GEMM_NONE) return gemm_group(u, gi, l);
+    if (gr->kind == FC_GROUP_ATTENTION) return attention_group(u, gr, l);
+    if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
+        l->kind = FC_LAUNCH_ALIAS;
+        snprintf(l->name, sizeof l->name, "alias");
+        return FC_OK;
+    }
+    return kernel_group(u, gr, l);
 }
 
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     memset(out, 0, sizeof *out);
     fc_graph *g = plan->g;
-    fc_strbuf s = {0};
-    fc_strbuf_printf(&s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
+    unit u = {.plan = plan, .out = out};
+    fc_strbuf_printf(&u.s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
     out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
-    if (!out->launches) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
-    fc_status st = FC_OK;
-    bool gemm_templates = false; /* codegen/cuda/gemm.c's, emitted before the first GEMM kernel */
-    unsigned skinny_templates = 0; /* codegen/cuda/skinny.c's, before the first skinny GEMM */
-    /* Attention groups that run inside the skinny GEMM reading their result
-     * (codegen/cuda/skinny.c, "attention and projection"): fused_into[i] is
-     * that GEMM's group index (the attention gets no launch of its own),
-     * fused_from[j] the attention's; -1 elsewhere. */
-    int *fused_into = malloc(sizeof(int) * (size_t)(plan->ngroups + 1)), *fused_from = malloc(sizeof(int) * (size_t)(plan->ngroups + 1));
-    fc_skinny_attention *fused = calloc((size_t)plan->ngroups + 1, sizeof *fused);
-    if (!fused_into || !fused_from || !fused) {
-        free(fused_into);
-        free(fused_from);
-        free(fused);
+    u.choice = calloc((size_t)plan->ngroups + 1, sizeof *u.choice);
+    if (!out->launches || !u.choice) {
+        free(u.choice);
+        free(u.s.buf);
         fc_cuda_src_release(out);
         return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     }
-    for (int i = 0; i < plan->ngroups; i++) fused_into[i] = fused_from[i] = -1;
-    for (int i = 0; i < plan->ngroups; i++) {
-        fc_skinny_attention f;
-        if (fc_cuda_skinny_attention_plan(plan, i, &f)) {
-            fused[f.gemm_group] = f;
-            fused_into[i] = f.gemm_group;
-            fused_from[f.gemm_group] = i;
-        }
-    }
-    const bool frame = frame_plan(plan);
-    bool carry = false; /* whether the first kernel is to carry the frame */
-    if (frame) {
+    for (int i = 0; i < plan->ngroups; i++) fc_cuda_gemm_choose(plan, i, &u.choice[i]);
+    fc_status st = FC_OK;
+    u.frame = frame_plan(&u);
+    if (u.frame) {
         out->frame_words = g->nsyms + g->next_value_id;
-        carry = fc_cg_frame_carry(out->frame_words);
-        fc_cg_frame_preludes(&s, carry);
+        u.carry = fc_cg_frame_carry(out->frame_words);
+        fc_cg_frame_preludes(&u.s, u.carry);
     }
     if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
         st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
@@ -123,110 +245,8 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             out->launches[i].grid_per[a] = 1;
             out->launches[i].grid_max[a] = 1;
         }
-    for (int gi = 0; gi < plan->ngroups && !st; gi++) {
-        const fc_group *gr = plan->groups[gi];
-        if (gr->batch > 0) {
-            int end = gi;
-            while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
-            fc_launch *bl = &out->launches[out->nlaunches++];
-            bl->frame = frame;
-            st = fc_cg_batched_launch(plan, gi, end, &s, bl);
-            if (!st && frame) fc_cg_frame_entry(&s, bl, g->nsyms, fc_cg_carrier_words(out, carry));
-            gi = end;
-            continue;
-        }
-        if (fused_into[gi] >= 0) continue; /* runs inside a later launch */
-        fc_launch *l = &out->launches[out->nlaunches++];
-        l->group = gr->id;
-        summarize(gr, l->summary, sizeof l->summary);
-        l->nargs = gr->ninputs + gr->noutputs;
-        l->nreads = gr->ninputs;
-        l->args = calloc((size_t)l->nargs + 1, sizeof(int));
-        if (!l->args) {
-            st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
-            break;
-        }
-        for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
-        for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
-        if (gr->kind == FC_GROUP_LIBRARY && plan->dynamic && gr->nodes[0]->op != FC_OP_MATMUL && gr->nodes[0]->op != FC_OP_GEMM) {
-            st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
-                              "codegen: group %d (%s): %s with symbolic shapes has no library call or kernel (bind the symbols)",
-                              gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
-            break;
-        }
-        if (generated_gemm(plan, gr)) {
-            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-            if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
-            l->frame = frame;
-            st = fc_cuda_emit_gemm(plan, gr, l->name, &s, &gemm_templates, l);
-            if (!st && frame) fc_cg_frame_entry(&s, l, g->nsyms, fc_cg_carrier_words(out, carry));
-            continue;
-        }
-        if (fused_from[gi] >= 0) { /* codegen/cuda/skinny.c */
-            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-            st = fc_cuda_emit_skinny_attention(plan->groups[fused_from[gi]], gr, &fused[gi], l->name, &s, &skinny_templates, l);
-            if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
-            continue;
-        }
-        fc_skinny sk;
-        if (fc_cuda_skinny_plan(plan, gr, &sk)) { /* codegen/cuda/skinny.c */
-            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-            st = fc_cuda_emit_skinny(gr, &sk, l->name, &s, &skinny_templates, l);
-            continue;
-        }
-        if (gr->kind == FC_GROUP_LIBRARY) {
-            l->kind = FC_LAUNCH_LIBRARY;
-            snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
-            if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
-            continue;
-        }
-        if (gr->kind == FC_GROUP_ATTENTION && plan->dynamic) {
-            /* fc_pipeline lowers attention ops in dynamic plans; one that
-             * stays (a symbolic head dim with the default scale) has no
-             * kernel: the flash-attention template needs static shapes. */
-            st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
-                              "codegen: group %d (%s): attention with symbolic shapes has no dynamic kernel (bind the symbols)",
-                              gr->id, l->summary);
-            break;
-        }
-        if (gr->kind == FC_GROUP_ATTENTION) { /* codegen/cuda/attention.c */
-            snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-            char *src = NULL;
-            st = fc_cuda_emit_attention(plan, gr, l->name, &src, l);
-            if (!st) fc_strbuf_printf(&s, "// group %d: %s\n%s", gr->id, l->summary, src);
-            free(src);
-            continue;
-        }
-        if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
-            l->kind = FC_LAUNCH_ALIAS;
-            snprintf(l->name, sizeof l->name, "alias");
-            continue;
-        }
-        l->kind = FC_LAUNCH_KERNEL;
-        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-        l->nsyms = plan->dynamic ? g->nsyms : 0;
-        l->frame = frame;
-        kctx k = {.p = plan, .gr = gr, .s = &s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms, .frame = frame,
-                .store_only_vid = -1};
-        k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
-        k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
-        if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
-        else {
-            fc_strbuf_printf(&s, "// group %d: %s\n", gr->id, l->summary);
-            st = gr->kind == FC_GROUP_REDUCE ? fc_cg_reduce_kernel(&k, l) : fc_cg_pointwise_kernel(&k, l);
-        }
-        if (!st && k.oom) st = FC_ERR_NOMEM;
-        if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
-        if (!st && frame) fc_cg_frame_entry(&s, l, g->nsyms, fc_cg_carrier_words(out, carry));
-        if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
-        free(k.memo);
-        free(k.cm);
-        free(k.is_row);
-        free(k.row_ready);
-    }
-    free(fused_into);
-    free(fused_from);
-    free(fused);
+    for (int gi = 0; gi < plan->ngroups && !st;) st = group_launch(&u, gi, &gi);
+    free(u.choice);
     /* The kernel after the carrier reads the frame before it waits: it
      * starts when the carrier has ended (a plain edge), never during. */
     const int carrier = fc_cuda_src_frame_carrier(out);
@@ -235,13 +255,13 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             out->launches[i].pdl = false;
             break;
         }
-    if (!st && s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    if (!st && u.s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     if (st) {
-        free(s.buf);
+        free(u.s.buf);
         fc_cuda_src_release(out);
         return st;
     }
-    out->source = s.buf;
+    out->source = u.s.buf;
     return FC_OK;
 }
 
