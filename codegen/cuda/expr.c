@@ -379,7 +379,7 @@ static void linear(const fc_value *x, char coords[][24], char *out, size_t n) {
  * the dims regroup (one of x's dims a run of static dims of v, or a static
  * dim of v a run of x's, or the same dim), x's coordinates at L without a
  * division by a run-time size: merged as sums of products, split by static
- * sizes. Otherwise nothing is noted (coord divides L as before). */
+ * sizes. Otherwise nothing is noted (coord then divides L). */
 static void reshape_coords(kctx *k, const fc_value *v, char c[][24], const fc_value *x, const char *L) {
     for (int d = 0; d < v->rank; d++)
         if (!known_coord(k, v, L, d)) return;

@@ -9,9 +9,8 @@
 /* What every frame entry uses, once after the prelude:
  * - fc_fp turns a frame word into whatever pointer the body's parameter
  *   is, said to be global: loaded from memory it would otherwise be
- *   generic, and every access through it a generic ld/st (a kernel
- *   parameter is known global; with generic accesses the GPT-2 block's
- *   variant was 2.6% slower at T >= 256 on the H200, docs/PERF.md run 19);
+ *   generic, and every access through it a generic ld/st, slower than
+ *   the global ones a kernel parameter gets (docs/PERF.md);
  * - fc_nc and fc_nc_vec are the read-only loads (ld.global.nc) a
  *   parameter kernel gets from its `const __restrict__` pointers;
  * - fc_grid_wait waits for the kernel before (a programmatic dependent

@@ -268,7 +268,7 @@ int fc_cuda_gemm_wgmma_bn(int sm) { return sm == 90 ? WG_BN : 0; }
 /* Dynamic shared memory of the largest tile shape fc_gm_run may pick: its
  * cp.async stages, or its C tile in f32, which reuses them. Where the
  * variant has wgmma tiles, the mma.sync ones count too: a unit compiled for
- * plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a) runs those instead. */
+ * plain sm_90 (without sm_90a's wgmma) runs those instead. */
 static unsigned smem_bytes(const vplan *p, int wbn) {
     size_t es = fc_dtype_size(p->gi.a->dtype);
     if (es != 2) return (unsigned)((size_t)(simt_bm_max * simt_bk + simt_bk * simt_bn) * es);

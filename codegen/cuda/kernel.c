@@ -32,11 +32,11 @@ void fc_cg_kernel_signature(kctx *k, fc_launch *l, unsigned block) {
     fc_cuda_kernel_open(k->s, l, block, 0);
     fc_cg_kernel_params(k);
     fc_strbuf_printf(k->s, ") {\n");
-    /* The prelude's: the kernel after it may launch at once. Measured on
-     * the H200 (docs/PERF.md, session 11): the skinny GEMMs after the
-     * layernorms and the attention start early and fetch their weights;
-     * making these kernels wait (programmatic dependents themselves) gained
-     * nothing more, so they do not. */
+    /* The prelude's: the kernel after it may launch at once, so that the
+     * skinny GEMMs after the layernorms and the attention start early and
+     * fetch their weights. These kernels do not wait themselves (they are
+     * no programmatic dependents): that gained nothing on the H200
+     * (docs/PERF.md). */
     if (!k->dyn) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
 }
 
@@ -163,7 +163,7 @@ void fc_cg_elements(kctx *k, const char *base, int vec, char vin[][24], elem_fn 
  * buf: a plain dereference in a parameter kernel (its `const __restrict__`
  * pointer gives ld.global.nc), fc_nc_vec in a frame kernel, whose pointers
  * are loaded from the frame (the compiler cannot see they are read-only
- * for the kernel's life: 20% slower permutes on the H200 without it). */
+ * for the kernel's life; without it permutes are much slower, docs/PERF.md). */
 const char *fc_cg_vector_load(const kctx *k, int i, int vec, const char *at, char *buf, size_t n) {
     const char *t = fc_cuda_storage_type(k->gr->inputs[i]->dtype);
     if (k->frame) snprintf(buf, n, "fc_nc_vec<%s, %d>(a%d + %s)", t, vec, i, at);

@@ -297,8 +297,7 @@ fc_status fc_cg_reduce_kernel(kctx *k, fc_launch *l) {
      * read theirs after two all-reduces, an L2 round trip the GPU waited
      * for. Only where the blocks fit in one wave (or the rows are
      * symbolic): with more, other blocks hide that latency, and the
-     * registers cost more than it saves (rmsnorm, 32768 rows of 4096: 0.5-0.9%
-     * slower; docs/CODEGEN.md). */
+     * registers cost more than it saves (docs/CODEGEN.md). */
     k->nbq = 0;
     const bool one_wave = !fc_mono_is_static(&mrows) || (mrows.c + rpb - 1) / rpb <= fc_cuda_plan_sms(k->p);
     for (int i = 0; cache && one_wave && i < gr->ninputs && k->nbq < 8; i++) {
@@ -350,8 +349,7 @@ fc_status fc_cg_reduce_kernel(kctx *k, fc_launch *l) {
     /* A symbolic row length gives vec 1 (no static factor to divide), so
      * every load is one element. When the length is a multiple of the
      * width the dtypes allow, long enough to give each of a row's threads
-     * a vector (shorter rows ran 1% slower as vectors: T = 64 of the GPT-2
-     * variant's softmax, docs/PERF.md "Session 14") and the buffers are
+     * a vector (shorter rows are slower as vectors: docs/CODEGEN.md) and the buffers are
      * 16-byte aligned (checked at run time), the rows go as vectors
      * instead: the row loop twice, chosen per launch. Only where every
      * input has the kernel's shape (a broadcast input's period is
