@@ -265,3 +265,13 @@ void fc_cg_vector_stores(kctx *k, int vec, char vout[][24], const char *base) {
         if (vout[o][0])
             fc_strbuf_printf(k->s, "      *(fc_vec<%s, %d> *)(o%d + %s) = %s;\n", fc_cuda_storage_type(gr->outputs[o]->dtype), vec, o, base, vout[o]);
 }
+
+bool fc_cg_vector_names(const fc_group *gr, char (**vin)[24], char (**vout)[24]) {
+    *vin = calloc((size_t)gr->ninputs + 1, 24);
+    *vout = calloc((size_t)gr->noutputs + 1, 24);
+    if (*vin && *vout) return true;
+    free(*vin);
+    free(*vout);
+    *vin = *vout = NULL;
+    return false;
+}

@@ -132,6 +132,10 @@ void fc_cg_vector_loads(kctx *k, const char *base, int vec, char vin[][24], cons
 void fc_cg_store_element(kctx *k, int e, const char *L, void *arg);
 void fc_cg_declare_vector_outputs(kctx *k, int vec, char vout[][24]);
 void fc_cg_vector_stores(kctx *k, int vec, char vout[][24], const char *base);
+/* Room for the names of the vector variables of a group's inputs (*vin)
+ * and outputs (*vout), 24 characters each, zeroed (free both); false, and
+ * neither, out of memory. */
+bool fc_cg_vector_names(const fc_group *gr, char (**vin)[24], char (**vout)[24]);
 
 /* ---- pointwise.c ---- */
 fc_status fc_cg_pointwise_kernel(kctx *k, fc_launch *l);

@@ -42,13 +42,8 @@ static fc_status pointwise_body(kctx *k, const char *name) {
         fc_strbuf_printf(k->s, "  for (i64 t = t0; t < nthreads; t += stride) {\n");
         fc_strbuf_printf(k->s, "      i64 base = t * %d;\n", vec);
     }
-    char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
-    char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
-    if (!vin || !vout) {
-        free(vin);
-        free(vout);
-        return FC_ERR_NOMEM;
-    }
+    char (*vin)[24], (*vout)[24];
+    if (!fc_cg_vector_names(gr, &vin, &vout)) return FC_ERR_NOMEM;
     fc_cg_chunk_base_coords(k, vec);
     fc_cg_vector_loads(k, "base", vec, vin, NULL);
     fc_cg_declare_vector_outputs(k, vec, vout);

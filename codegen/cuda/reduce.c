@@ -99,13 +99,8 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
     const char *rows_s = rl->rows_s, *len_s = rl->len_s, *loop_open = rl->loop_open;
     fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
         rows_s, rpb);
-    char (*vin)[24] = calloc((size_t)gr->ninputs + 1, 24);
-    char (*vout)[24] = calloc((size_t)gr->noutputs + 1, 24);
-    if (!vin || !vout) {
-        free(vin);
-        free(vout);
-        return FC_ERR_NOMEM;
-    }
+    char (*vin)[24], (*vout)[24];
+    if (!fc_cg_vector_names(gr, &vin, &vout)) return FC_ERR_NOMEM;
     if (cache) {
         /* Prologue: the row's full-shape inputs into registers, once. */
         for (int i = 0; i < gr->ninputs; i++) {
