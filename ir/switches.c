@@ -1,6 +1,7 @@
 /* switches.c - the one place fusec reads its environment switches. */
 #include "switches.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,4 +37,17 @@ long fc_switch_int(fc_switch_id id, long fallback) {
     char *end;
     long n = strtol(v, &end, 10);
     return *end ? fallback : n;
+}
+
+bool fc_switch_source_marker(char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < FC_SW_COUNT; i++) {
+        const char *v = table[i].source ? getenv(table[i].name) : NULL;
+        /* Set to the default, a switch gives the default source. */
+        if (!v || !strcmp(v, table[i].dflt)) continue;
+        if (at < n) at += (size_t)snprintf(buf + at, n - at, "%s%s=%s", at ? "," : "", table[i].name, v);
+        else at++;
+    }
+    return at > 0;
 }

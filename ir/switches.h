@@ -4,6 +4,7 @@
 #define FUSEC_SWITCHES_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef enum fc_switch_id {
 #define FC_SWITCH(id, name, type, dflt, kind, source, help) FC_SW_##id,
@@ -34,5 +35,13 @@ const char *fc_switch_str(fc_switch_id id);
 bool fc_switch_on(fc_switch_id id);
 /* An INT switch, or `fallback` when unset or not a number. */
 long fc_switch_int(fc_switch_id id, long fallback);
+
+/* The switches whose `source` column is 1 (they change generated source)
+ * and that the environment sets to other than their default, as
+ * "NAME=value,NAME=value" in table order, into buf (n bytes, cut to fit).
+ * False, and buf "", when none is: the source is the default one. A cache
+ * that keys compiled code on something other than the source adds this
+ * text to its key (codegen/cuda: fc_cuda_source_switches). */
+bool fc_switch_source_marker(char *buf, size_t n);
 
 #endif

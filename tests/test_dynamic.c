@@ -368,7 +368,7 @@ static int occurrences(const char *hay, const char *needle) {
  * the buffers 16-byte aligned (checked at run time), else one
  * element at a time; the GPT-2 block's layernorms (768 long, static) take
  * vectors always and are not doubled. Not with a broadcast input (its
- * period is symbolic), nor with FUSEC_REDUCE_VEC=0. No GPU: the text (the
+ * period is symbolic). No GPU: the text (the
  * GPU tests run both loops: T = 500 and 777, and 1000 and 1024). */
 static void check_reduce_vector_path(fc_context *ctx) {
     static const char *test = ") >= 256 && ((0ull | (unsigned long long)a0 | (unsigned long long)o0) & 15) == 0) {";
@@ -382,14 +382,6 @@ static void check_reduce_vector_path(fc_context *ctx) {
         fc_plan_release(&dyn);
         fc_graph_free(g);
     }
-    setenv("FUSEC_REDUCE_VEC", "0", 1);
-    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
-        CHECK_EQ_INT(occurrences(src.source, test), 0);
-        fc_cuda_src_release(&src);
-        fc_plan_release(&dyn);
-        fc_graph_free(g);
-    }
-    unsetenv("FUSEC_REDUCE_VEC");
     static const char *texts[2] = {
         "graph s(%x: bf16[R, T]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n",
         "graph s(%x: bf16[R, T], %m: bf16[T]) {\n  %h = add(%x, %m)\n  %y = softmax(%h, axis=-1)\n  return %y\n}\n"};
@@ -576,9 +568,8 @@ static int count_divisions(const char *ptx) {
 
 /* A frame kernel reads its pointers from memory, where the compiler cannot
  * see they are global: without fc_fp's assumption every access through
- * them was generic (511 of the GPT-2 block's variant's accesses; 2.6%
- * slower on the H200). With frame entries it has as many generic accesses
- * as with parameters, and as many global ones, plus the frame words its
+ * them was generic (docs/PERF.md has what that cost). With frame entries
+ * it has no generic access, and global ones for the frame words its
  * kernels load; and the inputs' read-only loads (ld.global.nc, which a
  * parameter kernel gets from `const __restrict__` and a frame kernel from
  * fc_nc: without them its permutes were 20% slower) are there too. */
@@ -586,47 +577,65 @@ static void check_frame_address_spaces(fc_context *ctx) {
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, NULL, 0, &g) != FC_OK) return;
     fc_compile_options o = sm90_options();
-    int gen[2], glob[2], nc[2], words = 0;
-    for (int frame = 0; frame < 2; frame++) {
-        if (!frame) setenv("FUSEC_VARIANT_FRAME", "0", 1);
-        fc_program *v = NULL;
-        CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
-        unsetenv("FUSEC_VARIANT_FRAME");
-        char *ptx = v ? fc_program_ptx(v) : NULL;
-        CHECK(ptx != NULL);
-        if (ptx) count_accesses(ptx, &gen[frame], &glob[frame], &nc[frame]);
-        if (ptx && frame) {
-            /* Element coordinates are read back where they are known
-             * (codegen/cuda/emit.c, coords), not divided out of the index
-             * by run-time sizes again: 254 64-bit divisions and remainders
-             * in this PTX before (63 in the softmax kernel, 255 us of the
-             * T = 1024 block on the H200), 130 after (6 in the softmax),
-             * 134 since session 14 (the softmax's row loop twice, as
-             * vectors and one element at a time: the added ones are per
-             * row, not per element). */
-            /* The carrier reads its words from its parameter (ld.param,
-             * by a computed address in its store loop), never from a copy
-             * in local memory. */
-            CHECK(strstr(ptx, ".local") == NULL);
-            CHECK(strstr(ptx, "ld.param.u64") != NULL);
-            int divs = count_divisions(ptx);
-            printf("gpt2_block_bf16 variant PTX: %d 64-bit divisions and remainders\n", divs);
-            CHECK(divs <= 140);
-        }
-        for (int i = 0; v && frame && i < fc_program_desc_of(v)->src.nlaunches; i++) {
-            const fc_launch *l = &fc_program_desc_of(v)->src.launches[i];
-            if (l->kind == FC_LAUNCH_KERNEL) words += l->nargs + l->nsyms;
-        }
-        fc_free(ptx);
-        fc_program_free(v);
+    int gen = 0, glob = 0, nc = 0, words = 0;
+    fc_program *v = NULL;
+    CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
+    char *ptx = v ? fc_program_ptx(v) : NULL;
+    CHECK(ptx != NULL);
+    if (ptx) {
+        count_accesses(ptx, &gen, &glob, &nc);
+        /* Element coordinates are read back where they are known
+         * (codegen/cuda/expr.c, coords), not divided out of the index by
+         * run-time sizes again (the softmax's row loop is there twice, as
+         * vectors and one element at a time: the divisions that adds are
+         * per row, not per element). */
+        /* The carrier reads its words from its parameter (ld.param, by a
+         * computed address in its store loop), never from a copy in local
+         * memory. */
+        CHECK(strstr(ptx, ".local") == NULL);
+        CHECK(strstr(ptx, "ld.param.u64") != NULL);
+        int divs = count_divisions(ptx);
+        printf("gpt2_block_bf16 variant PTX: %d 64-bit divisions and remainders\n", divs);
+        CHECK(divs <= 140);
     }
-    printf("gpt2_block_bf16 variant PTX: generic %d / %d, global %d / %d, global.nc %d / %d (parameters / frame)\n", gen[0],
-           gen[1], glob[0], glob[1], nc[0], nc[1]);
-    CHECK_EQ_INT(gen[1], gen[0]);
-    /* And no fewer global ones: the frame's words come on top. The inputs
-     * are read-only loads in both (fc_nc in frame kernels). */
-    CHECK(glob[1] + nc[1] >= glob[0] + nc[0] + words / 2);
-    CHECK(nc[1] >= nc[0] + words / 2);
+    for (int i = 0; v && i < fc_program_desc_of(v)->src.nlaunches; i++) {
+        const fc_launch *l = &fc_program_desc_of(v)->src.launches[i];
+        if (l->kind == FC_LAUNCH_KERNEL) words += l->nargs + l->nsyms;
+    }
+    fc_free(ptx);
+    fc_program_free(v);
+    printf("gpt2_block_bf16 variant PTX: generic %d, global %d, global.nc %d, frame words loaded %d\n", gen, glob, nc, words);
+    /* No generic access: fc_fp's assumption makes every pointer loaded
+     * from the frame global, as a parameter kernel's are. The frame words
+     * come on top of the global ones, read only (fc_nc), as are the
+     * inputs. */
+    CHECK_EQ_INT(gen, 0);
+    CHECK(glob + nc >= words / 2);
+    CHECK(nc >= words / 2);
+    fc_graph_free(g);
+}
+
+/* A frame of more words than the carrier's parameters hold (500) is
+ * copied before the launches instead: no carrier, every frame kernel a
+ * programmatic dependent. A chain of 600 pointwise ops gives a frame of
+ * more than 600 words (one a value id). */
+static void check_uncarried_frame(fc_context *ctx) {
+    fc_strbuf t = {0};
+    fc_strbuf_printf(&t, "graph big(%%v0: f32[N]) {\n");
+    for (int i = 1; i <= 600; i++) fc_strbuf_printf(&t, "  %%v%d = add(%%v%d, 1.0)\n", i, i - 1);
+    fc_strbuf_printf(&t, "  return %%v600\n}\n");
+    fc_graph *g = NULL;
+    CHECK(!t.oom && t.buf);
+    if (t.buf) CHECK_EQ_INT(fc_parse(ctx, "<test>", t.buf, strlen(t.buf), NULL, NULL, 0, &g), FC_OK);
+    free(t.buf);
+    fc_plan dyn;
+    fc_cuda_src src;
+    if (!codegen_dynamic_graph(&g, &dyn, &src)) return;
+    CHECK(src.frame_words > 500);
+    check_frame_entries(&dyn, &src, false);
+    CHECK(src.source && !strstr(src.source, "fc_frame_words"));
+    fc_cuda_src_release(&src);
+    fc_plan_release(&dyn);
     fc_graph_free(g);
 }
 
@@ -865,31 +874,7 @@ int main(void) {
      * is the same. */
     check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
     unsetenv("FUSEC_VARIANT_GEMM");
-    /* FUSEC_VARIANT_FRAME=0: kernels that take their pointers and sizes as
-     * parameters (the graph is re-pointed at each shape), and instances
-     * with their own grids, as fc_plan_bind's. */
-    setenv("FUSEC_VARIANT_FRAME", "0", 1);
-    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
-        CHECK_EQ_INT(src.frame_words, 0);
-        for (int i = 0; i < src.nlaunches; i++) CHECK(!src.launches[i].frame);
-        CHECK(src.source && !strstr(src.source, "fc_frame") && strstr(src.source, "i64 s0"));
-        fc_cuda_src_release(&src);
-        fc_plan_release(&dyn);
-        fc_graph_free(g);
-    }
-    check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
-    unsetenv("FUSEC_VARIANT_FRAME");
-    /* FUSEC_FRAME_CARRY=0: the frame is copied before the launches (no
-     * carrier; every frame kernel a programmatic dependent). */
-    setenv("FUSEC_FRAME_CARRY", "0", 1);
-    if (codegen_dynamic(ctx, "examples/gpt2_block_bf16.ir", &g, &dyn, &src)) {
-        check_frame_entries(&dyn, &src, false);
-        CHECK(src.source && !strstr(src.source, "fc_frame_words"));
-        fc_cuda_src_release(&src);
-        fc_plan_release(&dyn);
-        fc_graph_free(g);
-    }
-    unsetenv("FUSEC_FRAME_CARRY");
+    check_uncarried_frame(ctx);
     fc_context_free(ctx);
     return check_report("test_dynamic");
 }

@@ -18,6 +18,8 @@
  *     against buffer sizes (fc_gemm_desc_valid), which the program decoder
  *     relies on; 6. an allocation failure at every allocation of the
  *     pass; 7. the runtime fails cleanly without a device.
+ *  7a. Which code runs a GEMM (fc_cuda_gemm_choose, codegen/cuda/
+ *     gemm_choice.c) for representative shapes, and its fallbacks.
  *  7b. The cuBLASLt problem of every GPU case below (fc_cublaslt_key_of:
  *     the column-major mapping, batch strides, the loop, the concatenated
  *     weights' layout) evaluated on the host as cuBLASLt defines it, against
@@ -33,6 +35,7 @@
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
 #include "codegen/cuda/gemm.h"
+#include "codegen/cuda/gemm_choice.h"
 #include "ir.h"
 #include "pass_file.h"
 #include "passes/epilogue.h"
@@ -1230,26 +1233,20 @@ static void test_variant_tile_rule(void) {
     /* test_specialize's split 128 x 128 case (g23) must reach that tile. */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(200, 2120, 700, 1, 132, 192, 0, &kper), 1);
     CHECK_EQ_INT(kper, 4);
-    setenv("FUSEC_VGEMM_SPLIT128", "0", 1); /* the rule before session 7 */
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1);
-    CHECK_EQ_INT(kper, 12);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 0);
-    unsetenv("FUSEC_VGEMM_SPLIT128");
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 24 splits of 2 */
     CHECK_EQ_INT(kper, 2);
     /* GPT-2's out projection and MLP down projection at T = 1024 (M 1024,
-     * N 768): 32 wgmma tiles, split 4 since session 14 (the wgmma tile's
-     * splits may use the whole 16 MiB workspace; before, its first 4 MiB
-     * held one split, and the 32 tiles ran unsplit on 32 of 132 SMs). */
+     * N 768): 32 wgmma tiles, split 4 (the wgmma tile's splits may use the
+     * whole 16 MiB workspace). */
     CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 3072, 1, 132, 192, 0, &kper), 2);
     CHECK_EQ_INT(kper, 12);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 768, 1, 132, 192, 0, &kper), 2);
     CHECK_EQ_INT(kper, 3);
     CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 0, 1, &kper), 0); /* nothing to force without wgmma */
     CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(80), 0);
-    CHECK(fc_cuda_gemm_wgmma_bn(90) > 0 || (getenv("FUSEC_VGEMM_WGMMA") && getenv("FUSEC_VGEMM_WGMMA")[0] == '0'));
+    CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(90), 192);
 }
 
 /* The dynamic variant's GEMM kernels for sm 90 (wgmma tiles, compiled for
@@ -1318,6 +1315,125 @@ static void test_variant_sources(void) {
     fc_context_free(ctx);
 }
 
+/* The GEMM choice (codegen/cuda/gemm_choice.c): static M 1..64 on sm 90
+ * skinny, M above 64 (or sm 80, or FUSEC_SKINNY=0) cuBLASLt; GPT-2's out
+ * projection at T = 64 with its attention inside; a dynamic plan's GEMMs
+ * generated tiles, cuBLASLt with FUSEC_VARIANT_GEMM=cublaslt. Every rule but the dynamic non-GEMM library op (which no
+ * pipeline leaves: a dynamic plan lowers its attention ops) is reached. */
+typedef struct choice_case {
+    const char *what, *text, *env; /* env: "NAME=VALUE" set for the case, or NULL */
+    int sm;
+    fc_gemm_path path;
+    const char *rule;
+} choice_case;
+
+static void test_gemm_choice(void) {
+    static const choice_case cases[] = {
+        {"static M 1", "graph c1(%x: bf16[1, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_SKINNY, "static: skinny (M <= 64, sm_90a)"},
+        {"static M 17, epilogue", "graph c2(%x: f16[17, 768], %w: f16[768, 768], %b: f16[768]) {\n"
+         "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 1])\n  return %y\n}\n", NULL, 90, FC_GEMM_SKINNY,
+         "static: skinny (M <= 64, sm_90a)"},
+        {"static M [2, 32]", "graph c3(%x: bf16[2, 32, 3072], %w: bf16[3072, 768]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL,
+         90, FC_GEMM_SKINNY, "static: skinny (M <= 64, sm_90a)"},
+        {"static M 65", "graph c4(%x: bf16[65, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"static M 4096", "graph c5(%x: bf16[4096, 768], %w: bf16[768, 3072]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"static M 16, sm 80", "graph c6(%x: bf16[16, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL,
+         80, FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"static M 16, FUSEC_SKINNY=0", "graph c7(%x: bf16[16, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+         "FUSEC_SKINNY=0", 90, FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"static f32 M 16", "graph c8(%x: f32[16, 768], %w: f32[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"dynamic bf16", "graph d1(%x: bf16[M, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_GENERATED, "dynamic: generated tiles"},
+        {"dynamic f32, sm 80", "graph d2(%x: f32[M, 64], %w: f32[64, 32]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 80,
+         FC_GEMM_GENERATED, "dynamic: generated tiles"},
+        {"dynamic, FUSEC_VARIANT_GEMM=cublaslt", "graph d3(%x: bf16[M, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+         "FUSEC_VARIANT_GEMM=cublaslt", 90, FC_GEMM_LIBRARY, "dynamic: cuBLASLt (FUSEC_VARIANT_GEMM=cublaslt)"},
+    };
+    fc_context *ctx = fc_context_new();
+    int nrules = 0;
+    const fc_gemm_rule *rules = fc_cuda_gemm_rules(&nrules);
+    bool reached[16] = {0};
+    CHECK(nrules > 0 && nrules <= 16);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const choice_case *cc = &cases[c];
+        char name[64] = "";
+        if (cc->env) {
+            snprintf(name, sizeof name, "%.*s", (int)(strchr(cc->env, '=') - cc->env), cc->env);
+            setenv(name, strchr(cc->env, '=') + 1, 1);
+        }
+        fc_graph *g = parse(ctx, cc->what, cc->text);
+        CHECK(g != NULL);
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.dynamic = g && g->nsyms > 0;
+        fc_plan plan;
+        fc_status st = g ? fc_pipeline(g, &fo, &plan) : FC_ERR_INPUT;
+        CHECK_EQ_INT(st, FC_OK);
+        int gemms = 0;
+        for (int i = 0; !st && i < plan.ngroups; i++) {
+            plan.sm = cc->sm;
+            fc_gemm_choice ch;
+            fc_cuda_gemm_choose(&plan, i, &ch);
+            if (plan.groups[i]->kind != FC_GROUP_LIBRARY) {
+                CHECK_EQ_INT(ch.path, FC_GEMM_NONE);
+                continue;
+            }
+            gemms++;
+            if (ch.path != cc->path || strcmp(ch.rule, cc->rule))
+                fprintf(stderr, "gemm choice: %s: path %d by \"%s\", want %d by \"%s\"\n", cc->what, ch.path, ch.rule, cc->path, cc->rule);
+            CHECK_EQ_INT(ch.path, cc->path);
+            CHECK(strcmp(ch.rule, cc->rule) == 0);
+            if (ch.path == FC_GEMM_SKINNY) CHECK(ch.skinny.splits >= 1 && ch.skinny.M <= 64);
+            for (int r = 0; r < nrules; r++) reached[r] |= !strcmp(rules[r].name, ch.rule);
+        }
+        CHECK_EQ_INT(gemms, 1);
+        if (!st) fc_plan_release(&plan);
+        fc_graph_free(g);
+        if (cc->env) unsetenv(name);
+    }
+    /* The GPT-2 block at B = 1, T = 64: QKV, fc and down projection
+     * skinny, the out projection with its attention inside (that attention
+     * group gets no launch); with FUSEC_SKINNY=0, all four cuBLASLt's. */
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("FUSEC_SKINNY", "0", 1);
+        fc_binding b[2] = {{"B", 1}, {"T", 64}};
+        fc_graph *g = NULL;
+        CHECK_EQ_INT(fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, b, 2, &g), FC_OK);
+        fc_plan plan;
+        fc_status st = g ? fc_pipeline(g, NULL, &plan) : FC_ERR_INPUT;
+        CHECK_EQ_INT(st, FC_OK);
+        int n[FC_GEMM_UNSUPPORTED + 1] = {0};
+        for (int i = 0; !st && i < plan.ngroups; i++) {
+            plan.sm = 90;
+            fc_gemm_choice ch;
+            fc_cuda_gemm_choose(&plan, i, &ch);
+            n[ch.path]++;
+            if (ch.path == FC_GEMM_SKINNY_ATTENTION) {
+                CHECK(ch.attention >= 0 && ch.attention < i);
+                CHECK(plan.groups[ch.attention]->kind == FC_GROUP_ATTENTION);
+                CHECK_EQ_INT(ch.fused.gemm_group, i);
+            }
+            for (int r = 0; r < nrules; r++) reached[r] |= !strcmp(rules[r].name, ch.rule);
+        }
+        CHECK_EQ_INT(n[FC_GEMM_SKINNY], off ? 0 : 3);
+        CHECK_EQ_INT(n[FC_GEMM_SKINNY_ATTENTION], off ? 0 : 1);
+        CHECK_EQ_INT(n[FC_GEMM_LIBRARY], off ? 4 : 0);
+        if (!st) fc_plan_release(&plan);
+        fc_graph_free(g);
+        if (off) unsetenv("FUSEC_SKINNY");
+    }
+    for (int r = 0; r < nrules; r++) {
+        if (rules[r].path == FC_GEMM_UNSUPPORTED) continue;
+        if (!reached[r]) fprintf(stderr, "gemm choice: rule \"%s\" not reached\n", rules[r].name);
+        CHECK(reached[r]);
+    }
+    fc_context_free(ctx);
+}
+
 int main(void) {
     test_files();
     test_plans();
@@ -1329,6 +1445,7 @@ int main(void) {
     test_emulated();
     test_variant_tile_rule();
     test_variant_sources();
+    test_gemm_choice();
 
     fc_context *ctx = fc_context_new();
     int skipped = 0;

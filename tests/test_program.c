@@ -26,6 +26,7 @@
 #include "runtime/interp.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
+#include "ir/switches.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -901,66 +902,61 @@ static void test_horizontal_gpu(fc_context *ctx, fc_dtype dt, bool wt) {
     fc_graph_free(g);
 }
 
-/* The experiment switches that change the generated source but no NVRTC
- * option (FUSEC_ATTN_BN, _PERSIST, _L2SECT, FUSEC_NORM_PRELOAD,
- * FUSEC_ATTN_TMA) reach the
- * program cache's key through a marker option: a program compiled under one
- * setting is never served under another (session 10: FUSEC_ATTN_BN=128 got
- * the cached default program). */
-static void test_attention_switches_in_key(fc_context *ctx) {
-    unsetenv("FUSEC_ATTN_BN");
-    unsetenv("FUSEC_ATTN_PERSIST");
-    unsetenv("FUSEC_ATTN_L2SECT");
-    unsetenv("FUSEC_NORM_PRELOAD");
-    unsetenv("FUSEC_ATTN_TMA");
-    unsetenv("FUSEC_SKINNY");
-    unsetenv("FUSEC_SKINNY_ATTN");
+/* The switches that change the generated source but no NVRTC option (the
+ * table's `source` column, ir/switches.def) reach the program cache's key
+ * through a marker option: a program compiled under one setting is never
+ * served under another. Every such switch, set alone to other than its
+ * default, gives a marker of its own; set to its default, none. */
+static void test_source_switches_in_key(fc_context *ctx) {
+    for (int i = 0; i < FC_SW_COUNT; i++)
+        if (fc_switch_info_of((fc_switch_id)i)->source) unsetenv(fc_switch_info_of((fc_switch_id)i)->name);
     fc_graph *g = g_softmax(ctx);
-    const char *plain[4], *plain80[4], *bn64[4], *again[4], *bn96[4], *sm80[4];
+    const char *plain[4], *plain80[4];
     const int n0 = fc_program_extra_nvrtc_options(90, false, plain);
     const int n80 = fc_program_extra_nvrtc_options(80, false, plain80);
     for (int i = 0; i < n0; i++) CHECK(strncmp(plain[i], "-DFC_SWITCHES", 13) != 0);
-    setenv("FUSEC_ATTN_BN", "64", 1);
-    const int n1 = fc_program_extra_nvrtc_options(90, false, bn64);
-    const int n2 = fc_program_extra_nvrtc_options(90, false, again);
-    const int n8 = fc_program_extra_nvrtc_options(80, false, sm80); /* every target gets it */
-    setenv("FUSEC_ATTN_BN", "96", 1);
-    const int n3 = fc_program_extra_nvrtc_options(90, false, bn96);
-    unsetenv("FUSEC_ATTN_BN");
-    /* Each switch set to 0 alone: its field of the marker. */
-    static const struct {
-        const char *name, *marker;
-    } zeros[] = {{"FUSEC_ATTN_TMA", "-DFC_SWITCHES=....0.."},
-                 {"FUSEC_SKINNY", "-DFC_SWITCHES=.....0."},
-                 {"FUSEC_SKINNY_ATTN", "-DFC_SWITCHES=......0"}};
-    for (size_t z = 0; z < sizeof zeros / sizeof *zeros; z++) {
-        const char *opts[4];
-        setenv(zeros[z].name, "0", 1);
+    const fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, plain, n0, 13, 0);
+    int nsource = 0;
+    for (int i = 0; i < FC_SW_COUNT; i++) {
+        const fc_switch_info *sw = fc_switch_info_of((fc_switch_id)i);
+        if (!sw->source) continue;
+        nsource++;
+        const char *opts[4], *again[4], *sm80[4], *dflt[4];
+        setenv(sw->name, "x", 1);
         const int n = fc_program_extra_nvrtc_options(90, false, opts);
-        unsetenv(zeros[z].name);
+        const int n2 = fc_program_extra_nvrtc_options(90, false, again);
+        const int n8 = fc_program_extra_nvrtc_options(80, false, sm80); /* every target gets it */
+        setenv(sw->name, sw->dflt, 1);
+        const int nd = fc_program_extra_nvrtc_options(90, false, dflt);
+        unsetenv(sw->name);
         CHECK_EQ_INT(n, n0 + 1);
-        if (n == n0 + 1) CHECK(strcmp(opts[n - 1], zeros[z].marker) == 0);
-    }
-    CHECK_EQ_INT(n1, n0 + 1);
-    CHECK_EQ_INT(n2, n1);
-    CHECK_EQ_INT(n3, n1);
-    CHECK_EQ_INT(n8, n80 + 1);
-    if (n1 == n0 + 1 && n2 == n1 && n3 == n1) {
-        CHECK(strcmp(bn64[n1 - 1], "-DFC_SWITCHES=64......") == 0);
-        CHECK(bn64[n1 - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
-        CHECK(strcmp(bn96[n3 - 1], "-DFC_SWITCHES=96......") == 0);
-        fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, plain, n0, 13, 0),
-                     k1 = fc_program_cache_key("text", g, 90, false, true, false, bn64, n1, 13, 0),
-                     k2 = fc_program_cache_key("text", g, 90, false, true, false, bn96, n3, 13, 0);
+        CHECK_EQ_INT(n2, n);
+        CHECK_EQ_INT(n8, n80 + 1);
+        CHECK_EQ_INT(nd, n0);
+        if (n != n0 + 1 || n2 != n) continue;
+        char want[96];
+        snprintf(want, sizeof want, "-DFC_SWITCHES=%s=x", sw->name);
+        CHECK(strcmp(opts[n - 1], want) == 0);
+        CHECK(opts[n - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
+        const fc_cache_key k1 = fc_program_cache_key("text", g, 90, false, true, false, opts, n, 13, 0);
         CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
-        CHECK(memcmp(&k1, &k2, sizeof k1) != 0);
     }
+    CHECK(nsource >= 2); /* FUSEC_SKINNY, FUSEC_VARIANT_GEMM */
+    /* Two at once: both, in table order. */
+    setenv("FUSEC_SKINNY", "0", 1);
+    setenv("FUSEC_VARIANT_GEMM", "cublaslt", 1);
+    const char *both[4];
+    const int nb = fc_program_extra_nvrtc_options(90, false, both);
+    unsetenv("FUSEC_SKINNY");
+    unsetenv("FUSEC_VARIANT_GEMM");
+    CHECK_EQ_INT(nb, n0 + 1);
+    if (nb == n0 + 1) CHECK(strcmp(both[nb - 1], "-DFC_SWITCHES=FUSEC_SKINNY=0,FUSEC_VARIANT_GEMM=cublaslt") == 0);
     fc_graph_free(g);
 }
 
 int main(void) {
     fc_context *ctx = fc_context_new();
-    test_attention_switches_in_key(ctx);
+    test_source_switches_in_key(ctx);
     for (int i = 0; i < NGRAPHS; i++) test_compile(ctx, graphs[i].name, graphs[i].make, graphs[i].fuse);
     test_unbound_symbol(ctx);
     test_misuse(ctx);

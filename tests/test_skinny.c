@@ -19,6 +19,7 @@
 #include "splitmix.h"
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/skinny.h"
+#include "ir/switches.h"
 #include "runtime/cuda.h"
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
@@ -207,25 +208,13 @@ static void test_gpt2_plan(fc_context *ctx, bool hopper) {
     CHECK(p && skinny_launches(p, s, 8) == 0 && library_launches(p) == 4);
     fc_program_free(p);
     fc_graph_free(g);
-    /* FUSEC_SKINNY_ATTN=0: the attention kernel, then the out projection split 4 ways. */
-    setenv("FUSEC_SKINNY_ATTN", "0", 1);
-    g = parse_gpt2(ctx, 64);
-    p = compile(ctx, g);
-    CHECK(p != NULL);
-    if (p && hopper) {
-        CHECK_EQ_INT(skinny_launches(p, s, 8), 4);
-        CHECK_EQ_INT(s[1], 4);
-        CHECK_EQ_INT(launches_named(p, "attention"), 1);
-        CHECK_EQ_INT(fc_program_desc_of(p)->src.nlaunches, 7);
-    }
-    unsetenv("FUSEC_SKINNY_ATTN");
-    fc_program_free(p);
-    fc_graph_free(g);
-    /* FUSEC_SKINNY=0: cuBLASLt's (read at codegen). */
+    /* FUSEC_SKINNY=0: cuBLASLt's (read at codegen), and the attention its
+     * own kernel (it runs inside a skinny GEMM only). */
     setenv("FUSEC_SKINNY", "0", 1);
     g = parse_gpt2(ctx, 64);
     p = compile(ctx, g);
     CHECK(p && skinny_launches(p, s, 8) == 0 && library_launches(p) == 4);
+    if (p && hopper) CHECK_EQ_INT(launches_named(p, "attention"), 1);
     unsetenv("FUSEC_SKINNY");
     fc_program_free(p);
     fc_graph_free(g);
@@ -487,7 +476,7 @@ int main(void) {
     fc_cuda_device *dev = NULL;
     const bool gpu = fc_cuda_available(ctx) && fc_cuda_device_open(ctx, 0, &dev) == FC_OK;
     const bool sm90 = !gpu || (dev->info.cc_major == 9 && dev->info.cc_minor == 0);
-    const bool hopper = sm90 && fc_cuda_attention_hopper(90) && fc_cuda_skinny_enabled();
+    const bool hopper = sm90 && fc_cuda_attention_hopper(90) && fc_switch_on(FC_SW_SKINNY);
     test_gpt2_plan(ctx, hopper);
     test_rule(ctx, hopper);
     test_attention_rule(ctx, hopper);

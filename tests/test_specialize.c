@@ -546,7 +546,7 @@ static void test_static_replay(fc_context *ctx, fc_cuda_device *dev) {
  * fused sibling GEMMs the graph has (the variant keeps one concatenation
  * of each, whatever the number of shapes). */
 /* The variant's reduction over a symbolic row length in each of its two
- * row loops (codegen/cuda/emit.c, reduce_kernel): as vectors (T a
+ * row loops (codegen/cuda/reduce.c, fc_cg_reduce_kernel): as vectors (T a
  * multiple of 8, at least 256), one element at a time (the rest); each
  * against the reference, on new buffers, the variant alone. */
 static void test_symbolic_rows(fc_context *ctx, fc_cuda_device *dev) {
@@ -716,21 +716,13 @@ static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
  * its first run, and right every time, including a shape that comes back
  * after another and an instance evicted and made again (more shapes than
  * the variant keeps). With frame kernels (the default) each run whose
- * shape or buffers differ writes the frame: carried (the default), its
- * first kernel's node alone is patched with the new words; copied
- * (FUSEC_FRAME_CARRY=0, carried false), the graph never changes. With
- * FUSEC_VARIANT_FRAME=0 the graph is re-pointed (each node's grid and
- * sizes) whenever the shape differs from the one it holds, and patched for
- * new buffers. */
-static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, bool frame, bool carried) {
-    if (!frame) setenv("FUSEC_VARIANT_FRAME", "0", 1);
-    if (!carried) setenv("FUSEC_FRAME_CARRY", "0", 1);
+ * shape or buffers differ writes the frame, carried by its first kernel:
+ * that kernel's node alone is patched with the new words. */
+static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
-    unsetenv("FUSEC_VARIANT_FRAME");
-    unsetenv("FUSEC_FRAME_CARRY");
     if (!p) return;
     const fc_program *v = fc_dynamic_variant(fc_program_dynamic(p));
-    CHECK(v && fc_program_desc_of(v)->src.frame_carried == (frame && carried));
+    CHECK(v && fc_program_desc_of(v)->src.frame_carried);
     /* 37 twice in a row (no re-pointing), back to 37 after others, and
      * ten distinct shapes in all, past the 8 instances kept. */
     static const int64_t rows[] = {37, 37, 1, 256, 37, 5, 9, 12, 700, 3, 64, 2, 37, 37};
@@ -745,9 +737,9 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     }
     fc_run_stats s;
     fc_program_stats(p, &s);
-    printf("shared variant graph (%s): runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, frame writes %llu, "
+    printf("shared variant graph: runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, frame writes %llu, "
            "replays %llu, patches %llu, skips %llu%s%s\n",
-           !frame ? "re-pointed" : carried ? "frame, carried" : "frame, copied", (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
+           (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
            (unsigned long long)s.graph_captures, (unsigned long long)s.graph_reshapes,
            (unsigned long long)s.frame_writes, (unsigned long long)s.graph_replays,
            (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason[0] ? ": " : "",
@@ -756,19 +748,12 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     CHECK_EQ_INT(s.graph_captures, 1);
     CHECK_EQ_INT(s.graph_replays, NRUNS);
     CHECK_EQ_INT(s.graph_skips, 0);
-    if (frame) {
-        /* Never re-pointed; every change of shape writes the frame (each
-         * run here has new buffers, so most runs do), which patches the
-         * carrier's node, but at the first run (the graph's build). */
-        CHECK_EQ_INT(s.graph_reshapes, 0);
-        CHECK_EQ_INT(s.graph_patches, carried ? s.frame_writes - 1 : 0);
-        CHECK(s.frame_writes >= reshapes + 1 && s.frame_writes <= NRUNS);
-    } else {
-        /* At least every change of shape; the arena grows (moves) at most a
-         * few times, and a move re-points the graph too. */
-        CHECK(s.graph_reshapes >= reshapes && s.graph_reshapes <= reshapes + 4);
-        CHECK_EQ_INT(s.frame_writes, 0);
-    }
+    /* Never re-pointed; every change of shape writes the frame (each run
+     * here has new buffers, so most runs do), which patches the carrier's
+     * node, but at the first run (the graph's build). */
+    CHECK_EQ_INT(s.graph_reshapes, 0);
+    CHECK_EQ_INT(s.graph_patches, s.frame_writes - 1);
+    CHECK(s.frame_writes >= reshapes + 1 && s.frame_writes <= NRUNS);
     fc_program_free(p);
 }
 
@@ -847,9 +832,7 @@ static void test_frame_writes(fc_context *ctx, fc_cuda_device *dev, fc_graph *g)
  * kernels' own rule), and each case's wants say which kernels some run of
  * it must reach, so that a change of the rule cannot quietly leave a
  * kernel untested: the wgmma tiles where the device has them (sm 90) and
- * the split 64 x 64 and 128 x 128 tiles. Where the device has wgmma, a second pass runs
- * every case through the wgmma tiles (FUSEC_VGEMM_WGMMA=force): M = 1 and
- * split-K under wgmma included. */
+ * the split 64 x 64 and 128 x 128 tiles. */
 enum { WANT_WG = 1, WANT_WG_SPLIT = 2, WANT_SMALL_SPLIT = 4, WANT_LARGE_SPLIT = 8 };
 static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
     static const struct {
@@ -976,12 +959,7 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
     const int sm = dev->info.cc_major * 10 + dev->info.cc_minor;
     const bool generated = fc_cuda_variant_gemm_kernels(), wgmma = fc_cuda_gemm_wgmma_bn(sm) > 0;
     static const char *const path_names[] = {"fma", "mma 64x64", "mma 128x128", "wgmma"};
-    /* Pass 1 as the rule picks; pass 2, where the device has wgmma, with
-     * FUSEC_VGEMM_WGMMA=force: every f16/bf16 case and size (M = 1 too)
-     * through the wgmma tiles, split along K as their rule says. */
-    for (int forced = 0; forced < 1 + (wgmma && generated); forced++) {
-        int all_reached = 0;
-        if (forced) setenv("FUSEC_VGEMM_WGMMA", "force", 1);
+    {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             fc_graph *g = parse(ctx, cases[c].text);
             /* The variant's plan, as the runtime makes it, on a copy (the
@@ -1021,27 +999,20 @@ static void test_variant_gemms(fc_context *ctx, fc_cuda_device *dev) {
                     if (path == FC_GEMM_PATH_WGMMA) reached |= WANT_WG | (splits > 1 ? WANT_WG_SPLIT : 0);
                     if (path == FC_GEMM_PATH_MMA_SMALL && splits > 1) reached |= WANT_SMALL_SPLIT;
                     if (path == FC_GEMM_PATH_MMA_LARGE && splits > 1) reached |= WANT_LARGE_SPLIT;
-                    /* Forced, every f16/bf16 GEMM takes the wgmma tiles. */
-                    if (forced) CHECK(path == FC_GEMM_PATH_WGMMA || path == FC_GEMM_PATH_FMA);
                 }
                 char name[256];
-                snprintf(name, sizeof name, "variant gemm%s: %s, run %d (%s)", forced ? " (wgmma forced)" : "", cases[c].what, r,
-                         paths);
+                snprintf(name, sizeof name, "variant gemm: %s, run %d (%s)", cases[c].what, r, paths);
                 run_and_compare(ctx, dev, p, g, sh, nin, nout, name);
             }
-            int wants = forced ? 0 : cases[c].wants & (wgmma ? ~0 : WANT_SMALL_SPLIT | WANT_LARGE_SPLIT);
+            int wants = cases[c].wants & (wgmma ? ~0 : WANT_SMALL_SPLIT | WANT_LARGE_SPLIT);
             if (p && planned && generated && (reached & wants) != wants)
                 fprintf(stderr, "variant gemm: %s: wants kernels 0x%x, its runs reach 0x%x\n", cases[c].what, wants, reached);
             if (p && planned && generated) CHECK((reached & wants) == wants);
-            all_reached |= reached;
             if (planned) fc_plan_release(&plan);
             fc_program_free(p);
             fc_graph_free(gp);
             fc_graph_free(g);
         }
-        /* Forced: split-K under wgmma too (the long-K cases at small M). */
-        if (forced) CHECK(all_reached & WANT_WG_SPLIT);
-        if (forced) unsetenv("FUSEC_VGEMM_WGMMA");
     }
 }
 
@@ -1213,9 +1184,7 @@ static void test_gpu(fc_context *ctx) {
         CHECK_EQ_INT(st.graph_reshapes, 0);
         CHECK_EQ_INT(st.frame_writes, 2);
         fc_program_free(p);
-        test_shared_variant_graph(ctx, dev, g, true, true);
-        test_shared_variant_graph(ctx, dev, g, true, false);
-        test_shared_variant_graph(ctx, dev, g, false, true);
+        test_shared_variant_graph(ctx, dev, g);
         test_frame_writes(ctx, dev, g);
         test_frame_eager(ctx, dev, g);
     }

@@ -34,6 +34,7 @@
  * ends in the group's output.
  */
 #include "attention.h"
+#include "emit.h"
 #include "gemm.h"
 #include "passes/attention.h"
 

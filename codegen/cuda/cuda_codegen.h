@@ -115,35 +115,15 @@ void fc_cuda_src_release(fc_cuda_src *s);
 /* The launch index of the frame's carrier (the first kernel) when
  * s->frame_carried, else -1. */
 int fc_cuda_src_frame_carrier(const fc_cuda_src *s);
-/* The opening of launch l's kernel, up to its parameters, for blocks of
- * `block` threads (min_blocks: __launch_bounds__'s blocks per SM, 0 for
- * none), which it records in l: its entry point `extern "C" __global__
- * void __launch_bounds__(..) name(`, or for a frame launch the device
- * function `name_main(` that fc_cuda_codegen's entry point (with those
- * bounds) calls after reading the frame. */
-void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned min_blocks);
-/* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,
- * `(s0 * s1 * 768ll)` (symbol i is the kernel's parameter s<i>). Returns buf. */
-const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);
-/* The C type a buffer of dtype dt has in generated code ("__nv_bfloat16",
- * "i64", ...). */
-const char *fc_cuda_storage_type(fc_dtype dt);
-
-/* The experiments' switches that change the generated source without
- * changing the NVRTC options (FUSEC_ATTN_BN, FUSEC_ATTN_PERSIST,
- * FUSEC_ATTN_L2SECT, FUSEC_NORM_PRELOAD, FUSEC_ATTN_TMA), as one option no
- * kernel reads, "-DFC_SWITCHES=BN.PERSIST.L2SECT.PRELOAD.TMA", or NULL when
- * none is set. The
+/* The switches that change the generated source without changing the
+ * NVRTC options (those of ir/switches.def whose `source` is 1, set to other
+ * than their default: fc_switch_source_marker), as one option no kernel
+ * reads, "-DFC_SWITCHES=FUSEC_SKINNY=0", or NULL when none is set. The
  * program cache's key holds a program's options and not its source (a hit
  * skips the codegen), so the runtime adds it
  * (fc_program_extra_nvrtc_options): otherwise a program compiled under one
  * setting would be served under another. The string lives as long as the
  * process. */
 const char *fc_cuda_source_switches(void);
-
-/* The SM count of the device plan is compiled for (fc_plan.sm_count), or
- * an H100/H200 SXM's 132 when that is unknown (a plan made without a
- * device): the persistent grids' and the one-wave rules' count. */
-int64_t fc_cuda_plan_sms(const fc_plan *plan);
 
 #endif

@@ -18,6 +18,7 @@
  * are one launch here.
  */
 #include "gemm.h"
+#include "ir/switches.h"
 #include "passes/epilogue.h"
 
 #include <stdio.h>
@@ -37,23 +38,18 @@ static const char wgmma_src[] =
  * device's, or an H100/H200 SXM's 132 when the variant is compiled without
  * a device). WS_FLOATS: the split-K workspace, 16 MiB of f32
  * (FC_GM_WS_FLOATS): room for the wgmma tile's full split on 132 SMs
- * (170 tiles of 128 x 192 at once; session 14, docs/GEMM.md). */
+ * (170 tiles of 128 x 192 at once; docs/GEMM.md). */
 enum { GM_THREADS = 256, WG_BM = 128, WG_BK = 64 };
 #define WS_FLOATS 4194304
 static const int tc_tiles[2][4] = {{128, 128, 64, 4}, {64, 64, 64, 4}}; /* BM, BN, BK, stages */
 static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
 
-/* The wgmma tile configurations (FUSEC_VGEMM_CFG): BN and cp.async stages
- * of the 128 x BN x 64 tile, and whether the epilogue stores 8 columns at
- * once (FC_GM_VEC8, on the mma.sync tiles too; else pairs). 0, the
- * default: 128 x 192, 5 stages (GPT-2's N are multiples of 192: 768 is 4
- * tiles, so 4096 rows make 128 tiles for 132 SMs, one round), 8-column
- * stores (4-12% faster than pairs at M >= 256 on the H200: docs/GEMM.md);
- * 1: 128 x 128, 6 stages; 2: 128 x 256, 3 stages; 3: the default with
- * pairs stored (the default until session 6, kept for measuring).
- * Each fits the 227 KiB a block may have with its f32 C tile after the
- * first stages - 2 stages (fc_gm_wg_units). */
-static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5, 0}};
+/* The wgmma tile: 128 x WG_BN x 64 in WG_STAGES cp.async stages (GPT-2's
+ * N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128 tiles for
+ * 132 SMs, one round), its C tile in f32 after the first stages - 2 within
+ * the 227 KiB a block may have (fc_gm_wg_units). The epilogue stores 8
+ * columns at once (FC_GM_VEC8, on the mma.sync tiles too; docs/GEMM.md). */
+enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
 
 /*
  * The tile rule, written once for both compilers: compiled here as C
@@ -80,25 +76,21 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
  *    times, in 10 ns, from the H200 (docs/GEMM.md): a 64 x 64 mma.sync k
  *    step 0.45 us, 1 us a unit, 0.15 us a split (16 KiB partials); a 128 x
  *    128 mma.sync tile twice a 64 x 64 one unsplit, 1.9 us a split (64 KiB
- *    partials; run 23: M 256, N 2304, K 768 split 3 ways took 2.1 us less
- *    than unsplit, 4 k steps of ~1 us against 12); a 128 x 192 wgmma k step 0.78 us,
+ *    partials); a 128 x 192 wgmma k step 0.78 us,
  *    scaled by the bytes it loads ((128 + wbn) x 64 x 2: these tiles are
  *    bound by the loads), 1.5 us a unit, 0.8 us a split. Unsplit, the 128 x
- *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds, the
- *    rule before session 7; split, it serves GPT-2's M 193-384 at N 2304,
- *    129-256 at N 3072, 705-768 at N 768 and K 768, 321-768 at K 3072 (one
- *    round of 18 to 48 tiles unsplit, on a third of the SMs or fewer; M
- *    768, K 3072: 27 us against 55 on the H200, run 23 in docs/PERF.md).
- *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M
- *    = T) the wgmma tile this model picked was 2-8% slower than the
- *    mma.sync tiles for T 65..512, even at T 513..768 (whole block; T a
- *    multiple of 8, where it applies) and 8% faster above 768.
- *    The splits of either large tile may use the whole workspace (until
- *    session 14 the wgmma tile's only the first 4 MiB of 8, which left M
- *    769-1408 at K 3072 or N 768 unsplit on a quarter of the SMs: the
- *    GPT-2 variant 5-6.5% slower at T 769-1024; fc_gm_large_room:
- *    FUSEC_VGEMM_SPLIT128=0, read at codegen, gives 0 for the 128 x 128
- *    tile, the rule before session 7 with that tile never split).
+ *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds;
+ *    split, it serves GPT-2's M 193-384 at N 2304, 129-256 at N 3072,
+ *    705-768 at N 768 and K 768, 321-768 at K 3072 (one round of 18 to 48
+ *    tiles unsplit, on a third of the SMs or fewer; docs/GEMM.md).
+ *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M = T) the wgmma tile
+ *    this model picked was slower than the mma.sync tiles for T up to 768
+ *    (whole block; T a multiple of 8, where it applies) and faster above.
+ *    The splits of either large tile may use the whole workspace
+ *    (fc_gm_large_room, the 128 x 128 tile's, is fc_gm_ws_floats: a large
+ *    tile left unsplit on a quarter of the SMs was the slower choice).
+ *    `force` (the device's FC_GM_WGMMA == 2) is never set: the rule's text
+ *    is the kernels' source, kept as it is compiled.
  * No comments inside: it becomes one line of the device source.
  */
 #define WG_MIN_M 768
@@ -149,28 +141,18 @@ static const int wg_cfgs[4][3] = {{192, 5, 1}, {128, 6, 0}, {256, 3, 0}, {192, 5
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
-/* The split-K workspace, in floats: WS_FLOATS, or FUSEC_VGEMM_WS_MIB
- * MiB (1-64, read at codegen; measuring). */
-static long long fc_gm_ws_floats(void) {
-    const char *e = getenv("FUSEC_VGEMM_WS_MIB");
-    const int mib = e ? atoi(e) : 0;
-    return mib >= 1 && mib <= 64 ? (long long)mib * 262144 : WS_FLOATS;
-}
-
-/* The workspace the 128 x 128 tile's splits may use, in floats: all of
- * it, or none with FUSEC_VGEMM_SPLIT128=0. The device source defines it as
- * a constant (fc_cuda_emit_gemm). */
-static long long fc_gm_large_room(void) { return fc_env_is_zero("FUSEC_VGEMM_SPLIT128") ? 0 : fc_gm_ws_floats(); }
+/* The split-K workspace, in floats, and the part of it the 128 x 128
+ * tile's splits may use: all of it. The device source defines both as
+ * constants (fc_cuda_emit_gemm). */
+static long long fc_gm_ws_floats(void) { return WS_FLOATS; }
+static long long fc_gm_large_room(void) { return WS_FLOATS; }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
 static const char tile_rule_src[] = "__device__ __forceinline__ " STRING_OF(TILE_RULE_SIGNATURE(fc_gm_tiles)) " " STRING_OF(
     TILE_RULE_BODY) "\n";
 
-bool fc_cuda_variant_gemm_kernels(void) {
-    const char *e = getenv("FUSEC_VARIANT_GEMM");
-    return !(e && !strcmp(e, "cublaslt"));
-}
+bool fc_cuda_variant_gemm_kernels(void) { return strcmp(fc_switch_str(FC_SW_VARIANT_GEMM), "cublaslt") != 0; }
 
 static bool float_dtype(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16 || dt == FC_F32 || dt == FC_F64; }
 
@@ -251,7 +233,6 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     int64_t M = fc_mono_eval(&p.M, syms, nsyms), N = fc_mono_eval(&p.N, syms, nsyms), K = fc_mono_eval(&p.K, syms, nsyms), Z = 1;
     for (int d = 0; d < p.nb; d++) Z *= fc_mono_eval(&p.size[d], syms, nsyms);
     long long kper = 1, nk = (K + 63) / 64;
-    const bool forced = fc_cuda_gemm_wgmma_forced();
     /* The kernels' fc_gm_vectorized, of the sizes (base pointers taken as
      * aligned: cudaMalloc's and the arena's are). */
     bool vec = fc_mono_eval(&p.lda, syms, nsyms) % 8 == 0;
@@ -261,7 +242,7 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     }
     for (int d = 0; d < p.nb; d++)
         vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
-    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, forced || vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, forced, &kper);
+    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, 0, &kper);
     *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
     return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
 }
@@ -282,31 +263,12 @@ static void param_of(const fc_group *gr, const fc_value *v, char *out, size_t n)
 
 static const char *act_name(fc_gemm_act a) { return a == FC_GEMM_ACT_RELU ? "1" : a == FC_GEMM_ACT_GELU_TANH ? "2" : "0"; }
 
-/* FUSEC_VGEMM_GATHER=0, read at codegen: rows that are not 16-byte
- * aligned load one element at a time, as before session 7 (for measuring). */
-static int gather_loads(void) { return !fc_env_is_zero("FUSEC_VGEMM_GATHER"); }
-
-/* The wgmma tile configuration (wg_cfgs): 0 unless FUSEC_VGEMM_CFG names
- * another (1, 2 or 3), for measuring them side by side; it is in the
- * source, so in the kernel-cache key. */
-static int gemm_cfg(void) {
-    const char *e = getenv("FUSEC_VGEMM_CFG");
-    return e && e[0] >= '1' && e[0] <= '3' && !e[1] ? e[0] - '0' : 0;
-}
-
-int fc_cuda_gemm_wgmma_bn(int sm) {
-    return sm == 90 && !fc_env_is_zero("FUSEC_VGEMM_WGMMA") ? wg_cfgs[gemm_cfg()][0] : 0;
-}
-
-bool fc_cuda_gemm_wgmma_forced(void) {
-    const char *e = getenv("FUSEC_VGEMM_WGMMA");
-    return e && !strcmp(e, "force");
-}
+int fc_cuda_gemm_wgmma_bn(int sm) { return sm == 90 ? WG_BN : 0; }
 
 /* Dynamic shared memory of the largest tile shape fc_gm_run may pick: its
  * cp.async stages, or its C tile in f32, which reuses them. Where the
  * variant has wgmma tiles, the mma.sync ones count too: a unit compiled for
- * plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a) runs those instead. */
+ * plain sm_90 (without sm_90a's wgmma) runs those instead. */
 static unsigned smem_bytes(const vplan *p, int wbn) {
     size_t es = fc_dtype_size(p->gi.a->dtype);
     if (es != 2) return (unsigned)((size_t)(simt_bm_max * simt_bk + simt_bk * simt_bn) * es);
@@ -322,7 +284,7 @@ static unsigned smem_bytes(const vplan *p, int wbn) {
             if (!wbn) break;
             /* Swizzled stages (no padding) from a 1024-aligned start; C in
              * f32 after the first stages - 2 of them. */
-            const int st = wg_cfgs[gemm_cfg()][1], sb = 2 * (WG_BM + wbn) * WG_BK;
+            const int st = WG_STAGES, sb = 2 * (WG_BM + wbn) * WG_BK;
             b = (unsigned)(1024 + st * sb);
             c = (unsigned)(1024 + (st - 2) * sb + 4 * WG_BM * (wbn + 8));
         }
@@ -383,8 +345,7 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
         fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %lld\n"
                          "#define fc_gm_ws_floats() ((long long)FC_GM_WS_FLOATS)\n"
                          "#define fc_gm_large_room() %lldLL\n#define FC_GM_GATHER_ON %d\n",
-                         wbn ? 1 + fc_cuda_gemm_wgmma_forced() : 0, wbn, wg_cfgs[gemm_cfg()][1], wg_cfgs[gemm_cfg()][2],
-                         fc_gm_ws_floats(), fc_gm_large_room(), gather_loads());
+                         wbn ? 1 : 0, wbn, WG_STAGES, GM_VEC8, fc_gm_ws_floats(), fc_gm_large_room(), 1);
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);

@@ -13,13 +13,13 @@
 #ifndef FC_CUDA_GEMM_H
 #define FC_CUDA_GEMM_H
 
-#include "cuda_codegen.h"
+#include "emit.h"
 
 #include <stdbool.h>
 
 /* Whether dynamic plans get generated GEMM kernels: true unless the
- * environment has FUSEC_VARIANT_GEMM=cublaslt, which restores library
- * launches (the source differs, and so does its kernel-cache key). */
+ * environment has FUSEC_VARIANT_GEMM=cublaslt (a fallback: library
+ * launches; the source differs, and so does its kernel-cache key). */
 bool fc_cuda_variant_gemm_kernels(void);
 
 /* Whether library group gr of a dynamic plan runs as a generated kernel:
@@ -29,18 +29,12 @@ bool fc_cuda_gemm_kernel_fits(const fc_group *gr);
 
 /* The N of the 128 x N wgmma tile that a variant compiled for compute
  * capability sm (major * 10 + minor) uses for its f16/bf16 GEMMs: 0 (no
- * wgmma: mma.sync tiles only) unless sm is 90, and there 0 too when the
- * environment has FUSEC_VGEMM_WGMMA=0. FUSEC_VGEMM_CFG picks the tile's
- * configuration (docs/GEMM.md). */
+ * wgmma: mma.sync tiles only) unless sm is 90 (docs/GEMM.md). */
 int fc_cuda_gemm_wgmma_bn(int sm);
-/* FUSEC_VGEMM_WGMMA=force: the wgmma tile for every f16/bf16 shape, M = 1
- * included, where the variant has it (for tests and measurements; read at
- * codegen, and in the source, so in the kernel-cache key). */
-bool fc_cuda_gemm_wgmma_forced(void);
 
 /* Which tile an f16/bf16 GEMM of M x N x K, batch Z, takes on a grid of P
  * blocks, with wgmma tiles 128 x wbn (wbn from fc_cuda_gemm_wgmma_bn; 0:
- * none; force: always them): 0 for 64 x 64 mma.sync tiles, 1 for 128 x 128
+ * none; force, which the kernels never set: always them): 0 for 64 x 64 mma.sync tiles, 1 for 128 x 128
  * mma.sync tiles, 2 for wgmma tiles; *kper: the 64-deep k tiles of one K
  * split (K splits when that is fewer than K's). The same code is the
  * kernels' own rule (fc_gm_tiles), so the tests can tell which kernel a

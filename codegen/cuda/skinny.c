@@ -4,6 +4,7 @@
 #include "skinny.h"
 #include "attention.h"
 #include "gemm.h"
+#include "ir/switches.h"
 #include "passes/epilogue.h"
 
 #include <stdio.h>
@@ -22,9 +23,9 @@ static const char skinny_attention_src[] =
  * 2 x 96 KiB, and the f32 tile in shared memory), at most 8 blocks a
  * cluster (the portable size). */
 enum { SK_THREADS = 128, SK_ROWS = 64, SK_COLS = 64, SK_PANEL = 64, MAX_SLICE = 384, MAX_SPLITS = 8 };
-/* Fewer blocks than this and the split doubles (where K allows): the H200
- * ran the GPT-2 out projection (N 768, K 768) in 2.86 us on 48 blocks of
- * 192-deep slices, against 3.0 on 72 (docs/GEMM.md). */
+/* Fewer blocks than this and the split doubles (where K allows): 48
+ * blocks of 192-deep slices ran the GPT-2 out projection (N 768, K 768)
+ * faster than 72 did on the H200 (docs/GEMM.md). */
 enum { MIN_BLOCKS = 48 };
 
 /* The partial tiles' bytes in a block's shared memory (fc_sk_tiles<S, NT>):
@@ -33,10 +34,6 @@ enum { MIN_BLOCKS = 48 };
 static int64_t tiles_bytes(int splits, int nt) {
     return (int64_t)splits * nt * ((SK_ROWS + splits - 1) / splits) * 68 * 4;
 }
-
-bool fc_cuda_skinny_enabled(void) { return !fc_env_is_zero("FUSEC_SKINNY"); }
-
-bool fc_cuda_skinny_attention_enabled(void) { return fc_cuda_skinny_enabled() && !fc_env_is_zero("FUSEC_SKINNY_ATTN"); }
 
 static int input_index(const fc_group *gr, const fc_value *v) {
     for (int i = 0; v && i < gr->ninputs; i++)
@@ -63,7 +60,7 @@ static int splits_of(int64_t N, int64_t K) {
 }
 
 bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out) {
-    if (plan->dynamic || plan->sm != 90 || !fc_cuda_attention_hopper(plan->sm) || !fc_cuda_skinny_enabled()) return false;
+    if (plan->dynamic || plan->sm != 90 || !fc_cuda_attention_hopper(plan->sm) || !fc_switch_on(FC_SW_SKINNY)) return false;
     if (gr->kind != FC_GROUP_LIBRARY || gr->nnodes != 1 || gr->noutputs != 1 || gr->batch > 0) return false;
     const fc_node *n = gr->nodes[0];
     fc_gemm_info gi;
@@ -228,7 +225,7 @@ static bool inputs_survive(const fc_plan *plan, int a, int g) {
 
 bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attention *out) {
     const fc_group *ga = plan->groups[a];
-    if (!fc_cuda_skinny_attention_enabled() || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
+    if (!fc_switch_on(FC_SW_SKINNY) || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
     const int g = sole_reader(plan, ga->outputs[0]);
     if (g <= a) return false;
     const fc_group *gg = plan->groups[g];

@@ -2,10 +2,10 @@
  * skinny.h - GEMMs of few rows (static M <= 64) as generated kernels on
  * Hopper (internal to codegen/cuda).
  *
- * A static plan's GEMM with M <= 64 rows is latency, not bandwidth: the
- * GPT-2 block at B=1, T=64 spent 19 of its 26.5 us in cuBLASLt's five
- * kernels (docs/PERF.md, session 10), the down projection in two (a split-K
- * GEMM and its reduction). Here one kernel of thread block clusters splits
+ * A static plan's GEMM with M <= 64 rows is latency, not bandwidth:
+ * cuBLASLt runs it as one kernel or more (a split-K GEMM and its reduction)
+ * on few blocks, and the block waits for each (docs/PERF.md has the
+ * measurements). Here one kernel of thread block clusters splits
  * K across a cluster's blocks and sums the partial tiles through
  * distributed shared memory, and it may start while the kernel before it
  * finishes (a programmatic dependent launch: fc_launch.pdl), fetching its
@@ -16,7 +16,7 @@
 #ifndef FC_CUDA_SKINNY_H
 #define FC_CUDA_SKINNY_H
 #include "attention.h"
-#include "cuda_codegen.h"
+#include "emit.h"
 #include <stdbool.h>
 
 /* What a skinny GEMM runs: y [M, N] = act(alpha A W + bias + residual),
@@ -38,8 +38,9 @@ typedef struct fc_skinny {
  * the weight of rank 2 with static dims, M <= 64, N and K multiples of 64,
  * K <= 3072, N x K >= 768 x 768 (the sizes measured: smaller GEMMs keep
  * cuBLASLt), on sm 90 compiled for sm_90a (fc_cuda_attention_hopper), and
- * unless the environment has FUSEC_SKINNY=0 (read here; it is in the source,
- * so in the switches marker, fc_cuda_source_switches). */
+ * unless the environment has FUSEC_SKINNY=0 (a fallback, ir/switches.def;
+ * it changes the source, so it is in the switches marker,
+ * fc_cuda_source_switches). */
 bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out);
 
 /* Append to s the kernel `name` for group gr, planned as k by
@@ -50,9 +51,6 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
  * group's inputs then outputs, as the caller made them. */
 fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, unsigned *templates,
                               fc_launch *l);
-
-/* FUSEC_SKINNY=0 in the environment: static GEMMs keep cuBLASLt. */
-bool fc_cuda_skinny_enabled(void);
 
 /*
  * Attention and projection: a skinny GEMM whose A is the result of an
@@ -78,7 +76,7 @@ typedef struct fc_skinny_attention {
  * M and heads x 64 = K; the heads in at most 8 blocks of a cluster; no
  * group after ga up to gg writing arena memory where ga's inputs are (the
  * kernel reads them at gg's place in the plan, not ga's); unless
- * FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) is in the environment. */
+ * FUSEC_SKINNY=0 is in the environment. */
 bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attention *out);
 
 /* Append the fused kernel `name` (templates as fc_cuda_emit_skinny) and fill
@@ -90,10 +88,5 @@ fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, 
 
 /* The fused kernel's dynamic shared memory, bytes. */
 unsigned fc_cuda_skinny_attention_smem(int heads_per_block, int splits);
-
-/* FUSEC_SKINNY_ATTN=0 (or FUSEC_SKINNY=0) in the environment: attention
- * keeps its own kernel before the skinny GEMM. Read at codegen; in the
- * switches marker. */
-bool fc_cuda_skinny_attention_enabled(void);
 
 #endif

@@ -1,0 +1,294 @@
+/* codegen.c - the dispatcher: CUDA C for each kernel group of a plan
+ * (fc_cuda_codegen), one translation unit for the whole plan.
+ *
+ * Each group goes to its generator: a GEMM to the path gemm_choice.c
+ * picks, attention to attention.c, pointwise and row groups to
+ * pointwise.c and reduce.c (kernel.h); a dynamic plan of kernels only
+ * gives every kernel a frame entry (frame_entry.c).
+ */
+#include "kernel.h"
+#include "attention.h"
+#include "skinny.h"
+#include "gemm.h"
+#include "gemm_choice.h"
+#include "passes/epilogue.h" /* fc_gemm_describe */
+#include "ir/switches.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char prelude[] =
+#include "prelude.cuh.inc"
+    ;
+
+const char *fc_cuda_source_switches(void) {
+    enum { MAX = 256 };
+    char opt[MAX];
+    const int at = snprintf(opt, sizeof opt, "-DFC_SWITCHES=");
+    if (!fc_switch_source_marker(opt + at, sizeof opt - (size_t)at)) return NULL;
+    /* Interned: a program keeps pointers to its options. A process sees a
+     * few settings at most; past the table, one shared marker still keeps
+     * every switched program apart from the default ones. */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static char seen[16][MAX];
+    static int nseen;
+    const char *r = NULL;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < nseen && !r; i++)
+        if (!strcmp(seen[i], opt)) r = seen[i];
+    if (!r && nseen < 16) {
+        memcpy(seen[nseen], opt, sizeof opt);
+        r = seen[nseen++];
+    }
+    pthread_mutex_unlock(&mu);
+    return r ? r : "-DFC_SWITCHES=many";
+}
+
+static void summarize(const fc_group *gr, char *out, size_t n) {
+    size_t pos = (size_t)snprintf(out, n, "%s:", gr->kind == FC_GROUP_REDUCE      ? "reduce"
+                                                 : gr->kind == FC_GROUP_LIBRARY   ? "library"
+                                                 : gr->kind == FC_GROUP_ATTENTION ? "attention"
+                                                                                  : "pointwise");
+    for (int i = 0; i < gr->nnodes && pos + 16 < n; i++)
+        pos += (size_t)snprintf(out + pos, n - pos, "%s%s", i ? "," : " ", fc_op_table[gr->nodes[i]->op].name);
+}
+
+/* What the dispatcher carries from group to group of one unit. */
+typedef struct unit {
+    const fc_plan *plan;
+    fc_strbuf s;
+    fc_cuda_src *out;
+    fc_gemm_choice *choice; /* per group (fc_cuda_gemm_choose) */
+    bool frame;             /* the plan's kernels take the frame (frame_plan) */
+    bool carry;             /* the first kernel carries it */
+    bool gemm_templates;    /* gemm.c's, emitted before the first generated GEMM */
+    unsigned skinny_templates; /* skinny.c's, before the first skinny GEMM */
+} unit;
+
+/* Whether a dynamic plan's kernels take the frame: every launch of it is
+ * a kernel (a library call takes its sizes from the host at each shape;
+ * an attention group of a dynamic plan fails below). */
+static bool frame_plan(const unit *u) {
+    const fc_plan *plan = u->plan;
+    if (!plan->dynamic) return false;
+    for (int i = 0; i < plan->ngroups; i++) {
+        const fc_group *gr = plan->groups[i];
+        if (gr->batch > 0) continue;
+        if (gr->kind == FC_GROUP_ATTENTION || (gr->kind == FC_GROUP_LIBRARY && u->choice[i].path != FC_GEMM_GENERATED)) return false;
+    }
+    return true;
+}
+
+/* The frame entry of kernel launch l just emitted, in a frame plan. */
+static void frame_entry(unit *u, fc_launch *l) {
+    if (u->frame) fc_cg_frame_entry(&u->s, l, u->plan->g->nsyms, fc_cg_carrier_words(u->out, u->carry));
+}
+
+/* A library group: the GEMM path its choice names (gemm_choice.c). */
+static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
+    const fc_plan *plan = u->plan;
+    const fc_group *gr = plan->groups[gi];
+    const fc_gemm_choice *c = &u->choice[gi];
+    fc_graph *g = plan->g;
+    fc_status st = FC_OK;
+    switch (c->path) {
+    case FC_GEMM_UNSUPPORTED:
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                            "codegen: group %d (%s): %s with symbolic shapes has no library call or kernel (bind the symbols)",
+                            gr->id, l->summary, fc_op_table[gr->nodes[0]->op].name);
+    case FC_GEMM_GENERATED: /* gemm.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+        l->frame = u->frame;
+        st = fc_cuda_emit_gemm(plan, gr, l->name, &u->s, &u->gemm_templates, l);
+        if (!st) frame_entry(u, l);
+        return st;
+    case FC_GEMM_SKINNY_ATTENTION: /* skinny.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        st = fc_cuda_emit_skinny_attention(plan->groups[c->attention], gr, &c->fused, l->name, &u->s, &u->skinny_templates, l);
+        if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+        return st;
+    case FC_GEMM_SKINNY: /* skinny.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        return fc_cuda_emit_skinny(gr, &c->skinny, l->name, &u->s, &u->skinny_templates, l);
+    default: /* FC_GEMM_LIBRARY */
+        l->kind = FC_LAUNCH_LIBRARY;
+        snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
+        if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+        return FC_OK;
+    }
+}
+
+/* An attention group: its kernel (attention.c). */
+static fc_status attention_group(unit *u, const fc_group *gr, fc_launch *l) {
+    fc_graph *g = u->plan->g;
+    if (u->plan->dynamic) {
+        /* fc_pipeline lowers attention ops in dynamic plans; one that
+         * stays (a symbolic head dim with the default scale) has no
+         * kernel: the flash-attention template needs static shapes. */
+        return fc_set_error(g->ctx, FC_ERR_UNSUPPORTED,
+                            "codegen: group %d (%s): attention with symbolic shapes has no dynamic kernel (bind the symbols)",
+                            gr->id, l->summary);
+    }
+    snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+    char *src = NULL;
+    fc_status st = fc_cuda_emit_attention(u->plan, gr, l->name, &src, l);
+    if (!st) fc_strbuf_printf(&u->s, "// group %d: %s\n%s", gr->id, l->summary, src);
+    free(src);
+    return st;
+}
+
+/* A pointwise or row group: its kernel (pointwise.c, reduce.c). */
+static fc_status kernel_group(unit *u, const fc_group *gr, fc_launch *l) {
+    const fc_plan *plan = u->plan;
+    fc_graph *g = plan->g;
+    l->kind = FC_LAUNCH_KERNEL;
+    snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+    l->nsyms = plan->dynamic ? g->nsyms : 0;
+    l->frame = u->frame;
+    kctx k = {.p = plan, .gr = gr, .s = &u->s, .reduce = gr->kind == FC_GROUP_REDUCE, .dyn = plan->dynamic, .nsyms = g->nsyms,
+              .frame = u->frame, .store_only_vid = -1};
+    k.is_row = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+    k.row_ready = calloc((size_t)g->next_value_id + 1, sizeof(bool));
+    fc_status st;
+    if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
+    else {
+        fc_strbuf_printf(&u->s, "// group %d: %s\n", gr->id, l->summary);
+        st = gr->kind == FC_GROUP_REDUCE ? fc_cg_reduce_kernel(&k, l) : fc_cg_pointwise_kernel(&k, l);
+    }
+    if (!st && k.oom) st = FC_ERR_NOMEM;
+    if (!st && k.err) st = fc_set_error(g->ctx, k.err, "%s (group %d: %s)", k.errmsg, gr->id, l->summary);
+    if (!st) frame_entry(u, l);
+    if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+    free(k.memo);
+    free(k.cm);
+    free(k.is_row);
+    free(k.row_ready);
+    return st;
+}
+
+/* A launch for group gr: its arguments (inputs, then outputs) and summary. */
+static fc_status open_launch(const fc_group *gr, fc_launch *l, fc_graph *g) {
+    l->group = gr->id;
+    summarize(gr, l->summary, sizeof l->summary);
+    l->nargs = gr->ninputs + gr->noutputs;
+    l->nreads = gr->ninputs;
+    l->args = calloc((size_t)l->nargs + 1, sizeof(int));
+    if (!l->args) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
+    for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
+    return FC_OK;
+}
+
+/* The launches of groups from gi on (a batch takes several); *next: the
+ * group after them. */
+static fc_status group_launch(unit *u, int gi, int *next) {
+    const fc_plan *plan = u->plan;
+    const fc_group *gr = plan->groups[gi];
+    *next = gi + 1;
+    if (gr->batch > 0) {
+        int end = gi;
+        while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
+        *next = end + 1;
+        fc_launch *bl = &u->out->launches[u->out->nlaunches++];
+        bl->frame = u->frame;
+        fc_status st = fc_cg_batched_launch(plan, gi, end, &u->s, bl);
+        if (!st) frame_entry(u, bl);
+        return st;
+    }
+    /* An attention that runs inside the skinny GEMM reading its result
+     * (skinny.c, "attention and projection") gets no launch of its own. */
+    for (int j = gi + 1; j < plan->ngroups; j++)
+        if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
+    fc_launch *l = &u->out->launches[u->out->nlaunches++];
+    fc_status st = open_launch(gr, l, plan->g);
+    if (st) return st;
+    if (u->choice[gi].path != FC_GEMM_NONE) return gemm_group(u, gi, l);
+    if (gr->kind == FC_GROUP_ATTENTION) return attention_group(u, gr, l);
+    if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
+        l->kind = FC_LAUNCH_ALIAS;
+        snprintf(l->name, sizeof l->name, "alias");
+        return FC_OK;
+    }
+    return kernel_group(u, gr, l);
+}
+
+fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
+    memset(out, 0, sizeof *out);
+    fc_graph *g = plan->g;
+    unit u = {.plan = plan, .out = out};
+    fc_strbuf_printf(&u.s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
+    out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
+    u.choice = calloc((size_t)plan->ngroups + 1, sizeof *u.choice);
+    if (!out->launches || !u.choice) {
+        free(u.choice);
+        free(u.s.buf);
+        fc_cuda_src_release(out);
+        return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    }
+    for (int i = 0; i < plan->ngroups; i++) fc_cuda_gemm_choose(plan, i, &u.choice[i]);
+    fc_status st = FC_OK;
+    u.frame = frame_plan(&u);
+    if (u.frame) {
+        out->frame_words = g->nsyms + g->next_value_id;
+        u.carry = fc_cg_frame_carry(out->frame_words);
+        fc_cg_frame_preludes(&u.s, u.carry);
+    }
+    if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
+        st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
+                          g->nsyms, FC_DYN_MAX_SYMS);
+    for (int i = 0; i <= plan->ngroups; i++)
+        for (int a = 0; a < 3; a++) {
+            out->launches[i].grid_work[a] = fc_mono_one();
+            out->launches[i].grid_per[a] = 1;
+            out->launches[i].grid_max[a] = 1;
+        }
+    for (int gi = 0; gi < plan->ngroups && !st;) st = group_launch(&u, gi, &gi);
+    free(u.choice);
+    /* The kernel after the carrier reads the frame before it waits: it
+     * starts when the carrier has ended (a plain edge), never during. */
+    const int carrier = fc_cuda_src_frame_carrier(out);
+    for (int i = carrier + 1; carrier >= 0 && i < out->nlaunches; i++)
+        if (out->launches[i].kind == FC_LAUNCH_KERNEL) {
+            out->launches[i].pdl = false;
+            break;
+        }
+    if (!st && u.s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    if (st) {
+        free(u.s.buf);
+        fc_cuda_src_release(out);
+        return st;
+    }
+    out->source = u.s.buf;
+    return FC_OK;
+}
+
+void fc_cuda_src_release(fc_cuda_src *s) {
+    if (!s) return;
+    for (int i = 0; i < s->nlaunches; i++) free(s->launches[i].args);
+    free(s->launches);
+    free(s->source);
+    memset(s, 0, sizeof *s);
+}
+
+fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]) {
+    for (int a = 0; a < 3; a++) grid[a] = l->grid[a];
+    if (l->kind != FC_LAUNCH_KERNEL || l->nsyms == 0) return FC_OK;
+    if (!bound || (bound->nsyms > 0 && !bound->sym_values) || bound->nsyms != l->nsyms)
+        return bound && bound->g ? fc_set_error(bound->g->ctx, FC_ERR_USAGE, "launch grid: the plan is not bound from this launch's plan")
+                                 : FC_ERR_USAGE;
+    for (int a = 0; a < 3; a++) {
+        int64_t work = fc_mono_eval(&l->grid_work[a], bound->sym_values, bound->nsyms);
+        int64_t per = l->grid_per[a] > 0 ? l->grid_per[a] : 1;
+        if (work < 0)
+            return fc_set_error(bound->g->ctx, FC_ERR_INPUT, "launch %s: the grid overflows 64 bits", l->name);
+        int64_t n = work / per + (work % per != 0);
+        int64_t max = l->grid_max[a] > 0 ? l->grid_max[a] : 1;
+        if (n > max) n = max;
+        if (n < 1) n = 1;
+        grid[a] = (unsigned)n;
+    }
+    return FC_OK;
+}

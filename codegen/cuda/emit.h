@@ -1,0 +1,32 @@
+/* emit.h - what every CUDA generator of codegen/cuda builds on (internal
+ * to codegen/cuda): the C type of a buffer, sizes as C text, the SM count
+ * a grid is sized for, the opening of a kernel. The generated GEMMs
+ * (gemm.c), the skinny GEMMs (skinny.c), attention (attention.c) and the
+ * pointwise and row kernels (kernel.h) include it; the dispatcher
+ * (codegen.c, fc_cuda_codegen) calls each of them. */
+#ifndef FC_CUDA_EMIT_H
+#define FC_CUDA_EMIT_H
+
+#include "cuda_codegen.h"
+
+/* The opening of launch l's kernel, up to its parameters, for blocks of
+ * `block` threads (min_blocks: __launch_bounds__'s blocks per SM, 0 for
+ * none), which it records in l: its entry point `extern "C" __global__
+ * void __launch_bounds__(..) name(`, or for a frame launch the device
+ * function `name_main(` that the frame entry (frame_entry.c, with those
+ * bounds) calls after reading the frame. */
+void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned min_blocks);
+/* `__launch_bounds__(..)` for l's recorded block and blocks per SM, in buf. */
+const char *fc_cuda_launch_bounds(const fc_launch *l, char *buf, size_t n);
+/* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,
+ * `(s0 * s1 * 768ll)` (symbol i is the kernel's parameter s<i>). Returns buf. */
+const char *fc_cuda_mono_text(const fc_mono *m, char *buf, size_t n);
+/* The C type a buffer of dtype dt has in generated code ("__nv_bfloat16",
+ * "i64", ...). */
+const char *fc_cuda_storage_type(fc_dtype dt);
+/* The SM count of the device plan is compiled for (fc_plan.sm_count), or
+ * an H100/H200 SXM's 132 when that is unknown (a plan made without a
+ * device): the persistent grids' and the one-wave rules' count. */
+int64_t fc_cuda_plan_sms(const fc_plan *plan);
+
+#endif
