@@ -30,14 +30,15 @@ backends="cuda cpu ref"
 
 stage_of() { # path relative to the root -> its stage, or empty
   local top=${1%%/*}
-  [[ -n ${allowed[$top]+x} || $top == include ]] && echo "$top"
+  if [[ -n ${allowed[$top]+x} || $top == include ]]; then echo "$top"; fi
 }
 
 resolve() { # including file, included name -> path relative to the root
   local dir=${1%/*} name=$2
   for cand in "$dir/$name" "$name" "ir/$name" "include/$name"; do
-    [[ -f $cand ]] && { realpath --relative-to=. "$cand"; return; }
+    if [[ -f $cand ]]; then realpath --relative-to=. "$cand"; return 0; fi
   done
+  return 0
 }
 
 bad=0
