@@ -26,15 +26,14 @@
  *   variant  the GPT-2 block's variant alone (B=1, T symbolic) at the T's
  *            of $VARIANT_TS (default 1,64,300,450,700,1000): a steady call
  *            (calls back to back) at each, for comparing builds of the variant
- *            (FUSEC_VARIANT_FRAME, FUSEC_PDL, FUSEC_FRAME_GRID); under ncu,
+ *            (FUSEC_VARIANT_GEMM, FUSEC_SKINNY); under ncu,
  *            VARIANT_TS=700 profiles one T's kernels
  *   trace    a static program's kernels as its graph replays, from CUPTI's
  *            activity records (built when the toolkit has CUPTI): per
  *            kernel of one forward, its median time on the GPU and the
  *            median gap before it, over TRACE_ITERS (200) replays back to
  *            back. TRACE_IR (examples/gpt2_block_bf16.ir) and TRACE_BIND
- *            ("B=1,T=64") say what; FUSEC_GEMM_PICK picks cuBLASLt's
- *            candidates (docs/GEMM.md)
+ *            ("B=1,T=64") say what
  *   reserve  the variant's first call after fc_program_reserve (T = 1024),
  *            three programs (also at the start of sweep)
  *   newshape a new shape's host time, enough calls to profile: the variant
@@ -42,7 +41,7 @@
  *            host time and latency of each (bench_newshape)
  *   ab       the variant's sweep (T = 1..1024, each new) in two builds of
  *            the variant in one process, A compiled under $AB_ENV (e.g.
- *            FUSEC_FRAME_CARRY=0) and B without, T by T, the order
+ *            FUSEC_VARIANT_GEMM=cublaslt) and B without, T by T, the order
  *            alternating: first call and steady call of each (bench_ab)
  *   vgemm    one bf16 GEMM [M, K] x [K, N] as a dynamic program (M symbolic,
  *            variant only), the variant's GEMM as cuBLASLt
@@ -1032,7 +1031,7 @@ static void bench_trace(void) { printf("RESULT fusec trace error=\"built without
 
 /* The GPT-2 block's variant compiled twice, A with the environment
  * settings of $AB_ENV (NAME=VALUE[,NAME=VALUE...], set while it compiles and
- * runs, e.g. FUSEC_FRAME_CARRY=0: a switch read when the variant is
+ * runs, e.g. FUSEC_VARIANT_GEMM=cublaslt: a switch read when the variant is
  * compiled) and B without, each T from 1 to 1024 new to both: the first
  * call of A and of B (the order alternating with T), then a steady call of
  * each (call + synchronize, median of 7, alternating). The host's speed

@@ -20,26 +20,20 @@
 #               from CUPTI: time and gap before each) for the GPT-2 block at
 #               B=1, T=64, once per word of ISSUES_TRACE_PICKS (default
 #               "default"): default (the heuristic's first or the cache's),
-#               tune (FUSEC_GEMM_TUNE=1), N (FUSEC_GEMM_PICK: the heuristic's
-#               candidate N for every GEMM), a list such as 0,3,0,1 (one per
-#               GEMM, in launch order, the last for the rest), or environment
-#               settings joined by +
+#               tune (FUSEC_GEMM_TUNE=1), or environment settings joined by +
 #               (FUSEC_ATTN_BN=64+FUSEC_CACHE=off)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
 #               cuBLASLt) with the default rule and with FUSEC_VGEMM_SPLIT128=0
 #               (the 128 x 128 tile never split: the rule before session 7)
 #   frame.log   the variant's T sweep (SWEEP_VARIANT_ONLY) in several builds of
-#               the variant (ISSUES_FRAME_MODES, default "frame split0 params"),
-#               interleaved over two rounds: frame kernels with programmatic
-#               launches (frame, the default), FUSEC_PDL=0 (pdl0), the 128 x
-#               128 tile never split (split0), unaligned rows loaded one element
-#               at a time (gather0), kernels re-pointed at each shape
-#               (params, FUSEC_VARIANT_FRAME=0), the frame copied before the
-#               launches instead of carried by the first kernel (carry0,
-#               FUSEC_FRAME_CARRY=0); sweep-<mode>-<round>.csv per T
+#               the variant (ISSUES_FRAME_MODES, default "frame split0"),
+#               interleaved over two rounds: frame kernels (frame, the
+#               default), the 128 x 128 tile never split (split0), unaligned
+#               rows loaded one element at a time (gather0);
+#               sweep-<mode>-<round>.csv per T
 #   ab.log      dynamic_bench ab, two rounds: the variant's sweep in two builds
 #               in one process, T by T (A under ISSUES_AB_ENV, default
-#               FUSEC_FRAME_CARRY=0; B the default)
+#               FUSEC_VARIANT_GEMM=cublaslt; B the default)
 # Knobs: ISSUES_STEPS (subset of "build ctest dyn trace frame ab vgemm torch attn"),
 # ISSUES_TESTS (ctest -R regex; default every test), ISSUES_CTEST_TIMEOUT (s, default
 # 420), ISSUES_FRAME_MODES (above),
@@ -80,7 +74,6 @@ if on trace; then
         default) envs=() ;;
         tune) envs=(FUSEC_GEMM_TUNE=1) ;;
         *=*) IFS=+ read -r -a envs <<<"$pick" ;;
-        *) envs=(FUSEC_GEMM_PICK="$pick") ;; # N, or N,N,...
         esac
         env "${envs[@]}" timeout 60 build/dynamic_bench trace 2>&1 | sed "s/RESULT fusec trace /RESULT fusec trace[$pick] /"
     done >"$OUT/trace.log" 2>&1
@@ -88,14 +81,11 @@ if on trace; then
 fi
 if on frame; then
     for round in 1 2; do
-        for mode in ${ISSUES_FRAME_MODES:-frame split0 params}; do
+        for mode in ${ISSUES_FRAME_MODES:-frame split0}; do
             case $mode in
             frame) envs=() ;;
-            pdl0) envs=(FUSEC_PDL=0) ;;
             split0) envs=(FUSEC_VGEMM_SPLIT128=0) ;;
             gather0) envs=(FUSEC_VGEMM_GATHER=0) ;;
-            params) envs=(FUSEC_VARIANT_FRAME=0) ;;
-            carry0) envs=(FUSEC_FRAME_CARRY=0) ;;
             esac
             env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \
                 build/dynamic_bench sweep 2>&1 | sed "s/RESULT fusec sweep /RESULT fusec sweep[$mode,$round] /"
@@ -105,9 +95,9 @@ if on frame; then
 fi
 if on ab; then
     # Two builds of the variant in one process, T by T (dynamic_bench ab):
-    # A under ISSUES_AB_ENV (default FUSEC_FRAME_CARRY=0), B the default.
+    # A under ISSUES_AB_ENV (default FUSEC_VARIANT_GEMM=cublaslt), B the default.
     for round in 1 2; do
-        AB_ENV=${ISSUES_AB_ENV:-FUSEC_FRAME_CARRY=0} timeout 150 build/dynamic_bench ab 2>&1 |
+        AB_ENV=${ISSUES_AB_ENV:-FUSEC_VARIANT_GEMM=cublaslt} timeout 150 build/dynamic_bench ab 2>&1 |
             sed "s/RESULT fusec sweep ab\[/RESULT fusec sweep ab$round[/"
     done >"$OUT/ab.log" 2>&1
     echo "ab: rc=$?"

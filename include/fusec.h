@@ -483,14 +483,10 @@ typedef struct fc_run_stats {
     uint64_t graph_prebuilt;     /* of those, built before their first run: by the background
                                   * thread for a specialization, by fc_program_reserve for the
                                   * dynamic variant (docs/DYNAMIC.md) */
-    double graph_build_ms;       /* host time spent building them, and re-pointing a variant's
-                                  * graph at new shapes (graph_reshapes), in all */
+    double graph_build_ms;       /* host time spent building them, in all */
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */
-    uint64_t graph_reshapes;     /* dynamic variant runs that re-pointed its one graph at
-                                  * another shape (a variant of kernels only: every node given
-                                  * that shape's grid and sizes; docs/RUNTIME-GRAPHS.md) */
     uint64_t frame_writes;       /* dynamic variant runs that wrote its frame: a shape, buffers
                                   * or arena other than the last run's (a variant of kernels
                                   * only: its kernels read sizes and pointers from the frame,

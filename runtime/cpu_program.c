@@ -32,9 +32,11 @@
  * says why there is no CPU backend.
  */
 #include "runtime/cpu_program.h"
+#include "ir/switches.h"
 #include "ir.h"
 #include "ir/timing.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -228,8 +230,8 @@ const char *fc_cpu_target_description(void) {
 
 static int resolve_threads(int requested) {
     if (requested > 0) return requested;
-    const char *env = getenv("FUSEC_CPU_THREADS");
-    if (env && atoi(env) > 0) return atoi(env);
+    const long env = fc_switch_int(FC_SW_CPU_THREADS, 0);
+    if (env > 0 && env <= INT_MAX) return (int)env;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)(n > 256 ? 256 : n) : 1;
 }
@@ -752,8 +754,7 @@ fc_status fc_cpu_compile_ex(fc_graph *g, const fc_cpu_options *o, fc_cpu_program
     if (o) p->opts = *o;
     else fc_cpu_options_default(&p->opts);
     /* FUSEC_DEBUG=code keeps the generated IR, as it keeps CUDA sources. */
-    const char *debug = getenv("FUSEC_DEBUG");
-    if (debug && strstr(debug, "code")) p->opts.keep_ir = true;
+    if (strstr(fc_switch_str(FC_SW_DEBUG), "code")) p->opts.keep_ir = true;
     p->threads = resolve_threads(p->opts.threads);
     st = compile_program(p, g);
     if (st != FC_OK) {

@@ -392,11 +392,6 @@ struct fc_cublaslt {
     bool lt_borrowed;    /* lt is the options' share's */
     bool tune;           /* options.tune */
     int tuned, tune_changed;
-    /* FUSEC_GEMM_PICK (measuring only): the heuristic's candidate to take
-     * for each problem chosen, in the order they are chosen, the last for
-     * every one after; the disk cache and the family's choices are
-     * bypassed. npick 0: off. */
-    int pick[16], npick, picked;
     bool mapped;         /* the concatenations are taken from mem */
     fc_cuda_region mem;  /* mapped: the concatenations' memory */
     bool allow_tf32;
@@ -415,8 +410,7 @@ struct fc_cublaslt {
     int nfamilies, cap_families;
 };
 
-/* Candidates asked of the heuristic when timing (options.tune) or picking
- * (FUSEC_GEMM_PICK). */
+/* Candidates asked of the heuristic when timing (options.tune). */
 #define TUNE_CANDIDATES 8
 
 /* Over every handle of the process. */
@@ -427,20 +421,6 @@ size_t fc_cublaslt_version(void) { return cublasLtGetVersion(); }
 static fc_status make_current(fc_context *ctx, fc_cuda_device *d) {
     FC_CU_CHECK(ctx, d->cu->CtxSetCurrent(d->cuctx));
     return FC_OK;
-}
-
-/* "2,0,5": up to n candidate indices; 0 of them for anything else. */
-static int parse_pick(const char *v, int *out, int n) {
-    int k = 0;
-    while (v && *v && k < n) {
-        char *end = NULL;
-        long i = strtol(v, &end, 10);
-        if (end == v || i < 0 || i >= TUNE_CANDIDATES) return 0;
-        out[k++] = (int)i;
-        v = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return 0;
-    }
-    return k;
 }
 
 static fc_status lt_create(fc_context *ctx, cublasLtHandle_t *lt) {
@@ -469,7 +449,6 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     fc_cublaslt_device_id_of(&dev->info, &h->id);
     h->mapped = o && o->mapped;
     h->tune = o && o->tune;
-    h->npick = parse_pick(getenv("FUSEC_GEMM_PICK"), h->pick, 16);
     h->lt_borrowed = o && o->share;
     if (h->lt_borrowed) h->lt = o->share->lt;
     else st = lt_create(ctx, &h->lt);
@@ -777,27 +756,15 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
 static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n);
 
 /* The heuristic's first `want` candidates for e's problem under its
- * preferences, into res (*count of them, at least 1 on FC_OK). picking:
- * FUSEC_GEMM_PICK is on, and FUSEC_GEMM_REDUCTION (measuring only: the
- * split-K reduction schemes allowed, as cublasLtReductionScheme_t bits; 0:
- * no split-K reduction) restricts them; never otherwise, since other
- * choices go to the disk. */
+ * preferences, into res (*count of them, at least 1 on FC_OK). */
 static fc_status ask_heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasLtMatmulHeuristicResult_t *res,
-                               int want, int *count, bool picking) {
+                               int want, int *count) {
     cublasLtMatmulPreference_t pref = NULL;
     fc_status st = FC_OK;
     *count = 0;
     cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
     if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
     if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
-    const char *red = picking ? getenv("FUSEC_GEMM_REDUCTION") : NULL;
-    if (st == FC_OK && red && *red >= '0' && *red <= '7') {
-        uint32_t mask = (uint32_t)(*red - '0');
-        cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
-        if (cs != CUBLAS_STATUS_SUCCESS)
-            st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", __FILE__,
-                                  __LINE__);
-    }
     if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, want, count);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (st == FC_OK && *count == 0) {
@@ -1218,25 +1185,6 @@ static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
 
 int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuses : 0; }
 
-/* FUSEC_GEMM_PICK: the heuristic's candidate the list names for this
- * problem (the list's last past its end; the heuristic's last one, when it
- * offers fewer), never from or to the disk, so that measuring leaves the
- * cache as it was. */
-static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
-    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
-    int count = 0;
-    fc_status st = ask_heuristic(h, ctx, e, res, TUNE_CANDIDATES, &count, true);
-    if (st != FC_OK) {
-        entry_free(e);
-        return st;
-    }
-    int i = h->pick[h->picked < h->npick ? h->picked : h->npick - 1];
-    h->picked++;
-    e->algo = res[i < count ? i : count - 1].algo;
-    e->have_algo = e->ready = true;
-    return FC_OK;
-}
-
 /* Descriptors and an algorithm for entry e: a seeded algorithm is checked
  * first, then one from the cache; otherwise, or if the library refuses
  * them, one heuristic query, whose answer goes to the cache. */
@@ -1257,7 +1205,6 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         }
         e->have_algo = false; /* stale (another library version?): ask again */
     }
-    if (h->npick) return prepare_picked(h, ctx, e);
     if (h->reuse_family && algo_from_family(h, e)) {
         h->family_reuses++;
         e->have_algo = e->ready = true;
@@ -1272,7 +1219,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
     }
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
-    st = ask_heuristic(h, ctx, e, res, h->tune ? TUNE_CANDIDATES : 1, &count, false);
+    st = ask_heuristic(h, ctx, e, res, h->tune ? TUNE_CANDIDATES : 1, &count);
     if (st == FC_OK && h->tune && count > 1) tune(h, e, res, count, residual);
     if (st != FC_OK) {
         entry_free(e);

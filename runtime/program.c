@@ -40,6 +40,7 @@
  * value returned twice) are copied device-to-device after the launches.
  */
 #include "runtime/program.h"
+#include "ir/switches.h"
 #include "codegen/cuda/attention.h"
 #include "ir/timing.h"
 #include "runtime/cublaslt.h"
@@ -114,13 +115,10 @@ struct fc_program {
     int64_t arena_reserved; /* what fc_program_reserve_arena mapped (the declared largest shape's need) */
     fc_cuda_region arena_region;
     bool arena_moves; /* no region: the arena is reallocated to grow */
-    /* A variant whose launches are all kernels: one graph for all its
-     * shapes, re-pointed at each shape's grids and sizes when the shape
-     * changes (enqueue_shared). It holds the shape of instance shared_owner
-     * (ids from next_instance_id) and the arena of generation shared_gen.
-     * shared_graph: the variant is all kernels, $FUSEC_SHARED_GRAPH is
-     * not 0 and the shared graph has not failed (then instances build
-     * graphs of their own). */
+    /* A variant of frame kernels only: one graph for all its shapes
+     * (enqueue_shared), which reads each shape's sizes and pointers from
+     * the frame. shared_graph: the variant is such, and the shared graph
+     * has not failed (then instances build graphs of their own). */
     bool shared_graph;
     fc_replay *shared_replay;
     /* A variant compiled with frame entries (d.src.frame_words > 0): the
@@ -129,9 +127,6 @@ struct fc_program {
      * (runtime/frame.h). */
     fc_frame *frame;
     int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
-    uint64_t shared_owner, next_instance_id;
-    unsigned shared_gen;
-    uint64_t instance_id; /* instance: its id in the variant (from 1) */
     bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
     /* A variant of kernels only: what each shape's instance is made from
      * (instance_from_layout). The memory plan's layout (the classes, their
@@ -787,7 +782,6 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     p->opts = v->opts;
     p->desc_inline = true;
     p->variant = v;
-    p->instance_id = ++v->next_instance_id;
     p->syms = (int64_t *)(void *)(block + at_syms);
     memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
     p->nsyms = nsyms;
@@ -898,7 +892,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     /* Kernels only: one graph for every shape, and instances made from the
      * layout (a cuBLASLt call's description is made from its bound node). */
     const bool kernels_only = fc_replay_kernels_only(d);
-    p->shared_graph = kernels_only && !fc_env_is_zero("FUSEC_SHARED_GRAPH");
+    p->shared_graph = kernels_only && d->src.frame_words > 0;
     if (kernels_only && (st = variant_layout(p)) != FC_OK) {
         fc_program_free(p);
         return st;
@@ -921,7 +915,6 @@ fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
     p->variant = v;
-    p->instance_id = ++v->next_instance_id;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
         /* The plan's graph: its own bound copy. */
@@ -1487,8 +1480,6 @@ static pthread_mutex_t arena_lock = PTHREAD_MUTEX_INITIALIZER;
  * declared largest shape). Under arena_lock. */
 static fc_status grow_arena(fc_program *v, int64_t bytes, bool exact) {
     if (bytes <= v->shared_arena_bytes) return FC_OK; /* grown ahead meanwhile */
-    if (!v->arena_region.base && !v->arena && fc_env_is_zero("FUSEC_ARENA_REGION"))
-        v->arena_moves = true; /* measuring the reallocated arena (docs/DYNAMIC.md) */
     int64_t grown = !exact && v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
     const double t0 = fc_now_ms();
     fc_status st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
@@ -1615,9 +1606,7 @@ static fc_status ensure_instance(fc_program *p) {
  * persistent grid, a batched launch) stay.
  */
 static fc_status frame_setup(fc_program *v) {
-    /* FUSEC_FRAME_GRID=N (1-16): N waves instead, for measuring. */
-    const char *e = getenv("FUSEC_FRAME_GRID");
-    const int mul = e && atoi(e) >= 1 && atoi(e) <= 16 ? atoi(e) : 2;
+    const int mul = 2;
     for (int i = 0; i < v->d.src.nlaunches; i++) {
         fc_launch *l = &v->d.src.launches[i];
         if (l->kind != FC_LAUNCH_KERNEL || !l->frame) continue;
@@ -1721,7 +1710,7 @@ static fc_status ensure_device(fc_program *p) {
          * the disk cache keeps them). Off by default: timed alone, the
          * choices made the GPT-2 block at T = 64 18-26% slower in its graph
          * than the heuristic's first (docs/GEMM.md, "Choosing by timing"). */
-        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = fc_env_is_one("FUSEC_GEMM_TUNE")};
+        fc_cublaslt_options lo = {.allow_tf32 = p->d.tf32, .tune = fc_switch_on(FC_SW_GEMM_TUNE)};
         if (p->lease && (st = lease_blas(p, &lo.share)) != FC_OK) return st;
         lo.mapped = p->lease != NULL;
         st = fc_cublaslt_create(p->ctx, d, &lo, &p->blas);
@@ -1762,7 +1751,7 @@ static void graphs_off(fc_program *p, const char *why) {
 static void decide_graphs(fc_program *p) {
     p->graphs_decided = true;
     if (!p->opts.cuda_graphs) graphs_off(p, "CUDA Graphs are off (fc_compile_options.cuda_graphs, or --no-graphs)");
-    else if (fc_env_is_zero("FUSEC_CUDA_GRAPHS")) graphs_off(p, "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)");
+    else if (!fc_switch_on(FC_SW_CUDA_GRAPHS)) graphs_off(p, "CUDA Graphs are off ($FUSEC_CUDA_GRAPHS=0)");
     else if (p->d.src.nlaunches == 0) graphs_off(p, "the program launches nothing");
 }
 
@@ -1823,9 +1812,8 @@ fc_status fc_program_prebuild_graph(fc_program *p, void *const *inputs, int nin,
     st = build_graph(p, inputs, outputs, NULL);
     spec_step(p, "graph built (captured, instantiated)", t);
     /* Uploaded now, and waited for (this is the background thread): the
-     * first launch of a graph otherwise uploads it, ~50 us.
-     * FUSEC_SPEC_UPLOAD=0 leaves it to that launch (measuring). */
-    if (st == FC_OK && !fc_env_is_zero("FUSEC_SPEC_UPLOAD")) {
+     * first launch of a graph otherwise uploads it, on the caller's time. */
+    if (st == FC_OK) {
         t = fc_now_ms();
         st = fc_replay_upload(p->replay, p->dev, NULL);
         spec_step(p, "graph upload queued", t);
@@ -1859,18 +1847,13 @@ fc_status fc_program_weights_changed(fc_program *p) {
     return FC_OK;
 }
 
-/* An instance of a variant whose launches are all kernels: the variant's
- * one graph, built at the first run of any shape, re-pointed at this
- * shape if it holds another (fc_replay_rebind: each kernel node gets this
- * shape's grid and sizes, ~1 us a node, where a graph of its own costs
- * 70-140 us to build at the second run and ~35 us to destroy at eviction),
- * then patched for the caller's pointers and launched. Without library
- * calls there is nothing a first eager run must set up, so every run of
- * every shape, the first included, replays. (Launching a new shape one by
- * one and re-pointing the graph after the launches, while the GPU runs
- * them, was measured and is slower: docs/DYNAMIC.md, "A new shape's first
- * call".) FC_ERR_UNSUPPORTED: the caller runs eagerly (the reason is in the
- * stats and the log). */
+/* An instance of a variant of frame kernels: the variant's one graph,
+ * built at the first run of any shape, patched for the caller's pointers
+ * (and the carrier's words) and launched; a new shape writes the frame,
+ * not the graph. Without library calls there is nothing a first eager run
+ * must set up, so every run of every shape, the first included, replays.
+ * FC_ERR_UNSUPPORTED: the caller runs eagerly (the reason is in the stats
+ * and the log). */
 /* The variant's shared graph, built from instance p for these buffers (its
  * time and count in p's stats). */
 static fc_status build_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
@@ -1882,9 +1865,8 @@ static fc_status build_shared(fc_program *p, void *const *inputs, void *const *o
     if (st != FC_OK) return st;
     p->stats.graph_captures++;
     fc_trace(FC_LOG_GRAPHS, "program %s: the variant's graph: %s, %d programmatic edges", p->d.graph_name,
-             !v->frame                ? "re-pointed at each new shape"
-             : v->frame_carrier >= 0 ? "frame kernels, the frame carried by the first (its node updated when the frame changes)"
-                                     : "frame kernels (never re-pointed)",
+             v->frame_carrier >= 0 ? "frame kernels, the frame carried by the first (its node updated when the frame changes)"
+                                   : "frame kernels (never re-pointed)",
              fc_replay_programmatic_edges(v->shared_replay));
     return FC_OK;
 }
@@ -1897,17 +1879,10 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
     if (!v->shared_replay) {
         st = build_shared(p, inputs, outputs, s);
         if (st != FC_OK) failed = "building the graph failed";
-    } else if (!v->frame && (v->shared_owner != p->instance_id || v->shared_gen != v->arena_gen)) {
-        /* (Frame kernels read the shape and the arena from the frame.) */
-        double t = fc_now_ms();
-        st = fc_replay_rebind(v->shared_replay, &e, inputs, outputs, &p->args, &p->stats.graph_patches);
-        p->stats.graph_build_ms += fc_now_ms() - t;
-        if (st == FC_OK) p->stats.graph_reshapes++;
-        else failed = "re-pointing the graph at a new shape failed";
     }
+    /* Frame kernels read the shape and the arena from the frame: the graph
+     * is the same at every shape. */
     if (st == FC_OK) {
-        v->shared_owner = p->instance_id;
-        v->shared_gen = v->arena_gen;
         st = fc_replay_launch(v->shared_replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
         if (st != FC_OK) failed = "patching the graph failed";
     }
