@@ -810,9 +810,7 @@ static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
         snprintf(to->graph_skip_reason, sizeof to->graph_skip_reason, "%s", from->graph_skip_reason);
 }
 
-void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
-    memset(out, 0, sizeof *out);
-    if (!cp) return;
+void fc_cuda_program_stats(const fc_program *cp, fc_run_stats *out) {
     fc_program *p = (fc_program *)cp;
     *out = *fc_program_stats_ref(p);
     fc_dynamic *d = fc_program_dynamic(p);
@@ -925,9 +923,8 @@ static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, v
     return st;
 }
 
-fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
-                        void *stream) {
-    if (!p) return FC_ERR_USAGE;
+fc_status fc_cuda_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                             void *stream) {
     fc_dynamic *d = fc_program_dynamic(p);
     fc_context *ctx = fc_program_context(p);
     const fc_program_desc *sig = fc_program_desc_of(p);

@@ -40,6 +40,7 @@
  * value returned twice) are copied device-to-device after the launches.
  */
 #include "runtime/program.h"
+#include "runtime/backend.h"
 #include "ir/switches.h"
 #include "codegen/cuda/attention.h"
 #include "ir/timing.h"
@@ -69,6 +70,7 @@
 #define BENCH_WARMUP 3
 
 struct fc_program {
+    fc_exec_head head; /* the CUDA backend's (runtime/backend.h) */
     fc_context *ctx;
     fc_compile_options opts;
     fc_program_desc d;    /* what runs: signature, launches, storage, source */
@@ -668,6 +670,7 @@ static fc_program *new_program(fc_context *ctx) {
     fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
     if (!p) return NULL;
     memset(p, 0, sizeof *p);
+    p->head.backend = &fc_backend_cuda;
     p->ctx = ctx;
     return p;
 }
@@ -679,26 +682,26 @@ static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin
 /* The dynamic variant and its instances (docs/DYNAMIC.md).            */
 /* ------------------------------------------------------------------ */
 
-/* The variant's signature: names, dtypes and (symbolic) shapes. Its
- * storage is per shape: an instance's description has it. */
-static fc_status variant_signature(fc_program *p) {
-    fc_graph *g = p->g;
-    fc_program_desc *d = &p->d;
-    d->params = fc_ctx_malloc(p->ctx, sizeof *d->params * (size_t)(g->nparams + 1));
-    d->outputs = fc_ctx_malloc(p->ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    d->graph_name = dup_str(p->ctx, g->name);
+fc_status fc_program_desc_signature(fc_context *ctx, const fc_graph *g, fc_program_desc *d) {
+    d->params = fc_ctx_malloc(ctx, sizeof *d->params * (size_t)(g->nparams + 1));
+    d->outputs = fc_ctx_malloc(ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    d->graph_name = dup_str(ctx, g->name);
     if (!d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
     memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
     memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
     for (int i = 0; i < g->nparams; i++) {
         set_tensor_type(&d->params[i], g->params[i]);
         d->nparams = i + 1;
-        if (!(d->params[i].name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
+        if (!(d->params[i].name = dup_str(ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
     for (int k = 0; k < g->noutputs; k++) set_tensor_type(&d->outputs[k], g->outputs[k]);
     d->noutputs = g->noutputs;
     return FC_OK;
 }
+
+/* The variant's signature: names, dtypes and (symbolic) shapes. Its
+ * storage is per shape: an instance's description has it. */
+static fc_status variant_signature(fc_program *p) { return fc_program_desc_signature(p->ctx, p->g, &p->d); }
 
 /* A variant of kernels only: the memory plan's layout, every value's
  * storage kind and each result's copy source, made once, so that a shape's
@@ -778,6 +781,7 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     if (!block) return fc_set_error(v->ctx, FC_ERR_NOMEM, "out of memory (a shape of program %s)", v->d.graph_name);
     fc_program *p = (fc_program *)(void *)block;
     memset(p, 0, sizeof *p);
+    p->head.backend = &fc_backend_cuda;
     p->ctx = v->ctx;
     p->opts = v->opts;
     p->desc_inline = true;
@@ -979,7 +983,9 @@ fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
 }
 
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { p->dyn = dyn; }
-struct fc_dynamic *fc_program_dynamic(const fc_program *p) { return p ? p->dyn : NULL; }
+struct fc_dynamic *fc_program_dynamic(const fc_program *p) {
+    return p && fc_program_is(p, FC_DEVICE_CUDA) ? p->dyn : NULL;
+}
 fc_run_stats *fc_program_stats_ref(fc_program *p) { return &p->stats; }
 struct fc_cublaslt *fc_program_blas(const fc_program *p) { return p ? p->blas : NULL; }
 
@@ -991,25 +997,9 @@ fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o) {
     return p;
 }
 
-fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
-    if (out) *out = NULL;
-    if (!g) return FC_ERR_USAGE;
+/* fc_compile for CUDA (runtime/backend.c checked g, o and out). */
+static fc_status cuda_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     fc_context *ctx = g->ctx;
-    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: out is NULL");
-    if (g->status != FC_OK)
-        return fc_set_error(ctx, g->status, "fc_compile: graph %s has an error from building it", g->name);
-    if (!g->returned)
-        return fc_set_error(ctx, FC_ERR_INPUT, "fc_compile: graph %s has no results (call fc_graph_return)",
-                            g->name);
-    fc_compile_options defaults;
-    if (!o) {
-        fc_compile_options_default(&defaults);
-        o = &defaults;
-    }
-    if (o->device != FC_DEVICE_CUDA)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "fc_compile: only the CUDA device is supported here (the CPU backend is not built into "
-                            "fc_compile yet)");
     if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
     /* A dynamic program when asked for and some symbol is unbound
      * (runtime/dynamic.c); a fully bound graph is static either way. */
@@ -1069,7 +1059,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
 /* Freeing.                                                            */
 /* ------------------------------------------------------------------ */
 
-void fc_program_free(fc_program *p) {
+static void cuda_free(fc_program *p) {
     if (!p) return;
     fc_dynamic_free(p->dyn);
     if (p->variant) {
@@ -1171,7 +1161,6 @@ const fc_launch *fc_program_launch(const fc_program *p, int i) {
 }
 int fc_program_sm(const fc_program *p) { return p ? p->d.sm : 0; }
 const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
-const fc_program_desc *fc_program_desc_of(const fc_program *p) { return p ? &p->d : NULL; }
 int fc_program_programmatic_edges(const fc_program *p) { return p && p->replay ? fc_replay_programmatic_edges(p->replay) : 0; }
 fc_program_origin fc_program_origin_of(const fc_program *p) { return p ? p->times.origin : FC_PROGRAM_COMPILED; }
 
@@ -1192,44 +1181,12 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
 int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(p->blas) : 0; }
 int fc_program_gemm_disk_hits(const fc_program *p) { return p ? fc_cublaslt_disk_hits(p->blas) : 0; }
 
-int fc_program_num_inputs(const fc_program *p) { return p ? p->d.nparams : 0; }
-int fc_program_num_outputs(const fc_program *p) { return p ? p->d.noutputs : 0; }
-
-static void tensor_type_of(const fc_program_tensor *t, fc_tensor *out) {
-    memset(out, 0, sizeof *out);
-    out->dtype = t->dtype;
-    out->rank = t->rank;
-    for (int d = 0; d < t->rank; d++) out->shape[d] = t->dims[d];
-    out->data = NULL;
-}
-
-fc_status fc_program_input(const fc_program *p, int i, fc_tensor *type, const char **name) {
-    if (!p || !type || i < 0 || i >= p->d.nparams) {
-        if (p) return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_program_input: bad input %d (or NULL type)", i);
-        return FC_ERR_USAGE;
-    }
-    tensor_type_of(&p->d.params[i], type);
-    if (name) *name = p->d.params[i].name;
-    return FC_OK;
-}
-
-fc_status fc_program_output(const fc_program *p, int i, fc_tensor *type) {
-    if (!p || !type || i < 0 || i >= p->d.noutputs) {
-        if (p) return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_program_output: bad output %d (or NULL type)", i);
-        return FC_ERR_USAGE;
-    }
-    tensor_type_of(&p->d.outputs[i], type);
-    return FC_OK;
-}
-
 fc_compile_times *fc_program_times_ref(fc_program *p) { return p ? &p->times : NULL; }
-fc_context *fc_program_context(const fc_program *p) { return p ? p->ctx : NULL; }
+static fc_context *cuda_context(const fc_program *p) { return p->ctx; }
 
-void fc_program_times(const fc_program *p, fc_compile_times *out) {
-    if (!out) return;
-    if (p) *out = p->times;
-    else memset(out, 0, sizeof *out);
-}
+static const fc_program_desc *cuda_desc(const fc_program *p) { return &p->d; }
+
+static void cuda_times(const fc_program *p, fc_compile_times *out) { *out = p->times; }
 
 /* ------------------------------------------------------------------ */
 /* Text: the plan, the source, the PTX.                                */
@@ -1242,7 +1199,7 @@ static fc_program *shown(fc_program *p) {
     return v ? v : p;
 }
 
-char *fc_program_plan_text(fc_program *p) {
+static char *cuda_plan_text(fc_program *p) {
     if (!p) return NULL;
     p = shown(p);
     fc_strbuf t = {.ctx = p->ctx};
@@ -1310,7 +1267,7 @@ char *fc_compile_times_text(const fc_compile_times *t) {
     return s.buf;
 }
 
-char *fc_program_cuda_source(fc_program *p) {
+static char *cuda_source(fc_program *p) {
     if (!p) return NULL;
     p = shown(p);
     if (!p->d.src.source) {
@@ -1346,7 +1303,7 @@ static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrt
     return FC_OK;
 }
 
-char *fc_program_ptx(fc_program *p) {
+static char *cuda_ptx(fc_program *p) {
     if (!p) return NULL;
     p = shown(p);
     /* Not kept from fc_compile: few callers want it, and NVRTC makes it
@@ -1842,6 +1799,7 @@ static fc_status refresh_weights(fc_program *p, void *const *inputs, void *const
 
 fc_status fc_program_weights_changed(fc_program *p) {
     if (!p) return FC_ERR_USAGE;
+    if (!fc_program_is(p, FC_DEVICE_CUDA)) return FC_OK; /* the host backends read the weights at every run */
     if (p->dyn) return fc_dynamic_weights_changed(p->dyn);
     fc_cublaslt_weights_changed(p->blas);
     return FC_OK;
@@ -2041,8 +1999,8 @@ static fc_status prepare_run(fc_program *p) {
     return st != FC_OK ? st : ensure_device(p);
 }
 
-fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
-    if (!p) return FC_ERR_USAGE;
+static fc_status cuda_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout,
+                         void *stream) {
     if (p->dyn)
         return fc_set_error(p->ctx, FC_ERR_USAGE,
                             "fc_run: program %s is dynamic (some dims are symbolic): run it with fc_run_shaped, "
@@ -2149,8 +2107,8 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
     return FC_OK;
 }
 
-fc_status fc_program_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
-                              double *median_ms, int bench_iters) {
+static fc_status cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                               double *median_ms, int bench_iters) {
     if (!p) return FC_ERR_USAGE;
     const fc_program_desc *desc = &p->d;
     if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
@@ -2336,3 +2294,43 @@ fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_ten
     }
     return fc_set_error(ctx, FC_ERR_RUNTIME, "%s", line);
 }
+
+/* ------------------------------------------------------------------ */
+/* The CUDA backend's table (runtime/backend.h).                       */
+/* ------------------------------------------------------------------ */
+
+static char *cuda_describe(fc_program *p, fc_describe_kind what) {
+    switch (what) {
+    case FC_DESCRIBE_PLAN: return cuda_plan_text(p);
+    case FC_DESCRIBE_SOURCE: return cuda_source(p);
+    case FC_DESCRIBE_ASM: return cuda_ptx(p);
+    }
+    return NULL;
+}
+
+static bool cuda_built(void) { return true; }
+
+static bool cuda_present(void) {
+    fc_context *ctx = fc_context_new();
+    bool ok = ctx && fc_cuda_available(ctx);
+    fc_context_free(ctx);
+    return ok;
+}
+
+const fc_backend fc_backend_cuda = {
+    .name = "cuda",
+    .device = FC_DEVICE_CUDA,
+    .preference = 3,
+    .built = cuda_built,
+    .present = cuda_present,
+    .compile = cuda_compile,
+    .run = cuda_run,
+    .run_shaped = fc_cuda_run_shaped,
+    .run_host = cuda_run_host,
+    .describe = cuda_describe,
+    .stats = fc_cuda_program_stats,
+    .desc = cuda_desc,
+    .context = cuda_context,
+    .times = cuda_times,
+    .free = cuda_free,
+};
