@@ -59,9 +59,9 @@
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
 
 #ifdef FC_HAVE_CUPTI
 #include <cupti.h>

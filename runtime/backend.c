@@ -9,7 +9,7 @@
 #include "runtime/backend.h"
 #include "ir/ir.h"
 #include "ir/switches.h"
-#include "runtime/program.h"
+#include "runtime/cuda/program.h"
 
 #include <string.h>
 

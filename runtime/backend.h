@@ -66,7 +66,7 @@ struct fc_backend {
     char *(*describe)(fc_program *p, fc_describe_kind what);
     void (*stats)(const fc_program *p, fc_run_stats *out);
     /* The description: the signature (names, dtypes, shapes, the graph's
-     * text) at least; what runs, for CUDA (runtime/program.h). */
+     * text) at least; what runs, for CUDA (runtime/cuda/program.h). */
     const struct fc_program_desc *(*desc)(const fc_program *p);
     fc_context *(*context)(const fc_program *p);
     /* Times of the making (NULL: all zero, origin "compiled"). */

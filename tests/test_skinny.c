@@ -19,9 +19,9 @@
 #include "splitmix.h"
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/skinny.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>

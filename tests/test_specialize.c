@@ -21,11 +21,11 @@
 #include "check.h"
 #include "test_util.h"
 #include "codegen/cuda/gemm.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/dynamic.h"
-#include "runtime/interp.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/dynamic.h"
+#include "runtime/ref/interp.h"
+#include "runtime/cuda/program.h"
 
 #include <stdlib.h>
 #include <unistd.h>

@@ -821,7 +821,7 @@ static int run_exit_code(fc_status st) {
 }
 
 /* --check: run the reference interpreter on the same inputs and compare
- * every output within its dtype's tolerance (runtime/program.h). */
+ * every output within its dtype's tolerance (runtime/cuda/program.h). */
 static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
     fc_context *ctx = fc_graph_context(g);
     fc_tensor *want = calloc((size_t)(nout ? nout : 1), sizeof *want);

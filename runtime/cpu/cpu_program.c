@@ -7,7 +7,7 @@
  *   clone -> every dim static? -> fc_pipeline (the passes, fusion,
  *   scheduling, memory plan: exactly what the CUDA backend gets) ->
  *   fc_llvm_compile (codegen/llvm: one JIT-compiled function per kernel
- *   group) -> storage classes (fc_plan_classes_make, as runtime/program.c)
+ *   group) -> storage classes (fc_plan_classes_make, as runtime/cuda/program_*.c)
  *
  * Running: the groups in launch order. A generated kernel gets one host
  * pointer per input and output; a large one (work above PARALLEL_WORK) has
@@ -22,7 +22,7 @@
  * per-row value at another row's index: a fusion problem) is compiled again
  * unfused, and the plan text says so in a "note:" line.
  *
- * Storage. A value's bytes live where runtime/program.c puts them on the
+ * Storage. A value's bytes live where runtime/cuda/program_*.c puts them on the
  * device: a class rooted at a parameter in the caller's input buffer, a
  * class holding a graph result in the caller's output buffer, anything else
  * in the program's arena at plan->offset. Results no kernel writes in place
@@ -31,7 +31,7 @@
  * Without LLVM (the GPU machine), only stubs are compiled: fc_cpu_compile
  * says why there is no CPU backend.
  */
-#include "runtime/cpu_program.h"
+#include "runtime/cpu/cpu_program.h"
 #include "ir/switches.h"
 #include "ir.h"
 #include "ir/timing.h"
@@ -45,7 +45,7 @@
 #include "codegen/llvm/llvm_codegen.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
-#include "runtime/interp.h"
+#include "runtime/ref/interp.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -3,7 +3,7 @@
  *
  * The public half is in fusec.h: fc_compile, fc_run, fc_program_free and
  * the emit functions (and, until they move there, the file, signature and
- * timing functions of runtime/aot.h). This header adds what the CLI, the
+ * timing functions of runtime/cuda/aot.h). This header adds what the CLI, the
  * cache, AOT files and the tests need: the program's description (what
  * runs, with no graph: what a cache entry or a file holds); read access to
  * the plan, the launches and the cubin; counters; a host-to-host run with
@@ -17,15 +17,15 @@
 #define FC_RUNTIME_PROGRAM_H
 
 #include "codegen/cuda/cuda_codegen.h"
-#include "runtime/aot.h"
+#include "runtime/cuda/aot.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Not runtime/cuda.h: this header needs no CUDA header, so the CLI can use
+/* Not runtime/cuda/cuda.h: this header needs no CUDA header, so the CLI can use
  * it without the toolkit's include directory. fc_bytes is shared with
- * runtime/cuda.h under one guard (free it with fc_bytes_free). */
+ * runtime/cuda/cuda.h under one guard (free it with fc_bytes_free). */
 #ifndef FC_BYTES_DEFINED
 #define FC_BYTES_DEFINED
 typedef struct fc_bytes {
@@ -33,7 +33,7 @@ typedef struct fc_bytes {
     size_t size;
 } fc_bytes;
 #endif
-/* Free b->data and zero b (as in runtime/cuda.h). */
+/* Free b->data and zero b (as in runtime/cuda/cuda.h). */
 void fc_bytes_free(fc_bytes *b);
 
 /* ------------------------------------------------------------------ */
@@ -42,7 +42,7 @@ void fc_bytes_free(fc_bytes *b);
 /* Everything fc_run needs, and nothing that points into a graph: the  */
 /* signature, the launches, where every value lives, the source. A     */
 /* cold compile builds it from the plan; a warm start (a level-2 cache */
-/* entry) and an AOT file decode it (runtime/program_cache.c), so the  */
+/* entry) and an AOT file decode it (runtime/cuda/program_cache.c), so the  */
 /* passes and the codegen do not run again. See docs/CACHE.md.         */
 /* ------------------------------------------------------------------ */
 
@@ -88,7 +88,7 @@ typedef struct fc_program_desc {
     fc_cuda_src src;    /* the CUDA C source and the launches */
     /* The GEMMs of library launches, by launch (src.nlaunches entries, or
      * NULL when there are none): entry i describes what cuBLASLt runs for
-     * launch i (runtime/cublaslt.h; fc_program_gemm reads it); it is
+     * launch i (runtime/cuda/cublaslt.h; fc_program_gemm reads it); it is
      * zeroed for a kernel, an alias, and a library call that has no CUDA
      * path (attention, an integer matmul: running one fails cleanly). */
     struct fc_gemm_desc *gemm;
@@ -207,7 +207,7 @@ const fc_bytes *fc_program_cubin(const fc_program *p);
 #endif
 
 /* ------------------------------------------------------------------ */
-/* Dynamic programs (runtime/dynamic.c, docs/DYNAMIC.md).              */
+/* Dynamic programs (runtime/cuda/dynamic.c, docs/DYNAMIC.md).              */
 /* ------------------------------------------------------------------ */
 struct fc_dynamic;
 /* The dynamic variant of g (symbols unbound): the dynamic pipeline and
@@ -276,7 +276,7 @@ fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms
 fc_status fc_program_prebuild_shared_graph(fc_program *inst);
 /* The CUDA backend's fc_run_shaped and fc_program_stats (a dynamic
  * program's guards and specializations, or a static program's run), in
- * runtime/dynamic.c. */
+ * runtime/cuda/dynamic.c. */
 fc_status fc_cuda_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
                              void *stream);
 void fc_cuda_program_stats(const fc_program *p, fc_run_stats *out);

@@ -25,12 +25,12 @@
 #ifndef FC_RUNTIME_REPLAY_H
 #define FC_RUNTIME_REPLAY_H
 
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
 
 /* What running launch i of a description needs, provided by the program
- * (runtime/program.c): a static program, or one shape of a dynamic one. */
+ * (runtime/cuda/program_*.c): a static program, or one shape of a dynamic one. */
 typedef struct fc_replay_env {
     fc_cuda_device *dev;
     fc_context *ctx;
@@ -43,7 +43,7 @@ typedef struct fc_replay_env {
      * symbol values of a dynamic program's shape). */
     const int64_t *syms;
     int nsyms;
-    /* The frame (runtime/frame.h) of a variant whose kernels take it
+    /* The frame (runtime/cuda/frame.h) of a variant whose kernels take it
      * (fc_launch.frame): their one parameter. 0 otherwise. */
     CUdeviceptr frame;
     /* A carried frame (fc_cuda_src.frame_carried): this run's words

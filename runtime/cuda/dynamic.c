@@ -16,12 +16,12 @@
  *
  * Nothing here prints unless FUSEC_LOG asks for it.
  */
-#include "runtime/dynamic.h"
+#include "runtime/cuda/dynamic.h"
 
 #include "ir/ir.h"
 #include "ir/switches.h"
 #include "ir/timing.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -189,7 +189,7 @@ typedef struct fc_dynamic {
     fc_run_stats gone;
     int max_specs;
     /* The device and cuBLASLt handle the specializations borrow, and so
-     * map their memory (runtime/program.h). */
+     * map their memory (runtime/cuda/program.h). */
     fc_device_lease *lease;
 
     pthread_mutex_t mu;

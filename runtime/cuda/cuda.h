@@ -13,7 +13,7 @@
  * Every failure is recorded on an fc_context and returned as an fc_status;
  * nothing here prints or exits. The check macros are in cuda_check.h.
  *
- * Naming note: this file is runtime/cuda.h, so it includes the toolkit's
+ * Naming note: this file is runtime/cuda/cuda.h, so it includes the toolkit's
  * header as <cuda.h> (angle brackets never search the including file's own
  * folder). Never add runtime/ itself to an include path.
  */
@@ -119,7 +119,7 @@ void fc_bytes_free(fc_bytes *b);
 
 /* Functions used when the driver has them, NULL otherwise (a driver
  * without them still loads): graph edges with a type (CUDA 12.3), for the
- * programmatic dependent launches of a frame graph (runtime/replay.c). */
+ * programmatic dependent launches of a frame graph (runtime/cuda/replay.c). */
 #define FC_CUDA_DRIVER_OPTIONAL(X)                                             \
     X(GraphAddDependencies, 12030)                                             \
     X(MemAddressReserve, 10020)                                                \
@@ -331,7 +331,7 @@ fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s);
 fc_status fc_cuda_graph_upload(fc_cuda_device *d, CUgraphExec g, CUstream s);
 void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored */
 
-/* Graphs built node by node (runtime/replay.c), so that each node's handle
+/* Graphs built node by node (runtime/cuda/replay.c), so that each node's handle
  * is known and its parameters can be changed in the instantiated graph.
  * `dep` is the node the new one runs after (NULL: none). capture_end_graph
  * ends a capture and returns the graph itself (not instantiated); free it

@@ -28,12 +28,12 @@
  * the run's words by value as its second parameter and stores them into
  * the table for the kernels after it; a run only fills the host image
  * (fc_frame_image), which the carrier's launch, or its graph node's update
- * (runtime/replay.c), hands to the driver.
+ * (runtime/cuda/replay.c), hands to the driver.
  */
 #ifndef FC_RUNTIME_FRAME_H
 #define FC_RUNTIME_FRAME_H
 
-#include "runtime/replay.h"
+#include "runtime/cuda/replay.h"
 
 typedef struct fc_frame fc_frame;
 

@@ -1,5 +1,5 @@
 /*
- * ref_backend.c - the reference interpreter (runtime/interp.c) behind the
+ * ref_backend.c - the reference interpreter (runtime/ref/interp.c) behind the
  * backend interface (runtime/backend.h): fc_compile with FC_DEVICE_REF
  * keeps a copy of the graph, and a run interprets it in float64, on host
  * pointers. Slow and exact: the oracle the other backends are compared
@@ -8,7 +8,7 @@
 #include "runtime/backend.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "runtime/program.h"
+#include "runtime/cuda/program.h"
 
 #include <stdlib.h>
 #include <string.h>

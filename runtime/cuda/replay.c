@@ -1,6 +1,6 @@
 /* replay.c - CUDA Graph capture and replay with pointer patching (see
  * replay.h for the why, docs/RUNTIME-GRAPHS.md for the whole story). */
-#include "runtime/replay.h"
+#include "runtime/cuda/replay.h"
 
 #include "ir/ir.h"
 

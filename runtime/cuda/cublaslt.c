@@ -34,11 +34,11 @@
  * every driver call through FC_CU_CHECK; those return at once, so functions
  * that own resources call small helpers and clean up after them.
  */
-#include "runtime/cublaslt.h"
+#include "runtime/cuda/cublaslt.h"
 #include "ir/le.h"
 #include "passes/epilogue.h"
-#include "runtime/cuda_check.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/program_cache.h"
 
 #include <cublasLt.h>
 #include <xxhash.h>
@@ -313,7 +313,7 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
         if (bias_arg && !fits(p->N, p->out, arg_bytes[*bias_arg])) INVALID("the bias does not fit its buffer");
     } else {
         /* Concatenated: each weight a dense matrix without batch dims, and
-         * the concatenation laid out as runtime/cublaslt.c builds it. */
+         * the concatenation laid out as runtime/cuda/cublaslt.c builds it. */
         if (p->ldw != (p->trans_b ? p->K : p->N) || (p->batch > 1 && p->stride_w != 0))
             INVALID("concatenated weights with ldw %lld or a batch stride", (long long)p->ldw);
         for (int dd = 0; dd < p->nouter; dd++)
@@ -1445,7 +1445,7 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a GEMM with K = 0 (an empty sum) is not run by cuBLASLt");
     fc_status st = make_current(ctx, h->dev);
     if (st != FC_OK) return st;
-    if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda.h */
+    if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda/cuda.h */
 
     lt_ptrs ptr = {.x = in[0], .w = in[1], .d = out};
     ptr.bias = p->has_bias ? in[1 + p->nweights] : 0;

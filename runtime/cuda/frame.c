@@ -1,6 +1,6 @@
 /* frame.c - a dynamic variant's frame (see frame.h; docs/DYNAMIC.md, "The
  * frame"). */
-#include "runtime/frame.h"
+#include "runtime/cuda/frame.h"
 #include "ir/switches.h"
 
 #include <stdlib.h>

@@ -1,15 +1,15 @@
 /*
  * cpu_backend.c - the LLVM CPU backend behind the backend interface
  * (runtime/backend.h): fc_compile with FC_DEVICE_CPU, and fc_run on host
- * pointers. The compiler itself is runtime/cpu_program.c; this file only
+ * pointers. The compiler itself is runtime/cpu/cpu_program.c; this file only
  * adapts it to the table, and gives its programs the description (the
  * signature) every executable has.
  */
 #include "runtime/backend.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "runtime/cpu_program.h"
-#include "runtime/program.h"
+#include "runtime/cpu/cpu_program.h"
+#include "runtime/cuda/program.h"
 
 #include <stdlib.h>
 #include <string.h>

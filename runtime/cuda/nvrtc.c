@@ -6,9 +6,9 @@
  * fc_nvrtc_options_build, which the compile itself uses: a cache key that
  * hashes that list can never drift from what was compiled.
  */
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 #include "ir/switches.h"
-#include "runtime/cuda_check.h"
+#include "runtime/cuda/cuda_check.h"
 
 #include <nvrtc.h>
 
