@@ -802,9 +802,8 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
  * launches, not a loop of them: in a loop the next launch may overlap the
  * one before, which measures throughput, while a program's GEMM waits for
  * the kernel before it. Neither ranks the candidates as the program's
- * graph does at small sizes (session 9: +18% timed in a loop, +26% timed
- * alone, for the GPT-2 block at T = 64; docs/GEMM.md), hence tune is off
- * by default. */
+ * graph does at small sizes (docs/GEMM.md, "Choosing by timing"), hence
+ * tune is off by default. */
 static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt_entry *e,
                        const cublasLtMatmulAlgo_t *algo, const void *alpha, const void *beta, CUdeviceptr a,
                        CUdeviceptr b, CUdeviceptr d, CUdeviceptr ws, size_t ws_bytes) {

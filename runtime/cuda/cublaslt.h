@@ -166,7 +166,7 @@ typedef struct fc_cublaslt_options {
      * `mapped` puts the concatenated weights in mapped memory
      * (fc_cuda_region_take), whose release never waits for the device.
      * cublasLtCreate and cuMemFree in another thread stall a caller's
-     * launches by ~30 us and by 0.5-32 ms (docs/DYNAMIC.md, "Session 8"). */
+     * launches (docs/DYNAMIC.md). */
     const struct fc_cublaslt *share;
     bool mapped;
     /* Choose each new problem's algorithm by timing the heuristic's first

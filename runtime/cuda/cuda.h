@@ -233,9 +233,9 @@ fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char
  * end as it grows (the virtual memory management API: cuMemCreate,
  * cuMemMap). Its base never moves, so whatever holds its addresses stays
  * right, and growing frees nothing, so it never waits for the device: a
- * free-then-alloc growth (cuMemFree synchronizes) cost a caller's call
- * 100-700 us on the H200, and blocked other threads' launches meanwhile
- * (docs/DYNAMIC.md, "Session 8"). A zeroed struct is an empty region.
+ * free-then-alloc growth (cuMemFree synchronizes) stalls a caller's call
+ * and blocks other threads' launches meanwhile (docs/DYNAMIC.md). A zeroed
+ * struct is an empty region.
  */
 typedef struct fc_cuda_region {
     CUdeviceptr base; /* 0 until the first growth reserves the range */

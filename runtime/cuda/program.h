@@ -245,14 +245,14 @@ int64_t fc_program_arena_ahead_bytes(fc_program *inst);
 bool fc_program_arena_ahead(fc_program *v, int64_t bytes);
 /*
  * What a dynamic program lends the specializations its background thread
- * makes and frees while the caller's thread launches (docs/DYNAMIC.md,
- * "Session 9"): one device handle (its stream and primary context) and
- * one cuBLASLt handle for all of them, made by the first that needs them.
- * A specialization then makes no stream and no cuBLASLt handle, and keeps
- * its arena and concatenated weights in mapped memory
- * (fc_cuda_region), whose release does not wait for the device: in
- * another thread, a stream create or destroy stalls a caller's launches
- * by ~30 us, cublasLtCreate by ~30 us, cuMemFree by 0.5-32 ms.
+ * makes and frees while the caller's thread launches (docs/DYNAMIC.md):
+ * one device handle (its stream and primary context) and one cuBLASLt
+ * handle for all of them, made by the first that needs them. A
+ * specialization then makes no stream and no cuBLASLt handle, and keeps
+ * its arena and concatenated weights in mapped memory (fc_cuda_region),
+ * whose release does not wait for the device: in another thread, a stream
+ * create or destroy, cublasLtCreate and cuMemFree each stall the caller's
+ * launches (docs/PERF.md has the times).
  * A lease is shared by the threads of one dynamic program (it locks
  * itself); free it after every program that used it.
  */

@@ -147,11 +147,10 @@ static fc_status ensure_instance(fc_program *p) {
  * blocks as the device holds at once (its occupancy on every SM), at most
  * its grid_max: its grid-stride loop covers any size with them, and extra
  * blocks at a small shape find no work and exit. Twice, not once: with one
- * wave the GPT-2 block's softmax (a row loop per block) took 163 us at T =
- * 700 against 132 with a block per 8 rows, and the block 2-8% longer at T
- * 600-750; with two it matches the shape-sized grids there, for ~0.6 us
- * more at small T (docs/PERF.md, run 21). Constant grids (a GEMM's
- * persistent grid, a batched launch) stay.
+ * wave a row loop per block (the GPT-2 block's softmax) is slower at
+ * mid-size shapes than shape-sized grids, with two it matches them, for a
+ * little more time at small shapes (docs/PERF.md). Constant grids (a
+ * GEMM's persistent grid, a batched launch) stay.
  */
 static fc_status frame_setup(fc_program *v) {
     const int mul = 2;
