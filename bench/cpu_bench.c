@@ -22,7 +22,7 @@
  */
 #include "fusec.h"
 #include "ir/timing.h"
-#include "runtime/cpu_program.h"
+#include "runtime/cpu/cpu_program.h"
 
 #include <math.h>
 #include <stdio.h>

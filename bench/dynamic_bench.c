@@ -26,15 +26,14 @@
  *   variant  the GPT-2 block's variant alone (B=1, T symbolic) at the T's
  *            of $VARIANT_TS (default 1,64,300,450,700,1000): a steady call
  *            (calls back to back) at each, for comparing builds of the variant
- *            (FUSEC_VARIANT_GEMM, FUSEC_PDL, FUSEC_FRAME_GRID); under ncu,
+ *            (FUSEC_VARIANT_GEMM, FUSEC_SKINNY); under ncu,
  *            VARIANT_TS=700 profiles one T's kernels
  *   trace    a static program's kernels as its graph replays, from CUPTI's
  *            activity records (built when the toolkit has CUPTI): per
  *            kernel of one forward, its median time on the GPU and the
  *            median gap before it, over TRACE_ITERS (200) replays back to
  *            back. TRACE_IR (examples/gpt2_block_bf16.ir) and TRACE_BIND
- *            ("B=1,T=64") say what; FUSEC_GEMM_PICK picks cuBLASLt's
- *            candidates (docs/GEMM.md)
+ *            ("B=1,T=64") say what
  *   reserve  the variant's first call after fc_program_reserve (T = 1024),
  *            three programs (also at the start of sweep)
  *   newshape a new shape's host time, enough calls to profile: the variant
@@ -60,9 +59,9 @@
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
 
 #ifdef FC_HAVE_CUPTI
 #include <cupti.h>

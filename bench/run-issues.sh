@@ -20,18 +20,14 @@
 #               from CUPTI: time and gap before each) for the GPT-2 block at
 #               B=1, T=64, once per word of ISSUES_TRACE_PICKS (default
 #               "default"): default (the heuristic's first or the cache's),
-#               tune (FUSEC_GEMM_TUNE=1), N (FUSEC_GEMM_PICK: the heuristic's
-#               candidate N for every GEMM), a list such as 0,3,0,1 (one per
-#               GEMM, in launch order, the last for the rest), or environment
-#               settings joined by +
+#               tune (FUSEC_GEMM_TUNE=1), or environment settings joined by +
 #               (FUSEC_SKINNY=0+FUSEC_CACHE=off)
 #   vgemm.log   dynamic_bench vgemm (the variant's generated GEMMs beside
 #               cuBLASLt)
 #   frame.log   the variant's T sweep (SWEEP_VARIANT_ONLY) in several builds of
 #               the variant (ISSUES_FRAME_MODES, default "frame cublaslt"),
-#               interleaved over two rounds: frame kernels with programmatic
-#               launches (frame, the default), FUSEC_PDL=0 (pdl0), the
-#               variant's GEMMs as cuBLASLt calls (cublaslt,
+#               interleaved over two rounds: frame kernels (frame, the
+#               default), the variant's GEMMs as cuBLASLt calls (cublaslt,
 #               FUSEC_VARIANT_GEMM=cublaslt); sweep-<mode>-<round>.csv per T
 #   ab.log      dynamic_bench ab, two rounds: the variant's sweep in two builds
 #               in one process, T by T (A under ISSUES_AB_ENV, default
@@ -76,7 +72,6 @@ if on trace; then
         default) envs=() ;;
         tune) envs=(FUSEC_GEMM_TUNE=1) ;;
         *=*) IFS=+ read -r -a envs <<<"$pick" ;;
-        *) envs=(FUSEC_GEMM_PICK="$pick") ;; # N, or N,N,...
         esac
         env "${envs[@]}" timeout 60 build/dynamic_bench trace 2>&1 | sed "s/RESULT fusec trace /RESULT fusec trace[$pick] /"
     done >"$OUT/trace.log" 2>&1
@@ -87,7 +82,6 @@ if on frame; then
         for mode in ${ISSUES_FRAME_MODES:-frame cublaslt}; do
             case $mode in
             frame) envs=() ;;
-            pdl0) envs=(FUSEC_PDL=0) ;;
             cublaslt) envs=(FUSEC_VARIANT_GEMM=cublaslt) ;;
             esac
             env "${envs[@]}" SWEEP_VARIANT_ONLY=1 SWEEP_CSV="$OUT/sweep-$mode-$round.csv" timeout 120 \

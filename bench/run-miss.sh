@@ -8,21 +8,13 @@
 #                 operation (module load/unload, malloc/free, synchronize, ...)
 #   ctest.log     the tests (MISS_TESTS: a ctest -R regex; MISS_NOTEST=1: none)
 #   miss-*.log    dynamic_bench sweep's part 2 alone (SWEEP_SAMPLE_ONLY=1) in
-#                 each mode of MISS_MODES (default "default region0 off"): cold (an empty kernel cache: every specialization
+#                 each mode of MISS_MODES (default "default off"): cold (an empty kernel cache: every specialization
 #                 runs NVRTC while the variant serves the calls); default (the
-#                 cache warm); region0 (FUSEC_ARENA_REGION=0: the variant's
-#                 arena reallocated to grow, the code before session 8);
-#                 off (SWEEP_SPECIALIZE=off: the variant alone, each T's
+#                 cache warm); off (SWEEP_SPECIALIZE=off: the variant alone, each T's
 #                 miss then 20 calls: what the queueing costs); nofree (SWEEP_MAX_SPECS=32: nothing
-#                 evicted, so nothing freed); delay (FUSEC_SPEC_DELAY_US=20000:
-#                 the background thread starts its work 20 ms after the miss);
-#                 nolease (FUSEC_SPEC_LEASE=0: each specialization opens its
-#                 own stream and cuBLASLt handle and allocates its memory,
-#                 the code before session 9); reserve (SWEEP_RESERVE=1: the
+#                 evicted, so nothing freed); reserve (SWEEP_RESERVE=1: the
 #                 largest shape declared with fc_program_reserve first);
-#                 upload0 (FUSEC_SPEC_UPLOAD=0: a specialization's graph is
-#                 not uploaded by the background thread but by its first
-#                 launch); eager (CUDA_MODULE_LOADING=EAGER: no lazy kernel
+#                 eager (CUDA_MODULE_LOADING=EAGER: no lazy kernel
 #                 loading in the driver)
 #   MISS_TRACE=1  also log the background thread's steps (FUSEC_LOG=spec)
 #                 and the slow calls (SWEEP_SLOW_CALLS=1), and say which
@@ -48,18 +40,14 @@ if [[ -z ${MISS_NOTEARDOWN:-} ]]; then
         timeout 120 build/teardown_bench build/teardown_bench.cubin >>"$OUT/teardown.log" 2>&1
     echo "teardown_bench: rc=$?"
 fi
-MODES=${MISS_MODES:-default region0 off}
+MODES=${MISS_MODES:-default off}
 for mode in $MODES; do
     case $mode in
     cold) envs=(FUSEC_CACHE_DIR="$(mktemp -d)") ;;
     default) envs=() ;;
-    region0) envs=(FUSEC_ARENA_REGION=0) ;;
     off) envs=(SWEEP_SPECIALIZE=off) ;;
     nofree) envs=(SWEEP_MAX_SPECS=32) ;;
-    delay) envs=(FUSEC_SPEC_DELAY_US=20000) ;;
-    nolease) envs=(FUSEC_SPEC_LEASE=0) ;;
     reserve) envs=(SWEEP_RESERVE=1) ;;
-    upload0) envs=(FUSEC_SPEC_UPLOAD=0) ;;
     eager) envs=(CUDA_MODULE_LOADING=EAGER) ;;
     *) envs=("$mode") ;; # VAR=value as it is
     esac

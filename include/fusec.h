@@ -242,6 +242,8 @@ fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs);
 /* ------------------------------------------------------------------ */
 int fc_value_rank(const fc_value *v);
 fc_dtype fc_value_dtype(const fc_value *v);
+/* v's name in the graph ("%x" is "x"); "" when it has none. */
+const char *fc_value_name(const fc_value *v);
 /* Dimension i of v: a static size or a symbolic fc_dim. */
 fc_dim fc_value_dim(const fc_value *v, int i);
 /* True if v is the poison value. */
@@ -329,10 +331,40 @@ double fc_round_to_dtype(double x, fc_dtype dt);
 /* Compiling and running on a device.                                  */
 /* ------------------------------------------------------------------ */
 
+/* Where a program runs: each device is one backend of the library. The
+ * pointers fc_run takes are device pointers on CUDA and host pointers on
+ * the CPU and the reference interpreter. */
 typedef enum fc_device {
     FC_DEVICE_CUDA, /* NVIDIA GPU: generated kernels through NVRTC and the driver API */
     FC_DEVICE_CPU,  /* the LLVM CPU backend (when built with LLVM) */
+    FC_DEVICE_REF,  /* the reference interpreter: float64, slow, the oracle */
+    FC_DEVICE_COUNT
 } fc_device;
+
+/* The device's name as --device spells it ("cuda", "cpu", "ref"); NULL for
+ * a value out of range. */
+const char *fc_device_name(fc_device d);
+/* The device named `name`, into *out: true, or false for an unknown name. */
+bool fc_device_from_name(const char *name, fc_device *out);
+/* Up to `max` of the devices this library knows, into out (NULL with max
+ * 0 to count them), in the order `fusec --devices` lists them; returns how
+ * many it knows. */
+int fc_device_list(fc_device *out, int max);
+/* True when this build has the device's backend (the CPU backend needs
+ * LLVM at build time). */
+bool fc_device_built(fc_device d);
+/* True when the device is built and usable on this machine now (CUDA: a
+ * driver and a GPU are present). */
+bool fc_device_available(fc_device d);
+/* The device fc_compile_options_default's callers should use when they
+ * are not told: CUDA when a GPU is present, else the CPU backend when
+ * built, else the reference interpreter. */
+fc_device fc_device_default(void);
+/* The name of the device a tool should use when it is not told: $FUSEC_DEVICE
+ * when set and not empty (*from_env true; the name may be unknown, the
+ * caller says so), else fc_device_default()'s (*from_env false). from_env
+ * may be NULL. */
+const char *fc_device_default_name(bool *from_env);
 
 /* What a dynamic program does when a run's shapes match no specialization
  * (a guard miss). */
@@ -398,6 +430,30 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
 fc_status fc_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
 /* Free a program (and its device memory). NULL is ignored. */
 void fc_program_free(fc_program *p);
+/* The device p was compiled for. */
+fc_device fc_program_device_of(const fc_program *p);
+/* The name of the graph p was compiled from (owned by p; "" for NULL). */
+const char *fc_program_name(const fc_program *p);
+/* The text of the graph p was compiled from, as fc_print wrote it (owned
+ * by p); NULL when p carries none. */
+const char *fc_program_graph_text(const fc_program *p);
+/* The context p reports its errors to (the graph's, or the loader's). */
+fc_context *fc_program_context(const fc_program *p);
+
+/*
+ * Run p from host memory on any device: inputs[i] must match parameter i
+ * in dtype and shape. On success outputs[0..nout) hold newly allocated
+ * host tensors (release each with fc_tensor_release); on failure they are
+ * all empty. CUDA copies the inputs to device buffers made for the call,
+ * runs, and copies the results back.
+ *
+ * bench_iters > 0 also benchmarks: after the checked run, a few warm-up
+ * runs, then bench_iters runs timed one by one (CUDA events on the GPU,
+ * the monotonic clock on the host); their median in milliseconds goes to
+ * *median_ms (which may be NULL otherwise).
+ */
+fc_status fc_program_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                              double *median_ms, int bench_iters);
 
 /*
  * Run p with the shapes of this call (docs/DYNAMIC.md). inputs[i].data is
@@ -485,14 +541,10 @@ typedef struct fc_run_stats {
     uint64_t graph_prebuilt;     /* of those, built before their first run: by the background
                                   * thread for a specialization, by fc_program_reserve for the
                                   * dynamic variant (docs/DYNAMIC.md) */
-    double graph_build_ms;       /* host time spent building them, and re-pointing a variant's
-                                  * graph at new shapes (graph_reshapes), in all */
+    double graph_build_ms;       /* host time spent building them, in all */
     uint64_t graph_replays;      /* runs that launched a graph */
     uint64_t graph_patches;      /* graph nodes given new pointers (kernel parameters set, or a
                                   * cuBLASLt call captured again) */
-    uint64_t graph_reshapes;     /* dynamic variant runs that re-pointed its one graph at
-                                  * another shape (a variant of kernels only: every node given
-                                  * that shape's grid and sizes; docs/RUNTIME-GRAPHS.md) */
     uint64_t frame_writes;       /* dynamic variant runs that wrote its frame: a shape, buffers
                                   * or arena other than the last run's (a variant of kernels
                                   * only: its kernels read sizes and pointers from the frame,
@@ -509,10 +561,91 @@ void fc_program_stats(const fc_program *p, fc_run_stats *out);
 /* The launch plan as text: one line per launch, then the arena line, then
  * exactly `total: K kernels, L library calls, M bytes of intermediates`. */
 char *fc_program_plan_text(fc_program *p);
-/* The generated CUDA C source. */
+/* The generated CUDA C source (a CUDA program's; FC_ERR_UNSUPPORTED on
+ * the context, and NULL, for another device's). */
 char *fc_program_cuda_source(fc_program *p);
-/* The PTX NVRTC makes of the source. */
+/* The PTX NVRTC makes of the source (a CUDA program's, as above). */
 char *fc_program_ptx(fc_program *p);
+/* The generated source of any device's program: CUDA C, or the CPU
+ * backend's optimized LLVM IR (kept when $FUSEC_DEBUG has "code");
+ * NULL with FC_ERR_UNSUPPORTED when the backend has none. */
+char *fc_program_source(fc_program *p);
+
+/* ------------------------------------------------------------------ */
+/* Comparing outputs with the reference interpreter's.                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * The tolerance of a dtype: an element passes when
+ *
+ *     |got - want| <= abs + rel * |want|        (numpy.allclose's rule)
+ *
+ * with NaN equal to NaN and an infinity equal only to itself.
+ *
+ *   dtype   rel      abs      why
+ *   f64     1e-9     1e-12    f64 kernels; only summation order and libm
+ *                             ulps differ from the reference
+ *   f32     1e-5     1e-5     ~100 ulps at 1.0: reductions accumulate in a
+ *                             different order (and in f32) than the
+ *                             reference's float64, and expf/tanhf differ by
+ *                             a few ulps; abs covers results that cancel
+ *                             to near zero
+ *   f16     2e-3     1e-3     two f16 ulps relative, one ulp at 1.0
+ *   bf16    1.6e-2   1e-2     two bf16 ulps relative, one ulp at 1.0
+ *   ints    0        0        exact
+ *   bool    0        0        exact
+ *
+ * Why two ulps for the 16-bit floats: a fused kernel keeps intermediates in
+ * f32 registers, while the reference rounds every node's result to its
+ * dtype, so a chain of 16-bit ops may round once where the reference
+ * rounds at every step, and the two can end one ulp apart on either side.
+ * The abs terms assume data of order one (the tests' inputs are); they are
+ * what keeps cancellation (x - y with x close to y) from failing on the
+ * rounding of the operands.
+ */
+typedef struct fc_tolerance {
+    double rel, abs;
+} fc_tolerance;
+
+fc_tolerance fc_dtype_tolerance(fc_dtype dt);
+
+/* How one output compares with the reference. */
+typedef struct fc_output_diff {
+    fc_dtype dtype;
+    int64_t numel;
+    fc_tolerance tol;
+    double max_abs_err; /* max |got - want| (inf when a NaN or inf differs) */
+    double max_rel_err; /* max |got - want| / |want| over elements with want != 0 */
+    int64_t nbad;       /* elements outside the tolerance */
+    int64_t worst;      /* element furthest outside (or nearest to) its bound; -1 if empty */
+    double worst_got, worst_want;
+    bool shape_ok;      /* same dtype, rank and shape */
+    bool pass;          /* shape_ok and nbad == 0 */
+} fc_output_diff;
+
+/*
+ * Compare got[i] with want[i] for i < n and fill diffs[i]. Returns FC_OK
+ * when every output passes; FC_ERR_RUNTIME when one does not, with a
+ * message on ctx naming the first failing output, its errors, its
+ * tolerance and its worst element (every diffs[i] is filled either way);
+ * FC_ERR_USAGE for NULL arguments.
+ */
+fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
+                             fc_output_diff *diffs);
+
+/*
+ * One line about diffs for output `index`, for the CLI's --check and the
+ * tests:
+ *   output 0 (f32, 1024 elements): max_abs_err 1.19e-07 max_rel_err 2.4e-07
+ *   (tolerance rel 1e-05 abs 1e-05): ok
+ * ending in "FAIL (N elements out of tolerance; worst [i]: got G, want W)"
+ * or "FAIL (dtype or shape differs)". Returns buf.
+ */
+const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n);
+
+/* "sm_90", "sm90", "90" or "9.0" -> 90 into *sm (a CUDA target for
+ * fc_compile_options.sm). False on anything else. */
+bool fc_arch_parse(const char *s, int *sm);
 
 /* Copy a graph (a deep copy into a new arena). NULL on failure. */
 fc_graph *fc_graph_clone(fc_graph *g);
@@ -605,6 +738,31 @@ bool fc_program_is_file(const char *path);
  */
 fc_status fc_cache_configure(const char *dir);
 
+/* The process's cache (the one fc_compile uses; struct fc_cache is
+ * opaque). */
+typedef struct fc_cache fc_cache;
+/* Open the process's cache now, from the environment and
+ * fc_cache_configure (fc_compile opens it at its first use), into *out
+ * (which may be NULL). FC_ERR_USAGE for a bad $FUSEC_CACHE or
+ * $FUSEC_CACHE_MAX_BYTES, FC_ERR_NOMEM; a directory that cannot be used is
+ * no error: the cache then works in memory and says why once
+ * (fc_cache_global_take_warning). */
+fc_status fc_cache_global_open(fc_context *ctx, fc_cache **out);
+/* The cache's one-time warning (a directory refused, ...), or NULL; NULL
+ * after it was taken once. */
+const char *fc_cache_global_take_warning(void);
+/* Flush the cache's counters and close it (at exit; a later compile opens
+ * it again). */
+void fc_cache_global_close(void);
+/* `fusec --cache-info [--verify]`'s text: where the cache is, its mode,
+ * its entries and counters by level; with verify, every entry's checksum
+ * checked and the bad ones listed (their count into *nbad). malloc'd
+ * (fc_free); NULL with the error on ctx. */
+char *fc_cache_info_text(fc_context *ctx, bool verify, size_t *nbad);
+/* Remove every entry (`fusec --cache-clear`) and say what went: malloc'd
+ * text (fc_free); NULL with the error on ctx. */
+char *fc_cache_clear_text(fc_context *ctx);
+
 /* ------------------------------------------------------------------ */
 /* Where the compile time went (`fusec --time`).                       */
 /* ------------------------------------------------------------------ */
@@ -635,6 +793,9 @@ typedef struct fc_compile_times {
 /* The times of p as they stand now into *out (the device and load times
  * are filled by p's first run); all zero for a NULL p. */
 void fc_program_times(const fc_program *p, fc_compile_times *out);
+/* The times formatted for `fusec --time`, one step a line (docs/CACHE.md
+ * has an example): a malloc'd string (fc_free), NULL when out of memory. */
+char *fc_compile_times_text(const fc_compile_times *t);
 
 #endif /* FC_API_PROGRAM_FILES */
 

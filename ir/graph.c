@@ -289,6 +289,7 @@ fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs) {
 
 int fc_value_rank(const fc_value *v) { return v ? v->rank : 0; }
 fc_dtype fc_value_dtype(const fc_value *v) { return v ? v->dtype : FC_DTYPE_COUNT; }
+const char *fc_value_name(const fc_value *v) { return v && v->name ? v->name : ""; }
 fc_dim fc_value_dim(const fc_value *v, int i) { return v && i >= 0 && i < v->rank ? v->dims[i] : FC_DIM_INFER; }
 bool fc_value_is_poison(const fc_value *v) { return !v || v->poison; }
 int fc_graph_num_params(const fc_graph *g) { return g ? g->nparams : 0; }

@@ -40,9 +40,9 @@
 #include "passes/attention.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/replay.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/replay.h"
 
 #include <math.h>
 #include <stdint.h>

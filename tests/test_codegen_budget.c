@@ -16,7 +16,7 @@
 #include "codegen/cuda/cuda_codegen.h"
 #include "fusec.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,8 +20,8 @@
  */
 #include "check.h"
 #include "ir.h"
-#include "runtime/cpu_program.h"
-#include "runtime/program.h"
+#include "runtime/cpu/cpu_program.h"
+#include "runtime/cuda/program.h"
 
 #include <math.h>
 #include <stdint.h>

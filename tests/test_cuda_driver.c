@@ -5,7 +5,7 @@
  * device's own compute capability, runs it, checks the result exactly,
  * replays it from a CUDA Graph and times it with events. */
 #include "check.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <stdlib.h>
 

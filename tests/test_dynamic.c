@@ -23,9 +23,9 @@
 #include "fusec.h"
 #include "ir/timing.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
-#include "runtime/frame.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/frame.h"
+#include "runtime/cuda/program.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include "codegen/cuda/cuda_codegen.h"
 #include "fusec.h"
 #include "passes/passes.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 #include "random_graph.h"
 
 #include <stdio.h>

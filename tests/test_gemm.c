@@ -40,10 +40,10 @@
 #include "pass_file.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/interp.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/ref/interp.h"
+#include "runtime/cuda/program.h"
 #include "test_util.h"
 
 #include <cublasLt.h>

@@ -30,10 +30,10 @@
 #include "cache/cache.h"
 #include "cache/cache_internal.h"
 #include "ir.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 #include "test_util.h"
 
 #include <cublasLt.h>

@@ -9,8 +9,8 @@
 #include "fusec.h"
 #include "random_graph.h"
 #include "splitmix.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
 #include "check.h"
 #include "fusec.h"
 #include "ir.h"
-#include "runtime/interp.h"
+#include "runtime/ref/interp.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -24,10 +24,10 @@
  */
 #include "check.h"
 #include "codegen/cuda/attention.h"
-#include "runtime/aot.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/aot.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 #include "test_util.h"
 
 #include <dirent.h>

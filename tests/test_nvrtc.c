@@ -2,7 +2,7 @@
  * bf16 through the toolkit headers, warp shuffles; the exact options; and
  * the error report of a kernel that does not compile. */
 #include "check.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <stdlib.h>
 
@@ -122,7 +122,7 @@ static void test_syntax_error(fc_context *ctx) {
     const char *e = fc_last_error(ctx);
     /* The call, where it was made, what NVRTC said, and its log. */
     CHECK(strstr(e, "nvrtcCompileProgram(") != NULL);
-    CHECK(strstr(e, "runtime/nvrtc.c:") != NULL);
+    CHECK(strstr(e, "runtime/cuda/nvrtc.c:") != NULL);
     CHECK(strstr(e, "NVRTC_ERROR_COMPILATION") != NULL);
     CHECK(strstr(e, "broken.cu(4): error") != NULL);
     /* The source around the first error, numbered, the line marked. */

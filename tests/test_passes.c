@@ -36,7 +36,7 @@
 #include "pass_file.h"
 #include "passes/passes.h"
 #include "passes/rewrite.h"
-#include "runtime/interp.h"
+#include "runtime/ref/interp.h"
 #include "test_util.h"
 
 #include <stdint.h>

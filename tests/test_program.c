@@ -21,11 +21,11 @@
  * and examples/llama_block.ir (B=2, T=16), parsed with bindings. */
 #include "check.h"
 #include "test_util.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/interp.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/ref/interp.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 #include "ir/switches.h"
 
 #include <math.h>

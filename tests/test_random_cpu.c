@@ -25,8 +25,8 @@
 #include "check.h"
 #include "ir.h"
 #include "random_graph.h"
-#include "runtime/cpu_program.h"
-#include "runtime/program.h"
+#include "runtime/cpu/cpu_program.h"
+#include "runtime/cuda/program.h"
 
 #include <math.h>
 #include <stdarg.h>

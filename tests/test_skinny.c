@@ -19,10 +19,10 @@
 #include "splitmix.h"
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/skinny.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 #include "ir/switches.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,9 +499,9 @@ int main(void) {
         static const int Ts[2] = {64, 7};
         for (int t = 0; t < 2; t++) {
             fc_graph *g = parse_gpt2(ctx, Ts[t]);
-            /* Each skinny GEMM follows a kernel: 4 programmatic edges, none with FUSEC_PDL=0. */
+            /* Each skinny GEMM follows a kernel: 4 programmatic edges (none without graphs). */
             if (g) run_case(ctx, dev, Ts[t] == 64 ? "gpt2 B=1 T=64" : "gpt2 B=1 T=7", g, true,
-                             fc_env_is_zero("FUSEC_PDL") || fc_env_is_zero("FUSEC_CUDA_GRAPHS") ? 0 : 4);
+                             fc_env_is_zero("FUSEC_CUDA_GRAPHS") ? 0 : 4);
             fc_graph_free(g);
         }
     }

@@ -21,11 +21,11 @@
 #include "check.h"
 #include "test_util.h"
 #include "codegen/cuda/gemm.h"
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/dynamic.h"
-#include "runtime/interp.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/dynamic.h"
+#include "runtime/ref/interp.h"
+#include "runtime/cuda/program.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -86,6 +86,45 @@ static fc_tensor shaped(fc_dtype dt, int rank, const int64_t *dims, void *data) 
 }
 
 /* ---- without a GPU ---------------------------------------------------------------- */
+
+/* A chain of tanh over [N, 1000] long enough that its variant's frame
+ * (a word per symbol and per value) does not fit in the first kernel's
+ * parameters: the frame is then copied before the launches instead of
+ * carried. A malloc'd text. */
+#define LONG_CHAIN 520
+static char *long_chain_text(void) {
+    size_t cap = 64 + 48 * (size_t)LONG_CHAIN;
+    char *t = malloc(cap);
+    if (!t) return NULL;
+    int n = snprintf(t, cap, "graph chain(%%x: f32[N, 1000]) {\n  %%v0 = tanh(%%x)\n");
+    for (int i = 1; i < LONG_CHAIN; i++) n += snprintf(t + n, cap - (size_t)n, "  %%v%d = tanh(%%v%d)\n", i, i - 1);
+    snprintf(t + n, cap - (size_t)n, "  return %%v%d\n}\n", LONG_CHAIN - 1);
+    return t;
+}
+
+/* Without a GPU: a frame too large to carry is copied (the variant says
+ * so), a small one carried. */
+static void test_frame_carried_or_copied(fc_context *ctx) {
+    char *text = long_chain_text();
+    CHECK(text != NULL);
+    fc_graph *big = text ? parse(ctx, text) : NULL, *small = parse(ctx, softmax_text);
+    free(text);
+    for (int k = 0; k < 2; k++) {
+        fc_graph *g = k ? big : small;
+        fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+        const fc_program *v = p ? fc_dynamic_variant(fc_program_dynamic(p)) : NULL;
+        CHECK(v != NULL);
+        if (v) {
+            const fc_program_desc *d = fc_program_desc_of(v);
+            CHECK(d->src.frame_words > 0);
+            CHECK(d->src.frame_carried == (k == 0));
+            if (k) CHECK(d->src.frame_words > LONG_CHAIN);
+        }
+        fc_program_free(p);
+    }
+    fc_graph_free(big);
+    fc_graph_free(small);
+}
 
 static void test_guards(fc_context *ctx) {
     fc_graph *g = parse(ctx, ln_text);
@@ -715,21 +754,22 @@ static void test_weights_changed(fc_context *ctx, fc_cuda_device *dev) {
 /* A variant of kernels only runs every shape through one graph, built at
  * its first run, and right every time, including a shape that comes back
  * after another and an instance evicted and made again (more shapes than
- * the variant keeps). With frame kernels (the default) each run whose
- * shape or buffers differ writes the frame, carried by its first kernel:
- * that kernel's node alone is patched with the new words. */
-static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
+ * the variant keeps). Each run whose shape or buffers differ writes the
+ * frame: carried (a frame that fits in the first kernel's parameters), its
+ * first kernel's node alone is patched with the new words; copied (a
+ * frame too large to carry: carried false), the graph never changes. */
+static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, bool carried) {
     fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0);
     if (!p) return;
     const fc_program *v = fc_dynamic_variant(fc_program_dynamic(p));
-    CHECK(v && fc_program_desc_of(v)->src.frame_carried);
+    CHECK(v && fc_program_desc_of(v)->src.frame_carried == carried);
     /* 37 twice in a row (no re-pointing), back to 37 after others, and
      * ten distinct shapes in all, past the 8 instances kept. */
     static const int64_t rows[] = {37, 37, 1, 256, 37, 5, 9, 12, 700, 3, 64, 2, 37, 37};
     enum { NRUNS = sizeof rows / sizeof rows[0] };
-    uint64_t reshapes = 0;
+    uint64_t changes = 0;
     for (int i = 0; i < NRUNS; i++) {
-        if (i > 0 && rows[i] != rows[i - 1]) reshapes++;
+        if (i > 0 && rows[i] != rows[i - 1]) changes++;
         fc_tensor x = shaped(FC_F32, 2, (int64_t[]){rows[i], 1000}, NULL);
         char what[64];
         snprintf(what, sizeof what, "shared variant graph, run %d, N=%lld", i, (long long)rows[i]);
@@ -737,23 +777,21 @@ static void test_shared_variant_graph(fc_context *ctx, fc_cuda_device *dev, fc_g
     }
     fc_run_stats s;
     fc_program_stats(p, &s);
-    printf("shared variant graph: runs %llu, dynamic runs %llu, captures %llu, reshapes %llu, frame writes %llu, "
+    printf("shared variant graph (%s): runs %llu, dynamic runs %llu, captures %llu, frame writes %llu, "
            "replays %llu, patches %llu, skips %llu%s%s\n",
-           (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
-           (unsigned long long)s.graph_captures, (unsigned long long)s.graph_reshapes,
-           (unsigned long long)s.frame_writes, (unsigned long long)s.graph_replays,
+           carried ? "frame, carried" : "frame, copied", (unsigned long long)s.runs, (unsigned long long)s.dynamic_runs,
+           (unsigned long long)s.graph_captures, (unsigned long long)s.frame_writes, (unsigned long long)s.graph_replays,
            (unsigned long long)s.graph_patches, (unsigned long long)s.graph_skips, s.graph_skip_reason[0] ? ": " : "",
            s.graph_skip_reason);
     CHECK_EQ_INT(s.dynamic_runs, NRUNS);
     CHECK_EQ_INT(s.graph_captures, 1);
     CHECK_EQ_INT(s.graph_replays, NRUNS);
     CHECK_EQ_INT(s.graph_skips, 0);
-    /* Never re-pointed; every change of shape writes the frame (each run
-     * here has new buffers, so most runs do), which patches the carrier's
-     * node, but at the first run (the graph's build). */
-    CHECK_EQ_INT(s.graph_reshapes, 0);
-    CHECK_EQ_INT(s.graph_patches, s.frame_writes - 1);
-    CHECK(s.frame_writes >= reshapes + 1 && s.frame_writes <= NRUNS);
+    /* Every change of shape writes the frame (each run here has new
+     * buffers, so most runs do), which patches the carrier's node, but at
+     * the first run (the graph's build). */
+    CHECK_EQ_INT(s.graph_patches, carried ? s.frame_writes - 1 : 0);
+    CHECK(s.frame_writes >= changes + 1 && s.frame_writes <= NRUNS);
     fc_program_free(p);
 }
 
@@ -813,7 +851,6 @@ static void test_frame_writes(fc_context *ctx, fc_cuda_device *dev, fc_graph *g)
             printf("frame writes, step %zu: %llu writes, want %llu\n", i, (unsigned long long)s.frame_writes,
                    (unsigned long long)steps[i].writes);
         CHECK_EQ_INT(s.frame_writes, steps[i].writes);
-        CHECK_EQ_INT(s.graph_reshapes, 0);
     }
     fc_cuda_free(dev, bx);
     for (int k = 0; k < 2; k++) fc_cuda_free(dev, by[k]);
@@ -1104,47 +1141,40 @@ static void test_reserve(fc_context *ctx, fc_cuda_device *dev, fc_graph *g) {
 
 /* The specializations borrow their dynamic program's device and cuBLASLt
  * handle and map their memory (fc_device_lease), so that making and
- * freeing one stalls the caller's launches as little as it can; with
- * FUSEC_SPEC_LEASE=0 each has its own, as before. Results are compared
- * both ways, an eviction included (max 2 specializations, 3 shapes). */
+ * freeing one stalls the caller's launches as little as it can. Results
+ * are compared, an eviction included (max 2 specializations, 3 shapes). */
 static void test_spec_lease(fc_context *ctx, fc_cuda_device *dev, fc_graph *g, const fc_tensor (*shapes)[16],
                             const int64_t (*bt)[2], int nin, int concats) {
-    for (int lease = 1; lease >= 0; lease--) {
-        if (!lease) setenv("FUSEC_SPEC_LEASE", "0", 1);
-        fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 2);
-        unsetenv("FUSEC_SPEC_LEASE");
-        if (!p) return;
-        char name[96];
-        for (int i = 0; i < 3; i++) {
-            snprintf(name, sizeof name, "lease %d, shape %d", lease, i);
-            run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name);
-            CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
-            run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name); /* the specialization */
-        }
-        const fc_cublaslt *first = NULL;
-        int live = 0;
-        for (int i = 1; i < 3; i++) { /* shape 0's was evicted */
-            fc_program *sp = NULL;
-            CHECK_EQ_INT(fc_dynamic_select(p, bt[i], &sp), FC_OK);
-            CHECK(sp != NULL);
-            if (!sp) continue;
-            live++;
-            const fc_cuda_device *d = fc_program_device(sp);
-            CHECK(d && d->borrowed == (lease == 1));
-            const fc_cublaslt *h = fc_program_blas(sp);
-            CHECK(h != NULL);
-            if (concats) CHECK(fc_cublaslt_concats_mapped(h) == (lease == 1));
-            /* (Without the lease, cublasLtCreate may hand out one handle
-             * twice: the H200's driver did, run 1 of session 9.) */
-            if (first && lease) CHECK(fc_cublaslt_same_handle(first, h));
-            first = h;
-        }
-        CHECK_EQ_INT(live, 2);
-        fc_run_stats st;
-        fc_program_stats(p, &st);
-        CHECK_EQ_INT(st.specializations_evicted, 1);
-        fc_program_free(p);
+    fc_program *p = compile_dynamic(ctx, g, FC_SPECIALIZE_BACKGROUND, 2);
+    if (!p) return;
+    char name[96];
+    for (int i = 0; i < 3; i++) {
+        snprintf(name, sizeof name, "lease, shape %d", i);
+        run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name);
+        CHECK_EQ_INT(fc_program_wait_specializations(p), FC_OK);
+        run_and_compare(ctx, dev, p, g, shapes[i], nin, 1, name); /* the specialization */
     }
+    const fc_cublaslt *first = NULL;
+    int live = 0;
+    for (int i = 1; i < 3; i++) { /* shape 0's was evicted */
+        fc_program *sp = NULL;
+        CHECK_EQ_INT(fc_dynamic_select(p, bt[i], &sp), FC_OK);
+        CHECK(sp != NULL);
+        if (!sp) continue;
+        live++;
+        const fc_cuda_device *d = fc_program_device(sp);
+        CHECK(d && d->borrowed);
+        const fc_cublaslt *h = fc_program_blas(sp);
+        CHECK(h != NULL);
+        if (concats) CHECK(fc_cublaslt_concats_mapped(h));
+        if (first) CHECK(fc_cublaslt_same_handle(first, h));
+        first = h;
+    }
+    CHECK_EQ_INT(live, 2);
+    fc_run_stats st;
+    fc_program_stats(p, &st);
+    CHECK_EQ_INT(st.specializations_evicted, 1);
+    fc_program_free(p);
 }
 
 static void test_gpu(fc_context *ctx) {
@@ -1181,10 +1211,14 @@ static void test_gpu(fc_context *ctx) {
          * shape: its one graph (softmax is all kernels), built at the first
          * and never re-pointed: each shape writes the frame. */
         CHECK_EQ_INT(st.graph_replays, 6);
-        CHECK_EQ_INT(st.graph_reshapes, 0);
         CHECK_EQ_INT(st.frame_writes, 2);
         fc_program_free(p);
-        test_shared_variant_graph(ctx, dev, g);
+        test_shared_variant_graph(ctx, dev, g, true);
+        char *text = long_chain_text();
+        fc_graph *chain = text ? parse(ctx, text) : NULL;
+        free(text);
+        if (chain) test_shared_variant_graph(ctx, dev, chain, false);
+        fc_graph_free(chain);
         test_frame_writes(ctx, dev, g);
         test_frame_eager(ctx, dev, g);
     }
@@ -1254,6 +1288,7 @@ int main(void) {
     test_guards(ctx);
     test_bookkeeping(ctx);
     test_reserve_usage(ctx);
+    test_frame_carried_or_copied(ctx);
     test_dynamic_compile_oom();
     if (fc_cuda_available(NULL)) test_gpu(ctx);
     else printf("test_specialize: GPU part skipped (no CUDA device)\n");

@@ -11,22 +11,19 @@
  * the cache, or get a program (parse and verify the graph, or load a
  * compiled program file), emit, save and/or run it. Flags live in one table
  * (`flags` below): to add one, write a row, and a handler for a value that
- * needs more checking than a path's. Devices live in another (`devices`):
- * a backend is added by giving its row a run function.
+ * needs more checking than a path's. Devices are the library's backends
+ * (fc_device_list): a backend added there is a device here.
+ *
+ * Only the public header (fusec.h) and the tool's own npy.h are included:
+ * what the tool needs of the library is public API.
  *
  * Exit codes: 0 success, 1 input error, 2 usage error, 3 failure while
  * running, 4 --check failed, 5 out of memory, 6 unsupported (the fc_status
  * values, and 4).
  */
 #include "fusec.h"
-#include "ir.h" /* fc_value.name, for messages that name a parameter */
-#include "ir/timing.h"
 #include "npy.h"
-#include "runtime/cpu_program.h"     /* the LLVM CPU backend */
-#include "runtime/aot.h"           /* fc_arch_parse */
-#include "runtime/cuda.h"          /* fc_cuda_available: is there a GPU */
-#include "runtime/program.h"       /* run from host memory, --check comparisons, --time text */
-#include "runtime/program_cache.h" /* the process's cache: --cache-info, --cache-clear, its warning */
+
 #include <time.h>
 
 #include <errno.h>
@@ -52,67 +49,26 @@ enum {
 };
 
 /* ------------------------------------------------------------------ */
-/* Devices. A device without a run function is known but not built.   */
+/* Clock.                                                              */
 /* ------------------------------------------------------------------ */
 
-/* What a run is asked to do besides running once. */
-typedef struct run_config {
-    int bench_iters; /* > 0: also time that many runs (--bench) */
-    int sm;          /* the target of a compiling device (--arch); 0: its own */
-} run_config;
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* ------------------------------------------------------------------ */
+/* Devices: the library's backends.                                    */
+/* ------------------------------------------------------------------ */
 
 /* What a run reports besides the outputs. */
 typedef struct run_stats {
-    double median_ms;       /* with bench_iters > 0: the median run time */
-    bool compiled;          /* the device compiled the graph: times holds how */
+    double median_ms;       /* with --bench: the median run time */
+    bool compiled;          /* the graph was compiled for CUDA: times holds how */
     fc_compile_times times; /* for --time */
 } run_stats;
 
-/* Run g on inputs, filling out[0..nout) (fc_run_reference's convention). */
-typedef fc_status (*device_run_fn)(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
-                                   const run_config *cfg, run_stats *rs);
-/* Is the device usable on this machine (a GPU present, ...)? */
-typedef bool (*device_present_fn)(void);
-
-typedef struct device {
-    const char *name;
-    device_run_fn run;         /* NULL: not available in this build */
-    device_present_fn present; /* NULL: always present when built */
-    bool compiles;             /* it compiles the graph for CUDA: --arch and --time apply */
-} device;
-
-/* Host-side timing for the CPU devices: the median of n runs. */
-static fc_status time_host_runs(device_run_fn run, fc_graph *g, const fc_tensor *in, int nin, int nout, int n,
-                                double *median_ms) {
-    double *t = calloc((size_t)n, sizeof *t);
-    fc_tensor *tmp = calloc((size_t)(nout ? nout : 1), sizeof *tmp);
-    fc_status st = t && tmp ? FC_OK : FC_ERR_NOMEM;
-    run_config once = {0, 0};
-    run_stats ignored;
-    for (int i = 0; i < n && !st; i++) {
-        double t0 = fc_now_ms();
-        st = run(g, in, nin, tmp, nout, &once, &ignored);
-        t[i] = fc_now_ms() - t0;
-        for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
-    }
-    if (!st) *median_ms = fc_median(t, n);
-    free(t);
-    free(tmp);
-    return st;
-}
-
-static fc_status run_ref(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
-                         run_stats *rs) {
-    memset(rs, 0, sizeof *rs);
-    fc_status st = fc_run_reference(g, in, nin, out, nout);
-    if (!st && cfg->bench_iters > 0)
-        st = time_host_runs(run_ref, g, in, nin, nout, cfg->bench_iters, &rs->median_ms);
-    return st;
-}
-
-/* CUDA: compile (passes, codegen, NVRTC, or the cache), then copy in, run,
- * copy out. The benchmark times device runs with CUDA events
- * (runtime/program.c). */
 /* Compiled kernels have static shapes: a copy of g with the symbols bound
  * to the sizes the inputs give (g itself when it has none). */
 static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin) {
@@ -130,76 +86,29 @@ static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin)
     return nb ? fc_graph_specialize(g, binds, nb) : g;
 }
 
-/* The LLVM CPU backend: the same fused kernel groups, JIT-compiled for the
- * host (runtime/cpu_program.h). */
-static fc_status run_cpu(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
-                         run_stats *rs) {
-    memset(rs, 0, sizeof *rs);
-    fc_graph *sg = specialize_to_inputs(g, in, nin);
-    if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
-    fc_cpu_program *p = NULL;
-    fc_status st = fc_cpu_compile(sg, &p);
-    if (!st) {
-        if (cfg->bench_iters > 0) st = fc_cpu_bench(p, in, nin, out, nout, cfg->bench_iters, &rs->median_ms);
-        else st = fc_cpu_run(p, in, nin, out, nout);
-    }
-    fc_cpu_program_free(p);
-    if (sg != g) fc_graph_free(sg);
-    return st;
-}
-
-static bool cpu_present(void) { return fc_cpu_available(); }
-
-static fc_status run_cuda(fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout, const run_config *cfg,
-                          run_stats *rs) {
+/* Run g on device dev from host memory: compile a copy with the inputs'
+ * shapes (passes, codegen and, on CUDA, NVRTC or the cache), then
+ * fc_program_run_host (its --bench timing: CUDA events on the GPU, the
+ * monotonic clock on the host). */
+static fc_status run_on_device(fc_device dev, fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
+                               int bench_iters, int sm, run_stats *rs) {
     memset(rs, 0, sizeof *rs);
     fc_compile_options co;
     fc_compile_options_default(&co);
-    co.device = FC_DEVICE_CUDA;
-    co.sm = cfg->sm;
+    co.device = dev;
+    co.sm = sm;
     fc_graph *sg = specialize_to_inputs(g, in, nin);
     if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
     fc_program *p = NULL;
     fc_status st = fc_compile(sg, &co, &p);
-    if (!st) st = fc_program_run_host(p, in, nin, out, nout, &rs->median_ms, cfg->bench_iters);
-    if (p) {
+    if (!st) st = fc_program_run_host(p, in, nin, out, nout, &rs->median_ms, bench_iters);
+    if (p && dev == FC_DEVICE_CUDA) {
         rs->compiled = true;
         fc_program_times(p, &rs->times);
     }
     fc_program_free(p);
     if (sg != g) fc_graph_free(sg);
     return st;
-}
-
-static bool cuda_present(void) {
-    fc_context *ctx = fc_context_new();
-    bool ok = ctx && fc_cuda_available(ctx);
-    fc_context_free(ctx);
-    return ok;
-}
-
-static const device devices[] = {
-    {"ref", run_ref, NULL, false},           /* the reference interpreter: float64, slow, exact */
-    {"cpu", run_cpu, cpu_present, false},    /* the LLVM CPU backend (when built with LLVM) */
-    {"cuda", run_cuda, cuda_present, true},  /* NVRTC kernels through the CUDA driver API */
-};
-#define NDEVICES ((int)(sizeof devices / sizeof devices[0]))
-
-/* The default device: the GPU when there is one, else the CPU backend when
- * built, else the reference interpreter. */
-static const char *default_device(void) {
-    static const char *const order[] = {"cuda", "cpu", "ref"};
-    for (int k = 0; k < 3; k++)
-        for (int i = 0; i < NDEVICES; i++)
-            if (!strcmp(devices[i].name, order[k]) && devices[i].run && (!devices[i].present || devices[i].present()))
-                return devices[i].name;
-    return "ref";
-}
-
-static const device *find_device(const char *name) {
-    for (int i = 0; i < NDEVICES; i++)
-        if (strcmp(devices[i].name, name) == 0) return &devices[i];
-    return NULL;
 }
 
 /* ------------------------------------------------------------------ */
@@ -642,42 +551,13 @@ static void print_help(void) {
         "  FUSEC_CUDA_GRAPHS=0   launch by launch, no CUDA Graph replay (--no-graphs)\n"
         "  FUSEC_VARIANT_GEMM=cublaslt  (library) a dynamic program's variant runs its\n"
         "                        GEMMs through cuBLASLt, not generated kernels\n"
-        "  FUSEC_SHARED_GRAPH=0  (library) a dynamic variant of kernels only builds a\n"
-        "                        graph per shape instead of replaying one graph\n"
-        "  FUSEC_VARIANT_FRAME=0 (library) a dynamic variant's kernels take sizes and\n"
-        "                        pointers as parameters (its graph re-pointed at each\n"
-        "                        shape), not from the frame a run writes\n"
-        "  FUSEC_PDL=0           (library) no programmatic launches between a dynamic\n"
-        "                        variant's frame kernels, nor into a static program's\n"
-        "                        skinny GEMMs\n"
         "  FUSEC_SKINNY=0        (library) a static program's GEMMs of at most 64 rows\n"
         "                        stay cuBLASLt calls, not skinny GEMM kernels (sm_90a)\n"
         "  FUSEC_SKINNY_ATTN=0   (library) an attention whose result only a skinny GEMM\n"
         "                        reads keeps its own kernel, not computed inside it\n"
-        "  FUSEC_FRAME_GRID=N    (library) N waves of blocks for a dynamic variant's\n"
-        "                        frame kernels (default 2), for measuring\n"
-        "  FUSEC_ARENA_REGION=0  (library) a dynamic variant's arena is freed and\n"
-        "                        allocated larger to grow, not grown in place\n"
-        "  FUSEC_SPEC_DELAY_US=N (library) the background specialization thread starts\n"
-        "                        its work N us after it is woken, for measuring\n"
         "  FUSEC_GEMM_TUNE=1     (library) choose cuBLASLt algorithms by timing the\n"
         "                        heuristic's first 8 candidates (off: slower in a\n"
         "                        program's graph at small sizes; docs/GEMM.md)\n"
-        "  FUSEC_FRAME_CARRY=0   (library) a dynamic variant's frame is copied before\n"
-        "                        the launches, not carried by its first kernel\n"
-        "  FUSEC_FRAME_PINNED=1  (library) a dynamic variant's frame is copied from a\n"
-        "                        page-locked ring, not its pageable image (measuring)\n"
-        "  FUSEC_SPEC_LEASE=0    (library) each specialization opens its own stream and\n"
-        "                        cuBLASLt handle and allocates its memory, instead of\n"
-        "                        borrowing its dynamic program's and mapping it\n"
-        "  FUSEC_SPEC_UPLOAD=0   (library) a specialization's CUDA Graph is uploaded by\n"
-        "                        its first launch, not by the background thread\n"
-        "  FUSEC_SPEC_QUEUE_FIRST=1  (library) a miss queues its specialization before\n"
-        "                        the variant's launches, not after (measuring)\n"
-        "  FUSEC_GEMM_PICK=N,... (library) take cuBLASLt's candidate N for each GEMM,\n"
-        "                        bypassing the algorithm records (measuring)\n"
-        "  FUSEC_GEMM_REDUCTION=M  (library) the split-K reduction schemes cuBLASLt may\n"
-        "                        offer, as bits (measuring, with FUSEC_GEMM_PICK)\n"
         "  FUSEC_LOG=guards,graphs,spec  log (to stderr) each guard miss of a dynamic\n"
         "                        program with what changed, specializations built and\n"
         "                        evicted, why a program runs without a CUDA Graph, and\n"
@@ -819,7 +699,7 @@ static void param_of_graph(fc_graph *g, int i, param_info *pi) {
         pi->sym[d] = fc_sym_name(g, dim);
         pi->dims[d] = pi->sym[d] ? 0 : dim;
     }
-    param_finish(pi, p->name, p->param_index);
+    param_finish(pi, fc_value_name(p), i);
 }
 
 static void param_of_program(const fc_program *prog, int i, param_info *pi) {
@@ -941,7 +821,7 @@ static int run_exit_code(fc_status st) {
 }
 
 /* --check: run the reference interpreter on the same inputs and compare
- * every output within its dtype's tolerance (runtime/program.h). */
+ * every output within its dtype's tolerance (runtime/cuda/program.h). */
 static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
     fc_context *ctx = fc_graph_context(g);
     fc_tensor *want = calloc((size_t)(nout ? nout : 1), sizeof *want);
@@ -977,7 +857,7 @@ typedef struct run_target {
     fc_graph *g;          /* a .ir file's graph: names the parameters; runs on dev unless prog is set */
     fc_program *prog;     /* a compiled program (a file's, or one compiled for --emit or -o): runs on the
                              GPU instead of dev; names the parameters when g is NULL */
-    const device *dev;    /* runs g */
+    fc_device dev;        /* runs g */
     fc_graph *ref;        /* what --check runs with the reference interpreter */
     const char *name;     /* the graph's name, for messages */
 } run_target;
@@ -1055,8 +935,7 @@ static int run_inputs(const options *o, const run_target *t, run_stats *rs) {
         st = fc_program_run_host(t->prog, in, np, out, nout, &rs->median_ms, o->bench_iters);
     } else {
         ctx = fc_graph_context(t->g);
-        run_config cfg = {o->bench_iters, o->sm};
-        st = t->dev->run(t->g, in, np, out, nout, &cfg, rs);
+        st = run_on_device(t->dev, t->g, in, np, out, nout, o->bench_iters, o->sm, rs);
     }
     if (st != FC_OK) {
         print_last_error(ctx);
@@ -1136,12 +1015,12 @@ static int emit_program(fc_program *p, const options *o) {
 /* The graph a compiled program file carries (the text fc_compile was
  * given, its shapes bound), for --emit=ir and --check. */
 static int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc_graph **g) {
-    const fc_program_desc *d = fc_program_desc_of(prog);
-    if (!d->graph_text || !*d->graph_text)
+    const char *graph_text = fc_program_graph_text(prog);
+    if (!graph_text || !*graph_text)
         return fail(EXIT_UNSUPPORTED, "%s carries no graph text, which --emit=ir and --check need", file);
     char name[4200];
     snprintf(name, sizeof name, "%s (embedded graph)", file);
-    fc_status st = fc_parse(ctx, name, d->graph_text, strlen(d->graph_text), NULL, NULL, 0, g);
+    fc_status st = fc_parse(ctx, name, graph_text, strlen(graph_text), NULL, NULL, 0, g);
     if (st == FC_OK) st = fc_verify(*g);
     if (st != FC_OK) {
         print_last_error(ctx);
@@ -1256,32 +1135,33 @@ static bool starts_as_elf(const char *path) {
 
 /* Which device --run uses for a .ir file; NULL after a usage error
  * (printed, *rc set). */
-static const device *choose_device(const options *o, int *rc) {
-    const char *env = getenv("FUSEC_DEVICE");
-    bool from_env = !o->device_given && env && *env;
-    const char *name = o->device_given ? o->device : from_env ? env : default_device();
-    const device *dev = find_device(name);
-    if (!dev) {
+static bool choose_device(const options *o, fc_device *dev, int *rc) {
+    bool from_env = false;
+    const char *name = o->device_given ? o->device : fc_device_default_name(&from_env);
+    if (!fc_device_from_name(name, dev)) {
+        fc_device all[16];
+        int n = fc_device_list(all, 16);
         char known[256] = "";
-        for (int i = 0; i < NDEVICES; i++)
-            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", devices[i].name);
+        for (int i = 0; i < n && i < 16; i++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "",
+                     fc_device_name(all[i]));
         *rc = usage_error("unknown device '%s'%s (known: %s)", name, from_env ? " in FUSEC_DEVICE" : "", known);
-        return NULL;
+        return false;
     }
     /* The CPU backend exists only in builds with LLVM; a missing GPU is a
      * run-time failure instead (exit 3), since the build supports one. */
-    if (!dev->run || (!strcmp(dev->name, "cpu") && !fc_cpu_available())) {
+    if (!fc_device_built(*dev)) {
         *rc = usage_error("device '%s' is not available in this build", name);
-        return NULL;
+        return false;
     }
-    return dev;
+    return true;
 }
 
 static int run_cli(const options *o) {
     if (!o->file) return usage_error("missing input file");
     /* A compiled program file (fusec -o) is loaded instead of parsed. */
     bool is_program = fc_program_is_file(o->file) || starts_as_elf(o->file);
-    const device *dev = NULL;
+    fc_device dev = FC_DEVICE_CUDA;
     int rc = 0;
     if (is_program) {
         const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch" : NULL;
@@ -1290,9 +1170,9 @@ static int run_cli(const options *o) {
                                "target compiled in", na, o->file);
         if (o->device_given && strcmp(o->device, "cuda") != 0)
             return usage_error("a compiled program file runs on the cuda device only, not '%s'", o->device);
-        dev = find_device("cuda");
+        dev = FC_DEVICE_CUDA;
     } else if (o->run) {
-        if (!(dev = choose_device(o, &rc))) return rc;
+        if (!choose_device(o, &dev, &rc)) return rc;
     }
     if (!o->run) {
         const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
@@ -1301,7 +1181,7 @@ static int run_cli(const options *o) {
         if (needs_run) return usage_error("%s needs --run", needs_run);
     }
     bool compile_now = !is_program && (o->emit_plan || o->emit_cuda || o->emit_ptx || o->output);
-    bool compiles = is_program || compile_now || (o->run && dev->compiles);
+    bool compiles = is_program || compile_now || (o->run && dev == FC_DEVICE_CUDA);
     if (o->time && !compiles)
         return usage_error("--time needs a compile: -o, --emit=plan|cuda|ptx, --run on the cuda device, or a "
                            "compiled program file");
@@ -1327,7 +1207,7 @@ static int run_cli(const options *o) {
         }
         if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
     } else {
-        double t0 = fc_now_ms();
+        double t0 = now_ms();
         size_t len = 0;
         text = read_file(o->file, &len);
         if (!text) {
@@ -1336,7 +1216,7 @@ static int run_cli(const options *o) {
         }
         st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
         if (st == FC_OK) st = fc_verify(g);
-        parse_ms = fc_now_ms() - t0;
+        parse_ms = now_ms() - t0;
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
@@ -1361,20 +1241,20 @@ static int run_cli(const options *o) {
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
-        double t0 = fc_now_ms();
+        double t0 = now_ms();
         st = fc_program_save_file(prog, o->output);
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = run_exit_code(st);
             goto done;
         }
-        save_ms = fc_now_ms() - t0;
+        save_ms = now_ms() - t0;
     }
     if (o->run) {
-        const char *name = is_program ? fc_program_desc_of(prog)->graph_name : fc_graph_name(g);
+        const char *name = is_program ? fc_program_name(prog) : fc_graph_name(g);
         run_target t = {
             .g = is_program ? NULL : g,
-            .prog = is_program || dev->compiles ? prog : NULL, /* compiled once, for --emit or -o */
+            .prog = is_program || dev == FC_DEVICE_CUDA ? prog : NULL, /* compiled once, for --emit or -o */
             .dev = dev,
             .ref = g,
             .name = name ? name : "?",
@@ -1413,8 +1293,10 @@ int main(int argc, char **argv) {
         } else if (o.version) {
             printf("fusec %s\n", FUSEC_VERSION_STRING);
         } else if (o.list_devices) {
-            for (int i = 0; i < NDEVICES; i++)
-                if (devices[i].run && (!devices[i].present || devices[i].present())) printf("%s\n", devices[i].name);
+            fc_device all[16];
+            int n = fc_device_list(all, 16);
+            for (int i = 0; i < n && i < 16; i++)
+                if (fc_device_available(all[i])) printf("%s\n", fc_device_name(all[i]));
         } else if (o.verify && !o.cache_info) {
             rc = usage_error("--verify needs --cache-info");
         } else if (o.cache_dir && (st = fc_cache_configure(o.cache_dir)) != FC_OK) {

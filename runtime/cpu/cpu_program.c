@@ -7,7 +7,7 @@
  *   clone -> every dim static? -> fc_pipeline (the passes, fusion,
  *   scheduling, memory plan: exactly what the CUDA backend gets) ->
  *   fc_llvm_compile (codegen/llvm: one JIT-compiled function per kernel
- *   group) -> storage classes (fc_plan_classes_make, as runtime/program.c)
+ *   group) -> storage classes (fc_plan_classes_make, as runtime/cuda/program_*.c)
  *
  * Running: the groups in launch order. A generated kernel gets one host
  * pointer per input and output; a large one (work above PARALLEL_WORK) has
@@ -22,7 +22,7 @@
  * per-row value at another row's index: a fusion problem) is compiled again
  * unfused, and the plan text says so in a "note:" line.
  *
- * Storage. A value's bytes live where runtime/program.c puts them on the
+ * Storage. A value's bytes live where runtime/cuda/program_*.c puts them on the
  * device: a class rooted at a parameter in the caller's input buffer, a
  * class holding a graph result in the caller's output buffer, anything else
  * in the program's arena at plan->offset. Results no kernel writes in place
@@ -31,10 +31,12 @@
  * Without LLVM (the GPU machine), only stubs are compiled: fc_cpu_compile
  * says why there is no CPU backend.
  */
-#include "runtime/cpu_program.h"
+#include "runtime/cpu/cpu_program.h"
+#include "ir/switches.h"
 #include "ir.h"
 #include "ir/timing.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,7 +45,7 @@
 #include "codegen/llvm/llvm_codegen.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
-#include "runtime/interp.h"
+#include "runtime/ref/interp.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -228,8 +230,8 @@ const char *fc_cpu_target_description(void) {
 
 static int resolve_threads(int requested) {
     if (requested > 0) return requested;
-    const char *env = getenv("FUSEC_CPU_THREADS");
-    if (env && atoi(env) > 0) return atoi(env);
+    const long env = fc_switch_int(FC_SW_CPU_THREADS, 0);
+    if (env > 0 && env <= INT_MAX) return (int)env;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)(n > 256 ? 256 : n) : 1;
 }
@@ -752,8 +754,7 @@ fc_status fc_cpu_compile_ex(fc_graph *g, const fc_cpu_options *o, fc_cpu_program
     if (o) p->opts = *o;
     else fc_cpu_options_default(&p->opts);
     /* FUSEC_DEBUG=code keeps the generated IR, as it keeps CUDA sources. */
-    const char *debug = getenv("FUSEC_DEBUG");
-    if (debug && strstr(debug, "code")) p->opts.keep_ir = true;
+    if (strstr(fc_switch_str(FC_SW_DEBUG), "code")) p->opts.keep_ir = true;
     p->threads = resolve_threads(p->opts.threads);
     st = compile_program(p, g);
     if (st != FC_OK) {

@@ -25,12 +25,12 @@
 #ifndef FC_RUNTIME_REPLAY_H
 #define FC_RUNTIME_REPLAY_H
 
-#include "runtime/cublaslt.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
 
 /* What running launch i of a description needs, provided by the program
- * (runtime/program.c): a static program, or one shape of a dynamic one. */
+ * (runtime/cuda/program_*.c): a static program, or one shape of a dynamic one. */
 typedef struct fc_replay_env {
     fc_cuda_device *dev;
     fc_context *ctx;
@@ -43,7 +43,7 @@ typedef struct fc_replay_env {
      * symbol values of a dynamic program's shape). */
     const int64_t *syms;
     int nsyms;
-    /* The frame (runtime/frame.h) of a variant whose kernels take it
+    /* The frame (runtime/cuda/frame.h) of a variant whose kernels take it
      * (fc_launch.frame): their one parameter. 0 otherwise. */
     CUdeviceptr frame;
     /* A carried frame (fc_cuda_src.frame_carried): this run's words
@@ -110,7 +110,7 @@ typedef struct fc_replay fc_replay;
  * A kernel whose launch says pdl (every frame kernel, and a static
  * program's skinny GEMMs) follows a kernel node before it by a programmatic
  * edge (it may start as that one finishes, and waits for it inside),
- * unless $FUSEC_PDL is 0 or the driver or device cannot. Frame kernels'
+ * unless the driver or device cannot. Frame kernels'
  * nodes hold no caller pointer, so fc_replay_launch patches none of them
  * but a carrier, whose parameters hold the frame's words (e->frame_image).
  * pa: scratch with room for the most parameters of any launch.
@@ -128,19 +128,6 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
  */
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
                            fc_launch_params *pa, CUstream s, uint64_t *patched);
-/*
- * The graph re-pointed at another shape of the same dynamic variant: every
- * kernel node gets e's grid and parameters (e->d is the shape's
- * description, with the variant's launches; e->syms its sizes), and the
- * caller pointers are remembered, so the next fc_replay_launch patches only
- * what moves after this. One graph then serves every shape of a variant
- * whose launches are all kernels (fc_replay_kernels_only): a new shape
- * costs one parameter update per node instead of a graph build
- * (docs/RUNTIME-GRAPHS.md). On failure some nodes may hold the new shape
- * and some the old: the caller must drop the graph.
- */
-fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           fc_launch_params *pa, uint64_t *patched);
 /* Whether d's launches are kernels (and aliases) only: no library call. */
 bool fc_replay_kernels_only(const fc_program_desc *d);
 /* Upload the graph to the device on stream s, without running it (a graph

@@ -8,8 +8,8 @@
  * entry point comes from it, at the ABI version its typedef names (see
  * FC_CUDA_DRIVER_FUNCTIONS in cuda.h). docs/RUNTIME.md has the whole story.
  */
-#include "runtime/cuda.h"
-#include "runtime/cuda_check.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_check.h"
 
 #include <cublasLt.h>
 
@@ -194,6 +194,11 @@ bool fc_cuda_available(fc_context *ctx) { return fc_cuda_driver_get(ctx) != NULL
 /* ------------------------------------------------------------------ */
 
 const char *fc_check_short_file(const char *file) {
+    /* From the source tree's runtime/ folder on, when the path has one. */
+    const char *r = NULL;
+    for (const char *q = strstr(file, "runtime/"); q; q = strstr(q + 1, "runtime/"))
+        if (q == file || q[-1] == '/') r = q;
+    if (r) return r;
     const char *p = strrchr(file, '/');
     if (!p) return file;
     while (p > file && p[-1] != '/') p--;

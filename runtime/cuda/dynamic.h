@@ -19,7 +19,7 @@
 #ifndef FC_RUNTIME_DYNAMIC_H
 #define FC_RUNTIME_DYNAMIC_H
 
-#include "runtime/program.h"
+#include "runtime/cuda/program.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -16,18 +16,18 @@
  *
  * Nothing here prints unless FUSEC_LOG asks for it.
  */
-#include "runtime/dynamic.h"
+#include "runtime/cuda/dynamic.h"
 
 #include "ir/ir.h"
+#include "ir/switches.h"
 #include "ir/timing.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #define DEFAULT_MAX_SPECS 8
 /* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
@@ -38,8 +38,8 @@
 /* ------------------------------------------------------------------ */
 
 static int log_topics(void) {
-    const char *e = getenv("FUSEC_LOG");
-    if (!e || !*e) return 0;
+    const char *e = fc_switch_str(FC_SW_LOG);
+    if (!*e) return 0;
     int t = 0;
     if (strstr(e, "guards")) t |= FC_LOG_GUARDS;
     if (strstr(e, "graphs")) t |= FC_LOG_GRAPHS;
@@ -188,11 +188,8 @@ typedef struct fc_dynamic {
      * far (the stats add up everything that ran). */
     fc_run_stats gone;
     int max_specs;
-    long delay_us; /* FUSEC_SPEC_DELAY_US: the background thread's start, that late */
-    bool queue_first; /* FUSEC_SPEC_QUEUE_FIRST=1 (measuring): a miss queues before it launches, as before session 10 */
     /* The device and cuBLASLt handle the specializations borrow, and so
-     * map their memory (runtime/program.h); NULL with FUSEC_SPEC_LEASE=0
-     * (measuring: each opens its own, as before session 9). */
+     * map their memory (runtime/cuda/program.h). */
     fc_device_lease *lease;
 
     pthread_mutex_t mu;
@@ -320,13 +317,6 @@ static void *worker(void *arg) {
     fc_dynamic *d = arg;
     pthread_mutex_lock(&d->mu);
     for (;;) {
-        if (d->delay_us > 0 && !d->stop && (d->ngrave > 0 || has_queued(d))) {
-            /* FUSEC_SPEC_DELAY_US: start the work that late (measuring
-             * what it costs the caller's calls that run meanwhile). */
-            pthread_mutex_unlock(&d->mu);
-            usleep((useconds_t)d->delay_us);
-            pthread_mutex_lock(&d->mu);
-        }
         if (d->arena_ahead > 0) {
             /* First: it is quick, and a run may soon need it. */
             const int64_t want = d->arena_ahead;
@@ -531,13 +521,11 @@ fc_status fc_dynamic_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     d->opts = *o;
     d->shell = p;
     d->max_specs = o->max_specializations ? o->max_specializations : DEFAULT_MAX_SPECS;
-    d->delay_us = getenv("FUSEC_SPEC_DELAY_US") ? atol(getenv("FUSEC_SPEC_DELAY_US")) : 0;
-    d->queue_first = fc_env_is_one("FUSEC_SPEC_QUEUE_FIRST");
     pthread_mutex_init(&d->mu, NULL);
     pthread_cond_init(&d->wake, NULL);
     pthread_cond_init(&d->done, NULL);
     fc_status st = fc_program_set_signature(p, g);
-    if (st == FC_OK && !fc_env_is_zero("FUSEC_SPEC_LEASE") && !(d->lease = fc_device_lease_new())) st = FC_ERR_NOMEM;
+    if (st == FC_OK && !(d->lease = fc_device_lease_new())) st = FC_ERR_NOMEM;
     d->text = st == FC_OK ? fc_print(g) : NULL;
     if (st == FC_OK && !d->text) st = FC_ERR_NOMEM;
     d->nsyms = g->nsyms;
@@ -737,7 +725,7 @@ static fc_status select_spec(fc_program *p, const int64_t *key, void *const *ptr
             st = fc_set_error(d->ctx, FC_ERR_RUNTIME, "program %s: specializing %s failed: %s", name, k, s->error);
         }
     } else if (!s && d->opts.specialize == FC_SPECIALIZE_BACKGROUND) {
-        if (after && !d->queue_first) {
+        if (after) {
             after->queue = true;
             snprintf(after->why, sizeof after->why, "%s", why);
         } else {
@@ -816,16 +804,13 @@ static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from) {
     to->graph_build_ms += from->graph_build_ms;
     to->graph_replays += from->graph_replays;
     to->graph_patches += from->graph_patches;
-    to->graph_reshapes += from->graph_reshapes;
     to->frame_writes += from->frame_writes;
     to->graph_skips += from->graph_skips;
     if (from->graph_skip_reason[0])
         snprintf(to->graph_skip_reason, sizeof to->graph_skip_reason, "%s", from->graph_skip_reason);
 }
 
-void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
-    memset(out, 0, sizeof *out);
-    if (!cp) return;
+void fc_cuda_program_stats(const fc_program *cp, fc_run_stats *out) {
     fc_program *p = (fc_program *)cp;
     *out = *fc_program_stats_ref(p);
     fc_dynamic *d = fc_program_dynamic(p);
@@ -833,7 +818,7 @@ void fc_program_stats(const fc_program *cp, fc_run_stats *out) {
     sync_stats(d, out);
     /* Graph counters of everything that ran: the shell itself runs nothing. */
     out->graph_captures = out->graph_replays = out->graph_patches = out->graph_skips = out->graph_prebuilt = 0;
-    out->graph_reshapes = out->frame_writes = 0;
+    out->frame_writes = 0;
     out->graph_build_ms = 0;
     out->graph_skip_reason[0] = 0;
     add_graph_stats(out, &d->gone);
@@ -938,9 +923,8 @@ static fc_status run_dynamic(fc_program *p, fc_dynamic *d, const int64_t *key, v
     return st;
 }
 
-fc_status fc_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
-                        void *stream) {
-    if (!p) return FC_ERR_USAGE;
+fc_status fc_cuda_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                             void *stream) {
     fc_dynamic *d = fc_program_dynamic(p);
     fc_context *ctx = fc_program_context(p);
     const fc_program_desc *sig = fc_program_desc_of(p);

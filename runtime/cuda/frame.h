@@ -18,31 +18,28 @@
  *
  * The copy comes from the host image itself, pageable memory: the driver
  * stages a copy that small before cuMemcpyHtoDAsync returns, so the image
- * may change at once, and the copy is ordered on the run's stream. (Until
- * session 9 the copies came from a ring of page-locked slots, each with an
- * event saying when its copy ran; FUSEC_FRAME_PINNED=1 keeps that, for
- * measuring: it costs ~1 us more host time per write.) The program's rule
+ * may change at once, and the copy is ordered on the run's stream: no
+ * page-locked staging and no event per write. The program's rule
  * (one caller thread, one stream at a time, as for its arena) covers the
  * frame.
  *
- * A carried frame (fc_cuda_src.frame_carried, the default since session
- * 13): nothing is copied. The variant's first kernel, the carrier, takes
+ * A carried frame (fc_cuda_src.frame_carried: a frame that fits in the
+ * carrier's parameters): nothing is copied. The variant's first kernel, the carrier, takes
  * the run's words by value as its second parameter and stores them into
  * the table for the kernels after it; a run only fills the host image
  * (fc_frame_image), which the carrier's launch, or its graph node's update
- * (runtime/replay.c), hands to the driver.
+ * (runtime/cuda/replay.c), hands to the driver.
  */
 #ifndef FC_RUNTIME_FRAME_H
 #define FC_RUNTIME_FRAME_H
 
-#include "runtime/replay.h"
+#include "runtime/cuda/replay.h"
 
 typedef struct fc_frame fc_frame;
 
-/* A frame of `words` words on dev: its device table (zeroed), and with
- * FUSEC_FRAME_PINNED=1 the ring unless it is carried. */
+/* A frame of `words` words on dev: its device table (zeroed). */
 fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame **out);
-void fc_frame_free(fc_frame *f, fc_cuda_device *dev); /* NULL is ignored; waits for its copies */
+void fc_frame_free(fc_frame *f, fc_cuda_device *dev); /* NULL is ignored */
 /* The device table's address (the frame kernels' parameter). */
 CUdeviceptr fc_frame_device(const fc_frame *f);
 

@@ -12,7 +12,7 @@
  *
  * records (on one line)
  *
- *     runtime/cuda_driver.c:NNN: d->cu->MemAlloc(out, bytes) failed:
+ *     runtime/cuda/cuda_driver.c:NNN: d->cu->MemAlloc(out, bytes) failed:
  *     CUDA_ERROR_OUT_OF_MEMORY: out of memory
  *
  * Cleanup is not the macro's business: a function that holds resources
@@ -81,8 +81,9 @@ fc_status fc_cublaslt_fail(fc_context *ctx, int status, const char *call, const 
             return fc_cublaslt_fail((ctx), fc_lt_s_, #call, __FILE__, __LINE__); \
     } while (0)
 
-/* "runtime/cuda_driver.c" from a __FILE__ that may be an absolute path:
- * the last two components, so messages do not depend on the build tree. */
+/* "runtime/cuda/cuda_driver.c" from a __FILE__ that may be an absolute
+ * path: from its runtime/ folder on (else the last two components), so
+ * messages do not depend on the build tree. */
 const char *fc_check_short_file(const char *file);
 
 #endif

@@ -3,7 +3,7 @@
  *
  * The public half is in fusec.h: fc_compile, fc_run, fc_program_free and
  * the emit functions (and, until they move there, the file, signature and
- * timing functions of runtime/aot.h). This header adds what the CLI, the
+ * timing functions of runtime/cuda/aot.h). This header adds what the CLI, the
  * cache, AOT files and the tests need: the program's description (what
  * runs, with no graph: what a cache entry or a file holds); read access to
  * the plan, the launches and the cubin; counters; a host-to-host run with
@@ -17,15 +17,15 @@
 #define FC_RUNTIME_PROGRAM_H
 
 #include "codegen/cuda/cuda_codegen.h"
-#include "runtime/aot.h"
+#include "runtime/cuda/aot.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-/* Not runtime/cuda.h: this header needs no CUDA header, so the CLI can use
+/* Not runtime/cuda/cuda.h: this header needs no CUDA header, so the CLI can use
  * it without the toolkit's include directory. fc_bytes is shared with
- * runtime/cuda.h under one guard (free it with fc_bytes_free). */
+ * runtime/cuda/cuda.h under one guard (free it with fc_bytes_free). */
 #ifndef FC_BYTES_DEFINED
 #define FC_BYTES_DEFINED
 typedef struct fc_bytes {
@@ -33,7 +33,7 @@ typedef struct fc_bytes {
     size_t size;
 } fc_bytes;
 #endif
-/* Free b->data and zero b (as in runtime/cuda.h). */
+/* Free b->data and zero b (as in runtime/cuda/cuda.h). */
 void fc_bytes_free(fc_bytes *b);
 
 /* ------------------------------------------------------------------ */
@@ -42,7 +42,7 @@ void fc_bytes_free(fc_bytes *b);
 /* Everything fc_run needs, and nothing that points into a graph: the  */
 /* signature, the launches, where every value lives, the source. A     */
 /* cold compile builds it from the plan; a warm start (a level-2 cache */
-/* entry) and an AOT file decode it (runtime/program_cache.c), so the  */
+/* entry) and an AOT file decode it (runtime/cuda/program_cache.c), so the  */
 /* passes and the codegen do not run again. See docs/CACHE.md.         */
 /* ------------------------------------------------------------------ */
 
@@ -88,7 +88,7 @@ typedef struct fc_program_desc {
     fc_cuda_src src;    /* the CUDA C source and the launches */
     /* The GEMMs of library launches, by launch (src.nlaunches entries, or
      * NULL when there are none): entry i describes what cuBLASLt runs for
-     * launch i (runtime/cublaslt.h; fc_program_gemm reads it); it is
+     * launch i (runtime/cuda/cublaslt.h; fc_program_gemm reads it); it is
      * zeroed for a kernel, an alias, and a library call that has no CUDA
      * path (attention, an integer matmul: running one fails cleanly). */
     struct fc_gemm_desc *gemm;
@@ -98,6 +98,11 @@ typedef struct fc_program_desc {
     uint8_t kernel_key[16];
 } fc_program_desc;
 
+/* The signature of g into d (zeroed by the caller): its name, and each
+ * parameter's and result's name, dtype and (symbolic) shape; no storage,
+ * no launches. What every backend's executable describes itself with.
+ * FC_ERR_NOMEM (d is then released by fc_program_desc_release). */
+fc_status fc_program_desc_signature(fc_context *ctx, const fc_graph *g, fc_program_desc *d);
 /* Free everything a description owns and zero it. NULL is ignored. */
 void fc_program_desc_release(fc_program_desc *d);
 /* The GEMM of launch i, or NULL when it runs none (see .gemm above). */
@@ -164,16 +169,6 @@ typedef struct fc_compile_counters {
 void fc_compile_counters_get(fc_compile_counters *out);
 
 /* ------------------------------------------------------------------ */
-/* Where the time went, for `fusec --time`.                            */
-/* ------------------------------------------------------------------ */
-
-/* fc_compile_times, fc_program_times and fc_program_origin are declared
- * with the proposed public API in runtime/aot.h. This formats the times
- * for `fusec --time`, one step a line (docs/CACHE.md has an example):
- * a malloc'd string (fc_free), NULL when out of memory. */
-char *fc_compile_times_text(const fc_compile_times *t);
-
-/* ------------------------------------------------------------------ */
 /* Accessors. Everything returned is owned by the program.             */
 /* ------------------------------------------------------------------ */
 
@@ -206,102 +201,13 @@ int fc_program_sm(const fc_program *p);
  * (for a program loaded from a file: the whole file, itself a cubin). */
 const fc_bytes *fc_program_cubin(const fc_program *p);
 
-/* ------------------------------------------------------------------ */
-/* Running from host memory.                                           */
-/* ------------------------------------------------------------------ */
-
-/*
- * Copy host tensors to the device, run p there, and copy the results back.
- * inputs[i] must match parameter i of the graph in dtype and shape (as in
- * fc_run_reference). On success outputs[0..nout) hold newly allocated host
- * tensors in fc_run_reference's storage convention (release each with
- * fc_tensor_release); on failure they are all empty.
- *
- * bench_iters > 0 also benchmarks: after the checked run, a few warm-up
- * runs, then bench_iters runs each timed with a pair of CUDA events; the
- * median in milliseconds goes to *median_ms (which may be NULL otherwise).
- * Device buffers are allocated for the call and freed before it returns.
- * Without a GPU this fails as fc_run does (FC_ERR_RUNTIME, "no CUDA ...").
- */
-fc_status fc_program_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
-                              double *median_ms, int bench_iters);
-
-/* ------------------------------------------------------------------ */
-/* Comparing a backend's outputs with the reference interpreter's.     */
-/* ------------------------------------------------------------------ */
-
-/*
- * The tolerance of a dtype: an element passes when
- *
- *     |got - want| <= abs + rel * |want|        (numpy.allclose's rule)
- *
- * with NaN equal to NaN and an infinity equal only to itself.
- *
- *   dtype   rel      abs      why
- *   f64     1e-9     1e-12    f64 kernels; only summation order and libm
- *                             ulps differ from the reference
- *   f32     1e-5     1e-5     ~100 ulps at 1.0: reductions accumulate in a
- *                             different order (and in f32) than the
- *                             reference's float64, and expf/tanhf differ by
- *                             a few ulps; abs covers results that cancel
- *                             to near zero
- *   f16     2e-3     1e-3     two f16 ulps relative, one ulp at 1.0
- *   bf16    1.6e-2   1e-2     two bf16 ulps relative, one ulp at 1.0
- *   ints    0        0        exact
- *   bool    0        0        exact
- *
- * Why two ulps for the 16-bit floats: a fused kernel keeps intermediates in
- * f32 registers, while the reference rounds every node's result to its
- * dtype, so a chain of 16-bit ops may round once where the reference
- * rounds at every step, and the two can end one ulp apart on either side.
- * The abs terms assume data of order one (the tests' inputs are); they are
- * what keeps cancellation (x - y with x close to y) from failing on the
- * rounding of the operands.
- */
-typedef struct fc_tolerance {
-    double rel, abs;
-} fc_tolerance;
-
-fc_tolerance fc_dtype_tolerance(fc_dtype dt);
-
-/* How one output compares with the reference. */
-typedef struct fc_output_diff {
-    fc_dtype dtype;
-    int64_t numel;
-    fc_tolerance tol;
-    double max_abs_err; /* max |got - want| (inf when a NaN or inf differs) */
-    double max_rel_err; /* max |got - want| / |want| over elements with want != 0 */
-    int64_t nbad;       /* elements outside the tolerance */
-    int64_t worst;      /* element furthest outside (or nearest to) its bound; -1 if empty */
-    double worst_got, worst_want;
-    bool shape_ok;      /* same dtype, rank and shape */
-    bool pass;          /* shape_ok and nbad == 0 */
-} fc_output_diff;
-
-/*
- * Compare got[i] with want[i] for i < n and fill diffs[i]. Returns FC_OK
- * when every output passes; FC_ERR_RUNTIME when one does not, with a
- * message on ctx naming the first failing output, its errors, its
- * tolerance and its worst element (every diffs[i] is filled either way);
- * FC_ERR_USAGE for NULL arguments.
- */
-fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
-                             fc_output_diff *diffs);
-
-/*
- * One line about diffs for output `index`, for the CLI's --check and the
- * tests:
- *   output 0 (f32, 1024 elements): max_abs_err 1.19e-07 max_rel_err 2.4e-07
- *   (tolerance rel 1e-05 abs 1e-05): ok
- * ending in "FAIL (N elements out of tolerance; worst [i]: got G, want W)"
- * or "FAIL (dtype or shape differs)". Returns buf.
- */
-const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n);
+/* fc_program_run_host, the tolerances and fc_compare_outputs are public
+ * (fusec.h). */
 
 #endif
 
 /* ------------------------------------------------------------------ */
-/* Dynamic programs (runtime/dynamic.c, docs/DYNAMIC.md).              */
+/* Dynamic programs (runtime/cuda/dynamic.c, docs/DYNAMIC.md).              */
 /* ------------------------------------------------------------------ */
 struct fc_dynamic;
 /* The dynamic variant of g (symbols unbound): the dynamic pipeline and
@@ -339,14 +245,14 @@ int64_t fc_program_arena_ahead_bytes(fc_program *inst);
 bool fc_program_arena_ahead(fc_program *v, int64_t bytes);
 /*
  * What a dynamic program lends the specializations its background thread
- * makes and frees while the caller's thread launches (docs/DYNAMIC.md,
- * "Session 9"): one device handle (its stream and primary context) and
- * one cuBLASLt handle for all of them, made by the first that needs them.
- * A specialization then makes no stream and no cuBLASLt handle, and keeps
- * its arena and concatenated weights in mapped memory
- * (fc_cuda_region), whose release does not wait for the device: in
- * another thread, a stream create or destroy stalls a caller's launches
- * by ~30 us, cublasLtCreate by ~30 us, cuMemFree by 0.5-32 ms.
+ * makes and frees while the caller's thread launches (docs/DYNAMIC.md):
+ * one device handle (its stream and primary context) and one cuBLASLt
+ * handle for all of them, made by the first that needs them. A
+ * specialization then makes no stream and no cuBLASLt handle, and keeps
+ * its arena and concatenated weights in mapped memory (fc_cuda_region),
+ * whose release does not wait for the device: in another thread, a stream
+ * create or destroy, cublasLtCreate and cuMemFree each stall the caller's
+ * launches (docs/PERF.md has the times).
  * A lease is shared by the threads of one dynamic program (it locks
  * itself); free it after every program that used it.
  */
@@ -368,6 +274,12 @@ fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms
  * frame, graphs are off, or the graph exists; on failure the first run
  * builds it as usual. */
 fc_status fc_program_prebuild_shared_graph(fc_program *inst);
+/* The CUDA backend's fc_run_shaped and fc_program_stats (a dynamic
+ * program's guards and specializations, or a static program's run), in
+ * runtime/cuda/dynamic.c. */
+fc_status fc_cuda_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                             void *stream);
+void fc_cuda_program_stats(const fc_program *p, fc_run_stats *out);
 /* An empty program that only carries a dynamic program's state. */
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o);
 void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn);

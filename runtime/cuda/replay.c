@@ -1,6 +1,6 @@
 /* replay.c - CUDA Graph capture and replay with pointer patching (see
  * replay.h for the why, docs/RUNTIME-GRAPHS.md for the whole story). */
-#include "runtime/replay.h"
+#include "runtime/cuda/replay.h"
 
 #include "ir/ir.h"
 
@@ -278,7 +278,6 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     fc_status st = fc_cuda_graph_create(e->dev, &r->graph);
     CUgraphNode prev = NULL;
     bool prev_kernel = false; /* prev is a kernel node (not a cuBLASLt call's child graph) */
-    const bool programmatic = !fc_env_is_zero("FUSEC_PDL");
     int nslot = 0;
     for (int i = 0; i < d->src.nlaunches && st == FC_OK; i++) {
         const fc_launch *l = &d->src.launches[i];
@@ -295,7 +294,7 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
             st = capture_gemm(e, i, pa->val, l->nargs, s, &child);
             if (st == FC_OK) st = fc_cuda_graph_add_child(e->dev, r->graph, prev, child, &n->node);
             fc_cuda_graph_free(e->dev, child); /* the parent holds a copy */
-        } else if (programmatic && prev_kernel && l->pdl) {
+        } else if (prev_kernel && l->pdl) {
             fc_cuda_launch_cfg cfg = launch_cfg(l);
             bool made = false;
             st = fc_cuda_graph_add_kernel_programmatic(e->dev, r->graph, prev, e->func[i], &cfg, pa->ptr, &n->node,
@@ -323,34 +322,13 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     return FC_OK;
 }
 
-/* Whether every node is a kernel (rebinding re-points kernel nodes only:
- * a cuBLASLt call's captured kernels are the library's). */
+/* Whether every launch is a kernel (or an alias): a variant's one graph
+ * for every shape holds kernel nodes only, since a cuBLASLt call's
+ * captured kernels depend on the shape. */
 bool fc_replay_kernels_only(const fc_program_desc *d) {
     for (int i = 0; i < d->src.nlaunches; i++)
         if (d->src.launches[i].kind == FC_LAUNCH_LIBRARY) return false;
     return true;
-}
-
-fc_status fc_replay_rebind(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,
-                           fc_launch_params *pa, uint64_t *patched) {
-    const fc_program_desc *d = e->d;
-    for (int k = 0; k < r->nnodes; k++) {
-        const rnode *n = &r->nodes[k];
-        const fc_launch *l = &d->src.launches[n->launch];
-        /* The graph was built from a description with the same launches
-         * (every shape of a variant has the variant's); a mismatch is a
-         * broken caller, never patched over. Which arguments are the
-         * caller's buffers (the node's slots) follows from the variant's
-         * storage kinds, the same at every shape: kept from the build. */
-        if (n->gemm || l->kind != FC_LAUNCH_KERNEL || e->func[n->launch] == NULL)
-            return fc_set_error(e->ctx, FC_ERR_RUNTIME, "graph of %s: node %d is not the kernel launch %d it was built for",
-                                d->graph_name, k, n->launch);
-        fc_status st = patch_node(r, e, n, inputs, outputs, pa, NULL);
-        if (st != FC_OK) return st;
-        ++*patched;
-    }
-    remember_pointers(r, inputs, outputs);
-    return FC_OK;
 }
 
 fc_status fc_replay_launch(fc_replay *r, const fc_replay_env *e, void *const *inputs, void *const *outputs,

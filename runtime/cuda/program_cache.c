@@ -5,9 +5,9 @@
  * uses the cache", describes the design; this file is its code.
  */
 #define _GNU_SOURCE /* dladdr, for the build identity */
-#include "runtime/program_cache.h"
+#include "runtime/cuda/program_cache.h"
 #include "ir/le.h"
-#include "runtime/cublaslt.h"
+#include "runtime/cuda/cublaslt.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -201,7 +201,7 @@ const char *fc_build_identity(void) {
 /*                      i64 strides[rank - 1]  u32 box[rank]            */
 /*                      u8 flags (version 4: 1 pdl, fc_launch.pdl)       */
 /*   u32 ngemms, each (version 2: the GEMM a library launch runs,      */
-/*     runtime/cublaslt.h's fc_gemm_desc):                             */
+/*     runtime/cuda/cublaslt.h's fc_gemm_desc):                             */
 /*     u32 launch  u8 ab  u8 out  u8 flags (1 trans_a, 2 trans_b,      */
 /*     4 bias, 8 residual, 16 folded batch)  u8 act  u64 alpha (the    */
 /*     IEEE-754 bits)  i64 M N K lda ldw batch stride_a stride_w       */

@@ -13,7 +13,7 @@
  * Every failure is recorded on an fc_context and returned as an fc_status;
  * nothing here prints or exits. The check macros are in cuda_check.h.
  *
- * Naming note: this file is runtime/cuda.h, so it includes the toolkit's
+ * Naming note: this file is runtime/cuda/cuda.h, so it includes the toolkit's
  * header as <cuda.h> (angle brackets never search the including file's own
  * folder). Never add runtime/ itself to an include path.
  */
@@ -119,7 +119,7 @@ void fc_bytes_free(fc_bytes *b);
 
 /* Functions used when the driver has them, NULL otherwise (a driver
  * without them still loads): graph edges with a type (CUDA 12.3), for the
- * programmatic dependent launches of a frame graph (runtime/replay.c). */
+ * programmatic dependent launches of a frame graph (runtime/cuda/replay.c). */
 #define FC_CUDA_DRIVER_OPTIONAL(X)                                             \
     X(GraphAddDependencies, 12030)                                             \
     X(MemAddressReserve, 10020)                                                \
@@ -233,9 +233,9 @@ fc_status fc_cuda_memset_async(fc_cuda_device *d, CUdeviceptr dst, unsigned char
  * end as it grows (the virtual memory management API: cuMemCreate,
  * cuMemMap). Its base never moves, so whatever holds its addresses stays
  * right, and growing frees nothing, so it never waits for the device: a
- * free-then-alloc growth (cuMemFree synchronizes) cost a caller's call
- * 100-700 us on the H200, and blocked other threads' launches meanwhile
- * (docs/DYNAMIC.md, "Session 8"). A zeroed struct is an empty region.
+ * free-then-alloc growth (cuMemFree synchronizes) stalls a caller's call
+ * and blocks other threads' launches meanwhile (docs/DYNAMIC.md). A zeroed
+ * struct is an empty region.
  */
 typedef struct fc_cuda_region {
     CUdeviceptr base; /* 0 until the first growth reserves the range */
@@ -331,7 +331,7 @@ fc_status fc_cuda_graph_launch(fc_cuda_device *d, CUgraphExec g, CUstream s);
 fc_status fc_cuda_graph_upload(fc_cuda_device *d, CUgraphExec g, CUstream s);
 void fc_cuda_graph_destroy(fc_cuda_device *d, CUgraphExec g); /* NULL is ignored */
 
-/* Graphs built node by node (runtime/replay.c), so that each node's handle
+/* Graphs built node by node (runtime/cuda/replay.c), so that each node's handle
  * is known and its parameters can be changed in the instantiated graph.
  * `dep` is the node the new one runs after (NULL: none). capture_end_graph
  * ends a capture and returns the graph itself (not instantiated); free it

@@ -38,7 +38,7 @@
 
 #include "cache/cache.h"
 #include "passes/epilogue.h"
-#include "runtime/cuda.h"
+#include "runtime/cuda/cuda.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -46,7 +46,7 @@
 
 /* The workspace cuBLASLt may use: 32 MiB on Hopper (NVIDIA's advice for
  * sm_90), 256-byte aligned. The caller owns it and allocates it once:
- * runtime/program.c puts it at the end of the program's arena. Never per
+ * runtime/cuda/program_*.c puts it at the end of the program's arena. Never per
  * run. */
 #define FC_CUBLASLT_WORKSPACE_BYTES ((size_t)32 << 20)
 #define FC_CUBLASLT_WORKSPACE_ALIGN 256
@@ -90,7 +90,7 @@ int fc_gemm_plan_nops(const fc_gemm_plan *p);
 /*
  * One library launch's GEMM: what the runtime needs to run it, with no
  * graph. A program description holds one per such launch
- * (runtime/program.h), and runtime/program_cache.c serializes it.
+ * (runtime/cuda/program.h), and runtime/cuda/program_cache.c serializes it.
  */
 typedef struct fc_gemm_desc {
     fc_gemm_plan plan;
@@ -166,7 +166,7 @@ typedef struct fc_cublaslt_options {
      * `mapped` puts the concatenated weights in mapped memory
      * (fc_cuda_region_take), whose release never waits for the device.
      * cublasLtCreate and cuMemFree in another thread stall a caller's
-     * launches by ~30 us and by 0.5-32 ms (docs/DYNAMIC.md, "Session 8"). */
+     * launches (docs/DYNAMIC.md). */
     const struct fc_cublaslt *share;
     bool mapped;
     /* Choose each new problem's algorithm by timing the heuristic's first
@@ -194,7 +194,7 @@ void fc_cublaslt_destroy(fc_cublaslt *h);
 
 /*
  * Queue the GEMM d on stream s (NULL: the device's stream, as in
- * runtime/cuda.h; CU_STREAM_LEGACY for the legacy one). args[i] is the
+ * runtime/cuda/cuda.h; CU_STREAM_LEGACY for the legacy one). args[i] is the
  * device pointer of the launch's argument i, which d's positions index.
  * `workspace` holds ws_bytes bytes and is FC_CUBLASLT_WORKSPACE_ALIGN
  * aligned (FC_CUBLASLT_WORKSPACE_BYTES; 0 and 0 work, with fewer

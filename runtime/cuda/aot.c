@@ -22,13 +22,13 @@
  *
  * docs/AOT.md describes the format.
  */
-#include "runtime/aot.h"
+#include "runtime/cuda/aot.h"
 #include "ir/le.h"
 #include "ir/outfile.h"
 #include "ir/timing.h"
-#include "runtime/cuda.h"
-#include "runtime/program.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+#include "runtime/cuda/program_cache.h"
 
 #include <errno.h>
 #include <fcntl.h>

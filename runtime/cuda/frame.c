@@ -1,23 +1,16 @@
 /* frame.c - a dynamic variant's frame (see frame.h; docs/DYNAMIC.md, "The
  * frame"). */
-#include "runtime/frame.h"
+#include "runtime/cuda/frame.h"
+#include "ir/switches.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* Writes that may be queued before one waits for the oldest to have run. */
-#define FRAME_RING 8
-
 struct fc_frame {
     int words;
-    bool pinned;            /* FUSEC_FRAME_PINNED=1: copies from the ring (before session 9) */
-    bool carried;           /* the carrier kernel takes the words: nothing is copied */
-    CUdeviceptr table;      /* on the device: what the kernels read */
-    uint64_t *next, *last;  /* host: this run's image, and the last one written */
-    uint64_t *ring;         /* page-locked: FRAME_RING slots of words words */
-    CUevent ev[FRAME_RING]; /* each slot's copy, when it has one queued */
-    bool queued[FRAME_RING];
-    int slot;               /* the next slot to use */
+    bool carried;          /* the carrier kernel takes the words: nothing is copied */
+    CUdeviceptr table;     /* on the device: what the kernels read */
+    uint64_t *next, *last; /* host: this run's image, and the last one written */
 };
 
 fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame **out) {
@@ -34,9 +27,6 @@ fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame
     if (st == FC_OK) st = fc_cuda_alloc(dev, bytes, &f->table);
     if (st == FC_OK) st = fc_cuda_memset_async(dev, f->table, 0, bytes, NULL);
     if (st == FC_OK) st = fc_cuda_stream_sync(dev, NULL);
-    f->pinned = !carried && fc_env_is_one("FUSEC_FRAME_PINNED");
-    if (st == FC_OK && f->pinned) st = fc_cuda_host_alloc(dev, bytes * FRAME_RING, (void **)&f->ring);
-    for (int i = 0; i < FRAME_RING && st == FC_OK && f->pinned; i++) st = fc_cuda_event_create(dev, &f->ev[i]);
     if (st != FC_OK) {
         fc_frame_free(f, dev);
         return st;
@@ -47,12 +37,6 @@ fc_status fc_frame_create(fc_cuda_device *dev, int words, bool carried, fc_frame
 
 void fc_frame_free(fc_frame *f, fc_cuda_device *dev) {
     if (!f) return;
-    for (int i = 0; i < FRAME_RING; i++) {
-        /* Its copy reads the slot: let it finish before the slot goes. */
-        if (f->queued[i]) (void)fc_cuda_event_sync(dev, f->ev[i]);
-        fc_cuda_event_destroy(dev, f->ev[i]);
-    }
-    fc_cuda_host_free(dev, f->ring);
     if (f->table) (void)fc_cuda_free(dev, f->table);
     free(f->next);
     free(f->last);
@@ -83,23 +67,6 @@ bool fc_frame_diff(const uint64_t *a, const uint64_t *b, int n, int *lo, int *hi
     return i < j;
 }
 
-/* With FUSEC_FRAME_PINNED=1: the ring slot the next copy comes from, into
- * *src, with the words [lo, hi) of this run's image in it. */
-static fc_status ring_slot(fc_frame *f, fc_cuda_device *dev, int lo, int hi, const uint64_t **src) {
-    /* The slot's previous copy must have read it before it is overwritten:
-     * only a caller FRAME_RING writes ahead of the device waits here. */
-    const int k = f->slot;
-    if (f->queued[k]) {
-        fc_status st = fc_cuda_event_sync(dev, f->ev[k]);
-        if (st != FC_OK) return st;
-        f->queued[k] = false;
-    }
-    uint64_t *slot = f->ring + (size_t)k * (size_t)f->words;
-    memcpy(slot + lo, f->next + lo, sizeof(uint64_t) * (size_t)(hi - lo));
-    *src = slot;
-    return FC_OK;
-}
-
 fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *e, void *const *inputs,
                          void *const *outputs, CUstream s, bool *wrote) {
     *wrote = false;
@@ -114,23 +81,15 @@ fc_status fc_frame_write(fc_frame *f, fc_cuda_device *dev, const fc_replay_env *
         return FC_OK;
     }
     /* From the image itself, pageable memory: the driver stages so small a
-     * copy before it returns (the image may change at once), ordered on s.
-     * No ring slot and no event to record: ~1 us less host time than the
-     * ring (frame_bench, session 9: 4.4 against 5.3 us). */
-    const uint64_t *src = f->next;
-    fc_status st = f->pinned ? ring_slot(f, dev, lo, hi, &src) : FC_OK;
-    if (st != FC_OK) return st;
-    st = fc_cuda_upload_async(dev, f->table + sizeof(uint64_t) * (size_t)lo, src + lo, n, s);
-    if (st == FC_OK && f->pinned) st = fc_cuda_event_record(dev, f->ev[f->slot], s);
+     * copy before it returns (the image may change at once), ordered on s,
+     * so no page-locked staging slot and no event to wait on are needed
+     * (docs/DYNAMIC.md, "The frame"). */
+    fc_status st = fc_cuda_upload_async(dev, f->table + sizeof(uint64_t) * (size_t)lo, f->next + lo, n, s);
     if (st != FC_OK) {
         /* Whether the copy was queued is unknown: the next run writes the
          * whole frame again. */
         memset(f->last, 0xff, sizeof(uint64_t) * (size_t)f->words);
         return st;
-    }
-    if (f->pinned) {
-        f->queued[f->slot] = true;
-        f->slot = (f->slot + 1) % FRAME_RING;
     }
     memcpy(f->last + lo, f->next + lo, n);
     *wrote = true;

@@ -34,11 +34,11 @@
  * every driver call through FC_CU_CHECK; those return at once, so functions
  * that own resources call small helpers and clean up after them.
  */
-#include "runtime/cublaslt.h"
+#include "runtime/cuda/cublaslt.h"
 #include "ir/le.h"
 #include "passes/epilogue.h"
-#include "runtime/cuda_check.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/cuda/program_cache.h"
 
 #include <cublasLt.h>
 #include <xxhash.h>
@@ -313,7 +313,7 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
         if (bias_arg && !fits(p->N, p->out, arg_bytes[*bias_arg])) INVALID("the bias does not fit its buffer");
     } else {
         /* Concatenated: each weight a dense matrix without batch dims, and
-         * the concatenation laid out as runtime/cublaslt.c builds it. */
+         * the concatenation laid out as runtime/cuda/cublaslt.c builds it. */
         if (p->ldw != (p->trans_b ? p->K : p->N) || (p->batch > 1 && p->stride_w != 0))
             INVALID("concatenated weights with ldw %lld or a batch stride", (long long)p->ldw);
         for (int dd = 0; dd < p->nouter; dd++)
@@ -392,11 +392,6 @@ struct fc_cublaslt {
     bool lt_borrowed;    /* lt is the options' share's */
     bool tune;           /* options.tune */
     int tuned, tune_changed;
-    /* FUSEC_GEMM_PICK (measuring only): the heuristic's candidate to take
-     * for each problem chosen, in the order they are chosen, the last for
-     * every one after; the disk cache and the family's choices are
-     * bypassed. npick 0: off. */
-    int pick[16], npick, picked;
     bool mapped;         /* the concatenations are taken from mem */
     fc_cuda_region mem;  /* mapped: the concatenations' memory */
     bool allow_tf32;
@@ -415,8 +410,7 @@ struct fc_cublaslt {
     int nfamilies, cap_families;
 };
 
-/* Candidates asked of the heuristic when timing (options.tune) or picking
- * (FUSEC_GEMM_PICK). */
+/* Candidates asked of the heuristic when timing (options.tune). */
 #define TUNE_CANDIDATES 8
 
 /* Over every handle of the process. */
@@ -427,20 +421,6 @@ size_t fc_cublaslt_version(void) { return cublasLtGetVersion(); }
 static fc_status make_current(fc_context *ctx, fc_cuda_device *d) {
     FC_CU_CHECK(ctx, d->cu->CtxSetCurrent(d->cuctx));
     return FC_OK;
-}
-
-/* "2,0,5": up to n candidate indices; 0 of them for anything else. */
-static int parse_pick(const char *v, int *out, int n) {
-    int k = 0;
-    while (v && *v && k < n) {
-        char *end = NULL;
-        long i = strtol(v, &end, 10);
-        if (end == v || i < 0 || i >= TUNE_CANDIDATES) return 0;
-        out[k++] = (int)i;
-        v = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return 0;
-    }
-    return k;
 }
 
 static fc_status lt_create(fc_context *ctx, cublasLtHandle_t *lt) {
@@ -469,7 +449,6 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     fc_cublaslt_device_id_of(&dev->info, &h->id);
     h->mapped = o && o->mapped;
     h->tune = o && o->tune;
-    h->npick = parse_pick(getenv("FUSEC_GEMM_PICK"), h->pick, 16);
     h->lt_borrowed = o && o->share;
     if (h->lt_borrowed) h->lt = o->share->lt;
     else st = lt_create(ctx, &h->lt);
@@ -777,27 +756,15 @@ static fc_status heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasL
 static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n);
 
 /* The heuristic's first `want` candidates for e's problem under its
- * preferences, into res (*count of them, at least 1 on FC_OK). picking:
- * FUSEC_GEMM_PICK is on, and FUSEC_GEMM_REDUCTION (measuring only: the
- * split-K reduction schemes allowed, as cublasLtReductionScheme_t bits; 0:
- * no split-K reduction) restricts them; never otherwise, since other
- * choices go to the disk. */
+ * preferences, into res (*count of them, at least 1 on FC_OK). */
 static fc_status ask_heuristic(fc_cublaslt *h, fc_context *ctx, lt_entry *e, cublasLtMatmulHeuristicResult_t *res,
-                               int want, int *count, bool picking) {
+                               int want, int *count) {
     cublasLtMatmulPreference_t pref = NULL;
     fc_status st = FC_OK;
     *count = 0;
     cublasStatus_t cs = cublasLtMatmulPreferenceCreate(&pref);
     if (cs != CUBLAS_STATUS_SUCCESS) st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceCreate(&pref)", __FILE__, __LINE__);
     if (st == FC_OK) st = set_pref(ctx, pref, &e->key);
-    const char *red = picking ? getenv("FUSEC_GEMM_REDUCTION") : NULL;
-    if (st == FC_OK && red && *red >= '0' && *red <= '7') {
-        uint32_t mask = (uint32_t)(*red - '0');
-        cs = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &mask, sizeof mask);
-        if (cs != CUBLAS_STATUS_SUCCESS)
-            st = fc_cublaslt_fail(ctx, cs, "cublasLtMatmulPreferenceSetAttribute(REDUCTION_SCHEME_MASK)", __FILE__,
-                                  __LINE__);
-    }
     if (st == FC_OK) st = heuristic(h, ctx, e, pref, res, want, count);
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (st == FC_OK && *count == 0) {
@@ -835,9 +802,8 @@ static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
  * launches, not a loop of them: in a loop the next launch may overlap the
  * one before, which measures throughput, while a program's GEMM waits for
  * the kernel before it. Neither ranks the candidates as the program's
- * graph does at small sizes (session 9: +18% timed in a loop, +26% timed
- * alone, for the GPT-2 block at T = 64; docs/GEMM.md), hence tune is off
- * by default. */
+ * graph does at small sizes (docs/GEMM.md, "Choosing by timing"), hence
+ * tune is off by default. */
 static float time_algo(fc_cublaslt *h, fc_cuda_device *dev, fc_cuda_timer *t, lt_entry *e,
                        const cublasLtMatmulAlgo_t *algo, const void *alpha, const void *beta, CUdeviceptr a,
                        CUdeviceptr b, CUdeviceptr d, CUdeviceptr ws, size_t ws_bytes) {
@@ -1218,25 +1184,6 @@ static bool algo_from_family(fc_cublaslt *h, lt_entry *e) {
 
 int fc_cublaslt_family_reuses(const fc_cublaslt *h) { return h ? h->family_reuses : 0; }
 
-/* FUSEC_GEMM_PICK: the heuristic's candidate the list names for this
- * problem (the list's last past its end; the heuristic's last one, when it
- * offers fewer), never from or to the disk, so that measuring leaves the
- * cache as it was. */
-static fc_status prepare_picked(fc_cublaslt *h, fc_context *ctx, lt_entry *e) {
-    cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
-    int count = 0;
-    fc_status st = ask_heuristic(h, ctx, e, res, TUNE_CANDIDATES, &count, true);
-    if (st != FC_OK) {
-        entry_free(e);
-        return st;
-    }
-    int i = h->pick[h->picked < h->npick ? h->picked : h->npick - 1];
-    h->picked++;
-    e->algo = res[i < count ? i : count - 1].algo;
-    e->have_algo = e->ready = true;
-    return FC_OK;
-}
-
 /* Descriptors and an algorithm for entry e: a seeded algorithm is checked
  * first, then one from the cache; otherwise, or if the library refuses
  * them, one heuristic query, whose answer goes to the cache. */
@@ -1257,7 +1204,6 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
         }
         e->have_algo = false; /* stale (another library version?): ask again */
     }
-    if (h->npick) return prepare_picked(h, ctx, e);
     if (h->reuse_family && algo_from_family(h, e)) {
         h->family_reuses++;
         e->have_algo = e->ready = true;
@@ -1272,7 +1218,7 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
     }
     cublasLtMatmulHeuristicResult_t res[TUNE_CANDIDATES];
     int count = 0;
-    st = ask_heuristic(h, ctx, e, res, h->tune ? TUNE_CANDIDATES : 1, &count, false);
+    st = ask_heuristic(h, ctx, e, res, h->tune ? TUNE_CANDIDATES : 1, &count);
     if (st == FC_OK && h->tune && count > 1) tune(h, e, res, count, residual);
     if (st != FC_OK) {
         entry_free(e);
@@ -1498,7 +1444,7 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a GEMM with K = 0 (an empty sum) is not run by cuBLASLt");
     fc_status st = make_current(ctx, h->dev);
     if (st != FC_OK) return st;
-    if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda.h */
+    if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda/cuda.h */
 
     lt_ptrs ptr = {.x = in[0], .w = in[1], .d = out};
     ptr.bias = p->has_bias ? in[1 + p->nweights] : 0;

@@ -4,7 +4,7 @@
  *   - the process's cache handle, opened at first use;
  *   - the keys of the two levels: a kernel (cubin) and a whole program;
  *   - the serialized program: a level-2 entry's payload, and the heart of
- *     an AOT file (runtime/aot.c);
+ *     an AOT file (runtime/cuda/aot.c);
  *   - the text that `fusec --cache-info` and `--cache-clear` print.
  *
  * cache/ stores bytes and knows nothing of CUDA; this file decides what
@@ -15,7 +15,7 @@
 #define FC_RUNTIME_PROGRAM_CACHE_H
 
 #include "cache/cache.h"
-#include "runtime/program.h"
+#include "runtime/cuda/program.h"
 
 /* ------------------------------------------------------------------ */
 /* The process's cache handle.                                         */

@@ -6,8 +6,9 @@
  * fc_nvrtc_options_build, which the compile itself uses: a cache key that
  * hashes that list can never drift from what was compiled.
  */
-#include "runtime/cuda.h"
-#include "runtime/cuda_check.h"
+#include "runtime/cuda/cuda.h"
+#include "ir/switches.h"
+#include "runtime/cuda/cuda_check.h"
 
 #include <nvrtc.h>
 
@@ -93,8 +94,8 @@ fc_status fc_nvrtc_options_build(fc_context *ctx, int sm_major, int sm_minor, co
     /* CUDA 13.0's NVRTC no longer has cuda_fp16.h and cuda_bf16.h built
      * in, so it gets the toolkit's include directory. The environment can
      * point at another toolkit than the one fusec was built against. */
-    const char *dirs = getenv("FUSEC_CUDA_INCLUDE_DIR");
-    if (!dirs || !*dirs) dirs = FUSEC_CUDA_INCLUDE_DIR;
+    const char *dirs = fc_switch_str(FC_SW_CUDA_INCLUDE_DIR);
+    if (!*dirs) dirs = FUSEC_CUDA_INCLUDE_DIR;
     for (const char *p = dirs; *p;) {
         size_t n = strcspn(p, ";:");
         if (n > 0) ok &= add_copy(out, &used, "-I", p, n);
@@ -203,8 +204,7 @@ static int count_lines(const char *s) {
 }
 
 static bool debug_code(void) {
-    const char *d = getenv("FUSEC_DEBUG");
-    return d && strstr(d, "code");
+    return strstr(fc_switch_str(FC_SW_DEBUG), "code") != NULL;
 }
 
 fc_status fc_nvrtc_fail(fc_context *ctx, fc_nvrtc_unit *unit, nvrtcResult r, const char *call, const char *file,

@@ -1,0 +1,146 @@
+/*
+ * cpu_backend.c - the LLVM CPU backend behind the backend interface
+ * (runtime/backend.h): fc_compile with FC_DEVICE_CPU, and fc_run on host
+ * pointers. The compiler itself is runtime/cpu/cpu_program.c; this file only
+ * adapts it to the table, and gives its programs the description (the
+ * signature) every executable has.
+ */
+#include "runtime/backend.h"
+#include "ir/ir.h"
+#include "ir/timing.h"
+#include "runtime/cpu/cpu_program.h"
+#include "runtime/cuda/program.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct cpu_exec {
+    fc_exec_head head;
+    fc_context *ctx;
+    fc_program_desc d; /* the signature and the graph's text */
+    fc_cpu_program *prog;
+    fc_run_stats stats;
+    fc_compile_times times;
+} cpu_exec;
+
+static cpu_exec *exec_of(fc_program *p) { return (cpu_exec *)(void *)p; }
+static const cpu_exec *cexec_of(const fc_program *p) { return (const cpu_exec *)(const void *)p; }
+
+static void cpu_free(fc_program *p) {
+    cpu_exec *x = exec_of(p);
+    fc_cpu_program_free(x->prog);
+    fc_program_desc_release(&x->d);
+    fc_ctx_freemem(x->ctx, x);
+}
+
+static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
+    const double t0 = fc_now_ms();
+    cpu_exec *x = fc_ctx_malloc(g->ctx, sizeof *x);
+    if (!x) return FC_ERR_NOMEM;
+    memset(x, 0, sizeof *x);
+    x->head.backend = &fc_backend_cpu;
+    x->ctx = g->ctx;
+    fc_cpu_options co;
+    fc_cpu_options_default(&co);
+    co.fuse = o->fuse;
+    fc_status st = fc_cpu_compile_ex(g, &co, &x->prog);
+    if (st == FC_OK) st = fc_program_desc_signature(x->ctx, g, &x->d);
+    if (st == FC_OK && !(x->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    if (st != FC_OK) {
+        cpu_free((fc_program *)(void *)x);
+        return st;
+    }
+    x->times.origin = FC_PROGRAM_COMPILED;
+    x->times.compile_ms = fc_now_ms() - t0;
+    *out = (fc_program *)(void *)x;
+    return FC_OK;
+}
+
+/* The static type of parameter or result t, with data. */
+static fc_tensor tensor_at(const fc_program_tensor *t, void *data) {
+    fc_tensor r = {t->dtype, t->rank, {0}, data};
+    for (int d = 0; d < t->rank; d++) r.shape[d] = t->dims[d];
+    return r;
+}
+
+static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
+                                void *stream) {
+    (void)stream; /* host code runs on the calling thread */
+    cpu_exec *x = exec_of(p);
+    fc_status st = fc_cpu_run_into(x->prog, inputs, nin, outputs, nout);
+    if (st == FC_OK) x->stats.runs++;
+    return st;
+}
+
+static fc_status cpu_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
+    cpu_exec *x = exec_of(p);
+    const fc_program_desc *d = &x->d;
+    if (nin != d->nparams || nout != d->noutputs)
+        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
+                            d->graph_name, d->nparams, d->noutputs, nin, nout);
+    if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
+        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+    fc_tensor small[16], *t = nin + nout <= 16 ? small : malloc(sizeof *t * (size_t)(nin + nout));
+    if (!t) return fc_set_error(x->ctx, FC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nin; i++) t[i] = tensor_at(&d->params[i], inputs[i]);
+    for (int k = 0; k < nout; k++) t[nin + k] = tensor_at(&d->outputs[k], outputs[k]);
+    fc_status st = cpu_run_shaped(p, t, nin, t + nin, nout, stream);
+    if (t != small) free(t);
+    return st;
+}
+
+static fc_status cpu_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                              double *median_ms, int bench_iters) {
+    cpu_exec *x = exec_of(p);
+    fc_status st = bench_iters > 0 ? fc_cpu_bench(x->prog, inputs, nin, outputs, nout, bench_iters, median_ms)
+                                   : fc_cpu_run(x->prog, inputs, nin, outputs, nout);
+    if (st == FC_OK) x->stats.runs += 1 + (uint64_t)(bench_iters > 0 ? bench_iters : 0);
+    return st;
+}
+
+static char *copy_text(fc_context *ctx, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *c = fc_ctx_malloc(ctx, n);
+    if (c) memcpy(c, s, n);
+    return c;
+}
+
+static char *cpu_describe(fc_program *p, fc_describe_kind what) {
+    cpu_exec *x = exec_of(p);
+    if (what == FC_DESCRIBE_PLAN) return fc_cpu_program_plan_text(x->prog);
+    if (what == FC_DESCRIBE_SOURCE) {
+        const char *ir = fc_cpu_program_llvm_ir(x->prog);
+        if (ir) return copy_text(x->ctx, ir);
+        fc_set_error(x->ctx, FC_ERR_UNSUPPORTED,
+                     "program %s: the CPU backend keeps its LLVM IR only when $FUSEC_DEBUG has \"code\"",
+                     x->d.graph_name);
+        return NULL;
+    }
+    fc_backend_unsupported(p, "PTX");
+    return NULL;
+}
+
+static void cpu_stats(const fc_program *p, fc_run_stats *out) { *out = cexec_of(p)->stats; }
+static const fc_program_desc *cpu_desc(const fc_program *p) { return &cexec_of(p)->d; }
+static fc_context *cpu_context(const fc_program *p) { return cexec_of(p)->ctx; }
+static void cpu_times(const fc_program *p, fc_compile_times *out) { *out = cexec_of(p)->times; }
+static bool cpu_built(void) { return fc_cpu_available(); }
+static bool cpu_present(void) { return true; }
+
+const fc_backend fc_backend_cpu = {
+    .name = "cpu",
+    .device = FC_DEVICE_CPU,
+    .preference = 2,
+    .built = cpu_built,
+    .present = cpu_present,
+    .compile = cpu_compile,
+    .run = cpu_run,
+    .run_shaped = cpu_run_shaped,
+    .run_host = cpu_run_host,
+    .describe = cpu_describe,
+    .stats = cpu_stats,
+    .desc = cpu_desc,
+    .context = cpu_context,
+    .times = cpu_times,
+    .free = cpu_free,
+};

@@ -1,0 +1,552 @@
+/* program_compile.c - fc_compile for CUDA: options, the description a cold compile builds from the plan, the two-level cache around the passes, codegen and NVRTC, and programs made from a description (the program cache, AOT files). */
+#include "runtime/cuda/program_impl.h"
+
+/* Process-wide counters (fc_compile_counters_get). */
+static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, count_nvrtc;
+
+/* ------------------------------------------------------------------ */
+/* Options, descriptions, counters.                                    */
+/* ------------------------------------------------------------------ */
+
+void fc_compile_options_default(fc_compile_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = FC_DEVICE_CUDA;
+    o->sm = 0;
+    o->fast_math = false;
+    o->fuse = true;
+    o->cuda_graphs = true;
+    o->dynamic = false;
+    o->max_specializations = 8;
+    o->specialize = FC_SPECIALIZE_BACKGROUND;
+}
+
+/* Every compile of a program's source (the cubin, the PTX, an AOT file)
+ * uses these, so the PTX is the PTX of the cubin. At most 3. */
+int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
+    int n = 0;
+    if (fast_math) extra[n++] = "--use_fast_math";
+    /* sm_90a (wgmma, setmaxnreg) for the Hopper attention kernel, which the
+     * codegen emits under the same condition. */
+    if (fc_cuda_attention_hopper(sm)) extra[n++] = "--gpu-architecture=sm_90a";
+    /* The switches that change the source and nothing else (FUSEC_ATTN_TMA,
+     * FUSEC_ATTN_BN, ...): a macro no kernel reads, there only so that the
+     * cache keys of the choices differ. */
+    const char *sw = fc_cuda_source_switches();
+    if (sw) extra[n++] = sw;
+    return n;
+}
+
+void fc_program_unit_name(const char *graph_name, char *buf, size_t n) {
+    snprintf(buf, n, "fusec_%.64s.cu", graph_name ? graph_name : "program");
+}
+
+void fc_program_desc_release(fc_program_desc *d) {
+    if (!d) return;
+    free(d->graph_name);
+    free(d->graph_text);
+    for (int i = 0; d->params && i < d->nparams; i++) free(d->params[i].name);
+    for (int i = 0; d->outputs && i < d->noutputs; i++) free(d->outputs[i].name);
+    free(d->params);
+    free(d->outputs);
+    free(d->store);
+    for (int i = 0; d->gemm && i < d->src.nlaunches; i++) fc_gemm_desc_release(&d->gemm[i]);
+    free(d->gemm);
+    fc_cuda_src_release(&d->src);
+    memset(d, 0, sizeof *d);
+}
+
+const fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i) {
+    if (!d || !d->gemm || i < 0 || i >= d->src.nlaunches || !d->gemm[i].op_arg) return NULL;
+    return &d->gemm[i];
+}
+
+fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
+    const fc_gemm_desc *g = fc_program_gemm(d, i);
+    if (!g) return FC_OK;
+    const fc_launch *l = &d->src.launches[i];
+    /* The bytes of each argument's buffer; launch arguments have storage
+     * (build_desc and the decoder check that first). */
+    int64_t small[16], *bytes = small;
+    if (l->nargs > 16 && !(bytes = fc_ctx_malloc(ctx, sizeof *bytes * (size_t)l->nargs))) return FC_ERR_NOMEM;
+    for (int a = 0; a < l->nargs; a++) bytes[a] = d->store[l->args[a]].bytes;
+    bool ok = l->kind == FC_LAUNCH_LIBRARY && fc_gemm_desc_valid(g, l->nargs, bytes, why, n);
+    if (l->kind != FC_LAUNCH_LIBRARY) snprintf(why, n, "a GEMM for a launch that is not a library call");
+    if (bytes != small) fc_ctx_freemem(ctx, bytes);
+    return ok ? FC_OK : FC_ERR_INPUT;
+}
+
+int64_t fc_program_tensor_bytes(const fc_program_tensor *t) {
+    if (!t || (unsigned)t->dtype >= FC_DTYPE_COUNT || t->rank < 0 || t->rank > FC_MAX_RANK) return 0;
+    int64_t n = (int64_t)fc_dtype_size(t->dtype);
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] < 0 || (t->dims[i] > 0 && n > INT64_MAX / t->dims[i])) return 0;
+        n *= t->dims[i];
+    }
+    return n;
+}
+
+const char *fc_program_origin_name(fc_program_origin o) {
+    switch (o) {
+    case FC_PROGRAM_COMPILED: return "compiled";
+    case FC_PROGRAM_KERNEL_CACHE: return "kernel cache";
+    case FC_PROGRAM_PROGRAM_CACHE: return "program cache";
+    case FC_PROGRAM_FILE: return "file";
+    }
+    return "?";
+}
+
+void fc_compile_counters_get(fc_compile_counters *out) {
+    if (!out) return;
+    out->compiles = atomic_load(&count_compiles);
+    out->program_hits = atomic_load(&count_program_hits);
+    out->kernel_hits = atomic_load(&count_kernel_hits);
+    out->nvrtc_compiles = atomic_load(&count_nvrtc);
+}
+
+/* ------------------------------------------------------------------ */
+/* Compiling.                                                          */
+/* ------------------------------------------------------------------ */
+
+
+/* Device 0's properties, when there is a device (NULL context: a missing
+ * one is not an error here). */
+static bool device_info(fc_cuda_device_info *info) {
+    return fc_cuda_available(NULL) && fc_cuda_device_query(NULL, 0, info) == FC_OK;
+}
+
+/* sm 0 means the device's own compute capability, or sm_90 when there is
+ * no device: NVRTC needs none, and the H100/H200 is the target. */
+static int resolve_sm(int sm) {
+    fc_cuda_device_info info;
+    if (sm > 0) return sm;
+    return device_info(&info) ? info.cc_major * 10 + info.cc_minor : 90;
+}
+
+/* The device's streaming multiprocessors, 0 when there is no device (the
+ * code generator then assumes an H100/H200's 132). */
+int fc_prog_device_sm_count(void) {
+    fc_cuda_device_info info;
+    return device_info(&info) ? info.sm_count : 0;
+}
+
+/* What a description records of the compile options: the resolved target
+ * and the switches that change the code or the GEMMs. */
+void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o) {
+    d->sm = resolve_sm(o->sm);
+    d->fast_math = o->fast_math;
+    d->fuse = o->fuse;
+    d->tf32 = o->allow_tf32;
+}
+
+/* Where value id lives (the table at the top of the file), given its
+ * arena offset (-1: none) and its size. */
+fc_store fc_prog_store_at(const fc_plan_classes *c, int id, int64_t offset, int64_t bytes) {
+    fc_store s = {FC_STORE_NONE, 0, 0};
+    if (!c->val[id]) return s;
+    s.bytes = bytes;
+    const fc_value *r = c->val[c->root[id]];
+    if (r->param_index >= 0) {
+        s.kind = FC_STORE_INPUT;
+        s.index = r->param_index;
+    } else if (c->result_slot[r->id] >= 0) {
+        s.kind = FC_STORE_OUTPUT;
+        s.index = c->result_slot[r->id];
+    } else if (offset >= 0) {
+        s.kind = FC_STORE_ARENA;
+        s.index = offset;
+    }
+    return s;
+}
+
+static fc_store store_of(const fc_plan_classes *c, const fc_plan *plan, int id) {
+    const fc_value *v = c->val[id];
+    return fc_prog_store_at(c, id, plan->offset ? plan->offset[id] : -1, v ? fc_value_bytes(v) : 0);
+}
+
+/* Where result k is copied from after the launches, when no kernel writes
+ * it in place (a parameter, or a view of one, returned as it is; a class
+ * whose result slot is another output); FC_STORE_NONE otherwise. bytes:
+ * the result's size. */
+fc_store fc_prog_copy_source(const fc_plan_classes *c, const fc_graph *g, int k, int64_t bytes) {
+    const fc_value *r = c->val[c->root[g->outputs[k]->id]];
+    if (r->param_index >= 0) return (fc_store){FC_STORE_INPUT, r->param_index, bytes};
+    if (c->result_slot[r->id] != k) return (fc_store){FC_STORE_OUTPUT, c->result_slot[r->id], bytes};
+    return (fc_store){FC_STORE_NONE, 0, 0};
+}
+
+/* v's type (symbolic dims kept as they are). */
+void fc_prog_set_tensor_type(fc_program_tensor *t, const fc_value *v) {
+    t->dtype = v->dtype;
+    t->rank = v->rank;
+    for (int d = 0; d < v->rank; d++) t->dims[d] = v->dims[d];
+    t->value = v->id;
+}
+
+/* Check that every launch argument and every result has storage in the
+ * plan's classes (so that a mismatch between the plan and the codegen
+ * shows up at compile time, in CI, not as a bad pointer on a GPU), and
+ * fill the description from them. */
+static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
+    fc_graph *g = p->g;
+    const fc_plan *plan = &p->plan;
+    fc_program_desc *d = &p->d;
+
+    /* A result class not rooted at a parameter must be written by a group. */
+    for (int k = 0; k < g->noutputs; k++) {
+        const fc_value *r = c->val[c->root[g->outputs[k]->id]];
+        if (r->param_index >= 0) continue;
+        bool written = false;
+        for (int pos = 0; pos < plan->ngroups && !written; pos++) {
+            const fc_group *grp = plan->groups[pos];
+            if (grp->kind == FC_GROUP_ALIAS) continue;
+            for (int i = 0; i < grp->noutputs; i++) written |= grp->outputs[i] == r;
+        }
+        if (!written)
+            return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                                "internal error: result %d of graph %s is not written by any kernel", k, g->name);
+    }
+
+    d->nvalues = c->nvalues;
+    d->store = fc_ctx_malloc(p->ctx, sizeof *d->store * (size_t)(c->nvalues + 1));
+    d->params = fc_ctx_malloc(p->ctx, sizeof *d->params * (size_t)(g->nparams + 1));
+    d->outputs = fc_ctx_malloc(p->ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    d->graph_name = dup_str(p->ctx, g->name);
+    if (!d->store || !d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
+    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
+    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    for (int id = 0; id < c->nvalues; id++) d->store[id] = store_of(c, plan, id);
+
+    for (int i = 0; i < g->nparams; i++) {
+        fc_program_tensor *t = &d->params[i];
+        fc_prog_set_tensor_type(t, g->params[i]);
+        d->nparams = i + 1; /* so that release frees the names made so far */
+        if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
+    }
+    for (int k = 0; k < g->noutputs; k++) {
+        fc_program_tensor *t = &d->outputs[k];
+        fc_prog_set_tensor_type(t, g->outputs[k]);
+        t->copy_from = fc_prog_copy_source(c, g, k, fc_value_bytes(g->outputs[k]));
+    }
+    d->noutputs = g->noutputs;
+    d->arena_bytes = plan->arena_bytes;
+    d->intermediate_bytes = plan->intermediate_bytes;
+
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (l->kind == FC_LAUNCH_ALIAS) continue;
+        for (int a = 0; a < l->nargs; a++) {
+            int id = l->args[a];
+            if (id < 0 || id >= d->nvalues || d->store[id].kind == FC_STORE_NONE)
+                return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                                    "internal error: launch %d (%s) argument %d is value %d, which has no storage "
+                                    "in the memory plan",
+                                    i, l->name, a, id);
+        }
+    }
+    return FC_OK;
+}
+
+/* The node of library launch group `id`: its group's only node. */
+static const fc_node *library_node(const fc_plan *plan, int id) {
+    for (int i = 0; i < plan->ngroups; i++)
+        if (plan->groups[i]->id == id) return plan->groups[i]->nnodes == 1 ? plan->groups[i]->nodes[0] : NULL;
+    return NULL;
+}
+
+/*
+ * Each library launch that cuBLASLt runs gets its GEMM's description, and
+ * the description is checked against the storage now, as the launch
+ * arguments are. A library call cuBLASLt cannot run (an integer matmul,
+ * attention) gets none: compiling it is not an error, so that its plan
+ * can be inspected, and running it fails with FC_ERR_UNSUPPORTED.
+ */
+static fc_status describe_gemms(fc_program *p) {
+    fc_program_desc *d = &p->d;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        const fc_node *n = l->kind == FC_LAUNCH_LIBRARY ? library_node(&p->plan, l->group) : NULL;
+        if (!n || (n->op != FC_OP_GEMM && n->op != FC_OP_MATMUL)) continue;
+        if (!d->gemm) {
+            size_t bytes = sizeof *d->gemm * (size_t)d->src.nlaunches;
+            if (!(d->gemm = fc_ctx_malloc(p->ctx, bytes))) return FC_ERR_NOMEM;
+            memset(d->gemm, 0, bytes);
+        }
+        fc_status st = fc_gemm_desc_of(p->ctx, n, l->args, l->nargs, &d->gemm[i]);
+        if (st == FC_ERR_UNSUPPORTED) continue;
+        char why[256] = "";
+        if (st == FC_OK) st = fc_program_check_gemm(p->ctx, d, i, why, sizeof why);
+        else if (st != FC_ERR_NOMEM) snprintf(why, sizeof why, "%.250s", p->ctx->error);
+        if (st == FC_ERR_NOMEM) return st;
+        if (st != FC_OK)
+            return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: launch %d (%s): its GEMM: %s", i, l->name,
+                                why);
+    }
+    return FC_OK;
+}
+
+fc_status fc_prog_build_desc(fc_program *p) {
+    fc_plan_classes c;
+    fc_status st = fc_plan_classes_make(p->ctx, &p->plan, &c);
+    if (st == FC_OK) st = fill_desc(p, &c);
+    fc_plan_classes_free(p->ctx, &c);
+    return st == FC_OK ? describe_gemms(p) : st;
+}
+
+/* The most arguments of any launch (the size of the run's scratch), and
+ * how many launches run a GEMM. */
+void fc_prog_count_launch_args(fc_program *p) {
+    p->max_args = 0;
+    p->ngemms = 0;
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        if (l->kind != FC_LAUNCH_ALIAS && l->nargs + l->nsyms > p->max_args) p->max_args = l->nargs + l->nsyms;
+        if (fc_program_gemm(&p->d, i)) p->ngemms++;
+    }
+}
+
+/* The cold path: passes, codegen, description. */
+static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
+    p->g = fc_graph_clone(g);
+    /* The clone does not say why it failed; the graph was checked above,
+     * so it is memory unless its message says otherwise. */
+    if (!p->g) return strstr(p->ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
+
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.vertical = fo.horizontal = p->opts.fuse;
+    double t = fc_now_ms();
+    fc_status st = fc_pipeline(p->g, &fo, &p->plan);
+    p->times.passes_ms = fc_now_ms() - t;
+    if (st != FC_OK) return st;
+    if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
+    if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME,
+                            "internal error: the passes changed the graph's signature (%d -> %d params, %d -> %d "
+                            "results)",
+                            g->nparams, p->g->nparams, g->noutputs, p->g->noutputs);
+
+    t = fc_now_ms();
+    p->plan.sm = p->d.sm;
+    p->plan.sm_count = fc_prog_device_sm_count(); /* the attention kernel's persistent grid */
+    st = fc_cuda_codegen(&p->plan, &p->d.src);
+    if (st == FC_OK) st = fc_prog_build_desc(p);
+    p->times.codegen_ms = fc_now_ms() - t;
+    return st;
+}
+
+
+fc_status fc_prog_nvrtc_setup_make(fc_program *p, nvrtc_setup *n) {
+    n->nextra = fc_program_extra_nvrtc_options(p->d.sm, p->d.fast_math, n->extra);
+    fc_status st = fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, n->extra, n->nextra, &n->opts);
+    n->version_known = fc_nvrtc_version(&n->major, &n->minor) == FC_OK;
+    return st;
+}
+
+/*
+ * A level-2 lookup: on a hit, the description decoded from the entry
+ * replaces p->d. An entry that does not decode, or that is not for this
+ * very graph and these options (the key says it is; a check costs a
+ * strcmp), is a miss: the cold path's put then replaces it. Only running
+ * out of memory is an error.
+ */
+static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_key *key, bool *hit) {
+    *hit = false;
+    void *bytes = NULL;
+    size_t n = 0;
+    fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_PROGRAM, key, &bytes, &n);
+    if (st != FC_OK || !bytes) return st;
+    fc_program_desc d;
+    st = fc_program_desc_decode(p->ctx, bytes, n, &d);
+    fc_free(bytes);
+    if (st == FC_ERR_NOMEM) return st;
+    if (st != FC_OK) return FC_OK;
+    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse ||
+        strcmp(d.graph_text, p->d.graph_text) != 0) {
+        fc_program_desc_release(&d);
+        return FC_OK;
+    }
+    fc_program_desc_release(&p->d);
+    p->d = d;
+    *hit = true;
+    return FC_OK;
+}
+
+/* A cubin as the cache gave it must still look like one: the checksum
+ * proves the entry is what was written, not that what was written was
+ * right. */
+static bool looks_like_cubin(const void *data, size_t n) {
+    return n > 64 && memcmp(data, "\x7f" "ELF", 4) == 0;
+}
+
+/* The cubin of p->d.src.source: from the cache (level 1), else NVRTC, then
+ * stored. *from_cache says which. A failed store is not an error: the
+ * compile succeeded (its message stays on the context). */
+fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache) {
+    *from_cache = false;
+    fc_program_desc *d = &p->d;
+    char unit[96];
+    fc_program_unit_name(d->graph_name, unit, sizeof unit);
+    fc_cache_key key = {{0}};
+    if (cache) {
+        double t = fc_now_ms();
+        key = fc_kernel_cache_key(d->src.source, unit, d->sm, nv->opts.opt, nv->opts.count, nv->major, nv->minor);
+        memcpy(d->kernel_key, key.bytes, sizeof d->kernel_key);
+        void *bin = NULL;
+        size_t n = 0;
+        fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_KERNEL, &key, &bin, &n);
+        p->times.cache_ms += fc_now_ms() - t;
+        if (st != FC_OK) return st;
+        if (bin && looks_like_cubin(bin, n)) {
+            p->cubin.data = bin;
+            p->cubin.size = n;
+            atomic_fetch_add(&count_kernel_hits, 1);
+            *from_cache = true;
+            return FC_OK;
+        }
+        fc_free(bin);
+    }
+    double t = fc_now_ms();
+    fc_status st = fc_nvrtc_compile(p->ctx, d->src.source, unit, d->sm / 10, d->sm % 10, nv->extra, nv->nextra,
+                                    &p->cubin);
+    p->times.nvrtc_ms += fc_now_ms() - t;
+    atomic_fetch_add(&count_nvrtc, 1);
+    if (st != FC_OK || !cache) return st;
+    t = fc_now_ms();
+    fc_cache_note_compile(cache);
+    (void)fc_cache_put(cache, p->ctx, FC_CACHE_KERNEL, &key, p->cubin.data, p->cubin.size);
+    p->times.cache_ms += fc_now_ms() - t;
+    return FC_OK;
+}
+
+/* Store the description as a level-2 entry; failures are not errors. */
+static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *key) {
+    double t = fc_now_ms();
+    fc_bytes blob = {NULL, 0};
+    if (fc_program_desc_encode(p->ctx, &p->d, &blob) == FC_OK)
+        (void)fc_cache_put(cache, p->ctx, FC_CACHE_PROGRAM, key, blob.data, blob.size);
+    fc_bytes_free(&blob);
+    p->times.cache_ms += fc_now_ms() - t;
+}
+
+/* The steps of fc_compile after the program exists; fc_compile frees the
+ * program when one fails. */
+static fc_status compile_program(fc_program *p, fc_graph *g) {
+    fc_program_desc *d = &p->d;
+    fc_prog_set_target(d, &p->opts);
+
+    fc_cache *cache = NULL;
+    fc_status st = fc_cache_global_open(p->ctx, &cache);
+    if (st != FC_OK) return st;
+    nvrtc_setup nv;
+    st = fc_prog_nvrtc_setup_make(p, &nv);
+    if (st != FC_OK) return st;
+    /* Without NVRTC's version a cubin's key would not say which compiler
+     * made it: do without the cache rather than risk a stale one. */
+    if (fc_cache_mode_of(cache) == FC_CACHE_OFF || !nv.version_known) cache = NULL;
+
+    /* The graph's canonical text: the level-2 key, and what a program from
+     * the cache or a file re-plans from when asked for its plan. */
+    double t = fc_now_ms();
+    d->graph_text = fc_print(g);
+    if (!d->graph_text) {
+        if (strstr(p->ctx->error, "out of memory")) return FC_ERR_NOMEM;
+        char why[512];
+        snprintf(why, sizeof why, "%.500s", p->ctx->error);
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: cannot print graph %s: %s", g->name, why);
+    }
+    bool program_hit = false;
+    fc_cache_key pkey = {{0}};
+    if (cache) {
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, nv.opts.opt, nv.opts.count,
+                                    nv.major, nv.minor);
+        st = lookup_program(p, cache, &pkey, &program_hit);
+        if (st != FC_OK) return st;
+        p->times.cache_ms += fc_now_ms() - t; /* without a cache, the text is "other" time */
+    }
+
+    if (!program_hit && (st = plan_and_generate(p, g)) != FC_OK) return st;
+    fc_prog_count_launch_args(p);
+    bool kernel_hit = false;
+    st = fc_prog_get_cubin(p, cache, &nv, &kernel_hit);
+    if (st != FC_OK) return st;
+    if (cache && !program_hit) store_program(p, cache, &pkey);
+    if (cache) {
+        /* Publish this compile's hits and misses now: a process that only
+         * ever hits would otherwise never write them (puts flush too). */
+        fc_context scratch = {0};
+        (void)fc_cache_flush_stats(cache, &scratch);
+    }
+    p->times.origin = program_hit ? FC_PROGRAM_PROGRAM_CACHE
+                      : kernel_hit ? FC_PROGRAM_KERNEL_CACHE
+                                   : FC_PROGRAM_COMPILED;
+    if (program_hit) atomic_fetch_add(&count_program_hits, 1);
+    return FC_OK;
+}
+
+fc_program *fc_prog_new_program(fc_context *ctx) {
+    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+    if (!p) return NULL;
+    memset(p, 0, sizeof *p);
+    p->head.backend = &fc_backend_cuda;
+    p->ctx = ctx;
+    return p;
+}
+
+/* fc_compile for CUDA (runtime/backend.c checked g, o and out). */
+fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
+    fc_context *ctx = g->ctx;
+    if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
+    /* A dynamic program when asked for and some symbol is unbound
+     * (runtime/cuda/dynamic.c); a fully bound graph is static either way. */
+    if (o->dynamic && fc_graph_check_static(g) != FC_OK) {
+        fc_clear_error(ctx);
+        return fc_dynamic_compile(g, o, out);
+    }
+    /* Before copying anything: the most common mistake, with its fix. */
+    fc_status st = fc_graph_check_static(g);
+    if (st != FC_OK) return st;
+
+    double t0 = fc_now_ms();
+    fc_program *p = fc_prog_new_program(ctx);
+    if (!p) return FC_ERR_NOMEM;
+    p->opts = *o;
+    st = compile_program(p, g);
+    if (st != FC_OK) {
+        fc_program_free(p);
+        return st;
+    }
+    p->times.compile_ms = fc_now_ms() - t0;
+    atomic_fetch_add(&count_compiles, 1);
+    *out = p;
+    return FC_OK;
+}
+
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+                               fc_program **out) {
+    if (out) *out = NULL;
+    if (!desc || !cubin || !out) {
+        fc_program_desc_release(desc);
+        fc_bytes_free(cubin);
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
+    }
+    fc_program *p = fc_prog_new_program(ctx);
+    if (!p) {
+        fc_program_desc_release(desc);
+        fc_bytes_free(cubin);
+        return FC_ERR_NOMEM;
+    }
+    p->d = *desc;
+    p->cubin = *cubin;
+    memset(desc, 0, sizeof *desc);
+    memset(cubin, 0, sizeof *cubin);
+    fc_compile_options_default(&p->opts);
+    p->opts.sm = p->d.sm;
+    p->opts.fast_math = p->d.fast_math;
+    p->opts.fuse = p->d.fuse;
+    p->opts.allow_tf32 = p->d.tf32;
+    p->times.origin = origin;
+    fc_prog_count_launch_args(p);
+    *out = p;
+    return FC_OK;
+}

@@ -1,0 +1,312 @@
+/* program_exec.c - freeing a program, its accessors, its plan, source and PTX, and the CUDA backend's table (runtime/backend.h). */
+#include "runtime/cuda/program_impl.h"
+
+/* ------------------------------------------------------------------ */
+/* Freeing.                                                            */
+/* ------------------------------------------------------------------ */
+
+static void cuda_free(fc_program *p) {
+    if (!p) return;
+    fc_dynamic_free(p->dyn);
+    if (p->variant) {
+        /* The device, module, kernels, cuBLASLt handle and arena are the
+         * variant's. No synchronize: an instance owns no device memory, and
+         * a graph still running is freed by the driver when it completes
+         * (cuGraphExecDestroy). */
+        fc_replay_free(p->replay, p->dev);
+        if (p->blas)
+            for (int i = 0; i < p->d.src.nlaunches; i++)
+                if (fc_program_gemm(&p->d, i)) fc_cublaslt_forget(p->blas, &p->d.gemm[i]);
+        p->replay = NULL;
+        p->func = NULL;
+        p->blas = NULL;
+        p->arena = 0;
+        p->module = NULL;
+        p->dev = NULL;
+        memset(&p->args, 0, sizeof p->args); /* the variant's scratch */
+    }
+    if (p->desc_inline) {
+        /* Everything is in p's own allocation, or the variant's. */
+        fc_ctx_freemem(p->ctx, p);
+        return;
+    }
+    fc_ctx_freemem(p->ctx, p->syms);
+    if (p->dev) {
+        const double t0 = fc_now_ms();
+        fc_replay_free(p->replay, p->dev);
+        fc_replay_free(p->shared_replay, p->dev);
+        fc_frame_free(p->frame, p->dev);
+        spec_step(p, "freeing: graph", t0);
+        /* Teardown errors are ignored, and kept off the context: nothing can
+         * be done about them, and they must not hide an earlier error. The
+         * synchronize makes sure no queued launch still uses the arena. */
+        const fc_cuda_driver *cu = p->dev->cu;
+        double t = fc_now_ms();
+        (void)cu->CtxSetCurrent(p->dev->cuctx);
+        (void)cu->CtxSynchronize();
+        spec_step(p, "freeing: synchronized", t);
+        t = fc_now_ms();
+        fc_cublaslt_destroy(p->blas); /* it uses the device: before it is closed */
+        spec_step(p, "freeing: cuBLASLt handle", t);
+        t = fc_now_ms();
+        if (p->arena_region.base) fc_cuda_region_free(p->dev, &p->arena_region);
+        else if (p->arena) (void)cu->MemFree(p->arena);
+        spec_step(p, "freeing: arena", t);
+        t = fc_now_ms();
+        if (p->module) (void)cu->ModuleUnload(p->module);
+        spec_step(p, "freeing: module unloaded", t);
+        t = fc_now_ms();
+        fc_cuda_device_close(p->dev);
+        spec_step(p, "freeing: device closed", t);
+    }
+    fc_ctx_freemem(p->ctx, p->func);
+    fc_launch_params_free(p->ctx, &p->args);
+    fc_memplan_layout_free(p->layout);
+    fc_ctx_freemem(p->ctx, p->store_kind);
+    fc_ctx_freemem(p->ctx, p->grid_sized);
+    fc_bytes_free(&p->cubin);
+    fc_program_desc_release(&p->d);
+    fc_plan_release(&p->plan);
+    if (!p->plan_owns_graph) fc_graph_free(p->g);
+    fc_ctx_freemem(p->ctx, p);
+}
+
+/* ------------------------------------------------------------------ */
+/* Accessors.                                                          */
+/* ------------------------------------------------------------------ */
+
+/* A program that ran no passes here (from the cache or a file) re-plans
+ * its graph text when asked for its graph or plan. */
+static fc_status materialize(fc_program *p) {
+    if (p->g) return FC_OK;
+    if (!p->d.graph_text)
+        return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s carries no graph text to plan from",
+                            p->d.graph_name ? p->d.graph_name : "?");
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(p->ctx, "<program graph>", p->d.graph_text, strlen(p->d.graph_text), NULL, NULL, 0, &g);
+    if (st != FC_OK) return st;
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.vertical = fo.horizontal = p->d.fuse;
+    st = fc_pipeline(g, &fo, &p->plan);
+    if (st != FC_OK) {
+        fc_plan_release(&p->plan);
+        memset(&p->plan, 0, sizeof p->plan);
+        fc_graph_free(g);
+        return st;
+    }
+    p->g = g;
+    return FC_OK;
+}
+
+fc_graph *fc_program_graph(fc_program *p) { return p && materialize(p) == FC_OK ? p->g : NULL; }
+const fc_plan *fc_program_plan(fc_program *p) { return p && materialize(p) == FC_OK ? &p->plan : NULL; }
+int fc_program_num_launches(const fc_program *p) { return p ? p->d.src.nlaunches : 0; }
+const fc_launch *fc_program_launch(const fc_program *p, int i) {
+    return p && i >= 0 && i < p->d.src.nlaunches ? &p->d.src.launches[i] : NULL;
+}
+int fc_program_sm(const fc_program *p) { return p ? p->d.sm : 0; }
+const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
+int fc_program_programmatic_edges(const fc_program *p) { return p && p->replay ? fc_replay_programmatic_edges(p->replay) : 0; }
+fc_program_origin fc_program_origin_of(const fc_program *p) { return p ? p->times.origin : FC_PROGRAM_COMPILED; }
+
+void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {
+    int k = 0, l = 0, a = 0;
+    for (int i = 0; p && i < p->d.src.nlaunches; i++) {
+        switch (p->d.src.launches[i].kind) {
+        case FC_LAUNCH_KERNEL: k++; break;
+        case FC_LAUNCH_LIBRARY: l++; break;
+        case FC_LAUNCH_ALIAS: a++; break;
+        }
+    }
+    if (kernels) *kernels = k;
+    if (library) *library = l;
+    if (aliases) *aliases = a;
+}
+
+int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(p->blas) : 0; }
+int fc_program_gemm_disk_hits(const fc_program *p) { return p ? fc_cublaslt_disk_hits(p->blas) : 0; }
+
+fc_compile_times *fc_program_times_ref(fc_program *p) { return p ? &p->times : NULL; }
+static fc_context *cuda_context(const fc_program *p) { return p->ctx; }
+
+static const fc_program_desc *cuda_desc(const fc_program *p) { return &p->d; }
+
+static void cuda_times(const fc_program *p, fc_compile_times *out) { *out = p->times; }
+
+/* ------------------------------------------------------------------ */
+/* Text: the plan, the source, the PTX.                                */
+/* ------------------------------------------------------------------ */
+
+/* What a program's plan, source and PTX show: a dynamic program shows its
+ * dynamic variant (kernels with the dims as arguments), when it has one. */
+static fc_program *shown(fc_program *p) {
+    fc_program *v = p->dyn ? fc_dynamic_variant(p->dyn) : NULL;
+    return v ? v : p;
+}
+
+static char *cuda_plan_text(fc_program *p) {
+    if (!p) return NULL;
+    p = shown(p);
+    fc_strbuf t = {.ctx = p->ctx};
+    for (int i = 0; i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        switch (l->kind) {
+        case FC_LAUNCH_KERNEL:
+            fc_strbuf_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
+                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->summary);
+            break;
+        case FC_LAUNCH_LIBRARY:
+            fc_strbuf_printf(&t, "launch %d: library %s ops: %s\n", i, l->name[0] ? l->name : "matmul", l->summary);
+            break;
+        case FC_LAUNCH_ALIAS:
+            fc_strbuf_printf(&t, "launch %d: alias (a view, nothing runs) ops: %s\n", i, l->summary);
+            break;
+        }
+    }
+    int kernels, library;
+    fc_program_count_launches(p, &kernels, &library, NULL);
+    fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
+                (long long)p->d.arena_bytes, (long long)p->d.intermediate_bytes);
+    /* The last line, exactly: tests and scripts parse it. */
+    fc_strbuf_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
+                (long long)p->d.intermediate_bytes);
+    if (t.oom || !t.buf) {
+        fc_ctx_freemem(p->ctx, t.buf);
+        fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (plan text)");
+        return NULL;
+    }
+    return t.buf;
+}
+
+/* One line per step; the "why" column says what a zero means. */
+char *fc_compile_times_text(const fc_compile_times *t) {
+    if (!t) return NULL;
+    fc_strbuf s = {0};
+    const char *how = "";
+    switch (t->origin) {
+    case FC_PROGRAM_COMPILED: how = "compiled: passes, codegen and NVRTC ran"; break;
+    case FC_PROGRAM_KERNEL_CACHE: how = "passes and codegen ran; the cubin came from the cache"; break;
+    case FC_PROGRAM_PROGRAM_CACHE: how = "warm start: the whole program came from the cache"; break;
+    case FC_PROGRAM_FILE: how = "loaded from a compiled program file"; break;
+    }
+    bool cached = t->origin == FC_PROGRAM_PROGRAM_CACHE || t->origin == FC_PROGRAM_FILE;
+    /* What fc_compile spent outside the named steps: the clone, the
+     * graph's text, building the program. */
+    double other = t->compile_ms - t->passes_ms - t->codegen_ms - t->nvrtc_ms - t->cache_ms;
+    if (other < 0) other = 0;
+    double total = t->parse_ms + t->compile_ms + t->device_ms + t->load_ms;
+    fc_strbuf_printf(&s, "time: %.3f ms to %s (%s)\n", total, t->loaded ? "the first run" : "a compiled program", how);
+    fc_strbuf_printf(&s, "  parse    %10.3f ms\n", t->parse_ms);
+    fc_strbuf_printf(&s, "  passes   %10.3f ms%s\n", t->passes_ms, cached ? "  (skipped)" : "");
+    fc_strbuf_printf(&s, "  codegen  %10.3f ms%s\n", t->codegen_ms, cached ? "  (skipped)" : "");
+    fc_strbuf_printf(&s, "  nvrtc    %10.3f ms%s\n", t->nvrtc_ms,
+                t->origin == FC_PROGRAM_COMPILED ? "" : "  (skipped: cubin from the cache or the file)");
+    fc_strbuf_printf(&s, "  cache    %10.3f ms\n", t->cache_ms);
+    fc_strbuf_printf(&s, "  other    %10.3f ms\n", other);
+    fc_strbuf_printf(&s, "  device   %10.3f ms%s\n", t->device_ms, t->loaded ? "" : "  (no run yet)");
+    fc_strbuf_printf(&s, "  load     %10.3f ms%s\n", t->load_ms, t->loaded ? "" : "  (no run yet)");
+    if (s.oom || !s.buf) {
+        free(s.buf);
+        return NULL;
+    }
+    return s.buf;
+}
+
+static char *cuda_source(fc_program *p) {
+    if (!p) return NULL;
+    p = shown(p);
+    if (!p->d.src.source) {
+        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+        return NULL;
+    }
+    return dup_str(p->ctx, p->d.src.source);
+}
+
+static fc_status get_ptx(fc_context *ctx, fc_nvrtc_unit *unit, char *buf) {
+    FC_NVRTC_CHECK(ctx, unit, nvrtcGetPTX(unit->prog, buf));
+    return FC_OK;
+}
+
+/* Compile unit->source again and take the PTX; the caller destroys
+ * unit->prog (each failing check already has). */
+static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrtc_options *opts, char **out) {
+    nvrtcProgram prog = NULL;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcCreateProgram(&prog, unit->source, unit->name, 0, NULL, NULL));
+    unit->prog = prog;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcCompileProgram(unit->prog, opts->count, opts->opt));
+    size_t size = 0;
+    FC_NVRTC_CHECK(ctx, unit, nvrtcGetPTXSize(unit->prog, &size));
+    char *buf = fc_ctx_malloc(ctx, size + 1);
+    if (!buf) return FC_ERR_NOMEM;
+    fc_status st = get_ptx(ctx, unit, buf);
+    if (st != FC_OK) {
+        fc_ctx_freemem(ctx, buf);
+        return st;
+    }
+    buf[size] = 0; /* the size counts NVRTC's terminator; this one is for safety */
+    *out = buf;
+    return FC_OK;
+}
+
+static char *cuda_ptx(fc_program *p) {
+    if (!p) return NULL;
+    p = shown(p);
+    /* Not kept from fc_compile: few callers want it, and NVRTC makes it
+     * again in a few milliseconds with exactly the same options. */
+    if (!p->d.src.source) {
+        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+        return NULL;
+    }
+    const char *extra[4];
+    int nextra = fc_program_extra_nvrtc_options(p->d.sm, p->d.fast_math, extra);
+    fc_nvrtc_options opts;
+    if (fc_nvrtc_options_build(p->ctx, p->d.sm / 10, p->d.sm % 10, extra, nextra, &opts) != FC_OK) return NULL;
+    char name[96];
+    fc_program_unit_name(p->d.graph_name, name, sizeof name);
+    fc_nvrtc_unit unit = {NULL, name, p->d.src.source};
+    char *ptx = NULL;
+    fc_status st = compile_ptx(p->ctx, &unit, &opts, &ptx);
+    if (unit.prog) nvrtcDestroyProgram(&unit.prog);
+    return st == FC_OK ? ptx : NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* The CUDA backend's table (runtime/backend.h).                       */
+/* ------------------------------------------------------------------ */
+
+static char *cuda_describe(fc_program *p, fc_describe_kind what) {
+    switch (what) {
+    case FC_DESCRIBE_PLAN: return cuda_plan_text(p);
+    case FC_DESCRIBE_SOURCE: return cuda_source(p);
+    case FC_DESCRIBE_ASM: return cuda_ptx(p);
+    }
+    return NULL;
+}
+
+static bool cuda_built(void) { return true; }
+
+static bool cuda_present(void) {
+    fc_context *ctx = fc_context_new();
+    bool ok = ctx && fc_cuda_available(ctx);
+    fc_context_free(ctx);
+    return ok;
+}
+
+const fc_backend fc_backend_cuda = {
+    .name = "cuda",
+    .device = FC_DEVICE_CUDA,
+    .preference = 3,
+    .built = cuda_built,
+    .present = cuda_present,
+    .compile = fc_prog_cuda_compile,
+    .run = fc_prog_cuda_run,
+    .run_shaped = fc_cuda_run_shaped,
+    .run_host = fc_prog_cuda_run_host,
+    .describe = cuda_describe,
+    .stats = fc_cuda_program_stats,
+    .desc = cuda_desc,
+    .context = cuda_context,
+    .times = cuda_times,
+    .free = cuda_free,
+};

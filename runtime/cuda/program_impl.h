@@ -1,0 +1,228 @@
+/*
+ * program_impl.h - the CUDA program's layout and the functions its files
+ * share (runtime/cuda/program_*.c; internal to them). One program's
+ * life: program_compile.c makes it, program_variant.c makes a dynamic
+ * program's variant and shapes, program_device.c readies the device for
+ * it, program_launch.c queues its runs, program_host_run.c runs it from
+ * host memory, program_exec.c frees and describes it.
+ *
+ * fc_compile runs the whole pipeline on a copy of the graph:
+ *
+ *   clone -> every dim static? -> fc_pipeline (passes, fusion, schedule,
+ *   memory plan) -> fc_cuda_codegen (one CUDA C source, a launch list)
+ *   -> NVRTC (a cubin for sm_XY)
+ *
+ * with the compile cache around it (docs/CACHE.md): a program compiled
+ * before, by this process or another, comes whole from a level-2 entry and
+ * skips everything above; a source compiled before gets its cubin from a
+ * level-1 entry and skips NVRTC.
+ *
+ * What runs is the program's description (fc_program_desc, program.h):
+ * the signature, the launches, where each value lives, the source. It
+ * points into no graph, so a cache entry or an AOT file can carry it. A
+ * cold compile builds it from the plan (build_desc); the plan and the
+ * graph after the passes are kept only for introspection.
+ *
+ * NVRTC needs no GPU, so compiling works on any machine, and so do the
+ * emit functions. Nothing is loaded on a device at compile time: the first
+ * fc_run opens device 0, loads the module, resolves the kernels, allocates
+ * the arena and, for a program with GEMMs, creates its cuBLASLt handle;
+ * every later run reuses them. Lazy, so that a machine without a GPU (CI)
+ * can compile and a program that is only inspected never touches the
+ * driver.
+ *
+ * Library launches. A gemm (or matmul) group runs through cuBLASLt
+ * (runtime/cuda/cublaslt.c) from the GEMM's description in fc_program_desc,
+ * made at compile time, because a program from the cache or a file has no
+ * graph to read it from. Its workspace (32 MiB) is the arena's tail.
+ *
+ * Storage. Each value a launch names gets its device pointer from its
+ * storage class (see passes/memplan.c): a class rooted at a parameter lives
+ * in the caller's input buffer; a class holding a graph result lives in the
+ * caller's output buffer for that result; any other class lives in the
+ * program's arena at plan->offset. Results that are not written by a
+ * kernel in place (a parameter returned as it is, a view of a parameter, a
+ * value returned twice) are copied device-to-device after the launches.
+ */
+#ifndef FC_RUNTIME_CUDA_PROGRAM_IMPL_H
+#define FC_RUNTIME_CUDA_PROGRAM_IMPL_H
+
+#include "runtime/cuda/program.h"
+#include "runtime/backend.h"
+#include "ir/switches.h"
+#include "codegen/cuda/attention.h"
+#include "ir/timing.h"
+#include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cuda_check.h"
+#include "runtime/ref/interp.h"
+#include "runtime/cuda/program_cache.h"
+#include "runtime/cuda/dynamic.h"
+#include "runtime/cuda/frame.h"
+#include "runtime/cuda/replay.h"
+
+#include <math.h>
+#include <nvrtc.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Kernels may use up to 48 KiB of dynamic shared memory without opting in. */
+#define DEFAULT_MAX_SHARED (48 * 1024)
+/* Warm-up runs before a benchmark: module load, clocks, caches. */
+#define BENCH_WARMUP 3
+
+struct fc_program {
+    fc_exec_head head; /* the CUDA backend's (runtime/backend.h) */
+    fc_context *ctx;
+    fc_compile_options opts;
+    fc_program_desc d;    /* what runs: signature, launches, storage, source */
+    fc_bytes cubin;       /* NVRTC's cubin of d.src.source (an AOT file: the whole file) */
+    fc_compile_times times;
+    int max_args;         /* most kernel parameters of any launch */
+    int ngemms;           /* launches that run a GEMM through cuBLASLt */
+
+    /* Introspection only: fusec's copy of the graph after the passes, and
+     * the plan. A cold compile keeps them; a program from the cache or a
+     * file makes them on demand (materialize). */
+    fc_graph *g;
+    fc_plan plan;
+
+    /* Device state, made by the first run (ensure_device). */
+    fc_cuda_device *dev;
+    CUmodule module;
+    CUfunction *func; /* per launch; NULL for launches that are not kernels */
+    bool funcs_ready;
+    CUdeviceptr arena;   /* the intermediates, then (with GEMMs) the cuBLASLt workspace */
+    fc_launch_params args; /* per-run scratch: the kernel parameters (runtime/cuda/replay.h) */
+    fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
+    CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
+
+    /* CUDA Graph replay (runtime/cuda/replay.c): built at the second run. */
+    fc_replay *replay;
+    bool graphs_decided; /* the options and environment were read (first run) */
+    bool replay_off;     /* graphs are off, or building or patching one failed (stats say why) */
+    fc_run_stats stats;
+
+    /* One shape of a dynamic program's variant (an "instance"): the
+     * variant's module and kernels are borrowed, the kernels take these
+     * symbol values as trailing arguments. */
+    fc_program *variant;
+    int64_t *syms;
+    int nsyms;
+    unsigned arena_gen;         /* instance: the variant's arena_gen its graph was built for */
+    /* A variant: the arena its instances share, and how often it moved.
+     * The arena is arena_region's when the device has virtual memory
+     * management: it grows in place and never moves (nor waits for the
+     * device); otherwise it is one cuMemAlloc, freed and allocated again,
+     * larger, when a shape needs more. */
+    int64_t shared_arena_bytes;
+    int64_t arena_reserved; /* what fc_program_reserve_arena mapped (the declared largest shape's need) */
+    fc_cuda_region arena_region;
+    bool arena_moves; /* no region: the arena is reallocated to grow */
+    /* A variant of frame kernels only: one graph for all its shapes
+     * (enqueue_shared), which reads each shape's sizes and pointers from
+     * the frame. shared_graph: the variant is such, and the shared graph
+     * has not failed (then instances build graphs of their own). */
+    bool shared_graph;
+    fc_replay *shared_replay;
+    /* A variant compiled with frame entries (d.src.frame_words > 0): the
+     * table its kernels read their sizes and pointers from. Its shared
+     * graph then never changes: a run writes the frame, not the graph
+     * (runtime/cuda/frame.h). */
+    fc_frame *frame;
+    int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
+    bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
+    /* A variant of kernels only: what each shape's instance is made from
+     * (instance_from_layout). The memory plan's layout (the classes, their
+     * lifetimes, the sizes as formulas: only the placement is per shape),
+     * and every value's storage kind and index, which do not depend on
+     * the shape either (an arena value's index is its offset, per shape).
+     * The variant's own d.outputs[k].copy_from holds each result's copy
+     * source the same way (its bytes are per shape). */
+    fc_memplan_layout *layout;
+    fc_store *store_kind;
+    bool *grid_sized; /* by launch: its grid depends on the symbols (else the variant's is every shape's) */
+    /* An instance made from the layout: its description's arrays live in
+     * the program's own allocation, and its names and launch argument
+     * lists are the variant's, so they are not freed one by one. */
+    bool desc_inline;
+
+    /* A dynamic program (runtime/cuda/dynamic.c): guards, specializations. */
+    struct fc_dynamic *dyn;
+    /* A specialization: its dynamic program's device and cuBLASLt handle,
+     * borrowed (program.h). Its arena is then arena_region's too. */
+    fc_device_lease *lease;
+    bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
+};
+
+struct fc_device_lease {
+    pthread_mutex_t mu;
+    fc_context *ctx;     /* errors of the lease's own device and handle */
+    fc_cuda_device *dev; /* opened by the first borrower */
+    fc_cublaslt *blas;   /* made by the first borrower with GEMMs */
+};
+
+
+/* A copy of s through ctx (fault injection applies); NULL on failure. */
+static inline char *dup_str(fc_context *ctx, const char *s) {
+    size_t n = strlen(s);
+    char *c = fc_ctx_malloc(ctx, n + 1);
+    if (c) memcpy(c, s, n + 1);
+    return c;
+}
+
+/* FUSEC_LOG=spec: one step of making or freeing a program, from t0 to now
+ * (a dynamic program's specializations, on its background thread). */
+static inline void spec_step(const fc_program *p, const char *what, double t0) {
+    if (p->specialization) fc_trace(FC_LOG_SPEC, "%.3f..%.3f [%s] %s", t0, fc_now_ms(), p->d.graph_name, what);
+}
+
+/* What a compile needs of NVRTC before it starts: the exact options (for
+ * the keys and the compile) and the version (for the keys). */
+typedef struct nvrtc_setup {
+    const char *extra[4];
+    int nextra;
+    fc_nvrtc_options opts;
+    int major, minor;
+    bool version_known;
+} nvrtc_setup;
+
+/* Process-wide: a variant's arena growth (program_variant.c). */
+extern pthread_mutex_t fc_prog_arena_lock;
+
+/* program_compile.c */
+int fc_prog_device_sm_count(void);
+void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o);
+fc_store fc_prog_store_at(const fc_plan_classes *c, int id, int64_t offset, int64_t bytes);
+fc_store fc_prog_copy_source(const fc_plan_classes *c, const fc_graph *g, int k, int64_t bytes);
+void fc_prog_set_tensor_type(fc_program_tensor *t, const fc_value *v);
+fc_status fc_prog_build_desc(fc_program *p);
+void fc_prog_count_launch_args(fc_program *p);
+fc_status fc_prog_nvrtc_setup_make(fc_program *p, nvrtc_setup *n);
+fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache);
+fc_program *fc_prog_new_program(fc_context *ctx);
+
+/* program_variant.c */
+fc_status fc_prog_grow_arena(fc_program *v, int64_t bytes, bool exact);
+
+/* program_device.c */
+fc_status fc_prog_check_supported(const fc_program *p);
+int64_t fc_prog_arena_size(const fc_program *p, int64_t *ws_offset);
+fc_status fc_prog_ensure_device(fc_program *p);
+
+/* program_launch.c */
+fc_status fc_prog_enqueue(fc_program *p, void *const *inputs, void *const *outputs, CUstream s);
+fc_status fc_prog_prepare_run(fc_program *p);
+
+/* The CUDA backend's compile, run and host run (its table is in program_exec.c). */
+fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_program **out);
+fc_status fc_prog_cuda_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
+fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout, double *median_ms, int bench_iters);
+
+#endif
