@@ -7,14 +7,14 @@
                   "(scripts/setup.sh) and rebuild") : FC_ERR_UNSUPPORTED)
 
 fc_status fc_graph_from_onnx(fc_context *ctx, const char *path, const fc_binding *binds, int nbinds,
-                             fc_graph **graph, fc_weights **weights) {
+                             const fc_weights *frozen, fc_graph **graph, fc_weights **weights) {
     if (graph) *graph = NULL;
     if (weights) *weights = NULL;
     return OFF(ctx);
 }
 fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const void *data, size_t size,
-                                  const char *dir, const fc_binding *binds, int nbinds, fc_graph **graph,
-                                  fc_weights **weights) {
+                                  const char *dir, const fc_binding *binds, int nbinds, const fc_weights *frozen,
+                                  fc_graph **graph, fc_weights **weights) {
     if (graph) *graph = NULL;
     if (weights) *weights = NULL;
     return OFF(ctx);
@@ -24,6 +24,8 @@ fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weig
     if (out) *out = NULL;
     return OFF(ctx);
 }
+fc_weights *fc_weights_new(void) { return NULL; }
+fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t) { return FC_ERR_UNSUPPORTED; }
 void fc_weights_free(fc_weights *w) { (void)w; }
 int fc_weights_count(const fc_weights *w) { return 0; }
 const char *fc_weights_name(const fc_weights *w, int i) { return NULL; }

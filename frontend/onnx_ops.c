@@ -118,6 +118,8 @@ static fc_status op_binary(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (size_t i = 0; i < sizeof binary_ops / sizeof *binary_ops; i++)
         if (!strcmp(n->op_type, binary_ops[i].op)) f = binary_ops[i].f;
     if (ox->nin < 1 || !has_in(ox, 0)) return ERR("needs an input");
+    if (ox->opset < 7 && ai(n, "broadcast", 0) && attr(n, "axis"))
+        return ERR("the opset-%lld 'broadcast' with 'axis' is not supported", (long long)ox->opset);
     fc_value *acc = in(ox, 0);
     for (int i = 1; i < ox->nin; i++) acc = f(G, acc, in(ox, i));
     OUT(0, acc);
@@ -252,6 +254,11 @@ static fc_status op_cast(ox_ctx *ox, const Onnx__NodeProto *n) {
 
 static fc_status op_identity(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!has_in(ox, 0)) return ERR("needs an input");
+    if (!strcmp(n->op_type, "Dropout") && (ai(n, "is_test", 1) == 0 || has_in(ox, 2))) {
+        ox_const *t = kin(ox, 2);
+        if (ai(n, "is_test", 1) == 0 || !t || ox_const_int(t, 0))
+            return ERR("training mode is not supported (inference only: training_mode must be a known false)");
+    }
     if (kin(ox, 0) && !ox->in[0]->v) {
         /* Known data stays known. */
         ox_const *k = kin(ox, 0);

@@ -11,11 +11,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The opsets of the default domain that the translation table follows. The
- * lower bound is the oldest opset whose semantics it implements (Debian's
- * conformance data goes back to 7); the upper bound the newest it has been
- * checked against. */
-#define OX_OPSET_MIN 7
+/* The opsets of the default domain that the translation table follows: the
+ * table implements each op's semantics from opset 7 on, where they differ
+ * by opset; an older model is read with them too, except for the one
+ * pre-7 form that means something else (the binary ops' `broadcast`
+ * attribute, refused in onnx_ops.c). The upper bound is the newest opset
+ * the table has been checked against. */
+#define OX_OPSET_MIN 1
 #define OX_OPSET_MAX 21
 
 /* Files over this size are refused before they are read: a model's weights
@@ -386,7 +388,7 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
 }
 
 static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char *dir, const fc_binding *binds,
-                              int nbinds) {
+                              int nbinds, const fc_weights *frozen) {
     const Onnx__GraphProto *gp = m->graph;
     if (!gp) return ox_error(ox, FC_ERR_INPUT, "the model has no graph");
     ox->opset = -1;
@@ -394,7 +396,7 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
         if ((!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) && o->has_version) ox->opset = o->version;
     }
-    if (ox->opset < 0) ox->opset = m->n_opset_import ? OX_OPSET_MIN : 1;
+    if (ox->opset < 0) ox->opset = 1;
     if (ox->opset < OX_OPSET_MIN || ox->opset > OX_OPSET_MAX)
         return ox_error(ox, FC_ERR_UNSUPPORTED, "opset %lld is not supported (supported: %d to %d)",
                         (long long)ox->opset, OX_OPSET_MIN, OX_OPSET_MAX);
@@ -415,6 +417,13 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
         /* Before IR version 4 initializers were also listed as inputs: they
          * stay weights (their data is the default the model ships). */
         if (gp->input[i]->name && ox_lookup(ox, gp->input[i]->name)) continue;
+        const fc_tensor *fz = gp->input[i]->name ? fc_weights_find(frozen, gp->input[i]->name) : NULL;
+        if (fz) {
+            /* A frozen input is known data, as an initializer is. */
+            ox_val *val = ox_define(ox, gp->input[i]->name);
+            if (!val || !(val->k = ox_const_from_tensor(fz))) return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
+            continue;
+        }
         fc_status st = add_input(ox, gp->input[i]);
         if (st) return st;
     }
@@ -442,8 +451,8 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
 }
 
 fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const void *data, size_t size,
-                                  const char *dir, const fc_binding *binds, int nbinds, fc_graph **graph,
-                                  fc_weights **weights) {
+                                  const char *dir, const fc_binding *binds, int nbinds, const fc_weights *frozen,
+                                  fc_graph **graph, fc_weights **weights) {
     if (graph) *graph = NULL;
     if (weights) *weights = NULL;
     if (!ctx || !graph || (!data && size)) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_graph_from_onnx: NULL argument") : FC_ERR_USAGE;
@@ -461,7 +470,7 @@ fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const v
     ir_name(m->graph && m->graph->name && *m->graph->name ? m->graph->name : "model", gname, sizeof gname);
     ox.g = fc_graph_new(ctx, gname);
     fc_status st = ox.g ? fc_weights_new_internal(&ox.w) : FC_ERR_NOMEM;
-    if (st == FC_OK) st = import_graph(&ox, m, dir, binds, nbinds);
+    if (st == FC_OK) st = import_graph(&ox, m, dir, binds, nbinds, frozen);
     else fc_set_error(ctx, FC_ERR_NOMEM, "out of memory");
     free_table(&ox);
     onnx__model_proto__free_unpacked(m, NULL);
@@ -509,7 +518,7 @@ static void *read_all(fc_context *ctx, const char *path, size_t *len) {
 }
 
 fc_status fc_graph_from_onnx(fc_context *ctx, const char *path, const fc_binding *binds, int nbinds,
-                             fc_graph **graph, fc_weights **weights) {
+                             const fc_weights *frozen, fc_graph **graph, fc_weights **weights) {
     if (graph) *graph = NULL;
     if (weights) *weights = NULL;
     if (!ctx || !path || !graph) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_graph_from_onnx: NULL argument") : FC_ERR_USAGE;
@@ -521,7 +530,7 @@ fc_status fc_graph_from_onnx(fc_context *ctx, const char *path, const fc_binding
     char *slash = strrchr(dir, '/');
     if (slash) *slash = 0;
     else strcpy(dir, ".");
-    fc_status st = fc_graph_from_onnx_data(ctx, path, data, len, dir, binds, nbinds, graph, weights);
+    fc_status st = fc_graph_from_onnx_data(ctx, path, data, len, dir, binds, nbinds, frozen, graph, weights);
     free(dir);
     free(data);
     return st;

@@ -57,6 +57,25 @@ static fc_status add(fc_weights *w, const char *name, const fc_tensor *t, bool o
 
 fc_status fc_weights_add_owned(fc_weights *w, const char *name, fc_tensor *t) { return add(w, name, t, true); }
 
+fc_weights *fc_weights_new(void) {
+    fc_weights *w;
+    return fc_weights_new_internal(&w) == FC_OK ? w : NULL;
+}
+
+fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t) {
+    if (!w || !name || !t) return FC_ERR_USAGE;
+    int64_t n = fc_tensor_numel(t);
+    if (n < 0) return FC_ERR_USAGE;
+    fc_tensor c = *t;
+    size_t bytes = (size_t)n * fc_dtype_size(t->dtype);
+    c.data = malloc(bytes ? bytes : 1);
+    if (!c.data) return FC_ERR_NOMEM;
+    if (bytes) memcpy(c.data, t->data, bytes);
+    fc_status st = add(w, name, &c, true);
+    if (st) free(c.data);
+    return st;
+}
+
 void fc_weights_free(fc_weights *w) {
     if (!w) return;
     for (int i = 0; i < w->n; i++) {

@@ -659,19 +659,22 @@ typedef struct fc_weights fc_weights;
  * Import the ONNX model at `path` (external data files are read from its
  * directory). Graph inputs keep their names, in order, as the first
  * parameters; `dim_param` dims become symbolic dims of the same name (made
- * valid as a NAME), bound by `binds`. Shape arithmetic that depends only on
- * known dims is folded. On success *graph is the graph and *weights (when
+ * valid as a NAME), bound by `binds`. Graph inputs named in `frozen` (NULL:
+ * none) are not parameters but known data, as initializers are: an input
+ * that must be known when importing (a Reshape's shape, a Slice's starts)
+ * can be given this way. Shape arithmetic that depends only on known data
+ * and dims is folded. On success *graph is the graph and *weights (when
  * weights is not NULL; else they are freed) the initializers' data; on
  * failure both are NULL and the context's error names the node (its name
  * and op_type) or the part of the file at fault.
  */
 fc_status fc_graph_from_onnx(fc_context *ctx, const char *path, const fc_binding *binds, int nbinds,
-                             fc_graph **graph, fc_weights **weights);
+                             const fc_weights *frozen, fc_graph **graph, fc_weights **weights);
 /* As fc_graph_from_onnx, from `size` bytes in memory; `dir` is where external
  * data files are looked for (NULL: external data is an error). */
 fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const void *data, size_t size,
-                                  const char *dir, const fc_binding *binds, int nbinds, fc_graph **graph,
-                                  fc_weights **weights);
+                                  const char *dir, const fc_binding *binds, int nbinds, const fc_weights *frozen,
+                                  fc_graph **graph, fc_weights **weights);
 /* Read one serialized ONNX TensorProto (a test case's input_0.pb) into *out
  * (release it with fc_tensor_release); *name gets its name (fc_free) when
  * name is not NULL. */
@@ -684,6 +687,9 @@ fc_status fc_tensor_from_onnx_file(fc_context *ctx, const char *path, fc_tensor 
  * file's bounds or overlapping are FC_ERR_INPUT naming the tensor.
  */
 fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weights **out);
+/* An empty set (NULL on OOM), and a tensor added to it by copy. */
+fc_weights *fc_weights_new(void);
+fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t);
 /* Free a set of weights (and unmap its file). NULL is ignored. */
 void fc_weights_free(fc_weights *w);
 /* Number of tensors; name and tensor of tensor i (owned by w). */
