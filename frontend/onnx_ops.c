@@ -320,7 +320,28 @@ static fc_status op_act(ox_ctx *ox, const Onnx__NodeProto *n) {
     } else if (!strcmp(op, "ThresholdedRelu")) {
         y = fc_where(G, fc_gt(G, x, fc_scalar(G, af(n, "alpha", 1.0))), x, zero);
     } else if (!strcmp(op, "PRelu")) {
-        y = fc_where(G, fc_lt(G, x, zero), fc_mul(G, x, in(ox, 1)), x);
+        fc_value *slope = in(ox, 1);
+        /* Before opset 7 a 1-D slope is per channel (axis 1). */
+        if (slope && ox->opset < 7 && slope->rank == 1 && x->rank > 2 && slope->dims[0] == x->dims[1] &&
+            slope->dims[0] != x->dims[x->rank - 1]) {
+            fc_dim sd[FC_MAX_RANK];
+            for (int d = 0; d < x->rank - 1; d++) sd[d] = d == 0 ? slope->dims[0] : 1;
+            slope = fc_reshape(G, slope, x->rank - 1, sd);
+        }
+        y = fc_where(G, fc_lt(G, x, zero), fc_mul(G, x, slope), x);
+    } else if (!strcmp(op, "Sinh") || !strcmp(op, "Cosh")) {
+        fc_value *e = fc_exp(G, x), *r = fc_exp(G, fc_neg(G, x));
+        y = fc_mul(G, op[0] == 'S' && op[3] == 'h' ? fc_sub(G, e, r) : fc_add(G, e, r), fc_scalar(G, 0.5));
+    } else if (!strcmp(op, "Asinh")) {
+        y = fc_log(G, fc_add(G, x, fc_sqrt(G, fc_add(G, fc_mul(G, x, x), fc_scalar(G, 1.0)))));
+    } else if (!strcmp(op, "Acosh")) {
+        y = fc_log(G, fc_add(G, x, fc_sqrt(G, fc_sub(G, fc_mul(G, x, x), fc_scalar(G, 1.0)))));
+    } else if (!strcmp(op, "Atanh")) {
+        y = fc_mul(G, fc_log(G, fc_div(G, fc_add(G, x, fc_scalar(G, 1.0)), fc_sub(G, fc_scalar(G, 1.0), x))), fc_scalar(G, 0.5));
+    } else if (!strcmp(op, "Shrink")) {
+        double bias = af(n, "bias", 0), lambd = af(n, "lambd", 0.5);
+        y = fc_where(G, fc_lt(G, x, fc_scalar(G, -lambd)), fc_add(G, x, fc_scalar(G, bias)),
+                     fc_where(G, fc_gt(G, x, fc_scalar(G, lambd)), fc_sub(G, x, fc_scalar(G, bias)), zero));
     } else if (!strcmp(op, "Gelu")) {
         const char *ap = as(n, "approximate", "none");
         y = !strcmp(ap, "tanh") ? fc_gelu_tanh(G, x) : fc_gelu(G, x);
@@ -781,6 +802,15 @@ fc_status ox_op_pad(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_einsum(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_onehot(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_eyelike(ox_ctx *ox, const Onnx__NodeProto *n);
+/* onnx_ops3.c */
+fc_status ox_op_nll(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_sce(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_batchnorm(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_instancenorm(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_mvn(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_global_pool(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_depth_space(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -796,6 +826,7 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"LeakyRelu", op_act}, {"Elu", op_act}, {"Celu", op_act}, {"Selu", op_act}, {"Softplus", op_act},
     {"Softsign", op_act}, {"Mish", op_act}, {"HardSigmoid", op_act}, {"HardSwish", op_act},
     {"ThresholdedRelu", op_act}, {"PRelu", op_act}, {"Gelu", op_act}, {"Tan", op_act}, {"Clip", op_act},
+    {"Sinh", op_act}, {"Cosh", op_act}, {"Asinh", op_act}, {"Acosh", op_act}, {"Atanh", op_act}, {"Shrink", op_act},
     {"Shape", op_shape}, {"Size", op_shape}, {"Reshape", op_reshape}, {"Transpose", op_transpose},
     {"Squeeze", op_squeeze_unsqueeze}, {"Unsqueeze", op_squeeze_unsqueeze}, {"Flatten", op_flatten},
     {"Concat", op_concat}, {"Split", op_split}, {"Slice", op_slice}, {"Gather", op_gather},
@@ -810,6 +841,11 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"Gemm", ox_op_gemm}, {"LayerNormalization", ox_op_layernorm}, {"Trilu", ox_op_trilu},
     {"CumSum", ox_op_cumsum}, {"Pad", ox_op_pad}, {"Einsum", ox_op_einsum}, {"OneHot", ox_op_onehot},
     {"EyeLike", ox_op_eyelike},
+    {"NegativeLogLikelihoodLoss", ox_op_nll}, {"SoftmaxCrossEntropyLoss", ox_op_sce},
+    {"BatchNormalization", ox_op_batchnorm}, {"InstanceNormalization", ox_op_instancenorm},
+    {"MeanVarianceNormalization", ox_op_mvn}, {"GlobalAveragePool", ox_op_global_pool},
+    {"GlobalMaxPool", ox_op_global_pool}, {"DepthToSpace", ox_op_depth_space},
+    {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod},
 };
 
 bool ox_op_known(const char *op_type) {

@@ -237,7 +237,8 @@ fc_status ox_op_trilu(ox_ctx *ox, const Onnx__NodeProto *n) {
  * the integer sums a model takes). */
 fc_status ox_op_cumsum(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *x = in(ox, 0);
-    if (!x || !has_in(ox, 1) || !ox->in[1]->k) return ERR("needs x and a known axis");
+    if (!x || !has_in(ox, 1)) return ERR("needs x and an axis");
+    if (!ox->in[1]->k) return ERR("the axis must be known when importing");
     int axis = norm_axis(ox_const_int(ox->in[1]->k, 0), x->rank);
     if (axis < 0 || axis >= x->rank) return ERR("bad axis");
     fc_dim len = x->dims[axis];
@@ -260,7 +261,8 @@ fc_status ox_op_cumsum(ox_ctx *ox, const Onnx__NodeProto *n) {
 
 fc_status ox_op_onehot(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *idx = in(ox, 0), *vals = in(ox, 2);
-    if (!idx || !has_in(ox, 1) || !ox->in[1]->k || !vals) return ERR("needs indices, a known depth and values");
+    if (!idx || !has_in(ox, 1) || !vals) return ERR("needs indices, depth and values");
+    if (!ox->in[1]->k) return ERR("the depth must be known when importing");
     int64_t depth = ox_const_int(ox->in[1]->k, 0);
     if (idx->rank + 1 > FC_MAX_RANK) return ERR("rank over %d", FC_MAX_RANK);
     int r = idx->rank + 1, axis = norm_axis(ai(n, "axis", -1), r);
