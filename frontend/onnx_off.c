@@ -24,6 +24,11 @@ fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weig
     if (out) *out = NULL;
     return OFF(ctx);
 }
+fc_status fc_weights_load_safetensors_data(fc_context *ctx, const char *name, const void *data, size_t size,
+                                           fc_weights **out) {
+    if (out) *out = NULL;
+    return OFF(ctx);
+}
 fc_weights *fc_weights_new(void) { return NULL; }
 fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t) { return FC_ERR_UNSUPPORTED; }
 void fc_weights_free(fc_weights *w) { (void)w; }

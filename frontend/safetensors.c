@@ -19,7 +19,7 @@ struct fc_weights {
     char **names;
     fc_tensor *t;
     bool *owned;   /* data malloc'd (an import's) rather than in the map */
-    void *map;
+    void *map;     /* the mapped file, or (map_len 0) a malloc'd copy of the bytes */
     size_t map_len;
 };
 
@@ -85,7 +85,8 @@ void fc_weights_free(fc_weights *w) {
     free(w->names);
     free(w->t);
     free(w->owned);
-    if (w->map) munmap(w->map, w->map_len);
+    if (w->map && w->map_len) munmap(w->map, w->map_len);
+    else free(w->map);
     free(w);
 }
 
@@ -191,6 +192,36 @@ static fc_status parse_header(fc_context *ctx, const char *path, fc_weights *w, 
     return st;
 }
 
+/* The file's bytes at p (len of them) into a new set that owns them. */
+static fc_status parse_file(fc_context *ctx, const char *path, uint8_t *p, size_t len, bool mapped, fc_weights **out) {
+    fc_weights *w = NULL;
+    fc_status st = FC_OK;
+    uint64_t hlen = 0;
+    if (len < 8) {
+        st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: too short for a safetensors file (%zu bytes)", path, len);
+    } else {
+        for (int i = 0; i < 8; i++) hlen |= (uint64_t)p[i] << (8 * i);
+        if (hlen > len - 8 || hlen > ((uint64_t)100 << 20))
+            st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: header length %llu is past the end of the file", path,
+                              (unsigned long long)hlen);
+    }
+    if (!st && (st = fc_weights_new_internal(&w)) != FC_OK) fc_set_error(ctx, st, "out of memory");
+    if (st) {
+        if (mapped) munmap(p, len);
+        else free(p);
+        return st;
+    }
+    w->map = p;
+    w->map_len = mapped ? len : 0;
+    st = parse_header(ctx, path, w, (const char *)p + 8, (size_t)hlen, p + 8 + hlen, len - 8 - hlen);
+    if (st) {
+        fc_weights_free(w);
+        return st;
+    }
+    *out = w;
+    return FC_OK;
+}
+
 fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weights **out) {
     if (out) *out = NULL;
     if (!ctx || !path || !out) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_weights_load_safetensors: NULL argument") : FC_ERR_USAGE;
@@ -206,31 +237,22 @@ fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weig
         close(fd);
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: error: too short for a safetensors file (%zu bytes)", path, len);
     }
+    /* Private and writable: the tensors are handed out as fc_tensor views,
+     * whose data is not const; a write stays in this process. */
     void *map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     close(fd);
     if (map == MAP_FAILED) return fc_set_error(ctx, FC_ERR_RUNTIME, "%s: error: cannot map: %s", path, strerror(errno));
-    const uint8_t *p = map;
-    uint64_t hlen = 0;
-    for (int i = 0; i < 8; i++) hlen |= (uint64_t)p[i] << (8 * i);
-    fc_weights *w = NULL;
-    fc_status st = FC_OK;
-    if (hlen > len - 8 || hlen > ((uint64_t)100 << 20))
-        st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: header length %llu is past the end of the file", path,
-                          (unsigned long long)hlen);
-    else if ((st = fc_weights_new_internal(&w)) != FC_OK)
-        fc_set_error(ctx, st, "out of memory");
-    if (!st) {
-        w->map = map;
-        w->map_len = len;
-        st = parse_header(ctx, path, w, (const char *)p + 8, (size_t)hlen, (uint8_t *)map + 8 + hlen, len - 8 - hlen);
-    }
-    if (st) {
-        if (w) fc_weights_free(w);
-        else munmap(map, len);
-        return st;
-    }
-    *out = w;
-    return FC_OK;
+    return parse_file(ctx, path, map, len, true, out);
+}
+
+fc_status fc_weights_load_safetensors_data(fc_context *ctx, const char *name, const void *data, size_t size,
+                                           fc_weights **out) {
+    if (out) *out = NULL;
+    if (!ctx || !out || (!data && size)) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_weights_load_safetensors_data: NULL argument") : FC_ERR_USAGE;
+    uint8_t *copy = malloc(size ? size : 1);
+    if (!copy) return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory");
+    if (size) memcpy(copy, data, size);
+    return parse_file(ctx, name ? name : "<safetensors>", copy, size, false, out);
 }
 
 fc_status fc_weights_bind(const fc_weights *w, fc_graph *g, fc_tensor *inputs, int nin, bool *bound, bool exact,

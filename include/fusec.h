@@ -687,6 +687,9 @@ fc_status fc_tensor_from_onnx_file(fc_context *ctx, const char *path, fc_tensor 
  * file's bounds or overlapping are FC_ERR_INPUT naming the tensor.
  */
 fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weights **out);
+/* As fc_weights_load_safetensors, from `size` bytes in memory (copied). */
+fc_status fc_weights_load_safetensors_data(fc_context *ctx, const char *name, const void *data, size_t size,
+                                           fc_weights **out);
 /* An empty set (NULL on OOM), and a tensor added to it by copy. */
 fc_weights *fc_weights_new(void);
 fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t);

@@ -77,6 +77,25 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
       echo "note: onnxruntime not installed: the differential check is skipped"
     fi
   done
+  # External data beside the model gives the same graph and results.
+  check cmp <("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --emit=ir) <("$FUSEC" "$tmp/m/ext/gpt2_block.onnx" --bind batch=2 --emit=ir)
+  rm -rf "$tmp/out"
+  check "$FUSEC" "$tmp/m/ext/gpt2_block.onnx" --bind batch=2 --run --device=ref --inputs "$tmp/m/x.npy" --save-outputs "$tmp/out"
+  check cmp "$tmp/out/out0.npy" <("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --run --device=ref --inputs "$tmp/m/x.npy" --save-outputs "$tmp/out2" >/dev/null; cat "$tmp/out2/out0.npy")
+  mv "$tmp/m/ext/weights.bin" "$tmp/m/ext/gone.bin"
+  out=$("$FUSEC" "$tmp/m/ext/gpt2_block.onnx" --bind batch=2 --emit=ir 2>&1)
+  check grep -q "cannot open external data" <<<"$out"
+  # Symbolic batch and sequence stay symbolic (dim_param), bound from the input's shape.
+  out=$("$FUSEC" "$tmp/m/embed_mlp.onnx" --emit=ir 2>&1)
+  check grep -q "graph embed_mlp(%ids: i64\[batch, seq\]" <<<"$out"
+  check grep -q "%y = reduce_mean(%o1, axes=\[-1\], keepdim=true) : f32\[batch, seq, 1\]" <<<"$out"
+  out=$("$FUSEC" "$tmp/m/embed_mlp.onnx" --bind batch=3,seq=5 --emit=ir 2>&1)
+  check grep -q "%ids: i64\[3, 5\]" <<<"$out"
+  rm -rf "$tmp/out"
+  check "$FUSEC" "$tmp/m/embed_mlp.onnx" --run --device=ref --inputs "$tmp/m/ids.npy" --save-outputs "$tmp/out"
+  if [[ -f $tmp/m/embed_ort.npy ]]; then
+    check python3 -c "import numpy as np, sys; a=np.load('$tmp/out/out0.npy'); b=np.load('$tmp/m/embed_ort.npy'); e=float(np.abs(a-b).max()); print('embed_mlp vs onnxruntime: max error', e); sys.exit(0 if a.shape == b.shape and e < 1e-5 else 1)"
+  fi
 else
   echo "note: python3 has no onnx: the GPT-2 block test is skipped"
 fi

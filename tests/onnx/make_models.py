@@ -82,14 +82,44 @@ def gpt2_block():
     return m
 
 
+def embed_mlp():
+    """An embedding (Gather) and an MLP (MatMul, Add, Relu, Gemm-free) over
+    symbolic batch and sequence: no op needs their values, so the graph
+    keeps them symbolic."""
+    rng = np.random.default_rng(2)
+    V, E, F = 50, 16, 32
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.2).astype(np.float32), nm)
+             for nm, s in [("table", (V, E)), ("w1", (E, F)), ("b1", (F,)), ("w2", (F, E)), ("b2", (E,))]]
+    n = [helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+         helper.make_node("MatMul", ["e", "w1"], ["h0"]),
+         helper.make_node("Add", ["h0", "b1"], ["h1"]),
+         helper.make_node("Relu", ["h1"], ["h2"]),
+         helper.make_node("MatMul", ["h2", "w2"], ["o0"]),
+         helper.make_node("Add", ["o0", "b2"], ["o1"]),
+         helper.make_node("ReduceMean", ["o1"], ["y"], axes=[-1], keepdims=1)]
+    g = helper.make_graph(n, "embed_mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    onnx.checker.check_model(m)
+    return m
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
-    m = gpt2_block()
     path = os.path.join(out, "gpt2_block.onnx")
-    onnx.save(m, path)
+    onnx.save(gpt2_block(), path)
     x = np.random.default_rng(1).standard_normal((2, T, C)).astype(np.float32)
     np.save(os.path.join(out, "x.npy"), x)
+    # The same model with its weights in an external data file beside it.
+    ext = os.path.join(out, "ext")
+    os.makedirs(ext, exist_ok=True)
+    onnx.save(gpt2_block(), os.path.join(ext, "gpt2_block.onnx"), save_as_external_data=True,
+              all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    mpath = os.path.join(out, "embed_mlp.onnx")
+    onnx.save(embed_mlp(), mpath)
+    ids = np.random.default_rng(3).integers(0, 50, (3, 5)).astype(np.int64)
+    np.save(os.path.join(out, "ids.npy"), ids)
     try:
         import onnxruntime as ort
     except ImportError:
@@ -97,6 +127,8 @@ def main():
         return
     y = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.save(os.path.join(out, "y_ort.npy"), y)
+    y = ort.InferenceSession(mpath, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
+    np.save(os.path.join(out, "embed_ort.npy"), y)
 
 
 if __name__ == "__main__":
