@@ -381,12 +381,50 @@ fc_status ox_op_einsum(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (size_t i = 0; i < ea->s.len && l < sizeof eq - 1; i++)
         if (ea->s.data[i] != ' ') eq[l++] = (char)ea->s.data[i];
     eq[l] = 0;
+    if (strstr(eq, "...")) return ERR("equation '%s': '...' is not supported", eq);
     char *arrow = strstr(eq, "->");
-    if (!arrow || strstr(eq, "...")) return ERR("equation '%s': only explicit outputs without '...' are supported", eq);
-    *arrow = 0;
-    const char *outs = arrow + 2;
+    char implicit[64];
+    const char *outs;
+    if (arrow) {
+        *arrow = 0;
+        outs = arrow + 2;
+    } else {
+        /* The implicit output: the letters that appear once, in order. */
+        int k = 0;
+        for (int c = 'A'; c <= 'z' && k < 63; c++) {
+            int cnt = 0;
+            for (const char *p = eq; *p; p++) cnt += *p == c;
+            if (cnt == 1) implicit[k++] = (char)c;
+        }
+        implicit[k] = 0;
+        outs = implicit;
+    }
     char *comma = strchr(eq, ',');
-    if (!comma || strchr(comma + 1, ',') || ox->nin != 2) return ERR("equation: only two operands are supported");
+    if (!comma && ox->nin == 1) {
+        /* One operand: a permute and a sum over the letters not kept. */
+        fc_value *a = in(ox, 0);
+        if (!a || (int)strlen(eq) != a->rank) return ERR("equation does not match the rank");
+        int sum[FC_MAX_RANK], ns = 0, perm[FC_MAX_RANK], r = 0;
+        char kept[FC_MAX_RANK + 1];
+        for (int d = 0; d < a->rank; d++) {
+            if (strchr(eq + d + 1, eq[d])) return ERR("repeated letters (diagonals) are not supported");
+            if (strchr(outs, eq[d])) kept[r++] = eq[d];
+            else sum[ns++] = d;
+        }
+        kept[r] = 0;
+        fc_value *y = ns ? fc_reduce_sum(G, a, ns, sum, false) : a;
+        if ((int)strlen(outs) != r) return ERR("equation output does not match");
+        bool ident = true;
+        for (int i = 0; i < r; i++) {
+            const char *c = strchr(kept, outs[i]);
+            if (!c) return ERR("equation output letter '%c' is not the operand's", outs[i]);
+            perm[i] = (int)(c - kept);
+            ident &= perm[i] == i;
+        }
+        OUT(0, ident ? y : fc_permute(G, y, r, perm));
+        return FC_OK;
+    }
+    if (!comma || strchr(comma + 1, ',') || ox->nin != 2) return ERR("equation: only one or two operands are supported");
     *comma = 0;
     const char *sa = eq, *sb = comma + 1;
     fc_value *a = in(ox, 0), *b = in(ox, 1);
