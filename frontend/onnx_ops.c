@@ -49,6 +49,26 @@ static fc_value *in(ox_ctx *ox, int i) {
     return ox_materialize(ox, ox->in[i]);
 }
 static ox_const *kin(ox_ctx *ox, int i) { return has_in(ox, i) ? ox->in[i]->k : NULL; }
+
+/* Operand i of a binary, compare or where op: a known one-element constant
+ * that does not widen the result's rank becomes a weak scalar, as
+ * `mul(%x, 0.5)` is written in .ir text, so that the passes see the same
+ * patterns as in hand-written graphs (GELU's constants, attention's scale);
+ * ONNX gives both operands one dtype, so the scalar's is the tensor's. */
+static fc_value *operand(ox_ctx *ox, int i, int lo, int hi) {
+    ox_const *k = kin(ox, i);
+    if (!k || ox->in[i]->v || k->n != 1 || k->kind || k->dt == FC_BF16 || k->dt == FC_F16 || k->dt == FC_BOOL)
+        return in(ox, i);
+    int maxr = -1;
+    for (int j = lo; j <= hi; j++)
+        if (j != i && has_in(ox, j) && !(kin(ox, j) && !ox->in[j]->v)) {
+            int r = ox->in[j]->v ? ox->in[j]->v->rank : 0;
+            if (r > maxr) maxr = r;
+        }
+    if (maxr < k->rank) return in(ox, i);
+    if (k->i) return k->i[0] == (int64_t)(double)k->i[0] ? fc_scalar_int(G, k->i[0]) : in(ox, i);
+    return fc_scalar(G, k->f[0]);
+}
 static int rank_of(ox_ctx *ox, int i) {
     return ox->in[i]->v ? ox->in[i]->v->rank : ox->in[i]->k->rank;
 }
@@ -120,6 +140,13 @@ static fc_status op_binary(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (ox->nin < 1 || !has_in(ox, 0)) return ERR("needs an input");
     if (ox->opset < 7 && ai(n, "broadcast", 0) && attr(n, "axis"))
         return ERR("the opset-%lld 'broadcast' with 'axis' is not supported", (long long)ox->opset);
+    if (ox->nin == 2) {
+        /* A weak scalar is an operand, never a result: one of the two stays a tensor. */
+        fc_value *a = operand(ox, 0, 0, 1), *b = operand(ox, 1, 0, 1);
+        if (a && b && a->weak && b->weak) a = in(ox, 0);
+        OUT(0, f(G, a, b));
+        return FC_OK;
+    }
     fc_value *acc = in(ox, 0);
     for (int i = 1; i < ox->nin; i++) acc = f(G, acc, in(ox, i));
     OUT(0, acc);
@@ -137,7 +164,11 @@ static fc_status op_mean(ox_ctx *ox, const Onnx__NodeProto *n) {
 static fc_status op_div(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *a = in(ox, 0), *b = in(ox, 1);
     if (!a || !b) return ERR("needs 2 inputs");
-    if (isf(a->dtype)) { OUT(0, fc_div(G, a, b)); return FC_OK; }
+    if (isf(a->dtype)) {
+        fc_value *bs = operand(ox, 1, 0, 1);
+        OUT(0, fc_div(G, a, bs ? bs : b));
+        return FC_OK;
+    }
     fc_value *q = fc_div(G, fc_cast(G, a, FC_F64), fc_cast(G, b, FC_F64));
     OUT(0, fc_cast(G, q, a->dtype));
     return FC_OK;
@@ -176,9 +207,13 @@ static fc_status op_round(ox_ctx *ox, const Onnx__NodeProto *n) {
 }
 
 static fc_status op_pow(ox_ctx *ox, const Onnx__NodeProto *n) {
-    fc_value *a = in(ox, 0), *b = in(ox, 1);
+    fc_value *a = in(ox, 0);
+    ox_const *kb = kin(ox, 1);
+    /* A known one-element exponent (x ** 3 in GELU) is a weak scalar. */
+    fc_value *b = a && isf(a->dtype) && kb && !ox->in[1]->v && kb->n == 1 && !kb->kind && kb->rank <= a->rank
+                      ? fc_scalar(G, ox_const_dbl(kb, 0)) : in(ox, 1);
     if (!a || !b) return ERR("needs 2 inputs");
-    if (b->dtype != a->dtype) b = fc_cast(G, b, a->dtype);
+    if (!b->weak && b->dtype != a->dtype) b = fc_cast(G, b, a->dtype);
     fc_value *r = fc_pow(G, a, b);
     if (r && r->dtype != a->dtype) r = fc_cast(G, r, a->dtype);
     OUT(0, r);
@@ -233,7 +268,9 @@ static fc_status op_isnan_isinf(ox_ctx *ox, const Onnx__NodeProto *n) {
 }
 
 static fc_status op_where(ox_ctx *ox, const Onnx__NodeProto *n) {
-    OUT(0, fc_where(G, in(ox, 0), in(ox, 1), in(ox, 2)));
+    fc_value *a = operand(ox, 1, 0, 2), *b = operand(ox, 2, 0, 2);
+    if (a && b && a->weak && b->weak) a = in(ox, 1);
+    OUT(0, fc_where(G, in(ox, 0), a, b));
     return FC_OK;
 }
 
