@@ -570,7 +570,10 @@ static fc_status op_split(ox_ctx *ox, const Onnx__NodeProto *n) {
         }
     } else {
         if (ns != nout) return ERR("split has %d sizes for %d outputs", ns, nout);
-        for (int i = 0; i < ns; i++) sizes[i] = sz[i];
+        for (int i = 0; i < ns; i++) {
+            if (sz[i] < 0) return ERR("split size %d is %lld", i, (long long)sz[i]);
+            sizes[i] = sz[i];
+        }
     }
     fc_value *outs[16];
     fc_split(G, x, axis, nout, sizes, outs);
@@ -728,6 +731,7 @@ static fc_status op_expand(ox_ctx *ox, const Onnx__NodeProto *n) {
         int i = d - (r - (int)k->n), j = d - (r - x->rank);
         fc_dim s = i >= 0 ? ox_const_int(k, i) : 1;
         if (i >= 0 && k->kind && k->kind[i] == OX_UNKNOWN) return ERR("the target shape is computed from symbols; bind them (--bind)");
+        if (s < 0 && !(i >= 0 && k->kind && k->kind[i] == OX_SYM)) return ERR("shape entry %d is %lld", i, (long long)s);
         xd[d] = j >= 0 ? x->dims[j] : 1;
         want[d] = s == 1 ? xd[d] : s;
     }
@@ -746,6 +750,8 @@ static fc_status op_tile(ox_ctx *ox, const Onnx__NodeProto *n) {
     int nr = ints_arg(ox, "repeats", 1, 0, rep, FC_MAX_RANK, &st);
     if (st) return st;
     if (nr != x->rank) return ERR("repeats has %d entries for rank %d", nr, x->rank);
+    for (int d = 0; d < nr; d++)
+        if (rep[d] < 0 || rep[d] > ((int64_t)1 << 31)) return ERR("repeats entry %d is %lld", d, (long long)rep[d]);
     if (2 * x->rank > FC_MAX_RANK) return ERR("rank %d is too large to tile (the IR's rank is at most %d)", x->rank, FC_MAX_RANK);
     fc_dim a[FC_MAX_RANK], b[FC_MAX_RANK], c[FC_MAX_RANK];
     for (int d = 0; d < x->rank; d++) {
@@ -796,6 +802,7 @@ static fc_status op_constant_of_shape(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (int d = 0; d < k->n; d++) {
         if (k->kind && k->kind[d] == OX_UNKNOWN) return ERR("the shape is computed from symbols; bind them (--bind)");
         dims[d] = ox_const_int(k, d);
+        if (dims[d] < 0 && !(k->kind && k->kind[d] == OX_SYM)) return ERR("shape entry %d is %lld", d, (long long)dims[d]);
     }
     double v = 0;
     fc_dtype dt = FC_F32;
@@ -818,7 +825,8 @@ static fc_status op_range(ox_ctx *ox, const Onnx__NodeProto *n) {
     double a = ox_const_dbl(s, 0), b = ox_const_dbl(l, 0), c = ox_const_dbl(d, 0);
     if (c == 0) return ERR("delta is 0");
     double cnt = ceil((b - a) / c);
-    if (cnt < 0) cnt = 0;
+    if (!(cnt >= 0)) cnt = 0;
+    if (cnt > (double)((int64_t)1 << 31)) return ERR("%g elements is too many", cnt);
     fc_dim len[1] = {(fc_dim)cnt};
     fc_dtype dt = s->dt;
     fc_value *it = fc_iota(G, 1, len, 0, isf(dt) ? FC_F64 : FC_I64);

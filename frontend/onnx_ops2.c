@@ -263,7 +263,8 @@ fc_status ox_op_onehot(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *idx = in(ox, 0), *vals = in(ox, 2);
     if (!idx || !has_in(ox, 1) || !vals) return ERR("needs indices, depth and values");
     if (!ox->in[1]->k) return ERR("the depth must be known when importing");
-    int64_t depth = ox_const_int(ox->in[1]->k, 0);
+    int64_t depth = ox->in[1]->k->n ? ox_const_int(ox->in[1]->k, 0) : -1;
+    if (depth < 1 || depth > ((int64_t)1 << 31)) return ERR("depth %lld", (long long)depth);
     if (idx->rank + 1 > FC_MAX_RANK) return ERR("rank over %d", FC_MAX_RANK);
     int r = idx->rank + 1, axis = norm_axis(ai(n, "axis", -1), r);
     if (axis < 0 || axis >= r) return ERR("bad axis");
@@ -378,8 +379,14 @@ fc_status ox_op_einsum(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!ea || !ea->has_s) return ERR("needs an equation");
     char eq[128];
     size_t l = 0;
-    for (size_t i = 0; i < ea->s.len && l < sizeof eq - 1; i++)
-        if (ea->s.data[i] != ' ') eq[l++] = (char)ea->s.data[i];
+    for (size_t i = 0; i < ea->s.len && l < sizeof eq - 1; i++) {
+        char c = (char)ea->s.data[i];
+        if (c == ' ') continue;
+        /* Letters index a table: anything else is refused here. */
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == ',' || c == '-' || c == '>' || c == '.'))
+            return ERR("equation: byte 0x%02x is not a letter", (unsigned)(unsigned char)c);
+        eq[l++] = c;
+    }
     eq[l] = 0;
     if (strstr(eq, "...")) return ERR("equation '%s': '...' is not supported", eq);
     char *arrow = strstr(eq, "->");

@@ -373,16 +373,24 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     }
     for (size_t i = 0; i < n->n_output; i++) {
         const char *on = n->output[i];
-        if (!on || !*on) { ox_const_free(ox->out_k[i]); continue; }
+        if (!on || !*on) { ox_const_free(ox->out_k[i]); ox->out_k[i] = NULL; continue; }
+        ox_val *val = NULL;
         if (!ox->out_v[i] && !ox->out_k[i])
-            return ox_error(ox, FC_ERR_UNSUPPORTED, "output %zu ('%s') is not supported", i, on);
-        ox_val *val = ox_define(ox, on);
-        if (!val) { ox_const_free(ox->out_k[i]); return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory"); }
+            st = ox_error(ox, FC_ERR_UNSUPPORTED, "output %zu ('%s') is not supported", i, on);
+        else if (!(val = ox_define(ox, on)))
+            st = fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
+        if (st) {
+            for (size_t j = i; j < 16; j++) ox_const_free(ox->out_k[j]);
+            return st;
+        }
         val->v = ox->out_v[i];
         val->k = ox->out_k[i];
+        ox->out_k[i] = NULL;
         fc_value *v = val->v;
         if (v && v->def && !v->name && !v->weak) v->name = fc_arena_strndup(&ox->g->arena, on, strlen(on));
     }
+    /* Results the node has no output for (a translation may make more). */
+    for (size_t j = n->n_output; j < 16; j++) ox_const_free(ox->out_k[j]);
     ox->node = NULL;
     return FC_OK;
 }

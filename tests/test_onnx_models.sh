@@ -77,6 +77,10 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
       echo "note: onnxruntime not installed: the differential check is skipped"
     fi
   done
+  out=$("$FUSEC" "$tmp/m/bad_expand.onnx" --emit=ir 2>&1)
+  check grep -q "node 'expand_neg' (Expand, opset 13): shape entry 0 is -5" <<<"$out"
+  out=$("$FUSEC" "$tmp/m/bad_einsum.onnx" --emit=ir 2>&1)
+  check grep -q "node 'einsum_bad' (Einsum, opset 13): equation: byte 0x" <<<"$out"
   # External data beside the model gives the same graph and results.
   check cmp <("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --emit=ir) <("$FUSEC" "$tmp/m/ext/gpt2_block.onnx" --bind batch=2 --emit=ir)
   rm -rf "$tmp/out"

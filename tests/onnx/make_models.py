@@ -104,6 +104,19 @@ def embed_mlp():
     return m
 
 
+def bad_models(out):
+    """Models a fuzzer found to reach past the checks: an Expand to a negative
+    size, an Einsum equation with a byte that is not a letter."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    shape = numpy_helper.from_array(np.array([-5, 3], np.int64), "shape")
+    g = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"], name="expand_neg")], "bad_expand", [x], [y], [shape])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_expand.onnx"))
+    g = helper.make_graph([helper.make_node("Einsum", ["x", "x"], ["y"], name="einsum_bad", equation="i\xabj,ij->i")],
+                          "bad_einsum", [x], [y])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_einsum.onnx"))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -116,6 +129,7 @@ def main():
     os.makedirs(ext, exist_ok=True)
     onnx.save(gpt2_block(), os.path.join(ext, "gpt2_block.onnx"), save_as_external_data=True,
               all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
+    bad_models(out)
     mpath = os.path.join(out, "embed_mlp.onnx")
     onnx.save(embed_mlp(), mpath)
     ids = np.random.default_rng(3).integers(0, 50, (3, 5)).astype(np.int64)
