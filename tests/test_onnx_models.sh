@@ -81,6 +81,13 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
   check grep -q "node 'expand_neg' (Expand, opset 13): shape entry 0 is -5" <<<"$out"
   out=$("$FUSEC" "$tmp/m/bad_einsum.onnx" --emit=ir 2>&1)
   check grep -q "node 'einsum_bad' (Einsum, opset 13): equation: byte 0x" <<<"$out"
+  # Weights by name from safetensors, for a model whose weights are graph inputs.
+  rm -rf "$tmp/out" "$tmp/out2"
+  check "$FUSEC" "$tmp/m/gpt2_block_noweights.onnx" --bind batch=2 --run --device=ref --inputs "$tmp/m/x.npy" --weights "$tmp/m/gpt2_block.safetensors" --save-outputs "$tmp/out"
+  check "$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --run --device=ref --inputs "$tmp/m/x.npy" --save-outputs "$tmp/out2"
+  check cmp "$tmp/out/out0.npy" "$tmp/out2/out0.npy"
+  out=$("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --run --device=ref --inputs "$tmp/m/x.npy" --weights "$tmp/m/gpt2_block.safetensors" 2>&1)
+  check grep -q "tensor 'ln1_w' is an initializer of the model" <<<"$out"
   # External data beside the model gives the same graph and results.
   check cmp <("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --emit=ir) <("$FUSEC" "$tmp/m/ext/gpt2_block.onnx" --bind batch=2 --emit=ir)
   rm -rf "$tmp/out"

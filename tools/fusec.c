@@ -570,7 +570,8 @@ static void print_help(void) {
         "  --weights W.safetensors  bind parameters by name to the file's tensors (an .ir\n"
         "                        graph: every tensor must name a parameter, and every\n"
         "                        parameter after the --inputs ones must be named; an\n"
-        "                        .onnx model: on top of its initializers)\n"
+        "                        .onnx model: its graph inputs by name; naming an\n"
+        "                        initializer is an error)\n"
         "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
         "                        without a file (the list is shorter than the parameters,\n"
         "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
@@ -1036,8 +1037,16 @@ static int load_model(fc_context *ctx, const options *o, const char *text, size_
             free(view);
         }
         if (st == FC_OK && *w) {
-            for (int i = 0; i < fc_weights_count(extra) && st == FC_OK; i++)
-                st = fc_weights_add(*w, fc_weights_name(extra, i), fc_weights_tensor(extra, i));
+            for (int i = 0; i < fc_weights_count(extra) && st == FC_OK; i++) {
+                const char *nm = fc_weights_name(extra, i);
+                /* Which data would win is not for the CLI to guess. */
+                if (fc_weights_find(*w, nm)) {
+                    fprintf(stderr, "%s: error: tensor '%s' is an initializer of the model\n", o->weights_file, nm);
+                    fc_weights_free(extra);
+                    return EXIT_INPUT;
+                }
+                st = fc_weights_add(*w, nm, fc_weights_tensor(extra, i));
+            }
             fc_weights_free(extra);
         } else if (st == FC_OK) {
             *w = extra;

@@ -104,6 +104,38 @@ def embed_mlp():
     return m
 
 
+def write_safetensors(path, arrays):
+    """The safetensors format, written out: 8-byte header length, JSON, data."""
+    import json
+    import struct
+    dt = {np.dtype(np.float32): "F32", np.dtype(np.int64): "I64", np.dtype(np.bool_): "BOOL"}
+    hdr, blob = {}, b""
+    for name, a in arrays.items():
+        raw = np.ascontiguousarray(a).tobytes()
+        hdr[name] = {"dtype": dt[a.dtype], "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + len(raw)]}
+        blob += raw
+    h = json.dumps(hdr).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + blob)
+
+
+def without_weights(m):
+    """The model with its float weights (names ending _w or _b) moved out of
+    the initializers into graph inputs, and those weights by name."""
+    g = m.graph
+    moved = {}
+    keep = []
+    for t in g.initializer:
+        if t.name.endswith("_w") or t.name.endswith("_b"):
+            moved[t.name] = numpy_helper.to_array(t)
+            g.input.append(helper.make_tensor_value_info(t.name, TensorProto.FLOAT, list(t.dims)))
+        else:
+            keep.append(t)
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    return m, moved
+
+
 def bad_models(out):
     """Models a fuzzer found to reach past the checks: an Expand to a negative
     size, an Einsum equation with a byte that is not a letter."""
@@ -130,6 +162,9 @@ def main():
     onnx.save(gpt2_block(), os.path.join(ext, "gpt2_block.onnx"), save_as_external_data=True,
               all_tensors_to_one_file=True, location="weights.bin", size_threshold=0)
     bad_models(out)
+    m, moved = without_weights(gpt2_block())
+    onnx.save(m, os.path.join(out, "gpt2_block_noweights.onnx"))
+    write_safetensors(os.path.join(out, "gpt2_block.safetensors"), moved)
     mpath = os.path.join(out, "embed_mlp.onnx")
     onnx.save(embed_mlp(), mpath)
     ids = np.random.default_rng(3).integers(0, 50, (3, 5)).astype(np.int64)
