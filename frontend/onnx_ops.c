@@ -856,6 +856,7 @@ fc_status ox_op_mvn(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_global_pool(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_depth_space(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -890,7 +891,7 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"BatchNormalization", ox_op_batchnorm}, {"InstanceNormalization", ox_op_instancenorm},
     {"MeanVarianceNormalization", ox_op_mvn}, {"GlobalAveragePool", ox_op_global_pool},
     {"GlobalMaxPool", ox_op_global_pool}, {"DepthToSpace", ox_op_depth_space},
-    {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod},
+    {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod}, {"TopK", ox_op_topk},
 };
 
 bool ox_op_known(const char *op_type) {

@@ -230,3 +230,59 @@ fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n) {
     OUT(0, fc_cast(G, p, x->dtype));
     return FC_OK;
 }
+
+/* TopK for a known, small K: K rounds of a max (or min), the first index
+ * that holds it among those not yet taken, and that index masked out; the
+ * IR has no sort. Ties go to the lower index, as ONNX asks; the result is
+ * sorted whatever `sorted` says (which ONNX allows). */
+#define OX_TOPK_MAX 64
+fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x0 = in(ox, 0);
+    if (!x0) return ERR("needs an input");
+    int64_t k;
+    if (ox->opset < 10) {
+        k = ai(n, "k", -1);
+    } else {
+        if (!has_in(ox, 1)) return ERR("needs K");
+        if (!ox->in[1]->k) return ERR("K must be known when importing");
+        k = ox->in[1]->k->n ? ox_const_int(ox->in[1]->k, 0) : -1;
+    }
+    int axis = (int)ai(n, "axis", -1);
+    if (axis < 0) axis += x0->rank;
+    if (axis < 0 || axis >= x0->rank) return ERR("bad axis");
+    if (x0->dims[axis] < 0) return ERR("TopK over symbolic dim %d; bind it (--bind)", axis);
+    if (k < 0 || k > x0->dims[axis]) return ERR("K = %lld for a dim of %lld", (long long)k, (long long)x0->dims[axis]);
+    if (k > OX_TOPK_MAX) return ERR("K = %lld: at most %d is supported (each is a round of reductions)", (long long)k, OX_TOPK_MAX);
+    bool largest = ai(n, "largest", 1) != 0;
+    fc_dtype dt = x0->dtype;
+    fc_value *x = fc_cast(G, x0, FC_F64);
+    if (k == 0) {
+        fc_dim d[FC_MAX_RANK];
+        memcpy(d, x0->dims, sizeof d);
+        d[axis] = 0;
+        OUT(0, fc_full(G, x0->rank, d, 0, dt));
+        OUT(1, fc_full(G, x0->rank, d, 0, FC_I64));
+        return FC_OK;
+    }
+    int ax[1] = {axis};
+    const double big = 4503599627370496.0; /* 2^52: above every index, exact in f64 */
+    fc_value *io = fc_iota(G, x0->rank, x0->dims, axis, FC_I64), *iof = fc_cast(G, io, FC_F64);
+    fc_value *taken = fc_full(G, x0->rank, x0->dims, 0, FC_F64);
+    fc_value *vals[OX_TOPK_MAX], *idxs[OX_TOPK_MAX];
+    fc_value *cur = x;
+    for (int64_t j = 0; j < k; j++) {
+        fc_value *m = largest ? fc_reduce_max(G, cur, 1, ax, true) : fc_reduce_min(G, cur, 1, ax, true);
+        fc_value *score = fc_add(G, fc_where(G, fc_eq(G, cur, m), iof, fc_scalar(G, big)), fc_mul(G, taken, fc_scalar(G, big)));
+        fc_value *first = fc_reduce_min(G, score, 1, ax, true);
+        fc_value *hit = fc_eq(G, iof, first);
+        vals[j] = m;
+        idxs[j] = first;
+        taken = fc_add(G, taken, fc_cast(G, hit, FC_F64));
+        cur = fc_where(G, hit, fc_scalar(G, largest ? -INFINITY : INFINITY), cur);
+    }
+    fc_value *v = k == 1 ? vals[0] : fc_concat(G, (int)k, vals, axis);
+    fc_value *i = k == 1 ? idxs[0] : fc_concat(G, (int)k, idxs, axis);
+    OUT(0, fc_cast(G, v, dt));
+    if (ox->nout > 1) OUT(1, fc_cast(G, i, FC_I64));
+    return FC_OK;
+}
