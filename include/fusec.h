@@ -799,6 +799,85 @@ char *fc_compile_times_text(const fc_compile_times *t);
 
 #endif /* FC_API_PROGRAM_FILES */
 
+/* ------------------------------------------------------------------ */
+/* Models in: ONNX import and weights (docs/ONNX.md).                  */
+/*                                                                     */
+/* The IR has no constant tensors: a graph's data comes in through its */
+/* parameters. An imported model's initializers (and its constant      */
+/* tensors that are not one repeated value) therefore become           */
+/* parameters after the model's own inputs, named as in the model,     */
+/* and their data comes back as a set of weights, to be passed as      */
+/* those parameters' inputs (fc_weights_bind fills them in).           */
+/* Available when fusec is built with protobuf-c and cJSON; otherwise  */
+/* these functions return FC_ERR_UNSUPPORTED saying so.                */
+/* ------------------------------------------------------------------ */
+#ifndef FC_API_IMPORT
+#define FC_API_IMPORT
+
+/* A set of named host tensors: a model's initializers, or a safetensors
+ * file's tensors. */
+typedef struct fc_weights fc_weights;
+
+/*
+ * Import the ONNX model at `path` (external data files are read from its
+ * directory). Graph inputs keep their names, in order, as the first
+ * parameters; `dim_param` dims become symbolic dims of the same name (made
+ * valid as a NAME), bound by `binds`. Graph inputs named in `frozen` (NULL:
+ * none) are not parameters but known data, as initializers are: an input
+ * that must be known when importing (a Reshape's shape, a Slice's starts)
+ * can be given this way. Shape arithmetic that depends only on known data
+ * and dims is folded. On success *graph is the graph and *weights (when
+ * weights is not NULL; else they are freed) the initializers' data; on
+ * failure both are NULL and the context's error names the node (its name
+ * and op_type) or the part of the file at fault.
+ */
+fc_status fc_graph_from_onnx(fc_context *ctx, const char *path, const fc_binding *binds, int nbinds,
+                             const fc_weights *frozen, fc_graph **graph, fc_weights **weights);
+/* As fc_graph_from_onnx, from `size` bytes in memory; `dir` is where external
+ * data files are looked for (NULL: external data is an error). */
+fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const void *data, size_t size,
+                                  const char *dir, const fc_binding *binds, int nbinds, const fc_weights *frozen,
+                                  fc_graph **graph, fc_weights **weights);
+/* Read one serialized ONNX TensorProto (a test case's input_0.pb) into *out
+ * (release it with fc_tensor_release); *name gets its name (fc_free) when
+ * name is not NULL. */
+fc_status fc_tensor_from_onnx_file(fc_context *ctx, const char *path, fc_tensor *out, char **name);
+
+/*
+ * Read a safetensors file: every tensor by name, of the dtypes F64, F32,
+ * F16, BF16, I64, I32, I8 and BOOL. The file is memory-mapped and the
+ * tensors point into it. A malformed header, an unknown dtype, data out of the
+ * file's bounds or overlapping are FC_ERR_INPUT naming the tensor.
+ */
+fc_status fc_weights_load_safetensors(fc_context *ctx, const char *path, fc_weights **out);
+/* As fc_weights_load_safetensors, from `size` bytes in memory (copied). */
+fc_status fc_weights_load_safetensors_data(fc_context *ctx, const char *name, const void *data, size_t size,
+                                           fc_weights **out);
+/* An empty set (NULL on OOM), and a tensor added to it by copy. */
+fc_weights *fc_weights_new(void);
+fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t);
+/* Free a set of weights (and unmap its file). NULL is ignored. */
+void fc_weights_free(fc_weights *w);
+/* Number of tensors; name and tensor of tensor i (owned by w). */
+int fc_weights_count(const fc_weights *w);
+const char *fc_weights_name(const fc_weights *w, int i);
+const fc_tensor *fc_weights_tensor(const fc_weights *w, int i);
+/* The tensor named `name`, or NULL. */
+const fc_tensor *fc_weights_find(const fc_weights *w, const char *name);
+/*
+ * Fill inputs[i] (a borrowed view: do not release it) for every parameter i
+ * of g named in w, and set bound[i] (when bound is not NULL). A tensor whose
+ * dtype or shape differs from its parameter's (symbolic dims match any size,
+ * one size per symbol) is FC_ERR_INPUT naming it. With `exact`, a tensor that
+ * names no parameter, or a parameter after the first `first_free` that no
+ * tensor names, is FC_ERR_INPUT too (`--weights` for an .ir graph: the
+ * parameters before first_free are the inputs the user gives).
+ */
+fc_status fc_weights_bind(const fc_weights *w, fc_graph *g, fc_tensor *inputs, int nin, bool *bound, bool exact,
+                          int first_free);
+
+#endif /* FC_API_IMPORT */
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,6 +19,11 @@ packages=(
   llvm-14-dev         # LLVM C API for the CPU backend
   libclang-rt-14-dev  # sanitizer runtimes for clang builds
   libopenblas-dev     # CPU GEMMs
+  libprotobuf-c-dev   # ONNX import: the protobuf runtime
+  protobuf-c-compiler # ONNX import: protoc-c compiles onnx.proto at build time
+  libonnx-dev         # ONNX import: the schema, onnx/onnx.proto
+  libonnx-testdata    # the ONNX backend test suite (tests/test_onnx_suite.c)
+  libcjson-dev        # safetensors headers (JSON)
 )
 
 missing=()
@@ -54,5 +59,10 @@ if ((!cuda_ok)); then
   echo "setup.sh: fusec needs the CUDA toolkit (nvcc, NVRTC, cuBLASLt) at $cuda; it cannot be" >&2
   echo "setup.sh: installed from Debian's packages here. Install it, or set CUDA_HOME." >&2
   exit 1
+fi
+# onnx (and onnxruntime, for the differential test) build the ONNX test
+# models (tests/onnx/make_models.py); tests that need them skip without.
+if command -v python3 >/dev/null && ! python3 -c 'import onnx' 2>/dev/null; then
+  python3 -m pip install --quiet onnx onnxruntime numpy || echo "setup.sh: pip install onnx onnxruntime failed; the ONNX model tests will skip" >&2
 fi
 echo "setup.sh: ok (packages present; CUDA toolkit at $cuda)"

@@ -132,6 +132,7 @@ typedef struct options {
     uint64_t seed;
     bool seed_given;
     const char *save_dir;
+    const char *weights_file; /* --weights x.safetensors */
     const char *output; /* -o FILE: save the compiled program */
     int sm;             /* --arch, when arch_given */
     bool arch_given;
@@ -338,6 +339,7 @@ static const flag flags[] = {
     OPTION("--inputs", NULL, flag_inputs),
     OPTION("--seed", NULL, flag_seed),
     PATH("--save-outputs", NULL, save_dir, "a directory"),
+    PATH("--weights", NULL, weights_file, "a safetensors file"),
     PATH("--output", "-o", output, "a file name"),
     OPTION("--arch", NULL, flag_arch),
     SWITCH("--time", NULL, time),
@@ -474,6 +476,11 @@ static void print_help(void) {
         "                        CUDA Graph (docs/RUNTIME-GRAPHS.md)\n"
         "  --no-graphs           on cuda, launch kernel by kernel instead of replaying a\n"
         "                        CUDA Graph (the same as FUSEC_CUDA_GRAPHS=0)\n"
+        "  --weights W.safetensors  bind parameters by name to the file's tensors (an .ir\n"
+        "                        graph: every tensor must name a parameter, and every\n"
+        "                        parameter after the --inputs ones must be named; an\n"
+        "                        .onnx model: its graph inputs by name; naming an\n"
+        "                        initializer is an error)\n"
         "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
         "                        without a file (the list is shorter than the parameters,\n"
         "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
@@ -860,7 +867,79 @@ typedef struct run_target {
     fc_device dev;        /* runs g */
     fc_graph *ref;        /* what --check runs with the reference interpreter */
     const char *name;     /* the graph's name, for messages */
+    fc_weights *weights;  /* data for parameters by name (initializers, --weights) */
 } run_target;
+
+/* Weights (an ONNX model's initializers, --weights) as the inputs of the
+ * parameters they name that no --inputs file gave: copies, which
+ * run_inputs frees with the rest. */
+static int weights_to_inputs(const fc_weights *w, fc_graph *g, fc_tensor *in, int np) {
+    fc_tensor *view = calloc((size_t)(np ? np : 1), sizeof *view);
+    bool *bound = calloc((size_t)(np ? np : 1), sizeof *bound);
+    if (!view || !bound) {
+        free(view);
+        free(bound);
+        return fail(EXIT_NOMEM, "out of memory");
+    }
+    int rc = 0;
+    if (fc_weights_bind(w, g, view, np, bound, false, 0) != FC_OK) {
+        print_last_error(fc_graph_context(g));
+        rc = EXIT_INPUT;
+    }
+    for (int i = 0; i < np && !rc; i++) {
+        if (!bound[i] || in[i].data) continue;
+        size_t bytes = (size_t)fc_tensor_numel(&view[i]) * fc_dtype_size(view[i].dtype);
+        in[i] = view[i];
+        in[i].data = malloc(bytes ? bytes : 1);
+        if (!in[i].data) rc = fail(EXIT_NOMEM, "out of memory");
+        else memcpy(in[i].data, view[i].data, bytes);
+    }
+    free(view);
+    free(bound);
+    return rc;
+}
+
+/* An .onnx model (by its name) or an .ir file's graph into *g, and the
+ * weights (initializers, then --weights) into *w. */
+static int load_model(fc_context *ctx, const options *o, const char *text, size_t len, fc_graph **g, fc_weights **w) {
+    size_t fl = strlen(o->file);
+    bool onnx = fl > 5 && !strcmp(o->file + fl - 5, ".onnx");
+    fc_status st = onnx ? fc_graph_from_onnx(ctx, o->file, o->binds, o->nbinds, NULL, g, w)
+                        : fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, g);
+    if (st == FC_OK) st = fc_verify(*g);
+    if (st == FC_OK && o->weights_file) {
+        fc_weights *extra = NULL;
+        st = fc_weights_load_safetensors(ctx, o->weights_file, &extra);
+        /* An .ir graph's parameters after its --inputs ones must all be named. */
+        if (st == FC_OK && !onnx) {
+            fc_tensor *view = calloc((size_t)fc_graph_num_params(*g) + 1, sizeof *view);
+            st = view ? fc_weights_bind(extra, *g, view, fc_graph_num_params(*g), NULL, true, o->ninputs) : FC_ERR_NOMEM;
+            free(view);
+        }
+        if (st == FC_OK && *w) {
+            for (int i = 0; i < fc_weights_count(extra) && st == FC_OK; i++) {
+                const char *nm = fc_weights_name(extra, i);
+                /* Which data would win is not for the CLI to guess. */
+                if (fc_weights_find(*w, nm)) {
+                    fprintf(stderr, "%s: error: tensor '%s' is an initializer of the model\n", o->weights_file, nm);
+                    fc_weights_free(extra);
+                    return EXIT_INPUT;
+                }
+                st = fc_weights_add(*w, nm, fc_weights_tensor(extra, i));
+            }
+            fc_weights_free(extra);
+        } else if (st == FC_OK) {
+            *w = extra;
+        } else {
+            fc_weights_free(extra);
+        }
+    }
+    if (st != FC_OK) {
+        print_last_error(ctx);
+        return st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
+    }
+    return 0;
+}
 
 /* Build the inputs (files, then random data), run, print or save the
  * outputs, and --check and --bench them. */
@@ -896,8 +975,9 @@ static int run_inputs(const options *o, const run_target *t, run_stats *rs) {
         if ((rc = convert_input(&in[i], params[i].dtype, file, params[i].name)) != 0) goto done;
         if ((rc = match_shape(&params[i], &in[i], &sv, file)) != 0) goto done;
     }
+    if (t->weights && t->g && (rc = weights_to_inputs(t->weights, t->g, in, np)) != 0) goto done;
     for (int i = 0; i < np; i++) {
-        if (i < o->ninputs && *o->inputs[i]) continue;
+        if ((i < o->ninputs && *o->inputs[i]) || in[i].data) continue;
         const param_info *p = &params[i];
         fc_tensor *x = &in[i];
         x->dtype = p->dtype;
@@ -1192,6 +1272,7 @@ static int run_cli(const options *o) {
     if (!ctx) return fail(EXIT_NOMEM, "out of memory");
     fc_graph *g = NULL;       /* the .ir file's graph, or the one a program file carries */
     fc_program *prog = NULL;  /* the program file's, or the one compiled for --emit and -o */
+    fc_weights *weights = NULL; /* an .onnx model's initializers and --weights */
     char *text = NULL;
     double parse_ms = 0, save_ms = -1; /* save_ms >= 0: -o wrote the file */
     run_stats rs;
@@ -1214,14 +1295,9 @@ static int run_cli(const options *o) {
             rc = fail(EXIT_INPUT, "cannot read '%s': %s", o->file, strerror(errno));
             goto done;
         }
-        st = fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, &g);
-        if (st == FC_OK) st = fc_verify(g);
+        rc = load_model(ctx, o, text, len, &g, &weights);
         parse_ms = now_ms() - t0;
-        if (st != FC_OK) {
-            print_last_error(ctx);
-            rc = st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
-            goto done;
-        }
+        if (rc) goto done;
     }
 
     if (o->emit_ir) {
@@ -1258,6 +1334,7 @@ static int run_cli(const options *o) {
             .dev = dev,
             .ref = g,
             .name = name ? name : "?",
+            .weights = weights,
         };
         rc = run_inputs(o, &t, &rs);
         print_cache_warning();
@@ -1278,6 +1355,7 @@ done:
     }
     fc_program_free(prog);
     fc_graph_free(g);
+    fc_weights_free(weights);
     fc_context_free(ctx);
     free(text);
     return rc;
