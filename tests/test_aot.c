@@ -25,14 +25,13 @@
 #include "runtime/program.h"
 #include "runtime/program_cache.h"
 #include "test_util.h"
+#include "aot_file.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 static char root[256];
 
@@ -82,26 +81,7 @@ static bool tool_exists(const char *name, char *path, size_t n) {
     return false;
 }
 
-/* Rewrite the file's checksum after a deliberate change, so that the
- * change itself is what the loader sees. */
-static void fix_checksum(unsigned char *b, size_t n) {
-    fc_context *ctx = fc_context_new();
-    size_t off, len;
-    if (fc_aot_locate(ctx, "x", b, n, &off, &len) == FC_OK) {
-        static const unsigned char zeros[16];
-        XXH3_state_t s;
-        XXH3_INITSTATE(&s);
-        XXH3_128bits_reset(&s);
-        size_t field = off + FC_AOT_CHECKSUM_OFFSET;
-        XXH3_128bits_update(&s, b, field);
-        XXH3_128bits_update(&s, zeros, 16);
-        XXH3_128bits_update(&s, b + field + 16, n - field - 16);
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
-        memcpy(b + field, c.digest, 16);
-    }
-    fc_context_free(ctx);
-}
+static void fix_checksum(unsigned char *b, size_t n) { aot_fix_checksum(b, n); }
 
 /* Load `path` and expect failure with `status` and `msg` in the message. */
 static void expect_refused(fc_context *ctx, const char *path, fc_status status, const char *msg) {
