@@ -7,6 +7,7 @@
  * memo.c. docs/CACHE.md describes the design.
  */
 #include "cache_internal.h"
+#include "ir/switches.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -112,7 +113,7 @@ bool fc_cache_parse_size(const char *s, uint64_t *out) {
 }
 
 static fc_status mode_from_env(fc_context *ctx, fc_cache_mode *mode) {
-    const char *e = getenv("FUSEC_CACHE");
+    const char *e = fc_switch_raw(FC_SW_CACHE);
     if (!e || !*e || strcmp(e, "rw") == 0) *mode = FC_CACHE_RW;
     else if (strcmp(e, "ro") == 0) *mode = FC_CACHE_RO;
     else if (strcmp(e, "off") == 0) *mode = FC_CACHE_OFF;
@@ -121,7 +122,7 @@ static fc_status mode_from_env(fc_context *ctx, fc_cache_mode *mode) {
 }
 
 static fc_status max_from_env(fc_context *ctx, uint64_t *max) {
-    const char *e = getenv("FUSEC_CACHE_MAX_BYTES");
+    const char *e = fc_switch_raw(FC_SW_CACHE_MAX_BYTES);
     if (!e || !*e) {
         *max = FC_CACHE_DEFAULT_MAX_BYTES;
         return FC_OK;
@@ -132,14 +133,26 @@ static fc_status max_from_env(fc_context *ctx, uint64_t *max) {
     return FC_OK;
 }
 
+/* A FUSEC_CACHE_DIR that is set but empty is a mistake (a script's unset
+ * variable, say), not a request for the default: the cache would then
+ * land somewhere the user did not name. */
+static fc_status dir_from_env(fc_context *ctx, const fc_cache_options *o) {
+    const char *e = fc_switch_raw(FC_SW_CACHE_DIR);
+    if ((o->dir && *o->dir) || o->mode == FC_CACHE_OFF || !e || *e) return FC_OK;
+    return fc_set_error(ctx, FC_ERR_USAGE,
+                        "FUSEC_CACHE_DIR is set but empty: name a directory, or unset it for the default");
+}
+
 /* The root: the option, $FUSEC_CACHE_DIR, $XDG_CACHE_HOME/fusec (XDG wants
  * it absolute; a relative one is ignored), $HOME/.cache/fusec. False when
- * none is known or the path is too long (c->reason says which). */
+ * none is known or the path is too long (c->reason says which). HOME and
+ * XDG_CACHE_HOME are the system's variables, not fusec switches, so they
+ * are read directly. */
 static bool find_root(fc_cache *c, const char *opt_dir) {
     const char *e;
     int n;
     if (opt_dir && *opt_dir) n = snprintf(c->dir, sizeof c->dir, "%s", opt_dir);
-    else if ((e = getenv("FUSEC_CACHE_DIR")) && *e) n = snprintf(c->dir, sizeof c->dir, "%s", e);
+    else if ((e = fc_switch_raw(FC_SW_CACHE_DIR)) && *e) n = snprintf(c->dir, sizeof c->dir, "%s", e);
     else if ((e = getenv("XDG_CACHE_HOME")) && e[0] == '/') n = snprintf(c->dir, sizeof c->dir, "%s/fusec", e);
     else if ((e = getenv("HOME")) && *e) n = snprintf(c->dir, sizeof c->dir, "%s/.cache/fusec", e);
     else {
@@ -310,6 +323,7 @@ fc_status fc_cache_open(fc_context *ctx, const fc_cache_options *opts, fc_cache 
     fc_status st = FC_OK;
     if (o.mode == FC_CACHE_MODE_ENV && (st = mode_from_env(ctx, &o.mode)) != FC_OK) return st;
     if (o.max_bytes == 0 && (st = max_from_env(ctx, &o.max_bytes)) != FC_OK) return st;
+    if ((st = dir_from_env(ctx, &o)) != FC_OK) return st;
 
     fc_cache *c = fc_ctx_malloc(ctx, sizeof *c);
     if (!c) return FC_ERR_NOMEM;
@@ -385,7 +399,21 @@ void fc_cache_note_compile(fc_cache *c) {
 }
 
 void fc_cache_note_corrupt(fc_cache *c) {
-    if (c && c->mode != FC_CACHE_OFF) count(c, FC_CACHE_CORRUPT, 1);
+    if (!c || c->mode == FC_CACHE_OFF) return;
+    pthread_mutex_lock(&c->lock);
+    /* The hit is still pending unless another thread's put flushed the
+     * counts in between; then the shared count keeps it. */
+    if (c->pending[FC_CACHE_HITS]) c->pending[FC_CACHE_HITS]--;
+    c->pending[FC_CACHE_MISSES]++;
+    c->pending[FC_CACHE_CORRUPT]++;
+    pthread_mutex_unlock(&c->lock);
+}
+
+void fc_cache_reject(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key) {
+    fc_cache_note_corrupt(c);
+    fc_context scratch = {0}; /* best effort: the caller's message stays */
+    (void)fc_cache_remove(c, &scratch, level, key);
+    (void)ctx;
 }
 
 fc_status fc_cache_flush_stats(fc_cache *c, fc_context *ctx) {
@@ -484,10 +512,16 @@ fc_status fc_cache_get(fc_cache *c, fc_context *ctx, fc_cache_level level, const
         count(c, FC_CACHE_MISSES, 1);
         return FC_OK;
     default:
-        /* Damaged or foreign: never returned, and removed so that the
-         * rebuilt entry can take its place (ro mode leaves the disk alone). */
-        if (c->mode == FC_CACHE_RW) (void)fc_entry_unlink_if_same(dfd, name, &fst);
+        /* Damaged, foreign or writable by others: never returned, and
+         * removed (whatever it is) so that the rebuilt entry can take its
+         * place (ro mode leaves the disk alone). */
+        if (c->mode == FC_CACHE_RW) (void)fc_entry_remove(dfd, name, &fst);
         pthread_mutex_lock(&c->lock);
+        if ((v == FC_ENTRY_NOT_OWNED || v == FC_ENTRY_UNSAFE) && !c->warning[0])
+            snprintf(c->warning, sizeof c->warning,
+                     "fusec: warning: cache entry %s/%s/%s is %s; not used (someone else could have written it), "
+                     "compiled again",
+                     c->ver_dir, fc_cache_level_dir(level), name, fc_entry_verdict_text(v));
         c->pending[FC_CACHE_CORRUPT]++;
         c->pending[FC_CACHE_MISSES]++;
         pthread_mutex_unlock(&c->lock);
@@ -584,8 +618,15 @@ static fc_status write_entry(fc_cache *c, fc_context *ctx, fc_cache_level level,
         saved = errno;
     }
     if (!what && renameat(dfd, tmp, dfd, name) != 0) {
-        what = "rename";
-        saved = errno;
+        /* A directory under the entry's name: damage, removed, then the
+         * rename again (a rename never replaces a directory with a file). */
+        if ((errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) && fc_entry_remove(dfd, name, NULL) &&
+            renameat(dfd, tmp, dfd, name) == 0) {
+            saved = 0;
+        } else {
+            what = "rename";
+            saved = errno;
+        }
     }
     if (what) {
         (void)unlinkat(dfd, tmp, 0);

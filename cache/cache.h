@@ -222,8 +222,13 @@ void fc_cache_note_compile(fc_cache *c);
  */
 fc_status fc_cache_remove(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key);
 /* Count one corrupt entry that the caller found (fc_cache_get counts the
- * ones it finds itself): a good checksum over bytes that do not decode. */
+ * ones it finds itself): a good checksum over bytes that do not decode.
+ * The get that returned them counted a hit; that hit becomes a miss. */
 void fc_cache_note_corrupt(fc_cache *c);
+/* fc_cache_note_corrupt, and the entry removed (memory and, rw, disk), so
+ * that the rebuilt one takes its place: what a caller does with bytes of a
+ * hit that do not decode, or decode to something the key did not ask for. */
+void fc_cache_reject(fc_cache *c, fc_context *ctx, fc_cache_level level, const fc_cache_key *key);
 
 /*
  * Add this handle's pending counts to the shared counters in DIR/v<N>/stats

@@ -58,7 +58,7 @@ struct fc_cache {
     int root_fd, ver_fd, level_fd[FC_CACHE_LEVEL_COUNT];
     bool unsafe;                    /* a directory was refused: maintenance refuses too */
     char reason[FC_CACHE_PATH_MAX + 128];  /* why the disk cache is off; "" when on */
-    char warning[FC_CACHE_PATH_MAX + 192]; /* for the user, once; "" if none */
+    char warning[FC_CACHE_PATH_MAX + 320]; /* for the user, once; "" if none */
     bool warning_taken;
 
     fc_memo memo;
@@ -110,6 +110,7 @@ typedef enum fc_entry_verdict {
     FC_ENTRY_MISSING,      /* no such file: a plain miss */
     FC_ENTRY_NOT_REGULAR,  /* a directory, symlink, fifo... */
     FC_ENTRY_NOT_OWNED,    /* owned by another user */
+    FC_ENTRY_UNSAFE,       /* writable by its group or by others */
     FC_ENTRY_EMPTY,        /* zero bytes */
     FC_ENTRY_SHORT_HEADER, /* shorter than the header */
     FC_ENTRY_BAD_MAGIC,
@@ -149,6 +150,21 @@ fc_entry_verdict fc_entry_read(fc_context *ctx, int dirfd, const char *name, fc_
  * good entry into place, and that one must stay.
  */
 bool fc_entry_unlink_if_same(int dirfd, const char *name, const struct stat *st);
+
+/*
+ * Remove whatever stands under `name` in dirfd, if it is still the thing
+ * described by st: a file, symlink, FIFO or socket is unlinked, a directory
+ * removed with what it holds (never following a link, at most a few levels
+ * deep). A directory under an entry's name would otherwise block the
+ * rename that rebuilds the entry, and every compile would miss.
+ */
+bool fc_entry_remove(int dirfd, const char *name, const struct stat *st);
+
+/* Is an entry or the stats file, as fstat found it, ours alone: a regular
+ * file owned by this user that neither its group nor others can write? A
+ * file anyone else can write is a file anyone else can forge (a checksum
+ * is not a signature). Returns the verdict (FC_ENTRY_OK if safe). */
+fc_entry_verdict fc_entry_check_owner(const struct stat *st);
 
 /* ------------------------------------------------------------------ */
 /* Shared counters (stats.c): DIR/v<N>/stats, a fixed record updated     */

@@ -3,6 +3,7 @@
 #include "cache_internal.h"
 #include "ir/le.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -18,6 +19,7 @@ const char *fc_entry_verdict_text(fc_entry_verdict v) {
     case FC_ENTRY_MISSING: return "missing";
     case FC_ENTRY_NOT_REGULAR: return "not a regular file";
     case FC_ENTRY_NOT_OWNED: return "owned by another user";
+    case FC_ENTRY_UNSAFE: return "writable by its group or by others";
     case FC_ENTRY_EMPTY: return "empty file";
     case FC_ENTRY_SHORT_HEADER: return "truncated header";
     case FC_ENTRY_BAD_MAGIC: return "bad magic";
@@ -101,7 +103,8 @@ fc_entry_verdict fc_entry_read(fc_context *ctx, int dirfd, const char *name, fc_
     if (fd < 0) {
         if (errno == ENOENT) return FC_ENTRY_MISSING;
         *err = errno;
-        if (errno == ELOOP && fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) == 0) return FC_ENTRY_NOT_REGULAR;
+        /* A symlink (ELOOP), a socket (ENXIO): damage, not a read error. */
+        if (fstatat(dirfd, name, st, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISREG(st->st_mode)) return FC_ENTRY_NOT_REGULAR;
         return FC_ENTRY_IO_ERROR;
     }
 
@@ -112,14 +115,7 @@ fc_entry_verdict fc_entry_read(fc_context *ctx, int dirfd, const char *name, fc_
         v = FC_ENTRY_IO_ERROR;
         goto out;
     }
-    if (!S_ISREG(st->st_mode)) {
-        v = FC_ENTRY_NOT_REGULAR;
-        goto out;
-    }
-    if (st->st_uid != geteuid()) {
-        v = FC_ENTRY_NOT_OWNED;
-        goto out;
-    }
+    if ((v = fc_entry_check_owner(st)) != FC_ENTRY_OK) goto out;
     if (st->st_size == 0) {
         v = FC_ENTRY_EMPTY;
         goto out;
@@ -188,6 +184,48 @@ out:
     fc_ctx_freemem(ctx, buf);
     close(fd);
     return v;
+}
+
+fc_entry_verdict fc_entry_check_owner(const struct stat *st) {
+    if (!S_ISREG(st->st_mode)) return FC_ENTRY_NOT_REGULAR;
+    if (st->st_uid != geteuid()) return FC_ENTRY_NOT_OWNED;
+    if (st->st_mode & (S_IWGRP | S_IWOTH)) return FC_ENTRY_UNSAFE;
+    return FC_ENTRY_OK;
+}
+
+/* Deep enough for anything planted by hand; a deeper tree stays (and the
+ * entry keeps missing) rather than recursing without bound. */
+#define REMOVE_MAX_DEPTH 8
+
+static bool remove_tree(int dirfd, const char *name, int depth) {
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return false;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return false;
+    }
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        struct stat st;
+        if (fstatat(fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        if (S_ISDIR(st.st_mode)) {
+            if (depth < REMOVE_MAX_DEPTH) (void)remove_tree(fd, de->d_name, depth + 1);
+        } else {
+            (void)unlinkat(fd, de->d_name, 0);
+        }
+    }
+    closedir(d);
+    return unlinkat(dirfd, name, AT_REMOVEDIR) == 0;
+}
+
+bool fc_entry_remove(int dirfd, const char *name, const struct stat *st) {
+    struct stat now;
+    if (fstatat(dirfd, name, &now, AT_SYMLINK_NOFOLLOW) != 0) return false;
+    if (st && (now.st_dev != st->st_dev || now.st_ino != st->st_ino)) return false;
+    if (S_ISDIR(now.st_mode)) return remove_tree(dirfd, name, 0);
+    return unlinkat(dirfd, name, 0) == 0;
 }
 
 bool fc_entry_unlink_if_same(int dirfd, const char *name, const struct stat *st) {

@@ -275,8 +275,7 @@ static bool verify_visit(const walk_item *it, void *arg) {
     else snprintf(p->reason, sizeof p->reason, "%s", fc_entry_verdict_text(v));
     if (s->remove_bad) {
         /* st is unset when even opening failed; then remove by name. */
-        p->removed = st.st_ino ? fc_entry_unlink_if_same(it->dirfd, it->name, &st)
-                               : unlinkat(it->dirfd, it->name, 0) == 0;
+        p->removed = fc_entry_remove(it->dirfd, it->name, st.st_ino ? &st : &it->st);
         if (p->removed) s->res->nremoved++;
     }
     s->res->nbad++;
@@ -310,12 +309,32 @@ void fc_cache_verify_result_free(fc_cache_verify_result *res) {
 typedef struct clear_scan {
     fc_cache *c;
     uint64_t entries, bytes;
+    int err;                          /* the first failed removal's errno; 0 if none */
+    char failed[FC_CACHE_PATH_MAX];   /* what it was, relative to the root */
 } clear_scan;
+
+/* A removal that failed, other than for something already gone: a
+ * read-only file system, say. Clearing must not then report success. */
+static void clear_failed(clear_scan *s, unsigned version, const char *level_dir, const char *name) {
+    if (errno == ENOENT || s->err) return;
+    s->err = errno;
+    snprintf(s->failed, sizeof s->failed, "v%u%s%s/%s", version, level_dir ? "/" : "", level_dir ? level_dir : "",
+             name);
+}
 
 static bool clear_visit(const walk_item *it, void *arg) {
     clear_scan *s = arg;
-    if (!S_ISREG(it->st.st_mode)) return true; /* named like ours, but not something we made */
-    if (unlinkat(it->dirfd, it->name, 0) != 0) return true;
+    if (!S_ISREG(it->st.st_mode)) {
+        /* A directory, link or FIFO under an entry's name: damage, which
+         * would block the entry's rebuild. Not counted as an entry. */
+        if (!it->is_temp && !fc_entry_remove(it->dirfd, it->name, &it->st))
+            clear_failed(s, it->version, fc_cache_level_dir(it->level), it->name);
+        return true;
+    }
+    if (unlinkat(it->dirfd, it->name, 0) != 0) {
+        clear_failed(s, it->version, fc_cache_level_dir(it->level), it->name);
+        return true;
+    }
     s->bytes += (uint64_t)it->st.st_size;
     if (!it->is_temp) s->entries++;
     return true;
@@ -323,7 +342,10 @@ static bool clear_visit(const walk_item *it, void *arg) {
 
 static void clear_version(int verfd, unsigned version, const char *name, void *arg) {
     clear_scan *s = arg;
-    (void)unlinkat(verfd, FC_CACHE_STATS_NAME, 0);
+    struct stat st;
+    if (fstatat(verfd, FC_CACHE_STATS_NAME, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        !fc_entry_remove(verfd, FC_CACHE_STATS_NAME, &st))
+        clear_failed(s, version, NULL, FC_CACHE_STATS_NAME);
     /* Directories of other versions go too, when empty (a foreign file
      * keeps them). The current version's stay: this handle writes there. */
     if (version == FC_CACHE_FORMAT_VERSION) return;
@@ -346,5 +368,8 @@ fc_status fc_cache_clear(fc_cache *c, fc_context *ctx, uint64_t *entries_removed
     pthread_mutex_unlock(&c->lock);
     if (entries_removed) *entries_removed = s.entries;
     if (bytes_freed) *bytes_freed = s.bytes;
+    if (st == FC_OK && s.err)
+        st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot clear the cache: cannot remove %s/%s: %s (%llu entries removed)",
+                          c->dir, s.failed, strerror(s.err), (unsigned long long)s.entries);
     return st;
 }

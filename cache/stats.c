@@ -16,7 +16,9 @@
  * are rare (a handle batches its counts and flushes them after a disk put
  * and at close), so the lock is never contended for long. A record that is
  * damaged (bad magic or checksum) reads as zeros: the counts are only
- * statistics, and starting over beats failing.
+ * statistics, and starting over beats failing. So does a stats file that is
+ * not ours alone (a symlink, not a regular file, another user's, writable
+ * by group or others): it is not read, and the next update replaces it.
  */
 #include "cache_internal.h"
 
@@ -71,13 +73,27 @@ static ssize_t pread_full(int fd, uint8_t *buf, size_t n) {
     return (ssize_t)got;
 }
 
+/* Not ours alone, or not a file at all: errno values of an open that met
+ * a symlink (O_NOFOLLOW), a socket, a directory opened for writing. */
+static bool not_a_file(int err) { return err == ELOOP || err == ENXIO || err == EISDIR || err == EOPNOTSUPP; }
+
+static bool is_ours(int fd) {
+    struct stat st;
+    return fstat(fd, &st) == 0 && fc_entry_check_owner(&st) == FC_ENTRY_OK;
+}
+
 fc_status fc_stats_load(fc_context *ctx, int verfd, const char *shown_dir, uint64_t out[FC_CACHE_COUNTER_COUNT]) {
     memset(out, 0, sizeof(uint64_t) * FC_CACHE_COUNTER_COUNT);
-    int fd = openat(verfd, FC_CACHE_STATS_NAME, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO under the name must not hang the read. */
+    int fd = openat(verfd, FC_CACHE_STATS_NAME, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        if (errno == ENOENT) return FC_OK; /* no counts yet */
+        if (errno == ENOENT || not_a_file(errno)) return FC_OK; /* no counts (yet, or that we trust) */
         return fc_set_error(ctx, FC_ERR_RUNTIME, "cannot open %s/%s: %s", shown_dir, FC_CACHE_STATS_NAME,
                             strerror(errno));
+    }
+    if (!is_ours(fd)) {
+        close(fd);
+        return FC_OK;
     }
     /* A shared lock: never read a record half-way through an update. */
     fc_status st = FC_OK;
@@ -96,9 +112,26 @@ fc_status fc_stats_load(fc_context *ctx, int verfd, const char *shown_dir, uint6
     return st;
 }
 
+/* The stats file opened for an update: one of ours alone, made afresh
+ * (0600) when what is there is not. -1 with errno on failure. */
+static int open_for_update(int verfd) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = openat(verfd, FC_CACHE_STATS_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0600);
+        if (fd >= 0 && is_ours(fd)) return fd;
+        if (fd >= 0) close(fd);
+        else if (!not_a_file(errno)) return -1;
+        struct stat st;
+        if (fstatat(verfd, FC_CACHE_STATS_NAME, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !fc_entry_remove(verfd, FC_CACHE_STATS_NAME, &st))
+            return -1;
+    }
+    errno = EPERM;
+    return -1;
+}
+
 fc_status fc_stats_add(fc_context *ctx, int verfd, const char *shown_dir,
                        const uint64_t delta[FC_CACHE_COUNTER_COUNT]) {
-    int fd = openat(verfd, FC_CACHE_STATS_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    int fd = open_for_update(verfd);
     if (fd < 0)
         return fc_set_error(ctx, FC_ERR_RUNTIME, "cannot open %s/%s: %s", shown_dir, FC_CACHE_STATS_NAME,
                             strerror(errno));

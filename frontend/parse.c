@@ -15,6 +15,7 @@
  * returns false (or NULL) after recording the diagnostic on the context and
  * the status (input error or out of memory) in p->status.
  */
+#include "input.h"
 #include "lex.h"
 
 #include <errno.h>
@@ -779,31 +780,11 @@ fc_status fc_parse_file(fc_context *ctx, const char *path, const char *graph_nam
     if (out) *out = NULL;
     if (!ctx) return FC_ERR_USAGE;
     if (!path || !out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_parse_file: bad arguments");
-    FILE *f = fopen(path, "rb");
-    if (!f) return fc_set_error(ctx, FC_ERR_INPUT, "%s: error: cannot open: %s", path, strerror(errno));
-    /* Read in growing chunks: works for pipes and files alike. */
-    size_t len = 0, cap = 0;
-    char *text = NULL;
-    fc_status st = FC_OK;
-    for (;;) {
-        if (len == cap) {
-            cap = cap ? cap * 2 : 65536;
-            char *t = fc_ctx_realloc(ctx, text, cap);
-            if (!t) {
-                st = FC_ERR_NOMEM;
-                break;
-            }
-            text = t;
-        }
-        size_t got = fread(text + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) {
-            if (ferror(f)) st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: read failed: %s", path, strerror(errno));
-            break;
-        }
-    }
-    fclose(f);
-    if (st == FC_OK) st = fc_parse(ctx, path, text, len, graph_name, binds, nbinds, out);
+    char *text;
+    size_t len;
+    fc_status st = fc_read_input(ctx, path, "a .ir file", FC_INPUT_MAX_BYTES, &text, &len);
+    if (st != FC_OK) return st;
+    st = fc_parse(ctx, strcmp(path, "-") == 0 ? "<stdin>" : path, text, len, graph_name, binds, nbinds, out);
     fc_ctx_freemem(ctx, text);
     return st;
 }

@@ -65,7 +65,8 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
     c->cap_nodes = g->nnodes + 1;
     for (int i = 0; i < g->nparams; i++) {
         fc_value *p = copy_value(c, map, g->params[i], vals);
-        if (!p) goto oom;
+        if (!p || (p->name && !fc_name_index_put(&c->param_names, &c->arena, p->name, strlen(p->name), c->nparams)))
+            goto oom;
         c->params[c->nparams++] = p;
         if (!fits(p)) {
             fc_set_error(ctx, FC_ERR_INPUT, "bind: parameter %%%s is too large (its element count overflows 64 bits)",

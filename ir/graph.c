@@ -74,16 +74,16 @@ static bool valid_name(const char *s, size_t n) {
 }
 
 bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out) {
-    for (int i = 0; i < g->nbinds; i++)
-        if (strlen(g->binds[i].name) == len && !memcmp(g->binds[i].name, name, len)) {
-            *out = g->binds[i].value;
-            return true;
-        }
-    for (int i = 0; i < g->nsyms; i++)
-        if (strlen(g->syms[i]) == len && !memcmp(g->syms[i], name, len)) {
-            *out = fc_dim_sym(i);
-            return true;
-        }
+    int i = fc_name_index_find(&g->bind_names, name, len);
+    if (i >= 0) {
+        *out = g->binds[i].value;
+        return true;
+    }
+    i = fc_name_index_find(&g->sym_names, name, len);
+    if (i >= 0) {
+        *out = fc_dim_sym(i);
+        return true;
+    }
     return false;
 }
 
@@ -95,7 +95,7 @@ fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len) {
         return FC_DIM_INFER;
     }
     const char *copy = fc_arena_strndup(&g->arena, name, len);
-    if (!copy) {
+    if (!copy || !fc_name_index_put(&g->sym_names, &g->arena, copy, len, g->nsyms)) {
         oom(g);
         return FC_DIM_INFER;
     }
@@ -118,20 +118,20 @@ fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value) {
     if (!name || !valid_name(name, strlen(name)))
         return fc_graph_error(g, FC_ERR_USAGE, "bind: '%s' is not a valid symbol name", name ? name : "(null)");
     if (value < 0) return fc_graph_error(g, FC_ERR_USAGE, "bind: %s=%lld is negative", name, (long long)value);
-    for (int i = 0; i < g->nsyms; i++)
-        if (!strcmp(g->syms[i], name))
-            return fc_graph_error(g, FC_ERR_USAGE, "bind: symbol %s is already in use; bind it before use", name);
-    for (int i = 0; i < g->nbinds; i++)
-        if (!strcmp(g->binds[i].name, name)) {
-            g->binds[i].value = value;
-            return FC_OK;
-        }
+    size_t len = strlen(name);
+    if (fc_name_index_find(&g->sym_names, name, len) >= 0)
+        return fc_graph_error(g, FC_ERR_USAGE, "bind: symbol %s is already in use; bind it before use", name);
+    int b = fc_name_index_find(&g->bind_names, name, len);
+    if (b >= 0) {
+        g->binds[b].value = value;
+        return FC_OK;
+    }
     if (!fc_grow(&g->arena, (void **)&g->binds, &g->cap_binds, g->nbinds + 1, sizeof *g->binds)) {
         oom(g);
         return FC_ERR_NOMEM;
     }
-    const char *copy = fc_arena_strndup(&g->arena, name, strlen(name));
-    if (!copy) {
+    const char *copy = fc_arena_strndup(&g->arena, name, len);
+    if (!copy || !fc_name_index_put(&g->bind_names, &g->arena, copy, len, g->nbinds)) {
         oom(g);
         return FC_ERR_NOMEM;
     }
@@ -209,11 +209,10 @@ fc_value *fc_build_param(fc_graph *g, const char *name, size_t len, fc_dtype dt,
         return &g->poison_value;
     }
     if (!fc_check_shape(g, "param", dt, rank, dims)) return &g->poison_value;
-    for (int i = 0; i < g->nparams; i++)
-        if (g->params[i]->name && strlen(g->params[i]->name) == len && !memcmp(g->params[i]->name, name, len)) {
-            fc_graph_error(g, FC_ERR_INPUT, "parameter %%%.*s is already defined", (int)len, name);
-            return &g->poison_value;
-        }
+    if (fc_name_index_find(&g->param_names, name, len) >= 0) {
+        fc_graph_error(g, FC_ERR_INPUT, "parameter %%%.*s is already defined", (int)len, name);
+        return &g->poison_value;
+    }
     fc_value *v = fc_arena_alloc(&g->arena, sizeof *v);
     if (!v || !fc_grow(&g->arena, (void **)&g->params, &g->cap_params, g->nparams + 1, sizeof *g->params)) {
         oom(g);
@@ -226,7 +225,7 @@ fc_value *fc_build_param(fc_graph *g, const char *name, size_t len, fc_dtype dt,
     v->param_index = g->nparams;
     v->id = g->next_value_id++;
     v->name = fc_arena_strndup(&g->arena, name, len);
-    if (!v->name) {
+    if (!v->name || !fc_name_index_put(&g->param_names, &g->arena, v->name, len, g->nparams)) {
         oom(g);
         return &g->poison_value;
     }

@@ -240,6 +240,22 @@ typedef struct fc_sym_binding {
     int64_t value;
 } fc_sym_binding;
 
+/* A name -> index table (names.c); the names are not copied: they must
+ * live as long as the table (in the graph's arena). */
+typedef struct fc_name_slot {
+    const char *name;
+    size_t len;
+    int index;
+} fc_name_slot;
+typedef struct fc_name_index {
+    fc_name_slot *slots;
+    size_t cap, used;
+} fc_name_index;
+/* The index stored for name, or -1. */
+int fc_name_index_find(const fc_name_index *ix, const char *name, size_t len);
+/* Add or replace name -> index; false when out of memory. */
+bool fc_name_index_put(fc_name_index *ix, fc_arena *ar, const char *name, size_t len, int index);
+
 struct fc_graph {
     fc_context *ctx;
     fc_arena arena;
@@ -257,6 +273,8 @@ struct fc_graph {
     int nsyms, cap_syms;
     fc_sym_binding *binds;
     int nbinds, cap_binds;
+    /* params, syms and binds by name: every lookup is by hash. */
+    fc_name_index param_names, sym_names, bind_names;
 
     int next_value_id, next_node_id;
     fc_status status; /* sticky: first builder error */

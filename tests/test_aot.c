@@ -25,14 +25,13 @@
 #include "runtime/cuda/program.h"
 #include "runtime/cuda/program_cache.h"
 #include "test_util.h"
+#include "aot_file.h"
 
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#define XXH_STATIC_LINKING_ONLY
-#include <xxhash.h>
 
 static char root[256];
 
@@ -82,26 +81,7 @@ static bool tool_exists(const char *name, char *path, size_t n) {
     return false;
 }
 
-/* Rewrite the file's checksum after a deliberate change, so that the
- * change itself is what the loader sees. */
-static void fix_checksum(unsigned char *b, size_t n) {
-    fc_context *ctx = fc_context_new();
-    size_t off, len;
-    if (fc_aot_locate(ctx, "x", b, n, &off, &len) == FC_OK) {
-        static const unsigned char zeros[16];
-        XXH3_state_t s;
-        XXH3_INITSTATE(&s);
-        XXH3_128bits_reset(&s);
-        size_t field = off + FC_AOT_CHECKSUM_OFFSET;
-        XXH3_128bits_update(&s, b, field);
-        XXH3_128bits_update(&s, zeros, 16);
-        XXH3_128bits_update(&s, b + field + 16, n - field - 16);
-        XXH128_canonical_t c;
-        XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
-        memcpy(b + field, c.digest, 16);
-    }
-    fc_context_free(ctx);
-}
+static void fix_checksum(unsigned char *b, size_t n) { aot_fix_checksum(b, n); }
 
 /* Load `path` and expect failure with `status` and `msg` in the message. */
 static void expect_refused(fc_context *ctx, const char *path, fc_status status, const char *msg) {
@@ -442,6 +422,79 @@ static void test_refused(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* Metadata that contradicts itself, with a valid checksum: each is refused
+ * with a clean message before any buffer is sized from it (docs/AOT.md,
+ * "Trust"). The program bytes are decoded, changed, and encoded again at
+ * the same length, so only the one inconsistency differs. */
+enum aot_lie { LIE_OUTPUT_ZERO, LIE_INPUT_HUGE, LIE_ARENA, LIE_GRID, LIE_BLOCK, LIE_SMEM, LIE_GRAPH_DIM,
+               LIE_GRAPH_TEXT, LIE_COUNT };
+
+static void test_inconsistent(fc_context *ctx) {
+    fc_graph *g = g_model(ctx, false);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    char path[300], bad[300];
+    snprintf(path, sizeof path, "%s/lies.cubin", root);
+    snprintf(bad, sizeof bad, "%s/lie.cubin", root);
+    CHECK_EQ_INT(fc_program_save_file(p, path), FC_OK);
+    size_t n = 0, off = 0, len = 0;
+    unsigned char *file = read_file(path, &n);
+    CHECK(file && fc_aot_locate(ctx, path, file, n, &off, &len) == FC_OK);
+    unsigned char *b = malloc(n);
+    const size_t prog = off + FC_AOT_HEADER_SIZE, plen = len - FC_AOT_HEADER_SIZE;
+    static const char *want[LIE_COUNT] = {
+        "result 0 is declared as 0 bytes, but the kernels use 12288",
+        "parameter 0 has no valid type, or one larger than any GPU's memory",
+        "an arena of 4611686018427387904 bytes, more than any GPU has",
+        "grid [4294967295, 1, 1] exceeds what any CUDA device launches",
+        "block [4294967295, 1, 1] exceeds what any CUDA device launches",
+        "4294967295 bytes of shared memory, more than any CUDA device has",
+        "parameter 0 of its embedded graph is not the one of its signature",
+        "its embedded graph does not parse",
+    };
+    for (int lie = 0; file && b && lie < LIE_COUNT; lie++) {
+        fc_program_desc d;
+        CHECK_EQ_INT(fc_program_desc_decode(ctx, file + prog, plen, &d), FC_OK);
+        int k = 0;
+        while (k < d.src.nlaunches && d.src.launches[k].kind != FC_LAUNCH_KERNEL) k++;
+        CHECK(k < d.src.nlaunches);
+        char *dim;
+        switch ((enum aot_lie)lie) {
+        case LIE_OUTPUT_ZERO: d.outputs[0].dims[0] = 0; break;
+        case LIE_INPUT_HUGE: d.params[0].dims[0] = (int64_t)1 << 40; break;
+        case LIE_ARENA: d.arena_bytes = (int64_t)1 << 62; break;
+        case LIE_GRID: d.src.launches[k].grid[0] = UINT32_MAX; break;
+        case LIE_BLOCK: d.src.launches[k].block[0] = UINT32_MAX; break;
+        case LIE_SMEM: d.src.launches[k].smem = UINT32_MAX; break;
+        case LIE_GRAPH_DIM: /* every f32[8, 384] -> f32[9, 384]: same length, and it parses */
+            dim = strstr(d.graph_text, "f32[8, 384]");
+            CHECK(dim != NULL);
+            for (; dim; dim = strstr(dim, "f32[8, 384]")) dim[4] = '9';
+            break;
+        case LIE_GRAPH_TEXT: d.graph_text[0] = '}'; break;
+        case LIE_COUNT: break;
+        }
+        fc_bytes enc = {NULL, 0};
+        CHECK_EQ_INT(fc_program_desc_encode(ctx, &d, &enc), FC_OK);
+        fc_program_desc_release(&d);
+        CHECK_EQ_INT(enc.size, plen);
+        memcpy(b, file, n);
+        if (enc.size == plen) memcpy(b + prog, enc.data, plen);
+        fc_bytes_free(&enc);
+        fix_checksum(b, n);
+        write_all(bad, b, n);
+        expect_refused(ctx, bad, FC_ERR_INPUT, want[lie]);
+        CHECK(strstr(fc_last_error(ctx), "bad compiled program") != NULL);
+    }
+    free(b);
+    free(file);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_arch(void) {
     int sm = 0;
     CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
@@ -470,6 +523,7 @@ int main(void) {
     /* Attention for sm 90: fc_attn_fa3, its tensor maps in the file. */
     test_round_trip(ctx, g_attention(ctx), gpu);
     test_refused(ctx);
+    test_inconsistent(ctx);
     if (!gpu) printf("test_aot: GPU part skipped (no CUDA device)\n");
     fc_cache_global_close();
     fc_context_free(ctx);

@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1074,6 +1076,183 @@ static void test_alloc_failures(void) {
     rm_rf(base);
 }
 
+/* ------------------------------------------------------------------ */
+/* Trust: the cache serves only what this user alone can write.         */
+/* ------------------------------------------------------------------ */
+static void test_entry_trust(void) {
+    char base[256], dir[300], path[4096], inner[4200];
+    unsigned char payload[300];
+    fill(payload, sizeof payload, 3);
+
+    /* An entry others can write (0666, 0620): a checksum is not a
+     * signature, so it is refused with one warning, removed, rebuilt. */
+    const unsigned modes[] = {0666, 0620, 0602};
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        fresh_dir(base, sizeof base, dir, sizeof dir);
+        fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(put(c, FC_CACHE_PROGRAM, "p", payload, sizeof payload), FC_OK);
+        entry_path(c, FC_CACHE_PROGRAM, "p", path, sizeof path);
+        fc_cache_close(c);
+        CHECK(chmod(path, modes[m]) == 0);
+        c = open_cache(dir, FC_CACHE_RW, 0);
+        fc_cache_verify_result vr;
+        CHECK_EQ_INT(fc_cache_verify(c, ctx, false, &vr), FC_OK);
+        CHECK_EQ_INT(vr.nbad, 1); /* --verify no longer says "0 bad" */
+        if (vr.nbad == 1) CHECK(strstr(vr.bad[0].reason, "writable by its group or by others") != NULL);
+        fc_cache_verify_result_free(&vr);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_PROGRAM, "p", payload, sizeof payload), 0); /* never served */
+        const char *w = fc_cache_take_warning(c);
+        CHECK(w && strstr(w, "writable by its group or by others") && strstr(w, "not used"));
+        CHECK(fc_cache_take_warning(c) == NULL); /* one warning */
+        CHECK(!exists(path));
+        CHECK_EQ_INT(counter(c, FC_CACHE_CORRUPT), 1);
+        CHECK_EQ_INT(counter(c, FC_CACHE_HITS), 0);
+        CHECK_EQ_INT(put(c, FC_CACHE_PROGRAM, "p", payload, sizeof payload), FC_OK);
+        CHECK_EQ_INT(mode_of(path), 0600);
+        fc_cache_close(c);
+        c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_PROGRAM, "p", payload, sizeof payload), 1);
+        fc_cache_close(c);
+        rm_rf(base);
+    }
+
+    /* A directory under an entry's name (with a file in it): removed and
+     * rebuilt, by a get or by a put that meets it first. */
+    for (int via_put = 0; via_put < 2; via_put++) {
+        fresh_dir(base, sizeof base, dir, sizeof dir);
+        fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+        entry_path(c, FC_CACHE_KERNEL, "d", path, sizeof path);
+        CHECK(mkdir(path, 0700) == 0);
+        snprintf(inner, sizeof inner, "%s/x", path);
+        write_file(inner, "x", 1);
+        if (!via_put) {
+            CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "d", payload, sizeof payload), 0);
+            CHECK(!exists(path));
+            CHECK_EQ_INT(counter(c, FC_CACHE_CORRUPT), 1);
+        }
+        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "d", payload, sizeof payload), FC_OK);
+        fc_cache_close(c);
+        c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "d", payload, sizeof payload), 1);
+        fc_cache_close(c);
+        rm_rf(base);
+    }
+
+    /* A socket under an entry's name is damage too, not a read error. */
+    fresh_dir(base, sizeof base, dir, sizeof dir);
+    {
+        fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+        entry_path(c, FC_CACHE_KERNEL, "s", path, sizeof path);
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        if (fd >= 0 && strlen(path) < sizeof sa.sun_path) {
+            memcpy(sa.sun_path, path, strlen(path) + 1);
+            CHECK(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+            CHECK(exists(path));
+            CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "s", payload, 1), 0);
+            CHECK(!exists(path));
+            CHECK_EQ_INT(counter(c, FC_CACHE_CORRUPT), 1);
+        } else {
+            printf("skip: a socket under an entry's name (path too long for a socket)\n");
+        }
+        if (fd >= 0) close(fd);
+        fc_cache_close(c);
+    }
+    rm_rf(base);
+
+    /* Bytes of a hit that the caller cannot decode: corrupt, not a hit. */
+    fresh_dir(base, sizeof base, dir, sizeof dir);
+    {
+        fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(put(c, FC_CACHE_PROGRAM, "junk", "junk", 4), FC_OK);
+        fc_cache_close(c);
+        c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_PROGRAM, "junk", "junk", 4), 1);
+        fc_cache_key k = key_of("junk");
+        fc_cache_reject(c, ctx, FC_CACHE_PROGRAM, &k);
+        CHECK_EQ_INT(counter(c, FC_CACHE_HITS), 0);
+        CHECK_EQ_INT(counter(c, FC_CACHE_CORRUPT), 1);
+        CHECK_EQ_INT(counter(c, FC_CACHE_MISSES), 1);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_PROGRAM, "junk", "junk", 4), 0); /* gone from memory and disk */
+        entry_path(c, FC_CACHE_PROGRAM, "junk", path, sizeof path);
+        CHECK(!exists(path));
+        fc_cache_close(c);
+    }
+    rm_rf(base);
+}
+
+/* The stats file: a world-writable one or a symlink is not read (its
+ * counts are not trusted, and --cache-info does not fail), and the next
+ * update replaces it with a file of ours. */
+static void test_stats_trust(void) {
+    char base[256], dir[300], stats[4096], target[4096];
+    for (int kind = 0; kind < 3; kind++) {
+        fresh_dir(base, sizeof base, dir, sizeof dir);
+        fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "k", "x", 1), FC_OK);
+        CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "k", "x", 1), 1);
+        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "k2", "y", 1), FC_OK); /* flushes a hit */
+        fc_cache_close(c);
+        snprintf(stats, sizeof stats, "%s/v%u/stats", dir, FC_CACHE_FORMAT_VERSION);
+        snprintf(target, sizeof target, "%s/elsewhere", base);
+        if (kind == 0) {
+            CHECK(chmod(stats, 0666) == 0);
+        } else if (kind == 1) {
+            CHECK(rename(stats, target) == 0);
+            CHECK(symlink(target, stats) == 0);
+        } else {
+            CHECK(unlink(stats) == 0);
+            CHECK(mkdir(stats, 0700) == 0);
+        }
+        c = open_cache(dir, FC_CACHE_RW, 0);
+        fc_cache_summary s;
+        CHECK_EQ_INT(fc_cache_info(c, ctx, &s), FC_OK); /* a symlink made --cache-info exit 3 */
+        CHECK_EQ_INT(s.counters[FC_CACHE_HITS], 0);     /* not trusted, not read */
+        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "k3", "z", 1), FC_OK); /* an update */
+        struct stat st;
+        CHECK(lstat(stats, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0777) == 0600);
+        if (kind == 1) CHECK(lstat(target, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 72); /* untouched */
+        fc_cache_close(c);
+        rm_rf(base);
+    }
+}
+
+/* FUSEC_CACHE_DIR set but empty is a usage error, not the default. */
+static void test_empty_dir_env(void) {
+    setenv("FUSEC_CACHE_DIR", "", 1);
+    fc_cache_options o = {.mode = FC_CACHE_RW};
+    fc_cache *c = NULL;
+    CHECK_EQ_INT(fc_cache_open(ctx, &o, &c), FC_ERR_USAGE);
+    CHECK(c == NULL);
+    CHECK(strstr(fc_last_error(ctx), "FUSEC_CACHE_DIR is set but empty") != NULL);
+    o.mode = FC_CACHE_OFF; /* nothing is read from a directory then */
+    CHECK_EQ_INT(fc_cache_open(ctx, &o, &c), FC_OK);
+    fc_cache_close(c);
+    unsetenv("FUSEC_CACHE_DIR");
+}
+
+/* A removal that fails makes clear fail (a read-only file system; here a
+ * read-only directory, which only stops a user who is not root). */
+static void test_clear_failure(void) {
+    if (geteuid() == 0) {
+        printf("skip: clear on a read-only directory (root writes anyway; test_cli.sh mounts a read-only one)\n");
+        return;
+    }
+    char base[256], dir[300], level[4096];
+    fresh_dir(base, sizeof base, dir, sizeof dir);
+    fc_cache *c = open_cache(dir, FC_CACHE_RW, 0);
+    CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "k", "x", 1), FC_OK);
+    snprintf(level, sizeof level, "%s/v%u/kernels", dir, FC_CACHE_FORMAT_VERSION);
+    CHECK(chmod(level, 0500) == 0);
+    uint64_t n = 9;
+    CHECK_EQ_INT(fc_cache_clear(c, ctx, &n, NULL), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "cannot clear the cache") != NULL);
+    CHECK_EQ_INT(n, 0);
+    chmod(level, 0700);
+    fc_cache_close(c);
+    rm_rf(base);
+}
+
 int main(void) {
     /* The caller's environment must not steer these tests. */
     unsetenv("FUSEC_CACHE");
@@ -1094,6 +1273,10 @@ int main(void) {
     test_memory_layer();
     test_usage_errors();
     test_alloc_failures();
+    test_entry_trust();
+    test_stats_trust();
+    test_empty_dir_env();
+    test_clear_failure();
     fc_context_free(ctx);
     return check_report("test_cache");
 }

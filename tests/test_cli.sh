@@ -534,6 +534,46 @@ expect_usage "cache-info with a file" "--cache-info takes no FILE" --cache-info 
 expect_usage "cache-clear with --run" "--run does not apply to --cache-clear" --cache-clear --run
 expect_usage "verify alone" "--verify needs --cache-info" --verify
 expect_usage "empty cache-dir" "--cache-dir needs a directory" --cache-dir= --cache-info
+FUSEC_CACHE_DIR= expect_rc 2 "empty FUSEC_CACHE_DIR" --cache-info
+expect_stderr_has "empty FUSEC_CACHE_DIR" "FUSEC_CACHE_DIR is set but empty"
+FUSEC_CACHE_DIR= expect_rc 2 "empty FUSEC_CACHE_DIR, compile" "$tmp/small.ir" --bind N=4 --emit=plan
+
+# An entry others can write is never served: refused with one warning,
+# reported by --verify, and rebuilt by the compile.
+c5=$tmp/cache5
+FUSEC_CACHE_DIR=$c5 expect_rc 0 "entry trust: cold" "$tmp/small.ir" --bind N=4 --emit=plan
+prog_entry=$(ls "$c5"/v*/programs/*.bin | head -n 1)
+chmod 0666 "$prog_entry"
+FUSEC_CACHE_DIR=$c5 expect_rc 1 "entry trust: verify" --cache-info --verify
+expect_stdout_has "entry trust: verify" "writable by its group or by others"
+FUSEC_CACHE_DIR=$c5 expect_rc 0 "entry trust: compile" "$tmp/small.ir" --bind N=4 --emit=plan
+same_file "entry trust: same plan" "$tmp/out" "$tmp/plan_jit"
+if [[ $(grep -c 'warning' "$tmp/err") -eq 1 ]]; then pass; else fail "entry trust: expected one warning"; fi
+expect_stderr_has "entry trust: the warning" "is writable by its group or by others; not used"
+if [[ $(stat -c %a "$prog_entry") == 600 ]]; then pass; else fail "entry trust: the entry was not rebuilt 0600"; fi
+FUSEC_CACHE_DIR=$c5 expect_rc 0 "entry trust: verify after" --cache-info --verify
+# A symlinked stats file: not read, and --cache-info still works.
+stats=$(ls -d "$c5"/v*/stats)
+mv "$stats" "$tmp/stats.elsewhere" && ln -s "$tmp/stats.elsewhere" "$stats"
+FUSEC_CACHE_DIR=$c5 expect_rc 0 "symlinked stats" --cache-info
+expect_stdout_line "symlinked stats: not read" "$(pad 'hits:' 0)"
+
+# --cache-clear on a read-only file system fails (exit 3), in a mount
+# namespace of its own where that can be made (root, unshare).
+if [[ $(id -u) -eq 0 ]] && command -v unshare >/dev/null && unshare -m true 2>/dev/null; then
+  c6=$tmp/cache6
+  mkdir -p "$c6"
+  FUSEC_CACHE_DIR=$c6 expect_rc 0 "read-only clear: fill" "$tmp/small.ir" --bind N=4 --emit=plan
+  last_args=(--cache-clear "(on a read-only mount)")
+  unshare -m bash -c 'mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" && FUSEC_CACHE_DIR=$1 "$2" --cache-clear' \
+    _ "$c6" "$FUSEC" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  if [[ $rc -eq 3 ]] && grep -qF "cannot clear the cache" "$tmp/err" && grep -qF "Read-only file system" "$tmp/err"
+  then pass; else fail "read-only clear: expected exit 3 and 'Read-only file system'"; fi
+  if [[ -n $(ls "$c6"/v*/kernels/*.bin 2>/dev/null) ]]; then pass; else fail "read-only clear: entries vanished"; fi
+else
+  echo "skip: --cache-clear on a read-only mount (needs root and unshare -m)"
+fi
 
 # XDG_CACHE_HOME when FUSEC_CACHE_DIR is not set.
 (unset FUSEC_CACHE_DIR; XDG_CACHE_HOME=$tmp/xdg expect_rc 0 "XDG_CACHE_HOME" --cache-info; \

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- helpers --------------------------------------------------------- */
@@ -184,7 +185,7 @@ static void test_read_variants(void) {
     };
     for (int major = 1; major <= 3; major++) {
         for (size_t i = 0; i < sizeof dicts / sizeof dicts[0]; i++) {
-            size_t n;
+            size_t n = 0;
             unsigned char *buf = make_npy(major, dicts[i], v, sizeof v, &n);
             fc_tensor t;
             char err[256] = "";
@@ -392,6 +393,44 @@ static void test_files(void) {
     remove(path);
 }
 
+/* A NUL (or any control character) inside a header string is refused: it
+ * would end the copy early and "<f4\0junk" would read as "<f4". */
+static void test_nul_in_descr(void) {
+    const char *dicts[] = {"{'descr': '<f4#x', 'fortran_order': False, 'shape': (1,), }",
+                           "{'descr': '<f#', 'fortran_order': False, 'shape': (1,), }",
+                           "{'descr': '#<f4', 'fortran_order': False, 'shape': (1,), }"};
+    for (size_t k = 0; k < sizeof dicts / sizeof *dicts; k++) {
+        float one = 1;
+        size_t n = 0;
+        unsigned char *buf = make_npy(1, dicts[k], &one, 4, &n);
+        CHECK(buf != NULL);
+        if (!buf) return;
+        unsigned char *hash = memchr(buf, '#', n);
+        CHECK(hash != NULL);
+        if (hash) *hash = 0;
+        EXPECT_BAD_BYTES(buf, n, "control character");
+        free(buf);
+    }
+}
+
+/* npy_read reads regular files only: a device never ends, and a FIFO
+ * without a writer would block the open. */
+static void test_not_regular(void) {
+    fc_tensor t;
+    char err[512] = "";
+    CHECK_EQ_INT(npy_read("/dev/zero", &t, err, sizeof err), -1);
+    CHECK(strstr(err, "/dev/zero: not a regular file") == err);
+    char dir[] = "/tmp/test_npy_fifo_XXXXXX", fifo[64];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(fifo, sizeof fifo, "%s/f.npy", dir);
+    CHECK(mkfifo(fifo, 0600) == 0);
+    CHECK_EQ_INT(npy_read(fifo, &t, err, sizeof err), -1); /* returns at once */
+    CHECK(strstr(err, "not a regular file") != NULL);
+    CHECK_EQ_INT(npy_read(dir, &t, err, sizeof err), -1);
+    unlink(fifo);
+    rmdir(dir);
+}
+
 int main(void) {
     test_roundtrip();
     test_numpy_bytes();
@@ -401,5 +440,7 @@ int main(void) {
     test_truncation_and_mutation();
     test_pipe();
     test_files();
+    test_nul_in_descr();
+    test_not_regular();
     return check_report("test_npy");
 }

@@ -16,11 +16,14 @@
 #include "npy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char NPY_MAGIC[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -134,6 +137,8 @@ static bool hp_string(hdr_parser *hp, char *buf, size_t n) {
     size_t len = 0;
     while (hp->p < hp->end && *hp->p != q) {
         if (*hp->p == '\\' || *hp->p == '\n') return hp_bad(hp, "unsupported string literal");
+        /* A NUL would end the copy early: "<f4\0junk" must not read as "<f4". */
+        if ((unsigned char)*hp->p < 0x20) return hp_bad(hp, "a control character in a string");
         if (len + 1 >= n) return hp_bad(hp, "string too long");
         buf[len++] = *hp->p++;
     }
@@ -391,9 +396,25 @@ int npy_read_stream(FILE *f, const char *name, fc_tensor *t, char *err, size_t e
 
 int npy_read(const char *path, fc_tensor *t, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
-    FILE *f = fopen(path, "rb");
+    /* A regular file only: a device never ends, and a FIFO without a writer
+     * would block the open (O_NONBLOCK returns at once, then it is refused).
+     * npy_read_stream reads a pipe the caller opened on purpose. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        set_err(err, errlen, path, "cannot open: %s", strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        set_err(err, errlen, path, "not a regular file (a .npy input is read from a file)");
+        close(fd);
+        return -1;
+    }
+    FILE *f = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) == 0 ? fdopen(fd, "rb") : NULL;
     if (!f) {
         set_err(err, errlen, path, "cannot open: %s", strerror(errno));
+        close(fd);
         return -1;
     }
     int rc = npy_read_stream(f, path, t, err, errlen);

@@ -144,6 +144,121 @@ static void file_checksum(const uint8_t *data, size_t size, size_t field, uint8_
     memcpy(out, c.digest, 16);
 }
 
+/* ------------------------------------------------------------------ */
+/* Validation on load. An AOT file is code: whoever wrote it chose the  */
+/* kernels the GPU runs, so only files one trusts should be run, and   */
+/* the checksum proves no more than that the bytes are as written. But */
+/* the metadata beside the kernels must never make the host misbehave: */
+/* before any buffer is sized or launch made, the signature, the       */
+/* storage, the arena, the launch dimensions and the embedded graph    */
+/* are checked against one another and against what any CUDA device   */
+/* allows (the decoder has checked every index and offset already).   */
+/* ------------------------------------------------------------------ */
+
+/* Limits every CUDA device since sm_30 shares; shared memory is sm_90's
+ * opt-in maximum per block, the largest of any GPU. A larger value cannot
+ * launch anywhere, so it can only come from a damaged or crafted file. */
+#define AOT_MAX_GRID_X 2147483647u
+#define AOT_MAX_GRID_YZ 65535u
+#define AOT_MAX_BLOCK_XY 1024u
+#define AOT_MAX_BLOCK_Z 64u
+#define AOT_MAX_BLOCK_THREADS 1024u
+#define AOT_MAX_SHARED_BYTES (227u * 1024u)
+/* More than any GPU's memory: an arena or tensor beyond it cannot exist. */
+#define AOT_MAX_BUFFER_BYTES ((int64_t)1 << 40)
+
+/* The bytes of t, or -1 when its type is not one (bad dtype, rank or dim,
+ * or a size past AOT_MAX_BUFFER_BYTES). */
+static int64_t aot_tensor_bytes(const fc_program_tensor *t) {
+    if ((unsigned)t->dtype >= FC_DTYPE_COUNT || t->rank < 0 || t->rank > FC_MAX_RANK) return -1;
+    int64_t n = (int64_t)fc_dtype_size(t->dtype);
+    for (int i = 0; i < t->rank; i++) {
+        if (t->dims[i] < 0 || (t->dims[i] > 0 && n > AOT_MAX_BUFFER_BYTES / t->dims[i])) return -1;
+        n *= t->dims[i];
+    }
+    return n;
+}
+
+/* Tensor t (parameter or result `index`) against its storage record and
+ * against value v of the embedded graph (NULL: not checked). */
+static fc_status aot_check_tensor(fc_context *ctx, const char *what, const fc_program_desc *d, const char *kind,
+                                  int index, const fc_program_tensor *t, const fc_value *v) {
+    int64_t bytes = aot_tensor_bytes(t);
+    if (bytes < 0)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: bad compiled program: %s %d has no valid type, or one larger than any GPU's memory",
+                            what, kind, index);
+    const fc_store *s = &d->store[t->value];
+    if (s->bytes != bytes)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: bad compiled program: %s %d is declared as %lld bytes, but the kernels use %lld",
+                            what, kind, index, (long long)bytes, (long long)s->bytes);
+    if (!v) return FC_OK;
+    bool same = fc_value_dtype(v) == t->dtype && fc_value_rank(v) == t->rank;
+    for (int i = 0; same && i < t->rank; i++) same = fc_value_dim(v, i) == t->dims[i];
+    if (!same)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: bad compiled program: %s %d of its embedded graph is not the one of its signature",
+                            what, kind, index);
+    return FC_OK;
+}
+
+static fc_status aot_check_launch(fc_context *ctx, const char *what, int i, const fc_launch *l) {
+    if (l->kind != FC_LAUNCH_KERNEL) return FC_OK;
+    uint64_t threads = (uint64_t)l->block[0] * l->block[1] * l->block[2];
+    if (l->grid[0] > AOT_MAX_GRID_X || l->grid[1] > AOT_MAX_GRID_YZ || l->grid[2] > AOT_MAX_GRID_YZ)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: launch %d: grid [%u, %u, %u] exceeds what "
+                            "any CUDA device launches", what, i, l->grid[0], l->grid[1], l->grid[2]);
+    if (l->block[0] > AOT_MAX_BLOCK_XY || l->block[1] > AOT_MAX_BLOCK_XY || l->block[2] > AOT_MAX_BLOCK_Z ||
+        threads > AOT_MAX_BLOCK_THREADS)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: launch %d: block [%u, %u, %u] exceeds what "
+                            "any CUDA device launches", what, i, l->block[0], l->block[1], l->block[2]);
+    if (l->smem > AOT_MAX_SHARED_BYTES)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: launch %d: %u bytes of shared memory, more "
+                            "than any CUDA device has (%u)", what, i, l->smem, AOT_MAX_SHARED_BYTES);
+    return FC_OK;
+}
+
+/* The embedded graph: it parses, and it is the program's graph (name and
+ * signature). *g is the parsed graph (the caller frees it). */
+static fc_status aot_parse_graph(fc_context *ctx, const char *what, const fc_program_desc *d, fc_graph **g) {
+    fc_status st = fc_parse(ctx, "embedded graph", d->graph_text, strlen(d->graph_text), NULL, NULL, 0, g);
+    if (st == FC_ERR_NOMEM) return st;
+    if (st != FC_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%.500s", fc_last_error(ctx));
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: its embedded graph does not parse: %s",
+                            what, why);
+    }
+    if (strcmp(fc_graph_name(*g), d->graph_name) != 0 || fc_graph_num_params(*g) != d->nparams ||
+        fc_graph_num_outputs(*g) != d->noutputs)
+        return fc_set_error(ctx, FC_ERR_INPUT,
+                            "%s: bad compiled program: its embedded graph (%s, %d parameters, %d results) is not the "
+                            "program's (%s, %d parameters, %d results)",
+                            what, fc_graph_name(*g), fc_graph_num_params(*g), fc_graph_num_outputs(*g), d->graph_name,
+                            d->nparams, d->noutputs);
+    return FC_OK;
+}
+
+static fc_status aot_check_desc(fc_context *ctx, const char *what, const fc_program_desc *d) {
+    if (d->arena_bytes > AOT_MAX_BUFFER_BYTES || d->intermediate_bytes > AOT_MAX_BUFFER_BYTES)
+        return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: an arena of %lld bytes, more than any GPU "
+                            "has", what, (long long)(d->arena_bytes > d->intermediate_bytes ? d->arena_bytes
+                                                                                            : d->intermediate_bytes));
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        fc_status st = aot_check_launch(ctx, what, i, &d->src.launches[i]);
+        if (st != FC_OK) return st;
+    }
+    fc_graph *g = NULL;
+    fc_status st = aot_parse_graph(ctx, what, d, &g);
+    for (int i = 0; st == FC_OK && i < d->nparams; i++)
+        st = aot_check_tensor(ctx, what, d, "parameter", i, &d->params[i], fc_graph_param(g, i));
+    for (int i = 0; st == FC_OK && i < d->noutputs; i++)
+        st = aot_check_tensor(ctx, what, d, "result", i, &d->outputs[i], fc_graph_output(g, i));
+    fc_graph_free(g);
+    return st;
+}
+
 /* Check the container in data (located by fc_aot_locate) and decode its
  * program. */
 static fc_status read_container(fc_context *ctx, const char *what, const uint8_t *data, size_t size,
@@ -186,6 +301,7 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
         snprintf(why, sizeof why, "%.500s", fc_last_error(ctx));
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: bad compiled program: %s", what, why);
     }
+    if (st == FC_OK && (st = aot_check_desc(ctx, what, desc)) != FC_OK) fc_program_desc_release(desc);
     return st;
 }
 

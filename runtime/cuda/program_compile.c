@@ -360,10 +360,14 @@ static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_k
     st = fc_program_desc_decode(p->ctx, bytes, n, &d);
     fc_free(bytes);
     if (st == FC_ERR_NOMEM) return st;
-    if (st != FC_OK) return FC_OK;
+    if (st != FC_OK) {
+        fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key); /* corrupt, not a hit */
+        return FC_OK;
+    }
     if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse ||
         strcmp(d.graph_text, p->d.graph_text) != 0) {
         fc_program_desc_release(&d);
+        fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key);
         return FC_OK;
     }
     fc_program_desc_release(&p->d);
@@ -404,6 +408,7 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
             *from_cache = true;
             return FC_OK;
         }
+        if (bin) fc_cache_reject(cache, p->ctx, FC_CACHE_KERNEL, &key);
         fc_free(bin);
     }
     double t = fc_now_ms();
