@@ -4,7 +4,7 @@
 #ifndef FC_TEST_AOT_FILE_H
 #define FC_TEST_AOT_FILE_H
 
-#include "runtime/aot.h"
+#include "runtime/cuda/aot.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -4,8 +4,8 @@
  * break the checksum, so it is recomputed first (unless
  * FUZZ_AOT_KEEP_CHECKSUM is set) and the fuzzer reaches the checks
  * behind it. */
-#include "runtime/aot.h"
-#include "runtime/program.h"
+#include "runtime/cuda/aot.h"
+#include "runtime/cuda/program.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  * that the checks behind the key's are reached); a payload that passes is
  * decoded as a program entry, as fc_compile would. */
 #include "cache/cache_internal.h"
-#include "runtime/program_cache.h"
+#include "runtime/cuda/program_cache.h"
 
 #include <fcntl.h>
 #include <stdint.h>
