@@ -153,8 +153,8 @@ static bool find_root(fc_cache *c, const char *opt_dir) {
     int n;
     if (opt_dir && *opt_dir) n = snprintf(c->dir, sizeof c->dir, "%s", opt_dir);
     else if ((e = fc_switch_raw(FC_SW_CACHE_DIR)) && *e) n = snprintf(c->dir, sizeof c->dir, "%s", e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && e[0] == '/') n = snprintf(c->dir, sizeof c->dir, "%s/fusec", e);
-    else if ((e = getenv("HOME")) && *e) n = snprintf(c->dir, sizeof c->dir, "%s/.cache/fusec", e);
+    else if ((e = fc_switch_env("XDG_CACHE_HOME")) && e[0] == '/') n = snprintf(c->dir, sizeof c->dir, "%s/fusec", e);
+    else if ((e = fc_switch_env("HOME")) && *e) n = snprintf(c->dir, sizeof c->dir, "%s/.cache/fusec", e);
     else {
         snprintf(c->reason, sizeof c->reason, "no cache directory: set FUSEC_CACHE_DIR or HOME");
         return false;

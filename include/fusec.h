@@ -100,6 +100,12 @@ void fc_context_fail_alloc_after(fc_context *ctx, long n);
 /* Free a string or buffer returned by fusec. NULL is ignored. */
 void fc_free(void *p);
 
+/* The environment variables fusec reads (the only ones: FUSEC_DEVICE,
+ * FUSEC_CACHE, ...), one per line, grouped by kind, each with its value
+ * type, default, help and, when set, its value: what `fusec --help-env`
+ * prints. Free with fc_free; NULL when out of memory. */
+char *fc_env_help(void);
+
 /* ------------------------------------------------------------------ */
 /* Graphs.                                                             */
 /* ------------------------------------------------------------------ */

@@ -32,13 +32,6 @@ void fc_context_fail_alloc_after(fc_context *ctx, long n) {
     ctx->alloc_count = 0;
 }
 
-static bool env_is(const char *name, char c) {
-    const char *e = getenv(name);
-    return e && e[0] == c && !e[1];
-}
-
-bool fc_env_is_zero(const char *name) { return env_is(name, '0'); }
-bool fc_env_is_one(const char *name) { return env_is(name, '1'); }
 
 void fc_free(void *p) { free(p); }
 

@@ -195,12 +195,6 @@ struct fc_context {
     long alloc_count;
 };
 
-/* $name is exactly "0": a measuring switch turned off (FUSEC_PDL=0,
- * FUSEC_ARENA_REGION=0, ...; docs/CLI.md lists them). */
-bool fc_env_is_zero(const char *name);
-/* $name is exactly "1": a switch off by default turned on
- * (FUSEC_GEMM_TUNE=1, FUSEC_FRAME_PINNED=1). */
-bool fc_env_is_one(const char *name);
 
 /* Record an error on ctx (printf-style); returns `st` for chaining. */
 fc_status fc_set_error(fc_context *ctx, fc_status st, const char *fmt, ...)

@@ -1,6 +1,8 @@
 /* switches.c - the one place fusec reads its environment switches. */
 #include "switches.h"
 
+#include "ir.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,4 +52,31 @@ bool fc_switch_source_marker(char *buf, size_t n) {
         else at++;
     }
     return at > 0;
+}
+
+const char *fc_switch_env(const char *name) { return name ? getenv(name) : NULL; }
+
+static const char *const type_names[] = {"0|1", "N", "SIZE", "TEXT"};
+static const char *const kind_names[] = {"configuration", "fallback", "diagnostics"};
+
+/* The table as `fusec --help-env` prints it: the switches grouped by kind,
+ * each with its value type, default and help, and the ones set now. */
+char *fc_env_help(void) {
+    fc_strbuf b = {0};
+    for (int k = FC_SWK_CONFIG; k <= FC_SWK_DIAG; k++) {
+        fc_strbuf_printf(&b, "%s%s:\n", k ? "\n" : "", kind_names[k]);
+        for (int i = 0; i < FC_SW_COUNT; i++) {
+            const fc_switch_info *t = &table[i];
+            if ((int)t->kind != k) continue;
+            char left[64];
+            snprintf(left, sizeof left, "%s=%s", t->name, type_names[t->type]);
+            fc_strbuf_printf(&b, "  %-30s %s", left, t->help);
+            if (t->dflt[0]) fc_strbuf_printf(&b, " (default %s)", t->dflt);
+            if (t->source) fc_strbuf_printf(&b, "; part of the kernel-cache key");
+            const char *v = getenv(t->name);
+            if (v) fc_strbuf_printf(&b, "; set: '%s'", v);
+            fc_strbuf_printf(&b, "\n");
+        }
+    }
+    return b.buf;
 }

@@ -44,4 +44,9 @@ long fc_switch_int(fc_switch_id id, long fallback);
  * text to its key (codegen/cuda: fc_cuda_source_switches). */
 bool fc_switch_source_marker(char *buf, size_t n);
 
+/* A variable of the environment that is not one of fusec's switches but
+ * decides a default of one (HOME and XDG_CACHE_HOME, for the cache
+ * directory); NULL when unset. */
+const char *fc_switch_env(const char *name);
+
 #endif

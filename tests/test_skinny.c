@@ -501,7 +501,7 @@ int main(void) {
             fc_graph *g = parse_gpt2(ctx, Ts[t]);
             /* Each skinny GEMM follows a kernel: 4 programmatic edges (none without graphs). */
             if (g) run_case(ctx, dev, Ts[t] == 64 ? "gpt2 B=1 T=64" : "gpt2 B=1 T=7", g, true,
-                             fc_env_is_zero("FUSEC_CUDA_GRAPHS") ? 0 : 4);
+                             !fc_switch_on(FC_SW_CUDA_GRAPHS) ? 0 : 4);
             fc_graph_free(g);
         }
     }
