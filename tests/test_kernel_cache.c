@@ -504,9 +504,16 @@ static void test_damaged_program(fc_context *ctx) {
     fc_cache *c = fc_cache_global(ctx);
     static const char junk[] = "FCPROGRM\x01\0\0\0\0\0\0\0 not really a program";
     CHECK_EQ_INT(fc_cache_put(c, ctx, FC_CACHE_PROGRAM, &key, junk, sizeof junk), FC_OK);
+    fc_cache_summary s0, s1;
+    CHECK_EQ_INT(fc_cache_info(c, ctx, &s0), FC_OK);
     p = compile(g, true, 90);
     CHECK_EQ_INT(origin_of(p), FC_PROGRAM_KERNEL_CACHE); /* re-planned; the entry replaced */
     fc_program_free(p);
+    /* The undecodable program entry is corrupt, not a hit: the one hit is
+     * the kernel's. */
+    CHECK_EQ_INT(fc_cache_info(c, ctx, &s1), FC_OK);
+    CHECK_EQ_INT(s1.counters[FC_CACHE_CORRUPT] - s0.counters[FC_CACHE_CORRUPT], 1);
+    CHECK_EQ_INT(s1.counters[FC_CACHE_HITS] - s0.counters[FC_CACHE_HITS], 1);
     reopen_cache();
     p = compile(g, true, 90);
     CHECK_EQ_INT(origin_of(p), FC_PROGRAM_PROGRAM_CACHE);

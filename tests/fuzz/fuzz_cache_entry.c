@@ -17,13 +17,21 @@
 #include <xxhash.h>
 
 static int dirfd_once = -1;
+static char dir_once[] = "/tmp/fuzz_cache_entry.XXXXXX";
+
+/* The directory goes when the fuzzer exits (not after a crash: then the
+ * entry that did it is in the fuzzer's artifact anyway). */
+static void remove_dir(void) {
+    (void)unlinkat(dirfd_once, "e.bin", 0);
+    (void)rmdir(dir_once);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (dirfd_once < 0) {
-        char tmpl[] = "/tmp/fuzz_cache_entry.XXXXXX";
-        if (!mkdtemp(tmpl)) abort();
-        dirfd_once = open(tmpl, O_RDONLY | O_DIRECTORY);
+        if (!mkdtemp(dir_once)) abort();
+        dirfd_once = open(dir_once, O_RDONLY | O_DIRECTORY);
         if (dirfd_once < 0) abort();
+        atexit(remove_dir);
     }
     /* With the checksum fixed half of the time, the decoder gets fed. */
     uint8_t *b = malloc(size ? size : 1);
