@@ -5,7 +5,7 @@ fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o)
     if (!o) return FC_OK;
     /* Compared as unsigned ints: an enum read from a struct the caller
      * filled may hold any value, negative ones included. */
-    if ((unsigned)o->device > (unsigned)FC_DEVICE_CPU)
+    if ((unsigned)o->device >= (unsigned)FC_DEVICE_COUNT)
         return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad device %d", (int)o->device);
     if (o->sm != 0 && (o->sm < 10 || o->sm > 999))
         return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90; 0 the device's own)", o->sm);

@@ -8,6 +8,7 @@
  */
 #include "runtime/backend.h"
 #include "ir/ir.h"
+#include "ir/options.h"
 #include "ir/switches.h"
 #include "runtime/cuda/program.h"
 
@@ -103,6 +104,8 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
         fc_compile_options_default(&defaults);
         o = &defaults;
     }
+    fc_status st = fc_compile_options_check(ctx, o);
+    if (st != FC_OK) return st;
     const fc_backend *b = fc_backend_for(o->device);
     if (!b) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: unknown device %d", (int)o->device);
     if (!b->built())
@@ -129,6 +132,7 @@ void fc_program_free(fc_program *p) {
 }
 
 void fc_program_stats(const fc_program *p, fc_run_stats *out) {
+    if (!out) return;
     memset(out, 0, sizeof *out);
     if (p) fc_backend_of(p)->stats(p, out);
 }

@@ -41,6 +41,16 @@ cmake --build build-asan -j "$jobs"
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs" "$@") || status=1
 
+# The libFuzzer harnesses (tests/fuzz), each for a short while on the
+# sanitizer build: clang only.
+if command -v clang >/dev/null; then
+  echo "== build-fuzz/ (libFuzzer harnesses, ASan + UBSan)"
+  configure build-fuzz -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFUSEC_WERROR=ON -DFUSEC_SANITIZE=ON -DFUSEC_FUZZ=ON -DFUSEC_FUZZ_SECONDS=45
+  cmake --build build-fuzz -j "$jobs" --target fuzz_ir fuzz_npy fuzz_aot fuzz_cache_entry fuzz_onnx fuzz_safetensors
+  (cd build-fuzz && ctest -R fuzz_smoke --output-on-failure) || status=1
+fi
+
 if ((status)); then
   echo "test.sh: FAILED (see the ctest output above)" >&2
 fi

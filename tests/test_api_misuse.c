@@ -263,6 +263,27 @@ static void test_null_sweep(void) {
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
     o.sm = 5000;
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_REF;
+    CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_OK);
+    /* fc_compile makes the same check before any backend reads the options. */
+    fc_graph *cg = NULL;
+    const char *small = "graph s(%x: f32[4]) {\n  %y = add(%x, %x)\n  return %y\n}\n";
+    CHECK_EQ_INT(fc_parse(ctx, "s", small, strlen(small), NULL, NULL, 0, &cg), FC_OK);
+    fc_program *prog = (fc_program *)&four;
+    o.device = FC_DEVICE_REF;
+    o.max_specializations = -3;
+    CHECK_EQ_INT(fc_compile(cg, &o, &prog), FC_ERR_USAGE);
+    CHECK(prog == NULL && has(fc_last_error(ctx), "max_specializations -3"));
+    o.max_specializations = 0;
+    o.specialize = (fc_specialize_mode)9;
+    CHECK_EQ_INT(fc_compile(cg, &o, &prog), FC_ERR_USAGE);
+    fc_graph_free(cg);
+    /* Statistics into NULL, or of NULL, are no crash. */
+    fc_program_stats(NULL, NULL);
+    fc_run_stats rs;
+    fc_program_stats(NULL, &rs);
+    CHECK_EQ_INT(rs.runs, 0);
     fc_context_free(ctx);
 }
 

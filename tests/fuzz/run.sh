@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh BUILD_DIR [SECONDS]: run every fuzz harness in BUILD_DIR for
+# run.sh BUILD_DIR [SECONDS [NAME...]]: run every fuzz harness (or the NAMEs) in BUILD_DIR for
 # SECONDS (default $FUSEC_FUZZ_SECONDS, else 30) on a copy of its seed
 # corpus (tests/fuzz/corpus/<name>), so that the tree is never written.
 # Exit 1 if any harness finds a crash, a leak or a sanitizer report; its
@@ -13,7 +13,9 @@ keep=${FUSEC_FUZZ_KEEP:-$dir/fuzz-crashes}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fusec-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 rc=0
-for h in ir npy aot cache_entry; do
+names=("${@:3}")
+((${#names[@]})) || names=(ir npy aot cache_entry)
+for h in "${names[@]}"; do
   bin=$dir/fuzz_$h
   if [[ ! -x $bin ]]; then
     echo "FAIL: $bin is not built" >&2
