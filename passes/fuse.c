@@ -25,8 +25,8 @@
  * reductions), and an op of cost HIGH (a transcendental) that is read
  * through a view is stored rather than recomputed at several indices.
  *
- * Every step is near-linear in the nodes and groups: graphs of 100,000 ops
- * and concats of 10,000 operands are planned in a second or so.
+ * Every step is near-linear in the nodes and groups (tests/test_pass_scale.c
+ * checks that doubling a chain or a concat does not quadruple the time).
  */
 #include "passes.h"
 #include "attention.h"

@@ -146,12 +146,11 @@ fc_mono fc_group_row_len_mono(const fc_group *gr);
 
 /* The cap on a group's cost (its weight, times its reductions for a row
  * kernel): the cost rule "a group too large for registers", measured as
- * what NVRTC takes. NVRTC's time grows faster than linearly in a kernel's
- * size (a chain of adds compiles in 0.3 s at 256 ops, 3.5 s at 1024 and
- * 20 s at 2048), so a long chain must become several kernels; at 256
- * units every group of one op compiles in about a second or two
- * (docs/PERF.md has the measurements), and the extra store and load
- * between two such kernels are small against 256 ops of work per
+ * what NVRTC takes, since compile time is what fails first. NVRTC's time
+ * grows faster than linearly in a kernel's size, so a long chain must
+ * become several kernels; at this cap a full group of any one op compiles
+ * in under a second (docs/PERF.md has the measurements), and the store and
+ * load between two such kernels are small against a full group's work per
  * element. */
 #define FC_GROUP_MAX_WEIGHT 256
 

@@ -1,7 +1,8 @@
 /* schedule.c - launch order: groups in dependency order (Kahn's
  * algorithm, ties by the first node), and launch batching of small
  * independent pointwise groups. Both are near-linear in the groups and
- * their inputs: a plan of a 100,000-op graph has thousands of groups. */
+ * their inputs: a wide concat has thousands of sibling groups before
+ * horizontal fusion gathers them. */
 #include "passes.h"
 
 #include <stdlib.h>
