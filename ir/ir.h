@@ -31,7 +31,7 @@ _Noreturn void fc_unreachable_at(const char *file, int line, const char *what);
 /* The op table.                                                     */
 /* ---------------------------------------------------------------- */
 typedef enum fc_op {
-#define X(id, name, min_in, max_in, kind, attrs) FC_OP_##id,
+#define X(id, name, min_in, max_in, kind, cost, weight, attrs) FC_OP_##id,
 #include "ops.def"
 #undef X
     FC_OP_COUNT
@@ -46,10 +46,19 @@ typedef enum fc_op_kind {
     FC_KIND_OPAQUE,
 } fc_op_kind;
 
+/* An op's cost class (ops.def, column `cost`): ordered, compare with <=. */
+typedef enum fc_op_cost {
+    FC_COST_LOW,
+    FC_COST_MID,
+    FC_COST_HIGH,
+} fc_op_cost;
+
 typedef struct fc_op_info {
     const char *name;
     int min_in, max_in; /* max_in -1: variadic */
     fc_op_kind kind;
+    fc_op_cost cost; /* ops.def column `cost` */
+    int weight;      /* ops.def column `weight`: source size as NVRTC sees it */
     const char *attrs; /* signature, see ops.def */
 } fc_op_info;
 
@@ -66,6 +75,9 @@ bool fc_op_is_elementwise(fc_op op);
 /* reshape, permute, expand, slice, concat, split, gather, iota, full: each
  * result element is an operand element (or a constant) found by index. */
 bool fc_op_is_view(fc_op op);
+/* The op's cost class and code weight (ops.def says what each answers). */
+fc_op_cost fc_op_cost_of(fc_op op);
+int fc_op_weight(fc_op op);
 /* Does the op's list attribute hold dims (ops.def kind `dims`: sizes and
  * symbols, as reshape's shape) rather than plain ints (axes, perm)? */
 bool fc_op_list_is_dims(fc_op op);

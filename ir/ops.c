@@ -6,7 +6,7 @@
 #include <string.h>
 
 const fc_op_info fc_op_table[FC_OP_COUNT] = {
-#define X(id, name, min_in, max_in, kind, attrs) {name, min_in, max_in, FC_KIND_##kind, attrs},
+#define X(id, name, min_in, max_in, kind, cost, weight, attrs) {name, min_in, max_in, FC_KIND_##kind, FC_COST_##cost, weight, attrs},
 #include "ops.def"
 #undef X
 };
@@ -33,6 +33,9 @@ bool fc_op_is_view(fc_op op) {
     default: return false;
     }
 }
+
+fc_op_cost fc_op_cost_of(fc_op op) { return fc_op_table[op].cost; }
+int fc_op_weight(fc_op op) { return fc_op_table[op].weight; }
 
 /* Signatures are parsed once into this table. */
 static fc_attr_spec specs[FC_OP_COUNT][FC_MAX_ATTRS];

@@ -350,6 +350,15 @@ static uint64_t operand_key(const fc_value *v) {
 static uint64_t node_hash(const fc_node *n) {
     uint64_t h = mix((uint64_t)n->op, (uint64_t)n->nin);
     for (int k = 0; k < n->nin; k++) h = mix(h, operand_key(n->in[k]));
+    /* The table masks the low bits, and mix leaves them nearly equal for
+     * scalars that differ only in their high bits (1.0, 2.0, 3.0: the
+     * exponent), which made probe runs as long as the table: finish with
+     * a full avalanche (the MurmurHash3 finalizer). */
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
     return h;
 }
 

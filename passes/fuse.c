@@ -20,9 +20,13 @@
  * a cycle. Horizontal fusion merges sibling groups (same space, a shared
  * input) and checks group reachability first, so it cannot either.
  *
- * Cost rules: a group never grows past max_group_nodes (registers), and an
- * expensive op (a transcendental) that is read through a view is stored
- * rather than recomputed at several indices.
+ * Cost rules: a group never grows past max_group_weight (group_cost: the
+ * ops.def weights of its nodes and of the views inlined into it, times its
+ * reductions), and an op of cost HIGH (a transcendental) that is read
+ * through a view is stored rather than recomputed at several indices.
+ *
+ * Every step is near-linear in the nodes and groups (tests/test_pass_scale.c
+ * checks that doubling a chain or a concat does not quadruple the time).
  */
 #include "passes.h"
 #include "attention.h"
@@ -35,31 +39,14 @@
 void fc_fuse_options_default(fc_fuse_options *o) {
     o->vertical = true;
     o->horizontal = true;
-    o->max_group_nodes = 256;
+    o->max_group_weight = FC_GROUP_MAX_WEIGHT;
     o->attention_in_place = true;
     o->dynamic = false;
 }
 
-int64_t fc_value_bytes(const fc_value *v) { return fc_value_bytes_at(v, NULL); }
-
-int64_t fc_value_bytes_at(const fc_value *v, const int64_t *sym_values) {
-    int64_t n = (int64_t)fc_dtype_size(v->dtype);
-    for (int i = 0; i < v->rank; i++) {
-        int64_t d = sym_values ? fc_dim_value(v->dims[i], sym_values) : v->dims[i];
-        if (d < 0 || (d > 0 && n > INT64_MAX / d)) return -1;
-        n *= d;
-    }
-    return n;
-}
-
-static bool is_expensive(fc_op op) {
-    switch (op) {
-    case FC_OP_EXP: case FC_OP_LOG: case FC_OP_SIN: case FC_OP_COS: case FC_OP_TANH: case FC_OP_SIGMOID:
-    case FC_OP_GELU: case FC_OP_GELU_TANH: case FC_OP_SILU: case FC_OP_ERF: case FC_OP_POW:
-        return true;
-    default: return false;
-    }
-}
+/* Worth storing rather than recomputing at another index (ops.def, column
+ * `cost`, says why only HIGH is). */
+static bool is_expensive(fc_op op) { return fc_op_cost_of(op) >= FC_COST_HIGH; }
 
 /* ---- use lists --------------------------------------------------------- */
 
@@ -96,11 +83,11 @@ static bool build_uses(fc_graph *g, uses *u) {
         for (int k = 0; k < n->nin; k++) {
             fc_value *v = n->in[k];
             if (v->weak) continue;
-            /* one entry per (user, value) even if used twice */
-            bool dup = false;
-            for (int j = 0; j < u->count[v->id]; j++)
-                if (u->list[u->start[v->id] + j] == n) dup = true;
-            if (!dup) u->list[u->start[v->id] + u->count[v->id]++] = n;
+            /* One entry per (user, value) even if used twice. Users are
+             * listed node by node, so a repeat is the list's last entry
+             * (a scan of the list would be quadratic in a value's users). */
+            int c = u->count[v->id];
+            if (c == 0 || u->list[u->start[v->id] + c - 1] != n) u->list[u->start[v->id] + u->count[v->id]++] = n;
         }
     }
     return true;
@@ -120,10 +107,26 @@ typedef struct fuse_state {
     const fc_fuse_options *o;
     uses u;
     bool *is_output; /* per value id */
+    /* A view inlined into its users' groups (MULTI), by node id: the one
+     * group it is charged to (-1: several), and the length of the inlined
+     * chain of views from it to a group member. */
+    int *inl_group, *inl_depth;
+    /* Marks of one walk, by value id (view_downstream, compute_io): a
+     * value is marked when mark[id] == epoch. */
+    int *mark, *node_mark; /* node_mark: by node id */
+    int epoch;
 } fuse_state;
 
-#define BATCH_MAX_ELEMS (1 << 16) /* "small": a few waves of one SM at most */
-#define BATCH_MAX_GROUPS 16
+/* The weight of a group as codegen writes it: a row kernel emits the ops
+ * feeding each reduction once per phase, so its source grows with the
+ * weight times the reductions. */
+static int64_t group_cost(int64_t weight, int nreduce) { return weight * (nreduce > 1 ? nreduce : 1); }
+
+static bool cost_fits(const fuse_state *s, const fc_group *gr, int add_weight, int add_reduce) {
+    return group_cost(gr->weight + add_weight, gr->nreduce + add_reduce) <= s->o->max_group_weight;
+}
+
+static int next_epoch(fuse_state *s) { return ++s->epoch; }
 
 static fc_group *new_group(fuse_state *s, fc_group_kind kind) {
     fc_plan *p = s->plan;
@@ -139,6 +142,8 @@ static fc_group *new_group(fuse_state *s, fc_group_kind kind) {
 static bool add_node(fuse_state *s, fc_group *gr, fc_node *n) {
     if (!fc_grow(&s->plan->arena, (void **)&gr->nodes, &gr->cap_nodes, gr->nnodes + 1, sizeof *gr->nodes)) return false;
     gr->nodes[gr->nnodes++] = n;
+    gr->weight += fc_op_weight(n->op);
+    gr->nreduce += fc_op_is_reduce(n->op);
     s->plan->group_of_node[n->id] = gr->id;
     return true;
 }
@@ -152,75 +157,6 @@ static bool same_shape(const fc_value *v, int rank, const int64_t *dims) {
     if (v->rank != rank) return false;
     for (int i = 0; i < rank; i++)
         if (v->dims[i] != dims[i]) return false;
-    return true;
-}
-
-fc_mono fc_group_space_mono(const fc_group *gr) { return fc_mono_of(gr->space, gr->rank); }
-
-fc_mono fc_group_rows_mono(const fc_group *gr) {
-    fc_mono m = fc_mono_one();
-    for (int d = 0; d < gr->rank; d++)
-        if (!gr->reduced[d]) fc_mono_mul_dim(&m, gr->space[d]);
-    return m;
-}
-
-fc_mono fc_group_row_len_mono(const fc_group *gr) {
-    fc_mono m = fc_mono_one();
-    for (int d = 0; d < gr->rank; d++)
-        if (gr->reduced[d]) fc_mono_mul_dim(&m, gr->space[d]);
-    return m;
-}
-
-/* A value of a REDUCE group is ROW level when it holds one element per row
- * in the kept dims' order: its shape is the space with the reduced dims
- * removed or set to 1. */
-bool fc_group_is_row_shape(const fc_group *gr, const fc_value *v) {
-    int j = 0;
-    for (int d = 0; d < gr->rank; d++) {
-        if (gr->reduced[d]) {
-            if (j < v->rank && v->rank == gr->rank && v->dims[j] == 1) j++;
-            continue;
-        }
-        while (j < v->rank && v->dims[j] == 1 && gr->space[d] != 1) j++;
-        if (j >= v->rank || v->dims[j] != gr->space[d]) return false;
-        j++;
-    }
-    while (j < v->rank && v->dims[j] == 1) j++;
-    return j == v->rank;
-}
-
-void fc_group_mark_rows(const fc_plan *p, const fc_group *gr, bool *is_row,
-                        bool (*row_shape)(const fc_group *gr, const fc_value *v)) {
-    for (int i = 0; i < gr->nnodes; i++) {
-        const fc_node *n = gr->nodes[i];
-        if (fc_op_is_reduce(n->op)) {
-            is_row[n->out[0]->id] = true;
-            continue;
-        }
-        if (n->nout != 1) continue;
-        bool dep = false, other = false;
-        for (int j = 0; j < n->nin; j++) {
-            const fc_value *x = n->in[j];
-            if (x->weak) continue;
-            if (is_row[x->id]) dep = true;
-            else if (x->def && p->group_of_node[x->def->id] == gr->id) other = true;
-        }
-        if (dep && !other && row_shape(gr, n->out[0])) is_row[n->out[0]->id] = true;
-    }
-}
-
-/* Does reading operand v, broadcast (NumPy, right-aligned) into the group's
- * full space, give one value per row, the row's own? Every reduced dim is 1
- * (or absent) in v and every kept dim matches (a size-1 kept dim of the
- * space may be absent). */
-bool fc_group_row_broadcast(const fc_group *gr, const fc_value *v) {
-    if (v->rank > gr->rank) return false;
-    int off = gr->rank - v->rank;
-    for (int d = 0; d < gr->rank; d++) {
-        int64_t vd = d < off ? 1 : v->dims[d - off];
-        if (gr->reduced[d] ? vd != 1 : (vd != gr->space[d] && gr->space[d] != 1)) return false;
-        if (!gr->reduced[d] && d < off && gr->space[d] != 1) return false;
-    }
     return true;
 }
 
@@ -279,7 +215,7 @@ static bool has_users(fuse_state *s, fc_node *n) {
 /* Can elementwise/view node n be computed inside group gr? */
 static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
     if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION) return false;
-    if (gr->nnodes >= s->o->max_group_nodes) return false;
+    if (!cost_fits(s, gr, fc_op_weight(n->op), 0)) return false;
     bool out = any_output(s, n);
     if (gr->kind == FC_GROUP_POINTWISE) {
         /* A stored result is written at the iteration index. */
@@ -301,6 +237,11 @@ static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
  * be with the reduction (a REDUCE group). */
 static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth) {
     if (depth > 256) return true; /* be safe on absurdly deep chains */
+    /* A value met again was answered (false) already: without the mark,
+     * a chain of values with two users each is walked on every path,
+     * exponentially many. The caller starts a new epoch. */
+    if (s->mark[v->id] == s->epoch) return false;
+    s->mark[v->id] = s->epoch;
     for (int j = 0; j < s->u.count[v->id]; j++) {
         fc_node *u = s->u.list[s->u.start[v->id] + j];
         int ug = s->plan->group_of_node[u->id];
@@ -317,7 +258,8 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
 
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
-    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->nnodes >= s->o->max_group_nodes) return false;
+    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || !cost_fits(s, gr, fc_op_weight(r->op), 1))
+        return false;
     bool mask[FC_MAX_RANK];
     reduce_mask(r, mask);
     if (!is_full(gr, r->in[0]) && gr->kind == FC_GROUP_REDUCE) return false;
@@ -344,6 +286,7 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
      * other members: a view reads its operand at another index, possibly in
      * another row, and a reduced value exists only for the current row
      * (permute(softmax(x)) must store the softmax first). */
+    next_epoch(s);
     if (view_downstream(s, &trial, v, 0)) return false;
     return true;
 }
@@ -373,6 +316,48 @@ static bool attention_output_chain(fuse_state *s, fc_group *gr, fc_node *n) {
     }
     int64_t st[FC_MAX_RANK];
     return len > 0 && len == gr->nnodes && fc_attention_output_strides(n->out[0], v, st);
+}
+
+/* May view n be inlined into every group that reads it? Its index
+ * arithmetic is code in each of them, so it is charged like a member: to
+ * the one group its users (directly, or through inlined views) belong to,
+ * or, for a view shared by several groups, to each group that reads it
+ * directly, with the chain of inlined views behind it bounded by the same
+ * cap. Without the charge a long chain of views that canonicalize cannot
+ * fold would all be inlined into one kernel. Records the charge. */
+static bool inline_view(fuse_state *s, fc_node *n) {
+    const int unset = -3;
+    int one = unset, depth = 0;
+    for (int k = 0; k < n->nout; k++) {
+        fc_value *v = n->out[k];
+        for (int j = 0; j < s->u.count[v->id]; j++) {
+            fc_node *u = s->u.list[s->u.start[v->id] + j];
+            int ug = s->plan->group_of_node[u->id], charged = ug;
+            if (ug == MULTI) {
+                charged = s->inl_group[u->id];
+                if (s->inl_depth[u->id] > depth) depth = s->inl_depth[u->id];
+            } else if (ug >= 0 && !cost_fits(s, s->plan->groups[ug], 1, 0)) {
+                return false;
+            }
+            one = one == unset || one == charged ? charged : -1;
+        }
+    }
+    if (depth + 1 > s->o->max_group_weight) return false;
+    if (one >= 0 && !cost_fits(s, s->plan->groups[one], 1, 0)) return false;
+    s->inl_group[n->id] = one >= 0 ? one : -1;
+    s->inl_depth[n->id] = depth + 1;
+    if (one >= 0) {
+        s->plan->groups[one]->weight++;
+        return true;
+    }
+    int last = -1; /* users of one group are usually adjacent: charge each group once a run */
+    for (int k = 0; k < n->nout; k++)
+        for (int j = 0; j < s->u.count[n->out[k]->id]; j++) {
+            int ug = s->plan->group_of_node[s->u.list[s->u.start[n->out[k]->id] + j]->id];
+            if (ug >= 0 && ug != last) s->plan->groups[ug]->weight++;
+            last = ug;
+        }
+    return true;
 }
 
 static fc_status vertical(fuse_state *s) {
@@ -434,7 +419,7 @@ static fc_status vertical(fuse_state *s) {
         }
         /* A library call needs its operands in memory: a view it reads is
          * stored (a copy kernel), everything else is recomputed. */
-        if (fc_op_is_view(n->op) && !any_output(s, n) && !library_user && s->o->vertical) {
+        if (fc_op_is_view(n->op) && !any_output(s, n) && !library_user && s->o->vertical && inline_view(s, n)) {
             s->plan->group_of_node[n->id] = MULTI;
             continue;
         }
@@ -462,14 +447,6 @@ static int cmp_node(const void *a, const void *b) {
 
 /* ---- inputs, outputs and group dependencies ------------------------------ */
 
-static bool push_value(fc_arena *ar, fc_value ***arr, int *n, int *cap, fc_value *v) {
-    for (int i = 0; i < *n; i++)
-        if ((*arr)[i] == v) return true;
-    if (!fc_grow(ar, (void **)arr, cap, *n + 1, sizeof **arr)) return false;
-    (*arr)[(*n)++] = v;
-    return true;
-}
-
 /* Is value v computed inside group gid (by a member or an inlined view)? */
 static bool computed_in(const fc_plan *p, const fc_value *v, int gid) {
     if (!v->def) return false;
@@ -477,17 +454,28 @@ static bool computed_in(const fc_plan *p, const fc_value *v, int gid) {
     return og == gid || og == MULTI;
 }
 
-/* Collect the stored values a group reads, following inlined views. */
-static bool collect_inputs(fc_plan *p, fc_group *gr, fc_node *n, int *cap_in, bool *seen) {
+/* Append v to the group's inputs unless marked in this epoch. */
+static bool push_input(fuse_state *s, fc_group *gr, int *cap, fc_value *v) {
+    if (s->mark[v->id] == s->epoch) return true;
+    s->mark[v->id] = s->epoch;
+    if (!fc_grow(&s->plan->arena, (void **)&gr->inputs, cap, gr->ninputs + 1, sizeof *gr->inputs)) return false;
+    gr->inputs[gr->ninputs++] = v;
+    return true;
+}
+
+/* Collect the stored values a group reads, following inlined views (each
+ * once: node_mark). */
+static bool collect_inputs(fuse_state *s, fc_group *gr, fc_node *n, int *cap_in) {
+    fc_plan *p = s->plan;
     for (int k = 0; k < n->nin; k++) {
         fc_value *v = n->in[k];
         if (v->weak) continue;
         if (computed_in(p, v, gr->id) && p->group_of_node[v->def->id] == MULTI) {
-            if (seen[v->def->id]) continue;
-            seen[v->def->id] = true;
-            if (!collect_inputs(p, gr, v->def, cap_in, seen)) return false;
+            if (s->node_mark[v->def->id] == s->epoch) continue;
+            s->node_mark[v->def->id] = s->epoch;
+            if (!collect_inputs(s, gr, v->def, cap_in)) return false;
         } else if (!computed_in(p, v, gr->id)) {
-            if (!push_value(&p->arena, &gr->inputs, &gr->ninputs, cap_in, v)) return false;
+            if (!push_input(s, gr, cap_in, v)) return false;
         }
     }
     return true;
@@ -495,17 +483,14 @@ static bool collect_inputs(fc_plan *p, fc_group *gr, fc_node *n, int *cap_in, bo
 
 static fc_status compute_io(fuse_state *s) {
     fc_plan *p = s->plan;
-    fc_graph *g = s->g;
-    bool *seen = calloc((size_t)g->next_node_id + 1, sizeof(bool));
-    if (!seen) return FC_ERR_NOMEM;
     for (int i = 0; i < p->ngroups; i++) {
         fc_group *gr = p->groups[i];
         gr->ninputs = gr->noutputs = 0;
         gr->inputs = gr->outputs = NULL;
         int cap_in = 0, cap_out = 0;
-        memset(seen, 0, sizeof(bool) * ((size_t)g->next_node_id + 1));
+        next_epoch(s);
         for (int k = 0; k < gr->nnodes; k++)
-            if (!collect_inputs(p, gr, gr->nodes[k], &cap_in, seen)) goto oom;
+            if (!collect_inputs(s, gr, gr->nodes[k], &cap_in)) return FC_ERR_NOMEM;
         for (int k = 0; k < gr->nnodes; k++) {
             fc_node *n = gr->nodes[k];
             for (int o = 0; o < n->nout; o++) {
@@ -513,45 +498,14 @@ static fc_status compute_io(fuse_state *s) {
                 bool stored = s->is_output[v->id];
                 for (int j = 0; j < s->u.count[v->id] && !stored; j++)
                     if (p->group_of_node[s->u.list[s->u.start[v->id] + j]->id] != gr->id) stored = true;
-                if (stored && !push_value(&p->arena, &gr->outputs, &gr->noutputs, &cap_out, v)) goto oom;
+                if (!stored) continue;
+                if (!fc_grow(&p->arena, (void **)&gr->outputs, &cap_out, gr->noutputs + 1, sizeof *gr->outputs))
+                    return FC_ERR_NOMEM;
+                gr->outputs[gr->noutputs++] = v;
             }
         }
     }
-    free(seen);
     return FC_OK;
-oom:
-    free(seen);
-    return FC_ERR_NOMEM;
-}
-
-/* reach[a][b]: group b depends (transitively) on group a. */
-static bool *reachability(fc_plan *p) {
-    int n = p->ngroups;
-    bool *r = calloc((size_t)n * (size_t)n + 1, sizeof(bool));
-    if (!r) return NULL;
-    /* Groups are in topological order here, and fc_pass_schedule made each
-     * group's id its position. */
-    for (int b = 0; b < n; b++) {
-        fc_group *gb = p->groups[b];
-        for (int k = 0; k < gb->ninputs; k++) {
-            fc_value *v = gb->inputs[k];
-            if (!v->def) continue;
-            int a = p->group_of_node[v->def->id];
-            if (a < 0) continue;
-            FC_ASSERT(p->groups[a]->id == a);
-            r[(size_t)a * (size_t)n + (size_t)b] = true;
-            for (int q = 0; q < n; q++)
-                if (r[(size_t)q * (size_t)n + (size_t)a]) r[(size_t)q * (size_t)n + (size_t)b] = true;
-        }
-    }
-    return r;
-}
-
-static bool shares_input(const fc_group *a, const fc_group *b) {
-    for (int i = 0; i < a->ninputs; i++)
-        for (int j = 0; j < b->ninputs; j++)
-            if (a->inputs[i] == b->inputs[j]) return true;
-    return false;
 }
 
 static bool same_space(const fc_group *a, const fc_group *b) {
@@ -561,99 +515,241 @@ static bool same_space(const fc_group *a, const fc_group *b) {
     return true;
 }
 
-/* Horizontal fusion: siblings that read one input over one space become
- * one multi-output kernel. */
-static fc_status horizontal(fuse_state *s) {
-    fc_plan *p = s->plan;
-    for (;;) {
-        fc_status st = fc_pass_schedule(p);
-        if (st) return st;
-        bool *reach = reachability(p);
-        if (!reach) return FC_ERR_NOMEM;
-        int n = p->ngroups, ma = -1, mb = -1;
-        for (int a = 0; a < n && ma < 0; a++)
-            for (int b = a + 1; b < n && ma < 0; b++) {
-                fc_group *ga = p->groups[a], *gb = p->groups[b];
-                if (ga->kind == FC_GROUP_LIBRARY || ga->kind == FC_GROUP_ATTENTION || !same_space(ga, gb) ||
-                    !shares_input(ga, gb))
-                    continue;
-                if (reach[(size_t)a * (size_t)n + (size_t)b] || reach[(size_t)b * (size_t)n + (size_t)a]) continue;
-                if (ga->nnodes + gb->nnodes > s->o->max_group_nodes) continue;
-                ma = a;
-                mb = b;
-            }
-        free(reach);
-        if (ma < 0) return FC_OK;
-        fc_group *ga = p->groups[ma], *gb = p->groups[mb];
-        for (int k = 0; k < gb->nnodes; k++)
-            if (!add_node(s, ga, gb->nodes[k])) return FC_ERR_NOMEM;
-        qsort(ga->nodes, (size_t)ga->nnodes, sizeof *ga->nodes, cmp_node);
-        memmove(&p->groups[mb], &p->groups[mb + 1], sizeof *p->groups * (size_t)(p->ngroups - mb - 1));
-        p->ngroups--;
-        /* renumber */
-        for (int q = 0; q < p->ngroups; q++) {
-            fc_group *gq = p->groups[q];
-            gq->id = q;
-            for (int k = 0; k < gq->nnodes; k++) p->group_of_node[gq->nodes[k]->id] = q;
-        }
-        st = compute_io(s);
-        if (st) return st;
+/* ---- horizontal fusion ---------------------------------------------------- */
+
+/* Group dependencies during horizontal fusion. level[g] is a labelling
+ * that grows along every dependency (a producer's level is below its
+ * consumers'), kept so after each merge: two groups of one level never
+ * depend on each other, and a path from x to y passes only through levels
+ * below y's, which bounds the walk that looks for one. */
+typedef struct hfuse {
+    fuse_state *s;
+    int *level;    /* by group id */
+    bool *alive;   /* by group id: not merged into another */
+    int *gmark;    /* by group id, marked when == s->epoch */
+    fc_value **stack;
+    int nstack, cap_stack;
+    int64_t budget; /* walk steps left; spent, a pair counts as dependent */
+} hfuse;
+
+static bool push_stack(hfuse *h, fc_value *v) {
+    if (h->nstack == h->cap_stack) {
+        int cap = h->cap_stack ? 2 * h->cap_stack : 64;
+        fc_value **st = realloc(h->stack, sizeof *st * (size_t)cap);
+        if (!st) return false;
+        h->stack = st;
+        h->cap_stack = cap;
     }
+    h->stack[h->nstack++] = v;
+    return true;
 }
 
-fc_status fc_pass_schedule(fc_plan *p) {
-    /* Kahn's algorithm over group dependencies, ties broken by the first
-     * node's position so the order is deterministic. */
-    int n = p->ngroups;
-    int *indeg = calloc((size_t)n + 1, sizeof(int));
-    int *order = calloc((size_t)n + 1, sizeof(int));
-    bool *done = calloc((size_t)n + 1, sizeof(bool));
-    bool *dep = calloc((size_t)n * (size_t)n + 1, sizeof(bool));
-    if (!indeg || !order || !done || !dep) {
-        free(indeg); free(order); free(done); free(dep);
-        return FC_ERR_NOMEM;
+/* Walk the consumers of group x (through inlined views): visit(h, g, arg)
+ * for each consumer group g not yet marked in this epoch; it returns 1 to
+ * walk on from g, 0 to skip g, -1 to stop. -1 also for out of memory. */
+static int walk_consumers(hfuse *h, int x, int (*visit)(hfuse *h, int g, void *arg), void *arg) {
+    fuse_state *s = h->s;
+    fc_plan *p = s->plan;
+    h->nstack = 0;
+    next_epoch(s);
+    h->gmark[x] = s->epoch;
+    for (int k = 0; k < p->groups[x]->noutputs; k++)
+        if (!push_stack(h, p->groups[x]->outputs[k])) return -1;
+    while (h->nstack) {
+        fc_value *v = h->stack[--h->nstack];
+        for (int j = 0; j < s->u.count[v->id]; j++) {
+            fc_node *u = s->u.list[s->u.start[v->id] + j];
+            int ug = p->group_of_node[u->id];
+            if (ug == MULTI) {
+                if (s->node_mark[u->id] == s->epoch) continue;
+                s->node_mark[u->id] = s->epoch;
+                for (int k = 0; k < u->nout; k++)
+                    if (!push_stack(h, u->out[k])) return -1;
+                continue;
+            }
+            if (ug < 0 || h->gmark[ug] == s->epoch) continue;
+            h->gmark[ug] = s->epoch;
+            int r = visit(h, ug, arg);
+            if (r < 0) return -1;
+            if (r == 0) continue;
+            for (int k = 0; k < p->groups[ug]->noutputs; k++)
+                if (!push_stack(h, p->groups[ug]->outputs[k])) return -1;
+        }
     }
+    return 0;
+}
+
+/* Looking for `target` (its id) from below its level. */
+static int visit_find(hfuse *h, int g, void *arg) {
+    int target = *(int *)arg;
+    if (g == target || --h->budget < 0) return -1;
+    return h->level[g] < h->level[target];
+}
+
+/* Raising the levels above a merged group: consumers of `from` that do
+ * not sit above it are raised and queued. */
+typedef struct raise_work {
+    int from_level;
+    int *queue;
+    int n;
+    bool *inq; /* by group id: in the queue now */
+} raise_work;
+
+static int visit_raise(hfuse *h, int g, void *arg) {
+    raise_work *w = arg;
+    if (h->level[g] <= w->from_level) {
+        h->level[g] = w->from_level + 1;
+        if (!w->inq[g]) w->queue[w->n++] = g;
+        w->inq[g] = true;
+    }
+    return 0;
+}
+
+/* Does either group depend on the other? */
+static bool dependent(hfuse *h, int a, int b) {
+    if (h->level[a] == h->level[b]) return false;
+    int lo = h->level[a] < h->level[b] ? a : b, hi = lo == a ? b : a;
+    if (h->budget < 0) return true;
+    return walk_consumers(h, lo, visit_find, &hi) < 0;
+}
+
+/* After a merge into x: every consumer must sit above its producers.
+ * Levels only grow, so the propagation ends; the queue holds a group at
+ * most once at a time. */
+static fc_status raise_levels(hfuse *h, int x, int *queue, bool *inq) {
+    raise_work w = {.queue = queue, .inq = inq};
+    w.queue[w.n++] = x;
+    inq[x] = true;
+    while (w.n) {
+        int g = w.queue[--w.n];
+        inq[g] = false;
+        w.from_level = h->level[g];
+        if (walk_consumers(h, g, visit_raise, &w) < 0) return FC_ERR_NOMEM;
+    }
+    return FC_OK;
+}
+
+/* Merge group b into group a (both alive, independent, one space). */
+static fc_status merge(hfuse *h, fc_group *ga, fc_group *gb) {
+    fuse_state *s = h->s;
+    fc_plan *p = s->plan;
+    int cap = ga->cap_nodes;
+    if (!fc_grow(&p->arena, (void **)&ga->nodes, &cap, ga->nnodes + gb->nnodes, sizeof *ga->nodes)) return FC_ERR_NOMEM;
+    ga->cap_nodes = cap;
+    for (int k = 0; k < gb->nnodes; k++) {
+        ga->nodes[ga->nnodes++] = gb->nodes[k];
+        p->group_of_node[gb->nodes[k]->id] = ga->id;
+    }
+    ga->weight += gb->weight;
+    ga->nreduce += gb->nreduce;
+    /* Inputs: the union (independent groups read nothing of each other).
+     * Outputs: both lists (disjoint). */
+    next_epoch(s);
+    for (int k = 0; k < ga->ninputs; k++) s->mark[ga->inputs[k]->id] = s->epoch;
+    int cap_in = ga->ninputs;
+    for (int k = 0; k < gb->ninputs; k++)
+        if (!push_input(s, ga, &cap_in, gb->inputs[k])) return FC_ERR_NOMEM;
+    int cap_out = ga->noutputs;
+    if (!fc_grow(&p->arena, (void **)&ga->outputs, &cap_out, ga->noutputs + gb->noutputs, sizeof *ga->outputs))
+        return FC_ERR_NOMEM;
+    for (int k = 0; k < gb->noutputs; k++) ga->outputs[ga->noutputs++] = gb->outputs[k];
+    h->alive[gb->id] = false;
+    if (h->level[gb->id] > h->level[ga->id]) h->level[ga->id] = h->level[gb->id];
+    return FC_OK;
+}
+
+/* Horizontal fusion: siblings that read one input over one space become
+ * one multi-output kernel. Groups are taken in launch order; each takes
+ * in, in order, every later group that reads one of its inputs, has its
+ * space, fits the cost cap with it, and neither depends on the other. The
+ * candidates come from each input's list of readers, and dependence is a
+ * walk bounded by the levels, so the pass is near-linear; a walk budget
+ * past which a pair counts as dependent keeps pathological graphs (many
+ * siblings across many levels) bounded too. */
+static fc_status horizontal(fuse_state *s) {
+    fc_plan *p = s->plan;
+    int n = p->ngroups, nv = s->g->next_value_id;
+    fc_status st = FC_OK;
+    hfuse h = {.s = s};
+    h.level = calloc((size_t)n + 1, sizeof(int));
+    h.alive = malloc((size_t)n + 1);
+    h.gmark = calloc((size_t)n + 1, sizeof(int));
+    int *queue = malloc(sizeof(int) * ((size_t)n + 1));
+    bool *inq = calloc((size_t)n + 1, sizeof(bool));
+    int *rstart = calloc((size_t)nv + 2, sizeof(int)), *readers = NULL;
+    int nin = 0;
+    for (int b = 0; b < n; b++) nin += p->groups[b]->ninputs;
+    readers = malloc(sizeof(int) * ((size_t)nin + 1));
+    if (!h.level || !h.alive || !h.gmark || !queue || !inq || !rstart || !readers) {
+        st = FC_ERR_NOMEM;
+        goto out;
+    }
+    h.budget = 64 * ((int64_t)n + nin) + 4096;
+    /* Scheduled: ids are positions and the order is topological. */
     for (int b = 0; b < n; b++) {
         fc_group *gb = p->groups[b];
+        h.alive[b] = true;
         for (int k = 0; k < gb->ninputs; k++) {
             fc_value *v = gb->inputs[k];
-            if (!v->def) continue;
-            int a = p->group_of_node[v->def->id];
-            if (a >= 0 && a != gb->id && !dep[(size_t)a * (size_t)n + (size_t)gb->id]) {
-                dep[(size_t)a * (size_t)n + (size_t)gb->id] = true;
-                indeg[gb->id]++;
+            int a = v->def ? p->group_of_node[v->def->id] : -1;
+            if (a >= 0 && a != b && h.level[a] + 1 > h.level[b]) h.level[b] = h.level[a] + 1;
+            rstart[v->id + 1]++;
+        }
+    }
+    for (int v = 0; v < nv; v++) rstart[v + 1] += rstart[v];
+    {
+        int *fill = malloc(sizeof(int) * ((size_t)nv + 1));
+        if (!fill) {
+            st = FC_ERR_NOMEM;
+            goto out;
+        }
+        memcpy(fill, rstart, sizeof(int) * (size_t)nv);
+        for (int b = 0; b < n; b++)
+            for (int k = 0; k < p->groups[b]->ninputs; k++) readers[fill[p->groups[b]->inputs[k]->id]++] = b;
+        free(fill);
+    }
+    for (int a = 0; a < n; a++) {
+        fc_group *ga = p->groups[a];
+        if (!h.alive[a] || ga->kind == FC_GROUP_LIBRARY || ga->kind == FC_GROUP_ATTENTION) continue;
+        bool merged = false;
+        for (int k = 0; k < ga->ninputs && cost_fits(s, ga, 1, 0); k++) { /* ninputs grows with merges */
+            int vid = ga->inputs[k]->id, lo = rstart[vid], hi = rstart[vid + 1];
+            while (lo < hi) { /* the first reader after a */
+                int mid = (lo + hi) / 2;
+                if (readers[mid] <= a) lo = mid + 1;
+                else hi = mid;
+            }
+            for (int j = lo; j < rstart[vid + 1] && cost_fits(s, ga, 1, 0); j++) {
+                int b = readers[j];
+                fc_group *gb = p->groups[b];
+                if (!h.alive[b] || !same_space(ga, gb) || !cost_fits(s, ga, gb->weight, gb->nreduce) || dependent(&h, a, b))
+                    continue;
+                if ((st = merge(&h, ga, gb)) || (st = raise_levels(&h, a, queue, inq))) goto out;
+                merged = true;
             }
         }
+        if (merged) qsort(ga->nodes, (size_t)ga->nnodes, sizeof *ga->nodes, cmp_node);
     }
-    int count = 0;
-    while (count < n) {
-        int best = -1;
-        for (int q = 0; q < n; q++) {
-            fc_group *gq = p->groups[q];
-            if (done[gq->id] || indeg[gq->id]) continue;
-            if (best < 0 || gq->nodes[0]->id < p->groups[best]->nodes[0]->id) best = q;
-        }
-        FC_ASSERT(best >= 0); /* fusion never makes a cycle */
-        int id = p->groups[best]->id;
-        done[id] = true;
-        order[count++] = best;
-        for (int b = 0; b < n; b++)
-            if (dep[(size_t)id * (size_t)n + (size_t)b]) indeg[b]--;
-    }
-    fc_group **sorted = fc_arena_alloc(&p->arena, sizeof *sorted * (size_t)(n ? n : 1));
-    if (!sorted) {
-        free(indeg); free(order); free(done); free(dep);
-        return FC_ERR_NOMEM;
-    }
-    for (int q = 0; q < n; q++) sorted[q] = p->groups[order[q]];
-    p->groups = sorted;
-    p->cap_groups = n;
-    for (int q = 0; q < n; q++) {
+    int m = 0;
+    for (int q = 0; q < n; q++)
+        if (h.alive[q]) p->groups[m++] = p->groups[q];
+    p->ngroups = m;
+    for (int q = 0; q < m; q++) {
         p->groups[q]->id = q;
         for (int k = 0; k < p->groups[q]->nnodes; k++) p->group_of_node[p->groups[q]->nodes[k]->id] = q;
     }
-    free(indeg); free(order); free(done); free(dep);
-    return FC_OK;
+out:
+    free(h.level); free(h.alive); free(h.gmark); free(h.stack); free(queue); free(inq); free(rstart); free(readers);
+    return st;
+}
+
+static void free_state(fuse_state *s) {
+    free(s->is_output);
+    free(s->mark);
+    free(s->node_mark);
+    free(s->inl_group);
+    free(s->inl_depth);
+    free_uses(&s->u);
 }
 
 fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
@@ -679,9 +775,12 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
 
     fuse_state s = {.g = g, .plan = plan, .o = o};
     s.is_output = calloc((size_t)g->next_value_id + 1, sizeof(bool));
-    if (!s.is_output || !build_uses(g, &s.u)) {
-        free(s.is_output);
-        free_uses(&s.u);
+    s.mark = calloc((size_t)g->next_value_id + 1, sizeof(int));
+    s.node_mark = calloc((size_t)g->next_node_id + 1, sizeof(int));
+    s.inl_group = calloc((size_t)g->next_node_id + 1, sizeof(int));
+    s.inl_depth = calloc((size_t)g->next_node_id + 1, sizeof(int));
+    if (!s.is_output || !s.mark || !s.node_mark || !s.inl_group || !s.inl_depth || !build_uses(g, &s.u)) {
+        free_state(&s);
         return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (fusion)");
     }
     for (int i = 0; i < g->noutputs; i++) s.is_output[g->outputs[i]->id] = true;
@@ -694,116 +793,8 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (!st && o->horizontal) st = horizontal(&s);
     if (!st) st = compute_io(&s);
     if (!st) st = fc_pass_schedule(plan);
-    free(s.is_output);
-    free_uses(&s.u);
+    free_state(&s);
     if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (fusion)");
     return st;
 }
 
-/* Elements of a group's space; a symbolic space is never small (its size
- * is not known when the batch is made). */
-static int64_t space_elems(const fc_group *gr) {
-    fc_mono m = fc_group_space_mono(gr);
-    return fc_mono_is_static(&m) ? m.c : INT64_MAX;
-}
-
-/* Dependency level of each group: 0 for groups that read only params,
- * else one more than the deepest producer. Groups of one level are ready at
- * the same time. */
-static int *group_levels(fc_plan *p) {
-    int *level = calloc((size_t)p->ngroups + 1, sizeof(int));
-    if (!level) return NULL;
-    for (int b = 0; b < p->ngroups; b++) { /* launch order is topological */
-        fc_group *gb = p->groups[b];
-        for (int k = 0; k < gb->ninputs; k++) {
-            fc_value *v = gb->inputs[k];
-            int a = v->def ? p->group_of_node[v->def->id] : -1;
-            if (a >= 0 && a != gb->id && level[a] + 1 > level[b]) level[b] = level[a] + 1;
-        }
-    }
-    return level;
-}
-
-fc_status fc_pass_batch(fc_plan *p) {
-    int n = p->ngroups;
-    for (int i = 0; i < n; i++) p->groups[i]->batch = 0;
-    int *level = group_levels(p);
-    if (!level) return FC_ERR_NOMEM;
-    /* Any level with two or more small pointwise groups? */
-    bool any = false;
-    for (int a = 0; a < n && !any; a++)
-        for (int b = a + 1; b < n && !any; b++)
-            any = level[a] == level[b] && p->groups[a]->kind == FC_GROUP_POINTWISE &&
-                  p->groups[b]->kind == FC_GROUP_POINTWISE && space_elems(p->groups[a]) <= BATCH_MAX_ELEMS &&
-                  space_elems(p->groups[b]) <= BATCH_MAX_ELEMS;
-    if (!any) {
-        free(level);
-        return FC_OK;
-    }
-    /* Order by level (a valid topological order), small pointwise groups
-     * last within their level so each batch is contiguous. */
-    fc_group **sorted = fc_arena_alloc(&p->arena, sizeof *sorted * (size_t)n);
-    if (!sorted) {
-        free(level);
-        return FC_ERR_NOMEM;
-    }
-    int m = 0, maxlevel = 0;
-    for (int i = 0; i < n; i++)
-        if (level[i] > maxlevel) maxlevel = level[i];
-    for (int lv = 0; lv <= maxlevel; lv++)
-        for (int pass = 0; pass < 2; pass++)
-            for (int i = 0; i < n; i++) {
-                fc_group *gr = p->groups[i];
-                bool small = gr->kind == FC_GROUP_POINTWISE && space_elems(gr) <= BATCH_MAX_ELEMS;
-                if (level[i] == lv && small == (pass == 1)) sorted[m++] = gr;
-            }
-    free(level);
-    p->groups = sorted;
-    for (int q = 0; q < n; q++) {
-        p->groups[q]->id = q;
-        for (int k = 0; k < p->groups[q]->nnodes; k++) p->group_of_node[p->groups[q]->nodes[k]->id] = q;
-    }
-    level = group_levels(p);
-    if (!level) return FC_ERR_NOMEM;
-    for (int a = 0; a < n;) {
-        fc_group *ga = p->groups[a];
-        int b = a + 1;
-        if (ga->kind == FC_GROUP_POINTWISE && space_elems(ga) <= BATCH_MAX_ELEMS)
-            while (b < n && b - a < BATCH_MAX_GROUPS && level[b] == level[a] && p->groups[b]->kind == FC_GROUP_POINTWISE &&
-                   space_elems(p->groups[b]) <= BATCH_MAX_ELEMS)
-                b++;
-        if (b - a >= 2)
-            for (int q = a; q < b; q++) p->groups[q]->batch = a + 1;
-        a = b;
-    }
-    free(level);
-    return FC_OK;
-}
-
-void fc_plan_release(fc_plan *plan) {
-    if (!plan) return;
-    fc_graph *owned = plan->owned_graph;
-    fc_arena_release(&plan->arena);
-    fc_graph_free(owned);
-    memset(plan, 0, sizeof *plan);
-}
-
-fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
-    fc_status st;
-    memset(plan, 0, sizeof *plan);
-    bool dynamic = o && o->dynamic;
-    if ((st = fc_verify(g))) return st;
-    if ((st = fc_pass_canonicalize(g))) return st;
-    if (dynamic && (st = fc_pass_lower_attention(g))) return st;
-    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
-    if ((st = fc_pass_canonicalize(g))) return st;
-    if (!dynamic && (st = fc_pass_attention(g))) return st;
-    if ((st = fc_pass_epilogue(g))) return st;
-    if ((st = fc_verify(g))) return st;
-    if ((st = fc_pass_fuse(g, o, plan))) return st;
-    if (o == NULL || o->horizontal)
-        if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
-    if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind, or an instance's layout */
-    if ((st = fc_pass_memplan(plan))) return st;
-    return FC_OK;
-}

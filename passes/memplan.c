@@ -187,11 +187,6 @@ static int cmp_placement(const void *pa, const void *pb) {
     return placed_before(a, b) ? -1 : placed_before(b, a);
 }
 
-static int cmp_offset(const void *pa, const void *pb) {
-    const interval *const *a = pa, *const *b = pb;
-    return below(*a, *b) ? -1 : below(*b, *a);
-}
-
 /* Short lists (a dynamic variant's instance places a dozen classes per
  * shape) are insertion-sorted: qsort's calls would cost more than the
  * comparisons. Both orders are total (ids break ties), so either sort
@@ -211,50 +206,47 @@ static void sort_for_placement(interval *iv, int n) {
     }
 }
 
-static void sort_by_offset(interval **live, int n) {
-    if (n > SHORT_SORT) {
-        qsort(live, (size_t)n, sizeof *live, cmp_offset);
-        return;
-    }
-    for (int i = 1; i < n; i++) {
-        interval *x = live[i];
-        int j = i;
-        for (; j > 0 && below(x, live[j - 1]); j--) live[j] = live[j - 1];
-        live[j] = x;
-    }
-}
-
 static bool lifetimes_overlap(const interval *a, const interval *b) {
     return a->first <= b->last && b->first <= a->last;
 }
 
-/* Place every interval; returns the peak (the arena size). `live` is
- * scratch for niv pointers. */
-static int64_t place_all(interval *iv, int niv, interval **live) {
+/* Place every interval; returns the peak (the arena size). `placed` is
+ * scratch for niv pointers: the intervals placed so far, kept in offset
+ * order as each is placed (a binary search and a move), so that finding
+ * the buffers live beside the next one is a scan, not a sort of them per
+ * interval (which made a plan with thousands of intermediates live at
+ * once, as a wide concat's operands are, cost n^2 log n). */
+static int64_t place_all(interval *iv, int niv, interval **placed) {
     int64_t peak = 0;
+    int nplaced = 0;
     sort_for_placement(iv, niv);
     for (int i = 0; i < niv; i++) {
         interval *cur = &iv[i];
-        /* The buffers already placed that are live at the same time. */
-        int nlive = 0;
-        for (int j = 0; j < i; j++)
-            if (lifetimes_overlap(cur, &iv[j])) live[nlive++] = &iv[j];
-        sort_by_offset(live, nlive);
-
-        /* Best fit: the smallest gap between them that holds cur; the top
-         * (above every live buffer) when none does. */
+        /* Best fit: the smallest gap between the buffers live at the same
+         * time that holds cur; the top (above every one) when none does. */
         int64_t best = -1, best_gap = INT64_MAX, top = 0;
-        for (int j = 0; j < nlive; j++) {
-            int64_t gap = live[j]->offset - top;
+        for (int j = 0; j < nplaced; j++) {
+            const interval *p = placed[j];
+            if (!lifetimes_overlap(cur, p)) continue;
+            int64_t gap = p->offset - top;
             if (gap >= cur->size && gap < best_gap) {
                 best = top;
                 best_gap = gap;
             }
-            int64_t end = live[j]->offset + live[j]->size;
+            int64_t end = p->offset + p->size;
             if (end > top) top = end;
         }
         cur->offset = best >= 0 ? best : top;
         if (cur->offset + cur->size > peak) peak = cur->offset + cur->size;
+        int lo = 0, hi = nplaced;
+        while (lo < hi) {
+            int mid = (lo + hi) / 2;
+            if (below(placed[mid], cur)) lo = mid + 1;
+            else hi = mid;
+        }
+        memmove(&placed[lo + 1], &placed[lo], sizeof *placed * (size_t)(nplaced - lo));
+        placed[lo] = cur;
+        nplaced++;
     }
     return peak;
 }

@@ -1,9 +1,13 @@
 /*
  * passes.h - the pass pipeline and the launch plan it produces (internal).
  *
- * Pipeline (passes/pipeline.c reads as this list):
- *   canonicalize -> decompose -> canonicalize -> fuse (vertical, horizontal)
- *   -> schedule -> memory plan
+ * Pipeline (passes/pipeline.c is this list):
+ *   verify -> canonicalize -> [lower attention] -> decompose -> canonicalize
+ *   -> attention -> epilogue -> verify -> fuse (vertical, horizontal,
+ *   schedule) -> batch -> memory plan
+ *
+ * Files: fuse.c (groups), schedule.c (launch order, batching), memplan.c,
+ * plan.c (questions about a plan and its values, its release), plan_bind.c.
  *
  * Graph passes read and write the IR in place and know nothing of CUDA.
  * fuse/schedule/memplan produce an fc_plan: kernel groups in launch order
@@ -77,6 +81,11 @@ typedef struct fc_group {
      * (1 + the position of the batch's first group) are adjacent in launch
      * order; 0: launched alone. */
     int batch;
+
+    /* Cost: the ops.def weights of the nodes plus one per view inlined
+     * into the group, and the reductions among the nodes (fusion's cost
+     * cap, fc_fuse_options.max_group_weight). */
+    int weight, nreduce;
 } fc_group;
 
 typedef struct fc_plan {
@@ -135,11 +144,21 @@ fc_mono fc_group_space_mono(const fc_group *gr);
 fc_mono fc_group_rows_mono(const fc_group *gr);
 fc_mono fc_group_row_len_mono(const fc_group *gr);
 
+/* The cap on a group's cost (its weight, times its reductions for a row
+ * kernel): the cost rule "a group too large for registers", measured as
+ * what NVRTC takes, since compile time is what fails first. NVRTC's time
+ * grows faster than linearly in a kernel's size, so a long chain must
+ * become several kernels; at this cap a full group of any one op compiles
+ * in under a second (docs/PERF.md has the measurements), and the store and
+ * load between two such kernels are small against a full group's work per
+ * element. */
+#define FC_GROUP_MAX_WEIGHT 256
+
 /* Options of the fusion passes. */
 typedef struct fc_fuse_options {
     bool vertical;   /* default true */
     bool horizontal; /* default true */
-    int max_group_nodes; /* cost rule: a group too large for registers; default 256 */
+    int max_group_weight; /* cost rule: a group too large to compile; default FC_GROUP_MAX_WEIGHT */
     bool attention_in_place; /* attention groups read view operands in place and write through
                               * a permute/reshape chain (the CUDA kernel); false: a library group
                               * with stored, contiguous operands; default true */

@@ -97,6 +97,21 @@ static const fusion_case cases[] = {
      "graph f(%x: f32[16, 64], %w: f32[64, 32], %b: f32[32]) {\n  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n"
      "  %z = gelu(%y)\n  return %z\n}\n",
      1, 1},
+    /* ops.def `cost`: HIGH read through a view is stored (2 kernels), MID
+     * is recomputed at the view's index (1 kernel). */
+    {"exp read through a permute is stored",
+     "graph f(%x: f32[64, 32]) {\n  %e = exp(%x)\n  %p = permute(%e, perm=[1, 0])\n  return %p\n}\n", 2, 0},
+    {"div read through a permute is recomputed",
+     "graph f(%x: f32[64, 32], %y: f32[64, 32]) {\n  %e = div(%x, %y)\n  %p = permute(%e, perm=[1, 0])\n"
+     "  return %p\n}\n",
+     1, 0},
+    /* ops.def `weight`: five sins weigh 320, past the cap of 256, so the
+     * chain is two kernels (each compiles in well under a second; one
+     * kernel of many sins takes NVRTC minutes). */
+    {"a chain of sins splits by weight",
+     "graph f(%x: f32[1024]) {\n  %a = sin(%x)\n  %b = sin(%a)\n  %c = sin(%b)\n  %d = sin(%c)\n  %e = sin(%d)\n"
+     "  return %e\n}\n",
+     2, 0},
 };
 
 static int count_kind(const fc_cuda_src *src, fc_launch_kind kind) {

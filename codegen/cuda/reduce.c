@@ -35,17 +35,9 @@ static void mark_rows(kctx *k) {
     }
 }
 
-/* Worth keeping in registers rather than recomputing (a cast or an add of
- * a register-held input is not). */
-static bool costly(fc_op op) {
-    switch (op) {
-    case FC_OP_EXP: case FC_OP_LOG: case FC_OP_TANH: case FC_OP_SIGMOID: case FC_OP_ERF: case FC_OP_GELU:
-    case FC_OP_GELU_TANH: case FC_OP_SILU: case FC_OP_DIV: case FC_OP_POW: case FC_OP_SQRT: case FC_OP_RSQRT:
-    case FC_OP_SIN: case FC_OP_COS:
-        return true;
-    default: return false;
-    }
-}
+/* Worth keeping in registers rather than recomputing: from the ops.def
+ * cost class MID up (a cast or an add of a register-held input is not). */
+static bool costly(fc_op op) { return fc_op_cost_of(op) >= FC_COST_MID; }
 
 /* If a per-row value divides anything in the group, compute its reciprocal
  * once per row (memo key "rcp"). */

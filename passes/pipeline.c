@@ -1,0 +1,41 @@
+/* pipeline.c - the pass list, from a verified graph to a launch plan.
+ *
+ * This page is the order of the passes and nothing else: each pass is one
+ * file named after it (passes.h says what each does). The order matters:
+ *
+ *   - canonicalize runs first so that decompose sees folded view chains and
+ *     shared subexpressions, and again after decompose, whose primitives
+ *     expose new identities (a softmax's max of a constant, casts in and
+ *     out);
+ *   - attention pattern-matches the canonical primitives that decompose
+ *     wrote (softmax(scale * Q K^T) V); the dynamic variant lowers
+ *     attention ops instead, before decompose, since the flash kernel needs
+ *     static shapes;
+ *   - epilogue folds a matmul's tail into a gemm node before fusion, so the
+ *     tail never becomes a kernel of its own;
+ *   - fusion makes groups and schedules them; batching and the memory plan
+ *     work on the groups.
+ */
+#include "passes.h"
+
+#include <string.h>
+
+fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
+    fc_status st;
+    memset(plan, 0, sizeof *plan);
+    bool dynamic = o && o->dynamic;
+    if ((st = fc_verify(g))) return st;
+    if ((st = fc_pass_canonicalize(g))) return st;
+    if (dynamic && (st = fc_pass_lower_attention(g))) return st;
+    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
+    if ((st = fc_pass_canonicalize(g))) return st;
+    if (!dynamic && (st = fc_pass_attention(g))) return st;
+    if ((st = fc_pass_epilogue(g))) return st;
+    if ((st = fc_verify(g))) return st;
+    if ((st = fc_pass_fuse(g, o, plan))) return st; /* vertical, horizontal, schedule */
+    if (o == NULL || o->horizontal)
+        if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
+    if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind, or an instance's layout */
+    if ((st = fc_pass_memplan(plan))) return st;
+    return FC_OK;
+}
