@@ -489,11 +489,12 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     return FC_OK;
 }
 
-fc_program *fc_prog_new_program(fc_context *ctx) {
-    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size) {
+    fc_program *p = fc_ctx_malloc(ctx, size);
     if (!p) return NULL;
-    memset(p, 0, sizeof *p);
-    p->head.backend = &fc_backend_cuda;
+    memset(p, 0, size);
+    p->tag.head.backend = &fc_backend_cuda;
+    p->tag.kind = kind;
     p->ctx = ctx;
     return p;
 }
