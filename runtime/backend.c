@@ -9,7 +9,7 @@
 #include "runtime/backend.h"
 #include "ir/ir.h"
 #include "ir/switches.h"
-#include "runtime/cuda/program.h"
+#include "lower/program_desc.h"
 
 #include <string.h>
 

@@ -45,7 +45,6 @@
 #include "codegen/llvm/llvm_codegen.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
-#include "runtime/ref/interp.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -524,6 +523,16 @@ static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *
     return st;
 }
 
+/* Element i of an attention mask as a double: a bool mask (1 keeps the
+ * key, 0 drops it) or a float one (added to the score). */
+static double load_mask(fc_dtype dt, const void *data, int64_t i) {
+    switch (dt) {
+    case FC_BOOL: return ((const uint8_t *)data)[i] != 0 ? 1.0 : 0.0;
+    case FC_F64: return ((const double *)data)[i];
+    default: return load_float(dt, data, i);
+    }
+}
+
 /* One row of attention scores s[0 .. Sk) becomes probabilities: the mask
  * row at `mrow` applied (read as a double, whatever its dtype), a softmax
  * over the first nk keys, zeros after them. NaN wins the max, as in the
@@ -533,7 +542,7 @@ static void softmax_row_f32(float *s, int64_t nk, int64_t Sk, const fc_value *mk
     float m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < nk; j++) {
         if (mk) {
-            double mv = fc_interp_load(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
+            double mv = load_mask(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
             s[j] = mk->dtype == FC_BOOL ? (mv != 0 ? s[j] : -INFINITY) : (float)(s[j] + mv);
         }
         m = isnan(s[j]) || s[j] > m ? s[j] : m;
@@ -547,7 +556,7 @@ static void softmax_row_f64(double *s, int64_t nk, int64_t Sk, const fc_value *m
     double m = -INFINITY, sum = 0;
     for (int64_t j = 0; j < nk; j++) {
         if (mk) {
-            double mv = fc_interp_load(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
+            double mv = load_mask(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
             s[j] = mk->dtype == FC_BOOL ? (mv != 0 ? s[j] : -INFINITY) : s[j] + mv;
         }
         m = isnan(s[j]) || s[j] > m ? s[j] : m;

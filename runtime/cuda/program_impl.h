@@ -55,7 +55,6 @@
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/ref/interp.h"
 #include "runtime/cuda/program_cache.h"
 #include "runtime/cuda/dynamic.h"
 #include "runtime/cuda/frame.h"
@@ -283,7 +282,6 @@ int fc_prog_device_sm_count(void);
 void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o);
 fc_store fc_prog_store_at(const fc_plan_classes *c, int id, int64_t offset, int64_t bytes);
 fc_store fc_prog_copy_source(const fc_plan_classes *c, const fc_graph *g, int k, int64_t bytes);
-void fc_prog_set_tensor_type(fc_program_tensor *t, const fc_value *v);
 fc_status fc_prog_build_desc(fc_program *p);
 void fc_prog_count_launch_args(fc_program *p);
 fc_status fc_prog_nvrtc_setup_make(fc_program *p, nvrtc_setup *n);

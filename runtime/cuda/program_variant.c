@@ -5,22 +5,6 @@
 /* The dynamic variant and its instances (docs/DYNAMIC.md).            */
 /* ------------------------------------------------------------------ */
 
-fc_status fc_program_desc_signature(fc_context *ctx, const fc_graph *g, fc_program_desc *d) {
-    d->params = fc_ctx_malloc(ctx, sizeof *d->params * (size_t)(g->nparams + 1));
-    d->outputs = fc_ctx_malloc(ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    d->graph_name = dup_str(ctx, g->name);
-    if (!d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
-    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
-    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    for (int i = 0; i < g->nparams; i++) {
-        fc_prog_set_tensor_type(&d->params[i], g->params[i]);
-        d->nparams = i + 1;
-        if (!(d->params[i].name = dup_str(ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
-    }
-    for (int k = 0; k < g->noutputs; k++) fc_prog_set_tensor_type(&d->outputs[k], g->outputs[k]);
-    d->noutputs = g->noutputs;
-    return FC_OK;
-}
 
 /* The variant's signature: names, dtypes and (symbolic) shapes. Its
  * storage is per shape: an instance's description has it. */
