@@ -10,15 +10,12 @@
  * gelu, the residual as C with beta = 1) all apply. docs/GEMM.md has the
  * mapping in full.
  *
- * Two halves:
- *  - compile time, no GPU: a node becomes an fc_gemm_desc, plain data that
- *    the program description carries (and the cache and AOT files store),
- *    because a program from the cache or a file has no graph;
- *  - run time: a handle runs a description with the launch's pointers.
+ * The GEMM's description (fc_gemm_desc, lower/gemm_desc.h) is plain
+ * data made before the backend runs; a handle here runs a description
+ * with the launch's pointers.
  *
- * Everything here needs a GPU at run time except the descriptions
- * (fc_gemm_plan_of, fc_gemm_desc_of, fc_gemm_desc_valid), fc_cublaslt_key_of
- * and fc_cublaslt_version. Without a driver or device every entry point
+ * Everything here needs a GPU at run time except fc_cublaslt_key_of and
+ * fc_cublaslt_version. Without a driver or device every entry point
  * fails cleanly with an fc_status and a message on the context; nothing
  * prints or exits.
  *
