@@ -50,7 +50,11 @@
 #include "runtime/cuda/program.h"
 #include "runtime/backend.h"
 #include "ir/switches.h"
+/* The compile driver's calls (program_compile.c, program_variant.c):
+ * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options.
+ * Nothing on the run path calls codegen. */
 #include "codegen/cuda/attention.h"
+#include "codegen/cuda/cuda_codegen.h"
 #include "ir/timing.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
