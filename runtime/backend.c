@@ -10,7 +10,7 @@
 #include "ir/ir.h"
 #include "ir/options.h"
 #include "ir/switches.h"
-#include "runtime/cuda/program.h"
+#include "lower/program_desc.h"
 
 #include <string.h>
 

@@ -21,7 +21,7 @@ declare -A allowed=(
   [passes]="ir"
   [lower]="ir passes"
   [codegen]="ir passes lower"
-  [runtime]="ir cache lower codegen passes frontend"
+  [runtime]="ir cache lower codegen passes"
   [tools]=""
 )
 # Backends do not reach into one another: runtime/<backend>/ may include

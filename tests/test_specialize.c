@@ -126,6 +126,45 @@ static void test_frame_carried_or_copied(fc_context *ctx) {
     fc_graph_free(small);
 }
 
+/* Without a GPU: a dynamic program is a handle of its own kind (it runs
+ * nothing itself): the calls that take a static executable refuse it
+ * cleanly, and what it shows is its variant's or its signature. */
+static void test_dynamic_handle(fc_context *ctx) {
+    fc_graph *g = parse(ctx, softmax_text);
+    fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
+    fc_program *v = p ? fc_dynamic_variant(fc_program_dynamic(p)) : NULL;
+    CHECK(v != NULL);
+    if (v) {
+        CHECK(fc_program_dynamic(v) == NULL); /* a variant is not a dynamic program */
+        CHECK_EQ_INT(fc_program_num_launches(p), 0);
+        CHECK(fc_program_num_launches(v) > 0);
+        CHECK(fc_program_launch(p, 0) == NULL);
+        CHECK(fc_program_cubin(p) != NULL && fc_program_cubin(p)->size == 0);
+        CHECK(fc_program_cubin(v)->size > 0);
+        CHECK_EQ_INT(fc_program_sm(p), fc_program_sm(v));
+        CHECK(fc_program_blas(p) == NULL && fc_program_device(p) == NULL);
+        CHECK_EQ_INT(fc_program_num_inputs(p), 1);
+        char *a = fc_program_plan_text(p), *b = fc_program_plan_text(v);
+        CHECK(a && b && !strcmp(a, b)); /* a dynamic program shows its variant */
+        free(a);
+        free(b);
+        fc_tensor in = {FC_F32, 2, {4, 8}, NULL}, out = {0};
+        CHECK_EQ_INT(fc_program_run_host(p, &in, 1, &out, 1, NULL, 0), FC_ERR_USAGE);
+        CHECK(strstr(fc_last_error(ctx), "fc_run_shaped") != NULL);
+        void *none[2] = {0};
+        CHECK_EQ_INT(fc_run(p, none, 1, none + 1, 1, NULL), FC_ERR_USAGE);
+        fc_program *inst = NULL;
+        const int64_t syms[1] = {4};
+        CHECK_EQ_INT(fc_program_instance(p, syms, 1, &inst), FC_ERR_USAGE); /* only a variant has shapes */
+        CHECK(inst == NULL);
+        CHECK_EQ_INT(fc_program_instance(v, syms, 1, &inst), FC_OK);
+        CHECK(inst && fc_program_num_launches(inst) == fc_program_num_launches(v));
+        fc_program_free(inst);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_guards(fc_context *ctx) {
     fc_graph *g = parse(ctx, ln_text);
     fc_program *p = g ? compile_dynamic(ctx, g, FC_SPECIALIZE_OFF, 0) : NULL;
@@ -1289,6 +1328,7 @@ int main(void) {
     test_bookkeeping(ctx);
     test_reserve_usage(ctx);
     test_frame_carried_or_copied(ctx);
+    test_dynamic_handle(ctx);
     test_dynamic_compile_oom();
     if (fc_cuda_available(NULL)) test_gpu(ctx);
     else printf("test_specialize: GPU part skipped (no CUDA device)\n");

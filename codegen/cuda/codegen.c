@@ -265,30 +265,3 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     return FC_OK;
 }
 
-void fc_cuda_src_release(fc_cuda_src *s) {
-    if (!s) return;
-    for (int i = 0; i < s->nlaunches; i++) free(s->launches[i].args);
-    free(s->launches);
-    free(s->source);
-    memset(s, 0, sizeof *s);
-}
-
-fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]) {
-    for (int a = 0; a < 3; a++) grid[a] = l->grid[a];
-    if (l->kind != FC_LAUNCH_KERNEL || l->nsyms == 0) return FC_OK;
-    if (!bound || (bound->nsyms > 0 && !bound->sym_values) || bound->nsyms != l->nsyms)
-        return bound && bound->g ? fc_set_error(bound->g->ctx, FC_ERR_USAGE, "launch grid: the plan is not bound from this launch's plan")
-                                 : FC_ERR_USAGE;
-    for (int a = 0; a < 3; a++) {
-        int64_t work = fc_mono_eval(&l->grid_work[a], bound->sym_values, bound->nsyms);
-        int64_t per = l->grid_per[a] > 0 ? l->grid_per[a] : 1;
-        if (work < 0)
-            return fc_set_error(bound->g->ctx, FC_ERR_INPUT, "launch %s: the grid overflows 64 bits", l->name);
-        int64_t n = work / per + (work % per != 0);
-        int64_t max = l->grid_max[a] > 0 ? l->grid_max[a] : 1;
-        if (n > max) n = max;
-        if (n < 1) n = 1;
-        grid[a] = (unsigned)n;
-    }
-    return FC_OK;
-}

@@ -97,12 +97,6 @@ int fc_cg_carrier_words(fc_cuda_src *out, bool carry) {
     return out->frame_words;
 }
 
-int fc_cuda_src_frame_carrier(const fc_cuda_src *s) {
-    if (!s->frame_carried) return -1;
-    for (int i = 0; i < s->nlaunches; i++)
-        if (s->launches[i].kind == FC_LAUNCH_KERNEL) return i;
-    return -1;
-}
 
 void fc_cg_frame_preludes(fc_strbuf *s, bool carry) {
     fc_strbuf_printf(s, "%s", frame_prelude);

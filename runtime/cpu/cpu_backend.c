@@ -9,7 +9,7 @@
 #include "ir/ir.h"
 #include "ir/timing.h"
 #include "runtime/cpu/cpu_program.h"
-#include "runtime/cuda/program.h"
+#include "lower/program_desc.h"
 
 #include <stdlib.h>
 #include <string.h>

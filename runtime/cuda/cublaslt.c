@@ -1,5 +1,5 @@
 /*
- * cublaslt.c - gemm and matmul nodes through cuBLASLt (cublaslt.h has the
+ * cublaslt.c - GEMM descriptions run through cuBLASLt (cublaslt.h has the
  * contract, docs/GEMM.md the whole story).
  *
  * The column-major trick. Our tensors are row-major; cuBLASLt is
@@ -18,17 +18,10 @@
  * The bias is per row of D, that is per column of Y: exactly the [N] bias
  * broadcast along Y's rows.
  *
- * Batches. The node's batch dims become one strided batch where the strides
- * line up (a weight without batch dims is stride 0), an outer loop of calls
- * where they do not, and nothing at all when the weight has no batch dims:
- * then X's batch dims fold into M, one large GEMM.
- *
- * Nodes at compile time, descriptions at run time. Only fc_gemm_plan_of and
- * fc_gemm_desc_of read a node; everything that runs reads the plain
- * fc_gemm_desc they make, which a program carries through the cache and
- * AOT files. fc_gemm_desc_valid bounds every access a description implies,
- * so one read from bytes cannot make cuBLASLt touch memory outside its
- * buffers.
+ * The descriptions (fc_gemm_desc) are made before the backend runs, from
+ * plan nodes (lower/gemm_desc.c); everything here reads them only. The
+ * handle's fused-sibling weights are in cublaslt_concat.c, its algorithm
+ * records on disk in cublaslt_record.c, its layout in cublaslt_impl.h.
  *
  * Nothing here prints. Every cuBLASLt call goes through FC_CUBLASLT_CHECK,
  * every driver call through FC_CU_CHECK; those return at once, so functions
@@ -36,7 +29,6 @@
  */
 #include "runtime/cuda/cublaslt.h"
 #include "ir/le.h"
-#include "passes/epilogue.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/program_cache.h"
 
@@ -50,365 +42,11 @@
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
-/* The plan of a node (no GPU)                                         */
-/* ------------------------------------------------------------------ */
-
-static bool static_shape(const fc_value *v) {
-    for (int d = 0; d < v->rank; d++)
-        if (v->dims[d] < 0) return false;
-    return true;
-}
-
-fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
-    memset(p, 0, sizeof *p);
-    fc_gemm_info gi;
-    if (!fc_gemm_info_of(n, &gi))
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt runs gemm and matmul nodes, not %s",
-                            fc_op_table[n->op].name);
-    const fc_value *a = gi.a, *y = n->out[0];
-    fc_dtype dt = a->dtype;
-    bool epilogue = gi.has_bias || gi.has_residual || gi.act != FC_GEMM_ACT_NONE || gi.alpha != 1.0;
-    if (!(dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || (dt == FC_F64 && !epilogue)))
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of %s on CUDA: cuBLASLt runs f32, f16 and bf16 (and plain f64)",
-                            fc_op_table[n->op].name, fc_dtype_name(dt));
-    bool shapes_ok = static_shape(a) && static_shape(y);
-    for (int i = 0; i < gi.nweights; i++) shapes_ok = shapes_ok && static_shape(gi.w[i]);
-    if (!shapes_ok)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s with symbolic dims: bind every symbol to run it",
-                            fc_op_table[n->op].name);
-
-    if (a->rank < 1 || gi.w[0]->rank < 1)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of a scalar", fc_op_table[n->op].name);
-    int64_t ad[FC_MAX_RANK] = {0}, wd[FC_MAX_RANK] = {0};
-    int ra = fc_matmul_operand_dims(a, true, ad), rw = fc_matmul_operand_dims(gi.w[0], false, wd);
-    p->ab = dt;
-    p->out = gi.out;
-    p->trans_a = gi.trans_a;
-    p->trans_b = gi.trans_b;
-    p->nweights = gi.nweights;
-    p->M = gi.trans_a ? ad[ra - 1] : ad[ra - 2];
-    p->K = gi.trans_a ? ad[ra - 2] : ad[ra - 1];
-    for (int i = 0; i < gi.nweights; i++) {
-        const fc_value *w = gi.w[i];
-        p->N += gi.trans_b ? w->dims[w->rank - 2] : w->dims[w->rank - 1];
-    }
-    if (gi.nweights == 1) p->N = gi.trans_b ? wd[rw - 2] : wd[rw - 1];
-    p->lda = gi.trans_a ? p->M : p->K;
-    p->ldw = gi.trans_b ? p->K : p->N;
-    p->has_bias = gi.has_bias;
-    p->has_residual = gi.has_residual;
-    p->act = gi.act;
-    p->alpha = gi.alpha;
-
-    /* Batch dims: broadcast (right-aligned), size-1 dims dropped (ir's
-     * rule, in monomials, evaluated: every dim here is static). */
-    fc_mono mn = fc_mono_one(), msize[FC_MAX_RANK], msa[FC_MAX_RANK], msw[FC_MAX_RANK], msy[FC_MAX_RANK];
-    mn.c = p->M * p->N;
-    int nb = fc_matmul_batch_layout(ad, ra, wd, rw, mn, msize, msa, msw, msy);
-    int64_t size[FC_MAX_RANK], sa[FC_MAX_RANK], sw[FC_MAX_RANK], sy[FC_MAX_RANK];
-    for (int d = 0; d < nb; d++) {
-        size[d] = fc_mono_eval(&msize[d], NULL, 0);
-        sa[d] = fc_mono_eval(&msa[d], NULL, 0);
-        sw[d] = fc_mono_eval(&msw[d], NULL, 0);
-        sy[d] = fc_mono_eval(&msy[d], NULL, 0);
-    }
-
-    /* A weight without batch dims and a dense, untransposed X: the batch is
-     * more rows of one GEMM. */
-    bool w_flat = true, a_dense = !gi.trans_a;
-    int64_t dense = p->M * p->K;
-    for (int d = nb - 1; d >= 0; d--) {
-        w_flat = w_flat && sw[d] == 0;
-        a_dense = a_dense && sa[d] == dense;
-        dense *= size[d];
-    }
-    if (nb > 0 && w_flat && a_dense) {
-        for (int d = 0; d < nb; d++) p->M *= size[d];
-        p->folded_batch = true;
-        nb = 0;
-    }
-
-    /* The innermost dims whose strides chain (s[d] = s[d+1] * size[d+1] for
-     * every operand) are one strided batch; the rest is a loop. */
-    int inner = nb;
-    while (inner > 1) {
-        int d = inner - 2;
-        bool chains = sa[d] == sa[d + 1] * size[d + 1] && sw[d] == sw[d + 1] * size[d + 1] &&
-                      sy[d] == sy[d + 1] * size[d + 1];
-        if (!chains) break;
-        inner--;
-    }
-    int first_inner = nb > 0 ? inner - 1 : 0;
-    p->batch = 1;
-    for (int d = first_inner; d < nb; d++) p->batch *= size[d];
-    if (nb > 0) {
-        p->stride_a = sa[nb - 1];
-        p->stride_w = sw[nb - 1];
-        p->stride_y = sy[nb - 1];
-    }
-    p->nouter = first_inner;
-    for (int d = 0; d < first_inner; d++) {
-        p->outer_size[d] = size[d];
-        p->outer_a[d] = sa[d];
-        p->outer_w[d] = sw[d];
-        p->outer_y[d] = sy[d];
-    }
-    return FC_OK;
-}
-
-int64_t fc_gemm_plan_calls(const fc_gemm_plan *p) {
-    int64_t c = 1;
-    for (int d = 0; d < p->nouter; d++) c *= p->outer_size[d];
-    return c;
-}
-
-int fc_gemm_plan_nops(const fc_gemm_plan *p) {
-    return 1 + p->nweights * (p->has_bias ? 2 : 1) + (p->has_residual ? 1 : 0);
-}
-
-/* ------------------------------------------------------------------ */
-/* The description of a launch (no GPU)                                */
-/* ------------------------------------------------------------------ */
-
-void fc_gemm_desc_release(fc_gemm_desc *d) {
-    if (!d) return;
-    free(d->wcols);
-    free(d->op_arg);
-    memset(d, 0, sizeof *d);
-}
-
-/* The position of value id among the launch's arguments, or -1. */
-static int arg_position(const int *arg_ids, int nargs, int id) {
-    for (int a = 0; a < nargs; a++)
-        if (arg_ids[a] == id) return a;
-    return -1;
-}
-
-fc_status fc_gemm_desc_of(fc_context *ctx, const fc_node *n, const int *arg_ids, int nargs, fc_gemm_desc *out) {
-    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_gemm_desc_of: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!n || nargs < 0 || (nargs > 0 && !arg_ids))
-        return fc_set_error(ctx, FC_ERR_USAGE, "fc_gemm_desc_of: no node or no launch arguments");
-    fc_gemm_desc d = {0};
-    fc_status st = fc_gemm_plan_of(ctx, n, &d.plan);
-    if (st != FC_OK) return st;
-    fc_gemm_info gi;
-    fc_gemm_info_of(n, &gi);
-    int nops = fc_gemm_plan_nops(&d.plan);
-    FC_ASSERT(nops == n->nin); /* the plan's flags are the node's spec */
-    /* Allocated through ctx (fault injection), freed with free() as the
-     * rest of a program description is. */
-    d.wcols = fc_ctx_malloc(ctx, sizeof *d.wcols * (size_t)d.plan.nweights);
-    d.op_arg = fc_ctx_malloc(ctx, sizeof *d.op_arg * (size_t)nops);
-    if (!d.wcols || !d.op_arg) {
-        fc_gemm_desc_release(&d);
-        return FC_ERR_NOMEM;
-    }
-    for (int i = 0; i < d.plan.nweights; i++) {
-        const fc_value *w = gi.w[i];
-        /* One weight may be a rank-1 [K] operand of a matmul: plan.N is 1. */
-        d.wcols[i] = d.plan.nweights == 1 ? d.plan.N : gi.trans_b ? w->dims[0] : w->dims[1];
-    }
-    for (int k = 0; k <= nops; k++) {
-        const fc_value *v = k < nops ? n->in[k] : n->out[0];
-        int a = arg_position(arg_ids, nargs, v->id);
-        if (a < 0) {
-            fc_gemm_desc_release(&d);
-            return fc_set_error(ctx, FC_ERR_USAGE, "%s: the launch has no argument for value %d (%s %d)",
-                                fc_op_table[n->op].name, v->id, k < nops ? "operand" : "the result", k);
-        }
-        if (k < nops) d.op_arg[k] = a;
-        else d.out_arg = a;
-    }
-    *out = d;
-    return FC_OK;
-}
-
-/* x * y + z without overflow, all >= 0; false when it would overflow. */
-static bool muladd(int64_t x, int64_t y, int64_t z, int64_t *out) {
-    int64_t t;
-    return x >= 0 && y >= 0 && z >= 0 && !__builtin_mul_overflow(x, y, &t) && !__builtin_add_overflow(t, z, out);
-}
-
-/*
- * The elements a row-major matrix of rows x cols (row stride ld) spans,
- * repeated `batch` times at stride bstride and over the outer loop at
- * strides ostride: the highest element index any call touches, plus one
- * (0 when nothing is touched). false on overflow or a negative number.
- */
-static bool span(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t bstride, const fc_gemm_plan *p,
-                 const int64_t *ostride, int64_t *out) {
-    *out = 0;
-    if (rows < 0 || cols < 0 || ld < 0 || batch < 0 || bstride < 0) return false;
-    bool empty = rows == 0 || cols == 0 || batch == 0;
-    for (int d = 0; d < p->nouter; d++) {
-        if (p->outer_size[d] < 0 || ostride[d] < 0) return false;
-        empty = empty || p->outer_size[d] == 0;
-    }
-    if (empty) return true;
-    int64_t last = cols - 1;
-    if (!muladd(rows - 1, ld, last, &last) || !muladd(batch - 1, bstride, last, &last)) return false;
-    for (int d = 0; d < p->nouter; d++)
-        if (!muladd(p->outer_size[d] - 1, ostride[d], last, &last)) return false;
-    return muladd(last, 1, 1, out);
-}
-
-/* Whether `elems` elements of dtype dt fit in `bytes`. */
-static bool fits(int64_t elems, fc_dtype dt, int64_t bytes) {
-    int64_t need;
-    return muladd(elems, (int64_t)fc_dtype_size(dt), 0, &need) && need <= bytes;
-}
-
-static bool gemm_dtype(fc_dtype dt) { return dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || dt == FC_F64; }
-
-#define INVALID(...) return snprintf(why, n, __VA_ARGS__), false
-
-bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_bytes, char *why, size_t n) {
-    const fc_gemm_plan *p = &d->plan;
-    /* The types fc_gemm_plan_of accepts and cuBLASLt runs. */
-    if ((unsigned)p->ab >= FC_DTYPE_COUNT || (unsigned)p->out >= FC_DTYPE_COUNT || !gemm_dtype(p->ab))
-        INVALID("operand dtype %d, result dtype %d: not a GEMM's", (int)p->ab, (int)p->out);
-    bool widened = (p->ab == FC_F16 || p->ab == FC_BF16) && p->out == FC_F32;
-    if (p->out != p->ab && !widened)
-        INVALID("a %s GEMM cannot give %s", fc_dtype_name(p->ab), fc_dtype_name(p->out));
-    if ((unsigned)p->act > FC_GEMM_ACT_GELU_TANH) INVALID("unknown activation %d", (int)p->act);
-    if (!isfinite(p->alpha)) INVALID("the scale is not finite");
-    bool epilogue = p->has_bias || p->has_residual || p->act != FC_GEMM_ACT_NONE || p->alpha != 1.0;
-    if (p->ab == FC_F64 && epilogue) INVALID("an f64 GEMM with an epilogue");
-    if (p->nweights < 1 || p->nweights > nargs) INVALID("%d weights for %d arguments", p->nweights, nargs);
-    if (p->M < 0 || p->N < 0 || p->K < 0 || p->nouter < 0 || p->nouter > FC_MAX_RANK)
-        INVALID("negative sizes, or %d loop dims", p->nouter);
-    if (!d->wcols || !d->op_arg) INVALID("no weight columns or operand positions");
-
-    /* Positions, and the bytes of each operand's buffer. */
-    int nops = fc_gemm_plan_nops(p);
-    for (int k = 0; k <= nops; k++) {
-        int a = k < nops ? d->op_arg[k] : d->out_arg;
-        if (a < 0 || a >= nargs) INVALID("operand %d is argument %d of %d", k, a, nargs);
-    }
-    int64_t sum = 0;
-    for (int i = 0; i < p->nweights; i++)
-        if (d->wcols[i] < 0 || __builtin_add_overflow(sum, d->wcols[i], &sum))
-            INVALID("weight %d has %lld columns", i, (long long)d->wcols[i]);
-    if (sum != p->N) INVALID("the weights' columns sum to %lld, not N = %lld", (long long)sum, (long long)p->N);
-
-    /* Every element a call reads or writes, inside its buffer. Leading
-     * dims at least a row (what cuBLASLt requires too). */
-    int64_t a_rows = p->trans_a ? p->K : p->M, a_cols = p->trans_a ? p->M : p->K, e;
-    if (p->lda < (a_cols > 1 ? a_cols : 1))
-        INVALID("lda %lld for rows of %lld", (long long)p->lda, (long long)a_cols);
-    if (!span(a_rows, a_cols, p->lda, p->batch, p->stride_a, p, p->outer_a, &e) ||
-        !fits(e, p->ab, arg_bytes[d->op_arg[0]]))
-        INVALID("the left operand's %lld elements do not fit its buffer of %lld bytes", (long long)e,
-                (long long)arg_bytes[d->op_arg[0]]);
-    const int *bias_arg = p->has_bias ? &d->op_arg[1 + p->nweights] : NULL;
-    if (p->nweights == 1) {
-        int64_t w_rows = p->trans_b ? p->N : p->K, w_cols = p->trans_b ? p->K : p->N;
-        if (p->ldw < (w_cols > 1 ? w_cols : 1))
-            INVALID("ldw %lld for rows of %lld", (long long)p->ldw, (long long)w_cols);
-        if (!span(w_rows, w_cols, p->ldw, p->batch, p->stride_w, p, p->outer_w, &e) ||
-            !fits(e, p->ab, arg_bytes[d->op_arg[1]]))
-            INVALID("the weight's %lld elements do not fit its buffer of %lld bytes", (long long)e,
-                    (long long)arg_bytes[d->op_arg[1]]);
-        if (bias_arg && !fits(p->N, p->out, arg_bytes[*bias_arg])) INVALID("the bias does not fit its buffer");
-    } else {
-        /* Concatenated: each weight a dense matrix without batch dims, and
-         * the concatenation laid out as runtime/cuda/cublaslt.c builds it. */
-        if (p->ldw != (p->trans_b ? p->K : p->N) || (p->batch > 1 && p->stride_w != 0))
-            INVALID("concatenated weights with ldw %lld or a batch stride", (long long)p->ldw);
-        for (int dd = 0; dd < p->nouter; dd++)
-            if (p->outer_w[dd] != 0) INVALID("concatenated weights with a loop stride");
-        for (int i = 0; i < p->nweights; i++) {
-            if (!muladd(p->K, d->wcols[i], 0, &e) || !fits(e, p->ab, arg_bytes[d->op_arg[1 + i]]))
-                INVALID("weight %d does not fit its buffer", i);
-            if (bias_arg && !fits(d->wcols[i], p->out, arg_bytes[bias_arg[i]]))
-                INVALID("bias %d does not fit its buffer", i);
-        }
-    }
-    if (!span(p->M, p->N, p->N, p->batch, p->stride_y, p, p->outer_y, &e))
-        INVALID("the result's extent overflows");
-    if (!fits(e, p->out, arg_bytes[d->out_arg]))
-        INVALID("the result's %lld elements do not fit its buffer", (long long)e);
-    if (p->has_residual && !fits(e, p->out, arg_bytes[d->op_arg[nops - 1]]))
-        INVALID("the residual's %lld elements do not fit its buffer", (long long)e);
-    return true;
-}
-
-#undef INVALID
-
-/* ------------------------------------------------------------------ */
 /* The handle                                                           */
 /* ------------------------------------------------------------------ */
 
-/* One problem: its key, the algorithm, and the descriptors made for it
- * (kept, so that a run costs a table lookup and the matmul call). */
-typedef struct lt_entry {
-    fc_cublaslt_key key;
-    cublasLtMatmulAlgo_t algo;
-    bool have_algo; /* from the heuristic, or from a cache (then checked) */
-    bool ready;     /* descriptors made and the algorithm usable */
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, c, d;
-} lt_entry;
+#include "runtime/cuda/cublaslt_impl.h"
 
-/* A family of problems (reuse_family): the same types, transposes,
- * epilogue and alignments at other sizes, and the algorithms chosen for it
- * (by the heuristic or from the disk), each with the sizes it was chosen
- * for. */
-typedef struct lt_pick {
-    int64_t m, n, k;
-    cublasLtMatmulAlgo_t algo;
-} lt_pick;
-
-typedef struct lt_family {
-    fc_cublaslt_key key; /* sizes, leading dims and strides zeroed */
-    lt_pick *picks;
-    int npicks, cap_picks;
-} lt_family;
-
-/* The concatenated weights (and biases) of one horizontally fused gemm,
- * kept under its description's address, or under the GEMM the description
- * is a shape of (fc_gemm_desc.share). The layout fields record what the
- * buffers were made for: a description of another layout at the same
- * address (a test reusing stack memory) gets new ones. */
-typedef struct lt_concat {
-    const void *key;
-    fc_dtype ab, out;
-    bool trans_b, has_bias;
-    int64_t K;
-    int nweights;
-    int64_t *wcols;   /* a copy of desc->wcols; NULL: nothing made yet */
-    CUdeviceptr *src; /* the weights', then the biases', pointers last copied */
-    int nsrc;
-    bool valid;       /* the buffers hold the data of src */
-    CUdeviceptr w, bias;
-    bool mapped;      /* w and bias are the handle's region's (freed with it) */
-} lt_concat;
-
-struct fc_cublaslt {
-    fc_context *ctx; /* the device's, for allocations */
-    fc_cuda_device *dev;
-    cublasLtHandle_t lt;
-    bool lt_borrowed;    /* lt is the options' share's */
-    bool tune;           /* options.tune */
-    int tuned, tune_changed;
-    bool mapped;         /* the concatenations are taken from mem */
-    fc_cuda_region mem;  /* mapped: the concatenations' memory */
-    bool allow_tf32;
-    fc_cache *cache;          /* the options' cache; NULL: the process's, looked up at each use */
-    fc_cublaslt_device_id id; /* what an algorithm from the disk must have been chosen for */
-    lt_entry **entries;
-    int nentries, cap_entries;
-    int *index;        /* open addressing: entry positions, -1 free */
-    size_t index_cap;  /* a power of two, or 0 */
-    lt_concat *concats;
-    int nconcats, cap_concats;
-    int queries, disk_hits;
-    bool reuse_family;
-    int family_reuses;
-    lt_family *families; /* reuse_family: the algorithms chosen per family */
-    int nfamilies, cap_families;
-};
 
 /* Candidates asked of the heuristic when timing (options.tune). */
 #define TUNE_CANDIDATES 8
@@ -460,19 +98,7 @@ fc_status fc_cublaslt_create(fc_context *ctx, fc_cuda_device *dev, const fc_cubl
     return FC_OK;
 }
 
-/* Free what a concatenation holds (its slot stays, for the same address). */
-static void concat_clear(fc_cublaslt *h, lt_concat *c) {
-    if (c->w && !c->mapped) (void)h->dev->cu->MemFree(c->w);
-    if (c->bias && !c->mapped) (void)h->dev->cu->MemFree(c->bias);
-    fc_ctx_freemem(h->ctx, c->src);
-    fc_ctx_freemem(h->ctx, c->wcols);
-    const void *key = c->key;
-    memset(c, 0, sizeof *c);
-    c->key = key;
-}
 
-/* What a concatenation is kept under: the GEMM it serves (fc_gemm_desc.share). */
-static const void *concat_key(const fc_gemm_desc *d) { return d->share ? d->share : (const void *)d; }
 
 static void entry_free(lt_entry *e) {
     if (e->op) cublasLtMatmulDescDestroy(e->op);
@@ -496,7 +122,7 @@ void fc_cublaslt_destroy(fc_cublaslt *h) {
     }
     fc_ctx_freemem(h->ctx, h->entries);
     fc_ctx_freemem(h->ctx, h->index);
-    for (int i = 0; i < h->nconcats; i++) concat_clear(h, &h->concats[i]);
+    for (int i = 0; i < h->nconcats; i++) fc_lt_concat_clear(h, &h->concats[i]);
     fc_ctx_freemem(h->ctx, h->concats);
     for (int i = 0; i < h->nfamilies; i++) fc_ctx_freemem(h->ctx, h->families[i].picks);
     fc_ctx_freemem(h->ctx, h->families);
@@ -600,7 +226,7 @@ fc_status fc_cublaslt_algo_insert(fc_cublaslt *h, const fc_cublaslt_key *key, co
 /* Keys and descriptors                                                 */
 /* ------------------------------------------------------------------ */
 
-static cudaDataType_t cuda_type(fc_dtype dt) {
+cudaDataType_t fc_lt_cuda_type(fc_dtype dt) {
     switch (dt) {
     case FC_F64: return CUDA_R_64F;
     case FC_F32: return CUDA_R_32F;
@@ -637,8 +263,8 @@ static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr,
                      fc_cublaslt_key *k) {
     memset(k, 0, sizeof *k);
     k->version = FC_CUBLASLT_KEY_VERSION;
-    k->a_type = k->b_type = cuda_type(p->ab);
-    k->d_type = cuda_type(p->out);
+    k->a_type = k->b_type = fc_lt_cuda_type(p->ab);
+    k->d_type = fc_lt_cuda_type(p->out);
     if (p->ab == FC_F64) {
         k->compute = CUBLAS_COMPUTE_64F;
         k->scale_type = CUDA_R_64F;
@@ -684,8 +310,8 @@ void fc_cublaslt_key_of(const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, C
     make_key(allow_tf32, p, &ptr, ws_bytes, k);
 }
 
-static fc_status make_layout(fc_context *ctx, cublasLtMatrixLayout_t *out, int64_t type, int64_t rows, int64_t cols,
-                             int64_t ld, int64_t batch, int64_t stride) {
+fc_status fc_lt_make_layout(fc_context *ctx, cublasLtMatrixLayout_t *out, int64_t type, int64_t rows, int64_t cols,
+                           int64_t ld, int64_t batch, int64_t stride) {
     FC_CUBLASLT_CHECK(ctx, cublasLtMatrixLayoutCreate(out, (cudaDataType_t)type, (uint64_t)rows, (uint64_t)cols, ld));
     if (batch > 1) {
         int32_t count = (int32_t)batch;
@@ -709,11 +335,11 @@ static fc_status make_descriptors(fc_context *ctx, const fc_cublaslt_key *k, lt_
     FC_CUBLASLT_CHECK(ctx, cublasLtMatmulDescSetAttribute(e->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
     /* Stored shapes: op(A) is m x k, op(B) is k x n. */
     bool ta = k->op_a == CUBLAS_OP_T, tb = k->op_b == CUBLAS_OP_T;
-    fc_status st = make_layout(ctx, &e->a, k->a_type, ta ? k->k : k->m, ta ? k->m : k->k, k->lda, k->batch, k->stride_a);
+    fc_status st = fc_lt_make_layout(ctx, &e->a, k->a_type, ta ? k->k : k->m, ta ? k->m : k->k, k->lda, k->batch, k->stride_a);
     if (st == FC_OK)
-        st = make_layout(ctx, &e->b, k->b_type, tb ? k->n : k->k, tb ? k->k : k->n, k->ldb, k->batch, k->stride_b);
-    if (st == FC_OK) st = make_layout(ctx, &e->c, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
-    if (st == FC_OK) st = make_layout(ctx, &e->d, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
+        st = fc_lt_make_layout(ctx, &e->b, k->b_type, tb ? k->n : k->k, tb ? k->k : k->n, k->ldb, k->batch, k->stride_b);
+    if (st == FC_OK) st = fc_lt_make_layout(ctx, &e->c, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
+    if (st == FC_OK) st = fc_lt_make_layout(ctx, &e->d, k->d_type, k->m, k->n, k->ldd, k->batch, k->stride_d);
     return st;
 }
 
@@ -901,133 +527,6 @@ static void describe_key(const fc_cublaslt_key *k, char *buf, size_t n) {
              (long long)k->align_c, (long long)k->align_d);
 }
 
-/* ------------------------------------------------------------------ */
-/* Algorithms on disk                                                   */
-/* ------------------------------------------------------------------ */
-
-void fc_cublaslt_device_id_of(const fc_cuda_device_info *info, fc_cublaslt_device_id *id) {
-    memset(id, 0, sizeof *id);
-    /* Copied up to the first NUL and padded with NULs: the whole array is
-     * hashed and stored, so bytes after the name must not vary. */
-    size_t n = strnlen(info->name, sizeof info->name);
-    if (n >= sizeof id->name) n = sizeof id->name - 1;
-    memcpy(id->name, info->name, n);
-    id->cc_major = info->cc_major;
-    id->cc_minor = info->cc_minor;
-    id->sm_count = info->sm_count;
-    id->driver_version = info->driver_version;
-    id->lt_version = (int64_t)cublasLtGetVersion();
-    id->cudart_version = (int64_t)cublasLtGetCudartVersion();
-}
-
-#define KEY_FIELDS ((int)(sizeof(fc_cublaslt_key) / sizeof(int64_t)))
-_Static_assert(sizeof(fc_cublaslt_key) % sizeof(int64_t) == 0, "fc_cublaslt_key is not all int64");
-
-/* The device's numbers in record order. */
-static void device_fields(const fc_cublaslt_device_id *d, int64_t out[6]) {
-    out[0] = d->cc_major;
-    out[1] = d->cc_minor;
-    out[2] = d->sm_count;
-    out[3] = d->driver_version;
-    out[4] = d->lt_version;
-    out[5] = d->cudart_version;
-}
-
-/* Choices made by timing (options.tune) are kept under keys of their own:
- * a handle that takes the heuristic's first must not hand its choice to one
- * that times, nor the other way. */
-static fc_cache_key algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev, bool tuned);
-
-fc_cache_key fc_cublaslt_algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev) {
-    return algo_cache_key(k, dev, false);
-}
-
-static fc_cache_key algo_cache_key(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev, bool tuned) {
-    int64_t f[KEY_FIELDS], df[6];
-    memcpy(f, k, sizeof f);
-    device_fields(dev, df);
-    fc_cache_hasher hs;
-    fc_cache_key_begin(&hs);
-    fc_cache_key_add_str(&hs, "fusec gemm algorithm");
-    if (tuned) fc_cache_key_add_str(&hs, "timed");
-    fc_cache_key_add_u64(&hs, FC_CUBLASLT_ALGO_RECORD_VERSION);
-    fc_cache_key_add_u64(&hs, (uint64_t)KEY_FIELDS);
-    for (int i = 0; i < KEY_FIELDS; i++) fc_cache_key_add_u64(&hs, (uint64_t)f[i]);
-    /* Every layout is made column-major (make_layout sets no order). */
-    fc_cache_key_add_u64(&hs, (uint64_t)CUBLASLT_ORDER_COL);
-    fc_cache_key_add(&hs, dev->name, sizeof dev->name);
-    for (int i = 0; i < 6; i++) fc_cache_key_add_u64(&hs, (uint64_t)df[i]);
-    return fc_cache_key_end(&hs);
-}
-
-/* The record (all little-endian):
- *     0  magic "FCLTALGO"                8 bytes
- *     8  record version                  u32
- *    12  number of problem fields        u32 (25)
- *    16  the problem (fc_cublaslt_key)   25 x i64
- *   216  the device: cc major, minor, SM count, driver, cuBLASLt, cudart  6 x i64
- *   264  the device name                 256 bytes, NUL-padded
- *   520  cublasLtMatmulAlgo_t            64 bytes, as its eight uint64s
- *   584  XXH3-64 of bytes 0 .. 584       u64
- *   592 */
-enum { REC_KEY = 16, REC_DEV = REC_KEY + 8 * KEY_FIELDS, REC_NAME = REC_DEV + 6 * 8, REC_ALGO = REC_NAME + 256,
-       REC_SUM = REC_ALGO + FC_CUBLASLT_ALGO_BYTES, REC_END = REC_SUM + 8 };
-_Static_assert(REC_END == FC_CUBLASLT_ALGO_RECORD_BYTES, "FC_CUBLASLT_ALGO_RECORD_BYTES is stale");
-_Static_assert(sizeof(((fc_cublaslt_device_id *)0)->name) == 256, "device name size");
-
-/* The algorithm as bytes: its eight uint64s, little-endian. */
-static void algo_to_le(const uint8_t algo[FC_CUBLASLT_ALGO_BYTES], uint8_t *out) {
-    cublasLtMatmulAlgo_t a;
-    memcpy(&a, algo, sizeof a);
-    for (int i = 0; i < 8; i++) fc_put_le(out + 8 * i, a.data[i], 8);
-}
-
-void fc_cublaslt_algo_record_encode(const fc_cublaslt_key *k, const fc_cublaslt_device_id *dev,
-                                    const uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
-                                    uint8_t out[FC_CUBLASLT_ALGO_RECORD_BYTES]) {
-    int64_t f[KEY_FIELDS], df[6];
-    memcpy(f, k, sizeof f);
-    device_fields(dev, df);
-    memset(out, 0, FC_CUBLASLT_ALGO_RECORD_BYTES);
-    memcpy(out, FC_CUBLASLT_ALGO_MAGIC, 8);
-    fc_put_le(out + 8, FC_CUBLASLT_ALGO_RECORD_VERSION, 4);
-    fc_put_le(out + 12, (uint64_t)KEY_FIELDS, 4);
-    for (int i = 0; i < KEY_FIELDS; i++) fc_put_le(out + REC_KEY + 8 * i, (uint64_t)f[i], 8);
-    for (int i = 0; i < 6; i++) fc_put_le(out + REC_DEV + 8 * i, (uint64_t)df[i], 8);
-    memcpy(out + REC_NAME, dev->name, 256);
-    algo_to_le(algo, out + REC_ALGO);
-    fc_put_le(out + REC_SUM, XXH3_64bits(out, REC_SUM), 8);
-}
-
-#define REFUSE(...) return snprintf(why, n, __VA_ARGS__), false
-
-bool fc_cublaslt_algo_record_decode(const void *data, size_t size, const fc_cublaslt_key *k,
-                                    const fc_cublaslt_device_id *dev, uint8_t algo[FC_CUBLASLT_ALGO_BYTES],
-                                    char *why, size_t n) {
-    const uint8_t *in = data;
-    if (!in || size != FC_CUBLASLT_ALGO_RECORD_BYTES)
-        REFUSE("an algorithm record is %d bytes, not %zu", FC_CUBLASLT_ALGO_RECORD_BYTES, size);
-    if (memcmp(in, FC_CUBLASLT_ALGO_MAGIC, 8) != 0) REFUSE("not an algorithm record (bad magic)");
-    if (fc_get_le(in + 8, 4) != FC_CUBLASLT_ALGO_RECORD_VERSION || fc_get_le(in + 12, 4) != (uint64_t)KEY_FIELDS)
-        REFUSE("algorithm record version %llu with %llu fields, not %d with %d", (unsigned long long)fc_get_le(in + 8, 4),
-               (unsigned long long)fc_get_le(in + 12, 4), FC_CUBLASLT_ALGO_RECORD_VERSION, KEY_FIELDS);
-    if (fc_get_le(in + REC_SUM, 8) != XXH3_64bits(in, REC_SUM)) REFUSE("algorithm record checksum mismatch");
-    /* The exact problem and device: a key collision, or a record copied
-     * from elsewhere, must not be used. */
-    uint8_t want[FC_CUBLASLT_ALGO_RECORD_BYTES];
-    uint8_t zero[FC_CUBLASLT_ALGO_BYTES] = {0};
-    fc_cublaslt_algo_record_encode(k, dev, zero, want);
-    if (memcmp(in + REC_KEY, want + REC_KEY, REC_DEV - REC_KEY) != 0)
-        REFUSE("the algorithm record is for another GEMM problem");
-    if (memcmp(in + REC_DEV, want + REC_DEV, REC_ALGO - REC_DEV) != 0)
-        REFUSE("the algorithm record is for another device, driver or cuBLASLt version");
-    cublasLtMatmulAlgo_t a;
-    for (int i = 0; i < 8; i++) a.data[i] = fc_get_le(in + REC_ALGO + 8 * i, 8);
-    memcpy(algo, &a, FC_CUBLASLT_ALGO_BYTES);
-    return true;
-}
-
-#undef REFUSE
 
 /* The cache the handle's algorithms go to: the options', else the
  * process's (NULL if it cannot be opened: then the handle works without). */
@@ -1047,7 +546,7 @@ static bool algo_from_cache(fc_cublaslt *h, lt_entry *e) {
     fc_cache *c = algo_cache(h);
     if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return false;
     fc_context scratch = {0};
-    fc_cache_key key = algo_cache_key(&e->key, &h->id, h->tune);
+    fc_cache_key key = fc_lt_algo_cache_key(&e->key, &h->id, h->tune);
     void *data = NULL;
     size_t size = 0;
     if (fc_cache_get(c, &scratch, FC_CACHE_ALGO, &key, &data, &size) != FC_OK || !data) return false;
@@ -1088,7 +587,7 @@ static void algo_to_cache(fc_cublaslt *h, const lt_entry *e) {
     uint8_t algo[FC_CUBLASLT_ALGO_BYTES], rec[FC_CUBLASLT_ALGO_RECORD_BYTES];
     memcpy(algo, &e->algo, sizeof algo);
     fc_cublaslt_algo_record_encode(&e->key, &h->id, algo, rec);
-    fc_cache_key key = algo_cache_key(&e->key, &h->id, h->tune);
+    fc_cache_key key = fc_lt_algo_cache_key(&e->key, &h->id, h->tune);
     (void)fc_cache_put(c, &scratch, FC_CACHE_ALGO, &key, rec, sizeof rec);
 }
 
@@ -1231,193 +730,6 @@ static fc_status prepare(fc_cublaslt *h, fc_context *ctx, lt_entry *e, CUdevicep
 }
 
 /* ------------------------------------------------------------------ */
-/* Concatenated weights                                                 */
-/* ------------------------------------------------------------------ */
-
-/* Copy `rows` rows of `bytes` bytes from a packed source into a buffer of
- * pitch `dst_pitch` (the slow path of the column block copy, one driver
- * call per row: taken only when cublasLtMatrixTransform refuses a type). */
-static fc_status copy_rows(fc_context *ctx, const fc_cuda_driver *cu, CUdeviceptr dst, size_t dst_pitch,
-                           CUdeviceptr src, size_t bytes, int64_t rows, CUstream s) {
-    for (int64_t r = 0; r < rows; r++)
-        FC_CU_CHECK(ctx, cu->MemcpyDtoDAsync(dst + (size_t)r * dst_pitch, src + (size_t)r * bytes, bytes, s));
-    return FC_OK;
-}
-
-static fc_status transform_desc(fc_context *ctx, cublasLtMatrixTransformDesc_t *td) {
-    FC_CUBLASLT_CHECK(ctx, cublasLtMatrixTransformDescCreate(td, CUDA_R_32F));
-    return FC_OK;
-}
-
-/* Weight i ([K, Ni] row-major) into columns [off, off + Ni) of the
- * concatenation ([K, N] row-major). In cuBLASLt's column-major terms this is
- * an Ni x K block copied from ld Ni to ld N: one cublasLtMatrixTransform
- * (C = 1 * A). */
-static fc_status copy_column_block(fc_cublaslt *h, fc_context *ctx, fc_dtype dt, CUdeviceptr dst, CUdeviceptr src,
-                                   int64_t Ni, int64_t K, int64_t N, CUstream s) {
-    size_t es = fc_dtype_size(dt);
-    cublasLtMatrixTransformDesc_t td = NULL;
-    cublasLtMatrixLayout_t la = NULL, lc = NULL;
-    fc_status st = transform_desc(ctx, &td);
-    if (st == FC_OK) st = make_layout(ctx, &la, cuda_type(dt), Ni, K, Ni, 1, 0);
-    if (st == FC_OK) st = make_layout(ctx, &lc, cuda_type(dt), Ni, K, N, 1, 0);
-    cublasStatus_t cs = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (st == FC_OK) {
-        float one = 1.0f, zero = 0.0f;
-        cs = cublasLtMatrixTransform(h->lt, td, &one, (const void *)(uintptr_t)src, la, &zero, NULL, NULL,
-                                     (void *)(uintptr_t)dst, lc, (cudaStream_t)s);
-    }
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (td) cublasLtMatrixTransformDescDestroy(td);
-    if (st != FC_OK || cs == CUBLAS_STATUS_SUCCESS) return st;
-    if (cs != CUBLAS_STATUS_NOT_SUPPORTED && cs != CUBLAS_STATUS_INVALID_VALUE && cs != CUBLAS_STATUS_ARCH_MISMATCH)
-        return fc_cublaslt_fail(ctx, cs, "cublasLtMatrixTransform(...) (weight concatenation)", __FILE__, __LINE__);
-    return copy_rows(ctx, h->dev->cu, dst, (size_t)N * es, src, (size_t)Ni * es, K, s);
-}
-
-/* Whether c's buffers were made for d's layout. */
-static bool same_layout(const lt_concat *c, const fc_gemm_desc *d) {
-    const fc_gemm_plan *p = &d->plan;
-    return c->wcols && c->ab == p->ab && c->out == p->out && c->trans_b == p->trans_b &&
-           c->has_bias == p->has_bias && c->K == p->K && c->nweights == p->nweights &&
-           !memcmp(c->wcols, d->wcols, sizeof *c->wcols * (size_t)p->nweights);
-}
-
-/* (Re)make c's buffers for d's layout; they hold no data yet. */
-static fc_status concat_make(fc_cublaslt *h, fc_context *ctx, lt_concat *c, const fc_gemm_desc *d) {
-    const fc_gemm_plan *p = &d->plan;
-    concat_clear(h, c);
-    c->nsrc = p->nweights * (p->has_bias ? 2 : 1); /* the weights, then the biases: operands 1 .. nsrc */
-    c->src = fc_ctx_malloc(ctx, sizeof *c->src * (size_t)c->nsrc);
-    int64_t *wcols = fc_ctx_malloc(ctx, sizeof *wcols * (size_t)p->nweights);
-    if (!c->src || !wcols) {
-        fc_ctx_freemem(ctx, wcols);
-        concat_clear(h, c);
-        return FC_ERR_NOMEM;
-    }
-    const size_t wbytes = (size_t)(p->K * p->N) * fc_dtype_size(p->ab), bbytes = (size_t)p->N * fc_dtype_size(p->out);
-    fc_status st = FC_ERR_UNSUPPORTED;
-    if (h->mapped) {
-        /* Taken from the handle's region, never freed on their own: a
-         * handle's layouts do not change, so a concatenation is made once. */
-        c->mapped = true;
-        st = fc_cuda_region_take(h->dev, &h->mem, wbytes, &c->w);
-        if (st == FC_OK && p->has_bias) st = fc_cuda_region_take(h->dev, &h->mem, bbytes, &c->bias);
-        if (st == FC_ERR_UNSUPPORTED) {
-            /* No virtual memory management (nothing was taken): allocate. */
-            c->mapped = h->mapped = false;
-            c->w = c->bias = 0;
-        }
-    }
-    if (st == FC_ERR_UNSUPPORTED) {
-        st = fc_cuda_alloc(h->dev, wbytes, &c->w);
-        if (st == FC_OK && p->has_bias) st = fc_cuda_alloc(h->dev, bbytes, &c->bias);
-    }
-    if (st != FC_OK) {
-        fc_ctx_freemem(ctx, wcols);
-        concat_clear(h, c);
-        return st;
-    }
-    /* Set last: a concatenation with wcols is complete (same_layout). */
-    memcpy(wcols, d->wcols, sizeof *wcols * (size_t)p->nweights);
-    c->wcols = wcols;
-    c->ab = p->ab;
-    c->out = p->out;
-    c->trans_b = p->trans_b;
-    c->has_bias = p->has_bias;
-    c->K = p->K;
-    c->nweights = p->nweights;
-    return FC_OK;
-}
-
-static lt_concat *find_concat(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d) {
-    const void *key = concat_key(d);
-    for (int i = 0; i < h->nconcats; i++)
-        if (h->concats[i].key == key) return &h->concats[i];
-    if (h->nconcats == h->cap_concats) {
-        int cap = h->cap_concats ? 2 * h->cap_concats : 4;
-        lt_concat *c = fc_ctx_realloc(ctx, h->concats, sizeof *c * (size_t)cap);
-        if (!c) return NULL;
-        h->concats = c;
-        h->cap_concats = cap;
-    }
-    lt_concat *c = &h->concats[h->nconcats++];
-    memset(c, 0, sizeof *c);
-    c->key = key;
-    return c;
-}
-
-void fc_cublaslt_forget(fc_cublaslt *h, const fc_gemm_desc *d) {
-    for (int i = 0; h && d && !d->share && i < h->nconcats; i++)
-        if (h->concats[i].key == d) concat_clear(h, &h->concats[i]);
-}
-
-/* The concatenated weight (and bias) of a horizontally fused gemm: built on
- * the first run, and again only if a weight comes at another address. The
- * copies are queued on s, before the GEMM that reads them. */
-static fc_status concatenated(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *in,
-                              CUstream s, CUdeviceptr *w, CUdeviceptr *bias) {
-    const fc_gemm_plan *p = &d->plan;
-    lt_concat *c = find_concat(h, ctx, d);
-    if (!c) return FC_ERR_NOMEM;
-    fc_status st = FC_OK;
-    if (!same_layout(c, d) && (st = concat_make(h, ctx, c, d)) != FC_OK) return st;
-    *w = c->w;
-    *bias = c->bias;
-    if (c->valid && !memcmp(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc)) return FC_OK;
-
-    c->valid = false;
-    const fc_cuda_driver *cu = h->dev->cu;
-    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
-    int64_t off = 0;
-    for (int i = 0; i < p->nweights && st == FC_OK; i++) {
-        int64_t Ni = d->wcols[i];
-        if (p->trans_b) {
-            /* [Ni, K] blocks stacked: [N, K]. */
-            size_t bytes = (size_t)(Ni * p->K) * es;
-            CUresult r = cu->MemcpyDtoDAsync(c->w + (size_t)(off * p->K) * es, in[1 + i], bytes, s);
-            if (r != CUDA_SUCCESS) st = fc_cu_fail(ctx, r, "MemcpyDtoDAsync(weight block)", __FILE__, __LINE__);
-        } else {
-            st = copy_column_block(h, ctx, p->ab, c->w + (size_t)off * es, in[1 + i], Ni, p->K, p->N, s);
-        }
-        if (st == FC_OK && p->has_bias) {
-            CUresult r = cu->MemcpyDtoDAsync(c->bias + (size_t)off * eo, in[1 + p->nweights + i], (size_t)Ni * eo, s);
-            if (r != CUDA_SUCCESS) st = fc_cu_fail(ctx, r, "MemcpyDtoDAsync(bias block)", __FILE__, __LINE__);
-        }
-        off += Ni;
-    }
-    if (st != FC_OK) return st;
-    memcpy(c->src, in + 1, sizeof *c->src * (size_t)c->nsrc);
-    c->valid = true;
-    return FC_OK;
-}
-
-bool fc_cublaslt_same_handle(const fc_cublaslt *a, const fc_cublaslt *b) { return a && b && a->lt == b->lt; }
-
-bool fc_cublaslt_concats_mapped(const fc_cublaslt *h) {
-    bool all = h && h->nconcats > 0;
-    for (int i = 0; all && i < h->nconcats; i++) all = h->concats[i].mapped;
-    return all;
-}
-
-int fc_cublaslt_num_concats(const fc_cublaslt *h) {
-    int n = 0;
-    for (int i = 0; h && i < h->nconcats; i++) n += h->concats[i].wcols != NULL;
-    return n;
-}
-
-void fc_cublaslt_weights_changed(fc_cublaslt *h) {
-    for (int i = 0; h && i < h->nconcats; i++) h->concats[i].valid = false;
-}
-
-bool fc_cublaslt_weights_stale(const fc_cublaslt *h) {
-    for (int i = 0; h && i < h->nconcats; i++)
-        if (h->concats[i].wcols && !h->concats[i].valid) return true;
-    return false;
-}
-
-/* ------------------------------------------------------------------ */
 /* Running                                                              */
 /* ------------------------------------------------------------------ */
 
@@ -1450,7 +762,7 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
     ptr.bias = p->has_bias ? in[1 + p->nweights] : 0;
     ptr.c = p->has_residual ? in[fc_gemm_plan_nops(p) - 1] : out;
     if (p->nweights > 1) {
-        st = concatenated(h, ctx, d, in, s, &ptr.w, &ptr.bias);
+        st = fc_lt_concatenated(h, ctx, d, in, s, &ptr.w, &ptr.bias);
         if (st != FC_OK) return st;
     }
 
@@ -1517,7 +829,7 @@ fc_status fc_cublaslt_refresh_weights(fc_cublaslt *h, fc_context *ctx, const fc_
     CUdeviceptr small[16], *in = small, w = 0, bias = 0;
     fc_status st = gather_operands(ctx, d, args, nargs, small, &in);
     if (st == FC_OK) st = make_current(ctx, h->dev);
-    if (st == FC_OK) st = concatenated(h, ctx, d, in, s ? s : h->dev->stream, &w, &bias);
+    if (st == FC_OK) st = fc_lt_concatenated(h, ctx, d, in, s ? s : h->dev->stream, &w, &bias);
     release_operands(ctx, in, small);
     return st;
 }

@@ -41,50 +41,9 @@ void fc_program_unit_name(const char *graph_name, char *buf, size_t n) {
     snprintf(buf, n, "fusec_%.64s.cu", graph_name ? graph_name : "program");
 }
 
-void fc_program_desc_release(fc_program_desc *d) {
-    if (!d) return;
-    free(d->graph_name);
-    free(d->graph_text);
-    for (int i = 0; d->params && i < d->nparams; i++) free(d->params[i].name);
-    for (int i = 0; d->outputs && i < d->noutputs; i++) free(d->outputs[i].name);
-    free(d->params);
-    free(d->outputs);
-    free(d->store);
-    for (int i = 0; d->gemm && i < d->src.nlaunches; i++) fc_gemm_desc_release(&d->gemm[i]);
-    free(d->gemm);
-    fc_cuda_src_release(&d->src);
-    memset(d, 0, sizeof *d);
-}
 
-const fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i) {
-    if (!d || !d->gemm || i < 0 || i >= d->src.nlaunches || !d->gemm[i].op_arg) return NULL;
-    return &d->gemm[i];
-}
 
-fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
-    const fc_gemm_desc *g = fc_program_gemm(d, i);
-    if (!g) return FC_OK;
-    const fc_launch *l = &d->src.launches[i];
-    /* The bytes of each argument's buffer; launch arguments have storage
-     * (build_desc and the decoder check that first). */
-    int64_t small[16], *bytes = small;
-    if (l->nargs > 16 && !(bytes = fc_ctx_malloc(ctx, sizeof *bytes * (size_t)l->nargs))) return FC_ERR_NOMEM;
-    for (int a = 0; a < l->nargs; a++) bytes[a] = d->store[l->args[a]].bytes;
-    bool ok = l->kind == FC_LAUNCH_LIBRARY && fc_gemm_desc_valid(g, l->nargs, bytes, why, n);
-    if (l->kind != FC_LAUNCH_LIBRARY) snprintf(why, n, "a GEMM for a launch that is not a library call");
-    if (bytes != small) fc_ctx_freemem(ctx, bytes);
-    return ok ? FC_OK : FC_ERR_INPUT;
-}
 
-int64_t fc_program_tensor_bytes(const fc_program_tensor *t) {
-    if (!t || (unsigned)t->dtype >= FC_DTYPE_COUNT || t->rank < 0 || t->rank > FC_MAX_RANK) return 0;
-    int64_t n = (int64_t)fc_dtype_size(t->dtype);
-    for (int i = 0; i < t->rank; i++) {
-        if (t->dims[i] < 0 || (t->dims[i] > 0 && n > INT64_MAX / t->dims[i])) return 0;
-        n *= t->dims[i];
-    }
-    return n;
-}
 
 const char *fc_program_origin_name(fc_program_origin o) {
     switch (o) {
@@ -176,12 +135,6 @@ fc_store fc_prog_copy_source(const fc_plan_classes *c, const fc_graph *g, int k,
 }
 
 /* v's type (symbolic dims kept as they are). */
-void fc_prog_set_tensor_type(fc_program_tensor *t, const fc_value *v) {
-    t->dtype = v->dtype;
-    t->rank = v->rank;
-    for (int d = 0; d < v->rank; d++) t->dims[d] = v->dims[d];
-    t->value = v->id;
-}
 
 /* Check that every launch argument and every result has storage in the
  * plan's classes (so that a mismatch between the plan and the codegen
@@ -219,13 +172,13 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
 
     for (int i = 0; i < g->nparams; i++) {
         fc_program_tensor *t = &d->params[i];
-        fc_prog_set_tensor_type(t, g->params[i]);
+        fc_program_tensor_set_type(t, g->params[i]);
         d->nparams = i + 1; /* so that release frees the names made so far */
         if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
     for (int k = 0; k < g->noutputs; k++) {
         fc_program_tensor *t = &d->outputs[k];
-        fc_prog_set_tensor_type(t, g->outputs[k]);
+        fc_program_tensor_set_type(t, g->outputs[k]);
         t->copy_from = fc_prog_copy_source(c, g, k, fc_value_bytes(g->outputs[k]));
     }
     d->noutputs = g->noutputs;
@@ -489,11 +442,12 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     return FC_OK;
 }
 
-fc_program *fc_prog_new_program(fc_context *ctx) {
-    fc_program *p = fc_ctx_malloc(ctx, sizeof *p);
+fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size) {
+    fc_program *p = fc_ctx_malloc(ctx, size);
     if (!p) return NULL;
-    memset(p, 0, sizeof *p);
-    p->head.backend = &fc_backend_cuda;
+    memset(p, 0, size);
+    p->tag.head.backend = &fc_backend_cuda;
+    p->tag.kind = kind;
     p->ctx = ctx;
     return p;
 }

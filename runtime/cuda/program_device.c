@@ -104,8 +104,9 @@ static fc_status ensure_args(fc_program *p) {
  * every other instance: the variant's, grown (doubled) when a shape needs
  * more. A grown arena moves, so instances made for the old one drop their
  * graphs (arena_gen tells them). */
-static fc_status ensure_instance(fc_program *p) {
-    fc_program *v = p->variant;
+static fc_status ensure_instance(fc_prog_instance *in) {
+    fc_program *p = &in->x, *v = &in->variant->x;
+    fc_prog_variant *vr = in->variant;
     fc_status st = fc_prog_ensure_device(v);
     if (st != FC_OK) return st;
     p->func = v->func;
@@ -125,16 +126,16 @@ static fc_status ensure_instance(fc_program *p) {
     p->args = v->args;
     int64_t ws_offset = 0, bytes = fc_prog_arena_size(p, &ws_offset);
     if (bytes < 0) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", p->d.graph_name);
-    if (bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE)) {
+    if (bytes > __atomic_load_n(&vr->shared_arena_bytes, __ATOMIC_ACQUIRE)) {
         pthread_mutex_lock(&fc_prog_arena_lock);
-        st = fc_prog_grow_arena(v, bytes, false);
+        st = fc_prog_grow_arena(vr, bytes, false);
         pthread_mutex_unlock(&fc_prog_arena_lock);
         if (st != FC_OK) return st;
     }
-    if (p->arena_gen != v->arena_gen) {
+    if (in->arena_gen != vr->arena_gen) {
         fc_replay_free(p->replay, p->dev);
         p->replay = NULL;
-        p->arena_gen = v->arena_gen;
+        in->arena_gen = vr->arena_gen;
     }
     p->arena = v->arena;
     p->blas_ws = v->arena + (CUdeviceptr)ws_offset;
@@ -152,7 +153,8 @@ static fc_status ensure_instance(fc_program *p) {
  * little more time at small shapes (docs/PERF.md). Constant grids (a
  * GEMM's persistent grid, a batched launch) stay.
  */
-static fc_status frame_setup(fc_program *v) {
+static fc_status frame_setup(fc_prog_variant *vr) {
+    fc_program *v = &vr->x;
     const int mul = 2;
     for (int i = 0; i < v->d.src.nlaunches; i++) {
         fc_launch *l = &v->d.src.launches[i];
@@ -168,8 +170,8 @@ static fc_status frame_setup(fc_program *v) {
             l->grid[a] = (unsigned)(n < 1 ? 1 : n);
         }
     }
-    v->frame_carrier = fc_cuda_src_frame_carrier(&v->d.src);
-    return fc_frame_create(v->dev, v->d.src.frame_words, v->frame_carrier >= 0, &v->frame);
+    vr->frame_carrier = fc_cuda_src_frame_carrier(&v->d.src);
+    return fc_frame_create(v->dev, v->d.src.frame_words, vr->frame_carrier >= 0, &vr->frame);
 }
 
 /* Open the device, load the module, resolve the kernels and allocate the
@@ -178,12 +180,13 @@ static fc_status frame_setup(fc_program *v) {
  * most of the time to the first output. */
 fc_status fc_prog_ensure_device(fc_program *p) {
     fc_status st;
-    if (p->variant) {
+    fc_prog_instance *in = fc_prog_instance_of(p);
+    if (in) {
         /* An instance uses its variant's device: no context or stream of
          * its own to make at a new shape's first call. */
-        if ((st = fc_prog_ensure_device(p->variant)) != FC_OK) return st;
-        p->dev = p->variant->dev;
-        return ensure_instance(p);
+        if ((st = fc_prog_ensure_device(&in->variant->x)) != FC_OK) return st;
+        p->dev = in->variant->x.dev;
+        return ensure_instance(in);
     }
     if (!p->dev) {
         double t = fc_now_ms();
@@ -234,7 +237,8 @@ fc_status fc_prog_ensure_device(fc_program *p) {
         spec_step(p, "kernels looked up", t);
     }
     if ((st = ensure_args(p)) != FC_OK) return st;
-    if (p->d.src.frame_words > 0 && !p->frame && (st = frame_setup(p)) != FC_OK) return st;
+    fc_prog_variant *vr = fc_prog_variant_of(p);
+    if (vr && p->d.src.frame_words > 0 && !vr->frame && (st = frame_setup(vr)) != FC_OK) return st;
     /* One allocation for the intermediates and the cuBLASLt workspace:
      * cuMemAlloc's base is 256-aligned, and so is the workspace's offset. */
     int64_t ws_offset = 0, bytes = fc_prog_arena_size(p, &ws_offset);

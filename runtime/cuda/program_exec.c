@@ -5,10 +5,26 @@
 /* Freeing.                                                            */
 /* ------------------------------------------------------------------ */
 
+/* A dynamic program: its dynamic state (variant, instances,
+ * specializations), then its signature and introspection. */
+static void dynamic_free(fc_prog_dynamic *dp) {
+    fc_dynamic_free(dp->dyn);
+    fc_program_desc_release(&dp->d);
+    fc_plan_release(&dp->plan);
+    fc_graph_free(dp->g);
+    fc_ctx_freemem(dp->ctx, dp);
+}
+
 static void cuda_free(fc_program *p) {
     if (!p) return;
-    fc_dynamic_free(p->dyn);
-    if (p->variant) {
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    if (dp) {
+        dynamic_free(dp);
+        return;
+    }
+    fc_prog_instance *in = fc_prog_instance_of(p);
+    fc_prog_variant *vr = fc_prog_variant_of(p);
+    if (in) {
         /* The device, module, kernels, cuBLASLt handle and arena are the
          * variant's. No synchronize: an instance owns no device memory, and
          * a graph still running is freed by the driver when it completes
@@ -25,17 +41,19 @@ static void cuda_free(fc_program *p) {
         p->dev = NULL;
         memset(&p->args, 0, sizeof p->args); /* the variant's scratch */
     }
-    if (p->desc_inline) {
+    if (in && in->desc_inline) {
         /* Everything is in p's own allocation, or the variant's. */
         fc_ctx_freemem(p->ctx, p);
         return;
     }
-    fc_ctx_freemem(p->ctx, p->syms);
+    if (in) fc_ctx_freemem(p->ctx, in->syms);
     if (p->dev) {
         const double t0 = fc_now_ms();
         fc_replay_free(p->replay, p->dev);
-        fc_replay_free(p->shared_replay, p->dev);
-        fc_frame_free(p->frame, p->dev);
+        if (vr) {
+            fc_replay_free(vr->shared_replay, p->dev);
+            fc_frame_free(vr->frame, p->dev);
+        }
         spec_step(p, "freeing: graph", t0);
         /* Teardown errors are ignored, and kept off the context: nothing can
          * be done about them, and they must not hide an earlier error. The
@@ -61,13 +79,15 @@ static void cuda_free(fc_program *p) {
     }
     fc_ctx_freemem(p->ctx, p->func);
     fc_launch_params_free(p->ctx, &p->args);
-    fc_memplan_layout_free(p->layout);
-    fc_ctx_freemem(p->ctx, p->store_kind);
-    fc_ctx_freemem(p->ctx, p->grid_sized);
+    if (vr) {
+        fc_memplan_layout_free(vr->layout);
+        fc_ctx_freemem(p->ctx, vr->store_kind);
+        fc_ctx_freemem(p->ctx, vr->grid_sized);
+    }
     fc_bytes_free(&p->cubin);
     fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
-    if (!p->plan_owns_graph) fc_graph_free(p->g);
+    if (!in) fc_graph_free(p->g); /* an instance's is its plan's, or its variant's */
     fc_ctx_freemem(p->ctx, p);
 }
 
@@ -77,43 +97,73 @@ static void cuda_free(fc_program *p) {
 
 /* A program that ran no passes here (from the cache or a file) re-plans
  * its graph text when asked for its graph or plan. */
-static fc_status materialize(fc_program *p) {
-    if (p->g) return FC_OK;
-    if (!p->d.graph_text)
-        return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s carries no graph text to plan from",
-                            p->d.graph_name ? p->d.graph_name : "?");
+/* Its graph and plan, made here when absent (for an executable or a
+ * dynamic program alike: the fields each keeps for introspection). */
+static fc_status materialize(fc_context *ctx, const fc_program_desc *d, fc_graph **pg, fc_plan *plan) {
+    if (*pg) return FC_OK;
+    if (!d->graph_text)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s carries no graph text to plan from",
+                            d->graph_name ? d->graph_name : "?");
     fc_graph *g = NULL;
-    fc_status st = fc_parse(p->ctx, "<program graph>", p->d.graph_text, strlen(p->d.graph_text), NULL, NULL, 0, &g);
+    fc_status st = fc_parse(ctx, "<program graph>", d->graph_text, strlen(d->graph_text), NULL, NULL, 0, &g);
     if (st != FC_OK) return st;
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
-    fo.vertical = fo.horizontal = p->d.fuse;
-    st = fc_pipeline(g, &fo, &p->plan);
+    fo.vertical = fo.horizontal = d->fuse;
+    st = fc_pipeline(g, &fo, plan);
     if (st != FC_OK) {
-        fc_plan_release(&p->plan);
-        memset(&p->plan, 0, sizeof p->plan);
+        fc_plan_release(plan);
+        memset(plan, 0, sizeof *plan);
         fc_graph_free(g);
         return st;
     }
-    p->g = g;
+    *pg = g;
     return FC_OK;
 }
 
-fc_graph *fc_program_graph(fc_program *p) { return p && materialize(p) == FC_OK ? p->g : NULL; }
-const fc_plan *fc_program_plan(fc_program *p) { return p && materialize(p) == FC_OK ? &p->plan : NULL; }
-int fc_program_num_launches(const fc_program *p) { return p ? p->d.src.nlaunches : 0; }
-const fc_launch *fc_program_launch(const fc_program *p, int i) {
-    return p && i >= 0 && i < p->d.src.nlaunches ? &p->d.src.launches[i] : NULL;
+/* The description a program shows: an executable's, or a dynamic
+ * program's signature (no launches). */
+static const fc_program_desc *desc_of(const fc_program *p) {
+    const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    return dp ? &dp->d : &p->d;
 }
-int fc_program_sm(const fc_program *p) { return p ? p->d.sm : 0; }
-const fc_bytes *fc_program_cubin(const fc_program *p) { return p ? &p->cubin : NULL; }
-int fc_program_programmatic_edges(const fc_program *p) { return p && p->replay ? fc_replay_programmatic_edges(p->replay) : 0; }
-fc_program_origin fc_program_origin_of(const fc_program *p) { return p ? p->times.origin : FC_PROGRAM_COMPILED; }
 
-void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {
+fc_graph *fc_program_graph(fc_program *p) {
+    if (!p) return NULL;
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    if (dp) return materialize(dp->ctx, &dp->d, &dp->g, &dp->plan) == FC_OK ? dp->g : NULL;
+    return materialize(p->ctx, &p->d, &p->g, &p->plan) == FC_OK ? p->g : NULL;
+}
+const fc_plan *fc_program_plan(fc_program *p) {
+    if (!p) return NULL;
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    if (dp) return materialize(dp->ctx, &dp->d, &dp->g, &dp->plan) == FC_OK ? &dp->plan : NULL;
+    return materialize(p->ctx, &p->d, &p->g, &p->plan) == FC_OK ? &p->plan : NULL;
+}
+int fc_program_num_launches(const fc_program *p) { return p ? desc_of(p)->src.nlaunches : 0; }
+const fc_launch *fc_program_launch(const fc_program *p, int i) {
+    const fc_program_desc *d = p ? desc_of(p) : NULL;
+    return d && i >= 0 && i < d->src.nlaunches ? &d->src.launches[i] : NULL;
+}
+int fc_program_sm(const fc_program *p) { return p ? desc_of(p)->sm : 0; }
+const fc_bytes *fc_program_cubin(const fc_program *p) {
+    static const fc_bytes none = {0}; /* a dynamic program's: its executables have the cubins */
+    const fc_program *x = fc_prog_exec_of(p);
+    return x ? &x->cubin : p ? &none : NULL;
+}
+int fc_program_programmatic_edges(const fc_program *p) {
+    const fc_program *x = fc_prog_exec_of(p);
+    return x && x->replay ? fc_replay_programmatic_edges(x->replay) : 0;
+}
+fc_program_origin fc_program_origin_of(const fc_program *p) {
+    const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    return dp ? dp->times.origin : p ? p->times.origin : FC_PROGRAM_COMPILED;
+}
+
+static void count_launches(const fc_program_desc *d, int *kernels, int *library, int *aliases) {
     int k = 0, l = 0, a = 0;
-    for (int i = 0; p && i < p->d.src.nlaunches; i++) {
-        switch (p->d.src.launches[i].kind) {
+    for (int i = 0; d && i < d->src.nlaunches; i++) {
+        switch (d->src.launches[i].kind) {
         case FC_LAUNCH_KERNEL: k++; break;
         case FC_LAUNCH_LIBRARY: l++; break;
         case FC_LAUNCH_ALIAS: a++; break;
@@ -124,15 +174,25 @@ void fc_program_count_launches(const fc_program *p, int *kernels, int *library, 
     if (aliases) *aliases = a;
 }
 
-int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(p->blas) : 0; }
-int fc_program_gemm_disk_hits(const fc_program *p) { return p ? fc_cublaslt_disk_hits(p->blas) : 0; }
+void fc_program_count_launches(const fc_program *p, int *kernels, int *library, int *aliases) {
+    count_launches(p ? desc_of(p) : NULL, kernels, library, aliases);
+}
 
-fc_compile_times *fc_program_times_ref(fc_program *p) { return p ? &p->times : NULL; }
-static fc_context *cuda_context(const fc_program *p) { return p->ctx; }
+int fc_program_gemm_queries(const fc_program *p) { return p ? fc_cublaslt_heuristic_queries(fc_program_blas(p)) : 0; }
+int fc_program_gemm_disk_hits(const fc_program *p) { return p ? fc_cublaslt_disk_hits(fc_program_blas(p)) : 0; }
 
-static const fc_program_desc *cuda_desc(const fc_program *p) { return &p->d; }
+fc_compile_times *fc_program_times_ref(fc_program *p) {
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    return dp ? &dp->times : p ? &p->times : NULL;
+}
+static fc_context *cuda_context(const fc_program *p) {
+    const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    return dp ? dp->ctx : p->ctx;
+}
 
-static void cuda_times(const fc_program *p, fc_compile_times *out) { *out = p->times; }
+static const fc_program_desc *cuda_desc(const fc_program *p) { return desc_of(p); }
+
+static void cuda_times(const fc_program *p, fc_compile_times *out) { *out = *fc_program_times_ref((fc_program *)p); }
 
 /* ------------------------------------------------------------------ */
 /* Text: the plan, the source, the PTX.                                */
@@ -140,17 +200,20 @@ static void cuda_times(const fc_program *p, fc_compile_times *out) { *out = p->t
 
 /* What a program's plan, source and PTX show: a dynamic program shows its
  * dynamic variant (kernels with the dims as arguments), when it has one. */
-static fc_program *shown(fc_program *p) {
-    fc_program *v = p->dyn ? fc_dynamic_variant(p->dyn) : NULL;
+static const fc_program *shown(const fc_program *p) {
+    const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    const fc_program *v = dp && dp->dyn ? fc_dynamic_variant(dp->dyn) : NULL;
     return v ? v : p;
 }
 
 static char *cuda_plan_text(fc_program *p) {
     if (!p) return NULL;
-    p = shown(p);
-    fc_strbuf t = {.ctx = p->ctx};
-    for (int i = 0; i < p->d.src.nlaunches; i++) {
-        const fc_launch *l = &p->d.src.launches[i];
+    p = (fc_program *)shown(p);
+    fc_context *ctx = cuda_context(p);
+    const fc_program_desc *d = desc_of(p);
+    fc_strbuf t = {.ctx = ctx};
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
         switch (l->kind) {
         case FC_LAUNCH_KERNEL:
             fc_strbuf_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
@@ -165,15 +228,15 @@ static char *cuda_plan_text(fc_program *p) {
         }
     }
     int kernels, library;
-    fc_program_count_launches(p, &kernels, &library, NULL);
+    count_launches(d, &kernels, &library, NULL);
     fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
-                (long long)p->d.arena_bytes, (long long)p->d.intermediate_bytes);
+                (long long)d->arena_bytes, (long long)d->intermediate_bytes);
     /* The last line, exactly: tests and scripts parse it. */
     fc_strbuf_printf(&t, "total: %d kernels, %d library calls, %lld bytes of intermediates\n", kernels, library,
-                (long long)p->d.intermediate_bytes);
+                (long long)d->intermediate_bytes);
     if (t.oom || !t.buf) {
-        fc_ctx_freemem(p->ctx, t.buf);
-        fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (plan text)");
+        fc_ctx_freemem(ctx, t.buf);
+        fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (plan text)");
         return NULL;
     }
     return t.buf;
@@ -215,12 +278,14 @@ char *fc_compile_times_text(const fc_compile_times *t) {
 
 static char *cuda_source(fc_program *p) {
     if (!p) return NULL;
-    p = shown(p);
-    if (!p->d.src.source) {
-        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+    p = (fc_program *)shown(p);
+    fc_context *ctx = cuda_context(p);
+    const fc_program_desc *d = desc_of(p);
+    if (!d->src.source) {
+        fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", d->graph_name);
         return NULL;
     }
-    return dup_str(p->ctx, p->d.src.source);
+    return dup_str(ctx, d->src.source);
 }
 
 static fc_status get_ptx(fc_context *ctx, fc_nvrtc_unit *unit, char *buf) {
@@ -251,11 +316,12 @@ static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrt
 
 static char *cuda_ptx(fc_program *p) {
     if (!p) return NULL;
-    p = shown(p);
+    p = (fc_program *)shown(p);
     /* Not kept from fc_compile: few callers want it, and NVRTC makes it
      * again in a few milliseconds with exactly the same options. */
-    if (!p->d.src.source) {
-        fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "program %s has no CUDA source", p->d.graph_name);
+    if (!fc_prog_exec_of(p) || !p->d.src.source) {
+        const fc_program_desc *d = desc_of(p);
+        fc_set_error(cuda_context(p), FC_ERR_UNSUPPORTED, "program %s has no CUDA source", d->graph_name);
         return NULL;
     }
     const char *extra[4];

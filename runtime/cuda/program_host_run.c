@@ -97,6 +97,11 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
 fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
                                double *median_ms, int bench_iters) {
     if (!p) return FC_ERR_USAGE;
+    if (fc_prog_dyn_of(p))
+        return fc_set_error(fc_program_context(p), FC_ERR_USAGE,
+                            "run: program %s is dynamic (some dims are symbolic): run it with fc_run_shaped, "
+                            "which takes the shapes",
+                            fc_program_desc_of(p)->graph_name ? fc_program_desc_of(p)->graph_name : "?");
     const fc_program_desc *desc = &p->d;
     if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
     for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);

@@ -50,12 +50,15 @@
 #include "runtime/cuda/program.h"
 #include "runtime/backend.h"
 #include "ir/switches.h"
+/* The compile driver's calls (program_compile.c, program_variant.c):
+ * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options.
+ * Nothing on the run path calls codegen. */
 #include "codegen/cuda/attention.h"
+#include "codegen/cuda/cuda_codegen.h"
 #include "ir/timing.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_check.h"
-#include "runtime/ref/interp.h"
 #include "runtime/cuda/program_cache.h"
 #include "runtime/cuda/dynamic.h"
 #include "runtime/cuda/frame.h"
@@ -77,8 +80,44 @@
 /* Warm-up runs before a benchmark: module load, clocks, caches. */
 #define BENCH_WARMUP 3
 
-struct fc_program {
+/*
+ * The CUDA backend's executables are tagged types, one struct per role;
+ * the public fc_program * points at one of them, and its tag (the first
+ * member, after the backend's fc_exec_head) says which:
+ *
+ *   FC_PROG_STATIC    struct fc_program: a static executable (fc_compile of
+ *                     a static graph, the cache, a file, a dynamic
+ *                     program's specialization)
+ *   FC_PROG_VARIANT   fc_prog_variant: a dynamic program's variant (kernels
+ *                     taking the symbol values), its shared arena and graph
+ *   FC_PROG_INSTANCE  fc_prog_instance: one shape of a variant, borrowing
+ *                     its module, kernels, handle and arena
+ *   FC_PROG_DYNAMIC   fc_prog_dynamic: a dynamic program, the handle the
+ *                     caller holds; it owns (through runtime/cuda/dynamic.c)
+ *                     its variant, instances and specializations
+ *
+ * A variant and an instance run as executables do: their first member is
+ * a struct fc_program (tagged with their kind), so the launch, replay and
+ * device code takes either. A dynamic program runs nothing itself and has
+ * no executable's fields: only the signature, stats and times the public
+ * calls read (fc_prog_dyn_of).
+ */
+typedef enum fc_prog_kind {
+    FC_PROG_STATIC,
+    FC_PROG_VARIANT,
+    FC_PROG_INSTANCE,
+    FC_PROG_DYNAMIC,
+} fc_prog_kind;
+
+/* The first member of every CUDA executable. */
+typedef struct fc_prog_tag {
     fc_exec_head head; /* the CUDA backend's (runtime/backend.h) */
+    fc_prog_kind kind;
+} fc_prog_tag;
+
+/* An executable: what runs launches. */
+struct fc_program {
+    fc_prog_tag tag;
     fc_context *ctx;
     fc_compile_options opts;
     fc_program_desc d;    /* what runs: signature, launches, storage, source */
@@ -89,16 +128,24 @@ struct fc_program {
 
     /* Introspection only: fusec's copy of the graph after the passes, and
      * the plan. A cold compile keeps them; a program from the cache or a
-     * file makes them on demand (materialize). */
+     * file makes them on demand (materialize). An instance's plan is bound
+     * to its shape and borrows or owns its graph (plan.owned_graph): g is
+     * never an instance's to free. */
     fc_graph *g;
     fc_plan plan;
 
-    /* Device state, made by the first run (ensure_device). */
+    /* Device state, made by the first run (ensure_device). An instance's
+     * device, module, kernels, handle, arena and scratch are its
+     * variant's, borrowed. */
     fc_cuda_device *dev;
     CUmodule module;
     CUfunction *func; /* per launch; NULL for launches that are not kernels */
     bool funcs_ready;
     CUdeviceptr arena;   /* the intermediates, then (with GEMMs) the cuBLASLt workspace */
+    /* The arena as mapped memory (fc_cuda_region): a specialization's
+     * (freeing it waits for nothing), and a variant's when the device has
+     * virtual memory management. */
+    fc_cuda_region arena_region;
     fc_launch_params args; /* per-run scratch: the kernel parameters (runtime/cuda/replay.h) */
     fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
     CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
@@ -109,22 +156,25 @@ struct fc_program {
     bool replay_off;     /* graphs are off, or building or patching one failed (stats say why) */
     fc_run_stats stats;
 
-    /* One shape of a dynamic program's variant (an "instance"): the
-     * variant's module and kernels are borrowed, the kernels take these
-     * symbol values as trailing arguments. */
-    fc_program *variant;
-    int64_t *syms;
-    int nsyms;
-    unsigned arena_gen;         /* instance: the variant's arena_gen its graph was built for */
-    /* A variant: the arena its instances share, and how often it moved.
-     * The arena is arena_region's when the device has virtual memory
-     * management: it grows in place and never moves (nor waits for the
-     * device); otherwise it is one cuMemAlloc, freed and allocated again,
-     * larger, when a shape needs more. */
+    /* A static executable that is a dynamic program's specialization: its
+     * dynamic program's device and cuBLASLt handle, borrowed (program.h);
+     * its arena is then arena_region's. NULL otherwise. */
+    fc_device_lease *lease;
+    bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
+};
+
+/* A dynamic program's variant. */
+typedef struct fc_prog_variant {
+    fc_program x; /* tagged FC_PROG_VARIANT */
+    /* The arena its instances share, and how often it moved. The arena is
+     * arena_region's when the device has virtual memory management: it
+     * grows in place and never moves (nor waits for the device); otherwise
+     * it is one cuMemAlloc, freed and allocated again, larger, when a shape
+     * needs more. */
     int64_t shared_arena_bytes;
     int64_t arena_reserved; /* what fc_program_reserve_arena mapped (the declared largest shape's need) */
-    fc_cuda_region arena_region;
-    bool arena_moves; /* no region: the arena is reallocated to grow */
+    bool arena_moves;       /* no region: the arena is reallocated to grow */
+    unsigned arena_gen;     /* bumped when the arena moves */
     /* A variant of frame kernels only: one graph for all its shapes
      * (enqueue_shared), which reads each shape's sizes and pointers from
      * the frame. shared_graph: the variant is such, and the shared graph
@@ -137,7 +187,6 @@ struct fc_program {
      * (runtime/cuda/frame.h). */
     fc_frame *frame;
     int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
-    bool plan_owns_graph;       /* g is plan.owned_graph (an instance's bound plan) */
     /* A variant of kernels only: what each shape's instance is made from
      * (instance_from_layout). The memory plan's layout (the classes, their
      * lifetimes, the sizes as formulas: only the placement is per shape),
@@ -148,18 +197,54 @@ struct fc_program {
     fc_memplan_layout *layout;
     fc_store *store_kind;
     bool *grid_sized; /* by launch: its grid depends on the symbols (else the variant's is every shape's) */
-    /* An instance made from the layout: its description's arrays live in
-     * the program's own allocation, and its names and launch argument
+} fc_prog_variant;
+
+/* One shape of a variant (an "instance"): the variant's module and kernels
+ * are borrowed, the kernels take these symbol values as trailing
+ * arguments. */
+typedef struct fc_prog_instance {
+    fc_program x; /* tagged FC_PROG_INSTANCE */
+    fc_prog_variant *variant;
+    int64_t *syms;
+    int nsyms;
+    unsigned arena_gen; /* the variant's arena_gen its graph was built for */
+    /* Made from the variant's layout: its description's arrays live in
+     * the instance's own allocation, and its names and launch argument
      * lists are the variant's, so they are not freed one by one. */
     bool desc_inline;
+} fc_prog_instance;
 
-    /* A dynamic program (runtime/cuda/dynamic.c): guards, specializations. */
-    struct fc_dynamic *dyn;
-    /* A specialization: its dynamic program's device and cuBLASLt handle,
-     * borrowed (program.h). Its arena is then arena_region's too. */
-    fc_device_lease *lease;
-    bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
-};
+/* A dynamic program: the handle the caller holds. */
+typedef struct fc_prog_dynamic {
+    fc_prog_tag tag; /* FC_PROG_DYNAMIC */
+    fc_context *ctx;
+    fc_compile_options opts;
+    fc_program_desc d; /* the signature (symbolic shapes), graph text and target; no launches */
+    fc_compile_times times;
+    fc_run_stats stats; /* the guards' and specializations' counters */
+    /* Introspection only, made on demand from d.graph_text (materialize). */
+    fc_graph *g;
+    fc_plan plan;
+    struct fc_dynamic *dyn; /* guards, specializations, the variant and its instances */
+} fc_prog_dynamic;
+
+static inline fc_prog_kind fc_prog_kind_of(const fc_program *p) {
+    return ((const fc_prog_tag *)(const void *)p)->kind;
+}
+/* p as its role's type, or NULL when it is of another kind. */
+static inline fc_prog_dynamic *fc_prog_dyn_of(const fc_program *p) {
+    return p && fc_prog_kind_of(p) == FC_PROG_DYNAMIC ? (fc_prog_dynamic *)(void *)p : NULL;
+}
+static inline fc_prog_variant *fc_prog_variant_of(const fc_program *p) {
+    return p && fc_prog_kind_of(p) == FC_PROG_VARIANT ? (fc_prog_variant *)(void *)p : NULL;
+}
+static inline fc_prog_instance *fc_prog_instance_of(const fc_program *p) {
+    return p && fc_prog_kind_of(p) == FC_PROG_INSTANCE ? (fc_prog_instance *)(void *)p : NULL;
+}
+/* p as an executable (any kind but a dynamic program), else NULL. */
+static inline fc_program *fc_prog_exec_of(const fc_program *p) {
+    return p && fc_prog_kind_of(p) != FC_PROG_DYNAMIC ? (fc_program *)p : NULL;
+}
 
 struct fc_device_lease {
     pthread_mutex_t mu;
@@ -201,15 +286,18 @@ int fc_prog_device_sm_count(void);
 void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o);
 fc_store fc_prog_store_at(const fc_plan_classes *c, int id, int64_t offset, int64_t bytes);
 fc_store fc_prog_copy_source(const fc_plan_classes *c, const fc_graph *g, int k, int64_t bytes);
-void fc_prog_set_tensor_type(fc_program_tensor *t, const fc_value *v);
 fc_status fc_prog_build_desc(fc_program *p);
 void fc_prog_count_launch_args(fc_program *p);
 fc_status fc_prog_nvrtc_setup_make(fc_program *p, nvrtc_setup *n);
 fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache);
-fc_program *fc_prog_new_program(fc_context *ctx);
+/* A zeroed executable of this kind, size bytes (its role's struct). */
+fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size);
+static inline fc_program *fc_prog_new_program(fc_context *ctx) {
+    return fc_prog_new_exec(ctx, FC_PROG_STATIC, sizeof(fc_program));
+}
 
 /* program_variant.c */
-fc_status fc_prog_grow_arena(fc_program *v, int64_t bytes, bool exact);
+fc_status fc_prog_grow_arena(fc_prog_variant *v, int64_t bytes, bool exact);
 
 /* program_device.c */
 fc_status fc_prog_check_supported(const fc_program *p);

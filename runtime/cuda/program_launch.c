@@ -4,10 +4,11 @@
 static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout);
 
 static fc_replay_env env_of(const fc_program *p) {
-    const fc_frame *f = p->variant ? p->variant->frame : NULL;
+    const fc_prog_instance *in = fc_prog_instance_of(p);
+    const fc_frame *f = in ? in->variant->frame : NULL;
     fc_replay_env e = {p->dev,   p->ctx,  &p->d,         p->func,         p->arena,           p->blas,
-                       p->blas_ws, p->syms, p->nsyms, fc_frame_device(f), fc_frame_image(f), -1};
-    if (e.frame_image) e.frame_carrier = p->variant->frame_carrier;
+                       p->blas_ws, in ? in->syms : NULL, in ? in->nsyms : 0, fc_frame_device(f), fc_frame_image(f), -1};
+    if (e.frame_image) e.frame_carrier = in->variant->frame_carrier;
     return e;
 }
 
@@ -124,7 +125,8 @@ static fc_status refresh_weights(fc_program *p, void *const *inputs, void *const
 fc_status fc_program_weights_changed(fc_program *p) {
     if (!p) return FC_ERR_USAGE;
     if (!fc_program_is(p, FC_DEVICE_CUDA)) return FC_OK; /* the host backends read the weights at every run */
-    if (p->dyn) return fc_dynamic_weights_changed(p->dyn);
+    const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    if (dp) return fc_dynamic_weights_changed(dp->dyn);
     fc_cublaslt_weights_changed(p->blas);
     return FC_OK;
 }
@@ -139,7 +141,7 @@ fc_status fc_program_weights_changed(fc_program *p) {
 /* The variant's shared graph, built from instance p for these buffers (its
  * time and count in p's stats). */
 static fc_status build_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
-    fc_program *v = p->variant;
+    fc_prog_variant *v = fc_prog_instance_of(p)->variant;
     fc_replay_env e = env_of(p);
     const double t = fc_now_ms();
     fc_status st = fc_replay_build(&e, inputs, outputs, &p->args, s, &v->shared_replay);
@@ -154,7 +156,7 @@ static fc_status build_shared(fc_program *p, void *const *inputs, void *const *o
 }
 
 static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
-    fc_program *v = p->variant;
+    fc_prog_variant *v = fc_prog_instance_of(p)->variant;
     fc_replay_env e = env_of(p);
     fc_status st = FC_OK;
     const char *failed = NULL;
@@ -174,7 +176,7 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
         char reason[200];
         snprintf(reason, sizeof reason, "the variant's shared graph: %s: %.100s", failed, fc_last_error(p->ctx));
         fc_trace(FC_LOG_GRAPHS, "program %s: %s", p->d.graph_name, reason);
-        fc_replay_free(v->shared_replay, v->dev);
+        fc_replay_free(v->shared_replay, v->x.dev);
         v->shared_replay = NULL;
         v->shared_graph = false;
         p->stats.graph_skips++;
@@ -186,7 +188,8 @@ static fc_status enqueue_shared(fc_program *p, void *const *inputs, void *const 
 }
 
 fc_status fc_program_prebuild_shared_graph(fc_program *inst) {
-    fc_program *v = inst->variant;
+    fc_prog_instance *in = fc_prog_instance_of(inst);
+    fc_prog_variant *v = in ? in->variant : NULL;
     if (!v) return fc_set_error(inst->ctx, FC_ERR_USAGE, "fc_program_prebuild_shared_graph: not an instance");
     fc_status st = fc_prog_ensure_device(inst);
     if (st != FC_OK) return st;
@@ -226,7 +229,8 @@ fc_status fc_program_prebuild_shared_graph(fc_program *inst) {
  * eagerly instead (the reason is in the stats and the log). */
 static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     if (!p->graphs_decided) decide_graphs(p);
-    if (p->variant && p->variant->shared_graph && !p->replay_off)
+    const fc_prog_instance *in = fc_prog_instance_of(p);
+    if (in && in->variant->shared_graph && !p->replay_off)
         return enqueue_shared(p, inputs, outputs, s);
     /* The first run is eager by design, unless the graph was built before
      * it (fc_program_prebuild_graph); a later eager one is a skip. */
@@ -277,7 +281,7 @@ fc_status fc_prog_enqueue(fc_program *p, void *const *inputs, void *const *outpu
         /* Frame kernels, replayed or not, read this run's sizes and
          * pointers from the frame: its changed words first. */
         bool wrote = false;
-        st = fc_frame_write(p->variant->frame, p->dev, &e, inputs, outputs, s, &wrote);
+        st = fc_frame_write(fc_prog_instance_of(p)->variant->frame, p->dev, &e, inputs, outputs, s, &wrote);
         if (st != FC_OK) return st;
         p->stats.frame_writes += wrote;
     }
@@ -325,8 +329,8 @@ fc_status fc_prog_prepare_run(fc_program *p) {
 
 fc_status fc_prog_cuda_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout,
                          void *stream) {
-    if (p->dyn)
-        return fc_set_error(p->ctx, FC_ERR_USAGE,
+    if (fc_prog_dyn_of(p))
+        return fc_set_error(fc_program_context(p), FC_ERR_USAGE,
                             "fc_run: program %s is dynamic (some dims are symbolic): run it with fc_run_shaped, "
                             "which takes the shapes",
                             fc_program_desc_of(p)->graph_name ? fc_program_desc_of(p)->graph_name : "?");

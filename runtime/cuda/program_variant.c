@@ -5,22 +5,6 @@
 /* The dynamic variant and its instances (docs/DYNAMIC.md).            */
 /* ------------------------------------------------------------------ */
 
-fc_status fc_program_desc_signature(fc_context *ctx, const fc_graph *g, fc_program_desc *d) {
-    d->params = fc_ctx_malloc(ctx, sizeof *d->params * (size_t)(g->nparams + 1));
-    d->outputs = fc_ctx_malloc(ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    d->graph_name = dup_str(ctx, g->name);
-    if (!d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
-    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
-    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    for (int i = 0; i < g->nparams; i++) {
-        fc_prog_set_tensor_type(&d->params[i], g->params[i]);
-        d->nparams = i + 1;
-        if (!(d->params[i].name = dup_str(ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
-    }
-    for (int k = 0; k < g->noutputs; k++) fc_prog_set_tensor_type(&d->outputs[k], g->outputs[k]);
-    d->noutputs = g->noutputs;
-    return FC_OK;
-}
 
 /* The variant's signature: names, dtypes and (symbolic) shapes. Its
  * storage is per shape: an instance's description has it. */
@@ -29,10 +13,11 @@ static fc_status variant_signature(fc_program *p) { return fc_program_desc_signa
 /* A variant of kernels only: the memory plan's layout, every value's
  * storage kind and each result's copy source, made once, so that a shape's
  * instance only places the arena and evaluates sizes and grids. */
-static fc_status variant_layout(fc_program *v) {
-    fc_status st = fc_memplan_layout_make(&v->plan, &v->layout);
+static fc_status variant_layout(fc_prog_variant *vr) {
+    fc_program *v = &vr->x;
+    fc_status st = fc_memplan_layout_make(&v->plan, &vr->layout);
     if (st != FC_OK) return st;
-    const int nv = fc_memplan_layout_nvalues(v->layout);
+    const int nv = fc_memplan_layout_nvalues(vr->layout);
     fc_plan_classes c;
     if ((st = fc_plan_classes_make(v->ctx, &v->plan, &c)) != FC_OK) return st;
     /* Which values live in the arena does not depend on the sizes: a
@@ -40,23 +25,23 @@ static fc_status variant_layout(fc_program *v) {
     int64_t ones[FC_DYN_MAX_SYMS], arena, inter;
     for (int k = 0; k < FC_DYN_MAX_SYMS; k++) ones[k] = 1;
     int64_t *off = fc_ctx_malloc(v->ctx, sizeof *off * (size_t)(nv + 1));
-    v->store_kind = fc_ctx_malloc(v->ctx, sizeof *v->store_kind * (size_t)(nv + 1));
-    if (!off || !v->store_kind) st = FC_ERR_NOMEM;
-    if (st == FC_OK) st = fc_memplan_layout_place(v->layout, ones, off, NULL, &arena, &inter);
-    for (int id = 0; id < nv && st == FC_OK; id++) v->store_kind[id] = fc_prog_store_at(&c, id, off[id], 0);
+    vr->store_kind = fc_ctx_malloc(v->ctx, sizeof *vr->store_kind * (size_t)(nv + 1));
+    if (!off || !vr->store_kind) st = FC_ERR_NOMEM;
+    if (st == FC_OK) st = fc_memplan_layout_place(vr->layout, ones, off, NULL, &arena, &inter);
+    for (int id = 0; id < nv && st == FC_OK; id++) vr->store_kind[id] = fc_prog_store_at(&c, id, off[id], 0);
     for (int k = 0; k < v->d.noutputs && st == FC_OK; k++) v->d.outputs[k].copy_from = fc_prog_copy_source(&c, v->g, k, 0);
     /* A kernel whose grid formulas are constants (a GEMM's persistent
      * grid) has the variant's grid at every shape. */
     const int nl = v->d.src.nlaunches;
-    if (st == FC_OK && !(v->grid_sized = fc_ctx_malloc(v->ctx, sizeof *v->grid_sized * (size_t)(nl + 1))))
+    if (st == FC_OK && !(vr->grid_sized = fc_ctx_malloc(v->ctx, sizeof *vr->grid_sized * (size_t)(nl + 1))))
         st = FC_ERR_NOMEM;
     for (int i = 0; i < nl && st == FC_OK; i++) {
         const fc_launch *l = &v->d.src.launches[i];
         /* A frame kernel has one grid for every shape (frame_setup). */
-        v->grid_sized[i] = l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0 && !l->frame;
-        if (v->grid_sized[i] && fc_mono_is_static(&l->grid_work[0]) && fc_mono_is_static(&l->grid_work[1]) &&
+        vr->grid_sized[i] = l->kind == FC_LAUNCH_KERNEL && l->nsyms > 0 && !l->frame;
+        if (vr->grid_sized[i] && fc_mono_is_static(&l->grid_work[0]) && fc_mono_is_static(&l->grid_work[1]) &&
             fc_mono_is_static(&l->grid_work[2]))
-            v->grid_sized[i] = false;
+            vr->grid_sized[i] = false;
     }
     fc_ctx_freemem(v->ctx, off);
     fc_plan_classes_free(v->ctx, &c);
@@ -84,17 +69,18 @@ static size_t take(size_t *at, size_t elem, int n) {
  * what binding the graph (fc_plan_bind, then build_desc) makes, value by
  * value (tests/test_dynamic.c checks it).
  */
-static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
+static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, int nsyms, fc_program **out) {
+    const fc_program *v = &vr->x;
     fc_status st = fc_graph_check_bind_values(v->plan.g, syms, nsyms);
     if (st != FC_OK) return st;
-    const int nv = fc_memplan_layout_nvalues(v->layout), np = v->d.nparams, no = v->d.noutputs;
+    const int nv = fc_memplan_layout_nvalues(vr->layout), np = v->d.nparams, no = v->d.noutputs;
     const int nl = v->d.src.nlaunches;
     /* Frame kernels: the variant's launches themselves, whose grids are
      * every shape's (set when the variant's device is ready); else a copy
      * with this shape's grids. */
     const bool frame = v->d.src.frame_words > 0;
     /* The allocation's parts, one after another, each 16-byte aligned. */
-    size_t at = round_up16(sizeof(fc_program));
+    size_t at = round_up16(sizeof(fc_prog_instance));
     const size_t at_syms = take(&at, sizeof(int64_t), nsyms), at_offset = take(&at, sizeof(int64_t), nv),
                  at_bytes = take(&at, sizeof(int64_t), nv), at_store = take(&at, sizeof(fc_store), nv),
                  at_params = take(&at, sizeof(fc_program_tensor), np),
@@ -102,30 +88,31 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
                  at_launches = frame ? 0 : take(&at, sizeof(fc_launch), nl);
     char *block = fc_ctx_malloc(v->ctx, at);
     if (!block) return fc_set_error(v->ctx, FC_ERR_NOMEM, "out of memory (a shape of program %s)", v->d.graph_name);
-    fc_program *p = (fc_program *)(void *)block;
-    memset(p, 0, sizeof *p);
-    p->head.backend = &fc_backend_cuda;
+    fc_prog_instance *in = (fc_prog_instance *)(void *)block;
+    memset(in, 0, sizeof *in);
+    fc_program *p = &in->x;
+    p->tag.head.backend = &fc_backend_cuda;
+    p->tag.kind = FC_PROG_INSTANCE;
     p->ctx = v->ctx;
     p->opts = v->opts;
-    p->desc_inline = true;
-    p->variant = v;
-    p->syms = (int64_t *)(void *)(block + at_syms);
-    memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
-    p->nsyms = nsyms;
+    in->desc_inline = true;
+    in->variant = vr;
+    in->syms = (int64_t *)(void *)(block + at_syms);
+    memcpy(in->syms, syms, sizeof *syms * (size_t)nsyms);
+    in->nsyms = nsyms;
     /* The plan: the variant's graph and groups (borrowed: it owns nothing),
      * the symbol values its grids are evaluated at, and the placement. */
     fc_plan *plan = &p->plan;
-    plan->g = p->g = v->plan.g;
-    p->plan_owns_graph = true; /* not p's to free */
+    plan->g = p->g = v->plan.g; /* not p's to free */
     plan->groups = v->plan.groups;
     plan->ngroups = v->plan.ngroups;
     plan->group_of_node = v->plan.group_of_node;
     plan->sm = v->plan.sm;
     plan->nsyms = nsyms;
-    plan->sym_values = p->syms;
+    plan->sym_values = in->syms;
     plan->offset = (int64_t *)(void *)(block + at_offset);
     int64_t *bytes = (int64_t *)(void *)(block + at_bytes);
-    st = fc_memplan_layout_place(v->layout, syms, plan->offset, bytes, &plan->arena_bytes, &plan->intermediate_bytes);
+    st = fc_memplan_layout_place(vr->layout, syms, plan->offset, bytes, &plan->arena_bytes, &plan->intermediate_bytes);
     fc_program_desc *d = &p->d;
     /* The variant's target, as resolved (no device query per shape). */
     d->sm = v->d.sm;
@@ -138,7 +125,7 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
     d->nvalues = nv;
     d->store = (fc_store *)(void *)(block + at_store);
     for (int id = 0; id < nv; id++) {
-        d->store[id] = v->store_kind[id];
+        d->store[id] = vr->store_kind[id];
         d->store[id].bytes = bytes[id];
         if (d->store[id].kind == FC_STORE_ARENA) d->store[id].index = plan->offset[id];
     }
@@ -161,7 +148,7 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
         memcpy(d->src.launches, v->d.src.launches, sizeof(fc_launch) * (size_t)nl);
     }
     for (int i = 0; i < nl && st == FC_OK; i++)
-        if (v->grid_sized[i]) st = fc_cuda_launch_grid(plan, &v->d.src.launches[i], d->src.launches[i].grid);
+        if (vr->grid_sized[i]) st = fc_cuda_launch_grid(plan, &v->d.src.launches[i], d->src.launches[i].grid);
     if (st != FC_OK) {
         fc_program_free(p);
         return st;
@@ -174,8 +161,9 @@ static fc_status instance_from_layout(fc_program *v, const int64_t *syms, int ns
 fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     *out = NULL;
     double t0 = fc_now_ms();
-    fc_program *p = fc_prog_new_program(g->ctx);
-    if (!p) return FC_ERR_NOMEM;
+    fc_prog_variant *vr = (fc_prog_variant *)(void *)fc_prog_new_exec(g->ctx, FC_PROG_VARIANT, sizeof(fc_prog_variant));
+    if (!vr) return FC_ERR_NOMEM;
+    fc_program *p = &vr->x;
     p->opts = *o;
     fc_program_desc *d = &p->d;
     fc_prog_set_target(d, o);
@@ -219,8 +207,8 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     /* Kernels only: one graph for every shape, and instances made from the
      * layout (a cuBLASLt call's description is made from its bound node). */
     const bool kernels_only = fc_replay_kernels_only(d);
-    p->shared_graph = kernels_only && d->src.frame_words > 0;
-    if (kernels_only && (st = variant_layout(p)) != FC_OK) {
+    vr->shared_graph = kernels_only && d->src.frame_words > 0;
+    if (kernels_only && (st = variant_layout(vr)) != FC_OK) {
         fc_program_free(p);
         return st;
     }
@@ -228,33 +216,37 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     return FC_OK;
 }
 
-fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out) {
+fc_status fc_program_instance(fc_program *vp, const int64_t *syms, int nsyms, fc_program **out) {
     *out = NULL;
-    if (v->layout) return instance_from_layout(v, syms, nsyms, out);
+    fc_prog_variant *vr = fc_prog_variant_of(vp);
+    if (!vr) return fc_set_error(fc_program_context(vp), FC_ERR_USAGE, "fc_program_instance: not a variant");
+    const fc_program *v = &vr->x;
+    if (vr->layout) return instance_from_layout(vr, syms, nsyms, out);
     /* Library launches: the whole graph bound to the shape (a cuBLASLt
      * call's description is made from its bound node). */
-    fc_program *p = fc_prog_new_program(v->ctx);
-    if (!p) return FC_ERR_NOMEM;
+    fc_prog_instance *in =
+        (fc_prog_instance *)(void *)fc_prog_new_exec(v->ctx, FC_PROG_INSTANCE, sizeof(fc_prog_instance));
+    if (!in) return FC_ERR_NOMEM;
+    fc_program *p = &in->x;
     p->opts = v->opts;
     /* The variant's target, as resolved (no device query per shape). */
     p->d.sm = v->d.sm;
     p->d.fast_math = v->d.fast_math;
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
-    p->variant = v;
+    in->variant = vr;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
-        /* The plan's graph: its own bound copy. */
+        /* The plan's graph: its own bound copy (plan.owned_graph). */
         p->g = p->plan.g;
-        p->plan_owns_graph = true;
-        p->syms = fc_ctx_malloc(p->ctx, sizeof *p->syms * (size_t)(nsyms + 1));
+        in->syms = fc_ctx_malloc(p->ctx, sizeof *in->syms * (size_t)(nsyms + 1));
         fc_launch *ls = fc_ctx_malloc(p->ctx, sizeof *ls * (size_t)(v->d.src.nlaunches + 1));
-        if (!p->syms || !ls) {
+        if (!in->syms || !ls) {
             fc_ctx_freemem(p->ctx, ls);
             st = FC_ERR_NOMEM;
         } else {
-            memcpy(p->syms, syms, sizeof *syms * (size_t)nsyms);
-            p->nsyms = nsyms;
+            memcpy(in->syms, syms, sizeof *syms * (size_t)nsyms);
+            in->nsyms = nsyms;
             /* The variant's launches, with this shape's grids. fc_cuda_src
              * frees the lists with free(). */
             p->d.src.launches = ls;
@@ -297,27 +289,41 @@ fc_status fc_program_prepare(fc_program *p) {
 }
 
 fc_status fc_program_set_signature(fc_program *p, fc_graph *g) {
-    p->g = g;
-    fc_status st = variant_signature(p);
-    p->g = NULL;
-    if (st == FC_OK && !(p->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
-    fc_prog_set_target(&p->d, &p->opts);
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    fc_status st = fc_program_desc_signature(dp->ctx, g, &dp->d);
+    if (st == FC_OK && !(dp->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    fc_prog_set_target(&dp->d, &dp->opts);
     return st;
 }
 
-void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { p->dyn = dyn; }
+void fc_program_set_dynamic(fc_program *p, struct fc_dynamic *dyn) { fc_prog_dyn_of(p)->dyn = dyn; }
 struct fc_dynamic *fc_program_dynamic(const fc_program *p) {
-    return p && fc_program_is(p, FC_DEVICE_CUDA) ? p->dyn : NULL;
+    fc_prog_dynamic *dp = p && fc_program_is(p, FC_DEVICE_CUDA) ? fc_prog_dyn_of(p) : NULL;
+    return dp ? dp->dyn : NULL;
 }
-fc_run_stats *fc_program_stats_ref(fc_program *p) { return &p->stats; }
-struct fc_cublaslt *fc_program_blas(const fc_program *p) { return p ? p->blas : NULL; }
+fc_run_stats *fc_program_stats_ref(fc_program *p) {
+    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
+    return dp ? &dp->stats : &p->stats;
+}
+struct fc_cublaslt *fc_program_blas(const fc_program *p) {
+    const fc_program *x = fc_prog_exec_of(p);
+    return x ? x->blas : NULL;
+}
 
-const struct fc_cuda_device *fc_program_device(const fc_program *p) { return p ? p->dev : NULL; }
+const struct fc_cuda_device *fc_program_device(const fc_program *p) {
+    const fc_program *x = fc_prog_exec_of(p);
+    return x ? x->dev : NULL;
+}
 
 fc_program *fc_program_new_shell(fc_context *ctx, const fc_compile_options *o) {
-    fc_program *p = fc_prog_new_program(ctx);
-    if (p) p->opts = *o;
-    return p;
+    fc_prog_dynamic *dp = fc_ctx_malloc(ctx, sizeof *dp);
+    if (!dp) return NULL;
+    memset(dp, 0, sizeof *dp);
+    dp->tag.head.backend = &fc_backend_cuda;
+    dp->tag.kind = FC_PROG_DYNAMIC;
+    dp->ctx = ctx;
+    dp->opts = *o;
+    return (fc_program *)(void *)dp;
 }
 
 /* The variants' arena growths are serialized process-wide: the caller's
@@ -331,56 +337,60 @@ pthread_mutex_t fc_prog_arena_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Make v's arena (a variant's) hold `bytes`: doubled at least (a sweep of
  * growing shapes grows it a few times), or exactly (fc_program_reserve's
  * declared largest shape). Under fc_prog_arena_lock. */
-fc_status fc_prog_grow_arena(fc_program *v, int64_t bytes, bool exact) {
-    if (bytes <= v->shared_arena_bytes) return FC_OK; /* grown ahead meanwhile */
-    int64_t grown = !exact && v->shared_arena_bytes * 2 > bytes ? v->shared_arena_bytes * 2 : bytes;
+fc_status fc_prog_grow_arena(fc_prog_variant *vr, int64_t bytes, bool exact) {
+    fc_program *v = &vr->x;
+    if (bytes <= vr->shared_arena_bytes) return FC_OK; /* grown ahead meanwhile */
+    int64_t grown = !exact && vr->shared_arena_bytes * 2 > bytes ? vr->shared_arena_bytes * 2 : bytes;
     const double t0 = fc_now_ms();
-    fc_status st = v->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
+    fc_status st = vr->arena_moves ? FC_ERR_UNSUPPORTED : fc_cuda_region_grow(v->dev, &v->arena_region, (size_t)grown);
     if (st == FC_OK) {
-        if (v->arena != v->arena_region.base) v->arena_gen++; /* its first growth */
+        if (v->arena != v->arena_region.base) vr->arena_gen++; /* its first growth */
         v->arena = v->arena_region.base;
         grown = (int64_t)v->arena_region.mapped;
     } else if (st == FC_ERR_UNSUPPORTED) {
-        v->arena_moves = true;
+        vr->arena_moves = true;
         if (v->arena) {
             /* cuMemFree waits for the work that may still use it. */
             (void)fc_cuda_free(v->dev, v->arena);
             v->arena = 0;
-            __atomic_store_n(&v->shared_arena_bytes, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&vr->shared_arena_bytes, 0, __ATOMIC_RELEASE);
         }
         st = fc_cuda_alloc(v->dev, (size_t)grown, &v->arena);
         if (st != FC_OK) return st;
-        v->arena_gen++;
+        vr->arena_gen++;
     } else {
         return st;
     }
-    __atomic_store_n(&v->shared_arena_bytes, grown, __ATOMIC_RELEASE);
+    __atomic_store_n(&vr->shared_arena_bytes, grown, __ATOMIC_RELEASE);
     v->stats.arena_grows++;
     v->stats.arena_grow_ms += fc_now_ms() - t0;
     return FC_OK;
 }
 
 int64_t fc_program_arena_ahead_bytes(fc_program *inst) {
-    fc_program *v = inst ? inst->variant : NULL;
-    if (!v || !v->arena_region.base) return 0; /* only an arena that grows in place (never one that moves) */
+    const fc_prog_instance *in = fc_prog_instance_of(inst);
+    fc_prog_variant *vr = in ? in->variant : NULL;
+    if (!vr || !vr->x.arena_region.base) return 0; /* only an arena that grows in place (never one that moves) */
     int64_t ws_offset = 0, bytes = fc_prog_arena_size(inst, &ws_offset);
     if (bytes <= 0 || bytes > INT64_MAX / 2) return 0;
     /* Within the declared largest shape: nothing more ahead. */
-    if (bytes <= __atomic_load_n(&v->arena_reserved, __ATOMIC_ACQUIRE)) return 0;
-    return 2 * bytes > __atomic_load_n(&v->shared_arena_bytes, __ATOMIC_ACQUIRE) ? 2 * bytes : 0;
+    if (bytes <= __atomic_load_n(&vr->arena_reserved, __ATOMIC_ACQUIRE)) return 0;
+    return 2 * bytes > __atomic_load_n(&vr->shared_arena_bytes, __ATOMIC_ACQUIRE) ? 2 * bytes : 0;
 }
 
-bool fc_program_arena_ahead(fc_program *v, int64_t bytes) {
+bool fc_program_arena_ahead(fc_program *vp, int64_t bytes) {
     bool grew = false;
+    fc_prog_variant *vr = fc_prog_variant_of(vp);
+    fc_program *v = vr ? &vr->x : NULL;
     pthread_mutex_lock(&fc_prog_arena_lock);
-    if (v && v->dev && v->arena_region.base && bytes > v->shared_arena_bytes) {
+    if (v && v->dev && v->arena_region.base && bytes > vr->shared_arena_bytes) {
         /* The device as the caller's thread has it, but with errors going
          * to a context of this thread's own: a failure here is nobody's
          * error (the run that needs the memory grows the arena itself). */
         fc_context *scratch = fc_context_new();
         fc_cuda_device dev = fc_cuda_device_view(v->dev, scratch);
         if (scratch && fc_cuda_region_grow(&dev, &v->arena_region, (size_t)bytes) == FC_OK) {
-            __atomic_store_n(&v->shared_arena_bytes, (int64_t)v->arena_region.mapped, __ATOMIC_RELEASE);
+            __atomic_store_n(&vr->shared_arena_bytes, (int64_t)v->arena_region.mapped, __ATOMIC_RELEASE);
             grew = true;
         }
         fc_context_free(scratch);
@@ -392,14 +402,15 @@ bool fc_program_arena_ahead(fc_program *v, int64_t bytes) {
 fc_status fc_program_reserve_arena(fc_program *v, const int64_t *syms, int nsyms) {
     fc_program *inst = NULL;
     fc_status st = fc_program_instance(v, syms, nsyms, &inst);
+    fc_prog_variant *vr = fc_prog_variant_of(v);
     if (st != FC_OK) return st;
     int64_t ws_offset = 0, bytes = fc_prog_arena_size(inst, &ws_offset);
     fc_program_free(inst);
     if (bytes < 0) return fc_set_error(v->ctx, FC_ERR_RUNTIME, "program %s: an arena too large", v->d.graph_name);
     if ((st = fc_prog_ensure_device(v)) != FC_OK) return st;
     pthread_mutex_lock(&fc_prog_arena_lock);
-    st = fc_prog_grow_arena(v, bytes, true);
-    if (st == FC_OK && bytes > v->arena_reserved) __atomic_store_n(&v->arena_reserved, bytes, __ATOMIC_RELEASE);
+    st = fc_prog_grow_arena(vr, bytes, true);
+    if (st == FC_OK && bytes > vr->arena_reserved) __atomic_store_n(&vr->arena_reserved, bytes, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&fc_prog_arena_lock);
     return st;
 }

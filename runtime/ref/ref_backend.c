@@ -8,7 +8,7 @@
 #include "runtime/backend.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "runtime/cuda/program.h"
+#include "lower/program_desc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,119 @@
+/*
+ * launch.h - the launch list of a lowered program: what each launch runs
+ * (a generated kernel, a library call, an alias), its grid, block, shared
+ * memory and arguments, and the source the kernels are in.
+ *
+ * Codegen fills it (codegen/cuda/cuda_codegen.h: fc_cuda_codegen); after
+ * that it is plain data that the program description carries
+ * (lower/program_desc.h), the cache and AOT files store, and the runtime
+ * reads at run time with the functions below, never through codegen: a
+ * launch's grid at a bound shape is a formula evaluated here.
+ */
+#ifndef FC_LOWER_LAUNCH_H
+#define FC_LOWER_LAUNCH_H
+
+#include "passes/passes.h"
+
+typedef enum fc_launch_kind {
+    FC_LAUNCH_KERNEL,  /* a generated kernel in the module */
+    FC_LAUNCH_LIBRARY, /* a library call (cuBLASLt matmul; a later issue) */
+    FC_LAUNCH_ALIAS,   /* nothing to launch: an output aliases an input buffer */
+} fc_launch_kind;
+
+/*
+ * A tensor map (a CUtensorMap, the descriptor the bulk tensor copy engine,
+ * TMA, reads) that a kernel takes as a `const __grid_constant__` parameter.
+ * Its shape is static (codegen knows it), but it holds a base address, so
+ * the runtime encodes it (cuTensorMapEncodeTiled) at every launch, and
+ * again when a graph replay patches that argument's pointer
+ * (runtime/replay.c: fc_launch_args; docs/RUNTIME-GRAPHS.md).
+ * Dims go innermost first, as the driver takes them: element
+ * (c0, c1, ..) of the map is at args[arg] + (offset + c0) * esize +
+ * c1 * strides[0] + c2 * strides[1] + ...
+ */
+#define FC_TMAP_MAX_RANK 5
+#define FC_LAUNCH_MAX_TMAPS 4
+typedef struct fc_tmap {
+    int arg;                            /* the kernel argument (index into fc_launch.args) it reads */
+    int64_t offset;                     /* elements from that argument's pointer */
+    fc_dtype dtype;                     /* FC_BF16 or FC_F16 */
+    int rank;                           /* 1 .. FC_TMAP_MAX_RANK */
+    int64_t dims[FC_TMAP_MAX_RANK];     /* elements, innermost first */
+    int64_t strides[FC_TMAP_MAX_RANK - 1]; /* bytes, of dims 1 .. rank - 1 (multiples of 16) */
+    uint32_t box[FC_TMAP_MAX_RANK];     /* the box one copy moves (each 1 .. 256) */
+    bool swizzle128;                    /* 128-byte swizzle (box[0] * esize == 128); else none */
+} fc_tmap;
+
+typedef struct fc_launch {
+    fc_launch_kind kind;
+    char name[64];    /* kernel function name (extern "C") */
+    int group;        /* plan group id */
+    unsigned grid[3]; /* grid dimensions */
+    unsigned block[3];
+    unsigned min_blocks; /* kernels: __launch_bounds__'s blocks per SM (0: not given) */
+    unsigned smem;    /* dynamic shared memory bytes */
+    /* Kernel parameters in order: one device pointer per value id. The
+     * first nreads are read, the rest written. */
+    int nargs, nreads;
+    int *args;        /* value ids (malloc'd) */
+    /* Kernels only: after the pointers (and symbol values), one
+     * `const __grid_constant__` CUtensorMap (128 bytes, 64-aligned) per
+     * tmaps[i], in this order. Static kernels only (nsyms == 0). */
+    int ntmaps;
+    fc_tmap tmaps[FC_LAUNCH_MAX_TMAPS];
+    /* Dynamic plans: a generated kernel takes, after its pointers, one
+     * `long long` per symbol of the graph (s0 .. s{nsyms-1}, symbol index
+     * order, all of them), so every kernel gets the same list. 0 for static
+     * kernels and for launches that are not kernels. */
+    int nsyms;
+    /* Dynamic plans of kernels only (docs/DYNAMIC.md, "The frame"): the
+     * kernel's one parameter is the frame, a device table of 64-bit words
+     * that the runtime writes when a call's shape or buffers change: word
+     * k < nsyms is symbol k's value, word nsyms + id the address of value
+     * id. The kernel loads its words, waits for the kernel before it
+     * (griddepcontrol.wait on sm_90: it may be launched as a programmatic
+     * dependent) and runs the body that would otherwise be the kernel.
+     * Its grid-stride loops make any grid correct, so the runtime gives it
+     * one grid for every shape, and a CUDA Graph of such kernels never
+     * changes. */
+    bool frame;
+    /* The kernel waits (griddepcontrol.wait) before it reads anything a
+     * kernel before it wrote, and writes nothing before that: the graph
+     * joins it to a kernel node before it by a programmatic edge, so it
+     * starts while that kernel finishes (runtime/replay.c). The skinny
+     * GEMMs (skinny.h) and every frame kernel. */
+    bool pdl;
+    /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
+     * clamped to [1, grid_max[a]] (fc_cuda_launch_grid). grid[] holds the
+     * grid for every symbol = 1 as a placeholder. */
+    fc_mono grid_work[3];
+    int64_t grid_per[3];
+    int64_t grid_max[3];
+    char summary[160]; /* for --emit=plan: "softmax-like row reduce: reduce_max, sub, exp, ..." */
+} fc_launch;
+
+typedef struct fc_cuda_src {
+    char *source; /* malloc'd CUDA C */
+    fc_launch *launches; /* launch order */
+    int nlaunches;
+    int frame_words; /* > 0: the kernels take the frame (fc_launch.frame), of this many words */
+    /* The first kernel (fc_cuda_src_frame_carrier) carries the frame's
+     * words as its second parameter and stores them into the frame for the
+     * kernels after it (docs/DYNAMIC.md, "The carried frame"); false: the
+     * runtime copies the frame before the launches. */
+    bool frame_carried;
+} fc_cuda_src;
+
+/* The grid of launch l (made from a dynamic plan) for `bound`, a plan made
+ * from that dynamic plan by fc_plan_bind (only its symbol values are
+ * read). Static launches: l->grid. Block size and shared memory do not
+ * change (l->block, l->smem). FC_ERR_INPUT if the grid would exceed the
+ * hardware's limits. */
+fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
+/* Free the source and the launch list (each launch's args) and zero s. */
+void fc_cuda_src_release(fc_cuda_src *s);
+/* The launch index of the frame's carrier (the first kernel) when
+ * s->frame_carried, else -1. */
+int fc_cuda_src_frame_carrier(const fc_cuda_src *s);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * cpu_impl.h - the CPU program's layout and what its files share (internal
+ * to runtime/cpu/cpu_*.c): cpu_program.c compiles and runs a program,
+ * cpu_library.c runs its library groups.
+ */
+#ifndef FC_RUNTIME_CPU_IMPL_H
+#define FC_RUNTIME_CPU_IMPL_H
+
+#include "runtime/cpu/cpu_program.h"
+#include "ir.h"
+
+#ifdef FUSEC_HAVE_LLVM
+
+#include "codegen/llvm/llvm_codegen.h"
+#include "passes/passes.h"
+
+typedef struct pool pool; /* the program's threads (cpu_program.c) */
+
+struct fc_cpu_program {
+    fc_context *ctx;
+    fc_cpu_options opts;
+    int threads;     /* resolved opts.threads */
+    fc_graph *g;     /* fusec's copy, after the passes */
+    fc_plan plan;
+    fc_llvm_module *mod;
+    fc_llvm_kernel *kern; /* per group, in launch order */
+
+    fc_plan_classes cls; /* storage classes, by value id (see the top of the file) */
+
+    void *arena;      /* plan.arena_bytes of intermediates */
+    void **args;      /* per-launch scratch: the kernel's pointers */
+    int max_args;
+    pool *pool;       /* started by the first parallel kernel */
+    char note[512];   /* why the plan is not the fused one, or "" */
+};
+
+/* A library group gr that this backend can run (FC_ERR_UNSUPPORTED, with
+ * the reason, otherwise): checked at compile time. */
+fc_status fc_cpu_check_library(fc_cpu_program *p, const fc_group *gr);
+/* Run library group gr on its pointers args (inputs, then outputs). */
+fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, void *const *args);
+
+#endif
+#endif
