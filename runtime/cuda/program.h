@@ -66,10 +66,10 @@ fc_compile_times *fc_program_times_ref(fc_program *p);
 /* The NVRTC options a program for sm (90 for 9.0) adds to
  * fc_nvrtc_options_build's own (extra must have room for 4); returns how
  * many. Every compile of a program's source (cubin, PTX, AOT) uses these.
- * On sm 90, unless FUSEC_ATTN_WGMMA=0 is in the environment: sm_90a, for
- * the Hopper attention kernel, which the codegen then emits
- * (fc_cuda_attention_hopper, codegen/cuda/attention.h); with
- * FUSEC_ATTN_TMA=0 too, a marker macro (that kernel without TMA loads). */
+ * On sm 90: sm_90a, for the Hopper attention and skinny kernels, which
+ * the codegen then emits (fc_cuda_attention_hopper, codegen/cuda/attention.h);
+ * with a switch that changes the source set (the table's `source`
+ * column: FUSEC_SKINNY, FUSEC_VARIANT_GEMM), a marker macro. */
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra);
 /* The name of the program's source in NVRTC's messages: "fusec_<graph>.cu". */
 void fc_program_unit_name(const char *graph_name, char *buf, size_t n);

@@ -29,8 +29,8 @@ int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
     /* sm_90a (wgmma, setmaxnreg) for the Hopper attention kernel, which the
      * codegen emits under the same condition. */
     if (fc_cuda_attention_hopper(sm)) extra[n++] = "--gpu-architecture=sm_90a";
-    /* The switches that change the source and nothing else (FUSEC_ATTN_TMA,
-     * FUSEC_ATTN_BN, ...): a macro no kernel reads, there only so that the
+    /* The switches that change the source (ir/switches.def's `source`
+     * column) and are set: a macro no kernel reads, there only so that the
      * cache keys of the choices differ. */
     const char *sw = fc_cuda_source_switches();
     if (sw) extra[n++] = sw;
