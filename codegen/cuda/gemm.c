@@ -26,10 +26,10 @@
 #include <string.h>
 
 static const char templates_src[] =
-#include "gemm.cuh.inc"
+#include "gemm.cuh.inc.str"
     ;
 static const char wgmma_src[] =
-#include "wgmma.cuh.inc"
+#include "wgmma.cuh.inc.str"
     ;
 
 /* Must match gemm.cuh.inc: FC_GM_THREADS, the mma.sync tile shapes (the

@@ -12,10 +12,10 @@
 #include <string.h>
 
 static const char skinny_src[] =
-#include "skinny.cuh.inc"
+#include "skinny.cuh.inc.str"
     ;
 static const char skinny_attention_src[] =
-#include "skinny_attention.cuh.inc"
+#include "skinny_attention.cuh.inc.str"
     ;
 
 /* Must match skinny.cuh.inc: 128 threads (one warpgroup), 64 rows and 64
