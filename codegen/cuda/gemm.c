@@ -82,7 +82,7 @@ enum { WG_BN = 192, WG_STAGES = 5 };
  *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds;
  *    split, it serves GPT-2's M 193-384 at N 2304, 129-256 at N 3072,
  *    705-768 at N 768 and K 768, 321-768 at K 3072 (one round of 18 to 48
- *    tiles unsplit, on a third of the SMs or fewer; docs/GEMM.md).
+ *    tiles unsplit, on a third of the SMs or fewer; docs/PERF.md).
  *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M = T) the wgmma tile
  *    this model picked was slower than the mma.sync tiles for T up to 768
  *    (whole block; T a multiple of 8, where it applies) and faster above.
