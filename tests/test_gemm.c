@@ -1248,8 +1248,8 @@ static void test_variant_tile_rule(void) {
 /* The dynamic variant's GEMM kernels for sm 90 (wgmma tiles, compiled for
  * sm_90a as the runtime compiles every sm 90 program) and for sm 80
  * (mma.sync only), without a GPU: the sources compile with NVRTC, the sm 90
- * one also for plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a; the kernels
- * then fall back to mma.sync tiles, inside the same shared memory), and
+ * one also for plain sm_90 (without sm_90a's features the kernels fall
+ * back to mma.sync tiles, inside the same shared memory), and
  * the shared memory is what a block may have. Transposes, an epilogue, f16
  * and bf16, a batch with a broadcast weight. */
 static void test_variant_sources(void) {
