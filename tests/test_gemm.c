@@ -1189,11 +1189,11 @@ static void test_gpu(gpu_env *env) {
 
 /* The dynamic variant's tile rule (fc_cuda_gemm_tiles, the kernels' own
  * fc_gm_tiles), without a GPU: a split launch stays within the split-K
- * workspace (16 MiB of f32, for every tile since session 14) and its
- * 1024 counters, whatever the sizes and the grid; M <= 64 takes the 64 x 64 tiles unless wgmma is forced; the 128 x
- * 128 mma.sync tile only without wgmma or at M <= 768, and the wgmma tile
- * only with it, at M > 768 (always, forced); and a few shapes land where
- * docs/GEMM.md says. */
+ * workspace (16 MiB of f32, for every tile) and its 1024 counters,
+ * whatever the sizes and the grid; M <= 64 takes the 64 x 64 tiles; the
+ * 128 x 128 mma.sync tile only without wgmma or at M <= 768, and the wgmma
+ * tile only with it, at M > 768; and a few shapes land where docs/GEMM.md
+ * says. */
 static void test_variant_tile_rule(void) {
     static const long long sizes[] = {1, 7, 64, 65, 127, 129, 300, 768, 1000, 3072, 8192};
     static const long long zs[] = {1, 3, 96}, ps[] = {1, 114, 132}, wbns[] = {0, 128, 192, 256};
@@ -1203,48 +1203,44 @@ static void test_variant_tile_rule(void) {
             for (size_t c = 0; c < 11; c++)
                 for (size_t z = 0; z < 3; z++)
                     for (size_t q = 0; q < 3; q++)
-                        for (size_t w = 0; w < 8; w++) {
-                            long long M = sizes[a], N = sizes[b], K = sizes[c], Z = zs[z], P = ps[q], wbn = wbns[w % 4], f = w / 4;
+                        for (size_t w = 0; w < 4; w++) {
+                            long long M = sizes[a], N = sizes[b], K = sizes[c], Z = zs[z], P = ps[q], wbn = wbns[w];
                             long long kper = 0, nk = (K + 63) / 64;
-                            int t = fc_cuda_gemm_tiles(M, N, K, Z, P, wbn, f, &kper);
+                            int t = fc_cuda_gemm_tiles(M, N, K, Z, P, wbn, &kper);
                             long long bm = t ? 128 : 64, bn = t == 2 ? wbn : t == 1 ? 128 : 64;
                             long long tiles = ((M + bm - 1) / bm) * ((N + bn - 1) / bn) * Z, splits = kper > 0 ? (nk + kper - 1) / kper : 0;
-                            bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0 || (M <= 768 && !f)) && (t != 2 || wbn > 0) &&
-                                      (t != 2 || M > 768 || f) &&
-                                      (M > 64 || t == 0 || (f && wbn)) && (!f || !wbn || t == 2) &&
+                            bool ok = kper >= 1 && kper <= nk && t >= 0 && t <= 2 && (t != 1 || wbn == 0 || M <= 768) && (t != 2 || wbn > 0) &&
+                                      (t != 2 || M > 768) && (M > 64 || t == 0) &&
                                       (splits == 1 || (tiles * splits * bm * bn <= 4194304 && tiles <= 1024));
                             if (!ok && bad++ < 5)
-                                fprintf(stderr, "tile rule: M %lld N %lld K %lld Z %lld P %lld wbn %lld force %lld: tile %d, kper %lld\n", M,
-                                        N, K, Z, P, wbn, f, t, kper);
+                                fprintf(stderr, "tile rule: M %lld N %lld K %lld Z %lld P %lld wbn %lld: tile %d, kper %lld\n", M, N, K,
+                                        Z, P, wbn, t, kper);
                         }
     CHECK_EQ_INT(bad, 0);
     long long kper = 0;
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 192, 0, &kper), 2); /* 32 x 12 tiles, 3 rounds */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 192, &kper), 2); /* 32 x 12 tiles, 3 rounds */
     CHECK_EQ_INT(kper, 12);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 0, 0, &kper), 1);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(512, 2304, 768, 1, 132, 192, 0, &kper), 1); /* M <= 768: 128 x 128 mma.sync */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(4096, 2304, 768, 1, 132, 0, &kper), 1);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(512, 2304, 768, 1, 132, 192, &kper), 1); /* M <= 768: 128 x 128 mma.sync */
     CHECK_EQ_INT(kper, 12);                                                       /* 72 tiles: unsplit */
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, 0, &kper), 1); /* 36 tiles, split 3 */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 2304, 768, 1, 132, 192, &kper), 1); /* 36 tiles, split 3 */
     CHECK_EQ_INT(kper, 4);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 768, 768, 1, 132, 192, 0, &kper), 0);  /* 48 64 x 64 tiles, split 2 */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(256, 768, 768, 1, 132, 192, &kper), 0);  /* 48 64 x 64 tiles, split 2 */
     CHECK_EQ_INT(kper, 6);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, 0, &kper), 1); /* 18 tiles, split 7 */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(384, 768, 3072, 1, 132, 192, &kper), 1); /* 18 tiles, split 7 */
     CHECK_EQ_INT(kper, 7);
     /* test_specialize's split 128 x 128 case (g23) must reach that tile. */
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(200, 2120, 700, 1, 132, 192, 0, &kper), 1);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(200, 2120, 700, 1, 132, 192, &kper), 1);
     CHECK_EQ_INT(kper, 4);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 0, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, &kper), 0); /* 12 tiles, 10 splits of 5 k tiles */
     CHECK_EQ_INT(kper, 5);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 192, 1, &kper), 2); /* forced: 4 tiles, 24 splits of 2 */
-    CHECK_EQ_INT(kper, 2);
     /* GPT-2's out projection and MLP down projection at T = 1024 (M 1024,
      * N 768): 32 wgmma tiles, split 4 (the wgmma tile's splits may use the
      * whole 16 MiB workspace). */
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 3072, 1, 132, 192, 0, &kper), 2);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 3072, 1, 132, 192, &kper), 2);
     CHECK_EQ_INT(kper, 12);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 768, 1, 132, 192, 0, &kper), 2);
+    CHECK_EQ_INT(fc_cuda_gemm_tiles(1024, 768, 768, 1, 132, 192, &kper), 2);
     CHECK_EQ_INT(kper, 3);
-    CHECK_EQ_INT(fc_cuda_gemm_tiles(16, 768, 3072, 1, 132, 0, 1, &kper), 0); /* nothing to force without wgmma */
     CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(80), 0);
     CHECK_EQ_INT(fc_cuda_gemm_wgmma_bn(90), 192);
 }
@@ -1252,8 +1248,8 @@ static void test_variant_tile_rule(void) {
 /* The dynamic variant's GEMM kernels for sm 90 (wgmma tiles, compiled for
  * sm_90a as the runtime compiles every sm 90 program) and for sm 80
  * (mma.sync only), without a GPU: the sources compile with NVRTC, the sm 90
- * one also for plain sm_90 (FUSEC_ATTN_WGMMA=0 drops sm_90a; the kernels
- * then fall back to mma.sync tiles, inside the same shared memory), and
+ * one also for plain sm_90 (without sm_90a's features the kernels fall
+ * back to mma.sync tiles, inside the same shared memory), and
  * the shared memory is what a block may have. Transposes, an epilogue, f16
  * and bf16, a batch with a broadcast weight. */
 static void test_variant_sources(void) {

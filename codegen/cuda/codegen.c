@@ -20,7 +20,7 @@
 #include <string.h>
 
 static const char prelude[] =
-#include "prelude.cuh.inc"
+#include "prelude.cuh.inc.str"
     ;
 
 const char *fc_cuda_source_switches(void) {

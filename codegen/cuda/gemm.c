@@ -26,10 +26,10 @@
 #include <string.h>
 
 static const char templates_src[] =
-#include "gemm.cuh.inc"
+#include "gemm.cuh.inc.str"
     ;
 static const char wgmma_src[] =
-#include "wgmma.cuh.inc"
+#include "wgmma.cuh.inc.str"
     ;
 
 /* Must match gemm.cuh.inc: FC_GM_THREADS, the mma.sync tile shapes (the
@@ -48,8 +48,9 @@ static const int simt_bm_max = 64, simt_bn = 64, simt_bk = 16;
  * N are multiples of 192: 768 is 4 tiles, so 4096 rows make 128 tiles for
  * 132 SMs, one round), its C tile in f32 after the first stages - 2 within
  * the 227 KiB a block may have (fc_gm_wg_units). The epilogue stores 8
- * columns at once (FC_GM_VEC8, on the mma.sync tiles too; docs/GEMM.md). */
-enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
+ * columns at once where y's rows allow it, on the mma.sync tiles too
+ * (docs/GEMM.md). */
+enum { WG_BN = 192, WG_STAGES = 5 };
 
 /*
  * The tile rule, written once for both compilers: compiled here as C
@@ -57,8 +58,7 @@ enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
  * emitted as the body of the device function fc_gm_tiles that every GEMM
  * kernel runs (the same answer in every block: a function of M, N, K, the
  * batch Z and the block count P alone). It returns the tile: 0, 64 x 64
- * (mma.sync); 1, 128 x 128 (mma.sync); 2,
- * 128 x wbn (wgmma; always, where force is set and wbn is not 0); and in
+ * (mma.sync); 1, 128 x 128 (mma.sync); 2, 128 x wbn (wgmma); and in
  * *kper the 64-deep k tiles of one K split. With one block per SM a shape
  * takes ceil(units / P) rounds, so:
  *  - a tile shape with fewer tiles than P is split along K: floor(P /
@@ -82,15 +82,12 @@ enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
  *    128 tile wins where its rounds x 2 <= the 64 x 64 tiles' rounds;
  *    split, it serves GPT-2's M 193-384 at N 2304, 129-256 at N 3072,
  *    705-768 at N 768 and K 768, 321-768 at K 3072 (one round of 18 to 48
- *    tiles unsplit, on a third of the SMs or fewer; docs/GEMM.md).
+ *    tiles unsplit, on a third of the SMs or fewer; docs/PERF.md).
  *    WG_MIN_M: in the GPT-2 variant's sweep (B=1, M = T) the wgmma tile
  *    this model picked was slower than the mma.sync tiles for T up to 768
  *    (whole block; T a multiple of 8, where it applies) and faster above.
- *    The splits of either large tile may use the whole workspace
- *    (fc_gm_large_room, the 128 x 128 tile's, is fc_gm_ws_floats: a large
+ *    The splits of either large tile may use the whole workspace (a large
  *    tile left unsplit on a quarter of the SMs was the slower choice).
- *    `force` (the device's FC_GM_WGMMA == 2) is never set: the rule's text
- *    is the kernels' source, kept as it is compiled.
  * No comments inside: it becomes one line of the device source.
  */
 #define WG_MIN_M 768
@@ -113,18 +110,14 @@ enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
             if (want >= 2) ks = (nk + want - 1) / want;                                                             \
         }                                                                                                           \
         *kper = ks;                                                                                                 \
-        const int mma = wbn == 0 || (!force && M <= WG_MIN_M);                                                      \
+        const int mma = wbn == 0 || M <= WG_MIN_M;                                                                  \
         if (mma && M <= 64) return 0;                                                                               \
-        long long bn = mma ? 128 : wbn, room = mma ? fc_gm_large_room() : fc_gm_ws_floats();                        \
+        long long bn = mma ? 128 : wbn;                                                                             \
         long long tb = ((M + 127) / 128) * ((N + bn - 1) / bn) * Z, kb = nk;                                        \
         if (tb < p && nk >= 2) {                                                                                    \
             want = p / tb;                                                                                          \
-            if (want > room / (128 * bn) / tb) want = room / (128 * bn) / tb;                                       \
+            if (want > fc_gm_ws_floats() / (128 * bn) / tb) want = fc_gm_ws_floats() / (128 * bn) / tb;             \
             if (want >= 2) kb = (nk + want - 1) / want;                                                             \
-        }                                                                                                           \
-        if (!mma && force) {                                                                                        \
-            *kper = kb;                                                                                             \
-            return 2;                                                                                               \
         }                                                                                                           \
         long long ss = (nk + ks - 1) / ks, sb = (nk + kb - 1) / kb;                                                 \
         long long cs = (ts * ss + p - 1) / p * (ks * SMALL_STEP + SMALL_UNIT + (ss > 1 ? ss * SMALL_PART : 0));     \
@@ -136,16 +129,14 @@ enum { WG_BN = 192, WG_STAGES = 5, GM_VEC8 = 1 };
         return mma ? 1 : 2;                                                                                         \
     }
 #define TILE_RULE_SIGNATURE(name)                                                                                    \
-    int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,        \
-             long long *kper)
+    int name(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long *kper)
 #define STRING_OF_(...) #__VA_ARGS__
 #define STRING_OF(...) STRING_OF_(__VA_ARGS__)
 
-/* The split-K workspace, in floats, and the part of it the 128 x 128
- * tile's splits may use: all of it. The device source defines both as
- * constants (fc_cuda_emit_gemm). */
+/* The split-K workspace, in floats, which the splits of every tile may
+ * use whole. The device source defines it as a constant
+ * (fc_cuda_emit_gemm). */
 static long long fc_gm_ws_floats(void) { return WS_FLOATS; }
-static long long fc_gm_large_room(void) { return WS_FLOATS; }
 
 TILE_RULE_SIGNATURE(fc_cuda_gemm_tiles) TILE_RULE_BODY
 
@@ -242,7 +233,7 @@ int fc_cuda_gemm_path(const fc_group *gr, const int64_t *syms, int nsyms, int sm
     }
     for (int d = 0; d < p.nb; d++)
         vec = vec && fc_mono_eval(&p.sa[d], syms, nsyms) % 8 == 0 && fc_mono_eval(&p.sw[d], syms, nsyms) % 8 == 0;
-    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, 0, &kper);
+    int t = fc_cuda_gemm_tiles(M, N, K, Z, blocks, vec ? fc_cuda_gemm_wgmma_bn(sm) : 0, &kper);
     *splits = kper > 0 ? (nk + kper - 1) / kper : 1;
     return t == 2 ? FC_GEMM_PATH_WGMMA : t == 1 ? FC_GEMM_PATH_MMA_LARGE : FC_GEMM_PATH_MMA_SMALL;
 }
@@ -342,10 +333,9 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
     int nw = gi->nweights, nsyms = g->nsyms;
     const int wbn = fc_cuda_gemm_wgmma_bn(plan->sm);
     if (!*templates) {
-        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_VEC8 %d\n#define FC_GM_WS_FLOATS %lld\n"
-                         "#define fc_gm_ws_floats() ((long long)FC_GM_WS_FLOATS)\n"
-                         "#define fc_gm_large_room() %lldLL\n#define FC_GM_GATHER_ON %d\n",
-                         wbn ? 1 : 0, wbn, WG_STAGES, GM_VEC8, fc_gm_ws_floats(), fc_gm_large_room(), 1);
+        fc_strbuf_printf(s, "#define FC_GM_WGMMA %d\n#define FC_GM_WBN %d\n#define FC_GM_WST %d\n#define FC_GM_WS_FLOATS %lld\n"
+                         "#define fc_gm_ws_floats() ((long long)FC_GM_WS_FLOATS)\n",
+                         wbn ? 1 : 0, wbn, WG_STAGES, fc_gm_ws_floats());
         if (wbn) {
             fc_cuda_emit_wgmma_helpers(s);
             fc_cuda_emit_wgmma_ss(s, wbn);

@@ -34,13 +34,12 @@ int fc_cuda_gemm_wgmma_bn(int sm);
 
 /* Which tile an f16/bf16 GEMM of M x N x K, batch Z, takes on a grid of P
  * blocks, with wgmma tiles 128 x wbn (wbn from fc_cuda_gemm_wgmma_bn; 0:
- * none; force, which the kernels never set: always them): 0 for 64 x 64 mma.sync tiles, 1 for 128 x 128
+ * none): 0 for 64 x 64 mma.sync tiles, 1 for 128 x 128
  * mma.sync tiles, 2 for wgmma tiles; *kper: the 64-deep k tiles of one K
  * split (K splits when that is fewer than K's). The same code is the
  * kernels' own rule (fc_gm_tiles), so the tests can tell which kernel a
  * shape runs. */
-int fc_cuda_gemm_tiles(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long force,
-                       long long *kper);
+int fc_cuda_gemm_tiles(long long M, long long N, long long K, long long Z, long long P, long long wbn, long long *kper);
 
 /* Which kernel the generated GEMM of group gr (of a dynamic plan) runs
  * with the symbols at syms, for compute capability sm on a grid of `blocks`

@@ -12,10 +12,10 @@
 #include <string.h>
 
 static const char skinny_src[] =
-#include "skinny.cuh.inc"
+#include "skinny.cuh.inc.str"
     ;
 static const char skinny_attention_src[] =
-#include "skinny_attention.cuh.inc"
+#include "skinny_attention.cuh.inc.str"
     ;
 
 /* Must match skinny.cuh.inc: 128 threads (one warpgroup), 64 rows and 64
@@ -25,7 +25,7 @@ static const char skinny_attention_src[] =
 enum { SK_THREADS = 128, SK_ROWS = 64, SK_COLS = 64, SK_PANEL = 64, MAX_SLICE = 384, MAX_SPLITS = 8 };
 /* Fewer blocks than this and the split doubles (where K allows): 48
  * blocks of 192-deep slices ran the GPT-2 out projection (N 768, K 768)
- * faster than 72 did on the H200 (docs/GEMM.md). */
+ * faster than 72 did on the H200 (docs/PERF.md). */
 enum { MIN_BLOCKS = 48 };
 
 /* The partial tiles' bytes in a block's shared memory (fc_sk_tiles<S, NT>):

@@ -7,7 +7,7 @@
  * the host CPU (so the loops vectorize), and ORC LLJIT. LIBRARY groups
  * (matmul, attention, gemm) get no code: the runtime calls BLAS for them.
  *
- * Only compiled when CMake found LLVM (FUSEC_HAVE_LLVM); runtime/cpu_program.c
+ * Only compiled when CMake found LLVM (FUSEC_HAVE_LLVM); runtime/cpu/cpu_program.c
  * is the only user. docs/CPU-BACKEND.md describes the generated code.
  */
 #ifndef FC_LLVM_CODEGEN_H
