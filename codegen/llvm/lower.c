@@ -102,7 +102,9 @@ static memo coord_key(int rank, const int64_t *dims, int d, LLVMValueRef idx) {
     return m;
 }
 
-/* Coordinate d of lk_linear index L in a shape: (L / stride) % dim. The modulo
+/* ---- index arithmetic --------------------------------------------------------- */
+
+/* Coordinate d of linear index L in a shape: (L / stride) % dim. The modulo
  * is left out when no dim before d is larger than 1 (L / stride < dim then). */
 LLVMValueRef lk_coord(kern *k, int rank, const int64_t *dims, LLVMValueRef L, int d) {
     if (dims[d] == 1) return ic(k, 0);
@@ -363,7 +365,7 @@ static LLVMValueRef emit_view(kern *k, const fc_node *n, const fc_value *v, LLVM
     lmod *M = k->M;
     const fc_attrs *a = &n->a;
     const fc_value *x = n->nin ? n->in[0] : NULL;
-    if (n->op == FC_OP_RESHAPE) return lk_emit_value(k, x, L); /* same lk_linear index */
+    if (n->op == FC_OP_RESHAPE) return lk_emit_value(k, x, L); /* same linear index */
     if (n->op == FC_OP_FULL) return lm_literal(M, v->dtype, a->value);
     LLVMValueRef c[FC_MAX_RANK], in_c[FC_MAX_RANK];
     for (int d = 0; d < v->rank; d++) c[d] = lk_coord(k, v->rank, v->dims, L, d);

@@ -21,7 +21,7 @@ static void mark_rows(kern *k) { fc_group_mark_rows(k->plan, k->gr, k->is_row, f
  * computed from one (softmax's e / s). Check that each read of them is at
  * the current row:
  *  - a per-row value: by a per-row elementwise op or reshape (both row
- *    shaped, so the lk_linear index is the row), by a full-shape elementwise op
+ *    shaped, so the linear index is the row), by a full-shape elementwise op
  *    that broadcasts it over the row, or by a reduction (of a row that is
  *    one element long);
  *  - a full-shape value computed from one: by a reduction, or by a
@@ -371,7 +371,7 @@ void lk_reduce_kernel(kern *k, LLVMValueRef b, LLVMValueRef e) {
         lk_loop_close(k, &lp, next, sum && fl);
         /* The header phi is the final value at the loop's exit. */
         k->row_val[r->out[0]->id] = acc_final(k, r, acc_dt, lp.acc, len);
-        /* Per-row values now computable, at the row's index (their lk_linear
+        /* Per-row values now computable, at the row's index (their linear
          * index is the row: they are row shaped). */
         for (int j = 0; j < gr->nnodes; j++) {
             const fc_node *m = gr->nodes[j];
