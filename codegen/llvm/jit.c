@@ -2,7 +2,7 @@
  * jit.c - from a plan to callable machine code: one LLVM module per plan,
  * optimized for the host CPU, compiled and linked in memory by ORC LLJIT.
  *
- *   lower (lower.c) -> verify -> default<O3> (new pass manager, host target
+ *   lower (lower*.c) -> verify -> default<O3> (new pass manager, host target
  *   machine: the vectorizers see the host's vector width; no loop unroller)
  *   -> LLJIT (its own target machine for the host, code generation at -O1,
  *   or -O0 for small programs; in-memory linking) -> lookup of every
@@ -124,7 +124,7 @@ static fc_status build_module(lmod *M, const fc_plan *plan, const fc_llvm_option
     M->b = NULL;
     if (st != FC_OK) return st;
 
-    /* A module that does not verify is a bug in lower.c: report it instead
+    /* A module that does not verify is a bug in lower*.c: report it instead
      * of letting LLVM crash on it. */
     char *msg = NULL;
     if (LLVMVerifyModule(M->m, LLVMReturnStatusAction, &msg)) {

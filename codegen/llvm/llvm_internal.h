@@ -1,7 +1,7 @@
 /*
  * llvm_internal.h - what the files of codegen/llvm share (internal).
  *
- *   lower.c    plan groups -> LLVM IR functions (the kernels)
+ *   lower*.c   plan groups -> LLVM IR functions (the kernels; lower_impl.h)
  *   mathlib.c  scalar numerics in IR: f32 exp/log/tanh/erf that vectorize,
  *              rounding to every dtype, storage <-> compute conversions
  *   jit.c      the target machine, the optimization pipeline, ORC LLJIT

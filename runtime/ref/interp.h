@@ -10,7 +10,7 @@
  * Semantics (both entry points):
  *  - Every value is a dense, row-major array of doubles. Every op computes in
  *    float64, and each node's results are rounded to their dtype with
- *    fc_round_to_dtype() once the node has run (see interp.c for what
+ *    fc_round_to_dtype() once the node has run (see interp_tensor.c for what
  *    that means for integers, bool and NaN).
  *  - Inputs are rounded to their parameter's dtype first.
  *  - Symbolic dims are bound from the input shapes; every result shape is
