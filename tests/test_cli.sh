@@ -193,7 +193,7 @@ expect_stdout "--version" "fusec 0.1.0"
 expect_rc 0 "--help" --help
 for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outputs --devices --help --version \
   "Exit codes" "FUSEC_DEVICE" splitmix64 --output --arch --time --cache-info --verify --cache-clear --cache-dir \
-  FUSEC_CACHE_DIR FUSEC_CACHE FUSEC_CACHE_MAX_BYTES XDG_CACHE_HOME; do
+  FUSEC_CACHE_DIR FUSEC_CACHE --help-env; do
   if grep -qF -- "$word" "$tmp/out"; then pass; else fail "--help does not mention '$word'"; fi
 done
 if [[ ! -s $tmp/err ]]; then pass; else fail "--help wrote to stderr"; fi
@@ -264,7 +264,30 @@ expect_usage "graph name syntax" "bad --graph" "$tmp/small.ir" --graph 'a b' --e
 # Input errors (exit 1): diagnostics verbatim on stderr.
 # ----------------------------------------------------------------------
 expect_rc 1 "missing file" "$tmp/nope.ir" --emit=ir
-expect_stderr_has "missing file" "cannot read '$tmp/nope.ir'"
+expect_stderr_has "missing file" "$tmp/nope.ir: error: cannot open"
+
+# Input is read from regular files, or standard input as '-': a device or a
+# FIFO with no writer is refused before anything is read (never a read
+# until memory runs out, never a wait for a writer).
+expect_rc 1 "character device" /dev/zero --emit=ir
+expect_stderr_has "character device" "/dev/zero: error: it is a character device"
+mkfifo "$tmp/fifo.ir"
+expect_rc 1 "fifo" "$tmp/fifo.ir" --emit=ir
+expect_stderr_has "fifo" "it is a FIFO"
+last_args=(- --emit=ir)
+printf 'graph g(%%x: f32[2]) {\n  %%y = neg(%%x)\n  return %%y\n}\n' | "$FUSEC" - --emit=ir >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q 'neg(%x)' "$tmp/out"; then pass; else fail "standard input as -"; fi
+
+# --help-env prints the switch table: every variable of ir/switches.def,
+# and the value of one that is set.
+FUSEC_LOG=graphs run --help-env
+if [[ $rc -eq 0 ]]; then pass; else fail "--help-env: exit code"; fi
+for name in $(sed -nE 's/^FC_SWITCH\([A-Z_0-9]+, "(FUSEC_[A-Z_0-9]+)".*/\1/p' ir/switches.def); do
+  if grep -q "^  $name=" "$tmp/out"; then pass; else fail "--help-env lacks $name"; fi
+done
+if grep -q "FUSEC_LOG=.*set: 'graphs'" "$tmp/out"; then pass; else fail "--help-env: the value set"; fi
+if grep -q 'XDG_CACHE_HOME' "$tmp/out"; then pass; else fail "--help-env: XDG_CACHE_HOME"; fi
 expect_rc 1 "unknown op" "$tmp/syntax.ir" --emit=ir
 expect_stderr_has "unknown op: located" "$tmp/syntax.ir:2:"
 expect_stderr_has "unknown op: error" "error:"

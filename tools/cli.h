@@ -56,7 +56,7 @@ typedef struct options {
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;
     bool cache_info, verify, cache_clear;
-    bool help, version, list_devices;
+    bool help, help_env, version, list_devices;
 } options;
 
 /* Parse argv into o (zeroed by the caller); 0 or an exit code (the error

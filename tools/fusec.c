@@ -49,11 +49,11 @@ static double now_ms(void) {
 
 /* An .onnx model (by its name) or an .ir file's graph into *g, and the
  * weights (initializers, then --weights) into *w. */
-static int load_model(fc_context *ctx, const options *o, const char *text, size_t len, fc_graph **g, fc_weights **w) {
+static int load_model(fc_context *ctx, const options *o, fc_graph **g, fc_weights **w) {
     size_t fl = strlen(o->file);
     bool onnx = fl > 5 && !strcmp(o->file + fl - 5, ".onnx");
     fc_status st = onnx ? fc_graph_from_onnx(ctx, o->file, o->binds, o->nbinds, NULL, g, w)
-                        : fc_parse(ctx, o->file, text, len, o->graph, o->binds, o->nbinds, g);
+                        : fc_parse_file(ctx, o->file, o->graph, o->binds, o->nbinds, g);
     if (st == FC_OK) st = fc_verify(*g);
     if (st == FC_OK && o->weights_file) {
         fc_weights *extra = NULL;
@@ -87,34 +87,6 @@ static int load_model(fc_context *ctx, const options *o, const char *text, size_
         return st == FC_ERR_NOMEM ? EXIT_NOMEM : EXIT_INPUT;
     }
     return 0;
-}
-
-/* Read a whole file; NULL with errno set on failure. */
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        char *nb = cap < SIZE_MAX / 2 ? realloc(buf, cap *= 2) : NULL;
-        if (!nb) {
-            free(buf);
-            buf = NULL;
-            errno = ENOMEM;
-        }
-        buf = nb;
-    }
-    if (buf && ferror(f)) {
-        int e = errno;
-        free(buf);
-        buf = NULL;
-        errno = e ? e : EIO;
-    }
-    fclose(f);
-    *len = n;
-    return buf;
 }
 
 /* True when a regular file starts as an ELF file does. .ir text never
@@ -192,7 +164,6 @@ static int run_cli(const options *o) {
     fc_graph *g = NULL;       /* the .ir file's graph, or the one a program file carries */
     fc_program *prog = NULL;  /* the program file's, or the one compiled for --emit and -o */
     fc_weights *weights = NULL; /* an .onnx model's initializers and --weights */
-    char *text = NULL;
     double parse_ms = 0, save_ms = -1; /* save_ms >= 0: -o wrote the file */
     run_stats rs;
     memset(&rs, 0, sizeof rs);
@@ -208,13 +179,7 @@ static int run_cli(const options *o) {
         if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
     } else {
         double t0 = now_ms();
-        size_t len = 0;
-        text = read_file(o->file, &len);
-        if (!text) {
-            rc = fail(EXIT_INPUT, "cannot read '%s': %s", o->file, strerror(errno));
-            goto done;
-        }
-        rc = load_model(ctx, o, text, len, &g, &weights);
+        rc = load_model(ctx, o, &g, &weights);
         parse_ms = now_ms() - t0;
         if (rc) goto done;
     }
@@ -276,7 +241,6 @@ done:
     fc_graph_free(g);
     fc_weights_free(weights);
     fc_context_free(ctx);
-    free(text);
     return rc;
 }
 
@@ -287,6 +251,11 @@ int main(int argc, char **argv) {
         fc_status st;
         if (o.help) {
             print_help();
+        } else if (o.help_env) {
+            char *text = fc_env_help();
+            if (!text) rc = EXIT_NOMEM;
+            else fputs(text, stdout);
+            fc_free(text);
         } else if (o.version) {
             printf("fusec %s\n", FUSEC_VERSION_STRING);
         } else if (o.list_devices) {

@@ -221,6 +221,7 @@ static const flag flags[] = {
     SWITCH("--cache-clear", NULL, cache_clear),
     SWITCH("--devices", NULL, list_devices),
     SWITCH("--help", "-h", help),
+    SWITCH("--help-env", NULL, help_env),
     SWITCH("--version", NULL, version),
 };
 
@@ -282,7 +283,7 @@ void print_help(void) {
         "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--graph NAME] [--bind SYM=INT,...]\n"
         "  fusec OUT.cubin --run [--inputs ...] [--seed N] [--check] | --emit=plan\n"
         "  fusec --cache-info [--verify] | --cache-clear\n"
-        "  fusec --devices | --help | --version\n"
+        "  fusec --devices | --help | --help-env | --version\n"
         "\n"
         "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
         "graph in the .ir text format, verifies it, and prints, compiles or runs it.\n"
@@ -396,6 +397,8 @@ void print_help(void) {
         "Information:\n"
         "  --devices             list the devices this build can run on, one per line\n"
         "  -h, --help            print this help and exit\n"
+        "  --help-env            list the environment variables fusec reads, with their\n"
+        "                        defaults and the values set now, and exit\n"
         "  --version             print the version and exit\n"
         "\n"
         "Exit codes:\n"
@@ -416,37 +419,9 @@ void print_help(void) {
         "  6  the graph is valid but the device does not support it\n"
         "\n"
         "Environment:\n"
-        "  FUSEC_DEVICE          the device used when --device is not given\n"
-        "  FUSEC_CUDA_INCLUDE_DIR  CUDA include folder(s) for NVRTC (':'-separated)\n"
-        "  FUSEC_CACHE_DIR       the cache directory (--cache-dir overrides it)\n"
-        "  XDG_CACHE_HOME        without FUSEC_CACHE_DIR, the cache is\n"
-        "                        $XDG_CACHE_HOME/fusec (when absolute), else\n"
-        "                        $HOME/.cache/fusec\n"
-        "  FUSEC_CACHE           off, ro (read only) or rw (the default)\n"
-        "  FUSEC_CACHE_MAX_BYTES the cache's size limit, as 1073741824, 512M or 1G\n"
-        "                        (the default); least recently used entries go first\n"
-        "  FUSEC_DEBUG=code      NVRTC errors show more of the generated source\n"
-        "  FUSEC_CUDA_GRAPHS=0   launch by launch, no CUDA Graph replay (--no-graphs)\n"
-        "  FUSEC_VARIANT_GEMM=cublaslt  (library) a dynamic program's variant runs its\n"
-        "                        GEMMs through cuBLASLt, not generated kernels\n"
-        "  FUSEC_SKINNY=0        (library) a static program's GEMMs of at most 64 rows\n"
-        "                        stay cuBLASLt calls, not skinny GEMM kernels (sm_90a)\n"
-        "  FUSEC_SKINNY_ATTN=0   (library) an attention whose result only a skinny GEMM\n"
-        "                        reads keeps its own kernel, not computed inside it\n"
-        "  FUSEC_GEMM_TUNE=1     (library) choose cuBLASLt algorithms by timing the\n"
-        "                        heuristic's first 8 candidates (off: slower in a\n"
-        "                        program's graph at small sizes; docs/GEMM.md)\n"
-        "  FUSEC_LOG=guards,graphs,spec  log (to stderr) each guard miss of a dynamic\n"
-        "                        program with what changed, specializations built and\n"
-        "                        evicted, why a program runs without a CUDA Graph, and\n"
-        "                        (spec) each step of the background thread, timed\n"
-        "  FUSEC_ATTN_TMA, FUSEC_ATTN_PERSIST, FUSEC_ATTN_L2SECT, FUSEC_ATTN_BN,\n"
-        "  FUSEC_NORM_PRELOAD, FUSEC_REDUCE_VEC,\n"
-        "  FUSEC_VGEMM_WGMMA, FUSEC_VGEMM_CFG, FUSEC_VGEMM_SPLIT128, FUSEC_VGEMM_GATHER,\n"
-        "  FUSEC_VGEMM_WS_MIB\n"
-        "                        switches of the attention kernel, of row reductions\n"
-        "                        and of the dynamic variant's GEMMs, for measuring\n"
-        "                        (docs/CLI.md)\n",
+        "  fusec reads FUSEC_DEVICE, FUSEC_CACHE, FUSEC_CACHE_DIR and a few more;\n"
+        "  --help-env lists them all, with their defaults and the values set now\n"
+        "  (docs/CLI.md, \"Environment\").\n",
         stdout);
 }
 
