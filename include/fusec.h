@@ -309,7 +309,7 @@ typedef struct fc_tensor {
     void *data;
 } fc_tensor;
 
-/* Number of elements of t (1 for a scalar); -1 for a bad shape or overflow. */
+/* Number of elements of t (1 for a scalar); -1 for NULL, a bad shape or overflow. */
 int64_t fc_tensor_numel(const fc_tensor *t);
 /* Free t->data (allocated by fusec) and set it to NULL. */
 void fc_tensor_release(fc_tensor *t);

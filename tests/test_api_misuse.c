@@ -284,6 +284,7 @@ static void test_null_sweep(void) {
     fc_run_stats rs;
     fc_program_stats(NULL, &rs);
     CHECK_EQ_INT(rs.runs, 0);
+    CHECK_EQ_INT(fc_tensor_numel(NULL), -1);
     fc_context_free(ctx);
 }
 

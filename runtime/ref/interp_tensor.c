@@ -178,7 +178,7 @@ void fc_interp_tensor_release(fc_interp_tensor *t)
 
 int64_t fc_tensor_numel(const fc_tensor *t)
 {
-    return numel_or_bad(t->rank, t->shape);
+    return t ? numel_or_bad(t->rank, t->shape) : -1;
 }
 
 void fc_tensor_release(fc_tensor *t)
