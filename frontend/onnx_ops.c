@@ -349,11 +349,11 @@ static fc_status op_act(ox_ctx *ox, const Onnx__NodeProto *n) {
         fc_value *ax = fc_abs(G, x);
         fc_value *sp = fc_add(G, fc_relu(G, x), fc_log(G, fc_add(G, fc_exp(G, fc_neg(G, ax)), fc_scalar(G, 1.0))));
         y = fc_mul(G, x, fc_tanh(G, sp));
-    } else if (!strcmp(op, "HardSigmoid") || !strcmp(op, "HardSwish")) {
-        bool sw = !strcmp(op, "HardSwish");
-        double a = sw ? 1.0 / 6 : af(n, "alpha", 0.2), b = sw ? 0.5 : af(n, "beta", 0.5);
+    } else if (!strcmp(op, "HardSwish")) {
+        y = fc_hardswish(G, x);
+    } else if (!strcmp(op, "HardSigmoid")) {
+        double a = af(n, "alpha", 0.2), b = af(n, "beta", 0.5);
         y = fc_max(G, fc_min(G, fc_add(G, fc_mul(G, x, fc_scalar(G, a)), fc_scalar(G, b)), fc_scalar(G, 1.0)), zero);
-        if (sw) y = fc_mul(G, x, y);
     } else if (!strcmp(op, "ThresholdedRelu")) {
         y = fc_where(G, fc_gt(G, x, fc_scalar(G, af(n, "alpha", 1.0))), x, zero);
     } else if (!strcmp(op, "PRelu")) {

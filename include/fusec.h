@@ -168,6 +168,8 @@ fc_value *fc_relu(fc_graph *g, fc_value *x);
 fc_value *fc_gelu(fc_graph *g, fc_value *x);      /* erf form */
 fc_value *fc_gelu_tanh(fc_graph *g, fc_value *x); /* tanh approximation */
 fc_value *fc_silu(fc_graph *g, fc_value *x);
+/* x * relu6(x + 3) / 6 (MobileNetV3's activation, ONNX HardSwish). */
+fc_value *fc_hardswish(fc_graph *g, fc_value *x);
 fc_value *fc_erf(fc_graph *g, fc_value *x);
 
 /* Binary ops: NumPy broadcasting, PyTorch dtype promotion. */

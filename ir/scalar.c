@@ -28,6 +28,9 @@ double fc_scalar_eval(fc_op op, double a, double b, double c) {
         return 0.5 * a * (1.0 + tanh(k * (a + 0.044715 * a * a * a)));
     }
     case FC_OP_SILU: return a * sigmoid(a);
+    /* x * relu6(x + 3) / 6, the formula torch.nn.functional.hardswish and
+     * ONNX HardSwish compute (so -inf gives NaN, as 0 * inf); NaN stays NaN. */
+    case FC_OP_HARDSWISH: return isnan(a) ? a : a * fmin(fmax(a + 3.0, 0.0), 6.0) / 6.0;
     case FC_OP_ERF: return erf(a);
     case FC_OP_ADD: return a + b;
     case FC_OP_SUB: return a - b;

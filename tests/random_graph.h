@@ -97,7 +97,7 @@ static char *random_graph(uint64_t seed, const rg_opts *o) {
     rg_val shape = {.rank = 1 + rg_int(&r, 3)};
     for (int i = 0; i < shape.rank; i++) shape.dims[i] = rg_sizes[rg_int(&r, 8)];
     rg_param(&r, &shape, o && o->bf16 && rg_int(&r, 3) == 0);
-    static const char *unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "erf", "sin", "cos"};
+    static const char *unary[] = {"neg", "abs", "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "hardswish", "erf", "sin", "cos"};
     static const char *binary[] = {"add", "sub", "mul", "max", "min"};
     for (int step = 0; step < max_nodes && r.nvals < 90; step++) {
         rg_val *a = &r.vals[rg_int(&r, r.nvals)];

@@ -189,7 +189,7 @@ static const fc_dtype all_dtypes[] = {FC_F64, FC_F32, FC_F16, FC_BF16, FC_I64, F
 #define NDT 8
 
 static const char *const unary_ops[] = {"neg",  "abs",  "exp",     "log",  "sqrt", "rsqrt",     "recip", "sin",
-                                        "cos",  "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu",  "erf"};
+                                        "cos",  "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu",  "hardswish", "erf"};
 static const char *const binary_ops[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
 static const char *const compare_ops[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 

@@ -93,7 +93,7 @@ static void check_graph(fc_context *ctx, const char *name, const char *ir) {
 }
 
 static const char *const unary[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh",
-                                    "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "erf"};
+                                    "sigmoid", "relu", "gelu", "gelu_tanh", "silu", "hardswish", "erf"};
 static const char *const binary[] = {"add", "sub", "mul", "div", "max", "min", "pow", "eq", "ne", "lt", "le", "gt", "ge"};
 static const char *const dtypes[] = {"f32", "bf16", "f16", "f64"};
 

@@ -124,6 +124,23 @@ static fc_graph *new_graph(const char *name)
 
 typedef fc_value *(*unary_fn)(fc_graph *, fc_value *);
 
+/* hardswish at its bends, past them and at NaN (which it keeps). */
+static void test_hardswish_edges(void)
+{
+    static const double xs[] = {-4.0, -3.0, 3.0, 4.0, NAN};
+    static const double want[] = {0.0, 0.0, 3.0, 4.0, NAN};
+    fc_graph *g = new_graph("hardswish");
+    fc_value *x = fc_param(g, "x", FC_F64, 1, DIMS(5));
+    fc_tensor in = mk(FC_F64, 1, SHAPE(5), xs);
+    fc_tensor r = run1(g, fc_hardswish(g, x), 1, &in);
+    for (int i = 0; i < 5 && r.data; i++) {
+        if (isnan(want[i])) CHECK(isnan(at(&r, i)));
+        else CHECK_REL(at(&r, i), want[i], 1e-15);
+    }
+    fc_tensor_release(&r);
+    fc_graph_free(g);
+}
+
 static void test_unary(void)
 {
     static const double xs[] = {-2.0, -0.5, 0.0, 0.5, 1.0, 3.0};
@@ -136,6 +153,7 @@ static void test_unary(void)
         {"sqrt", fc_sqrt}, {"rsqrt", fc_rsqrt},     {"recip", fc_recip},   {"sin", fc_sin},
         {"cos", fc_cos},   {"tanh", fc_tanh},       {"sigmoid", fc_sigmoid}, {"relu", fc_relu},
         {"gelu", fc_gelu}, {"gelu_tanh", fc_gelu_tanh}, {"silu", fc_silu}, {"erf", fc_erf},
+        {"hardswish", fc_hardswish},
     };
     for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++) {
         int failed_before = check_failed;
@@ -162,7 +180,8 @@ static void test_unary(void)
             case 12: want = a / 2 * (1 + erf(a / sqrt(2))); break;
             case 13: want = a / 2 * (1 + tanh(sqrt(2 / pi) * (a + 0.044715 * a * a * a))); break;
             case 14: want = a * exp(a) / (1 + exp(a)); break;
-            default: want = erf(a); break;
+            case 15: want = erf(a); break;
+            default: want = a * fmin(fmax(a + 3, 0), 6) / 6; break;
             }
             CHECK_REL(at(&r, i), want, 1e-14);
         }
@@ -1297,6 +1316,7 @@ int main(void)
 {
     ctx = fc_context_new();
     test_unary();
+    test_hardswish_edges();
     test_binary_broadcast();
     test_compare_where();
     test_promotion_and_weak();

@@ -255,6 +255,7 @@ static const char *unary_fn(fc_op op, fc_dtype ct) {
     case FC_OP_GELU: return "fc_gelu";
     case FC_OP_GELU_TANH: return "fc_gelu_tanh";
     case FC_OP_SILU: return "fc_silu";
+    case FC_OP_HARDSWISH: return "fc_hardswish";
     default: return NULL;
     }
 }

@@ -241,6 +241,12 @@ static LLVMValueRef unary_float(kern *k, fc_op op, LLVMValueRef a) {
         return LLVMBuildFDiv(B, one, LLVMBuildFAdd(B, one, lm_exp(M, LLVMBuildFNeg(B, a, "")), ""), "");
     case FC_OP_SILU: /* x / (1 + e^-x) */
         return LLVMBuildFDiv(B, a, LLVMBuildFAdd(B, one, lm_exp(M, LLVMBuildFNeg(B, a, "")), ""), "");
+    case FC_OP_HARDSWISH: { /* x * min(max(x + 3, 0), 6) / 6; NaN stays NaN (ordered compares are false) */
+        LLVMValueRef s = LLVMBuildFAdd(B, a, fconst(k, a, 3.0), "");
+        s = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, s, fconst(k, a, 0), ""), fconst(k, a, 0), s, "");
+        s = LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOGT, s, fconst(k, a, 6.0), ""), fconst(k, a, 6.0), s, "");
+        return LLVMBuildFMul(B, a, LLVMBuildFMul(B, s, fconst(k, a, 1.0 / 6.0), ""), "");
+    }
     case FC_OP_RELU: /* x < 0 ? 0 : x; NaN stays NaN */
         return LLVMBuildSelect(B, LLVMBuildFCmp(B, LLVMRealOLT, a, fconst(k, a, 0), ""), fconst(k, a, 0), a, "");
     case FC_OP_GELU: { /* x/2 (1 + erf(x / sqrt 2)) */

@@ -145,7 +145,7 @@ static fc_status run_node(interp *ip)
     case FC_OP_NEG: case FC_OP_ABS: case FC_OP_EXP: case FC_OP_LOG:
     case FC_OP_SQRT: case FC_OP_RSQRT: case FC_OP_RECIP: case FC_OP_SIN:
     case FC_OP_COS: case FC_OP_TANH: case FC_OP_SIGMOID: case FC_OP_RELU:
-    case FC_OP_GELU: case FC_OP_GELU_TANH: case FC_OP_SILU: case FC_OP_ERF:
+    case FC_OP_GELU: case FC_OP_GELU_TANH: case FC_OP_SILU: case FC_OP_HARDSWISH: case FC_OP_ERF:
     case FC_OP_ADD: case FC_OP_SUB: case FC_OP_MUL: case FC_OP_DIV:
     case FC_OP_MAX: case FC_OP_MIN: case FC_OP_POW:
     case FC_OP_EQ: case FC_OP_NE: case FC_OP_LT:
