@@ -13,7 +13,7 @@
  * An executable is a backend's own struct whose first member is an
  * fc_exec_head: the public fc_program handle points at it, and the head
  * says whose it is. Adding a backend is a folder with its table and one
- * line in the registry (runtime/backend.c); docs/ARCHITECTURE-runtime.md
+ * line in the registry (runtime/backend.c); docs/ARCHITECTURE.md
  * has the recipe.
  */
 #ifndef FC_RUNTIME_BACKEND_H
