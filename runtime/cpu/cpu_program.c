@@ -61,9 +61,9 @@
 #endif
 
 /* A kernel is split across threads when it does at least this much work
- * (elements x ops): below it, waking the pool costs more than it saves.
- * Measured here: a 7-op pointwise chain breaks even at about 64K elements
- * (0.09 ms on one thread); 16K elements run 20% slower on two threads. */
+ * (elements x ops): below it, waking the pool costs more than it saves
+ * (a 7-op pointwise chain breaks even at about 64K elements; docs/PERF.md,
+ * "CPU backend"). */
 #define PARALLEL_WORK (1 << 19)
 /* Warm-up runs before a benchmark. */
 #define BENCH_WARMUP 2
