@@ -5,7 +5,7 @@
  * a constant operand is fc_full when it is one repeated value, else a
  * parameter with its data in the weights (ox_materialize). Opset
  * differences (attributes that became inputs) are read where they apply. */
-#include "onnx.h"
+#include "onnx_ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -16,19 +16,6 @@ typedef fc_status (*ox_fn)(ox_ctx *ox, const Onnx__NodeProto *n);
 
 /* ---- attributes and operands --------------------------------------- */
 
-static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
-    return NULL;
-}
-static int64_t ai(const Onnx__NodeProto *n, const char *name, int64_t def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->i : def;
-}
-static double af(const Onnx__NodeProto *n, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->f : def;
-}
 static const char *as(const Onnx__NodeProto *n, const char *name, const char *def) {
     const Onnx__AttributeProto *a = attr(n, name);
     static char buf[64];
@@ -39,15 +26,7 @@ static const char *as(const Onnx__NodeProto *n, const char *name, const char *de
     return buf;
 }
 
-#define G (ox->g)
-#define OUT(i, val) (ox->out_v[(i)] = (val))
-#define ERR(...) ox_error(ox, FC_ERR_UNSUPPORTED, __VA_ARGS__)
 
-static bool has_in(ox_ctx *ox, int i) { return i < ox->nin && ox->in[i]; }
-static fc_value *in(ox_ctx *ox, int i) {
-    if (!has_in(ox, i)) return NULL;
-    return ox_materialize(ox, ox->in[i]);
-}
 static ox_const *kin(ox_ctx *ox, int i) { return has_in(ox, i) ? ox->in[i]->k : NULL; }
 
 /* Operand i of a binary, compare or where op: a known one-element constant
@@ -76,7 +55,6 @@ static fc_dim dim_of(ox_ctx *ox, int i, int d) {
     return ox->in[i]->v ? ox->in[i]->v->dims[d] : ox->in[i]->k->shape[d];
 }
 static fc_dtype dt_of(ox_ctx *ox, int i) { return ox->in[i]->v ? ox->in[i]->v->dtype : ox->in[i]->k->dt; }
-static bool isf(fc_dtype dt) { return dt == FC_F32 || dt == FC_F64 || dt == FC_F16 || dt == FC_BF16; }
 
 /* A list of ints: the attribute before opset `as_input_from`, input `idx`
  * (which must be known) from it on. Returns the count, -1 when absent. */
@@ -101,7 +79,6 @@ static int ints_arg(ox_ctx *ox, const char *name, int idx, int64_t as_input_from
     return (int)k->n;
 }
 
-static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
 /* ---- elementwise --------------------------------------------------- */
 

@@ -1,34 +1,14 @@
 /* onnx_ops2.c - the second half of the op translation table: reductions,
  * normalizations, matmul and Gemm, and the ops composed from masks (Trilu,
  * CumSum, OneHot, EyeLike, Pad). onnx_ops.c holds the table itself. */
-#include "onnx.h"
+#include "onnx_ops.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define G (ox->g)
-#define OUT(i, val) (ox->out_v[(i)] = (val))
-#define ERR(...) ox_error(ox, FC_ERR_UNSUPPORTED, __VA_ARGS__)
 
-static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
-    return NULL;
-}
-static int64_t ai(const Onnx__NodeProto *n, const char *name, int64_t def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->i : def;
-}
-static double af(const Onnx__NodeProto *n, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->f : def;
-}
-static bool has_in(ox_ctx *ox, int i) { return i < ox->nin && ox->in[i]; }
-static fc_value *in(ox_ctx *ox, int i) { return has_in(ox, i) ? ox_materialize(ox, ox->in[i]) : NULL; }
-static bool isf(fc_dtype dt) { return dt == FC_F32 || dt == FC_F64 || dt == FC_F16 || dt == FC_BF16; }
-static int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
 /* Reduction axes: an attribute, or (ReduceSum from 13, the others from 18)
  * an input that must be known. Returns the count; *all for "every axis". */

@@ -3,30 +3,12 @@
  * over channels (BatchNormalization in inference, InstanceNormalization,
  * MeanVarianceNormalization), the global poolings, DepthToSpace and
  * SpaceToDepth, and ReduceProd. onnx_ops.c holds the table. */
-#include "onnx.h"
+#include "onnx_ops.h"
 
 #include <math.h>
 #include <string.h>
 
-#define G (ox->g)
-#define OUT(i, val) (ox->out_v[(i)] = (val))
-#define ERR(...) ox_error(ox, FC_ERR_UNSUPPORTED, __VA_ARGS__)
 
-static const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
-    for (size_t i = 0; i < n->n_attribute; i++)
-        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
-    return NULL;
-}
-static int64_t ai(const Onnx__NodeProto *n, const char *name, int64_t def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->i : def;
-}
-static double af(const Onnx__NodeProto *n, const char *name, double def) {
-    const Onnx__AttributeProto *a = attr(n, name);
-    return a ? a->f : def;
-}
-static bool has_in(ox_ctx *ox, int i) { return i < ox->nin && ox->in[i]; }
-static fc_value *in(ox_ctx *ox, int i) { return has_in(ox, i) ? ox_materialize(ox, ox->in[i]) : NULL; }
 
 /* "mean" (the default), "sum" or "none": 0, 1, 2; -1 for anything else. */
 static int reduction(const Onnx__NodeProto *n) {
@@ -223,8 +205,8 @@ fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *half = fc_mul(G, neg, fc_scalar(G, 0.5));
     fc_value *odd = fc_ne(G, fc_cast(G, fc_cast(G, half, FC_I64), FC_F64), half);
     fc_value *zero = fc_reduce_max(G, fc_cast(G, fc_eq(G, xf, fc_scalar(G, 0)), FC_F64), na, axes, keep);
-    bool isf = x->dtype == FC_F32 || x->dtype == FC_F64 || x->dtype == FC_F16 || x->dtype == FC_BF16;
-    if (!isf) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
+    const bool flt = isf(x->dtype);
+    if (!flt) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
     fc_value *p = fc_where(G, odd, fc_neg(G, mag), mag);
     p = fc_where(G, fc_gt(G, zero, fc_scalar(G, 0)), fc_scalar(G, 0), p);
     OUT(0, fc_cast(G, p, x->dtype));

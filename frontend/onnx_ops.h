@@ -1,0 +1,36 @@
+/* onnx_ops.h - what the translation files (onnx_ops.c, onnx_ops2.c,
+ * onnx_ops3.c) share: a node's attributes and operands, and their short
+ * names for the graph being built and the node's results. Internal to
+ * frontend/. */
+#ifndef FC_ONNX_OPS_H
+#define FC_ONNX_OPS_H
+
+#include "onnx.h"
+
+#include <string.h>
+
+#define G (ox->g)
+#define OUT(i, val) (ox->out_v[(i)] = (val))
+#define ERR(...) ox_error(ox, FC_ERR_UNSUPPORTED, __VA_ARGS__)
+
+static inline const Onnx__AttributeProto *attr(const Onnx__NodeProto *n, const char *name) {
+    for (size_t i = 0; i < n->n_attribute; i++)
+        if (n->attribute[i]->name && !strcmp(n->attribute[i]->name, name)) return n->attribute[i];
+    return NULL;
+}
+static inline int64_t ai(const Onnx__NodeProto *n, const char *name, int64_t def) {
+    const Onnx__AttributeProto *a = attr(n, name);
+    return a ? a->i : def;
+}
+static inline double af(const Onnx__NodeProto *n, const char *name, double def) {
+    const Onnx__AttributeProto *a = attr(n, name);
+    return a ? a->f : def;
+}
+/* Operand i is present (ONNX marks an omitted optional input by an empty name). */
+static inline bool has_in(ox_ctx *ox, int i) { return i < ox->nin && ox->in[i]; }
+/* Operand i as a value of the graph (a constant made a parameter or a full). */
+static inline fc_value *in(ox_ctx *ox, int i) { return has_in(ox, i) ? ox_materialize(ox, ox->in[i]) : NULL; }
+static inline bool isf(fc_dtype dt) { return dt == FC_F32 || dt == FC_F64 || dt == FC_F16 || dt == FC_BF16; }
+static inline int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
+
+#endif
