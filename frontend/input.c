@@ -1,20 +1,12 @@
 /* input.c - reading a model file whole, within bounds (input.h). */
 #include "input.h"
+#include "ir/outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static const char *kind_of(mode_t m) {
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISFIFO(m)) return "a FIFO";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file";
-}
 
 fc_status fc_read_input(fc_context *ctx, const char *path, const char *what, size_t max, char **text, size_t *len) {
     *text = NULL;
@@ -33,7 +25,7 @@ fc_status fc_read_input(fc_context *ctx, const char *path, const char *what, siz
     } else if (!is_stdin && !S_ISREG(sb.st_mode)) {
         st = fc_set_error(ctx, FC_ERR_INPUT,
                           "%s: error: it is %s, not %s (fusec reads regular files, or standard input as '-')", shown,
-                          kind_of(sb.st_mode), what);
+                          fc_file_kind(sb.st_mode), what);
     } else if (S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > max) {
         st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: the file is %lld bytes, more than the %zu that %s may have",
                           shown, (long long)sb.st_size, max, what);

@@ -35,6 +35,13 @@ void fc_context_fail_alloc_after(fc_context *ctx, long n) {
 
 void fc_free(void *p) { free(p); }
 
+void fc_bytes_free(fc_bytes *b) {
+    if (!b) return;
+    fc_free(b->data);
+    b->data = NULL;
+    b->size = 0;
+}
+
 static bool alloc_should_fail(fc_context *ctx) {
     if (!ctx || ctx->alloc_fail_after <= 0) return false;
     ctx->alloc_count++;

@@ -228,6 +228,15 @@ fc_status fc_diagv(fc_context *ctx, const char *file, const char *text, size_t l
 /* (through ctx when set, so fault injection reaches it); after a     */
 /* failed allocation `oom` is set and appends do nothing.             */
 /* ---------------------------------------------------------------- */
+/* A malloc'd byte buffer owned by its holder (a cubin, an encoded
+ * description); free it with fc_bytes_free. */
+typedef struct fc_bytes {
+    uint8_t *data;
+    size_t size;
+} fc_bytes;
+/* Free b->data and zero b. NULL and an empty buffer are ignored. */
+void fc_bytes_free(fc_bytes *b);
+
 typedef struct fc_strbuf {
     fc_context *ctx; /* may be NULL */
     char *buf;       /* NUL-terminated once anything was appended */

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *kind_of(mode_t m) {
+const char *fc_file_kind(mode_t m) {
     if (S_ISDIR(m)) return "a directory";
     if (S_ISCHR(m)) return "a character device";
     if (S_ISBLK(m)) return "a block device";
@@ -56,7 +56,7 @@ static fc_status check_target(fc_context *ctx, const char *path, target *t) {
             s = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s: %s", path, strerror(errno));
         else if (!S_ISREG(st.st_mode)) {
             char why[64 + PATH_MAX];
-            snprintf(why, sizeof why, "it is a symlink to %s, %s", real, kind_of(st.st_mode));
+            snprintf(why, sizeof why, "it is a symlink to %s, %s", real, fc_file_kind(st.st_mode));
             s = refuse(ctx, path, why);
         }
         if (s != FC_OK) {
@@ -66,7 +66,7 @@ static fc_status check_target(fc_context *ctx, const char *path, target *t) {
         t->path = real;
     } else if (!S_ISREG(st.st_mode)) {
         char why[64];
-        snprintf(why, sizeof why, "it is %s", kind_of(st.st_mode));
+        snprintf(why, sizeof why, "it is %s", fc_file_kind(st.st_mode));
         return refuse(ctx, path, why);
     } else if (!(t->path = strdup(path))) {
         return FC_ERR_NOMEM;

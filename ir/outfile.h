@@ -20,7 +20,12 @@
 #include "ir.h"
 
 #include <stddef.h>
+#include <sys/types.h>
 
 fc_status fc_write_file_atomic(fc_context *ctx, const char *path, const void *data, size_t n);
+
+/* What a file of mode m is, for a message that refuses it: "a directory",
+ * "a character device", "a FIFO", ... */
+const char *fc_file_kind(mode_t m);
 
 #endif

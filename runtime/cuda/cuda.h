@@ -32,16 +32,7 @@
 /* ------------------------------------------------------------------ */
 /* Owned byte buffers (cubins).                                        */
 /* ------------------------------------------------------------------ */
-#ifndef FC_BYTES_DEFINED
-#define FC_BYTES_DEFINED
-/* A malloc'd byte buffer owned by its holder; free it with fc_bytes_free. */
-typedef struct fc_bytes {
-    uint8_t *data;
-    size_t size;
-} fc_bytes;
-#endif
-/* Free b->data and zero b. NULL and an empty buffer are ignored. */
-void fc_bytes_free(fc_bytes *b);
+/* fc_bytes and fc_bytes_free are ir/ir.h's. */
 
 /* ------------------------------------------------------------------ */
 /* The driver table.                                                   */

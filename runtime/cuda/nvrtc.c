@@ -26,12 +26,6 @@
 
 #define DEFAULT_PROGRAM_NAME "fusec_kernel.cu"
 
-void fc_bytes_free(fc_bytes *b) {
-    if (!b) return;
-    fc_free(b->data);
-    b->data = NULL;
-    b->size = 0;
-}
 
 fc_status fc_nvrtc_version(int *major, int *minor) {
     int ma = 0, mi = 0;

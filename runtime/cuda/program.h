@@ -24,17 +24,7 @@
 #include <stdint.h>
 
 /* Not runtime/cuda/cuda.h: this header needs no CUDA header, so the CLI can use
- * it without the toolkit's include directory. fc_bytes is shared with
- * runtime/cuda/cuda.h under one guard (free it with fc_bytes_free). */
-#ifndef FC_BYTES_DEFINED
-#define FC_BYTES_DEFINED
-typedef struct fc_bytes {
-    uint8_t *data;
-    size_t size;
-} fc_bytes;
-#endif
-/* Free b->data and zero b (as in runtime/cuda/cuda.h). */
-void fc_bytes_free(fc_bytes *b);
+ * it without the toolkit's include directory. fc_bytes is ir/ir.h's. */
 
 /* "compiled", "kernel cache", "program cache", "file". */
 const char *fc_program_origin_name(fc_program_origin o);
