@@ -5,32 +5,26 @@
  * adapts it to the table, and gives its programs the description (the
  * signature) every executable has.
  */
-#include "runtime/backend.h"
+#include "runtime/host_exec.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
 #include "runtime/cpu/cpu_program.h"
-#include "lower/program_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct cpu_exec {
-    fc_exec_head head;
-    fc_context *ctx;
-    fc_program_desc d; /* the signature and the graph's text */
+    fc_host_exec h;
     fc_cpu_program *prog;
-    fc_run_stats stats;
-    fc_compile_times times;
 } cpu_exec;
 
 static cpu_exec *exec_of(fc_program *p) { return (cpu_exec *)(void *)p; }
-static const cpu_exec *cexec_of(const fc_program *p) { return (const cpu_exec *)(const void *)p; }
 
 static void cpu_free(fc_program *p) {
     cpu_exec *x = exec_of(p);
     fc_cpu_program_free(x->prog);
-    fc_program_desc_release(&x->d);
-    fc_ctx_freemem(x->ctx, x);
+    fc_program_desc_release(&x->h.d);
+    fc_ctx_freemem(x->h.ctx, x);
 }
 
 static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
@@ -38,20 +32,20 @@ static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     cpu_exec *x = fc_ctx_malloc(g->ctx, sizeof *x);
     if (!x) return FC_ERR_NOMEM;
     memset(x, 0, sizeof *x);
-    x->head.backend = &fc_backend_cpu;
-    x->ctx = g->ctx;
+    x->h.head.backend = &fc_backend_cpu;
+    x->h.ctx = g->ctx;
     fc_cpu_options co;
     fc_cpu_options_default(&co);
     co.fuse = o->fuse;
     fc_status st = fc_cpu_compile_ex(g, &co, &x->prog);
-    if (st == FC_OK) st = fc_program_desc_signature(x->ctx, g, &x->d);
-    if (st == FC_OK && !(x->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    if (st == FC_OK) st = fc_program_desc_signature(x->h.ctx, g, &x->h.d);
+    if (st == FC_OK && !(x->h.d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
     if (st != FC_OK) {
         cpu_free((fc_program *)(void *)x);
         return st;
     }
-    x->times.origin = FC_PROGRAM_COMPILED;
-    x->times.compile_ms = fc_now_ms() - t0;
+    x->h.times.origin = FC_PROGRAM_COMPILED;
+    x->h.times.compile_ms = fc_now_ms() - t0;
     *out = (fc_program *)(void *)x;
     return FC_OK;
 }
@@ -68,20 +62,20 @@ static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin,
     (void)stream; /* host code runs on the calling thread */
     cpu_exec *x = exec_of(p);
     fc_status st = fc_cpu_run_into(x->prog, inputs, nin, outputs, nout);
-    if (st == FC_OK) x->stats.runs++;
+    if (st == FC_OK) x->h.stats.runs++;
     return st;
 }
 
 static fc_status cpu_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
     cpu_exec *x = exec_of(p);
-    const fc_program_desc *d = &x->d;
+    const fc_program_desc *d = &x->h.d;
     if (nin != d->nparams || nout != d->noutputs)
-        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
+        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
                             d->graph_name, d->nparams, d->noutputs, nin, nout);
     if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
-        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
     fc_tensor small[16], *t = nin + nout <= 16 ? small : malloc(sizeof *t * (size_t)(nin + nout));
-    if (!t) return fc_set_error(x->ctx, FC_ERR_NOMEM, "out of memory");
+    if (!t) return fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nin; i++) t[i] = tensor_at(&d->params[i], inputs[i]);
     for (int k = 0; k < nout; k++) t[nin + k] = tensor_at(&d->outputs[k], outputs[k]);
     fc_status st = cpu_run_shaped(p, t, nin, t + nin, nout, stream);
@@ -94,7 +88,7 @@ static fc_status cpu_run_host(fc_program *p, const fc_tensor *inputs, int nin, f
     cpu_exec *x = exec_of(p);
     fc_status st = bench_iters > 0 ? fc_cpu_bench(x->prog, inputs, nin, outputs, nout, bench_iters, median_ms)
                                    : fc_cpu_run(x->prog, inputs, nin, outputs, nout);
-    if (st == FC_OK) x->stats.runs += 1 + (uint64_t)(bench_iters > 0 ? bench_iters : 0);
+    if (st == FC_OK) x->h.stats.runs += 1 + (uint64_t)(bench_iters > 0 ? bench_iters : 0);
     return st;
 }
 
@@ -110,20 +104,16 @@ static char *cpu_describe(fc_program *p, fc_describe_kind what) {
     if (what == FC_DESCRIBE_PLAN) return fc_cpu_program_plan_text(x->prog);
     if (what == FC_DESCRIBE_SOURCE) {
         const char *ir = fc_cpu_program_llvm_ir(x->prog);
-        if (ir) return copy_text(x->ctx, ir);
-        fc_set_error(x->ctx, FC_ERR_UNSUPPORTED,
+        if (ir) return copy_text(x->h.ctx, ir);
+        fc_set_error(x->h.ctx, FC_ERR_UNSUPPORTED,
                      "program %s: the CPU backend keeps its LLVM IR only when $FUSEC_DEBUG has \"code\"",
-                     x->d.graph_name);
+                     x->h.d.graph_name);
         return NULL;
     }
     fc_backend_unsupported(p, "PTX");
     return NULL;
 }
 
-static void cpu_stats(const fc_program *p, fc_run_stats *out) { *out = cexec_of(p)->stats; }
-static const fc_program_desc *cpu_desc(const fc_program *p) { return &cexec_of(p)->d; }
-static fc_context *cpu_context(const fc_program *p) { return cexec_of(p)->ctx; }
-static void cpu_times(const fc_program *p, fc_compile_times *out) { *out = cexec_of(p)->times; }
 static bool cpu_built(void) { return fc_cpu_available(); }
 static bool cpu_present(void) { return true; }
 
@@ -138,9 +128,9 @@ const fc_backend fc_backend_cpu = {
     .run_shaped = cpu_run_shaped,
     .run_host = cpu_run_host,
     .describe = cpu_describe,
-    .stats = cpu_stats,
-    .desc = cpu_desc,
-    .context = cpu_context,
-    .times = cpu_times,
+    .stats = fc_host_exec_stats,
+    .desc = fc_host_exec_desc,
+    .context = fc_host_exec_context,
+    .times = fc_host_exec_times,
     .free = cpu_free,
 };

@@ -5,31 +5,25 @@
  * pointers. Slow and exact: the oracle the other backends are compared
  * with, and a device every build has.
  */
-#include "runtime/backend.h"
+#include "runtime/host_exec.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
-#include "lower/program_desc.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 typedef struct ref_exec {
-    fc_exec_head head;
-    fc_context *ctx;
-    fc_program_desc d; /* the signature and the graph's text */
-    fc_graph *g;       /* fusec's copy, as given */
-    fc_run_stats stats;
-    fc_compile_times times;
+    fc_host_exec h;
+    fc_graph *g; /* fusec's copy, as given */
 } ref_exec;
 
 static ref_exec *exec_of(fc_program *p) { return (ref_exec *)(void *)p; }
-static const ref_exec *cexec_of(const fc_program *p) { return (const ref_exec *)(const void *)p; }
 
 static void ref_free(fc_program *p) {
     ref_exec *x = exec_of(p);
     fc_graph_free(x->g);
-    fc_program_desc_release(&x->d);
-    fc_ctx_freemem(x->ctx, x);
+    fc_program_desc_release(&x->h.d);
+    fc_ctx_freemem(x->h.ctx, x);
 }
 
 static fc_status ref_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
@@ -40,17 +34,17 @@ static fc_status ref_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     ref_exec *x = fc_ctx_malloc(g->ctx, sizeof *x);
     if (!x) return FC_ERR_NOMEM;
     memset(x, 0, sizeof *x);
-    x->head.backend = &fc_backend_ref;
-    x->ctx = g->ctx;
-    if (!(x->g = fc_graph_clone(g))) st = strstr(x->ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
-    if (st == FC_OK) st = fc_program_desc_signature(x->ctx, g, &x->d);
-    if (st == FC_OK && !(x->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    x->h.head.backend = &fc_backend_ref;
+    x->h.ctx = g->ctx;
+    if (!(x->g = fc_graph_clone(g))) st = strstr(x->h.ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
+    if (st == FC_OK) st = fc_program_desc_signature(x->h.ctx, g, &x->h.d);
+    if (st == FC_OK && !(x->h.d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
     if (st != FC_OK) {
         ref_free((fc_program *)(void *)x);
         return st;
     }
-    x->times.origin = FC_PROGRAM_COMPILED;
-    x->times.compile_ms = fc_now_ms() - t0;
+    x->h.times.origin = FC_PROGRAM_COMPILED;
+    x->h.times.compile_ms = fc_now_ms() - t0;
     *out = (fc_program *)(void *)x;
     return FC_OK;
 }
@@ -68,18 +62,18 @@ static fc_status ref_run_shaped(fc_program *p, const fc_tensor *inputs, int nin,
                                 void *stream) {
     (void)stream; /* host code runs on the calling thread */
     ref_exec *x = exec_of(p);
-    if (nout > 0 && !outputs) return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run_shaped: outputs is NULL");
+    if (nout > 0 && !outputs) return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run_shaped: outputs is NULL");
     fc_tensor small[16], *got = nout <= 16 ? small : calloc((size_t)nout, sizeof *got);
-    if (!got) return fc_set_error(x->ctx, FC_ERR_NOMEM, "out of memory");
+    if (!got) return fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
     fc_status st = fc_run_reference(x->g, inputs, nin, got, nout);
     for (int k = 0; k < nout && st == FC_OK; k++) {
         if (!same_type(&got[k], &outputs[k]))
-            st = fc_set_error(x->ctx, FC_ERR_INPUT, "fc_run_shaped: output %d has another dtype or shape than result %d",
+            st = fc_set_error(x->h.ctx, FC_ERR_INPUT, "fc_run_shaped: output %d has another dtype or shape than result %d",
                               k, k);
         else if (fc_tensor_numel(&got[k]) > 0)
             memcpy(outputs[k].data, got[k].data, (size_t)fc_tensor_numel(&got[k]) * fc_dtype_size(got[k].dtype));
     }
-    if (st == FC_OK) x->stats.runs++;
+    if (st == FC_OK) x->h.stats.runs++;
     for (int k = 0; k < nout; k++)
         if (got[k].data) fc_tensor_release(&got[k]);
     if (got != small) free(got);
@@ -95,17 +89,17 @@ static fc_tensor tensor_at(const fc_program_tensor *t, void *data) {
 
 static fc_status ref_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
     ref_exec *x = exec_of(p);
-    const fc_program_desc *d = &x->d;
+    const fc_program_desc *d = &x->h.d;
     if (nin != d->nparams || nout != d->noutputs)
-        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
+        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
                             d->graph_name, d->nparams, d->noutputs, nin, nout);
     if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
-        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
     if (fc_graph_check_static(x->g) != FC_OK)
-        return fc_set_error(x->ctx, FC_ERR_USAGE, "fc_run: graph %s has symbolic dims: run it with fc_run_shaped",
+        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: graph %s has symbolic dims: run it with fc_run_shaped",
                             d->graph_name);
     fc_tensor small[16], *t = nin + nout <= 16 ? small : malloc(sizeof *t * (size_t)(nin + nout));
-    if (!t) return fc_set_error(x->ctx, FC_ERR_NOMEM, "out of memory");
+    if (!t) return fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
     for (int i = 0; i < nin; i++) t[i] = tensor_at(&d->params[i], inputs[i]);
     for (int k = 0; k < nout; k++) t[nin + k] = tensor_at(&d->outputs[k], outputs[k]);
     fc_status st = ref_run_shaped(p, t, nin, t + nin, nout, stream);
@@ -120,12 +114,12 @@ static fc_status ref_run_host(fc_program *p, const fc_tensor *inputs, int nin, f
     ref_exec *x = exec_of(p);
     fc_status st = fc_run_reference(x->g, inputs, nin, outputs, nout);
     if (st != FC_OK || bench_iters <= 0) {
-        if (st == FC_OK) x->stats.runs++;
+        if (st == FC_OK) x->h.stats.runs++;
         return st;
     }
     double *t = calloc((size_t)bench_iters, sizeof *t);
     fc_tensor *tmp = calloc((size_t)(nout ? nout : 1), sizeof *tmp);
-    if (!t || !tmp) st = fc_set_error(x->ctx, FC_ERR_NOMEM, "out of memory");
+    if (!t || !tmp) st = fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
     for (int i = 0; i < bench_iters && st == FC_OK; i++) {
         const double t0 = fc_now_ms();
         st = fc_run_reference(x->g, inputs, nin, tmp, nout);
@@ -133,7 +127,7 @@ static fc_status ref_run_host(fc_program *p, const fc_tensor *inputs, int nin, f
         for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
     }
     if (st == FC_OK && median_ms) *median_ms = fc_median(t, bench_iters);
-    if (st == FC_OK) x->stats.runs += 1 + (uint64_t)bench_iters;
+    if (st == FC_OK) x->h.stats.runs += 1 + (uint64_t)bench_iters;
     else
         for (int k = 0; k < nout; k++) fc_tensor_release(&outputs[k]);
     free(t);
@@ -146,10 +140,6 @@ static char *ref_describe(fc_program *p, fc_describe_kind what) {
     return NULL;
 }
 
-static void ref_stats(const fc_program *p, fc_run_stats *out) { *out = cexec_of(p)->stats; }
-static const fc_program_desc *ref_desc(const fc_program *p) { return &cexec_of(p)->d; }
-static fc_context *ref_context(const fc_program *p) { return cexec_of(p)->ctx; }
-static void ref_times(const fc_program *p, fc_compile_times *out) { *out = cexec_of(p)->times; }
 static bool ref_built(void) { return true; }
 static bool ref_present(void) { return true; }
 
@@ -164,9 +154,9 @@ const fc_backend fc_backend_ref = {
     .run_shaped = ref_run_shaped,
     .run_host = ref_run_host,
     .describe = ref_describe,
-    .stats = ref_stats,
-    .desc = ref_desc,
-    .context = ref_context,
-    .times = ref_times,
+    .stats = fc_host_exec_stats,
+    .desc = fc_host_exec_desc,
+    .context = fc_host_exec_context,
+    .times = fc_host_exec_times,
     .free = ref_free,
 };
