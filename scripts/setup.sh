@@ -17,7 +17,8 @@ packages=(
   g++                 # the project declares CXX; the C++ compiler must exist
   libxxhash-dev       # XXH3-128 cache keys
   llvm-14-dev         # LLVM C API for the CPU backend
-  libclang-rt-14-dev  # sanitizer runtimes for clang builds
+  clang               # the libFuzzer harnesses (tests/fuzz)
+  libclang-rt-14-dev  # sanitizer and libFuzzer runtimes for clang builds
   libopenblas-dev     # CPU GEMMs
   libprotobuf-c-dev   # ONNX import: the protobuf runtime
   protobuf-c-compiler # ONNX import: protoc-c compiles onnx.proto at build time
