@@ -279,6 +279,23 @@ printf 'graph g(%%x: f32[2]) {\n  %%y = neg(%%x)\n  return %%y\n}\n' | "$FUSEC" 
 rc=$?
 if [[ $rc -eq 0 ]] && grep -q 'neg(%x)' "$tmp/out"; then pass; else fail "standard input as -"; fi
 
+# Zero-size dimensions: each graph of tests/zero/zero_size.ir with N bound
+# to 0 and to 3 runs on the reference and, where built, on the CPU backend
+# against it, and its CUDA source compiles with NVRTC (no zero-length
+# arrays); on a GPU it also runs there against the reference.
+for g in elementwise reduce_empty_axis reduce_empty_rows rows empty_rows_softmax views; do
+  for n in 0 3; do
+    expect_rc 0 "zero-size $g N=$n ref" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --run --device=ref
+    if "$FUSEC" --devices | grep -qx cpu; then
+      expect_rc 0 "zero-size $g N=$n cpu" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --run --device=cpu --check
+    fi
+    expect_rc 0 "zero-size $g N=$n ptx" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --emit=ptx
+    if "$FUSEC" --devices | grep -qx cuda; then
+      expect_rc 0 "zero-size $g N=$n cuda" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --run --device=cuda --check
+    fi
+  done
+done
+
 # --help-env prints the switch table: every variable of ir/switches.def,
 # and the value of one that is set.
 FUSEC_LOG=graphs run --help-env

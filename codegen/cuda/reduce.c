@@ -277,7 +277,9 @@ fc_status fc_cg_reduce_kernel(kctx *k, fc_launch *l) {
     size_t cache_bytes = 0;
     for (int i = 0; i < gr->ninputs; i++)
         if (fc_cg_full_shape(gr, gr->inputs[i])) cache_bytes += (size_t)kv * (size_t)vec * fc_dtype_size(gr->inputs[i]->dtype);
-    bool cache = trailing && !sym_len && vec > 1 && kv <= 8 && cache_bytes <= 512;
+    /* A row of no elements (a dim bound to 0) has nothing to hold: it takes
+     * the loop, which runs no times, and no zero-length array is declared. */
+    bool cache = trailing && !sym_len && vec > 1 && kv >= 1 && kv <= 8 && cache_bytes <= 512;
     /* And, in what is left of those 512 bytes, the suffix-broadcast inputs
      * (a norm's weight and bias), so that their loads overlap the row's
      * instead of following the reductions: the GPT-2 block's layernorms

@@ -255,7 +255,9 @@ static void *value_ptr(const fc_cpu_program *p, int id, const fc_tensor *inputs,
     if (r->param_index >= 0) return inputs[r->param_index].data;
     if (p->cls.result_slot[r->id] >= 0) return outputs[p->cls.result_slot[r->id]].data;
     FC_ASSERT(p->plan.offset[id] >= 0);
-    return (char *)p->arena + p->plan.offset[id];
+    /* No arena when every intermediate is empty (a dim bound to 0): there is
+     * nothing to point into, and NULL + 0 is undefined. */
+    return p->arena ? (char *)p->arena + p->plan.offset[id] : NULL;
 }
 
 /* ------------------------------------------------------------------ */
