@@ -45,7 +45,7 @@ bool fc_switch_source_marker(char *buf, size_t n) {
     size_t at = 0;
     if (n) buf[0] = 0;
     for (int i = 0; i < FC_SW_COUNT; i++) {
-        const char *v = table[i].source ? getenv(table[i].name) : NULL;
+        const char *v = table[i].source ? fc_switch_raw((fc_switch_id)i) : NULL;
         /* Set to the default, a switch gives the default source. */
         if (!v || !strcmp(v, table[i].dflt)) continue;
         if (at < n) at += (size_t)snprintf(buf + at, n - at, "%s%s=%s", at ? "," : "", table[i].name, v);
@@ -73,7 +73,7 @@ char *fc_env_help(void) {
             fc_strbuf_printf(&b, "  %-30s %s", left, t->help);
             if (t->dflt[0]) fc_strbuf_printf(&b, " (default %s)", t->dflt);
             if (t->source) fc_strbuf_printf(&b, "; part of the kernel-cache key");
-            const char *v = getenv(t->name);
+            const char *v = fc_switch_raw((fc_switch_id)i);
             if (v) fc_strbuf_printf(&b, "; set: '%s'", v);
             fc_strbuf_printf(&b, "\n");
         }
