@@ -151,6 +151,8 @@ if want build; then
     fi
     cmake_args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF
         "-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash")
+    # protobuf-c, cJSON and onnx.pb-c carried by prepare-gpu-carry.sh: the ONNX importer and --weights.
+    [[ -d .deps/onnx ]] && cmake_args+=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
     cuda=${CUDA_HOME:-/usr/local/cuda}
     [[ -d $cuda ]] && cmake_args+=("-DCUDAToolkit_ROOT=$cuda")
     # shellcheck disable=SC2016  # $@ expands in the inner bash

@@ -52,8 +52,11 @@ DYN=${ISSUES_DYN:-"gpt2 gpt2_8x1024 mlp8 replay20 sweep"}
 
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/env.txt"
 if on build; then
+    # protobuf-c, cJSON and onnx.pb-c carried by prepare-gpu-carry.sh: the ONNX importer and --weights.
+    onnx=()
+    [[ -d .deps/onnx ]] && onnx=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
     cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF \
-        -DFUSEC_XXHASH_DIR="$ROOT/.deps/xxhash" >"$OUT/build.log" 2>&1 &&
+        -DFUSEC_XXHASH_DIR="$ROOT/.deps/xxhash" "${onnx[@]}" >"$OUT/build.log" 2>&1 &&
         ninja -C build >>"$OUT/build.log" 2>&1
     echo "build: rc=$?"
 fi
