@@ -262,7 +262,8 @@ def fusec_run(fusec, src, bind, inputs, weights, cache_dir, extra, save_dir, tor
     else:
         r["save_error"] = f"rc={rc}: " + last_err(err)[:200]
     shutil.rmtree(save_dir, ignore_errors=True)
-    log(f"   {note}: {r['ms']:.3f} ms, rel L2 vs f32 {r.get('rel_l2', float('nan')):.3g}")
+    vs = "".join(f", vs {k[7:]} {v:.3g}" for k, v in r.items() if k.startswith("rel_l2_"))
+    log(f"   {note}: {r['ms']:.3f} ms, rel L2 vs f32 {r.get('rel_l2', float('nan')):.3g}{vs}")
     return r
 
 
@@ -295,7 +296,8 @@ def run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, result
     nin = hf.N_INPUTS[kind]
     files = {}
     for dt in ("bf16", "f32"):
-        if dt == "f32" and "precision" not in ARGS.rows and not ARGS.tiny:
+        # The f32 graph serves the --precision row (and, --tiny, the check against HF).
+        if dt == "f32" and not ARGS.tiny and not ("precision" in ARGS.rows and have_precision):
             continue
         text, params = hf.graph(kind, model, dt, ARGS.gqa)
         g = work / f"{kind}_{dt}.ir"
@@ -304,7 +306,7 @@ def run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, result
         hf.save(hf.weights(model, params, nin, dt), w)
         files[dt] = (g, w)
         log(f"   wrote {g.name} ({len(params)} parameters) and {w.name} ({w.stat().st_size / 2**20:.0f} MiB)")
-    mbf = copy.deepcopy(model).to(torch.bfloat16)
+    mbf = hf.to_bf16(model)
     gqa_note = f"GQA {ARGS.gqa} ({model.config.num_attention_heads} query, {model.config.num_key_value_heads} kv heads)" \
         if kind == "llama" else ""
     if gqa_note:
@@ -383,12 +385,12 @@ def run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, result
             if cuda:
                 torch.cuda.empty_cache()
 
-        if "precision" in ARGS.rows and "f32" in files:
-            g, w = files["f32"]
+        if "precision" in ARGS.rows:
             if not have_precision:
                 res["precision"] = {"skipped": "this fusec has no --precision"}
                 log("   fusec f32 --precision=bf16: skipped (this fusec has no --precision)")
             elif fits(40, "fusec --precision=bf16"):
+                g, w = files["f32"]
                 res["precision"] = fusec_run(fusec, g, bind, inputs, w, cache, ["--precision=bf16"], sd / "out", torch,
                                              ref, dev, "fusec f32 --precision=bf16")
 
@@ -435,15 +437,16 @@ def run_onnx(torch, model, ids, ref, sd, cache, fusec, have_precision, dev):
 
         t0 = time.monotonic()
         sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-        y = sess.run(None, {sess.get_inputs()[0].name: ids.numpy()})[0]
+        y = torch.from_numpy(sess.run(None, {sess.get_inputs()[0].name: ids.numpy()})[0])
         r["ort_cpu_s"] = round(time.monotonic() - t0, 1)
-        np.save(sd / "ort.npy", y)
-        r["ort_rel_l2"] = rel_l2(torch, torch.from_numpy(y), ref)
-        del y, sess
+        r["ort_rel_l2"] = rel_l2(torch, y, ref)
+        others = {"ort": y}
+        del sess
         log(f"   ONNX Runtime (CPU, an oracle only): rel L2 vs torch f32 {r['ort_rel_l2']:.3g}")
     except Exception as e:
         r["ort_error"] = f"{type(e).__name__}: {str(e)[:200]}"
         log(f"   ONNX Runtime: {r['ort_error']}")
+        others = {}
     rc, out, err, _ = sh([fusec, path, "--emit=plan"], fusec_env(cache), cap=240)
     k = RE_TOTAL.search(out)
     if k:
@@ -453,15 +456,12 @@ def run_onnx(torch, model, ids, ref, sd, cache, fusec, have_precision, dev):
         r["plan_error"] = f"rc={rc}: " + last_err(err)[:300]
         log(f"   fusec ONNX plan: {r['plan_error']}")
         return r
-    ort = {"ort": torch.from_numpy(np.load(sd / "ort.npy"))} if (sd / "ort.npy").exists() else {}
     r["f32"] = fusec_run(fusec, path, None, [sd / "ids.npy"], None, cache, [], sd / "out", torch, ref, dev,
-                         "fusec ONNX f32", ort)
+                         "fusec ONNX f32", others)
     if have_precision and fits(30, "fusec ONNX --precision=bf16"):
         r["bf16"] = fusec_run(fusec, path, None, [sd / "ids.npy"], None, cache, ["--precision=bf16"], sd / "out",
-                              torch, ref, dev, "fusec ONNX --precision=bf16", ort)
-    del ort
-    for f in (sd / "ort.npy", path):
-        f.unlink(missing_ok=True)
+                              torch, ref, dev, "fusec ONNX --precision=bf16", others)
+    del others
     for f in sd.glob("model.onnx*"):
         f.unlink(missing_ok=True)
     return r
@@ -476,7 +476,7 @@ def summary(results):
     modes = ARGS.modes
     head = ["model", "size", "fusec ms", "eager ms"] + [f"compile {m} ms" for m in modes] + \
         ["fusec / best compile", "rel L2 fusec", "rel L2 eager", "cold / warm / -o ms", "kernels",
-         "f32 --precision=bf16 ms (rel L2)", "onnx f32 ms (rel L2, kernels)"]
+         "f32 --precision=bf16 ms (rel L2)", "onnx f32 ms (rel L2 vs f32 / vs ORT, kernels)"]
     rows = []
     for key, r in results.items():
         f = r.get("fusec", {})
@@ -490,7 +490,8 @@ def summary(results):
         o = r.get("onnx", {})
         of = o.get("f32", {})
         on = o.get("skipped") or o.get("error") or o.get("plan_error") or \
-            (f"{fmt(of.get('ms'))} ({fmt(of.get('rel_l2'), '.3g')}, {o.get('kernels')})" if of.get("ms") else of.get("error", "-"))
+            (f"{fmt(of.get('ms'))} ({fmt(of.get('rel_l2'), '.3g')} / {fmt(of.get('rel_l2_ort'), '.3g')}, "
+             f"{o.get('kernels')})" if of.get("ms") else of.get("error", "-"))
         rows.append([r["model"] + (" (tiny)" if ARGS.tiny else ""), f"B={r['B']},T={r['T']}", fmt(f.get("ms")),
                      fmt(r.get("eager_ms"))] + [fmt(cms[m]) for m in modes] +
                     [ratio, fmt(f.get("rel_l2"), ".4g"), fmt(r.get("eager_rel_l2"), ".4g"), comp,

@@ -43,6 +43,20 @@ def build(kind, preset, seed=0, device="cpu"):
     return model.to(device=device, dtype=torch.float32).eval()
 
 
+def to_bf16(model):
+    """A bf16 copy of the model, as from_pretrained(dtype=torch.bfloat16) makes
+    it: the rotary inv_freq buffers stay f32 (.to(bfloat16) alone would round
+    them, and the angles of far positions with them)."""
+    import copy
+
+    keep = {n: b.detach().clone() for n, b in model.named_buffers() if n.endswith("inv_freq")}
+    m = copy.deepcopy(model).to(torch.bfloat16)
+    for n, b in keep.items():
+        mod = m.get_submodule(n.rsplit(".", 1)[0])
+        mod.register_buffer("inv_freq", b, persistent=False)
+    return m
+
+
 def graph(kind, model, dtype, gqa="broadcast"):
     """(text, params) of the model's .ir graph in `dtype` (f32 or bf16)."""
     cfg = model.config.to_dict()
