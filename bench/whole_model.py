@@ -93,20 +93,8 @@ def log(msg):
         LOG.flush()
 
 
-def left_total():
-    return ARGS.budget - (time.monotonic() - T0)
-
-
-# The models share the budget: each gets a share of what is left when it
-# starts (WEIGHT), so that the first cannot starve the second. A step that
-# does not fit its model's share is skipped; one that started runs on within
-# the whole budget.
-WEIGHT = {"gpt2": 1.0, "llama": 1.5}
-DEADLINE = None
-
-
 def left():
-    return (DEADLINE if DEADLINE is not None else T0 + ARGS.budget) - time.monotonic()
+    return ARGS.budget - (time.monotonic() - T0)
 
 
 def fits(need, what):
@@ -119,7 +107,7 @@ def fits(need, what):
 
 def sh(cmd, env=None, cap=300):
     """Run cmd (a list); log it and its output. Returns (rc, out, err, wall_s)."""
-    t = max(5.0, min(cap, left_total()))
+    t = max(5.0, min(cap, left()))
     if LOG:  # the console gets the results; the log every command
         LOG.write(f"$ {' '.join(str(c) for c in cmd)}\n")
     t0 = time.monotonic()
@@ -194,14 +182,13 @@ def fusec_env(cache_dir):
 
 
 def compile_times(fusec, src, bind, cache_dir, extra, note):
-    """Cold, warm and -o compiles of src in new processes; cache_dir is emptied first."""
+    """Cold and warm compiles of src, each in a new process; cache_dir is emptied first."""
     r = {}
     shutil.rmtree(cache_dir, ignore_errors=True)
     cache_dir.mkdir(parents=True)
-    env = fusec_env(cache_dir)
     base = [fusec, src] + (["--bind", bind] if bind else []) + extra
     for name in ("cold", "warm"):
-        rc, out, err, wall = sh(base + ["--emit=plan", "--time"], env, cap=240)
+        rc, out, err, wall = sh(base + ["--emit=plan", "--time"], fusec_env(cache_dir), cap=240)
         m = RE_COMPILED.search(err)
         r[name + "_ms"] = float(m.group(1)) if m and rc == 0 else None
         r[name + "_wall_s"] = round(wall, 3)
@@ -210,20 +197,29 @@ def compile_times(fusec, src, bind, cache_dir, extra, note):
         if k:
             r["kernels"], r["library_calls"] = int(k.group(1)), int(k.group(2))
         if rc != 0:
-            log(f"   {note} compile failed (rc={rc})")
+            log(f"   {note} compile failed (rc={rc}): {r[name + '_how']}")
             return r
-    # -o compiles the source once more (NVRTC with the plan embedded): about a cold compile.
-    if not fits(r["cold_wall_s"] + 10, f"{note} -o"):
+    log(f"   {note} compile: cold {r.get('cold_ms')} ms ({r['cold_wall_s']} s wall), warm {r.get('warm_ms')} ms "
+        f"({r['warm_wall_s']} s wall); plan: {r.get('kernels')} kernels, {r.get('library_calls')} library calls")
+    return r
+
+
+def compile_o(fusec, src, bind, cache_dir, cold, note):
+    """-o with the warm cache in a new process: fusec's compile time plus its time to write the file."""
+    r = {}
+    # Today -o runs NVRTC once more (the plan embedded): allow about a cold compile.
+    if cold.get("warm_ms") is None or not fits(cold["cold_wall_s"] + 10, f"{note} -o"):
         return r
     cubin = cache_dir.parent / (cache_dir.name + ".cubin")
-    rc, out, err, wall = sh(base + ["-o", cubin, "--time"], env, cap=120)
+    rc, out, err, wall = sh([fusec, src] + (["--bind", bind] if bind else []) + ["-o", cubin, "--time"],
+                            fusec_env(cache_dir), cap=240)
     m, w = RE_COMPILED.search(err), RE_WRITE.search(err)
     r["o_ms"] = (float(m.group(1)) + (float(w.group(1)) if w else 0.0)) if m and rc == 0 else None
     r["o_write_ms"] = float(w.group(1)) if w and rc == 0 else None
     r["o_wall_s"] = round(wall, 3)
-    log(f"   {note} compile: cold {r.get('cold_ms')} ms ({r['cold_wall_s']} s wall), warm {r.get('warm_ms')} ms "
-        f"({r['warm_wall_s']} s wall), -o warm {r.get('o_ms')} ms; plan: {r.get('kernels')} kernels, "
-        f"{r.get('library_calls')} library calls")
+    cubin.unlink(missing_ok=True)
+    log(f"   {note} -o (warm cache): {r['o_ms']} ms ({r['o_wall_s']} s wall)" if r["o_ms"] is not None
+        else f"   {note} -o failed: rc={rc}: {last_err(err)[:200]}")
     return r
 
 
@@ -279,20 +275,25 @@ def fusec_has(fusec, flag):
 
 
 # ---------------------------------------------------------------- one model
-def run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, results):
+class Ctx:
+    """What every step needs: the run's settings and one model's files."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def prepare_model(torch, kind, scale, work, have_precision):
+    """The model in f32 and bf16, its graphs and weights files; None when
+    none of its sizes is asked for."""
     import hf
 
-    cuda = ARGS.device == "cuda"
-    dev = "cuda" if cuda else "cpu"
-    preset = PRESET[kind][scale]
     sizes = [s for s in SIZES[kind][scale] if not ARGS.sizes or f"{kind}:{s[0]}x{s[1]}" in ARGS.sizes]
-    if not sizes:
-        return
-    if not fits(30, f"{kind} (all sizes)"):
-        return
+    if not sizes or not fits(30, f"{kind} (all sizes)"):
+        return None
+    dev = "cuda" if ARGS.device == "cuda" else "cpu"
+    preset = PRESET[kind][scale]
     log(f"== {kind} {preset}: building the model [t={time.monotonic() - T0:.0f}s]")
     model = hf.build(kind, preset, seed=0, device=dev)
-    V = model.config.vocab_size
     nin = hf.N_INPUTS[kind]
     files = {}
     for dt in ("bf16", "f32"):
@@ -306,106 +307,186 @@ def run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, result
         hf.save(hf.weights(model, params, nin, dt), w)
         files[dt] = (g, w)
         log(f"   wrote {g.name} ({len(params)} parameters) and {w.name} ({w.stat().st_size / 2**20:.0f} MiB)")
-    mbf = hf.to_bf16(model)
-    gqa_note = f"GQA {ARGS.gqa} ({model.config.num_attention_heads} query, {model.config.num_key_value_heads} kv heads)" \
-        if kind == "llama" else ""
-    if gqa_note:
-        log(f"   {gqa_note}")
-    for (B, T) in sizes:
-        key = f"{kind} B={B},T={T}"
-        res = results.setdefault(key, {"model": kind, "preset": preset, "B": B, "T": T})
-        if gqa_note:
-            res["gqa"] = gqa_note
-        log(f"== {key} [t={time.monotonic() - T0:.0f}s, {left():.0f}s left]")
-        if not fits(20, key):
-            res["skipped"] = "out of budget"
-            continue
-        gen = torch.Generator().manual_seed(1000 + B * 7 + T)
-        ids = torch.randint(0, V, (B, T), generator=gen, dtype=torch.int64)
-        sd = work / f"{kind}_{B}x{T}"
-        sd.mkdir(exist_ok=True)
-        inputs = [sd / "ids.npy"]
-        np.save(inputs[0], ids.numpy())
-        if kind == "llama":
-            cos, sin = hf.rope_tables(model, T)
-            np.save(sd / "cos.npy", cos)
-            np.save(sd / "sin.npy", sin)
-            inputs += [sd / "cos.npy", sd / "sin.npy"]
-        ids_d = ids.to(dev)
+    c = model.config
+    gqa = f"GQA {ARGS.gqa} ({c.num_attention_heads} query, {c.num_key_value_heads} kv heads)" if kind == "llama" else ""
+    if gqa:
+        log(f"   {gqa}")
+    return Ctx(kind=kind, preset=preset, sizes=sizes, model=model, mbf=hf.to_bf16(model), files=files, dev=dev,
+               cuda=ARGS.device == "cuda", gqa=gqa)
+
+
+def size_inputs(torch, m, B, T, work):
+    """Token ids (and rotary tables) for one size as .npy files, and the f32
+    model's logits: (ids on the device, input files, reference, scratch dir)."""
+    import hf
+
+    gen = torch.Generator().manual_seed(1000 + B * 7 + T)
+    ids = torch.randint(0, m.model.config.vocab_size, (B, T), generator=gen, dtype=torch.int64)
+    sd = work / f"{m.kind}_{B}x{T}"
+    sd.mkdir(exist_ok=True)
+    inputs = [sd / "ids.npy"]
+    np.save(inputs[0], ids.numpy())
+    if m.kind == "llama":
+        cos, sin = hf.rope_tables(m.model, T)
+        np.save(sd / "cos.npy", cos)
+        np.save(sd / "sin.npy", sin)
+        inputs += [sd / "cos.npy", sd / "sin.npy"]
+    ids_d = ids.to(m.dev)
+    with torch.no_grad():
+        ref = hf.logits(m.model, ids_d).float()
+    return ids_d, inputs, ref, sd
+
+
+def torch_compile(torch, m, res, mode, ids_d):
+    B = ids_d.shape[0]
+    if mode == "reduce-overhead" and B != 1:
+        return
+    need = {"max-autotune": 200, "reduce-overhead": 60}.get(mode, 60) * (2 if m.kind == "llama" else 1)
+    if not fits(need, f"torch.compile {mode}"):
+        res.setdefault("compile", {})[mode] = {"skipped": "out of budget"}
+        return
+    torch._dynamo.reset()
+    cm = torch.compile(m.mbf, mode=None if mode == "default" else mode, dynamic=False)
+    rr = {}
+    try:
         with torch.no_grad():
-            ref = hf.logits(model, ids_d).float()
-            yb = hf.logits(mbf, ids_d)
-            res["eager_rel_l2"] = rel_l2(torch, yb, ref)
-            del yb
-            res["eager_ms"] = time_torch(torch, lambda: hf.logits(mbf, ids_d), ARGS.reps, 3, cuda)
-        log(f"   HF eager bf16: {res['eager_ms']:.3f} ms, rel L2 vs f32 {res['eager_rel_l2']:.3g}")
-        bind = f"B={B},T={T}"
-
-        if "compile" in ARGS.rows and ARGS.device != "ref":
-            g, _ = files["bf16"]
-            res["fusec_compile"] = compile_times(fusec, g, bind, work / f"cache_{kind}_{B}x{T}", [], "fusec bf16")
-        cache = work / f"cache_{kind}_{B}x{T}"
-        cache.mkdir(exist_ok=True)
-        if "bf16" in ARGS.rows:
-            g, w = files["bf16"]
-            if fits(15, "fusec bf16"):
-                res["fusec"] = fusec_run(fusec, g, bind, inputs, w, cache, [], sd / "out", torch, ref, dev, "fusec bf16")
-            if ARGS.tiny and "f32" in files:
-                g, w = files["f32"]
-                res["fusec_f32"] = fusec_run(fusec, g, bind, inputs, w, cache, [], sd / "out", torch, ref, dev, "fusec f32")
-
-        for mode in ARGS.modes:
-            if mode == "reduce-overhead" and B != 1:
-                continue
-            need = {"max-autotune": 200, "reduce-overhead": 60}.get(mode, 60) * (2 if kind == "llama" else 1)
-            if not fits(need, f"torch.compile {mode}"):
-                res.setdefault("compile", {})[mode] = {"skipped": "out of budget"}
-                continue
-            torch._dynamo.reset()
-            cm = torch.compile(mbf, mode=None if mode == "default" else mode, dynamic=False)
-            rr = {}
-            try:
-                with torch.no_grad():
-                    t0 = time.monotonic()
-                    if mode == "reduce-overhead":
-                        torch.compiler.cudagraph_mark_step_begin()
-                    cm(input_ids=ids_d, use_cache=False)
-                    if cuda:
-                        torch.cuda.synchronize()
-                    rr["compile_s"] = round(time.monotonic() - t0, 2)
-                    rr["ms"] = time_torch(torch, lambda: cm(input_ids=ids_d, use_cache=False), ARGS.reps, 3, cuda,
-                                          step_begin=mode == "reduce-overhead")
-                log(f"   torch.compile {mode}: {rr['ms']:.3f} ms (first call {rr['compile_s']} s)")
-            except Exception as e:  # a mode that fails is a result, not the end of the run
-                rr["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                log(f"   torch.compile {mode}: {rr['error']}")
-            res.setdefault("compile", {})[mode] = rr
-            del cm
-            torch._dynamo.reset()
-            if cuda:
-                torch.cuda.empty_cache()
-
-        if "precision" in ARGS.rows:
-            if not have_precision:
-                res["precision"] = {"skipped": "this fusec has no --precision"}
-                log("   fusec f32 --precision=bf16: skipped (this fusec has no --precision)")
-            elif fits(40, "fusec --precision=bf16"):
-                g, w = files["f32"]
-                res["precision"] = fusec_run(fusec, g, bind, inputs, w, cache, ["--precision=bf16"], sd / "out", torch,
-                                             ref, dev, "fusec f32 --precision=bf16")
-
-        if "onnx" in ARGS.rows and kind == "gpt2":
-            if not have_onnx:
-                res["onnx"] = {"skipped": "this fusec was built without the ONNX importer"}
-                log("   ONNX: skipped (fusec built without the importer)")
-            elif fits(60, "ONNX export and run"):
-                res["onnx"] = run_onnx(torch, model, ids, ref, sd, cache, fusec, have_precision, dev)
-        del ref
-        if cuda:
-            torch.cuda.empty_cache()
-    del model, mbf
-    if cuda:
+            t0 = time.monotonic()
+            if mode == "reduce-overhead":
+                torch.compiler.cudagraph_mark_step_begin()
+            cm(input_ids=ids_d, use_cache=False)
+            if m.cuda:
+                torch.cuda.synchronize()
+            rr["compile_s"] = round(time.monotonic() - t0, 2)
+            rr["ms"] = time_torch(torch, lambda: cm(input_ids=ids_d, use_cache=False), ARGS.reps, 3, m.cuda,
+                                  step_begin=mode == "reduce-overhead")
+        log(f"   torch.compile {mode}: {rr['ms']:.3f} ms (first call {rr['compile_s']} s)")
+    except Exception as e:  # a mode that fails is a result, not the end of the run
+        rr["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        log(f"   torch.compile {mode}: {rr['error']}")
+    res.setdefault("compile", {})[mode] = rr
+    del cm
+    torch._dynamo.reset()
+    if m.cuda:
         torch.cuda.empty_cache()
+
+
+def core_rows(torch, m, B, T, work, fusec, res):
+    """Pass 1: eager, fusec's cold and warm compile, fusec, torch.compile default."""
+    import hf
+
+    ids_d, inputs, ref, sd = size_inputs(torch, m, B, T, work)
+    with torch.no_grad():
+        yb = hf.logits(m.mbf, ids_d)
+        res["eager_rel_l2"] = rel_l2(torch, yb, ref)
+        del yb
+        res["eager_ms"] = time_torch(torch, lambda: hf.logits(m.mbf, ids_d), ARGS.reps, 3, m.cuda)
+    log(f"   HF eager bf16: {res['eager_ms']:.3f} ms, rel L2 vs f32 {res['eager_rel_l2']:.3g}")
+    bind = f"B={B},T={T}"
+    cache = work / f"cache_{m.kind}_{B}x{T}"
+    if "compile" in ARGS.rows and ARGS.device != "ref":
+        res["fusec_compile"] = compile_times(fusec, m.files["bf16"][0], bind, cache, [], "fusec bf16")
+    cache.mkdir(exist_ok=True)
+    if "bf16" in ARGS.rows and fits(15, "fusec bf16"):
+        g, w = m.files["bf16"]
+        res["fusec"] = fusec_run(fusec, g, bind, inputs, w, cache, [], sd / "out", torch, ref, m.dev, "fusec bf16")
+    if ARGS.tiny and "f32" in m.files:
+        g, w = m.files["f32"]
+        res["fusec_f32"] = fusec_run(fusec, g, bind, inputs, w, cache, [], sd / "out", torch, ref, m.dev, "fusec f32")
+    if "default" in ARGS.modes:
+        torch_compile(torch, m, res, "default", ids_d)
+    del ref
+
+
+def extra_rows(torch, m, B, T, work, fusec, res, row, have_precision, have_onnx):
+    """Pass 2, one row kind at a time over every model and size: the other
+    torch.compile modes, fusec -o, --precision=bf16, ONNX."""
+    bind = f"B={B},T={T}"
+    cache = work / f"cache_{m.kind}_{B}x{T}"
+    if row == "modes":
+        modes = [md for md in ARGS.modes if md != "default" and not (md == "reduce-overhead" and B != 1)]
+        if modes:
+            ids_d, _, ref, _ = size_inputs(torch, m, B, T, work)
+            del ref
+            for mode in modes:
+                torch_compile(torch, m, res, mode, ids_d)
+    elif row == "-o" and "compile" in ARGS.rows and ARGS.device != "ref" and res.get("fusec_compile"):
+        res["fusec_compile"].update(compile_o(fusec, m.files["bf16"][0], bind, cache, res["fusec_compile"],
+                                              "fusec bf16"))
+    elif row == "precision" and "precision" in ARGS.rows:
+        if not have_precision:
+            res["precision"] = {"skipped": "this fusec has no --precision"}
+            log("   fusec f32 --precision=bf16: skipped (this fusec has no --precision)")
+        elif fits(40, "fusec --precision=bf16"):
+            _, inputs, ref, sd = size_inputs(torch, m, B, T, work)
+            g, w = m.files["f32"]
+            res["precision"] = fusec_run(fusec, g, bind, inputs, w, cache, ["--precision=bf16"], sd / "out", torch,
+                                         ref, m.dev, "fusec f32 --precision=bf16")
+            del ref
+    elif row == "onnx" and "onnx" in ARGS.rows and m.kind == "gpt2":
+        if not have_onnx:
+            res["onnx"] = {"skipped": "this fusec was built without the ONNX importer"}
+            log("   ONNX: skipped (fusec built without the importer)")
+        elif fits(60, "ONNX export and run"):
+            ids_d, _, ref, sd = size_inputs(torch, m, B, T, work)
+            res["onnx"] = run_onnx(torch, m.model, ids_d.cpu(), ref, sd, cache, fusec, have_precision, m.dev)
+            del ref
+    if m.cuda:
+        torch.cuda.empty_cache()
+
+
+def applies(m, B, row):
+    if row == "modes":
+        return any(md != "default" and not (md == "reduce-overhead" and B != 1) for md in ARGS.modes)
+    if row == "-o":
+        return "compile" in ARGS.rows and ARGS.device != "ref"
+    return row in ARGS.rows and (row != "onnx" or m.kind == "gpt2")
+
+
+def run_all(torch, kinds, scale, work, fusec, have_precision, have_onnx, results):
+    """Pass 1 (the core rows) over every model and size, then pass 2 (the
+    extra rows), so that a short budget cuts extras before it cuts a model."""
+    models = []
+    for kind in kinds:
+        try:
+            m = prepare_model(torch, kind, scale, work, have_precision)
+        except Exception as ex:  # report and go on to the next model
+            fail(results, kind, ex)
+            continue
+        if m:
+            models.append(m)
+            for (B, T) in m.sizes:
+                key = f"{kind} B={B},T={T}"
+                res = results.setdefault(key, {"model": kind, "preset": m.preset, "B": B, "T": T})
+                if m.gqa:
+                    res["gqa"] = m.gqa
+                log(f"== {key} [t={time.monotonic() - T0:.0f}s, {left():.0f}s left]")
+                if not fits(20, key):
+                    res["skipped"] = "out of budget"
+                    continue
+                try:
+                    core_rows(torch, m, B, T, work, fusec, results[key])
+                except Exception as ex:
+                    fail(results, key, ex)
+    for row in ("modes", "-o", "precision", "onnx"):
+        for m in models:
+            for (B, T) in m.sizes:
+                key = f"{m.kind} B={B},T={T}"
+                if results[key].get("skipped") or not applies(m, B, row):
+                    continue
+                log(f"== {key}: {row} [t={time.monotonic() - T0:.0f}s, {left():.0f}s left]")
+                try:
+                    extra_rows(torch, m, B, T, work, fusec, results[key], row, have_precision, have_onnx)
+                except Exception as ex:
+                    fail(results, key, ex)
+
+
+def fail(results, key, ex):
+    import traceback
+
+    log(f"!! {key}: {type(ex).__name__}: {ex}")
+    LOG.write(traceback.format_exc())
+    results.setdefault(key, {"model": key.split()[0], "B": "-", "T": "-"}).setdefault("errors", []).append(
+        f"{type(ex).__name__}: {str(ex)[:300]}")
 
 
 def export(torch, model, ids, path):
@@ -508,7 +589,7 @@ def summary(results):
 
 
 def main():
-    global LOG, ARGS, DEADLINE
+    global LOG, ARGS
     e = os.environ.get
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--fusec", default=str(HERE.parent / "build" / "fusec"))
@@ -572,17 +653,7 @@ def main():
     results = {}
     scale = "tiny" if ARGS.tiny else "full"
     kinds = [m for m in ARGS.models.split(",") if m]
-    for i, kind in enumerate(kinds):
-        share = WEIGHT.get(kind, 1.0) / sum(WEIGHT.get(k, 1.0) for k in kinds[i:])
-        DEADLINE = time.monotonic() + left_total() * share
-        try:
-            run_model(torch, kind, scale, work, fusec, have_precision, have_onnx, results)
-        except Exception as ex:  # report and go on to the next model
-            import traceback
-
-            log(f"!! {kind}: {type(ex).__name__}: {ex}")
-            LOG.write(traceback.format_exc())
-            results.setdefault(f"{kind} error", {"model": kind, "B": "-", "T": "-", "error": str(ex)[:300]})
+    run_all(torch, kinds, "tiny" if ARGS.tiny else "full", work, fusec, have_precision, have_onnx, results)
     (out / "whole.json").write_text(json.dumps(results, indent=1, default=str))
     s = summary(results)
     (out / "whole.md").write_text(s + "\n")
