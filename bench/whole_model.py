@@ -115,7 +115,8 @@ def sh(cmd, env=None, cap=300):
         p = subprocess.run([str(c) for c in cmd], env=env, capture_output=True, text=True, timeout=t)
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
-        rc, out, err = 124, (e.stdout or b"").decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or ""), f"timeout after {t:.0f} s"
+        out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        rc, err = 124, f"timeout after {t:.0f} s"
     wall = time.monotonic() - t0
     if LOG:
         LOG.write(out[-20000:] + ("\n[stderr]\n" + err[-20000:] if err else "") + f"\n[rc={rc}, {wall:.2f} s]\n")
@@ -553,6 +554,13 @@ def fmt(v, spec=".3f"):
     return "-" if v is None else format(v, spec)
 
 
+def cell(d):
+    """A torch.compile mode's cell: its time, or why there is none."""
+    if not d:
+        return "-"
+    return fmt(d["ms"]) if d.get("ms") else "skipped" if d.get("skipped") else "error"
+
+
 def summary(results):
     modes = ARGS.modes
     head = ["model", "size", "fusec ms", "eager ms"] + [f"compile {m} ms" for m in modes] + \
@@ -573,8 +581,9 @@ def summary(results):
         on = o.get("skipped") or o.get("error") or o.get("plan_error") or \
             (f"{fmt(of.get('ms'))} ({fmt(of.get('rel_l2'), '.3g')} / {fmt(of.get('rel_l2_ort'), '.3g')}, "
              f"{o.get('kernels')})" if of.get("ms") else of.get("error", "-"))
-        rows.append([r["model"] + (" (tiny)" if ARGS.tiny else ""), f"B={r['B']},T={r['T']}", fmt(f.get("ms")),
-                     fmt(r.get("eager_ms"))] + [fmt(cms[m]) for m in modes] +
+        fm = fmt(f["ms"]) if f.get("ms") else (f.get("error") or r.get("skipped") or "-")[:60]
+        rows.append([r["model"] + (" (tiny)" if ARGS.tiny else ""), f"B={r['B']},T={r['T']}", fm,
+                     fmt(r.get("eager_ms"))] + [cell(r.get("compile", {}).get(m)) for m in modes] +
                     [ratio, fmt(f.get("rel_l2"), ".4g"), fmt(r.get("eager_rel_l2"), ".4g"), comp,
                      str(c.get("kernels", "-")), pr, on])
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
