@@ -15,8 +15,9 @@ configs; each model is Hugging Face's own, with its own random init):
     its weights as one safetensors file of each dtype, named as the graph's
     parameters (the state_dict names);
   - the reference: the f32 model's logits (TF32 off);
-  - HF eager in bf16 (model.to(bfloat16)): time, and its logits' relative L2
-    error against the reference;
+  - HF eager in bf16 (a bf16 copy whose rotary inv_freq stays f32, as
+    from_pretrained(dtype=bfloat16) leaves it): time, and its logits'
+    relative L2 error against the reference;
   - torch.compile of the bf16 model, dynamic=False, per mode of --modes
     (reduce-overhead at B=1 only): time and compile time (the first call);
   - fusec: `fusec M.ir --bind B=..,T=.. --weights W.safetensors --inputs
@@ -33,6 +34,11 @@ configs; each model is Hugging Face's own, with its own random init):
     --bench` (f32; and with --precision=bf16 where fusec has it), the plan's
     kernel count, and ONNX Runtime on the CPU as a second oracle for the
     outputs (its speed on the CPU is no fair comparison and is not timed).
+
+The core rows (reference, eager, fusec's compile, fusec, torch.compile
+default) run first for every model and size; then the other modes, -o,
+precision and onnx, one kind at a time over every model and size, so that a
+short budget drops extras before it drops a model.
 
 Each row's numbers go to $OUT/whole.json, every command and its output to
 $OUT/whole.log, and a short table is printed last (and to $OUT/whole.md).
