@@ -76,6 +76,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(HERE / "models"))
 
 import numpy as np  # noqa: E402
@@ -142,8 +143,7 @@ def rel_l2(torch, a, ref):
 
 
 def load_npy(torch, path, device):
-    arr = np.load(path, mmap_mode="r")
-    return torch.from_numpy(np.ascontiguousarray(arr)).to(device)
+    return torch.from_numpy(np.load(path)).to(device)
 
 
 def time_torch(torch, fn, reps, warmup, cuda, step_begin=False):

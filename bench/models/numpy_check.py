@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import irgen  # noqa: E402
 
