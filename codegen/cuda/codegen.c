@@ -313,12 +313,11 @@ static fc_status share_kernel(unit *u, int gi, int end, fc_launch *l, char *text
         u->s = (fc_strbuf){0};
         char keep[sizeof l->name];
         snprintf(keep, sizeof keep, "%s", l->name);
-        snprintf(l->name, sizeof l->name, KEY_NAME);
-        fc_status st = emit_launch(u, gi, end, l);
-        snprintf(l->name, sizeof l->name, "%s", keep);
+        fc_status st = emit_launch(u, gi, end, l); /* it names l as the first time */
         fc_strbuf again = u->s;
         u->s = unit_s;
-        if (!st && !again.oom && again.buf) named = replace_all(again.buf, KEY_NAME, l->name);
+        if (!st && !again.oom && again.buf) named = replace_all(again.buf, l->name, keep);
+        snprintf(l->name, sizeof l->name, "%s", keep);
         free(again.buf);
         if (st) return st;
         if (!named) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
