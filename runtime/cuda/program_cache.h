@@ -53,7 +53,9 @@ void fc_cache_global_close(void);
 /* ------------------------------------------------------------------ */
 
 /*
- * Level 1, a cubin: the source, the NVRTC program name, every NVRTC option
+ * Level 1, a cubin (one per distinct kernel of a program, each its own
+ * source; and an AOT file's, whose source holds the program): the source,
+ * the NVRTC program name, every NVRTC option
  * in order (fc_nvrtc_options_build's list, which names the arch and the
  * include directories), the NVRTC version, and the target arch again. The
  * cache mixes in its format version.
