@@ -409,7 +409,8 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     fc_status st = cached_kernels(p, cache, nv, &missing);
     if (st != FC_OK) return st;
     record_kernel_key(d);
-    *from_cache = missing == 0;
+    /* A program of library calls only has no kernel to find: compiled. */
+    *from_cache = missing == 0 && d->src.nkernels > 0;
     if (missing == 0) return FC_OK;
     const char **src = fc_ctx_malloc(p->ctx, sizeof *src * (size_t)missing * 2);
     char (*names)[96] = fc_ctx_malloc(p->ctx, sizeof *names * (size_t)missing);
