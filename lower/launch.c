@@ -9,6 +9,8 @@ void fc_cuda_src_release(fc_cuda_src *s) {
     for (int i = 0; i < s->nlaunches; i++) free(s->launches[i].args);
     free(s->launches);
     free(s->source);
+    for (int i = 0; i < s->nkernels; i++) free(s->kernels[i].source);
+    free(s->kernels);
     memset(s, 0, sizeof *s);
 }
 

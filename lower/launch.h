@@ -92,8 +92,20 @@ typedef struct fc_launch {
     char summary[160]; /* for --emit=plan: "softmax-like row reduce: reduce_max, sub, exp, ..." */
 } fc_launch;
 
+/* A distinct kernel of the unit: launches whose kernels are the same text
+ * (layer k's copy of layer 0's) all name it. Each is compiled on its own,
+ * so that its cubin is cached under its own source and shared by every
+ * program that has it. */
+typedef struct fc_cuda_kernel {
+    char name[64];     /* its function (and fc_launch.name of every launch of it) */
+    char *source;      /* malloc'd: a unit of its own (prelude, templates, the kernel); NULL once decoded */
+    uint8_t key[16];   /* its cubin's cache key (the runtime fills it) */
+} fc_cuda_kernel;
+
 typedef struct fc_cuda_src {
-    char *source; /* malloc'd CUDA C */
+    char *source; /* malloc'd CUDA C: the whole unit, each distinct kernel once */
+    fc_cuda_kernel *kernels; /* the distinct kernels, in order of first launch */
+    int nkernels;
     fc_launch *launches; /* launch order */
     int nlaunches;
     int frame_words; /* > 0: the kernels take the frame (fc_launch.frame), of this many words */

@@ -74,9 +74,11 @@ typedef struct fc_program_desc {
      * zeroed for a kernel, an alias, and a library call that has no CUDA
      * path (attention, an integer matmul: running one fails cleanly). */
     struct fc_gemm_desc *gemm;
-    /* The level-1 key of the cubin: recorded in a level-2 entry for tools,
-     * but a compile always recomputes it from the source and options, and
-     * never looks a cubin up by what an entry claims. */
+    /* A key over the distinct kernels' level-1 keys (src.kernels[].key),
+     * a record for tools. A warm start looks each kernel's cubin up by the
+     * key its entry records (an entry passes the same trust checks as a
+     * cubin); a cold compile recomputes every key from the kernel's own
+     * source and the options. */
     uint8_t kernel_key[16];
 } fc_program_desc;
 

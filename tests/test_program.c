@@ -18,7 +18,8 @@
  * GEMMs: matmul + relu; the horizontal GEMM through fc_run with inputs at
  * two sets of addresses (the concatenated weights rebuilt when the weights
  * move), and decoded from its bytes; examples/gpt2_block.ir (B=1, T=64)
- * and examples/llama_block.ir (B=2, T=16), parsed with bindings. */
+ * and examples/llama_block.ir (B=2, T=16), parsed with bindings, and
+ * tests/layers/gpt2_4.ir (four blocks sharing their kernels). */
 #include "check.h"
 #include "test_util.h"
 #include "runtime/cuda/cublaslt.h"
@@ -654,8 +655,13 @@ static fc_tensor *ranged_inputs(fc_graph *g, const input_range *ranges, int nran
     for (int i = 0; i < n; i++) {
         const char *name = g->params[i]->name ? g->params[i]->name : "";
         double lo = -1, hi = 1;
-        for (int r = 0; r < nranges; r++)
-            if (!strcmp(ranges[r].name, name)) lo = ranges[r].lo, hi = ranges[r].hi;
+        /* By name, or by a layer's name for it ("l3_ln1_w": "ln1_w"). */
+        const size_t nl = strlen(name);
+        for (int r = 0; r < nranges; r++) {
+            const size_t nr = strlen(ranges[r].name);
+            if (!strcmp(ranges[r].name, name) || (nl > nr && name[nl - nr - 1] == '_' && !strcmp(name + nl - nr, ranges[r].name)))
+                lo = ranges[r].lo, hi = ranges[r].hi;
+        }
         for (int64_t j = 0; j < fc_tensor_numel(&t[i]); j++) fc_interp_store(t[i].dtype, t[i].data, j, uniform(lo, hi));
     }
     return t;
@@ -761,6 +767,8 @@ static void test_examples_gpu(fc_context *ctx) {
     } examples[] = {
         {"examples/gpt2_block.ir", {{"B", 1}, {"T", 64}}, gpt2, (int)(sizeof gpt2 / sizeof gpt2[0])},
         {"examples/llama_block.ir", {{"B", 2}, {"T", 16}}, llama, (int)(sizeof llama / sizeof llama[0])},
+        /* Four blocks: each layer's launches run the first layer's kernels. */
+        {"tests/layers/gpt2_4.ir", {{"B", 1}, {"T", 64}}, gpt2, (int)(sizeof gpt2 / sizeof gpt2[0])},
     };
     const char *src = getenv("FUSEC_SRC");
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) {

@@ -234,7 +234,7 @@ done:
         if (s) fputs(s, stderr);
         fc_free(s);
         if (save_ms >= 0)
-            fprintf(stderr, "time: %.3f ms more to write %s (-o: NVRTC once more, with the plan embedded)\n", save_ms,
+            fprintf(stderr, "time: %.3f ms more to write %s (-o: the cubin with the plan embedded, from the cache or NVRTC)\n", save_ms,
                     o->output);
     }
     fc_program_free(prog);

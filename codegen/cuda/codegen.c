@@ -58,7 +58,10 @@ static void summarize(const fc_group *gr, char *out, size_t n) {
 /* What the dispatcher carries from group to group of one unit. */
 typedef struct unit {
     const fc_plan *plan;
-    fc_strbuf s;
+    fc_strbuf s;    /* where the generator at work writes: the unit, or one kernel's text (own_kernel) */
+    fc_strbuf head; /* what the unit and every kernel's own source start with: the prelude, the frame's */
+    char **canon;   /* per distinct kernel: its text with its name as KEY_NAME (share_kernel) */
+    uint64_t *hash; /* per distinct kernel: the hash of canon */
     fc_cuda_src *out;
     fc_gemm_choice *choice; /* per group (fc_cuda_gemm_choose) */
     bool frame;             /* the plan's kernels take the frame (frame_plan) */
@@ -135,7 +138,7 @@ static fc_status attention_group(unit *u, const fc_group *gr, fc_launch *l) {
     snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
     char *src = NULL;
     fc_status st = fc_cuda_emit_attention(u->plan, gr, l->name, &src, l);
-    if (!st) fc_strbuf_printf(&u->s, "// group %d: %s\n%s", gr->id, l->summary, src);
+    if (!st) fc_strbuf_printf(&u->s, "%s", src);
     free(src);
     return st;
 }
@@ -155,7 +158,6 @@ static fc_status kernel_group(unit *u, const fc_group *gr, fc_launch *l) {
     fc_status st;
     if (!k.is_row || !k.row_ready) st = FC_ERR_NOMEM;
     else {
-        fc_strbuf_printf(&u->s, "// group %d: %s\n", gr->id, l->summary);
         st = gr->kind == FC_GROUP_REDUCE ? fc_cg_reduce_kernel(&k, l) : fc_cg_pointwise_kernel(&k, l);
     }
     if (!st && k.oom) st = FC_ERR_NOMEM;
@@ -182,29 +184,17 @@ static fc_status open_launch(const fc_group *gr, fc_launch *l, fc_graph *g) {
     return FC_OK;
 }
 
-/* The launches of groups from gi on (a batch takes several); *next: the
- * group after them. */
-static fc_status group_launch(unit *u, int gi, int *next) {
+/* What a launch runs, written to u->s: a batch from gi to end, or group
+ * gi's kernel, library call or alias. */
+static fc_status emit_launch(unit *u, int gi, int end, fc_launch *l) {
     const fc_plan *plan = u->plan;
     const fc_group *gr = plan->groups[gi];
-    *next = gi + 1;
     if (gr->batch > 0) {
-        int end = gi;
-        while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
-        *next = end + 1;
-        fc_launch *bl = &u->out->launches[u->out->nlaunches++];
-        bl->frame = u->frame;
-        fc_status st = fc_cg_batched_launch(plan, gi, end, &u->s, bl);
-        if (!st) frame_entry(u, bl);
+        l->frame = u->frame;
+        fc_status st = fc_cg_batched_launch(plan, gi, end, &u->s, l);
+        if (!st) frame_entry(u, l);
         return st;
     }
-    /* An attention that runs inside the skinny GEMM reading its result
-     * (skinny.c, "attention and projection") gets no launch of its own. */
-    for (int j = gi + 1; j < plan->ngroups; j++)
-        if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
-    fc_launch *l = &u->out->launches[u->out->nlaunches++];
-    fc_status st = open_launch(gr, l, plan->g);
-    if (st) return st;
     if (u->choice[gi].path != FC_GEMM_NONE) return gemm_group(u, gi, l);
     if (gr->kind == FC_GROUP_ATTENTION) return attention_group(u, gr, l);
     if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
@@ -215,27 +205,199 @@ static fc_status group_launch(unit *u, int gi, int *next) {
     return kernel_group(u, gr, l);
 }
 
+/* ------------------------------------------------------------------ */
+/* One kernel per distinct computation.                                */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Layer k of a model is layer 0's computation on other buffers: the same
+ * kernel text but for its name (buffers are parameters; nothing of a
+ * value's id, name or arena offset is in a static kernel's text). So each
+ * kernel is generated alone, its text with its name replaced by KEY_NAME
+ * is its structural key, and a launch whose key was seen before launches
+ * that kernel with its own arguments. A kernel's name comes from its key
+ * too ("fc_reduce_1f2e3d4c5b6a"), not from the graph or the group, so that
+ * another program with the same kernel compiles the same source and meets
+ * its cubin in the cache. Which ops each launch covers stays in its
+ * summary and group (the plan's lines).
+ */
+#define KEY_NAME "fc__KERNEL__"
+
+/* text with every `from` replaced by `to`; NULL: out of memory. */
+static char *replace_all(const char *text, const char *from, const char *to) {
+    const size_t nf = strlen(from), nt = strlen(to);
+    size_t count = 0;
+    for (const char *p = strstr(text, from); p; p = strstr(p + nf, from)) count++;
+    const size_t n = strlen(text) + count * nt - count * nf;
+    char *r = malloc(n + 1), *w = r;
+    if (!r) return NULL;
+    for (const char *p = text, *q; (q = strstr(p, from)); p = q + nf) {
+        memcpy(w, p, (size_t)(q - p));
+        w += q - p;
+        memcpy(w, to, nt);
+        w += nt;
+        text = q + nf;
+    }
+    strcpy(w, text);
+    return r;
+}
+
+/* FNV-1a, 64 bits: names and a first test; equality is strcmp. */
+static uint64_t text_hash(const char *t) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; *t; t++) h = (h ^ (unsigned char)*t) * 0x100000001b3ull;
+    return h;
+}
+
+/* The kind a kernel's name starts with, from the path that made it. */
+static const char *kernel_kind(const unit *u, int gi) {
+    const fc_group *gr = u->plan->groups[gi];
+    if (gr->batch > 0) return "batch";
+    switch (u->choice[gi].path) {
+    case FC_GEMM_GENERATED: return "gemm";
+    case FC_GEMM_SKINNY: return "skinny";
+    case FC_GEMM_SKINNY_ATTENTION: return "skinny_attention";
+    default: break;
+    }
+    return gr->kind == FC_GROUP_ATTENTION ? "attention" : gr->kind == FC_GROUP_REDUCE ? "reduce" : "pointwise";
+}
+
+/* Launch l's kernel, just generated alone as `text` (with the templates
+ * it needs: fresh_gemm, fresh_skinny), becomes a launch of an earlier
+ * kernel with the same key, or a new distinct kernel: its own source, and
+ * its text in the unit (once; what the unit has of the templates is not
+ * written again, so the kernel is generated again without them). The
+ * unit's template flags are u's on entry. */
+static fc_status share_kernel(unit *u, int gi, int end, fc_launch *l, char *text, bool fresh_gemm, unsigned fresh_skinny) {
+    fc_graph *g = u->plan->g;
+    const fc_group *gr = u->plan->groups[gi];
+    const bool comment = gr->batch == 0 && (u->choice[gi].path == FC_GEMM_NONE);
+    fc_cuda_src *out = u->out;
+    if (!text) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    char *canon = replace_all(text, l->name, KEY_NAME);
+    free(text);
+    if (!canon) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    const uint64_t h = text_hash(canon);
+    for (int k = 0; k < out->nkernels; k++)
+        if (u->hash[k] == h && !strcmp(u->canon[k], canon)) {
+            free(canon);
+            snprintf(l->name, sizeof l->name, "%s", out->kernels[k].name);
+            fc_strbuf_printf(&u->s, "// group %d: %s: launches %s\n", gr->id, l->summary, l->name);
+            return FC_OK;
+        }
+    fc_cuda_kernel *kn = &out->kernels[out->nkernels];
+    snprintf(kn->name, sizeof kn->name, "fc_%s_%012llx", kernel_kind(u, gi), (unsigned long long)(h >> 16));
+    for (int k = 0; k < out->nkernels; k++) /* two keys, one name: 48 bits of the hash collide */
+        if (!strcmp(out->kernels[k].name, kn->name)) {
+            snprintf(kn->name, sizeof kn->name, "fc_%s_%012llx_%d", kernel_kind(u, gi), (unsigned long long)(h >> 16), out->nkernels & 0xffff);
+            break;
+        }
+    snprintf(l->name, sizeof l->name, "%s", kn->name);
+    u->canon[out->nkernels] = canon;
+    u->hash[out->nkernels] = h;
+    out->nkernels++;
+    char *named = replace_all(canon, KEY_NAME, kn->name);
+    fc_strbuf own = {0};
+    if (named) fc_strbuf_printf(&own, "// generated by fusec %s: kernel %s\n%s%s", FUSEC_VERSION_STRING, kn->name, u->head.buf, named);
+    kn->source = own.buf;
+    if (!named || own.oom) {
+        free(named);
+        return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    }
+    if (comment) fc_strbuf_printf(&u->s, "// group %d: %s\n", gr->id, l->summary);
+    if ((fresh_gemm && u->gemm_templates) || (fresh_skinny & u->skinny_templates)) {
+        /* Again, into the unit, after the templates it has. */
+        free(named);
+        named = NULL;
+        fc_strbuf unit_s = u->s;
+        u->s = (fc_strbuf){0};
+        char keep[sizeof l->name];
+        snprintf(keep, sizeof keep, "%s", l->name);
+        fc_status st = emit_launch(u, gi, end, l); /* it names l as the first time */
+        fc_strbuf again = u->s;
+        u->s = unit_s;
+        if (!st && !again.oom && again.buf) named = replace_all(again.buf, l->name, keep);
+        snprintf(l->name, sizeof l->name, "%s", keep);
+        free(again.buf);
+        if (st) return st;
+        if (!named) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    }
+    fc_strbuf_printf(&u->s, "%s", named);
+    free(named);
+    u->gemm_templates |= fresh_gemm;
+    u->skinny_templates |= fresh_skinny;
+    return FC_OK;
+}
+
+/* Generate what launch l runs alone (fresh template flags), then share it
+ * (share_kernel) when it is a kernel. */
+static fc_status own_kernel(unit *u, int gi, int end, fc_launch *l) {
+    fc_strbuf unit_s = u->s;
+    const bool unit_gemm = u->gemm_templates;
+    const unsigned unit_skinny = u->skinny_templates;
+    u->s = (fc_strbuf){0};
+    u->gemm_templates = false;
+    u->skinny_templates = 0;
+    fc_status st = emit_launch(u, gi, end, l);
+    fc_strbuf text = u->s;
+    const bool fresh_gemm = u->gemm_templates;
+    const unsigned fresh_skinny = u->skinny_templates;
+    u->s = unit_s;
+    u->gemm_templates = unit_gemm;
+    u->skinny_templates = unit_skinny;
+    if (!st && text.oom) st = fc_set_error(u->plan->g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    if (st || l->kind != FC_LAUNCH_KERNEL) {
+        if (!st && text.buf) fc_strbuf_printf(&u->s, "%s", text.buf);
+        free(text.buf);
+        return st;
+    }
+    return share_kernel(u, gi, end, l, text.buf ? text.buf : calloc(1, 1), fresh_gemm, fresh_skinny);
+}
+
+/* The launches of groups from gi on (a batch takes several); *next: the
+ * group after them. */
+static fc_status group_launch(unit *u, int gi, int *next) {
+    const fc_plan *plan = u->plan;
+    const fc_group *gr = plan->groups[gi];
+    *next = gi + 1;
+    if (gr->batch > 0) {
+        int end = gi;
+        while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
+        *next = end + 1;
+        return own_kernel(u, gi, end, &u->out->launches[u->out->nlaunches++]);
+    }
+    /* An attention that runs inside the skinny GEMM reading its result
+     * (skinny.c, "attention and projection") gets no launch of its own. */
+    for (int j = gi + 1; j < plan->ngroups; j++)
+        if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
+    fc_launch *l = &u->out->launches[u->out->nlaunches++];
+    fc_status st = open_launch(gr, l, plan->g);
+    return st ? st : own_kernel(u, gi, gi, l);
+}
+
 fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
     memset(out, 0, sizeof *out);
     fc_graph *g = plan->g;
     unit u = {.plan = plan, .out = out};
-    fc_strbuf_printf(&u.s, "// generated by fusec %s for graph %s\n%s\n", FUSEC_VERSION_STRING, g->name, prelude);
+    fc_strbuf_printf(&u.head, "%s\n", prelude);
     out->launches = calloc((size_t)plan->ngroups + 1, sizeof *out->launches);
+    out->kernels = calloc((size_t)plan->ngroups + 1, sizeof *out->kernels);
     u.choice = calloc((size_t)plan->ngroups + 1, sizeof *u.choice);
-    if (!out->launches || !u.choice) {
-        free(u.choice);
-        free(u.s.buf);
-        fc_cuda_src_release(out);
-        return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+    u.canon = calloc((size_t)plan->ngroups + 1, sizeof *u.canon);
+    u.hash = calloc((size_t)plan->ngroups + 1, sizeof *u.hash);
+    fc_status st = FC_OK;
+    if (!out->launches || !out->kernels || !u.choice || !u.canon || !u.hash) {
+        st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+        goto done;
     }
     for (int i = 0; i < plan->ngroups; i++) fc_cuda_gemm_choose(plan, i, &u.choice[i]);
-    fc_status st = FC_OK;
     u.frame = frame_plan(&u);
     if (u.frame) {
         out->frame_words = g->nsyms + g->next_value_id;
         u.carry = fc_cg_frame_carry(out->frame_words);
-        fc_cg_frame_preludes(&u.s, u.carry);
+        fc_cg_frame_preludes(&u.head, u.carry);
     }
+    fc_strbuf_printf(&u.s, "// generated by fusec %s for graph %s\n%s", FUSEC_VERSION_STRING, g->name, u.head.buf ? u.head.buf : "");
     if (plan->dynamic && g->nsyms > FC_DYN_MAX_SYMS)
         st = fc_set_error(g->ctx, FC_ERR_UNSUPPORTED, "codegen: graph %s has %d symbols; a dynamic program takes at most %d", g->name,
                           g->nsyms, FC_DYN_MAX_SYMS);
@@ -245,8 +407,8 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             out->launches[i].grid_per[a] = 1;
             out->launches[i].grid_max[a] = 1;
         }
+    if (!st && u.head.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     for (int gi = 0; gi < plan->ngroups && !st;) st = group_launch(&u, gi, &gi);
-    free(u.choice);
     /* The kernel after the carrier reads the frame before it waits: it
      * starts when the carrier has ended (a plain edge), never during. */
     const int carrier = fc_cuda_src_frame_carrier(out);
@@ -256,6 +418,12 @@ fc_status fc_cuda_codegen(const fc_plan *plan, fc_cuda_src *out) {
             break;
         }
     if (!st && u.s.oom) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
+done:
+    for (int k = 0; u.canon && k < out->nkernels; k++) free(u.canon[k]);
+    free(u.canon);
+    free(u.hash);
+    free(u.choice);
+    free(u.head.buf);
     if (st) {
         free(u.s.buf);
         fc_cuda_src_release(out);

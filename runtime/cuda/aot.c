@@ -17,8 +17,9 @@
  * Why a data symbol and not a section of our own: NVRTC makes the symbol
  * itself, so the ELF stays exactly what the CUDA tools produce; adding a
  * section would mean rewriting NVIDIA's ELF behind its back. The cost is
- * a second NVRTC compile at save time (saving is offline) and the plan's
- * few kilobytes in device memory once the module is loaded.
+ * a second NVRTC compile at save time (its cubin is cached like a
+ * kernel's, so saving the same program again compiles nothing) and the
+ * plan's few kilobytes in device memory once the module is loaded.
  *
  * docs/AOT.md describes the format.
  */
@@ -406,8 +407,15 @@ static char *source_with_container(fc_context *ctx, const char *source, const ui
                                   "%s\n/* fusec: the program's launch plan, read back by fusec from this symbol "
                                   "(docs/AOT.md). */\nextern \"C\" __device__ const unsigned char %s[%zu] = {",
                                   source, FC_AOT_SYMBOL, n);
-    for (size_t i = 0; i < n; i++)
-        len += (size_t)snprintf(s + len, cap - len, "%s%u,", i % 32 == 0 ? "\n" : "", (unsigned)c[i]);
+    /* By hand: a snprintf a byte is most of a warm save's time. */
+    for (size_t i = 0; i < n; i++) {
+        const unsigned v = c[i];
+        if (i % 32 == 0) s[len++] = '\n';
+        if (v >= 100) s[len++] = (char)('0' + v / 100);
+        if (v >= 10) s[len++] = (char)('0' + v / 10 % 10);
+        s[len++] = (char)('0' + v % 10);
+        s[len++] = ',';
+    }
     snprintf(s + len, cap - len, "\n};\n");
     return s;
 }
@@ -436,11 +444,11 @@ static fc_status build_file(fc_context *ctx, const fc_program_desc *d, const cha
         fc_free(c);
         return FC_ERR_NOMEM;
     }
-    const char *extra[4];
-    int nextra = fc_program_extra_nvrtc_options(d->sm, d->fast_math, extra);
     char unit[96];
     fc_program_unit_name(d->graph_name, unit, sizeof unit);
-    st = fc_nvrtc_compile(ctx, source, unit, d->sm / 10, d->sm % 10, extra, nextra, cubin);
+    /* The source holds the whole description: the kernel level of the
+     * cache keeps the file's cubin under it, and saving again is a lookup. */
+    st = fc_program_nvrtc_cached(ctx, source, unit, d->sm, d->fast_math, cubin);
     fc_free(source);
 
     size_t off = 0, len = 0;

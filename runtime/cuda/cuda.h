@@ -395,6 +395,19 @@ fc_status fc_nvrtc_options_build(fc_context *ctx, int sm_major, int sm_minor, co
 fc_status fc_nvrtc_compile(fc_context *ctx, const char *source, const char *name, int sm_major, int sm_minor,
                            const char *const *extra_opts, int nextra, fc_bytes *cubin_out);
 
+/*
+ * Compile n units at once, each to its own cubin, with the options `opts`
+ * (fc_nvrtc_options_build's), on up to `threads` threads (<= 1: in the
+ * calling thread). cubins[i] gets unit i's cubin (fc_bytes_free each).
+ * On failure every cubin is freed and ctx has the first failing unit's
+ * error (in unit order, so the message does not depend on scheduling).
+ */
+fc_status fc_nvrtc_compile_many(fc_context *ctx, const char *const *sources, const char *const *names, int n,
+                                const fc_nvrtc_options *opts, int threads, fc_bytes *cubins);
+/* How many threads fc_nvrtc_compile_many should get for n units on this
+ * machine: the CPUs online, at most 8 (NVRTC's memory per program) and n. */
+int fc_nvrtc_threads(int n);
+
 /* The version of the NVRTC library loaded (13.0 here). FC_ERR_RUNTIME if
  * NVRTC cannot say. */
 fc_status fc_nvrtc_version(int *major, int *minor);

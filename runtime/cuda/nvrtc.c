@@ -11,6 +11,9 @@
 #include "runtime/cuda/cuda_check.h"
 
 #include <nvrtc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -303,5 +306,77 @@ fc_status fc_nvrtc_compile(fc_context *ctx, const char *source, const char *name
     fc_nvrtc_unit unit = {NULL, name ? name : DEFAULT_PROGRAM_NAME, source};
     st = compile(ctx, &unit, &opts, cubin_out);
     if (unit.prog) nvrtcDestroyProgram(&unit.prog);
+    return st;
+}
+
+/* ------------------------------------------------------------------ */
+/* Many units at once.                                                 */
+/* ------------------------------------------------------------------ */
+
+/* Distinct programs compile independently in NVRTC (its API is thread
+ * safe across programs); one context per unit keeps each one's error. */
+typedef struct compile_pool {
+    const char *const *sources, *const *names;
+    const fc_nvrtc_options *opts;
+    fc_bytes *cubins;
+    fc_context *ctxs;
+    fc_status *st;
+    int n;
+    atomic_int next;
+} compile_pool;
+
+static void *pool_worker(void *arg) {
+    compile_pool *pool = arg;
+    for (int i; (i = atomic_fetch_add(&pool->next, 1)) < pool->n;) {
+        fc_nvrtc_unit unit = {NULL, pool->names[i] ? pool->names[i] : DEFAULT_PROGRAM_NAME, pool->sources[i]};
+        pool->st[i] = compile(&pool->ctxs[i], &unit, pool->opts, &pool->cubins[i]);
+        if (unit.prog) nvrtcDestroyProgram(&unit.prog);
+    }
+    return NULL;
+}
+
+int fc_nvrtc_threads(int n) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int t = cpus < 1 ? 1 : cpus > 8 ? 8 : (int)cpus;
+    return n < t ? (n < 1 ? 1 : n) : t;
+}
+
+fc_status fc_nvrtc_compile_many(fc_context *ctx, const char *const *sources, const char *const *names, int n,
+                                const fc_nvrtc_options *opts, int threads, fc_bytes *cubins) {
+    if (n < 0 || (n > 0 && (!sources || !names || !opts || !cubins)))
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_nvrtc_compile_many: bad arguments");
+    for (int i = 0; i < n; i++) {
+        cubins[i].data = NULL;
+        cubins[i].size = 0;
+        if (!sources[i]) return fc_set_error(ctx, FC_ERR_USAGE, "fc_nvrtc_compile_many: source %d is NULL", i);
+    }
+    if (n == 0) return FC_OK;
+    compile_pool pool = {sources, names, opts, cubins, NULL, NULL, n, 0};
+    pool.ctxs = fc_ctx_malloc(ctx, sizeof *pool.ctxs * (size_t)n);
+    pool.st = fc_ctx_malloc(ctx, sizeof *pool.st * (size_t)n);
+    pthread_t *tid = threads > 1 ? fc_ctx_malloc(ctx, sizeof *tid * (size_t)threads) : NULL;
+    if (!pool.ctxs || !pool.st || (threads > 1 && !tid)) {
+        fc_free(pool.ctxs);
+        fc_free(pool.st);
+        fc_free(tid);
+        return FC_ERR_NOMEM;
+    }
+    memset(pool.ctxs, 0, sizeof *pool.ctxs * (size_t)n);
+    int started = 0;
+    for (; started < threads - 1 && threads > 1; started++)
+        if (pthread_create(&tid[started], NULL, pool_worker, &pool) != 0) break; /* fewer threads, same work */
+    pool_worker(&pool); /* the calling thread works too */
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    fc_status st = FC_OK;
+    for (int i = 0; i < n && st == FC_OK; i++)
+        if (pool.st[i] != FC_OK) {
+            st = pool.st[i];
+            fc_set_error(ctx, st, "%s", pool.ctxs[i].error);
+        }
+    if (st != FC_OK)
+        for (int i = 0; i < n; i++) fc_bytes_free(&cubins[i]);
+    fc_free(pool.ctxs);
+    fc_free(pool.st);
+    fc_free(tid);
     return st;
 }

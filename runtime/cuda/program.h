@@ -63,6 +63,12 @@ fc_compile_times *fc_program_times_ref(fc_program *p);
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra);
 /* The name of the program's source in NVRTC's messages: "fusec_<graph>.cu". */
 void fc_program_unit_name(const char *graph_name, char *buf, size_t n);
+/* A cubin of `source` (NVRTC program `unit`) for sm with the program
+ * options (fc_program_extra_nvrtc_options), through the kernel level of the
+ * cache: an AOT file's compile, so that saving a program again costs no
+ * NVRTC. Counted in fc_compile_counters' nvrtc_compiles when it compiles. */
+fc_status fc_program_nvrtc_cached(fc_context *ctx, const char *source, const char *unit, int sm, bool fast_math,
+                                  fc_bytes *cubin);
 
 /* ------------------------------------------------------------------ */
 /* Counters, for tests and tools: process-wide, since the start.       */
@@ -105,9 +111,15 @@ int fc_program_gemm_queries(const fc_program *p);
 int fc_program_gemm_disk_hits(const fc_program *p);
 /* The CUDA target the cubin was compiled for, major*10+minor (90: sm_90). */
 int fc_program_sm(const fc_program *p);
-/* The cubin NVRTC made of fc_program_cuda_source(p), for sm fc_program_sm(p)
- * (for a program loaded from a file: the whole file, itself a cubin). */
+/* A cubin of the program, for sm fc_program_sm(p): for a program loaded
+ * from a file, the whole file (itself a cubin); else its first kernel's. */
 const fc_bytes *fc_program_cubin(const fc_program *p);
+/* A compiled program's distinct kernels (d.src.kernels: launches of the
+ * same computation share one), and the cubin of kernel k, made alone
+ * (NULL for a program from a file, whose one cubin has them all).
+ * fc_program_cubin is then kernel 0's. */
+int fc_program_nkernels(const fc_program *p);
+const fc_bytes *fc_program_kernel_cubin(const fc_program *p, int k);
 
 /* fc_program_run_host, the tolerances and fc_compare_outputs are public
  * (fusec.h). */

@@ -376,6 +376,15 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
     for (int i = 0; i < d->src.nlaunches; i++)
         if (fc_program_gemm(d, i)) w_gemm(&w, i, fc_program_gemm(d, i));
     w_str(&w, d->src.source);
+    /* The distinct kernels by name and the key of each one's cubin: a
+     * warm start loads each from the kernel level. Their own sources are
+     * not kept: a kernel entry that is missing or bad sends the compile
+     * down the cold path, which makes them again. */
+    w_u32(&w, (uint32_t)d->src.nkernels);
+    for (int k = 0; k < d->src.nkernels; k++) {
+        w_str(&w, d->src.kernels[k].name);
+        w_bytes(&w, d->src.kernels[k].key, sizeof d->src.kernels[k].key);
+    }
     if (w.oom) {
         fc_ctx_freemem(ctx, w.p);
         return FC_ERR_NOMEM;
@@ -751,6 +760,40 @@ static int64_t buffer_bytes(const fc_program_desc *d, int id) {
     return t < s->bytes ? t : s->bytes;
 }
 
+/* The distinct kernels: a name each (unique, not empty) and its key; every
+ * kernel launch names one of them. */
+static void read_kernels(rbuf *r, fc_program_desc *d) {
+    snprintf(r->where, sizeof r->where, "kernels");
+    int n = r_count(r, 4 + 1 + 16, "kernels");
+    if (r->st != FC_OK) return;
+    if (n > d->src.nlaunches) {
+        r_fail(r, FC_ERR_INPUT, "%d kernels for %d launches", n, d->src.nlaunches);
+        return;
+    }
+    d->src.kernels = r_alloc(r, sizeof *d->src.kernels * (size_t)n);
+    if (!d->src.kernels) return;
+    for (int k = 0; k < n && r->st == FC_OK; k++) {
+        fc_cuda_kernel *kn = &d->src.kernels[k];
+        snprintf(r->where, sizeof r->where, "kernel %d", k);
+        r_str_into(r, kn->name, sizeof kn->name, "its name");
+        if (r->st == FC_OK && !r_have(r, sizeof kn->key)) r_fail(r, FC_ERR_INPUT, "its key is cut short");
+        if (r->st != FC_OK) break;
+        memcpy(kn->key, r->p + r->pos, sizeof kn->key);
+        r->pos += sizeof kn->key;
+        d->src.nkernels = k + 1;
+        if (!kn->name[0]) r_fail(r, FC_ERR_INPUT, "a kernel without a name");
+        for (int j = 0; j < k && r->st == FC_OK; j++)
+            if (!strcmp(d->src.kernels[j].name, kn->name)) r_fail(r, FC_ERR_INPUT, "%s named twice", kn->name);
+    }
+    for (int i = 0; i < d->src.nlaunches && r->st == FC_OK; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (l->kind != FC_LAUNCH_KERNEL) continue;
+        bool found = false;
+        for (int k = 0; k < d->src.nkernels && !found; k++) found = !strcmp(d->src.kernels[k].name, l->name);
+        if (!found) r_fail(r, FC_ERR_INPUT, "launch %d runs %s, which is not one of its kernels", i, l->name);
+    }
+}
+
 /* What the runtime relies on, checked once here so that it can index
  * without checks: every id in range, every launch argument with storage
  * inside its buffer, every copy from a buffer that exists. */
@@ -855,6 +898,7 @@ fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size,
     read_gemms(&r, d);
     snprintf(r.where, sizeof r.where, "source");
     d->src.source = r_str(&r, UINT32_MAX, "the CUDA source");
+    read_kernels(&r, d);
     if (r.st == FC_OK && r.pos != r.len) r_fail(&r, FC_ERR_INPUT, "%zu bytes after the end", r.len - r.pos);
     check_desc(&r, d);
     if (r.st != FC_OK) {

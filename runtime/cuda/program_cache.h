@@ -53,7 +53,9 @@ void fc_cache_global_close(void);
 /* ------------------------------------------------------------------ */
 
 /*
- * Level 1, a cubin: the source, the NVRTC program name, every NVRTC option
+ * Level 1, a cubin (one per distinct kernel of a program, each its own
+ * source; and an AOT file's, whose source holds the program): the source,
+ * the NVRTC program name, every NVRTC option
  * in order (fc_nvrtc_options_build's list, which names the arch and the
  * include directories), the NVRTC version, and the target arch again. The
  * cache mixes in its format version.
@@ -93,7 +95,7 @@ const char *fc_build_identity(void);
 #define FC_PROGRAM_MAGIC "FCPROGRM"
 /* Bump when the layout or the meaning of any field changes; it is in the
  * level-2 key too, so old entries are simply never asked for. */
-#define FC_PROGRAM_FORMAT_VERSION 4u /* 2: the GEMMs of library launches; 3: tensor maps; 4: launch flags (pdl) */
+#define FC_PROGRAM_FORMAT_VERSION 5u /* 2: the GEMMs of library launches; 3: tensor maps; 4: launch flags (pdl); 5: the distinct kernels */
 
 /* Serialize d into out->data (fc_free). */
 fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_bytes *out);

@@ -336,44 +336,157 @@ static bool looks_like_cubin(const void *data, size_t n) {
     return n > 64 && memcmp(data, "\x7f" "ELF", 4) == 0;
 }
 
-/* The cubin of p->d.src.source: from the cache (level 1), else NVRTC, then
- * stored. *from_cache says which. A failed store is not an error: the
- * compile succeeded (its message stays on the context). */
-fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache) {
-    *from_cache = false;
+/* Kernel k's NVRTC program name: its own name, so that its key does not
+ * depend on the program it came from. */
+static void kernel_unit_name(const fc_cuda_kernel *kn, char *buf, size_t n) { snprintf(buf, n, "%s.cu", kn->name); }
+
+/* The cubins of the distinct kernels that the cache has (level 1); a
+ * kernel with its source gets its key from it first. *missing: how many
+ * are still without a cubin. A bad entry is rejected (removed in rw mode),
+ * never loaded. */
+static fc_status cached_kernels(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, int *missing) {
     fc_program_desc *d = &p->d;
-    char unit[96];
-    fc_program_unit_name(d->graph_name, unit, sizeof unit);
-    fc_cache_key key = {{0}};
-    if (cache) {
-        double t = fc_now_ms();
-        key = fc_kernel_cache_key(d->src.source, unit, d->sm, nv->opts.opt, nv->opts.count, nv->major, nv->minor);
-        memcpy(d->kernel_key, key.bytes, sizeof d->kernel_key);
+    const int n = d->src.nkernels;
+    *missing = 0;
+    if (!p->kcubins) {
+        p->kcubins = fc_ctx_malloc(p->ctx, sizeof *p->kcubins * (size_t)(n + 1));
+        if (!p->kcubins) return FC_ERR_NOMEM;
+        memset(p->kcubins, 0, sizeof *p->kcubins * (size_t)(n + 1));
+    }
+    double t = fc_now_ms();
+    fc_status st = FC_OK;
+    for (int k = 0; k < n && st == FC_OK; k++) {
+        fc_cuda_kernel *kn = &d->src.kernels[k];
+        if (p->kcubins[k].data) continue;
+        if (!cache) {
+            (*missing)++;
+            continue;
+        }
+        if (kn->source) {
+            char unit[96];
+            kernel_unit_name(kn, unit, sizeof unit);
+            fc_cache_key key = fc_kernel_cache_key(kn->source, unit, d->sm, nv->opts.opt, nv->opts.count, nv->major, nv->minor);
+            memcpy(kn->key, key.bytes, sizeof kn->key);
+        }
+        fc_cache_key key;
+        memcpy(key.bytes, kn->key, sizeof key.bytes);
         void *bin = NULL;
-        size_t n = 0;
-        fc_status st = fc_cache_get(cache, p->ctx, FC_CACHE_KERNEL, &key, &bin, &n);
-        p->times.cache_ms += fc_now_ms() - t;
-        if (st != FC_OK) return st;
-        if (bin && looks_like_cubin(bin, n)) {
-            p->cubin.data = bin;
-            p->cubin.size = n;
+        size_t size = 0;
+        st = fc_cache_get(cache, p->ctx, FC_CACHE_KERNEL, &key, &bin, &size);
+        if (st == FC_OK && bin && looks_like_cubin(bin, size)) {
+            p->kcubins[k].data = bin;
+            p->kcubins[k].size = size;
             atomic_fetch_add(&count_kernel_hits, 1);
-            *from_cache = true;
-            return FC_OK;
+            continue;
         }
         if (bin) fc_cache_reject(cache, p->ctx, FC_CACHE_KERNEL, &key);
         fc_free(bin);
+        (*missing)++;
     }
-    double t = fc_now_ms();
-    fc_status st = fc_nvrtc_compile(p->ctx, d->src.source, unit, d->sm / 10, d->sm % 10, nv->extra, nv->nextra,
-                                    &p->cubin);
-    p->times.nvrtc_ms += fc_now_ms() - t;
+    p->times.cache_ms += fc_now_ms() - t;
+    return st;
+}
+
+/* The record of a description's kernel key: one key over its kernels'. */
+static void record_kernel_key(fc_program_desc *d) {
+    fc_cache_hasher h;
+    fc_cache_key_begin(&h);
+    fc_cache_key_add_str(&h, "fusec kernels");
+    for (int k = 0; k < d->src.nkernels; k++) fc_cache_key_add(&h, d->src.kernels[k].key, sizeof d->src.kernels[k].key);
+    fc_cache_key key = fc_cache_key_end(&h);
+    memcpy(d->kernel_key, key.bytes, sizeof d->kernel_key);
+}
+
+/* The cubin of each distinct kernel of p->d.src: from the cache (level
+ * 1), else NVRTC, all that miss at once on a few threads, each then stored
+ * under its own key. *from_cache: every one came from the cache. A failed
+ * store is not an error: the compile succeeded (its message stays on the
+ * context). */
+fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *nv, bool *from_cache) {
+    *from_cache = false;
+    fc_program_desc *d = &p->d;
+    int missing = 0;
+    fc_status st = cached_kernels(p, cache, nv, &missing);
+    if (st != FC_OK) return st;
+    record_kernel_key(d);
+    /* A program of library calls only has no kernel to find: compiled. */
+    *from_cache = missing == 0 && d->src.nkernels > 0;
+    if (missing == 0) return FC_OK;
+    const char **src = fc_ctx_malloc(p->ctx, sizeof *src * (size_t)missing * 2);
+    char (*names)[96] = fc_ctx_malloc(p->ctx, sizeof *names * (size_t)missing);
+    int *which = fc_ctx_malloc(p->ctx, sizeof *which * (size_t)missing);
+    fc_bytes *made = fc_ctx_malloc(p->ctx, sizeof *made * (size_t)missing);
+    if (!src || !names || !which || !made) st = FC_ERR_NOMEM;
+    int m = 0;
+    for (int k = 0; k < d->src.nkernels && st == FC_OK; k++) {
+        if (p->kcubins[k].data) continue;
+        if (!d->src.kernels[k].source) {
+            st = fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: kernel %s has no source to compile", d->src.kernels[k].name);
+            break;
+        }
+        kernel_unit_name(&d->src.kernels[k], names[m], sizeof names[m]);
+        src[m] = d->src.kernels[k].source;
+        src[missing + m] = names[m];
+        which[m++] = k;
+    }
+    if (st == FC_OK) {
+        double t = fc_now_ms();
+        st = fc_nvrtc_compile_many(p->ctx, src, src + missing, m, &nv->opts, fc_nvrtc_threads(m), made);
+        p->times.nvrtc_ms += fc_now_ms() - t;
+        atomic_fetch_add(&count_nvrtc, (uint64_t)m);
+    }
+    for (int i = 0; i < m && st == FC_OK; i++) p->kcubins[which[i]] = made[i];
+    if (st == FC_OK && cache) {
+        double t = fc_now_ms();
+        for (int i = 0; i < m; i++) {
+            fc_cache_key key;
+            memcpy(key.bytes, d->src.kernels[which[i]].key, sizeof key.bytes);
+            fc_cache_note_compile(cache);
+            (void)fc_cache_put(cache, p->ctx, FC_CACHE_KERNEL, &key, made[i].data, made[i].size);
+        }
+        p->times.cache_ms += fc_now_ms() - t;
+    }
+    fc_free(src);
+    fc_free(names);
+    fc_free(which);
+    fc_free(made);
+    return st;
+}
+
+fc_status fc_program_nvrtc_cached(fc_context *ctx, const char *source, const char *unit, int sm, bool fast_math,
+                                  fc_bytes *cubin) {
+    cubin->data = NULL;
+    cubin->size = 0;
+    fc_cache *cache = NULL;
+    fc_status st = fc_cache_global_open(ctx, &cache);
+    if (st != FC_OK) return st;
+    const char *extra[4];
+    const int nextra = fc_program_extra_nvrtc_options(sm, fast_math, extra);
+    fc_nvrtc_options opts;
+    if ((st = fc_nvrtc_options_build(ctx, sm / 10, sm % 10, extra, nextra, &opts)) != FC_OK) return st;
+    int major = 0, minor = 0;
+    if (fc_cache_mode_of(cache) == FC_CACHE_OFF || fc_nvrtc_version(&major, &minor) != FC_OK) cache = NULL;
+    fc_cache_key key = {{0}};
+    if (cache) {
+        key = fc_kernel_cache_key(source, unit, sm, opts.opt, opts.count, major, minor);
+        void *bin = NULL;
+        size_t n = 0;
+        if ((st = fc_cache_get(cache, ctx, FC_CACHE_KERNEL, &key, &bin, &n)) != FC_OK) return st;
+        if (bin && looks_like_cubin(bin, n)) {
+            cubin->data = bin;
+            cubin->size = n;
+            fc_context scratch = {0};
+            (void)fc_cache_flush_stats(cache, &scratch);
+            return FC_OK;
+        }
+        if (bin) fc_cache_reject(cache, ctx, FC_CACHE_KERNEL, &key);
+        fc_free(bin);
+    }
+    st = fc_nvrtc_compile_many(ctx, &source, &unit, 1, &opts, 1, cubin);
     atomic_fetch_add(&count_nvrtc, 1);
     if (st != FC_OK || !cache) return st;
-    t = fc_now_ms();
     fc_cache_note_compile(cache);
-    (void)fc_cache_put(cache, p->ctx, FC_CACHE_KERNEL, &key, p->cubin.data, p->cubin.size);
-    p->times.cache_ms += fc_now_ms() - t;
+    (void)fc_cache_put(cache, ctx, FC_CACHE_KERNEL, &key, cubin->data, cubin->size);
     return FC_OK;
 }
 
@@ -423,6 +536,24 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
         p->times.cache_ms += fc_now_ms() - t; /* without a cache, the text is "other" time */
     }
 
+    if (program_hit) {
+        /* The entry names its kernels by key. One that the cache lacks (or
+         * had bad) has no source in the entry: the cold path makes them
+         * all again, and meets the others in the cache. */
+        int missing = 0;
+        if ((st = cached_kernels(p, cache, &nv, &missing)) != FC_OK) return st;
+        if (missing > 0) {
+            program_hit = false;
+            char *text = d->graph_text;
+            d->graph_text = NULL;
+            for (int k = 0; k < d->src.nkernels; k++) fc_bytes_free(&p->kcubins[k]);
+            fc_program_desc_release(d);
+            fc_free(p->kcubins);
+            p->kcubins = NULL;
+            fc_prog_set_target(d, &p->opts);
+            d->graph_text = text;
+        }
+    }
     if (!program_hit && (st = plan_and_generate(p, g)) != FC_OK) return st;
     fc_prog_count_launch_args(p);
     bool kernel_hit = false;

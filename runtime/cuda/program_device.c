@@ -174,6 +174,35 @@ static fc_status frame_setup(fc_prog_variant *vr) {
     return fc_frame_create(v->dev, v->d.src.frame_words, vr->frame_carrier >= 0, &vr->frame);
 }
 
+/* The module or modules: a file's one cubin, or one cubin per distinct
+ * kernel (a compile's). */
+static fc_status load_modules(fc_program *p, fc_cuda_device *d) {
+    if (p->cubin.data) return fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
+    const int n = p->d.src.nkernels;
+    CUmodule *m = fc_ctx_malloc(p->ctx, sizeof *m * (size_t)(n + 1));
+    if (!m) return FC_ERR_NOMEM;
+    memset(m, 0, sizeof *m * (size_t)(n + 1));
+    p->kmodules = m;
+    for (int k = 0; k < n; k++) {
+        fc_status st = fc_cuda_module_load(d, p->kcubins[k].data, p->kcubins[k].size, &m[k]);
+        if (st != FC_OK) { /* all or none: the next run tries again */
+            while (k-- > 0) (void)d->cu->ModuleUnload(m[k]);
+            fc_ctx_freemem(p->ctx, m);
+            p->kmodules = NULL;
+            return st;
+        }
+    }
+    return FC_OK;
+}
+
+/* The module that has launch l's kernel: the file's, or its kernel's. */
+static CUmodule module_of(const fc_program *p, const fc_launch *l) {
+    if (!p->kmodules) return p->module;
+    for (int k = 0; k < p->d.src.nkernels; k++)
+        if (!strcmp(p->d.src.kernels[k].name, l->name)) return p->kmodules[k];
+    return NULL;
+}
+
 /* Open the device, load the module, resolve the kernels and allocate the
  * arena, each once; a step that failed is tried again by the next run.
  * The first two are timed for fc_program_times: at a warm start they are
@@ -196,7 +225,7 @@ fc_status fc_prog_ensure_device(fc_program *p) {
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
-    if (!p->module) {
+    if (!p->module && !p->kmodules) {
         /* A cubin runs on its own major architecture, on the same or a
          * newer minor one; say so plainly instead of the driver's
          * CUDA_ERROR_NO_BINARY_FOR_GPU. */
@@ -208,7 +237,7 @@ fc_status fc_prog_ensure_device(fc_program *p) {
                                 p->d.sm, d->info.name, d->info.cc_major, d->info.cc_minor,
                                 d->info.cc_major * 10 + d->info.cc_minor);
         double t = fc_now_ms();
-        st = fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
+        st = load_modules(p, d);
         p->times.load_ms += fc_now_ms() - t;
         spec_step(p, "module loaded", t);
         if (st != FC_OK) return st;
@@ -223,7 +252,7 @@ fc_status fc_prog_ensure_device(fc_program *p) {
         for (int i = 0; i < p->d.src.nlaunches; i++) {
             const fc_launch *l = &p->d.src.launches[i];
             if (l->kind != FC_LAUNCH_KERNEL || p->func[i]) continue;
-            st = fc_cuda_module_function(d, p->module, l->name, &p->func[i]);
+            st = fc_cuda_module_function(d, module_of(p, l), l->name, &p->func[i]);
             if (st == FC_OK && l->smem > DEFAULT_MAX_SHARED)
                 st = fc_cuda_function_set_max_shared(d, p->func[i], (int)l->smem);
             if (st != FC_OK) {

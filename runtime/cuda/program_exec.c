@@ -72,6 +72,8 @@ static void cuda_free(fc_program *p) {
         spec_step(p, "freeing: arena", t);
         t = fc_now_ms();
         if (p->module) (void)cu->ModuleUnload(p->module);
+        for (int k = 0; p->kmodules && k < p->d.src.nkernels; k++)
+            if (p->kmodules[k]) (void)cu->ModuleUnload(p->kmodules[k]);
         spec_step(p, "freeing: module unloaded", t);
         t = fc_now_ms();
         fc_cuda_device_close(p->dev);
@@ -85,6 +87,9 @@ static void cuda_free(fc_program *p) {
         fc_ctx_freemem(p->ctx, vr->grid_sized);
     }
     fc_bytes_free(&p->cubin);
+    for (int k = 0; p->kcubins && k < p->d.src.nkernels; k++) fc_bytes_free(&p->kcubins[k]);
+    fc_ctx_freemem(p->ctx, p->kcubins);
+    fc_ctx_freemem(p->ctx, p->kmodules);
     fc_program_desc_release(&p->d);
     fc_plan_release(&p->plan);
     if (!in) fc_graph_free(p->g); /* an instance's is its plan's, or its variant's */
@@ -149,7 +154,16 @@ int fc_program_sm(const fc_program *p) { return p ? desc_of(p)->sm : 0; }
 const fc_bytes *fc_program_cubin(const fc_program *p) {
     static const fc_bytes none = {0}; /* a dynamic program's: its executables have the cubins */
     const fc_program *x = fc_prog_exec_of(p);
+    if (x && !x->cubin.data && x->kcubins && x->d.src.nkernels > 0) return &x->kcubins[0];
     return x ? &x->cubin : p ? &none : NULL;
+}
+int fc_program_nkernels(const fc_program *p) {
+    const fc_program *x = fc_prog_exec_of(p);
+    return x ? x->d.src.nkernels : 0;
+}
+const fc_bytes *fc_program_kernel_cubin(const fc_program *p, int k) {
+    const fc_program *x = fc_prog_exec_of(p);
+    return x && x->kcubins && k >= 0 && k < x->d.src.nkernels ? &x->kcubins[k] : NULL;
 }
 int fc_program_programmatic_edges(const fc_program *p) {
     const fc_program *x = fc_prog_exec_of(p);

@@ -121,7 +121,8 @@ struct fc_program {
     fc_context *ctx;
     fc_compile_options opts;
     fc_program_desc d;    /* what runs: signature, launches, storage, source */
-    fc_bytes cubin;       /* NVRTC's cubin of d.src.source (an AOT file: the whole file) */
+    fc_bytes cubin;       /* a program from a file: the whole file, one module of every kernel */
+    fc_bytes *kcubins;    /* otherwise: per distinct kernel (d.src.kernels), its own cubin */
     fc_compile_times times;
     int max_args;         /* most kernel parameters of any launch */
     int ngemms;           /* launches that run a GEMM through cuBLASLt */
@@ -138,7 +139,8 @@ struct fc_program {
      * device, module, kernels, handle, arena and scratch are its
      * variant's, borrowed. */
     fc_cuda_device *dev;
-    CUmodule module;
+    CUmodule module;      /* the file's (cubin) */
+    CUmodule *kmodules;   /* per distinct kernel (kcubins) */
     CUfunction *func; /* per launch; NULL for launches that are not kernels */
     bool funcs_ready;
     CUdeviceptr arena;   /* the intermediates, then (with GEMMs) the cuBLASLt workspace */
