@@ -9,9 +9,12 @@
  *
  *   low       matmul, attention: f32 operands are rounded to the low dtype
  *             (bf16 or f16); the product accumulates in f32.
- *   f32       reduce_sum, reduce_mean, softmax, layernorm, rmsnorm (the
- *             composites decompose keeps), exp, log, pow, rsqrt, recip:
- *             16-bit operands are widened, the op computes in f32.
+ *   f32       the reductions, softmax, layernorm, rmsnorm (the composites
+ *             decompose keeps), exp, log, pow, rsqrt, recip: 16-bit
+ *             operands are widened, the op computes in f32. autocast lists
+ *             sum and softmax but not max; here softmax is its primitives,
+ *             and a row max in bf16 would make the x - max before the exp
+ *             a bf16 subtraction, which the composite never rounds.
  *   promote   everything else follows its operands (PyTorch promotion:
  *             bf16 + f32 is f32), as autocast leaves such ops alone.
  *
@@ -59,6 +62,8 @@ static op_list list_of(fc_op op) {
     case FC_OP_ATTENTION: return LIST_LOW;
     case FC_OP_REDUCE_SUM:
     case FC_OP_REDUCE_MEAN:
+    case FC_OP_REDUCE_MAX:
+    case FC_OP_REDUCE_MIN:
     case FC_OP_SOFTMAX:
     case FC_OP_LAYERNORM:
     case FC_OP_RMSNORM:
@@ -99,6 +104,13 @@ typedef struct ac {
 /* Which values are stored low                                         */
 /* ------------------------------------------------------------------ */
 
+/* v is cast(x, f32) of an x in the low dtype: a matmul operand as this
+ * pass writes it. */
+static bool widened_from_low(const ac *a, const fc_value *v) {
+    const fc_node *c = v->def;
+    return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
+}
+
 /* v's sum with a bias, or the activation of it, is stored low (see the file
  * comment): `add` is the add node, already decided. */
 static bool tail_low(const ac *a, const fc_value *v) {
@@ -125,8 +137,11 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
     return false;
 }
 
+/* A widened low value (what this pass writes for a matmul's operand) has
+ * its low form already: storing it low again would only add casts. */
 static void decide(ac *a, const fc_value *v) {
-    a->store_low[v->id] = v->dtype == FC_F32 && a->uses[v->id] > 0 && a->ok_uses[v->id] == a->uses[v->id];
+    a->store_low[v->id] = v->dtype == FC_F32 && a->uses[v->id] > 0 && a->ok_uses[v->id] == a->uses[v->id] &&
+                          !widened_from_low(a, v);
 }
 
 /* One walk from the last node to the first: a value is decided when the
@@ -157,13 +172,6 @@ static void find_low_values(ac *a) {
 static fc_value *now(const ac *a, fc_rewriter *rw, fc_value *v) {
     if (!v->weak && v->id >= 0 && v->id < a->nvals && a->cur[v->id]) return a->cur[v->id];
     return fc_rw_value(rw, v);
-}
-
-/* v is cast(x, f32) of an x in the low dtype: a matmul operand as this
- * pass writes it. */
-static bool widened_from_low(const ac *a, const fc_value *v) {
-    const fc_node *c = v->def;
-    return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
 }
 
 /* The operands of n as they are now, adjusted to n's list; true when n must
@@ -249,6 +257,8 @@ static fc_status rebuild(ac *a) {
             fc_rw_remap(&rw, n);
             fc_rw_keep(&rw, n);
             memcpy(out, n->out, sizeof *out * (size_t)n->nout);
+        } else if (n->op == FC_OP_CAST && in[0]->dtype == at.dtype) {
+            out[0] = in[0]; /* a cast the new dtypes made empty (f32 throughout) */
         } else {
             fc_node *m = fc_rw_build(&rw, n->op, in, n->nin, &at);
             if (!m) break;
