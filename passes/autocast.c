@@ -325,12 +325,7 @@ fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
         if (!a.widen) find_low_values(&a);
         st = rebuild(&a);
     }
-    fc_ctx_freemem(g->ctx, a.cur);
-    fc_ctx_freemem(g->ctx, a.store_low);
-    fc_ctx_freemem(g->ctx, a.uses);
-    fc_ctx_freemem(g->ctx, a.ok_uses);
-    fc_ctx_freemem(g->ctx, a.user);
-    fc_ctx_freemem(g->ctx, a.in);
-    fc_ctx_freemem(g->ctx, a.out);
+    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.in, a.out};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) fc_ctx_freemem(g->ctx, scratch[i]);
     return st;
 }

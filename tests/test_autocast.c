@@ -7,7 +7,8 @@
  *     weights, and an input read only by a GEMM), every matmul became a
  *     GEMM reading bf16, and beside the parameter casts the plan has the
  *     kernels and library calls of the f32 plan.
- *  2. Numerics on the CPU backend, against the float64 reference of the
+ *  2. Numerics on the CPU backend, and on CUDA where a GPU is present
+ *     (skipped without one), against the float64 reference of the
  *     graph as written: the f32 graphs of tests/passes/autocast_*.ir and
  *     the blocks above, at bf16 and f16, with data of order one (weights
  *     scaled by 1/sqrt(fan-in), as a model's are). Each output is within
@@ -144,7 +145,7 @@ static void test_plans(void) {
 }
 
 /* ------------------------------------------------------------------ */
-/* 2. Numerics on the CPU backend                                      */
+/* 2. Numerics on the CPU backend and CUDA                             */
 /* ------------------------------------------------------------------ */
 
 static double value_at(const fc_tensor *t, int64_t i) {
@@ -180,8 +181,8 @@ static double rel_l2(const fc_tensor *got, const fc_tensor *want) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Inputs of order one: uniform [-1, 1), matrices (rank >= 2 parameters
- * whose name starts with w) scaled by 1/sqrt(rows), as a model's weights are
+/* Inputs of order one: uniform [-1, 1), weights (rank-2 parameters whose
+ * name has a w: w1, wq, attn_w) scaled by 1/sqrt(rows), as a model's are
  * scaled by their fan-in, so that activations stay of order one. */
 static fc_tensor *make_inputs(fc_graph *g, uint64_t seed) {
     int n = fc_graph_num_params(g);
@@ -194,7 +195,7 @@ static fc_tensor *make_inputs(fc_graph *g, uint64_t seed) {
         for (int d = 0; d < in[i].rank; d++) in[i].shape[d] = fc_value_dim(p, d);
         int64_t numel = fc_tensor_numel(&in[i]);
         in[i].data = calloc((size_t)(numel ? numel : 1), fc_dtype_size(in[i].dtype));
-        bool weight = in[i].rank >= 2 && p->name && p->name[0] == 'w';
+        bool weight = in[i].rank == 2 && p->name && strchr(p->name, 'w');
         double scale = weight ? 1.0 / sqrt((double)in[i].shape[0]) : 1.0;
         for (int64_t k = 0; k < numel; k++) set_at(&in[i], k, splitmix_uniform(&s) * scale);
     }
@@ -206,12 +207,16 @@ static void free_tensors(fc_tensor *t, int n) {
     free(t);
 }
 
-/* Compile g for the CPU at precision p and run it on `in`; NULL on failure
- * (a CHECK failed). */
-static fc_tensor *run_cpu(fc_graph *g, fc_precision p, const fc_tensor *in) {
+/* The device the numeric cases run on: the CPU backend, then CUDA where a
+ * GPU is present. */
+static fc_device device = FC_DEVICE_CPU;
+
+/* Compile g for `device` at precision p and run it on `in`; NULL on
+ * failure (a CHECK failed). */
+static fc_tensor *run_on(fc_graph *g, fc_precision p, const fc_tensor *in) {
     fc_compile_options o;
     fc_compile_options_default(&o);
-    o.device = FC_DEVICE_CPU;
+    o.device = device;
     o.precision = p;
     fc_program *prog = NULL;
     fc_status st = fc_compile(g, &o, &prog);
@@ -253,13 +258,13 @@ static void numeric_case(const char *file, const fc_binding *binds, int nbinds) 
     int nout = fc_graph_num_outputs(g);
     const fc_precision ps[] = {FC_PRECISION_BF16, FC_PRECISION_F16};
     for (int k = 0; want && k < 2; k++) {
-        fc_tensor *got = run_cpu(g, ps[k], in);
+        fc_tensor *got = run_on(g, ps[k], in);
         for (int i = 0; got && i < nout; i++) {
             CHECK_EQ_INT(got[i].dtype, want[i].dtype); /* results keep their declared dtype */
             double e = rel_l2(&got[i], &want[i]), tol = autocast_tolerance(ps[k]);
             if (verbose || e > tol || e < 1e-5)
-                printf("  %s out%d at %s: relative L2 error %.3g (tolerance %.3g)\n", file, i,
-                       ps[k] == FC_PRECISION_BF16 ? "bf16" : "f16", e, tol);
+                printf("  %s %s out%d at %s: relative L2 error %.3g (tolerance %.3g)\n", fc_device_name(device), file,
+                       i, ps[k] == FC_PRECISION_BF16 ? "bf16" : "f16", e, tol);
             CHECK(e <= tol);
             CHECK(e > 1e-5); /* the low dtype was used */
         }
@@ -288,7 +293,7 @@ static void widen_case(void) {
     for (int i = 0; i < np; i++)
         for (int64_t k = 0; k < fc_tensor_numel(&in16[i]); k++) set_at(&in32[i], k, value_at(&in16[i], k));
     fc_tensor *want = run_ref(g32, in32);
-    fc_tensor *wide = run_cpu(g16, FC_PRECISION_F32, in16), *narrow = run_cpu(g16, FC_PRECISION_AS_WRITTEN, in16);
+    fc_tensor *wide = run_on(g16, FC_PRECISION_F32, in16), *narrow = run_on(g16, FC_PRECISION_AS_WRITTEN, in16);
     if (want && wide && narrow) {
         CHECK_EQ_INT(wide[0].dtype, FC_BF16);
         double ew = rel_l2(&wide[0], &want[0]), en = rel_l2(&narrow[0], &want[0]);
@@ -305,11 +310,7 @@ static void widen_case(void) {
     fc_graph_free(g32);
 }
 
-static void test_numerics(void) {
-    if (!fc_device_built(FC_DEVICE_CPU)) {
-        printf("  (no CPU backend in this build: numerics skipped)\n");
-        return;
-    }
+static void numerics_on(void) {
     const fc_binding bt[] = {{"B", 1}, {"T", 16}}, b[] = {{"B", 32}};
     const char *passes[] = {"tests/passes/autocast_gemm_chain.ir", "tests/passes/autocast_softmax.ir",
                             "tests/passes/autocast_layernorm.ir", "tests/passes/autocast_mlp.ir",
@@ -319,6 +320,21 @@ static void test_numerics(void) {
     numeric_case("bench/llama_block_f32.ir", bt, 2);
     numeric_case("bench/mlp_f32.ir", b, 1);
     widen_case();
+}
+
+static void test_numerics(void) {
+    if (fc_device_built(FC_DEVICE_CPU)) {
+        device = FC_DEVICE_CPU;
+        numerics_on();
+    } else {
+        printf("  (no CPU backend in this build: its numerics skipped)\n");
+    }
+    if (fc_device_available(FC_DEVICE_CUDA)) {
+        device = FC_DEVICE_CUDA;
+        numerics_on();
+    } else {
+        printf("  (no GPU: the CUDA numerics skipped)\n");
+    }
 }
 
 /* ------------------------------------------------------------------ */

@@ -502,6 +502,7 @@ static void test_gemm_serialization(fc_context *ctx) {
      * the mm program with M raised from 64 to 65 (found by its value). */
     fc_graph *g = g_matmul_relu(ctx);
     fc_program *p = NULL;
+    o.precision = FC_PRECISION_AS_WRITTEN;
     CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
     fc_bytes a = {NULL, 0};
     if (p && fc_program_desc_encode(ctx, fc_program_desc_of(p), &a) == FC_OK) {
