@@ -38,10 +38,12 @@
  *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
  *     result's dtype).
  *
- * Parameters (weights among them) are cast where they are used, by a cast
- * node on the parameter; the graph's parameters and results keep the
- * dtypes the caller declared, so results are cast back at the end (the
- * cast fuses into the kernel that produces the result). float64 is never
+ * A parameter read in the low dtype (a weight) is cast by one cast node,
+ * placed first; with no producer to fuse into, it is a kernel of its own,
+ * run at every run (casting weights once, when they are loaded, is runtime
+ * work: docs/PRECISION.md). The graph's parameters and results keep the
+ * dtypes the caller declared, so results are cast back at the end (the cast
+ * fuses into the kernel or GEMM that produces the result). float64 is never
  * touched, as autocast leaves it.
  *
  * FC_PRECISION_F32 is the same walk with f32 as the "low" dtype: 16-bit
@@ -111,8 +113,9 @@ static bool widened_from_low(const ac *a, const fc_value *v) {
     return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
 }
 
-/* v's sum with a bias, or the activation of it, is stored low (see the file
- * comment): `add` is the add node, already decided. */
+/* v, the sum of a matmul's result and a bias, is stored low, or its one
+ * use is a relu or gelu_tanh whose result is (see the file comment). Every
+ * user of v is decided: they come after v's add in the graph. */
 static bool tail_low(const ac *a, const fc_value *v) {
     if (a->store_low[v->id]) return true;
     const fc_node *u = a->user[v->id];
