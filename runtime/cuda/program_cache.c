@@ -187,7 +187,8 @@ const char *fc_build_identity(void) {
 /*                                                                     */
 /*   "FCPROGRM"  u32 version  u32 reserved (0)                         */
 /*   str graph_name  str graph_text  u32 sm  u32 flags (1 fast_math,    */
-/*   2 fuse, 4 tf32)  16 bytes kernel key  i64 arena_bytes              */
+/*   2 fuse, 4 tf32, bits 3-5 precision)  16 bytes kernel key           */
+/*   i64 arena_bytes                                                   */
 /*   i64 intermediate_bytes                                            */
 /*   u32 nvalues, each: u8 kind  i64 index  i64 bytes                   */
 /*   u32 nparams, each: str name  u8 dtype  u8 rank  i64 dims[rank]     */
