@@ -387,6 +387,26 @@ typedef enum fc_specialize_mode {
     FC_SPECIALIZE_OFF = 2,
 } fc_specialize_mode;
 
+/* The precision a program computes in (docs/PRECISION.md): the graph's
+ * own dtypes, or an autocast of its float32 values in the manner of
+ * torch.autocast. Graph inputs and results keep their declared dtypes. */
+typedef enum fc_precision {
+    FC_PRECISION_AS_WRITTEN = 0, /* the graph's dtypes (the default) */
+    /* Every float computes in f32: f16/bf16 values are widened, GEMMs run
+     * f32 math without TF32 (allow_tf32 is ignored). */
+    FC_PRECISION_F32 = 1,
+    /* The graph's dtypes, with f32 GEMMs on TF32 tensor cores (as
+     * allow_tf32); the CPU backend has no TF32 and computes f32. */
+    FC_PRECISION_TF32 = 2,
+    /* torch.autocast(dtype=bfloat16/float16): matmuls and attention read
+     * their f32 operands rounded to the low dtype and accumulate in f32;
+     * reductions, softmax, norms, exp, log, pow, rsqrt and recip compute in
+     * f32; other ops follow their operands (PyTorch promotion). */
+    FC_PRECISION_BF16 = 3,
+    FC_PRECISION_F16 = 4,
+    FC_PRECISION_COUNT
+} fc_precision;
+
 typedef struct fc_compile_options {
     fc_device device;
     /* CUDA target as major*10+minor (90 = sm_90). 0: the device's own, or
@@ -415,6 +435,7 @@ typedef struct fc_compile_options {
     bool dynamic;
     int max_specializations; /* dynamic programs: the LRU bound (default 8; >= 1) */
     fc_specialize_mode specialize; /* dynamic programs: what a guard miss does */
+    fc_precision precision;        /* FC_PRECISION_AS_WRITTEN by default */
 } fc_compile_options;
 
 /* Fill o with the defaults. */

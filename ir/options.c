@@ -16,5 +16,9 @@ fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o)
         return fc_set_error(ctx, FC_ERR_USAGE,
                             "fc_compile: bad specialize mode %d (FC_SPECIALIZE_BACKGROUND, _SYNC or _OFF)",
                             (int)o->specialize);
+    if ((unsigned)o->precision >= (unsigned)FC_PRECISION_COUNT)
+        return fc_set_error(ctx, FC_ERR_USAGE,
+                            "fc_compile: bad precision %d (FC_PRECISION_AS_WRITTEN, _F32, _TF32, _BF16 or _F16)",
+                            (int)o->precision);
     return FC_OK;
 }

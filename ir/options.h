@@ -9,8 +9,8 @@
 #include "ir.h"
 
 /* FC_OK, or FC_ERR_USAGE naming the bad field and its value. NULL options
- * are fine (the defaults). Checks the device and specialize modes are
- * members of their enums, sm is 0 or a target 10..999, and
+ * are fine (the defaults). Checks the device, specialize mode and precision
+ * are members of their enums, sm is 0 or a target 10..999, and
  * max_specializations is >= 0 (0: the default). */
 fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o);
 

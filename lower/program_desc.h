@@ -62,6 +62,7 @@ typedef struct fc_program_desc {
     int sm;             /* the target: major*10+minor */
     bool fast_math, fuse;
     bool tf32; /* f32 GEMMs on TF32 tensor cores (fc_compile_options.allow_tf32) */
+    fc_precision precision; /* the autocast the plan was made with (fc_compile_options.precision) */
     int nparams, noutputs;
     fc_program_tensor *params, *outputs;
     int nvalues;

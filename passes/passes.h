@@ -40,6 +40,12 @@ fc_status fc_pass_decompose_dynamic(fc_graph *g);
 fc_status fc_pass_epilogue(fc_graph *g);
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
+/* Autocast (passes/autocast.c): compute in precision p as torch.autocast
+ * does (low-precision GEMM and attention operands, f32 reductions, norms
+ * and transcendentals, promotion elsewhere); the graph's parameters and
+ * results keep their dtypes. A no-op for FC_PRECISION_AS_WRITTEN and
+ * FC_PRECISION_TF32 (TF32 is GEMM math, not a dtype). */
+fc_status fc_pass_autocast(fc_graph *g, fc_precision p);
 /* Dynamic variant only: every `attention` op becomes matmul, softmax and
  * matmul in the compute dtype (the flash-attention kernel needs static
  * shapes). Runs before decompose (passes/lower_attention.c). */
@@ -165,6 +171,8 @@ typedef struct fc_fuse_options {
     bool dynamic;            /* the dynamic variant: symbols stay unbound, kernels take them as
                               * arguments, no memory plan (fc_plan_bind makes one per shape);
                               * default false */
+    fc_precision precision;  /* the autocast pass's target (passes/autocast.c); default
+                              * FC_PRECISION_AS_WRITTEN: the graph's dtypes */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);

@@ -7,6 +7,10 @@
  *     shared subexpressions, and again after decompose, whose primitives
  *     expose new identities (a softmax's max of a constant, casts in and
  *     out);
+ *   - autocast runs on decompose's primitives (a reduction, an exp, a
+ *     matmul: the rules are per primitive, so a softmax written out by hand
+ *     is cast as the composite is) and before the second canonicalize,
+ *     which merges the casts it writes and folds those that cancel;
  *   - attention pattern-matches the canonical primitives that decompose
  *     wrote (softmax(scale * Q K^T) V); the dynamic variant lowers
  *     attention ops instead, before decompose, since the flash kernel needs
@@ -28,6 +32,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_canonicalize(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
+    if (o && (st = fc_pass_autocast(g, o->precision))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
     if (!dynamic && (st = fc_pass_attention(g))) return st;
     if ((st = fc_pass_epilogue(g))) return st;

@@ -2,7 +2,8 @@
  * tests/gemm/ share (include after check.h): an input graph and, in
  * comments, the passes to run and the exact IR expected after them.
  *
- *     # RUN: decompose,canonicalize      (passes, in order)
+ *     # RUN: decompose,canonicalize      (passes, in order; autocast_bf16 is
+ *                                        fc_pass_autocast at FC_PRECISION_BF16)
  *     # BIND: N=4                        (optional: symbol bindings)
  *     # EXPECT:
  *     # graph f(%x: f32[4]) {
@@ -102,6 +103,10 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
         else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
         else if (!strcmp(p, "epilogue")) st = fc_pass_epilogue(g);
+        else if (!strcmp(p, "attention")) st = fc_pass_attention(g);
+        else if (!strcmp(p, "autocast_bf16")) st = fc_pass_autocast(g, FC_PRECISION_BF16);
+        else if (!strcmp(p, "autocast_f16")) st = fc_pass_autocast(g, FC_PRECISION_F16);
+        else if (!strcmp(p, "autocast_f32")) st = fc_pass_autocast(g, FC_PRECISION_F32);
         else {
             fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
             return FC_ERR_USAGE;

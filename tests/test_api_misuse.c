@@ -256,6 +256,14 @@ static void test_null_sweep(void) {
     o.specialize = (fc_specialize_mode)-1;
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
     fc_compile_options_default(&o);
+    o.precision = FC_PRECISION_COUNT;
+    CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
+    CHECK(has(fc_last_error(ctx), "bad precision 5"));
+    o.precision = (fc_precision)-1;
+    CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
+    o.precision = FC_PRECISION_BF16;
+    CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_OK);
+    fc_compile_options_default(&o);
     o.device = (fc_device)5;
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
     fc_compile_options_default(&o);

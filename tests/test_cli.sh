@@ -193,7 +193,7 @@ expect_stdout "--version" "fusec 0.1.0"
 expect_rc 0 "--help" --help
 for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outputs --devices --help --version \
   "Exit codes" "FUSEC_DEVICE" splitmix64 --output --arch --time --cache-info --verify --cache-clear --cache-dir \
-  FUSEC_CACHE_DIR FUSEC_CACHE --help-env; do
+  FUSEC_CACHE_DIR FUSEC_CACHE --help-env --precision; do
   if grep -qF -- "$word" "$tmp/out"; then pass; else fail "--help does not mention '$word'"; fi
 done
 if [[ ! -s $tmp/err ]]; then pass; else fail "--help wrote to stderr"; fi
@@ -783,6 +783,45 @@ expect_time "--time from a file" "loaded from a compiled program file"
 expect_rc 0 "--time with -o" "$tmp/small.ir" --bind N=4 -o "$tmp/small4.cubin" --time
 expect_stderr_has "--time with -o" "more to write $tmp/small4.cubin"
 expect_usage "--time without a compile" "--time needs a compile" "$tmp/small.ir" --bind N=4 --run --device=ref --time
+unset FUSEC_CACHE_DIR
+
+# ----------------------------------------------------------------------
+# --precision: the autocast pass (docs/PRECISION.md).
+# ----------------------------------------------------------------------
+export FUSEC_CACHE_DIR=$tmp/cache5
+cat >"$tmp/mm32.ir" <<'EOF'
+graph mm32(%x: f32[8, 32], %w: f32[32, 16], %b: f32[16]) {
+  %h = matmul(%x, %w)
+  %y = add(%h, %b)
+  return %y
+}
+EOF
+expect_usage "--precision unknown" "unknown --precision 'fp8' (supported: f32, tf32, bf16, f16)" \
+  "$tmp/mm32.ir" --precision=fp8 --emit=plan
+expect_usage "--precision without a value" "option '--precision' needs a value" "$tmp/mm32.ir" --precision
+expect_usage "--precision alone" "--precision needs a compile" "$tmp/mm32.ir" --precision=bf16
+expect_usage "--precision on ref" "--precision does not apply to the ref device" \
+  "$tmp/mm32.ir" --run --device=ref --precision=bf16
+expect_rc 0 "--precision=bf16 plan" "$tmp/mm32.ir" --emit=plan --precision=bf16
+expect_stdout_has "--precision=bf16 plan" "gemm[bias] -> f32"
+cp "$tmp/out" "$tmp/plan_bf16"
+expect_rc 0 "as written plan" "$tmp/mm32.ir" --emit=plan
+if cmp -s "$tmp/out" "$tmp/plan_bf16"; then fail "--precision=bf16 changes nothing in the plan"; else pass; fi
+expect_rc 0 "--precision=bf16 -o" "$tmp/mm32.ir" --precision=bf16 -o "$tmp/mm32.cubin"
+expect_rc 0 "--precision=bf16 plan from the file" "$tmp/mm32.cubin" --emit=plan
+same_file "the file keeps its precision" "$tmp/out" "$tmp/plan_bf16"
+expect_usage "--precision with a compiled file" "--precision does not apply to a compiled program file" \
+  "$tmp/mm32.cubin" --emit=plan --precision=bf16
+if "$FUSEC" --devices | grep -qx cpu; then
+  expect_rc 0 "--precision=bf16 on cpu" "$tmp/mm32.ir" --run --device=cpu --precision=bf16
+  expect_stdout_has "--precision=bf16 on cpu: the declared dtype" "out0: f32[8, 16]"
+  cp "$tmp/out" "$tmp/run_bf16"
+  expect_rc 0 "as written on cpu" "$tmp/mm32.ir" --run --device=cpu
+  if cmp -s "$tmp/out" "$tmp/run_bf16"; then fail "--precision=bf16 computes what f32 does"; else pass; fi
+  cp "$tmp/out" "$tmp/run_f32"
+  expect_rc 0 "--precision=tf32 on cpu is f32" "$tmp/mm32.ir" --run --device=cpu --precision=tf32
+  same_file "--precision=tf32 on cpu is f32" "$tmp/out" "$tmp/run_f32"
+fi
 unset FUSEC_CACHE_DIR
 
 # ----------------------------------------------------------------------

@@ -15,7 +15,8 @@
  *     and four threads sharing the process's handle: all succeed, alike;
  *   - FUSEC_CACHE=off always compiles; ro reads and never writes; a bad
  *     FUSEC_CACHE is an error; an unsafe directory warns once;
- *   - other options, other programs: fuse, fast_math and sm are in the key;
+ *   - other options, other programs: fuse, fast_math, sm and precision are
+ *     in the key;
  *   - the serialized program: round trips, every truncation and every
  *     byte flipped is refused or read without harm (ASan watches);
  *   - allocation failures, cold and warm: FC_ERR_NOMEM and no leak;
@@ -278,6 +279,22 @@ static void test_cold_warm(fc_context *ctx) {
     /* One NVRTC program per distinct kernel: unfused has several. */
     CHECK(fc_program_nkernels(unfused) > 1);
     CHECK_EQ_INT(nvrtc_count() - n0, 3 + fc_program_nkernels(unfused));
+    /* Another precision is another program, even where autocast changes
+     * nothing (a pointwise f32 graph: the same source, so the cubin is
+     * shared, the program entry is not); its own entry then serves it. */
+    int programs = count_entries(dir, "programs");
+    o.fast_math = false;
+    o.precision = FC_PRECISION_BF16;
+    fc_program *bf16 = NULL, *bf16_again = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &bf16), FC_OK);
+    CHECK_EQ_INT(origin_of(bf16), FC_PROGRAM_KERNEL_CACHE);
+    CHECK_EQ_INT(count_entries(dir, "programs"), programs + 1);
+    reopen_cache();
+    CHECK_EQ_INT(fc_compile(g, &o, &bf16_again), FC_OK);
+    CHECK_EQ_INT(origin_of(bf16_again), FC_PROGRAM_PROGRAM_CACHE);
+    CHECK_EQ_INT(nvrtc_count() - n0, 3 + fc_program_nkernels(unfused));
+    fc_program_free(bf16);
+    fc_program_free(bf16_again);
     fc_program_free(unfused);
     fc_program_free(sm80);
     fc_program_free(fast);

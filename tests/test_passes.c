@@ -21,7 +21,7 @@
  *  2. Numerics of decompose: every composite, in f32, bf16 and f16, gives
  *     the same results as the composite under the reference interpreter.
  *  3. Every graph of examples/ (and tests/format/all_ops.ir) stays valid
- *     under every pass, symbolic and bound, and computes the same after the
+ *     under every pass (autocast at each precision too), symbolic and bound, and computes the same after the
  *     whole graph pipeline.
  *  4. The rewriter's own invariants, bad calls, and allocation failures at
  *     every allocation of the pipeline.
@@ -318,12 +318,16 @@ static const fc_binding example_binds[] = {{"B", 2}, {"T", 8}, {"N", 4}, {"S", 8
 /* Every pass alone and the graph pipeline keep every graph valid, with its
  * symbols free and bound; the pipeline computes the same values. */
 static void test_examples_one(const char *path, const char *graph) {
-    static const char *const pipelines[] = {"canonicalize", "decompose", "dce", "canonicalize,decompose,canonicalize"};
+    static const char *const pipelines[] = {"canonicalize", "decompose", "dce", "canonicalize,decompose,canonicalize",
+                                            "decompose,autocast_bf16,canonicalize",
+                                            "decompose,autocast_f16,canonicalize",
+                                            "decompose,autocast_f32,canonicalize"};
+    const int npipelines = (int)(sizeof pipelines / sizeof pipelines[0]);
     char *text = read_file(path, NULL);
     CHECK(text != NULL);
     if (!text) return;
     for (int bound = 0; bound < 2; bound++)
-        for (int p = 0; p < 4; p++) {
+        for (int p = 0; p < npipelines; p++) {
             fc_context *ctx = fc_context_new();
             fc_graph *g = NULL;
             fc_status st = fc_parse(ctx, path, text, strlen(text), graph, example_binds, bound ? 4 : 0, &g);

@@ -423,9 +423,14 @@ static void test_matmul(fc_context *ctx) {
  * watches the reads); every allocation of the decoder fails in turn. */
 static void test_gemm_serialization(fc_context *ctx) {
     fc_graph *gs[3] = {g_matmul_relu(ctx), g_qkv(ctx, FC_F32, false), g_qkv(ctx, FC_BF16, true)};
-    fc_cache_key k0 = fc_program_cache_key("text", gs[1], 90, false, true, false, NULL, 0, 13, 0),
-                 k1 = fc_program_cache_key("text", gs[1], 90, false, true, true, NULL, 0, 13, 0);
+    fc_cache_key k0 = fc_program_cache_key("text", gs[1], 90, false, true, false, FC_PRECISION_AS_WRITTEN, NULL, 0, 13, 0),
+                 k1 = fc_program_cache_key("text", gs[1], 90, false, true, true, FC_PRECISION_AS_WRITTEN, NULL, 0, 13, 0);
     CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
+    /* Two precisions never share a program cache entry. */
+    for (int pr = 1; pr < FC_PRECISION_COUNT; pr++) {
+        fc_cache_key kp = fc_program_cache_key("text", gs[1], 90, false, true, false, (fc_precision)pr, NULL, 0, 13, 0);
+        CHECK(memcmp(&k0, &kp, sizeof k0) != 0);
+    }
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
@@ -435,6 +440,9 @@ static void test_gemm_serialization(fc_context *ctx) {
          * bytes (and, through the program cache's key, never shares an
          * entry with the same graph compiled without it). */
         o.allow_tf32 = k == 1;
+        /* The bf16 QKV program under --precision=bf16 (the same plan: it
+         * is bf16 already): the precision goes through the bytes too. */
+        o.precision = k == 2 ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN;
         CHECK_EQ_INT(fc_compile(gs[k], &o, &p), FC_OK);
         if (p) CHECK_EQ_INT(fc_program_desc_of(p)->tf32, k == 1);
         const fc_program_desc *d = p ? fc_program_desc_of(p) : NULL;
@@ -453,6 +461,7 @@ static void test_gemm_serialization(fc_context *ctx) {
             for (int i = 0; i < back.src.nlaunches; i++) found += fc_program_gemm(&back, i) != NULL;
             CHECK_EQ_INT(found, 1);
             CHECK_EQ_INT(back.tf32, k == 1);
+            CHECK_EQ_INT(back.precision, k == 2 ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN);
             CHECK_EQ_INT(fc_program_desc_encode(ctx, &back, &b), FC_OK);
             CHECK(a.size == b.size && memcmp(a.data, b.data, a.size) == 0);
             fc_program_desc_release(&back);
@@ -494,6 +503,7 @@ static void test_gemm_serialization(fc_context *ctx) {
      * the mm program with M raised from 64 to 65 (found by its value). */
     fc_graph *g = g_matmul_relu(ctx);
     fc_program *p = NULL;
+    o.precision = FC_PRECISION_AS_WRITTEN;
     CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
     fc_bytes a = {NULL, 0};
     if (p && fc_program_desc_encode(ctx, fc_program_desc_of(p), &a) == FC_OK) {
@@ -923,7 +933,7 @@ static void test_source_switches_in_key(fc_context *ctx) {
     const int n0 = fc_program_extra_nvrtc_options(90, false, plain);
     const int n80 = fc_program_extra_nvrtc_options(80, false, plain80);
     for (int i = 0; i < n0; i++) CHECK(strncmp(plain[i], "-DFC_SWITCHES", 13) != 0);
-    const fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, plain, n0, 13, 0);
+    const fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, plain, n0, 13, 0);
     int nsource = 0;
     for (int i = 0; i < FC_SW_COUNT; i++) {
         const fc_switch_info *sw = fc_switch_info_of((fc_switch_id)i);
@@ -946,7 +956,8 @@ static void test_source_switches_in_key(fc_context *ctx) {
         snprintf(want, sizeof want, "-DFC_SWITCHES=%s=x", sw->name);
         CHECK(strcmp(opts[n - 1], want) == 0);
         CHECK(opts[n - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
-        const fc_cache_key k1 = fc_program_cache_key("text", g, 90, false, true, false, opts, n, 13, 0);
+        const fc_cache_key k1 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, opts, n,
+                                                        13, 0);
         CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
     }
     CHECK(nsource >= 2); /* FUSEC_SKINNY, FUSEC_VARIANT_GEMM */

@@ -52,6 +52,8 @@ typedef struct options {
     const char *output; /* -o FILE: save the compiled program */
     int sm;             /* --arch, when arch_given */
     bool arch_given;
+    fc_precision precision; /* --precision, when precision_given */
+    bool precision_given;
     bool time;          /* --time: where the compile time went */
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;

@@ -28,6 +28,7 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out) {
     fc_compile_options_default(&co);
     co.device = FC_DEVICE_CUDA;
     co.sm = o->arch_given ? o->sm : 0;
+    co.precision = o->precision;
     fc_status st = fc_compile(g, &co, out);
     print_cache_warning();
     if (st) {
@@ -78,7 +79,8 @@ int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc
 /* The first option given that works on a FILE, or NULL. */
 static const char *file_option(const options *o) {
     return o->graph ? "--graph" : o->nbinds ? "--bind" : o->emit_ir || o->emit_plan || o->emit_cuda || o->emit_ptx
-           ? "--emit" : o->run ? "--run" : o->output ? "-o" : o->arch_given ? "--arch" : o->time ? "--time"
+           ? "--emit" : o->run ? "--run" : o->output ? "-o" : o->arch_given ? "--arch"
+           : o->precision_given ? "--precision" : o->time ? "--time"
            : o->check ? "--check" : o->bench_iters ? "--bench" : o->device_given ? "--device"
            : o->inputs_given ? "--inputs" : o->seed_given ? "--seed" : o->save_dir ? "--save-outputs" : NULL;
 }

@@ -135,7 +135,8 @@ static int run_cli(const options *o) {
     fc_device dev = FC_DEVICE_CUDA;
     int rc = 0;
     if (is_program) {
-        const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch" : NULL;
+        const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch"
+                         : o->precision_given ? "--precision" : NULL;
         if (na)
             return usage_error("%s does not apply to a compiled program file: '%s' has its graph, shapes and "
                                "target compiled in", na, o->file);
@@ -158,6 +159,10 @@ static int run_cli(const options *o) {
                            "compiled program file");
     if (o->arch_given && !compiles)
         return usage_error("--arch needs a compile: -o, --emit=plan|cuda|ptx or --run on the cuda device");
+    if (o->precision_given && !is_program && !compile_now && !o->run)
+        return usage_error("--precision needs a compile: -o, --emit=plan|cuda|ptx or --run");
+    if (o->precision_given && !is_program && !compile_now && dev == FC_DEVICE_REF)
+        return usage_error("--precision does not apply to the ref device (the float64 oracle)");
 
     fc_context *ctx = fc_context_new();
     if (!ctx) return fail(EXIT_NOMEM, "out of memory");

@@ -185,6 +185,22 @@ static int flag_arch(options *o, const char *flag, const char *val) {
     return 0;
 }
 
+/* --precision=f32|tf32|bf16|f16 (docs/PRECISION.md). */
+static int flag_precision(options *o, const char *flag, const char *val) {
+    static const struct {
+        const char *name;
+        fc_precision p;
+    } names[] = {{"f32", FC_PRECISION_F32}, {"tf32", FC_PRECISION_TF32}, {"bf16", FC_PRECISION_BF16},
+                 {"f16", FC_PRECISION_F16}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(val, names[i].name) != 0) continue;
+        o->precision = names[i].p;
+        o->precision_given = true;
+        return 0;
+    }
+    return usage_error("unknown %s '%s' (supported: f32, tf32, bf16, f16)", flag, val);
+}
+
 typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
@@ -213,6 +229,7 @@ static const flag flags[] = {
     PATH("--weights", NULL, weights_file, "a safetensors file"),
     PATH("--output", "-o", output, "a file name"),
     OPTION("--arch", NULL, flag_arch),
+    OPTION("--precision", NULL, flag_precision),
     SWITCH("--time", NULL, time),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
@@ -280,7 +297,8 @@ void print_help(void) {
         "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
         "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
         "                [--check] [--bench N]\n"
-        "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--graph NAME] [--bind SYM=INT,...]\n"
+        "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--precision P] [--graph NAME]\n"
+        "                [--bind SYM=INT,...]\n"
         "  fusec OUT.cubin --run [--inputs ...] [--seed N] [--check] | --emit=plan\n"
         "  fusec --cache-info [--verify] | --cache-clear\n"
         "  fusec --devices | --help | --help-env | --version\n"
@@ -317,6 +335,17 @@ void print_help(void) {
         "  --arch SM             the CUDA target of the compile: sm_90, sm90, 90 or 9.0.\n"
         "                        The default is the local GPU's, or sm_90 without one.\n"
         "                        Applies to -o, --emit=plan|cuda|ptx and --run on cuda.\n"
+        "  --precision=P         compute in P instead of the graph's own dtypes, as\n"
+        "                        torch.autocast does (docs/PRECISION.md): bf16 or f16\n"
+        "                        run matmuls and attention on tensor cores with f32\n"
+        "                        accumulation, and keep reductions, softmax, norms, exp,\n"
+        "                        log and pow in f32; f32 widens every 16-bit value; tf32\n"
+        "                        keeps the dtypes and runs f32 GEMMs on TF32 tensor\n"
+        "                        cores (the CPU backend computes f32). Inputs and outputs\n"
+        "                        keep their declared dtypes. Applies to -o,\n"
+        "                        --emit=plan|cuda|ptx and --run on cuda or cpu (not to\n"
+        "                        ref, the float64 oracle, nor to a compiled program\n"
+        "                        file, whose precision is compiled in).\n"
         "  A FILE that fusec wrote with -o is loaded instead of parsed: nothing is\n"
         "  compiled. It runs on the cuda device only (--run, with --inputs, --seed,\n"
         "  --save-outputs, --check and --bench as for .ir files; --check runs the\n"

@@ -38,6 +38,7 @@ typedef struct fc_cpu_options {
     int threads;
     bool fuse;    /* vertical and horizontal fusion; default true */
     bool keep_ir; /* keep the optimized LLVM IR (fc_cpu_program_llvm_ir) */
+    fc_precision precision; /* the autocast pass's target; FC_PRECISION_TF32 computes f32 */
 } fc_cpu_options;
 
 /* Fill o with the defaults. */

@@ -95,7 +95,9 @@ void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o) {
     d->sm = resolve_sm(o->sm);
     d->fast_math = o->fast_math;
     d->fuse = o->fuse;
-    d->tf32 = o->allow_tf32;
+    /* FC_PRECISION_F32 is f32 math: no TF32 even when allowed. */
+    d->tf32 = o->precision == FC_PRECISION_TF32 || (o->allow_tf32 && o->precision != FC_PRECISION_F32);
+    d->precision = o->precision;
 }
 
 /* Where value id lives (the table at the top of the file), given its
@@ -268,6 +270,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = p->opts.fuse;
+    fo.precision = p->d.precision;
     double t = fc_now_ms();
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
     p->times.passes_ms = fc_now_ms() - t;
@@ -317,7 +320,7 @@ static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_k
         fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key); /* corrupt, not a hit */
         return FC_OK;
     }
-    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse ||
+    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse || d.precision != p->d.precision ||
         strcmp(d.graph_text, p->d.graph_text) != 0) {
         fc_program_desc_release(&d);
         fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key);
@@ -529,8 +532,8 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     bool program_hit = false;
     fc_cache_key pkey = {{0}};
     if (cache) {
-        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, nv.opts.opt, nv.opts.count,
-                                    nv.major, nv.minor);
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, d->precision, nv.opts.opt,
+                                    nv.opts.count, nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
         if (st != FC_OK) return st;
         p->times.cache_ms += fc_now_ms() - t; /* without a cache, the text is "other" time */
@@ -635,6 +638,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
     p->opts.fast_math = p->d.fast_math;
     p->opts.fuse = p->d.fuse;
     p->opts.allow_tf32 = p->d.tf32;
+    p->opts.precision = p->d.precision;
     p->times.origin = origin;
     fc_prog_count_launch_args(p);
     *out = p;

@@ -115,6 +115,7 @@ static fc_status materialize(fc_context *ctx, const fc_program_desc *d, fc_graph
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = d->fuse;
+    fo.precision = d->precision;
     st = fc_pipeline(g, &fo, plan);
     if (st != FC_OK) {
         fc_plan_release(plan);

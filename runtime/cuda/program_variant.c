@@ -119,6 +119,7 @@ static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, 
     d->fast_math = v->d.fast_math;
     d->fuse = v->d.fuse;
     d->tf32 = v->d.tf32;
+    d->precision = v->d.precision;
     d->graph_name = v->d.graph_name;
     d->arena_bytes = plan->arena_bytes;
     d->intermediate_bytes = plan->intermediate_bytes;
@@ -180,6 +181,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         fc_fuse_options fo;
         fc_fuse_options_default(&fo);
         fo.vertical = fo.horizontal = o->fuse;
+        fo.precision = o->precision;
         fo.dynamic = true;
         double t = fc_now_ms();
         st = fc_pipeline(p->g, &fo, &p->plan);
@@ -234,6 +236,7 @@ fc_status fc_program_instance(fc_program *vp, const int64_t *syms, int nsyms, fc
     p->d.fast_math = v->d.fast_math;
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
+    p->d.precision = v->d.precision;
     in->variant = vr;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {

@@ -1,0 +1,334 @@
+/*
+ * autocast.c - compute a graph in another precision, by torch.autocast's
+ * rules (docs/PRECISION.md).
+ *
+ * Most exported models are float32; their GEMMs only reach tensor cores in
+ * bf16 or f16. torch.autocast sorts ops into three lists, and so does this
+ * pass, on the primitives decompose left (so a softmax written out by hand
+ * is treated as the composite is):
+ *
+ *   low       matmul, attention: f32 operands are rounded to the low dtype
+ *             (bf16 or f16); the product accumulates in f32.
+ *   f32       the reductions, softmax, layernorm, rmsnorm (the composites
+ *             decompose keeps), exp, log, pow, rsqrt, recip: 16-bit
+ *             operands are widened, the op computes in f32. autocast lists
+ *             sum and softmax but not max; here softmax is its primitives,
+ *             and a row max in bf16 would make the x - max before the exp
+ *             a bf16 subtraction, which the composite never rounds.
+ *   promote   everything else follows its operands (PyTorch promotion:
+ *             bf16 + f32 is f32), as autocast leaves such ops alone.
+ *
+ * Where this differs from torch.autocast, it is to round less, never more:
+ *
+ *   - A matmul's result stays f32. autocast rounds it to the low dtype; here
+ *     the matmul reads cast(cast(x, bf16), f32) operands, which the epilogue
+ *     pass turns into a bf16 GEMM with an f32 result, and the dtype the
+ *     result is stored in is chosen by its users (below). The GEMM
+ *     accumulates in f32 either way; an f32 result lets the epilogue fold an
+ *     f32 residual and bias (cuBLASLt reads them in the result's dtype).
+ *   - A value is stored in the low dtype only when every use of it reads it
+ *     in the low dtype anyway: the operands of matmuls and attention,
+ *     through views (reshape, permute, slice, split, expand). The cast is
+ *     placed right after its producer, so it fuses into the producer's
+ *     kernel (or, after a GEMM, becomes the GEMM's result dtype), and the
+ *     views and the kernels reading them move half the bytes.
+ *   - A bias (a rank-1 parameter added to a matmul's result) is stored low
+ *     when the sum, or the relu/gelu_tanh of it, is stored low: that is
+ *     nn.Linear's bias under autocast, and what lets the epilogue fold the
+ *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
+ *     result's dtype).
+ *
+ * A parameter read in the low dtype (a weight) is cast by one cast node,
+ * placed first; with no producer to fuse into, it is a kernel of its own,
+ * run at every run (casting weights once, when they are loaded, is runtime
+ * work: docs/PRECISION.md). The graph's parameters and results keep the
+ * dtypes the caller declared, so results are cast back at the end (the cast
+ * fuses into the kernel or GEMM that produces the result). float64 is never
+ * touched, as autocast leaves it.
+ *
+ * FC_PRECISION_F32 is the same walk with f32 as the "low" dtype: 16-bit
+ * parameters, constants and casts become f32, and every float op computes
+ * in f32. FC_PRECISION_AS_WRITTEN and FC_PRECISION_TF32 change nothing here
+ * (TF32 is how cuBLASLt multiplies f32, not a dtype).
+ */
+#include "passes.h"
+#include "rewrite.h"
+
+#include <string.h>
+
+typedef enum op_list { LIST_PROMOTE, LIST_LOW, LIST_F32 } op_list;
+
+static op_list list_of(fc_op op) {
+    switch (op) {
+    case FC_OP_MATMUL:
+    case FC_OP_ATTENTION: return LIST_LOW;
+    case FC_OP_REDUCE_SUM:
+    case FC_OP_REDUCE_MEAN:
+    case FC_OP_REDUCE_MAX:
+    case FC_OP_REDUCE_MIN:
+    case FC_OP_SOFTMAX:
+    case FC_OP_LAYERNORM:
+    case FC_OP_RMSNORM:
+    case FC_OP_EXP:
+    case FC_OP_LOG:
+    case FC_OP_POW:
+    case FC_OP_RSQRT:
+    case FC_OP_RECIP: return LIST_F32;
+    default: return LIST_PROMOTE;
+    }
+}
+
+/* Operand k of a low-list op that is read in the low dtype (attention's
+ * mask is added to the f32 scores and keeps its dtype). */
+static bool low_operand(const fc_node *n, int k) { return n->op == FC_OP_MATMUL ? k < 2 : k < 3; }
+
+/* Views that only move elements: a view of a low value is low. */
+static bool is_plain_view(fc_op op) {
+    return op == FC_OP_RESHAPE || op == FC_OP_PERMUTE || op == FC_OP_SLICE || op == FC_OP_SPLIT ||
+           op == FC_OP_EXPAND;
+}
+
+static bool is_narrow(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16; }
+
+typedef struct ac {
+    fc_graph *g;
+    fc_dtype low;       /* bf16 or f16; f32 for FC_PRECISION_F32 */
+    bool widen;         /* FC_PRECISION_F32 */
+    int nvals;          /* value ids below this are the graph's before the walk */
+    fc_value **cur;     /* by old value id: its value now, when its dtype changed */
+    bool *store_low;    /* by old value id: stored in `low` */
+    int *uses, *ok_uses; /* by old value id: uses, and uses that read it low */
+    fc_node **user;     /* by old value id: a (the last seen) user */
+    fc_value **in, **out; /* scratch for one node's operands and results */
+} ac;
+
+/* ------------------------------------------------------------------ */
+/* Which values are stored low                                         */
+/* ------------------------------------------------------------------ */
+
+/* v is cast(x, f32) of an x in the low dtype: a matmul operand as this
+ * pass writes it. */
+static bool widened_from_low(const ac *a, const fc_value *v) {
+    const fc_node *c = v->def;
+    return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
+}
+
+/* v, the sum of a matmul's result and a bias, is stored low, or its one
+ * use is a relu or gelu_tanh whose result is (see the file comment). Every
+ * user of v is decided: they come after v's add in the graph. */
+static bool tail_low(const ac *a, const fc_value *v) {
+    if (a->store_low[v->id]) return true;
+    const fc_node *u = a->user[v->id];
+    if (a->uses[v->id] != 1 || !u || (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH)) return false;
+    return a->store_low[u->out[0]->id];
+}
+
+/* Does operand k of n read its value in the low dtype anyway? n's results
+ * are decided (every user of them comes later in the graph). */
+static bool use_reads_low(const ac *a, const fc_node *n, int k) {
+    if (list_of(n->op) == LIST_LOW) return low_operand(n, k);
+    if (is_plain_view(n->op)) {
+        for (int r = 0; r < n->nout; r++)
+            if (!a->store_low[n->out[r]->id]) return false;
+        return true;
+    }
+    if (n->op == FC_OP_ADD) {
+        const fc_value *bias = n->in[k], *other = n->in[1 - k];
+        return bias->param_index >= 0 && bias->rank == 1 && !other->weak && other->def &&
+               other->def->op == FC_OP_MATMUL && tail_low(a, n->out[0]);
+    }
+    return false;
+}
+
+/* A widened low value (what this pass writes for a matmul's operand) has
+ * its low form already: storing it low again would only add casts. */
+static void decide(ac *a, const fc_value *v) {
+    a->store_low[v->id] = v->dtype == FC_F32 && a->uses[v->id] > 0 && a->ok_uses[v->id] == a->uses[v->id] &&
+                          !widened_from_low(a, v);
+}
+
+/* One walk from the last node to the first: a value is decided when the
+ * walk reaches its producer, since every user of it came before. */
+static void find_low_values(ac *a) {
+    fc_graph *g = a->g;
+    for (int i = 0; i < g->noutputs; i++) a->uses[g->outputs[i]->id]++; /* the caller reads its dtype */
+    for (int i = g->nnodes - 1; i >= 0; i--) {
+        fc_node *n = g->nodes[i];
+        if (n->dead) continue;
+        for (int r = 0; r < n->nout; r++) decide(a, n->out[r]);
+        for (int k = 0; k < n->nin; k++) {
+            fc_value *v = n->in[k];
+            if (v->weak) continue;
+            a->uses[v->id]++;
+            a->ok_uses[v->id] += use_reads_low(a, n, k);
+            a->user[v->id] = n;
+        }
+    }
+    for (int i = 0; i < g->nparams; i++) decide(a, g->params[i]);
+}
+
+/* ------------------------------------------------------------------ */
+/* The rebuild                                                         */
+/* ------------------------------------------------------------------ */
+
+/* What old value v stands for now. */
+static fc_value *now(const ac *a, fc_rewriter *rw, fc_value *v) {
+    if (!v->weak && v->id >= 0 && v->id < a->nvals && a->cur[v->id]) return a->cur[v->id];
+    return fc_rw_value(rw, v);
+}
+
+/* The operands of n as they are now, adjusted to n's list; true when n must
+ * be rebuilt (an operand or an attribute changed). */
+static bool operands_for(ac *a, fc_rewriter *rw, fc_node *n, fc_value **in, fc_attrs *at) {
+    bool changed = false;
+    *at = n->a;
+    for (int k = 0; k < n->nin; k++) {
+        in[k] = now(a, rw, n->in[k]);
+        changed |= !n->in[k]->weak && in[k]->dtype != n->in[k]->dtype;
+    }
+    switch (list_of(n->op)) {
+    case LIST_LOW: {
+        int nlow = n->op == FC_OP_MATMUL ? 2 : 3;
+        bool any = false;
+        for (int k = 0; k < nlow; k++) {
+            const fc_value *v = n->in[k];
+            if (v->dtype == FC_F64 || !fc_dtype_is_float(v->dtype)) return changed;
+            any |= v->dtype != a->low && !(n->op == FC_OP_MATMUL && widened_from_low(a, v));
+        }
+        /* Already low as written (a 16-bit graph, or this pass's own
+         * output: the pass is idempotent). */
+        if (!any) return changed;
+        for (int k = 0; k < nlow; k++) {
+            in[k] = fc_rw_cast(rw, in[k], a->low);
+            /* The matmul multiplies the rounded values in f32 (see the file
+             * comment); attention keeps the low dtype, as its kernel does. */
+            if (n->op == FC_OP_MATMUL) in[k] = fc_rw_cast(rw, in[k], FC_F32);
+            if (!in[k]) return true;
+        }
+        return true;
+    }
+    case LIST_F32:
+        for (int k = 0; k < n->nin; k++) {
+            if (n->in[k]->weak || !is_narrow(in[k]->dtype)) continue;
+            in[k] = fc_rw_cast(rw, in[k], FC_F32);
+            changed = true;
+        }
+        return changed;
+    case LIST_PROMOTE:
+        break;
+    }
+    if (!a->widen) return changed;
+    /* f32 throughout: 16-bit casts and constants become f32. */
+    if ((n->op == FC_OP_CAST || n->op == FC_OP_FULL || n->op == FC_OP_IOTA) && is_narrow(at->dtype)) {
+        at->dtype = FC_F32;
+        changed = true;
+    }
+    return changed;
+}
+
+/* n's results are now the values in out[]: record them, storing low what
+ * was decided so. */
+static void place_results(ac *a, fc_rewriter *rw, fc_node *n, fc_value **out) {
+    for (int r = 0; r < n->nout; r++) {
+        fc_value *old = n->out[r], *v = out[r];
+        if (!v) return;
+        if (v != old && !v->name) v->name = old->name;
+        if (a->store_low[old->id]) v = fc_rw_cast(rw, v, a->low);
+        if (!v) return;
+        if (fc_same_type(v, old)) {
+            if (v != old) fc_rw_replace(rw, old, v);
+        } else {
+            a->cur[old->id] = v;
+        }
+    }
+}
+
+static fc_status rebuild(ac *a) {
+    fc_graph *g = a->g;
+    fc_rewriter rw;
+    if (fc_rw_begin(&rw, g) != FC_OK) return g->status;
+    /* Parameters read in another dtype: one cast each, before everything. */
+    for (int i = 0; i < g->nparams; i++) {
+        fc_value *p = g->params[i];
+        bool widen = a->widen && is_narrow(p->dtype);
+        if (widen || a->store_low[p->id]) a->cur[p->id] = fc_rw_cast(&rw, p, a->low);
+    }
+    fc_value **in = a->in, **out = a->out;
+    for (fc_node *n; (n = fc_rw_next(&rw));) {
+        fc_attrs at;
+        if (!operands_for(a, &rw, n, in, &at)) {
+            fc_rw_remap(&rw, n);
+            fc_rw_keep(&rw, n);
+            memcpy(out, n->out, sizeof *out * (size_t)n->nout);
+        } else if (n->op == FC_OP_CAST && in[0]->dtype == at.dtype) {
+            out[0] = in[0]; /* a cast the new dtypes made empty (f32 throughout) */
+        } else {
+            fc_node *m = fc_rw_build(&rw, n->op, in, n->nin, &at);
+            if (!m) break;
+            FC_ASSERT(m->nout == n->nout);
+            memcpy(out, m->out, sizeof *out * (size_t)n->nout);
+        }
+        place_results(a, &rw, n, out);
+    }
+    /* Results keep their declared dtypes: cast back once, at the end. */
+    for (int i = 0; i < g->noutputs && !g->status; i++) {
+        fc_value *y = g->outputs[i];
+        if (y->param_index >= 0 || y->id < 0 || y->id >= a->nvals || !a->cur[y->id]) continue;
+        fc_value *c = fc_rw_cast(&rw, a->cur[y->id], y->dtype);
+        if (c) fc_rw_replace(&rw, y, c);
+    }
+    return fc_rw_end(&rw);
+}
+
+static bool needs_work(const fc_graph *g, bool widen) {
+    for (int i = 0; i < g->nparams; i++)
+        if (widen ? is_narrow(g->params[i]->dtype) : g->params[i]->dtype == FC_F32) return true;
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        for (int r = 0; !n->dead && r < n->nout; r++)
+            if (widen ? is_narrow(n->out[r]->dtype) : n->out[r]->dtype == FC_F32) return true;
+    }
+    return false;
+}
+
+fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
+    fc_status st = fc_pass_precheck(g, "autocast");
+    if (st) return st;
+    ac a = {.g = g, .nvals = g->next_value_id};
+    switch (p) {
+    case FC_PRECISION_BF16: a.low = FC_BF16; break;
+    case FC_PRECISION_F16: a.low = FC_F16; break;
+    case FC_PRECISION_F32:
+        a.low = FC_F32;
+        a.widen = true;
+        break;
+    default: return FC_OK;
+    }
+    if (!needs_work(g, a.widen)) return FC_OK;
+    size_t n = (size_t)a.nvals + 1, nio = 1;
+    for (int i = 0; i < g->nnodes; i++) {
+        if ((size_t)g->nodes[i]->nin > nio) nio = (size_t)g->nodes[i]->nin;
+        if ((size_t)g->nodes[i]->nout > nio) nio = (size_t)g->nodes[i]->nout;
+    }
+    a.in = fc_ctx_malloc(g->ctx, nio * sizeof *a.in);
+    a.out = fc_ctx_malloc(g->ctx, nio * sizeof *a.out);
+    a.cur = fc_ctx_malloc(g->ctx, n * sizeof *a.cur);
+    a.store_low = fc_ctx_malloc(g->ctx, n * sizeof *a.store_low);
+    a.uses = fc_ctx_malloc(g->ctx, n * sizeof *a.uses);
+    a.ok_uses = fc_ctx_malloc(g->ctx, n * sizeof *a.ok_uses);
+    a.user = fc_ctx_malloc(g->ctx, n * sizeof *a.user);
+    if (!a.cur || !a.store_low || !a.uses || !a.ok_uses || !a.user || !a.in || !a.out) {
+        st = g->status = FC_ERR_NOMEM;
+    } else {
+        memset(a.cur, 0, n * sizeof *a.cur);
+        memset(a.store_low, 0, n * sizeof *a.store_low);
+        memset(a.uses, 0, n * sizeof *a.uses);
+        memset(a.ok_uses, 0, n * sizeof *a.ok_uses);
+        memset(a.user, 0, n * sizeof *a.user);
+        if (!a.widen) find_low_values(&a);
+        st = rebuild(&a);
+    }
+    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.in, a.out};
+    for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) fc_ctx_freemem(g->ctx, scratch[i]);
+    return st;
+}
