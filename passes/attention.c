@@ -102,6 +102,18 @@ static bool is_const(const fc_value *v, fc_dtype dt, double want) {
     return constant_of(v, dt, &x) && x == want;
 }
 
+/* A constant that drops a key: -inf, or a finite value at or below f16's
+ * lowest (-65504), as exporters write a mask (PyTorch's finfo.min). The
+ * finite one drops the key only when the row keeps some other key, whose
+ * score is the row's max: exp(-65504 - max) is 0 in f32. So it is taken
+ * only for the causal mask, which keeps every row's diagonal. */
+static bool is_drop(const fc_value *v, fc_dtype dt, bool *exact) {
+    double x;
+    if (!constant_of(v, dt, &x)) return false;
+    *exact = x == -INFINITY;
+    return x <= -65504.0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Strided views (shared with fusion and codegen)                      */
 /* ------------------------------------------------------------------ */
@@ -393,8 +405,9 @@ static int additive_causal(actx *a, const fc_value *m, const fc_value *scores) {
     const fc_node *w = m->def;
     if (!w || w->op != FC_OP_WHERE) return -1;
     fc_dtype dt = m->dtype;
-    if (is_const(w->in[1], dt, 0.0) && is_const(w->in[2], dt, -INFINITY)) return causal_cond(a, w->in[0], scores, true) == 1 ? 1 : -1;
-    if (is_const(w->in[1], dt, -INFINITY) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false) == 1 ? 1 : -1;
+    bool exact;
+    if (is_const(w->in[1], dt, 0.0) && is_drop(w->in[2], dt, &exact)) return causal_cond(a, w->in[0], scores, true) == 1 ? 1 : -1;
+    if (is_drop(w->in[1], dt, &exact) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false) == 1 ? 1 : -1;
     return -1;
 }
 
@@ -426,6 +439,7 @@ typedef struct operand {
 /* One match, ready to be built. */
 typedef struct match {
     fc_node *last; /* its result becomes the attention's */
+    fc_node *guard; /* where(isnan(P), 0, P) that must stay, on the result; or NULL */
     operand q, k, v;
     bool causal;
     double scale;
@@ -518,13 +532,14 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
         }
         case FC_OP_WHERE: {
             fc_dtype dt = out->dtype;
-            bool a_inf = is_const(n->in[1], dt, -INFINITY), b_inf = is_const(n->in[2], dt, -INFINITY);
+            bool a_exact = false, b_exact = false;
+            bool a_inf = is_drop(n->in[1], dt, &a_exact), b_inf = is_drop(n->in[2], dt, &b_exact);
             if (a_inf == b_inf) return NULL;
             fc_value *x = a_inf ? n->in[2] : n->in[1], *c = n->in[0];
             if (x->weak || !same_dims(x, out)) return NULL;
             bool keep = b_inf; /* where(c, x, -inf): c holds the keys kept */
             int kind = causal_cond(a, c, out, keep);
-            if (kind < 0) return NULL;
+            if (kind < 0 || (kind == 0 && !(a_exact || b_exact))) return NULL;
             if (kind == 1) {
                 st->causal = true; /* twice is the same mask */
             } else {
@@ -573,6 +588,31 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
     return NULL;
 }
 
+/*
+ * v = reshape(permute(reshape(z, [N, a, b]), [0, 2, 1]), [.., b, a]) with z
+ * of dims [.., a, b] and N the product of its leading dims: the last two
+ * dims of z swapped, as torchlib's scaled_dot_product_attention writes K^T
+ * (the leading dims flattened so that the transpose is rank 3). z, or NULL.
+ */
+static fc_value *flat_transpose(actx *a, fc_value *v) {
+    fc_node *r2 = v->def;
+    if (!usable(a, r2) || r2->op != FC_OP_RESHAPE || v->rank < 3 || !fc_value_is_static(v)) return NULL;
+    fc_node *t = r2->in[0]->def;
+    if (!usable(a, t) || t->op != FC_OP_PERMUTE || t->out[0]->rank != 3) return NULL;
+    if (norm_axis(t->a.list[0], 3) != 0 || norm_axis(t->a.list[1], 3) != 2 || norm_axis(t->a.list[2], 3) != 1) return NULL;
+    fc_node *r1 = t->in[0]->def;
+    if (!usable(a, r1) || r1->op != FC_OP_RESHAPE) return NULL;
+    fc_value *z = r1->in[0];
+    int r = v->rank;
+    if (z->rank != r || !fc_value_is_static(z)) return NULL;
+    for (int i = 0; i < r - 2; i++)
+        if (z->dims[i] != v->dims[i]) return NULL;
+    if (z->dims[r - 2] != v->dims[r - 1] || z->dims[r - 1] != v->dims[r - 2]) return NULL;
+    const fc_value *f = t->in[0];
+    if (f->dims[1] != z->dims[r - 2] || f->dims[2] != z->dims[r - 1]) return NULL;
+    return z;
+}
+
 /* Peel views, casts (when `casts`) and scales (when `scales`) off v. */
 static void peel(actx *a, fc_value *v, bool casts, bool scales, operand *o) {
     memset(o, 0, sizeof *o);
@@ -586,6 +626,14 @@ static void peel(actx *a, fc_value *v, bool casts, bool scales, operand *o) {
             /* permute(permute(x, p), perm) = permute(x, r), r[i] = p[perm[i]] */
             for (int i = 0; i < v->rank; i++) o->perm[i] = norm_axis(n->a.list[o->perm[i]], v->rank);
             o->base = n->in[0];
+            continue;
+        }
+        fc_value *z = flat_transpose(a, o->base);
+        if (z) {
+            /* The chain is permute(z, [.., r-1, r-2]). */
+            int r = v->rank;
+            for (int i = 0; i < r; i++) o->perm[i] = o->perm[i] == r - 1 ? r - 2 : o->perm[i] == r - 2 ? r - 1 : o->perm[i];
+            o->base = z;
             continue;
         }
         if (casts && n->op == FC_OP_CAST && widening(n->in[0]->dtype, n->out[0]->dtype)) {
@@ -643,18 +691,39 @@ static bool chain_is_private(const actx *a, const fc_node *last) {
     return true;
 }
 
+/* Casts between floats above v (they join the chain). */
+static fc_value *float_casts(actx *a, fc_value *p) {
+    while (p->def && usable(a, p->def) && p->def->op == FC_OP_CAST && fc_dtype_is_float(p->dtype) &&
+           fc_dtype_is_float(p->def->in[0]->dtype)) {
+        push(a, p->def);
+        p = p->def->in[0];
+    }
+    return p;
+}
+
+/* p = where(isnan(x), 0, x), the exporters' guard of softmax rows that kept
+ * no key (IsNaN is ne(x, x)): the where (its nodes join the chain), or NULL. */
+static fc_node *nan_guard(actx *a, fc_value *p) {
+    fc_node *w = p->def;
+    if (!usable(a, w) || w->op != FC_OP_WHERE) return NULL;
+    fc_value *x = w->in[2];
+    fc_node *c = w->in[0]->def;
+    if (!usable(a, c) || c->op != FC_OP_NE || c->in[0] != x || c->in[1] != x) return NULL;
+    if (!is_const(w->in[1], p->dtype, 0.0) || !same_dims(x, p) || x->dtype != p->dtype) return NULL;
+    push(a, w);
+    push(a, c);
+    return w;
+}
+
 /* Try the pattern ending in matmul mm (P @ V); fill m on success. */
 static bool match_at(actx *a, fc_node *mm, match *m) {
     a->nchain = 0;
     a->overflow = false;
     if (!usable(a, mm) || mm->in[0]->rank < 2 || mm->in[1]->rank < 2) return false;
     push(a, mm);
-    fc_value *p = mm->in[0];
-    while (p->def && usable(a, p->def) && p->def->op == FC_OP_CAST && fc_dtype_is_float(p->dtype) &&
-           fc_dtype_is_float(p->def->in[0]->dtype)) {
-        push(a, p->def);
-        p = p->def->in[0];
-    }
+    fc_value *p = float_casts(a, mm->in[0]);
+    fc_node *guard = nan_guard(a, p);
+    if (guard) p = float_casts(a, guard->in[2]);
     fc_value *x = match_softmax(a, p);
     if (!x) return false;
     scores st = {.scale = 1.0};
@@ -678,6 +747,11 @@ static bool match_at(actx *a, fc_node *mm, match *m) {
     if (last != mm) push(a, last);
     if (a->overflow) return false;
     m->last = last;
+    /* The guard sets the rows that kept no key (NaN) to 0. Causal attention
+     * keeps every row's diagonal key and no mask drops nothing, so there
+     * the guard only differs for NaN inputs, and goes; with a mask operand
+     * it stays, on the result (0 @ V is 0). */
+    m->guard = guard && !st.causal && st.mask ? guard : NULL;
     m->causal = st.causal;
     m->mask = st.mask;
     m->mask_invert = st.mask_invert;
@@ -687,7 +761,9 @@ static bool match_at(actx *a, fc_node *mm, match *m) {
     /* The roundings the kernel skips must be to the result's dtype or finer. */
     fc_dtype d = last->out[0]->dtype;
     for (int i = 0; i < a->nchain; i++)
-        if (a->chain[i] != last && !skip_ok(a->chain[i]->out[0]->dtype, d)) return false;
+        if (a->chain[i] != last && fc_dtype_is_float(a->chain[i]->out[0]->dtype) &&
+            !skip_ok(a->chain[i]->out[0]->dtype, d))
+            return false; /* (a bool, the guard's isnan, is no rounding) */
     const operand *ops[2] = {&m->q, &m->k};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < ops[i]->nscaled; j++)
@@ -743,7 +819,13 @@ static fc_value *build_attention(fc_rewriter *rw, const match *m) {
     at.causal = m->causal;
     at.scale = m->scale;
     fc_node *n = fc_rw_build(rw, FC_OP_ATTENTION, in, nin, &at);
-    return n ? n->out[0] : NULL;
+    fc_value *y = n ? n->out[0] : NULL;
+    if (y && m->guard) {
+        fc_value *w[3] = {fc_rw_op2(rw, FC_OP_NE, y, y), fc_rw_value(rw, m->guard->in[1]), y};
+        fc_node *g = w[0] && w[1] ? fc_rw_build(rw, FC_OP_WHERE, w, 3, NULL) : NULL;
+        y = g ? g->out[0] : NULL;
+    }
+    return y;
 }
 
 /* ------------------------------------------------------------------ */

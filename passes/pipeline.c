@@ -17,6 +17,7 @@
  *     work on the groups.
  */
 #include "passes.h"
+#include "recognize.h"
 
 #include <string.h>
 
@@ -26,6 +27,9 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     bool dynamic = o && o->dynamic;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
+    if ((st = fc_pass_recognize_views(g))) return st; /* exported models: passes/recognize.h */
+    if ((st = fc_pass_recognize_gelu(g))) return st;
+    if ((st = fc_pass_recognize_norm(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;

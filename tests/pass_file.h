@@ -20,6 +20,7 @@
 #define FC_TEST_PASS_FILE_H
 #include "ir.h"
 #include "passes/passes.h"
+#include "passes/recognize.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -102,6 +103,10 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
         else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
         else if (!strcmp(p, "epilogue")) st = fc_pass_epilogue(g);
+        else if (!strcmp(p, "attention")) st = fc_pass_attention(g);
+        else if (!strcmp(p, "recognize_views")) st = fc_pass_recognize_views(g);
+        else if (!strcmp(p, "recognize_gelu")) st = fc_pass_recognize_gelu(g);
+        else if (!strcmp(p, "recognize_norm")) st = fc_pass_recognize_norm(g);
         else {
             fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
             return FC_ERR_USAGE;
