@@ -79,7 +79,9 @@ static bool tanh_inner(const fc_rc *rc, fc_value *u, fc_value *x, fc_dtype dt) {
         if (s->def->in[side] != x || fc_rc_op(c) != FC_OP_MUL || !fc_rc_private(rc, c, 1)) continue;
         fc_value *g[MAX_FACTORS + 1];
         int m = factors(rc, c, true, g, 0);
-        if (m == 2 && take_const(g, &m, dt, 0.044715) && is_cube(rc, g[0], x, dt)) return true;
+        if (!take_const(g, &m, dt, 0.044715)) continue;
+        if (m == 1 && is_cube(rc, g[0], x, dt)) return true;
+        if (m == 3 && g[0] == x && g[1] == x && g[2] == x) return true; /* x * x * x, flattened with the constant */
     }
     return false;
 }
