@@ -890,6 +890,7 @@ static const struct { const char *op; ox_fn fn; } table[] = {
 };
 
 bool ox_op_known(const char *op_type) {
+    if (ox_op_is_sequence(op_type)) return true;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(table[i].op, op_type)) return true;
     return false;
@@ -897,6 +898,7 @@ bool ox_op_known(const char *op_type) {
 
 fc_status ox_translate(ox_ctx *ox) {
     const char *op = ox->node->op_type;
+    if (ox_op_is_sequence(op)) return ox_op_sequence(ox);
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(table[i].op, op)) return table[i].fn(ox, ox->node);
     return ox_error(ox, FC_ERR_UNSUPPORTED, "op_type '%s' is not supported (docs/ONNX.md lists the supported ops)", op);

@@ -448,7 +448,7 @@ give_up:
 
 fc_status ox_try_fold(ox_ctx *ox, bool *folded) {
     *folded = false;
-    if (ox->nin == 0 || ox->nout > 16) return FC_OK;
+    if (ox->nin == 0 || ox->nout > 16 || ox_op_is_sequence(ox->node->op_type)) return FC_OK;
     bool sym = false;
     int64_t tot = 0;
     for (int i = 0; i < ox->nin; i++) {
