@@ -5,7 +5,8 @@ reshaped activations, Split of the fused QKV, Reshape/Transpose to heads,
 MatMul, Mul by the scale, Where with a causal mask, Softmax, MatMul, the
 tanh-GELU written out with Pow/Mul/Add/Tanh), with a symbolic batch.
 
-  make_models.py OUTDIR   writes OUTDIR/gpt2_block.onnx, its input and the
+  make_models.py OUTDIR   writes OUTDIR/gpt2_block.onnx (and the other models
+                          below: embed_mlp, conv_net), its input and the
                           onnxruntime output (when onnxruntime is installed)
                           as .npy files.
 """
@@ -104,6 +105,27 @@ def embed_mlp():
     return m
 
 
+def conv_net():
+    """Conv (padded, grouped, strided, dilated), MaxPool, AveragePool (ceil
+    mode, pads not counted) and ConvTranspose (strided, output_padding): the
+    windows the importer composes from slices (frontend/onnx_conv.c)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), nm)
+             for nm, s in [("w1", (8, 3, 3, 3)), ("b1", (8,)), ("w2", (8, 4, 3, 3)), ("w3", (8, 4, 2, 2)), ("b3", (8,))]]
+    n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["p1", "w2"], ["c2"], group=2, strides=[2, 1], dilations=[1, 2], pads=[1, 2, 1, 2]),
+         helper.make_node("AveragePool", ["c2"], ["p2"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                          ceil_mode=1, count_include_pad=0),
+         helper.make_node("ConvTranspose", ["p2", "w3", "b3"], ["y"], group=2, strides=[2, 2], output_padding=[1, 1])]
+    g = helper.make_graph(n, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 5, 9])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    onnx.checker.check_model(m)
+    return m
+
+
 def write_safetensors(path, arrays):
     """The safetensors format, written out: 8-byte header length, JSON, data."""
     import json
@@ -169,6 +191,10 @@ def main():
     onnx.save(embed_mlp(), mpath)
     ids = np.random.default_rng(3).integers(0, 50, (3, 5)).astype(np.int64)
     np.save(os.path.join(out, "ids.npy"), ids)
+    cpath = os.path.join(out, "conv_net.onnx")
+    onnx.save(conv_net(), cpath)
+    img = np.random.default_rng(6).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    np.save(os.path.join(out, "img.npy"), img)
     try:
         import onnxruntime as ort
     except ImportError:
@@ -178,6 +204,8 @@ def main():
     np.save(os.path.join(out, "y_ort.npy"), y)
     y = ort.InferenceSession(mpath, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     np.save(os.path.join(out, "embed_ort.npy"), y)
+    y = ort.InferenceSession(cpath, providers=["CPUExecutionProvider"]).run(None, {"x": img})[0]
+    np.save(os.path.join(out, "conv_ort.npy"), y)
 
 
 if __name__ == "__main__":
