@@ -8,19 +8,24 @@
  * The matcher starts at every matmul P @ V and reads the graph backwards:
  *
  *   [cast]  P @ V                      the result, maybe cast (autocast)
- *   P     = [cast] softmax(X, last)    composite, or the primitives decompose
+ *   P     = [guard] [cast] softmax(X)  the guard: where(isnan(P), 0, P), as
+ *                                      PyTorch's exporter writes it
+ *           softmax over the last axis: composite, or the primitives decompose
  *                                      makes: div(e, reduce_sum(e)),
  *                                      e = exp(sub(X, reduce_max(X)))
  *   X     = ops(S)                     any order of: casts, mul/div by a
  *                                      constant (the scale), where(c, x, -inf)
  *                                      or where(c, -inf, x), add(x, mask)
- *   S     = Q' @ K'                    K' = K^T by a permute, or a tensor
+ *   S     = Q' @ K'                    K' = K^T by a permute (or by the
+ *                                      exporter's reshape to [-1, S, D],
+ *                                      transpose, reshape back), or a tensor
  *                                      laid out as [.., D, S]
  *   Q', K', V                          views, casts and scales peeled off
  *
  * A where's condition (or an added where(c, 0, -inf)) built from iota and a
  * comparison is recognised as the causal mask when it keeps exactly the keys
- * j <= i; a condition or an added tensor that does not come from iota is a
+ * j <= i (the causal mask may drop keys with a finite minimum instead of
+ * -inf, see is_drop); a condition or an added tensor that does not come from iota is a
  * mask operand. An iota condition that is not causal (a mask on the wrong
  * dimension, say) leaves the pattern unfused.
  *

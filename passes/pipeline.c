@@ -7,6 +7,10 @@
  *     shared subexpressions, and again after decompose, whose primitives
  *     expose new identities (a softmax's max of a constant, casts in and
  *     out);
+ *   - the recognizers (passes/recognize.h) run before decompose: they turn
+ *     the primitives an exporter writes (GELU, LayerNorm, RMSNorm, the 2-D
+ *     reshapes of linear layers) back into what a hand-written graph has,
+ *     so that both lower and fuse alike;
  *   - attention pattern-matches the canonical primitives that decompose
  *     wrote (softmax(scale * Q K^T) V); the dynamic variant lowers
  *     attention ops instead, before decompose, since the flash kernel needs
