@@ -60,6 +60,7 @@
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,16 +108,19 @@ static bool is_const(const fc_value *v, fc_dtype dt, double want) {
     return constant_of(v, dt, &x) && x == want;
 }
 
-/* A constant that drops a key: -inf, or a finite value at or below f16's
- * lowest (-65504), as exporters write a mask (PyTorch's finfo.min). The
- * finite one drops the key only when the row keeps some other key, whose
- * score is the row's max: exp(-65504 - max) is 0 in f32. So it is taken
- * only for the causal mask, which keeps every row's diagonal. */
+/* A constant that drops a key: -inf, or the lowest finite value of the
+ * scores' dtype (or of f32), which is what PyTorch writes for a mask
+ * (torch.finfo(dtype).min). The finite one drops the key only when the row
+ * keeps some other key, whose score is the row's max: exp(min - max) is
+ * then 0. So it is taken only for the causal mask, which keeps every row's
+ * diagonal. Other large negative numbers (-1e9) are not taken: nothing says
+ * that they mean "masked". */
 static bool is_drop(const fc_value *v, fc_dtype dt, bool *exact) {
     double x;
     if (!constant_of(v, dt, &x)) return false;
     *exact = x == -INFINITY;
-    return x <= -65504.0;
+    double lowest = dt == FC_F64 ? -DBL_MAX : dt == FC_F16 ? -65504.0 : dt == FC_BF16 ? -3.3895313892515355e38 : -FLT_MAX;
+    return x == -INFINITY || x == lowest || x == -FLT_MAX;
 }
 
 /* ------------------------------------------------------------------ */
@@ -371,13 +375,38 @@ static int index_dim(const fc_value *v, fc_dim *len, int depth) {
 
 /* Which axis of the scores the index value v stands for
  * after broadcasting: 2 for the query axis, 1 for the key axis, else 0. */
-static int score_axis(const fc_value *v, const fc_value *scores) {
+static int score_axis(const fc_value *v, const fc_value *scores, bool corner) {
     fc_dim len;
     int k = index_dim(v, &len, 0);
     int R = scores->rank;
-    if (k == 2 && R >= 2 && len == scores->dims[R - 2]) return 2;
-    if (k == 1 && R >= 2 && len == scores->dims[R - 1]) return 1;
+    /* a corner of a larger table (see corner()) has indices past the scores' */
+    if (k == 2 && R >= 2 && (corner ? len >= scores->dims[R - 2] : len == scores->dims[R - 2])) return 2;
+    if (k == 1 && R >= 2 && (corner ? len >= scores->dims[R - 1] : len == scores->dims[R - 1])) return 1;
     return 0;
+}
+
+/*
+ * v seen through slices that start at 0 with step 1, as an exporter cuts
+ * the [T, T] corner out of a causal table for the longest sequence
+ * (bias[:, :, :T, :T]): element (i, j) of such a slice is element (i, j) of
+ * the table, so a causal table gives a causal corner. *peeled says whether
+ * a slice was seen; the corner must then have the scores' last two dims.
+ */
+static const fc_value *corner(const fc_value *v, const fc_value *scores, bool *peeled) {
+    *peeled = false;
+    for (int guard = 0; guard < 8 && v->def && v->def->op == FC_OP_SLICE; guard++) {
+        const fc_node *n = v->def;
+        if (n->a.start != 0 || n->a.step != 1) return v;
+        v = n->in[0];
+        *peeled = true;
+    }
+    return v;
+}
+
+static bool corner_fits(const fc_value *c, const fc_value *scores) {
+    int R = scores->rank;
+    return c->rank >= 2 && R >= 2 && c->dims[c->rank - 2] == scores->dims[R - 2] &&
+           c->dims[c->rank - 1] == scores->dims[R - 1];
 }
 
 /*
@@ -387,11 +416,15 @@ static int score_axis(const fc_value *v, const fc_value *scores) {
  * 0 when cond does not come from iota (a mask tensor), -1 for an iota
  * condition that is not causal.
  */
-static int causal_cond(actx *a, const fc_value *cond, const fc_value *scores, bool keep) {
+static int causal_cond(actx *a, const fc_value *cond, const fc_value *scores, bool keep, bool cut_above) {
     if (!from_iota(a, cond)) return 0;
-    const fc_node *n = cond->def;
+    bool cut;
+    const fc_value *table = corner(cond, scores, &cut);
+    if (cut && !corner_fits(cond, scores)) return -1;
+    cut = cut || cut_above;
+    const fc_node *n = table->def;
     if (!n || !fc_op_is_compare(n->op) || n->op == FC_OP_EQ || n->op == FC_OP_NE) return -1;
-    int x = score_axis(n->in[0], scores), y = score_axis(n->in[1], scores);
+    int x = score_axis(n->in[0], scores, cut), y = score_axis(n->in[1], scores, cut);
     if (!x || !y || x == y) return -1;
     /* Write it as "j OP i" (j the key index, i the query index). */
     fc_op op = n->op;
@@ -407,12 +440,15 @@ static int additive_causal(actx *a, const fc_value *m, const fc_value *scores) {
     if (!from_iota(a, m)) return 0;
     while (m->def && m->def->op == FC_OP_CAST && fc_dtype_is_float(m->dtype) && fc_dtype_is_float(m->def->in[0]->dtype))
         m = m->def->in[0];
-    const fc_node *w = m->def;
+    bool cut;
+    const fc_value *table = corner(m, scores, &cut);
+    if (cut && !corner_fits(m, scores)) return -1;
+    const fc_node *w = table->def;
     if (!w || w->op != FC_OP_WHERE) return -1;
     fc_dtype dt = m->dtype;
     bool exact;
-    if (is_const(w->in[1], dt, 0.0) && is_drop(w->in[2], dt, &exact)) return causal_cond(a, w->in[0], scores, true) == 1 ? 1 : -1;
-    if (is_drop(w->in[1], dt, &exact) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false) == 1 ? 1 : -1;
+    if (is_const(w->in[1], dt, 0.0) && is_drop(w->in[2], dt, &exact)) return causal_cond(a, w->in[0], scores, true, cut) == 1 ? 1 : -1;
+    if (is_drop(w->in[1], dt, &exact) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false, cut) == 1 ? 1 : -1;
     return -1;
 }
 
@@ -543,7 +579,7 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
             fc_value *x = a_inf ? n->in[2] : n->in[1], *c = n->in[0];
             if (x->weak || !same_dims(x, out)) return NULL;
             bool keep = b_inf; /* where(c, x, -inf): c holds the keys kept */
-            int kind = causal_cond(a, c, out, keep);
+            int kind = causal_cond(a, c, out, keep, false);
             if (kind < 0 || (kind == 0 && !(a_exact || b_exact))) return NULL;
             if (kind == 1) {
                 st->causal = true; /* twice is the same mask */

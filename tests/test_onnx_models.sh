@@ -4,7 +4,8 @@
 # fusec on the reference interpreter and compared with onnxruntime; GPT-2,
 # BERT and Llama blocks spelled as PyTorch exports them
 # (tests/onnx/make_exports.py), whose plans must match the hand-written
-# examples' and whose outputs must match onnxruntime's; the
+# examples' and whose outputs must match onnxruntime's (on ref, cpu, and cuda
+# where there is a GPU), as a conv net's must; the
 # errors for bad files and unsupported ops; --weights for an .ir graph.
 # Skips (exit 0 with SKIP) when fusec has no importer or python3 has no onnx.
 set -u
@@ -111,7 +112,7 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
     check python3 -c "import numpy as np, sys; a=np.load('$tmp/out/out0.npy'); b=np.load('$tmp/m/embed_ort.npy'); e=float(np.abs(a-b).max()); print('embed_mlp vs onnxruntime: max error', e); sys.exit(0 if a.shape == b.shape and e < 1e-5 else 1)"
   fi
   # Convolutions and poolings, composed from slices and matmuls, against onnxruntime.
-  for dev in ref cpu; do
+  for dev in ref cpu cuda; do
     "$FUSEC" --devices | grep -qx "$dev" || continue
     rm -rf "$tmp/out"
     check "$FUSEC" "$tmp/m/conv_net.onnx" --run --device=$dev --inputs "$tmp/m/img.npy" --save-outputs "$tmp/out"
@@ -125,12 +126,12 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
   # llama_block.ir (in f32, GQA and all), and the outputs match onnxruntime.
   python3 "$SRC/tests/onnx/make_exports.py" "$tmp/x" >/dev/null || { echo "FAIL: make_exports.py"; exit 1; }
   sed 's/bf16/f32/g' "$SRC/examples/llama_block.ir" > "$tmp/llama_f32.ir"
-  for m in gpt2 bert llama; do
+  for m in gpt2 gpt2ln bert llama; do
     plan=$("$FUSEC" "$tmp/x/${m}_export.onnx" --emit=plan 2>&1)
     if ! grep -q "^total:" <<<"$plan"; then echo "note: no plan for $m (no NVRTC?): $(tail -1 <<<"$plan")"; continue; fi
     check grep -q "ops: attention: flash" <<<"$plan"
     case $m in
-      gpt2) want=$("$FUSEC" "$SRC/examples/gpt2_block.ir" --bind B=2,T=16 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+      gpt2|gpt2ln) want=$("$FUSEC" "$SRC/examples/gpt2_block.ir" --bind B=2,T=16 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
             check grep -q "gemm\[bias,gelu_tanh\]" <<<"$plan" ;;
       llama) want=$("$FUSEC" "$tmp/llama_f32.ir" --bind B=2,T=16 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
              check grep -q "gemm\[x3\]" <<<"$plan" ;;
@@ -142,9 +143,9 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
     got=$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')
     if [[ "$got" != "$want" ]]; then echo "FAIL: $m export: $got, the hand-written graph: $want"; echo "$plan"; fail=1; fi
   done
-  for m in gpt2 bert llama; do
+  for m in gpt2 gpt2ln bert llama; do
     ins=$(ls "$tmp/x/${m}"_in*.npy | tr '\n' ',' | sed 's/,$//')
-    for dev in ref cpu; do
+    for dev in ref cpu cuda; do
       "$FUSEC" --devices | grep -qx "$dev" || continue
       rm -rf "$tmp/out"
       check "$FUSEC" "$tmp/x/${m}_export.onnx" --run --device=$dev --inputs "$ins" --save-outputs "$tmp/out"

@@ -13,6 +13,9 @@ as the hand-written one:
     the causal mask a folded constant of 0 and -inf, added; the softmax's
     NaN rows set to 0 by Where(IsNaN)); NewGELU written out with Pow, Mul,
     Add and Tanh.
+  - GPT-2 again with its LayerNorms written out (ReduceMean, Sub, Pow,
+    ReduceMean, Add, Sqrt, Div, Mul, Add), as exports before opset 17 have
+    them.
   - BERT: MatMul + Add linear layers, the padding mask from the
     attention_mask input (Cast, GatherND, Unsqueeze, Expand, And, Where of 0
     and -inf), erf GELU as Div, Erf, Add, Mul, post-LayerNormalization.
@@ -22,7 +25,7 @@ as the hand-written one:
     embeddings from folded cos/sin tables by Slice, Neg, Concat, Mul, Add;
     SwiGLU as Sigmoid and Mul.
 
-  make_exports.py OUTDIR   writes OUTDIR/{gpt2,bert,llama}_export.onnx, their
+  make_exports.py OUTDIR   writes OUTDIR/{gpt2,gpt2ln,bert,llama}_export.onnx, their
                            inputs as .npy files and, when onnxruntime is
                            installed, its outputs (*_ort.npy).
 """
@@ -91,11 +94,23 @@ def causal_additive():
     return m.reshape(1, 1, T, T)
 
 
-def gpt2_export():
+def layer_norm(b, x, w, bias, written):
+    """LayerNormalization, or (opset 16 and before, which lack it) written
+    out as the exporter decomposes it."""
+    if not written:
+        return b.op("LayerNormalization", [x, w, bias], axis=-1, epsilon=1e-5)
+    axes = b.c([-1], np.int64)
+    d = b.op("Sub", [x, b.op("ReduceMean", [x, axes], keepdims=1)])
+    var = b.op("ReduceMean", [b.op("Pow", [d, b.c(2.0, np.float32)]), axes], keepdims=1)
+    n = b.op("Div", [d, b.op("Sqrt", [b.op("Add", [var, b.c(1e-5, np.float32)])])])
+    return b.op("Add", [b.op("Mul", [n, w]), bias])
+
+
+def gpt2_export(written_ln=False):
     C, H, D = 768, 12, 64
     b = Builder(10)
     x = "x"
-    ln = b.op("LayerNormalization", [x, b.w("ln1_w", C, scale=1.0), b.w("ln1_b", C)], axis=-1, epsilon=1e-5)
+    ln = layer_norm(b, x, b.w("ln1_w", C, scale=1.0), b.w("ln1_b", C), written_ln)
     flat = b.c([-1, C], np.int64)
     qkv = b.op("Gemm", [b.op("Reshape", [ln, flat]), b.w("attn_w", C, 3 * C), b.w("attn_b", 3 * C)])
     qkv = b.op("Reshape", [qkv, b.c([B, T, 3 * C], np.int64)])
@@ -104,7 +119,7 @@ def gpt2_export():
     o = b.merge_heads(b.sdpa(q, k, v, b.c(causal_additive()), H, D), C)
     o = b.op("Gemm", [b.op("Reshape", [o, flat]), b.w("proj_w", C, C), b.w("proj_b", C)])
     h1 = b.op("Add", [x, b.op("Reshape", [o, b.c([B, T, C], np.int64)])])
-    ln2 = b.op("LayerNormalization", [h1, b.w("ln2_w", C, scale=1.0), b.w("ln2_b", C)], axis=-1, epsilon=1e-5)
+    ln2 = layer_norm(b, h1, b.w("ln2_w", C, scale=1.0), b.w("ln2_b", C), written_ln)
     f = b.op("Gemm", [b.op("Reshape", [ln2, flat]), b.w("fc_w", C, 4 * C), b.w("fc_b", 4 * C)])
     f = b.op("Reshape", [f, b.c([B, T, 4 * C], np.int64)])
     # NewGELUActivation: 0.5 * x * (1.0 + tanh(sqrt(2/pi) * (x + 0.044715 * pow(x, 3.0))))
@@ -114,7 +129,7 @@ def gpt2_export():
     m = b.op("Gemm", [b.op("Reshape", [g, b.c([-1, 4 * C], np.int64)]), b.w("mp_w", 4 * C, C), b.w("mp_b", C)])
     y = b.op("Add", [h1, b.op("Reshape", [m, b.c([B, T, C], np.int64)])])
     b.nodes[-1].output[0] = "y"
-    return b.model("gpt2_export", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, C])],
+    return b.model("gpt2ln_export" if written_ln else "gpt2_export", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [B, T, C])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, C])])
 
 
@@ -207,6 +222,7 @@ def main():
               "bert": (bert_export(), {"x": rng.standard_normal((B, T, 768)).astype(np.float32),
                                        # the second sequence is padded after 11 tokens
                                        "attention_mask": (np.arange(T)[None] < np.array([[T], [11]])).astype(np.int64)}),
+              "gpt2ln": (gpt2_export(written_ln=True), {"x": rng.standard_normal((B, T, 768)).astype(np.float32)}),
               "llama": (llama_export(), {"x": rng.standard_normal((B, T, 512)).astype(np.float32)})}
     try:
         import onnxruntime as ort

@@ -52,7 +52,7 @@ def gpt2_block():
     n.append(helper.make_node("MatMul", ["qt", "kt"], ["s0"]))
     n.append(helper.make_node("Mul", ["s0", c("scale", np.array(1.0 / np.sqrt(D), np.float32))], ["s1"]))
     mask = np.tril(np.ones((T, T), bool)).reshape(1, 1, T, T)
-    n.append(helper.make_node("Where", [c("mask", mask), "s1", c("minf", np.array(-3.4e38, np.float32))], ["s2"]))
+    n.append(helper.make_node("Where", [c("mask", mask), "s1", c("minf", np.array(np.finfo(np.float32).min, np.float32))], ["s2"]))
     n.append(helper.make_node("Softmax", ["s2"], ["p"], axis=-1))
     n.append(helper.make_node("MatMul", ["p", "vt"], ["o0"]))
     n.append(helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]))
