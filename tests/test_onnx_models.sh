@@ -81,6 +81,13 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
       echo "note: onnxruntime not installed: the differential check is skipped"
     fi
   done
+  # Its Where(tril, s, finfo.min) mask is causal: it plans as examples/gpt2_block.ir does.
+  plan=$("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --emit=plan 2>&1)
+  if grep -q "^total:" <<<"$plan"; then
+    want=$("$FUSEC" "$SRC/examples/gpt2_block.ir" --bind B=2,T=8 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+    check test "$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')" = "$want"
+    check grep -q "attention: flash rows f32, causal" <<<"$plan"
+  fi
   out=$("$FUSEC" "$tmp/m/bad_expand.onnx" --emit=ir 2>&1)
   check grep -q "node 'expand_neg' (Expand, opset 13): shape entry 0 is -5" <<<"$out"
   out=$("$FUSEC" "$tmp/m/bad_einsum.onnx" --emit=ir 2>&1)
