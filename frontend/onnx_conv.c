@@ -22,6 +22,7 @@
 
 #define MAX_WINDOW 512
 #define MAX_SPATIAL 3
+#define MAX_ATTR ((int64_t)1 << 30) /* strides, dilations, pads: keeps the size arithmetic in range */
 
 typedef struct window {
     int ns;                   /* spatial dims */
@@ -88,9 +89,11 @@ static fc_status make_window(ox_ctx *ox, const Onnx__NodeProto *n, const fc_valu
         return ERR("auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID");
     int64_t K = 1;
     for (int i = 0; i < w->ns; i++) {
-        int64_t in = x->dims[i + 2], span = w->d[i] * (w->k[i] - 1) + 1;
         if (w->k[i] < 1 || w->s[i] < 1 || w->d[i] < 1 || w->pb[i] < 0 || w->pe[i] < 0)
             return ERR("kernel sizes, strides and dilations must be positive, pads not negative");
+        if (w->k[i] > MAX_WINDOW || w->s[i] > MAX_ATTR || w->d[i] > MAX_ATTR || w->pb[i] > MAX_ATTR || w->pe[i] > MAX_ATTR)
+            return ERR("a kernel size over %d, or a stride, dilation or pad over 2^30", MAX_WINDOW);
+        int64_t in = x->dims[i + 2], span = w->d[i] * (w->k[i] - 1) + 1;
         if (valid) w->pb[i] = w->pe[i] = 0;
         if (same_upper || same_lower) {
             int64_t o = (in + w->s[i] - 1) / w->s[i], total = (o - 1) * w->s[i] + span - in;
@@ -109,6 +112,7 @@ static fc_status make_window(ox_ctx *ox, const Onnx__NodeProto *n, const fc_valu
         w->extra[i] = (o - 1) * w->s[i] + span - padded;
         if (w->extra[i] < 0) w->extra[i] = 0;
         K *= w->k[i];
+        if (K > MAX_WINDOW) break;
     }
     if (K > MAX_WINDOW) return ERR("a window of %lld positions (at most %d)", (long long)K, MAX_WINDOW);
     return FC_OK;
@@ -308,6 +312,10 @@ fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n) {
     bool same_lower = str_attr_is(n, "auto_pad", "SAME_LOWER", "NOTSET");
     if (nos >= 0 && nos != ns) return ERR("output_shape must have one entry per spatial dim");
     for (int i = 0; i < ns; i++) {
+        int64_t lim[] = {s[i], d[i], pads[i], pads[ns + i], opad[i], nos >= 0 ? oshape[i] : 0, wt->dims[i + 2]};
+        for (size_t j = 0; j < sizeof lim / sizeof *lim; j++)
+            if (lim[j] > MAX_ATTR || lim[j] < -MAX_ATTR) return ERR("a stride, dilation, pad, size or kernel dim over 2^30");
+        if (wt->dims[i + 2] > MAX_WINDOW) return ERR("a kernel size over %d", MAX_WINDOW);
         int64_t in = x->dims[i + 2], k = wt->dims[i + 2], full = s[i] * (in - 1) + opad[i] + (k - 1) * d[i] + 1;
         if (nos >= 0 || same_upper || same_lower) {
             int64_t out = nos >= 0 ? oshape[i] : in * s[i], total = full - out;

@@ -79,10 +79,15 @@ static fc_status split_to_sequence(ox_ctx *ox, const Onnx__NodeProto *n) {
         if (k->rank == 0) { /* chunks of one size, the last one shorter */
             int64_t c = ox_const_int(k, 0);
             if (c < 1) return ERR("split must be positive");
+            if (c > len) c = len > 0 ? len : 1;
             for (int64_t at = 0; at < len && ns < MAX_SEQ; at += c) sizes[ns++] = at + c <= len ? c : len - at;
         } else {
             int64_t tot = 0;
-            for (int64_t i = 0; i < k->n && ns < MAX_SEQ; i++) tot += sizes[ns++] = ox_const_int(k, i);
+            for (int64_t i = 0; i < k->n && ns < MAX_SEQ; i++) {
+                sizes[ns] = ox_const_int(k, i);
+                if (sizes[ns] < 0 || sizes[ns] > ((int64_t)1 << 40) || (!sym && sizes[ns] > len)) return ERR("split sizes must be from 0 to the dim");
+                tot += sizes[ns++];
+            }
             if (sym) {
                 if (ns >= MAX_SEQ) return ERR("a sequence of more than %d tensors", MAX_SEQ);
                 fc_value *none[MAX_SEQ] = {NULL};
