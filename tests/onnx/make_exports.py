@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """ONNX models written node for node as torch.onnx.export(dynamo=True,
 opset_version=18) writes Hugging Face's GPT-2, BERT and Llama blocks
-(/work/shared/ONNX-EXPORTS.md has the op histograms they follow), at the sizes
+(following the op histograms measured from 2-layer exports with PyTorch
+2.11 and transformers 5: opset 18, constants folded), at the sizes
 of the hand-written examples/gpt2_block.ir and examples/llama_block.ir, so
 that a test can check that the exported spelling fuses into as many kernels
 as the hand-written one:
