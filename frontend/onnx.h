@@ -30,6 +30,11 @@ typedef struct ox_val {
     char *name;
     fc_value *v;
     ox_const *k;
+    /* A sequence (onnx_seq.c): its tensors, known at import as a list of
+     * IR values (graph arena memory). */
+    bool is_seq;
+    fc_value **seq;
+    int nseq;
 } ox_val;
 
 typedef struct ox_ctx ox_ctx;
@@ -49,6 +54,10 @@ struct ox_ctx {
     fc_value *out_v[16];  /* the current node's results */
     ox_const *out_k[16];
     int nout;
+    /* a sequence result (the sequence ops have one output) */
+    bool out_is_seq;
+    fc_value **out_seq;
+    int out_nseq;
     /* the value table (open addressing on the name) */
     ox_val *vals;
     size_t cap, used;
@@ -68,6 +77,9 @@ fc_status ox_tensor_to_const(ox_ctx *ox, const Onnx__TensorProto *t, const char 
 fc_status ox_translate(ox_ctx *ox);
 /* Is op_type in the table (for the folder's choice, and messages). */
 bool ox_op_known(const char *op_type);
+/* onnx_seq.c: the sequence ops, resolved at import. */
+bool ox_op_is_sequence(const char *op_type);
+fc_status ox_op_sequence(ox_ctx *ox);
 
 /* onnx_shape.c */
 ox_const *ox_const_new(fc_dtype dt, int rank, const int64_t *shape);

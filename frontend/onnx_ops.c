@@ -115,8 +115,21 @@ static fc_status op_binary(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (size_t i = 0; i < sizeof binary_ops / sizeof *binary_ops; i++)
         if (!strcmp(n->op_type, binary_ops[i].op)) f = binary_ops[i].f;
     if (ox->nin < 1 || !has_in(ox, 0)) return ERR("needs an input");
-    if (ox->opset < 7 && ai(n, "broadcast", 0) && attr(n, "axis"))
-        return ERR("the opset-%lld 'broadcast' with 'axis' is not supported", (long long)ox->opset);
+    if (ox->opset < 7 && ai(n, "broadcast", 0) && attr(n, "axis")) {
+        /* Before opset 7, B broadcasts to A with its dims at A's dims axis,
+         * axis+1, ..: B reshaped to A's rank, 1 elsewhere, broadcasts the
+         * same way today. */
+        fc_value *a = in(ox, 0), *b = in(ox, 1);
+        if (!a || !b || ox->nin != 2) return ERR("needs two inputs");
+        int64_t axis = ai(n, "axis", 0);
+        if (axis < 0) axis += a->rank;
+        if (axis < 0 || axis + b->rank > a->rank) return ERR("axis %lld does not place B [rank %d] in A [rank %d]",
+                                                             (long long)ai(n, "axis", 0), b->rank, a->rank);
+        fc_dim d[FC_MAX_RANK];
+        for (int i = 0; i < a->rank; i++) d[i] = i < axis || i >= axis + b->rank ? 1 : b->dims[i - axis];
+        OUT(0, f(G, a, fc_reshape(G, b, a->rank, d)));
+        return FC_OK;
+    }
     if (ox->nin == 2) {
         /* A weak scalar is an operand, never a result: one of the two stays a tensor. */
         fc_value *a = operand(ox, 0, 0, 1), *b = operand(ox, 1, 0, 1);
@@ -834,6 +847,9 @@ fc_status ox_op_global_pool(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_depth_space(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_conv(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -869,9 +885,12 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"MeanVarianceNormalization", ox_op_mvn}, {"GlobalAveragePool", ox_op_global_pool},
     {"GlobalMaxPool", ox_op_global_pool}, {"DepthToSpace", ox_op_depth_space},
     {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod}, {"TopK", ox_op_topk},
+    {"Conv", ox_op_conv}, {"ConvTranspose", ox_op_conv_transpose}, {"MaxPool", ox_op_pool},
+    {"AveragePool", ox_op_pool},
 };
 
 bool ox_op_known(const char *op_type) {
+    if (ox_op_is_sequence(op_type)) return true;
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(table[i].op, op_type)) return true;
     return false;
@@ -879,6 +898,7 @@ bool ox_op_known(const char *op_type) {
 
 fc_status ox_translate(ox_ctx *ox) {
     const char *op = ox->node->op_type;
+    if (ox_op_is_sequence(op)) return ox_op_sequence(ox);
     for (size_t i = 0; i < sizeof table / sizeof *table; i++)
         if (!strcmp(table[i].op, op)) return table[i].fn(ox, ox->node);
     return ox_error(ox, FC_ERR_UNSUPPORTED, "op_type '%s' is not supported (docs/ONNX.md lists the supported ops)", op);

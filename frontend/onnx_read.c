@@ -358,6 +358,7 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     ox->nout = (int)n->n_output;
     memset(ox->out_v, 0, sizeof ox->out_v);
     memset(ox->out_k, 0, sizeof ox->out_k);
+    ox->out_is_seq = false;
     bool folded = false;
     fc_status st = ox_try_fold(ox, &folded);
     if (st == FC_OK && !folded) st = ox_translate(ox);
@@ -375,7 +376,8 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
         const char *on = n->output[i];
         if (!on || !*on) { ox_const_free(ox->out_k[i]); ox->out_k[i] = NULL; continue; }
         ox_val *val = NULL;
-        if (!ox->out_v[i] && !ox->out_k[i])
+        bool seq = i == 0 && ox->out_is_seq;
+        if (!ox->out_v[i] && !ox->out_k[i] && !seq)
             st = ox_error(ox, FC_ERR_UNSUPPORTED, "output %zu ('%s') is not supported", i, on);
         else if (!(val = ox_define(ox, on)))
             st = fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
@@ -386,6 +388,11 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
         val->v = ox->out_v[i];
         val->k = ox->out_k[i];
         ox->out_k[i] = NULL;
+        if (seq) {
+            val->is_seq = true;
+            val->seq = ox->out_seq;
+            val->nseq = ox->out_nseq;
+        }
         fc_value *v = val->v;
         if (v && v->def && !v->name && !v->weak) v->name = fc_arena_strndup(&ox->g->arena, on, strlen(on));
     }

@@ -115,6 +115,30 @@ ox_const *ox_const_from_tensor(const fc_tensor *t) {
 
 /* ---- materializing known data as IR values ------------------------ */
 
+/*
+ * A constant whose last two dims hold one value `a` on and below the
+ * diagonal and another `b` above it (every leading dim 1): a causal mask,
+ * as exporters fold it (an additive 0 / -inf table, or a bool tril). It is
+ * made from iota and a comparison instead of a parameter, so that the
+ * attention pass sees the causal mask it recognises and the kernel skips the
+ * masked tiles instead of reading a T x S table. NULL when k is not one.
+ */
+static fc_value *causal_mask(ox_ctx *ox, const ox_const *k, const fc_dim *dims) {
+    if (k->rank < 2 || k->n < 4) return NULL;
+    int64_t T = k->shape[k->rank - 2], S = k->shape[k->rank - 1];
+    if (T < 2 || S < 2 || T * S != k->n) return NULL;
+    double a = ox_const_dbl(k, 0), b = ox_const_dbl(k, 1);
+    if (a == b || a != a || b != b) return NULL;
+    for (int64_t i = 0; i < T; i++)
+        for (int64_t j = 0; j < S; j++)
+            if (ox_const_dbl(k, i * S + j) != (j <= i ? a : b)) return NULL;
+    fc_value *qi = fc_iota(ox->g, k->rank, dims, k->rank - 2, FC_I32);
+    fc_value *kj = fc_iota(ox->g, k->rank, dims, k->rank - 1, FC_I32);
+    if (k->dt == FC_BOOL) return a ? fc_ge(ox->g, qi, kj) : fc_lt(ox->g, qi, kj);
+    fc_value *va = fc_full(ox->g, 0, NULL, a, k->dt), *vb = fc_full(ox->g, 0, NULL, b, k->dt);
+    return fc_where(ox->g, fc_ge(ox->g, qi, kj), va, vb);
+}
+
 fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
     if (val->v) return val->v;
     ox_const *k = val->k;
@@ -135,6 +159,7 @@ fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
         val->v = fc_full(ox->g, k->rank, dims, v0, k->dt);
         return val->v;
     }
+    if ((val->v = causal_mask(ox, k, dims))) return val->v;
     /* Non-uniform data: a parameter named as the ONNX value, its data in the
      * weights. Only the model's own importer has weights; a throwaway
      * folding graph gets its data as parameters from the folder. */
@@ -423,7 +448,7 @@ give_up:
 
 fc_status ox_try_fold(ox_ctx *ox, bool *folded) {
     *folded = false;
-    if (ox->nin == 0 || ox->nout > 16) return FC_OK;
+    if (ox->nin == 0 || ox->nout > 16 || ox_op_is_sequence(ox->node->op_type)) return FC_OK;
     bool sym = false;
     int64_t tot = 0;
     for (int i = 0; i < ox->nin; i++) {

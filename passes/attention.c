@@ -8,19 +8,24 @@
  * The matcher starts at every matmul P @ V and reads the graph backwards:
  *
  *   [cast]  P @ V                      the result, maybe cast (autocast)
- *   P     = [cast] softmax(X, last)    composite, or the primitives decompose
+ *   P     = [guard] [cast] softmax(X)  the guard: where(isnan(P), 0, P), as
+ *                                      PyTorch's exporter writes it
+ *           softmax over the last axis: composite, or the primitives decompose
  *                                      makes: div(e, reduce_sum(e)),
  *                                      e = exp(sub(X, reduce_max(X)))
  *   X     = ops(S)                     any order of: casts, mul/div by a
  *                                      constant (the scale), where(c, x, -inf)
  *                                      or where(c, -inf, x), add(x, mask)
- *   S     = Q' @ K'                    K' = K^T by a permute, or a tensor
+ *   S     = Q' @ K'                    K' = K^T by a permute (or by the
+ *                                      exporter's reshape to [-1, S, D],
+ *                                      transpose, reshape back), or a tensor
  *                                      laid out as [.., D, S]
  *   Q', K', V                          views, casts and scales peeled off
  *
  * A where's condition (or an added where(c, 0, -inf)) built from iota and a
  * comparison is recognised as the causal mask when it keeps exactly the keys
- * j <= i; a condition or an added tensor that does not come from iota is a
+ * j <= i (the causal mask may drop keys with a finite minimum instead of
+ * -inf, see is_drop); a condition or an added tensor that does not come from iota is a
  * mask operand. An iota condition that is not causal (a mask on the wrong
  * dimension, say) leaves the pattern unfused.
  *
@@ -55,6 +60,7 @@
 #include "passes/passes.h"
 #include "passes/rewrite.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +106,21 @@ static bool constant_of(const fc_value *v, fc_dtype dt, double *out) {
 static bool is_const(const fc_value *v, fc_dtype dt, double want) {
     double x;
     return constant_of(v, dt, &x) && x == want;
+}
+
+/* A constant that drops a key: -inf, or the lowest finite value of the
+ * scores' dtype (or of f32), which is what PyTorch writes for a mask
+ * (torch.finfo(dtype).min). The finite one drops the key only when the row
+ * keeps some other key, whose score is the row's max: exp(min - max) is
+ * then 0. So it is taken only for the causal mask, which keeps every row's
+ * diagonal. Other large negative numbers (-1e9) are not taken: nothing says
+ * that they mean "masked". */
+static bool is_drop(const fc_value *v, fc_dtype dt, bool *exact) {
+    double x;
+    if (!constant_of(v, dt, &x)) return false;
+    *exact = x == -INFINITY;
+    double lowest = dt == FC_F64 ? -DBL_MAX : dt == FC_F16 ? -65504.0 : dt == FC_BF16 ? -3.3895313892515355e38 : -FLT_MAX;
+    return x == -INFINITY || x == lowest || x == -FLT_MAX;
 }
 
 /* ------------------------------------------------------------------ */
@@ -354,13 +375,38 @@ static int index_dim(const fc_value *v, fc_dim *len, int depth) {
 
 /* Which axis of the scores the index value v stands for
  * after broadcasting: 2 for the query axis, 1 for the key axis, else 0. */
-static int score_axis(const fc_value *v, const fc_value *scores) {
+static int score_axis(const fc_value *v, const fc_value *scores, bool corner) {
     fc_dim len;
     int k = index_dim(v, &len, 0);
     int R = scores->rank;
-    if (k == 2 && R >= 2 && len == scores->dims[R - 2]) return 2;
-    if (k == 1 && R >= 2 && len == scores->dims[R - 1]) return 1;
+    /* a corner of a larger table (see corner()) has indices past the scores' */
+    if (k == 2 && R >= 2 && (corner ? len >= scores->dims[R - 2] : len == scores->dims[R - 2])) return 2;
+    if (k == 1 && R >= 2 && (corner ? len >= scores->dims[R - 1] : len == scores->dims[R - 1])) return 1;
     return 0;
+}
+
+/*
+ * v seen through slices that start at 0 with step 1, as an exporter cuts
+ * the [T, T] corner out of a causal table for the longest sequence
+ * (bias[:, :, :T, :T]): element (i, j) of such a slice is element (i, j) of
+ * the table, so a causal table gives a causal corner. *peeled says whether
+ * a slice was seen; the corner must then have the scores' last two dims.
+ */
+static const fc_value *corner(const fc_value *v, const fc_value *scores, bool *peeled) {
+    *peeled = false;
+    for (int guard = 0; guard < 8 && v->def && v->def->op == FC_OP_SLICE; guard++) {
+        const fc_node *n = v->def;
+        if (n->a.start != 0 || n->a.step != 1) return v;
+        v = n->in[0];
+        *peeled = true;
+    }
+    return v;
+}
+
+static bool corner_fits(const fc_value *c, const fc_value *scores) {
+    int R = scores->rank;
+    return c->rank >= 2 && R >= 2 && c->dims[c->rank - 2] == scores->dims[R - 2] &&
+           c->dims[c->rank - 1] == scores->dims[R - 1];
 }
 
 /*
@@ -370,11 +416,15 @@ static int score_axis(const fc_value *v, const fc_value *scores) {
  * 0 when cond does not come from iota (a mask tensor), -1 for an iota
  * condition that is not causal.
  */
-static int causal_cond(actx *a, const fc_value *cond, const fc_value *scores, bool keep) {
+static int causal_cond(actx *a, const fc_value *cond, const fc_value *scores, bool keep, bool cut_above) {
     if (!from_iota(a, cond)) return 0;
-    const fc_node *n = cond->def;
+    bool cut;
+    const fc_value *table = corner(cond, scores, &cut);
+    if (cut && !corner_fits(cond, scores)) return -1;
+    cut = cut || cut_above;
+    const fc_node *n = table->def;
     if (!n || !fc_op_is_compare(n->op) || n->op == FC_OP_EQ || n->op == FC_OP_NE) return -1;
-    int x = score_axis(n->in[0], scores), y = score_axis(n->in[1], scores);
+    int x = score_axis(n->in[0], scores, cut), y = score_axis(n->in[1], scores, cut);
     if (!x || !y || x == y) return -1;
     /* Write it as "j OP i" (j the key index, i the query index). */
     fc_op op = n->op;
@@ -390,11 +440,15 @@ static int additive_causal(actx *a, const fc_value *m, const fc_value *scores) {
     if (!from_iota(a, m)) return 0;
     while (m->def && m->def->op == FC_OP_CAST && fc_dtype_is_float(m->dtype) && fc_dtype_is_float(m->def->in[0]->dtype))
         m = m->def->in[0];
-    const fc_node *w = m->def;
+    bool cut;
+    const fc_value *table = corner(m, scores, &cut);
+    if (cut && !corner_fits(m, scores)) return -1;
+    const fc_node *w = table->def;
     if (!w || w->op != FC_OP_WHERE) return -1;
     fc_dtype dt = m->dtype;
-    if (is_const(w->in[1], dt, 0.0) && is_const(w->in[2], dt, -INFINITY)) return causal_cond(a, w->in[0], scores, true) == 1 ? 1 : -1;
-    if (is_const(w->in[1], dt, -INFINITY) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false) == 1 ? 1 : -1;
+    bool exact;
+    if (is_const(w->in[1], dt, 0.0) && is_drop(w->in[2], dt, &exact)) return causal_cond(a, w->in[0], scores, true, cut) == 1 ? 1 : -1;
+    if (is_drop(w->in[1], dt, &exact) && is_const(w->in[2], dt, 0.0)) return causal_cond(a, w->in[0], scores, false, cut) == 1 ? 1 : -1;
     return -1;
 }
 
@@ -426,6 +480,7 @@ typedef struct operand {
 /* One match, ready to be built. */
 typedef struct match {
     fc_node *last; /* its result becomes the attention's */
+    fc_node *guard; /* where(isnan(P), 0, P) that must stay, on the result; or NULL */
     operand q, k, v;
     bool causal;
     double scale;
@@ -518,13 +573,14 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
         }
         case FC_OP_WHERE: {
             fc_dtype dt = out->dtype;
-            bool a_inf = is_const(n->in[1], dt, -INFINITY), b_inf = is_const(n->in[2], dt, -INFINITY);
+            bool a_exact = false, b_exact = false;
+            bool a_inf = is_drop(n->in[1], dt, &a_exact), b_inf = is_drop(n->in[2], dt, &b_exact);
             if (a_inf == b_inf) return NULL;
             fc_value *x = a_inf ? n->in[2] : n->in[1], *c = n->in[0];
             if (x->weak || !same_dims(x, out)) return NULL;
             bool keep = b_inf; /* where(c, x, -inf): c holds the keys kept */
-            int kind = causal_cond(a, c, out, keep);
-            if (kind < 0) return NULL;
+            int kind = causal_cond(a, c, out, keep, false);
+            if (kind < 0 || (kind == 0 && !(a_exact || b_exact))) return NULL;
             if (kind == 1) {
                 st->causal = true; /* twice is the same mask */
             } else {
@@ -573,6 +629,31 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
     return NULL;
 }
 
+/*
+ * v = reshape(permute(reshape(z, [N, a, b]), [0, 2, 1]), [.., b, a]) with z
+ * of dims [.., a, b] and N the product of its leading dims: the last two
+ * dims of z swapped, as torchlib's scaled_dot_product_attention writes K^T
+ * (the leading dims flattened so that the transpose is rank 3). z, or NULL.
+ */
+static fc_value *flat_transpose(actx *a, fc_value *v) {
+    fc_node *r2 = v->def;
+    if (!usable(a, r2) || r2->op != FC_OP_RESHAPE || v->rank < 3 || !fc_value_is_static(v)) return NULL;
+    fc_node *t = r2->in[0]->def;
+    if (!usable(a, t) || t->op != FC_OP_PERMUTE || t->out[0]->rank != 3) return NULL;
+    if (norm_axis(t->a.list[0], 3) != 0 || norm_axis(t->a.list[1], 3) != 2 || norm_axis(t->a.list[2], 3) != 1) return NULL;
+    fc_node *r1 = t->in[0]->def;
+    if (!usable(a, r1) || r1->op != FC_OP_RESHAPE) return NULL;
+    fc_value *z = r1->in[0];
+    int r = v->rank;
+    if (z->rank != r || !fc_value_is_static(z)) return NULL;
+    for (int i = 0; i < r - 2; i++)
+        if (z->dims[i] != v->dims[i]) return NULL;
+    if (z->dims[r - 2] != v->dims[r - 1] || z->dims[r - 1] != v->dims[r - 2]) return NULL;
+    const fc_value *f = t->in[0];
+    if (f->dims[1] != z->dims[r - 2] || f->dims[2] != z->dims[r - 1]) return NULL;
+    return z;
+}
+
 /* Peel views, casts (when `casts`) and scales (when `scales`) off v. */
 static void peel(actx *a, fc_value *v, bool casts, bool scales, operand *o) {
     memset(o, 0, sizeof *o);
@@ -586,6 +667,14 @@ static void peel(actx *a, fc_value *v, bool casts, bool scales, operand *o) {
             /* permute(permute(x, p), perm) = permute(x, r), r[i] = p[perm[i]] */
             for (int i = 0; i < v->rank; i++) o->perm[i] = norm_axis(n->a.list[o->perm[i]], v->rank);
             o->base = n->in[0];
+            continue;
+        }
+        fc_value *z = flat_transpose(a, o->base);
+        if (z) {
+            /* The chain is permute(z, [.., r-1, r-2]). */
+            int r = v->rank;
+            for (int i = 0; i < r; i++) o->perm[i] = o->perm[i] == r - 1 ? r - 2 : o->perm[i] == r - 2 ? r - 1 : o->perm[i];
+            o->base = z;
             continue;
         }
         if (casts && n->op == FC_OP_CAST && widening(n->in[0]->dtype, n->out[0]->dtype)) {
@@ -643,18 +732,39 @@ static bool chain_is_private(const actx *a, const fc_node *last) {
     return true;
 }
 
+/* Casts between floats above v (they join the chain). */
+static fc_value *float_casts(actx *a, fc_value *p) {
+    while (p->def && usable(a, p->def) && p->def->op == FC_OP_CAST && fc_dtype_is_float(p->dtype) &&
+           fc_dtype_is_float(p->def->in[0]->dtype)) {
+        push(a, p->def);
+        p = p->def->in[0];
+    }
+    return p;
+}
+
+/* p = where(isnan(x), 0, x), the exporters' guard of softmax rows that kept
+ * no key (IsNaN is ne(x, x)): the where (its nodes join the chain), or NULL. */
+static fc_node *nan_guard(actx *a, fc_value *p) {
+    fc_node *w = p->def;
+    if (!usable(a, w) || w->op != FC_OP_WHERE) return NULL;
+    fc_value *x = w->in[2];
+    fc_node *c = w->in[0]->def;
+    if (!usable(a, c) || c->op != FC_OP_NE || c->in[0] != x || c->in[1] != x) return NULL;
+    if (!is_const(w->in[1], p->dtype, 0.0) || !same_dims(x, p) || x->dtype != p->dtype) return NULL;
+    push(a, w);
+    push(a, c);
+    return w;
+}
+
 /* Try the pattern ending in matmul mm (P @ V); fill m on success. */
 static bool match_at(actx *a, fc_node *mm, match *m) {
     a->nchain = 0;
     a->overflow = false;
     if (!usable(a, mm) || mm->in[0]->rank < 2 || mm->in[1]->rank < 2) return false;
     push(a, mm);
-    fc_value *p = mm->in[0];
-    while (p->def && usable(a, p->def) && p->def->op == FC_OP_CAST && fc_dtype_is_float(p->dtype) &&
-           fc_dtype_is_float(p->def->in[0]->dtype)) {
-        push(a, p->def);
-        p = p->def->in[0];
-    }
+    fc_value *p = float_casts(a, mm->in[0]);
+    fc_node *guard = nan_guard(a, p);
+    if (guard) p = float_casts(a, guard->in[2]);
     fc_value *x = match_softmax(a, p);
     if (!x) return false;
     scores st = {.scale = 1.0};
@@ -678,6 +788,11 @@ static bool match_at(actx *a, fc_node *mm, match *m) {
     if (last != mm) push(a, last);
     if (a->overflow) return false;
     m->last = last;
+    /* The guard sets the rows that kept no key (NaN) to 0. Causal attention
+     * keeps every row's diagonal key and no mask drops nothing, so there
+     * the guard only differs for NaN inputs, and goes; with a mask operand
+     * it stays, on the result (0 @ V is 0). */
+    m->guard = guard && !st.causal && st.mask ? guard : NULL;
     m->causal = st.causal;
     m->mask = st.mask;
     m->mask_invert = st.mask_invert;
@@ -687,7 +802,9 @@ static bool match_at(actx *a, fc_node *mm, match *m) {
     /* The roundings the kernel skips must be to the result's dtype or finer. */
     fc_dtype d = last->out[0]->dtype;
     for (int i = 0; i < a->nchain; i++)
-        if (a->chain[i] != last && !skip_ok(a->chain[i]->out[0]->dtype, d)) return false;
+        if (a->chain[i] != last && fc_dtype_is_float(a->chain[i]->out[0]->dtype) &&
+            !skip_ok(a->chain[i]->out[0]->dtype, d))
+            return false; /* (a bool, the guard's isnan, is no rounding) */
     const operand *ops[2] = {&m->q, &m->k};
     for (int i = 0; i < 2; i++)
         for (int j = 0; j < ops[i]->nscaled; j++)
@@ -743,7 +860,13 @@ static fc_value *build_attention(fc_rewriter *rw, const match *m) {
     at.causal = m->causal;
     at.scale = m->scale;
     fc_node *n = fc_rw_build(rw, FC_OP_ATTENTION, in, nin, &at);
-    return n ? n->out[0] : NULL;
+    fc_value *y = n ? n->out[0] : NULL;
+    if (y && m->guard) {
+        fc_value *w[3] = {fc_rw_op2(rw, FC_OP_NE, y, y), fc_rw_value(rw, m->guard->in[1]), y};
+        fc_node *g = w[0] && w[1] ? fc_rw_build(rw, FC_OP_WHERE, w, 3, NULL) : NULL;
+        y = g ? g->out[0] : NULL;
+    }
+    return y;
 }
 
 /* ------------------------------------------------------------------ */

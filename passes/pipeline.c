@@ -7,6 +7,10 @@
  *     shared subexpressions, and again after decompose, whose primitives
  *     expose new identities (a softmax's max of a constant, casts in and
  *     out);
+ *   - the recognizers (passes/recognize.h) run before decompose: they turn
+ *     the primitives an exporter writes (GELU, LayerNorm, RMSNorm, the 2-D
+ *     reshapes of linear layers) back into what a hand-written graph has,
+ *     so that both lower and fuse alike;
  *   - autocast runs on decompose's primitives (a reduction, an exp, a
  *     matmul: the rules are per primitive, so a softmax written out by hand
  *     is cast as the composite is) and before the second canonicalize,
@@ -21,6 +25,7 @@
  *     work on the groups.
  */
 #include "passes.h"
+#include "recognize.h"
 
 #include <string.h>
 
@@ -30,6 +35,9 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     bool dynamic = o && o->dynamic;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
+    if ((st = fc_pass_recognize_views(g))) return st; /* exported models: passes/recognize.h */
+    if ((st = fc_pass_recognize_gelu(g))) return st;
+    if ((st = fc_pass_recognize_norm(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if (o && (st = fc_pass_autocast(g, o->precision))) return st;

@@ -21,6 +21,7 @@
 #define FC_TEST_PASS_FILE_H
 #include "ir.h"
 #include "passes/passes.h"
+#include "passes/recognize.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -107,6 +108,9 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "autocast_bf16")) st = fc_pass_autocast(g, FC_PRECISION_BF16);
         else if (!strcmp(p, "autocast_f16")) st = fc_pass_autocast(g, FC_PRECISION_F16);
         else if (!strcmp(p, "autocast_f32")) st = fc_pass_autocast(g, FC_PRECISION_F32);
+        else if (!strcmp(p, "recognize_views")) st = fc_pass_recognize_views(g);
+        else if (!strcmp(p, "recognize_gelu")) st = fc_pass_recognize_gelu(g);
+        else if (!strcmp(p, "recognize_norm")) st = fc_pass_recognize_norm(g);
         else {
             fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
             return FC_ERR_USAGE;

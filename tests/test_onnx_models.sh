@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # test_onnx_models.sh - ONNX import and safetensors weights through the CLI:
 # a GPT-2 block built with onnx.helper (tests/onnx/make_models.py), run by
-# fusec on the reference interpreter and compared with onnxruntime; the
+# fusec on the reference interpreter and compared with onnxruntime; GPT-2,
+# BERT and Llama blocks spelled as PyTorch exports them
+# (tests/onnx/make_exports.py), whose plans must match the hand-written
+# examples' and whose outputs must match onnxruntime's (on ref, cpu, and cuda
+# where there is a GPU), as a conv net's must; the
 # errors for bad files and unsupported ops; --weights for an .ir graph.
 # Skips (exit 0 with SKIP) when fusec has no importer or python3 has no onnx.
 set -u
@@ -19,9 +23,9 @@ check grep -q "not a valid ONNX model" <<<"$out"
 
 data=/usr/share/libonnx-testdata/data/node
 if [[ -d $data ]]; then
-  out=$("$FUSEC" "$data/test_conv_with_strides_padding/model.onnx" --emit=ir 2>&1); rc=$?
+  out=$("$FUSEC" "$data/test_acos/model.onnx" --emit=ir 2>&1); rc=$?
   check test "$rc" -ne 0
-  check grep -q "node 'y' (Conv, opset 11): op_type 'Conv' is not supported" <<<"$out"
+  check grep -q "node 'y' (Acos, opset 7): op_type 'Acos' is not supported" <<<"$out"
   out=$("$FUSEC" "$data/test_gemm_all_attributes/model.onnx" --emit=ir 2>&1)
   check grep -q "graph test_gemm_all_attributes(%a: f32\[4, 3\], %b: f32\[5, 4\], %c: f32\[1, 5\])" <<<"$out"
 fi
@@ -77,6 +81,13 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
       echo "note: onnxruntime not installed: the differential check is skipped"
     fi
   done
+  # Its Where(tril, s, finfo.min) mask is causal: it plans as examples/gpt2_block.ir does.
+  plan=$("$FUSEC" "$tmp/m/gpt2_block.onnx" --bind batch=2 --emit=plan 2>&1)
+  if grep -q "^total:" <<<"$plan"; then
+    want=$("$FUSEC" "$SRC/examples/gpt2_block.ir" --bind B=2,T=8 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+    check test "$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')" = "$want"
+    check grep -q "attention: flash rows f32, causal" <<<"$plan"
+  fi
   out=$("$FUSEC" "$tmp/m/bad_expand.onnx" --emit=ir 2>&1)
   check grep -q "node 'expand_neg' (Expand, opset 13): shape entry 0 is -5" <<<"$out"
   out=$("$FUSEC" "$tmp/m/bad_einsum.onnx" --emit=ir 2>&1)
@@ -107,6 +118,48 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
   if [[ -f $tmp/m/embed_ort.npy ]]; then
     check python3 -c "import numpy as np, sys; a=np.load('$tmp/out/out0.npy'); b=np.load('$tmp/m/embed_ort.npy'); e=float(np.abs(a-b).max()); print('embed_mlp vs onnxruntime: max error', e); sys.exit(0 if a.shape == b.shape and e < 1e-5 else 1)"
   fi
+  # Convolutions and poolings, composed from slices and matmuls, against onnxruntime.
+  for dev in ref cpu cuda; do
+    "$FUSEC" --devices | grep -qx "$dev" || continue
+    rm -rf "$tmp/out"
+    check "$FUSEC" "$tmp/m/conv_net.onnx" --run --device=$dev --inputs "$tmp/m/img.npy" --save-outputs "$tmp/out"
+    if [[ -f $tmp/m/conv_ort.npy ]]; then
+      check python3 -c "import numpy as np, sys; a=np.load('$tmp/out/out0.npy'); b=np.load('$tmp/m/conv_ort.npy'); e=float(np.abs(a-b).max()); print('conv_net on $dev vs onnxruntime: max error', e); sys.exit(0 if a.shape == b.shape and e < 1e-4 else 1)"
+    fi
+  done
+  # The exports' spelling (tests/onnx/make_exports.py: GPT-2, BERT, Llama as
+  # torch.onnx.export writes them) fuses as the hand-written graphs do: the
+  # same kernels and library calls as examples/gpt2_block.ir and
+  # llama_block.ir (in f32, GQA and all), and the outputs match onnxruntime.
+  python3 "$SRC/tests/onnx/make_exports.py" "$tmp/x" >/dev/null || { echo "FAIL: make_exports.py"; exit 1; }
+  sed 's/bf16/f32/g' "$SRC/examples/llama_block.ir" > "$tmp/llama_f32.ir"
+  for m in gpt2 gpt2ln bert llama; do
+    plan=$("$FUSEC" "$tmp/x/${m}_export.onnx" --emit=plan 2>&1)
+    if ! grep -q "^total:" <<<"$plan"; then echo "note: no plan for $m (no NVRTC?): $(tail -1 <<<"$plan")"; continue; fi
+    check grep -q "ops: attention: flash" <<<"$plan"
+    case $m in
+      gpt2|gpt2ln) want=$("$FUSEC" "$SRC/examples/gpt2_block.ir" --bind B=2,T=16 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+            check grep -q "gemm\[bias,gelu_tanh\]" <<<"$plan" ;;
+      llama) want=$("$FUSEC" "$tmp/llama_f32.ir" --bind B=2,T=16 --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+             check grep -q "gemm\[x3\]" <<<"$plan" ;;
+      # no hand-written BERT: the mask kernel, attention, its NaN guard
+      # (kept with a mask), two LayerNorms and the GELU
+      bert) want="total: 6 kernels, 4 library calls"
+            check grep -q "gemm\[x3,bias\]" <<<"$plan" ;;
+    esac
+    got=$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')
+    if [[ "$got" != "$want" ]]; then echo "FAIL: $m export: $got, the hand-written graph: $want"; echo "$plan"; fail=1; fi
+  done
+  for m in gpt2 gpt2ln bert llama; do
+    ins=$(ls "$tmp/x/${m}"_in*.npy | tr '\n' ',' | sed 's/,$//')
+    for dev in ref cpu cuda; do
+      "$FUSEC" --devices | grep -qx "$dev" || continue
+      rm -rf "$tmp/out"
+      check "$FUSEC" "$tmp/x/${m}_export.onnx" --run --device=$dev --inputs "$ins" --save-outputs "$tmp/out"
+      [[ -f $tmp/x/${m}_ort.npy ]] || continue
+      check python3 -c "import numpy as np, sys; a=np.load('$tmp/out/out0.npy'); b=np.load('$tmp/x/${m}_ort.npy'); e=float(np.abs(a-b).max()); print('$m export on $dev vs onnxruntime: max error', e); sys.exit(0 if a.shape == b.shape and e < 1e-4 else 1)"
+    done
+  done
 else
   echo "note: python3 has no onnx: the GPT-2 block test is skipped"
 fi

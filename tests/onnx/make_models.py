@@ -5,7 +5,8 @@ reshaped activations, Split of the fused QKV, Reshape/Transpose to heads,
 MatMul, Mul by the scale, Where with a causal mask, Softmax, MatMul, the
 tanh-GELU written out with Pow/Mul/Add/Tanh), with a symbolic batch.
 
-  make_models.py OUTDIR   writes OUTDIR/gpt2_block.onnx, its input and the
+  make_models.py OUTDIR   writes OUTDIR/gpt2_block.onnx (and the other models
+                          below: embed_mlp, conv_net), its input and the
                           onnxruntime output (when onnxruntime is installed)
                           as .npy files.
 """
@@ -51,7 +52,7 @@ def gpt2_block():
     n.append(helper.make_node("MatMul", ["qt", "kt"], ["s0"]))
     n.append(helper.make_node("Mul", ["s0", c("scale", np.array(1.0 / np.sqrt(D), np.float32))], ["s1"]))
     mask = np.tril(np.ones((T, T), bool)).reshape(1, 1, T, T)
-    n.append(helper.make_node("Where", [c("mask", mask), "s1", c("minf", np.array(-3.4e38, np.float32))], ["s2"]))
+    n.append(helper.make_node("Where", [c("mask", mask), "s1", c("minf", np.array(np.finfo(np.float32).min, np.float32))], ["s2"]))
     n.append(helper.make_node("Softmax", ["s2"], ["p"], axis=-1))
     n.append(helper.make_node("MatMul", ["p", "vt"], ["o0"]))
     n.append(helper.make_node("Transpose", ["o0"], ["o1"], perm=[0, 2, 1, 3]))
@@ -99,6 +100,27 @@ def embed_mlp():
          helper.make_node("ReduceMean", ["o1"], ["y"], axes=[-1], keepdims=1)]
     g = helper.make_graph(n, "embed_mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    onnx.checker.check_model(m)
+    return m
+
+
+def conv_net():
+    """Conv (padded, grouped, strided, dilated), MaxPool, AveragePool (ceil
+    mode, pads not counted) and ConvTranspose (strided, output_padding): the
+    windows the importer composes from slices (frontend/onnx_conv.c)."""
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), nm)
+             for nm, s in [("w1", (8, 3, 3, 3)), ("b1", (8,)), ("w2", (8, 4, 3, 3)), ("w3", (8, 4, 2, 2)), ("b3", (8,))]]
+    n = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["c1"], ["r1"]),
+         helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+         helper.make_node("Conv", ["p1", "w2"], ["c2"], group=2, strides=[2, 1], dilations=[1, 2], pads=[1, 2, 1, 2]),
+         helper.make_node("AveragePool", ["c2"], ["p2"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1],
+                          ceil_mode=1, count_include_pad=0),
+         helper.make_node("ConvTranspose", ["p2", "w3", "b3"], ["y"], group=2, strides=[2, 2], output_padding=[1, 1])]
+    g = helper.make_graph(n, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 5, 9])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
     onnx.checker.check_model(m)
     return m
@@ -169,6 +191,10 @@ def main():
     onnx.save(embed_mlp(), mpath)
     ids = np.random.default_rng(3).integers(0, 50, (3, 5)).astype(np.int64)
     np.save(os.path.join(out, "ids.npy"), ids)
+    cpath = os.path.join(out, "conv_net.onnx")
+    onnx.save(conv_net(), cpath)
+    img = np.random.default_rng(6).standard_normal((2, 3, 12, 12)).astype(np.float32)
+    np.save(os.path.join(out, "img.npy"), img)
     try:
         import onnxruntime as ort
     except ImportError:
@@ -178,6 +204,8 @@ def main():
     np.save(os.path.join(out, "y_ort.npy"), y)
     y = ort.InferenceSession(mpath, providers=["CPUExecutionProvider"]).run(None, {"ids": ids})[0]
     np.save(os.path.join(out, "embed_ort.npy"), y)
+    y = ort.InferenceSession(cpath, providers=["CPUExecutionProvider"]).run(None, {"x": img})[0]
+    np.save(os.path.join(out, "conv_ort.npy"), y)
 
 
 if __name__ == "__main__":
