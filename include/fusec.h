@@ -387,6 +387,19 @@ typedef enum fc_specialize_mode {
     FC_SPECIALIZE_OFF = 2,
 } fc_specialize_mode;
 
+/* How a kernel rounds the values it computes (docs/NUMERICS.md). */
+typedef enum fc_numerics {
+    /* A float value that lives only in registers inside a kernel is
+     * computed and kept in f32 (f64 for f64 values) whatever its dtype, and
+     * rounded to its dtype only where it is stored to memory or returned;
+     * casts, iota and full still round. The default: fewer instructions,
+     * and closer to the exact result than rounding every op. */
+    FC_NUMERICS_FAST = 0,
+    /* Every value is rounded to its dtype, as eager PyTorch rounds each
+     * op's result (--numerics=eager). */
+    FC_NUMERICS_EAGER = 1,
+} fc_numerics;
+
 typedef struct fc_compile_options {
     fc_device device;
     /* CUDA target as major*10+minor (90 = sm_90). 0: the device's own, or
@@ -415,6 +428,7 @@ typedef struct fc_compile_options {
     bool dynamic;
     int max_specializations; /* dynamic programs: the LRU bound (default 8; >= 1) */
     fc_specialize_mode specialize; /* dynamic programs: what a guard miss does */
+    fc_numerics numerics; /* rounding inside kernels; FC_NUMERICS_FAST by default */
 } fc_compile_options;
 
 /* Fill o with the defaults. */

@@ -52,6 +52,7 @@ typedef struct options {
     const char *output; /* -o FILE: save the compiled program */
     int sm;             /* --arch, when arch_given */
     bool arch_given;
+    fc_numerics numerics; /* --numerics=fast|eager */
     bool time;          /* --time: where the compile time went */
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;

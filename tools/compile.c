@@ -28,6 +28,7 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out) {
     fc_compile_options_default(&co);
     co.device = FC_DEVICE_CUDA;
     co.sm = o->arch_given ? o->sm : 0;
+    co.numerics = o->numerics;
     fc_status st = fc_compile(g, &co, out);
     print_cache_warning();
     if (st) {

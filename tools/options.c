@@ -185,6 +185,13 @@ static int flag_arch(options *o, const char *flag, const char *val) {
     return 0;
 }
 
+static int flag_numerics(options *o, const char *flag, const char *val) {
+    if (!strcmp(val, "fast")) o->numerics = FC_NUMERICS_FAST;
+    else if (!strcmp(val, "eager")) o->numerics = FC_NUMERICS_EAGER;
+    else return usage_error("unknown %s '%s' (supported: fast, eager)", flag, val);
+    return 0;
+}
+
 typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
@@ -213,6 +220,7 @@ static const flag flags[] = {
     PATH("--weights", NULL, weights_file, "a safetensors file"),
     PATH("--output", "-o", output, "a file name"),
     OPTION("--arch", NULL, flag_arch),
+    OPTION("--numerics", NULL, flag_numerics),
     SWITCH("--time", NULL, time),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
@@ -307,6 +315,11 @@ void print_help(void) {
         "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
         "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
         "                        there is none) but need every symbolic dim bound\n"
+        "  --numerics=fast|eager how kernels round (docs/NUMERICS.md). fast, the default:\n"
+        "                        a value inside a fused kernel stays in f32 (f64 for\n"
+        "                        f64) and is rounded to its dtype where it is stored;\n"
+        "                        eager: every value is rounded to its dtype, as eager\n"
+        "                        PyTorch rounds. For --emit, -o and --run (cuda, cpu)\n"
         "\n"
         "Ahead of time:\n"
         "  -o, --output FILE     compile for CUDA and write the program to FILE: one\n"

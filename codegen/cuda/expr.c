@@ -10,8 +10,13 @@
  *
  * Shapes are constants in the source (symbols of a dynamic plan are the
  * kernel's parameters). Arithmetic is in f32 for f32, f16 and bf16 (f64
- * stays f64, integers in 64 bits) and every value is rounded to its dtype,
- * as in the reference interpreter.
+ * stays f64, integers in 64 bits). What is rounded to its dtype depends on
+ * the plan's numerics (docs/NUMERICS.md): in the default fast mode a float
+ * value an op computes stays in its compute type, unrounded, and only its
+ * store to memory rounds it (fc_to); casts, iota and full, and every
+ * integer or bool value, are rounded where computed. In eager mode every
+ * value is rounded where computed, as eager PyTorch rounds each op's
+ * result. Weak scalars are constants of fc_weak_scalar_dtype in both.
  */
 #include "kernel.h"
 
@@ -27,6 +32,10 @@ const char *fc_cg_compute_type(fc_dtype dt) {
     case FC_BOOL: return "int";
     default: return "i64";
     }
+}
+
+bool fc_cg_unrounded(const kctx *k, const fc_value *v) {
+    return k->p->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype);
 }
 
 /* Expression `e` (in compute type) rounded to dtype dt. */
@@ -210,10 +219,18 @@ static void literal(fc_dtype dt, double x, char *out, size_t n) {
     else snprintf(out, n, "(%s)%lldll", fc_cg_compute_type(dt), (long long)r);
 }
 
-/* Emit `CT t = expr;` (rounded to v's dtype), remember it, return the name. */
-static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
+/* Emit `CT t = expr;`, remember it, return the name. The value is rounded
+ * to v's dtype unless the numerics keep it unrounded (fc_cg_unrounded);
+ * `always` rounds it in every mode (a cast, iota, full: the rounding is
+ * what those ops are for). */
+static const char *bind_as(kctx *k, const fc_value *v, const char *L, const char *expr, bool always) {
     char name[24], r[1100];
     snprintf(name, sizeof name, "t%d", k->tmp++);
+    if (!always && fc_cg_unrounded(k, v)) {
+        fc_strbuf_printf(k->s, "      %s %s = %s;\n", fc_cg_compute_type(v->dtype), name, expr);
+        fc_cg_remember(k, v->id, L, name);
+        return fc_cg_lookup(k, v->id, L);
+    }
     /* A value whose only use here is a store of its own dtype is left
      * unrounded: the store's conversion rounds to nearest even, exactly as
      * fc_rnd_* does, and rounding is idempotent (same bits, two instructions
@@ -227,6 +244,10 @@ static const char *bind(kctx *k, const fc_value *v, const char *L, const char *e
     fc_strbuf_printf(k->s, "      %s %s = %s;\n", fc_cg_compute_type(v->dtype), name, r);
     fc_cg_remember(k, v->id, L, name);
     return fc_cg_lookup(k, v->id, L);
+}
+
+static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
+    return bind_as(k, v, L, expr, false);
 }
 
 /* A loaded element: storage to compute type is exact, nothing to round. */
@@ -264,7 +285,7 @@ static const char *unary_fn(fc_op op, fc_dtype ct) {
 static void operand(kctx *k, const fc_node *n, int i, const char *L, fc_dtype ct, char *out, size_t sz) {
     const fc_value *x = n->in[i];
     if (x->weak) {
-        literal(x->dtype, x->scalar, out, sz);
+        literal(fc_weak_scalar_dtype(n->op, x->dtype), x->scalar, out, sz);
         return;
     }
     char idx[24];
@@ -273,15 +294,17 @@ static void operand(kctx *k, const fc_node *n, int i, const char *L, fc_dtype ct
     snprintf(out, sz, "((%s)%s)", fc_cg_compute_type(ct), e ? e : "0");
 }
 
-/* Is operand j of the multiply n an in-group `t + 1` (f32 or f64, the
- * multiply's dtype, read by n alone and not stored)? Then *t is t, and
- * h * (t + 1) is emitted as fma(h, t, h): one instruction less (gelu's erf
- * form is x/2 * (1 + erf(..)), 22 of the pointwise chain's 36 instructions
- * an element are erf) and one rounding less (t + 1 is not rounded). */
+/* Is operand j of the multiply n an in-group `t + 1` (of the multiply's
+ * dtype, f32 or f64, or any float one whose values the numerics keep
+ * unrounded; read by n alone and not stored)? Then *t is t, and h * (t + 1)
+ * is emitted as fma(h, t, h): one instruction less (gelu's erf form is
+ * x/2 * (1 + erf(..)), 22 of the pointwise chain's 36 instructions an
+ * element are erf) and one rounding less (t + 1 is not rounded). */
 static bool plus_one_operand(const kctx *k, const fc_node *n, int j, const fc_value **t) {
     const fc_value *b = n->in[j], *v = n->out[0];
     if (b->weak || !b->def || b->def->op != FC_OP_ADD || !fc_cg_in_group(k, b->def)) return false;
-    if ((v->dtype != FC_F32 && v->dtype != FC_F64) || b->dtype != v->dtype) return false;
+    bool wide = v->dtype == FC_F32 || v->dtype == FC_F64 || fc_cg_unrounded(k, v);
+    if (!wide || b->dtype != v->dtype) return false;
     const fc_node *add = b->def;
     int one = add->in[0]->weak && add->in[0]->scalar == 1.0 ? 0 : add->in[1]->weak && add->in[1]->scalar == 1.0 ? 1 : -1;
     if (one < 0 || add->in[1 - one]->weak || add->in[1 - one]->dtype != b->dtype || !same_dims(add->in[1 - one], b))
@@ -293,6 +316,20 @@ static bool plus_one_operand(const kctx *k, const fc_node *n, int j, const fc_va
         for (int q = 0; q < k->gr->nodes[i]->nin; q++) uses += k->gr->nodes[i]->in[q] == b;
     if (uses != 1) return false;
     *t = add->in[1 - one];
+    return true;
+}
+
+/* Division of a float by a weak scalar b is a multiply by 1/b, rounded
+ * to the compute type, as eager PyTorch's CUDA kernel divides by a Python
+ * scalar (so eager mode matches it to the bit; one rounding more than a
+ * division, at most 1.5 ulps of f32 where the division has 0.5). */
+static bool weak_reciprocal(const fc_node *n, fc_dtype ct, char *out, size_t sz) {
+    if (!n->in[1]->weak || !fc_dtype_is_float(ct)) return false;
+    fc_dtype wt = fc_opmath_dtype(ct); /* an integer scalar of a true division too */
+    double b = fc_round_to_dtype(n->in[1]->scalar, wt);
+    double inv = fc_round_to_dtype(1.0 / b, wt);
+    if (!isfinite(inv) || !isfinite(b)) return false; /* x / 0 and x / inf keep the division */
+    snprintf(out, sz, "(%s)%.17g", fc_cg_compute_type(ct), inv);
     return true;
 }
 
@@ -330,7 +367,9 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
          * most one f32 ulp). */
         const char *rcp = k->reduce && !n->in[1]->weak && k->is_row[n->in[1]->id] && !k->is_row[v->id]
                               ? fc_cg_lookup(k, n->in[1]->id, "rcp") : NULL;
+        char inv[64];
         if (rcp) snprintf(e, sizeof e, "(%s * (%s)%s)", a, fc_cg_compute_type(ct), rcp);
+        else if (weak_reciprocal(n, ct, inv, sizeof inv)) snprintf(e, sizeof e, "(%s * %s)", a, inv);
         else snprintf(e, sizeof e, "(%s / %s)", a, b);
         break;
     }
@@ -356,7 +395,7 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
         } else {
             snprintf(e, sizeof e, "(%s)%s", fc_cg_compute_type(v->dtype), a);
         }
-        break;
+        return bind_as(k, v, L, e, true);
     default:
         if (!fn) {
             fc_cg_fail(k, "codegen: op without a CUDA lowering");
@@ -481,12 +520,12 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     }
     case FC_OP_IOTA: {
         int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
-        return bind(k, v, L, c[ax]);
+        return bind_as(k, v, L, c[ax], true);
     }
     case FC_OP_FULL: {
         char lit[64];
         literal(v->dtype, a->value, lit, sizeof lit);
-        return bind(k, v, L, lit);
+        return bind_as(k, v, L, lit, true);
     }
     case FC_OP_CONCAT: {
         /* An if-chain: only the operand that owns the coordinate is read.
@@ -520,7 +559,8 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
              * rounded to the result's dtype */
             char conv[160], rconv[400];
             snprintf(conv, sizeof conv, "(%s)%s", fc_cg_compute_type(v->dtype), e ? e : "0");
-            fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
+            if (fc_cg_unrounded(k, v)) snprintf(rconv, sizeof rconv, "%s", conv);
+            else fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
             fc_strbuf_printf(k->s, "      %s = %s;\n      }\n", res, rconv);
             k->nmemo = mark;
             k->ncm = cmark;

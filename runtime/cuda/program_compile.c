@@ -96,6 +96,7 @@ void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o) {
     d->fast_math = o->fast_math;
     d->fuse = o->fuse;
     d->tf32 = o->allow_tf32;
+    d->numerics = o->numerics;
 }
 
 /* Where value id lives (the table at the top of the file), given its
@@ -268,6 +269,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = p->opts.fuse;
+    fo.numerics = p->opts.numerics;
     double t = fc_now_ms();
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
     p->times.passes_ms = fc_now_ms() - t;
@@ -281,6 +283,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
 
     t = fc_now_ms();
     p->plan.sm = p->d.sm;
+    p->plan.numerics = p->d.numerics;
     p->plan.sm_count = fc_prog_device_sm_count(); /* the attention kernel's persistent grid */
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = fc_prog_build_desc(p);
@@ -317,7 +320,7 @@ static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_k
         fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key); /* corrupt, not a hit */
         return FC_OK;
     }
-    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse ||
+    if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse || d.numerics != p->d.numerics ||
         strcmp(d.graph_text, p->d.graph_text) != 0) {
         fc_program_desc_release(&d);
         fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key);
@@ -416,8 +419,8 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     bool program_hit = false;
     fc_cache_key pkey = {{0}};
     if (cache) {
-        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, nv.opts.opt, nv.opts.count,
-                                    nv.major, nv.minor);
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, d->numerics, nv.opts.opt,
+                                    nv.opts.count, nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
         if (st != FC_OK) return st;
         p->times.cache_ms += fc_now_ms() - t; /* without a cache, the text is "other" time */
@@ -504,6 +507,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
     p->opts.fast_math = p->d.fast_math;
     p->opts.fuse = p->d.fuse;
     p->opts.allow_tf32 = p->d.tf32;
+    p->opts.numerics = p->d.numerics;
     p->times.origin = origin;
     fc_prog_count_launch_args(p);
     *out = p;

@@ -108,6 +108,7 @@ static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, 
     plan->ngroups = v->plan.ngroups;
     plan->group_of_node = v->plan.group_of_node;
     plan->sm = v->plan.sm;
+    plan->numerics = v->plan.numerics;
     plan->nsyms = nsyms;
     plan->sym_values = in->syms;
     plan->offset = (int64_t *)(void *)(block + at_offset);
@@ -119,6 +120,7 @@ static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, 
     d->fast_math = v->d.fast_math;
     d->fuse = v->d.fuse;
     d->tf32 = v->d.tf32;
+    d->numerics = v->d.numerics;
     d->graph_name = v->d.graph_name;
     d->arena_bytes = plan->arena_bytes;
     d->intermediate_bytes = plan->intermediate_bytes;
@@ -181,6 +183,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         fc_fuse_options_default(&fo);
         fo.vertical = fo.horizontal = o->fuse;
         fo.dynamic = true;
+        fo.numerics = o->numerics;
         double t = fc_now_ms();
         st = fc_pipeline(p->g, &fo, &p->plan);
         p->times.passes_ms = fc_now_ms() - t;
@@ -188,6 +191,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     if (st == FC_OK) {
         double t = fc_now_ms();
         p->plan.sm = d->sm;
+        p->plan.numerics = d->numerics;
         p->plan.sm_count = fc_prog_device_sm_count();
         st = fc_cuda_codegen(&p->plan, &d->src);
         if (st == FC_OK) st = variant_signature(p);
@@ -234,6 +238,7 @@ fc_status fc_program_instance(fc_program *vp, const int64_t *syms, int nsyms, fc
     p->d.fast_math = v->d.fast_math;
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
+    p->d.numerics = v->d.numerics;
     in->variant = vr;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {
