@@ -391,8 +391,9 @@ typedef enum fc_specialize_mode {
 typedef enum fc_numerics {
     /* A float value that lives only in registers inside a kernel is
      * computed and kept in f32 (f64 for f64 values) whatever its dtype, and
-     * rounded to its dtype only where it is stored to memory or returned;
-     * casts, iota and full still round. The default: fewer instructions,
+     * rounded to its dtype only where it is stored to memory or returned
+     * (a cast to a float dtype included); the constants of iota and full are
+     * values of their dtype. The default: fewer instructions,
      * and closer to the exact result than rounding every op. */
     FC_NUMERICS_FAST = 0,
     /* Every value is rounded to its dtype, as eager PyTorch rounds each

@@ -15,14 +15,7 @@
  * weight and bias of the norms are cast to f32 too. Computing the pieces in
  * bf16 would round after every step and drift far from the reference.
  * Integer inputs of gelu/silu (whose result is f32) are cast to f32 first,
- * which is what the unary op does to them. For fast numerics
- * (fc_pass_decompose_for) gelu and silu of f16/bf16 are written in their
- * own dtype instead, with no casts: the kernels keep such values in f32
- * until they are stored (docs/NUMERICS.md), so the arithmetic is the same
- * and the composite's result reaches its uses unrounded, as a primitive
- * op's does. The norms and softmax keep their casts in both: their pieces
- * include reductions, which fusion may place in another kernel than their
- * uses, and a bf16 mean stored between two kernels would lose precision.
+ * which is what the unary op does to them.
  *
  * Reductions are kept with keepdim=true so that their results broadcast
  * back against the input without reshapes. A mean is a sum times 1/N with N
@@ -137,57 +130,45 @@ static fc_value *lower_rmsnorm(fc_rewriter *rw, fc_node *n, bool symbolic_means)
     return fc_rw_op2(rw, FC_OP_MUL, xr, fc_rw_cast(rw, n->in[1], ct));
 }
 
-/* The dtype gelu/silu of x compute in: x's own for a narrow float in fast
- * numerics (narrow), else compute_dtype. */
-static fc_dtype pointwise_dtype(const fc_value *x, bool narrow) {
-    return narrow && (x->dtype == FC_F16 || x->dtype == FC_BF16) ? x->dtype : compute_dtype(x->dtype);
-}
-
 /* gelu(x) = x * 0.5 * (erf(x * (1/sqrt 2)) + 1), the erf form of torch's
  * default gelu; multiplying by 1/sqrt(2) instead of dividing by sqrt(2) is
  * what PyTorch's kernels do. */
-static fc_value *lower_gelu(fc_rewriter *rw, fc_node *n, bool narrow) {
-    fc_value *x = fc_rw_cast(rw, n->in[0], pointwise_dtype(n->in[0], narrow));
+static fc_value *lower_gelu(fc_rewriter *rw, fc_node *n) {
+    fc_value *x = fc_rw_cast(rw, n->in[0], compute_dtype(n->in[0]->dtype));
     fc_value *half = fc_rw_op2s(rw, FC_OP_MUL, x, 0.5);
     fc_value *t = fc_rw_op1(rw, FC_OP_ERF, fc_rw_op2s(rw, FC_OP_MUL, x, 0.7071067811865476));
     return fc_rw_op2(rw, FC_OP_MUL, half, fc_rw_op2s(rw, FC_OP_ADD, t, 1.0));
 }
 
 /* silu(x) = x * sigmoid(x). */
-static fc_value *lower_silu(fc_rewriter *rw, fc_node *n, bool narrow) {
-    fc_value *x = fc_rw_cast(rw, n->in[0], pointwise_dtype(n->in[0], narrow));
+static fc_value *lower_silu(fc_rewriter *rw, fc_node *n) {
+    fc_value *x = fc_rw_cast(rw, n->in[0], compute_dtype(n->in[0]->dtype));
     return fc_rw_op2(rw, FC_OP_MUL, x, fc_rw_op1(rw, FC_OP_SIGMOID, x));
 }
 
 /* The primitives replacing n, placed where n was; NULL if n stays (not a
  * composite, or one that cannot be lowered) or on error. */
-typedef struct lower_opts {
-    bool symbolic_means; /* means over symbolic dims allowed (the dynamic variant) */
-    bool narrow;         /* fast numerics: gelu/silu of f16/bf16 in their own dtype */
-} lower_opts;
-
-static fc_value *lower(fc_rewriter *rw, fc_node *n, const lower_opts *o) {
-    bool symbolic_means = o->symbolic_means;
+static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     switch (n->op) {
     case FC_OP_REDUCE_MEAN: return lower_mean(rw, n);
     case FC_OP_SOFTMAX: return lower_softmax(rw, n);
     case FC_OP_LAYERNORM: return lower_layernorm(rw, n, symbolic_means);
     case FC_OP_RMSNORM: return lower_rmsnorm(rw, n, symbolic_means);
-    case FC_OP_GELU: return lower_gelu(rw, n, o->narrow);
-    case FC_OP_SILU: return lower_silu(rw, n, o->narrow);
+    case FC_OP_GELU: return lower_gelu(rw, n);
+    case FC_OP_SILU: return lower_silu(rw, n);
     default: return NULL;
     }
 }
 
-/* fc_rw_lower_nodes' callback; arg: the lower_opts. */
-static fc_value *lower_node(fc_rewriter *rw, fc_node *n, void *arg) { return lower(rw, n, arg); }
+/* fc_rw_lower_nodes' callback; arg: whether means over symbolic dims are
+ * allowed (bool). */
+static fc_value *lower_node(fc_rewriter *rw, fc_node *n, void *arg) { return lower(rw, n, *(const bool *)arg); }
 
-fc_status fc_pass_decompose_for(fc_graph *g, bool dynamic, fc_numerics numerics) {
+static fc_status decompose(fc_graph *g, bool symbolic_means) {
     fc_status st = fc_pass_precheck(g, "decompose");
-    lower_opts o = {.symbolic_means = dynamic, .narrow = numerics == FC_NUMERICS_FAST};
-    return st ? st : fc_rw_lower_nodes(g, lower_node, &o);
+    return st ? st : fc_rw_lower_nodes(g, lower_node, &symbolic_means);
 }
 
-fc_status fc_pass_decompose(fc_graph *g) { return fc_pass_decompose_for(g, false, FC_NUMERICS_EAGER); }
+fc_status fc_pass_decompose(fc_graph *g) { return decompose(g, false); }
 
-fc_status fc_pass_decompose_dynamic(fc_graph *g) { return fc_pass_decompose_for(g, true, FC_NUMERICS_EAGER); }
+fc_status fc_pass_decompose_dynamic(fc_graph *g) { return decompose(g, true); }

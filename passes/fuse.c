@@ -42,7 +42,6 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->max_group_weight = FC_GROUP_MAX_WEIGHT;
     o->attention_in_place = true;
     o->dynamic = false;
-    o->numerics = FC_NUMERICS_FAST;
 }
 
 /* Worth storing rather than recomputing at another index (ops.def, column

@@ -34,10 +34,6 @@ fc_status fc_pass_decompose(fc_graph *g);
  * dim lowers too, its means kept as reduce_mean (which kernels divide by
  * the row length at run time). fc_pass_decompose leaves those composite. */
 fc_status fc_pass_decompose_dynamic(fc_graph *g);
-/* Either of those (dynamic) for the kernels' numerics: in fast numerics
- * gelu and silu of f16/bf16 are written in their own dtype, without the
- * casts (passes/decompose.c says why). The two above are eager's. */
-fc_status fc_pass_decompose_for(fc_graph *g, bool dynamic, fc_numerics numerics);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */
@@ -172,8 +168,6 @@ typedef struct fc_fuse_options {
     bool dynamic;            /* the dynamic variant: symbols stay unbound, kernels take them as
                               * arguments, no memory plan (fc_plan_bind makes one per shape);
                               * default false */
-    fc_numerics numerics;    /* the kernels' rounding (fc_compile_options.numerics): decompose
-                              * writes narrow gelu/silu for it; default fast */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);

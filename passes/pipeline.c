@@ -27,7 +27,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
-    if ((st = fc_pass_decompose_for(g, dynamic, o ? o->numerics : FC_NUMERICS_FAST))) return st;
+    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
     if (!dynamic && (st = fc_pass_attention(g))) return st;
     if ((st = fc_pass_epilogue(g))) return st;

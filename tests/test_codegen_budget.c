@@ -35,7 +35,6 @@ static char *kernels_for(fc_context *ctx, const char *ir, bool dynamic, fc_numer
     fc_fuse_options fo;
     fc_fuse_options_default(&fo);
     fo.dynamic = dynamic;
-    fo.numerics = numerics;
     fc_plan plan;
     st = fc_pipeline(g, &fo, &plan);
     CHECK_EQ_INT(st, FC_OK);

@@ -12,9 +12,10 @@
  * kernel's parameters). Arithmetic is in f32 for f32, f16 and bf16 (f64
  * stays f64, integers in 64 bits). What is rounded to its dtype depends on
  * the plan's numerics (docs/NUMERICS.md): in the default fast mode a float
- * value an op computes stays in its compute type, unrounded, and only its
- * store to memory rounds it (fc_to); casts, iota and full, and every
- * integer or bool value, are rounded where computed. In eager mode every
+ * value an op computes (a cast to a float dtype too) stays in its compute
+ * type, unrounded, and only its store to memory rounds it (fc_to); the
+ * constants of iota and full, and every integer or bool value, are rounded
+ * where computed. In eager mode every
  * value is rounded where computed, as eager PyTorch rounds each op's
  * result. Weak scalars are constants of fc_weak_scalar_dtype in both.
  */
@@ -221,8 +222,8 @@ static void literal(fc_dtype dt, double x, char *out, size_t n) {
 
 /* Emit `CT t = expr;`, remember it, return the name. The value is rounded
  * to v's dtype unless the numerics keep it unrounded (fc_cg_unrounded);
- * `always` rounds it in every mode (a cast, iota, full: the rounding is
- * what those ops are for). */
+ * `always` rounds it in every mode (iota and full: constants of their
+ * dtype, as a loaded input is a value of its dtype). */
 static const char *bind_as(kctx *k, const fc_value *v, const char *L, const char *expr, bool always) {
     char name[24], r[1100];
     snprintf(name, sizeof name, "t%d", k->tmp++);
@@ -259,9 +260,13 @@ static const char *bind_load(kctx *k, const fc_value *v, const char *L, const ch
     return fc_cg_lookup(k, v->id, L);
 }
 
-static const char *unary_fn(fc_op op, fc_dtype ct) {
+static const char *unary_fn(fc_op op, fc_dtype ct, bool eager) {
     bool dbl = ct == FC_F64;
     switch (op) {
+    case FC_OP_EXP: return eager ? "fc_exp_eager" : "fc_exp";
+    case FC_OP_SIGMOID: return eager ? "fc_sigmoid_eager" : "fc_sigmoid";
+    case FC_OP_SILU: return eager ? "fc_silu_eager" : "fc_silu";
+    case FC_OP_GELU_TANH: return eager ? "fc_gelu_tanh_eager" : "fc_gelu_tanh";
     case FC_OP_ABS: return fc_dtype_is_float(ct) ? (dbl ? "fabs" : "fabsf") : "llabs";
     case FC_OP_LOG: return dbl ? "log" : "logf";
     case FC_OP_SQRT: return dbl ? "sqrt" : "sqrtf";
@@ -269,13 +274,9 @@ static const char *unary_fn(fc_op op, fc_dtype ct) {
     case FC_OP_COS: return dbl ? "cos" : "cosf";
     case FC_OP_TANH: return dbl ? "tanh" : "tanhf";
     case FC_OP_ERF: return dbl ? "erf" : "erff";
-    case FC_OP_EXP: return "fc_exp";
     case FC_OP_RSQRT: return "fc_rsqrt";
-    case FC_OP_SIGMOID: return "fc_sigmoid";
     case FC_OP_RELU: return "fc_relu";
     case FC_OP_GELU: return "fc_gelu";
-    case FC_OP_GELU_TANH: return "fc_gelu_tanh";
-    case FC_OP_SILU: return "fc_silu";
     case FC_OP_HARDSWISH: return "fc_hardswish";
     default: return NULL;
     }
@@ -337,7 +338,9 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
     const fc_value *v = n->out[0];
     const fc_value *t1 = NULL;
     int pj = -1;
-    if (n->op == FC_OP_MUL) pj = plus_one_operand(k, n, 1, &t1) ? 1 : plus_one_operand(k, n, 0, &t1) ? 0 : -1;
+    /* Eager numerics multiply and add as eager PyTorch does (its gelu is
+     * x/2 * (1 + erf(..)) with the add rounded): no fma there. */
+    if (n->op == FC_OP_MUL && k->p->numerics != FC_NUMERICS_EAGER) pj = plus_one_operand(k, n, 1, &t1) ? 1 : plus_one_operand(k, n, 0, &t1) ? 0 : -1;
     if (pj >= 0) {
         char h[300], idx[24], e[1024];
         operand(k, n, 1 - pj, L, v->dtype, h, sizeof h);
@@ -354,7 +357,7 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
     char a[300], b[300], c[300], e[1024];
     operand(k, n, n->op == FC_OP_WHERE ? 1 : 0, L, ct, a, sizeof a);
     if (n->nin > 1) operand(k, n, n->op == FC_OP_WHERE ? 2 : 1, L, ct, b, sizeof b);
-    const char *fn = unary_fn(n->op, ct);
+    const char *fn = unary_fn(n->op, ct, k->p->numerics == FC_NUMERICS_EAGER);
     switch (n->op) {
     case FC_OP_NEG: snprintf(e, sizeof e, "(-%s)", a); break;
     case FC_OP_RECIP: snprintf(e, sizeof e, "((%s)1 / %s)", fc_cg_compute_type(ct), a); break;
@@ -395,7 +398,7 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
         } else {
             snprintf(e, sizeof e, "(%s)%s", fc_cg_compute_type(v->dtype), a);
         }
-        return bind_as(k, v, L, e, true);
+        break;
     default:
         if (!fn) {
             fc_cg_fail(k, "codegen: op without a CUDA lowering");

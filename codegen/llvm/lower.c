@@ -14,8 +14,8 @@
  *    f32/f16/bf16, f64 for f64, i64 for the integers and bool. In eager
  *    numerics it is rounded to its dtype once computed (mathlib.c); in
  *    fast numerics (the default) a float value stays unrounded until it is
- *    stored (lk_result, lk_store_output), except the results of casts,
- *    iota and full, which round in both (docs/NUMERICS.md).
+ *    stored (lk_result, lk_store_output), casts to float dtypes too; the
+ *    constants of iota and full round in both (docs/NUMERICS.md).
  *
  * The code is scalar, in plain counted loops; LLVM's loop vectorizer widens
  * the innermost loops for the host (mathlib.c keeps the f32 math free of
@@ -188,7 +188,7 @@ static LLVMValueRef load_input(kern *k, int pos, const fc_value *v, LLVMValueRef
 void lk_store_output(kern *k, int o, const fc_value *v, LLVMValueRef L, LLVMValueRef x) {
     /* lm_to_storage takes a value of v's dtype: one kept unrounded is
      * rounded here, once. */
-    if (k->plan->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype)) x = lm_round(k->M, v->dtype, x);
+    if (lk_unrounded(k, v)) x = lm_round(k->M, v->dtype, x);
     LLVMValueRef st = LLVMBuildStore(B, lm_to_storage(k->M, v->dtype, x),
                                      element_ptr(k, k->gr->ninputs + o, v->dtype, L));
     LLVMSetAlignment(st, (unsigned)fc_dtype_size(v->dtype));
@@ -337,7 +337,11 @@ static LLVMValueRef emit_elementwise(kern *k, const fc_node *n, LLVMValueRef L) 
     const fc_value *v = n->out[0];
     fc_dtype cdt = compute_dtype(n);
     bool fl = fc_dtype_is_float(cdt);
-    if (n->op == FC_OP_CAST) return lm_convert(k->M, operand(k, n, 0, L, cdt), cdt, v->dtype);
+    if (n->op == FC_OP_CAST) {
+        /* Kept unrounded (fast numerics): converted to the compute type only. */
+        fc_dtype to = lk_unrounded(k, v) ? fc_opmath_dtype(v->dtype) : v->dtype;
+        return lm_convert(k->M, operand(k, n, 0, L, cdt), cdt, to);
+    }
     if (n->op == FC_OP_WHERE) {
         /* The condition is read as bool, never converted. */
         LLVMValueRef c = lk_emit_value(k, n->in[0], bcast_index(k, v->rank, v->dims, L, n->in[0]));

@@ -113,9 +113,11 @@ LLVMValueRef lk_emit_value(kern *k, const fc_value *v, LLVMValueRef L);
 /* x, the value an op computed for v, as the kernel keeps it: in fast
  * numerics a float value stays unrounded in its compute type (its store
  * rounds it, lk_store_output); otherwise it is rounded to v's dtype. */
+static inline bool lk_unrounded(const kern *k, const fc_value *v) {
+    return k->plan->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype);
+}
 static inline LLVMValueRef lk_result(kern *k, const fc_value *v, LLVMValueRef x) {
-    if (k->plan->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype)) return x;
-    return lm_round(k->M, v->dtype, x);
+    return lk_unrounded(k, v) ? x : lm_round(k->M, v->dtype, x);
 }
 
 /* ---- loops (lower_loop.c) ---------------------------------------------------- */

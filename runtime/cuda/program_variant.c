@@ -183,7 +183,6 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         fc_fuse_options_default(&fo);
         fo.vertical = fo.horizontal = o->fuse;
         fo.dynamic = true;
-        fo.numerics = o->numerics;
         double t = fc_now_ms();
         st = fc_pipeline(p->g, &fo, &p->plan);
         p->times.passes_ms = fc_now_ms() - t;

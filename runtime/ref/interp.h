@@ -17,8 +17,8 @@
  *    fc_weak_scalar_dtype (f32 for an add of bf16 values).
  *  - Inputs are rounded to their parameter's dtype first.
  *  - fc_interp_run_rounding(FC_REF_EXACT) computes what fast numerics
- *    approximate: no float value is rounded but the inputs and the results
- *    of cast, iota and full (integer and bool values still are).
+ *    approximate: no float value is rounded but the inputs and the
+ *    constants of iota and full (integer and bool values still are).
  *  - Symbolic dims are bound from the input shapes; every result shape is
  *    computed again from the operands' concrete shapes and checked against the
  *    value's type (FC_ERR_INPUT on a mismatch).
@@ -57,7 +57,7 @@ typedef enum fc_ref_rounding {
     /* Every node's results to their dtype (fc_interp_run, fc_run_reference):
      * what eager numerics promise to follow. */
     FC_REF_DTYPE = 0,
-    /* Only inputs, casts, iota, full and integer or bool values: the float
+    /* Only inputs, iota, full and integer or bool values: the float
      * results, the graph's outputs included, are the float64 values of the
      * graph on its (rounded) inputs, weak scalars at their exact values.
      * The exact answer the error contract is measured against. */

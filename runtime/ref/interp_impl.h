@@ -91,11 +91,10 @@ typedef struct interp {
 } interp;
 
 /* Whether a float value of dtype dt computed by op is left unrounded
- * (FC_REF_EXACT; casts, iota and full round in both modes). */
+ * (FC_REF_EXACT; the constants of iota and full round in both modes). */
 static inline bool fc_ref_exact(const interp *ip, fc_op op, fc_dtype dt)
 {
-    return ip->rounding == FC_REF_EXACT && fc_dtype_is_float(dt) && op != FC_OP_CAST && op != FC_OP_IOTA &&
-           op != FC_OP_FULL;
+    return ip->rounding == FC_REF_EXACT && fc_dtype_is_float(dt) && op != FC_OP_IOTA && op != FC_OP_FULL;
 }
 
 /* "%name", or "%id" for a value without a name. */
