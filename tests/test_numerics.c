@@ -301,10 +301,54 @@ static void test_cpu(fc_context *ctx) {
     for (int i = 0; i < 2; i++) free(in[i].data);
 }
 
+/* FUSEC_NUMERICS_MEASURE=1: the CPU backend's f32 unary ops against
+ * float64 over 2^20 points of their range, max error in f32 ulps (the
+ * table of docs/NUMERICS.md). Bounds hold: each is checked to be within
+ * twice what the table says. */
+static void measure(fc_context *ctx) {
+    static const struct { const char *op; double lo, hi, bound; } ops[] = {
+        {"exp", -87, 88, 1.02}, {"log", 1e-30, 1e30, 1.0}, {"tanh", -10, 10, 1.4}, {"erf", -5, 5, 2.5},
+        {"sigmoid", -30, 30, 2.1}, {"silu", -30, 30, 3.1}, {"gelu", -3, 8, 110}, {"gelu_tanh", -3, 8, 16},
+        {"rsqrt", 1e-30, 1e30, 1.0}, {"sqrt", 0, 1e30, 0.5}, {"recip", 1e-30, 1e30, 0.5},
+    };
+    const int64_t n = 1 << 20;
+    bool verbose = getenv("FUSEC_NUMERICS_MEASURE") != NULL;
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        char ir[160];
+        snprintf(ir, sizeof ir, "graph u(%%x: f32[%lld]) {\n  %%y = %s(%%x)\n  return %%y\n}\n", (long long)n, ops[i].op);
+        float *x = malloc(sizeof *x * (size_t)n);
+        bool logscale = ops[i].lo > 0;
+        for (int64_t j = 0; j < n; j++) {
+            double t = (double)j / (double)(n - 1);
+            x[j] = (float)(logscale ? exp(log(ops[i].lo) + t * (log(ops[i].hi) - log(ops[i].lo)))
+                                    : ops[i].lo + t * (ops[i].hi - ops[i].lo));
+        }
+        fc_tensor in = {FC_F32, 1, {n}, x}, y = {0};
+        fc_interp_tensor ex = {0}, fa = {0};
+        if (run_cpu(ctx, ir, FC_NUMERICS_FAST, &in, 1, &y) == FC_OK) {
+            reference(ctx, ir, &in, 1, &ex, &fa);
+            double worst = 0;
+            for (int64_t j = 0; ex.data && j < n; j++) {
+                double w = ex.data[j], got = ((float *)y.data)[j];
+                if (!isfinite(w) || fabs(w) < 0x1p-126) continue; /* subnormal results: absolute error */
+                double ulp = ldexp(1.0, ilogb(w) - 23);
+                if (fabs(got - w) / ulp > worst) worst = fabs(got - w) / ulp;
+            }
+            if (verbose) printf("measure: %-10s [%g, %g]: max %.2f f32 ulp\n", ops[i].op, ops[i].lo, ops[i].hi, worst);
+            CHECK(worst <= 2 * ops[i].bound);
+        }
+        fc_tensor_release(&y);
+        fc_interp_tensor_release(&ex);
+        fc_interp_tensor_release(&fa);
+        free(x);
+    }
+}
+
 int main(void) {
     fc_context *ctx = fc_context_new();
     test_cuda_codegen(ctx);
     test_cpu(ctx);
+    if (fc_device_built(FC_DEVICE_CPU)) measure(ctx);
     fc_context_free(ctx);
     return check_report("test_numerics");
 }
