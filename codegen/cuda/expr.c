@@ -15,9 +15,9 @@
  * value an op computes (a cast to a float dtype too) stays in its compute
  * type, unrounded, and only its store to memory rounds it (fc_to); the
  * constants of iota and full, and every integer or bool value, are rounded
- * where computed. In eager mode every
- * value is rounded where computed, as eager PyTorch rounds each op's
- * result. Weak scalars are constants of fc_weak_scalar_dtype in both.
+ * where computed. In eager mode every value is rounded where computed, as
+ * eager PyTorch rounds each op's result. Weak scalars are constants of
+ * fc_weak_scalar_dtype in both.
  */
 #include "kernel.h"
 
