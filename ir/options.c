@@ -16,5 +16,8 @@ fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o)
         return fc_set_error(ctx, FC_ERR_USAGE,
                             "fc_compile: bad specialize mode %d (FC_SPECIALIZE_BACKGROUND, _SYNC or _OFF)",
                             (int)o->specialize);
+    if ((unsigned)o->numerics > (unsigned)FC_NUMERICS_EAGER)
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad numerics %d (FC_NUMERICS_FAST or _EAGER)",
+                            (int)o->numerics);
     return FC_OK;
 }
