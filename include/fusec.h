@@ -406,6 +406,19 @@ typedef enum fc_precision {
     FC_PRECISION_F16 = 4,
     FC_PRECISION_COUNT
 } fc_precision;
+/* How a kernel rounds the values it computes (docs/NUMERICS.md). */
+typedef enum fc_numerics {
+    /* A float value that lives only in registers inside a kernel is
+     * computed and kept in f32 (f64 for f64 values) whatever its dtype, and
+     * rounded to its dtype only where it is stored to memory or returned
+     * (a cast to a float dtype included); the constants of iota and full are
+     * values of their dtype. The default: fewer instructions,
+     * and closer to the exact result than rounding every op. */
+    FC_NUMERICS_FAST = 0,
+    /* Every value is rounded to its dtype, as eager PyTorch rounds each
+     * op's result (--numerics=eager). */
+    FC_NUMERICS_EAGER = 1,
+} fc_numerics;
 
 typedef struct fc_compile_options {
     fc_device device;
@@ -436,6 +449,7 @@ typedef struct fc_compile_options {
     int max_specializations; /* dynamic programs: the LRU bound (default 8; >= 1) */
     fc_specialize_mode specialize; /* dynamic programs: what a guard miss does */
     fc_precision precision;        /* FC_PRECISION_AS_WRITTEN by default */
+    fc_numerics numerics; /* rounding inside kernels; FC_NUMERICS_FAST by default */
 } fc_compile_options;
 
 /* Fill o with the defaults. */

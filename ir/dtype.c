@@ -84,6 +84,16 @@ double fc_round_to_dtype(double x, fc_dtype dt) {
     return NAN; /* a public function: a bad dtype is the caller's, not a broken invariant */
 }
 
+fc_dtype fc_opmath_dtype(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16 ? FC_F32 : dt; }
+
+fc_dtype fc_weak_scalar_dtype(fc_op op, fc_dtype cdt) {
+    switch (op) {
+    case FC_OP_ADD: case FC_OP_SUB: case FC_OP_MUL: case FC_OP_DIV: case FC_OP_MAX: case FC_OP_MIN:
+        return fc_opmath_dtype(cdt);
+    default: return cdt;
+    }
+}
+
 uint16_t fc_f32_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

@@ -134,6 +134,15 @@ bool fc_dtype_is_int(fc_dtype dt); /* i8 i32 i64 (not bool) */
 fc_dtype fc_dtype_from_name(const char *s, size_t len);
 /* PyTorch promotion of two tensor dtypes. */
 fc_dtype fc_promote(fc_dtype a, fc_dtype b);
+/* The dtype eager PyTorch computes dt's elementwise ops in (its "opmath"
+ * type): f32 for f16 and bf16, dt itself otherwise. */
+fc_dtype fc_opmath_dtype(fc_dtype dt);
+/* The dtype a weak scalar operand of elementwise op `op`, computing in
+ * cdt, is rounded to, as eager PyTorch's CUDA kernels take a Python scalar:
+ * add, sub, mul, div, max and min take it in opmath (x * 1.702 on bf16
+ * multiplies by the f32 nearest 1.702, not by the bf16 1.703125); pow, the
+ * compares and where convert it to cdt first. */
+fc_dtype fc_weak_scalar_dtype(fc_op op, fc_dtype cdt);
 
 /* ---------------------------------------------------------------- */
 /* Source locations, for diagnostics.                                */

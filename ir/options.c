@@ -20,5 +20,8 @@ fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o)
         return fc_set_error(ctx, FC_ERR_USAGE,
                             "fc_compile: bad precision %d (FC_PRECISION_AS_WRITTEN, _F32, _TF32, _BF16 or _F16)",
                             (int)o->precision);
+    if ((unsigned)o->numerics > (unsigned)FC_NUMERICS_EAGER)
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad numerics %d (FC_NUMERICS_FAST or _EAGER)",
+                            (int)o->numerics);
     return FC_OK;
 }

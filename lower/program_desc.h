@@ -63,6 +63,7 @@ typedef struct fc_program_desc {
     bool fast_math, fuse;
     bool tf32; /* f32 GEMMs on TF32 tensor cores (fc_compile_options.allow_tf32) */
     fc_precision precision; /* the autocast the plan was made with (fc_compile_options.precision) */
+    fc_numerics numerics; /* fc_compile_options.numerics: the kernels' rounding */
     int nparams, noutputs;
     fc_program_tensor *params, *outputs;
     int nvalues;

@@ -70,10 +70,12 @@ static fc_dtype compute_dtype(const fc_node *n) {
 }
 
 /* Operand k of elementwise node n as the op sees it: converted to the
- * compute dtype (a weak scalar always is; where's condition never is). */
+ * compute dtype (a weak scalar always is, to fc_weak_scalar_dtype, as the
+ * reference converts it; where's condition never is). */
 static double operand_value(const fc_node *n, int k, double v) {
     fc_dtype cdt = compute_dtype(n);
     bool convert = !(n->op == FC_OP_WHERE && k == 0) && (n->in[k]->weak || n->in[k]->dtype != cdt);
+    if (n->in[k]->weak) cdt = fc_weak_scalar_dtype(n->op, cdt);
     return convert ? fc_round_to_dtype(v, cdt) : v;
 }
 

@@ -128,6 +128,9 @@ typedef struct fc_plan {
      * variant's generated GEMMs launch one persistent block per SM
      * (codegen/cuda/gemm.c). */
     int sm_count;
+    /* How the kernels round what they compute (fc_compile_options.numerics;
+     * docs/NUMERICS.md). Set by the runtime before code generation. */
+    fc_numerics numerics;
 } fc_plan;
 
 /* In a REDUCE group: does v hold one element per row, in the kept dims'

@@ -262,6 +262,10 @@ static void test_null_sweep(void) {
     o.precision = (fc_precision)-1;
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
     o.precision = FC_PRECISION_BF16;
+    o.numerics = (fc_numerics)2;
+    CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_ERR_USAGE);
+    CHECK(has(fc_last_error(ctx), "bad numerics 2"));
+    o.numerics = FC_NUMERICS_EAGER;
     CHECK_EQ_INT(fc_compile_options_check(ctx, &o), FC_OK);
     fc_compile_options_default(&o);
     o.device = (fc_device)5;

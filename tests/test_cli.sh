@@ -235,6 +235,13 @@ expect_stdout_has() { if grep -qF -- "$2" "$tmp/out"; then pass; else fail "$1: 
 expect_stdout_has "emit cuda" 'extern "C" __global__'
 expect_rc 0 "emit ptx" "$tmp/small.ir" --bind N=4 --emit=ptx
 expect_stdout_has "emit ptx" ".entry"
+# --numerics: the bf16 chain's kernel rounds nothing before its store in
+# fast numerics (the default), and every value in eager numerics.
+expect_rc 0 "numerics fast" "$SRC/bench/pointwise_bf16.ir" --emit=cuda --numerics=fast
+if ! sed -n '/\/\/ group/,$p' "$tmp/out" | grep -qF 'fc_rnd_bf16('; then pass; else fail "numerics fast: a kernel rounds"; fi
+expect_rc 0 "numerics eager" "$SRC/bench/pointwise_bf16.ir" --emit=cuda --numerics=eager
+if sed -n '/\/\/ group/,$p' "$tmp/out" | grep -qF 'fc_rnd_bf16('; then pass; else fail "numerics eager: no rounding"; fi
+expect_usage "bad numerics" "unknown --numerics 'exact' (supported: fast, eager)" "$tmp/small.ir" --numerics=exact
 expect_rc 1 "emit plan unbound" "$tmp/small.ir" --emit=plan
 expect_stderr_has "emit plan unbound" "symbol N is unbound"
 # --check and --bench on the reference device: the contract lines.

@@ -1,7 +1,9 @@
 /* test_gpu_ops.c - GPU numeric tests: every op (at several dtypes, with
  * broadcasting, views and reductions), the fusion patterns, and random
  * graphs, compiled by fusec for the GPU and compared with the reference
- * interpreter within each dtype's tolerance (runtime/program.h).
+ * interpreter: with eager numerics within each dtype's tolerance
+ * (runtime/program.h), with fast numerics (the default) within the error
+ * contract against the exact reference (runtime/ref/contract.h).
  *
  * Without a GPU every graph is still compiled (passes, codegen, NVRTC) and
  * the test prints "skipped: no CUDA device" for the runs. */
@@ -11,6 +13,7 @@
 #include "splitmix.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/program.h"
+#include "runtime/ref/contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +47,11 @@ static void fill(fc_tensor *t, const fc_value *v) {
 
 static bool have_gpu;
 
-/* Compile `ir`, run it on the GPU and with the reference; compare. */
-static void check_graph(fc_context *ctx, const char *name, const char *ir) {
+/* Compile `ir` with numerics nm, run it on the GPU and with the reference;
+ * compare: eager numerics with the rounding reference to each dtype's
+ * tolerance, fast numerics with the exact one to the error contract
+ * (docs/NUMERICS.md). */
+static void check_mode(fc_context *ctx, const char *name, const char *ir, fc_numerics nm) {
     fc_graph *g = NULL;
     fc_status st = fc_parse(ctx, name, ir, strlen(ir), NULL, NULL, 0, &g);
     CHECK_EQ_INT(st, FC_OK);
@@ -55,6 +61,7 @@ static void check_graph(fc_context *ctx, const char *name, const char *ir) {
     }
     fc_compile_options o;
     fc_compile_options_default(&o);
+    o.numerics = nm;
     fc_program *p = NULL;
     st = fc_compile(g, &o, &p);
     CHECK_EQ_INT(st, FC_OK);
@@ -70,9 +77,14 @@ static void check_graph(fc_context *ctx, const char *name, const char *ir) {
         st = fc_program_run_host(p, in, nin, got, nout, NULL, 0);
         CHECK_EQ_INT(st, FC_OK);
         if (st) fprintf(stderr, "%s: run: %s\n", name, fc_last_error(ctx));
-        fc_status rst = fc_run_reference(g, in, nin, want, nout);
+        fc_status rst = nm == FC_NUMERICS_EAGER ? fc_run_reference(g, in, nin, want, nout) : FC_OK;
         CHECK_EQ_INT(rst, FC_OK);
-        if (!st && !rst) {
+        if (!st && nm == FC_NUMERICS_FAST) {
+            fc_contract_diff cd[16];
+            fc_status cst = fc_ref_check_contract(g, in, nin, got, nout, cd);
+            CHECK_EQ_INT(cst, FC_OK);
+            if (cst) fprintf(stderr, "%s (fast numerics): %s\n%s\n", name, fc_last_error(ctx), ir);
+        } else if (!st && !rst) {
             fc_output_diff d[16];
             fc_status cst = fc_compare_outputs(ctx, got, want, nout, d);
             CHECK_EQ_INT(cst, FC_OK);
@@ -90,6 +102,12 @@ static void check_graph(fc_context *ctx, const char *name, const char *ir) {
     }
     fc_program_free(p);
     fc_graph_free(g);
+}
+
+/* Both numerics on a GPU; without one, the default's compile (NVRTC). */
+static void check_graph(fc_context *ctx, const char *name, const char *ir) {
+    check_mode(ctx, name, ir, FC_NUMERICS_FAST);
+    if (have_gpu) check_mode(ctx, name, ir, FC_NUMERICS_EAGER);
 }
 
 static const char *const unary[] = {"neg", "abs", "exp", "log", "sqrt", "rsqrt", "recip", "sin", "cos", "tanh",

@@ -423,14 +423,16 @@ static void test_matmul(fc_context *ctx) {
  * watches the reads); every allocation of the decoder fails in turn. */
 static void test_gemm_serialization(fc_context *ctx) {
     fc_graph *gs[3] = {g_matmul_relu(ctx), g_qkv(ctx, FC_F32, false), g_qkv(ctx, FC_BF16, true)};
-    fc_cache_key k0 = fc_program_cache_key("text", gs[1], 90, false, true, false, FC_PRECISION_AS_WRITTEN, NULL, 0, 13, 0),
-                 k1 = fc_program_cache_key("text", gs[1], 90, false, true, true, FC_PRECISION_AS_WRITTEN, NULL, 0, 13, 0);
+    fc_cache_key k0 = fc_program_cache_key("text", gs[1], 90, false, true, false, FC_PRECISION_AS_WRITTEN, FC_NUMERICS_FAST, NULL, 0, 13, 0),
+                 k1 = fc_program_cache_key("text", gs[1], 90, false, true, true, FC_PRECISION_AS_WRITTEN, FC_NUMERICS_FAST, NULL, 0, 13, 0);
     CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
     /* Two precisions never share a program cache entry. */
     for (int pr = 1; pr < FC_PRECISION_COUNT; pr++) {
-        fc_cache_key kp = fc_program_cache_key("text", gs[1], 90, false, true, false, (fc_precision)pr, NULL, 0, 13, 0);
+        fc_cache_key kp = fc_program_cache_key("text", gs[1], 90, false, true, false, (fc_precision)pr, FC_NUMERICS_FAST, NULL, 0, 13, 0);
         CHECK(memcmp(&k0, &kp, sizeof k0) != 0);
     }
+    fc_cache_key k2 = fc_program_cache_key("text", gs[1], 90, false, true, false, FC_PRECISION_AS_WRITTEN, FC_NUMERICS_EAGER, NULL, 0, 13, 0);
+    CHECK(memcmp(&k0, &k2, sizeof k0) != 0); /* eager numerics: other kernels, another entry */
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
@@ -443,8 +445,10 @@ static void test_gemm_serialization(fc_context *ctx) {
         /* The bf16 QKV program under --precision=bf16 (the same plan: it
          * is bf16 already): the precision goes through the bytes too. */
         o.precision = k == 2 ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN;
+        o.numerics = k == 2 ? FC_NUMERICS_EAGER : FC_NUMERICS_FAST;
         CHECK_EQ_INT(fc_compile(gs[k], &o, &p), FC_OK);
         if (p) CHECK_EQ_INT(fc_program_desc_of(p)->tf32, k == 1);
+        if (p) CHECK_EQ_INT(fc_program_desc_of(p)->numerics, k == 2 ? FC_NUMERICS_EAGER : FC_NUMERICS_FAST);
         const fc_program_desc *d = p ? fc_program_desc_of(p) : NULL;
         fc_bytes a = {NULL, 0}, b = {NULL, 0};
         if (!d || fc_program_desc_encode(ctx, d, &a) != FC_OK) {
@@ -462,6 +466,7 @@ static void test_gemm_serialization(fc_context *ctx) {
             CHECK_EQ_INT(found, 1);
             CHECK_EQ_INT(back.tf32, k == 1);
             CHECK_EQ_INT(back.precision, k == 2 ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN);
+            CHECK_EQ_INT(back.numerics, k == 2 ? FC_NUMERICS_EAGER : FC_NUMERICS_FAST);
             CHECK_EQ_INT(fc_program_desc_encode(ctx, &back, &b), FC_OK);
             CHECK(a.size == b.size && memcmp(a.data, b.data, a.size) == 0);
             fc_program_desc_release(&back);
@@ -933,7 +938,7 @@ static void test_source_switches_in_key(fc_context *ctx) {
     const int n0 = fc_program_extra_nvrtc_options(90, false, plain);
     const int n80 = fc_program_extra_nvrtc_options(80, false, plain80);
     for (int i = 0; i < n0; i++) CHECK(strncmp(plain[i], "-DFC_SWITCHES", 13) != 0);
-    const fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, plain, n0, 13, 0);
+    const fc_cache_key k0 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, FC_NUMERICS_FAST, plain, n0, 13, 0);
     int nsource = 0;
     for (int i = 0; i < FC_SW_COUNT; i++) {
         const fc_switch_info *sw = fc_switch_info_of((fc_switch_id)i);
@@ -956,7 +961,7 @@ static void test_source_switches_in_key(fc_context *ctx) {
         snprintf(want, sizeof want, "-DFC_SWITCHES=%s=x", sw->name);
         CHECK(strcmp(opts[n - 1], want) == 0);
         CHECK(opts[n - 1] == again[n2 - 1]); /* interned: programs keep the pointer */
-        const fc_cache_key k1 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, opts, n,
+        const fc_cache_key k1 = fc_program_cache_key("text", g, 90, false, true, false, FC_PRECISION_AS_WRITTEN, FC_NUMERICS_FAST, opts, n,
                                                         13, 0);
         CHECK(memcmp(&k0, &k1, sizeof k0) != 0);
     }

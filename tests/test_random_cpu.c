@@ -2,7 +2,11 @@
  *
  * Random graphs go through the whole pipeline (passes, fusion, memory
  * plan, LLVM) on the CPU backend, and their results are compared with the
- * reference interpreter's, to each dtype's tolerance (fc_compare_outputs).
+ * reference interpreter's, twice: compiled with eager numerics (every value
+ * rounded, as the reference rounds) to each dtype's tolerance
+ * (fc_compare_outputs), and with fast numerics (the default: values kept in
+ * f32 inside a kernel) to the error contract against the exact reference
+ * (fc_ref_check_contract, docs/NUMERICS.md).
  *
  *  - tests/random_graph.h graphs (elementwise, broadcast, view, reduction
  *    and composite ops over random shapes, odd sizes and size-1 dims, f32
@@ -26,6 +30,7 @@
 #include "ir.h"
 #include "random_graph.h"
 #include "runtime/cpu/cpu_program.h"
+#include "runtime/ref/contract.h"
 #include "runtime/cuda/program.h"
 
 #include <math.h>
@@ -93,9 +98,9 @@ static void free_tensors(fc_tensor *t, int n) {
 
 static int failures, fallbacks;
 
-/* Compile and run `ir` on the CPU backend and with the reference; false
- * (and a report) when they differ. */
-static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const char *ir, bool fuse) {
+/* Compile and run `ir` on the CPU backend with numerics `nm` and with the
+ * reference; false (and a report) when they differ by more than nm allows. */
+static bool check_mode(fc_context *ctx, const char *kind, uint64_t seed, const char *ir, bool fuse, fc_numerics nm) {
     fc_graph *g = NULL;
     fc_cpu_program *p = NULL;
     fc_tensor *in = NULL, got[8], want[8];
@@ -114,6 +119,7 @@ static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const 
         fc_cpu_options o;
         fc_cpu_options_default(&o);
         o.fuse = fuse;
+        o.numerics = nm;
         st = fc_cpu_compile_ex(g, &o, &p);
     }
     if (st == FC_OK && fc_cpu_program_note(p)[0]) {
@@ -123,7 +129,16 @@ static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const 
         printf("note: %s graph, seed %llu: %s\n", kind, (unsigned long long)seed, fc_cpu_program_note(p));
     }
     if (st == FC_OK) st = fc_cpu_run(p, in, nin, got, nout);
-    if (st == FC_OK) {
+    if (st == FC_OK && nm == FC_NUMERICS_FAST) {
+        fc_contract_diff cd[8];
+        st = fc_ref_check_contract(g, in, nin, got, nout, cd);
+        /* The oracle refusing the graph (a gather index out of range) is
+         * not a failure: nothing to compare. */
+        const char *m = fc_last_error(ctx);
+        ok = st == FC_OK || (!strstr(m, "past the contract") && !strstr(m, "differs from the reference's"));
+        if (!ok) snprintf(why, sizeof why, "  fast numerics: %s\n", fc_last_error(ctx));
+        for (int k = 0; k < nout; k++) fc_tensor_release(&got[k]);
+    } else if (st == FC_OK) {
         ran = true;
         st = fc_run_reference(g, in, nin, want, nout);
         if (st != FC_OK) {
@@ -154,8 +169,9 @@ static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const 
         failures++;
         char *plan = p ? fc_cpu_program_plan_text(p) : NULL;
         fprintf(stderr,
-                "FAIL: %s graph, seed %llu%s\n%s--- plan:\n%s--- graph (reproduce: FUSEC_SEED=%llu ./test_random_cpu):\n%s\n",
-                kind, (unsigned long long)seed, fuse ? "" : " (unfused)", why, plan ? plan : "(none)\n",
+                "FAIL: %s graph, seed %llu%s%s\n%s--- plan:\n%s--- graph (reproduce: FUSEC_SEED=%llu ./test_random_cpu):\n%s\n",
+                kind, (unsigned long long)seed, fuse ? "" : " (unfused)", nm == FC_NUMERICS_EAGER ? " (eager)" : "",
+                why, plan ? plan : "(none)\n",
                 (unsigned long long)seed, ir);
         free(plan);
     }
@@ -164,6 +180,13 @@ static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const 
     fc_graph_free(g);
     fc_clear_error(ctx);
     return ok;
+}
+
+/* Both numerics: eager against the rounding reference, fast against the
+ * contract. */
+static bool check_graph(fc_context *ctx, const char *kind, uint64_t seed, const char *ir, bool fuse) {
+    bool eager = check_mode(ctx, kind, seed, ir, fuse, FC_NUMERICS_EAGER);
+    return check_mode(ctx, kind, seed, ir, fuse, FC_NUMERICS_FAST) && eager;
 }
 
 /* ---- matmul graphs ---------------------------------------------------------------- */

@@ -54,6 +54,7 @@ typedef struct options {
     bool arch_given;
     fc_precision precision; /* --precision, when precision_given */
     bool precision_given;
+    fc_numerics numerics; /* --numerics=fast|eager */
     bool time;          /* --time: where the compile time went */
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;

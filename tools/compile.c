@@ -29,6 +29,7 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out) {
     co.device = FC_DEVICE_CUDA;
     co.sm = o->arch_given ? o->sm : 0;
     co.precision = o->precision;
+    co.numerics = o->numerics;
     fc_status st = fc_compile(g, &co, out);
     print_cache_warning();
     if (st) {

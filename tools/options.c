@@ -201,6 +201,13 @@ static int flag_precision(options *o, const char *flag, const char *val) {
     return usage_error("unknown %s '%s' (supported: f32, tf32, bf16, f16)", flag, val);
 }
 
+static int flag_numerics(options *o, const char *flag, const char *val) {
+    if (!strcmp(val, "fast")) o->numerics = FC_NUMERICS_FAST;
+    else if (!strcmp(val, "eager")) o->numerics = FC_NUMERICS_EAGER;
+    else return usage_error("unknown %s '%s' (supported: fast, eager)", flag, val);
+    return 0;
+}
+
 typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
@@ -230,6 +237,7 @@ static const flag flags[] = {
     PATH("--output", "-o", output, "a file name"),
     OPTION("--arch", NULL, flag_arch),
     OPTION("--precision", NULL, flag_precision),
+    OPTION("--numerics", NULL, flag_numerics),
     SWITCH("--time", NULL, time),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
@@ -325,6 +333,11 @@ void print_help(void) {
         "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
         "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
         "                        there is none) but need every symbolic dim bound\n"
+        "  --numerics=fast|eager how kernels round (docs/NUMERICS.md). fast, the default:\n"
+        "                        a value inside a fused kernel stays in f32 (f64 for\n"
+        "                        f64) and is rounded to its dtype where it is stored;\n"
+        "                        eager: every value is rounded to its dtype, as eager\n"
+        "                        PyTorch rounds. For --emit, -o and --run (cuda, cpu)\n"
         "\n"
         "Ahead of time:\n"
         "  -o, --output FILE     compile for CUDA and write the program to FILE: one\n"

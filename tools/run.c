@@ -41,13 +41,14 @@ static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin)
  * fc_program_run_host (its --bench timing: CUDA events on the GPU, the
  * monotonic clock on the host). */
 static fc_status run_on_device(fc_device dev, fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
-                               int bench_iters, int sm, fc_precision precision, run_stats *rs) {
+                               int bench_iters, const options *o, run_stats *rs) {
     memset(rs, 0, sizeof *rs);
     fc_compile_options co;
     fc_compile_options_default(&co);
     co.device = dev;
-    co.sm = sm;
-    co.precision = precision;
+    co.sm = o->sm;
+    co.numerics = o->numerics;
+    co.precision = o->precision;
     fc_graph *sg = specialize_to_inputs(g, in, nin);
     if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
     fc_program *p = NULL;
@@ -445,7 +446,7 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
         st = fc_program_run_host(t->prog, in, np, out, nout, &rs->median_ms, o->bench_iters);
     } else {
         ctx = fc_graph_context(t->g);
-        st = run_on_device(t->dev, t->g, in, np, out, nout, o->bench_iters, o->sm, o->precision, rs);
+        st = run_on_device(t->dev, t->g, in, np, out, nout, o->bench_iters, o, rs);
     }
     if (st != FC_OK) {
         print_last_error(ctx);

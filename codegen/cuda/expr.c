@@ -10,8 +10,14 @@
  *
  * Shapes are constants in the source (symbols of a dynamic plan are the
  * kernel's parameters). Arithmetic is in f32 for f32, f16 and bf16 (f64
- * stays f64, integers in 64 bits) and every value is rounded to its dtype,
- * as in the reference interpreter.
+ * stays f64, integers in 64 bits). What is rounded to its dtype depends on
+ * the plan's numerics (docs/NUMERICS.md): in the default fast mode a float
+ * value an op computes (a cast to a float dtype too) stays in its compute
+ * type, unrounded, and only its store to memory rounds it (fc_to); the
+ * constants of iota and full, and every integer or bool value, are rounded
+ * where computed. In eager mode every value is rounded where computed, as
+ * eager PyTorch rounds each op's result. Weak scalars are constants of
+ * fc_weak_scalar_dtype in both.
  */
 #include "kernel.h"
 
@@ -27,6 +33,10 @@ const char *fc_cg_compute_type(fc_dtype dt) {
     case FC_BOOL: return "int";
     default: return "i64";
     }
+}
+
+bool fc_cg_unrounded(const kctx *k, const fc_value *v) {
+    return k->p->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype);
 }
 
 /* Expression `e` (in compute type) rounded to dtype dt. */
@@ -210,10 +220,18 @@ static void literal(fc_dtype dt, double x, char *out, size_t n) {
     else snprintf(out, n, "(%s)%lldll", fc_cg_compute_type(dt), (long long)r);
 }
 
-/* Emit `CT t = expr;` (rounded to v's dtype), remember it, return the name. */
-static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
+/* Emit `CT t = expr;`, remember it, return the name. The value is rounded
+ * to v's dtype unless the numerics keep it unrounded (fc_cg_unrounded);
+ * `always` rounds it in every mode (iota and full: constants of their
+ * dtype, as a loaded input is a value of its dtype). */
+static const char *bind_as(kctx *k, const fc_value *v, const char *L, const char *expr, bool always) {
     char name[24], r[1100];
     snprintf(name, sizeof name, "t%d", k->tmp++);
+    if (!always && fc_cg_unrounded(k, v)) {
+        fc_strbuf_printf(k->s, "      %s %s = %s;\n", fc_cg_compute_type(v->dtype), name, expr);
+        fc_cg_remember(k, v->id, L, name);
+        return fc_cg_lookup(k, v->id, L);
+    }
     /* A value whose only use here is a store of its own dtype is left
      * unrounded: the store's conversion rounds to nearest even, exactly as
      * fc_rnd_* does, and rounding is idempotent (same bits, two instructions
@@ -229,6 +247,10 @@ static const char *bind(kctx *k, const fc_value *v, const char *L, const char *e
     return fc_cg_lookup(k, v->id, L);
 }
 
+static const char *bind(kctx *k, const fc_value *v, const char *L, const char *expr) {
+    return bind_as(k, v, L, expr, false);
+}
+
 /* A loaded element: storage to compute type is exact, nothing to round. */
 static const char *bind_load(kctx *k, const fc_value *v, const char *L, const char *expr) {
     char name[24];
@@ -238,9 +260,13 @@ static const char *bind_load(kctx *k, const fc_value *v, const char *L, const ch
     return fc_cg_lookup(k, v->id, L);
 }
 
-static const char *unary_fn(fc_op op, fc_dtype ct) {
+static const char *unary_fn(fc_op op, fc_dtype ct, bool eager) {
     bool dbl = ct == FC_F64;
     switch (op) {
+    case FC_OP_EXP: return eager ? "fc_exp_eager" : "fc_exp";
+    case FC_OP_SIGMOID: return eager ? "fc_sigmoid_eager" : "fc_sigmoid";
+    case FC_OP_SILU: return eager ? "fc_silu_eager" : "fc_silu";
+    case FC_OP_GELU_TANH: return eager ? "fc_gelu_tanh_eager" : "fc_gelu_tanh";
     case FC_OP_ABS: return fc_dtype_is_float(ct) ? (dbl ? "fabs" : "fabsf") : "llabs";
     case FC_OP_LOG: return dbl ? "log" : "logf";
     case FC_OP_SQRT: return dbl ? "sqrt" : "sqrtf";
@@ -248,13 +274,9 @@ static const char *unary_fn(fc_op op, fc_dtype ct) {
     case FC_OP_COS: return dbl ? "cos" : "cosf";
     case FC_OP_TANH: return dbl ? "tanh" : "tanhf";
     case FC_OP_ERF: return dbl ? "erf" : "erff";
-    case FC_OP_EXP: return "fc_exp";
     case FC_OP_RSQRT: return "fc_rsqrt";
-    case FC_OP_SIGMOID: return "fc_sigmoid";
     case FC_OP_RELU: return "fc_relu";
     case FC_OP_GELU: return "fc_gelu";
-    case FC_OP_GELU_TANH: return "fc_gelu_tanh";
-    case FC_OP_SILU: return "fc_silu";
     case FC_OP_HARDSWISH: return "fc_hardswish";
     default: return NULL;
     }
@@ -264,7 +286,7 @@ static const char *unary_fn(fc_op op, fc_dtype ct) {
 static void operand(kctx *k, const fc_node *n, int i, const char *L, fc_dtype ct, char *out, size_t sz) {
     const fc_value *x = n->in[i];
     if (x->weak) {
-        literal(x->dtype, x->scalar, out, sz);
+        literal(fc_weak_scalar_dtype(n->op, x->dtype), x->scalar, out, sz);
         return;
     }
     char idx[24];
@@ -273,15 +295,17 @@ static void operand(kctx *k, const fc_node *n, int i, const char *L, fc_dtype ct
     snprintf(out, sz, "((%s)%s)", fc_cg_compute_type(ct), e ? e : "0");
 }
 
-/* Is operand j of the multiply n an in-group `t + 1` (f32 or f64, the
- * multiply's dtype, read by n alone and not stored)? Then *t is t, and
- * h * (t + 1) is emitted as fma(h, t, h): one instruction less (gelu's erf
- * form is x/2 * (1 + erf(..)), 22 of the pointwise chain's 36 instructions
- * an element are erf) and one rounding less (t + 1 is not rounded). */
+/* Is operand j of the multiply n an in-group `t + 1` (of the multiply's
+ * dtype, f32 or f64, or any float one whose values the numerics keep
+ * unrounded; read by n alone and not stored)? Then *t is t, and h * (t + 1)
+ * is emitted as fma(h, t, h): one instruction less (gelu's erf form is
+ * x/2 * (1 + erf(..)), 22 of the pointwise chain's 36 instructions an
+ * element are erf) and one rounding less (t + 1 is not rounded). */
 static bool plus_one_operand(const kctx *k, const fc_node *n, int j, const fc_value **t) {
     const fc_value *b = n->in[j], *v = n->out[0];
     if (b->weak || !b->def || b->def->op != FC_OP_ADD || !fc_cg_in_group(k, b->def)) return false;
-    if ((v->dtype != FC_F32 && v->dtype != FC_F64) || b->dtype != v->dtype) return false;
+    bool wide = v->dtype == FC_F32 || v->dtype == FC_F64 || fc_cg_unrounded(k, v);
+    if (!wide || b->dtype != v->dtype) return false;
     const fc_node *add = b->def;
     int one = add->in[0]->weak && add->in[0]->scalar == 1.0 ? 0 : add->in[1]->weak && add->in[1]->scalar == 1.0 ? 1 : -1;
     if (one < 0 || add->in[1 - one]->weak || add->in[1 - one]->dtype != b->dtype || !same_dims(add->in[1 - one], b))
@@ -296,11 +320,27 @@ static bool plus_one_operand(const kctx *k, const fc_node *n, int j, const fc_va
     return true;
 }
 
+/* Division of a float by a weak scalar b is a multiply by 1/b, rounded
+ * to the compute type, as eager PyTorch's CUDA kernel divides by a Python
+ * scalar (so eager mode matches it to the bit; one rounding more than a
+ * division, at most 1.5 ulps of f32 where the division has 0.5). */
+static bool weak_reciprocal(const fc_node *n, fc_dtype ct, char *out, size_t sz) {
+    if (!n->in[1]->weak || !fc_dtype_is_float(ct)) return false;
+    fc_dtype wt = fc_opmath_dtype(ct); /* an integer scalar of a true division too */
+    double b = fc_round_to_dtype(n->in[1]->scalar, wt);
+    double inv = fc_round_to_dtype(1.0 / b, wt);
+    if (!isfinite(inv) || !isfinite(b)) return false; /* x / 0 and x / inf keep the division */
+    snprintf(out, sz, "(%s)%.17g", fc_cg_compute_type(ct), inv);
+    return true;
+}
+
 static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
     const fc_value *v = n->out[0];
     const fc_value *t1 = NULL;
     int pj = -1;
-    if (n->op == FC_OP_MUL) pj = plus_one_operand(k, n, 1, &t1) ? 1 : plus_one_operand(k, n, 0, &t1) ? 0 : -1;
+    /* Eager numerics multiply and add as eager PyTorch does (its gelu is
+     * x/2 * (1 + erf(..)) with the add rounded): no fma there. */
+    if (n->op == FC_OP_MUL && k->p->numerics != FC_NUMERICS_EAGER) pj = plus_one_operand(k, n, 1, &t1) ? 1 : plus_one_operand(k, n, 0, &t1) ? 0 : -1;
     if (pj >= 0) {
         char h[300], idx[24], e[1024];
         operand(k, n, 1 - pj, L, v->dtype, h, sizeof h);
@@ -317,7 +357,7 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
     char a[300], b[300], c[300], e[1024];
     operand(k, n, n->op == FC_OP_WHERE ? 1 : 0, L, ct, a, sizeof a);
     if (n->nin > 1) operand(k, n, n->op == FC_OP_WHERE ? 2 : 1, L, ct, b, sizeof b);
-    const char *fn = unary_fn(n->op, ct);
+    const char *fn = unary_fn(n->op, ct, k->p->numerics == FC_NUMERICS_EAGER);
     switch (n->op) {
     case FC_OP_NEG: snprintf(e, sizeof e, "(-%s)", a); break;
     case FC_OP_RECIP: snprintf(e, sizeof e, "((%s)1 / %s)", fc_cg_compute_type(ct), a); break;
@@ -330,7 +370,9 @@ static const char *emit_elementwise(kctx *k, const fc_node *n, const char *L) {
          * most one f32 ulp). */
         const char *rcp = k->reduce && !n->in[1]->weak && k->is_row[n->in[1]->id] && !k->is_row[v->id]
                               ? fc_cg_lookup(k, n->in[1]->id, "rcp") : NULL;
+        char inv[64];
         if (rcp) snprintf(e, sizeof e, "(%s * (%s)%s)", a, fc_cg_compute_type(ct), rcp);
+        else if (weak_reciprocal(n, ct, inv, sizeof inv)) snprintf(e, sizeof e, "(%s * %s)", a, inv);
         else snprintf(e, sizeof e, "(%s / %s)", a, b);
         break;
     }
@@ -481,12 +523,12 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     }
     case FC_OP_IOTA: {
         int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
-        return bind(k, v, L, c[ax]);
+        return bind_as(k, v, L, c[ax], true);
     }
     case FC_OP_FULL: {
         char lit[64];
         literal(v->dtype, a->value, lit, sizeof lit);
-        return bind(k, v, L, lit);
+        return bind_as(k, v, L, lit, true);
     }
     case FC_OP_CONCAT: {
         /* An if-chain: only the operand that owns the coordinate is read.
@@ -520,7 +562,8 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
              * rounded to the result's dtype */
             char conv[160], rconv[400];
             snprintf(conv, sizeof conv, "(%s)%s", fc_cg_compute_type(v->dtype), e ? e : "0");
-            fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
+            if (fc_cg_unrounded(k, v)) snprintf(rconv, sizeof rconv, "%s", conv);
+            else fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
             fc_strbuf_printf(k->s, "      %s = %s;\n      }\n", res, rconv);
             k->nmemo = mark;
             k->ncm = cmark;

@@ -106,6 +106,9 @@ typedef struct store_arg {
 /* ---- expr.c ---- */
 const char *fc_cg_compute_type(fc_dtype dt);
 void fc_cg_rounded(char *out, size_t n, fc_dtype dt, const char *e);
+/* Whether v, computed inside the kernel, stays unrounded in its compute
+ * type (fast numerics, a float dtype): only its store rounds it. */
+bool fc_cg_unrounded(const kctx *k, const fc_value *v);
 const char *fc_cg_dimx(int64_t d, char *buf, size_t n);
 void fc_cg_stride_text(const fc_dim *dims, int rank, char st[][SZ]);
 const char *fc_cg_lookup(kctx *k, int vid, const char *idx);

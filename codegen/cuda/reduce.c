@@ -164,7 +164,8 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
         else if (r->op == FC_OP_REDUCE_MEAN) snprintf(val, sizeof val, "(%s / (%s)%lld)", acc, ct, (long long)len);
         else snprintf(val, sizeof val, "%s", acc);
         char rv[600];
-        fc_cg_rounded(rv, sizeof rv, r->out[0]->dtype, val);
+        if (fc_cg_unrounded(k, r->out[0])) snprintf(rv, sizeof rv, "%s", val);
+        else fc_cg_rounded(rv, sizeof rv, r->out[0]->dtype, val);
         char name[24];
         snprintf(name, sizeof name, "red%d", k->tmp++);
         fc_strbuf_printf(k->s, "    %s %s = %s;\n", fc_cg_compute_type(r->out[0]->dtype), name, rv);

@@ -10,9 +10,12 @@
  *    permute, expand, slice, split, concat, gather, iota, full) are index
  *    arithmetic on L, never copies. Results are memoized per (value, index)
  *    inside the current loop body.
- *  - Every value is rounded to its dtype once computed (mathlib.c), in the
- *    compute type of the dtype: f32 for f32/f16/bf16, f64 for f64, i64 for
- *    the integers and bool.
+ *  - Every value is computed in the compute type of its dtype: f32 for
+ *    f32/f16/bf16, f64 for f64, i64 for the integers and bool. In eager
+ *    numerics it is rounded to its dtype once computed (mathlib.c); in
+ *    fast numerics (the default) a float value stays unrounded until it is
+ *    stored (lk_result, lk_store_output), casts to float dtypes too; the
+ *    constants of iota and full round in both (docs/NUMERICS.md).
  *
  * The code is scalar, in plain counted loops; LLVM's loop vectorizer widens
  * the innermost loops for the host (mathlib.c keeps the f32 math free of
@@ -52,6 +55,7 @@
 #include "codegen/llvm/lower_impl.h"
 #include "passes/epilogue.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -182,6 +186,9 @@ static LLVMValueRef load_input(kern *k, int pos, const fc_value *v, LLVMValueRef
 }
 
 void lk_store_output(kern *k, int o, const fc_value *v, LLVMValueRef L, LLVMValueRef x) {
+    /* lm_to_storage takes a value of v's dtype: one kept unrounded is
+     * rounded here, once. */
+    if (lk_unrounded(k, v)) x = lm_round(k->M, v->dtype, x);
     LLVMValueRef st = LLVMBuildStore(B, lm_to_storage(k->M, v->dtype, x),
                                      element_ptr(k, k->gr->ninputs + o, v->dtype, L));
     LLVMSetAlignment(st, (unsigned)fc_dtype_size(v->dtype));
@@ -210,10 +217,11 @@ static fc_dtype compute_dtype(const fc_node *n) {
 }
 
 /* Operand i of n at n's index L, converted to dtype cdt. A weak scalar is
- * a constant rounded to cdt (the reference rounds it at each use). */
+ * a constant rounded to fc_weak_scalar_dtype (f32 for an add of bf16
+ * values: the same compute type as cdt's), as the reference rounds it. */
 static LLVMValueRef operand(kern *k, const fc_node *n, int i, LLVMValueRef L, fc_dtype cdt) {
     const fc_value *x = n->in[i];
-    if (x->weak) return lm_literal(k->M, cdt, x->scalar);
+    if (x->weak) return lm_literal(k->M, fc_weak_scalar_dtype(n->op, cdt), x->scalar);
     const fc_value *out = n->out[0];
     LLVMValueRef v = lk_emit_value(k, x, bcast_index(k, out->rank, out->dims, L, x));
     return lm_convert(k->M, v, x->dtype, cdt);
@@ -313,11 +321,27 @@ static LLVMValueRef compare(kern *k, fc_op op, bool fl, LLVMValueRef a, LLVMValu
     return LLVMBuildZExt(B, c, k->M->t_i64, "");
 }
 
+/* Division by a weak scalar b is a multiply by 1/b rounded to the compute
+ * type, as the CUDA code generator and eager PyTorch's CUDA kernel do it
+ * (codegen/cuda/expr.c, weak_reciprocal): *inv is 1/b. False for b = 0 or
+ * inf, which keep the division. */
+static bool weak_reciprocal(const fc_node *n, fc_dtype cdt, double *inv) {
+    if (!n->in[1]->weak) return false;
+    fc_dtype wt = fc_opmath_dtype(cdt);
+    double b = fc_round_to_dtype(n->in[1]->scalar, wt);
+    *inv = fc_round_to_dtype(1.0 / b, wt);
+    return isfinite(b) && isfinite(*inv);
+}
+
 static LLVMValueRef emit_elementwise(kern *k, const fc_node *n, LLVMValueRef L) {
     const fc_value *v = n->out[0];
     fc_dtype cdt = compute_dtype(n);
     bool fl = fc_dtype_is_float(cdt);
-    if (n->op == FC_OP_CAST) return lm_convert(k->M, operand(k, n, 0, L, cdt), cdt, v->dtype);
+    if (n->op == FC_OP_CAST) {
+        /* Kept unrounded (fast numerics): converted to the compute type only. */
+        fc_dtype to = lk_unrounded(k, v) ? fc_opmath_dtype(v->dtype) : v->dtype;
+        return lm_convert(k->M, operand(k, n, 0, L, cdt), cdt, to);
+    }
     if (n->op == FC_OP_WHERE) {
         /* The condition is read as bool, never converted. */
         LLVMValueRef c = lk_emit_value(k, n->in[0], bcast_index(k, v->rank, v->dims, L, n->in[0]));
@@ -326,14 +350,16 @@ static LLVMValueRef emit_elementwise(kern *k, const fc_node *n, LLVMValueRef L) 
     }
     LLVMValueRef a = operand(k, n, 0, L, cdt), r = NULL;
     if (fc_op_is_compare(n->op)) return compare(k, n->op, fl, a, operand(k, n, 1, L, cdt));
+    double inv;
     if (n->nin == 1) r = fl ? unary_float(k, n->op, a) : unary_int(k, n->op, a);
+    else if (fl && n->op == FC_OP_DIV && weak_reciprocal(n, cdt, &inv)) r = LLVMBuildFMul(B, a, fconst(k, a, inv), "");
     else r = binary(k, n->op, fl, a, operand(k, n, 1, L, cdt));
     if (!r) {
         lk_fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: %s on %s is not supported", fc_op_table[n->op].name,
                 fc_dtype_name(cdt));
         return lk_zero(k, v->dtype);
     }
-    return lm_round(k->M, v->dtype, r);
+    return lk_result(k, v, r);
 }
 
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }

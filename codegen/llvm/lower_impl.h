@@ -107,8 +107,18 @@ LLVMValueRef lk_linear(kern *k, const fc_value *x, LLVMValueRef *c);
 LLVMValueRef lk_zero(kern *k, fc_dtype dt);
 /* Store x (of v's compute type) as element L of group output o. */
 void lk_store_output(kern *k, int o, const fc_value *v, LLVMValueRef L, LLVMValueRef x);
-/* The value of v at linear index L of v's own shape, rounded to its dtype. */
+/* The value of v at linear index L of v's own shape: rounded to its dtype,
+ * or in fast numerics, for a float v, as computed (lk_result). */
 LLVMValueRef lk_emit_value(kern *k, const fc_value *v, LLVMValueRef L);
+/* x, the value an op computed for v, as the kernel keeps it: in fast
+ * numerics a float value stays unrounded in its compute type (its store
+ * rounds it, lk_store_output); otherwise it is rounded to v's dtype. */
+static inline bool lk_unrounded(const kern *k, const fc_value *v) {
+    return k->plan->numerics == FC_NUMERICS_FAST && fc_dtype_is_float(v->dtype);
+}
+static inline LLVMValueRef lk_result(kern *k, const fc_value *v, LLVMValueRef x) {
+    return lk_unrounded(k, v) ? x : lm_round(k->M, v->dtype, x);
+}
 
 /* ---- loops (lower_loop.c) ---------------------------------------------------- */
 

@@ -136,14 +136,16 @@ static void arr_store(kern *k, LLVMTypeRef t, LLVMValueRef arr, LLVMValueRef i, 
     LLVMBuildStore(B, x, LLVMBuildInBoundsGEP2(B, t, arr, &i, 1, ""));
 }
 
-/* The reduction's result for one row from its accumulator, rounded. */
+/* The reduction's result for one row from its accumulator, rounded as
+ * lk_result keeps values (unrounded in fast numerics when it is a float of
+ * the accumulator's dtype). */
 static LLVMValueRef acc_final(kern *k, const fc_node *r, fc_dtype acc_dt, LLVMValueRef acc, int64_t len) {
     lmod *M = k->M;
     bool fl = fc_dtype_is_float(acc_dt), sum = r->op == FC_OP_REDUCE_SUM || r->op == FC_OP_REDUCE_MEAN;
     if (fl && !sum) acc = lm_fkey_inverse(M, acc, lm_ctype(M, acc_dt));
     if (r->op == FC_OP_REDUCE_MEAN) acc = LLVMBuildFDiv(B, acc, LLVMConstReal(LLVMTypeOf(acc), (double)len), "");
     fc_dtype out_dt = r->out[0]->dtype;
-    return acc_dt == out_dt ? lm_round(M, out_dt, acc) : lm_convert(M, acc, acc_dt, out_dt);
+    return acc_dt == out_dt ? lk_result(k, r->out[0], acc) : lm_convert(M, acc, acc_dt, out_dt);
 }
 
 static fc_dtype acc_dtype(const fc_node *r) { return r->in[0]->dtype == FC_BOOL ? FC_I64 : r->in[0]->dtype; }

@@ -38,6 +38,7 @@ static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     fc_cpu_options_default(&co);
     co.fuse = o->fuse;
     co.precision = o->precision;
+    co.numerics = o->numerics;
     fc_status st = fc_cpu_compile_ex(g, &co, &x->prog);
     if (st == FC_OK) st = fc_program_desc_signature(x->h.ctx, g, &x->h.d);
     if (st == FC_OK && !(x->h.d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;

@@ -292,6 +292,7 @@ static fc_status compile_plan(fc_cpu_program *p, fc_graph *g, bool fuse, bool *r
     p->kern = zalloc(p->ctx, (size_t)p->plan.ngroups + 1, sizeof *p->kern);
     if (!p->kern) return FC_ERR_NOMEM;
     fc_llvm_options lo = {.keep_ir = p->opts.keep_ir};
+    p->plan.numerics = p->opts.numerics;
     st = fc_llvm_compile(&p->plan, &lo, &p->mod, p->kern, row_conflict);
     for (int i = 0; st == FC_OK && i < p->plan.ngroups; i++) {
         fc_group_kind kind = p->plan.groups[i]->kind;

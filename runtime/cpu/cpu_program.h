@@ -39,6 +39,7 @@ typedef struct fc_cpu_options {
     bool fuse;    /* vertical and horizontal fusion; default true */
     bool keep_ir; /* keep the optimized LLVM IR (fc_cpu_program_llvm_ir) */
     fc_precision precision; /* the autocast pass's target; FC_PRECISION_TF32 computes f32 */
+    fc_numerics numerics; /* rounding inside kernels (fc_compile_options.numerics); default fast */
 } fc_cpu_options;
 
 /* Fill o with the defaults. */

@@ -124,7 +124,7 @@ static void add_value_type(fc_cache_hasher *h, const fc_value *v) {
 }
 
 fc_cache_key fc_program_cache_key(const char *graph_text, const fc_graph *g, int sm, bool fast_math, bool fuse, bool tf32,
-                                  fc_precision precision, const char *const *opts, int nopts, int nvrtc_major,
+                                  fc_precision precision, fc_numerics numerics, const char *const *opts, int nopts, int nvrtc_major,
                                   int nvrtc_minor) {
     fc_cache_hasher h;
     fc_cache_key_begin(&h);
@@ -145,6 +145,7 @@ fc_cache_key fc_program_cache_key(const char *graph_text, const fc_graph *g, int
     fc_cache_key_add_u64(&h, fuse);
     fc_cache_key_add_u64(&h, tf32);
     fc_cache_key_add_u64(&h, (uint64_t)precision);
+    fc_cache_key_add_u64(&h, (uint64_t)numerics);
     fc_cache_key_add_u64(&h, (uint64_t)nopts);
     for (int i = 0; i < nopts; i++) fc_cache_key_add_str(&h, opts[i]);
     fc_cache_key_add_u64(&h, (uint64_t)nvrtc_major);
@@ -187,7 +188,8 @@ const char *fc_build_identity(void) {
 /*                                                                     */
 /*   "FCPROGRM"  u32 version  u32 reserved (0)                         */
 /*   str graph_name  str graph_text  u32 sm  u32 flags (1 fast_math,    */
-/*   2 fuse, 4 tf32, bits 3-5 precision)  16 bytes kernel key           */
+/*   2 fuse, 4 tf32, bits 3-5 precision, 0x100 eager numerics)       */
+/*   16 bytes kernel key                                               */
 /*   i64 arena_bytes                                                   */
 /*   i64 intermediate_bytes                                            */
 /*   u32 nvalues, each: u8 kind  i64 index  i64 bytes                   */
@@ -222,6 +224,7 @@ const char *fc_build_identity(void) {
  * it was before precisions existed). */
 #define FLAG_PRECISION_SHIFT 3
 #define FLAG_PRECISION_MASK (7u << FLAG_PRECISION_SHIFT)
+#define FLAG_EAGER 0x100u /* numerics FC_NUMERICS_EAGER */
 #define GEMM_TRANS_A 1u
 #define GEMM_TRANS_B 2u
 #define GEMM_BIAS 4u
@@ -324,7 +327,8 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
     w_str(&w, d->graph_text);
     w_u32(&w, (uint32_t)d->sm);
     w_u32(&w, (d->fast_math ? FLAG_FAST_MATH : 0) | (d->fuse ? FLAG_FUSE : 0) | (d->tf32 ? FLAG_TF32 : 0) |
-                  ((uint32_t)d->precision << FLAG_PRECISION_SHIFT));
+                  ((uint32_t)d->precision << FLAG_PRECISION_SHIFT) |
+                  (d->numerics == FC_NUMERICS_EAGER ? FLAG_EAGER : 0));
     w_bytes(&w, d->kernel_key, sizeof d->kernel_key);
     w_u64(&w, (uint64_t)d->arena_bytes);
     w_u64(&w, (uint64_t)d->intermediate_bytes);
@@ -888,7 +892,7 @@ fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size,
     d->graph_text = r_str(&r, UINT32_MAX, "the graph text");
     uint32_t sm = r_u32(&r), flags = r_u32(&r);
     uint32_t precision = (flags & FLAG_PRECISION_MASK) >> FLAG_PRECISION_SHIFT;
-    if (r.st == FC_OK && ((flags & ~(FLAG_FAST_MATH | FLAG_FUSE | FLAG_TF32 | FLAG_PRECISION_MASK)) ||
+    if (r.st == FC_OK && ((flags & ~(FLAG_FAST_MATH | FLAG_FUSE | FLAG_TF32 | FLAG_PRECISION_MASK | FLAG_EAGER)) ||
                           precision >= (uint32_t)FC_PRECISION_COUNT))
         r_fail(&r, FC_ERR_INPUT, "unknown flags 0x%x", flags);
     d->sm = sm > 999 ? 0 : (int)sm; /* check_desc refuses 0 */
@@ -896,6 +900,7 @@ fc_status fc_program_desc_decode(fc_context *ctx, const void *data, size_t size,
     d->fuse = flags & FLAG_FUSE;
     d->tf32 = flags & FLAG_TF32;
     d->precision = precision < (uint32_t)FC_PRECISION_COUNT ? (fc_precision)precision : FC_PRECISION_AS_WRITTEN;
+    d->numerics = flags & FLAG_EAGER ? FC_NUMERICS_EAGER : FC_NUMERICS_FAST;
     if (r_have(&r, sizeof d->kernel_key)) {
         memcpy(d->kernel_key, r.p + r.pos, sizeof d->kernel_key);
         r.pos += sizeof d->kernel_key;

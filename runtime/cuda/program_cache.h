@@ -66,14 +66,14 @@ fc_cache_key fc_kernel_cache_key(const char *source, const char *unit_name, int 
 /*
  * Level 2, a program: the graph's canonical text (fc_print of the user's
  * graph), the dtype and shape of every parameter and result, the compile
- * options (the resolved sm, fast_math, fuse, tf32, precision), the NVRTC options and
+ * options (the resolved sm, fast_math, fuse, tf32, precision, numerics), the NVRTC options and
  * version (the entry names a cubin made with them), fusec's version, the
  * program format version, and the build of fusec itself (see
  * fc_build_identity): a rebuilt fusec may plan differently under the same
  * version number, and a stale plan must not be served.
  */
 fc_cache_key fc_program_cache_key(const char *graph_text, const fc_graph *g, int sm, bool fast_math, bool fuse, bool tf32,
-                                  fc_precision precision, const char *const *opts, int nopts, int nvrtc_major,
+                                  fc_precision precision, fc_numerics numerics, const char *const *opts, int nopts, int nvrtc_major,
                                   int nvrtc_minor);
 
 /*

@@ -98,6 +98,7 @@ void fc_prog_set_target(fc_program_desc *d, const fc_compile_options *o) {
     /* FC_PRECISION_F32 is f32 math: no TF32 even when allowed. */
     d->tf32 = o->precision == FC_PRECISION_TF32 || (o->allow_tf32 && o->precision != FC_PRECISION_F32);
     d->precision = o->precision;
+    d->numerics = o->numerics;
 }
 
 /* Where value id lives (the table at the top of the file), given its
@@ -284,6 +285,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
 
     t = fc_now_ms();
     p->plan.sm = p->d.sm;
+    p->plan.numerics = p->d.numerics;
     p->plan.sm_count = fc_prog_device_sm_count(); /* the attention kernel's persistent grid */
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = fc_prog_build_desc(p);
@@ -321,6 +323,7 @@ static fc_status lookup_program(fc_program *p, fc_cache *cache, const fc_cache_k
         return FC_OK;
     }
     if (d.sm != p->d.sm || d.fast_math != p->d.fast_math || d.fuse != p->d.fuse || d.precision != p->d.precision ||
+        d.numerics != p->d.numerics ||
         strcmp(d.graph_text, p->d.graph_text) != 0) {
         fc_program_desc_release(&d);
         fc_cache_reject(cache, p->ctx, FC_CACHE_PROGRAM, key);
@@ -532,7 +535,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     bool program_hit = false;
     fc_cache_key pkey = {{0}};
     if (cache) {
-        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, d->precision, nv.opts.opt,
+        pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, d->precision, d->numerics, nv.opts.opt,
                                     nv.opts.count, nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
         if (st != FC_OK) return st;
@@ -639,6 +642,7 @@ fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes 
     p->opts.fuse = p->d.fuse;
     p->opts.allow_tf32 = p->d.tf32;
     p->opts.precision = p->d.precision;
+    p->opts.numerics = p->d.numerics;
     p->times.origin = origin;
     fc_prog_count_launch_args(p);
     *out = p;

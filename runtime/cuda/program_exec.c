@@ -117,6 +117,7 @@ static fc_status materialize(fc_context *ctx, const fc_program_desc *d, fc_graph
     fo.vertical = fo.horizontal = d->fuse;
     fo.precision = d->precision;
     st = fc_pipeline(g, &fo, plan);
+    plan->numerics = d->numerics;
     if (st != FC_OK) {
         fc_plan_release(plan);
         memset(plan, 0, sizeof *plan);

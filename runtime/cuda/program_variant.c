@@ -108,6 +108,7 @@ static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, 
     plan->ngroups = v->plan.ngroups;
     plan->group_of_node = v->plan.group_of_node;
     plan->sm = v->plan.sm;
+    plan->numerics = v->plan.numerics;
     plan->nsyms = nsyms;
     plan->sym_values = in->syms;
     plan->offset = (int64_t *)(void *)(block + at_offset);
@@ -120,6 +121,7 @@ static fc_status instance_from_layout(fc_prog_variant *vr, const int64_t *syms, 
     d->fuse = v->d.fuse;
     d->tf32 = v->d.tf32;
     d->precision = v->d.precision;
+    d->numerics = v->d.numerics;
     d->graph_name = v->d.graph_name;
     d->arena_bytes = plan->arena_bytes;
     d->intermediate_bytes = plan->intermediate_bytes;
@@ -190,6 +192,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
     if (st == FC_OK) {
         double t = fc_now_ms();
         p->plan.sm = d->sm;
+        p->plan.numerics = d->numerics;
         p->plan.sm_count = fc_prog_device_sm_count();
         st = fc_cuda_codegen(&p->plan, &d->src);
         if (st == FC_OK) st = variant_signature(p);
@@ -237,6 +240,7 @@ fc_status fc_program_instance(fc_program *vp, const int64_t *syms, int nsyms, fc
     p->d.fuse = v->d.fuse;
     p->d.tf32 = v->d.tf32;
     p->d.precision = v->d.precision;
+    p->d.numerics = v->d.numerics;
     in->variant = vr;
     fc_status st = fc_plan_bind(&v->plan, syms, nsyms, &p->plan);
     if (st == FC_OK) {

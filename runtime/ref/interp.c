@@ -5,9 +5,11 @@
  * Every value is held as a dense, row-major array of doubles; every op
  * computes in float64; and every node's results are rounded to their dtype
  * once the node has run. That is what an exact machine would produce running
- * the graph node by node. A fused backend differs from it only by its own
- * rounding of intermediates, which the numeric tests cover with a tolerance
- * for each dtype.
+ * the graph node by node, rounding as eager PyTorch does (one rounding per
+ * op). FC_REF_EXACT leaves the float results unrounded instead: the exact
+ * value of the graph on its inputs, which fast numerics approximate. A
+ * backend differs from these by its own arithmetic and rounding, which
+ * docs/NUMERICS.md bounds per op family and dtype.
  *
  * Shapes. Value types may hold symbolic dims. The interpreter binds each
  * symbol from the input tensors, then computes every node's result shape
@@ -180,6 +182,8 @@ static fc_status run_node(interp *ip)
     for (int k = 0; k < n->nout; k++) {
         ibuf *b = result(ip, k);
         FC_ASSERT(b->data != NULL);
+        if (fc_ref_exact(ip, n->op, n->out[k]->dtype))
+            continue;
         for (int64_t i = 0; i < b->numel; i++)
             b->data[i] = fc_round_to_dtype(b->data[i], n->out[k]->dtype);
     }
@@ -280,6 +284,12 @@ static fc_status check_call(fc_graph *g, int nin, bool have_inputs, int nout, bo
 fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
                         int nout)
 {
+    return fc_interp_run_rounding(g, FC_REF_DTYPE, inputs, nin, outputs, nout);
+}
+
+fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding rounding, const fc_interp_tensor *inputs, int nin,
+                                 fc_interp_tensor *outputs, int nout)
+{
     if (!g)
         return FC_ERR_USAGE;
     for (int i = 0; outputs && i < nout; i++)
@@ -288,7 +298,7 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
     if (st != FC_OK)
         return st;
 
-    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id};
+    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id, .rounding = rounding};
     ip.sym = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int64_t));
     ip.sym_param = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
     ip.sym_dim = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
@@ -330,8 +340,9 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
             st = nomem(&ip);
             break;
         }
+        bool exact = rounding == FC_REF_EXACT && fc_dtype_is_float(v->dtype);
         for (int64_t j = 0; j < b->numel; j++)
-            t->data[j] = fc_round_to_dtype(b->data[j], v->dtype);
+            t->data[j] = exact ? b->data[j] : fc_round_to_dtype(b->data[j], v->dtype);
     }
     if (st != FC_OK)
         for (int i = 0; i < nout; i++)

@@ -7,12 +7,18 @@
  * a backend, get float64 results back without a trip through 16-bit storage,
  * and compare with a tolerance per dtype.
  *
- * Semantics (both entry points):
+ * Semantics (both entry points; docs/NUMERICS.md says why):
  *  - Every value is a dense, row-major array of doubles. Every op computes in
  *    float64, and each node's results are rounded to their dtype with
  *    fc_round_to_dtype() once the node has run (see interp_tensor.c for what
- *    that means for integers, bool and NaN).
+ *    that means for integers, bool and NaN): eager PyTorch's semantics, one
+ *    rounding per op, computed exactly between the roundings. Operands of
+ *    another dtype are converted to the op's; a weak scalar is rounded to
+ *    fc_weak_scalar_dtype (f32 for an add of bf16 values).
  *  - Inputs are rounded to their parameter's dtype first.
+ *  - fc_interp_run_rounding(FC_REF_EXACT) computes what fast numerics
+ *    approximate: no float value is rounded but the inputs and the
+ *    constants of iota and full (integer and bool values still are).
  *  - Symbolic dims are bound from the input shapes; every result shape is
  *    computed again from the operands' concrete shapes and checked against the
  *    value's type (FC_ERR_INPUT on a mismatch).
@@ -45,6 +51,22 @@ void fc_interp_tensor_release(fc_interp_tensor *t);
  */
 fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin,
                         fc_interp_tensor *outputs, int nout);
+
+/* What the interpreter rounds. */
+typedef enum fc_ref_rounding {
+    /* Every node's results to their dtype (fc_interp_run, fc_run_reference):
+     * what eager numerics promise to follow. */
+    FC_REF_DTYPE = 0,
+    /* Only inputs, iota, full and integer or bool values: the float
+     * results, the graph's outputs included, are the float64 values of the
+     * graph on its (rounded) inputs, weak scalars at their exact values.
+     * The exact answer the error contract is measured against. */
+    FC_REF_EXACT = 1,
+} fc_ref_rounding;
+
+/* fc_interp_run with the rounding `r`. */
+fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding r, const fc_interp_tensor *inputs, int nin,
+                                 fc_interp_tensor *outputs, int nout);
 
 /* Element i of host storage of dtype dt, as a double (f16/bf16 decoded). */
 double fc_interp_load(fc_dtype dt, const void *data, int64_t i);

@@ -58,6 +58,7 @@ fc_status fc_ref_run_elementwise(interp *ip)
     const ibuf *in[3];
     int64_t strides[3][FC_MAX_RANK];
     bool convert[3];
+    fc_dtype wdt[3]; /* what operand k is converted to */
     fc_dtype cdt = compute_dtype(n);
     FC_ASSERT(n->nin >= 1 && n->nin <= 3);
 
@@ -66,9 +67,14 @@ fc_status fc_ref_run_elementwise(interp *ip)
     for (int k = 0; k < n->nin; k++) {
         in[k] = operand(ip, k);
         /* where's condition is read as bool, not converted. A weak scalar
-         * is always rounded: its exact value is not of any dtype yet. */
+         * is always rounded (to fc_weak_scalar_dtype): its exact value is
+         * not of any dtype yet. FC_REF_EXACT converts no float to a float. */
         convert[k] = !(n->op == FC_OP_WHERE && k == 0) &&
                      (n->in[k]->weak || n->in[k]->dtype != cdt);
+        if (ip->rounding == FC_REF_EXACT && fc_dtype_is_float(cdt) &&
+            (n->in[k]->weak || fc_dtype_is_float(n->in[k]->dtype)))
+            convert[k] = false;
+        wdt[k] = n->in[k]->weak ? fc_weak_scalar_dtype(n->op, cdt) : cdt;
         int64_t next[FC_MAX_RANK];
         int nr;
         char s1[256], s2[256];
@@ -91,7 +97,7 @@ fc_status fc_ref_run_elementwise(interp *ip)
         for (int k = 0; k < n->nin; k++) {
             x[k] = in[k]->data[offset_of(i, rank, shape, strides[k])];
             if (convert[k])
-                x[k] = fc_round_to_dtype(x[k], cdt);
+                x[k] = fc_round_to_dtype(x[k], wdt[k]);
         }
         out->data[i] = scalar_op(n->op, x[0], x[1], x[2]);
     }

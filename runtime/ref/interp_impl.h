@@ -87,7 +87,15 @@ typedef struct interp {
     ibuf *val;        /* by value id */
     int nval;
     const fc_node *node; /* the node being run, for messages */
+    fc_ref_rounding rounding;
 } interp;
+
+/* Whether a float value of dtype dt computed by op is left unrounded
+ * (FC_REF_EXACT; the constants of iota and full round in both modes). */
+static inline bool fc_ref_exact(const interp *ip, fc_op op, fc_dtype dt)
+{
+    return ip->rounding == FC_REF_EXACT && fc_dtype_is_float(dt) && op != FC_OP_IOTA && op != FC_OP_FULL;
+}
 
 /* "%name", or "%id" for a value without a name. */
 const char *fc_ref_value_name(const fc_value *v, char *buf, size_t n);
