@@ -102,6 +102,13 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "decompose")) st = fc_pass_decompose(g);
         else if (!strcmp(p, "dce")) st = fc_pass_dce(g);
         else if (!strcmp(p, "epilogue")) st = fc_pass_epilogue(g);
+        else if (!strcmp(p, "pad")) st = fc_pass_pad(g);
+        else if (!strcmp(p, "pad_always")) {
+            /* Every unaligned GEMM padded: launches free, unaligned math
+             * slow without end (small graphs that the reference runs). */
+            static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+            st = fc_pass_pad_with(g, &always);
+        }
         else {
             fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
             return FC_ERR_USAGE;
