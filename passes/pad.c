@@ -125,15 +125,14 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     if (p->M == 0 || p->N == 0 || p->K == 0) return false;
     p->Kp = round_up(p->K, align);
     p->Np = round_up(p->N, align);
-    /* Each weight's rows are N_i long when untransposed: the runtime's
-     * concatenation has rows of N, so only N matters; a fused sibling
-     * boundary inside a row is the runtime's (and the generated tiles')
-     * concern. */
+    /* Untransposed siblings have rows of N_i each, but the runtime runs
+     * their concatenation, whose rows are N long: only N counts. */
     p->pad_k = p->Kp != p->K;
     p->pad_n = p->Np != p->N && !gi->has_residual; /* a residual would need padding too */
-    /* K: a weight computed per run cannot be concatenated by the runtime
-     * (it keeps one copy), so padded siblings need parameter weights and
-     * only a single weight is padded through a concat. */
+    /* Siblings are concatenated by the runtime once, from parameters: a
+     * sibling padded by a concat would be a value computed per run, which
+     * that one copy would not follow. So siblings are padded only in N, by
+     * the zero block, and only a single weight is padded through concats. */
     if (p->pad_k && gi->nweights > 1) p->pad_k = false;
     if (!p->pad_k && !p->pad_n) return false;
     p->n_by_block = p->pad_n && !p->pad_k && all_params(gi);
