@@ -23,6 +23,8 @@
 #   SWEEP_KS     default "768 767"
 #   SWEEP_FORM   tb (W [N, K] used transposed: the tied LM head; default) or nn (W [K, N])
 #   SWEEP_DTYPE  bf16 (default), f16 or f32
+#   SWEEP_TAIL   none (default: y is the graph's result), softmax (softmax(y) is:
+#                a kernel reads y, so a padded y is read in place) or f32 (cast to f32)
 #   SWEEP_REPS   timed runs per shape (default 30)
 #   SWEEP_TORCH  0 skips PyTorch
 #   SWEEP_OUT    folder for the graphs and logs (default: a temporary one)
@@ -51,15 +53,21 @@ ALIGN=8
 [[ $DT == f32 ]] && ALIGN=4
 up() { echo $((($1 + ALIGN - 1) / ALIGN * ALIGN)); }
 
+TAIL=${SWEEP_TAIL:-none}
+
 # The graph of one shape.
 write_ir() { # file M N K
     local w="%w: $DT[$3, $4]" body="  %wt = permute(%w, perm=[1, 0])
-  %y = matmul(%x, %wt)"
+  %y = matmul(%x, %wt)" ret=y
     if [[ $FORM == nn ]]; then
         w="%w: $DT[$4, $3]"
         body="  %y = matmul(%x, %w)"
     fi
-    printf 'graph g(%%x: %s[%s, %s], %s) {\n%s\n  return %%y\n}\n' "$DT" "$2" "$4" "$w" "$body" >"$1"
+    case $TAIL in
+    softmax) body+=$'\n  %t = softmax(%y, axis=-1)' ret=t ;;
+    f32) body+=$'\n  %t = cast(%y, to=f32)' ret=t ;;
+    esac
+    printf 'graph g(%%x: %s[%s, %s], %s) {\n%s\n  return %%%s\n}\n' "$DT" "$2" "$4" "$w" "$body" "$ret" >"$1"
 }
 
 # The median ms of one graph with one fusec ("-" when it fails).
@@ -72,16 +80,15 @@ time_of() { # tag fusec file
     fi
 }
 
-# What the plan did: the graph is one matmul, so any kernel beside the
-# library call is the padding's (a zero block, a pad copy, the slice).
-plan_of() {
-    local p
-    p=$("$FUSEC" "$1" --emit=plan 2>/dev/null | tail -1)
-    case $p in
-    "total: 0 kernels"*) echo as-is ;;
-    total:*) echo "padded (${p#total: })" | sed 's/, [0-9]* bytes of intermediates//' ;;
-    *) echo "?" ;;
-    esac
+# What the plan did: padded when it has more kernels than the aligned
+# shape's (a zero block, a pad copy, the slice).
+kernels_of() { "$FUSEC" "$1" --emit=plan 2>/dev/null | sed -n 's/^total: \([0-9]*\) kernels.*/\1/p'; }
+plan_of() { # file aligned-file
+    local k ka
+    k=$(kernels_of "$1") ka=$(kernels_of "$2")
+    if [[ -z $k || -z $ka ]]; then echo "?"
+    elif ((k > ka)); then echo "padded (+$((k - ka)) kernels)"
+    else echo as-is; fi
 }
 
 declare -A TORCH
@@ -89,7 +96,7 @@ COPY="-"
 if [[ ${SWEEP_TORCH:-1} != 0 ]]; then
     shapes=()
     for M in $MS; do for N in $NS; do for K in $KS; do shapes+=("$M,$N,$K"); done; done; done
-    if python3 bench/gemm_sweep.py --form "$FORM" --dtype "$DT" --reps "$REPS" "${shapes[@]}" >"$OUT/torch.log" 2>&1; then
+    if python3 bench/gemm_sweep.py --form "$FORM" --dtype "$DT" --tail "$TAIL" --reps "$REPS" "${shapes[@]}" >"$OUT/torch.log" 2>&1; then
         while read -r tag M N K t ta; do
             [[ $tag == torch ]] && TORCH[$M,$N,$K]="$t $ta"
             [[ $tag == copy_gbps ]] && COPY=$M
@@ -108,7 +115,7 @@ x_of() { # a b -> a / b
     awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'
 }
 
-echo "# GEMM sweep: y = x @ W ($FORM, $DT), fusec $(git rev-parse --short HEAD 2>/dev/null || echo '?'), copy ${COPY} GB/s"
+echo "# GEMM sweep: y = x @ W ($FORM, $DT, tail $TAIL), fusec $(git rev-parse --short HEAD 2>/dev/null || echo '?'), copy ${COPY} GB/s"
 echo
 hdr="| M | N | K | plan | fusec ms | aligned ms | of aligned |"
 sep="|---|---|---|---|---|---|---|"
@@ -129,7 +136,7 @@ for M in $MS; do
             ta=$(time_of new "$FUSEC" "$fa")
             frac=$(ratio "$t" "$ta")
             if [[ $frac != - && ${frac%\%} -lt 85 ]]; then frac="**$frac**"; below=$((below + 1)); fi
-            row="| $M | $N | $K | $(plan_of "$f") | $t | $ta | $frac |"
+            row="| $M | $N | $K | $(plan_of "$f" "$fa") | $t | $ta | $frac |"
             [[ -n $BASE ]] && row+=" $(time_of base "$BASE_FUSEC" "$f") |"
             read -r tt tta <<<"${TORCH[$M,$N,$K]:-- -}"
             row+=" $tt | $tta | $(ratio "$tt" "$tta") | $(x_of "$tt" "$t") |"
