@@ -673,6 +673,33 @@ static void test_gemm_desc(void) {
     CHECK(d.op_arg == NULL && d.wcols == NULL);
     fc_gemm_desc_release(NULL);
 
+    /* Zero-size GEMMs are valid descriptions with buffers of no bytes: M,
+     * N or K of 0 (an empty operand's leading dim may be 0); cuBLASLt is
+     * not called for them. */
+    static const char *const empty[] = {
+        "graph f(%x: f32[0, 16], %w: f32[16, 8]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 16], %w: f32[16, 0]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 0], %w: f32[0, 8]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 16], %w: f32[0, 16]) {\n  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+    };
+    for (size_t e = 0; e < sizeof empty / sizeof empty[0]; e++) {
+        fc_graph *ge = parse(ctx, "empty", empty[e]);
+        CHECK(ge != NULL);
+        if (!ge) continue;
+        CHECK_EQ_INT(fc_pass_epilogue(ge), FC_OK);
+        const fc_node *m = ge->nodes[ge->nnodes - 1];
+        int eids[3] = {ge->params[0]->id, ge->params[1]->id, m->out[0]->id};
+        fc_gemm_desc de;
+        CHECK_EQ_INT(fc_gemm_desc_of(ctx, m, eids, 3, &de), FC_OK);
+        int64_t eb[3];
+        arg_bytes_of(ge, eids, 3, eb);
+        bool ok = fc_gemm_desc_valid(&de, 3, eb, why, sizeof why);
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "empty GEMM %zu refused: %s\n", e, why);
+        fc_gemm_desc_release(&de);
+        fc_graph_free(ge);
+    }
+
     /* A value missing from the arguments; a node cuBLASLt does not run. */
     CHECK_EQ_INT(fc_gemm_desc_of(ctx, n, ids, 7, &d), FC_ERR_USAGE);
     CHECK(strstr(fc_last_error(ctx), "no argument for value") != NULL);
