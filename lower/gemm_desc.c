@@ -229,7 +229,7 @@ static bool gemm_dtype(fc_dtype dt) { return dt == FC_F32 || dt == FC_F16 || dt 
 
 /* The least leading dim of a row-major rows x cols operand: a row, and at
  * least 1 (cuBLASLt's rule), except for an empty one, which no call reads. */
-static int64_t lower_ld(int64_t rows, int64_t cols) {
+static int64_t least_ld(int64_t rows, int64_t cols) {
     if (rows == 0 || cols == 0) return cols > 0 ? cols : 0;
     return cols > 1 ? cols : 1;
 }
@@ -268,9 +268,9 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
     /* Every element a call reads or writes, inside its buffer. Leading
      * dims at least a row (what cuBLASLt requires too), and at least 1
      * where there is something to read: a GEMM with M, N or K = 0 makes no
-     * call (lower_ld). */
+     * call (least_ld). */
     int64_t a_rows = p->trans_a ? p->K : p->M, a_cols = p->trans_a ? p->M : p->K, e;
-    if (p->lda < lower_ld(a_rows, a_cols))
+    if (p->lda < least_ld(a_rows, a_cols))
         INVALID("lda %lld for rows of %lld", (long long)p->lda, (long long)a_cols);
     if (!span(a_rows, a_cols, p->lda, p->batch, p->stride_a, p, p->outer_a, &e) ||
         !fits(e, p->ab, arg_bytes[d->op_arg[0]]))
@@ -279,7 +279,7 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
     const int *bias_arg = p->has_bias ? &d->op_arg[1 + p->nweights] : NULL;
     if (p->nweights == 1) {
         int64_t w_rows = p->trans_b ? p->N : p->K, w_cols = p->trans_b ? p->K : p->N;
-        if (p->ldw < lower_ld(w_rows, w_cols))
+        if (p->ldw < least_ld(w_rows, w_cols))
             INVALID("ldw %lld for rows of %lld", (long long)p->ldw, (long long)w_cols);
         if (!span(w_rows, w_cols, p->ldw, p->batch, p->stride_w, p, p->outer_w, &e) ||
             !fits(e, p->ab, arg_bytes[d->op_arg[1]]))
