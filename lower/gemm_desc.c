@@ -227,6 +227,13 @@ static bool fits(int64_t elems, fc_dtype dt, int64_t bytes) {
 
 static bool gemm_dtype(fc_dtype dt) { return dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || dt == FC_F64; }
 
+/* The least leading dim of a row-major rows x cols operand: a row, and at
+ * least 1 (cuBLASLt's rule), except for an empty one, which no call reads. */
+static int64_t least_ld(int64_t rows, int64_t cols) {
+    if (rows == 0 || cols == 0) return cols > 0 ? cols : 0;
+    return cols > 1 ? cols : 1;
+}
+
 #define INVALID(...) return snprintf(why, n, __VA_ARGS__), false
 
 bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_bytes, char *why, size_t n) {
@@ -259,9 +266,11 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
     if (sum != p->N) INVALID("the weights' columns sum to %lld, not N = %lld", (long long)sum, (long long)p->N);
 
     /* Every element a call reads or writes, inside its buffer. Leading
-     * dims at least a row (what cuBLASLt requires too). */
+     * dims at least a row (what cuBLASLt requires too), and at least 1
+     * where there is something to read: a GEMM with M, N or K = 0 makes no
+     * call (least_ld). */
     int64_t a_rows = p->trans_a ? p->K : p->M, a_cols = p->trans_a ? p->M : p->K, e;
-    if (p->lda < (a_cols > 1 ? a_cols : 1))
+    if (p->lda < least_ld(a_rows, a_cols))
         INVALID("lda %lld for rows of %lld", (long long)p->lda, (long long)a_cols);
     if (!span(a_rows, a_cols, p->lda, p->batch, p->stride_a, p, p->outer_a, &e) ||
         !fits(e, p->ab, arg_bytes[d->op_arg[0]]))
@@ -270,7 +279,7 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
     const int *bias_arg = p->has_bias ? &d->op_arg[1 + p->nweights] : NULL;
     if (p->nweights == 1) {
         int64_t w_rows = p->trans_b ? p->N : p->K, w_cols = p->trans_b ? p->K : p->N;
-        if (p->ldw < (w_cols > 1 ? w_cols : 1))
+        if (p->ldw < least_ld(w_rows, w_cols))
             INVALID("ldw %lld for rows of %lld", (long long)p->ldw, (long long)w_cols);
         if (!span(w_rows, w_cols, p->ldw, p->batch, p->stride_w, p, p->outer_w, &e) ||
             !fits(e, p->ab, arg_bytes[d->op_arg[1]]))

@@ -38,6 +38,21 @@ fc_status fc_pass_decompose_dynamic(fc_graph *g);
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */
 fc_status fc_pass_epilogue(fc_graph *g);
+/* GEMM dims padded to 16-byte rows where the cost rule says it pays (zero
+ * weights kept by the runtime, zero columns written by the producing
+ * kernel, the result sliced back to its shape); a GEMM over an empty K
+ * becomes its epilogue over zeros (passes/pad.c, docs/GEMM.md). */
+fc_status fc_pass_pad(fc_graph *g);
+/* The device fc_pass_pad's cost rule is written for: a GEMM's math rate
+ * (16-bit and f32 operands, FLOP/s), the copy bandwidth (bytes/s), one
+ * launch (s), how many times slower an unaligned GEMM's math runs, and the
+ * fraction of the unaligned time the padded shape (with its copies and
+ * launches) must stay under. fc_pass_pad uses fc_pad_rule_h200. */
+typedef struct fc_pad_rule {
+    double flops16, flops32, bytes_per_s, launch_s, slowdown, margin;
+} fc_pad_rule;
+extern const fc_pad_rule fc_pad_rule_h200;
+fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
 /* Autocast (passes/autocast.c): compute in precision p as torch.autocast

@@ -21,6 +21,11 @@
  *     static shapes;
  *   - epilogue folds a matmul's tail into a gemm node before fusion, so the
  *     tail never becomes a kernel of its own;
+ *   - pad pads the gemm nodes epilogue made (bias, activation and fused
+ *     siblings already in them: one zero block pads them all, and the
+ *     slice it adds would stop epilogue's tail matching if it came first);
+ *     static plans only: the dynamic variant's generated tiles take
+ *     unaligned rows (gather loads), and the cost rule needs the sizes;
  *   - fusion makes groups and schedules them; batching and the memory plan
  *     work on the groups.
  */
@@ -44,6 +49,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if ((st = fc_pass_canonicalize(g))) return st;
     if (!dynamic && (st = fc_pass_attention(g))) return st;
     if ((st = fc_pass_epilogue(g))) return st;
+    if (!dynamic && (st = fc_pass_pad(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st; /* vertical, horizontal, schedule */
     if (o == NULL || o->horizontal)

@@ -111,6 +111,13 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "recognize_views")) st = fc_pass_recognize_views(g);
         else if (!strcmp(p, "recognize_gelu")) st = fc_pass_recognize_gelu(g);
         else if (!strcmp(p, "recognize_norm")) st = fc_pass_recognize_norm(g);
+        else if (!strcmp(p, "pad")) st = fc_pass_pad(g);
+        else if (!strcmp(p, "pad_always")) {
+            /* Every unaligned GEMM padded: launches free, unaligned math
+             * slow without end (small graphs that the reference runs). */
+            static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+            st = fc_pass_pad_with(g, &always);
+        }
         else {
             fprintf(stderr, "%s: unknown pass '%s'\n", where, p);
             return FC_ERR_USAGE;

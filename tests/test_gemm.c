@@ -223,50 +223,86 @@ typedef struct plan_case {
     const char *ir;
     int kernels, libraries;
     bool one_kernel_after; /* check: each gemm's result is read by at most one kernel */
+    int64_t gemm_cols;     /* when set: the columns of the (one) gemm's result, padded or not */
 } plan_case;
 
 static const plan_case plan_cases[] = {
     {"gelu_tanh(x @ W + b), the benchmark's shape",
      "graph f(%x: bf16[8192, 4096], %w: bf16[4096, 16384], %b: bf16[16384]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = gelu_tanh(%h1)\n  return %y\n}\n",
-     0, 1, true},
+     0, 1, true, 0},
     {"GPT-2 MLP (bias, gelu_tanh, bias, residual)",
      "graph f(%x: bf16[8192, 768], %w1: bf16[768, 3072], %b1: bf16[3072], %w2: bf16[3072, 768], %b2: bf16[768]) {\n"
      "  %h = matmul(%x, %w1)\n  %h1 = add(%h, %b1)\n  %g = gelu_tanh(%h1)\n  %o = matmul(%g, %w2)\n"
      "  %o1 = add(%o, %b2)\n  %y = add(%o1, %x)\n  return %y\n}\n",
-     0, 2, true},
+     0, 2, true, 0},
     {"SwiGLU MLP (gate and up fused; silu(g) * u one kernel)",
      "graph f(%x: bf16[8192, 512], %wg: bf16[512, 1408], %wu: bf16[512, 1408], %wd: bf16[1408, 512]) {\n"
      "  %g = matmul(%x, %wg)\n  %u = matmul(%x, %wu)\n  %s = silu(%g)\n  %h = mul(%s, %u)\n"
      "  %y = matmul(%h, %wd)\n  return %y\n}\n",
-     1, 2, true},
+     1, 2, true, 0},
     {"three sibling projections",
      "graph f(%x: bf16[512, 768], %wq: bf16[768, 768], %wk: bf16[768, 768], %wv: bf16[768, 768]) {\n"
      "  %q = matmul(%x, %wq)\n  %k = matmul(%x, %wk)\n  %v = matmul(%x, %wv)\n  return %q, %k, %v\n}\n",
-     1, 1, false},
+     1, 1, false, 0},
     {"erf gelu tail: one kernel",
      "graph f(%x: f32[256, 512], %w: f32[512, 1024], %b: f32[1024]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = gelu(%h1)\n  return %y\n}\n",
-     1, 1, true},
+     1, 1, true, 0},
     {"silu tail: one kernel",
      "graph f(%x: bf16[256, 512], %w: bf16[512, 1024], %b: bf16[1024]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = silu(%h1)\n  return %y\n}\n",
-     1, 1, true},
+     1, 1, true, 0},
     {"residual after the activation: one kernel",
      "graph f(%x: f32[256, 512], %w: f32[512, 512], %b: f32[512], %r: f32[256, 512]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %a = relu(%h1)\n  %y = add(%a, %r)\n  return %y\n}\n",
-     1, 1, true},
+     1, 1, true, 0},
     {"layernorm after the gemm: the next group reads it",
      "graph f(%x: bf16[256, 768], %w: bf16[768, 768], %b: bf16[768], %g: bf16[768], %be: bf16[768]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %h2 = add(%h1, %x)\n  %y = layernorm(%h2, %g, %be)\n"
      "  return %y\n}\n",
-     1, 1, true},
+     1, 1, true, 0},
     {"batched attention-like products, transposed, scaled",
      "graph f(%q: f16[8, 128, 64], %k: f16[8, 128, 64], %v: f16[8, 128, 64]) {\n"
      "  %kt = permute(%k, perm=[0, 2, 1])\n  %s = matmul(%q, %kt)\n  %s1 = mul(%s, 0.125)\n"
      "  %p = softmax(%s1, axis=-1)\n  %o = matmul(%p, %v)\n  return %o\n}\n",
-     1, 0, true}, /* recognised as attention: one flash-attention kernel */
+     1, 0, true, 0}, /* recognised as attention: one flash-attention kernel */
+    /* Unaligned shapes (passes/pad.c, the default cost rule). */
+    {"LM head, N = 50257: the gemm writes 50264 columns; the zero block's kernel and the caller's copy",
+     "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     2, 1, true, 50264},
+    {"LM head into a softmax: the softmax reads the padded result in place (no copy)",
+     "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  %p = softmax(%y, axis=-1)\n  return %p\n}\n",
+     2, 1, true, 50264},
+    {"LM head at M = 1: bound by the weight's bytes, not padded",
+     "graph f(%x: bf16[1, 768], %w: bf16[50257, 768]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     0, 1, true, 50257},
+    {"K = 767 after relu: relu writes the padded rows (one kernel), the weight's pad one copy",
+     "graph f(%x: bf16[8192, 767], %w: bf16[767, 3072]) {\n"
+     "  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     2, 1, true, 3072},
+    {"aligned GPT-2 shapes: nothing padded",
+     "graph f(%x: bf16[8192, 768], %w: bf16[768, 3072], %b: bf16[3072]) {\n"
+     "  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n  return %y\n}\n",
+     0, 1, true, 3072},
 };
+
+/* The columns of the plan's one library group's result (-1: not one). */
+static int64_t library_cols(const fc_plan *p) {
+    int64_t cols = -1;
+    int n = 0;
+    for (int a = 0; a < p->ngroups; a++) {
+        const fc_group *lib = p->groups[a];
+        if (lib->kind != FC_GROUP_LIBRARY) continue;
+        const fc_value *y = lib->nodes[0]->out[0];
+        cols = y->dims[y->rank - 1];
+        n++;
+    }
+    return n == 1 ? cols : -1;
+}
 
 static int count_kind(const fc_cuda_src *s, fc_launch_kind k) {
     int n = 0;
@@ -316,6 +352,7 @@ static void test_plans(void) {
             CHECK_EQ_INT(k, pc->kernels);
             CHECK_EQ_INT(l, pc->libraries);
             if (pc->one_kernel_after) CHECK(kernels_after_library(&plan) <= 1);
+            if (pc->gemm_cols) CHECK_EQ_INT(library_cols(&plan), pc->gemm_cols);
             /* Every library launch is a gemm that reads its operands in place. */
             for (int i = 0; i < src.nlaunches; i++)
                 if (src.launches[i].kind == FC_LAUNCH_LIBRARY) CHECK_STR(src.launches[i].name, "gemm");
@@ -635,6 +672,33 @@ static void test_gemm_desc(void) {
     fc_gemm_desc_release(&d);
     CHECK(d.op_arg == NULL && d.wcols == NULL);
     fc_gemm_desc_release(NULL);
+
+    /* Zero-size GEMMs are valid descriptions with buffers of no bytes: M,
+     * N or K of 0 (an empty operand's leading dim may be 0); cuBLASLt is
+     * not called for them. */
+    static const char *const empty[] = {
+        "graph f(%x: f32[0, 16], %w: f32[16, 8]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 16], %w: f32[16, 0]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 0], %w: f32[0, 8]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+        "graph f(%x: f32[4, 16], %w: f32[0, 16]) {\n  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+    };
+    for (size_t e = 0; e < sizeof empty / sizeof empty[0]; e++) {
+        fc_graph *ge = parse(ctx, "empty", empty[e]);
+        CHECK(ge != NULL);
+        if (!ge) continue;
+        CHECK_EQ_INT(fc_pass_epilogue(ge), FC_OK);
+        const fc_node *m = ge->nodes[ge->nnodes - 1];
+        int eids[3] = {ge->params[0]->id, ge->params[1]->id, m->out[0]->id};
+        fc_gemm_desc de;
+        CHECK_EQ_INT(fc_gemm_desc_of(ctx, m, eids, 3, &de), FC_OK);
+        int64_t eb[3];
+        arg_bytes_of(ge, eids, 3, eb);
+        bool ok = fc_gemm_desc_valid(&de, 3, eb, why, sizeof why);
+        CHECK(ok);
+        if (!ok) fprintf(stderr, "empty GEMM %zu refused: %s\n", e, why);
+        fc_gemm_desc_release(&de);
+        fc_graph_free(ge);
+    }
 
     /* A value missing from the arguments; a node cuBLASLt does not run. */
     CHECK_EQ_INT(fc_gemm_desc_of(ctx, n, ids, 7, &d), FC_ERR_USAGE);

@@ -752,11 +752,18 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
                             FC_CUBLASLT_WORKSPACE_ALIGN);
     if (!workspace) ws_bytes = 0;
     if (p->M == 0 || p->N == 0 || p->batch == 0 || fc_gemm_plan_calls(p) == 0) return FC_OK; /* nothing to write */
-    if (p->K == 0)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a GEMM with K = 0 (an empty sum) is not run by cuBLASLt");
+    bool epilogue = p->has_bias || p->has_residual || p->act != FC_GEMM_ACT_NONE;
+    if (p->K == 0 && epilogue) /* the pad pass writes a static one as its epilogue over zeros */
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a GEMM with K = 0 and an epilogue is not run by cuBLASLt");
     fc_status st = make_current(ctx, h->dev);
     if (st != FC_OK) return st;
     if (!s) s = h->dev->stream; /* NULL is the device's stream, as everywhere in runtime/cuda/cuda.h */
+    if (p->K == 0) {
+        /* An empty sum: zeros, over the whole (dense) result. */
+        int64_t elems = p->M * p->N * p->batch * fc_gemm_plan_calls(p);
+        FC_CU_CHECK(ctx, h->dev->cu->MemsetD8Async(out, 0, (size_t)elems * fc_dtype_size(p->out), s));
+        return FC_OK;
+    }
 
     lt_ptrs ptr = {.x = in[0], .w = in[1], .d = out};
     ptr.bias = p->has_bias ? in[1 + p->nweights] : 0;

@@ -1,0 +1,214 @@
+/* test_pad.c - the numerics of every padded GEMM path (passes/pad.c,
+ * docs/GEMM.md "Unaligned shapes") on each backend this machine runs.
+ *
+ * Each case is a small graph with an unaligned N or K. It is padded the way
+ * the pipeline pads large shapes (epilogue, then the pad pass with a rule
+ * that pads whatever is unaligned: the default rule would leave shapes this
+ * small alone), compiled for the CPU backend and, with a GPU, for CUDA
+ * (where the zero block goes through cuBLASLt's kept concatenation), and
+ * run against the reference interpreter on the graph as written. Then the
+ * weights change in place, fc_program_weights_changed says so, and the
+ * next run must give the new weights' results: a padded weight the program
+ * keeps must not go stale. On CUDA one more case is compiled as written, at
+ * a size the pipeline's own rule pads. Without a GPU the CUDA half prints
+ * "skipped". First, the pass under an allocation failure at each of its
+ * allocations.
+ */
+#include "check.h"
+#include "fusec.h"
+#include "ir.h"
+#include "passes/passes.h"
+#include "splitmix.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct pad_case {
+    const char *name;
+    const char *ir;
+    const char *want; /* a node the padded graph must hold, as fc_print writes it */
+    bool as_written;  /* compiled as written: the pipeline's own rule pads it (CUDA only: a size the rule pads) */
+} pad_case;
+
+static const pad_case cases[] = {
+    {"N by a zero block, x @ W^T (the LM head's form)",
+     "graph f(%x: bf16[6, 32], %w: bf16[13, 32]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     "spec=[0, 1, 2, 0, 0, 0]", false},
+    {"N by a zero block with bias and gelu_tanh",
+     "graph f(%x: bf16[6, 32], %w: bf16[32, 13], %b: bf16[13]) {\n"
+     "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = gelu_tanh(%h1)\n  return %y\n}\n",
+     "spec=[0, 0, 2, 1, 0, 2]", false},
+    {"N: fused siblings and one zero block",
+     "graph f(%x: f16[6, 32], %wq: f16[32, 13], %wk: f16[32, 13], %bq: f16[13], %bk: f16[13]) {\n"
+     "  %q0 = matmul(%x, %wq)\n  %q = add(%q0, %bq)\n  %k0 = matmul(%x, %wk)\n  %k = add(%k0, %bk)\n"
+     "  return %q, %k\n}\n",
+     "spec=[0, 0, 3, 1, 0, 0]", false},
+    {"N: the padded result read in place by a softmax",
+     "graph f(%x: bf16[6, 32], %w: bf16[13, 32]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  %p = softmax(%y, axis=-1)\n  return %p\n}\n",
+     "slice(", false},
+    {"K: relu writes the padded rows; the weight padded by a concat",
+     "graph f(%x: f16[6, 13], %w: f16[13, 16]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "concat(%r,", false},
+    {"K and N, f32 (rows of 4), with a bias",
+     "graph f(%x: f32[6, 13], %w: f32[13, 5], %b: f32[5]) {\n"
+     "  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n  return %y\n}\n",
+     ": f32[16, 8]", false},
+    {"K = 0: the epilogue over zeros",
+     "graph f(%x: bf16[4, 0], %w: bf16[0, 8], %b: bf16[8]) {\n"
+     "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = relu(%h1)\n  return %y\n}\n",
+     "full(shape=[4, 8]", false},
+    {"the pipeline's rule: x @ W^T, N = 4001, padded by the default rule",
+     "graph f(%x: bf16[512, 768], %w: bf16[4001, 768]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     "gemm[trans_b,x2]", true},
+};
+
+static uint64_t seed = 0x5eed;
+
+static void fill(fc_tensor *t) {
+    int64_t n = fc_tensor_numel(t);
+    for (int64_t e = 0; e < n; e++) {
+        float v = (float)(2 * splitmix_uniform(&seed) - 1);
+        if (t->dtype == FC_F32) ((float *)t->data)[e] = v;
+        else if (t->dtype == FC_BF16) ((uint16_t *)t->data)[e] = fc_f32_to_bf16(v);
+        else ((uint16_t *)t->data)[e] = fc_f32_to_f16(v);
+    }
+}
+
+/* g padded as the pipeline pads large shapes, whatever its size. */
+static fc_graph *padded(fc_graph *g, const pad_case *pc) {
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+    fc_graph *p = fc_graph_clone(g);
+    CHECK(p != NULL);
+    if (!p) return NULL;
+    CHECK_EQ_INT(fc_pass_epilogue(p), FC_OK);
+    CHECK_EQ_INT(fc_pass_pad_with(p, &always), FC_OK);
+    CHECK_EQ_INT(fc_verify(p), FC_OK);
+    char *text = fc_print(p);
+    CHECK(text && strstr(text, pc->want));
+    if (text && !strstr(text, pc->want)) fprintf(stderr, "%s: no '%s' in\n%s", pc->name, pc->want, text);
+    fc_free(text);
+    return p;
+}
+
+/* Run p twice against the reference on g: as compiled, then after every
+ * input but the first (the weights) changed in place. */
+static void run_case(fc_context *ctx, fc_device dev, const pad_case *pc) {
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, pc->name, pc->ir, strlen(pc->ir), NULL, NULL, 0, &g), FC_OK);
+    if (!g) return;
+    fc_graph *gp = pc->as_written ? fc_graph_clone(g) : padded(g, pc);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = dev;
+    fc_program *p = NULL;
+    if (gp) CHECK_EQ_INT(fc_compile(gp, &o, &p), FC_OK);
+    if (p && pc->as_written) {
+        char *plan = fc_program_plan_text(p);
+        CHECK(plan && strstr(plan, pc->want));
+        if (plan && !strstr(plan, pc->want)) fprintf(stderr, "%s: no '%s' in\n%s", pc->name, pc->want, plan);
+        fc_free(plan);
+    }
+    if (!p) {
+        fprintf(stderr, "%s: %s\n", pc->name, fc_last_error(ctx));
+        fc_graph_free(gp);
+        fc_graph_free(g);
+        return;
+    }
+    int nin = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
+    fc_tensor in[8] = {{0}};
+    for (int i = 0; i < nin && i < 8; i++) {
+        CHECK_EQ_INT(fc_program_input(p, i, &in[i], NULL), FC_OK);
+        in[i].data = calloc((size_t)(fc_tensor_numel(&in[i]) + 1), 4);
+        fill(&in[i]);
+    }
+    for (int run = 0; run < 2; run++) {
+        if (run == 1) {
+            for (int i = 1; i < nin; i++) fill(&in[i]);
+            CHECK_EQ_INT(fc_program_weights_changed(p), FC_OK);
+        }
+        fc_tensor got[4] = {{0}}, want[4] = {{0}};
+        CHECK_EQ_INT(fc_program_run_host(p, in, nin, got, nout, NULL, 0), FC_OK);
+        CHECK_EQ_INT(fc_run_reference(g, in, nin, want, nout), FC_OK);
+        fc_output_diff diff[4];
+        fc_status st = fc_compare_outputs(ctx, got, want, nout, diff);
+        if (st != FC_OK) fprintf(stderr, "%s (%s, run %d): %s\n", pc->name, dev == FC_DEVICE_CUDA ? "cuda" : "cpu", run,
+                                 fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_OK);
+        for (int k = 0; k < nout; k++) {
+            fc_tensor_release(&got[k]);
+            fc_tensor_release(&want[k]);
+        }
+    }
+    for (int i = 0; i < nin; i++) free(in[i].data);
+    fc_program_free(p);
+    fc_graph_free(gp);
+    fc_graph_free(g);
+}
+
+/* An allocation failing at every allocation of the pass in turn: out of
+ * memory (and a poisoned graph), or the same padded graph once the pass
+ * gets what it asks for. */
+static void test_alloc_failures(void) {
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+    const pad_case *pc = &cases[5]; /* K and N, a bias: every kind of rewrite but the zero block */
+    for (int which = 0; which < 2; which++) {
+        if (which == 1) pc = &cases[2]; /* the zero block, siblings */
+        char *want = NULL;
+        fc_context *ctx = fc_context_new();
+        fc_graph *g = NULL;
+        if (fc_parse(ctx, "alloc", pc->ir, strlen(pc->ir), NULL, NULL, 0, &g) == FC_OK && fc_pass_epilogue(g) == FC_OK &&
+            fc_pass_pad_with(g, &always) == FC_OK)
+            want = fc_print(g);
+        fc_graph_free(g);
+        fc_context_free(ctx);
+        CHECK(want != NULL);
+        bool done = false;
+        int failures = 0;
+        for (long n = 1; n < 5000 && want && !done; n++) {
+            ctx = fc_context_new();
+            g = NULL;
+            if (fc_parse(ctx, "alloc", pc->ir, strlen(pc->ir), NULL, NULL, 0, &g) != FC_OK || fc_pass_epilogue(g) != FC_OK) {
+                fc_graph_free(g);
+                fc_context_free(ctx);
+                break;
+            }
+            fc_context_fail_alloc_after(ctx, n);
+            fc_status st = fc_pass_pad_with(g, &always);
+            fc_context_fail_alloc_after(ctx, 0);
+            if (st == FC_OK) {
+                char *got = fc_print(g);
+                CHECK_STR(got, want);
+                fc_free(got);
+                done = true;
+            } else {
+                failures++;
+                CHECK_EQ_INT(st, FC_ERR_NOMEM);
+            }
+            fc_graph_free(g);
+            fc_context_free(ctx);
+        }
+        CHECK(done);
+        CHECK(failures > 3);
+        fc_free(want);
+    }
+}
+
+int main(void) {
+    test_alloc_failures();
+    fc_context *ctx = fc_context_new();
+    const fc_device devs[2] = {FC_DEVICE_CPU, FC_DEVICE_CUDA};
+    for (int d = 0; d < 2; d++) {
+        if (!fc_device_available(devs[d])) {
+            printf("skipped: no %s device\n", d ? "CUDA" : "CPU");
+            continue;
+        }
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+            if (!cases[c].as_written || devs[d] == FC_DEVICE_CUDA) run_case(ctx, devs[d], &cases[c]);
+    }
+    fc_context_free(ctx);
+    return check_report("test_pad");
+}
