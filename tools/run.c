@@ -309,34 +309,42 @@ int run_exit_code(fc_status st) {
     }
 }
 
-/* --check: run the reference interpreter on the same inputs and compare
- * every output within its dtype's tolerance (runtime/cuda/program.h). */
+/* --check: run the reference interpreter on the same inputs twice, in the
+ * graph's dtypes and exactly (float64), and compare every output
+ * (fc_compare_outputs_exact, docs/RUNTIME-PROGRAM.md). */
 static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
     fc_context *ctx = fc_graph_context(g);
-    fc_tensor *want = calloc((size_t)(nout ? nout : 1), sizeof *want);
-    fc_output_diff *d = calloc((size_t)(nout ? nout : 1), sizeof *d);
-    if (!want || !d) {
-        free(want);
-        free(d);
-        return fail(EXIT_NOMEM, "out of memory");
-    }
+    size_t n = (size_t)(nout ? nout : 1);
+    fc_tensor *want = calloc(n, sizeof *want), *exact = calloc(n, sizeof *exact);
+    fc_output_diff *d = calloc(n, sizeof *d);
     int rc = 0;
+    if (!want || !exact || !d) {
+        rc = fail(EXIT_NOMEM, "out of memory");
+        goto done;
+    }
     fc_status st = fc_run_reference(g, in, np, want, nout);
+    if (!st) st = fc_run_reference_exact(g, in, np, exact, nout);
     if (st) {
         print_last_error(ctx);
         rc = run_exit_code(st);
-    } else {
-        st = fc_compare_outputs(ctx, out, want, nout, d);
-        for (int i = 0; i < nout; i++) {
-            char line[512];
-            printf("check out%d: max_abs_err=%.3g max_rel_err=%.3g %s\n", i, d[i].max_abs_err, d[i].max_rel_err,
-                   d[i].pass ? "ok" : "FAIL");
-            if (!d[i].pass) fprintf(stderr, "fusec: %s\n", fc_output_diff_format(&d[i], i, line, sizeof line));
-        }
-        if (st) rc = EXIT_CHECK;
+        goto done;
     }
-    for (int i = 0; i < nout; i++) fc_tensor_release(&want[i]);
+    st = fc_compare_outputs_exact(ctx, out, want, exact, nout, d);
+    for (int i = 0; i < nout; i++) {
+        char line[768];
+        printf("check out%d: max_abs_err=%.3g max_rel_err=%.3g", i, d[i].max_abs_err, d[i].max_rel_err);
+        if (d[i].margin > 0) printf(" err=%.3g ref_err=%.3g", d[i].err, d[i].ref_err);
+        printf(" %s\n", d[i].pass ? "ok" : "FAIL");
+        if (!d[i].pass) fprintf(stderr, "fusec: %s\n", fc_output_diff_format(&d[i], i, line, sizeof line));
+    }
+    if (st) rc = EXIT_CHECK;
+done:
+    for (int i = 0; i < nout; i++) {
+        if (want) fc_tensor_release(&want[i]);
+        if (exact) fc_tensor_release(&exact[i]);
+    }
     free(want);
+    free(exact);
     free(d);
     return rc;
 }

@@ -181,7 +181,7 @@ static fc_status run_node(interp *ip)
         ibuf *b = result(ip, k);
         FC_ASSERT(b->data != NULL);
         for (int64_t i = 0; i < b->numel; i++)
-            b->data[i] = fc_round_to_dtype(b->data[i], n->out[k]->dtype);
+            b->data[i] = ref_round(ip, b->data[i], n->out[k]->dtype);
     }
     return FC_OK;
 }
@@ -277,8 +277,8 @@ static fc_status check_call(fc_graph *g, int nin, bool have_inputs, int nout, bo
     return FC_OK;
 }
 
-fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
-                        int nout)
+fc_status fc_interp_run_mode(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
+                             int nout, bool exact)
 {
     if (!g)
         return FC_ERR_USAGE;
@@ -288,7 +288,7 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
     if (st != FC_OK)
         return st;
 
-    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id};
+    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id, .exact = exact};
     ip.sym = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int64_t));
     ip.sym_param = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
     ip.sym_dim = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
@@ -331,7 +331,7 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
             break;
         }
         for (int64_t j = 0; j < b->numel; j++)
-            t->data[j] = fc_round_to_dtype(b->data[j], v->dtype);
+            t->data[j] = ref_round(&ip, b->data[j], v->dtype);
     }
     if (st != FC_OK)
         for (int i = 0; i < nout; i++)
@@ -347,11 +347,19 @@ done:
     return st;
 }
 
+fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
+                        int nout)
+{
+    return fc_interp_run_mode(g, inputs, nin, outputs, nout, false);
+}
+
 /* ================================================================ */
 /* fc_run_reference: fc_tensor storage in and out.                   */
 /* ================================================================ */
 
-fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+/* exact: every float value in float64, the outputs f64 tensors. */
+static fc_status run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                               bool exact)
 {
     if (!g)
         return FC_ERR_USAGE;
@@ -395,14 +403,14 @@ fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_ten
     }
 
     if (st == FC_OK)
-        st = fc_interp_run(g, din, nin, dout, nout);
+        st = fc_interp_run_mode(g, din, nin, dout, nout, exact);
 
     /* Encode the results into each dtype's storage. fc_ctx_malloc is
      * malloc (with fault injection), so fc_tensor_release can free() it. */
     for (int i = 0; i < nout && st == FC_OK; i++) {
         fc_tensor *t = &outputs[i];
         int64_t n = fc_interp_tensor_numel(&dout[i]);
-        t->dtype = dout[i].dtype;
+        t->dtype = exact && fc_dtype_is_float(dout[i].dtype) ? FC_F64 : dout[i].dtype;
         t->rank = dout[i].rank;
         memcpy(t->shape, dout[i].shape, sizeof t->shape);
         t->data = fc_ref_alloc_zeroed(ctx, n, fc_dtype_size(t->dtype));
@@ -427,3 +435,12 @@ done:
     return st;
 }
 
+fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+{
+    return run_reference(g, inputs, nin, outputs, nout, false);
+}
+
+fc_status fc_run_reference_exact(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+{
+    return run_reference(g, inputs, nin, outputs, nout, true);
+}

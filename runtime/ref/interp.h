@@ -46,6 +46,11 @@ void fc_interp_tensor_release(fc_interp_tensor *t);
 fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin,
                         fc_interp_tensor *outputs, int nout);
 
+/* fc_interp_run, or with exact: every float value kept in float64, never
+ * rounded to its dtype (what fc_run_reference_exact runs). */
+fc_status fc_interp_run_mode(fc_graph *g, const fc_interp_tensor *inputs, int nin,
+                             fc_interp_tensor *outputs, int nout, bool exact);
+
 /* Element i of host storage of dtype dt, as a double (f16/bf16 decoded). */
 double fc_interp_load(fc_dtype dt, const void *data, int64_t i);
 /* Store fc_round_to_dtype(x, dt) as element i of host storage of dtype dt. */

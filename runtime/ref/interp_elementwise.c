@@ -91,7 +91,7 @@ fc_status fc_ref_run_elementwise(interp *ip)
         for (int k = 0; k < n->nin; k++) {
             x[k] = in[k]->data[offset_of(i, rank, shape, strides[k])];
             if (convert[k])
-                x[k] = fc_round_to_dtype(x[k], cdt);
+                x[k] = ref_round(ip, x[k], cdt);
         }
         out->data[i] = scalar_op(n->op, x[0], x[1], x[2]);
     }

@@ -87,7 +87,15 @@ typedef struct interp {
     ibuf *val;        /* by value id */
     int nval;
     const fc_node *node; /* the node being run, for messages */
+    bool exact;          /* float values kept in float64, never rounded (fc_run_reference_exact) */
 } interp;
+
+/* x rounded to dtype dt, as every node's results and converted operands
+ * are; in an exact run a float dtype keeps the float64 value. */
+static inline double ref_round(const interp *ip, double x, fc_dtype dt)
+{
+    return ip->exact && fc_dtype_is_float(dt) ? x : fc_round_to_dtype(x, dt);
+}
 
 /* "%name", or "%id" for a value without a name. */
 const char *fc_ref_value_name(const fc_value *v, char *buf, size_t n);
