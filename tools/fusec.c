@@ -261,8 +261,15 @@ int main(int argc, char **argv) {
         } else if (o.list_devices) {
             fc_device all[16];
             int n = fc_device_list(all, 16);
-            for (int i = 0; i < n && i < 16; i++)
+            /* The usable ones on stdout, one a line; why another is not, on stderr. */
+            for (int i = 0; i < n && i < 16; i++) {
                 if (fc_device_available(all[i])) printf("%s\n", fc_device_name(all[i]));
+                else if (!fc_device_built(all[i]))
+                    fprintf(stderr, "fusec: device %s: not in this build\n", fc_device_name(all[i]));
+                else
+                    fprintf(stderr, "fusec: device %s: in this build, but not usable on this machine%s\n",
+                            fc_device_name(all[i]), all[i] == FC_DEVICE_CUDA ? " (no CUDA driver or GPU)" : "");
+            }
         } else if (o.verify && !o.cache_info) {
             rc = usage_error("--verify needs --cache-info");
         } else if (o.cache_dir && (st = fc_cache_configure(o.cache_dir)) != FC_OK) {
