@@ -146,7 +146,9 @@ static int run_cli(const options *o) {
         if (!choose_device(o, &dev, &rc)) return rc;
     }
     if (!o->run) {
-        const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
+        /* --inputs also gives a compile's symbolic dims (--emit=plan|cuda|ptx). */
+        bool emits = o->emit_plan || o->emit_cuda || o->emit_ptx;
+        const char *needs_run = o->inputs_given && !emits ? "--inputs" : o->seed_given ? "--seed"
                               : o->save_dir ? "--save-outputs" : o->device_given ? "--device"
                               : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
@@ -197,6 +199,16 @@ static int run_cli(const options *o) {
             rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
             goto done;
         }
+    }
+    /* Unbound symbols of a compile come from the input files' shapes. */
+    if (compile_now && o->inputs_given) {
+        fc_graph *bound = NULL;
+        rc = bind_from_inputs(o, g, &bound);
+        if (bound != g) {
+            fc_graph_free(g);
+            g = bound;
+        }
+        if (rc) goto done;
     }
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
