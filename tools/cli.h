@@ -24,7 +24,7 @@ enum {
     EXIT_INPUT = 1,
     EXIT_USAGE = 2,
     EXIT_RUNTIME = 3,
-    EXIT_CHECK = 4, /* --check: an output exceeds its dtype tolerance */
+    EXIT_CHECK = 4, /* --check: an output's error is beyond what its dtypes explain */
     EXIT_NOMEM = 5,
     EXIT_UNSUPPORTED = 6,
 };
