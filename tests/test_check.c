@@ -1,15 +1,15 @@
 /*
  * test_check.c - --check's verdict (fc_compare_outputs_exact): every
- * shipped example passes on the CPU backend with data at the CLI's scale
- * (uniform in [-1, 1), so activations reach the hundreds) and at a model's
- * scale, and so do the small f32 attention block and the written-out
- * graphs; planted bugs still fail: a perturbed output element, a wrong
- * constant (the attention scale, an epsilon), a dropped bias, a wrong
- * function, an off-by-one in a causal mask, a reduction over the wrong
- * axis. The bugs'
- * outputs come from the reference interpreter running the buggy graph (or
- * the CPU backend, where the build has it), the verdict against the
- * correct graph's references, as --check gives it.
+ * shipped example passes on the CPU backend (and with a GPU on cuda) with
+ * data at the CLI's scale (uniform in [-1, 1), so activations reach the
+ * hundreds) and at a model's scale, and so do the small f32 attention
+ * block and the written-out graphs; planted bugs still fail: a perturbed
+ * output element, a wrong constant (the attention scale, an epsilon), a
+ * dropped bias, a wrong function, an off-by-one in a causal mask, a
+ * reduction over the wrong axis. The bugs' outputs come from the reference
+ * interpreter running the buggy graph (or the CPU backend, where the build
+ * has it), the verdict against the correct graph's references, as --check
+ * gives it.
  */
 #include "fusec.h"
 
@@ -127,16 +127,17 @@ static fc_graph *parse(fc_context *ctx, const char *name, const char *text, cons
     return g;
 }
 
-/* Outputs of g for in: the CPU backend's when cpu and the build has it,
- * else the reference interpreter's. NULL on failure (reported). */
-static fc_tensor *outputs_of(fc_graph *g, const fc_tensor *in, bool cpu) {
+/* Outputs of g for in on device dev when it is available here (the CPU
+ * backend, or with a GPU cuda), else the reference interpreter's. NULL on
+ * failure (reported). */
+static fc_tensor *outputs_on(fc_graph *g, const fc_tensor *in, fc_device dev) {
     int np = fc_graph_num_params(g), nout = fc_graph_num_outputs(g);
     fc_tensor *out = calloc((size_t)nout + 1, sizeof *out);
     fc_status st;
-    if (cpu && fc_device_built(FC_DEVICE_CPU)) {
+    if (dev != FC_DEVICE_REF && fc_device_available(dev)) {
         fc_compile_options co;
         fc_compile_options_default(&co);
-        co.device = FC_DEVICE_CPU;
+        co.device = dev;
         fc_program *p = NULL;
         st = fc_compile(g, &co, &p);
         if (st == FC_OK) st = fc_program_run_host(p, in, np, out, nout, NULL, 0);
@@ -151,6 +152,10 @@ static fc_tensor *outputs_of(fc_graph *g, const fc_tensor *in, bool cpu) {
         return NULL;
     }
     return out;
+}
+
+static fc_tensor *outputs_of(fc_graph *g, const fc_tensor *in, bool cpu) {
+    return outputs_on(g, in, cpu ? FC_DEVICE_CPU : FC_DEVICE_REF);
 }
 
 /* --check's verdict on got for graph g and inputs in: true when every
@@ -208,7 +213,7 @@ static const char attention_ir[] =
     "}\n";
 
 /* Every example passes on the CPU backend (the reference where there is
- * none), at both scales. */
+ * none) and, with a GPU, on cuda, at both scales. */
 static void test_examples_pass(fc_context *ctx) {
     for (size_t e = 0; e < sizeof examples / sizeof examples[0]; e++) {
         char *text = read_text(examples[e].file);
@@ -216,13 +221,14 @@ static void test_examples_pass(fc_context *ctx) {
         if (!text) continue;
         fc_graph *g = parse(ctx, examples[e].file, text, examples[e].graph, examples[e].binds);
         for (int scale = 0; g && scale < 2; scale++) {
-            for (uint64_t seed = 0; seed < 1; seed++) {
-                fc_tensor *in = make_inputs(g, scale, seed);
-                fc_tensor *got = outputs_of(g, in, true);
+            for (int cuda = 0; cuda < 2; cuda++) {
+                if (cuda && !fc_device_available(FC_DEVICE_CUDA)) continue;
+                fc_tensor *in = make_inputs(g, scale, 0);
+                fc_tensor *got = outputs_on(g, in, cuda ? FC_DEVICE_CUDA : FC_DEVICE_CPU);
                 char what[256];
-                snprintf(what, sizeof what, "%s %s %s seed %d", examples[e].file,
+                snprintf(what, sizeof what, "%s %s %s on %s", examples[e].file,
                          examples[e].graph ? examples[e].graph : "", scale ? "model scale" : "cli scale",
-                         (int)seed);
+                         cuda ? "cuda" : "cpu");
                 if (got) EXPECT(verdict(what, g, in, got));
                 free_tensors(got, fc_graph_num_outputs(g), true);
                 free_tensors(in, fc_graph_num_params(g), false);
