@@ -324,6 +324,11 @@ void fc_tensor_release(fc_tensor *t);
  * fc_tensor_release); nout must equal fc_graph_num_outputs(g).
  */
 fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout);
+/* The same graph computed exactly: every float value kept in float64, never
+ * rounded to its dtype (integer and bool values as fc_run_reference has
+ * them). Float outputs are f64 tensors. What fc_compare_outputs_exact
+ * measures errors against. */
+fc_status fc_run_reference_exact(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout);
 
 /* Conversions between f32 and the 16-bit float formats (round to nearest-even). */
 uint16_t fc_f32_to_bf16(float f);
@@ -665,6 +670,11 @@ typedef struct fc_output_diff {
     double worst_got, worst_want;
     bool shape_ok;      /* same dtype, rank and shape */
     bool pass;          /* shape_ok and nbad == 0 */
+    /* Against the exact computation (fc_compare_outputs_exact; 0 otherwise): */
+    double err;         /* max |got - exact| */
+    double ref_err;     /* max |want - exact|: the dtype-faithful computation's error */
+    double margin;      /* the multiple of the faithful error got may have (fc_check_margin) */
+    double worst_ratio; /* the worst element's error over what it is allowed (> 1: out) */
 } fc_output_diff;
 
 /*
@@ -676,6 +686,28 @@ typedef struct fc_output_diff {
  */
 fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
                              fc_output_diff *diffs);
+
+/*
+ * What --check decides: fc_compare_outputs, where an element out of the
+ * table's tolerance still passes when its error against the exact
+ * computation (exact[i]: fc_run_reference_exact's f64 outputs) is at most
+ *
+ *   fc_check_margin(dtype) * (|want - exact| + rms) + 2u * |exact|
+ *
+ * where want is the dtype-faithful computation (fc_run_reference, every
+ * value rounded to its dtype, as eager PyTorch computes), rms is the root
+ * mean square of |want - exact| over the output and u the dtype's unit
+ * roundoff. So large activations and cancellation, which make the
+ * faithful computation inexact too, are not reported as fusec's errors;
+ * an error well beyond what rounding to the dtypes explains still is.
+ * Integer and bool outputs are compared exactly, as by fc_compare_outputs.
+ */
+fc_status fc_compare_outputs_exact(fc_context *ctx, const fc_tensor *got, const fc_tensor *want,
+                                   const fc_tensor *exact, int n, fc_output_diff *diffs);
+/* The margin of fc_compare_outputs_exact: 128 for f32 and f64 (summation
+ * in f32, in any order, against the reference's float64 sums), 8 for f16
+ * and bf16; 0 for integer dtypes. */
+double fc_check_margin(fc_dtype dt);
 
 /*
  * One line about diffs for output `index`, for the CLI's --check and the

@@ -28,7 +28,7 @@ done < <(grep -rnE '\bgetenv[[:space:]]*\(' "${existing[@]}" --include='*.c' --i
 
 # Build-time macros and header guards share the prefix; they are not read
 # from the environment.
-build_macros='^FUSEC_(HAVE_[A-Z_]+|NO_CBLAS|VERSION|VERSION_STRING|WERROR|SANITIZE|FUZZ|WITH_LLVM|XXHASH_DIR|STAGES|SOURCES|EMBEDDED|[A-Z_]+_H|H)$'
+build_macros='^FUSEC_(HAVE_[A-Z_]+|NO_CBLAS|VERSION|VERSION_STRING|WERROR|SANITIZE|FUZZ|WITH_LLVM|WITH_CUDA|BUILD_TESTS|XXHASH_DIR|STAGES|SOURCES|EMBEDDED|[A-Z_]+_H|H)$'
 while IFS= read -r name; do
   [[ $name =~ $build_macros ]] && continue
   # FUSEC_CUDA_INCLUDE_DIR is also the build's own define of the same path.

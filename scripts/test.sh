@@ -5,6 +5,10 @@
 #   2. build/: Release, warnings as errors; every test under ctest.
 #   3. build-asan/: AddressSanitizer and UndefinedBehaviorSanitizer (with
 #      leak checking), warnings as errors; every test under ctest again.
+#   4. build-cpu/: Release without the CUDA backend (FUSEC_WITH_CUDA=OFF, as
+#      on a machine without the toolkit): the library, the CLI and the tests
+#      that need no CUDA internals (--check's, the public API's, installing
+#      and embedding); and no file of it may include a toolkit header.
 #
 # Both builds use Ninja and all cores. A failing test in the first build does
 # not stop the second; the exit code is nonzero if any test failed. Extra
@@ -40,6 +44,22 @@ cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:strict_string_checks=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -j "$jobs" "$@") || status=1
+
+echo "== build-cpu/ (Release, no CUDA backend)"
+configure build-cpu -DCMAKE_BUILD_TYPE=Release -DFUSEC_WERROR=ON -DFUSEC_WITH_CUDA=OFF
+cpu_tests=(test_check test_public_api)
+if cmake --build build-cpu -j "$jobs" && cmake --build build-cpu -j "$jobs" --target "${cpu_tests[@]}"; then
+  # The build must not have seen the toolkit's headers (this machine may
+  # have them on the default include path).
+  if ninja -C build-cpu -t deps 2>/dev/null | grep -E '/(cuda|nvrtc|cublasLt|cublas_api)\.h$'; then
+    echo "test.sh: build-cpu/ included a CUDA toolkit header (above)" >&2
+    status=1
+  fi
+  (cd build-cpu && ctest --output-on-failure -j "$jobs" -R '^(test_check|test_public_api|test_install|layers)$' "$@") ||
+    status=1
+else
+  status=1
+fi
 
 # The libFuzzer harnesses (tests/fuzz), each for a short while on the
 # sanitizer build: clang only.

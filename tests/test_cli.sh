@@ -833,5 +833,49 @@ fi
 unset FUSEC_CACHE_DIR
 
 # ----------------------------------------------------------------------
+# A dynamic graph from the command line: --emit=plan (and --run with it)
+# binds the symbols from the --inputs files' shapes; a symbol that no file
+# gives is named.
+# ----------------------------------------------------------------------
+npy "$tmp/m34.npy" '<f4' '(3, 4)' "$(for i in {1..12}; do printf '\\x00\\x00\\x80\\x3f'; done)"
+expect_rc 0 "dynamic plan, bound" "$tmp/small.ir" --bind N=3 --emit=plan
+cp "$tmp/out" "$tmp/plan_n3"
+expect_rc 0 "dynamic plan from --inputs" "$tmp/small.ir" --emit=plan --inputs "$tmp/m34.npy"
+same_file "dynamic plan from --inputs: the plan of N=3" "$tmp/out" "$tmp/plan_n3"
+expect_rc 0 "dynamic --run --emit=plan" "$tmp/small.ir" --run --emit=plan --device=ref --inputs "$tmp/m34.npy,$tmp/one4.npy"
+expect_stdout_has "dynamic --run --emit=plan" "out0: f32[3, 4] checksum=48 first=[2.5, 3.5, 4.5, 5.5, 2.5"
+expect_stdout_has "dynamic --run --emit=plan: the plan" "total: "
+cat >"$tmp/two_syms.ir" <<'EOF'
+graph two_syms(%a: f32[N, 4], %c: f32[M, 4]) {
+  %s = reduce_sum(%a, axes=[0])
+  %t = reduce_sum(%c, axes=[0])
+  %u = add(%s, %t)
+  return %u
+}
+EOF
+expect_usage "dynamic plan, a symbol no file gives" \
+  "symbol 'M' is unbound: dimension 0 of parameter %c (f32[M, 4]) has it" "$tmp/two_syms.ir" --emit=plan --inputs "$tmp/m34.npy"
+expect_usage "dynamic --run --emit=plan, a symbol no file gives" "symbol 'M' is unbound" \
+  "$tmp/two_syms.ir" --run --emit=plan --device=ref --inputs "$tmp/m34.npy"
+expect_rc 0 "dynamic plan, --bind for the rest" "$tmp/two_syms.ir" --emit=plan --inputs "$tmp/m34.npy" --bind M=2
+expect_rc 0 "dynamic --run, both from files" "$tmp/two_syms.ir" --run --emit=plan --device=ref \
+  --inputs "$tmp/m34.npy,$tmp/m24.npy"
+expect_stdout_has "dynamic --run, both from files" "out0: f32[4]"
+
+# ----------------------------------------------------------------------
+# --check on every shipped example, with the CLI's own random inputs, on
+# the CPU backend and (with a GPU) on cuda: no cry of wolf.
+# ----------------------------------------------------------------------
+for dev in cpu cuda; do
+  "$FUSEC" --devices 2>/dev/null | grep -qx "$dev" || continue
+  for ex in "gpt2_block.ir B=1,T=8" "gpt2_block_bf16.ir B=1,T=8" "layernorm.ir B=2,T=8" "llama_block.ir B=1,T=8" \
+    "mlp.ir B=4" "pointwise.ir N=16" "softmax.ir N=4"; do
+    read -r file binds <<<"$ex"
+    expect_rc 0 "--check $file on $dev" "$SRC/examples/$file" --bind "$binds" --run --check --device=$dev
+    expect_stdout_has "--check $file on $dev" "check out0: "
+  done
+done
+
+# ----------------------------------------------------------------------
 echo "$passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -24,7 +24,7 @@ enum {
     EXIT_INPUT = 1,
     EXIT_USAGE = 2,
     EXIT_RUNTIME = 3,
-    EXIT_CHECK = 4, /* --check: an output exceeds its dtype tolerance */
+    EXIT_CHECK = 4, /* --check: an output's error is beyond what its dtypes explain */
     EXIT_NOMEM = 5,
     EXIT_UNSUPPORTED = 6,
 };
@@ -99,6 +99,10 @@ int run_exit_code(fc_status st);
 /* Build the inputs (files, then random data), run, print or save the
  * outputs, and --check and --bench them. */
 int run_inputs(const options *o, const run_target *t, run_stats *rs);
+/* A compile of a graph with symbolic dims: bind them from the --inputs
+ * files' shapes into a specialized copy (*out, or g itself). A symbol no
+ * file gives is a usage error naming it. */
+int bind_from_inputs(const options *o, fc_graph *g, fc_graph **out);
 
 /* ---- compiling and the cache (compile.c) ---------------------------------------- */
 

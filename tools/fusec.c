@@ -147,7 +147,9 @@ static int run_cli(const options *o) {
         if (!choose_device(o, &dev, &rc)) return rc;
     }
     if (!o->run) {
-        const char *needs_run = o->inputs_given ? "--inputs" : o->seed_given ? "--seed"
+        /* --inputs also gives a compile's symbolic dims (--emit=plan|cuda|ptx). */
+        bool emits = o->emit_plan || o->emit_cuda || o->emit_ptx;
+        const char *needs_run = o->inputs_given && !emits ? "--inputs" : o->seed_given ? "--seed"
                               : o->save_dir ? "--save-outputs" : o->device_given ? "--device"
                               : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
@@ -202,6 +204,16 @@ static int run_cli(const options *o) {
             rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
             goto done;
         }
+    }
+    /* Unbound symbols of a compile come from the input files' shapes. */
+    if (compile_now && o->inputs_given) {
+        fc_graph *bound = NULL;
+        rc = bind_from_inputs(o, g, &bound);
+        if (bound != g) {
+            fc_graph_free(g);
+            g = bound;
+        }
+        if (rc) goto done;
     }
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
@@ -266,8 +278,15 @@ int main(int argc, char **argv) {
         } else if (o.list_devices) {
             fc_device all[16];
             int n = fc_device_list(all, 16);
-            for (int i = 0; i < n && i < 16; i++)
+            /* The usable ones on stdout, one a line; why another is not, on stderr. */
+            for (int i = 0; i < n && i < 16; i++) {
                 if (fc_device_available(all[i])) printf("%s\n", fc_device_name(all[i]));
+                else if (!fc_device_built(all[i]))
+                    fprintf(stderr, "fusec: device %s: not in this build\n", fc_device_name(all[i]));
+                else
+                    fprintf(stderr, "fusec: device %s: in this build, but not usable on this machine%s\n",
+                            fc_device_name(all[i]), all[i] == FC_DEVICE_CUDA ? " (no CUDA driver or GPU)" : "");
+            }
         } else if (o.verify && !o.cache_info) {
             rc = usage_error("--verify needs --cache-info");
         } else if (o.cache_dir && (st = fc_cache_configure(o.cache_dir)) != FC_OK) {

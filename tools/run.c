@@ -311,34 +311,45 @@ int run_exit_code(fc_status st) {
     }
 }
 
-/* --check: run the reference interpreter on the same inputs and compare
- * every output within its dtype's tolerance (runtime/cuda/program.h). */
+/* --check: run the reference interpreter on the same inputs twice, in the
+ * graph's dtypes and exactly (float64), and compare every output
+ * (fc_compare_outputs_exact, docs/RUNTIME-PROGRAM.md). */
 static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
     fc_context *ctx = fc_graph_context(g);
-    fc_tensor *want = calloc((size_t)(nout ? nout : 1), sizeof *want);
-    fc_output_diff *d = calloc((size_t)(nout ? nout : 1), sizeof *d);
-    if (!want || !d) {
-        free(want);
-        free(d);
-        return fail(EXIT_NOMEM, "out of memory");
-    }
+    size_t n = (size_t)(nout ? nout : 1);
+    fc_tensor *want = calloc(n, sizeof *want), *exact = calloc(n, sizeof *exact);
+    fc_output_diff *d = calloc(n, sizeof *d);
     int rc = 0;
+    if (!want || !exact || !d) {
+        rc = fail(EXIT_NOMEM, "out of memory");
+        goto done;
+    }
     fc_status st = fc_run_reference(g, in, np, want, nout);
+    if (!st) st = fc_run_reference_exact(g, in, np, exact, nout);
     if (st) {
         print_last_error(ctx);
         rc = run_exit_code(st);
-    } else {
-        st = fc_compare_outputs(ctx, out, want, nout, d);
-        for (int i = 0; i < nout; i++) {
-            char line[512];
-            printf("check out%d: max_abs_err=%.3g max_rel_err=%.3g %s\n", i, d[i].max_abs_err, d[i].max_rel_err,
-                   d[i].pass ? "ok" : "FAIL");
-            if (!d[i].pass) fprintf(stderr, "fusec: %s\n", fc_output_diff_format(&d[i], i, line, sizeof line));
-        }
-        if (st) rc = EXIT_CHECK;
+        goto done;
     }
-    for (int i = 0; i < nout; i++) fc_tensor_release(&want[i]);
+    st = fc_compare_outputs_exact(ctx, out, want, exact, nout, d);
+    for (int i = 0; i < nout; i++) {
+        char line[768];
+        /* Against the reference, then (floats) both errors against float64:
+         * fusec's, and the dtype-faithful computation's. */
+        printf("check out%d: max_abs_err=%.3g max_rel_err=%.3g %s", i, d[i].max_abs_err, d[i].max_rel_err,
+               d[i].pass ? "ok" : "FAIL");
+        if (d[i].margin > 0) printf(" (error %.3g, in the dtypes %.3g)", d[i].err, d[i].ref_err);
+        putchar('\n');
+        if (!d[i].pass) fprintf(stderr, "fusec: %s\n", fc_output_diff_format(&d[i], i, line, sizeof line));
+    }
+    if (st) rc = EXIT_CHECK;
+done:
+    for (int i = 0; i < nout; i++) {
+        if (want) fc_tensor_release(&want[i]);
+        if (exact) fc_tensor_release(&exact[i]);
+    }
     free(want);
+    free(exact);
     free(d);
     return rc;
 }
@@ -369,6 +380,55 @@ static int weights_to_inputs(const fc_weights *w, fc_graph *g, fc_tensor *in, in
     }
     free(view);
     free(bound);
+    return rc;
+}
+
+/* A compile (--emit=plan|cuda|ptx, -o) of a graph with symbolic dims: bind
+ * them from the --inputs files' shapes, as --run does, into a specialized
+ * copy (*out; g itself when it has no unbound symbol). A symbol no file
+ * gives is an error that names it and the parameters that have it. */
+int bind_from_inputs(const options *o, fc_graph *g, fc_graph **out) {
+    *out = g;
+    int np = fc_graph_num_params(g);
+    if (o->ninputs > np)
+        return usage_error("%d input files given, but graph '%s' has %d parameter%s", o->ninputs, fc_graph_name(g),
+                           np, np == 1 ? "" : "s");
+    param_info *params = calloc((size_t)(np ? np : 1), sizeof *params);
+    if (!params) return fail(EXIT_NOMEM, "out of memory");
+    sym_values sv = {.n = 0};
+    int rc = 0;
+    char err[512];
+    for (int i = 0; i < np && !rc; i++) {
+        param_of_graph(g, i, &params[i]);
+        if (i >= o->ninputs || !*o->inputs[i]) continue;
+        fc_tensor t = {0};
+        if (npy_read(o->inputs[i], &t, err, sizeof err) != 0) rc = fail(EXIT_RUNTIME, "%s", err);
+        else if (!(rc = convert_input(&t, params[i].dtype, o->inputs[i], params[i].name)))
+            rc = match_shape(&params[i], &t, &sv, o->inputs[i]);
+        free(t.data);
+    }
+    /* The first symbol of a parameter that no file bound. */
+    for (int i = 0; i < np && !rc; i++) {
+        for (int d = 0; d < params[i].rank && !rc; d++) {
+            int64_t v;
+            const char *sym = params[i].sym[d];
+            if (sym && !sym_lookup(&sv, sym, &v))
+                rc = usage_error("symbol '%s' is unbound: dimension %d of parameter %s (%s) has it, and no --inputs "
+                                 "file gives that parameter; bind it with --bind %s=<size> or give the file",
+                                 sym, d, params[i].name, params[i].type, sym);
+        }
+    }
+    if (!rc && sv.n > 0) {
+        fc_binding binds[64];
+        for (int k = 0; k < sv.n; k++) binds[k] = (fc_binding){sv.name[k], sv.value[k]};
+        *out = fc_graph_specialize(g, binds, sv.n);
+        if (!*out) {
+            print_last_error(fc_graph_context(g));
+            *out = g;
+            rc = EXIT_INPUT;
+        }
+    }
+    free(params);
     return rc;
 }
 

@@ -46,7 +46,70 @@ static bool same_type(const fc_tensor *a, const fc_tensor *b) {
     return true;
 }
 
-static void compare_one(const fc_tensor *got, const fc_tensor *want, fc_output_diff *r) {
+/* The unit roundoff of a float dtype: half the distance from 1 to the next
+ * value (2^-24 for f32). */
+static double unit_roundoff(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: return 0x1.0p-53;
+    case FC_F32: return 0x1.0p-24;
+    case FC_F16: return 0x1.0p-11;
+    case FC_BF16: return 0x1.0p-8;
+    default: return 0;
+    }
+}
+
+/*
+ * How many times the dtype-faithful computation's error fusec's may be.
+ * A fused kernel keeps its intermediates in f32, so for a 16-bit graph it
+ * is usually more accurate than a computation that rounds every node, and
+ * the margin only has to absorb where it rounds differently. For an f32
+ * graph the faithful computation (the reference rounding each node to f32,
+ * but summing in float64) misses the error of summing in f32 in some
+ * order: a GEMM or reduction over K terms in f32 is off by up to about
+ * sqrt(K) roundings of its terms where the reference rounds once, hence
+ * the larger margin (K = 4096 gives 64, and twice that for the order).
+ */
+double fc_check_margin(fc_dtype dt) {
+    switch (dt) {
+    case FC_F64: case FC_F32: return 128;
+    case FC_F16: case FC_BF16: return 8;
+    default: return 0;
+    }
+}
+
+/* Element i of a float tensor, or of an integer one exactly (as a double,
+ * nudged apart where doubles cannot tell two i64 values apart). */
+static void load_pair(const fc_tensor *got, const fc_tensor *want, int64_t i, double *x, double *w) {
+    if (fc_dtype_is_float(want->dtype)) {
+        *x = fc_interp_load(got->dtype, got->data, i);
+        *w = fc_interp_load(want->dtype, want->data, i);
+        return;
+    }
+    int64_t xi = load_int(got->dtype, got->data, i), wi = load_int(want->dtype, want->data, i);
+    *x = (double)xi;
+    *w = (double)wi;
+    if (xi == wi) *x = *w;
+    else if (*x == *w) *x = nextafter(*w, INFINITY);
+}
+
+/* |a - b|, with NaN equal to NaN and an infinity equal only to itself
+ * (INFINITY when they differ so). */
+static double distance(double a, double b) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INFINITY;
+    if (isinf(a) || isinf(b)) return a == b ? 0 : INFINITY;
+    return fabs(a - b);
+}
+
+/*
+ * Compare one output. exact (an f64 tensor of want's shape, or NULL) is
+ * the graph computed with every float value in float64: then an element
+ * also passes when its error against exact is within fc_check_margin times
+ * the error that the dtype-faithful computation (want) has there, plus the
+ * root mean square of that error over the output (so that an element where
+ * the faithful computation happens to be exact does not demand exactness),
+ * plus one rounding of the exact value to the dtype.
+ */
+static void compare_one(const fc_tensor *got, const fc_tensor *want, const fc_tensor *exact, fc_output_diff *r) {
     memset(r, 0, sizeof *r);
     r->dtype = want->dtype;
     r->tol = fc_dtype_tolerance(want->dtype);
@@ -55,31 +118,45 @@ static void compare_one(const fc_tensor *got, const fc_tensor *want, fc_output_d
     if (!r->shape_ok) return;
     r->numel = fc_tensor_numel(want);
     bool is_float = fc_dtype_is_float(want->dtype);
+    bool use_exact = exact && is_float;
+    double margin = use_exact ? fc_check_margin(want->dtype) : 0, u = unit_roundoff(want->dtype);
+    r->margin = margin;
+    /* The faithful computation's error: its root mean square over the
+     * output (finite elements), the floor of every element's allowance. */
+    double ref_floor = 0;
+    if (use_exact) {
+        double sq = 0;
+        int64_t nfinite = 0;
+        for (int64_t i = 0; i < r->numel; i++) {
+            double w = fc_interp_load(want->dtype, want->data, i), e = ((const double *)exact->data)[i];
+            double d = distance(w, e);
+            if (!isfinite(d)) continue;
+            if (d > r->ref_err) r->ref_err = d;
+            sq += d * d;
+            nfinite++;
+        }
+        ref_floor = nfinite ? sqrt(sq / (double)nfinite) : 0;
+    }
     double worst_ratio = -1;
     for (int64_t i = 0; i < r->numel; i++) {
-        double x, w, err, bound;
-        bool ok;
-        if (is_float) {
-            x = fc_interp_load(got->dtype, got->data, i);
-            w = fc_interp_load(want->dtype, want->data, i);
-        } else {
-            int64_t xi = load_int(got->dtype, got->data, i), wi = load_int(want->dtype, want->data, i);
-            x = (double)xi;
-            w = (double)wi;
-            if (xi == wi) x = w; /* equal, even where doubles cannot tell */
-            else if (x == w) x = nextafter(w, INFINITY);
+        double x, w;
+        load_pair(got, want, i, &x, &w);
+        double err = distance(x, w);
+        double bound = r->tol.abs + r->tol.rel * (isfinite(w) ? fabs(w) : 0);
+        bool ok = err <= bound;
+        double ratio = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
+        if (use_exact) {
+            double e = ((const double *)exact->data)[i];
+            double xe = distance(x, e);
+            if (xe > r->err) r->err = xe;
+            double re = distance(w, e);
+            if (isfinite(re) && isfinite(e)) {
+                double allowed = margin * (re + ref_floor) + 2 * u * fabs(e);
+                double eratio = xe == 0 ? 0 : allowed > 0 ? xe / allowed : INFINITY;
+                ok = ok || xe <= allowed;
+                if (eratio < ratio) ratio = eratio;
+            }
         }
-        if (isnan(x) || isnan(w)) {
-            ok = isnan(x) && isnan(w);
-            err = ok ? 0 : INFINITY;
-        } else if (isinf(x) || isinf(w)) {
-            ok = x == w;
-            err = ok ? 0 : INFINITY;
-        } else {
-            err = fabs(x - w);
-            ok = err <= r->tol.abs + r->tol.rel * fabs(w);
-        }
-        bound = r->tol.abs + r->tol.rel * (isfinite(w) ? fabs(w) : 0);
         if (err > r->max_abs_err) r->max_abs_err = err;
         if (w != 0 && !isnan(w)) {
             double rel = isinf(w) ? (ok ? 0 : INFINITY) : err / fabs(w);
@@ -87,7 +164,6 @@ static void compare_one(const fc_tensor *got, const fc_tensor *want, fc_output_d
         }
         if (!ok) r->nbad++;
         /* The element nearest to (or furthest past) its bound. */
-        double ratio = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
         if (ratio > worst_ratio) {
             worst_ratio = ratio;
             r->worst = i;
@@ -95,6 +171,7 @@ static void compare_one(const fc_tensor *got, const fc_tensor *want, fc_output_d
             r->worst_want = w;
         }
     }
+    r->worst_ratio = worst_ratio < 0 ? 0 : worst_ratio;
     r->pass = r->nbad == 0;
 }
 
@@ -113,33 +190,46 @@ const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf,
         snprintf(buf, n, "output %d: FAIL (dtype or shape differs)", index);
         return buf;
     }
-    int len = snprintf(buf, n, "output %d (%s, %lld elements): max_abs_err %.3g max_rel_err %.3g (tolerance rel %g abs %g): ",
+    int len = snprintf(buf, n, "output %d (%s, %lld elements): max_abs_err %.3g max_rel_err %.3g (tolerance rel %g abs %g",
                        index, fc_dtype_name(d->dtype), (long long)d->numel, d->max_abs_err, d->max_rel_err,
                        d->tol.rel, d->tol.abs);
+    if (len >= 0 && (size_t)len < n && d->margin > 0)
+        len += snprintf(buf + len, n - (size_t)len, "; against float64: error %.3g, the reference's %.3g, allowed %gx",
+                        d->err, d->ref_err, d->margin);
     if (len < 0 || (size_t)len >= n) return buf;
     if (d->pass)
-        snprintf(buf + len, n - (size_t)len, "ok");
+        snprintf(buf + len, n - (size_t)len, "): ok");
     else
-        snprintf(buf + len, n - (size_t)len, "FAIL (%lld elements out of tolerance; worst [%lld]: got %.9g, want %.9g)",
+        snprintf(buf + len, n - (size_t)len, "): FAIL (%lld elements out of tolerance; worst [%lld]: got %.9g, want %.9g)",
                  (long long)d->nbad, (long long)d->worst, d->worst_got, d->worst_want);
     return buf;
 }
 
-fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
-                             fc_output_diff *diffs) {
+static fc_status compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, const fc_tensor *exact,
+                                 int n, fc_output_diff *diffs, const char *fn) {
     if (n < 0 || (n > 0 && (!got || !want || !diffs)))
-        return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs: NULL arguments or n < 0");
+        return fc_set_error(ctx, FC_ERR_USAGE, "%s: NULL arguments or n < 0", fn);
     for (int i = 0; i < n; i++) {
         if ((fc_tensor_numel(&got[i]) > 0 && !got[i].data) || (fc_tensor_numel(&want[i]) > 0 && !want[i].data))
-            return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs: output %d has no data", i);
+            return fc_set_error(ctx, FC_ERR_USAGE, "%s: output %d has no data", fn, i);
+        if (!exact) continue;
+        /* The exact outputs: f64 for a float output, want's own dtype for
+         * an integer one (which is compared exactly, without them). */
+        const fc_tensor *e = &exact[i];
+        bool fits = valid_tensor(e) && valid_tensor(&want[i]) && e->rank == want[i].rank &&
+                    e->dtype == (fc_dtype_is_float(want[i].dtype) ? FC_F64 : want[i].dtype);
+        for (int d = 0; fits && d < e->rank; d++) fits = e->shape[d] == want[i].shape[d];
+        if (!fits || (fc_tensor_numel(e) > 0 && !e->data))
+            return fc_set_error(ctx, FC_ERR_USAGE, "%s: exact output %d is not an f64 tensor of the reference's shape",
+                                fn, i);
     }
     int first_bad = -1;
     for (int i = 0; i < n; i++) {
-        compare_one(&got[i], &want[i], &diffs[i]);
+        compare_one(&got[i], &want[i], exact ? &exact[i] : NULL, &diffs[i]);
         if (!diffs[i].pass && first_bad < 0) first_bad = i;
     }
     if (first_bad < 0) return FC_OK;
-    char line[512];
+    char line[768];
     fc_output_diff_format(&diffs[first_bad], first_bad, line, sizeof line);
     if (!diffs[first_bad].shape_ok) {
         char a[160], b[160];
@@ -148,4 +238,15 @@ fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_ten
                             tensor_type_str(&want[first_bad], b, sizeof b));
     }
     return fc_set_error(ctx, FC_ERR_RUNTIME, "%s", line);
+}
+
+fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_tensor *want, int n,
+                             fc_output_diff *diffs) {
+    return compare_outputs(ctx, got, want, NULL, n, diffs, "fc_compare_outputs");
+}
+
+fc_status fc_compare_outputs_exact(fc_context *ctx, const fc_tensor *got, const fc_tensor *want,
+                                   const fc_tensor *exact, int n, fc_output_diff *diffs) {
+    if (n > 0 && !exact) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs_exact: NULL exact");
+    return compare_outputs(ctx, got, want, exact, n, diffs, "fc_compare_outputs_exact");
 }

@@ -281,12 +281,6 @@ static fc_status check_call(fc_graph *g, int nin, bool have_inputs, int nout, bo
     return FC_OK;
 }
 
-fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
-                        int nout)
-{
-    return fc_interp_run_rounding(g, FC_REF_DTYPE, inputs, nin, outputs, nout);
-}
-
 fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding rounding, const fc_interp_tensor *inputs, int nin,
                                  fc_interp_tensor *outputs, int nout)
 {
@@ -358,11 +352,19 @@ done:
     return st;
 }
 
+fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs,
+                        int nout)
+{
+    return fc_interp_run_rounding(g, FC_REF_DTYPE, inputs, nin, outputs, nout);
+}
+
 /* ================================================================ */
 /* fc_run_reference: fc_tensor storage in and out.                   */
 /* ================================================================ */
 
-fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+/* exact: every float value in float64, the outputs f64 tensors. */
+static fc_status run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                               bool exact)
 {
     if (!g)
         return FC_ERR_USAGE;
@@ -406,14 +408,14 @@ fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_ten
     }
 
     if (st == FC_OK)
-        st = fc_interp_run(g, din, nin, dout, nout);
+        st = fc_interp_run_rounding(g, exact ? FC_REF_EXACT : FC_REF_DTYPE, din, nin, dout, nout);
 
     /* Encode the results into each dtype's storage. fc_ctx_malloc is
      * malloc (with fault injection), so fc_tensor_release can free() it. */
     for (int i = 0; i < nout && st == FC_OK; i++) {
         fc_tensor *t = &outputs[i];
         int64_t n = fc_interp_tensor_numel(&dout[i]);
-        t->dtype = dout[i].dtype;
+        t->dtype = exact && fc_dtype_is_float(dout[i].dtype) ? FC_F64 : dout[i].dtype;
         t->rank = dout[i].rank;
         memcpy(t->shape, dout[i].shape, sizeof t->shape);
         t->data = fc_ref_alloc_zeroed(ctx, n, fc_dtype_size(t->dtype));
@@ -438,3 +440,12 @@ done:
     return st;
 }
 
+fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+{
+    return run_reference(g, inputs, nin, outputs, nout, false);
+}
+
+fc_status fc_run_reference_exact(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
+{
+    return run_reference(g, inputs, nin, outputs, nout, true);
+}
