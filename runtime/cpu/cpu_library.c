@@ -3,8 +3,6 @@
 
 #ifdef FUSEC_HAVE_LLVM
 
-#include "passes/epilogue.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,8 +142,8 @@ static float load_float(fc_dtype dt, const void *data, int64_t i) {
 }
 
 /*
- * matmul and gemm (passes/epilogue.c, docs/GEMM.md), both read through
- * fc_gemm_info_of:
+ * matmul and gemm (passes/epilogue.c, docs/GEMM.md), both decoded at
+ * compile time (fc_gemm_info_of, in fc_cpu_check_library):
  *
  *   y[.., m, off_i + j] = act(scale * sum_k A[.., m, k] Bi[.., k, j] + bias_i[j] + residual[.., m, off_i + j])
  *
@@ -156,9 +154,10 @@ static float load_float(fc_dtype dt, const void *data, int64_t i) {
  * activation and rounds once to the result's dtype. matmul's rank-1
  * operands are [1, K] and [K, 1].
  */
-static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *n, void *const *args) {
-    fc_gemm_info gi;
-    FC_ASSERT(fc_gemm_info_of(n, &gi)); /* checked by check_library */
+static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *n, const fc_gemm_info *info,
+                         void *const *args) {
+    FC_ASSERT(info->a); /* decoded by check_library */
+    const fc_gemm_info gi = *info;
     const fc_value *a = gi.a, *y = n->out[0];
     fc_dtype in_dt = a->dtype, out_dt = y->dtype;
     bool f64 = in_dt == FC_F64;
@@ -375,37 +374,10 @@ static fc_status run_attention(fc_cpu_program *p, const fc_group *gr, const fc_n
     return st;
 }
 
-fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, void *const *args) {
+fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gemm_info *gi, void *const *args) {
     const fc_node *n = gr->nodes[0];
     if (n->op == FC_OP_ATTENTION) return run_attention(p, gr, n, args);
-    return run_gemm(p, gr, n, args);
-}
-
-/* Library groups are checked at compile time, so a plan the runtime cannot
- * run fails in fc_cpu_compile: one node, its result the group's only
- * output, every operand a group input. */
-fc_status fc_cpu_check_library(fc_cpu_program *p, const fc_group *gr) {
-    const fc_node *n = gr->nodes[0];
-    fc_gemm_info gi;
-    bool ok = gr->nnodes == 1 && gr->noutputs == 1 && gr->outputs[0] == n->out[0] && n->nout == 1;
-    for (int i = 0; ok && i < n->nin; i++) {
-        bool found = false;
-        for (int j = 0; j < gr->ninputs; j++) found |= gr->inputs[j] == n->in[i];
-        ok = found;
-    }
-    if (ok && n->op == FC_OP_ATTENTION)
-        ok = fc_dtype_is_float(n->in[0]->dtype) && n->nin <= 4 &&
-             (n->nin < 4 || n->in[3]->dtype == FC_BOOL || fc_dtype_is_float(n->in[3]->dtype));
-    else if (ok) {
-        ok = fc_gemm_info_of(n, &gi) && fc_dtype_is_float(gi.a->dtype) &&
-             (gi.a->dtype == FC_F64 ? !gi.has_bias && !gi.has_residual && gi.act == FC_GEMM_ACT_NONE &&
-                                          n->out[0]->dtype == FC_F64
-                                    : n->out[0]->dtype != FC_F64);
-        for (int i = 0; ok && gi.has_bias && i < gi.nweights; i++) ok = gi.w[i]->rank >= 2;
-    }
-    if (ok) return FC_OK;
-    return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "CPU backend: %s is not supported as a library call",
-                        fc_op_table[n->op].name);
+    return run_gemm(p, gr, n, gi, args);
 }
 
 #endif

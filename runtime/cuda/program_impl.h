@@ -50,11 +50,15 @@
 #include "runtime/cuda/program.h"
 #include "runtime/backend.h"
 #include "ir/switches.h"
-/* The compile driver's calls (program_compile.c, program_variant.c):
- * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options.
- * Nothing on the run path calls codegen. */
+/* The compile drivers' calls (program_compile.c, variant_compile.c):
+ * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options; and
+ * the plan that struct fc_program keeps for introspection (program_plan.c).
+ * The other files here call neither: scripts/check-layers.sh checks which
+ * objects reference passes/ and codegen/. */
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/cuda_codegen.h"
+#include "passes/passes.h"
+#include "lower/variant_desc.h"
 #include "ir/timing.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
@@ -187,16 +191,11 @@ typedef struct fc_prog_variant {
      * (runtime/cuda/frame.h). */
     fc_frame *frame;
     int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
-    /* A variant of kernels only: what each shape's instance is made from
-     * (instance_from_layout). The memory plan's layout (the classes, their
-     * lifetimes, the sizes as formulas: only the placement is per shape),
-     * and every value's storage kind and index, which do not depend on
-     * the shape either (an arena value's index is its offset, per shape).
-     * The variant's own d.outputs[k].copy_from holds each result's copy
-     * source the same way (its bytes are per shape). */
-    fc_memplan_layout *layout;
-    fc_store *store_kind;
-    bool *grid_sized; /* by launch: its grid depends on the symbols (else the variant's is every shape's) */
+    /* What each shape's instance is made from (lower/variant_desc.h): the
+     * memory plan's layout, every value's storage kind, which grids are
+     * per shape, each GEMM as types. The variant's own d.outputs[k].copy_from
+     * holds each result's copy source (its bytes are per shape). */
+    fc_variant_desc lowered;
 } fc_prog_variant;
 
 /* One shape of a variant (an "instance"): the variant's module and kernels
@@ -208,9 +207,9 @@ typedef struct fc_prog_instance {
     int64_t *syms;
     int nsyms;
     unsigned arena_gen; /* the variant's arena_gen its graph was built for */
-    /* Made from the variant's layout: its description's arrays live in
-     * the instance's own allocation, and its names and launch argument
-     * lists are the variant's, so they are not freed one by one. */
+    /* Its description's arrays live in the instance's own allocation, and
+     * its names, launch argument lists and GEMM operand positions are the
+     * variant's (fc_variant_desc_at), so they are not freed one by one. */
     bool desc_inline;
 } fc_prog_instance;
 
@@ -295,6 +294,10 @@ fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size);
 static inline fc_program *fc_prog_new_program(fc_context *ctx) {
     return fc_prog_new_exec(ctx, FC_PROG_STATIC, sizeof(fc_program));
 }
+
+/* program_plan.c: free a program's graph after the passes and its plan
+ * (introspection; either may be empty). */
+void fc_prog_introspection_free(fc_graph **g, fc_plan *plan);
 
 /* program_variant.c */
 fc_status fc_prog_grow_arena(fc_prog_variant *v, int64_t bytes, bool exact);
