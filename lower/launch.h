@@ -7,7 +7,14 @@
  * that it is plain data that the program description carries
  * (lower/program_desc.h), the cache and AOT files store, and the runtime
  * reads at run time with the functions below, never through codegen: a
- * launch's grid at a bound shape is a formula evaluated here.
+ * launch's grid at a shape is a formula of the symbols evaluated here.
+ *
+ * The names are CUDA's (fc_cuda_src, grid, block, shared memory, tensor
+ * maps) because the data is: CUDA's launch configuration, which only
+ * codegen/cuda fills and the cache and AOT formats store field by field.
+ * The CPU backend runs its plan and has no launch list. What a run reads
+ * of it beyond the launch configuration is neutral: fc_launch_grid takes
+ * symbol values, not a plan, and this header needs nothing of passes/.
  */
 #ifndef FC_LOWER_LAUNCH_H
 #define FC_LOWER_LAUNCH_H

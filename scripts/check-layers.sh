@@ -32,10 +32,11 @@ backends="cuda cpu ref"
 
 # The runtime's compile drivers: the only runtime files that may include
 # passes/ or codegen/ headers (docs/ARCHITECTURE.md, "Where compile ends and
-# running begins"). program_impl.h carries, for program_compile.c, the code
-# generator's declarations, and the plan struct fc_program keeps for
-# introspection; the CPU backend's executable is its plan (cpu_impl.h).
-include_drivers=" runtime/cuda/program_impl.h runtime/cpu/cpu_impl.h runtime/cpu/cpu_program.c "
+# running begins"): compile_driver.h is what the CUDA drivers include;
+# program_impl.h carries, for program_compile.c, the code generator's
+# declarations, and the plan struct fc_program keeps for introspection; the
+# CPU backend's executable is its plan (cpu_impl.h).
+include_drivers=" runtime/cuda/compile_driver.h runtime/cuda/program_impl.h runtime/cpu/cpu_impl.h runtime/cpu/cpu_program.c "
 # The objects that may call into passes/ and codegen/: the compile drivers
 # (a static compile, a variant's compile, re-planning for introspection,
 # the CPU backend's compile). Every other runtime object is the run path:

@@ -50,11 +50,12 @@
 #include "runtime/cuda/program.h"
 #include "runtime/backend.h"
 #include "ir/switches.h"
-/* The compile drivers' calls (program_compile.c, variant_compile.c):
- * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options; and
- * the plan that struct fc_program keeps for introspection (program_plan.c).
- * The other files here call neither: scripts/check-layers.sh checks which
- * objects reference passes/ and codegen/. */
+/* program_compile.c's calls into the code generator (fc_cuda_codegen,
+ * and fc_cuda_attention_hopper for the NVRTC options), until it includes
+ * compile_driver.h as the other compile drivers do; and the plan that
+ * struct fc_program keeps for introspection (program_plan.c). The other
+ * files here call neither: scripts/check-layers.sh checks which objects
+ * reference passes/ and codegen/. */
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/cuda_codegen.h"
 #include "passes/passes.h"

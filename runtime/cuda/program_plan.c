@@ -5,7 +5,7 @@
  * ran no passes here, plans its graph text again when asked. A compile
  * driver (scripts/check-layers.sh): nothing a run calls is here.
  */
-#include "runtime/cuda/program_impl.h"
+#include "runtime/cuda/compile_driver.h"
 
 /* The graph and plan, made here when absent (for an executable or a
  * dynamic program alike: the fields each keeps for introspection). */

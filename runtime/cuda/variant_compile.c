@@ -4,7 +4,7 @@
  * variant's lowered description (lower/variant_desc.h), from which
  * program_variant.c makes each shape with no pass and no code generator.
  */
-#include "runtime/cuda/program_impl.h"
+#include "runtime/cuda/compile_driver.h"
 
 /* The node of library launch group `id`: its group's only node. */
 static const fc_node *group_node(const fc_plan *plan, int id) {
