@@ -692,6 +692,44 @@ static void check_instances(fc_context *ctx, const example *ex, const fc_binding
     fc_graph_free(g);
 }
 
+/* A variant with cuBLASLt calls (FUSEC_VARIANT_GEMM=cublaslt): a new
+ * shape costs what one of kernels only does, plus a GEMM plan per library
+ * launch, and never a bound graph: its instance is one allocation too. */
+static void check_library_instance_time(fc_context *ctx) {
+    fc_graph *g = NULL;
+    const fc_binding b1 = {"B", 1};
+    CHECK_EQ_INT(fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, &b1, 1, &g), FC_OK);
+    fc_compile_options o = sm90_options();
+    fc_program *v = NULL, *inst = NULL;
+    if (g) CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
+    if (v) {
+        int library = 0;
+        fc_program_count_launches(v, NULL, &library, NULL);
+        CHECK(library >= 4);
+        int64_t t = 77;
+        fc_context_fail_alloc_after(ctx, 1);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_NOMEM);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst == NULL);
+        fc_context_fail_alloc_after(ctx, 2);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_OK);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst && instance_matches(v, inst, &t, 1));
+        fc_program_free(inst);
+        int reps = 2048;
+        double t0 = fc_now_ms();
+        for (int r = 0; r < reps; r++) {
+            int64_t tv = 1 + r % 1024;
+            if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
+        }
+        double us = (fc_now_ms() - t0) * 1e3 / reps;
+        printf("gpt2_block_bf16 (B=1) variant with cuBLASLt calls: an instance and its free %.2f us\n", us);
+        CHECK(us < 500.0);
+    }
+    fc_program_free(v);
+    fc_graph_free(g);
+}
+
 /* The GPT-2 block's variant as the T sweep runs it (bench/dynamic_bench.c:
  * B = 1 bound, T = 1 .. 1024): every instance matches fc_plan_bind's plan
  * (the same arena, so no more memory than binding the graph takes); an
@@ -886,6 +924,7 @@ int main(void) {
      * variant's GEMM forms at the shape, and they are what the bound
      * graph's nodes describe. */
     check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
+    check_library_instance_time(ctx);
     unsetenv("FUSEC_VARIANT_GEMM");
     check_uncarried_frame(ctx);
     fc_context_free(ctx);

@@ -30,7 +30,7 @@
 #include <string.h>
 
 #define DEFAULT_MAX_SPECS 8
-/* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
+/* Shapes of the variant kept ready (storage, grids, CUDA Graph). */
 #define MAX_INSTANCES 8
 
 /* ------------------------------------------------------------------ */

@@ -1,10 +1,11 @@
 /*
  * program_impl.h - the CUDA program's layout and the functions its files
  * share (runtime/cuda/program_*.c; internal to them). One program's
- * life: program_compile.c makes it, program_variant.c makes a dynamic
- * program's variant and shapes, program_device.c readies the device for
- * it, program_launch.c queues its runs, program_host_run.c runs it from
- * host memory, program_exec.c frees and describes it.
+ * life: program_compile.c makes it, variant_compile.c makes a dynamic
+ * program's variant and program_variant.c its shapes, program_device.c
+ * readies the device for it, program_launch.c queues its runs,
+ * program_host_run.c runs it from host memory, program_exec.c frees and
+ * describes it, program_plan.c keeps its plan for introspection.
  *
  * fc_compile runs the whole pipeline on a copy of the graph:
  *
@@ -201,17 +202,16 @@ typedef struct fc_prog_variant {
 
 /* One shape of a variant (an "instance"): the variant's module and kernels
  * are borrowed, the kernels take these symbol values as trailing
- * arguments. */
+ * arguments. One allocation holds it, its symbol values and its
+ * description's arrays; the description's names, launch argument lists
+ * and GEMM operand positions are the variant's (fc_variant_desc_at), so
+ * freeing it is one free. */
 typedef struct fc_prog_instance {
     fc_program x; /* tagged FC_PROG_INSTANCE */
     fc_prog_variant *variant;
     int64_t *syms;
     int nsyms;
     unsigned arena_gen; /* the variant's arena_gen its graph was built for */
-    /* Its description's arrays live in the instance's own allocation, and
-     * its names, launch argument lists and GEMM operand positions are the
-     * variant's (fc_variant_desc_at), so they are not freed one by one. */
-    bool desc_inline;
 } fc_prog_instance;
 
 /* A dynamic program: the handle the caller holds. */

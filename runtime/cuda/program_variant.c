@@ -1,4 +1,4 @@
-/* program_variant.c - a dynamic program's shapes of its variant (instances), made from the variant's lowered description, and the arena they share and grow (docs/DYNAMIC.md). The variant's compile is variant_compile.c. */
+/* program_variant.c - the shapes (instances) of a dynamic program's variant, made from the variant's lowered description, and the arena they share and grow (docs/DYNAMIC.md). The variant's compile is variant_compile.c. */
 #include "runtime/cuda/program_impl.h"
 
 static size_t round_up16(size_t n) { return (n + 15) & ~(size_t)15; }
