@@ -692,6 +692,19 @@ static void check_instances(fc_context *ctx, const example *ex, const fc_binding
     fc_graph_free(g);
 }
 
+/* The host time of an instance of variant v (T symbolic) and its free, in
+ * microseconds: the mean over 2048, T = 1..1024 twice. */
+static double instance_us(fc_program *v) {
+    const int reps = 2048;
+    const double t0 = fc_now_ms();
+    for (int r = 0; r < reps; r++) {
+        int64_t tv = 1 + r % 1024;
+        fc_program *inst = NULL;
+        if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
+    }
+    return (fc_now_ms() - t0) * 1e3 / reps;
+}
+
 /* A variant with cuBLASLt calls (FUSEC_VARIANT_GEMM=cublaslt): a new
  * shape costs what one of kernels only does, plus a GEMM plan per library
  * launch, and never a bound graph: its instance is one allocation too. */
@@ -716,13 +729,7 @@ static void check_library_instance_time(fc_context *ctx) {
         fc_context_fail_alloc_after(ctx, 0);
         CHECK(inst && instance_matches(v, inst, &t, 1));
         fc_program_free(inst);
-        int reps = 2048;
-        double t0 = fc_now_ms();
-        for (int r = 0; r < reps; r++) {
-            int64_t tv = 1 + r % 1024;
-            if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
-        }
-        double us = (fc_now_ms() - t0) * 1e3 / reps;
+        double us = instance_us(v);
         printf("gpt2_block_bf16 (B=1) variant with cuBLASLt calls: an instance and its free %.2f us\n", us);
         CHECK(us < 500.0);
     }
@@ -778,13 +785,7 @@ static void check_sweep_instances(fc_context *ctx) {
         CHECK(inst == NULL);
         /* Host time per new shape (the H200's host is 2-3x slower than
          * the development machine): a loose bound for CI. */
-        int reps = 2048;
-        double t0 = fc_now_ms();
-        for (int r = 0; r < reps; r++) {
-            int64_t tv = 1 + r % 1024;
-            if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
-        }
-        double us = (fc_now_ms() - t0) * 1e3 / reps;
+        double us = instance_us(v);
         printf("gpt2_block_bf16 (B=1) variant: an instance and its free %.2f us\n", us);
         CHECK(us < 500.0);
 
