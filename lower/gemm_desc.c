@@ -31,20 +31,27 @@ fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p) {
     if (!fc_gemm_info_of(n, &gi))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuBLASLt runs gemm and matmul nodes, not %s",
                             fc_op_table[n->op].name);
-    const fc_value *a = gi.a, *y = n->out[0];
+    return fc_gemm_plan_of_info(ctx, n->op, &gi, n->out[0], p);
+}
+
+fc_status fc_gemm_plan_of_info(fc_context *ctx, fc_op op, const fc_gemm_info *info, const fc_value *y,
+                               fc_gemm_plan *p) {
+    memset(p, 0, sizeof *p);
+    const fc_gemm_info gi = *info;
+    const fc_value *a = gi.a;
     fc_dtype dt = a->dtype;
     bool epilogue = gi.has_bias || gi.has_residual || gi.act != FC_GEMM_ACT_NONE || gi.alpha != 1.0;
     if (!(dt == FC_F32 || dt == FC_F16 || dt == FC_BF16 || (dt == FC_F64 && !epilogue)))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of %s on CUDA: cuBLASLt runs f32, f16 and bf16 (and plain f64)",
-                            fc_op_table[n->op].name, fc_dtype_name(dt));
+                            fc_op_table[op].name, fc_dtype_name(dt));
     bool shapes_ok = static_shape(a) && static_shape(y);
     for (int i = 0; i < gi.nweights; i++) shapes_ok = shapes_ok && static_shape(gi.w[i]);
     if (!shapes_ok)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s with symbolic dims: bind every symbol to run it",
-                            fc_op_table[n->op].name);
+                            fc_op_table[op].name);
 
     if (a->rank < 1 || gi.w[0]->rank < 1)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of a scalar", fc_op_table[n->op].name);
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s of a scalar", fc_op_table[op].name);
     int64_t ad[FC_MAX_RANK] = {0}, wd[FC_MAX_RANK] = {0};
     int ra = fc_matmul_operand_dims(a, true, ad), rw = fc_matmul_operand_dims(gi.w[0], false, wd);
     p->ab = dt;

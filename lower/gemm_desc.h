@@ -50,6 +50,12 @@ typedef struct fc_gemm_plan {
  * for nodes cuBLASLt does not run here (not a gemm or matmul, f64 with an
  * epilogue, symbolic dims, integer dtypes). */
 fc_status fc_gemm_plan_of(fc_context *ctx, const fc_node *n, fc_gemm_plan *p);
+/* The same from node n decoded (fc_gemm_info_of) and its result y: a
+ * dynamic variant's GEMM at one shape (lower/variant_desc.h) is planned by
+ * it from the operands' types bound to the shape, so that it gets what the
+ * bound node would. op names the node in messages. */
+fc_status fc_gemm_plan_of_info(fc_context *ctx, fc_op op, const fc_gemm_info *gi, const fc_value *y,
+                               fc_gemm_plan *p);
 
 /* Number of cuBLASLt calls the plan makes per run. */
 int64_t fc_gemm_plan_calls(const fc_gemm_plan *p);

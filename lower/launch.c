@@ -1,4 +1,4 @@
-/* launch.c - reading a lowered program's launch list (launch.h): a grid at a bound shape, the frame's carrier, freeing. */
+/* launch.c - reading a lowered program's launch list (launch.h): a grid at one shape, the frame's carrier, freeing. */
 #include "lower/launch.h"
 
 #include <stdlib.h>
@@ -14,17 +14,16 @@ void fc_cuda_src_release(fc_cuda_src *s) {
     memset(s, 0, sizeof *s);
 }
 
-fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]) {
+fc_status fc_launch_grid(fc_context *ctx, const fc_launch *l, const int64_t *sym_values, int nsyms, unsigned grid[3]) {
     for (int a = 0; a < 3; a++) grid[a] = l->grid[a];
     if (l->kind != FC_LAUNCH_KERNEL || l->nsyms == 0) return FC_OK;
-    if (!bound || (bound->nsyms > 0 && !bound->sym_values) || bound->nsyms != l->nsyms)
-        return bound && bound->g ? fc_set_error(bound->g->ctx, FC_ERR_USAGE, "launch grid: the plan is not bound from this launch's plan")
-                                 : FC_ERR_USAGE;
+    if ((nsyms > 0 && !sym_values) || nsyms != l->nsyms)
+        return fc_set_error(ctx, FC_ERR_USAGE, "launch %s: %d symbol values for a launch of %d symbols", l->name, nsyms,
+                            l->nsyms);
     for (int a = 0; a < 3; a++) {
-        int64_t work = fc_mono_eval(&l->grid_work[a], bound->sym_values, bound->nsyms);
+        int64_t work = fc_mono_eval(&l->grid_work[a], sym_values, nsyms);
         int64_t per = l->grid_per[a] > 0 ? l->grid_per[a] : 1;
-        if (work < 0)
-            return fc_set_error(bound->g->ctx, FC_ERR_INPUT, "launch %s: the grid overflows 64 bits", l->name);
+        if (work < 0) return fc_set_error(ctx, FC_ERR_INPUT, "launch %s: the grid overflows 64 bits", l->name);
         int64_t n = work / per + (work % per != 0);
         int64_t max = l->grid_max[a] > 0 ? l->grid_max[a] : 1;
         if (n > max) n = max;

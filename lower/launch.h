@@ -7,12 +7,19 @@
  * that it is plain data that the program description carries
  * (lower/program_desc.h), the cache and AOT files store, and the runtime
  * reads at run time with the functions below, never through codegen: a
- * launch's grid at a bound shape is a formula evaluated here.
+ * launch's grid at a shape is a formula of the symbols evaluated here.
+ *
+ * The names are CUDA's (fc_cuda_src, grid, block, shared memory, tensor
+ * maps) because the data is: CUDA's launch configuration, which only
+ * codegen/cuda fills and the cache and AOT formats store field by field.
+ * The CPU backend runs its plan and has no launch list. What a run reads
+ * of it beyond the launch configuration is neutral: fc_launch_grid takes
+ * symbol values, not a plan, and this header needs nothing of passes/.
  */
 #ifndef FC_LOWER_LAUNCH_H
 #define FC_LOWER_LAUNCH_H
 
-#include "passes/passes.h"
+#include "ir/ir.h"
 
 typedef enum fc_launch_kind {
     FC_LAUNCH_KERNEL,  /* a generated kernel in the module */
@@ -84,7 +91,7 @@ typedef struct fc_launch {
      * GEMMs (skinny.h) and every frame kernel. */
     bool pdl;
     /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
-     * clamped to [1, grid_max[a]] (fc_cuda_launch_grid). grid[] holds the
+     * clamped to [1, grid_max[a]] (fc_launch_grid). grid[] holds the
      * grid for every symbol = 1 as a placeholder. */
     fc_mono grid_work[3];
     int64_t grid_per[3];
@@ -116,12 +123,12 @@ typedef struct fc_cuda_src {
     bool frame_carried;
 } fc_cuda_src;
 
-/* The grid of launch l (made from a dynamic plan) for `bound`, a plan made
- * from that dynamic plan by fc_plan_bind (only its symbol values are
- * read). Static launches: l->grid. Block size and shared memory do not
- * change (l->block, l->smem). FC_ERR_INPUT if the grid would exceed the
- * hardware's limits. */
-fc_status fc_cuda_launch_grid(const fc_plan *bound, const fc_launch *l, unsigned grid[3]);
+/* The grid of launch l (made from a dynamic plan) at one shape: sym_values
+ * gives each of the plan's nsyms symbols (l->nsyms of them). Static
+ * launches: l->grid. Block size and shared memory do not change (l->block,
+ * l->smem). FC_ERR_INPUT (on ctx) if the grid would exceed the hardware's
+ * limits; FC_ERR_USAGE when the values are not the launch's symbols. */
+fc_status fc_launch_grid(fc_context *ctx, const fc_launch *l, const int64_t *sym_values, int nsyms, unsigned grid[3]);
 /* Free the source and the launch list (each launch's args) and zero s. */
 void fc_cuda_src_release(fc_cuda_src *s);
 /* The launch index of the frame's carrier (the first kernel) when

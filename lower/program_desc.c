@@ -72,6 +72,16 @@ fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i
     return ok ? FC_OK : FC_ERR_INPUT;
 }
 
+fc_status fc_program_desc_check_call(fc_context *ctx, const fc_program_desc *d, const void *inputs, int nin,
+                                     const void *outputs, int nout) {
+    if (nin != d->nparams || nout != d->noutputs)
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
+                            d->graph_name, d->nparams, d->noutputs, nin, nout);
+    if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+    return FC_OK;
+}
+
 int64_t fc_program_tensor_bytes(const fc_program_tensor *t) {
     if (!t || (unsigned)t->dtype >= FC_DTYPE_COUNT || t->rank < 0 || t->rank > FC_MAX_RANK) return 0;
     int64_t n = (int64_t)fc_dtype_size(t->dtype);

@@ -103,6 +103,10 @@ const struct fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i);
  * fc_compile checks what it made, the decoder what it read.
  */
 fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n);
+/* fc_run's first check of a call against d: nin inputs and nout outputs,
+ * and the arrays there when they are not empty. FC_ERR_USAGE on ctx. */
+fc_status fc_program_desc_check_call(fc_context *ctx, const fc_program_desc *d, const void *inputs, int nin,
+                                     const void *outputs, int nout);
 /* The bytes of a parameter or result (0 for a bad shape). */
 int64_t fc_program_tensor_bytes(const fc_program_tensor *t);
 

@@ -187,7 +187,7 @@ typedef struct fc_fuse_options {
                               * a permute/reshape chain (the CUDA kernel); false: a library group
                               * with stored, contiguous operands; default true */
     bool dynamic;            /* the dynamic variant: symbols stay unbound, kernels take them as
-                              * arguments, no memory plan (fc_plan_bind makes one per shape);
+                              * arguments, no memory plan (a layout placed per shape);
                               * default false */
     fc_precision precision;  /* the autocast pass's target (passes/autocast.c); default
                               * FC_PRECISION_AS_WRITTEN: the graph's dtypes */
@@ -210,29 +210,19 @@ fc_status fc_pass_memplan(fc_plan *plan);
 void fc_plan_release(fc_plan *plan);
 
 /*
- * The memory plan in two halves (passes/memplan.c), for a plan placed at
- * many shapes (a dynamic variant's instances). What depends on the groups
- * alone is made once: the storage classes, which of them need arena memory,
- * their lifetimes, and every value's size as a formula in the symbols. A
- * placement then evaluates the sizes at one shape's values and places the
- * classes by the same best-fit rule: fc_pass_memplan is make and place, so
- * a placement gives value for value the offsets, arena_bytes and
- * intermediate_bytes that fc_pass_memplan (and so fc_plan_bind) gives for
- * the same values. The layout borrows the plan's graph (it must outlive
- * the layout), not its groups.
+ * The memory plan's first half (passes/memplan.c), for a plan placed at
+ * many shapes (a dynamic variant's): what depends on the groups alone, made
+ * once, as data (ir/arena_layout.h): the storage classes that need arena
+ * memory, their lifetimes, and every value's size as its dims with the
+ * symbols kept. fc_arena_layout_place is the second half; fc_pass_memplan
+ * is the two in a row, so a placement gives value for value the offsets,
+ * arena_bytes and intermediate_bytes that fc_pass_memplan (and so
+ * fc_plan_bind) gives for the same values. The layout keeps the plan's
+ * graph's name (the graph must outlive it), nothing else of the plan.
+ * Free it with fc_arena_layout_free.
  */
-typedef struct fc_memplan_layout fc_memplan_layout;
-fc_status fc_memplan_layout_make(const fc_plan *plan, fc_memplan_layout **out);
-void fc_memplan_layout_free(fc_memplan_layout *l); /* NULL ok */
-/* The value ids it places: 0 .. fc_memplan_layout_nvalues(l) - 1. */
-int fc_memplan_layout_nvalues(const fc_memplan_layout *l);
-/* Place at sym_values (NULL: the plan's dims are static): offset[id] for
- * every value id (-1: not in the arena), and when bytes is not NULL each
- * value's size (0 for a value the plan never names). Allocates nothing for
- * plans of up to 64 arena classes and distinct sizes. FC_ERR_INPUT when a
- * size overflows 64 bits. */
-fc_status fc_memplan_layout_place(const fc_memplan_layout *l, const int64_t *sym_values, int64_t *offset,
-                                  int64_t *bytes, int64_t *arena_bytes, int64_t *intermediate_bytes);
+struct fc_arena_layout;
+fc_status fc_memplan_layout_make(const fc_plan *plan, struct fc_arena_layout **out);
 
 /* The storage classes of a plan (passes/memplan.c): an FC_GROUP_ALIAS
  * group's outputs are views of the buffer it reads, so a class is a value

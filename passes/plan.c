@@ -7,18 +7,14 @@
  * file that makes groups. */
 #include "passes.h"
 
+#include "ir/arena_layout.h"
+
 #include <string.h>
 
 int64_t fc_value_bytes(const fc_value *v) { return fc_value_bytes_at(v, NULL); }
 
 int64_t fc_value_bytes_at(const fc_value *v, const int64_t *sym_values) {
-    int64_t n = (int64_t)fc_dtype_size(v->dtype);
-    for (int i = 0; i < v->rank; i++) {
-        int64_t d = sym_values ? fc_dim_value(v->dims[i], sym_values) : v->dims[i];
-        if (d < 0 || (d > 0 && n > INT64_MAX / d)) return -1;
-        n *= d;
-    }
-    return n;
+    return fc_dims_bytes_at((int)fc_dtype_size(v->dtype), v->dims, v->rank, sym_values);
 }
 
 fc_mono fc_group_space_mono(const fc_group *gr) { return fc_mono_of(gr->space, gr->rank); }

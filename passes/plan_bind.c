@@ -8,10 +8,11 @@
  * group is copied onto the copy's nodes and values, and the memory plan is
  * run. Cost: linear in the graph plus the memory plan; no fusion.
  *
- * A dynamic variant whose launches are all kernels needs no bound graph per
- * shape: its instances place the variant's memory-plan layout
- * (fc_memplan_layout, passes.h) at the shape's sizes instead
- * (runtime/program.c). */
+ * No run calls it: a dynamic variant's shapes are made from its lowered
+ * description (lower/variant_desc.h), which gives value for value what a
+ * bound plan gives (tests/test_dynamic.c compares the two at every shape
+ * of a sweep). It is the reference for that, and the way to a bound plan
+ * for tools and tests. */
 #include "passes.h"
 
 #include <string.h>

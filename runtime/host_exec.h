@@ -16,6 +16,18 @@ typedef struct fc_host_exec {
     fc_compile_times times;
 } fc_host_exec;
 
+/* A zeroed executable of `size` bytes (the backend's struct, which begins
+ * with an fc_host_exec) of backend b, in ctx; NULL when out of memory. */
+fc_host_exec *fc_host_exec_new(fc_context *ctx, const fc_backend *b, size_t size);
+/* What a compile of g ends with, started at t0 (fc_now_ms): the signature,
+ * the graph's text, the compile's time. FC_ERR_NOMEM. */
+fc_status fc_host_exec_finish(fc_host_exec *h, fc_graph *g, double t0);
+/* fc_run on host pointers for a backend whose run_shaped takes tensors:
+ * the counts checked, each pointer given its parameter's or result's
+ * static type, then run_shaped. */
+fc_status fc_host_exec_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream,
+                           fc_status (*run_shaped)(fc_program *, const fc_tensor *, int, const fc_tensor *, int, void *));
+
 void fc_host_exec_stats(const fc_program *p, fc_run_stats *out);
 const fc_program_desc *fc_host_exec_desc(const fc_program *p);
 fc_context *fc_host_exec_context(const fc_program *p);

@@ -7,12 +7,13 @@
  * same groups in the same order, the same value and node ids, no symbol
  * left, the parameters and results typed as the statically specialized
  * graph types them, a memory plan that holds every intermediate, and
- * launch grids (fc_cuda_launch_grid) that cover the work. Bad bindings are
+ * launch grids (fc_launch_grid) that cover the work. Bad bindings are
  * input errors with a message. A variant's instances (one shape each)
  * match fc_plan_bind value by value at those shapes and at every T of the
- * GPT-2 block's sweep (B=1, T=1..1024); a variant of kernels only makes
- * each with one allocation, from its memory-plan layout (passes.h,
- * fc_memplan_layout), whose allocations fail cleanly. The GEMMs are generated kernels (256
+ * GPT-2 block's sweep (B=1, T=1..1024); a variant makes each with one
+ * allocation, from its lowered description (lower/variant_desc.h: the
+ * memory plan's layout, ir/arena_layout.h, and its GEMMs as types), whose
+ * allocations fail cleanly. The GEMMs are generated kernels (256
  * threads, the symbols as arguments) unless FUSEC_VARIANT_GEMM=cublaslt,
  * which brings back library launches. Numerics of the dynamic kernels are
  * checked on the GPU machine (runtime tests; test_specialize for GEMMs).
@@ -21,6 +22,7 @@
 #include "codegen/cuda/cuda_codegen.h"
 #include "codegen/cuda/gemm.h"
 #include "fusec.h"
+#include "ir/arena_layout.h"
 #include "ir/timing.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cuda.h"
@@ -168,7 +170,7 @@ static void check_bound(fc_context *ctx, const example *ex, const fc_plan *dyn, 
     for (int i = 0; i < src->nlaunches; i++) {
         const fc_launch *l = &src->launches[i];
         unsigned grid[3];
-        st = fc_cuda_launch_grid(&bp, l, grid);
+        st = fc_launch_grid(bp.g->ctx, l, bp.sym_values, bp.nsyms, grid);
         CHECK_EQ_INT(st, FC_OK);
         if (l->kind != FC_LAUNCH_KERNEL || st) continue;
         const fc_group *gr = bp.groups[l->group];
@@ -318,7 +320,19 @@ static bool instance_matches(fc_program *v, const fc_program *inst, const int64_
             continue;
         }
         unsigned grid[3];
-        ok = fc_cuda_launch_grid(&bp, vl, grid) == FC_OK && !memcmp(grid, d->src.launches[i].grid, sizeof grid);
+        ok = fc_launch_grid(bp.g->ctx, vl, bp.sym_values, bp.nsyms, grid) == FC_OK && !memcmp(grid, d->src.launches[i].grid, sizeof grid);
+        /* A library launch's GEMM: what its bound node describes. */
+        const fc_gemm_desc *got = fc_program_gemm(d, i);
+        const fc_node *n = vl->kind == FC_LAUNCH_LIBRARY && bp.groups[vl->group]->nnodes == 1 ? bp.groups[vl->group]->nodes[0] : NULL;
+        fc_gemm_desc want = {0};
+        if (ok && n && fc_gemm_desc_of(bp.g->ctx, n, vl->args, vl->nargs, &want) == FC_OK) {
+            ok = got && !memcmp(&got->plan, &want.plan, sizeof want.plan) && got->out_arg == want.out_arg &&
+                 !memcmp(got->wcols, want.wcols, sizeof *want.wcols * (size_t)want.plan.nweights) &&
+                 !memcmp(got->op_arg, want.op_arg, sizeof *want.op_arg * (size_t)fc_gemm_plan_nops(&want.plan));
+            fc_gemm_desc_release(&want);
+        } else if (ok) {
+            ok = got == NULL;
+        }
     }
     fc_plan_release(&bp);
     return ok;
@@ -663,17 +677,61 @@ static void check_instances(fc_context *ctx, const example *ex, const fc_binding
         fc_program *inst = NULL;
         CHECK_EQ_INT(fc_program_instance(v, vals, g->nsyms, &inst), FC_OK);
         if (!inst) continue;
-        const fc_program_desc *d = fc_program_desc_of(inst);
-        bool kernels_only = true;
-        for (int i = 0; i < d->src.nlaunches; i++) kernels_only &= d->src.launches[i].kind != FC_LAUNCH_LIBRARY;
-        /* Kernels only: made from the layout, on the variant's own graph. */
-        CHECK_EQ_INT(fc_program_plan(inst)->g == fc_program_plan(v)->g, kernels_only);
+        /* Made from the variant's lowered description, with library
+         * launches or without: no graph is bound, and the plan it shows
+         * is the variant's. */
+        CHECK(fc_program_plan(inst) == fc_program_plan(v));
         bool ok = instance_matches(v, inst, vals, g->nsyms);
         if (!ok)
             fprintf(stderr, "%s: the instance at B=%lld T=%lld differs from the bound plan\n", ex->file,
                     (long long)sh.B, (long long)sh.T);
         CHECK(ok);
         fc_program_free(inst);
+    }
+    fc_program_free(v);
+    fc_graph_free(g);
+}
+
+/* The host time of an instance of variant v (T symbolic) and its free, in
+ * microseconds: the mean over 2048, T = 1..1024 twice. */
+static double instance_us(fc_program *v) {
+    const int reps = 2048;
+    const double t0 = fc_now_ms();
+    for (int r = 0; r < reps; r++) {
+        int64_t tv = 1 + r % 1024;
+        fc_program *inst = NULL;
+        if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
+    }
+    return (fc_now_ms() - t0) * 1e3 / reps;
+}
+
+/* A variant with cuBLASLt calls (FUSEC_VARIANT_GEMM=cublaslt): a new
+ * shape costs what one of kernels only does, plus a GEMM plan per library
+ * launch, and never a bound graph: its instance is one allocation too. */
+static void check_library_instance_time(fc_context *ctx) {
+    fc_graph *g = NULL;
+    const fc_binding b1 = {"B", 1};
+    CHECK_EQ_INT(fc_parse_file(ctx, "examples/gpt2_block_bf16.ir", NULL, &b1, 1, &g), FC_OK);
+    fc_compile_options o = sm90_options();
+    fc_program *v = NULL, *inst = NULL;
+    if (g) CHECK_EQ_INT(fc_program_compile_variant(g, &o, &v), FC_OK);
+    if (v) {
+        int library = 0;
+        fc_program_count_launches(v, NULL, &library, NULL);
+        CHECK(library >= 4);
+        int64_t t = 77;
+        fc_context_fail_alloc_after(ctx, 1);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_ERR_NOMEM);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst == NULL);
+        fc_context_fail_alloc_after(ctx, 2);
+        CHECK_EQ_INT(fc_program_instance(v, &t, 1, &inst), FC_OK);
+        fc_context_fail_alloc_after(ctx, 0);
+        CHECK(inst && instance_matches(v, inst, &t, 1));
+        fc_program_free(inst);
+        double us = instance_us(v);
+        printf("gpt2_block_bf16 (B=1) variant with cuBLASLt calls: an instance and its free %.2f us\n", us);
+        CHECK(us < 500.0);
     }
     fc_program_free(v);
     fc_graph_free(g);
@@ -727,13 +785,7 @@ static void check_sweep_instances(fc_context *ctx) {
         CHECK(inst == NULL);
         /* Host time per new shape (the H200's host is 2-3x slower than
          * the development machine): a loose bound for CI. */
-        int reps = 2048;
-        double t0 = fc_now_ms();
-        for (int r = 0; r < reps; r++) {
-            int64_t tv = 1 + r % 1024;
-            if (fc_program_instance(v, &tv, 1, &inst) == FC_OK) fc_program_free(inst);
-        }
-        double us = (fc_now_ms() - t0) * 1e3 / reps;
+        double us = instance_us(v);
         printf("gpt2_block_bf16 (B=1) variant: an instance and its free %.2f us\n", us);
         CHECK(us < 500.0);
 
@@ -741,13 +793,13 @@ static void check_sweep_instances(fc_context *ctx) {
         const fc_plan *dyn = fc_program_plan(v);
         int failures = 0;
         for (long n = 1; n < 100; n++) {
-            fc_memplan_layout *l = NULL;
+            fc_arena_layout *l = NULL;
             fc_context_fail_alloc_after(ctx, n);
             fc_status st = fc_memplan_layout_make(dyn, &l);
             fc_context_fail_alloc_after(ctx, 0);
             if (st == FC_OK) {
-                CHECK_EQ_INT(fc_memplan_layout_nvalues(l), dyn->g->next_value_id);
-                fc_memplan_layout_free(l);
+                CHECK_EQ_INT(l->nvalues, dyn->g->next_value_id);
+                fc_arena_layout_free(l);
                 break;
             }
             failures++;
@@ -869,10 +921,11 @@ int main(void) {
         fc_plan_release(&dyn);
         fc_graph_free(g);
     }
-    /* Library launches: the instance binds the whole graph (a cuBLASLt
-     * call's description is made from its bound node), and its description
-     * is the same. */
+    /* Library launches: the instance's cuBLASLt descriptions are its
+     * variant's GEMM forms at the shape, and they are what the bound
+     * graph's nodes describe. */
     check_instances(ctx, &(example){"examples/gpt2_block_bf16.ir", NULL}, NULL, 0, NULL, 0);
+    check_library_instance_time(ctx);
     unsetenv("FUSEC_VARIANT_GEMM");
     check_uncarried_frame(ctx);
     fc_context_free(ctx);

@@ -28,6 +28,7 @@
 #include "runtime/cuda/program.h"
 #include "runtime/cuda/program_cache.h"
 #include "ir/switches.h"
+#include "passes/passes.h"
 
 #include <math.h>
 #include <stdlib.h>

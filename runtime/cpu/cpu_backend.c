@@ -29,34 +29,21 @@ static void cpu_free(fc_program *p) {
 
 static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     const double t0 = fc_now_ms();
-    cpu_exec *x = fc_ctx_malloc(g->ctx, sizeof *x);
+    cpu_exec *x = (cpu_exec *)(void *)fc_host_exec_new(g->ctx, &fc_backend_cpu, sizeof *x);
     if (!x) return FC_ERR_NOMEM;
-    memset(x, 0, sizeof *x);
-    x->h.head.backend = &fc_backend_cpu;
-    x->h.ctx = g->ctx;
     fc_cpu_options co;
     fc_cpu_options_default(&co);
     co.fuse = o->fuse;
     co.precision = o->precision;
     co.numerics = o->numerics;
     fc_status st = fc_cpu_compile_ex(g, &co, &x->prog);
-    if (st == FC_OK) st = fc_program_desc_signature(x->h.ctx, g, &x->h.d);
-    if (st == FC_OK && !(x->h.d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
+    if (st == FC_OK) st = fc_host_exec_finish(&x->h, g, t0);
     if (st != FC_OK) {
         cpu_free((fc_program *)(void *)x);
         return st;
     }
-    x->h.times.origin = FC_PROGRAM_COMPILED;
-    x->h.times.compile_ms = fc_now_ms() - t0;
     *out = (fc_program *)(void *)x;
     return FC_OK;
-}
-
-/* The static type of parameter or result t, with data. */
-static fc_tensor tensor_at(const fc_program_tensor *t, void *data) {
-    fc_tensor r = {t->dtype, t->rank, {0}, data};
-    for (int d = 0; d < t->rank; d++) r.shape[d] = t->dims[d];
-    return r;
 }
 
 static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
@@ -69,20 +56,7 @@ static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin,
 }
 
 static fc_status cpu_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream) {
-    cpu_exec *x = exec_of(p);
-    const fc_program_desc *d = &x->h.d;
-    if (nin != d->nparams || nout != d->noutputs)
-        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
-                            d->graph_name, d->nparams, d->noutputs, nin, nout);
-    if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
-        return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
-    fc_tensor small[16], *t = nin + nout <= 16 ? small : malloc(sizeof *t * (size_t)(nin + nout));
-    if (!t) return fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < nin; i++) t[i] = tensor_at(&d->params[i], inputs[i]);
-    for (int k = 0; k < nout; k++) t[nin + k] = tensor_at(&d->outputs[k], outputs[k]);
-    fc_status st = cpu_run_shaped(p, t, nin, t + nin, nout, stream);
-    if (t != small) free(t);
-    return st;
+    return fc_host_exec_run(p, inputs, nin, outputs, nout, stream, cpu_run_shaped);
 }
 
 static fc_status cpu_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,

@@ -12,6 +12,7 @@
 #ifdef FUSEC_HAVE_LLVM
 
 #include "codegen/llvm/llvm_codegen.h"
+#include "passes/epilogue.h"
 #include "passes/passes.h"
 
 typedef struct pool pool; /* the program's threads (cpu_program.c) */
@@ -24,6 +25,9 @@ struct fc_cpu_program {
     fc_plan plan;
     fc_llvm_module *mod;
     fc_llvm_kernel *kern; /* per group, in launch order */
+    /* Per group, in launch order: a library gemm's or matmul's node,
+     * decoded at compile time (fc_cpu_check_library) for its runs. */
+    fc_gemm_info *gemm;
 
     fc_plan_classes cls; /* storage classes, by value id (see the top of the file) */
 
@@ -34,11 +38,9 @@ struct fc_cpu_program {
     char note[512];   /* why the plan is not the fused one, or "" */
 };
 
-/* A library group gr that this backend can run (FC_ERR_UNSUPPORTED, with
- * the reason, otherwise): checked at compile time. */
-fc_status fc_cpu_check_library(fc_cpu_program *p, const fc_group *gr);
-/* Run library group gr on its pointers args (inputs, then outputs). */
-fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, void *const *args);
+/* Run library group gr (gi: its node decoded, for a gemm or matmul) on
+ * its pointers args (inputs, then outputs). */
+fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gemm_info *gi, void *const *args);
 
 #endif
 #endif

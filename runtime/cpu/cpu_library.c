@@ -3,8 +3,6 @@
 
 #ifdef FUSEC_HAVE_LLVM
 
-#include "passes/epilogue.h"
-
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,9 +30,9 @@ static int64_t numel_of(const fc_value *v) {
 #define GEMM_LOOPS(T)                                                                                                  \
     for (int64_t i = 0; i < M; i++) {                                                                                  \
         T *c = C + i * ldc;                                                                                            \
-        for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : beta * c[j];                                            \
+        for (int64_t j = 0; j < N; j++) c[j] = beta == 0 ? 0 : (T)beta * c[j];                                         \
         for (int64_t k = 0; k < K; k++) {                                                                              \
-            T a = alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                                                      \
+            T a = (T)alpha * (ta ? A[k * lda + i] : A[i * lda + k]);                                                   \
             if (tb)                                                                                                    \
                 for (int64_t j = 0; j < N; j++) c[j] += a * Bm[j * ldb + k];                                           \
             else                                                                                                       \
@@ -43,23 +41,28 @@ static int64_t numel_of(const fc_value *v) {
     }
 #endif
 
-static void gemm_f32(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
-                     const float *Bm, int64_t ldb, float beta, float *C, int64_t ldc) {
+/* f64 (double operands) or f32 (float, alpha and beta rounded to float:
+ * the product is computed in the operands' type either way). */
+static void gemm(bool f64, bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const void *Av,
+                 int64_t lda, const void *Bv, int64_t ldb, double beta, void *Cv, int64_t ldc) {
 #ifdef USE_CBLAS
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
+    const CBLAS_TRANSPOSE a_op = ta ? CblasTrans : CblasNoTrans, b_op = tb ? CblasTrans : CblasNoTrans;
+    if (f64)
+        cblas_dgemm(CblasRowMajor, a_op, b_op, (int)M, (int)N, (int)K, alpha, Av, (int)lda, Bv, (int)ldb, beta, Cv,
+                    (int)ldc);
+    else
+        cblas_sgemm(CblasRowMajor, a_op, b_op, (int)M, (int)N, (int)K, (float)alpha, Av, (int)lda, Bv, (int)ldb,
+                    (float)beta, Cv, (int)ldc);
 #else
-    GEMM_LOOPS(float)
-#endif
-}
-
-static void gemm_f64(bool ta, bool tb, int64_t M, int64_t N, int64_t K, double alpha, const double *A, int64_t lda,
-                     const double *Bm, int64_t ldb, double beta, double *C, int64_t ldc) {
-#ifdef USE_CBLAS
-    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
-                alpha, A, (int)lda, Bm, (int)ldb, beta, C, (int)ldc);
-#else
-    GEMM_LOOPS(double)
+    if (f64) {
+        const double *A = Av, *Bm = Bv;
+        double *C = Cv;
+        GEMM_LOOPS(double)
+    } else {
+        const float *A = Av, *Bm = Bv;
+        float *C = Cv;
+        GEMM_LOOPS(float)
+    }
 #endif
 }
 
@@ -144,8 +147,8 @@ static float load_float(fc_dtype dt, const void *data, int64_t i) {
 }
 
 /*
- * matmul and gemm (passes/epilogue.c, docs/GEMM.md), both read through
- * fc_gemm_info_of:
+ * matmul and gemm (passes/epilogue.c, docs/GEMM.md), both decoded at
+ * compile time (fc_gemm_info_of, in fc_cpu_check_library):
  *
  *   y[.., m, off_i + j] = act(scale * sum_k A[.., m, k] Bi[.., k, j] + bias_i[j] + residual[.., m, off_i + j])
  *
@@ -156,9 +159,10 @@ static float load_float(fc_dtype dt, const void *data, int64_t i) {
  * activation and rounds once to the result's dtype. matmul's rank-1
  * operands are [1, K] and [K, 1].
  */
-static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *n, void *const *args) {
-    fc_gemm_info gi;
-    FC_ASSERT(fc_gemm_info_of(n, &gi)); /* checked by check_library */
+static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *n, const fc_gemm_info *info,
+                         void *const *args) {
+    FC_ASSERT(info->a); /* decoded by check_library */
+    const fc_gemm_info gi = *info;
     const fc_value *a = gi.a, *y = n->out[0];
     fc_dtype in_dt = a->dtype, out_dt = y->dtype;
     bool f64 = in_dt == FC_F64;
@@ -218,12 +222,7 @@ static fc_status run_gemm(fc_cpu_program *p, const fc_group *gr, const fc_node *
             const char *at = (const char *)A + (size_t)(batch_offset(&bt, 0, t) * M * K) * es;
             const char *wt = (const char *)W + (size_t)(batch_offset(&bt, 1, t) * K * N) * es;
             char *ct = (char *)C + (size_t)(t * M * Ntot + off) * es;
-            if (f64)
-                gemm_f64(gi.trans_a, gi.trans_b, rows, N, K, gi.alpha, (const double *)at, lda, (const double *)wt, ldb,
-                         0.0, (double *)ct, Ntot);
-            else
-                gemm_f32(gi.trans_a, gi.trans_b, rows, N, K, (float)gi.alpha, (const float *)at, lda,
-                         (const float *)wt, ldb, 0.0f, (float *)ct, Ntot);
+            gemm(f64, gi.trans_a, gi.trans_b, rows, N, K, gi.alpha, at, lda, wt, ldb, 0.0, ct, Ntot);
         }
         off += N;
     }
@@ -355,16 +354,14 @@ static fc_status run_attention(fc_cpu_program *p, const fc_group *gr, const fc_n
             }
             continue;
         }
-        if (f64) gemm_f64(false, true, Sq, Sk, D, scale, (const double *)qt, D, (const double *)kt, D, 0.0, (double *)S, Sk);
-        else gemm_f32(false, true, Sq, Sk, D, (float)scale, (const float *)qt, D, (const float *)kt, D, 0.0f, (float *)S, Sk);
+        gemm(f64, false, true, Sq, Sk, D, scale, qt, D, kt, D, 0.0, S, Sk);
         for (int64_t i = 0; i < Sq; i++) {
             int64_t nk = n->a.causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
             int64_t mrow = mbase + (Mq == 1 ? 0 : i) * Mk;
             if (f64) softmax_row_f64((double *)S + i * Sk, nk, Sk, mk, M, mrow, Mk);
             else softmax_row_f32((float *)S + i * Sk, nk, Sk, mk, M, mrow, Mk);
         }
-        if (f64) gemm_f64(false, false, Sq, Dv, Sk, 1.0, (const double *)S, Sk, (const double *)vt, Dv, 0.0, (double *)ot, Dv);
-        else gemm_f32(false, false, Sq, Dv, Sk, 1.0f, (const float *)S, Sk, (const float *)vt, Dv, 0.0f, (float *)ot, Dv);
+        gemm(f64, false, false, Sq, Dv, Sk, 1.0, S, Sk, vt, Dv, 0.0, ot, Dv);
     }
     if (st == FC_OK && oo) store_compute(dt, O, args[gr->ninputs], numel_of(o));
     free(oq);
@@ -375,37 +372,10 @@ static fc_status run_attention(fc_cpu_program *p, const fc_group *gr, const fc_n
     return st;
 }
 
-fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, void *const *args) {
+fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gemm_info *gi, void *const *args) {
     const fc_node *n = gr->nodes[0];
     if (n->op == FC_OP_ATTENTION) return run_attention(p, gr, n, args);
-    return run_gemm(p, gr, n, args);
-}
-
-/* Library groups are checked at compile time, so a plan the runtime cannot
- * run fails in fc_cpu_compile: one node, its result the group's only
- * output, every operand a group input. */
-fc_status fc_cpu_check_library(fc_cpu_program *p, const fc_group *gr) {
-    const fc_node *n = gr->nodes[0];
-    fc_gemm_info gi;
-    bool ok = gr->nnodes == 1 && gr->noutputs == 1 && gr->outputs[0] == n->out[0] && n->nout == 1;
-    for (int i = 0; ok && i < n->nin; i++) {
-        bool found = false;
-        for (int j = 0; j < gr->ninputs; j++) found |= gr->inputs[j] == n->in[i];
-        ok = found;
-    }
-    if (ok && n->op == FC_OP_ATTENTION)
-        ok = fc_dtype_is_float(n->in[0]->dtype) && n->nin <= 4 &&
-             (n->nin < 4 || n->in[3]->dtype == FC_BOOL || fc_dtype_is_float(n->in[3]->dtype));
-    else if (ok) {
-        ok = fc_gemm_info_of(n, &gi) && fc_dtype_is_float(gi.a->dtype) &&
-             (gi.a->dtype == FC_F64 ? !gi.has_bias && !gi.has_residual && gi.act == FC_GEMM_ACT_NONE &&
-                                          n->out[0]->dtype == FC_F64
-                                    : n->out[0]->dtype != FC_F64);
-        for (int i = 0; ok && gi.has_bias && i < gi.nweights; i++) ok = gi.w[i]->rank >= 2;
-    }
-    if (ok) return FC_OK;
-    return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "CPU backend: %s is not supported as a library call",
-                        fc_op_table[n->op].name);
+    return run_gemm(p, gr, n, gi, args);
 }
 
 #endif

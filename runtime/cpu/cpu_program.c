@@ -265,6 +265,37 @@ static void *value_ptr(const fc_cpu_program *p, int id, const fc_tensor *inputs,
 /* ------------------------------------------------------------------ */
 
 
+/* Library groups are checked at compile time, so a plan the runtime cannot
+ * run fails in fc_cpu_compile: one node, its result the group's only
+ * output, every operand a group input. A gemm or matmul is decoded here
+ * once, into *out, for its runs (cpu_library.c). */
+static fc_status check_library(fc_cpu_program *p, const fc_group *gr, fc_gemm_info *out) {
+    const fc_node *n = gr->nodes[0];
+    fc_gemm_info gi = {0};
+    bool ok = gr->nnodes == 1 && gr->noutputs == 1 && gr->outputs[0] == n->out[0] && n->nout == 1;
+    for (int i = 0; ok && i < n->nin; i++) {
+        bool found = false;
+        for (int j = 0; j < gr->ninputs; j++) found |= gr->inputs[j] == n->in[i];
+        ok = found;
+    }
+    if (ok && n->op == FC_OP_ATTENTION)
+        ok = fc_dtype_is_float(n->in[0]->dtype) && n->nin <= 4 &&
+             (n->nin < 4 || n->in[3]->dtype == FC_BOOL || fc_dtype_is_float(n->in[3]->dtype));
+    else if (ok) {
+        ok = fc_gemm_info_of(n, &gi) && fc_dtype_is_float(gi.a->dtype) &&
+             (gi.a->dtype == FC_F64 ? !gi.has_bias && !gi.has_residual && gi.act == FC_GEMM_ACT_NONE &&
+                                          n->out[0]->dtype == FC_F64
+                                    : n->out[0]->dtype != FC_F64);
+        for (int i = 0; ok && gi.has_bias && i < gi.nweights; i++) ok = gi.w[i]->rank >= 2;
+    }
+    if (ok) {
+        *out = gi;
+        return FC_OK;
+    }
+    return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "CPU backend: %s is not supported as a library call",
+                        fc_op_table[n->op].name);
+}
+
 /* The passes and the LLVM code of g, fused or not. On failure, *row_conflict
  * says whether the code generator refused a reduction group that fusion
  * should not have made (fc_llvm_compile). */
@@ -281,9 +312,11 @@ static fc_status compile_plan(fc_cpu_program *p, fc_graph *g, bool fuse, bool *r
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
     if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
         return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the passes changed the graph's signature");
+    p->gemm = zalloc(p->ctx, (size_t)p->plan.ngroups + 1, sizeof *p->gemm);
+    if (!p->gemm) return FC_ERR_NOMEM;
     for (int i = 0; i < p->plan.ngroups; i++) {
         const fc_group *gr = p->plan.groups[i];
-        if (gr->kind == FC_GROUP_LIBRARY && (st = fc_cpu_check_library(p, gr)) != FC_OK) return st;
+        if (gr->kind == FC_GROUP_LIBRARY && (st = check_library(p, gr, &p->gemm[i])) != FC_OK) return st;
         if (gr->kind != FC_GROUP_LIBRARY && gr->kind != FC_GROUP_ALIAS && gr->kind != FC_GROUP_POINTWISE &&
             gr->kind != FC_GROUP_REDUCE)
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED, "CPU backend: group %d is of a kind it cannot run (%d)", i,
@@ -306,10 +339,12 @@ static fc_status compile_plan(fc_cpu_program *p, fc_graph *g, bool fuse, bool *r
 static void release_plan(fc_cpu_program *p) {
     fc_llvm_module_free(p->mod);
     fc_ctx_freemem(p->ctx, p->kern);
+    fc_ctx_freemem(p->ctx, p->gemm);
     fc_plan_release(&p->plan);
     fc_graph_free(p->g);
     p->mod = NULL;
     p->kern = NULL;
+    p->gemm = NULL;
     p->g = NULL;
 }
 
@@ -429,7 +464,7 @@ static fc_status run_groups(fc_cpu_program *p, const fc_tensor *inputs, const fc
         for (int i = 0; i < gr->noutputs; i++)
             p->args[gr->ninputs + i] = value_ptr(p, gr->outputs[i]->id, inputs, outputs);
         if (gr->kind == FC_GROUP_LIBRARY) {
-            fc_status st = fc_cpu_run_library(p, gr, p->args);
+            fc_status st = fc_cpu_run_library(p, gr, &p->gemm[pos], p->args);
             if (st != FC_OK) return st;
             continue;
         }
@@ -572,6 +607,7 @@ void fc_cpu_program_free(fc_cpu_program *p) {
     pool_free(p->pool);
     fc_llvm_module_free(p->mod);
     fc_ctx_freemem(p->ctx, p->kern);
+    fc_ctx_freemem(p->ctx, p->gemm);
     fc_plan_classes_free(p->ctx, &p->cls);
     fc_ctx_freemem(p->ctx, p->args);
     free(p->arena);

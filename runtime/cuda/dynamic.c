@@ -30,7 +30,7 @@
 #include <string.h>
 
 #define DEFAULT_MAX_SPECS 8
-/* Shapes of the variant kept ready (bound plan, grids, CUDA Graph). */
+/* Shapes of the variant kept ready (storage, grids, CUDA Graph). */
 #define MAX_INSTANCES 8
 
 /* ------------------------------------------------------------------ */
@@ -362,24 +362,30 @@ static spec *find_spec(fc_dynamic *d, const int64_t *key) {
     return NULL;
 }
 
+/* Room for one more entry in *list, of which n of *cap are used: doubled
+ * when full. false when out of memory (the list is as it was). */
+static bool list_room(spec ***list, int n, int *cap) {
+    if (n < *cap) return true;
+    const int c = *cap ? *cap * 2 : 8;
+    spec **l = realloc(*list, sizeof *l * (size_t)c);
+    if (!l) return false;
+    *list = l;
+    *cap = c;
+    return true;
+}
+
+static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from);
+
 /* Remove entry i (under mu). Its program is freed by the background
  * thread, since freeing waits for the device; without one (synchronous or
  * no specialization), here. */
-static void add_graph_stats(fc_run_stats *to, const fc_run_stats *from);
-
 static bool bury(fc_dynamic *d, int i) {
     spec *s = d->specs[i];
     if (s->state == SPEC_READY) add_graph_stats(&d->gone, fc_program_stats_ref(s->prog));
     if (!d->thread_started) {
         spec_free(s);
     } else {
-        if (d->ngrave == d->capgrave) {
-            int cap = d->capgrave ? d->capgrave * 2 : 8;
-            spec **g = realloc(d->graveyard, sizeof *g * (size_t)cap);
-            if (!g) return false;
-            d->graveyard = g;
-            d->capgrave = cap;
-        }
+        if (!list_room(&d->graveyard, d->ngrave, &d->capgrave)) return false;
         d->graveyard[d->ngrave++] = s;
     }
     d->specs[i] = d->specs[--d->nspecs];
@@ -417,13 +423,7 @@ static bool make_room(fc_dynamic *d) {
 /* A new entry for key, queued (under mu), with the pointers of the run
  * that missed when there are some. NULL when out of memory. */
 static spec *queue_spec(fc_dynamic *d, const int64_t *key, void *const *ptrs, int nin, int nout) {
-    if (d->nspecs == d->capspecs) {
-        int cap = d->capspecs ? d->capspecs * 2 : 8;
-        spec **n = realloc(d->specs, sizeof *n * (size_t)cap);
-        if (!n) return NULL;
-        d->specs = n;
-        d->capspecs = cap;
-    }
+    if (!list_room(&d->specs, d->nspecs, &d->capspecs)) return NULL;
     spec *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     if (ptrs && nin + nout > 0 && (s->ptrs = malloc(sizeof *ptrs * (size_t)(nin + nout)))) {

@@ -7,8 +7,9 @@
  * symbol unbound) holds:
  *   - the dynamic variant: one compile whose kernels take the symbol values
  *     as arguments (fc_program_compile_variant), run per shape through an
- *     "instance" (fc_program_instance: the bound plan, grids, GEMM
- *     descriptions; a small LRU of them, each with its CUDA Graph);
+ *     "instance" (fc_program_instance: storage, grids and GEMM
+ *     descriptions from the variant's lowered description; a small LRU of
+ *     them, each with its CUDA Graph);
  *   - up to max_specializations static programs, one per shape (the symbol
  *     values), in LRU order.
  * Each run binds the symbols from the input shapes (the guard), takes the

@@ -96,6 +96,8 @@ void fc_compile_counters_get(fc_compile_counters *out);
  * NULL on failure (the error on the program's context).
  */
 fc_graph *fc_program_graph(fc_program *p);
+/* (passes/passes.h has the plan's type: a reader includes it) */
+typedef struct fc_plan fc_plan;
 const fc_plan *fc_program_plan(fc_program *p);
 /* The launches, in order (kernels, library calls and aliases). */
 int fc_program_num_launches(const fc_program *p);
@@ -133,13 +135,13 @@ struct fc_dynamic;
 /* The dynamic variant of g (symbols unbound): the dynamic pipeline and
  * codegen, NVRTC (through the kernel cache); it never runs itself. */
 fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, fc_program **out);
-/* One shape of variant v: its memory plan, description and grids; it
- * borrows v's module, kernels, cuBLASLt handle, arena and parameter
- * scratch. A variant of kernels only makes it from what it precomputed
- * (its memory-plan layout, storage kinds, grid formulas) in one
- * allocation; one with library calls binds the whole graph (fc_plan_bind)
- * for its GEMM descriptions. Free it (before v) with fc_program_free.
- * FC_ERR_INPUT for a binding that does not fit the graph. */
+/* One shape of variant v: its memory plan, description, grids and GEMM
+ * descriptions, evaluated from v's lowered description
+ * (lower/variant_desc.h) in one allocation: no pass and no code
+ * generator runs. It borrows v's module, kernels, cuBLASLt handle, arena
+ * and parameter scratch; its graph and plan (fc_program_plan) are v's.
+ * Free it (before v) with fc_program_free. FC_ERR_INPUT for a binding
+ * that does not fit the graph. */
 fc_status fc_program_instance(fc_program *v, const int64_t *syms, int nsyms, fc_program **out);
 /* Open the device, load the module, allocate what a run needs and choose
  * every GEMM's algorithm, now (a dynamic program's background thread does

@@ -1,4 +1,4 @@
-/* program_exec.c - freeing a program, its accessors, its plan, source and PTX, and the CUDA backend's table (runtime/backend.h). */
+/* program_exec.c - freeing a program, its accessors, its plan text, source and PTX, and the CUDA backend's table (runtime/backend.h). Its graph and plan for introspection are program_plan.c's. */
 #include "runtime/cuda/program_impl.h"
 
 /* ------------------------------------------------------------------ */
@@ -10,8 +10,7 @@
 static void dynamic_free(fc_prog_dynamic *dp) {
     fc_dynamic_free(dp->dyn);
     fc_program_desc_release(&dp->d);
-    fc_plan_release(&dp->plan);
-    fc_graph_free(dp->g);
+    fc_prog_introspection_free(&dp->g, &dp->plan);
     fc_ctx_freemem(dp->ctx, dp);
 }
 
@@ -41,12 +40,11 @@ static void cuda_free(fc_program *p) {
         p->dev = NULL;
         memset(&p->args, 0, sizeof p->args); /* the variant's scratch */
     }
-    if (in && in->desc_inline) {
+    if (in) {
         /* Everything is in p's own allocation, or the variant's. */
         fc_ctx_freemem(p->ctx, p);
         return;
     }
-    if (in) fc_ctx_freemem(p->ctx, in->syms);
     if (p->dev) {
         const double t0 = fc_now_ms();
         fc_replay_free(p->replay, p->dev);
@@ -81,52 +79,19 @@ static void cuda_free(fc_program *p) {
     }
     fc_ctx_freemem(p->ctx, p->func);
     fc_launch_params_free(p->ctx, &p->args);
-    if (vr) {
-        fc_memplan_layout_free(vr->layout);
-        fc_ctx_freemem(p->ctx, vr->store_kind);
-        fc_ctx_freemem(p->ctx, vr->grid_sized);
-    }
+    if (vr) fc_variant_desc_release(p->ctx, &vr->lowered, p->d.src.nlaunches);
     fc_bytes_free(&p->cubin);
     for (int k = 0; p->kcubins && k < p->d.src.nkernels; k++) fc_bytes_free(&p->kcubins[k]);
     fc_ctx_freemem(p->ctx, p->kcubins);
     fc_ctx_freemem(p->ctx, p->kmodules);
     fc_program_desc_release(&p->d);
-    fc_plan_release(&p->plan);
-    if (!in) fc_graph_free(p->g); /* an instance's is its plan's, or its variant's */
+    fc_prog_introspection_free(&p->g, &p->plan);
     fc_ctx_freemem(p->ctx, p);
 }
 
 /* ------------------------------------------------------------------ */
 /* Accessors.                                                          */
 /* ------------------------------------------------------------------ */
-
-/* A program that ran no passes here (from the cache or a file) re-plans
- * its graph text when asked for its graph or plan. */
-/* Its graph and plan, made here when absent (for an executable or a
- * dynamic program alike: the fields each keeps for introspection). */
-static fc_status materialize(fc_context *ctx, const fc_program_desc *d, fc_graph **pg, fc_plan *plan) {
-    if (*pg) return FC_OK;
-    if (!d->graph_text)
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s carries no graph text to plan from",
-                            d->graph_name ? d->graph_name : "?");
-    fc_graph *g = NULL;
-    fc_status st = fc_parse(ctx, "<program graph>", d->graph_text, strlen(d->graph_text), NULL, NULL, 0, &g);
-    if (st != FC_OK) return st;
-    fc_fuse_options fo;
-    fc_fuse_options_default(&fo);
-    fo.vertical = fo.horizontal = d->fuse;
-    fo.precision = d->precision;
-    st = fc_pipeline(g, &fo, plan);
-    plan->numerics = d->numerics;
-    if (st != FC_OK) {
-        fc_plan_release(plan);
-        memset(plan, 0, sizeof *plan);
-        fc_graph_free(g);
-        return st;
-    }
-    *pg = g;
-    return FC_OK;
-}
 
 /* The description a program shows: an executable's, or a dynamic
  * program's signature (no launches). */
@@ -135,18 +100,6 @@ static const fc_program_desc *desc_of(const fc_program *p) {
     return dp ? &dp->d : &p->d;
 }
 
-fc_graph *fc_program_graph(fc_program *p) {
-    if (!p) return NULL;
-    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
-    if (dp) return materialize(dp->ctx, &dp->d, &dp->g, &dp->plan) == FC_OK ? dp->g : NULL;
-    return materialize(p->ctx, &p->d, &p->g, &p->plan) == FC_OK ? p->g : NULL;
-}
-const fc_plan *fc_program_plan(fc_program *p) {
-    if (!p) return NULL;
-    fc_prog_dynamic *dp = fc_prog_dyn_of(p);
-    if (dp) return materialize(dp->ctx, &dp->d, &dp->g, &dp->plan) == FC_OK ? &dp->plan : NULL;
-    return materialize(p->ctx, &p->d, &p->g, &p->plan) == FC_OK ? &p->plan : NULL;
-}
 int fc_program_num_launches(const fc_program *p) { return p ? desc_of(p)->src.nlaunches : 0; }
 const fc_launch *fc_program_launch(const fc_program *p, int i) {
     const fc_program_desc *d = p ? desc_of(p) : NULL;

@@ -1,10 +1,11 @@
 /*
  * program_impl.h - the CUDA program's layout and the functions its files
  * share (runtime/cuda/program_*.c; internal to them). One program's
- * life: program_compile.c makes it, program_variant.c makes a dynamic
- * program's variant and shapes, program_device.c readies the device for
- * it, program_launch.c queues its runs, program_host_run.c runs it from
- * host memory, program_exec.c frees and describes it.
+ * life: program_compile.c makes it, variant_compile.c makes a dynamic
+ * program's variant and program_variant.c its shapes, program_device.c
+ * readies the device for it, program_launch.c queues its runs,
+ * program_host_run.c runs it from host memory, program_exec.c frees and
+ * describes it, program_plan.c keeps its plan for introspection.
  *
  * fc_compile runs the whole pipeline on a copy of the graph:
  *
@@ -50,11 +51,16 @@
 #include "runtime/cuda/program.h"
 #include "runtime/backend.h"
 #include "ir/switches.h"
-/* The compile driver's calls (program_compile.c, program_variant.c):
- * fc_cuda_codegen, and fc_cuda_attention_hopper for the NVRTC options.
- * Nothing on the run path calls codegen. */
+/* program_compile.c's calls into the code generator (fc_cuda_codegen,
+ * and fc_cuda_attention_hopper for the NVRTC options), until it includes
+ * compile_driver.h as the other compile drivers do; and the plan that
+ * struct fc_program keeps for introspection (program_plan.c). The other
+ * files here call neither: scripts/check-layers.sh checks which objects
+ * reference passes/ and codegen/. */
 #include "codegen/cuda/attention.h"
 #include "codegen/cuda/cuda_codegen.h"
+#include "passes/passes.h"
+#include "lower/variant_desc.h"
 #include "ir/timing.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
@@ -189,31 +195,25 @@ typedef struct fc_prog_variant {
      * (runtime/cuda/frame.h). */
     fc_frame *frame;
     int frame_carrier; /* its carrier's launch (fc_cuda_src_frame_carrier), -1: the frame is copied */
-    /* A variant of kernels only: what each shape's instance is made from
-     * (instance_from_layout). The memory plan's layout (the classes, their
-     * lifetimes, the sizes as formulas: only the placement is per shape),
-     * and every value's storage kind and index, which do not depend on
-     * the shape either (an arena value's index is its offset, per shape).
-     * The variant's own d.outputs[k].copy_from holds each result's copy
-     * source the same way (its bytes are per shape). */
-    fc_memplan_layout *layout;
-    fc_store *store_kind;
-    bool *grid_sized; /* by launch: its grid depends on the symbols (else the variant's is every shape's) */
+    /* What each shape's instance is made from (lower/variant_desc.h): the
+     * memory plan's layout, every value's storage kind, which grids are
+     * per shape, each GEMM as types. The variant's own d.outputs[k].copy_from
+     * holds each result's copy source (its bytes are per shape). */
+    fc_variant_desc lowered;
 } fc_prog_variant;
 
 /* One shape of a variant (an "instance"): the variant's module and kernels
  * are borrowed, the kernels take these symbol values as trailing
- * arguments. */
+ * arguments. One allocation holds it, its symbol values and its
+ * description's arrays; the description's names, launch argument lists
+ * and GEMM operand positions are the variant's (fc_variant_desc_at), so
+ * freeing it is one free. */
 typedef struct fc_prog_instance {
     fc_program x; /* tagged FC_PROG_INSTANCE */
     fc_prog_variant *variant;
     int64_t *syms;
     int nsyms;
     unsigned arena_gen; /* the variant's arena_gen its graph was built for */
-    /* Made from the variant's layout: its description's arrays live in
-     * the instance's own allocation, and its names and launch argument
-     * lists are the variant's, so they are not freed one by one. */
-    bool desc_inline;
 } fc_prog_instance;
 
 /* A dynamic program: the handle the caller holds. */
@@ -297,6 +297,10 @@ fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size);
 static inline fc_program *fc_prog_new_program(fc_context *ctx) {
     return fc_prog_new_exec(ctx, FC_PROG_STATIC, sizeof(fc_program));
 }
+
+/* program_plan.c: free a program's graph after the passes and its plan
+ * (introspection; either may be empty). */
+void fc_prog_introspection_free(fc_graph **g, fc_plan *plan);
 
 /* program_variant.c */
 fc_status fc_prog_grow_arena(fc_prog_variant *v, int64_t bytes, bool exact);

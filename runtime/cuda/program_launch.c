@@ -306,11 +306,8 @@ fc_status fc_prog_enqueue(fc_program *p, void *const *inputs, void *const *outpu
 /* NULL pointers are allowed only for empty tensors. */
 static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout) {
     const fc_program_desc *d = &p->d;
-    if (nin != d->nparams || nout != d->noutputs)
-        return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: graph %s takes %d inputs and %d outputs, not %d and %d",
-                            d->graph_name, d->nparams, d->noutputs, nin, nout);
-    if ((nin > 0 && !inputs) || (nout > 0 && !outputs))
-        return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: inputs or outputs is NULL");
+    fc_status st = fc_program_desc_check_call(p->ctx, d, inputs, nin, outputs, nout);
+    if (st != FC_OK) return st;
     for (int i = 0; i < nin; i++)
         if (!inputs[i] && fc_program_tensor_bytes(&d->params[i]) > 0)
             return fc_set_error(p->ctx, FC_ERR_USAGE, "fc_run: input %d is a NULL device pointer", i);
