@@ -1,5 +1,5 @@
 /* program_compile.c - fc_compile for CUDA: options, the description a cold compile builds from the plan, the two-level cache around the passes, codegen and NVRTC, and programs made from a description (the program cache, AOT files). */
-#include "runtime/cuda/program_impl.h"
+#include "runtime/cuda/compile_driver.h"
 
 /* Process-wide counters (fc_compile_counters_get). */
 static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, count_nvrtc;

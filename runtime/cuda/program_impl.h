@@ -57,8 +57,6 @@
  * struct fc_program keeps for introspection (program_plan.c). The other
  * files here call neither: scripts/check-layers.sh checks which objects
  * reference passes/ and codegen/. */
-#include "codegen/cuda/attention.h"
-#include "codegen/cuda/cuda_codegen.h"
 #include "passes/passes.h"
 #include "lower/variant_desc.h"
 #include "ir/timing.h"
