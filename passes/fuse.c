@@ -43,6 +43,7 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->attention_in_place = true;
     o->dynamic = false;
     o->precision = FC_PRECISION_AS_WRITTEN;
+    o->numerics = FC_NUMERICS_FAST;
 }
 
 /* Worth storing rather than recomputing at another index (ops.def, column

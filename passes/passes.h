@@ -191,6 +191,9 @@ typedef struct fc_fuse_options {
                               * default false */
     fc_precision precision;  /* the autocast pass's target (passes/autocast.c); default
                               * FC_PRECISION_AS_WRITTEN: the graph's dtypes */
+    fc_numerics numerics;    /* FC_NUMERICS_EAGER computes the graph as written: the recognizers
+                              * that turn written-out GELU and norms into one op (rounding once
+                              * where the graph rounds every step) stay off; default fast */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);

@@ -7,7 +7,9 @@
  *     shared subexpressions, and again after decompose, whose primitives
  *     expose new identities (a softmax's max of a constant, casts in and
  *     out);
- *   - the recognizers (passes/recognize.h) run before decompose: they turn
+ *   - the recognizers (passes/recognize.h) run before decompose (GELU and
+ *     norms in fast numerics only: eager numerics computes the graph as
+ *     written, rounding every step), they turn
  *     the primitives an exporter writes (GELU, LayerNorm, RMSNorm, the 2-D
  *     reshapes of linear layers) back into what a hand-written graph has,
  *     so that both lower and fuse alike;
@@ -38,11 +40,12 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     fc_status st;
     memset(plan, 0, sizeof *plan);
     bool dynamic = o && o->dynamic;
+    bool eager = o && o->numerics == FC_NUMERICS_EAGER;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;
     if ((st = fc_pass_recognize_views(g))) return st; /* exported models: passes/recognize.h */
-    if ((st = fc_pass_recognize_gelu(g))) return st;
-    if ((st = fc_pass_recognize_norm(g))) return st;
+    if (!eager && (st = fc_pass_recognize_gelu(g))) return st;
+    if (!eager && (st = fc_pass_recognize_norm(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if (o && (st = fc_pass_autocast(g, o->precision))) return st;

@@ -108,6 +108,9 @@ if (($# > 0)); then
   while IFS= read -r obj; do
     src=${obj#"$objdir"/}
     src=${src%.o}
+    # An object whose source is gone (a build folder older than a move) is
+    # not part of this build.
+    [[ -f $src ]] || continue
     nobj=$((nobj + 1))
     [[ $call_drivers == *" $src "* ]] && continue
     while read -r sym; do

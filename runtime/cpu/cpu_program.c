@@ -307,6 +307,7 @@ static fc_status compile_plan(fc_cpu_program *p, fc_graph *g, bool fuse, bool *r
     fo.vertical = fo.horizontal = fuse;
     fo.attention_in_place = false; /* attention runs as a library call here (contiguous operands) */
     fo.precision = p->opts.precision; /* TF32 is GEMM math the CPU has not: f32 */
+    fo.numerics = p->opts.numerics;
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
     if (st != FC_OK) return st;
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");

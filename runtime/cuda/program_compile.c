@@ -272,6 +272,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = p->opts.fuse;
     fo.precision = p->d.precision;
+    fo.numerics = p->d.numerics;
     double t = fc_now_ms();
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
     p->times.passes_ms = fc_now_ms() - t;

@@ -21,6 +21,7 @@ static fc_status materialize(fc_context *ctx, const fc_program_desc *d, fc_graph
     fc_fuse_options_default(&fo);
     fo.vertical = fo.horizontal = d->fuse;
     fo.precision = d->precision;
+    fo.numerics = d->numerics;
     st = fc_pipeline(g, &fo, plan);
     plan->numerics = d->numerics;
     if (st != FC_OK) {

@@ -91,6 +91,7 @@ fc_status fc_program_compile_variant(fc_graph *g, const fc_compile_options *o, f
         fc_fuse_options_default(&fo);
         fo.vertical = fo.horizontal = o->fuse;
         fo.precision = o->precision;
+        fo.numerics = o->numerics;
         fo.dynamic = true;
         double t = fc_now_ms();
         st = fc_pipeline(p->g, &fo, &p->plan);

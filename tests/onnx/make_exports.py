@@ -37,6 +37,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+
+# IR version 10 (ONNX 1.16): what every onnxruntime of the last two years
+# loads; a newer onnx package would write a newer one by default.
+ORT_IR_VERSION = 10
+
 B, T = 2, 16
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -64,7 +69,7 @@ class Builder:
 
     def model(self, name, inputs, outputs):
         g = helper.make_graph(self.nodes, name, inputs, outputs, self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], producer_name="make_exports.py")
+        m = helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 18)], producer_name="make_exports.py")
         onnx.checker.check_model(m)
         return m
 

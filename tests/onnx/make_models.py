@@ -17,6 +17,11 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+
+# IR version 10 (ONNX 1.16): what every onnxruntime of the last two years
+# loads; a newer onnx package would write a newer one by default.
+ORT_IR_VERSION = 10
+
 T, C, H = 8, 32, 4
 D = C // H
 
@@ -78,7 +83,7 @@ def gpt2_block():
     g = helper.make_graph(n, "gpt2_block",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", T, C])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", T, C])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], producer_name="make_models.py")
+    m = helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 18)], producer_name="make_models.py")
     onnx.checker.check_model(m)
     return m
 
@@ -100,7 +105,7 @@ def embed_mlp():
          helper.make_node("ReduceMean", ["o1"], ["y"], axes=[-1], keepdims=1)]
     g = helper.make_graph(n, "embed_mlp", [helper.make_tensor_value_info("ids", TensorProto.INT64, ["batch", "seq"])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 1])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    m = helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
     onnx.checker.check_model(m)
     return m
 
@@ -121,7 +126,7 @@ def conv_net():
          helper.make_node("ConvTranspose", ["p2", "w3", "b3"], ["y"], group=2, strides=[2, 2], output_padding=[1, 1])]
     g = helper.make_graph(n, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8, 5, 9])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
+    m = helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 17)], producer_name="make_models.py")
     onnx.checker.check_model(m)
     return m
 
@@ -165,10 +170,10 @@ def bad_models(out):
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     shape = numpy_helper.from_array(np.array([-5, 3], np.int64), "shape")
     g = helper.make_graph([helper.make_node("Expand", ["x", "shape"], ["y"], name="expand_neg")], "bad_expand", [x], [y], [shape])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_expand.onnx"))
+    onnx.save(helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_expand.onnx"))
     g = helper.make_graph([helper.make_node("Einsum", ["x", "x"], ["y"], name="einsum_bad", equation="i\xabj,ij->i")],
                           "bad_einsum", [x], [y])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_einsum.onnx"))
+    onnx.save(helper.make_model(g, ir_version=ORT_IR_VERSION, opset_imports=[helper.make_opsetid("", 13)]), os.path.join(out, "bad_einsum.onnx"))
 
 
 def main():
