@@ -20,6 +20,7 @@
 #include "rewrite.h"
 
 #include <math.h>
+#include <string.h>
 
 typedef struct nctx {
     fc_rc rc;
@@ -193,6 +194,9 @@ fc_status fc_pass_recognize_norm(fc_graph *g) {
         fc_ctx_freemem(g->ctx, c.user);
         return fc_set_error(g->ctx, g->status = FC_ERR_NOMEM, "out of memory (recognize_norm)");
     }
+    /* A value used once may be used by the graph's results, not a node:
+     * its user stays NULL. */
+    memset(c.user, 0, sizeof *c.user * (size_t)(c.rc.nuses + 1));
     for (int i = 0; i < g->nnodes; i++) {
         fc_node *n = g->nodes[i];
         if (n->dead) continue;
