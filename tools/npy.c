@@ -349,6 +349,14 @@ int npy_read_stream(FILE *f, const char *name, fc_tensor *t, char *err, size_t e
         }
         numel *= d;
     }
+    /* A zero dim makes the product 0, but fusec refuses a shape whose other
+     * dims multiply past its element limit (fc_tensor_numel), zero or not. */
+    fc_tensor probe = {.dtype = dt, .rank = h.rank};
+    for (int i = 0; i < h.rank; i++) probe.shape[i] = h.shape[i];
+    if (fc_tensor_numel(&probe) < 0) {
+        set_err(err, errlen, name, "corrupt .npy header: shape too large");
+        return -1;
+    }
     if (numel > (uint64_t)INT64_MAX / es || numel * es > (uint64_t)SIZE_MAX) {
         set_err(err, errlen, name, "corrupt .npy header: shape too large");
         return -1;
