@@ -1,5 +1,38 @@
-/* options.c - the check of compile options from the caller (options.h). */
+/* options.c - compile options from the caller: their defaults, the --arch spelling, and their check (options.h). */
 #include "options.h"
+
+#include <string.h>
+
+/* The defaults, the same in every build (a build without the CUDA backend
+ * included): a program compiled for another device ignores the CUDA fields. */
+void fc_compile_options_default(fc_compile_options *o) {
+    if (!o) return;
+    memset(o, 0, sizeof *o);
+    o->device = FC_DEVICE_CUDA;
+    o->sm = 0;
+    o->fast_math = false;
+    o->fuse = true;
+    o->cuda_graphs = true;
+    o->dynamic = false;
+    o->max_specializations = 8;
+    o->specialize = FC_SPECIALIZE_BACKGROUND;
+}
+
+/* "sm_90", "sm90", "90" or "9.0": the CLI's --arch, parsed alike in every build. */
+bool fc_arch_parse(const char *s, int *sm) {
+    if (!s || !sm) return false;
+    if (strncmp(s, "sm_", 3) == 0) s += 3;
+    else if (strncmp(s, "sm", 2) == 0) s += 2;
+    int v = 0, digits = 0;
+    for (; *s >= '0' && *s <= '9' && digits < 4; s++, digits++) v = v * 10 + (*s - '0');
+    if (*s == '.' && digits > 0 && s[1] >= '0' && s[1] <= '9' && !s[2]) { /* "9.0" */
+        v = v * 10 + (s[1] - '0');
+        s += 2;
+    }
+    if (*s || digits == 0 || v < 10 || v > 999) return false;
+    *sm = v;
+    return true;
+}
 
 fc_status fc_compile_options_check(fc_context *ctx, const fc_compile_options *o) {
     if (!o) return FC_OK;

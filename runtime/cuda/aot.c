@@ -52,21 +52,6 @@
 #define ELF_SHT_PROGBITS 1
 #define ELF_SHT_SYMTAB 2
 
-bool fc_arch_parse(const char *s, int *sm) {
-    if (!s || !sm) return false;
-    if (strncmp(s, "sm_", 3) == 0) s += 3;
-    else if (strncmp(s, "sm", 2) == 0) s += 2;
-    int v = 0, digits = 0;
-    for (; *s >= '0' && *s <= '9' && digits < 4; s++, digits++) v = v * 10 + (*s - '0');
-    if (*s == '.' && digits > 0 && s[1] >= '0' && s[1] <= '9' && !s[2]) { /* "9.0" */
-        v = v * 10 + (s[1] - '0');
-        s += 2;
-    }
-    if (*s || digits == 0 || v < 10 || v > 999) return false;
-    *sm = v;
-    return true;
-}
-
 /* ------------------------------------------------------------------ */
 /* Finding the program in the ELF. Every offset and size read from the  */
 /* file is checked against the file before it is used.                 */

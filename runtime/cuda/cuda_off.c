@@ -41,38 +41,6 @@ const fc_backend fc_backend_cuda = {
     .compile = cuda_compile,
 };
 
-/* The same defaults as the CUDA build's (runtime/cuda/program_compile.c):
- * a program compiled for another device ignores the CUDA fields. */
-void fc_compile_options_default(fc_compile_options *o) {
-    if (!o) return;
-    *o = (fc_compile_options){
-        .device = FC_DEVICE_CUDA,
-        .fuse = true,
-        .cuda_graphs = true,
-        .max_specializations = 8,
-        .specialize = FC_SPECIALIZE_BACKGROUND,
-    };
-}
-
-/* "sm_90", "sm90", "90" or "9.0": the CLI's --arch is parsed as in a CUDA
- * build, and a compile for CUDA then says that the backend is absent. */
-bool fc_arch_parse(const char *s, int *sm) {
-    if (!s || !sm) return false;
-    const char *p = !strncmp(s, "sm_", 3) ? s + 3 : !strncmp(s, "sm", 2) ? s + 2 : s;
-    char digits[8];
-    size_t n = 0;
-    for (; *p && n + 1 < sizeof digits; p++) {
-        if (*p >= '0' && *p <= '9') digits[n++] = *p;
-        else if (!(*p == '.' && n > 0 && p[1] >= '0' && p[1] <= '9' && !p[2])) break;
-    }
-    digits[n] = '\0';
-    if (*p || n == 0 || n > 3) return false;
-    int v = atoi(digits);
-    if (v < 10) return false;
-    *sm = v;
-    return true;
-}
-
 char *fc_compile_times_text(const fc_compile_times *t) {
     if (!t) return NULL;
     fc_strbuf s = {0};

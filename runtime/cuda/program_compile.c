@@ -8,19 +8,6 @@ static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, c
 /* Options, descriptions, counters.                                    */
 /* ------------------------------------------------------------------ */
 
-void fc_compile_options_default(fc_compile_options *o) {
-    if (!o) return;
-    memset(o, 0, sizeof *o);
-    o->device = FC_DEVICE_CUDA;
-    o->sm = 0;
-    o->fast_math = false;
-    o->fuse = true;
-    o->cuda_graphs = true;
-    o->dynamic = false;
-    o->max_specializations = 8;
-    o->specialize = FC_SPECIALIZE_BACKGROUND;
-}
-
 /* Every compile of a program's source (the cubin, the PTX, an AOT file)
  * uses these, so the PTX is the PTX of the cubin. At most 3. */
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra) {
