@@ -114,14 +114,18 @@ static fc_graph *parse_file(const char *rel, const fc_binding *b, int nb) {
 }
 
 /* Buffers for p's parameters and results at its static shapes. */
+/* Sized for a whole model's weights (GPT-2 124M has 149 parameters). */
+enum { BUFS_MAX_IN = 1024, BUFS_MAX_OUT = 16 };
 typedef struct bufs {
     int nin, nout;
-    void *in[32], *out[8];
+    void *in[BUFS_MAX_IN], *out[BUFS_MAX_OUT];
 } bufs;
 
 static void make_bufs(fc_program *p, bufs *b) {
     b->nin = fc_program_num_inputs(p);
     b->nout = fc_program_num_outputs(p);
+    if (b->nin > BUFS_MAX_IN || b->nout > BUFS_MAX_OUT)
+        DIE("%d inputs and %d outputs: at most %d and %d", b->nin, b->nout, BUFS_MAX_IN, BUFS_MAX_OUT);
     for (int i = 0; i < b->nin; i++) {
         fc_tensor t;
         const char *name = NULL;
