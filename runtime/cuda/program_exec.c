@@ -315,6 +315,7 @@ static char *cuda_describe(fc_program *p, fc_describe_kind what) {
     case FC_DESCRIBE_PLAN: return cuda_plan_text(p);
     case FC_DESCRIBE_SOURCE: return cuda_source(p);
     case FC_DESCRIBE_ASM: return cuda_ptx(p);
+    case FC_DESCRIBE_DOT: return fc_prog_plan_dot(p);
     }
     return NULL;
 }
