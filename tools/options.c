@@ -132,7 +132,8 @@ static int flag_emit(options *o, const char *flag, const char *val) {
     else if (!strcmp(val, "plan")) o->emit_plan = true;
     else if (!strcmp(val, "cuda")) o->emit_cuda = true;
     else if (!strcmp(val, "ptx")) o->emit_ptx = true;
-    else return usage_error("unknown %s format '%s' (supported: ir, plan, cuda, ptx)", flag, val);
+    else if (!strcmp(val, "dot")) o->emit_dot = true;
+    else return usage_error("unknown %s format '%s' (supported: ir, plan, cuda, ptx, dot)", flag, val);
     return 0;
 }
 
@@ -140,6 +141,21 @@ static int flag_bench(options *o, const char *flag, const char *val) {
     uint64_t n;
     if (!parse_u64(val, 1000000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
     o->bench_iters = (int)n;
+    return 0;
+}
+
+static int flag_profile_format(options *o, const char *flag, const char *val) {
+    const int f = fc_profile_format_from_name(val);
+    if (f < 0 || f == FC_PROFILE_TRACE)
+        return usage_error("unknown %s '%s' (supported: table, csv, json; --trace writes the trace)", flag, val);
+    o->profile_format = f;
+    return 0;
+}
+
+static int flag_profile_runs(options *o, const char *flag, const char *val) {
+    uint64_t n;
+    if (!parse_u64(val, 100000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
+    o->profile_runs = (int)n;
     return 0;
 }
 
@@ -239,6 +255,11 @@ static const flag flags[] = {
     OPTION("--precision", NULL, flag_precision),
     OPTION("--numerics", NULL, flag_numerics),
     SWITCH("--time", NULL, time),
+    SWITCH("--profile", NULL, profile),
+    OPTION("--profile-format", NULL, flag_profile_format),
+    OPTION("--profile-runs", NULL, flag_profile_runs),
+    PATH("--trace", NULL, trace_file, "a file name"),
+    PATH("--report", NULL, report_file, "a file name"),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
     SWITCH("--cache-info", NULL, cache_info),
@@ -291,6 +312,8 @@ int parse_args(int argc, char **argv, options *o) {
             *(bool *)((char *)o + f->field) = true;
         }
     }
+    /* A profile is of a run. */
+    if (o->profile || o->trace_file || o->report_file) o->run = true;
     return 0;
 }
 
