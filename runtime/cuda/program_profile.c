@@ -69,6 +69,15 @@ static uint64_t tag_of(const fc_cupti_ext *e, int ne, uint32_t c) {
     return f ? f->id : 0;
 }
 
+/* The measured run and launch a correlation id's tag names; false for a
+ * record of no measured run. */
+static bool tagged(const fc_profile_rec *r, const fc_cupti_ext *e, int ne, uint32_t c, int *run, int *launch) {
+    const uint64_t tag = tag_of(e, ne, c);
+    *run = (int)(tag >> TAG_RUN_SHIFT) - 1;
+    *launch = (int)(tag & ((1u << TAG_RUN_SHIFT) - 1));
+    return tag && *run >= 0 && *run < r->runs && *launch < r->nlaunches;
+}
+
 /* The records into r's events. */
 static fc_status add_events(fc_profile_rec *r, fc_cupti_kernel *k, int nk, fc_cupti_api *a, int na, fc_cupti_ext *e,
                             int ne) {
@@ -77,9 +86,8 @@ static fc_status add_events(fc_profile_rec *r, fc_cupti_kernel *k, int nk, fc_cu
     if (!kc) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
     int nkc = 0;
     for (int i = 0; i < nk; i++) {
-        const uint64_t tag = tag_of(e, ne, k[i].correlation);
-        const int run = (int)(tag >> TAG_RUN_SHIFT) - 1, launch = (int)(tag & ((1u << TAG_RUN_SHIFT) - 1));
-        if (!tag || run < 0 || run >= r->runs || launch >= r->nlaunches) continue;
+        int run, launch;
+        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
         fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_DEVICE, run, launch, k[i].start, k[i].end);
         if (!ev) {
             free(kc);
@@ -91,9 +99,8 @@ static fc_status add_events(fc_profile_rec *r, fc_cupti_kernel *k, int nk, fc_cu
     }
     qsort(kc, (size_t)nkc, sizeof *kc, cmp_u32);
     for (int i = 0; i < na; i++) {
-        const uint64_t tag = tag_of(e, ne, a[i].correlation);
-        const int run = (int)(tag >> TAG_RUN_SHIFT) - 1, launch = (int)(tag & ((1u << TAG_RUN_SHIFT) - 1));
-        if (!tag || run < 0 || run >= r->runs || launch >= r->nlaunches) continue;
+        int run, launch;
+        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
         fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_HOST, run, launch, a[i].start, a[i].end);
         if (!ev) {
             free(kc);
