@@ -250,8 +250,9 @@ fc_status fc_program_profile(fc_program *p, const fc_tensor *inputs, int nin, co
     pf->rec.parse_ms = o->parse_ms;
     const fc_program_desc *d = b->desc(p);
     snprintf(pf->name, sizeof pf->name, "%s", d && d->graph_name ? d->graph_name : "program");
-    if (b->times) b->times(p, &pf->rec.times);
     fc_status st = b->profile(p, inputs, nin, &pf->rec);
+    /* After the runs: the first run opens the device and loads the code. */
+    if (b->times) b->times(p, &pf->rec.times);
     if (st == FC_OK) st = build_rows(pf);
     if (st != FC_OK) {
         fc_profile_free(pf);
