@@ -691,7 +691,7 @@ fc_status fc_cpu_run_timed(fc_cpu_program *p, const fc_tensor *inputs, const fc_
     return FC_ERR_USAGE;
 }
 int fc_cpu_program_ngroups(const fc_cpu_program *p) { (void)p; return 0; }
-fc_status fc_cpu_program_launch(const fc_cpu_program *p, int pos, fc_launch *l) {
+fc_status fc_cpu_program_launch(const fc_cpu_program *p, int pos, struct fc_launch *l) {
     (void)p; (void)pos; (void)l;
     return FC_ERR_USAGE;
 }
