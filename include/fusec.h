@@ -620,6 +620,114 @@ char *fc_program_ptx(fc_program *p);
  * NULL with FC_ERR_UNSUPPORTED when the backend has none. */
 char *fc_program_source(fc_program *p);
 
+/* The fused graph in Graphviz's DOT language: one cluster per launch
+ * (kernel, library call or view), coloured by its kind, holding its ops;
+ * edges between ops labelled with the dtype and shape they carry; the
+ * parameters and results as their own nodes. A malloc'd text (fc_free);
+ * NULL with the error on p's context (FC_ERR_UNSUPPORTED for a backend
+ * without a plan: the reference interpreter). `dot -Tsvg` renders it. */
+char *fc_program_plan_dot(fc_program *p);
+
+/* ------------------------------------------------------------------ */
+/* Where the time goes: the profile (docs/PROFILING.md).               */
+/*                                                                     */
+/* fc_program_profile runs a program `warmup` times, then `runs` times */
+/* with each launch timed on the device (CUDA: CUPTI's activity        */
+/* records, CUPTI loaded only then; CPU: the wall clock around each    */
+/* launch), then `runs` times as fc_run runs it (CUDA Graphs and all), */
+/* and reports one row per launch and a summary. Profiled runs launch  */
+/* one by one, so each device record belongs to one launch; the plain  */
+/* runs say what that costs.                                           */
+/* ------------------------------------------------------------------ */
+typedef struct fc_profile fc_profile;
+
+typedef struct fc_profile_options {
+    int warmup; /* runs before the measured ones; default 3 */
+    int runs;   /* measured runs; default 20 */
+    /* The caller's parse of the graph, in milliseconds, shown as the
+     * trace's first compile phase (the library does not parse). */
+    double parse_ms;
+} fc_profile_options;
+
+void fc_profile_options_default(fc_profile_options *o);
+
+/* One launch of the program, as measured. Strings are owned by the
+ * profile. */
+typedef struct fc_profile_launch {
+    int launch;          /* its position in the launch list (the plan's `launch N`) */
+    const char *name;    /* the kernel's function, or the library call ("gemm", "matmul") */
+    const char *kind;    /* "kernel" or "library" */
+    const char *ops;     /* the ops it runs (the plan's summary) */
+    const char *source;  /* where they are written: "model.ir:12-15,18", or an imported
+                          * model's tensor names; "" when unknown */
+    int nsource_ops;     /* source ops it covers */
+    double min_ms, median_ms; /* device time of one launch over the measured runs */
+    double share;        /* median_ms / the sum of every launch's median, 0 .. 1 */
+    int64_t bytes;       /* its arguments' bytes (read and written once); -1: unknown */
+    double flops;        /* the FLOPs it computes (lower/launch_cost.h); -1: unknown */
+    double gbps, tflops; /* bytes and FLOPs over median_ms: GB/s (1e9) and TFLOP/s (1e12) */
+    double peak_fraction; /* of the device's ceiling it is nearest: gbps / peak_gbps or
+                           * tflops / peak_tflops, the larger */
+    bool compute_bound;  /* its FLOPs per byte are above the device's ridge point */
+    /* The launches (positions in the launch list) whose results it reads. */
+    const int *after;
+    int nafter;
+} fc_profile_launch;
+
+typedef struct fc_profile_summary {
+    const char *device;     /* "NVIDIA H200", "x86_64 CPU (16 threads)" */
+    double peak_gbps, peak_tflops; /* the ceilings the fractions are of */
+    const char *peak_source; /* how they were found ("measured memcpy", "documented") */
+    int warmup, runs;
+    int launches;           /* rows (aliases, which run nothing, are left out) */
+    int kernels, library;
+    int source_ops;         /* the sum of the rows' nsource_ops */
+    int fused_ops;          /* of those, the ones that share a launch with another */
+    double device_ms;       /* the sum of the launches' median device times */
+    double wall_ms;         /* median wall time of a profiled run (launch by launch) */
+    double plain_wall_ms;   /* median wall time of a run as fc_run makes it, unprofiled */
+    bool host_bound;        /* the device idles more than half of a profiled run */
+    /* The largest gaps between one launch's end and the next one's start
+     * (the median run), largest first: after launch gap_after[i]. */
+    int ngaps;
+    double gap_ms[3];
+    int gap_after[3];
+} fc_profile_summary;
+
+/*
+ * Profile p on host inputs (fc_program_run_host's convention: each
+ * inputs[i] has parameter i's dtype and shape). o NULL: the defaults. The
+ * result is freed with fc_profile_free. FC_ERR_UNSUPPORTED for a dynamic
+ * program, the reference backend, or CUDA without CUPTI (the message says
+ * where fusec looked for it); errors on p's context.
+ */
+fc_status fc_program_profile(fc_program *p, const fc_tensor *inputs, int nin, const fc_profile_options *o,
+                             fc_profile **out);
+void fc_profile_free(fc_profile *prof);
+/* The rows, sorted by median time, longest first (i in 0 .. count-1). */
+int fc_profile_count(const fc_profile *prof);
+const fc_profile_launch *fc_profile_at(const fc_profile *prof, int i);
+void fc_profile_get_summary(const fc_profile *prof, fc_profile_summary *out);
+
+typedef enum fc_profile_format {
+    FC_PROFILE_TABLE, /* aligned columns for a terminal, then the summary */
+    FC_PROFILE_CSV,   /* a header line, then one line per row */
+    FC_PROFILE_JSON,  /* {"summary": {..}, "launches": [..]}: the fields above */
+    FC_PROFILE_TRACE, /* Chrome's trace event format (Perfetto, chrome://tracing): the
+                       * compile phases, then each profiled run's host calls and device
+                       * activity on their own tracks, joined by flow events */
+} fc_profile_format;
+/* The profile as text (fc_free); NULL with FC_ERR_UNSUPPORTED on the
+ * program's context for JSON and the trace in a build without cJSON. */
+char *fc_profile_text(const fc_profile *prof, fc_profile_format format);
+/* The format's name: "table", "csv", "json", "trace"; and back (-1: none). */
+const char *fc_profile_format_name(fc_profile_format f);
+int fc_profile_format_from_name(const char *name);
+/* One profiled run's timeline, for drawing it: its events, each a launch's
+ * device time [start_ms, end_ms) from the run's start. i in 0 .. n-1;
+ * false past the end. */
+bool fc_profile_timeline(const fc_profile *prof, int i, int *launch, double *start_ms, double *end_ms);
+
 /* ------------------------------------------------------------------ */
 /* Comparing outputs with the reference interpreter's.                */
 /* ------------------------------------------------------------------ */

@@ -97,6 +97,14 @@ typedef struct fc_launch {
     int64_t grid_per[3];
     int64_t grid_max[3];
     char summary[160]; /* for --emit=plan: "softmax-like row reduce: reduce_max, sub, exp, ..." */
+    /* For the profile (lower/launch_cost.h): where the launch's ops are
+     * written ("gpt2_block.ir:12-15,18", or the imported model's value
+     * names), how many source ops it covers, the bytes its arguments hold
+     * and the FLOPs it computes (-1: not known, a dynamic plan's). */
+    char source[128];
+    int nsource_ops;
+    int64_t bytes;
+    double flops;
 } fc_launch;
 
 /* A distinct kernel of the unit: launches whose kernels are the same text

@@ -142,6 +142,7 @@ static char *describe(fc_program *p, fc_describe_kind what) { return p ? fc_back
 char *fc_program_plan_text(fc_program *p) { return describe(p, FC_DESCRIBE_PLAN); }
 
 char *fc_program_source(fc_program *p) { return describe(p, FC_DESCRIBE_SOURCE); }
+char *fc_program_plan_dot(fc_program *p) { return describe(p, FC_DESCRIBE_DOT); }
 
 char *fc_program_cuda_source(fc_program *p) {
     if (p && !fc_program_is(p, FC_DEVICE_CUDA)) {

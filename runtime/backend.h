@@ -26,6 +26,7 @@
 
 typedef struct fc_backend fc_backend;
 struct fc_program_desc;
+struct fc_profile_rec;
 
 /* What every executable begins with. */
 typedef struct fc_exec_head {
@@ -37,6 +38,7 @@ typedef enum fc_describe_kind {
     FC_DESCRIBE_PLAN,   /* the launch plan (fc_program_plan_text's form) */
     FC_DESCRIBE_SOURCE, /* the generated source: CUDA C, LLVM IR */
     FC_DESCRIBE_ASM,    /* what the source compiles to: PTX */
+    FC_DESCRIBE_DOT,    /* the fused graph in DOT (fc_program_plan_dot) */
 } fc_describe_kind;
 
 struct fc_backend {
@@ -69,6 +71,10 @@ struct fc_backend {
      * text) at least; what runs, for CUDA (runtime/cuda/program.h). */
     const struct fc_program_desc *(*desc)(const fc_program *p);
     fc_context *(*context)(const fc_program *p);
+    /* fc_program_profile's measurements (runtime/profile.h): r's warmup and
+     * runs set, the rest for the backend to fill. NULL: the backend cannot
+     * profile. */
+    fc_status (*profile)(fc_program *p, const fc_tensor *inputs, int nin, struct fc_profile_rec *r);
     /* Times of the making (NULL: all zero, origin "compiled"). */
     void (*times)(const fc_program *p, fc_compile_times *out);
     void (*free)(fc_program *p);

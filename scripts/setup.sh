@@ -25,7 +25,9 @@ packages=(
   protobuf-c-compiler # ONNX import: protoc-c compiles onnx.proto at build time
   libonnx-dev         # ONNX import: the schema, onnx/onnx.proto
   libonnx-testdata    # the ONNX backend test suite (tests/test_onnx_suite.c)
-  libcjson-dev        # safetensors headers (JSON)
+  libcjson-dev        # safetensors headers (JSON), profiles and traces
+  graphviz            # tests/test_profile.sh renders --emit=dot with dot
+  chromium            # tests/test_profile.sh loads the --report HTML headless
 )
 
 missing=()

@@ -55,7 +55,7 @@ if cmake --build build-cpu -j "$jobs" && cmake --build build-cpu -j "$jobs" --ta
     echo "test.sh: build-cpu/ included a CUDA toolkit header (above)" >&2
     status=1
   fi
-  (cd build-cpu && ctest --output-on-failure -j "$jobs" -R '^(test_check|test_public_api|test_install|layers)$' "$@") ||
+  (cd build-cpu && ctest --output-on-failure -j "$jobs" -R '^(test_check|test_public_api|test_install|test_profile|layers)$' "$@") ||
     status=1
 else
   status=1

@@ -37,6 +37,12 @@ typedef struct options {
     fc_binding *binds; /* names are malloc'd */
     int nbinds;
     bool emit_ir, emit_plan, emit_cuda, emit_ptx;
+    bool emit_dot;      /* --emit=dot: the fused graph for Graphviz */
+    bool profile;       /* --profile: the per-launch table (implies --run) */
+    int profile_format; /* --profile-format: an fc_profile_format */
+    int profile_runs;   /* --profile-runs N (0: the library's default) */
+    const char *trace_file;  /* --trace out.json (implies --run) */
+    const char *report_file; /* --report out.html (implies --run) */
     bool run;
     bool check;      /* compare with the reference interpreter */
     int bench_iters; /* --bench N */
@@ -92,7 +98,21 @@ typedef struct run_target {
     fc_graph *ref;        /* what --check runs with the reference interpreter */
     const char *name;     /* the graph's name, for messages */
     fc_weights *weights;  /* data for parameters by name (initializers, --weights) */
+    double parse_ms;      /* the parse's time, for the profile's trace */
 } run_target;
+
+/* Compile a copy of g specialized to the inputs' shapes for dev (what
+ * --run runs); *sg the copy (g itself when nothing was bound). */
+fc_status compile_on_device(fc_device dev, fc_graph *g, const fc_tensor *in, int nin, const options *o,
+                            fc_graph **sg, fc_program **p);
+
+/* ---- profiling (profile.c, report.c) --------------------------------------------- */
+
+/* --profile, --trace, --report: profile p on the inputs, print the table
+ * (or CSV, JSON) on stdout, write the trace and the report. */
+int profile_program(const options *o, fc_program *p, const fc_tensor *in, int nin, double parse_ms);
+/* The HTML report of prof into path (report.c). */
+int write_report(const char *path, const fc_profile *prof, const char *title);
 
 /* Map a failed call's status to an exit code. */
 int run_exit_code(fc_status st);

@@ -43,10 +43,10 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out) {
  * PTX, plan. */
 int emit_program(fc_program *p, const options *o) {
     int rc = 0;
-    char *texts[3] = {o->emit_cuda ? fc_program_cuda_source(p) : NULL, o->emit_ptx ? fc_program_ptx(p) : NULL,
-                      o->emit_plan ? fc_program_plan_text(p) : NULL};
-    bool wanted[3] = {o->emit_cuda, o->emit_ptx, o->emit_plan};
-    for (int i = 0; i < 3; i++) {
+    char *texts[4] = {o->emit_cuda ? fc_program_cuda_source(p) : NULL, o->emit_ptx ? fc_program_ptx(p) : NULL,
+                      o->emit_plan ? fc_program_plan_text(p) : NULL, o->emit_dot ? fc_program_plan_dot(p) : NULL};
+    bool wanted[4] = {o->emit_cuda, o->emit_ptx, o->emit_plan, o->emit_dot};
+    for (int i = 0; i < 4; i++) {
         if (!wanted[i]) continue;
         if (!texts[i]) {
             print_last_error(fc_program_context(p));
@@ -55,7 +55,7 @@ int emit_program(fc_program *p, const options *o) {
         }
         fputs(texts[i], stdout);
     }
-    for (int i = 0; i < 3; i++) fc_free(texts[i]);
+    for (int i = 0; i < 4; i++) fc_free(texts[i]);
     if (!rc && fflush(stdout) != 0) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
     return rc;
 }

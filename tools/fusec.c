@@ -148,13 +148,13 @@ static int run_cli(const options *o) {
     }
     if (!o->run) {
         /* --inputs also gives a compile's symbolic dims (--emit=plan|cuda|ptx). */
-        bool emits = o->emit_plan || o->emit_cuda || o->emit_ptx;
+        bool emits = o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot;
         const char *needs_run = o->inputs_given && !emits ? "--inputs" : o->seed_given ? "--seed"
                               : o->save_dir ? "--save-outputs" : o->device_given ? "--device"
                               : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
     }
-    bool compile_now = !is_program && (o->emit_plan || o->emit_cuda || o->emit_ptx || o->output);
+    bool compile_now = !is_program && (o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot || o->output);
     bool compiles = is_program || compile_now || (o->run && dev == FC_DEVICE_CUDA);
     if (o->time && !compiles)
         return usage_error("--time needs a compile: -o, --emit=plan|cuda|ptx, --run on the cuda device, or a "
@@ -216,7 +216,7 @@ static int run_cli(const options *o) {
         if (rc) goto done;
     }
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
-    if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
+    if ((o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
         double t0 = now_ms();
         st = fc_program_save_file(prog, o->output);
@@ -236,6 +236,7 @@ static int run_cli(const options *o) {
             .ref = g,
             .name = name ? name : "?",
             .weights = weights,
+            .parse_ms = parse_ms,
         };
         rc = run_inputs(o, &t, &rs);
         print_cache_warning();

@@ -132,7 +132,8 @@ static int flag_emit(options *o, const char *flag, const char *val) {
     else if (!strcmp(val, "plan")) o->emit_plan = true;
     else if (!strcmp(val, "cuda")) o->emit_cuda = true;
     else if (!strcmp(val, "ptx")) o->emit_ptx = true;
-    else return usage_error("unknown %s format '%s' (supported: ir, plan, cuda, ptx)", flag, val);
+    else if (!strcmp(val, "dot")) o->emit_dot = true;
+    else return usage_error("unknown %s format '%s' (supported: ir, plan, cuda, ptx, dot)", flag, val);
     return 0;
 }
 
@@ -140,6 +141,21 @@ static int flag_bench(options *o, const char *flag, const char *val) {
     uint64_t n;
     if (!parse_u64(val, 1000000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
     o->bench_iters = (int)n;
+    return 0;
+}
+
+static int flag_profile_format(options *o, const char *flag, const char *val) {
+    const int f = fc_profile_format_from_name(val);
+    if (f < 0 || f == FC_PROFILE_TRACE)
+        return usage_error("unknown %s '%s' (supported: table, csv, json; --trace writes the trace)", flag, val);
+    o->profile_format = f;
+    return 0;
+}
+
+static int flag_profile_runs(options *o, const char *flag, const char *val) {
+    uint64_t n;
+    if (!parse_u64(val, 100000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
+    o->profile_runs = (int)n;
     return 0;
 }
 
@@ -239,6 +255,11 @@ static const flag flags[] = {
     OPTION("--precision", NULL, flag_precision),
     OPTION("--numerics", NULL, flag_numerics),
     SWITCH("--time", NULL, time),
+    SWITCH("--profile", NULL, profile),
+    OPTION("--profile-format", NULL, flag_profile_format),
+    OPTION("--profile-runs", NULL, flag_profile_runs),
+    PATH("--trace", NULL, trace_file, "a file name"),
+    PATH("--report", NULL, report_file, "a file name"),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
     SWITCH("--cache-info", NULL, cache_info),
@@ -291,6 +312,8 @@ int parse_args(int argc, char **argv, options *o) {
             *(bool *)((char *)o + f->field) = true;
         }
     }
+    /* A profile is of a run. */
+    if (o->profile || o->trace_file || o->report_file) o->run = true;
     return 0;
 }
 
@@ -301,10 +324,10 @@ int parse_args(int argc, char **argv, options *o) {
 void print_help(void) {
     fputs(
         "Usage:\n"
-        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx\n"
+        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx|dot\n"
         "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
         "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
-        "                [--check] [--bench N]\n"
+        "                [--check] [--bench N] [--profile] [--trace T.json] [--report R.html]\n"
         "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--precision P] [--graph NAME]\n"
         "                [--bind SYM=INT,...]\n"
         "  fusec OUT.cubin --run [--inputs ...] [--seed N] [--check] | --emit=plan\n"
@@ -331,6 +354,9 @@ void print_help(void) {
         "                          total: K kernels, L library calls, M bytes of intermediates\n"
         "  --emit=cuda           print the generated CUDA C source\n"
         "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
+        "  --emit=dot            compile for CUDA and print the fused graph in Graphviz's\n"
+        "                        DOT: a cluster per launch coloured by kind, edges\n"
+        "                        labelled with types (dot -Tsvg renders it)\n"
         "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
         "                        there is none) but need every symbolic dim bound\n"
         "  --numerics=fast|eager how kernels round (docs/NUMERICS.md). fast, the default:\n"
@@ -420,6 +446,22 @@ void print_help(void) {
         "  --device, --inputs, --seed, --save-outputs, --check and --bench are only\n"
         "  valid with --run, but that --inputs also gives --emit=plan|cuda|ptx the\n"
         "  sizes of a graph's symbolic dims.\n"
+        "Profiling (docs/PROFILING.md; each implies --run; cuda needs CUPTI):\n"
+        "  --profile             warm-up runs, then N runs with every launch timed on the\n"
+        "                        device; one row per launch, sorted by time: kernel or\n"
+        "                        library call, min and median ms, share, bytes, FLOPs,\n"
+        "                        GB/s, TFLOP/s, fraction of the device's ceiling,\n"
+        "                        memory- or compute-bound, source lines (.ir file:line)\n"
+        "                        and ops; then device time against wall time, the largest\n"
+        "                        launch gaps, launches per source op, ops fused\n"
+        "  --profile-format=table|csv|json  how --profile prints (default table)\n"
+        "  --profile-runs N      measured runs (default 20; 3 warm-up runs first)\n"
+        "  --trace OUT.json      write Chrome's trace event format (Perfetto,\n"
+        "                        chrome://tracing): compile phases, host calls and device\n"
+        "                        activity on their own tracks, joined by flow events\n"
+        "  --report OUT.html     write one self-contained HTML page: the timeline, the\n"
+        "                        sortable launch table, a roofline and the launch graph\n"
+        "\n"
         "  --time                print to stderr where the time went: parse, passes,\n"
         "                        codegen, NVRTC (or the cache), and with --run on cuda\n"
         "                        the device and module load. Needs a compile: -o,\n"

@@ -36,6 +36,20 @@ static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin)
     return nb ? fc_graph_specialize(g, binds, nb) : g;
 }
 
+fc_status compile_on_device(fc_device dev, fc_graph *g, const fc_tensor *in, int nin, const options *o,
+                            fc_graph **sg, fc_program **p) {
+    *p = NULL;
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    co.device = dev;
+    co.sm = o->sm;
+    co.numerics = o->numerics;
+    co.precision = o->precision;
+    *sg = specialize_to_inputs(g, in, nin);
+    if (!*sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
+    return fc_compile(*sg, &co, p);
+}
+
 /* Run g on device dev from host memory: compile a copy with the inputs'
  * shapes (passes, codegen and, on CUDA, NVRTC or the cache), then
  * fc_program_run_host (its --bench timing: CUDA events on the GPU, the
@@ -43,16 +57,10 @@ static fc_graph *specialize_to_inputs(fc_graph *g, const fc_tensor *in, int nin)
 static fc_status run_on_device(fc_device dev, fc_graph *g, const fc_tensor *in, int nin, fc_tensor *out, int nout,
                                int bench_iters, const options *o, run_stats *rs) {
     memset(rs, 0, sizeof *rs);
-    fc_compile_options co;
-    fc_compile_options_default(&co);
-    co.device = dev;
-    co.sm = o->sm;
-    co.numerics = o->numerics;
-    co.precision = o->precision;
-    fc_graph *sg = specialize_to_inputs(g, in, nin);
-    if (!sg) return fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
+    fc_graph *sg = NULL;
     fc_program *p = NULL;
-    fc_status st = fc_compile(sg, &co, &p);
+    fc_status st = compile_on_device(dev, g, in, nin, o, &sg, &p);
+    if (!sg) return st;
     if (!st) st = fc_program_run_host(p, in, nin, out, nout, &rs->median_ms, bench_iters);
     if (p && dev == FC_DEVICE_CUDA) {
         rs->compiled = true;
@@ -499,6 +507,21 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
         fill_random(x, o->seed, i);
     }
 
+    if (o->profile || o->trace_file || o->report_file) {
+        if (t->prog) rc = profile_program(o, t->prog, in, np, t->parse_ms);
+        else {
+            fc_graph *sg = NULL;
+            fc_program *p = NULL;
+            fc_status cs = compile_on_device(t->dev, t->g, in, np, o, &sg, &p);
+            if (cs != FC_OK) {
+                print_last_error(fc_graph_context(t->g));
+                rc = run_exit_code(cs);
+            } else rc = profile_program(o, p, in, np, t->parse_ms);
+            fc_program_free(p);
+            if (sg && sg != t->g) fc_graph_free(sg);
+        }
+        goto done;
+    }
     fc_status st;
     fc_context *ctx;
     if (t->prog) {

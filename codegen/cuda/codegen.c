@@ -12,6 +12,7 @@
 #include "gemm.h"
 #include "gemm_choice.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
+#include "lower/launch_cost.h"
 #include "ir/switches.h"
 
 #include <pthread.h>
@@ -364,7 +365,9 @@ static fc_status group_launch(unit *u, int gi, int *next) {
         int end = gi;
         while (end + 1 < plan->ngroups && plan->groups[end + 1]->batch == gr->batch) end++;
         *next = end + 1;
-        return own_kernel(u, gi, end, &u->out->launches[u->out->nlaunches++]);
+        fc_launch *l = &u->out->launches[u->out->nlaunches++];
+        fc_launch_note(l, plan, gi, end, -1);
+        return own_kernel(u, gi, end, l);
     }
     /* An attention that runs inside the skinny GEMM reading its result
      * (skinny.c, "attention and projection") gets no launch of its own. */
@@ -372,6 +375,7 @@ static fc_status group_launch(unit *u, int gi, int *next) {
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
+    fc_launch_note(l, plan, gi, gi, u->choice[gi].path == FC_GEMM_SKINNY_ATTENTION ? u->choice[gi].attention : -1);
     return st ? st : own_kernel(u, gi, gi, l);
 }
 

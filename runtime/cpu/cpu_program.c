@@ -45,6 +45,8 @@
 #include "codegen/llvm/llvm_codegen.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
+#include "lower/launch_cost.h"
+#include "lower/plan_dot.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -456,20 +458,22 @@ static void run_kernel(fc_cpu_program *p, const fc_llvm_kernel *kn, void *const 
     kn->fn(args, 0, kn->iters);
 }
 
-static fc_status run_groups(fc_cpu_program *p, const fc_tensor *inputs, const fc_tensor *outputs) {
+/* The groups in launch order; t (the profile's timed runs; else NULL)
+ * gets each group's start and end. */
+static fc_status run_groups(fc_cpu_program *p, const fc_tensor *inputs, const fc_tensor *outputs, double *t) {
     const fc_plan *plan = &p->plan;
     for (int pos = 0; pos < plan->ngroups; pos++) {
         const fc_group *gr = plan->groups[pos];
         if (gr->kind == FC_GROUP_ALIAS) continue;
+        if (t) t[2 * pos] = fc_now_ms();
         for (int i = 0; i < gr->ninputs; i++) p->args[i] = value_ptr(p, gr->inputs[i]->id, inputs, outputs);
         for (int i = 0; i < gr->noutputs; i++)
             p->args[gr->ninputs + i] = value_ptr(p, gr->outputs[i]->id, inputs, outputs);
         if (gr->kind == FC_GROUP_LIBRARY) {
             fc_status st = fc_cpu_run_library(p, gr, &p->gemm[pos], p->args);
             if (st != FC_OK) return st;
-            continue;
-        }
-        run_kernel(p, &p->kern[pos], p->args);
+        } else run_kernel(p, &p->kern[pos], p->args);
+        if (t) t[2 * pos + 1] = fc_now_ms();
     }
     /* Results no kernel wrote in place. */
     const fc_graph *g = p->g;
@@ -488,7 +492,7 @@ fc_status fc_cpu_run_into(fc_cpu_program *p, const fc_tensor *inputs, int nin, c
     if (!p) return FC_ERR_USAGE;
     fc_status st = check_tensors(p, "fc_cpu_run", inputs, nin, p->g->nparams, p->g->params, false);
     if (st == FC_OK) st = check_tensors(p, "fc_cpu_run", outputs, nout, p->g->noutputs, p->g->outputs, true);
-    if (st == FC_OK) st = run_groups(p, inputs, outputs);
+    if (st == FC_OK) st = run_groups(p, inputs, outputs, NULL);
     return st;
 }
 
@@ -537,10 +541,10 @@ fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_t
     double *ms = calloc((size_t)iters, sizeof *ms);
     if (!scratch || !ms) st = fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (bench)");
     if (st == FC_OK) st = alloc_outputs(p, scratch, nout);
-    for (int i = 0; i < BENCH_WARMUP && st == FC_OK; i++) st = run_groups(p, inputs, scratch);
+    for (int i = 0; i < BENCH_WARMUP && st == FC_OK; i++) st = run_groups(p, inputs, scratch, NULL);
     for (int i = 0; i < iters && st == FC_OK; i++) {
         double t0 = fc_now_ms();
-        st = run_groups(p, inputs, scratch);
+        st = run_groups(p, inputs, scratch, NULL);
         ms[i] = fc_now_ms() - t0;
     }
     if (st == FC_OK && median_ms) *median_ms = fc_median(ms, iters);
@@ -551,6 +555,36 @@ fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_t
         for (int k = 0; k < nout; k++) fc_tensor_release(&outputs[k]);
     return st;
 }
+
+fc_status fc_cpu_run_timed(fc_cpu_program *p, const fc_tensor *inputs, const fc_tensor *outputs, double *t) {
+    if (!p || !t) return FC_ERR_USAGE;
+    memset(t, 0, sizeof *t * 2 * (size_t)p->plan.ngroups);
+    return run_groups(p, inputs, outputs, t);
+}
+
+int fc_cpu_program_ngroups(const fc_cpu_program *p) { return p ? p->plan.ngroups : 0; }
+
+fc_status fc_cpu_program_launch(const fc_cpu_program *p, int pos, fc_launch *l) {
+    memset(l, 0, sizeof *l);
+    const fc_group *gr = p->plan.groups[pos];
+    l->kind = gr->kind == FC_GROUP_LIBRARY ? FC_LAUNCH_LIBRARY : gr->kind == FC_GROUP_ALIAS ? FC_LAUNCH_ALIAS
+                                                                                          : FC_LAUNCH_KERNEL;
+    l->group = gr->id;
+    if (l->kind == FC_LAUNCH_LIBRARY) snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
+    else if (l->kind == FC_LAUNCH_ALIAS) snprintf(l->name, sizeof l->name, "alias");
+    else snprintf(l->name, sizeof l->name, "fc_g%d", pos); /* the plan text's name */
+    snprintf(l->summary, sizeof l->summary, "%s", p->kern[pos].summary);
+    fc_launch_note(l, &p->plan, pos, pos, -1);
+    l->nargs = gr->ninputs + gr->noutputs;
+    l->nreads = gr->ninputs;
+    l->args = malloc(sizeof *l->args * (size_t)(l->nargs + 1));
+    if (!l->args) return fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (profile)");
+    for (int i = 0; i < gr->ninputs; i++) l->args[i] = gr->inputs[i]->id;
+    for (int i = 0; i < gr->noutputs; i++) l->args[gr->ninputs + i] = gr->outputs[i]->id;
+    return FC_OK;
+}
+
+char *fc_cpu_program_plan_dot(fc_cpu_program *p) { return p ? fc_plan_dot(p->ctx, &p->plan) : NULL; }
 
 /* ------------------------------------------------------------------ */
 /* Inspection and freeing.                                             */
@@ -652,6 +686,16 @@ fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_t
     return FC_ERR_USAGE;
 }
 void fc_cpu_program_free(fc_cpu_program *p) { (void)p; }
+fc_status fc_cpu_run_timed(fc_cpu_program *p, const fc_tensor *inputs, const fc_tensor *outputs, double *t) {
+    (void)p; (void)inputs; (void)outputs; (void)t;
+    return FC_ERR_USAGE;
+}
+int fc_cpu_program_ngroups(const fc_cpu_program *p) { (void)p; return 0; }
+fc_status fc_cpu_program_launch(const fc_cpu_program *p, int pos, struct fc_launch *l) {
+    (void)p; (void)pos; (void)l;
+    return FC_ERR_USAGE;
+}
+char *fc_cpu_program_plan_dot(fc_cpu_program *p) { (void)p; return NULL; }
 char *fc_cpu_program_plan_text(fc_cpu_program *p) { (void)p; return NULL; }
 const char *fc_cpu_program_llvm_ir(const fc_cpu_program *p) { (void)p; return NULL; }
 const char *fc_cpu_program_note(const fc_cpu_program *p) { (void)p; return ""; }

@@ -81,6 +81,18 @@ fc_status fc_cpu_run_into(fc_cpu_program *p, const fc_tensor *inputs, int nin, c
 fc_status fc_cpu_bench(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout, int iters,
                        double *median_ms);
 
+/* For the profile (runtime/profile.h): one run into the caller's outputs
+ * (as fc_cpu_run_into, unchecked) with group pos's start and end times
+ * (fc_now_ms) in t[2 pos], t[2 pos + 1] (2 x the groups; an alias's 0). */
+fc_status fc_cpu_run_timed(fc_cpu_program *p, const fc_tensor *inputs, const fc_tensor *outputs, double *t);
+/* The plan's groups, and group pos as a launch record (name, kind,
+ * summary, cost, source, arguments: l->args malloc'd, the caller frees). */
+int fc_cpu_program_ngroups(const fc_cpu_program *p);
+struct fc_launch;
+fc_status fc_cpu_program_launch(const fc_cpu_program *p, int pos, struct fc_launch *l);
+/* fc_program_plan_dot of the program's plan. */
+char *fc_cpu_program_plan_dot(fc_cpu_program *p);
+
 /* Free a program and its machine code. NULL is ignored. */
 void fc_cpu_program_free(fc_cpu_program *p);
 

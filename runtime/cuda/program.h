@@ -99,6 +99,8 @@ fc_graph *fc_program_graph(fc_program *p);
 /* (passes/passes.h has the plan's type: a reader includes it) */
 typedef struct fc_plan fc_plan;
 const fc_plan *fc_program_plan(fc_program *p);
+/* fc_program_plan_dot of that plan (program_plan.c). */
+char *fc_prog_plan_dot(fc_program *p);
 /* The launches, in order (kernels, library calls and aliases). */
 int fc_program_num_launches(const fc_program *p);
 const fc_launch *fc_program_launch(const fc_program *p, int i);

@@ -205,6 +205,9 @@ const char *fc_build_identity(void) {
 /*                      swizzle 128B)  i64 dims[rank]                   */
 /*                      i64 strides[rank - 1]  u32 box[rank]            */
 /*                      u8 flags (version 4: 1 pdl, fc_launch.pdl)       */
+/*                      str source  u32 nsource_ops  i64 bytes          */
+/*                      u64 flops (the IEEE-754 bits; version 6: what   */
+/*                      the profile reports, lower/launch_cost.h)       */
 /*   u32 ngemms, each (version 2: the GEMM a library launch runs,      */
 /*     runtime/cuda/cublaslt.h's fc_gemm_desc):                             */
 /*     u32 launch  u8 ab  u8 out  u8 flags (1 trans_a, 2 trans_b,      */
@@ -381,6 +384,12 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
             for (int d = 0; d < rank; d++) w_u32(&w, m->box[d]);
         }
         w_u8(&w, l->pdl ? LAUNCH_PDL : 0);
+        w_str(&w, l->source);
+        w_u32(&w, (uint32_t)l->nsource_ops);
+        w_u64(&w, (uint64_t)l->bytes);
+        uint64_t flops_bits;
+        memcpy(&flops_bits, &l->flops, sizeof flops_bits);
+        w_u64(&w, flops_bits);
     }
     uint32_t ngemms = 0;
     for (int i = 0; i < d->src.nlaunches; i++) ngemms += fc_program_gemm(d, i) != NULL;
@@ -672,6 +681,11 @@ static void read_launches(rbuf *r, fc_program_desc *d) {
         if (r->st == FC_OK && ((flags & ~LAUNCH_PDL) || ((flags & LAUNCH_PDL) && l->kind != FC_LAUNCH_KERNEL)))
             r_fail(r, FC_ERR_INPUT, "launch flags 0x%x", flags);
         l->pdl = flags & LAUNCH_PDL;
+        r_str_into(r, l->source, sizeof l->source, "its source");
+        l->nsource_ops = (int)r_u32(r);
+        l->bytes = r_i64(r);
+        const uint64_t flops_bits = (uint64_t)r_i64(r);
+        memcpy(&l->flops, &flops_bits, sizeof l->flops);
     }
 }
 

@@ -1,5 +1,6 @@
 /* program_compile.c - fc_compile for CUDA: options, the description a cold compile builds from the plan, the two-level cache around the passes, codegen and NVRTC, and programs made from a description (the program cache, AOT files). */
 #include "runtime/cuda/compile_driver.h"
+#include "runtime/nvtx.h"
 
 /* Process-wide counters (fc_compile_counters_get). */
 static _Atomic uint64_t count_compiles, count_program_hits, count_kernel_hits, count_nvrtc;
@@ -261,7 +262,9 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fo.precision = p->d.precision;
     fo.numerics = p->d.numerics;
     double t = fc_now_ms();
+    fc_nvtx_push("fusec: passes");
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
+    fc_nvtx_pop();
     p->times.passes_ms = fc_now_ms() - t;
     if (st != FC_OK) return st;
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
@@ -275,8 +278,10 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     p->plan.sm = p->d.sm;
     p->plan.numerics = p->d.numerics;
     p->plan.sm_count = fc_prog_device_sm_count(); /* the attention kernel's persistent grid */
+    fc_nvtx_push("fusec: codegen");
     st = fc_cuda_codegen(&p->plan, &p->d.src);
     if (st == FC_OK) st = fc_prog_build_desc(p);
+    fc_nvtx_pop();
     p->times.codegen_ms = fc_now_ms() - t;
     return st;
 }
@@ -425,7 +430,9 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     }
     if (st == FC_OK) {
         double t = fc_now_ms();
+        fc_nvtx_push("fusec: NVRTC");
         st = fc_nvrtc_compile_many(p->ctx, src, src + missing, m, &nv->opts, fc_nvrtc_threads(m), made);
+        fc_nvtx_pop();
         p->times.nvrtc_ms += fc_now_ms() - t;
         atomic_fetch_add(&count_nvrtc, (uint64_t)m);
     }
@@ -595,7 +602,9 @@ fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_prog
     fc_program *p = fc_prog_new_program(ctx);
     if (!p) return FC_ERR_NOMEM;
     p->opts = *o;
+    fc_nvtx_push("fusec: compile");
     st = compile_program(p, g);
+    fc_nvtx_pop();
     if (st != FC_OK) {
         fc_program_free(p);
         return st;

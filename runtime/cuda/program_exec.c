@@ -23,6 +23,8 @@ static void cuda_free(fc_program *p) {
     }
     fc_prog_instance *in = fc_prog_instance_of(p);
     fc_prog_variant *vr = fc_prog_variant_of(p);
+    free(p->nvtx_names);
+    p->nvtx_names = NULL;
     if (in) {
         /* The device, module, kernels, cuBLASLt handle and arena are the
          * variant's. No synchronize: an instance owns no device memory, and
@@ -315,6 +317,7 @@ static char *cuda_describe(fc_program *p, fc_describe_kind what) {
     case FC_DESCRIBE_PLAN: return cuda_plan_text(p);
     case FC_DESCRIBE_SOURCE: return cuda_source(p);
     case FC_DESCRIBE_ASM: return cuda_ptx(p);
+    case FC_DESCRIBE_DOT: return fc_prog_plan_dot(p);
     }
     return NULL;
 }
@@ -342,6 +345,7 @@ const fc_backend fc_backend_cuda = {
     .stats = fc_cuda_program_stats,
     .desc = cuda_desc,
     .context = cuda_context,
+    .profile = fc_prog_cuda_profile,
     .times = cuda_times,
     .free = cuda_free,
 };

@@ -48,20 +48,29 @@ typedef struct host_run {
     int nin, nout;
 } host_run;
 
+fc_status fc_prog_host_buffers(fc_program *p, const fc_tensor *inputs, CUdeviceptr *in, int nin, CUdeviceptr *out,
+                               int nout) {
+    const fc_program_desc *desc = &p->d;
+    fc_cuda_device *d = p->dev;
+    for (int i = 0; i < nin; i++) {
+        size_t bytes = (size_t)fc_program_tensor_bytes(&desc->params[i]);
+        fc_status st = fc_cuda_alloc(d, bytes, &in[i]);
+        if (st == FC_OK) st = fc_cuda_upload(d, in[i], inputs[i].data, bytes);
+        if (st != FC_OK) return st;
+    }
+    for (int k = 0; k < nout; k++) {
+        fc_status st = fc_cuda_alloc(d, (size_t)fc_program_tensor_bytes(&desc->outputs[k]), &out[k]);
+        if (st != FC_OK) return st;
+    }
+    return FC_OK;
+}
+
 static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inputs, fc_tensor *outputs,
                                double *median_ms, int bench_iters) {
     const fc_program_desc *desc = &p->d;
     fc_cuda_device *d = p->dev;
-    for (int i = 0; i < h->nin; i++) {
-        size_t bytes = (size_t)fc_program_tensor_bytes(&desc->params[i]);
-        fc_status st = fc_cuda_alloc(d, bytes, &h->in[i]);
-        if (st == FC_OK) st = fc_cuda_upload(d, h->in[i], inputs[i].data, bytes);
-        if (st != FC_OK) return st;
-    }
-    for (int k = 0; k < h->nout; k++) {
-        fc_status st = fc_cuda_alloc(d, (size_t)fc_program_tensor_bytes(&desc->outputs[k]), &h->out[k]);
-        if (st != FC_OK) return st;
-    }
+    fc_status bst = fc_prog_host_buffers(p, inputs, h->in, h->nin, h->out, h->nout);
+    if (bst != FC_OK) return bst;
     /* fc_run's pointer convention: device addresses as void pointers. */
     void **in = fc_ctx_malloc(p->ctx, sizeof *in * (size_t)(h->nin + h->nout + 1));
     if (!in) return FC_ERR_NOMEM;
@@ -94,22 +103,17 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
     return FC_OK;
 }
 
-fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
-                               double *median_ms, int bench_iters) {
-    if (!p) return FC_ERR_USAGE;
+fc_status fc_prog_host_check(fc_program *p, const fc_tensor *inputs, int nin, int nout) {
     if (fc_prog_dyn_of(p))
         return fc_set_error(fc_program_context(p), FC_ERR_USAGE,
                             "run: program %s is dynamic (some dims are symbolic): run it with fc_run_shaped, "
                             "which takes the shapes",
                             fc_program_desc_of(p)->graph_name ? fc_program_desc_of(p)->graph_name : "?");
     const fc_program_desc *desc = &p->d;
-    if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
-    for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
     if (nin != desc->nparams || nout != desc->noutputs)
         return fc_set_error(p->ctx, FC_ERR_USAGE, "run: graph %s takes %d inputs and %d outputs, not %d and %d",
                             desc->graph_name, desc->nparams, desc->noutputs, nin, nout);
     if (nin > 0 && !inputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: inputs is NULL");
-    if (bench_iters < 0) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: bench_iters %d < 0", bench_iters);
     for (int i = 0; i < nin; i++) {
         const fc_program_tensor *v = &desc->params[i];
         if (!type_matches(&inputs[i], v)) {
@@ -121,7 +125,17 @@ fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin,
         if (!inputs[i].data && fc_program_tensor_bytes(v) > 0)
             return fc_set_error(p->ctx, FC_ERR_USAGE, "run: input %d has no data", i);
     }
-    fc_status st = fc_prog_prepare_run(p);
+    return FC_OK;
+}
+
+fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                               double *median_ms, int bench_iters) {
+    if (!p) return FC_ERR_USAGE;
+    if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
+    for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
+    if (bench_iters < 0) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: bench_iters %d < 0", bench_iters);
+    fc_status st = fc_prog_host_check(p, inputs, nin, nout);
+    if (st == FC_OK) st = fc_prog_prepare_run(p);
     if (st != FC_OK) return st;
 
     host_run h = {NULL, NULL, nin, nout};

@@ -167,6 +167,14 @@ struct fc_program {
      * its arena is then arena_region's. NULL otherwise. */
     fc_device_lease *lease;
     bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
+
+    /* The profile (program_profile.c): while nonzero, runs go launch by
+     * launch and launch i is tagged for CUPTI with profile_tag | i
+     * (runtime/cuda/cupti.h). Zero otherwise: a run tests it once. */
+    uint64_t profile_tag;
+    /* Each launch's NVTX range name ("fc_reduce_1f2e: reduce: ... @
+     * model.ir:12-15"), made by the first run launched one by one. */
+    char (*nvtx_names)[192];
 };
 
 /* A dynamic program's variant. */
@@ -315,6 +323,16 @@ fc_status fc_prog_prepare_run(fc_program *p);
 /* The CUDA backend's compile, run and host run (its table is in program_exec.c). */
 fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_program **out);
 fc_status fc_prog_cuda_run(fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout, void *stream);
+/* fc_program_run_host's checks of a call: a static program, nin inputs of
+ * its parameters' types with data, nout outputs (program_host_run.c). */
+fc_status fc_prog_host_check(fc_program *p, const fc_tensor *inputs, int nin, int nout);
+/* Device buffers of a run from host memory: in[] uploaded from inputs,
+ * out[] allocated (zeroed arrays; the caller frees what is nonzero). */
+fc_status fc_prog_host_buffers(fc_program *p, const fc_tensor *inputs, CUdeviceptr *in, int nin, CUdeviceptr *out,
+                               int nout);
+struct fc_profile_rec;
+/* The backend's profile entry (program_profile.c, runtime/profile.h). */
+fc_status fc_prog_cuda_profile(fc_program *p, const fc_tensor *inputs, int nin, struct fc_profile_rec *r);
 fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout, double *median_ms, int bench_iters);
 
 #endif

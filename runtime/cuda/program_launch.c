@@ -1,5 +1,7 @@
 /* program_launch.c - queueing a run: launch by launch, or a CUDA Graph replayed (per program, or one for every shape of a variant of frame kernels), then the result copies. */
 #include "runtime/cuda/program_impl.h"
+#include "runtime/cuda/cupti.h"
+#include "runtime/nvtx.h"
 
 static fc_status check_buffers(const fc_program *p, void *const *inputs, int nin, void *const *outputs, int nout);
 
@@ -37,26 +39,45 @@ static void decide_graphs(fc_program *p) {
     else if (p->d.src.nlaunches == 0) graphs_off(p, "the program launches nothing");
 }
 
-/* The launches one by one. */
+/* Each launch's NVTX name, made once: what Nsight shows for it. */
+static void make_nvtx_names(fc_program *p) {
+    p->nvtx_names = malloc(sizeof *p->nvtx_names * (size_t)(p->d.src.nlaunches + 1));
+    for (int i = 0; p->nvtx_names && i < p->d.src.nlaunches; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        snprintf(p->nvtx_names[i], sizeof p->nvtx_names[i], "%.48s: %.90s%s%.48s", l->name, l->summary,
+                 l->source[0] ? " @ " : "", l->source);
+    }
+}
+
+/* One launch: a kernel, or a library call. */
+static fc_status launch_one(fc_program *p, fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
+                            CUstream s) {
+    const fc_launch *l = &p->d.src.launches[i];
+    int nparams;
+    fc_status st = fc_launch_args(e, i, inputs, outputs, &p->args, &nparams);
+    if (st != FC_OK) return st;
+    if (l->kind == FC_LAUNCH_LIBRARY)
+        return fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
+                                  FC_CUBLASLT_WORKSPACE_BYTES, s);
+    fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
+                              {l->block[0], l->block[1], l->block[2]},
+                              l->smem,
+                              s};
+    return fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
+}
+
+/* The launches one by one, each in an NVTX range; while profiled, each
+ * tagged for CUPTI too. */
 static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_replay_env e = env_of(p);
+    if (!p->nvtx_names) make_nvtx_names(p);
     for (int i = 0; i < p->d.src.nlaunches; i++) {
-        const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
-        int nparams;
-        fc_status st = fc_launch_args(&e, i, inputs, outputs, &p->args, &nparams);
-        if (st != FC_OK) return st;
-        if (l->kind == FC_LAUNCH_LIBRARY) {
-            st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
-                                              FC_CUBLASLT_WORKSPACE_BYTES, s);
-            if (st != FC_OK) return st;
-            continue;
-        }
-        fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
-                                  {l->block[0], l->block[1], l->block[2]},
-                                  l->smem,
-                                  s};
-        st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
+        if (p->d.src.launches[i].kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
+        if (p->nvtx_names) fc_nvtx_push(p->nvtx_names[i]);
+        if (p->profile_tag) fc_cupti_push(p->profile_tag | (uint64_t)i);
+        fc_status st = launch_one(p, &e, i, inputs, outputs, s);
+        if (p->profile_tag) fc_cupti_pop();
+        if (p->nvtx_names) fc_nvtx_pop();
         if (st != FC_OK) return st;
     }
     return FC_OK;
@@ -285,7 +306,14 @@ fc_status fc_prog_enqueue(fc_program *p, void *const *inputs, void *const *outpu
         if (st != FC_OK) return st;
         p->stats.frame_writes += wrote;
     }
-    st = enqueue_graph(p, inputs, outputs, s);
+    /* A replay is one range: its kernels are on the device's track, each
+     * under its own name. A profiled run launches one by one. */
+    if (p->profile_tag) st = FC_ERR_UNSUPPORTED;
+    else {
+        fc_nvtx_push(p->d.graph_name ? p->d.graph_name : "fusec run");
+        st = enqueue_graph(p, inputs, outputs, s);
+        fc_nvtx_pop();
+    }
     if (st == FC_ERR_UNSUPPORTED) st = enqueue_eager(p, inputs, outputs, s);
     if (st != FC_OK) return st;
     /* Results no kernel wrote in place: a parameter (or a view of one)

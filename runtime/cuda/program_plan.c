@@ -6,6 +6,7 @@
  * driver (scripts/check-layers.sh): nothing a run calls is here.
  */
 #include "runtime/cuda/compile_driver.h"
+#include "lower/plan_dot.h"
 
 /* The graph and plan, made here when absent (for an executable or a
  * dynamic program alike: the fields each keeps for introspection). */
@@ -61,4 +62,9 @@ void fc_prog_introspection_free(fc_graph **g, fc_plan *plan) {
     fc_plan_release(plan);
     fc_graph_free(*g);
     *g = NULL;
+}
+
+char *fc_prog_plan_dot(fc_program *p) {
+    const fc_plan *plan = fc_program_plan(p);
+    return plan ? fc_plan_dot(fc_program_context(p), plan) : NULL;
 }

@@ -4,7 +4,8 @@
  * builds a graph with the builder API, compiles it with fc_compile for the
  * CPU backend and for the reference interpreter, runs it with fc_run on
  * host pointers, fc_run_shaped and fc_program_run_host, and checks the
- * numbers against fc_run_reference within the dtype's tolerance.
+ * numbers against fc_run_reference within the dtype's tolerance; it profiles
+ * the CPU program (fc_program_profile) and asks for its DOT graph.
  * Exit 77 (a skip) when this build has no CPU backend.
  */
 #include "fusec.h"
@@ -95,6 +96,52 @@ static void run_all(fc_context *ctx, fc_program *p, float *x, const fc_tensor *w
     EXPECT(s.runs >= 3);
 }
 
+/* The profile of the CPU program, as a C user reads it: the rows, the
+ * summary, the text forms; and the fused graph in DOT. */
+static void profile_checks(fc_context *ctx, fc_program *p, float *x) {
+    fc_tensor tin = f32(x);
+    fc_profile_options po;
+    fc_profile_options_default(&po);
+    EXPECT(po.runs > 0 && po.warmup >= 0);
+    po.runs = 5;
+    po.warmup = 1;
+    fc_profile *prof = NULL;
+    fc_status st = fc_program_profile(p, &tin, 1, &po, &prof);
+    if (st != FC_OK) fprintf(stderr, "fc_program_profile: %s\n", fc_last_error(ctx));
+    EXPECT(st == FC_OK && prof);
+    if (!prof) return;
+    fc_profile_summary s;
+    fc_profile_get_summary(prof, &s);
+    EXPECT(s.runs == 5 && s.warmup == 1 && s.launches == fc_profile_count(prof) && s.launches >= 1);
+    EXPECT(s.device && strstr(s.device, "CPU") && s.wall_ms > 0 && s.device_ms > 0 && s.plain_wall_ms > 0);
+    double share = 0, last = 1e300;
+    for (int i = 0; i < fc_profile_count(prof); i++) {
+        const fc_profile_launch *r = fc_profile_at(prof, i);
+        EXPECT(r && r->median_ms <= last && r->min_ms <= r->median_ms && r->bytes > 0);
+        EXPECT(r->source && r->name && r->ops && strcmp(r->kind, "kernel") == 0);
+        last = r->median_ms;
+        share += r->share;
+    }
+    EXPECT(fabs(share - 1) < 1e-6);
+    EXPECT(fc_profile_at(prof, fc_profile_count(prof)) == NULL && fc_profile_at(prof, -1) == NULL);
+    int launch;
+    double a, b;
+    EXPECT(fc_profile_timeline(prof, 0, &launch, &a, &b) && a >= 0 && b >= a);
+    char *table = fc_profile_text(prof, FC_PROFILE_TABLE), *csv = fc_profile_text(prof, FC_PROFILE_CSV);
+    EXPECT(table && strstr(table, "median ms") && csv && strncmp(csv, "launch,name,kind,median_ms", 26) == 0);
+    fc_free(table);
+    fc_free(csv);
+    EXPECT(fc_profile_format_from_name("json") == FC_PROFILE_JSON && fc_profile_format_from_name("xml") == -1);
+    EXPECT(strcmp(fc_profile_format_name(FC_PROFILE_TRACE), "trace") == 0);
+    fc_profile_free(prof);
+    /* Misuse: no runs. */
+    po.runs = 0;
+    EXPECT(fc_program_profile(p, &tin, 1, &po, &prof) == FC_ERR_USAGE && prof == NULL);
+    char *dot = fc_program_plan_dot(p);
+    EXPECT(dot && strncmp(dot, "digraph", 7) == 0 && strstr(dot, "subgraph cluster_0"));
+    fc_free(dot);
+}
+
 int main(void) {
     /* The registry, by name and back. */
     fc_device d;
@@ -134,6 +181,11 @@ int main(void) {
             /* Not a CUDA program: no CUDA source, said cleanly. */
             EXPECT(fc_program_cuda_source(p) == NULL && strstr(fc_last_error(ctx), "not supported"));
             EXPECT(fc_program_save_file(p, "/nonexistent/x.cubin") == FC_ERR_UNSUPPORTED);
+            profile_checks(ctx, p, x);
+        } else {
+            fc_profile *prof = NULL;
+            EXPECT(fc_program_profile(p, &tin, 1, NULL, &prof) == FC_ERR_UNSUPPORTED && !prof);
+            EXPECT(fc_program_plan_dot(p) == NULL);
         }
         fc_program_free(p);
     }
