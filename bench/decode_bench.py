@@ -178,6 +178,7 @@ def main():
     results = {}
     for kind in a.models.split(","):
         r = results[kind] = {"context": CTX[kind]}
+        model = None
         try:
             t0 = time.time()
             model, ir, w, wb, cb = prepare(torch, kind, work)
@@ -186,50 +187,66 @@ def main():
                 f"{r['floor_ms']:.4f} ms/token (prepared in {time.time() - t0:.0f} s)")
             prompt = [(17 * i + 3) % model.config.vocab_size for i in range(16)]
             r["fusec"] = run_fusec(a.generate, ir, w, prompt, a.tokens, a.bench)
-            model.generation_config.cache_implementation = "static"
-            n1, n2 = 8, 8 + a.tokens
+            report(results, out)
             cache = static_cache(torch, model, CTX[kind])
             r["hf_cache"] = f"StaticCache of {CTX[kind]}" if cache is not None else "generate's static cache"
+            n1, n2 = 8, 8 + a.tokens
             with torch.no_grad():
-                ms, ids = hf_per_token(torch, model, prompt, cache, n1, n2)
-                r["hf_eager"] = {"ms": ms, "ids": ids}
-                log(f"   HF eager static cache: {ms:.4f} ms/token")
+                try:
+                    ms, ids = hf_per_token(torch, model, prompt, cache, n1, n2)
+                    r["hf_eager"] = {"ms": ms, "ids": ids}
+                    log(f"   HF eager static cache: {ms:.4f} ms/token")
+                    f = r["fusec"].get("ids", [])
+                    agree = 0
+                    while agree < min(len(f), len(ids)) and f[agree] == ids[agree]:
+                        agree += 1
+                    r["greedy_agree"] = agree
+                except Exception as ex:
+                    r["hf_eager"] = {"error": repr(ex)[-600:]}
+                    log(f"!! {kind} HF eager: {r['hf_eager']['error']}")
+                report(results, out)
                 if not a.no_compile:
-                    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-                    t0 = time.time()
-                    ms, _ = hf_per_token(torch, model, prompt, cache, n1, n2)
-                    r["hf_compile"] = {"ms": ms, "with_compile_s": time.time() - t0}
-                    log(f"   HF torch.compile reduce-overhead: {ms:.4f} ms/token")
-            f = r["fusec"].get("ids", [])
-            e = r["hf_eager"]["ids"]
-            agree = 0
-            while agree < min(len(f), len(e)) and f[agree] == e[agree]:
-                agree += 1
-            r["greedy_agree"] = agree
-            del model
-            torch.cuda.empty_cache()
+                    try:
+                        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+                        t0 = time.time()
+                        ms, _ = hf_per_token(torch, model, prompt, cache, n1, n2)
+                        r["hf_compile"] = {"ms": ms, "with_compile_s": time.time() - t0}
+                        log(f"   HF torch.compile reduce-overhead: {ms:.4f} ms/token")
+                    except Exception as ex:
+                        r["hf_compile"] = {"error": repr(ex)[-600:]}
+                        log(f"!! {kind} HF compile: {r['hf_compile']['error']}")
         except Exception as ex:  # one model failing keeps the others
             r["error"] = repr(ex)[-600:]
             log(f"!! {kind}: {r['error']}")
+        del model
+        torch.cuda.empty_cache()
+        report(results, out)
+    log(report(results, out))
+
+
+def report(results, out):
+    """decode.json and the table in decode.md, after every step (a timeout
+    keeps what was measured)."""
     (out / "decode.json").write_text(json.dumps(results, indent=1))
     rows = ["| model | context | floor ms | fusec ms/token (bench) | fraction | fusec ms/token (steps) | HF eager | "
-            "HF reduce-overhead | fusec vs compile | greedy ids agree |", "|" + "---|" * 10]
+            "HF reduce-overhead | compile / fusec | greedy ids agree |", "|" + "---|" * 10]
+
+    def c(x, s=".4f"):
+        return format(x, s) if isinstance(x, (int, float)) else "-"
     for kind, r in results.items():
         f = r.get("fusec", {})
         fb, fs = f.get("bench_ms"), f.get("step_ms")
         he, hc = r.get("hf_eager", {}).get("ms"), r.get("hf_compile", {}).get("ms")
         fl = r.get("floor_ms")
-
-        def c(x, s=".4f"):
-            return format(x, s) if isinstance(x, (int, float)) else "-"
         rows.append(f"| {kind} | {r['context']} | {c(fl)} | {c(fb)} | {c(fl / fb if fl and fb else None, '.0%')} | "
                     f"{c(fs)} | {c(he)} | {c(hc)} | {c(hc / fb if hc and fb else None, '.2f')}x | "
                     f"{r.get('greedy_agree', '-')} / {len(f.get('ids', []))} |")
-        if "error" in r or "error" in f:
-            rows.append(f"| {kind} error | {r.get('error') or f.get('error')} |")
+        for what, d in (("", r), ("fusec ", f), ("HF eager ", r.get("hf_eager", {})), ("HF compile ", r.get("hf_compile", {}))):
+            if "error" in d:
+                rows.append(f"| {kind} {what}error | {d['error']} |")
     table = "\n".join(rows)
     (out / "decode.md").write_text(table + "\n")
-    log(table)
+    return table
 
 
 if __name__ == "__main__":
