@@ -18,7 +18,8 @@ Hugging Face's own random init:
   - fusec: examples/generate.c on CUDA: prefill a 16-token prompt, greedy
     decode --tokens tokens (time per token with the host argmax and the
     copies), then --bench steps at the cache's last position (attention over
-    the whole cache; the device queue kept full);
+    the whole cache; the device queue kept full), and the host's time per
+    step (the fc_run calls alone, which only enqueue);
   - Hugging Face generate with a static cache (cache_implementation="static",
     max length the same cache size), eager and with the forward under
     torch.compile(mode="reduce-overhead"); per token = the difference of two
@@ -109,6 +110,8 @@ def run_fusec(gen, ir, w, prompt, tokens, bench):
     d = re.search(r"decode ([0-9.]+) ms/token", p.stdout)
     b = re.search(r"bench: .* ([0-9.]+) ms/token", p.stdout)
     c = re.search(r"compiled .* in ([0-9.]+) ms", p.stdout)
+    h = re.search(r"host ([0-9.]+) us/step", p.stdout)
+    out["host_us"] = float(h.group(1)) if h else None
     out["step_ms"] = float(d.group(1)) if d else None
     out["bench_ms"] = float(b.group(1)) if b else None
     out["compile_ms"] = float(c.group(1)) if c else None
@@ -229,7 +232,7 @@ def report(results, out):
     keeps what was measured)."""
     (out / "decode.json").write_text(json.dumps(results, indent=1))
     rows = ["| model | context | floor ms | fusec ms/token (bench) | fraction | fusec ms/token (steps) | HF eager | "
-            "HF reduce-overhead | compile / fusec | greedy ids agree |", "|" + "---|" * 10]
+            "HF reduce-overhead | compile / fusec | greedy ids agree | fusec host us/step |", "|" + "---|" * 11]
 
     def c(x, s=".4f"):
         return format(x, s) if isinstance(x, (int, float)) else "-"
@@ -240,7 +243,7 @@ def report(results, out):
         fl = r.get("floor_ms")
         rows.append(f"| {kind} | {r['context']} | {c(fl)} | {c(fb)} | {c(fl / fb if fl and fb else None, '.0%')} | "
                     f"{c(fs)} | {c(he)} | {c(hc)} | {c(hc / fb if hc and fb else None, '.2f')}x | "
-                    f"{r.get('greedy_agree', '-')} / {len(f.get('ids', []))} |")
+                    f"{r.get('greedy_agree', '-')} / {len(f.get('ids', []))} | {c(f.get('host_us'), '.1f')} |")
         for what, d in (("", r), ("fusec ", f), ("HF eager ", r.get("hf_eager", {})), ("HF compile ", r.get("hf_compile", {}))):
             if "error" in d:
                 rows.append(f"| {kind} {what}error | {d['error']} |")
