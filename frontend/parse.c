@@ -526,13 +526,18 @@ static bool parse_return(Parser *p) {
 /* Graphs                                                               */
 /* ------------------------------------------------------------------ */
 
-/* param := VALUE ':' type */
+/* param := VALUE ':' ['inout'] type */
 static bool parse_param(Parser *p) {
     const fc_token *t = cur(p);
     if (t->kind != TK_VALUE) return expected(p, "a parameter (%name: type)");
     if (lookup(p, t)) return error_at(p, t, "value %.*s is already defined", (int)t->len, t->s);
     advance(p);
     if (!expect_punct(p, ':')) return false;
+    /* `inout` is a NAME before the dtype (docs/DECODE.md); a dtype cannot
+     * be spelled so. */
+    const fc_token *io = cur(p);
+    bool inout = io->kind == TK_NAME && io->len == 5 && !memcmp(io->s, "inout", 5);
+    if (inout) advance(p);
     fc_dtype dt;
     int rank;
     fc_dim dims[FC_MAX_RANK];
@@ -540,6 +545,7 @@ static bool parse_param(Parser *p) {
     p->g->cur_loc = t->loc;
     fc_value *v = fc_build_param(p->g, t->s + 1, t->len - 1, dt, rank, dims);
     if (p->g->status) return graph_failed(p);
+    v->inout = inout;
     return define(p, t, v);
 }
 

@@ -274,7 +274,7 @@ static bool put_node(Printer *pr, const fc_node *n) {
 static void put_param(Printer *pr, const fc_value *v) {
     put(&pr->out, "%");
     put(&pr->out, pr->name[v->id]);
-    put(&pr->out, ": ");
+    put(&pr->out, v->inout ? ": inout " : ": ");
     put_type(pr, v);
 }
 

@@ -242,6 +242,26 @@ fc_value *fc_full(fc_graph *g, int rank, const fc_dim *shape, double value, fc_d
  * table.shape[axis+1:]; idx must be an integer tensor. */
 fc_value *fc_gather(fc_graph *g, fc_value *table, fc_value *idx, int axis);
 
+/* Decode with a key/value cache (docs/DECODE.md). An inout parameter is
+ * written in place by the graph: its one use must be the destination of one
+ * fc_update_slice, and the caller's buffer holds the new contents after a
+ * run (the cache persists across runs in the buffer the caller passes). */
+fc_value *fc_param_inout(fc_graph *g, const char *name, fc_dtype dt, int rank, const fc_dim *dims);
+/* update_slice(dst, src, offset, axis): dst (an inout parameter) with src
+ * written along `axis` from index *offset, an i32/i64 rank-0 tensor read at
+ * run time. An offset outside [0, dst_dim - src_dim] is an error of the run
+ * (FC_ERR_INPUT) where the backend can see it (reference, CPU); on the GPU
+ * the kernel writes nothing then, never outside dst. */
+fc_value *fc_update_slice(fc_graph *g, fc_value *dst, fc_value *src, fc_value *offset, int axis);
+/* cache_attention(q [B,Hq,Sq,D], k [B,Hkv,S,D], v [B,Hkv,S,Dv], len): attention
+ * over the first *len keys (an i32/i64 rank-0 tensor read at run time);
+ * Hq a multiple of Hkv (query head h reads key head h / (Hq/Hkv)); causal:
+ * query i sees keys j <= len - Sq + i. */
+fc_value *fc_cache_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v, fc_value *len, bool causal,
+                             double scale);
+/* Whether v is an inout parameter. */
+bool fc_value_is_inout(const fc_value *v);
+
 /* Set the graph's results. Must be called exactly once. */
 fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs);
 

@@ -734,6 +734,8 @@ static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_a
     case FC_OP_IOTA:
     case FC_OP_FULL: return infer_create(g, op, a, ts);
     case FC_OP_GATHER: return infer_gather(g, in[0], in[1], a, ts);
+    case FC_OP_UPDATE_SLICE:
+    case FC_OP_CACHE_ATTENTION: return fc_infer_decode(g, op, in, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;
     default: FC_UNREACHABLE("op without inference");
     }
 }

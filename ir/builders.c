@@ -137,6 +137,24 @@ fc_value *fc_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v, bool 
     return result(g, fc_build(g, FC_OP_ATTENTION, in, 3, &a));
 }
 
+fc_value *fc_update_slice(fc_graph *g, fc_value *dst, fc_value *src, fc_value *offset, int axis) {
+    if (!g) return NULL;
+    fc_attrs a = attrs_for(FC_OP_UPDATE_SLICE);
+    a.axis = axis;
+    fc_value *in[3] = {dst, src, offset};
+    return result(g, fc_build(g, FC_OP_UPDATE_SLICE, in, 3, &a));
+}
+
+fc_value *fc_cache_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v, fc_value *len, bool causal,
+                             double scale) {
+    if (!g) return NULL;
+    fc_attrs a = attrs_for(FC_OP_CACHE_ATTENTION);
+    a.causal = causal;
+    a.scale = scale;
+    fc_value *in[4] = {q, k, v, len};
+    return result(g, fc_build(g, FC_OP_CACHE_ATTENTION, in, 4, &a));
+}
+
 static fc_value *with_dims(fc_graph *g, fc_op op, fc_value *x, int rank, const fc_dim *dims, int nin) {
     if (!g) return NULL;
     if (!check_list(g, op, rank, dims, FC_MAX_RANK)) return &g->poison_value;

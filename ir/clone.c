@@ -52,6 +52,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         for (int d = 0; d < p->rank; d++) dims[d] = map_dim(g, c, p->dims[d]);
         map[p->id] = fc_build_param(c, p->name, strlen(p->name), p->dtype, p->rank, dims);
         if (c->status) goto fail;
+        map[p->id]->inout = p->inout;
     }
     for (int i = 0; i < g->nnodes; i++) {
         fc_node *n = g->nodes[i];

@@ -247,6 +247,12 @@ fc_value *fc_param(fc_graph *g, const char *name, fc_dtype dt, int rank, const f
     return fc_build_param(g, name, strlen(name), dt, rank, dims);
 }
 
+fc_value *fc_param_inout(fc_graph *g, const char *name, fc_dtype dt, int rank, const fc_dim *dims) {
+    fc_value *v = fc_param(g, name, dt, rank, dims);
+    if (v && !v->poison) v->inout = true;
+    return v;
+}
+
 fc_value *fc_scalar(fc_graph *g, double v) {
     if (!g) return NULL;
     if (g->status) return &g->poison_value;
@@ -291,6 +297,7 @@ fc_dtype fc_value_dtype(const fc_value *v) { return v ? v->dtype : FC_DTYPE_COUN
 const char *fc_value_name(const fc_value *v) { return v && v->name ? v->name : ""; }
 fc_dim fc_value_dim(const fc_value *v, int i) { return v && i >= 0 && i < v->rank ? v->dims[i] : FC_DIM_INFER; }
 bool fc_value_is_poison(const fc_value *v) { return !v || v->poison; }
+bool fc_value_is_inout(const fc_value *v) { return v && v->inout; }
 int fc_graph_num_params(const fc_graph *g) { return g ? g->nparams : 0; }
 fc_value *fc_graph_param(const fc_graph *g, int i) { return g && i >= 0 && i < g->nparams ? g->params[i] : NULL; }
 int fc_graph_num_outputs(const fc_graph *g) { return g ? g->noutputs : 0; }

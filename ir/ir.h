@@ -168,6 +168,9 @@ struct fc_value {
     int param_index; /* index among params, or -1 */
     int id;          /* unique in the graph, dense from 0 */
     const char *name; /* text name without '%', or NULL (printer invents) */
+    /* A parameter declared `inout` (docs/DECODE.md): the graph writes it in
+     * place through its one use, an update_slice whose result aliases it. */
+    bool inout;
     bool weak;       /* a weak scalar operand (bare number) */
     bool weak_int;   /* ...written as an integer */
     double scalar;   /* ...its value */
@@ -363,6 +366,14 @@ fc_status fc_graph_check_static(fc_graph *g);
  * one rule for shape inference, cuBLASLt's descriptions and the generated
  * GEMMs. */
 int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims);
+
+/* Inference of update_slice and cache_attention (ir/build_decode.c): the
+ * result's type into *dt, *rank, dims; false with the graph poisoned. */
+bool fc_infer_decode(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
+                     fc_dim *dims);
+/* The verifier's rules for inout parameters (ir/build_decode.c): each one's
+ * only use is as the destination of one update_slice. */
+fc_status fc_verify_inout(fc_graph *g);
 
 /* Re-run inference on node n and compare with its stored result types. */
 fc_status fc_reinfer_check(fc_graph *g, fc_node *n);

@@ -60,5 +60,6 @@ fc_status fc_verify(fc_graph *g) {
             st = fail(g, "verify: result %d of graph %s is not defined", i, g->name);
     }
     free(defined);
+    if (!st) st = fc_verify_inout(g);
     return st;
 }

@@ -30,6 +30,7 @@ fc_status fc_program_desc_signature(fc_context *ctx, const fc_graph *g, fc_progr
     for (int i = 0; i < g->nparams; i++) {
         fc_program_tensor_set_type(&d->params[i], g->params[i]);
         d->nparams = i + 1;
+        d->params[i].inout = g->params[i]->inout;
         if (!(d->params[i].name = dup(ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
     }
     for (int k = 0; k < g->noutputs; k++) fc_program_tensor_set_type(&d->outputs[k], g->outputs[k]);

@@ -50,6 +50,9 @@ typedef struct fc_program_tensor {
     int rank;
     int64_t dims[FC_MAX_RANK];
     int value;          /* its value id (an index of fc_program_desc.store) */
+    /* Parameters only: an inout parameter (docs/DECODE.md), whose buffer
+     * the program writes in place; a host run copies it back. */
+    bool inout;
     /* Results only: a result no kernel writes in place (a parameter
      * returned as it is, a value returned twice) is copied from here after
      * the launches (an INPUT or another OUTPUT); FC_STORE_NONE otherwise. */

@@ -5,7 +5,9 @@
  * node is needed exactly when a graph result depends on it. One walk from
  * the last node to the first decides that, because the order is
  * topological: when a node is reached, every user of its results has
- * already been seen. Params are the graph's signature and always stay. */
+ * already been seen. Params are the graph's signature and always stay.
+ * The one op with an effect, update_slice (it writes its inout parameter
+ * in place: docs/DECODE.md), is always needed. */
 #include "passes.h"
 #include "rewrite.h"
 
@@ -21,7 +23,7 @@ fc_status fc_pass_dce(fc_graph *g) {
     for (int i = g->nnodes - 1; i >= 0; i--) {
         fc_node *n = g->nodes[i];
         if (n->dead) continue;
-        bool needed = false;
+        bool needed = n->op == FC_OP_UPDATE_SLICE;
         for (int k = 0; k < n->nout; k++) needed |= live[n->out[k]->id];
         if (!needed) {
             n->dead = true;

@@ -786,6 +786,10 @@ fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
         return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (fusion)");
     }
     for (int i = 0; i < g->noutputs; i++) s.is_output[g->outputs[i]->id] = true;
+    /* An update_slice writes its inout parameter whether or not anything
+     * reads the result: its group stores it (in the parameter's buffer). */
+    for (int i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i]->dead && g->nodes[i]->op == FC_OP_UPDATE_SLICE) s.is_output[g->nodes[i]->out[0]->id] = true;
 
     fc_status st = vertical(&s);
     for (int i = 0; !st && i < plan->ngroups; i++)

@@ -16,6 +16,10 @@
  * and all members get the root's offset. fc_plan_classes_make computes the
  * classes; the runtimes place values by the same ones (passes.h).
  *
+ * An update_slice's result joins the class of its destination, the inout
+ * parameter it writes in place, so every runtime places it in the caller's
+ * buffer of that parameter.
+ *
  * Which classes go in the arena: those that are not rooted at a graph
  * parameter (the caller's input buffer holds them) and contain no graph
  * result (the caller's output buffer holds them, and the kernel that
@@ -102,6 +106,12 @@ fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_cla
                 fc_value *src = alias_source(grp, o);
                 see(c, src);
                 c->root[o->id] = c->root[src->id];
+            }
+            /* An update_slice writes its result in place, in the buffer of
+             * its destination (an inout parameter: docs/DECODE.md). */
+            if (o->def && o->def->op == FC_OP_UPDATE_SLICE) {
+                see(c, o->def->in[0]);
+                c->root[o->id] = c->root[o->def->in[0]->id];
             }
         }
     }

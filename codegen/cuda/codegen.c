@@ -11,6 +11,7 @@
 #include "skinny.h"
 #include "gemm.h"
 #include "gemm_choice.h"
+#include "decode.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
 #include "lower/launch_cost.h"
 #include "ir/switches.h"
@@ -198,6 +199,10 @@ static fc_status emit_launch(unit *u, int gi, int end, fc_launch *l) {
     }
     if (u->choice[gi].path != FC_GEMM_NONE) return gemm_group(u, gi, l);
     if (gr->kind == FC_GROUP_ATTENTION) return attention_group(u, gr, l);
+    if (fc_cuda_is_decode_group(gr)) { /* update_slice, cache_attention (decode.c) */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", plan->g->name, gr->id);
+        return fc_cuda_emit_decode(plan, gr, l->name, &u->s, l);
+    }
     if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
         l->kind = FC_LAUNCH_ALIAS;
         snprintf(l->name, sizeof l->name, "alias");
@@ -260,6 +265,7 @@ static const char *kernel_kind(const unit *u, int gi) {
     case FC_GEMM_SKINNY_ATTENTION: return "skinny_attention";
     default: break;
     }
+    if (fc_cuda_is_decode_group(gr)) return fc_op_table[gr->nodes[0]->op].name;
     return gr->kind == FC_GROUP_ATTENTION ? "attention" : gr->kind == FC_GROUP_REDUCE ? "reduce" : "pointwise";
 }
 

@@ -2,6 +2,7 @@
  * (gemm_choice.h; docs/GEMM.md, "Which code runs a GEMM"). */
 #include "gemm_choice.h"
 #include "gemm.h"
+#include "decode.h"
 
 #include <string.h>
 
@@ -81,6 +82,10 @@ void fc_cuda_gemm_choose(const fc_plan *plan, int gi, fc_gemm_choice *out) {
     out->path = FC_GEMM_NONE;
     out->rule = "not a library group";
     if (group(plan, gi)->kind != FC_GROUP_LIBRARY || group(plan, gi)->batch > 0) return;
+    if (fc_cuda_is_decode_group(group(plan, gi))) {
+        out->rule = "a decode op: its own kernel (decode.c)";
+        return;
+    }
     for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++)
         if (rules[r].when(plan, gi, out)) {
             out->path = rules[r].path;

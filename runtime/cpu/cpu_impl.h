@@ -1,7 +1,8 @@
 /*
  * cpu_impl.h - the CPU program's layout and what its files share (internal
  * to runtime/cpu/cpu_*.c): cpu_program.c compiles and runs a program,
- * cpu_library.c runs its library groups.
+ * cpu_library.c runs its library groups, cpu_decode.c those of the decode
+ * ops.
  */
 #ifndef FC_RUNTIME_CPU_IMPL_H
 #define FC_RUNTIME_CPU_IMPL_H
@@ -41,6 +42,10 @@ struct fc_cpu_program {
 /* Run library group gr (gi: its node decoded, for a gemm or matmul) on
  * its pointers args (inputs, then outputs). */
 fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gemm_info *gi, void *const *args);
+/* update_slice and cache_attention (cpu_decode.c): whether op is one, and
+ * run library group gr of one. */
+bool fc_cpu_is_decode_op(fc_op op);
+fc_status fc_cpu_run_decode(fc_cpu_program *p, const fc_group *gr, void *const *args);
 
 #endif
 #endif

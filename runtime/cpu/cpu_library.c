@@ -375,6 +375,7 @@ static fc_status run_attention(fc_cpu_program *p, const fc_group *gr, const fc_n
 fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gemm_info *gi, void *const *args) {
     const fc_node *n = gr->nodes[0];
     if (n->op == FC_OP_ATTENTION) return run_attention(p, gr, n, args);
+    if (fc_cpu_is_decode_op(n->op)) return fc_cpu_run_decode(p, gr, args);
     return run_gemm(p, gr, n, gi, args);
 }
 

@@ -236,7 +236,7 @@ const char *fc_build_identity(void) {
 #define HEADER_BYTES 16
 /* The least each record can take, to bound counts before allocating. */
 #define MIN_STORE_BYTES 17
-#define MIN_PARAM_BYTES 10
+#define MIN_PARAM_BYTES 11
 #define MIN_OUTPUT_BYTES 15
 #define MIN_LAUNCH_BYTES 51
 #define LAUNCH_PDL 1u
@@ -346,6 +346,7 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
         w_str(&w, d->params[i].name);
         w_dims(&w, &d->params[i]);
         w_u32(&w, (uint32_t)d->params[i].value);
+        w_u8(&w, d->params[i].inout ? 1u : 0u);
     }
     w_u32(&w, (uint32_t)d->noutputs);
     for (int i = 0; i < d->noutputs; i++) {
@@ -568,6 +569,7 @@ static void read_params(rbuf *r, fc_program_desc *d) {
         t->name = r_str(r, 4096, "its name");
         r_dims(r, t);
         t->value = (int)r_u32(r);
+        t->inout = r_u8(r) != 0;
     }
 }
 

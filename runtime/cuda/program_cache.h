@@ -96,7 +96,7 @@ const char *fc_build_identity(void);
 #define FC_PROGRAM_MAGIC "FCPROGRM"
 /* Bump when the layout or the meaning of any field changes; it is in the
  * level-2 key too, so old entries are simply never asked for. */
-#define FC_PROGRAM_FORMAT_VERSION 6u /* 2: the GEMMs of library launches; 3: tensor maps; 4: launch flags (pdl); 5: the distinct kernels; 6: launch costs and sources */
+#define FC_PROGRAM_FORMAT_VERSION 7u /* 2: the GEMMs of library launches; 3: tensor maps; 4: launch flags (pdl); 5: the distinct kernels; 6: launch costs and sources; 7: inout parameters */
 
 /* Serialize d into out->data (fc_free). */
 fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_bytes *out);

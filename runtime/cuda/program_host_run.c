@@ -88,6 +88,11 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
     fc_ctx_freemem(p->ctx, in);
     if (st != FC_OK) return st;
 
+    /* Inout parameters: the program wrote their device copy in place. */
+    for (int i = 0; i < h->nin; i++)
+        if (desc->params[i].inout &&
+            (st = fc_cuda_download(d, inputs[i].data, h->in[i], (size_t)fc_program_tensor_bytes(&desc->params[i]))))
+            return st;
     for (int k = 0; k < h->nout; k++) {
         const fc_program_tensor *v = &desc->outputs[k];
         fc_tensor *t = &outputs[k];

@@ -174,6 +174,8 @@ static fc_status run_node(interp *ip)
     case FC_OP_IOTA: st = fc_ref_run_iota(ip); break;
     case FC_OP_FULL: st = fc_ref_run_full(ip); break;
     case FC_OP_GATHER: st = fc_ref_run_gather(ip); break;
+    case FC_OP_UPDATE_SLICE: st = fc_ref_run_update_slice(ip); break;
+    case FC_OP_CACHE_ATTENTION: st = fc_ref_run_cache_attention(ip); break;
     case FC_OP_COUNT: FC_UNREACHABLE("run_node: bad op");
     }
     if (st != FC_OK)
@@ -338,6 +340,17 @@ fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding rounding, const fc
         for (int64_t j = 0; j < b->numel; j++)
             t->data[j] = exact ? b->data[j] : fc_round_to_dtype(b->data[j], v->dtype);
     }
+    /* Inout parameters: the caller's buffer takes the new contents, only
+     * after a run that succeeded (an error leaves the cache as it was). */
+    for (int i = 0; i < g->nnodes && st == FC_OK; i++) {
+        const fc_node *n = g->nodes[i];
+        if (n->dead || n->op != FC_OP_UPDATE_SLICE || n->in[0]->param_index < 0)
+            continue;
+        const ibuf *b = &ip.val[n->out[0]->id];
+        double *to = inputs[n->in[0]->param_index].data;
+        for (int64_t j = 0; j < b->numel; j++)
+            to[j] = b->data[j];
+    }
     if (st != FC_OK)
         for (int i = 0; i < nout; i++)
             fc_interp_tensor_release(&outputs[i]);
@@ -409,6 +422,12 @@ static fc_status run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc
 
     if (st == FC_OK)
         st = fc_interp_run_rounding(g, exact ? FC_REF_EXACT : FC_REF_DTYPE, din, nin, dout, nout);
+
+    /* Inout parameters: their new contents go back to the caller's storage. */
+    for (int i = 0; i < nin && st == FC_OK; i++)
+        if (g->params[i]->inout)
+            for (int64_t j = 0; j < fc_tensor_numel(&inputs[i]); j++)
+                fc_interp_store(inputs[i].dtype, inputs[i].data, j, din[i].data[j]);
 
     /* Encode the results into each dtype's storage. fc_ctx_malloc is
      * malloc (with fault injection), so fc_tensor_release can free() it. */

@@ -10,6 +10,7 @@
  *   interp_elementwise.c  elementwise ops, reductions, normalizations
  *   interp_matmul.c       matmul, attention, gemm
  *   interp_views.c        shape ops, creation ops, gather
+ *   interp_decode.c       update_slice, cache_attention (docs/DECODE.md)
  *
  * Each op's function reads its operands with operand(), computes its
  * result shape from their concrete shapes, sets it with fc_ref_set_result
@@ -198,5 +199,8 @@ fc_status fc_ref_run_split(interp *ip);
 fc_status fc_ref_run_iota(interp *ip);
 fc_status fc_ref_run_full(interp *ip);
 fc_status fc_ref_run_gather(interp *ip);
+/* interp_decode.c */
+fc_status fc_ref_run_update_slice(interp *ip);
+fc_status fc_ref_run_cache_attention(interp *ip);
 
 #endif

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# decode_bench.sh - the decode benchmark on the GPU machine, in one device
+# call: build fusec and examples/generate.c (Release, no LLVM, as
+# bench/run-whole.sh configures the GPU build), run test_decode (the tiny
+# models on CUDA against the reference), then bench/decode_bench.py (GPT-2
+# 124M with a cache of 1024 and a Llama-style 1B with a cache of 2048, B=1,
+# beside HF generate with a static cache, eager and torch.compile
+# reduce-overhead; its header says what it measures).
+#
+#   here:   bash scripts/prepare-gpu-carry.sh
+#   device run, carry [".deps"], timeout_s 600:
+#           bash bench/decode_bench.sh
+#
+# Knobs (environment): DECODE_MODELS (gpt2,llama), DECODE_TOKENS (64),
+# DECODE_BENCH (300), DECODE_ARGS (more decode_bench.py options, e.g.
+# --no-compile), DECODE_NOBUILD=1, DECODE_BUILD_DIR (build).
+# Back in $OUT: run.log, build.log, test_decode.log, decode.json, decode.md.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+START=$SECONDS
+BUILD=${DECODE_BUILD_DIR:-build}
+exec > >(tee -a "$OUT/run.log") 2>&1
+
+echo "== env: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
+if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
+    if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD/CMakeCache.txt"; then
+        rm -rf "$BUILD"
+    fi
+    args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF)
+    [[ -d .deps/xxhash ]] && args+=("-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash")
+    [[ -d .deps/onnx ]] && args+=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
+    cuda=${CUDA_HOME:-/usr/local/cuda}
+    [[ -d $cuda ]] && args+=("-DCUDAToolkit_ROOT=$cuda")
+    echo "== build: cmake ${args[*]}"
+    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode; } \
+        >"$OUT/build.log" 2>&1
+    rc=$?
+    echo "   rc=$rc in $((SECONDS - START))s"
+    ((rc == 0)) || { tail -30 "$OUT/build.log"; exit 1; }
+fi
+echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
+FUSEC_SRC=$ROOT timeout 120 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1
+echo "   rc=$?"; tail -8 "$OUT/test_decode.log"
+echo "== decode_bench.py [t=$((SECONDS - START))s]"
+read -r -a extra <<<"${DECODE_ARGS:-}"
+timeout --kill-after=10 $((560 - (SECONDS - START))) python3 bench/decode_bench.py --generate "$BUILD/example_generate" \
+    --models "${DECODE_MODELS:-gpt2,llama}" --tokens "${DECODE_TOKENS:-64}" --bench "${DECODE_BENCH:-300}" \
+    --out "$OUT" "${extra[@]}"
+echo "   rc=$? in $((SECONDS - START))s"
