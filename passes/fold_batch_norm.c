@@ -19,17 +19,18 @@
 #include <string.h>
 
 /* The folded conv replacing norm n over c = conv(x, w, [b]). */
-static fc_value *fold(fc_graph *g, fc_node *n, fc_node *c) {
+static fc_value *fold(fc_rewriter *rw, fc_node *n, fc_node *c) {
+    fc_graph *g = rw->g;
     fc_value *w = c->in[1], *b = c->nin > 2 ? c->in[2] : NULL;
     fc_dtype wt = w->dtype, ct = wt == FC_F64 ? FC_F64 : FC_F32;
-    fc_value *a = fc_mul(g, fc_cast(g, n->in[1], ct),
-                         fc_rsqrt(g, fc_add(g, fc_cast(g, n->in[4], ct), fc_scalar(g, n->a.eps))));
+    fc_value *a = fc_mul(g, fc_rw_cast(rw, n->in[1], ct),
+                         fc_rsqrt(g, fc_add(g, fc_rw_cast(rw, n->in[4], ct), fc_scalar(g, n->a.eps))));
     fc_dim d[FC_MAX_RANK];
     d[0] = w->dims[0];
     for (int i = 1; i < w->rank; i++) d[i] = 1;
-    fc_value *w2 = fc_cast(g, fc_mul(g, fc_cast(g, w, ct), fc_reshape(g, a, w->rank, d)), wt);
-    fc_value *shift = b ? fc_sub(g, fc_cast(g, b, ct), fc_cast(g, n->in[3], ct)) : fc_neg(g, fc_cast(g, n->in[3], ct));
-    fc_value *b2 = fc_cast(g, fc_add(g, fc_mul(g, shift, a), fc_cast(g, n->in[2], ct)), wt);
+    fc_value *w2 = fc_rw_cast(rw, fc_mul(g, fc_rw_cast(rw, w, ct), fc_reshape(g, a, w->rank, d)), wt);
+    fc_value *shift = b ? fc_sub(g, fc_rw_cast(rw, b, ct), fc_rw_cast(rw, n->in[3], ct)) : fc_neg(g, fc_rw_cast(rw, n->in[3], ct));
+    fc_value *b2 = fc_rw_cast(rw, fc_add(g, fc_mul(g, shift, a), fc_rw_cast(rw, n->in[2], ct)), wt);
     if (g->status) return NULL;
     fc_value *in[3] = {c->in[0], w2, b2};
     fc_node *f = fc_build(g, FC_OP_CONV, in, 3, &c->a);
@@ -52,7 +53,7 @@ fc_status fc_pass_fold_batch_norm(fc_graph *g) {
         fc_node *c = n->op == FC_OP_BATCH_NORM ? n->in[0]->def : NULL;
         bool foldable = c && c->op == FC_OP_CONV && uses[n->in[0]->id] == 1 && n->in[0]->dtype == c->in[1]->dtype;
         fc_rw_remap(&rw, n);
-        fc_value *y = foldable ? fold(g, n, c) : NULL;
+        fc_value *y = foldable ? fold(&rw, n, c) : NULL;
         if (y) fc_rw_replace(&rw, n->out[0], y);
         else if (!g->status) fc_rw_keep(&rw, n);
     }

@@ -45,6 +45,9 @@
 
 static fc_dtype compute_dtype(fc_dtype dt) { return dt == FC_F64 ? FC_F64 : FC_F32; }
 
+/* x as dtype dt: x itself when it has it. */
+static fc_value *cast(fc_graph *g, fc_value *x, fc_dtype dt) { return x && x->dtype == dt ? x : fc_cast(g, x, dt); }
+
 /* x [N, C, D..] -> [N, D.., C] */
 static fc_value *to_last(fc_graph *g, fc_value *x) {
     int perm[FC_MAX_RANK], r = x->rank;
@@ -145,14 +148,14 @@ static fc_value *conv_last(fc_graph *g, fc_value *xp, fc_value *wt, fc_value *b,
         fc_dtype ct = compute_dtype(xp->dtype);
         fc_dim wd[2] = {C, K};
         int tr[2] = {1, 0};
-        fc_value *wk = fc_cast(g, fc_permute(g, fc_reshape(g, wt, 2, wd), 2, tr), ct); /* [K, C] */
+        fc_value *wk = cast(g, fc_permute(g, fc_reshape(g, wt, 2, wd), 2, tr), ct); /* [K, C] */
         y = NULL;
         for (int64_t q = 0; q < K; q++) {
-            fc_value *t = fc_mul(g, fc_cast(g, cols[q], ct), fc_slice(g, wk, 0, q, q + 1, 1));
+            fc_value *t = fc_mul(g, cast(g, cols[q], ct), fc_slice(g, wk, 0, q, q + 1, 1));
             y = y ? fc_add(g, y, t) : t;
         }
-        if (b) y = fc_add(g, y, fc_cast(g, b, ct));
-        return fc_cast(g, y, xp->dtype);
+        if (b) y = fc_add(g, y, cast(g, b, ct));
+        return cast(g, y, xp->dtype);
     }
     fc_value *col = K == 1 ? cols[0] : fc_concat(g, (int)K, cols, r - 1); /* [N, O.., K*C], index q*C + c */
     /* the weight as [k.., C/G, M]: dims 2.., then 1, then 0 */
@@ -284,7 +287,7 @@ static fc_value *lower_pool(fc_graph *g, fc_node *n) {
         return to_first(g, y);
     }
     fc_dtype ct = compute_dtype(x->dtype);
-    fc_value *xp = pad_window(g, fc_cast(g, xl, ct), &w, 0, 0), *sum = NULL;
+    fc_value *xp = pad_window(g, cast(g, xl, ct), &w, 0, 0), *sum = NULL;
     bool padded = false;
     for (int i = 0; i < w.ns; i++) padded = padded || w.pb[i] || w.pe[i] || overhang(&w, i);
     for (int64_t q = 0; q < K; q++) {
@@ -309,7 +312,7 @@ static fc_value *lower_pool(fc_graph *g, fc_node *n) {
         }
         y = fc_div(g, sum, cnt);
     }
-    return to_first(g, fc_cast(g, y, x->dtype));
+    return to_first(g, cast(g, y, x->dtype));
 }
 
 static fc_value *lower_global_avg_pool(fc_graph *g, fc_node *n) {
@@ -324,7 +327,7 @@ static fc_value *per_channel(fc_graph *g, fc_value *p, int r, fc_dtype ct) {
     fc_dim d[FC_MAX_RANK];
     d[0] = p->dims[0];
     for (int i = 1; i < r - 1; i++) d[i] = 1;
-    return fc_reshape(g, fc_cast(g, p, ct), r - 1, d);
+    return fc_reshape(g, cast(g, p, ct), r - 1, d);
 }
 
 /* batch_norm = x * a + c with a = scale * rsqrt(var + eps), c = bias -
@@ -333,10 +336,10 @@ static fc_value *lower_batch_norm(fc_graph *g, fc_node *n) {
     fc_value *x = n->in[0];
     fc_dtype ct = compute_dtype(x->dtype);
     int r = x->rank;
-    fc_value *var = fc_cast(g, n->in[4], ct), *a = fc_mul(g, fc_cast(g, n->in[1], ct),
+    fc_value *var = cast(g, n->in[4], ct), *a = fc_mul(g, cast(g, n->in[1], ct),
                                                          fc_rsqrt(g, fc_add(g, var, fc_scalar(g, n->a.eps))));
-    fc_value *c = fc_sub(g, fc_cast(g, n->in[2], ct), fc_mul(g, fc_cast(g, n->in[3], ct), a));
-    fc_value *y = fc_mul(g, fc_cast(g, x, ct), per_channel(g, a, r, ct));
+    fc_value *c = fc_sub(g, cast(g, n->in[2], ct), fc_mul(g, cast(g, n->in[3], ct), a));
+    fc_value *y = fc_mul(g, cast(g, x, ct), per_channel(g, a, r, ct));
     return fc_add(g, y, per_channel(g, c, r, ct));
 }
 
@@ -368,8 +371,8 @@ static fc_value *lower_pad(fc_graph *g, fc_node *n) {
 
 /* floor(v) and ceil(v) of an f64 vector, as i64, from the truncating cast. */
 static fc_value *round_i64(fc_graph *g, fc_value *v, bool up) {
-    fc_value *t = fc_cast(g, v, FC_I64), *tf = fc_cast(g, t, FC_F64);
-    return up ? fc_add(g, t, fc_cast(g, fc_gt(g, v, tf), FC_I64)) : fc_sub(g, t, fc_cast(g, fc_lt(g, v, tf), FC_I64));
+    fc_value *t = cast(g, v, FC_I64), *tf = cast(g, t, FC_F64);
+    return up ? fc_add(g, t, cast(g, fc_gt(g, v, tf), FC_I64)) : fc_sub(g, t, cast(g, fc_lt(g, v, tf), FC_I64));
 }
 
 /* resize, one spatial axis at a time: the source coordinate of every
@@ -407,12 +410,12 @@ static fc_value *resize_axis(fc_graph *g, fc_value *x, int axis, int64_t m, int6
         return fc_gather(g, x, fc_max(g, fc_min(g, idx, last), zero), axis);
     }
     src = fc_max(g, src, fc_scalar(g, 0.0));
-    fc_value *lo = fc_min(g, fc_cast(g, src, FC_I64), last), *hi = fc_min(g, fc_add(g, lo, fc_scalar_int(g, 1)), last);
-    fc_value *f = fc_min(g, fc_sub(g, src, fc_cast(g, lo, FC_F64)), fc_scalar(g, 1.0));
+    fc_value *lo = fc_min(g, cast(g, src, FC_I64), last), *hi = fc_min(g, fc_add(g, lo, fc_scalar_int(g, 1)), last);
+    fc_value *f = fc_min(g, fc_sub(g, src, cast(g, lo, FC_F64)), fc_scalar(g, 1.0));
     fc_dim fd[FC_MAX_RANK];
     fd[0] = m;
     for (int i = axis + 1; i < x->rank; i++) fd[i - axis] = 1;
-    f = fc_reshape(g, fc_cast(g, f, ct), x->rank - axis, fd);
+    f = fc_reshape(g, cast(g, f, ct), x->rank - axis, fd);
     fc_value *a = fc_gather(g, x, lo, axis), *b = fc_gather(g, x, hi, axis);
     return fc_add(g, a, fc_mul(g, fc_sub(g, b, a), f));
 }
@@ -420,7 +423,7 @@ static fc_value *resize_axis(fc_graph *g, fc_value *x, int axis, int64_t m, int6
 static fc_value *lower_resize(fc_graph *g, fc_node *n) {
     fc_value *x = n->in[0];
     fc_dtype ct = compute_dtype(x->dtype);
-    if (n->a.mode == FC_RESIZE_LINEAR) x = fc_cast(g, x, ct);
+    if (n->a.mode == FC_RESIZE_LINEAR) x = cast(g, x, ct);
     for (int i = 2; i < x->rank; i++) x = resize_axis(g, x, i, n->a.list[i], n->a.mode, n->a.coord, ct);
     return x;
 }
