@@ -10,8 +10,11 @@
 set -u
 FUSEC=${FUSEC:-build/fusec}
 SRC=${SRC:-.}
-devices=(cpu)
-if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then devices+=(cuda); fi
+devices=()
+for d in cpu cuda; do
+  if "$FUSEC" --devices 2>/dev/null | grep -qx $d; then devices+=($d); fi
+done
+if ((${#devices[@]} == 0)); then echo "SKIP: neither the CPU backend nor a GPU"; exit 0; fi
 fail=0
 for f in "$SRC"/tests/conv/*.ir; do
   for dev in "${devices[@]}"; do
