@@ -4,9 +4,9 @@
  * A convolution becomes an im2col and one matmul: the input is permuted to
  * channels-last ([N, D1 .. Dn, C]), padded with zero blocks (concat), and
  * each of the K kernel offsets is a strided slice of it ([N, O1 .. On, C]).
- * The K slices concatenated along the channels are the columns
- * [N*P, K*C], and the weight permuted to [k1 .. kn, C, M] and reshaped to
- * [K*C, M] multiplies them: y [N*P, M], then [N, O1 .. On, M]. So a 1x1
+ * The K slices stacked after the channels are the columns [N*P, C*K], and
+ * the weight, [M, C*K] as it is stored, multiplies them transposed: y
+ * [N*P, M], then [N, O1 .. On, M]. So a 1x1
  * convolution at stride 1 is exactly a GEMM of the activations, and the
  * bias, activation, residual and cast after it fold into the GEMM epilogue
  * (passes/epilogue.c) like any linear layer's; the slices and the concat
@@ -157,26 +157,29 @@ static fc_value *conv_last(fc_graph *g, fc_value *xp, fc_value *wt, fc_value *b,
         if (b) y = fc_add(g, y, cast(g, b, ct));
         return cast(g, y, xp->dtype);
     }
-    fc_value *col = K == 1 ? cols[0] : fc_concat(g, (int)K, cols, r - 1); /* [N, O.., K*C], index q*C + c */
-    /* the weight as [k.., C/G, M]: dims 2.., then 1, then 0 */
-    int perm[FC_MAX_RANK];
-    for (int i = 0; i < ns; i++) perm[i] = i + 2;
-    perm[ns] = 1;
-    perm[ns + 1] = 0;
+    /* The columns [N, O.., C, K], index c*K + q: the weight [M, C/G, k..]
+     * is then [M, C/G*K] as it is stored, and the GEMM reads it transposed
+     * in place (no kernel reorders the weights). */
+    fc_value *col = cols[0];
+    if (K > 1) {
+        fc_dim d[FC_MAX_RANK];
+        memcpy(d, cols[0]->dims, sizeof(fc_dim) * (size_t)r);
+        d[r] = 1;
+        for (int64_t q = 0; q < K; q++) cols[q] = fc_reshape(g, cols[q], r + 1, d);
+        col = fc_concat(g, (int)K, cols, r);
+    }
     if (G == 1) {
-        fc_dim cd[2] = {FC_DIM_INFER, K * C}, wd[2] = {K * C, M};
-        fc_value *wm = fc_reshape(g, fc_permute(g, wt, r, perm), 2, wd);
-        y = fc_matmul(g, fc_reshape(g, col, 2, cd), wm); /* [N*P, M] */
+        fc_dim cd[2] = {FC_DIM_INFER, C * K}, wd[2] = {M, C * K};
+        int tr[2] = {1, 0};
+        y = fc_matmul(g, fc_reshape(g, col, 2, cd), fc_permute(g, fc_reshape(g, wt, 2, wd), 2, tr)); /* [N*P, M] */
     } else {
-        /* columns [NP, K, G, Cg] -> [G, NP, K*Cg]; weight [G, Mg, Cg, K] ->
-         * [G, K*Cg, Mg]; [G, NP, Mg] -> [NP, G, Mg] -> [NP, M] */
-        fc_dim c4[4] = {FC_DIM_INFER, K, G, Cg}, c3[3] = {G, FC_DIM_INFER, K * Cg};
-        int pc[4] = {2, 0, 1, 3}, pw[4] = {0, 3, 2, 1}, py[3] = {1, 0, 2};
-        fc_value *cg = fc_reshape(g, fc_permute(g, fc_reshape(g, col, 4, c4), 4, pc), 3, c3);
-        fc_dim w4[4] = {G, Mg, Cg, K}, w3[3] = {G, K * Cg, Mg};
-        fc_value *wg = fc_reshape(g, fc_permute(g, fc_reshape(g, wt, 4, w4), 4, pw), 3, w3);
-        fc_dim yd[2] = {FC_DIM_INFER, M};
-        y = fc_reshape(g, fc_permute(g, fc_matmul(g, cg, wg), 3, py), 2, yd);
+        /* columns [NP, G, Cg*K] -> [G, NP, Cg*K]; weight [G, Mg, Cg*K],
+         * transposed; [G, NP, Mg] -> [NP, G, Mg] -> [NP, M] */
+        fc_dim c3[3] = {FC_DIM_INFER, G, Cg * K}, w3[3] = {G, Mg, Cg * K}, yd[2] = {FC_DIM_INFER, M};
+        int p102[3] = {1, 0, 2}, p021[3] = {0, 2, 1};
+        fc_value *cg = fc_permute(g, fc_reshape(g, col, 3, c3), 3, p102);
+        fc_value *wg = fc_permute(g, fc_reshape(g, wt, 3, w3), 3, p021);
+        y = fc_reshape(g, fc_permute(g, fc_matmul(g, cg, wg), 3, p102), 2, yd);
     }
     y = spatial_shape(g, y, N, w, M);
     if (b) y = fc_add(g, y, b);
