@@ -169,9 +169,17 @@ static fc_value *conv_last(fc_graph *g, fc_value *xp, fc_value *wt, fc_value *b,
         col = fc_concat(g, (int)K, cols, r);
     }
     if (G == 1) {
-        fc_dim cd[2] = {FC_DIM_INFER, C * K}, wd[2] = {M, C * K};
+        /* [N, O.., C*K] @ [C*K, M]: the matmul keeps the activation's
+         * rank, so the bias, activation and residual that follow are its
+         * epilogue directly */
+        fc_dim cd[FC_MAX_RANK];
+        memcpy(cd, col->dims, sizeof(fc_dim) * (size_t)r);
+        cd[r - 1] = C * K;
+        if (K > 1) col = fc_reshape(g, col, r, cd);
+        fc_dim wd[2] = {M, C * K};
         int tr[2] = {1, 0};
-        y = fc_matmul(g, fc_reshape(g, col, 2, cd), fc_permute(g, fc_reshape(g, wt, 2, wd), 2, tr)); /* [N*P, M] */
+        y = fc_matmul(g, col, fc_permute(g, fc_reshape(g, wt, 2, wd), 2, tr));
+        return b ? fc_add(g, y, b) : y;
     } else {
         /* columns [NP, G, Cg*K] -> [G, NP, Cg*K]; weight [G, Mg, Cg*K],
          * transposed; [G, NP, Mg] -> [NP, G, Mg] -> [NP, M] */
@@ -182,8 +190,7 @@ static fc_value *conv_last(fc_graph *g, fc_value *xp, fc_value *wt, fc_value *b,
         y = fc_reshape(g, fc_permute(g, fc_matmul(g, cg, wg), 3, p102), 2, yd);
     }
     y = spatial_shape(g, y, N, w, M);
-    if (b) y = fc_add(g, y, b);
-    return y;
+    return b ? fc_add(g, y, b) : y;
 }
 
 static fc_status geom_of(fc_graph *g, const fc_node *n, fc_window_geom *w) {
