@@ -18,6 +18,10 @@
 
 #define LIMIT ((int64_t)1 << 30) /* strides, dilations, pads, kernel sizes: keeps the size arithmetic in range */
 
+/* Positions in one window: the reference loops over them per output
+ * element, and 2^24 keeps their product and the loops in range. */
+#define MAX_WINDOW ((int64_t)1 << 24)
+
 #define NAME(op) (fc_op_table[op].name)
 
 /* How many ints per spatial dim the window of op holds. */
@@ -81,6 +85,10 @@ bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, c
             return false;
         }
         w->out[i] = o;
+    }
+    if (w->k[0] * (ns > 1 ? w->k[1] : 1) > MAX_WINDOW / (ns > 2 ? w->k[2] : 1)) {
+        snprintf(err, nerr, "a window of more than %lld positions", (long long)MAX_WINDOW);
+        return false;
     }
     return true;
 }
