@@ -293,6 +293,7 @@ fc_status ox_op_resize(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (int i = 0; i < r; i++) axes[i] = i;
     int64_t ax[FC_MAX_RANK];
     int nax = ints_attr(n, "axes", ax, FC_MAX_RANK);
+    if (nax == -2) return ERR("axes has more than %d entries", FC_MAX_RANK);
     if (nax >= 0) {
         na = nax;
         for (int i = 0; i < na; i++) {
