@@ -1,18 +1,10 @@
-/* onnx_conv.c - Conv, ConvTranspose, MaxPool and AveragePool, composed from
- * the IR's ops (the IR has no convolution or window op).
+/* onnx_conv.c - Conv, ConvTranspose, MaxPool, AveragePool and Resize (and
+ * Upsample) as the IR's conv, conv_transpose, max_pool, avg_pool and
+ * resize ops (ops.def; passes/lower_conv.c lowers them).
  *
- * Every spatial position of a window is a strided slice of the padded input
- * ([N, C, O1, .., On] for kernel offset (k1, .., kn): start k*dilation,
- * step stride). A pooling combines the K = k1*..*kn slices elementwise (max,
- * or the sum over the count of the positions that are not padding). A
- * convolution stacks them into [N, G, C/G*K, O1*..*On] (im2col) and
- * multiplies by the weight as [G, M/G, C/G*K]: one batched matmul, which
- * the GEMM path runs. A transposed convolution is the convolution of the
- * input with stride-1 zeros inserted between its elements, by the flipped
- * kernel with its in and out channels swapped.
- *
- * The windows need static spatial dims; K is at most MAX_WINDOW (the
- * slices are nodes of the graph).
+ * The attributes are ONNX's, resolved here to explicit pads (auto_pad
+ * SAME_UPPER, SAME_LOWER and VALID, output_shape for ConvTranspose), so the
+ * IR's window holds numbers only. The spatial dims must be static.
  */
 #include "onnx_ops.h"
 
@@ -20,8 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_WINDOW 512
-#define MAX_SPATIAL 3
+#define MAX_SPATIAL FC_MAX_SPATIAL
 #define MAX_ATTR ((int64_t)1 << 30) /* strides, dilations, pads: keeps the size arithmetic in range */
 
 typedef struct window {
@@ -30,7 +21,6 @@ typedef struct window {
     int64_t s[MAX_SPATIAL];   /* stride */
     int64_t d[MAX_SPATIAL];   /* dilation */
     int64_t pb[MAX_SPATIAL], pe[MAX_SPATIAL]; /* explicit pads, begin and end */
-    int64_t extra[MAX_SPATIAL]; /* more padding at the end (ceil_mode) */
     int64_t o[MAX_SPATIAL];   /* output size */
 } window;
 
@@ -87,12 +77,11 @@ static fc_status make_window(ox_ctx *ox, const Onnx__NodeProto *n, const fc_valu
     bool valid = str_attr_is(n, "auto_pad", "VALID", "NOTSET");
     if (!same_upper && !same_lower && !valid && !str_attr_is(n, "auto_pad", "NOTSET", "NOTSET"))
         return ERR("auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID");
-    int64_t K = 1;
     for (int i = 0; i < w->ns; i++) {
         if (w->k[i] < 1 || w->s[i] < 1 || w->d[i] < 1 || w->pb[i] < 0 || w->pe[i] < 0)
             return ERR("kernel sizes, strides and dilations must be positive, pads not negative");
-        if (w->k[i] > MAX_WINDOW || w->s[i] > MAX_ATTR || w->d[i] > MAX_ATTR || w->pb[i] > MAX_ATTR || w->pe[i] > MAX_ATTR)
-            return ERR("a kernel size over %d, or a stride, dilation or pad over 2^30", MAX_WINDOW);
+        if (w->k[i] > MAX_ATTR || w->s[i] > MAX_ATTR || w->d[i] > MAX_ATTR || w->pb[i] > MAX_ATTR || w->pe[i] > MAX_ATTR)
+            return ERR("a kernel size, stride, dilation or pad over 2^30");
         int64_t in = x->dims[i + 2], span = w->d[i] * (w->k[i] - 1) + 1;
         if (valid) w->pb[i] = w->pe[i] = 0;
         if (same_upper || same_lower) {
@@ -109,73 +98,22 @@ static fc_status make_window(ox_ctx *ox, const Onnx__NodeProto *n, const fc_valu
             if ((o - 1) * w->s[i] >= in + w->pb[i]) o--; /* the last window must start inside the input */
         }
         w->o[i] = o;
-        w->extra[i] = (o - 1) * w->s[i] + span - padded;
-        if (w->extra[i] < 0) w->extra[i] = 0;
-        K *= w->k[i];
-        if (K > MAX_WINDOW) break;
     }
-    if (K > MAX_WINDOW) return ERR("a window of %lld positions (at most %d)", (long long)K, MAX_WINDOW);
     return FC_OK;
 }
 
-/* x padded along `axis` with lo and hi elements of value v. */
-static fc_value *pad_axis(ox_ctx *ox, fc_value *x, int axis, int64_t lo, int64_t hi, double v) {
-    if (!x || (lo == 0 && hi == 0)) return x;
-    fc_value *parts[3];
-    int np = 0;
-    fc_dim d[FC_MAX_RANK];
-    memcpy(d, x->dims, sizeof(fc_dim) * (size_t)x->rank);
-    if (lo) {
-        d[axis] = lo;
-        parts[np++] = fc_full(G, x->rank, d, v, x->dtype);
-    }
-    parts[np++] = x;
-    if (hi) {
-        d[axis] = hi;
-        parts[np++] = fc_full(G, x->rank, d, v, x->dtype);
-    }
-    return fc_concat(G, np, parts, axis);
-}
-
-/* x padded by the window: the explicit pads with v, the ceil_mode extra
- * with v_extra. */
-static fc_value *pad_window(ox_ctx *ox, fc_value *x, const window *w, double v, double v_extra) {
+/* The IR's window of w (stride, dilation, explicit pads, the kernel for
+ * the pools). */
+static fc_window to_window(const window *w) {
+    fc_window fw = {.auto_pad = FC_PAD_EXPLICIT};
     for (int i = 0; i < w->ns; i++) {
-        x = pad_axis(ox, x, i + 2, w->pb[i], w->pe[i], v);
-        x = pad_axis(ox, x, i + 2, 0, w->extra[i], v_extra);
+        fw.kernel[i] = w->k[i];
+        fw.stride[i] = w->s[i];
+        fw.dilation[i] = w->d[i];
+        fw.pad_begin[i] = w->pb[i];
+        fw.pad_end[i] = w->pe[i];
     }
-    return x;
-}
-
-/* The slice of padded xp for window position `pos` (the flat index of a
- * kernel offset, last spatial dim fastest): [N, C, O1 .. On]. */
-static fc_value *window_slice(ox_ctx *ox, fc_value *xp, const window *w, int64_t pos) {
-    int64_t off[MAX_SPATIAL];
-    for (int i = w->ns - 1; i >= 0; i--) {
-        off[i] = pos % w->k[i];
-        pos /= w->k[i];
-    }
-    for (int i = 0; i < w->ns; i++) {
-        int64_t start = off[i] * w->d[i];
-        xp = fc_slice(G, xp, i + 2, start, start + (w->o[i] - 1) * w->s[i] + 1, w->s[i]);
-    }
-    return xp;
-}
-
-static int64_t window_size(const window *w) {
-    int64_t K = 1;
-    for (int i = 0; i < w->ns; i++) K *= w->k[i];
-    return K;
-}
-
-/* The lowest value of dtype dt, which pads a max pool. */
-static double lowest(fc_dtype dt) {
-    switch (dt) {
-    case FC_I64: return -9223372036854775808.0;
-    case FC_I32: return -2147483648.0;
-    case FC_I8: return -128.0;
-    default: return -INFINITY;
-    }
+    return fw;
 }
 
 fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n) {
@@ -184,68 +122,15 @@ fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n) {
     bool is_max = !strcmp(n->op_type, "MaxPool");
     if (is_max && ox->nout > 1) return ERR("the Indices output is not supported");
     window w;
-    fc_status st = make_window(ox, n, x, NULL, &w, ai(n, "ceil_mode", 0) != 0);
+    bool ceil = ai(n, "ceil_mode", 0) != 0;
+    fc_status st = make_window(ox, n, x, NULL, &w, ceil);
     if (st) return st;
-    if (!is_max && (w.d[0] != 1 || (w.ns > 1 && w.d[1] != 1) || (w.ns > 2 && w.d[2] != 1)))
-        return ERR("AveragePool with dilations is not supported");
-    int64_t K = window_size(&w);
-    if (is_max) {
-        fc_value *xp = pad_window(ox, x, &w, lowest(x->dtype), lowest(x->dtype)), *y = NULL;
-        for (int64_t p = 0; p < K; p++) {
-            fc_value *s = window_slice(ox, xp, &w, p);
-            y = y ? fc_max(G, y, s) : s;
-        }
-        OUT(0, y);
-        return FC_OK;
-    }
-    if (!isf(x->dtype)) return ERR("AveragePool of a %s input", fc_dtype_name(x->dtype));
-    /* The divisor: how many positions of each window are counted, from a
-     * ones tensor padded as x is (pads count with count_include_pad; the
-     * ceil_mode extra never does). */
-    bool include = ai(n, "count_include_pad", 0) != 0;
-    fc_dim od[FC_MAX_RANK];
-    od[0] = od[1] = 1;
-    for (int i = 0; i < w.ns; i++) od[i + 2] = x->dims[i + 2];
-    fc_value *ones = pad_window(ox, fc_full(G, x->rank, od, 1, x->dtype), &w, include ? 1 : 0, 0);
-    fc_value *xp = pad_window(ox, x, &w, 0, 0), *sum = NULL, *cnt = NULL;
-    for (int64_t p = 0; p < K; p++) {
-        fc_value *s = window_slice(ox, xp, &w, p), *c = window_slice(ox, ones, &w, p);
-        sum = sum ? fc_add(G, sum, s) : s;
-        cnt = cnt ? fc_add(G, cnt, c) : c;
-    }
-    OUT(0, fc_div(G, sum, cnt));
+    if (!is_max && !isf(x->dtype)) return ERR("AveragePool of a %s input", fc_dtype_name(x->dtype));
+    fc_window fw = to_window(&w);
+    fw.ceil_mode = ceil;
+    fw.count_include_pad = ai(n, "count_include_pad", 0) != 0;
+    OUT(0, is_max ? fc_max_pool(G, x, &fw) : fc_avg_pool(G, x, &fw));
     return FC_OK;
-}
-
-/* Convolution of x [N, C, ..] by weight wt [M, C/G, k..] with window w,
- * groups G, bias b (or NULL). */
-static fc_value *conv(ox_ctx *ox, fc_value *x, fc_value *wt, fc_value *b, const window *w, int64_t G_) {
-    int64_t N = x->dims[0], C = x->dims[1], M = wt->dims[0], K = window_size(w), P = 1;
-    for (int i = 0; i < w->ns; i++) P *= w->o[i];
-    fc_value *xp = pad_window(ox, x, w, 0, 0);
-    fc_value *cols[MAX_WINDOW];
-    fc_dim d[FC_MAX_RANK];
-    for (int64_t p = 0; p < K; p++) {
-        fc_value *s = window_slice(ox, xp, w, p);
-        d[0] = N, d[1] = C, d[2] = 1, d[3] = P;
-        cols[p] = fc_reshape(G, s, 4, d);
-    }
-    fc_value *col = K == 1 ? cols[0] : fc_concat(G, (int)K, cols, 2); /* [N, C, K, P] */
-    d[0] = N, d[1] = G_, d[2] = C / G_ * K, d[3] = P;
-    col = fc_reshape(G, col, 4, d);
-    fc_dim wd[3] = {G_, M / G_, C / G_ * K};
-    fc_value *y = fc_matmul(G, fc_reshape(G, wt, 3, wd), col); /* [N, G, M/G, P] */
-    fc_dim yd[FC_MAX_RANK];
-    yd[0] = N, yd[1] = M;
-    for (int i = 0; i < w->ns; i++) yd[i + 2] = w->o[i];
-    y = fc_reshape(G, y, w->ns + 2, yd);
-    if (b) {
-        fc_dim bd[FC_MAX_RANK];
-        bd[0] = M;
-        for (int i = 0; i < w->ns; i++) bd[i + 1] = 1;
-        y = fc_add(G, y, fc_reshape(G, b, w->ns + 1, bd));
-    }
-    return y;
 }
 
 static fc_status check_weight(ox_ctx *ox, const fc_value *x, const fc_value *wt) {
@@ -268,26 +153,10 @@ fc_status ox_op_conv(ox_ctx *ox, const Onnx__NodeProto *n) {
     window w;
     if ((st = make_window(ox, n, x, wt->dims + 2, &w, false))) return st;
     if (b && (b->rank != 1 || b->dims[0] != wt->dims[0])) return ERR("the bias must be [M]");
-    OUT(0, conv(ox, x, wt, b, &w, groups));
+    fc_window fw = to_window(&w);
+    fw.groups = groups;
+    OUT(0, fc_conv(G, x, wt, b, &fw));
     return FC_OK;
-}
-
-/* x with s-1 zeros between neighbours along `axis`: (I - 1) * s + 1. */
-static fc_value *dilate_axis(ox_ctx *ox, fc_value *x, int axis, int64_t s) {
-    if (s == 1) return x;
-    fc_dim d[FC_MAX_RANK];
-    int r = x->rank;
-    for (int i = 0, j = 0; i < r; i++) {
-        d[j++] = x->dims[i];
-        if (i == axis) d[j++] = 1;
-    }
-    fc_value *u = fc_reshape(G, x, r + 1, d);
-    d[axis + 1] = s - 1;
-    fc_value *parts[2] = {u, fc_full(G, r + 1, d, 0, x->dtype)};
-    fc_value *z = fc_concat(G, 2, parts, axis + 1);
-    memcpy(d, x->dims, sizeof(fc_dim) * (size_t)r);
-    d[axis] = x->dims[axis] * s;
-    return fc_slice(G, fc_reshape(G, z, r, d), axis, 0, (x->dims[axis] - 1) * s + 1, 1);
 }
 
 fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n) {
@@ -311,75 +180,166 @@ fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n) {
     bool same_upper = str_attr_is(n, "auto_pad", "SAME_UPPER", "NOTSET");
     bool same_lower = str_attr_is(n, "auto_pad", "SAME_LOWER", "NOTSET");
     if (nos >= 0 && nos != ns) return ERR("output_shape must have one entry per spatial dim");
+    /* Negative pads (an output_shape past the full result) become zero
+     * blocks after the op, the bias added after them. */
+    int64_t grow[2 * MAX_SPATIAL] = {0};
+    bool grows = false;
+    fc_window fw = {.auto_pad = FC_PAD_EXPLICIT, .groups = groups};
     for (int i = 0; i < ns; i++) {
         int64_t lim[] = {s[i], d[i], pads[i], pads[ns + i], opad[i], nos >= 0 ? oshape[i] : 0, wt->dims[i + 2]};
         for (size_t j = 0; j < sizeof lim / sizeof *lim; j++)
             if (lim[j] > MAX_ATTR || lim[j] < -MAX_ATTR) return ERR("a stride, dilation, pad, size or kernel dim over 2^30");
-        if (wt->dims[i + 2] > MAX_WINDOW) return ERR("a kernel size over %d", MAX_WINDOW);
+        if (s[i] < 1 || d[i] < 1) return ERR("strides and dilations must be positive");
         int64_t in = x->dims[i + 2], k = wt->dims[i + 2], full = s[i] * (in - 1) + opad[i] + (k - 1) * d[i] + 1;
         if (nos >= 0 || same_upper || same_lower) {
             int64_t out = nos >= 0 ? oshape[i] : in * s[i], total = full - out;
             /* as the ONNX reference computes them: SAME_UPPER puts the smaller
              * half first, anything else (SAME_LOWER, output_shape) the larger,
-             * halves rounded down; a negative total (an output_shape past
-             * the full result) pads the end with zeros */
+             * halves rounded down */
             int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
             pads[i] = same_upper ? half : total - half;
             pads[ns + i] = total - pads[i];
         } else if (pads[i] < 0 || pads[ns + i] < 0) {
             return ERR("pads must not be negative");
         }
-        if (s[i] < 1 || d[i] < 1) return ERR("strides and dilations must be positive");
-    }
-    /* The input with the strides' zeros, padded by d*(k-1) less the pads
-     * (cropped where that is negative), convolved at stride 1. */
-    fc_value *xz = x;
-    for (int i = 0; i < ns; i++) xz = dilate_axis(ox, xz, i + 2, s[i]);
-    for (int i = 0; i < ns; i++) {
-        int64_t span = d[i] * (wt->dims[i + 2] - 1), lo = span - pads[i], hi = span - pads[ns + i] + opad[i];
-        int64_t len = xz->dims[i + 2];
-        if (lo < 0 || hi < 0) {
-            int64_t a = lo < 0 ? -lo : 0, e = hi < 0 ? len + hi : len;
-            if (e <= a) return ERR("the pads crop the whole input");
-            xz = fc_slice(G, xz, i + 2, a, e, 1);
-            lo = lo < 0 ? 0 : lo;
-            hi = hi < 0 ? 0 : hi;
+        for (int e = 0; e < 2; e++) {
+            int64_t *p = &pads[e * ns + i];
+            if (*p < 0) {
+                grow[e * ns + i] = -*p;
+                *p = 0;
+                grows = true;
+            }
         }
-        xz = pad_axis(ox, xz, i + 2, lo, hi, 0);
+        fw.stride[i] = s[i];
+        fw.dilation[i] = d[i];
+        fw.pad_begin[i] = pads[i];
+        fw.pad_end[i] = pads[ns + i];
+        fw.output_padding[i] = opad[i];
     }
-    /* weight [C, M/G, k..] -> [G, C/G, M/G, k..] -> [G, M/G, C/G, k..],
-     * each kernel flipped, -> [M, C/G, k..] */
-    int64_t Mg = wt->dims[1], Cg = C / groups;
-    fc_dim wd[FC_MAX_RANK];
-    wd[0] = groups, wd[1] = Cg, wd[2] = Mg;
-    for (int i = 0; i < ns; i++) wd[i + 3] = wt->dims[i + 2];
-    fc_value *w5 = fc_reshape(G, wt, ns + 3, wd);
-    int perm[FC_MAX_RANK] = {0, 2, 1};
-    for (int i = 0; i < ns; i++) perm[i + 3] = i + 3;
-    w5 = fc_permute(G, w5, ns + 3, perm);
-    for (int i = 0; i < ns; i++) {
-        int64_t k = wt->dims[i + 2];
-        if (k > 1) {
-            fc_dim kd[1] = {k};
-            fc_value *rev = fc_sub(G, fc_scalar_int(G, k - 1), fc_iota(G, 1, kd, 0, FC_I64));
-            w5 = fc_gather(G, w5, rev, i + 3);
+    if (b && (b->rank != 1 || b->dims[0] != groups * wt->dims[1])) return ERR("the bias must be [M]");
+    fc_value *y = fc_conv_transpose(G, x, wt, grows ? NULL : b, &fw);
+    if (grows) {
+        int64_t p[2 * FC_MAX_RANK] = {0};
+        for (int i = 0; i < ns; i++) {
+            p[i + 2] = grow[i];
+            p[x->rank + i + 2] = grow[ns + i];
+        }
+        y = fc_pad(G, y, p, FC_PAD_CONSTANT, 0);
+        if (b) {
+            fc_dim bd[FC_MAX_RANK];
+            bd[0] = b->dims[0];
+            for (int i = 0; i < ns; i++) bd[i + 1] = 1;
+            y = fc_add(G, y, fc_reshape(G, b, ns + 1, bd));
         }
     }
-    wd[0] = groups * Mg, wd[1] = Cg;
-    for (int i = 0; i < ns; i++) wd[i + 2] = wt->dims[i + 2];
-    fc_value *wf = fc_reshape(G, w5, ns + 2, wd);
-    window w;
-    memset(&w, 0, sizeof w);
-    w.ns = ns;
-    for (int i = 0; i < ns; i++) {
-        w.k[i] = wt->dims[i + 2];
-        w.s[i] = 1;
-        w.d[i] = d[i];
-        w.o[i] = xz->dims[i + 2] - d[i] * (w.k[i] - 1);
-        if (w.o[i] < 1) return ERR("the output would be empty");
+    OUT(0, y);
+    return FC_OK;
+}
+
+/* The value of string attribute `name` into buf ("" when absent). */
+static void str_attr(const Onnx__NodeProto *n, const char *name, char *buf, size_t cap) {
+    const Onnx__AttributeProto *a = attr(n, name);
+    size_t len = a && a->has_s ? (a->s.len < cap - 1 ? a->s.len : cap - 1) : 0;
+    if (len) memcpy(buf, a->s.data, len);
+    buf[len] = 0;
+}
+
+/* Resize (opset 10 on: X, [roi], scales or sizes) and Upsample (scales as
+ * an attribute, then an input): nearest and linear, over the spatial dims,
+ * with the coordinate modes of ops.def's resize. The IR computes a dim's
+ * scale as its output over its input size, so a given scale must be
+ * exactly that. */
+fc_status ox_op_resize(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0);
+    if (!x) return ERR("needs an input");
+    int r = x->rank;
+    if (r < 3 || r > MAX_SPATIAL + 2) return ERR("expects an input [N, C, D1 .. Dn] with n from 1 to %d", MAX_SPATIAL);
+    for (int i = 0; i < r; i++)
+        if (fc_dim_is_sym(x->dims[i])) return ERR("dim %d of the input is symbolic; bind it (--bind)", i);
+    bool upsample = !strcmp(n->op_type, "Upsample");
+    char mode[32], coord[32] = "half_pixel", nearest[32] = "round_prefer_floor";
+    str_attr(n, "mode", mode, sizeof mode);
+    if (!mode[0]) snprintf(mode, sizeof mode, "nearest");
+    if (upsample || ox->opset < 11) {
+        /* Upsample and Resize-10: asymmetric, nearest rounds down */
+        snprintf(coord, sizeof coord, "asymmetric");
+        snprintf(nearest, sizeof nearest, "floor");
+    } else {
+        char a[32];
+        str_attr(n, "coordinate_transformation_mode", a, sizeof a);
+        if (a[0]) snprintf(coord, sizeof coord, "%s", a);
+        str_attr(n, "nearest_mode", a, sizeof a);
+        if (a[0]) snprintf(nearest, sizeof nearest, "%s", a);
+        if (ai(n, "antialias", 0)) return ERR("antialias is not supported");
+        str_attr(n, "keep_aspect_ratio_policy", a, sizeof a);
+        if (a[0] && strcmp(a, "stretch")) return ERR("keep_aspect_ratio_policy '%s' is not supported", a);
     }
-    if (window_size(&w) > MAX_WINDOW) return ERR("a window of %lld positions (at most %d)", (long long)window_size(&w), MAX_WINDOW);
-    if (b && (b->rank != 1 || b->dims[0] != groups * Mg)) return ERR("the bias must be [M]");
-    OUT(0, conv(ox, xz, wf, b, &w, groups));
+    fc_resize_mode m;
+    if (!strcmp(mode, "linear") || !strcmp(mode, "bilinear")) m = FC_RESIZE_LINEAR;
+    else if (strcmp(mode, "nearest")) return ERR("mode '%s' is not supported", mode);
+    else if (!strcmp(nearest, "round_prefer_floor")) m = FC_RESIZE_NEAREST;
+    else if (!strcmp(nearest, "round_prefer_ceil")) m = FC_RESIZE_NEAREST_HALF_UP;
+    else if (!strcmp(nearest, "floor")) m = FC_RESIZE_NEAREST_FLOOR;
+    else if (!strcmp(nearest, "ceil")) m = FC_RESIZE_NEAREST_CEIL;
+    else return ERR("nearest_mode '%s' is not supported", nearest);
+    fc_resize_coord cm;
+    if (!strcmp(coord, "half_pixel")) cm = FC_COORD_HALF_PIXEL;
+    else if (!strcmp(coord, "align_corners")) cm = FC_COORD_ALIGN_CORNERS;
+    else if (!strcmp(coord, "asymmetric")) cm = FC_COORD_ASYMMETRIC;
+    else if (!strcmp(coord, "pytorch_half_pixel")) cm = FC_COORD_PYTORCH_HALF_PIXEL;
+    else return ERR("coordinate_transformation_mode '%s' is not supported", coord);
+    /* the axes (opset 18), then sizes or scales per axis */
+    int axes[FC_MAX_RANK], na = r;
+    for (int i = 0; i < r; i++) axes[i] = i;
+    int64_t ax[FC_MAX_RANK];
+    int nax = ints_attr(n, "axes", ax, FC_MAX_RANK);
+    if (nax == -2) return ERR("axes has more than %d entries", FC_MAX_RANK);
+    if (nax >= 0) {
+        na = nax;
+        for (int i = 0; i < na; i++) {
+            axes[i] = norm_axis(ax[i], r);
+            if (axes[i] < 0 || axes[i] >= r) return ERR("axis %lld out of range", (long long)ax[i]);
+        }
+    }
+    double scales[FC_MAX_RANK];
+    int64_t sizes[FC_MAX_RANK];
+    bool have_sizes = false, have_scales = false;
+    int si = upsample || ox->opset < 11 ? 1 : 2;
+    const Onnx__AttributeProto *sa = upsample ? attr(n, "scales") : NULL;
+    if (sa) {
+        if ((int)sa->n_floats != r) return ERR("scales must have one entry per dim");
+        for (int i = 0; i < r; i++) scales[i] = sa->floats[i];
+        have_scales = true;
+    }
+    ox_const *ks = has_in(ox, si) ? ox->in[si]->k : NULL, *kz = !upsample && ox->opset >= 11 && has_in(ox, 3) ? ox->in[3]->k : NULL;
+    if (has_in(ox, si) && !ks) return ERR("scales must be known when importing");
+    if (!upsample && ox->opset >= 11 && has_in(ox, 3) && !kz) return ERR("sizes must be known when importing");
+    if (ks && ks->n > 0) {
+        if (ks->n != na || !ks->f) return ERR("scales must be floats, one per axis");
+        for (int i = 0; i < r; i++) scales[i] = 1;
+        for (int i = 0; i < na; i++) scales[axes[i]] = ks->f[i];
+        have_scales = true;
+    }
+    if (kz && kz->n > 0) {
+        if (kz->n != na) return ERR("sizes must have one entry per axis");
+        for (int i = 0; i < r; i++) sizes[i] = x->dims[i];
+        for (int i = 0; i < na; i++) sizes[axes[i]] = ox_const_int(kz, i);
+        have_sizes = true;
+    }
+    if (have_sizes == have_scales) return ERR("needs exactly one of scales and sizes");
+    fc_dim shape[FC_MAX_RANK];
+    for (int i = 0; i < r; i++) {
+        int64_t in_i = x->dims[i];
+        if (have_scales) {
+            if (!(scales[i] > 0) || scales[i] * (double)in_i > (double)MAX_ATTR) return ERR("scale %g of dim %d", scales[i], i);
+            sizes[i] = (int64_t)floor(scales[i] * (double)in_i);
+            if ((double)sizes[i] / (double)in_i != scales[i] && sizes[i] != in_i)
+                return ERR("scale %g of dim %d is not its output over its input size (%lld -> %lld)", scales[i], i,
+                           (long long)in_i, (long long)sizes[i]);
+        }
+        if (i < 2 && sizes[i] != in_i) return ERR("resizing dim %d (N or C) is not supported", i);
+        shape[i] = sizes[i];
+    }
+    OUT(0, fc_resize(G, x, r, shape, m, cm));
     return FC_OK;
 }

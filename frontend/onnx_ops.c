@@ -850,6 +850,7 @@ fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_conv(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_resize(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -886,7 +887,7 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"GlobalMaxPool", ox_op_global_pool}, {"DepthToSpace", ox_op_depth_space},
     {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod}, {"TopK", ox_op_topk},
     {"Conv", ox_op_conv}, {"ConvTranspose", ox_op_conv_transpose}, {"MaxPool", ox_op_pool},
-    {"AveragePool", ox_op_pool},
+    {"AveragePool", ox_op_pool}, {"Resize", ox_op_resize}, {"Upsample", ox_op_resize},
 };
 
 bool ox_op_known(const char *op_type) {

@@ -312,6 +312,20 @@ fc_status ox_op_pad(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (ox->opset >= 11 && has_in(ox, 2)) cval = in(ox, 2);
     bool edge = !strcmp(mode, "edge"), refl = !strcmp(mode, "reflect");
     if (!edge && !refl && strcmp(mode, "constant")) return ERR("mode '%s' is not supported", mode);
+    const ox_const *kv = cval ? ox->in[2]->k : NULL;
+    if (kv && kv->n == 1 && !kv->kind && (kv->f || kv->i)) {
+        cv = kv->f ? kv->f[0] : (double)kv->i[0];
+        cval = NULL;
+    }
+    bool fits = !cval; /* the IR's pad: static padded dims, a reflect pad within its dim */
+    for (int d = 0; d < x->rank && fits; d++) {
+        int64_t lo = pads[d], hi = pads[d + x->rank];
+        fits = (!lo && !hi) || (!fc_dim_is_sym(x->dims[d]) && (!refl || (lo < x->dims[d] && hi < x->dims[d])));
+    }
+    if (fits) {
+        OUT(0, fc_pad(G, x, pads, edge ? FC_PAD_EDGE : refl ? FC_PAD_REFLECT : FC_PAD_CONSTANT, cv));
+        return FC_OK;
+    }
     fc_value *y = x;
     for (int d = 0; d < x->rank; d++) {
         int64_t lo = pads[d], hi = pads[d + x->rank];

@@ -82,6 +82,13 @@ fc_status ox_op_batchnorm(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (ai(n, "training_mode", 0) || ox->nout > 1 || (ox->opset < 7 && !ai(n, "is_test", 0) && ox->nout > 1))
         return ERR("training mode (running statistics outputs) is not supported");
     if (ox->opset < 9 && !ai(n, "spatial", 1)) return ERR("spatial=0 is not supported");
+    fc_value *p[4] = {in(ox, 1), in(ox, 2), in(ox, 3), in(ox, 4)};
+    bool plain = isf(x->dtype);
+    for (int i = 0; i < 4; i++) plain = plain && p[i] && p[i]->rank == 1 && p[i]->dtype == x->dtype;
+    if (plain) { /* the IR's batch_norm, which folds into a preceding conv */
+        OUT(0, fc_batch_norm(G, x, p[0], p[1], p[2], p[3], af(n, "epsilon", 1e-5)));
+        return FC_OK;
+    }
     fc_value *sc = per_channel(ox, in(ox, 1), x->rank), *b = per_channel(ox, in(ox, 2), x->rank);
     fc_value *m = per_channel(ox, in(ox, 3), x->rank), *v = per_channel(ox, in(ox, 4), x->rank);
     if (!sc || !b || !m || !v) return ERR("needs X, scale, B, mean and var");
@@ -128,6 +135,12 @@ fc_status ox_op_global_pool(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!x || x->rank < 3) return ERR("expects X [N, C, d, ...]");
     int axes[FC_MAX_RANK], na = 0;
     for (int d = 2; d < x->rank; d++) axes[na++] = d;
+    bool spatial = x->rank <= FC_MAX_SPATIAL + 2 && isf(x->dtype);
+    for (int d = 2; d < x->rank; d++) spatial = spatial && !fc_dim_is_sym(x->dims[d]);
+    if (spatial && !strcmp(n->op_type, "GlobalAveragePool")) {
+        OUT(0, fc_global_avg_pool(G, x));
+        return FC_OK;
+    }
     OUT(0, !strcmp(n->op_type, "GlobalMaxPool") ? fc_reduce_max(G, x, na, axes, true)
                                                  : fc_reduce_mean(G, x, na, axes, true));
     return FC_OK;

@@ -261,6 +261,60 @@ fc_value *fc_cache_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v,
                              double scale);
 /* Whether v is an inout parameter. */
 bool fc_value_is_inout(const fc_value *v);
+/* Convolutional networks. Tensors are NCHW ([N, C, D1 .. Dn], n from 1 to
+ * 3, static spatial dims), as in ONNX and PyTorch; fusec runs them
+ * channels-last inside. A zero in fc_window means the default: stride 1,
+ * dilation 1, no padding, groups 1. docs/IR.md has the semantics. */
+#define FC_MAX_SPATIAL 3
+typedef enum fc_auto_pad {
+    FC_PAD_EXPLICIT,   /* pad_begin and pad_end as given */
+    FC_PAD_SAME_UPPER, /* output = ceil(input / stride); the odd pad at the end */
+    FC_PAD_SAME_LOWER, /* ... the odd pad at the begin */
+    FC_PAD_VALID,      /* no padding */
+} fc_auto_pad;
+typedef struct fc_window {
+    int64_t kernel[FC_MAX_SPATIAL];     /* the pools' window; convolutions take the weight's */
+    int64_t stride[FC_MAX_SPATIAL], dilation[FC_MAX_SPATIAL];
+    int64_t pad_begin[FC_MAX_SPATIAL], pad_end[FC_MAX_SPATIAL];
+    int64_t output_padding[FC_MAX_SPATIAL]; /* conv_transpose */
+    fc_auto_pad auto_pad;
+    int64_t groups;                     /* convolutions; C for depthwise */
+    bool ceil_mode;                     /* pools: a partial last window counts */
+    bool count_include_pad;             /* avg_pool: pads count in the divisor */
+} fc_window;
+/* conv(x [N, C, D..], w [M, C/groups, k..], b [M] or NULL) -> [N, M, O..] */
+fc_value *fc_conv(fc_graph *g, fc_value *x, fc_value *w, fc_value *b, const fc_window *win);
+/* conv_transpose(x [N, C, D..], w [C, M/groups, k..], b [M] or NULL): the
+ * gradient of conv with respect to its input; O = s (D - 1) + op +
+ * d (k - 1) + 1 - pad_begin - pad_end. */
+fc_value *fc_conv_transpose(fc_graph *g, fc_value *x, fc_value *w, fc_value *b, const fc_window *win);
+fc_value *fc_max_pool(fc_graph *g, fc_value *x, const fc_window *win);
+fc_value *fc_avg_pool(fc_graph *g, fc_value *x, const fc_window *win);
+/* The mean over the spatial dims: [N, C, 1 ..]. */
+fc_value *fc_global_avg_pool(fc_graph *g, fc_value *x);
+/* (x - mean) / sqrt(var + eps) * scale + bias, per channel (dim 1). */
+fc_value *fc_batch_norm(fc_graph *g, fc_value *x, fc_value *scale, fc_value *bias, fc_value *mean, fc_value *var,
+                        double eps);
+typedef enum fc_pad_mode { FC_PAD_CONSTANT, FC_PAD_REFLECT, FC_PAD_EDGE } fc_pad_mode;
+/* pads: 2 * rank entries, the begins of every dim then the ends (ONNX's
+ * order); a negative pad crops. */
+fc_value *fc_pad(fc_graph *g, fc_value *x, const int64_t *pads, fc_pad_mode mode, double value);
+typedef enum fc_resize_mode {
+    FC_RESIZE_NEAREST,            /* round half down (ONNX's round_prefer_floor) */
+    FC_RESIZE_NEAREST_FLOOR,
+    FC_RESIZE_NEAREST_CEIL,
+    FC_RESIZE_NEAREST_HALF_UP,    /* round_prefer_ceil */
+    FC_RESIZE_LINEAR,             /* bilinear in 2-D */
+} fc_resize_mode;
+typedef enum fc_resize_coord {
+    FC_COORD_HALF_PIXEL,
+    FC_COORD_ALIGN_CORNERS,
+    FC_COORD_ASYMMETRIC,
+    FC_COORD_PYTORCH_HALF_PIXEL,
+} fc_resize_coord;
+/* x resized to `shape` (rank entries; N and C kept); the scale of a dim is
+ * its output size over its input size. */
+fc_value *fc_resize(fc_graph *g, fc_value *x, int rank, const fc_dim *shape, fc_resize_mode mode, fc_resize_coord coord);
 
 /* Set the graph's results. Must be called exactly once. */
 fc_status fc_graph_return(fc_graph *g, int n, fc_value *const *outs);

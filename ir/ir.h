@@ -98,11 +98,13 @@ typedef enum fc_attr_kind {
 typedef struct fc_attrs {
     int64_t axis;
     int nlist;
-    int64_t *list; /* axes | perm | shape | sizes (arena memory) */
+    int64_t *list; /* axes | perm | shape | sizes | window | pads (arena memory) */
     bool keepdim, causal;
     double eps, value, scale;
     fc_dtype dtype; /* to | dtype */
     int64_t start, end, step;
+    int64_t groups, mode, coord; /* conv/conv_transpose; pad and resize (ops.def) */
+    bool ceil, count_pad;        /* max_pool, avg_pool */
 } fc_attrs;
 
 /* One parsed entry of an op's attribute signature. */
@@ -353,6 +355,27 @@ bool fc_shape_numel(const fc_dim *dims, int rank, int64_t *numel, bool *symbolic
  * The attrs' list is copied into the arena.
  */
 fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a);
+
+/* ---- the convolution family's geometry (window.c) ----------------------- */
+/* Per spatial dim: input size, kernel size, stride, dilation, pads at the
+ * begin and end, output padding (conv_transpose), output size. */
+typedef struct fc_window_geom {
+    int ns;
+    int64_t in[FC_MAX_SPATIAL], k[FC_MAX_SPATIAL], s[FC_MAX_SPATIAL], d[FC_MAX_SPATIAL];
+    int64_t pb[FC_MAX_SPATIAL], pe[FC_MAX_SPATIAL], op[FC_MAX_SPATIAL], out[FC_MAX_SPATIAL];
+} fc_window_geom;
+/* The geometry of a conv, conv_transpose, max_pool or avg_pool with
+ * attributes a over ns spatial dims of static sizes `in`; `kernel` holds
+ * the weight's kernel sizes for the convolutions (NULL for the pools).
+ * False, with the reason in err, when it does not fit. */
+bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, const int64_t *kernel,
+                       fc_window_geom *w, char *err, size_t nerr);
+/* Positions in one window: the product of the kernel sizes. */
+int64_t fc_window_size(const fc_window_geom *w);
+/* The result type of conv, conv_transpose, the pools, batch_norm, pad and
+ * resize (build.c's inference for them); false after recording an error. */
+bool fc_infer_window_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_dtype *dt, int *rank,
+                        fc_dim *dims);
 
 /* Check rank, dims and 64-bit size of a shape; poisons g on failure. */
 bool fc_check_shape(fc_graph *g, const char *what, fc_dtype dt, int rank, const fc_dim *dims);

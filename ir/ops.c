@@ -104,7 +104,12 @@ void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double 
     else if (!strcmp(name, "value")) *f = &a->value;
     else if (!strcmp(name, "scale")) *f = &a->scale;
     else if (!strcmp(name, "to") || !strcmp(name, "dtype")) *dt = &a->dtype;
-    /* axes, perm, shape, sizes: the list, which has no scalar field */
+    else if (!strcmp(name, "groups")) *i = &a->groups;
+    else if (!strcmp(name, "mode")) *i = &a->mode;
+    else if (!strcmp(name, "coord")) *i = &a->coord;
+    else if (!strcmp(name, "ceil")) *b = &a->ceil;
+    else if (!strcmp(name, "count_pad")) *b = &a->count_pad;
+    /* axes, perm, shape, sizes, window, pads: the list, which has no scalar field */
 }
 
 void fc_attrs_defaults(fc_op op, fc_attrs *a) {

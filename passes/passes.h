@@ -34,6 +34,15 @@ fc_status fc_pass_decompose(fc_graph *g);
  * dim lowers too, its means kept as reduce_mean (which kernels divide by
  * the row length at run time). fc_pass_decompose leaves those composite. */
 fc_status fc_pass_decompose_dynamic(fc_graph *g);
+/* batch_norm(conv(..)) becomes one conv with the norm folded into its
+ * weight and bias (passes/fold_batch_norm.c). */
+fc_status fc_pass_fold_batch_norm(fc_graph *g);
+/* conv, conv_transpose, the pools, batch_norm, pad and resize become
+ * channels-last slices, matmuls and elementwise ops (passes/lower_conv.c). */
+fc_status fc_pass_lower_conv(fc_graph *g);
+/* Permutes moved through elementwise ops so that consecutive channels-last
+ * regions meet and their permutes cancel (passes/layout.c). */
+fc_status fc_pass_layout(fc_graph *g);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */

@@ -13,6 +13,12 @@
  *     the primitives an exporter writes (GELU, LayerNorm, RMSNorm, the 2-D
  *     reshapes of linear layers) back into what a hand-written graph has,
  *     so that both lower and fuse alike;
+ *   - fold_batch_norm (fast numerics: it rounds the folded weights) runs
+ *     before lower_conv, which needs to see conv and batch_norm whole;
+ *     lower_conv writes channels-last primitives with permutes at each
+ *     op's edges, and layout moves those permutes through the
+ *     elementwise ops between convolutions so that pairs cancel (in
+ *     canonicalize, next);
  *   - autocast runs on decompose's primitives (a reduction, an exp, a
  *     matmul: the rules are per primitive, so a softmax written out by hand
  *     is cast as the composite is) and before the second canonicalize,
@@ -47,6 +53,9 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (!eager && (st = fc_pass_recognize_gelu(g))) return st;
     if (!eager && (st = fc_pass_recognize_norm(g))) return st;
     if (dynamic && (st = fc_pass_lower_attention(g))) return st;
+    if (!eager && (st = fc_pass_fold_batch_norm(g))) return st;
+    if ((st = fc_pass_lower_conv(g))) return st;
+    if ((st = fc_pass_layout(g))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
     if (o && (st = fc_pass_autocast(g, o->precision))) return st;
     if ((st = fc_pass_canonicalize(g))) return st;

@@ -160,7 +160,7 @@ static void test_canonical_files(void) {
     char *text = read_file(path, &len);
     CHECK(text != NULL);
     if (!text) return;
-    static const char *const graphs[] = {"all_ops", "shapes"};
+    static const char *const graphs[] = {"all_ops", "shapes", "conv"};
     for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
         char *s = parse_print(__LINE__, text, len, graphs[i], NULL, 0);
         if (s && strstr(text, s)) check_passed++;

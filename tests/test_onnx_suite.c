@@ -55,8 +55,9 @@ static void one_line(char *dst, size_t cap, const char *src) {
 
 /* Run one test: true when it passes, else the reason. Inputs that the
  * importer needs as known data (a Reshape's shape given as a graph input)
- * are frozen on a second try: only integer inputs (shapes and axes) and
- * scalars (a OneHot's depth); *frozen says it was needed. */
+ * are frozen on a second try: only integer inputs (shapes and axes),
+ * scalars (a OneHot's depth) and float vectors of at most one entry per
+ * dim (a Resize's scales); *frozen says it was needed. */
 static bool run_test(const char *dir, char *reason, size_t cap, bool *frozen_used) {
     char path[1024];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
@@ -82,7 +83,8 @@ static bool run_test(const char *dir, char *reason, size_t cap, bool *frozen_use
     if (st != FC_OK && strstr(fc_last_error(ctx), "must be known")) {
         frozen = fc_weights_new();
         for (int i = 0; i < nfiles; i++)
-            if (fname[i] && (files[i].dtype == FC_I64 || files[i].dtype == FC_I32 || fc_tensor_numel(&files[i]) <= 1))
+            if (fname[i] && (files[i].dtype == FC_I64 || files[i].dtype == FC_I32 || fc_tensor_numel(&files[i]) <= 1 ||
+                             (files[i].rank == 1 && files[i].dtype == FC_F32 && files[i].shape[0] <= FC_MAX_RANK)))
                 fc_weights_add(frozen, fname[i], &files[i]);
         *frozen_used = true;
         st = fc_graph_from_onnx(ctx, path, NULL, 0, frozen, &g, &w);
@@ -273,7 +275,7 @@ int main(int argc, char **argv) {
     if (wf) fclose(wf);
     for (int s = 0; s < 4; s++) printf("%s: %d of %d passed\n", sets[s], set_pass[s], set_tot[s]);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
-    printf("(%d of the passed with their integer and scalar inputs frozen: shapes, axes or sizes given as graph inputs)\n", nfrozen);
+    printf("(%d of the passed with their integer, scalar and scale inputs frozen: shapes, axes, sizes or scales given as graph inputs)\n", nfrozen);
     free(exp);
     if (write || only) return 0;
     if (unexpected || newly) {

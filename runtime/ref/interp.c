@@ -24,7 +24,7 @@
  *
  * This file holds the interpreter's state, its errors and result shapes,
  * and runs a graph node by node; the ops are in interp_elementwise.c,
- * interp_matmul.c and interp_views.c, elements and concrete shapes in
+ * interp_matmul.c, interp_views.c and interp_conv.c, elements and concrete shapes in
  * interp_tensor.c (interp_impl.h lists them).
  */
 #include "interp_impl.h"
@@ -176,6 +176,13 @@ static fc_status run_node(interp *ip)
     case FC_OP_GATHER: st = fc_ref_run_gather(ip); break;
     case FC_OP_UPDATE_SLICE: st = fc_ref_run_update_slice(ip); break;
     case FC_OP_CACHE_ATTENTION: st = fc_ref_run_cache_attention(ip); break;
+    case FC_OP_CONV: st = fc_ref_run_conv(ip); break;
+    case FC_OP_CONV_TRANSPOSE: st = fc_ref_run_conv_transpose(ip); break;
+    case FC_OP_MAX_POOL: case FC_OP_AVG_POOL: st = fc_ref_run_pool(ip); break;
+    case FC_OP_GLOBAL_AVG_POOL: st = fc_ref_run_global_avg_pool(ip); break;
+    case FC_OP_BATCH_NORM: st = fc_ref_run_batch_norm(ip); break;
+    case FC_OP_PAD: st = fc_ref_run_pad(ip); break;
+    case FC_OP_RESIZE: st = fc_ref_run_resize(ip); break;
     case FC_OP_COUNT: FC_UNREACHABLE("run_node: bad op");
     }
     if (st != FC_OK)

@@ -11,6 +11,7 @@
  *   interp_matmul.c       matmul, attention, gemm
  *   interp_views.c        shape ops, creation ops, gather
  *   interp_decode.c       update_slice, cache_attention (docs/DECODE.md)
+ *   interp_conv.c         convolutions, pools, batch norm, pad, resize
  *
  * Each op's function reads its operands with operand(), computes its
  * result shape from their concrete shapes, sets it with fc_ref_set_result
@@ -202,5 +203,13 @@ fc_status fc_ref_run_gather(interp *ip);
 /* interp_decode.c */
 fc_status fc_ref_run_update_slice(interp *ip);
 fc_status fc_ref_run_cache_attention(interp *ip);
+/* interp_conv.c */
+fc_status fc_ref_run_conv(interp *ip);
+fc_status fc_ref_run_conv_transpose(interp *ip);
+fc_status fc_ref_run_pool(interp *ip);
+fc_status fc_ref_run_global_avg_pool(interp *ip);
+fc_status fc_ref_run_batch_norm(interp *ip);
+fc_status fc_ref_run_pad(interp *ip);
+fc_status fc_ref_run_resize(interp *ip);
 
 #endif
