@@ -105,6 +105,14 @@ static bool unchanged(const target *t) {
     return now.st_dev == t->st.st_dev && now.st_ino == t->st.st_ino && S_ISREG(now.st_mode);
 }
 
+fc_status fc_output_check(fc_context *ctx, const char *path) {
+    if (!path || !*path) return fc_set_error(ctx, FC_ERR_USAGE, "fc_output_check: no path");
+    target t;
+    fc_status st = check_target(ctx, path, &t);
+    free(t.path);
+    return st;
+}
+
 fc_status fc_write_file_atomic(fc_context *ctx, const char *path, const void *data, size_t n) {
     static _Atomic unsigned counter;
     if (!path || !*path || (!data && n)) return fc_set_error(ctx, FC_ERR_USAGE, "fc_write_file_atomic: no path");

@@ -634,8 +634,8 @@ read -r passed failed <"$tmp/counts"
 # ----------------------------------------------------------------------
 export FUSEC_CACHE_DIR=$tmp/cache4
 expect_rc 0 "-o" "$tmp/small.ir" --bind N=4 -o "$tmp/small.cubin"
-if [[ ! -s $tmp/out && -s $tmp/small.cubin && $(head -c 4 "$tmp/small.cubin" | od -An -c | tr -d ' ') == '177ELF' ]]
-then pass; else fail "-o: expected an ELF file and nothing on stdout"; fi
+if [[ ! -s $tmp/out && -s $tmp/small.cubin && $(head -c 8 "$tmp/small.cubin") == FUSECAOT ]]
+then pass; else fail "-o: expected a FUSECAOT file and nothing on stdout"; fi
 expect_rc 0 "plan from the file" "$tmp/small.cubin" --emit=plan
 same_file "plan from the file is the JIT plan" "$tmp/out" "$tmp/plan_jit"
 expect_rc 0 "emit=ir from the file" "$tmp/small.cubin" --emit=ir
@@ -651,18 +651,17 @@ same_file "-o and --emit=plan together: plan" "$tmp/out" "$tmp/plan_jit"
 expect_rc 0 "save a loaded program" "$tmp/small.cubin" -o "$tmp/small3.cubin"
 same_file "save a loaded program: the same file" "$tmp/small.cubin" "$tmp/small3.cubin"
 kname=$(sed -n 's/^launch 0: kernel \([^ ]*\) .*/\1/p' "$tmp/plan_jit")
-if command -v readelf >/dev/null; then
-  if [ -n "$kname" ] && readelf -sW "$tmp/small.cubin" | grep -qw fusec_program && readelf -sW "$tmp/small.cubin" | grep -qw "$kname"
-  then pass; else rc=0; fail "-o: readelf finds no fusec_program or kernel symbol ($kname)"; fi
-fi
-# -o with a warm cache runs no NVRTC: a cache of its own counts the compiles
-# (its kernels, then the file's cubin); a second -o in a new process adds none.
+if [ -n "$kname" ] && grep -qaF "$kname" "$tmp/small.cubin"; then pass
+else rc=0; fail "-o: the file does not name kernel $kname"; fi
+# -o runs no NVRTC of its own: a cache of its own counts the compiles (the
+# kernels'); the file is written from their cubins, and a second -o in a new
+# process compiles nothing.
 ocache="$tmp/ocache"
 FUSEC_CACHE_DIR="$ocache" "$FUSEC" "$tmp/small.ir" --bind N=4 -o "$tmp/w1.cubin" >/dev/null 2>&1
 c1=$(FUSEC_CACHE_DIR="$ocache" "$FUSEC" --cache-info 2>/dev/null | sed -n 's/^compiles: *//p')
 FUSEC_CACHE_DIR="$ocache" "$FUSEC" "$tmp/small.ir" --bind N=4 -o "$tmp/w2.cubin" >/dev/null 2>&1
 c2=$(FUSEC_CACHE_DIR="$ocache" "$FUSEC" --cache-info 2>/dev/null | sed -n 's/^compiles: *//p')
-if [ -n "$c1" ] && [ "$c1" -ge 2 ] && [ "$c2" = "$c1" ] && cmp -s "$tmp/w1.cubin" "$tmp/w2.cubin"
+if [ -n "$c1" ] && [ "$c1" -ge 1 ] && [ "$c2" = "$c1" ] && cmp -s "$tmp/w1.cubin" "$tmp/w2.cubin"
 then pass; else rc=0; fail "-o with a warm cache: NVRTC ran again (compiles $c1, then $c2) or the files differ"; fi
 expect_rc 0 "--arch" "$tmp/small.ir" --bind N=4 --arch sm_80 -o "$tmp/small80.cubin" --emit=ptx
 expect_stdout_has "--arch reaches NVRTC" ".target sm_80"
@@ -675,11 +674,13 @@ expect_rc 3 "-o into a missing directory" "$tmp/small.ir" --bind N=4 -o "$tmp/no
 expect_stderr_has "-o into a missing directory" "cannot write"
 # -o writes only regular files: a rename would replace a device node, a
 # FIFO or a socket with a regular file (as root, `-o /dev/null` would).
-ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) and PATH is left as it was
-  local before after
+ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) before anything is compiled, and PATH is left as it was
+  local before after oc=$tmp/ofail-cache
+  rm -rf "$oc"
   before=$(stat -c '%F %i %a' "$2" 2>/dev/null)
-  expect_rc 3 "$1" "$tmp/small.ir" --bind N=4 -o "$2"
+  FUSEC_CACHE_DIR=$oc expect_rc 3 "$1" "$tmp/small.ir" --bind N=4 -o "$2"
   expect_stderr_has "$1" "$3"
+  if [[ -z $(find "$oc" -name '*.bin' 2>/dev/null) ]]; then pass; else fail "$1: a kernel was compiled before -o was refused"; fi
   after=$(stat -c '%F %i %a' "$2" 2>/dev/null)
   if [[ $before == "$after" ]]; then pass; else fail "$1: -o changed $2 ($before -> $after)"; fi
   if ! ls "$(dirname "$2")" | grep -q '\.tmp\.'; then pass; else fail "$1: a temporary file was left"; fi

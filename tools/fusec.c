@@ -176,6 +176,13 @@ static int run_cli(const options *o) {
     memset(&rs, 0, sizeof rs);
     fc_status st;
 
+    /* -o's name is checked before anything is compiled: a refusal costs
+     * nothing, and nothing is compiled for a file that cannot be written. */
+    if (o->output && (st = fc_program_check_save_path(ctx, o->output)) != FC_OK) {
+        print_last_error(ctx);
+        rc = run_exit_code(st);
+        goto done;
+    }
     if (is_program) {
         st = fc_program_load_file(ctx, o->file, &prog);
         if (st != FC_OK) {
@@ -219,7 +226,8 @@ static int run_cli(const options *o) {
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
         double t0 = now_ms();
-        st = fc_program_save_file(prog, o->output);
+        /* An imported model's initializers go into the file with it. */
+        st = weights ? fc_program_save_file_weights(prog, o->output, weights) : fc_program_save_file(prog, o->output);
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = run_exit_code(st);
@@ -251,7 +259,7 @@ done:
         if (s) fputs(s, stderr);
         fc_free(s);
         if (save_ms >= 0)
-            fprintf(stderr, "time: %.3f ms more to write %s (-o: the cubin with the plan embedded, from the cache or NVRTC)\n", save_ms,
+            fprintf(stderr, "time: %.3f ms more to write %s (-o: the plan and the kernels' cubins, no compile)\n", save_ms,
                     o->output);
     }
     fc_program_free(prog);

@@ -447,43 +447,6 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     return st;
 }
 
-fc_status fc_program_nvrtc_cached(fc_context *ctx, const char *source, const char *unit, int sm, bool fast_math,
-                                  fc_bytes *cubin) {
-    cubin->data = NULL;
-    cubin->size = 0;
-    fc_cache *cache = NULL;
-    fc_status st = fc_cache_global_open(ctx, &cache);
-    if (st != FC_OK) return st;
-    const char *extra[4];
-    const int nextra = fc_program_extra_nvrtc_options(sm, fast_math, extra);
-    fc_nvrtc_options opts;
-    if ((st = fc_nvrtc_options_build(ctx, sm / 10, sm % 10, extra, nextra, &opts)) != FC_OK) return st;
-    int major = 0, minor = 0;
-    if (fc_cache_mode_of(cache) == FC_CACHE_OFF || fc_nvrtc_version(&major, &minor) != FC_OK) cache = NULL;
-    fc_cache_key key = {{0}};
-    if (cache) {
-        key = fc_kernel_cache_key(source, unit, sm, opts.opt, opts.count, major, minor);
-        void *bin = NULL;
-        size_t n = 0;
-        if ((st = fc_cache_get(cache, ctx, FC_CACHE_KERNEL, &key, &bin, &n)) != FC_OK) return st;
-        if (bin && looks_like_cubin(bin, n)) {
-            cubin->data = bin;
-            cubin->size = n;
-            fc_context scratch = {0};
-            (void)fc_cache_flush_stats(cache, &scratch);
-            return FC_OK;
-        }
-        if (bin) fc_cache_reject(cache, ctx, FC_CACHE_KERNEL, &key);
-        fc_free(bin);
-    }
-    st = fc_nvrtc_compile_many(ctx, &source, &unit, 1, &opts, 1, cubin);
-    atomic_fetch_add(&count_nvrtc, 1);
-    if (st != FC_OK || !cache) return st;
-    fc_cache_note_compile(cache);
-    (void)fc_cache_put(cache, ctx, FC_CACHE_KERNEL, &key, cubin->data, cubin->size);
-    return FC_OK;
-}
-
 /* Store the description as a level-2 entry; failures are not errors. */
 static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *key) {
     double t = fc_now_ms();
@@ -606,24 +569,26 @@ fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_prog
     return FC_OK;
 }
 
-fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+/* Free kcubins, the cubins of d's kernels. */
+static void free_kcubins(fc_context *ctx, const fc_program_desc *d, fc_bytes *kcubins) {
+    for (int k = 0; kcubins && d && k < d->src.nkernels; k++) fc_bytes_free(&kcubins[k]);
+    fc_ctx_freemem(ctx, kcubins);
+}
+
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *kcubins, fc_program_origin origin,
                                fc_program **out) {
     if (out) *out = NULL;
-    if (!desc || !cubin || !out) {
-        fc_program_desc_release(desc);
-        fc_bytes_free(cubin);
-        return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
-    }
-    fc_program *p = fc_prog_new_program(ctx);
+    fc_program *p = desc && out && (kcubins || desc->src.nkernels == 0) ? fc_prog_new_program(ctx) : NULL;
     if (!p) {
+        free_kcubins(ctx, desc, kcubins);
         fc_program_desc_release(desc);
-        fc_bytes_free(cubin);
+        if (!desc || !out || (!kcubins && desc->src.nkernels > 0))
+            return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
         return FC_ERR_NOMEM;
     }
     p->d = *desc;
-    p->cubin = *cubin;
+    p->kcubins = kcubins;
     memset(desc, 0, sizeof *desc);
-    memset(cubin, 0, sizeof *cubin);
     fc_compile_options_default(&p->opts);
     p->opts.sm = p->d.sm;
     p->opts.fast_math = p->d.fast_math;
