@@ -567,6 +567,87 @@ static void test_inconsistent(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* ---- weights in the file -------------------------------------------------------------- */
+
+/* The parameters' data saved with the program comes back with the
+ * loaded program, unchanged; a tensor that is not a parameter's is
+ * refused at save time, and a file whose weights contradict the signature
+ * (with a valid checksum) at load time. */
+static void test_weights(fc_context *ctx) {
+    fc_graph *g = g_model(ctx, false);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    if (!p) {
+        fc_graph_free(g);
+        return;
+    }
+    char path[300], again[320], bad[300];
+    snprintf(path, sizeof path, "%s/weights.cubin", root);
+    snprintf(again, sizeof again, "%s/weights2.cubin", root);
+    snprintf(bad, sizeof bad, "%s/weights_bad.cubin", root);
+    float bias[384];
+    for (int i = 0; i < 384; i++) bias[i] = (float)i * 0.25f - 7.0f;
+    fc_tensor t = {FC_F32, 1, {384}, bias};
+    fc_weights *w = fc_weights_new();
+    CHECK_EQ_INT(fc_weights_add(w, "bias", &t), FC_OK);
+    uint64_t n0 = nvrtc_count();
+    fc_status st = fc_program_save_file_weights(p, path, w);
+    if (st != FC_OK) fprintf(stderr, "save with weights: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(nvrtc_count(), n0);
+    CHECK(fc_program_weights(p) == NULL); /* a compiled program carries none */
+
+    fc_program *q = NULL;
+    CHECK_EQ_INT(fc_program_load_file(ctx, path, &q), FC_OK);
+    const fc_weights *back = q ? fc_program_weights(q) : NULL;
+    CHECK(back && fc_weights_count(back) == 1);
+    const fc_tensor *b = back ? fc_weights_find(back, "bias") : NULL;
+    CHECK(b && b->dtype == FC_F32 && b->rank == 1 && b->shape[0] == 384 && !memcmp(b->data, bias, sizeof bias));
+    /* Saving the loaded program keeps its weights: the same file. */
+    CHECK(q && fc_program_save_file(q, again) == FC_OK);
+    size_t n = 0, n2 = 0;
+    unsigned char *file = read_file(path, &n), *file2 = read_file(again, &n2);
+    CHECK(file && file2 && n == n2 && !memcmp(file, file2, n));
+    free(file2);
+    fc_program_free(q);
+
+    /* Not a parameter, or not its type: refused, nothing written. */
+    fc_weights *stray = fc_weights_new();
+    fc_tensor z = {FC_F32, 1, {4}, bias};
+    CHECK_EQ_INT(fc_weights_add(stray, "nobody", &z), FC_OK);
+    CHECK_EQ_INT(fc_program_save_file_weights(p, bad, stray), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "cannot save weight 'nobody' with program model: it names no parameter"));
+    fc_weights_free(stray);
+    stray = fc_weights_new();
+    CHECK_EQ_INT(fc_weights_add(stray, "bias", &z), FC_OK);
+    CHECK_EQ_INT(fc_program_save_file_weights(p, bad, stray), FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "its type is not its parameter's"));
+    fc_weights_free(stray);
+    CHECK(access(bad, F_OK) != 0);
+
+    /* A crafted file: the weight's dtype changed in place (F32 -> I32),
+     * the checksum recomputed. */
+    fc_aot_section ws;
+    CHECK(file && aot_find_section(file, n, FC_AOT_WEIGHTS, &ws));
+    unsigned char *dt = NULL;
+    for (size_t i = 0; file && !dt && i + 5 <= ws.size; i++)
+        if (!memcmp(file + ws.offset + i, "\"F32\"", 5)) dt = file + ws.offset + i;
+    CHECK(dt != NULL);
+    if (dt) {
+        dt[1] = 'I';
+        fix_checksum(file, n);
+        write_all(bad, file, n);
+        expect_refused(ctx, bad, FC_ERR_INPUT, "bad compiled program: weight 'bias' does not have its parameter's type");
+    }
+    free(file);
+    fc_weights_free(w);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_arch(void) {
     int sm = 0;
     CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
@@ -596,6 +677,7 @@ int main(void) {
     test_round_trip(ctx, g_attention(ctx), gpu);
     test_refused(ctx);
     test_inconsistent(ctx);
+    test_weights(ctx);
     if (!gpu) printf("test_aot: GPU part skipped (no CUDA device)\n");
     fc_cache_global_close();
     fc_context_free(ctx);
