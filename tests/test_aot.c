@@ -130,6 +130,16 @@ static void check_same_program(fc_program *a, fc_program *b) {
     }
 }
 
+/* g compiled for sm 90 (NULL on failure, counted). */
+static fc_program *compile90(fc_graph *g) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    return p;
+}
+
 /* ---- save and load ------------------------------------------------------------------ */
 
 static void test_round_trip(fc_context *ctx, fc_graph *g, bool gpu) {
@@ -305,11 +315,7 @@ static void test_round_trip(fc_context *ctx, fc_graph *g, bool gpu) {
 
 static void test_refused(fc_context *ctx) {
     fc_graph *g = g_model(ctx, false);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    fc_program *p = compile90(g);
     if (!p) {
         fc_graph_free(g);
         return;
@@ -575,11 +581,7 @@ static void test_inconsistent(fc_context *ctx) {
  * (with a valid checksum) at load time. */
 static void test_weights(fc_context *ctx) {
     fc_graph *g = g_model(ctx, false);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    fc_program *p = compile90(g);
     if (!p) {
         fc_graph_free(g);
         return;

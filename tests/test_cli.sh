@@ -756,46 +756,9 @@ if ! "$FUSEC" --devices | grep -qx cuda; then
   expect_rc 1 "a file's input shapes are static" "$tmp/small.cubin" --run --inputs "$tmp/m24.npy"
   expect_stderr_has "a file's input shapes are static" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
 fi
-# -o with weights (an imported model's initializers, or --weights): the file
-# carries them, a loaded file is saved with them, and its --run uses them.
-if python3 -c 'import struct' 2>/dev/null; then
-  cat >"$tmp/lin.ir" <<'IR'
-graph lin(%x: f32[2, 3], %w: f32[3, 2], %b: f32[2]) {
-  %h = matmul(%x, %w)
-  %y = add(%h, %b)
-  return %y
-}
-IR
-  python3 - "$tmp" <<'PY'
-import json, struct, sys
-d = sys.argv[1]
-hdr, blob = {}, b""
-for name, shape, vals in (("x", [2, 3], [1, 2, 3, 4, 5, 6]), ("w", [3, 2], [1, 0, 0, 1, 1, 1]), ("b", [2], [10, 20])):
-    raw = struct.pack("<%df" % len(vals), *vals)
-    hdr[name] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(raw)]}
-    blob += raw
-h = json.dumps(hdr).encode()
-open(d + "/lin.safetensors", "wb").write(struct.pack("<Q", len(h)) + h + blob)
-PY
-  if "$FUSEC" "$tmp/lin.ir" --weights "$tmp/lin.safetensors" --emit=ir >/dev/null 2>&1; then
-    expect_rc 0 "-o with weights" "$tmp/lin.ir" --weights "$tmp/lin.safetensors" -o "$tmp/lin.cubin"
-    expect_rc 0 "save a loaded program with weights" "$tmp/lin.cubin" -o "$tmp/lin2.cubin"
-    same_file "a loaded program keeps its weights" "$tmp/lin.cubin" "$tmp/lin2.cubin"
-    expect_rc 0 "-o without weights" "$tmp/lin.ir" -o "$tmp/lin_nw.cubin"
-    expect_rc 0 "a file with weights: the plan" "$tmp/lin.cubin" --emit=plan
-    if (($(stat -c %s "$tmp/lin.cubin") > $(stat -c %s "$tmp/lin_nw.cubin"))); then pass
-    else fail "-o with weights: the file is no larger than without them"; fi
-    if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
-      expect_rc 0 "run a file with its weights" "$tmp/lin.cubin" --run
-      expect_stdout_has "run a file with its weights" "14"
-      expect_stdout_has "run a file with its weights" "31"
-    fi
-  else
-    echo "skip: -o with weights (no safetensors reader in this build)"
-  fi
-fi
-# An imported ONNX model's initializers go into the file (where fusec has
-# the importer and python3 has onnx).
+# An imported ONNX model's initializers go into the file, a loaded file is
+# saved with them, and its --run uses them (where fusec has the importer and
+# python3 has onnx).
 if python3 -c 'import onnx' 2>/dev/null && python3 - "$tmp" <<'PY'
 import sys, onnx
 from onnx import helper, TensorProto
@@ -814,6 +777,8 @@ then
     if grep -qaF '"W":{"dtype":"F32","shape":[3,2]' "$tmp/lin_onnx.cubin"; then pass
     else fail "-o of an ONNX model: the file lacks its initializer W"; fi
     expect_rc 0 "an ONNX model's file: the plan" "$tmp/lin_onnx.cubin" --emit=plan
+    expect_rc 0 "save a loaded program with weights" "$tmp/lin_onnx.cubin" -o "$tmp/lin_onnx2.cubin"
+    same_file "a loaded program keeps its weights" "$tmp/lin_onnx.cubin" "$tmp/lin_onnx2.cubin"
     if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
       python3 -c 'import numpy as np, sys; np.save(sys.argv[1], np.arange(1, 7, dtype=np.float32).reshape(2, 3))' \
         "$tmp/lin_x.npy"
