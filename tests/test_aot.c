@@ -24,6 +24,7 @@
 #include "codegen/cuda/attention.h"
 #include "runtime/cuda/aot.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/dynamic.h"
 #include "runtime/ref/interp.h"
 #include "runtime/cuda/program.h"
 #include "runtime/cuda/program_cache.h"
@@ -650,6 +651,124 @@ static void test_weights(fc_context *ctx) {
     fc_graph_free(g);
 }
 
+/* ---- dynamic programs ------------------------------------------------------------------- */
+
+/* A dynamic program (N unbound) in a file: saved with no NVRTC, loaded
+ * with none (its graph planned again, the variant's cubins the file's),
+ * dynamic again with the same signature and kernels, and every shape is
+ * served by the variant (no specialization: those would need NVRTC).
+ * A file whose kernels are not the ones its graph makes is refused. */
+static void test_dynamic(fc_context *ctx, bool gpu) {
+    static const char ir[] = "graph dyn(%x: f32[N, 384], %b: f32[384]) {\n  %s = softmax(%x, axis=-1)\n"
+                             "  %a = add(%s, %b)\n  %y = gelu(%a)\n  return %y\n}\n";
+    fc_graph *g = NULL;
+    CHECK_EQ_INT(fc_parse(ctx, "dyn.ir", ir, strlen(ir), NULL, NULL, 0, &g), FC_OK);
+    if (!g) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    o.dynamic = true;
+    o.specialize = FC_SPECIALIZE_OFF;
+    fc_program *p = NULL;
+    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    fc_program *v = p ? fc_dynamic_variant(fc_program_dynamic(p)) : NULL;
+    CHECK(v != NULL);
+    if (!v) {
+        fc_program_free(p);
+        fc_graph_free(g);
+        return;
+    }
+    char path[300], again[320], bad[300];
+    snprintf(path, sizeof path, "%s/dyn.cubin", root);
+    snprintf(again, sizeof again, "%s/dyn2.cubin", root);
+    snprintf(bad, sizeof bad, "%s/dyn_bad.cubin", root);
+    uint64_t n0 = nvrtc_count();
+    fc_status st = fc_program_save_file(p, path);
+    if (st != FC_OK) fprintf(stderr, "save dynamic: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(nvrtc_count(), n0);
+    CHECK(fc_program_is_file(path));
+
+    fc_program *q = NULL;
+    double t0 = fc_now_ms();
+    st = fc_program_load_file(ctx, path, &q);
+    double load_ms = fc_now_ms() - t0;
+    if (st != FC_OK) fprintf(stderr, "load dynamic: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(nvrtc_count(), n0);
+    fc_program *qv = q ? fc_dynamic_variant(fc_program_dynamic(q)) : NULL;
+    CHECK(qv != NULL);
+    if (qv) {
+        printf("dynamic: a file of %d kernels loaded in %.1f ms (planned again, no NVRTC)\n", fc_program_nkernels(qv),
+               load_ms);
+        CHECK_EQ_INT(fc_program_nkernels(qv), fc_program_nkernels(v));
+        for (int k = 0; k < fc_program_nkernels(v); k++) {
+            const fc_bytes *a = fc_program_kernel_cubin(v, k), *b = fc_program_kernel_cubin(qv, k);
+            CHECK(a && b && a->size == b->size && !memcmp(a->data, b->data, a->size));
+        }
+        CHECK_EQ_INT(fc_program_num_inputs(q), 2);
+        fc_tensor ta, tb;
+        const char *na = NULL, *nb = NULL;
+        CHECK(fc_program_input(p, 0, &ta, &na) == FC_OK && fc_program_input(q, 0, &tb, &nb) == FC_OK);
+        CHECK(!memcmp(&ta, &tb, sizeof ta) && !strcmp(na, nb));
+        CHECK_STR(fc_program_graph_text(q), fc_program_graph_text(p));
+        /* Any N: the variant serves it. */
+        for (int64_t nval = 1; nval <= 1000; nval *= 10) {
+            fc_program *spec = (fc_program *)&spec;
+            CHECK_EQ_INT(fc_dynamic_select(q, &nval, &spec), FC_OK);
+            CHECK(spec == NULL);
+        }
+        CHECK_EQ_INT(nvrtc_count(), n0);
+        /* Saving the loaded program gives the same file. */
+        CHECK_EQ_INT(fc_program_save_file(q, again), FC_OK);
+        size_t n1 = 0, n2 = 0;
+        unsigned char *f1 = read_file(path, &n1), *f2 = read_file(again, &n2);
+        CHECK(f1 && f2 && n1 == n2 && !memcmp(f1, f2, n1));
+        free(f2);
+
+        /* Crafted, with a good checksum: a kernel's source hash changed
+         * (its cubin is not what this graph's kernel compiles to), the
+         * graph text broken, every dim bound. */
+        fc_aot_section ds;
+        CHECK(f1 && aot_find_section(f1, n1, FC_AOT_DYNAMIC, &ds));
+        unsigned char *b = malloc(n1);
+        if (f1 && b) {
+            memcpy(b, f1, n1);
+            b[ds.offset + ds.size - 1] ^= 1; /* the last kernel's hash */
+            fix_checksum(b, n1);
+            write_all(bad, b, n1);
+            expect_refused(ctx, bad, FC_ERR_INPUT, "its kernels are not the ones this fusec makes for its graph");
+            CHECK_EQ_INT(nvrtc_count(), n0);
+            memcpy(b, f1, n1);
+            b[ds.offset + 24] = '}';
+            fix_checksum(b, n1);
+            write_all(bad, b, n1);
+            expect_refused(ctx, bad, FC_ERR_INPUT, "its embedded graph does not parse");
+            memcpy(b, f1, n1);
+            int bound = 0; /* every [N, -> [7, (the parameter's and the annotations') */
+            for (size_t i = ds.offset; i + 3 <= ds.offset + ds.size; i++)
+                if (!memcmp(b + i, "[N,", 3)) b[i + 1] = '7', bound++;
+            CHECK(bound >= 2);
+            if (bound) {
+                fix_checksum(b, n1);
+                write_all(bad, b, n1);
+                expect_refused(ctx, bad, FC_ERR_INPUT, "a dynamic program whose graph has every dim bound");
+            }
+            memcpy(b, f1, n1);
+            fc_put_le(b + ds.offset, 5, 4); /* sm_5 */
+            fix_checksum(b, n1);
+            write_all(bad, b, n1);
+            expect_refused(ctx, bad, FC_ERR_INPUT, "bad target or bad options");
+        }
+        free(b);
+        free(f1);
+    }
+    (void)gpu;
+    fc_program_free(q);
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
 static void test_arch(void) {
     int sm = 0;
     CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
@@ -680,6 +799,7 @@ int main(void) {
     test_refused(ctx);
     test_inconsistent(ctx);
     test_weights(ctx);
+    test_dynamic(ctx, gpu);
     if (!gpu) printf("test_aot: GPU part skipped (no CUDA device)\n");
     fc_cache_global_close();
     fc_context_free(ctx);

@@ -31,6 +31,7 @@
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/program.h"
 #include "runtime/cuda/program_cache.h"
+#include "runtime/cuda/dynamic.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -374,9 +375,154 @@ static fc_status read_weights(fc_context *ctx, const char *what, const uint8_t *
     return FC_OK;
 }
 
+/* ------------------------------------------------------------------ */
+/* Dynamic programs. The record: sm (u32), flags (u32: fast math 1,    */
+/* fuse 2, tf32 4, eager numerics 8), precision (u32), kernels (u32),   */
+/* the graph's text (u64 length, bytes), then per kernel its name (64   */
+/* bytes, NUL-padded) and the hash of its source (16 bytes).            */
+/* ------------------------------------------------------------------ */
+#define DYN_FAST_MATH 1u
+#define DYN_FUSE 2u
+#define DYN_TF32 4u
+#define DYN_EAGER 8u
+#define DYN_FIXED_BYTES 24
+#define DYN_KERNEL_BYTES (64 + 16)
+
+typedef struct dyn_record {
+    fc_compile_options opts;
+    char *text; /* NUL-terminated copy */
+    int nkernels;
+    fc_given_cubin *kernels;
+} dyn_record;
+
+static void dyn_release(fc_context *ctx, dyn_record *r) {
+    fc_ctx_freemem(ctx, r->text);
+    fc_ctx_freemem(ctx, r->kernels);
+    memset(r, 0, sizeof *r);
+}
+
+static fc_status read_dynamic(fc_context *ctx, const char *what, const uint8_t *b, size_t n, dyn_record *r) {
+    memset(r, 0, sizeof *r);
+    if (n < DYN_FIXED_BYTES) return bad(ctx, what, "its dynamic program is cut short");
+    const uint32_t sm = (uint32_t)fc_get_le(b, 4), flags = (uint32_t)fc_get_le(b + 4, 4);
+    const uint32_t precision = (uint32_t)fc_get_le(b + 8, 4), nk = (uint32_t)fc_get_le(b + 12, 4);
+    const uint64_t tlen = fc_get_le(b + 16, 8);
+    if (sm < 10 || sm > 999 || (flags & ~(DYN_FAST_MATH | DYN_FUSE | DYN_TF32 | DYN_EAGER)) ||
+        precision >= (uint32_t)FC_PRECISION_COUNT)
+        return bad(ctx, what, "its dynamic program has a bad target or bad options");
+    if (tlen > n - DYN_FIXED_BYTES || nk > (n - DYN_FIXED_BYTES - tlen) / DYN_KERNEL_BYTES ||
+        DYN_FIXED_BYTES + tlen + (uint64_t)nk * DYN_KERNEL_BYTES != n)
+        return bad(ctx, what, "its dynamic program's sizes do not add up");
+    if (memchr(b + DYN_FIXED_BYTES, 0, (size_t)tlen)) return bad(ctx, what, "its graph text holds a NUL byte");
+    fc_compile_options_default(&r->opts);
+    r->opts.device = FC_DEVICE_CUDA;
+    r->opts.sm = (int)sm;
+    r->opts.fast_math = flags & DYN_FAST_MATH;
+    r->opts.fuse = flags & DYN_FUSE;
+    r->opts.allow_tf32 = flags & DYN_TF32;
+    r->opts.numerics = flags & DYN_EAGER ? FC_NUMERICS_EAGER : FC_NUMERICS_FAST;
+    r->opts.precision = (fc_precision)precision;
+    r->opts.dynamic = true;
+    /* A file runs no NVRTC: the variant serves every shape. */
+    r->opts.specialize = FC_SPECIALIZE_OFF;
+    r->text = fc_ctx_malloc(ctx, (size_t)tlen + 1);
+    r->kernels = fc_ctx_malloc(ctx, sizeof *r->kernels * ((size_t)nk + 1));
+    if (!r->text || !r->kernels) {
+        dyn_release(ctx, r);
+        return FC_ERR_NOMEM;
+    }
+    memcpy(r->text, b + DYN_FIXED_BYTES, (size_t)tlen);
+    r->text[tlen] = 0;
+    memset(r->kernels, 0, sizeof *r->kernels * ((size_t)nk + 1));
+    r->nkernels = (int)nk;
+    const uint8_t *k = b + DYN_FIXED_BYTES + tlen;
+    for (uint32_t i = 0; i < nk; i++, k += DYN_KERNEL_BYTES) {
+        fc_given_cubin *g = &r->kernels[i];
+        bool named = memchr(k, 0, 64) && k[0], twice = false;
+        if (named) memcpy(g->name, k, 64);
+        memcpy(g->source_hash, k + 64, 16);
+        for (uint32_t j = 0; named && j < i; j++) twice |= !strcmp(r->kernels[j].name, g->name);
+        if (!named || twice) {
+            dyn_release(ctx, r);
+            return bad(ctx, what, twice ? "its dynamic program names a kernel twice"
+                                        : "its dynamic program names a kernel badly");
+        }
+    }
+    return FC_OK;
+}
+
+/* The cubins of r's kernels: a section each, a cubin defining it. */
+static fc_status dynamic_cubins(fc_context *ctx, const char *what, const uint8_t *data, const fc_aot_section *s, int n,
+                                dyn_record *r) {
+    char why[200];
+    for (int i = 0; i < n; i++) {
+        if (s[i].kind != FC_AOT_KERNEL) continue;
+        const uint32_t k = s[i].index;
+        if (k >= (uint32_t)r->nkernels || r->kernels[k].data) {
+            snprintf(why, sizeof why, "section %d is the cubin of kernel %u, which the program has %s", i, k,
+                     k >= (uint32_t)r->nkernels ? "not" : "twice");
+            return bad(ctx, what, why);
+        }
+        const char *problem = cubin_problem(data + s[i].offset, s[i].size, r->kernels[k].name);
+        if (problem) {
+            snprintf(why, sizeof why, "the cubin of kernel %u (%s): %s", k, r->kernels[k].name, problem);
+            return bad(ctx, what, why);
+        }
+        r->kernels[k].data = data + s[i].offset;
+        r->kernels[k].size = s[i].size;
+    }
+    for (int k = 0; k < r->nkernels; k++)
+        if (!r->kernels[k].data) {
+            snprintf(why, sizeof why, "kernel %d (%s) has no cubin in the file", k, r->kernels[k].name);
+            return bad(ctx, what, why);
+        }
+    return FC_OK;
+}
+
+/* The dynamic program of record r: its graph compiled again (passes and
+ * codegen), its variant's cubins the file's, no NVRTC. */
+static fc_status load_dynamic(fc_context *ctx, const char *what, dyn_record *r, fc_program **out) {
+    char why[600];
+    fc_graph *g = NULL;
+    fc_status st = fc_parse(ctx, "embedded graph", r->text, strlen(r->text), NULL, NULL, 0, &g);
+    if (st == FC_OK) st = fc_verify(g);
+    if (st != FC_OK) {
+        fc_graph_free(g);
+        if (st == FC_ERR_NOMEM) return st;
+        snprintf(why, sizeof why, "its embedded graph does not parse: %.500s", fc_last_error(ctx));
+        return bad(ctx, what, why);
+    }
+    if (fc_graph_check_static(g) == FC_OK) {
+        fc_graph_free(g);
+        return bad(ctx, what, "a dynamic program whose graph has every dim bound");
+    }
+    fc_program_give_cubins(r->kernels, r->nkernels);
+    st = fc_compile(g, &r->opts, out);
+    fc_program_give_cubins(NULL, 0);
+    fc_graph_free(g);
+    if (st == FC_ERR_INPUT) {
+        snprintf(why, sizeof why, "%.500s", fc_last_error(ctx));
+        return bad(ctx, what, why);
+    }
+    if (st != FC_OK) return st;
+    /* The variant exists (a compile that lacked a cubin has none, and says
+     * why only in its trace), and took every kernel the file has. */
+    bool all = fc_dynamic_variant(fc_program_dynamic(*out)) != NULL;
+    for (int k = 0; all && k < r->nkernels; k++) all = r->kernels[k].used;
+    if (!all) {
+        fc_program_free(*out);
+        *out = NULL;
+        return bad(ctx, what, "its kernels are not the ones this fusec makes for its graph (a file from another "
+                              "fusec: compile the model again)");
+    }
+    return FC_OK;
+}
+
 /* Check the whole file and read what it holds into *c. */
-static fc_status read_container(fc_context *ctx, const char *what, const uint8_t *data, size_t size, aot_contents *c) {
+static fc_status read_container(fc_context *ctx, const char *what, const uint8_t *data, size_t size, aot_contents *c,
+                                fc_program **dynamic) {
     memset(c, 0, sizeof *c);
+    if (dynamic) *dynamic = NULL;
     fc_aot_section *s = NULL;
     int n = 0;
     fc_status st = fc_aot_sections(ctx, what, data, size, &s, &n);
@@ -390,17 +536,30 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
                             "after fusec wrote it)",
                             what);
     }
-    int prog = -1, weights = -1;
+    int prog = -1, weights = -1, dyn = -1;
     char why[128] = "";
     for (int i = 0; i < n && !why[0]; i++) {
-        int *slot = s[i].kind == FC_AOT_PROGRAM ? &prog : s[i].kind == FC_AOT_WEIGHTS ? &weights : NULL;
+        int *slot = s[i].kind == FC_AOT_PROGRAM ? &prog : s[i].kind == FC_AOT_WEIGHTS ? &weights
+                  : s[i].kind == FC_AOT_DYNAMIC ? &dyn : NULL;
         if (s[i].kind == FC_AOT_KERNEL) continue;
         if (!slot) snprintf(why, sizeof why, "section %d is of unknown kind %u", i, s[i].kind);
         else if (*slot >= 0 || s[i].index != 0) snprintf(why, sizeof why, "section %d: a second program or weights", i);
         else *slot = i;
     }
-    if (!why[0] && prog < 0) snprintf(why, sizeof why, "it holds no program");
+    if (!why[0] && (prog < 0) == (dyn < 0))
+        snprintf(why, sizeof why, "it holds %s", prog < 0 ? "no program" : "two programs");
+    if (!why[0] && dyn >= 0 && weights >= 0) snprintf(why, sizeof why, "a dynamic program with weights");
     if (why[0]) st = bad(ctx, what, why);
+    if (st == FC_OK && dyn >= 0) {
+        /* Read and checked here; compiled only by a load. */
+        dyn_record r;
+        st = read_dynamic(ctx, what, data + s[dyn].offset, s[dyn].size, &r);
+        if (st == FC_OK) st = dynamic_cubins(ctx, what, data, s, n, &r);
+        if (st == FC_OK && dynamic) st = load_dynamic(ctx, what, &r, dynamic);
+        dyn_release(ctx, &r);
+        fc_ctx_freemem(ctx, s);
+        return st;
+    }
     if (st == FC_OK) st = read_program(ctx, what, data + s[prog].offset, s[prog].size, &c->desc);
     if (st == FC_OK) st = read_kernels(ctx, what, data, s, n, c);
     if (st == FC_OK && weights >= 0) st = read_weights(ctx, what, data + s[weights].offset, s[weights].size, c);
@@ -414,8 +573,13 @@ static fc_status read_container(fc_context *ctx, const char *what, const uint8_t
 static fc_status load(fc_context *ctx, const char *what, const uint8_t *data, size_t size, double t0,
                       fc_program **out) {
     aot_contents c;
-    fc_status st = read_container(ctx, what, data, size, &c);
+    fc_program *dynamic = NULL;
+    fc_status st = read_container(ctx, what, data, size, &c, &dynamic);
     if (st != FC_OK) return st;
+    if (dynamic) {
+        *out = dynamic;
+        return FC_OK;
+    }
     st = fc_program_from_desc(ctx, &c.desc, c.kcubins, FC_PROGRAM_FILE, out);
     c.kcubins = NULL; /* moved, also on failure */
     if (st == FC_OK) {
@@ -588,39 +752,69 @@ static fc_status weights_image(fc_context *ctx, const fc_program_desc *d, const 
     return FC_OK;
 }
 
-/* The file of p (and of w, when not NULL) into *file. */
-static fc_status build_file(fc_context *ctx, const fc_program *p, const fc_weights *w, fc_bytes *file) {
-    const fc_program_desc *d = fc_program_desc_of(p);
+/* The record of dynamic program p's section (read_dynamic's format). */
+static fc_status dynamic_record(fc_context *ctx, const fc_program *p, const fc_program *variant, fc_bytes *out) {
+    const fc_program_desc *vd = fc_program_desc_of(variant);
+    const char *text = fc_program_graph_text(p);
+    if (!text) return fc_set_error(ctx, FC_ERR_RUNTIME, "internal error: dynamic program %s has no graph text",
+                                   fc_program_name(p));
+    const size_t tlen = strlen(text), nk = (size_t)vd->src.nkernels;
+    const size_t n = DYN_FIXED_BYTES + tlen + nk * DYN_KERNEL_BYTES;
+    uint8_t *b = fc_ctx_malloc(ctx, n);
+    if (!b) return FC_ERR_NOMEM;
+    memset(b, 0, n);
+    fc_put_le(b, (uint64_t)vd->sm, 4);
+    fc_put_le(b + 4, (vd->fast_math ? DYN_FAST_MATH : 0) | (vd->fuse ? DYN_FUSE : 0) | (vd->tf32 ? DYN_TF32 : 0) |
+                         (vd->numerics == FC_NUMERICS_EAGER ? DYN_EAGER : 0), 4);
+    fc_put_le(b + 8, (uint64_t)vd->precision, 4);
+    fc_put_le(b + 12, nk, 4);
+    fc_put_le(b + 16, tlen, 8);
+    memcpy(b + DYN_FIXED_BYTES, text, tlen);
+    for (size_t k = 0; k < nk; k++) {
+        const fc_cuda_kernel *kn = &vd->src.kernels[k];
+        uint8_t *e = b + DYN_FIXED_BYTES + tlen + k * DYN_KERNEL_BYTES;
+        if (!kn->source) {
+            fc_ctx_freemem(ctx, b);
+            return fc_set_error(ctx, FC_ERR_RUNTIME, "internal error: kernel %s has no source", kn->name);
+        }
+        memcpy(e, kn->name, strnlen(kn->name, 63));
+        fc_program_kernel_source_hash(kn->source, e + 64);
+    }
+    out->data = b;
+    out->size = n;
+    return FC_OK;
+}
+
+/* The file into *file: `first` (a section of kind `kind`: the program, or
+ * a dynamic program's record), the cubins of kp's kernels, the weights
+ * (an image, or empty). */
+static fc_status build_file(fc_context *ctx, fc_aot_kind kind, const fc_bytes *first, const fc_program *kp,
+                            const fc_bytes *weights, fc_bytes *file) {
+    const fc_program_desc *d = fc_program_desc_of(kp);
     const int nk = d->src.nkernels;
     for (int k = 0; k < nk; k++) {
-        const fc_bytes *c = fc_program_kernel_cubin(p, k);
+        const fc_bytes *c = fc_program_kernel_cubin(kp, k);
         if (!c || !c->data)
             return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s has no cubin for its kernel %s", d->graph_name,
                                 d->src.kernels[k].name);
     }
-    fc_bytes prog = {NULL, 0}, weights = {NULL, 0};
-    fc_status st = fc_program_desc_encode(ctx, d, &prog);
-    if (st == FC_OK && w && fc_weights_count(w) > 0) st = weights_image(ctx, d, w, &weights);
-    if (st != FC_OK) {
-        fc_bytes_free(&prog);
-        return st;
-    }
-    const int nsec = 1 + nk + (weights.data ? 1 : 0);
+    fc_status st = FC_OK;
+    const int nsec = 1 + nk + (weights->data ? 1 : 0);
     fc_aot_section *s = fc_ctx_malloc(ctx, sizeof *s * (size_t)nsec);
     const uint8_t **src = fc_ctx_malloc(ctx, sizeof *src * (size_t)nsec);
     uint8_t *out = NULL;
     uint64_t at = FC_AOT_HEADER_SIZE + (uint64_t)nsec * FC_AOT_ENTRY_SIZE;
     if (s && src) {
-        s[0] = (fc_aot_section){FC_AOT_PROGRAM, 0, 0, prog.size};
-        src[0] = prog.data;
+        s[0] = (fc_aot_section){kind, 0, 0, first->size};
+        src[0] = first->data;
         for (int k = 0; k < nk; k++) {
-            const fc_bytes *c = fc_program_kernel_cubin(p, k);
+            const fc_bytes *c = fc_program_kernel_cubin(kp, k);
             s[1 + k] = (fc_aot_section){FC_AOT_KERNEL, (uint32_t)k, 0, c->size};
             src[1 + k] = c->data;
         }
-        if (weights.data) {
-            s[nsec - 1] = (fc_aot_section){FC_AOT_WEIGHTS, 0, 0, weights.size};
-            src[nsec - 1] = weights.data;
+        if (weights->data) {
+            s[nsec - 1] = (fc_aot_section){FC_AOT_WEIGHTS, 0, 0, weights->size};
+            src[nsec - 1] = weights->data;
         }
         for (int i = 0; i < nsec; i++) {
             at = (at + AOT_ALIGN - 1) / AOT_ALIGN * AOT_ALIGN;
@@ -654,7 +848,34 @@ static fc_status build_file(fc_context *ctx, const fc_program *p, const fc_weigh
     }
     fc_ctx_freemem(ctx, s);
     fc_ctx_freemem(ctx, src);
-    fc_bytes_free(&prog);
+    return st;
+}
+
+/* The file of p (and of w, when not NULL) into *file. */
+static fc_status program_file(fc_context *ctx, const fc_program *p, const fc_weights *w, fc_bytes *file) {
+    fc_bytes first = {NULL, 0}, weights = {NULL, 0};
+    const fc_program *kp = p;
+    fc_aot_kind kind = FC_AOT_PROGRAM;
+    fc_status st;
+    if (fc_program_dynamic(p)) {
+        kind = FC_AOT_DYNAMIC;
+        kp = fc_dynamic_variant(fc_program_dynamic(p));
+        if (!kp)
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                                "dynamic program %s has no dynamic variant (every shape is specialized), so a file "
+                                "cannot hold it: bind every symbol (--bind, or --inputs) to save it",
+                                fc_program_name(p));
+        if (w && fc_weights_count(w) > 0)
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                                "dynamic program %s: a file holds weights with a static program only",
+                                fc_program_name(p));
+        st = dynamic_record(ctx, p, kp, &first);
+    } else {
+        st = fc_program_desc_encode(ctx, fc_program_desc_of(p), &first);
+        if (st == FC_OK && w && fc_weights_count(w) > 0) st = weights_image(ctx, fc_program_desc_of(p), w, &weights);
+    }
+    if (st == FC_OK) st = build_file(ctx, kind, &first, kp, &weights, file);
+    fc_bytes_free(&first);
     fc_bytes_free(&weights);
     return st;
 }
@@ -671,17 +892,12 @@ fc_status fc_program_save_file_weights(fc_program *p, const char *path, const fc
     if (fc_program_device_of(p) != FC_DEVICE_CUDA)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s runs on the %s device: only a CUDA program can be "
                             "saved", fc_program_name(p), fc_device_name(fc_program_device_of(p)));
-    if (fc_program_dynamic(p))
-        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                            "program %s is dynamic (symbols unbound): a program file holds static shapes; bind "
-                            "every symbol (--bind, or --inputs) to save it",
-                            fc_program_name(p));
     fc_bytes file = {NULL, 0};
-    fc_status st = build_file(ctx, p, w, &file);
+    fc_status st = program_file(ctx, p, w, &file);
     if (st != FC_OK) return st;
     /* Read it back as a load would: what is written must load. */
     aot_contents check;
-    st = read_container(ctx, path, file.data, file.size, &check);
+    st = read_container(ctx, path, file.data, file.size, &check, NULL);
     if (st == FC_OK) contents_release(ctx, &check);
     if (st == FC_OK) st = fc_write_file_atomic(ctx, path, file.data, file.size);
     fc_bytes_free(&file);

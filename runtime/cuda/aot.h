@@ -43,6 +43,11 @@ typedef enum fc_aot_kind {
     FC_AOT_PROGRAM = 1, /* the program (fc_program_desc_encode), exactly one */
     FC_AOT_KERNEL = 2,  /* the cubin of distinct kernel `index` (d.src.kernels), one per kernel */
     FC_AOT_WEIGHTS = 3, /* parameters' data (a safetensors image), at most one */
+    /* A dynamic program, in place of FC_AOT_PROGRAM: its graph's text
+     * (symbols unbound), its compile options and its variant's kernels
+     * (name and source hash each; their cubins are the FC_AOT_KERNEL
+     * sections). docs/AOT.md, "Dynamic programs". */
+    FC_AOT_DYNAMIC = 4,
 } fc_aot_kind;
 
 typedef struct fc_aot_section {

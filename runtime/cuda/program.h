@@ -38,6 +38,27 @@ const char *fc_program_origin_name(fc_program_origin o);
  */
 fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *kcubins, fc_program_origin origin,
                                fc_program **out);
+/*
+ * A dynamic program's file holds its variant's cubins, not its plan: its
+ * load compiles the graph again (passes and codegen) with the cubins of
+ * the file given, by kernel name, in place of the cache and NVRTC. A
+ * kernel whose source hashes differently from the one the file's cubin
+ * was made from, or that the file lacks, fails the compile (FC_ERR_INPUT)
+ * instead of being compiled: loading a file never runs NVRTC.
+ */
+typedef struct fc_given_cubin {
+    char name[64];           /* the kernel (fc_cuda_kernel.name) */
+    uint8_t source_hash[16]; /* fc_program_kernel_source_hash of its source */
+    const uint8_t *data;     /* its cubin (borrowed) */
+    size_t size;
+    bool used;               /* set by the compile that took it */
+} fc_given_cubin;
+/* This thread's compiles take their kernels' cubins from k[0..n) (NULL, 0:
+ * the cache and NVRTC again). */
+void fc_program_give_cubins(fc_given_cubin *k, int n);
+/* The hash of a kernel's source that fc_given_cubin records. */
+void fc_program_kernel_source_hash(const char *source, uint8_t out[16]);
+
 /* The parameters' data a program file carried (fc_program_weights), moved
  * into p (freed with it). */
 void fc_program_set_weights(fc_program *p, fc_weights *w);

@@ -334,6 +334,44 @@ static bool looks_like_cubin(const void *data, size_t n) {
  * depend on the program it came from. */
 static void kernel_unit_name(const fc_cuda_kernel *kn, char *buf, size_t n) { snprintf(buf, n, "%s.cu", kn->name); }
 
+static _Thread_local fc_given_cubin *given;
+static _Thread_local int ngiven;
+
+void fc_program_give_cubins(fc_given_cubin *k, int n) {
+    given = n > 0 ? k : NULL;
+    ngiven = n > 0 ? n : 0;
+}
+
+void fc_program_kernel_source_hash(const char *source, uint8_t out[16]) {
+    fc_cache_hasher h;
+    fc_cache_key_begin(&h);
+    fc_cache_key_add_str(&h, "fusec kernel source");
+    fc_cache_key_add_str(&h, source);
+    fc_cache_key key = fc_cache_key_end(&h);
+    memcpy(out, key.bytes, 16);
+}
+
+/* Kernel kn's cubin from the given ones (a copy in *out): the one of its
+ * name, made from its very source. False when there is none. */
+static bool given_cubin(fc_context *ctx, const fc_cuda_kernel *kn, fc_bytes *out, fc_status *st) {
+    for (int i = 0; i < ngiven; i++) {
+        if (strcmp(given[i].name, kn->name) != 0) continue;
+        uint8_t hash[16];
+        if (!kn->source) return false;
+        fc_program_kernel_source_hash(kn->source, hash);
+        if (memcmp(hash, given[i].source_hash, 16) != 0) return false;
+        if (!(out->data = fc_ctx_malloc(ctx, given[i].size ? given[i].size : 1))) {
+            *st = FC_ERR_NOMEM;
+            return true;
+        }
+        memcpy(out->data, given[i].data, given[i].size);
+        out->size = given[i].size;
+        given[i].used = true;
+        return true;
+    }
+    return false;
+}
+
 /* The cubins of the distinct kernels that the cache has (level 1); a
  * kernel with its source gets its key from it first. *missing: how many
  * are still without a cubin. A bad entry is rejected (removed in rw mode),
@@ -352,6 +390,10 @@ static fc_status cached_kernels(fc_program *p, fc_cache *cache, const nvrtc_setu
     for (int k = 0; k < n && st == FC_OK; k++) {
         fc_cuda_kernel *kn = &d->src.kernels[k];
         if (p->kcubins[k].data) continue;
+        if (given) {
+            if (!given_cubin(p->ctx, kn, &p->kcubins[k], &st)) (*missing)++;
+            continue;
+        }
         if (!cache) {
             (*missing)++;
             continue;
@@ -406,6 +448,14 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     /* A program of library calls only has no kernel to find: compiled. */
     *from_cache = missing == 0 && d->src.nkernels > 0;
     if (missing == 0) return FC_OK;
+    if (given) {
+        for (int k = 0; k < d->src.nkernels; k++)
+            if (!p->kcubins[k].data)
+                return fc_set_error(p->ctx, FC_ERR_INPUT,
+                                    "the file has no cubin made from kernel %s as this fusec plans it (a file from "
+                                    "another fusec: compile the model again)",
+                                    d->src.kernels[k].name);
+    }
     const char **src = fc_ctx_malloc(p->ctx, sizeof *src * (size_t)missing * 2);
     char (*names)[96] = fc_ctx_malloc(p->ctx, sizeof *names * (size_t)missing);
     int *which = fc_ctx_malloc(p->ctx, sizeof *which * (size_t)missing);
