@@ -756,6 +756,25 @@ if ! "$FUSEC" --devices | grep -qx cuda; then
   expect_rc 1 "a file's input shapes are static" "$tmp/small.cubin" --run --inputs "$tmp/m24.npy"
   expect_stderr_has "a file's input shapes are static" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
 fi
+# -o --dynamic: a dynamic program, which runs at the shapes of its inputs.
+expect_rc 0 "-o --dynamic" "$tmp/small.ir" --dynamic -o "$tmp/dyn.cubin"
+if [[ $(head -c 8 "$tmp/dyn.cubin") == FUSECAOT ]]; then pass; else fail "-o --dynamic: no program file"; fi
+expect_rc 0 "a dynamic file's graph" "$tmp/dyn.cubin" --emit=ir
+expect_stdout_has "a dynamic file's graph" "graph small(%a: f32[N, 4], %b: f32[4])"
+expect_rc 0 "save a loaded dynamic program" "$tmp/dyn.cubin" -o "$tmp/dyn2.cubin"
+same_file "save a loaded dynamic program: the same file" "$tmp/dyn.cubin" "$tmp/dyn2.cubin"
+expect_usage "--dynamic without -o" "--dynamic applies to -o of a graph" "$tmp/small.ir" --dynamic --emit=plan
+expect_usage "--bind on a dynamic file without --run" "--bind does not apply to a compiled program file without --run" \
+  "$tmp/dyn.cubin" --bind N=4 --emit=plan
+expect_rc 1 "a dynamic file: --bind and an input that disagree" "$tmp/dyn.cubin" --run --bind N=4 --inputs "$tmp/m24.npy"
+expect_stderr_has "a dynamic file: --bind and an input that disagree" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
+if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
+  expect_rc 0 "run a dynamic file at N=2" "$tmp/dyn.cubin" --run --inputs "$tmp/m24.npy"
+  expect_rc 0 "run a dynamic file at N=7" "$tmp/dyn.cubin" --run --bind N=7
+  expect_stdout_has "run a dynamic file at N=7" "[7, 4]"
+else
+  expect_rc 3 "run a dynamic file without a GPU" "$tmp/dyn.cubin" --run --inputs "$tmp/m24.npy"
+fi
 # An imported ONNX model's initializers go into the file, a loaded file is
 # saved with them, and its --run uses them (where fusec has the importer and
 # python3 has onnx).
