@@ -109,6 +109,23 @@ fc_status fc_output_check(fc_context *ctx, const char *path) {
     if (!path || !*path) return fc_set_error(ctx, FC_ERR_USAGE, "fc_output_check: no path");
     target t;
     fc_status st = check_target(ctx, path, &t);
+    if (st == FC_OK && !t.exists) {
+        /* A new name: its directory must take a new file (the temporary
+         * file and the rename). */
+        char *slash = strrchr(t.path, '/');
+        const char *dir = ".";
+        if (slash == t.path) dir = "/";
+        else if (slash) {
+            *slash = 0;
+            dir = t.path;
+        }
+        struct stat ds;
+        if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || access(dir, W_OK | X_OK) != 0)
+            st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s: %s", path,
+                              stat(dir, &ds) != 0 ? strerror(errno)
+                              : !S_ISDIR(ds.st_mode) ? "its directory is not a directory"
+                                                     : "its directory is not writable");
+    }
     free(t.path);
     return st;
 }

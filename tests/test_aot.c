@@ -493,6 +493,32 @@ static void test_refused(fc_context *ctx) {
     CHECK_EQ_INT(fc_program_save_file(p, nodir), FC_ERR_RUNTIME);
     CHECK(strstr(fc_last_error(ctx), "cannot write") != NULL);
     CHECK(!fc_program_is_file(NULL));
+    CHECK_EQ_INT(fc_program_save_file_weights(NULL, path, NULL), FC_ERR_USAGE);
+    CHECK(fc_program_weights(NULL) == NULL);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, NULL), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, ""), FC_ERR_USAGE);
+
+    /* The name is checked before anything is written (fusec -o checks it
+     * before the compile): a new name and a regular file pass; a FIFO, a
+     * directory, a dangling symlink and a missing directory do not, and
+     * nothing is created. */
+    char node[400];
+    snprintf(node, sizeof node, "%s/new.cubin", root);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, node), FC_OK);
+    CHECK(access(node, F_OK) != 0);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, path), FC_OK);
+    snprintf(node, sizeof node, "%s/fifo", root);
+    CHECK(mkfifo(node, 0600) == 0);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, node), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "it is a FIFO; fusec writes only regular files") != NULL);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, root), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "it is a directory") != NULL);
+    snprintf(node, sizeof node, "%s/dangling", root);
+    CHECK(symlink("nothing-here", node) == 0);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, node), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "dangling symlink") != NULL);
+    CHECK_EQ_INT(fc_program_check_save_path(ctx, nodir), FC_ERR_RUNTIME);
+    CHECK(strstr(fc_last_error(ctx), "cannot write") != NULL);
 
     free(b);
     free(file);
