@@ -8,7 +8,8 @@
 #     compiles it ran), the module loads and the first run, each timed;
 #   - the CLI in new processes on that cache: `--emit=plan --time` (what
 #     whole_model.py reports as "warm"), `-o --time`, and the file's first
-#     run (`model.cubin --run --time`, token ids 0, random weights).
+#     run (`model.cubin --run --time`, token ids 0, random weights);
+#   - first, the AOT tests on the GPU (WARM_TESTS=0 skips them).
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600:   bash bench/run-warm.sh
@@ -31,6 +32,15 @@ args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF
 { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec warm_start; } >"$OUT/build.log" 2>&1 ||
     { echo "build failed"; tail -30 "$OUT/build.log"; exit 1; }
 FUSEC=$BUILD/fusec
+
+# The AOT tests on the GPU (the loaded files run, bit for bit as the JIT
+# programs; a dynamic file at two shapes; the CLI's file runs). WARM_TESTS=0 skips.
+if [[ ${WARM_TESTS:-1} == 1 ]]; then
+    echo "== tests: test_aot test_kernel_share test_cli"
+    timeout 200 cmake --build "$BUILD" -j "$(nproc)" --target test_aot test_kernel_share >>"$OUT/build.log" 2>&1 &&
+        timeout 240 ctest --test-dir "$BUILD" -R '^(test_aot|test_kernel_share|test_cli)$' --output-on-failure 2>&1 |
+        tail -25
+fi
 
 work=$(mktemp -d)
 python3 - "$work/gpt2.ir" <<'PY'

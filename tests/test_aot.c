@@ -789,7 +789,30 @@ static void test_dynamic(fc_context *ctx, bool gpu) {
         free(b);
         free(f1);
     }
-    (void)gpu;
+    /* With a GPU: the file at two shapes, as the JIT dynamic program
+     * computes them (the same kernels on the same inputs). */
+    for (int64_t nval = 3; gpu && q && nval <= 700; nval += 697) {
+        fc_tensor in[2] = {{FC_F32, 2, {nval, 384}, NULL}, {FC_F32, 1, {384}, NULL}}, a[1], b[1];
+        for (int i = 0; i < 2; i++) {
+            int64_t numel = fc_tensor_numel(&in[i]);
+            float *x = malloc((size_t)numel * sizeof *x);
+            for (int64_t j = 0; j < numel; j++) x[j] = (float)((j * 7919 + i * 13) % 1000) / 250.0f - 2.0f;
+            in[i].data = x;
+        }
+        CHECK_EQ_INT(fc_program_run_host(p, in, 2, a, 1, NULL, 0), FC_OK);
+        st = fc_program_run_host(q, in, 2, b, 1, NULL, 0);
+        if (st != FC_OK) fprintf(stderr, "run the dynamic file: %s\n", fc_last_error(ctx));
+        CHECK_EQ_INT(st, FC_OK);
+        if (st == FC_OK) {
+            CHECK(b[0].rank == 2 && b[0].shape[0] == nval && b[0].shape[1] == 384);
+            CHECK(!memcmp(a[0].data, b[0].data, (size_t)nval * 384 * sizeof(float)));
+            fc_tensor_release(&b[0]);
+        }
+        fc_tensor_release(&a[0]);
+        free(in[0].data);
+        free(in[1].data);
+    }
+    CHECK_EQ_INT(nvrtc_count(), n0);
     fc_program_free(q);
     fc_program_free(p);
     fc_graph_free(g);
