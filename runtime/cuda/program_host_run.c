@@ -118,6 +118,9 @@ static fc_status run_host_dynamic(fc_program *p, const fc_tensor *inputs, int ni
         return fc_set_error(ctx, FC_ERR_USAGE, "run: graph %s takes %d inputs and %d outputs, not %d and %d",
                             desc->graph_name, desc->nparams, desc->noutputs, nin, nout);
     if ((nin > 0 && !inputs) || bench_iters < 0) return fc_set_error(ctx, FC_ERR_USAGE, "run: bad arguments");
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i].data && fc_tensor_numel(&inputs[i]) != 0)
+            return fc_set_error(ctx, FC_ERR_USAGE, "run: input %d has no data", i);
     fc_tensor *t = fc_ctx_malloc(ctx, sizeof *t * (size_t)(nin + nout + 1));
     double *ms = bench_iters > 0 ? fc_ctx_malloc(ctx, sizeof *ms * (size_t)bench_iters) : NULL;
     if (!t || (bench_iters > 0 && !ms)) {
