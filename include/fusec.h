@@ -944,22 +944,38 @@ fc_status fc_program_output(const fc_program *p, int i, fc_tensor *type);
 /* Programs in files: compile once, ship one file, run it with no      */
 /* parse, no passes and no NVRTC (`fusec model.ir -o model.cubin`).    */
 /*                                                                     */
-/* The file is a cubin, an ELF file that cuModuleLoadData and          */
-/* cuobjdump accept, holding every kernel of the program. The launch   */
-/* plan, the signature and the graph's text are embedded in it as the  */
-/* data symbol `fusec_program`, with a checksum over the whole file.   */
-/* docs/AOT.md describes the format.                                   */
+/* The file holds the program (launch plan, signature, the graph's     */
+/* text), one cubin per distinct kernel and, optionally, the data of   */
+/* parameters (an imported model's weights), with a checksum over the  */
+/* whole file. docs/AOT.md describes the format.                       */
 /* ------------------------------------------------------------------ */
 
 /*
  * Write p to `path`, replaced atomically (a reader sees the old file or the
- * new one). p may come from fc_compile, from the cache or from a file. This
- * compiles p's source once more with NVRTC, for p's target
- * (fc_compile_options.sm as it was resolved); no GPU is needed.
- * FC_ERR_RUNTIME when the file cannot be written; an NVRTC failure as
- * fc_compile reports one; FC_ERR_USAGE for a NULL p or path, or "".
+ * new one). p may come from fc_compile, from the cache or from a file; a
+ * program loaded from a file is written with the weights it carried.
+ * Nothing is compiled: the file holds the cubins p's kernels already have.
+ * The name is checked as fc_program_check_save_path does. FC_ERR_RUNTIME
+ * when the file cannot be written; FC_ERR_UNSUPPORTED for a dynamic
+ * program (a file holds static shapes); FC_ERR_USAGE for a NULL p or path,
+ * or "".
  */
 fc_status fc_program_save_file(fc_program *p, const char *path);
+/* The parameters' data, by name: a set of weights (fusec.h's import
+ * section; an ONNX model's initializers). */
+typedef struct fc_weights fc_weights;
+/* As fc_program_save_file, with the tensors of w (NULL: none) in the
+ * file: each must name a parameter of p and have its dtype and shape
+ * (FC_ERR_USAGE naming it otherwise). A loaded program gives them back
+ * (fc_program_weights), so a file of an imported model runs alone. */
+fc_status fc_program_save_file_weights(fc_program *p, const char *path, const fc_weights *w);
+/* The weights a program loaded from a file carries (owned by p), or NULL. */
+const fc_weights *fc_program_weights(const fc_program *p);
+/* Would fc_program_save_file write `path`? FC_OK, or the error it would
+ * give (a directory, device, FIFO, socket or dangling symlink, a file this
+ * process could not open for writing: FC_ERR_RUNTIME). Nothing is created
+ * or changed. Check before a long compile whose result is to be saved. */
+fc_status fc_program_check_save_path(fc_context *ctx, const char *path);
 /*
  * Load a program written by fc_program_save_file into *out (free it with
  * fc_program_free). Nothing is compiled; the GPU is first touched by
@@ -972,9 +988,10 @@ fc_status fc_program_load_file(fc_context *ctx, const char *path, fc_program **o
 /* As fc_program_load_file, from the `size` bytes at `data` (a file embedded
  * in an application); the bytes are copied, so they may be freed after. */
 fc_status fc_program_load_data(fc_context *ctx, const void *data, size_t size, fc_program **out);
-/* True when `path` names such a file (an ELF that holds fusec's program
- * symbol), false for anything else (.ir text, a missing file). It does not
- * check the checksum: fc_program_load_file does. */
+/* True when `path` names such a file (a regular file that starts with
+ * fusec's magic, "FUSECAOT"), false for anything else (.ir text, a plain
+ * cubin, a missing file). It reads 8 bytes: fc_program_load_file checks
+ * the rest. */
 bool fc_program_is_file(const char *path);
 
 /* ------------------------------------------------------------------ */

@@ -105,6 +105,31 @@ static bool unchanged(const target *t) {
     return now.st_dev == t->st.st_dev && now.st_ino == t->st.st_ino && S_ISREG(now.st_mode);
 }
 
+fc_status fc_output_check(fc_context *ctx, const char *path) {
+    if (!path || !*path) return fc_set_error(ctx, FC_ERR_USAGE, "fc_output_check: no path");
+    target t;
+    fc_status st = check_target(ctx, path, &t);
+    if (st == FC_OK && !t.exists) {
+        /* A new name: its directory must take a new file (the temporary
+         * file and the rename). */
+        char *slash = strrchr(t.path, '/');
+        const char *dir = ".";
+        if (slash == t.path) dir = "/";
+        else if (slash) {
+            *slash = 0;
+            dir = t.path;
+        }
+        struct stat ds;
+        if (stat(dir, &ds) != 0 || !S_ISDIR(ds.st_mode) || access(dir, W_OK | X_OK) != 0)
+            st = fc_set_error(ctx, FC_ERR_RUNTIME, "cannot write %s: %s", path,
+                              stat(dir, &ds) != 0 ? strerror(errno)
+                              : !S_ISDIR(ds.st_mode) ? "its directory is not a directory"
+                                                     : "its directory is not writable");
+    }
+    free(t.path);
+    return st;
+}
+
 fc_status fc_write_file_atomic(fc_context *ctx, const char *path, const void *data, size_t n) {
     static _Atomic unsigned counter;
     if (!path || !*path || (!data && n)) return fc_set_error(ctx, FC_ERR_USAGE, "fc_write_file_atomic: no path");

@@ -23,6 +23,11 @@
 #include <sys/types.h>
 
 fc_status fc_write_file_atomic(fc_context *ctx, const char *path, const void *data, size_t n);
+/* The checks fc_write_file_atomic makes of the name before it writes, on
+ * their own: FC_OK when it would write there, else its error. Nothing is
+ * created or changed. So that a caller can refuse a name before spending
+ * time on what it would write (fusec -o checks before it compiles). */
+fc_status fc_output_check(fc_context *ctx, const char *path);
 
 /* What a file of mode m is, for a message that refuses it: "a directory",
  * "a character device", "a FIFO", ... */

@@ -634,8 +634,8 @@ read -r passed failed <"$tmp/counts"
 # ----------------------------------------------------------------------
 export FUSEC_CACHE_DIR=$tmp/cache4
 expect_rc 0 "-o" "$tmp/small.ir" --bind N=4 -o "$tmp/small.cubin"
-if [[ ! -s $tmp/out && -s $tmp/small.cubin && $(head -c 4 "$tmp/small.cubin" | od -An -c | tr -d ' ') == '177ELF' ]]
-then pass; else fail "-o: expected an ELF file and nothing on stdout"; fi
+if [[ ! -s $tmp/out && -s $tmp/small.cubin && $(head -c 8 "$tmp/small.cubin") == FUSECAOT ]]
+then pass; else fail "-o: expected a FUSECAOT file and nothing on stdout"; fi
 expect_rc 0 "plan from the file" "$tmp/small.cubin" --emit=plan
 same_file "plan from the file is the JIT plan" "$tmp/out" "$tmp/plan_jit"
 expect_rc 0 "emit=ir from the file" "$tmp/small.cubin" --emit=ir
@@ -651,18 +651,17 @@ same_file "-o and --emit=plan together: plan" "$tmp/out" "$tmp/plan_jit"
 expect_rc 0 "save a loaded program" "$tmp/small.cubin" -o "$tmp/small3.cubin"
 same_file "save a loaded program: the same file" "$tmp/small.cubin" "$tmp/small3.cubin"
 kname=$(sed -n 's/^launch 0: kernel \([^ ]*\) .*/\1/p' "$tmp/plan_jit")
-if command -v readelf >/dev/null; then
-  if [ -n "$kname" ] && readelf -sW "$tmp/small.cubin" | grep -qw fusec_program && readelf -sW "$tmp/small.cubin" | grep -qw "$kname"
-  then pass; else rc=0; fail "-o: readelf finds no fusec_program or kernel symbol ($kname)"; fi
-fi
-# -o with a warm cache runs no NVRTC: a cache of its own counts the compiles
-# (its kernels, then the file's cubin); a second -o in a new process adds none.
+if [ -n "$kname" ] && grep -qaF "$kname" "$tmp/small.cubin"; then pass
+else rc=0; fail "-o: the file does not name kernel $kname"; fi
+# -o runs no NVRTC of its own: a cache of its own counts the compiles (the
+# kernels'); the file is written from their cubins, and a second -o in a new
+# process compiles nothing.
 ocache="$tmp/ocache"
 FUSEC_CACHE_DIR="$ocache" "$FUSEC" "$tmp/small.ir" --bind N=4 -o "$tmp/w1.cubin" >/dev/null 2>&1
 c1=$(FUSEC_CACHE_DIR="$ocache" "$FUSEC" --cache-info 2>/dev/null | sed -n 's/^compiles: *//p')
 FUSEC_CACHE_DIR="$ocache" "$FUSEC" "$tmp/small.ir" --bind N=4 -o "$tmp/w2.cubin" >/dev/null 2>&1
 c2=$(FUSEC_CACHE_DIR="$ocache" "$FUSEC" --cache-info 2>/dev/null | sed -n 's/^compiles: *//p')
-if [ -n "$c1" ] && [ "$c1" -ge 2 ] && [ "$c2" = "$c1" ] && cmp -s "$tmp/w1.cubin" "$tmp/w2.cubin"
+if [ -n "$c1" ] && [ "$c1" -ge 1 ] && [ "$c2" = "$c1" ] && cmp -s "$tmp/w1.cubin" "$tmp/w2.cubin"
 then pass; else rc=0; fail "-o with a warm cache: NVRTC ran again (compiles $c1, then $c2) or the files differ"; fi
 expect_rc 0 "--arch" "$tmp/small.ir" --bind N=4 --arch sm_80 -o "$tmp/small80.cubin" --emit=ptx
 expect_stdout_has "--arch reaches NVRTC" ".target sm_80"
@@ -675,11 +674,13 @@ expect_rc 3 "-o into a missing directory" "$tmp/small.ir" --bind N=4 -o "$tmp/no
 expect_stderr_has "-o into a missing directory" "cannot write"
 # -o writes only regular files: a rename would replace a device node, a
 # FIFO or a socket with a regular file (as root, `-o /dev/null` would).
-ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) and PATH is left as it was
-  local before after
+ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) before anything is compiled, and PATH is left as it was
+  local before after oc=$tmp/ofail-cache
+  rm -rf "$oc"
   before=$(stat -c '%F %i %a' "$2" 2>/dev/null)
-  expect_rc 3 "$1" "$tmp/small.ir" --bind N=4 -o "$2"
+  FUSEC_CACHE_DIR=$oc expect_rc 3 "$1" "$tmp/small.ir" --bind N=4 -o "$2"
   expect_stderr_has "$1" "$3"
+  if [[ -z $(find "$oc" -name '*.bin' 2>/dev/null) ]]; then pass; else fail "$1: a kernel was compiled before -o was refused"; fi
   after=$(stat -c '%F %i %a' "$2" 2>/dev/null)
   if [[ $before == "$after" ]]; then pass; else fail "$1: -o changed $2 ($before -> $after)"; fi
   if ! ls "$(dirname "$2")" | grep -q '\.tmp\.'; then pass; else fail "$1: a temporary file was left"; fi
@@ -754,6 +755,58 @@ if ! "$FUSEC" --devices | grep -qx cuda; then
   expect_stderr_has "run a file without a GPU" "no CUDA"
   expect_rc 1 "a file's input shapes are static" "$tmp/small.cubin" --run --inputs "$tmp/m24.npy"
   expect_stderr_has "a file's input shapes are static" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
+fi
+# -o --dynamic: a dynamic program, which runs at the shapes of its inputs.
+expect_rc 0 "-o --dynamic" "$tmp/small.ir" --dynamic -o "$tmp/dyn.cubin"
+if [[ $(head -c 8 "$tmp/dyn.cubin") == FUSECAOT ]]; then pass; else fail "-o --dynamic: no program file"; fi
+expect_rc 0 "a dynamic file's graph" "$tmp/dyn.cubin" --emit=ir
+expect_stdout_has "a dynamic file's graph" "graph small(%a: f32[N, 4], %b: f32[4])"
+expect_rc 0 "save a loaded dynamic program" "$tmp/dyn.cubin" -o "$tmp/dyn2.cubin"
+same_file "save a loaded dynamic program: the same file" "$tmp/dyn.cubin" "$tmp/dyn2.cubin"
+expect_usage "--dynamic without -o" "--dynamic applies to -o of a graph" "$tmp/small.ir" --dynamic --emit=plan
+expect_usage "--bind on a dynamic file without --run" "--bind does not apply to a compiled program file without --run" \
+  "$tmp/dyn.cubin" --bind N=4 --emit=plan
+expect_rc 1 "a dynamic file: --bind and an input that disagree" "$tmp/dyn.cubin" --run --bind N=4 --inputs "$tmp/m24.npy"
+expect_stderr_has "a dynamic file: --bind and an input that disagree" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
+if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
+  expect_rc 0 "run a dynamic file at N=2" "$tmp/dyn.cubin" --run --inputs "$tmp/m24.npy"
+  expect_rc 0 "run a dynamic file at N=7" "$tmp/dyn.cubin" --run --bind N=7
+  expect_stdout_has "run a dynamic file at N=7" "[7, 4]"
+else
+  expect_rc 3 "run a dynamic file without a GPU" "$tmp/dyn.cubin" --run --inputs "$tmp/m24.npy"
+fi
+# An imported ONNX model's initializers go into the file, a loaded file is
+# saved with them, and its --run uses them (where fusec has the importer and
+# python3 has onnx).
+if python3 -c 'import onnx' 2>/dev/null && python3 - "$tmp" <<'PY'
+import sys, onnx
+from onnx import helper, TensorProto
+d = sys.argv[1]
+W = helper.make_tensor("W", TensorProto.FLOAT, [3, 2], [1, 0, 0, 1, 1, 1])
+B = helper.make_tensor("B", TensorProto.FLOAT, [2], [10, 20])
+g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"], name="mm"),
+                       helper.make_node("Add", ["h", "B"], ["y"], name="add")], "lin",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], initializer=[W, B])
+onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), d + "/lin.onnx")
+PY
+then
+  if "$FUSEC" "$tmp/lin.onnx" --emit=ir >/dev/null 2>&1; then
+    expect_rc 0 "-o of an ONNX model" "$tmp/lin.onnx" -o "$tmp/lin_onnx.cubin"
+    if grep -qaF '"W":{"dtype":"F32","shape":[3,2]' "$tmp/lin_onnx.cubin"; then pass
+    else fail "-o of an ONNX model: the file lacks its initializer W"; fi
+    expect_rc 0 "an ONNX model's file: the plan" "$tmp/lin_onnx.cubin" --emit=plan
+    expect_rc 0 "save a loaded program with weights" "$tmp/lin_onnx.cubin" -o "$tmp/lin_onnx2.cubin"
+    same_file "a loaded program keeps its weights" "$tmp/lin_onnx.cubin" "$tmp/lin_onnx2.cubin"
+    if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
+      python3 -c 'import numpy as np, sys; np.save(sys.argv[1], np.arange(1, 7, dtype=np.float32).reshape(2, 3))' \
+        "$tmp/lin_x.npy"
+      expect_rc 0 "run an ONNX model's file" "$tmp/lin_onnx.cubin" --run --inputs "$tmp/lin_x.npy"
+      expect_stdout_has "run an ONNX model's file" "31"
+    fi
+  else
+    echo "skip: -o of an ONNX model (no ONNX importer in this build)"
+  fi
 fi
 # Damaged files: refused with the loader's message (exit 1), never parsed as .ir.
 head -c 3000 "$tmp/small.cubin" >"$tmp/cut.cubin"

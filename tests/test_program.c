@@ -869,10 +869,14 @@ static void test_horizontal_gpu(fc_context *ctx, fc_dtype dt, bool wt) {
         fc_program_desc desc;
         CHECK_EQ_INT(fc_program_desc_encode(ctx, fc_program_desc_of(p), &blob), FC_OK);
         CHECK_EQ_INT(fc_program_desc_decode(ctx, blob.data, blob.size, &desc), FC_OK);
-        const fc_bytes *cubin = fc_program_cubin(p);
-        fc_bytes copy = {malloc(cubin->size), cubin->size};
-        memcpy(copy.data, cubin->data, cubin->size);
-        CHECK_EQ_INT(fc_program_from_desc(ctx, &desc, &copy, FC_PROGRAM_FILE, &q), FC_OK);
+        const int nk = fc_program_nkernels(p);
+        fc_bytes *copy = calloc((size_t)nk + 1, sizeof *copy);
+        for (int k = 0; k < nk; k++) {
+            const fc_bytes *c = fc_program_kernel_cubin(p, k);
+            copy[k] = (fc_bytes){malloc(c->size), c->size};
+            memcpy(copy[k].data, c->data, c->size);
+        }
+        CHECK_EQ_INT(fc_program_from_desc(ctx, &desc, copy, FC_PROGRAM_FILE, &q), FC_OK);
         fc_bytes_free(&blob);
     }
     if (!p || !q || !dev) {

@@ -56,6 +56,7 @@ typedef struct options {
     const char *save_dir;
     const char *weights_file; /* --weights x.safetensors */
     const char *output; /* -o FILE: save the compiled program */
+    bool dynamic;       /* --dynamic: -o writes a dynamic program (symbols left unbound) */
     int sm;             /* --arch, when arch_given */
     bool arch_given;
     fc_precision precision; /* --precision, when precision_given */
@@ -133,7 +134,7 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out);
 /* --emit=plan|cuda|ptx of a compiled program. */
 int emit_program(fc_program *p, const options *o);
 /* The graph a compiled program file carries, for --emit=ir and --check. */
-int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc_graph **g);
+int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, const options *o, fc_graph **g);
 /* --cache-clear, then --cache-info [--verify]. */
 int cache_commands(const options *o);
 

@@ -30,6 +30,10 @@ int compile_graph(fc_graph *g, const options *o, fc_program **out) {
     co.sm = o->arch_given ? o->sm : 0;
     co.precision = o->precision;
     co.numerics = o->numerics;
+    /* -o --dynamic: a dynamic program, its variant alone (a file runs no
+     * specializations, which would need NVRTC). */
+    co.dynamic = o->dynamic;
+    if (o->dynamic) co.specialize = FC_SPECIALIZE_OFF;
     fc_status st = fc_compile(g, &co, out);
     print_cache_warning();
     if (st) {
@@ -61,14 +65,15 @@ int emit_program(fc_program *p, const options *o) {
 }
 
 /* The graph a compiled program file carries (the text fc_compile was
- * given, its shapes bound), for --emit=ir and --check. */
-int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc_graph **g) {
+ * given, its shapes bound), for --emit=ir and --check; a dynamic
+ * program's, for --run, with --bind's symbols bound. */
+int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, const options *o, fc_graph **g) {
     const char *graph_text = fc_program_graph_text(prog);
     if (!graph_text || !*graph_text)
         return fail(EXIT_UNSUPPORTED, "%s carries no graph text, which --emit=ir and --check need", file);
     char name[4200];
     snprintf(name, sizeof name, "%s (embedded graph)", file);
-    fc_status st = fc_parse(ctx, name, graph_text, strlen(graph_text), NULL, NULL, 0, g);
+    fc_status st = fc_parse(ctx, name, graph_text, strlen(graph_text), NULL, o->binds, o->nbinds, g);
     if (st == FC_OK) st = fc_verify(*g);
     if (st != FC_OK) {
         print_last_error(ctx);
@@ -79,7 +84,7 @@ int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc
 
 /* The first option given that works on a FILE, or NULL. */
 static const char *file_option(const options *o) {
-    return o->graph ? "--graph" : o->nbinds ? "--bind" : o->emit_ir || o->emit_plan || o->emit_cuda || o->emit_ptx
+    return o->graph ? "--graph" : o->nbinds ? "--bind" : o->dynamic ? "--dynamic" : o->emit_ir || o->emit_plan || o->emit_cuda || o->emit_ptx
            ? "--emit" : o->run ? "--run" : o->output ? "-o" : o->arch_given ? "--arch"
            : o->precision_given ? "--precision" : o->time ? "--time"
            : o->check ? "--check" : o->bench_iters ? "--bench" : o->device_given ? "--device"

@@ -104,6 +104,17 @@ static bool starts_as_elf(const char *path) {
     return n == 4 && memcmp(magic, "\x7f" "ELF", 4) == 0;
 }
 
+/* Does p have a symbolic dim (a dynamic program)? Its signature says. */
+static bool program_is_dynamic(const fc_program *p) {
+    for (int i = 0; i < fc_program_num_inputs(p); i++) {
+        fc_tensor t;
+        if (fc_program_input(p, i, &t, NULL) != FC_OK) continue;
+        for (int d = 0; d < t.rank; d++)
+            if (t.shape[d] < 0) return true;
+    }
+    return false;
+}
+
 /* Which device --run uses for a .ir file; NULL after a usage error
  * (printed, *rc set). */
 static bool choose_device(const options *o, fc_device *dev, int *rc) {
@@ -135,7 +146,7 @@ static int run_cli(const options *o) {
     fc_device dev = FC_DEVICE_CUDA;
     int rc = 0;
     if (is_program) {
-        const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch"
+        const char *na = o->graph ? "--graph" : o->arch_given ? "--arch"
                          : o->precision_given ? "--precision" : NULL;
         if (na)
             return usage_error("%s does not apply to a compiled program file: '%s' has its graph, shapes and "
@@ -154,6 +165,8 @@ static int run_cli(const options *o) {
                               : o->check ? "--check" : o->bench_iters ? "--bench" : NULL;
         if (needs_run) return usage_error("%s needs --run", needs_run);
     }
+    if (o->dynamic && (!o->output || is_program))
+        return usage_error("--dynamic applies to -o of a graph (a compiled program file is dynamic or not already)");
     bool compile_now = !is_program && (o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot || o->output);
     bool compiles = is_program || compile_now || (o->run && dev == FC_DEVICE_CUDA);
     if (o->time && !compiles)
@@ -172,10 +185,18 @@ static int run_cli(const options *o) {
     fc_program *prog = NULL;  /* the program file's, or the one compiled for --emit and -o */
     fc_weights *weights = NULL; /* an .onnx model's initializers and --weights */
     double parse_ms = 0, save_ms = -1; /* save_ms >= 0: -o wrote the file */
+    bool dynamic_file = false;         /* a program file of a dynamic program */
     run_stats rs;
     memset(&rs, 0, sizeof rs);
     fc_status st;
 
+    /* -o's name is checked before anything is compiled: a refusal costs
+     * nothing, and nothing is compiled for a file that cannot be written. */
+    if (o->output && (st = fc_program_check_save_path(ctx, o->output)) != FC_OK) {
+        print_last_error(ctx);
+        rc = run_exit_code(st);
+        goto done;
+    }
     if (is_program) {
         st = fc_program_load_file(ctx, o->file, &prog);
         if (st != FC_OK) {
@@ -183,7 +204,17 @@ static int run_cli(const options *o) {
             rc = run_exit_code(st);
             goto done;
         }
-        if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
+        /* A dynamic program's graph names its symbols, which --run binds
+         * from the input files' shapes. */
+        dynamic_file = program_is_dynamic(prog);
+        if (o->nbinds && (!dynamic_file || !o->run)) {
+            rc = usage_error("--bind does not apply to a compiled program file%s: '%s' has its graph, shapes and "
+                             "target compiled in", dynamic_file ? " without --run" : "", o->file);
+            goto done;
+        }
+        if ((o->emit_ir || o->check || (dynamic_file && o->run)) &&
+            (rc = parse_embedded_graph(ctx, prog, o->file, o, &g)) != 0)
+            goto done;
     } else {
         double t0 = now_ms();
         rc = load_model(ctx, o, &g, &weights);
@@ -219,7 +250,8 @@ static int run_cli(const options *o) {
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
         double t0 = now_ms();
-        st = fc_program_save_file(prog, o->output);
+        /* An imported model's initializers go into the file with it. */
+        st = weights ? fc_program_save_file_weights(prog, o->output, weights) : fc_program_save_file(prog, o->output);
         if (st != FC_OK) {
             print_last_error(ctx);
             rc = run_exit_code(st);
@@ -230,7 +262,7 @@ static int run_cli(const options *o) {
     if (o->run) {
         const char *name = is_program ? fc_program_name(prog) : fc_graph_name(g);
         run_target t = {
-            .g = is_program ? NULL : g,
+            .g = is_program && !dynamic_file ? NULL : g,
             .prog = is_program || dev == FC_DEVICE_CUDA ? prog : NULL, /* compiled once, for --emit or -o */
             .dev = dev,
             .ref = g,
@@ -252,7 +284,7 @@ done:
         if (s) fputs(s, stderr);
         fc_free(s);
         if (save_ms >= 0)
-            fprintf(stderr, "time: %.3f ms more to write %s (-o: the cubin with the plan embedded, from the cache or NVRTC)\n", save_ms,
+            fprintf(stderr, "time: %.3f ms more to write %s (-o: the plan and the kernels' cubins, no compile)\n", save_ms,
                     o->output);
     }
     fc_program_free(prog);

@@ -251,6 +251,7 @@ static const flag flags[] = {
     PATH("--save-outputs", NULL, save_dir, "a directory"),
     PATH("--weights", NULL, weights_file, "a safetensors file"),
     PATH("--output", "-o", output, "a file name"),
+    SWITCH("--dynamic", NULL, dynamic),
     OPTION("--arch", NULL, flag_arch),
     OPTION("--precision", NULL, flag_precision),
     OPTION("--numerics", NULL, flag_numerics),
@@ -366,11 +367,13 @@ void print_help(void) {
         "                        PyTorch rounds. For --emit, -o and --run (cuda, cpu)\n"
         "\n"
         "Ahead of time:\n"
-        "  -o, --output FILE     compile for CUDA and write the program to FILE: one\n"
-        "                        cubin (an ELF file that cuModuleLoadData and cuobjdump\n"
-        "                        accept) holding every kernel and the launch plan. Needs\n"
-        "                        every symbolic dim bound (--bind) and NVRTC, not a GPU.\n"
-        "                        The file is replaced atomically.\n"
+        "  -o, --output FILE     compile for CUDA and write the program to FILE: the\n"
+        "                        launch plan, every kernel's cubin and an imported\n"
+        "                        model's weights. Needs every symbolic dim bound\n"
+        "                        (--bind), or --dynamic, and NVRTC, not a GPU. The file\n"
+        "                        is replaced atomically.\n"
+        "  --dynamic             with -o: leave the unbound symbols unbound; the file\n"
+        "                        runs at any shape (--run takes it from --inputs)\n"
         "  --arch SM             the CUDA target of the compile: sm_90, sm90, 90 or 9.0.\n"
         "                        The default is the local GPU's, or sm_90 without one.\n"
         "                        Applies to -o, --emit=plan|cuda|ptx and --run on cuda.\n"

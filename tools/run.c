@@ -362,6 +362,25 @@ done:
     return rc;
 }
 
+/* A program file's weights (fc_program_weights: the loader checked their
+ * types) as the inputs of the parameters they name that no --inputs file
+ * gave: copies, which run_inputs frees with the rest. */
+static int program_weights_to_inputs(const fc_program *p, fc_tensor *in, int np) {
+    const fc_weights *w = fc_program_weights(p);
+    for (int i = 0; w && i < np; i++) {
+        fc_tensor type;
+        const char *name = NULL;
+        if (in[i].data || fc_program_input(p, i, &type, &name) != FC_OK) continue;
+        const fc_tensor *t = fc_weights_find(w, name);
+        if (!t) continue;
+        size_t bytes = (size_t)fc_tensor_numel(t) * fc_dtype_size(t->dtype);
+        in[i] = *t;
+        if (!(in[i].data = malloc(bytes ? bytes : 1))) return fail(EXIT_NOMEM, "out of memory");
+        memcpy(in[i].data, t->data, bytes);
+    }
+    return 0;
+}
+
 /* Weights (an ONNX model's initializers, --weights) as the inputs of the
  * parameters they name that no --inputs file gave: copies, which
  * run_inputs frees with the rest. */
@@ -475,6 +494,7 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
         if ((rc = match_shape(&params[i], &in[i], &sv, file)) != 0) goto done;
     }
     if (t->weights && t->g && (rc = weights_to_inputs(t->weights, t->g, in, np)) != 0) goto done;
+    if (!t->g && t->prog && (rc = program_weights_to_inputs(t->prog, in, np)) != 0) goto done;
     for (int i = 0; i < np; i++) {
         if ((i < o->ninputs && *o->inputs[i]) || in[i].data) continue;
         const param_info *p = &params[i];

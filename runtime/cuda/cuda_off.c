@@ -73,11 +73,24 @@ fc_status fc_program_load_data(fc_context *ctx, const void *data, size_t size, f
     return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a compiled program runs on CUDA, and %s", no_cuda);
 }
 
-fc_status fc_program_save_file(fc_program *p, const char *path) {
+fc_status fc_program_save_file_weights(fc_program *p, const char *path, const fc_weights *w) {
     (void)path;
+    (void)w;
     if (!p) return FC_ERR_USAGE;
     return fc_set_error(fc_program_context(p), FC_ERR_UNSUPPORTED, "only a CUDA program can be saved, and %s",
                         no_cuda);
+}
+
+fc_status fc_program_save_file(fc_program *p, const char *path) { return fc_program_save_file_weights(p, path, NULL); }
+
+const fc_weights *fc_program_weights(const fc_program *p) {
+    (void)p;
+    return NULL;
+}
+
+fc_status fc_program_check_save_path(fc_context *ctx, const char *path) {
+    (void)path;
+    return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "only a CUDA program can be saved, and %s", no_cuda);
 }
 
 /* ---- the kernel cache: CUDA programs and cubins ---------------------- */

@@ -30,13 +30,38 @@
 const char *fc_program_origin_name(fc_program_origin o);
 
 /*
- * Make a program from a description and its cubin (both moved into the
- * program: *desc and *cubin are zeroed, also on failure, when they are
- * freed). The description must be valid (fc_program_desc_decode checks
- * one). For the program cache and AOT files.
+ * Make a program from a description and the cubins of its distinct
+ * kernels (kcubins: desc->src.nkernels of them, an fc_ctx_malloc'd array;
+ * both moved into the program: *desc is zeroed and kcubins owned by it,
+ * also on failure, when they are freed). The description must be valid
+ * (fc_program_desc_decode checks one). For AOT files.
  */
-fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *kcubins, fc_program_origin origin,
                                fc_program **out);
+/*
+ * A dynamic program's file holds its variant's cubins, not its plan: its
+ * load compiles the graph again (passes and codegen) with the cubins of
+ * the file given, by kernel name, in place of the cache and NVRTC. A
+ * kernel whose source hashes differently from the one the file's cubin
+ * was made from, or that the file lacks, fails the compile (FC_ERR_INPUT)
+ * instead of being compiled: loading a file never runs NVRTC.
+ */
+typedef struct fc_given_cubin {
+    char name[64];           /* the kernel (fc_cuda_kernel.name) */
+    uint8_t source_hash[16]; /* fc_program_kernel_source_hash of its source */
+    const uint8_t *data;     /* its cubin (borrowed) */
+    size_t size;
+    bool used;               /* set by the compile that took it */
+} fc_given_cubin;
+/* This thread's compiles take their kernels' cubins from k[0..n) (NULL, 0:
+ * the cache and NVRTC again). */
+void fc_program_give_cubins(fc_given_cubin *k, int n);
+/* The hash of a kernel's source that fc_given_cubin records. */
+void fc_program_kernel_source_hash(const char *source, uint8_t out[16]);
+
+/* The parameters' data a program file carried (fc_program_weights), moved
+ * into p (freed with it). */
+void fc_program_set_weights(fc_program *p, fc_weights *w);
 /* The program's description. */
 const fc_program_desc *fc_program_desc_of(const fc_program *p);
 /* How many of p's CUDA Graph edges are programmatic (0 before its graph is
@@ -63,12 +88,6 @@ fc_compile_times *fc_program_times_ref(fc_program *p);
 int fc_program_extra_nvrtc_options(int sm, bool fast_math, const char **extra);
 /* The name of the program's source in NVRTC's messages: "fusec_<graph>.cu". */
 void fc_program_unit_name(const char *graph_name, char *buf, size_t n);
-/* A cubin of `source` (NVRTC program `unit`) for sm with the program
- * options (fc_program_extra_nvrtc_options), through the kernel level of the
- * cache: an AOT file's compile, so that saving a program again costs no
- * NVRTC. Counted in fc_compile_counters' nvrtc_compiles when it compiles. */
-fc_status fc_program_nvrtc_cached(fc_context *ctx, const char *source, const char *unit, int sm, bool fast_math,
-                                  fc_bytes *cubin);
 
 /* ------------------------------------------------------------------ */
 /* Counters, for tests and tools: process-wide, since the start.       */
@@ -115,13 +134,13 @@ int fc_program_gemm_queries(const fc_program *p);
 int fc_program_gemm_disk_hits(const fc_program *p);
 /* The CUDA target the cubin was compiled for, major*10+minor (90: sm_90). */
 int fc_program_sm(const fc_program *p);
-/* A cubin of the program, for sm fc_program_sm(p): for a program loaded
- * from a file, the whole file (itself a cubin); else its first kernel's. */
+/* A cubin of the program, for sm fc_program_sm(p): its first kernel's
+ * (an empty one for a program without kernels). */
 const fc_bytes *fc_program_cubin(const fc_program *p);
-/* A compiled program's distinct kernels (d.src.kernels: launches of the
- * same computation share one), and the cubin of kernel k, made alone
- * (NULL for a program from a file, whose one cubin has them all).
- * fc_program_cubin is then kernel 0's. */
+/* A program's distinct kernels (d.src.kernels: launches of the same
+ * computation share one), and the cubin of kernel k, made alone (a
+ * program from a file has each in the file). fc_program_cubin is kernel
+ * 0's. */
 int fc_program_nkernels(const fc_program *p);
 const fc_bytes *fc_program_kernel_cubin(const fc_program *p, int k);
 

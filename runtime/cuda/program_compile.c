@@ -339,6 +339,44 @@ static bool looks_like_cubin(const void *data, size_t n) {
  * depend on the program it came from. */
 static void kernel_unit_name(const fc_cuda_kernel *kn, char *buf, size_t n) { snprintf(buf, n, "%s.cu", kn->name); }
 
+static _Thread_local fc_given_cubin *given;
+static _Thread_local int ngiven;
+
+void fc_program_give_cubins(fc_given_cubin *k, int n) {
+    given = n > 0 ? k : NULL;
+    ngiven = n > 0 ? n : 0;
+}
+
+void fc_program_kernel_source_hash(const char *source, uint8_t out[16]) {
+    fc_cache_hasher h;
+    fc_cache_key_begin(&h);
+    fc_cache_key_add_str(&h, "fusec kernel source");
+    fc_cache_key_add_str(&h, source);
+    fc_cache_key key = fc_cache_key_end(&h);
+    memcpy(out, key.bytes, 16);
+}
+
+/* Kernel kn's cubin from the given ones (a copy in *out): the one of its
+ * name, made from its very source. False when there is none. */
+static bool given_cubin(fc_context *ctx, const fc_cuda_kernel *kn, fc_bytes *out, fc_status *st) {
+    for (int i = 0; i < ngiven; i++) {
+        if (strcmp(given[i].name, kn->name) != 0) continue;
+        uint8_t hash[16];
+        if (!kn->source) return false;
+        fc_program_kernel_source_hash(kn->source, hash);
+        if (memcmp(hash, given[i].source_hash, 16) != 0) return false;
+        if (!(out->data = fc_ctx_malloc(ctx, given[i].size ? given[i].size : 1))) {
+            *st = FC_ERR_NOMEM;
+            return true;
+        }
+        memcpy(out->data, given[i].data, given[i].size);
+        out->size = given[i].size;
+        given[i].used = true;
+        return true;
+    }
+    return false;
+}
+
 /* The cubins of the distinct kernels that the cache has (level 1); a
  * kernel with its source gets its key from it first. *missing: how many
  * are still without a cubin. A bad entry is rejected (removed in rw mode),
@@ -357,6 +395,10 @@ static fc_status cached_kernels(fc_program *p, fc_cache *cache, const nvrtc_setu
     for (int k = 0; k < n && st == FC_OK; k++) {
         fc_cuda_kernel *kn = &d->src.kernels[k];
         if (p->kcubins[k].data) continue;
+        if (given) {
+            if (!given_cubin(p->ctx, kn, &p->kcubins[k], &st)) (*missing)++;
+            continue;
+        }
         if (!cache) {
             (*missing)++;
             continue;
@@ -411,6 +453,14 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     /* A program of library calls only has no kernel to find: compiled. */
     *from_cache = missing == 0 && d->src.nkernels > 0;
     if (missing == 0) return FC_OK;
+    if (given) {
+        for (int k = 0; k < d->src.nkernels; k++)
+            if (!p->kcubins[k].data)
+                return fc_set_error(p->ctx, FC_ERR_INPUT,
+                                    "the file has no cubin made from kernel %s as this fusec plans it (a file from "
+                                    "another fusec: compile the model again)",
+                                    d->src.kernels[k].name);
+    }
     const char **src = fc_ctx_malloc(p->ctx, sizeof *src * (size_t)missing * 2);
     char (*names)[96] = fc_ctx_malloc(p->ctx, sizeof *names * (size_t)missing);
     int *which = fc_ctx_malloc(p->ctx, sizeof *which * (size_t)missing);
@@ -452,43 +502,6 @@ fc_status fc_prog_get_cubin(fc_program *p, fc_cache *cache, const nvrtc_setup *n
     fc_free(which);
     fc_free(made);
     return st;
-}
-
-fc_status fc_program_nvrtc_cached(fc_context *ctx, const char *source, const char *unit, int sm, bool fast_math,
-                                  fc_bytes *cubin) {
-    cubin->data = NULL;
-    cubin->size = 0;
-    fc_cache *cache = NULL;
-    fc_status st = fc_cache_global_open(ctx, &cache);
-    if (st != FC_OK) return st;
-    const char *extra[4];
-    const int nextra = fc_program_extra_nvrtc_options(sm, fast_math, extra);
-    fc_nvrtc_options opts;
-    if ((st = fc_nvrtc_options_build(ctx, sm / 10, sm % 10, extra, nextra, &opts)) != FC_OK) return st;
-    int major = 0, minor = 0;
-    if (fc_cache_mode_of(cache) == FC_CACHE_OFF || fc_nvrtc_version(&major, &minor) != FC_OK) cache = NULL;
-    fc_cache_key key = {{0}};
-    if (cache) {
-        key = fc_kernel_cache_key(source, unit, sm, opts.opt, opts.count, major, minor);
-        void *bin = NULL;
-        size_t n = 0;
-        if ((st = fc_cache_get(cache, ctx, FC_CACHE_KERNEL, &key, &bin, &n)) != FC_OK) return st;
-        if (bin && looks_like_cubin(bin, n)) {
-            cubin->data = bin;
-            cubin->size = n;
-            fc_context scratch = {0};
-            (void)fc_cache_flush_stats(cache, &scratch);
-            return FC_OK;
-        }
-        if (bin) fc_cache_reject(cache, ctx, FC_CACHE_KERNEL, &key);
-        fc_free(bin);
-    }
-    st = fc_nvrtc_compile_many(ctx, &source, &unit, 1, &opts, 1, cubin);
-    atomic_fetch_add(&count_nvrtc, 1);
-    if (st != FC_OK || !cache) return st;
-    fc_cache_note_compile(cache);
-    (void)fc_cache_put(cache, ctx, FC_CACHE_KERNEL, &key, cubin->data, cubin->size);
-    return FC_OK;
 }
 
 /* Store the description as a level-2 entry; failures are not errors. */
@@ -615,24 +628,26 @@ fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_prog
     return FC_OK;
 }
 
-fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *cubin, fc_program_origin origin,
+/* Free kcubins, the cubins of d's kernels. */
+static void free_kcubins(fc_context *ctx, const fc_program_desc *d, fc_bytes *kcubins) {
+    for (int k = 0; kcubins && d && k < d->src.nkernels; k++) fc_bytes_free(&kcubins[k]);
+    fc_ctx_freemem(ctx, kcubins);
+}
+
+fc_status fc_program_from_desc(fc_context *ctx, fc_program_desc *desc, fc_bytes *kcubins, fc_program_origin origin,
                                fc_program **out) {
     if (out) *out = NULL;
-    if (!desc || !cubin || !out) {
-        fc_program_desc_release(desc);
-        fc_bytes_free(cubin);
-        return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
-    }
-    fc_program *p = fc_prog_new_program(ctx);
+    fc_program *p = desc && out && (kcubins || desc->src.nkernels == 0) ? fc_prog_new_program(ctx) : NULL;
     if (!p) {
+        free_kcubins(ctx, desc, kcubins);
         fc_program_desc_release(desc);
-        fc_bytes_free(cubin);
+        if (!desc || !out || (!kcubins && desc->src.nkernels > 0))
+            return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_from_desc: NULL argument");
         return FC_ERR_NOMEM;
     }
     p->d = *desc;
-    p->cubin = *cubin;
+    p->kcubins = kcubins;
     memset(desc, 0, sizeof *desc);
-    memset(cubin, 0, sizeof *cubin);
     fc_compile_options_default(&p->opts);
     p->opts.sm = p->d.sm;
     p->opts.fast_math = p->d.fast_math;

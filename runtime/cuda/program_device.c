@@ -174,10 +174,8 @@ static fc_status frame_setup(fc_prog_variant *vr) {
     return fc_frame_create(v->dev, v->d.src.frame_words, vr->frame_carrier >= 0, &vr->frame);
 }
 
-/* The module or modules: a file's one cubin, or one cubin per distinct
- * kernel (a compile's). */
+/* The modules: one cubin per distinct kernel. */
 static fc_status load_modules(fc_program *p, fc_cuda_device *d) {
-    if (p->cubin.data) return fc_cuda_module_load(d, p->cubin.data, p->cubin.size, &p->module);
     const int n = p->d.src.nkernels;
     CUmodule *m = fc_ctx_malloc(p->ctx, sizeof *m * (size_t)(n + 1));
     if (!m) return FC_ERR_NOMEM;
@@ -195,9 +193,9 @@ static fc_status load_modules(fc_program *p, fc_cuda_device *d) {
     return FC_OK;
 }
 
-/* The module that has launch l's kernel: the file's, or its kernel's. */
+/* The module that has launch l's kernel. */
 static CUmodule module_of(const fc_program *p, const fc_launch *l) {
-    if (!p->kmodules) return p->module;
+    if (!p->kmodules) return NULL;
     for (int k = 0; k < p->d.src.nkernels; k++)
         if (!strcmp(p->d.src.kernels[k].name, l->name)) return p->kmodules[k];
     return NULL;
@@ -225,7 +223,7 @@ fc_status fc_prog_ensure_device(fc_program *p) {
         if (st != FC_OK) return st;
     }
     fc_cuda_device *d = p->dev;
-    if (!p->module && !p->kmodules) {
+    if (!p->kmodules) {
         /* A cubin runs on its own major architecture, on the same or a
          * newer minor one; say so plainly instead of the driver's
          * CUDA_ERROR_NO_BINARY_FOR_GPU. */

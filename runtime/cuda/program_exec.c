@@ -38,7 +38,6 @@ static void cuda_free(fc_program *p) {
         p->func = NULL;
         p->blas = NULL;
         p->arena = 0;
-        p->module = NULL;
         p->dev = NULL;
         memset(&p->args, 0, sizeof p->args); /* the variant's scratch */
     }
@@ -71,7 +70,6 @@ static void cuda_free(fc_program *p) {
         else if (p->arena) (void)cu->MemFree(p->arena);
         spec_step(p, "freeing: arena", t);
         t = fc_now_ms();
-        if (p->module) (void)cu->ModuleUnload(p->module);
         for (int k = 0; p->kmodules && k < p->d.src.nkernels; k++)
             if (p->kmodules[k]) (void)cu->ModuleUnload(p->kmodules[k]);
         spec_step(p, "freeing: module unloaded", t);
@@ -82,7 +80,7 @@ static void cuda_free(fc_program *p) {
     fc_ctx_freemem(p->ctx, p->func);
     fc_launch_params_free(p->ctx, &p->args);
     if (vr) fc_variant_desc_release(p->ctx, &vr->lowered, p->d.src.nlaunches);
-    fc_bytes_free(&p->cubin);
+    fc_weights_free(p->weights);
     for (int k = 0; p->kcubins && k < p->d.src.nkernels; k++) fc_bytes_free(&p->kcubins[k]);
     fc_ctx_freemem(p->ctx, p->kcubins);
     fc_ctx_freemem(p->ctx, p->kmodules);
@@ -111,8 +109,21 @@ int fc_program_sm(const fc_program *p) { return p ? desc_of(p)->sm : 0; }
 const fc_bytes *fc_program_cubin(const fc_program *p) {
     static const fc_bytes none = {0}; /* a dynamic program's: its executables have the cubins */
     const fc_program *x = fc_prog_exec_of(p);
-    if (x && !x->cubin.data && x->kcubins && x->d.src.nkernels > 0) return &x->kcubins[0];
-    return x ? &x->cubin : p ? &none : NULL;
+    if (x && x->kcubins && x->d.src.nkernels > 0) return &x->kcubins[0];
+    return p ? &none : NULL;
+}
+void fc_program_set_weights(fc_program *p, fc_weights *w) {
+    fc_program *x = fc_prog_exec_of(p);
+    if (!x) {
+        fc_weights_free(w);
+        return;
+    }
+    fc_weights_free(x->weights);
+    x->weights = w;
+}
+const fc_weights *fc_program_weights(const fc_program *p) {
+    const fc_program *x = p && fc_program_device_of(p) == FC_DEVICE_CUDA ? fc_prog_exec_of(p) : NULL;
+    return x ? x->weights : NULL;
 }
 int fc_program_nkernels(const fc_program *p) {
     const fc_program *x = fc_prog_exec_of(p);

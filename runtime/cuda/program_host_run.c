@@ -108,6 +108,77 @@ static fc_status host_run_body(fc_program *p, host_run *h, const fc_tensor *inpu
     return FC_OK;
 }
 
+/* One fc_run_shaped of dynamic program p on device buffers t[0..nin+nout),
+ * waited for. */
+static fc_status shaped_once(fc_program *p, fc_cuda_device *d, const fc_tensor *t, int nin, int nout) {
+    fc_status st = fc_run_shaped(p, t, nin, t + nin, nout, d->stream);
+    return st == FC_OK ? fc_cuda_stream_sync(d, d->stream) : st;
+}
+
+/*
+ * A dynamic program from host memory: the results' shapes from the
+ * inputs' (fc_program_infer_outputs), the inputs copied to the device, one
+ * fc_run_shaped on a device handle of this call's (the primary context, as
+ * the program's own), the results copied back. --bench times whole calls,
+ * each waited for (a dynamic program's call includes its guard).
+ */
+static fc_status run_host_dynamic(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
+                                  double *median_ms, int bench_iters) {
+    fc_context *ctx = fc_program_context(p);
+    const fc_program_desc *desc = fc_program_desc_of(p);
+    if (nout > 0 && !outputs) return fc_set_error(ctx, FC_ERR_USAGE, "run: outputs is NULL");
+    for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
+    if (nin != desc->nparams || nout != desc->noutputs)
+        return fc_set_error(ctx, FC_ERR_USAGE, "run: graph %s takes %d inputs and %d outputs, not %d and %d",
+                            desc->graph_name, desc->nparams, desc->noutputs, nin, nout);
+    if ((nin > 0 && !inputs) || bench_iters < 0) return fc_set_error(ctx, FC_ERR_USAGE, "run: bad arguments");
+    for (int i = 0; i < nin; i++)
+        if (!inputs[i].data && fc_tensor_numel(&inputs[i]) != 0)
+            return fc_set_error(ctx, FC_ERR_USAGE, "run: input %d has no data", i);
+    fc_tensor *t = fc_ctx_malloc(ctx, sizeof *t * (size_t)(nin + nout + 1));
+    double *ms = bench_iters > 0 ? fc_ctx_malloc(ctx, sizeof *ms * (size_t)bench_iters) : NULL;
+    if (!t || (bench_iters > 0 && !ms)) {
+        fc_ctx_freemem(ctx, t);
+        return FC_ERR_NOMEM;
+    }
+    memset(t, 0, sizeof *t * (size_t)(nin + nout + 1));
+    fc_status st = fc_program_infer_outputs(p, inputs, nin, t + nin, nout);
+    fc_cuda_device *d = NULL;
+    if (st == FC_OK) st = fc_cuda_device_open(ctx, 0, &d);
+    for (int i = 0; i < nin + nout && st == FC_OK; i++) {
+        if (i < nin) t[i] = inputs[i];
+        size_t bytes = (size_t)fc_tensor_numel(&t[i]) * fc_dtype_size(t[i].dtype);
+        CUdeviceptr dp = 0;
+        st = fc_cuda_alloc(d, bytes ? bytes : 16, &dp);
+        if (st == FC_OK && i < nin && bytes) st = fc_cuda_upload(d, dp, inputs[i].data, bytes);
+        t[i].data = st == FC_OK ? (void *)(uintptr_t)dp : NULL;
+        if (st != FC_OK && dp) (void)fc_cuda_free(d, dp);
+    }
+    if (st == FC_OK) st = shaped_once(p, d, t, nin, nout);
+    for (int i = 0; i < BENCH_WARMUP && st == FC_OK && bench_iters > 0; i++) st = shaped_once(p, d, t, nin, nout);
+    for (int i = 0; i < bench_iters && st == FC_OK; i++) {
+        double t0 = fc_now_ms();
+        st = shaped_once(p, d, t, nin, nout);
+        ms[i] = fc_now_ms() - t0;
+    }
+    if (st == FC_OK && bench_iters > 0 && median_ms) *median_ms = fc_median(ms, bench_iters);
+    for (int k = 0; k < nout && st == FC_OK; k++) {
+        const fc_tensor *r = &t[nin + k];
+        size_t bytes = (size_t)fc_tensor_numel(r) * fc_dtype_size(r->dtype);
+        outputs[k] = *r;
+        if (!(outputs[k].data = fc_ctx_malloc(ctx, bytes ? bytes : 1))) st = FC_ERR_NOMEM;
+        else if (bytes) st = fc_cuda_download(d, outputs[k].data, (CUdeviceptr)(uintptr_t)r->data, bytes);
+    }
+    for (int i = 0; d && i < nin + nout; i++)
+        if (t[i].data) (void)fc_cuda_free(d, (CUdeviceptr)(uintptr_t)t[i].data);
+    fc_cuda_device_close(d);
+    if (st != FC_OK)
+        for (int k = 0; k < nout; k++) fc_tensor_release(&outputs[k]);
+    fc_ctx_freemem(ctx, ms);
+    fc_ctx_freemem(ctx, t);
+    return st;
+}
+
 fc_status fc_prog_host_check(fc_program *p, const fc_tensor *inputs, int nin, int nout) {
     if (fc_prog_dyn_of(p))
         return fc_set_error(fc_program_context(p), FC_ERR_USAGE,
@@ -136,6 +207,7 @@ fc_status fc_prog_host_check(fc_program *p, const fc_tensor *inputs, int nin, in
 fc_status fc_prog_cuda_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
                                double *median_ms, int bench_iters) {
     if (!p) return FC_ERR_USAGE;
+    if (fc_prog_dyn_of(p)) return run_host_dynamic(p, inputs, nin, outputs, nout, median_ms, bench_iters);
     if (nout > 0 && !outputs) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: outputs is NULL");
     for (int k = 0; k < nout; k++) memset(&outputs[k], 0, sizeof outputs[k]);
     if (bench_iters < 0) return fc_set_error(p->ctx, FC_ERR_USAGE, "run: bench_iters %d < 0", bench_iters);

@@ -125,8 +125,8 @@ struct fc_program {
     fc_context *ctx;
     fc_compile_options opts;
     fc_program_desc d;    /* what runs: signature, launches, storage, source */
-    fc_bytes cubin;       /* a program from a file: the whole file, one module of every kernel */
-    fc_bytes *kcubins;    /* otherwise: per distinct kernel (d.src.kernels), its own cubin */
+    fc_bytes *kcubins;    /* per distinct kernel (d.src.kernels), its own cubin */
+    fc_weights *weights;  /* a program from a file: the parameters' data it carried, or NULL */
     fc_compile_times times;
     int max_args;         /* most kernel parameters of any launch */
     int ngemms;           /* launches that run a GEMM through cuBLASLt */
@@ -143,7 +143,6 @@ struct fc_program {
      * device, module, kernels, handle, arena and scratch are its
      * variant's, borrowed. */
     fc_cuda_device *dev;
-    CUmodule module;      /* the file's (cubin) */
     CUmodule *kmodules;   /* per distinct kernel (kcubins) */
     CUfunction *func; /* per launch; NULL for launches that are not kernels */
     bool funcs_ready;

@@ -1,4 +1,4 @@
-/* fuzz_aot.c - libFuzzer harness for the AOT loader: the ELF reader, the
+/* fuzz_aot.c - libFuzzer harness for the AOT loader: the section table, the kernels' ELF checks, the
  * container, the program decoder and the validation on load. No GPU is
  * needed: a load reads and checks, it launches nothing. Most mutations
  * break the checksum, so it is recomputed first (unless
