@@ -150,7 +150,19 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
     got=$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')
     if [[ "$got" != "$want" ]]; then echo "FAIL: $m export: $got, the hand-written graph: $want"; echo "$plan"; fail=1; fi
   done
-  for m in gpt2 gpt2ln bert llama; do
+  # The whole GPT-2 plans as bench/models/irgen.py's hand-written graph does
+  # at every size, whether the exporter folded the causal mask into a
+  # [B, 1, T, T] table (B=2, T=16) or left its Expand and Where (the others).
+  python3 -c "import sys; sys.path.insert(0, '$SRC/bench/models'); import irgen; open('$tmp/gpt2lm.ir', 'w').write(irgen.gpt2_ir(dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=1024), 'f32')[0])"
+  for bt in 2x16 1x128 8x1024; do
+    plan=$("$FUSEC" "$tmp/x/gpt2lm_${bt}_export.onnx" --emit=plan 2>&1)
+    if ! grep -q "^total:" <<<"$plan"; then echo "note: no plan for gpt2lm_$bt: $(tail -1 <<<"$plan")"; continue; fi
+    check grep -q "attention: flash rows f32, causal" <<<"$plan"
+    want=$("$FUSEC" "$tmp/gpt2lm.ir" --bind "B=${bt%x*},T=${bt#*x}" --emit=plan | grep "^total:" | sed 's/, [0-9]* bytes.*//')
+    got=$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')
+    if [[ "$got" != "$want" ]]; then echo "FAIL: gpt2lm_$bt export: $got, the hand-written graph: $want"; echo "$plan"; fail=1; fi
+  done
+  for m in gpt2 gpt2ln bert llama gpt2lm_2x16 gpt2lm_1x128; do
     ins=$(ls "$tmp/x/${m}"_in*.npy | tr '\n' ',' | sed 's/,$//')
     for dev in ref cpu cuda; do
       "$FUSEC" --devices | grep -qx "$dev" || continue

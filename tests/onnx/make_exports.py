@@ -26,7 +26,11 @@ as the hand-written one:
     embeddings from folded cos/sin tables by Slice, Neg, Concat, Mul, Add;
     SwiGLU as Sigmoid and Mul.
 
-  make_exports.py OUTDIR   writes OUTDIR/{gpt2,gpt2ln,bert,llama}_export.onnx, their
+  - The whole GPT-2 (GPT2LMHeadModel, tiny: 2 layers of 64) at three sizes,
+    with the causal mask folded (B=2, T=16) or kept as Expand and Where
+    (B=1, T=128 and B=8, T=1024), as the exporter leaves it.
+
+  make_exports.py OUTDIR   writes OUTDIR/{gpt2,gpt2ln,bert,llama,gpt2lm_BxT}_export.onnx, their
                            inputs as .npy files and, when onnxruntime is
                            installed, its outputs (*_ort.npy).
 """
@@ -220,6 +224,64 @@ def llama_export():
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [B, T, C])])
 
 
+def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=1024):
+    """The whole GPT2LMHeadModel (bench/models/hf.py's tiny preset: the
+    embeddings, L blocks, ln_f and the LM head tied to wte) at batch b_ and
+    sequence t_, with the causal mask as the exporter leaves it at that
+    size. Hugging Face builds it as (kv_idx <= q_idx) of shape [1, 1, T, T],
+    expands it to [B, 1, T, T], and torchlib's SDPA turns the bool mask into
+    Where(mask, 0, -inf) in each layer. onnxscript's constant folding skips
+    a node with an input over 1024 elements (and keeps no result over 2^20):
+    for a short sequence everything folds into one float table [B, 1, T, T];
+    from T = 32 on the bool tril stays a constant and the Expand and the
+    Where of every layer stay in the graph."""
+    global B, T
+    saved, (B, T) = (B, T), (b_, t_)
+    D = C // H
+    b = Builder(20)
+    wte, wpe = b.w("wte", V, C), b.w("wpe", P, C)
+    h = b.op("Add", [b.op("Gather", [wte, "input_ids"]), b.op("Gather", [wpe, b.c(np.arange(T)[None].astype(np.int64))])])
+    tril = np.tril(np.ones((T, T), bool)).reshape(1, 1, T, T)
+    folded = tril.size <= 1024
+    if not folded:
+        expanded = b.op("Expand", [b.c(tril), b.c([B, 1, T, T], np.int64)])
+    flat = b.c([-1, C], np.int64)
+    for i in range(L):
+        def w(name, *shape, scale=0.05):
+            return b.w("h%d_%s" % (i, name), *shape, scale=scale)
+        ln = b.op("LayerNormalization", [h, w("ln1_w", C, scale=1.0), w("ln1_b", C)], axis=-1, epsilon=1e-5)
+        qkv = b.op("Gemm", [b.op("Reshape", [ln, flat]), w("attn_w", C, 3 * C), w("attn_b", 3 * C)])
+        q, k, v = b.op("Split", [b.op("Reshape", [qkv, b.c([B, T, 3 * C], np.int64)])], nout=3, axis=2, num_outputs=3)
+        q, k, v = b.heads(q, H, D), b.heads(k, H, D), b.heads(v, H, D)
+        if folded:
+            mask = b.c(np.broadcast_to(np.where(tril, 0.0, -np.inf), (B, 1, T, T)).astype(np.float32))
+        else:
+            mask = b.op("Where", [expanded, b.c(0.0, np.float32), b.c(-np.inf, np.float32)])
+        o = b.merge_heads(b.sdpa(q, k, v, mask, H, D), C)
+        o = b.op("Gemm", [b.op("Reshape", [o, flat]), w("proj_w", C, C), w("proj_b", C)])
+        h1 = b.op("Add", [h, b.op("Reshape", [o, b.c([B, T, C], np.int64)])])
+        ln2 = b.op("LayerNormalization", [h1, w("ln2_w", C, scale=1.0), w("ln2_b", C)], axis=-1, epsilon=1e-5)
+        f = b.op("Gemm", [b.op("Reshape", [ln2, flat]), w("fc_w", C, 4 * C), w("fc_b", 4 * C)])
+        f = b.op("Reshape", [f, b.c([B, T, 4 * C], np.int64)])
+        inner = b.op("Add", [f, b.op("Mul", [b.op("Pow", [f, b.c(3.0, np.float32)]), b.c(0.044715, np.float32)])])
+        t = b.op("Tanh", [b.op("Mul", [inner, b.c(np.sqrt(2.0 / np.pi), np.float32)])])
+        g = b.op("Mul", [b.op("Mul", [f, b.c(0.5, np.float32)]), b.op("Add", [t, b.c(1.0, np.float32)])])
+        m = b.op("Gemm", [b.op("Reshape", [g, b.c([-1, 4 * C], np.int64)]), w("mp_w", 4 * C, C), w("mp_b", C)])
+        h = b.op("Add", [h1, b.op("Reshape", [m, b.c([B, T, C], np.int64)])])
+    hf = b.op("LayerNormalization", [h, b.w("lnf_w", C, scale=1.0), b.w("lnf_b", C)], axis=-1, epsilon=1e-5)
+    b.op("MatMul", [hf, b.op("Transpose", [wte], perm=[1, 0])])
+    b.nodes[-1].output[0] = "logits"
+    m = b.model("gpt2_lm_export", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [B, T])],
+                [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [B, T, V])])
+    B, T = saved
+    return m
+
+
+# (B, T) of the whole-model GPT-2 mirrors: the table folded, and kept at the
+# two sizes bench/whole_model.py measures.
+GPT2_LM_SIZES = ((2, 16), (1, 128), (8, 1024))
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -230,6 +292,9 @@ def main():
                                        "attention_mask": (np.arange(T)[None] < np.array([[T], [11]])).astype(np.int64)}),
               "gpt2ln": (gpt2_export(written_ln=True), {"x": rng.standard_normal((B, T, 768)).astype(np.float32)}),
               "llama": (llama_export(), {"x": rng.standard_normal((B, T, 512)).astype(np.float32)})}
+    for lb, lt in GPT2_LM_SIZES:
+        models["gpt2lm_%dx%d" % (lb, lt)] = (gpt2_lm_export(lb, lt),
+                                             {"input_ids": rng.integers(0, 1000, (lb, lt)).astype(np.int64)})
     try:
         import onnxruntime as ort
     except ImportError:
