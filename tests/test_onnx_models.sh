@@ -20,6 +20,9 @@ printf 'junk' > "$tmp/bad.onnx"
 out=$("$FUSEC" "$tmp/bad.onnx" --emit=ir 2>&1)
 if echo "$out" | grep -q "without the ONNX importer"; then echo "SKIP: no ONNX importer"; exit 0; fi
 check grep -q "not a valid ONNX model" <<<"$out"
+: > "$tmp/empty.onnx"
+out=$("$FUSEC" "$tmp/empty.onnx" --emit=ir 2>&1)
+check grep -q "empty.onnx: error: the file is empty, not an ONNX model" <<<"$out"
 
 data=/usr/share/libonnx-testdata/data/node
 if [[ -d $data ]]; then
