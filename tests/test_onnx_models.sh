@@ -165,7 +165,15 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
     got=$(grep "^total:" <<<"$plan" | sed 's/, [0-9]* bytes.*//')
     if [[ "$got" != "$want" ]]; then echo "FAIL: gpt2lm_$bt export: $got, the hand-written graph: $want"; echo "$plan"; fail=1; fi
   done
-  for m in gpt2 gpt2ln bert llama gpt2lm_2x16 gpt2lm_1x128; do
+  # The whole BERT and Llama mirrors (their op histograms are the exports',
+  # make_exports.py checks): both layers' attention flash, the QKV merged.
+  for m in bertmodel llamamodel; do
+    plan=$("$FUSEC" "$tmp/x/${m}_export.onnx" --emit=plan 2>&1)
+    if ! grep -q "^total:" <<<"$plan"; then echo "note: no plan for $m: $(tail -1 <<<"$plan")"; continue; fi
+    check test "$(grep -c "ops: attention: flash" <<<"$plan")" = 2
+    check test "$(grep -c "gemm\[x3" <<<"$plan")" = 2
+  done
+  for m in gpt2 gpt2ln bert llama gpt2lm_2x16 gpt2lm_1x128 bertmodel llamamodel; do
     ins=$(ls "$tmp/x/${m}"_in*.npy | tr '\n' ',' | sed 's/,$//')
     for dev in ref cpu cuda; do
       "$FUSEC" --devices | grep -qx "$dev" || continue
