@@ -850,6 +850,9 @@ fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_conv(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_scatter_elements(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_scatter_nd(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -887,6 +890,8 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod}, {"TopK", ox_op_topk},
     {"Conv", ox_op_conv}, {"ConvTranspose", ox_op_conv_transpose}, {"MaxPool", ox_op_pool},
     {"AveragePool", ox_op_pool},
+    {"ScatterElements", ox_op_scatter_elements}, {"Scatter", ox_op_scatter_elements}, {"ScatterND", ox_op_scatter_nd},
+    {"Atan", ox_op_arc}, {"Asin", ox_op_arc}, {"Acos", ox_op_arc},
 };
 
 bool ox_op_known(const char *op_type) {

@@ -33,4 +33,10 @@ static inline fc_value *in(ox_ctx *ox, int i) { return has_in(ox, i) ? ox_materi
 static inline bool isf(fc_dtype dt) { return dt == FC_F32 || dt == FC_F64 || dt == FC_F16 || dt == FC_BF16; }
 static inline int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
+/* The product of x over the axes, in f64 (exp of the sum of the logs of the
+ * magnitudes, the sign from the count of negatives, 0 where a factor is 0;
+ * rounded to an integer for integer x): ReduceProd's, and the scatters'
+ * reduction mul. */
+fc_value *ox_product(ox_ctx *ox, fc_value *x, int na, const int *axes, bool keep);
+
 #endif

@@ -2,7 +2,7 @@
  * (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), the normalizations
  * over channels (BatchNormalization in inference, InstanceNormalization,
  * MeanVarianceNormalization), the global poolings, DepthToSpace and
- * SpaceToDepth, and ReduceProd. onnx_ops.c holds the table. */
+ * SpaceToDepth, ReduceProd, and Atan, Asin and Acos. onnx_ops.c holds the table. */
 #include "onnx_ops.h"
 
 #include <math.h>
@@ -198,19 +198,20 @@ fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n) {
     }
     for (int i = 0; i < na; i++)
         if (axes[i] < 0 || axes[i] >= x->rank) return ERR("axis out of range");
-    bool keep = ai(n, "keepdims", 1) != 0;
+    OUT(0, fc_cast(G, ox_product(ox, x, na, axes, ai(n, "keepdims", 1) != 0), x->dtype));
+    return FC_OK;
+}
+
+fc_value *ox_product(ox_ctx *ox, fc_value *x, int na, const int *axes, bool keep) {
     fc_value *xf = fc_cast(G, x, FC_F64);
     fc_value *mag = fc_exp(G, fc_reduce_sum(G, fc_log(G, fc_abs(G, xf)), na, axes, keep));
     fc_value *neg = fc_reduce_sum(G, fc_cast(G, fc_lt(G, xf, fc_scalar(G, 0)), FC_F64), na, axes, keep);
     fc_value *half = fc_mul(G, neg, fc_scalar(G, 0.5));
     fc_value *odd = fc_ne(G, fc_cast(G, fc_cast(G, half, FC_I64), FC_F64), half);
     fc_value *zero = fc_reduce_max(G, fc_cast(G, fc_eq(G, xf, fc_scalar(G, 0)), FC_F64), na, axes, keep);
-    const bool flt = isf(x->dtype);
-    if (!flt) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
+    if (!isf(x->dtype)) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
     fc_value *p = fc_where(G, odd, fc_neg(G, mag), mag);
-    p = fc_where(G, fc_gt(G, zero, fc_scalar(G, 0)), fc_scalar(G, 0), p);
-    OUT(0, fc_cast(G, p, x->dtype));
-    return FC_OK;
+    return fc_where(G, fc_gt(G, zero, fc_scalar(G, 0)), fc_scalar(G, 0), p);
 }
 
 /* TopK for a known, small K: K rounds of a max (or min), the first index
@@ -266,5 +267,40 @@ fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *i = k == 1 ? idxs[0] : fc_concat(G, (int)k, idxs, axis);
     OUT(0, fc_cast(G, v, dt));
     if (ox->nout > 1) OUT(1, fc_cast(G, i, FC_I64));
+    return FC_OK;
+}
+
+/* atan(x) as Cephes' atanf computes it: |x| reduced to [0, tan(pi/8)] by
+ * atan(a) = pi/2 + atan(-1/a) above tan(3 pi/8) and pi/4 + atan((a-1)/(a+1))
+ * above tan(pi/8), then an odd polynomial of degree 9 (relative error about
+ * 1e-7, f32's rounding). */
+static fc_value *arctan(ox_ctx *ox, fc_value *x) {
+    fc_value *a = fc_abs(G, x), *one = fc_scalar(G, 1.0);
+    fc_value *big = fc_gt(G, a, fc_scalar(G, 2.414213562373095)), *mid = fc_gt(G, a, fc_scalar(G, 0.4142135623730950));
+    fc_value *t = fc_where(G, big, fc_neg(G, fc_div(G, one, a)),
+                           fc_where(G, mid, fc_div(G, fc_sub(G, a, one), fc_add(G, a, one)), a));
+    /* pi/2 above tan(3 pi/8), pi/4 above tan(pi/8) (big implies mid) */
+    fc_value *y0 = fc_mul(G, fc_add(G, fc_cast(G, big, x->dtype), fc_cast(G, mid, x->dtype)), fc_scalar(G, M_PI / 4));
+    fc_value *z = fc_mul(G, t, t);
+    fc_value *p = fc_sub(G, fc_mul(G, z, fc_scalar(G, 8.05374449538e-2)), fc_scalar(G, 1.38776856032e-1));
+    p = fc_sub(G, fc_mul(G, fc_add(G, fc_mul(G, p, z), fc_scalar(G, 1.99777106478e-1)), z), fc_scalar(G, 3.33329491539e-1));
+    p = fc_add(G, fc_mul(G, fc_mul(G, p, z), t), t);
+    fc_value *r = fc_add(G, y0, p);
+    return fc_where(G, fc_lt(G, x, fc_scalar(G, 0)), fc_neg(G, r), r);
+}
+
+/* Atan, and Asin and Acos through it: asin(x) = atan(x / sqrt(1 - x^2)),
+ * acos(x) = 2 atan(sqrt((1 - x) / (1 + x))) (no cancellation near 1; x = -1
+ * gives atan(inf) = pi/2). Outside [-1, 1] the square root is NaN, as asin
+ * and acos are. */
+fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0);
+    if (!x) return ERR("needs an input");
+    if (!isf(x->dtype)) return ERR("needs a float input");
+    fc_value *one = fc_scalar(G, 1.0), *y;
+    if (!strcmp(n->op_type, "Atan")) y = arctan(ox, x);
+    else if (!strcmp(n->op_type, "Asin")) y = arctan(ox, fc_div(G, x, fc_sqrt(G, fc_sub(G, one, fc_mul(G, x, x)))));
+    else y = fc_mul(G, arctan(ox, fc_sqrt(G, fc_div(G, fc_sub(G, one, x), fc_add(G, one, x)))), fc_scalar(G, 2.0));
+    OUT(0, y);
     return FC_OK;
 }
