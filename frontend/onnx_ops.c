@@ -626,7 +626,7 @@ static fc_status op_slice(ox_ctx *ox, const Onnx__NodeProto *n) {
 }
 
 /* Negative indices count from the end in ONNX. */
-static fc_value *wrap_index(ox_ctx *ox, fc_value *idx, fc_dim len) {
+fc_value *ox_wrap_index(ox_ctx *ox, fc_value *idx, fc_dim len) {
     if (len < 0) return idx;
     return fc_where(G, fc_lt(G, idx, fc_scalar_int(G, 0)), fc_add(G, idx, fc_scalar_int(G, len)), idx);
 }
@@ -639,7 +639,7 @@ static fc_status op_gather(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (idx->rank == 0) {
         /* A scalar index drops the axis: gather with [1] and reshape. */
         fc_dim one[1] = {1};
-        fc_value *i1 = fc_reshape(G, wrap_index(ox, idx, x->dims[axis]), 1, one);
+        fc_value *i1 = fc_reshape(G, ox_wrap_index(ox, idx, x->dims[axis]), 1, one);
         fc_value *g1 = fc_gather(G, x, i1, axis);
         fc_dim dims[FC_MAX_RANK];
         int r = 0;
@@ -648,7 +648,7 @@ static fc_status op_gather(ox_ctx *ox, const Onnx__NodeProto *n) {
         OUT(0, fc_reshape(G, g1, r, dims));
         return FC_OK;
     }
-    OUT(0, fc_gather(G, x, wrap_index(ox, idx, x->dims[axis]), axis));
+    OUT(0, fc_gather(G, x, ox_wrap_index(ox, idx, x->dims[axis]), axis));
     return FC_OK;
 }
 
@@ -666,18 +666,21 @@ static fc_status op_gather_elements(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!static_shape(x) || !static_shape(idx)) return ERR("symbolic shapes; bind them (--bind)");
     int r = x->rank, axis = norm_axis(ai(n, "axis", 0), r);
     if (axis < 0 || axis >= r || idx->rank != r) return ERR("bad axis or index rank");
+    OUT(0, ox_take_along(ox, x, axis, ox_wrap_index(ox, fc_cast(G, idx, FC_I64), x->dims[axis])));
+    return FC_OK;
+}
+
+fc_value *ox_take_along(ox_ctx *ox, fc_value *x, int axis, fc_value *idx) {
     fc_value *lin = NULL;
     int64_t stride = 1;
-    for (int d = r - 1; d >= 0; d--) {
-        fc_value *c = d == axis ? wrap_index(ox, fc_cast(G, idx, FC_I64), x->dims[d])
-                                : fc_iota(G, idx->rank, idx->dims, d, FC_I64);
+    for (int d = x->rank - 1; d >= 0; d--) {
+        fc_value *c = d == axis ? idx : fc_iota(G, idx->rank, idx->dims, d, FC_I64);
         fc_value *t = fc_mul(G, c, fc_scalar_int(G, stride));
         lin = lin ? fc_add(G, lin, t) : t;
         stride *= x->dims[d];
     }
     fc_dim flat[1] = {stride};
-    OUT(0, fc_gather(G, fc_reshape(G, x, 1, flat), lin, 0));
-    return FC_OK;
+    return fc_gather(G, fc_reshape(G, x, 1, flat), lin, 0);
 }
 
 static fc_status op_gather_nd(ox_ctx *ox, const Onnx__NodeProto *n) {
@@ -695,7 +698,7 @@ static fc_status op_gather_nd(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (int64_t j = k - 1; j >= 0; j--) {
         fc_value *c = fc_slice(G, ii, idx->rank - 1, j, j + 1, 1);
         c = fc_reshape(G, c, ir, lead);
-        c = wrap_index(ox, c, x->dims[j]);
+        c = ox_wrap_index(ox, c, x->dims[j]);
         fc_value *t = fc_mul(G, c, fc_scalar_int(G, stride));
         lin = lin ? fc_add(G, lin, t) : t;
         stride *= x->dims[j];
@@ -853,6 +856,8 @@ fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_scatter_elements(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_scatter_nd(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_reverse_sequence(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_lrn(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -891,7 +896,8 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"Conv", ox_op_conv}, {"ConvTranspose", ox_op_conv_transpose}, {"MaxPool", ox_op_pool},
     {"AveragePool", ox_op_pool},
     {"ScatterElements", ox_op_scatter_elements}, {"Scatter", ox_op_scatter_elements}, {"ScatterND", ox_op_scatter_nd},
-    {"Atan", ox_op_arc}, {"Asin", ox_op_arc}, {"Acos", ox_op_arc},
+    {"Atan", ox_op_arc}, {"Asin", ox_op_arc}, {"Acos", ox_op_arc}, {"ReverseSequence", ox_op_reverse_sequence},
+    {"LRN", ox_op_lrn},
 };
 
 bool ox_op_known(const char *op_type) {

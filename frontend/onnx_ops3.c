@@ -2,7 +2,8 @@
  * (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), the normalizations
  * over channels (BatchNormalization in inference, InstanceNormalization,
  * MeanVarianceNormalization), the global poolings, DepthToSpace and
- * SpaceToDepth, ReduceProd, and Atan, Asin and Acos. onnx_ops.c holds the table. */
+ * SpaceToDepth, ReduceProd, Atan, Asin and Acos, ReverseSequence and LRN.
+ * onnx_ops.c holds the table. */
 #include "onnx_ops.h"
 
 #include <math.h>
@@ -302,5 +303,55 @@ fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n) {
     else if (!strcmp(n->op_type, "Asin")) y = arctan(ox, fc_div(G, x, fc_sqrt(G, fc_sub(G, one, fc_mul(G, x, x)))));
     else y = fc_mul(G, arctan(ox, fc_sqrt(G, fc_div(G, fc_sub(G, one, x), fc_add(G, one, x)))), fc_scalar(G, 2.0));
     OUT(0, y);
+    return FC_OK;
+}
+
+/* ReverseSequence: along time_axis, the first sequence_lens[b] elements of
+ * each batch entry reversed, the rest as they are; a take along the time
+ * axis at len - 1 - t below len, t above. */
+fc_status ox_op_reverse_sequence(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0), *lens = in(ox, 1);
+    if (!x || !lens) return ERR("needs an input and sequence_lens");
+    int ta = (int)ai(n, "time_axis", 0), ba = (int)ai(n, "batch_axis", 1);
+    if (x->rank < 2 || ta < 0 || ta > 1 || ba < 0 || ba > 1 || ta == ba) return ERR("time_axis and batch_axis must be 0 and 1");
+    for (int d = 0; d < x->rank; d++)
+        if (x->dims[d] < 0) return ERR("symbolic dims are not supported");
+    if (lens->rank != 1 || lens->dims[0] != x->dims[ba]) return ERR("sequence_lens must have the batch's length");
+    fc_dim ld[FC_MAX_RANK];
+    for (int d = 0; d < x->rank; d++) ld[d] = d == ba ? x->dims[ba] : 1;
+    fc_value *len = fc_reshape(G, fc_cast(G, lens, FC_I64), x->rank, ld);
+    fc_value *t = fc_iota(G, x->rank, x->dims, ta, FC_I64);
+    fc_value *idx = fc_where(G, fc_lt(G, t, len), fc_sub(G, fc_sub(G, len, fc_scalar_int(G, 1)), t), t);
+    OUT(0, ox_take_along(ox, x, ta, idx));
+    return FC_OK;
+}
+
+/* LRN over the channels (axis 1): x / (bias + alpha / size * sum of x^2 over
+ * the size channels around c)^beta, the window's sum as the sum of `size`
+ * slices of the squares padded with zero channels. */
+fc_status ox_op_lrn(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0);
+    if (!x) return ERR("needs an input");
+    int64_t size = ai(n, "size", 0);
+    if (x->rank < 3 || !isf(x->dtype)) return ERR("needs a float input [N, C, ...]");
+    if (size < 1 || size > 64) return ERR("size must be 1 to 64");
+    int64_t C = x->dims[1];
+    if (C < 0) return ERR("symbolic channels are not supported");
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+    fc_value *sq = fc_mul(G, x, x);
+    fc_dim zd[FC_MAX_RANK];
+    memcpy(zd, x->dims, sizeof(fc_dim) * (size_t)x->rank);
+    fc_value *parts[3];
+    int np = 0;
+    if (lo) { zd[1] = lo; parts[np++] = fc_full(G, x->rank, zd, 0, x->dtype); }
+    parts[np++] = sq;
+    if (hi) { zd[1] = hi; parts[np++] = fc_full(G, x->rank, zd, 0, x->dtype); }
+    fc_value *padded = np > 1 ? fc_concat(G, np, parts, 1) : sq, *sum = NULL;
+    for (int64_t i = 0; i < size; i++) {
+        fc_value *s = fc_slice(G, padded, 1, i, i + C, 1);
+        sum = sum ? fc_add(G, sum, s) : s;
+    }
+    fc_value *den = fc_add(G, fc_mul(G, sum, fc_scalar(G, af(n, "alpha", 1e-4) / (double)size)), fc_scalar(G, af(n, "bias", 1.0)));
+    OUT(0, fc_div(G, x, fc_pow(G, den, fc_scalar(G, af(n, "beta", 0.75)))));
     return FC_OK;
 }

@@ -60,12 +60,6 @@ static fc_value *scatter_along(ox_ctx *ox, fc_value *data, int ax, fc_value *key
     }
 }
 
-/* Indices along a dim of length len as i64, negative ones counted from the end. */
-static fc_value *index_i64(ox_ctx *ox, fc_value *idx, fc_value *len) {
-    idx = fc_cast(G, idx, FC_I64);
-    return fc_where(G, fc_lt(G, idx, fc_scalar_int(G, 0)), fc_add(G, idx, len), idx);
-}
-
 /* Both scatters' operands (data, indices, updates) and reduction. */
 static fc_status operands(ox_ctx *ox, const Onnx__NodeProto *n, fc_value **data, fc_value **idx, fc_value **upd,
                           int *red) {
@@ -98,7 +92,7 @@ fc_status ox_op_scatter_elements(ox_ctx *ox, const Onnx__NodeProto *n) {
     /* The updates' axis goes after the data's: [.., 1, K, ..]. */
     fc_dim kd[FC_MAX_RANK];
     for (int d = 0; d <= r; d++) kd[d] = d < ax ? idx->dims[d] : d == ax ? 1 : idx->dims[d - 1];
-    fc_value *key = fc_reshape(G, index_i64(ox, idx, fc_scalar_int(G, data->dims[ax])), r + 1, kd);
+    fc_value *key = fc_reshape(G, ox_wrap_index(ox, fc_cast(G, idx, FC_I64), data->dims[ax]), r + 1, kd);
     OUT(0, scatter_along(ox, data, ax, key, fc_reshape(G, upd, r + 1, kd), red));
     return FC_OK;
 }
@@ -140,7 +134,7 @@ fc_status ox_op_scatter_nd(ox_ctx *ox, const Onnx__NodeProto *n) {
     for (int i = 0; i < k; i++) {
         stride /= data->dims[i];
         fc_value *c = fc_reshape(G, fc_slice(G, ix, 1, i, i + 1, 1), 1, cd);
-        c = fc_mul(G, index_i64(ox, c, fc_scalar_int(G, data->dims[i])), fc_scalar_int(G, stride));
+        c = fc_mul(G, ox_wrap_index(ox, fc_cast(G, c, FC_I64), data->dims[i]), fc_scalar_int(G, stride));
         off = off ? fc_add(G, off, c) : c;
     }
     fc_value *out = scatter_along(ox, fc_reshape(G, data, 1 + rest, dd), 0, fc_reshape(G, off, 2 + rest, od),
