@@ -686,19 +686,24 @@ fc_value *ox_take_along(ox_ctx *ox, fc_value *x, int axis, fc_value *idx) {
 static fc_status op_gather_nd(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *x = in(ox, 0), *idx = in(ox, 1);
     if (!x || !idx) return ERR("needs 2 inputs");
-    if (ai(n, "batch_dims", 0) != 0) return ERR("batch_dims other than 0 is not supported");
     if (!static_shape(x) || !static_shape(idx) || idx->rank < 1) return ERR("symbolic shapes; bind them (--bind)");
-    int64_t k = idx->dims[idx->rank - 1];
-    if (k < 1 || k > x->rank) return ERR("index depth %lld for rank %d", (long long)k, x->rank);
+    /* The first batch_dims dims are shared: data and indices go together
+     * along them, an iota of the indices' leading dims in the linear index. */
+    int64_t b = ai(n, "batch_dims", 0), k = idx->dims[idx->rank - 1];
+    if (b < 0 || b >= idx->rank || b >= x->rank) return ERR("batch_dims %lld out of range", (long long)b);
+    for (int d = 0; d < b; d++)
+        if (x->dims[d] != idx->dims[d]) return ERR("the batch dims of data and indices differ");
+    if (k < 1 || b + k > x->rank) return ERR("index depth %lld for rank %d", (long long)k, x->rank);
+    k += b;
     fc_value *ii = fc_cast(G, idx, FC_I64), *lin = NULL;
     int64_t stride = 1;
     fc_dim lead[FC_MAX_RANK];
     int ir = idx->rank - 1;
     memcpy(lead, idx->dims, sizeof(fc_dim) * (size_t)ir);
     for (int64_t j = k - 1; j >= 0; j--) {
-        fc_value *c = fc_slice(G, ii, idx->rank - 1, j, j + 1, 1);
-        c = fc_reshape(G, c, ir, lead);
-        c = ox_wrap_index(ox, c, x->dims[j]);
+        fc_value *c = j < b ? fc_iota(G, ir, lead, (int)j, FC_I64)
+                            : ox_wrap_index(ox, fc_reshape(G, fc_slice(G, ii, idx->rank - 1, j - b, j - b + 1, 1), ir, lead),
+                                            x->dims[j]);
         fc_value *t = fc_mul(G, c, fc_scalar_int(G, stride));
         lin = lin ? fc_add(G, lin, t) : t;
         stride *= x->dims[j];
