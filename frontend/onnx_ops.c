@@ -637,10 +637,20 @@ static fc_status op_gather(ox_ctx *ox, const Onnx__NodeProto *n) {
     int axis = norm_axis(ai(n, "axis", 0), x->rank);
     if (axis < 0 || axis >= x->rank) return ERR("bad axis");
     if (idx->rank == 0) {
-        /* A scalar index drops the axis: gather with [1] and reshape. */
+        /* A scalar index drops the axis: gather with [1] and reshape. A
+         * known one (x[:, 0], x[..., -1]: a pooler's first token, the last
+         * token's logits) is a slice, a view the consumer can read in place. */
         fc_dim one[1] = {1};
-        fc_value *i1 = fc_reshape(G, ox_wrap_index(ox, idx, x->dims[axis]), 1, one);
-        fc_value *g1 = fc_gather(G, x, i1, axis);
+        ox_const *k = kin(ox, 1);
+        fc_value *g1;
+        if (k && k->n == 1 && (!k->kind || k->kind[0] == OX_KNOWN) && x->dims[axis] >= 0) {
+            int64_t i = ox_const_int(k, 0);
+            if (i < 0) i += x->dims[axis];
+            if (i < 0 || i >= x->dims[axis]) return ERR("index %lld out of range", (long long)ox_const_int(k, 0));
+            g1 = fc_slice(G, x, axis, i, i + 1, 1);
+        } else {
+            g1 = fc_gather(G, x, fc_reshape(G, ox_wrap_index(ox, idx, x->dims[axis]), 1, one), axis);
+        }
         fc_dim dims[FC_MAX_RANK];
         int r = 0;
         for (int d = 0; d < x->rank; d++)

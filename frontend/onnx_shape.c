@@ -141,6 +141,25 @@ static fc_value *causal_mask(ox_ctx *ox, const ox_const *k, const fc_dim *dims) 
     return fc_where(ox->g, fc_ge(ox->g, qi, kj), va, vb);
 }
 
+/*
+ * A constant 0, 1, .., n-1 along its one dim that is not 1 (torch.arange
+ * folded by the exporter: the positions of a mask too large to fold) is an
+ * iota, which the attention pass reads as the query or key index of a
+ * causal mask. NULL when k is not one.
+ */
+static fc_value *arange(ox_ctx *ox, const ox_const *k, const fc_dim *dims) {
+    int ax = -1;
+    for (int d = 0; d < k->rank; d++)
+        if (k->shape[d] != 1) {
+            if (ax >= 0) return NULL;
+            ax = d;
+        }
+    if (ax < 0 || k->n < 2 || (k->dt != FC_I64 && k->dt != FC_I32 && k->dt != FC_F32 && k->dt != FC_F64)) return NULL;
+    for (int64_t i = 0; i < k->n; i++)
+        if (ox_const_dbl(k, i) != (double)i) return NULL;
+    return fc_iota(ox->g, k->rank, dims, ax, k->dt);
+}
+
 fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
     if (val->v) return val->v;
     ox_const *k = val->k;
@@ -162,6 +181,7 @@ fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
         return val->v;
     }
     if ((val->v = causal_mask(ox, k, dims))) return val->v;
+    if ((val->v = arange(ox, k, dims))) return val->v;
     /* Non-uniform data: a parameter named as the ONNX value, its data in the
      * weights. Only the model's own importer has weights; a throwaway
      * folding graph gets its data as parameters from the folder. */

@@ -156,8 +156,8 @@ if python3 -c 'import onnx, numpy' 2>/dev/null; then
   # The whole GPT-2 plans as bench/models/irgen.py's hand-written graph does
   # at every size, whether the exporter folded the causal mask into a
   # [B, 1, T, T] table (B=2, T=16) or left its Expand and Where (the others).
-  python3 -c "import sys; sys.path.insert(0, '$SRC/bench/models'); import irgen; open('$tmp/gpt2lm.ir', 'w').write(irgen.gpt2_ir(dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=1024), 'f32')[0])"
-  for bt in 2x16 1x128 8x1024; do
+  python3 -c "import sys; sys.path.insert(0, '$SRC/bench/models'); import irgen; open('$tmp/gpt2lm.ir', 'w').write(irgen.gpt2_ir(dict(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=2048), 'f32')[0])"
+  for bt in 2x16 1x128 8x1024 1x2048; do
     plan=$("$FUSEC" "$tmp/x/gpt2lm_${bt}_export.onnx" --emit=plan 2>&1)
     if ! grep -q "^total:" <<<"$plan"; then echo "note: no plan for gpt2lm_$bt: $(tail -1 <<<"$plan")"; continue; fi
     check grep -q "attention: flash rows f32, causal" <<<"$plan"

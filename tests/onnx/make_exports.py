@@ -26,9 +26,10 @@ as the hand-written one:
     embeddings from folded cos/sin tables by Slice, Neg, Concat, Mul, Add;
     SwiGLU as Sigmoid and Mul.
 
-  - The whole GPT-2 (GPT2LMHeadModel, tiny: 2 layers of 64) at three sizes,
+  - The whole GPT-2 (GPT2LMHeadModel, tiny: 2 layers of 64) at four sizes,
     with the causal mask folded (B=2, T=16) or kept as Expand and Where
-    (B=1, T=128 and B=8, T=1024), as the exporter leaves it.
+    (B=1, T=128 and B=8, T=1024), or computed from the aranges (B=1, T=2048),
+    as the exporter leaves it.
 
   make_exports.py OUTDIR   writes OUTDIR/{gpt2,gpt2ln,bert,llama,gpt2lm_BxT}_export.onnx, their
                            inputs as .npy files and, when onnxruntime is
@@ -348,7 +349,7 @@ def example_input(vi):
     return np.random.default_rng(7).integers(0, 1000, shape).astype(np.int64)
 
 
-def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=1024):
+def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=2048):
     """The whole GPT2LMHeadModel (bench/models/hf.py's tiny preset: the
     embeddings, L blocks, ln_f and the LM head tied to wte) at batch b_ and
     sequence t_, with the causal mask as the exporter leaves it at that
@@ -358,7 +359,8 @@ def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=1024):
     a node with an input over 1024 elements (and keeps no result over 2^20):
     for a short sequence everything folds into one float table [B, 1, T, T];
     from T = 32 on the bool tril stays a constant and the Expand and the
-    Where of every layer stay in the graph."""
+    Where of every layer stay in the graph; past T = 1024 the comparison of
+    the two aranges stays too."""
     global B, T
     saved, (B, T) = (B, T), (b_, t_)
     D = C // H
@@ -367,7 +369,11 @@ def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=1024):
     h = b.op("Add", [b.op("Gather", [wte, "input_ids"]), b.op("Gather", [wpe, b.c(np.arange(T)[None].astype(np.int64))])])
     tril = np.tril(np.ones((T, T), bool)).reshape(1, 1, T, T)
     folded = tril.size <= 1024
-    if not folded:
+    if tril.size > 1 << 20:  # too large for even the comparison to fold: kv_idx <= q_idx of the aranges
+        ar = np.arange(T, dtype=np.int64)
+        expanded = b.op("Expand", [b.op("LessOrEqual", [b.c(ar.reshape(1, 1, 1, T)), b.c(ar.reshape(1, 1, T, 1))]),
+                                   b.c([B, 1, T, T], np.int64)])
+    elif not folded:
         expanded = b.op("Expand", [b.c(tril), b.c([B, 1, T, T], np.int64)])
     flat = b.c([-1, C], np.int64)
     for i in range(L):
@@ -401,9 +407,9 @@ def gpt2_lm_export(b_, t_, L=2, C=64, H=4, V=1000, P=1024):
     return m
 
 
-# (B, T) of the whole-model GPT-2 mirrors: the table folded, and kept at the
-# two sizes bench/whole_model.py measures.
-GPT2_LM_SIZES = ((2, 16), (1, 128), (8, 1024))
+# (B, T) of the whole-model GPT-2 mirrors: the table folded, kept at the two
+# sizes bench/whole_model.py measures, and computed from the aranges.
+GPT2_LM_SIZES = ((2, 16), (1, 128), (8, 1024), (1, 2048))
 
 
 def main():
