@@ -496,6 +496,23 @@ def fail(results, key, ex):
         f"{type(ex).__name__}: {str(ex)[:300]}")
 
 
+def probe_onnx(fusec, path):
+    """(0, "") when fusec imports a one-node ONNX model, else (rc, why): the
+    importer is optional in a build, and the onnx package on this machine."""
+    try:
+        import onnx
+        from onnx import TensorProto, helper
+    except ImportError:
+        return 1, "python has no onnx package"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [x], [y])
+    onnx.save(helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+    rc, _, err, _ = sh([fusec, path, "--emit=ir"], cap=20)
+    lines = err.strip().splitlines()
+    return rc, lines[-1] if lines else f"rc={rc}"
+
+
 def export(torch, model, ids, path):
     kw = dict(dynamo=True, opset_version=18, input_names=["input_ids"], output_names=["logits"])
     try:
@@ -655,13 +672,11 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False  # the reference is f32
         torch.backends.cudnn.allow_tf32 = False
     have_precision = fusec_has(fusec, "--precision")
-    probe = work / "probe.onnx"
-    probe.write_bytes(b"")
-    rc, _, err, _ = sh([fusec, probe, "--emit=ir"], cap=20)
-    have_onnx = "built without the ONNX importer" not in err  # an empty file: "the model has no graph"
+    rc, err = probe_onnx(fusec, work / "probe.onnx")
+    have_onnx = rc == 0
     log(f"whole_model.py: fusec {fusec} on {ARGS.device}; torch {torch.__version__}; "
-        f"--precision: {'yes' if have_precision else 'no'}; ONNX importer: {'yes' if have_onnx else 'no'} "
-        f"({err.strip().splitlines()[-1][:120] if err.strip() else ''}); modes {','.join(ARGS.modes) or 'none'}; "
+        f"--precision: {'yes' if have_precision else 'no'}; ONNX importer: {'yes' if have_onnx else 'no'}"
+        f"{'' if have_onnx else ' (' + err[:120] + ')'}; modes {','.join(ARGS.modes) or 'none'}; "
         f"rows {','.join(sorted(ARGS.rows))}; reps {ARGS.reps}; budget {ARGS.budget:.0f} s; scratch {work}")
     if ARGS.device == "cuda":
         log(f"   GPU: {torch.cuda.get_device_name()}")

@@ -626,7 +626,7 @@ static fc_status op_slice(ox_ctx *ox, const Onnx__NodeProto *n) {
 }
 
 /* Negative indices count from the end in ONNX. */
-static fc_value *wrap_index(ox_ctx *ox, fc_value *idx, fc_dim len) {
+fc_value *ox_wrap_index(ox_ctx *ox, fc_value *idx, fc_dim len) {
     if (len < 0) return idx;
     return fc_where(G, fc_lt(G, idx, fc_scalar_int(G, 0)), fc_add(G, idx, fc_scalar_int(G, len)), idx);
 }
@@ -637,10 +637,20 @@ static fc_status op_gather(ox_ctx *ox, const Onnx__NodeProto *n) {
     int axis = norm_axis(ai(n, "axis", 0), x->rank);
     if (axis < 0 || axis >= x->rank) return ERR("bad axis");
     if (idx->rank == 0) {
-        /* A scalar index drops the axis: gather with [1] and reshape. */
+        /* A scalar index drops the axis: gather with [1] and reshape. A
+         * known one (x[:, 0], x[..., -1]: a pooler's first token, the last
+         * token's logits) is a slice, a view the consumer can read in place. */
         fc_dim one[1] = {1};
-        fc_value *i1 = fc_reshape(G, wrap_index(ox, idx, x->dims[axis]), 1, one);
-        fc_value *g1 = fc_gather(G, x, i1, axis);
+        ox_const *k = kin(ox, 1);
+        fc_value *g1;
+        if (k && k->n == 1 && (!k->kind || k->kind[0] == OX_KNOWN) && x->dims[axis] >= 0) {
+            int64_t i = ox_const_int(k, 0);
+            if (i < 0) i += x->dims[axis];
+            if (i < 0 || i >= x->dims[axis]) return ERR("index %lld out of range", (long long)ox_const_int(k, 0));
+            g1 = fc_slice(G, x, axis, i, i + 1, 1);
+        } else {
+            g1 = fc_gather(G, x, fc_reshape(G, ox_wrap_index(ox, idx, x->dims[axis]), 1, one), axis);
+        }
         fc_dim dims[FC_MAX_RANK];
         int r = 0;
         for (int d = 0; d < x->rank; d++)
@@ -648,7 +658,7 @@ static fc_status op_gather(ox_ctx *ox, const Onnx__NodeProto *n) {
         OUT(0, fc_reshape(G, g1, r, dims));
         return FC_OK;
     }
-    OUT(0, fc_gather(G, x, wrap_index(ox, idx, x->dims[axis]), axis));
+    OUT(0, fc_gather(G, x, ox_wrap_index(ox, idx, x->dims[axis]), axis));
     return FC_OK;
 }
 
@@ -666,36 +676,44 @@ static fc_status op_gather_elements(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!static_shape(x) || !static_shape(idx)) return ERR("symbolic shapes; bind them (--bind)");
     int r = x->rank, axis = norm_axis(ai(n, "axis", 0), r);
     if (axis < 0 || axis >= r || idx->rank != r) return ERR("bad axis or index rank");
+    OUT(0, ox_take_along(ox, x, axis, ox_wrap_index(ox, fc_cast(G, idx, FC_I64), x->dims[axis])));
+    return FC_OK;
+}
+
+fc_value *ox_take_along(ox_ctx *ox, fc_value *x, int axis, fc_value *idx) {
     fc_value *lin = NULL;
     int64_t stride = 1;
-    for (int d = r - 1; d >= 0; d--) {
-        fc_value *c = d == axis ? wrap_index(ox, fc_cast(G, idx, FC_I64), x->dims[d])
-                                : fc_iota(G, idx->rank, idx->dims, d, FC_I64);
+    for (int d = x->rank - 1; d >= 0; d--) {
+        fc_value *c = d == axis ? idx : fc_iota(G, idx->rank, idx->dims, d, FC_I64);
         fc_value *t = fc_mul(G, c, fc_scalar_int(G, stride));
         lin = lin ? fc_add(G, lin, t) : t;
         stride *= x->dims[d];
     }
     fc_dim flat[1] = {stride};
-    OUT(0, fc_gather(G, fc_reshape(G, x, 1, flat), lin, 0));
-    return FC_OK;
+    return fc_gather(G, fc_reshape(G, x, 1, flat), lin, 0);
 }
 
 static fc_status op_gather_nd(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *x = in(ox, 0), *idx = in(ox, 1);
     if (!x || !idx) return ERR("needs 2 inputs");
-    if (ai(n, "batch_dims", 0) != 0) return ERR("batch_dims other than 0 is not supported");
     if (!static_shape(x) || !static_shape(idx) || idx->rank < 1) return ERR("symbolic shapes; bind them (--bind)");
-    int64_t k = idx->dims[idx->rank - 1];
-    if (k < 1 || k > x->rank) return ERR("index depth %lld for rank %d", (long long)k, x->rank);
+    /* The first batch_dims dims are shared: data and indices go together
+     * along them, an iota of the indices' leading dims in the linear index. */
+    int64_t b = ai(n, "batch_dims", 0), k = idx->dims[idx->rank - 1];
+    if (b < 0 || b >= idx->rank || b >= x->rank) return ERR("batch_dims %lld out of range", (long long)b);
+    for (int d = 0; d < b; d++)
+        if (x->dims[d] != idx->dims[d]) return ERR("the batch dims of data and indices differ");
+    if (k < 1 || b + k > x->rank) return ERR("index depth %lld for rank %d", (long long)k, x->rank);
+    k += b;
     fc_value *ii = fc_cast(G, idx, FC_I64), *lin = NULL;
     int64_t stride = 1;
     fc_dim lead[FC_MAX_RANK];
     int ir = idx->rank - 1;
     memcpy(lead, idx->dims, sizeof(fc_dim) * (size_t)ir);
     for (int64_t j = k - 1; j >= 0; j--) {
-        fc_value *c = fc_slice(G, ii, idx->rank - 1, j, j + 1, 1);
-        c = fc_reshape(G, c, ir, lead);
-        c = wrap_index(ox, c, x->dims[j]);
+        fc_value *c = j < b ? fc_iota(G, ir, lead, (int)j, FC_I64)
+                            : ox_wrap_index(ox, fc_reshape(G, fc_slice(G, ii, idx->rank - 1, j - b, j - b + 1, 1), ir, lead),
+                                            x->dims[j]);
         fc_value *t = fc_mul(G, c, fc_scalar_int(G, stride));
         lin = lin ? fc_add(G, lin, t) : t;
         stride *= x->dims[j];
@@ -851,6 +869,11 @@ fc_status ox_op_conv(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_conv_transpose(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_pool(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_resize(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_scatter_elements(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_scatter_nd(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_reverse_sequence(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_lrn(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -888,6 +911,9 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"SpaceToDepth", ox_op_depth_space}, {"ReduceProd", ox_op_reduce_prod}, {"TopK", ox_op_topk},
     {"Conv", ox_op_conv}, {"ConvTranspose", ox_op_conv_transpose}, {"MaxPool", ox_op_pool},
     {"AveragePool", ox_op_pool}, {"Resize", ox_op_resize}, {"Upsample", ox_op_resize},
+    {"ScatterElements", ox_op_scatter_elements}, {"Scatter", ox_op_scatter_elements}, {"ScatterND", ox_op_scatter_nd},
+    {"Atan", ox_op_arc}, {"Asin", ox_op_arc}, {"Acos", ox_op_arc}, {"ReverseSequence", ox_op_reverse_sequence},
+    {"LRN", ox_op_lrn},
 };
 
 bool ox_op_known(const char *op_type) {

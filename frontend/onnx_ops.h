@@ -33,4 +33,17 @@ static inline fc_value *in(ox_ctx *ox, int i) { return has_in(ox, i) ? ox_materi
 static inline bool isf(fc_dtype dt) { return dt == FC_F32 || dt == FC_F64 || dt == FC_F16 || dt == FC_BF16; }
 static inline int norm_axis(int64_t a, int rank) { return (int)(a < 0 ? a + rank : a); }
 
+/* The product of x over the axes, in f64 (exp of the sum of the logs of the
+ * magnitudes, the sign from the count of negatives, 0 where a factor is 0;
+ * rounded to an integer for integer x): ReduceProd's, and the scatters'
+ * reduction mul. */
+fc_value *ox_product(ox_ctx *ox, fc_value *x, int na, const int *axes, bool keep);
+/* Indices along a dim of length len (i64), negative ones counted from the
+ * end (len < 0, a symbol: as they are). */
+fc_value *ox_wrap_index(ox_ctx *ox, fc_value *idx, fc_dim len);
+/* x [static] taken along axis at idx (i64, x's rank, every other dim of
+ * idx within x's): out[.., i, ..] = x[.., idx[.., i, ..], ..], as a gather
+ * from the flattened x at the linear index. */
+fc_value *ox_take_along(ox_ctx *ox, fc_value *x, int axis, fc_value *idx);
+
 #endif

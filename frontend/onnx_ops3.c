@@ -2,7 +2,8 @@
  * (NegativeLogLikelihoodLoss, SoftmaxCrossEntropyLoss), the normalizations
  * over channels (BatchNormalization in inference, InstanceNormalization,
  * MeanVarianceNormalization), the global poolings, DepthToSpace and
- * SpaceToDepth, and ReduceProd. onnx_ops.c holds the table. */
+ * SpaceToDepth, ReduceProd, Atan, Asin and Acos, ReverseSequence and LRN.
+ * onnx_ops.c holds the table. */
 #include "onnx_ops.h"
 
 #include <math.h>
@@ -211,19 +212,20 @@ fc_status ox_op_reduce_prod(ox_ctx *ox, const Onnx__NodeProto *n) {
     }
     for (int i = 0; i < na; i++)
         if (axes[i] < 0 || axes[i] >= x->rank) return ERR("axis out of range");
-    bool keep = ai(n, "keepdims", 1) != 0;
+    OUT(0, fc_cast(G, ox_product(ox, x, na, axes, ai(n, "keepdims", 1) != 0), x->dtype));
+    return FC_OK;
+}
+
+fc_value *ox_product(ox_ctx *ox, fc_value *x, int na, const int *axes, bool keep) {
     fc_value *xf = fc_cast(G, x, FC_F64);
     fc_value *mag = fc_exp(G, fc_reduce_sum(G, fc_log(G, fc_abs(G, xf)), na, axes, keep));
     fc_value *neg = fc_reduce_sum(G, fc_cast(G, fc_lt(G, xf, fc_scalar(G, 0)), FC_F64), na, axes, keep);
     fc_value *half = fc_mul(G, neg, fc_scalar(G, 0.5));
     fc_value *odd = fc_ne(G, fc_cast(G, fc_cast(G, half, FC_I64), FC_F64), half);
     fc_value *zero = fc_reduce_max(G, fc_cast(G, fc_eq(G, xf, fc_scalar(G, 0)), FC_F64), na, axes, keep);
-    const bool flt = isf(x->dtype);
-    if (!flt) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
+    if (!isf(x->dtype)) mag = fc_cast(G, fc_cast(G, fc_add(G, mag, fc_scalar(G, 0.5)), FC_I64), FC_F64);
     fc_value *p = fc_where(G, odd, fc_neg(G, mag), mag);
-    p = fc_where(G, fc_gt(G, zero, fc_scalar(G, 0)), fc_scalar(G, 0), p);
-    OUT(0, fc_cast(G, p, x->dtype));
-    return FC_OK;
+    return fc_where(G, fc_gt(G, zero, fc_scalar(G, 0)), fc_scalar(G, 0), p);
 }
 
 /* TopK for a known, small K: K rounds of a max (or min), the first index
@@ -279,5 +281,90 @@ fc_status ox_op_topk(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *i = k == 1 ? idxs[0] : fc_concat(G, (int)k, idxs, axis);
     OUT(0, fc_cast(G, v, dt));
     if (ox->nout > 1) OUT(1, fc_cast(G, i, FC_I64));
+    return FC_OK;
+}
+
+/* atan(x) as Cephes' atanf computes it: |x| reduced to [0, tan(pi/8)] by
+ * atan(a) = pi/2 + atan(-1/a) above tan(3 pi/8) and pi/4 + atan((a-1)/(a+1))
+ * above tan(pi/8), then an odd polynomial of degree 9 (relative error about
+ * 1e-7, f32's rounding). */
+static fc_value *arctan(ox_ctx *ox, fc_value *x) {
+    fc_value *a = fc_abs(G, x), *one = fc_scalar(G, 1.0);
+    fc_value *big = fc_gt(G, a, fc_scalar(G, 2.414213562373095)), *mid = fc_gt(G, a, fc_scalar(G, 0.4142135623730950));
+    fc_value *t = fc_where(G, big, fc_neg(G, fc_div(G, one, a)),
+                           fc_where(G, mid, fc_div(G, fc_sub(G, a, one), fc_add(G, a, one)), a));
+    /* pi/2 above tan(3 pi/8), pi/4 above tan(pi/8) (big implies mid) */
+    fc_value *y0 = fc_mul(G, fc_add(G, fc_cast(G, big, x->dtype), fc_cast(G, mid, x->dtype)), fc_scalar(G, M_PI / 4));
+    fc_value *z = fc_mul(G, t, t);
+    fc_value *p = fc_sub(G, fc_mul(G, z, fc_scalar(G, 8.05374449538e-2)), fc_scalar(G, 1.38776856032e-1));
+    p = fc_sub(G, fc_mul(G, fc_add(G, fc_mul(G, p, z), fc_scalar(G, 1.99777106478e-1)), z), fc_scalar(G, 3.33329491539e-1));
+    p = fc_add(G, fc_mul(G, fc_mul(G, p, z), t), t);
+    fc_value *r = fc_add(G, y0, p);
+    return fc_where(G, fc_lt(G, x, fc_scalar(G, 0)), fc_neg(G, r), r);
+}
+
+/* Atan, and Asin and Acos through it: asin(x) = atan(x / sqrt(1 - x^2)),
+ * acos(x) = 2 atan(sqrt((1 - x) / (1 + x))) (no cancellation near 1; x = -1
+ * gives atan(inf) = pi/2). Outside [-1, 1] the square root is NaN, as asin
+ * and acos are. */
+fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0);
+    if (!x) return ERR("needs an input");
+    if (!isf(x->dtype)) return ERR("needs a float input");
+    fc_value *one = fc_scalar(G, 1.0), *y;
+    if (!strcmp(n->op_type, "Atan")) y = arctan(ox, x);
+    else if (!strcmp(n->op_type, "Asin")) y = arctan(ox, fc_div(G, x, fc_sqrt(G, fc_sub(G, one, fc_mul(G, x, x)))));
+    else y = fc_mul(G, arctan(ox, fc_sqrt(G, fc_div(G, fc_sub(G, one, x), fc_add(G, one, x)))), fc_scalar(G, 2.0));
+    OUT(0, y);
+    return FC_OK;
+}
+
+/* ReverseSequence: along time_axis, the first sequence_lens[b] elements of
+ * each batch entry reversed, the rest as they are; a take along the time
+ * axis at len - 1 - t below len, t above. */
+fc_status ox_op_reverse_sequence(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0), *lens = in(ox, 1);
+    if (!x || !lens) return ERR("needs an input and sequence_lens");
+    int ta = (int)ai(n, "time_axis", 0), ba = (int)ai(n, "batch_axis", 1);
+    if (x->rank < 2 || ta < 0 || ta > 1 || ba < 0 || ba > 1 || ta == ba) return ERR("time_axis and batch_axis must be 0 and 1");
+    for (int d = 0; d < x->rank; d++)
+        if (x->dims[d] < 0) return ERR("symbolic dims are not supported");
+    if (lens->rank != 1 || lens->dims[0] != x->dims[ba]) return ERR("sequence_lens must have the batch's length");
+    fc_dim ld[FC_MAX_RANK];
+    for (int d = 0; d < x->rank; d++) ld[d] = d == ba ? x->dims[ba] : 1;
+    fc_value *len = fc_reshape(G, fc_cast(G, lens, FC_I64), x->rank, ld);
+    fc_value *t = fc_iota(G, x->rank, x->dims, ta, FC_I64);
+    fc_value *idx = fc_where(G, fc_lt(G, t, len), fc_sub(G, fc_sub(G, len, fc_scalar_int(G, 1)), t), t);
+    OUT(0, ox_take_along(ox, x, ta, idx));
+    return FC_OK;
+}
+
+/* LRN over the channels (axis 1): x / (bias + alpha / size * sum of x^2 over
+ * the size channels around c)^beta, the window's sum as the sum of `size`
+ * slices of the squares padded with zero channels. */
+fc_status ox_op_lrn(ox_ctx *ox, const Onnx__NodeProto *n) {
+    fc_value *x = in(ox, 0);
+    if (!x) return ERR("needs an input");
+    int64_t size = ai(n, "size", 0);
+    if (x->rank < 3 || !isf(x->dtype)) return ERR("needs a float input [N, C, ...]");
+    if (size < 1 || size > 64) return ERR("size must be 1 to 64");
+    int64_t C = x->dims[1];
+    if (C < 0) return ERR("symbolic channels are not supported");
+    int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
+    fc_value *sq = fc_mul(G, x, x);
+    fc_dim zd[FC_MAX_RANK];
+    memcpy(zd, x->dims, sizeof(fc_dim) * (size_t)x->rank);
+    fc_value *parts[3];
+    int np = 0;
+    if (lo) { zd[1] = lo; parts[np++] = fc_full(G, x->rank, zd, 0, x->dtype); }
+    parts[np++] = sq;
+    if (hi) { zd[1] = hi; parts[np++] = fc_full(G, x->rank, zd, 0, x->dtype); }
+    fc_value *padded = np > 1 ? fc_concat(G, np, parts, 1) : sq, *sum = NULL;
+    for (int64_t i = 0; i < size; i++) {
+        fc_value *s = fc_slice(G, padded, 1, i, i + C, 1);
+        sum = sum ? fc_add(G, sum, s) : s;
+    }
+    fc_value *den = fc_add(G, fc_mul(G, sum, fc_scalar(G, af(n, "alpha", 1e-4) / (double)size)), fc_scalar(G, af(n, "bias", 1.0)));
+    OUT(0, fc_div(G, x, fc_pow(G, den, fc_scalar(G, af(n, "beta", 0.75)))));
     return FC_OK;
 }

@@ -472,6 +472,9 @@ fc_status fc_graph_from_onnx_data(fc_context *ctx, const char *filename, const v
     if (weights) *weights = NULL;
     if (!ctx || !graph || (!data && size)) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_graph_from_onnx: NULL argument") : FC_ERR_USAGE;
     if (!filename) filename = "<onnx>";
+    /* Zero bytes decode as a ModelProto with every field absent; say what
+     * the file is rather than that its (absent) model has no graph. */
+    if (!size) return fc_set_error(ctx, FC_ERR_INPUT, "%s: error: the file is empty, not an ONNX model", filename);
     Onnx__ModelProto *m = onnx__model_proto__unpack(NULL, size, data);
     if (!m)
         return fc_set_error(ctx, FC_ERR_INPUT, "%s: error: not a valid ONNX model (the protobuf is malformed or truncated)",

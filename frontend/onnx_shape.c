@@ -117,26 +117,47 @@ ox_const *ox_const_from_tensor(const fc_tensor *t) {
 
 /*
  * A constant whose last two dims hold one value `a` on and below the
- * diagonal and another `b` above it (every leading dim 1): a causal mask,
- * as exporters fold it (an additive 0 / -inf table, or a bool tril). It is
- * made from iota and a comparison instead of a parameter, so that the
- * attention pass sees the causal mask it recognises and the kernel skips the
- * masked tiles instead of reading a T x S table. NULL when k is not one.
+ * diagonal and another `b` above it, the same table for every index of the
+ * leading dims: a causal mask, as exporters fold it (an additive 0 / -inf
+ * table, or a bool tril, often already expanded to the batch). It is made
+ * from iota and a comparison instead of a parameter, so that the attention
+ * pass sees the causal mask it recognises and the kernel skips the masked
+ * tiles instead of reading a T x S table. NULL when k is not one.
  */
 static fc_value *causal_mask(ox_ctx *ox, const ox_const *k, const fc_dim *dims) {
     if (k->rank < 2 || k->n < 4) return NULL;
     int64_t T = k->shape[k->rank - 2], S = k->shape[k->rank - 1];
-    if (T < 2 || S < 2 || T * S != k->n) return NULL;
+    if (T < 2 || S < 2 || k->n % (T * S)) return NULL;
     double a = ox_const_dbl(k, 0), b = ox_const_dbl(k, 1);
     if (a == b || a != a || b != b) return NULL;
-    for (int64_t i = 0; i < T; i++)
-        for (int64_t j = 0; j < S; j++)
-            if (ox_const_dbl(k, i * S + j) != (j <= i ? a : b)) return NULL;
+    for (int64_t t = 0; t < k->n; t += T * S)
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t j = 0; j < S; j++)
+                if (ox_const_dbl(k, t + i * S + j) != (j <= i ? a : b)) return NULL;
     fc_value *qi = fc_iota(ox->g, k->rank, dims, k->rank - 2, FC_I32);
     fc_value *kj = fc_iota(ox->g, k->rank, dims, k->rank - 1, FC_I32);
     if (k->dt == FC_BOOL) return a ? fc_ge(ox->g, qi, kj) : fc_lt(ox->g, qi, kj);
     fc_value *va = fc_full(ox->g, 0, NULL, a, k->dt), *vb = fc_full(ox->g, 0, NULL, b, k->dt);
     return fc_where(ox->g, fc_ge(ox->g, qi, kj), va, vb);
+}
+
+/*
+ * A constant 0, 1, .., n-1 along its one dim that is not 1 (torch.arange
+ * folded by the exporter: the positions of a mask too large to fold) is an
+ * iota, which the attention pass reads as the query or key index of a
+ * causal mask. NULL when k is not one.
+ */
+static fc_value *arange(ox_ctx *ox, const ox_const *k, const fc_dim *dims) {
+    int ax = -1;
+    for (int d = 0; d < k->rank; d++)
+        if (k->shape[d] != 1) {
+            if (ax >= 0) return NULL;
+            ax = d;
+        }
+    if (ax < 0 || k->n < 2 || (k->dt != FC_I64 && k->dt != FC_I32 && k->dt != FC_F32 && k->dt != FC_F64)) return NULL;
+    for (int64_t i = 0; i < k->n; i++)
+        if (ox_const_dbl(k, i) != (double)i) return NULL;
+    return fc_iota(ox->g, k->rank, dims, ax, k->dt);
 }
 
 fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
@@ -160,6 +181,7 @@ fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
         return val->v;
     }
     if ((val->v = causal_mask(ox, k, dims))) return val->v;
+    if ((val->v = arange(ox, k, dims))) return val->v;
     /* Non-uniform data: a parameter named as the ONNX value, its data in the
      * weights. Only the model's own importer has weights; a throwaway
      * folding graph gets its data as parameters from the folder. */

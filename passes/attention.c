@@ -391,14 +391,20 @@ static int score_axis(const fc_value *v, const fc_value *scores, bool corner) {
  * (bias[:, :, :T, :T]): element (i, j) of such a slice is element (i, j) of
  * the table, so a causal table gives a causal corner. *peeled says whether
  * a slice was seen; the corner must then have the scores' last two dims.
+ * Expands are seen through as well: the mask broadcasts into the scores
+ * anyway, and an expand is that broadcast written out (Hugging Face expands
+ * its [1, 1, T, S] causal mask to the batch, which an exporter keeps when
+ * the table is too large to fold).
  */
 static const fc_value *corner(const fc_value *v, const fc_value *scores, bool *peeled) {
     *peeled = false;
-    for (int guard = 0; guard < 8 && v->def && v->def->op == FC_OP_SLICE; guard++) {
+    for (int guard = 0; guard < 8 && v->def && (v->def->op == FC_OP_SLICE || v->def->op == FC_OP_EXPAND); guard++) {
         const fc_node *n = v->def;
-        if (n->a.start != 0 || n->a.step != 1) return v;
+        if (n->op == FC_OP_SLICE) {
+            if (n->a.start != 0 || n->a.step != 1) return v;
+            *peeled = true;
+        }
         v = n->in[0];
-        *peeled = true;
     }
     return v;
 }

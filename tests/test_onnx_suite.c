@@ -8,7 +8,16 @@
  * pass, each with its reason; a test that fails and is not listed, or is
  * listed and passes, fails this test, so the list stays exact.
  *
- *   test_onnx_suite [--write-expected FILE] [--only NAME] [--verbose]
+ * With --device=cpu or --device=cuda the models are compiled and run there
+ * instead (fc_compile, fc_program_run_host), with the same tolerance. A
+ * test listed for the reference interpreter is not run then; the tests that
+ * pass on the reference but not on the device are listed, with the reason,
+ * in tests/onnx/expected_failures_DEVICE.txt.
+ *
+ *   test_onnx_suite [--device=ref|cpu|cuda] [--data DIR] [--write-expected FILE] [--only NAME] [--verbose]
+ *
+ * --write-expected writes the failures of this run as a list (and still
+ * names the ones the current lists do not expect), exiting 0.
  */
 #include "fusec.h"
 
@@ -21,7 +30,8 @@
 
 #pragma GCC diagnostic ignored "-Wformat-truncation"
 
-#define DATA_DIR "/usr/share/libonnx-testdata/data"
+/* Debian's copy; --data DIR names another (a machine without the package). */
+static const char *data_dir = "/usr/share/libonnx-testdata/data";
 static const char *sets[] = {"node", "simple", "pytorch-converted", "pytorch-operator"};
 
 typedef struct { char name[160]; char reason[200]; } entry;
@@ -58,6 +68,21 @@ static void one_line(char *dst, size_t cap, const char *src) {
  * are frozen on a second try: only integer inputs (shapes and axes),
  * scalars (a OneHot's depth) and float vectors of at most one entry per
  * dim (a Resize's scales); *frozen says it was needed. */
+static fc_device run_device = FC_DEVICE_REF;
+
+/* g on run_device: the reference interpreter, or a compiled program. */
+static fc_status run_on_device(fc_context *ctx, fc_graph *g, const fc_tensor *in, int np, fc_tensor *out, int nout) {
+    if (run_device == FC_DEVICE_REF) return fc_run_reference(g, in, np, out, nout);
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = run_device;
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &o, &p);
+    if (st == FC_OK) st = fc_program_run_host(p, in, np, out, nout, NULL, 0);
+    fc_program_free(p);
+    return st;
+}
+
 static bool run_test(const char *dir, char *reason, size_t cap, bool *frozen_used) {
     char path[1024];
     snprintf(path, sizeof path, "%s/model.onnx", dir);
@@ -133,7 +158,7 @@ static bool run_test(const char *dir, char *reason, size_t cap, bool *frozen_use
             goto done;
         }
     }
-    st = fc_run_reference(g, in, np, out, nout);
+    st = run_on_device(ctx, g, in, np, out, nout);
     if (st != FC_OK) {
         one_line(reason, cap, fc_last_error(ctx));
         goto done;
@@ -178,6 +203,37 @@ done:
     return ok;
 }
 
+/* Read a list of expected failures (the first word of each line that is
+ * not a comment); false when the file cannot be opened. */
+static bool read_list(const char *path, entry **list, int *n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    int cap = 0;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#' || line[0] == '\n') continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 256;
+            entry *grown = realloc(*list, sizeof **list * (size_t)cap);
+            if (!grown) break;
+            *list = grown;
+        }
+        char *sp = strpbrk(line, " \n");
+        if (sp) *sp = 0;
+        snprintf((*list)[*n].name, sizeof (*list)[*n].name, "%s", line);
+        (*list)[*n].reason[0] = 0;
+        (*n)++;
+    }
+    fclose(f);
+    return true;
+}
+
+static bool listed_in(const entry *list, int n, const char *key) {
+    for (int j = 0; j < n; j++)
+        if (!strcmp(list[j].name, key)) return true;
+    return false;
+}
+
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 int main(int argc, char **argv) {
@@ -187,6 +243,21 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--write-expected") && i + 1 < argc) write = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--verbose")) verbose = true;
+        else if (!strcmp(argv[i], "--data") && i + 1 < argc) data_dir = argv[++i];
+        else if (!strncmp(argv[i], "--device", 8)) {
+            const char *name = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
+            if (!fc_device_from_name(name, &run_device)) {
+                fprintf(stderr, "test_onnx_suite: unknown device '%s' (ref, cpu or cuda)\n", name);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "usage: test_onnx_suite [--device=ref|cpu|cuda] [--data DIR] [--write-expected FILE] [--only NAME] [--verbose]\n");
+            return 2;
+        }
+    }
+    if (!fc_device_available(run_device)) {
+        printf("SKIP: device %s is not usable here (fusec --devices)\n", fc_device_name(run_device));
+        return 0;
     }
     fc_context *probe = fc_context_new();
     fc_graph *pg = NULL;
@@ -197,46 +268,43 @@ int main(int argc, char **argv) {
     }
     fc_graph_free(pg);
     fc_context_free(probe);
-    DIR *probe_dir = opendir(DATA_DIR "/node");
+    char node_dir[1024];
+    snprintf(node_dir, sizeof node_dir, "%s/node", data_dir);
+    DIR *probe_dir = opendir(node_dir);
     if (!probe_dir) {
-        printf("SKIP: %s is missing (install libonnx-testdata: scripts/setup.sh)\n", DATA_DIR);
+        printf("SKIP: %s is missing (install libonnx-testdata: scripts/setup.sh)\n", node_dir);
         return 0;
     }
     closedir(probe_dir);
 
-    /* The expected failures. */
+    /* The expected failures: the reference interpreter's, and on a device
+     * the ones of that device beside them. */
     const char *src = getenv("FUSEC_SRC");
-    char lpath[1024];
+    char lpath[1024], dpath[1024];
     snprintf(lpath, sizeof lpath, "%s/tests/onnx/expected_failures.txt", src ? src : ".");
-    entry *exp = NULL;
-    int nexp = 0, capexp = 0;
-    FILE *lf = write ? NULL : fopen(lpath, "r");
-    char line[512];
-    while (lf && fgets(line, sizeof line, lf)) {
-        if (line[0] == '#' || line[0] == '\n') continue;
-        if (nexp == capexp) {
-            capexp = capexp ? capexp * 2 : 256;
-            exp = realloc(exp, sizeof *exp * (size_t)capexp);
-        }
-        char *sp = strchr(line, ' ');
-        if (sp) *sp = 0;
-        snprintf(exp[nexp].name, sizeof exp[nexp].name, "%s", line);
-        exp[nexp].reason[0] = 0;
-        nexp++;
-    }
-    if (lf) fclose(lf);
-    else if (!write) printf("note: %s not found; every failure is unexpected\n", lpath);
+    snprintf(dpath, sizeof dpath, "%s/tests/onnx/expected_failures_%s.txt", src ? src : ".", fc_device_name(run_device));
+    entry *exp = NULL, *dexp = NULL;
+    int nexp = 0, ndexp = 0;
+    bool on_device = run_device != FC_DEVICE_REF;
+    if (!read_list(lpath, &exp, &nexp) && !(write && !on_device)) printf("note: %s not found; every failure is unexpected\n", lpath);
+    if (on_device && !read_list(dpath, &dexp, &ndexp))
+        printf("note: %s not found; every failure on %s is unexpected\n", dpath, fc_device_name(run_device));
 
     FILE *wf = write ? fopen(write, "w") : NULL;
-    if (wf)
+    if (wf && !on_device)
         fprintf(wf, "# ONNX backend tests (libonnx-testdata) that do not pass on the reference interpreter, with\n"
                     "# the reason. tests/test_onnx_suite.c fails when a test not listed fails or a listed one\n"
                     "# passes. Regenerate: build/tests/test_onnx_suite --write-expected tests/onnx/expected_failures.txt\n");
-    int passed = 0, failed = 0, skipped = 0, unexpected = 0, newly = 0, nfrozen = 0;
+    else if (wf)
+        fprintf(wf, "# ONNX backend tests (libonnx-testdata) that pass on the reference interpreter but not on %s,\n"
+                    "# with the reason (the ones listed in expected_failures.txt are not run there). Regenerate:\n"
+                    "# build/tests/test_onnx_suite --device=%s --write-expected tests/onnx/expected_failures_%s.txt\n",
+                fc_device_name(run_device), fc_device_name(run_device), fc_device_name(run_device));
+    int passed = 0, failed = 0, skipped = 0, unexpected = 0, newly = 0, nfrozen = 0, not_run = 0;
     int set_pass[4] = {0}, set_tot[4] = {0};
     for (int s = 0; s < 4; s++) {
         char sdir[512];
-        snprintf(sdir, sizeof sdir, "%s/%s", DATA_DIR, sets[s]);
+        snprintf(sdir, sizeof sdir, "%s/%s", data_dir, sets[s]);
         DIR *d = opendir(sdir);
         if (!d) continue;
         char **names = NULL;
@@ -257,16 +325,22 @@ int main(int argc, char **argv) {
             if (!is_file(mp)) { skipped++; continue; }
             char reason[200] = "";
             bool fz = false;
+            bool listed = listed_in(exp, nexp, key);
+            if (on_device && listed) {
+                /* fails on the reference already: its reason is there */
+                not_run++;
+                free(names[i]);
+                continue;
+            }
+            if (on_device) listed = listed_in(dexp, ndexp, key);
             bool ok = run_test(tdir, reason, sizeof reason, &fz);
             if (ok && fz) nfrozen++;
             set_tot[s]++;
-            bool listed = false;
-            for (int j = 0; j < nexp && !listed; j++) listed = !strcmp(exp[j].name, key);
             if (ok) { passed++; set_pass[s]++; }
             else failed++;
             if (wf && !ok) fprintf(wf, "%s %s\n", key, reason);
-            if (!write && ok && listed) { newly++; printf("NEWLY PASSING (remove it from the list): %s\n", key); }
-            if (!write && !ok && !listed) { unexpected++; printf("UNEXPECTED FAILURE: %s: %s\n", key, reason); }
+            if (ok && listed) { newly++; printf("NEWLY PASSING (remove it from the list): %s\n", key); }
+            if (!ok && !listed) { unexpected++; printf("UNEXPECTED FAILURE: %s: %s\n", key, reason); }
             if (verbose || only) printf("%s %s %s\n", ok ? "PASS" : "FAIL", key, reason);
             free(names[i]);
         }
@@ -274,13 +348,16 @@ int main(int argc, char **argv) {
     }
     if (wf) fclose(wf);
     for (int s = 0; s < 4; s++) printf("%s: %d of %d passed\n", sets[s], set_pass[s], set_tot[s]);
+    if (on_device) printf("on %s (%d listed for the reference interpreter not run)\n", fc_device_name(run_device), not_run);
     printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     printf("(%d of the passed with their integer, scalar and scale inputs frozen: shapes, axes, sizes or scales given as graph inputs)\n", nfrozen);
     free(exp);
+    free(dexp);
     if (write || only) return 0;
     if (unexpected || newly) {
         printf("FAIL: %d unexpected failures, %d newly passing tests (tests/onnx/expected_failures.txt)\n", unexpected,
                newly);
+        printf("(lists: %s%s%s)\n", lpath, on_device ? " and " : "", on_device ? dpath : "");
         return 1;
     }
     return 0;
