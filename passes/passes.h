@@ -103,6 +103,10 @@ typedef struct fc_group {
      * order; 0: launched alone. */
     int batch;
 
+    /* Computed from parameters alone into GEMM weights only: run when the
+     * weights are loaded, not at every run (passes/loadtime.c). */
+    bool loadtime;
+
     /* Cost: the ops.def weights of the nodes plus one per view inlined
      * into the group, and the reductions among the nodes (fusion's cost
      * cap, fc_fuse_options.max_group_weight). */
@@ -204,6 +208,9 @@ void fc_fuse_options_default(fc_fuse_options *o);
 fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
 /* Order groups for launch and compute group inputs/outputs. */
 fc_status fc_pass_schedule(fc_plan *plan);
+/* Mark the groups that compute GEMM weights from parameters alone
+ * (fc_group.loadtime; passes/loadtime.c). Static plans only. */
+fc_status fc_pass_loadtime(fc_plan *plan);
 /* Batch independent small pointwise groups of the same dependency level
  * into one launch (reorders groups by level when it batches). */
 fc_status fc_pass_batch(fc_plan *plan);

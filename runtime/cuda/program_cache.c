@@ -204,7 +204,8 @@ const char *fc_build_identity(void) {
 /*                      i64 offset  u8 dtype  u8 rank  u8 flags (1      */
 /*                      swizzle 128B)  i64 dims[rank]                   */
 /*                      i64 strides[rank - 1]  u32 box[rank]            */
-/*                      u8 flags (version 4: 1 pdl, fc_launch.pdl)       */
+/*                      u8 flags (version 4: 1 pdl, fc_launch.pdl; 2     */
+/*                      load time, fc_launch.loadtime)                  */
 /*   u32 ngemms, each (version 2: the GEMM a library launch runs,      */
 /*     runtime/cuda/cublaslt.h's fc_gemm_desc):                             */
 /*     u32 launch  u8 ab  u8 out  u8 flags (1 trans_a, 2 trans_b,      */
@@ -237,6 +238,7 @@ const char *fc_build_identity(void) {
 #define MIN_OUTPUT_BYTES 15
 #define MIN_LAUNCH_BYTES 51
 #define LAUNCH_PDL 1u
+#define LAUNCH_LOADTIME 2u
 #define TMAP_SWIZZLE128 1u
 #define MIN_GEMM_BYTES 113 /* one weight, no loop, two operands */
 /* Most kernel parameters of one launch (the codegen makes a few). */
@@ -380,7 +382,7 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
             for (int d = 0; d + 1 < rank; d++) w_u64(&w, (uint64_t)m->strides[d]);
             for (int d = 0; d < rank; d++) w_u32(&w, m->box[d]);
         }
-        w_u8(&w, l->pdl ? LAUNCH_PDL : 0);
+        w_u8(&w, (l->pdl ? LAUNCH_PDL : 0) | (l->loadtime ? LAUNCH_LOADTIME : 0));
     }
     uint32_t ngemms = 0;
     for (int i = 0; i < d->src.nlaunches; i++) ngemms += fc_program_gemm(d, i) != NULL;
@@ -669,9 +671,11 @@ static void read_launches(rbuf *r, fc_program_desc *d) {
         r_str_into(r, l->summary, sizeof l->summary, "its summary");
         read_tmaps(r, l);
         const unsigned flags = r_u8(r);
-        if (r->st == FC_OK && ((flags & ~LAUNCH_PDL) || ((flags & LAUNCH_PDL) && l->kind != FC_LAUNCH_KERNEL)))
+        if (r->st == FC_OK && ((flags & ~(LAUNCH_PDL | LAUNCH_LOADTIME)) ||
+                               ((flags & (LAUNCH_PDL | LAUNCH_LOADTIME)) && l->kind != FC_LAUNCH_KERNEL)))
             r_fail(r, FC_ERR_INPUT, "launch flags 0x%x", flags);
         l->pdl = flags & LAUNCH_PDL;
+        l->loadtime = flags & LAUNCH_LOADTIME;
     }
 }
 

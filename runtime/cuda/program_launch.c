@@ -37,29 +37,83 @@ static void decide_graphs(fc_program *p) {
     else if (p->d.src.nlaunches == 0) graphs_off(p, "the program launches nothing");
 }
 
-/* The launches one by one. */
+/* Launch i (a kernel or a library call) on s. */
+static fc_status launch_one(fc_program *p, const fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
+                            CUstream s) {
+    const fc_launch *l = &p->d.src.launches[i];
+    int nparams;
+    fc_status st = fc_launch_args(e, i, inputs, outputs, &p->args, &nparams);
+    if (st != FC_OK) return st;
+    if (l->kind == FC_LAUNCH_LIBRARY)
+        return fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
+                                  FC_CUBLASLT_WORKSPACE_BYTES, s);
+    fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
+                              {l->block[0], l->block[1], l->block[2]},
+                              l->smem,
+                              s};
+    return fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
+}
+
+/* Whether the load-time launches' results (lower/launch.h) are current
+ * for these parameters: they ran since the last
+ * fc_program_weights_changed, and every parameter they read is where it
+ * was then. */
+static bool weights_current(const fc_program *p, void *const *inputs) {
+    if (!p->weights_loaded || !p->loaded_from) return p->weights_loaded;
+    for (int i = 0; i < p->d.nparams; i++)
+        if (p->loaded_from[i] && p->loaded_from[i] != (CUdeviceptr)(uintptr_t)inputs[i]) return false;
+    return true;
+}
+
+/* Run the load-time launches on s if their results are stale. What they
+ * compute are GEMM weights, and a concatenation of sibling weights may be
+ * made from them: those are marked stale too (copied again before their
+ * GEMM, or by refresh_weights before a replay). Instances have none (a
+ * dynamic variant's launches are never load-time). */
+static fc_status load_weights(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    if (fc_prog_instance_of(p) || weights_current(p, inputs)) return FC_OK;
+    const fc_program_desc *d = &p->d;
+    bool any = false;
+    for (int i = 0; i < d->src.nlaunches && !any; i++) any = d->src.launches[i].loadtime;
+    if (!any) {
+        p->weights_loaded = true;
+        return FC_OK;
+    }
+    if (!p->loaded_from) {
+        p->loaded_from = fc_ctx_malloc(p->ctx, sizeof *p->loaded_from * (size_t)(d->nparams + 1));
+        if (!p->loaded_from) return fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (load-time launches)");
+    }
+    memset(p->loaded_from, 0, sizeof *p->loaded_from * (size_t)(d->nparams + 1));
+    p->weights_loaded = false;
+    fc_replay_env e = env_of(p);
+    int n = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (!l->loadtime) continue;
+        fc_status st = launch_one(p, &e, i, inputs, outputs, s);
+        if (st != FC_OK) return st;
+        for (int a = 0; a < l->nreads; a++) {
+            const fc_store *st_in = &d->store[l->args[a]];
+            if (st_in->kind == FC_STORE_INPUT) p->loaded_from[st_in->index] = (CUdeviceptr)(uintptr_t)inputs[st_in->index];
+        }
+        n++;
+    }
+    p->weights_loaded = true;
+    fc_cublaslt_weights_changed(p->blas);
+    fc_trace(FC_LOG_GRAPHS, "program %s: %d load-time kernels run (weights loaded)", d->graph_name, n);
+    return FC_OK;
+}
+
+/* The launches one by one (the load-time ones only when stale). */
 static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_replay_env e = env_of(p);
-    for (int i = 0; i < p->d.src.nlaunches; i++) {
+    fc_status st = load_weights(p, inputs, outputs, s);
+    for (int i = 0; i < p->d.src.nlaunches && st == FC_OK; i++) {
         const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
-        int nparams;
-        fc_status st = fc_launch_args(&e, i, inputs, outputs, &p->args, &nparams);
-        if (st != FC_OK) return st;
-        if (l->kind == FC_LAUNCH_LIBRARY) {
-            st = fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
-                                              FC_CUBLASLT_WORKSPACE_BYTES, s);
-            if (st != FC_OK) return st;
-            continue;
-        }
-        fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
-                                  {l->block[0], l->block[1], l->block[2]},
-                                  l->smem,
-                                  s};
-        st = fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
-        if (st != FC_OK) return st;
+        if (l->kind == FC_LAUNCH_ALIAS || l->loadtime) continue; /* a view: nothing to do; or done above */
+        st = launch_one(p, &e, i, inputs, outputs, s);
     }
-    return FC_OK;
+    return st;
 }
 
 static fc_status build_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
@@ -128,6 +182,7 @@ fc_status fc_program_weights_changed(fc_program *p) {
     const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
     if (dp) return fc_dynamic_weights_changed(dp->dyn);
     fc_cublaslt_weights_changed(p->blas);
+    p->weights_loaded = false;
     return FC_OK;
 }
 
@@ -246,8 +301,10 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
         st = build_graph(p, inputs, outputs, s);
         if (st != FC_OK) failed = "building the graph failed";
     }
-    /* A failed refresh is the run's error (nothing was launched), not a
-     * reason to give up the graph. */
+    /* A failed load or refresh is the run's error (nothing of the graph
+     * was launched), not a reason to give up the graph. The graph holds
+     * no load-time launch: they run here, before it, when stale. */
+    if (st == FC_OK && (st = load_weights(p, inputs, outputs, s)) != FC_OK) return st;
     if (st == FC_OK && fc_cublaslt_weights_stale(p->blas) && (st = refresh_weights(p, inputs, outputs, s)) != FC_OK)
         return st;
     if (st == FC_OK) {
