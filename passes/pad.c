@@ -17,15 +17,18 @@
  *      slice gives the graph its N. A weight that is a parameter is padded
  *      by appending one more weight, a zero block, to the gemm: the runtime
  *      builds the concatenated weight once and keeps it, as it does for
- *      fused siblings (fc_program_weights_changed refreshes it). A weight
- *      that a kernel computes is padded by a concat that fusion puts into
- *      that kernel. The slice is a view: a kernel that reads the result
- *      reads it through the view, so only a result that leaves the graph
- *      (or that a library call reads) costs a copy.
+ *      fused siblings (fc_program_weights_changed refreshes it); the zero
+ *      block is a load-time kernel (passes/loadtime.c). A weight that a
+ *      kernel computes is padded by a concat that fusion puts into that
+ *      kernel; for a cast of a parameter (autocast) that kernel runs at
+ *      load. The slice is a view: a kernel that reads the result reads it
+ *      through the view, so only a result that leaves the graph (or that a
+ *      library call reads) costs a copy.
  *   K  a and the weights get zero columns (rows, for an untransposed
  *      weight), through concats: the kernel that produces a writes the
  *      padded rows itself (the concat joins its group); a weight that is a
- *      parameter costs a copy kernel each run, which the cost rule counts.
+ *      parameter (or a cast of one) is padded by a load-time kernel, once,
+ *      not at every run.
  *
  * The cost rule (plan_of, fc_pad_rule) estimates both shapes from the device's floors: a
  * GEMM takes the longer of its math and its bytes, and the unaligned one
@@ -69,6 +72,14 @@ static bool is_param(const fc_value *v) { return !v->def && !v->weak && v->param
  * padded: a parameter, or a library call's (gemm, attention) result. */
 static bool stored_as_is(const fc_value *v) {
     return !v->def || fc_op_table[v->def->op].kind == FC_KIND_OPAQUE;
+}
+
+/* Whether a weight padded by a concat is padded once, when the weights are
+ * loaded, not at every run: a parameter, or a cast of one (autocast's
+ * form), whose padded form is computed from parameters alone
+ * (passes/loadtime.c). */
+static bool padded_at_load(const fc_value *v) {
+    return is_param(v) || (v->def && v->def->op == FC_OP_CAST && is_param(v->def->in[0]));
 }
 
 static double copy_s(const fc_pad_rule *r, double elems, int es) { return 2.0 * elems * es / r->bytes_per_s + r->launch_s; }
@@ -143,9 +154,12 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     const fc_pad_rule *r = c->rule;
     double extra = 0;
     if (p->pad_k && stored_as_is(a)) extra += copy_s(r, (double)p->M * (double)Kp, es);
-    if (p->pad_k && stored_as_is(gi->w[0])) extra += copy_s(r, (double)Np * (double)Kp, es);
-    if (p->pad_k && p->pad_n && gi->has_bias && stored_as_is(gi->bias[0])) extra += r->launch_s;
-    if (p->n_by_block) extra += r->launch_s; /* the zero block's kernel */
+    /* A weight's padding, and the zero block, cost nothing per run when
+     * computed at load (padded_at_load); a weight computed per run is
+     * padded by the kernel that computes it. */
+    if (p->pad_k && stored_as_is(gi->w[0]) && !padded_at_load(gi->w[0])) extra += copy_s(r, (double)Np * (double)Kp, es);
+    if (p->pad_k && p->pad_n && gi->has_bias && stored_as_is(gi->bias[0]) && !padded_at_load(gi->bias[0]))
+        extra += r->launch_s;
     if (p->pad_n && c->leaves[y->id]) extra += copy_s(r, (double)p->M * (double)p->N, (int)fc_dtype_size(y->dtype));
     double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
     double after = gemm_s(r, (double)p->M, (double)Np, (double)Kp, es, true) + extra;
