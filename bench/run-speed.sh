@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# run-speed.sh - GPT-2's whole-model speed with the weights computed at
+# load (docs/GEMM.md, "Weights computed at load time"), on the GPU machine
+# in one device call: build fusec and the tests that cover load-time
+# kernels, run those tests on the GPU, the LM-head layout experiment
+# (bench/lmhead_interleave.py), then bench/whole_model.py for GPT-2 at
+# B=1,T=128 and B=8,T=1024 with bf16 weights and from f32 weights with
+# --precision=bf16, beside HF eager and torch.compile (default mode).
+#
+#   here:   bash scripts/prepare-gpu-carry.sh
+#   device run, carry [".deps"], timeout_s 600:
+#           bash bench/run-speed.sh
+#
+# Knobs (environment): SPEED_STEPS (default "build tests lmhead whole"),
+# SPEED_TESTS (the ctest -R regex), SPEED_SIZES (default
+# "gpt2:1x128,gpt2:8x1024"), SPEED_REPS (20), SPEED_TOTAL_S (560: the
+# whole-model step gets what is left). Back in $OUT: run.log, build.log,
+# ctest.log, lmhead.log, plan.txt (the f32 GPT-2 block's plan under
+# --precision=bf16) and run-whole.sh's files (whole.json, whole.md, ...).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out}
+mkdir -p "$OUT"
+START=$SECONDS
+STEPS=" ${SPEED_STEPS:-build tests lmhead whole} "
+TOTAL=${SPEED_TOTAL_S:-560}
+exec > >(tee -a "$OUT/run.log") 2>&1
+TEE_PID=$!
+echo "== env: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
+echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; steps:$STEPS"
+
+if [[ $STEPS == *" build "* ]]; then
+    args=(-S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF "-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash")
+    [[ -d .deps/onnx ]] && args+=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
+    [[ -d ${CUDA_HOME:-/usr/local/cuda} ]] && args+=("-DCUDAToolkit_ROOT=${CUDA_HOME:-/usr/local/cuda}")
+    echo "== build [t=$((SECONDS - START))s]"
+    targets=(fusec test_loadtime test_autocast test_pad test_specialize test_program test_gemm)
+    { cmake "${args[@]}" && timeout 300 cmake --build build -j "$(nproc)" --target "${targets[@]}"; } >"$OUT/build.log" 2>&1
+    rc=$?
+    echo "   rc=$rc in $((SECONDS - START))s"
+    ((rc == 0)) || { tail -20 "$OUT/build.log"; exit 1; }
+fi
+
+if [[ $STEPS == *" tests "* ]]; then
+    echo "== GPU tests [t=$((SECONDS - START))s]"
+    (cd build && timeout 240 ctest -R "${SPEED_TESTS:-test_loadtime|test_autocast|test_pad|test_specialize|test_program|test_gemm$}" \
+        --output-on-failure) >"$OUT/ctest.log" 2>&1
+    echo "   rc=$?"
+    grep -E "tests passed|Failed|\*\*\*" "$OUT/ctest.log" | sed 's/^/   | /'
+    grep -E "^cuda: " "$OUT/ctest.log" | sed 's/^/   | /'
+fi
+
+if [[ $STEPS == *" lmhead "* ]]; then
+    echo "== the f32 GPT-2 block's plan under --precision=bf16 [t=$((SECONDS - START))s]"
+    build/fusec examples/gpt2_block.ir --bind B=8,T=1024 --emit=plan --precision=bf16 >"$OUT/plan.txt" 2>&1
+    grep -E "at weight load|^total" "$OUT/plan.txt" | sed 's/^/   | /'
+    echo "== bench/lmhead_interleave.py [t=$((SECONDS - START))s]"
+    for n in 50257 32001; do
+        timeout 120 python3 bench/lmhead_interleave.py --m 8192 --n $n --k 768 2>&1 | tee -a "$OUT/lmhead.log" | sed 's/^/   | /'
+    done
+fi
+
+if [[ $STEPS == *" whole "* ]]; then
+    left=$((TOTAL - (SECONDS - START)))
+    echo "== run-whole.sh: GPT-2, bf16 and --precision=bf16, torch.compile default [t=$((SECONDS - START))s, ${left}s left]"
+    WHOLE_NOBUILD=1 WHOLE_MODELS=gpt2 WHOLE_SIZES=${SPEED_SIZES:-gpt2:1x128,gpt2:8x1024} WHOLE_ROWS=bf16,precision \
+        WHOLE_MODES=default WHOLE_REPS=${SPEED_REPS:-20} WHOLE_BUDGET_S=$((left > 60 ? left - 30 : 30)) \
+        OUT="$OUT" bash bench/run-whole.sh >/dev/null 2>&1
+    echo "   rc=$?"
+    [[ -f $OUT/whole.md ]] && sed 's/^/   | /' "$OUT/whole.md"
+fi
+echo "== done in $((SECONDS - START))s"
+exec >&- 2>&-
+wait "$TEE_PID" 2>/dev/null
+exit 0
