@@ -11,11 +11,12 @@
 #   device run, carry [".deps"], timeout_s 600:
 #           bash bench/run-speed.sh
 #
-# Knobs (environment): SPEED_STEPS (default "build tests lmhead whole"),
+# Knobs (environment): SPEED_STEPS (default "build tests lmhead attn whole";
+# attn: head dims 80 and 96 as they run and padded to 128),
 # SPEED_TESTS (the ctest -R regex), SPEED_SIZES (default
 # "gpt2:1x128,gpt2:8x1024"), SPEED_REPS (20), SPEED_TOTAL_S (560: the
 # whole-model step gets what is left). Back in $OUT: run.log, build.log,
-# ctest.log, lmhead.log, plan.txt (the f32 GPT-2 block's plan under
+# ctest.log, lmhead.log, attn_*.ir, plan.txt (the f32 GPT-2 block's plan under
 # --precision=bf16) and run-whole.sh's files (whole.json, whole.md, ...).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -23,7 +24,7 @@ ROOT=$PWD
 OUT=${OUT:-$ROOT/out}
 mkdir -p "$OUT"
 START=$SECONDS
-STEPS=" ${SPEED_STEPS:-build tests lmhead whole} "
+STEPS=" ${SPEED_STEPS:-build tests lmhead attn whole} "
 TOTAL=${SPEED_TOTAL_S:-560}
 exec > >(tee -a "$OUT/run.log") 2>&1
 TEE_PID=$!
@@ -58,6 +59,30 @@ if [[ $STEPS == *" lmhead "* ]]; then
     echo "== bench/lmhead_interleave.py [t=$((SECONDS - START))s]"
     for n in 50257 32001; do
         timeout 120 python3 bench/lmhead_interleave.py --m 8192 --n $n --k 768 2>&1 | tee -a "$OUT/lmhead.log" | sed 's/^/   | /'
+    done
+fi
+
+if [[ $STEPS == *" attn "* ]]; then
+    # Head dims 80 and 96 run the mma flash kernel, 64 and 128 the wgmma
+    # one: is padding the head to 128 (zeros in q, k, v; the scale kept;
+    # the result sliced) faster? "pad" times the padded graph with its
+    # concat and slice copies (in a model they join the producing and
+    # consuming kernels), "d128" the wgmma kernel alone at 128.
+    echo "== attention head dims [t=$((SECONDS - START))s]"
+    for D in 80 96; do
+        P=$((128 - D))
+        sh="[4, 16, 1024, $D]"
+        printf 'graph f(%%q: bf16%s, %%k: bf16%s, %%v: bf16%s) {\n  %%o = attention(%%q, %%k, %%v, causal=true)\n  return %%o\n}\n' \
+            "$sh" "$sh" "$sh" >"$OUT/attn_d$D.ir"
+        printf 'graph f(%%q: bf16%s, %%k: bf16%s, %%v: bf16%s) {\n  %%z = full(shape=[4, 16, 1024, %d], value=0.0, dtype=bf16)\n  %%qp = concat(%%q, %%z, axis=3)\n  %%kp = concat(%%k, %%z, axis=3)\n  %%vp = concat(%%v, %%z, axis=3)\n  %%op = attention(%%qp, %%kp, %%vp, causal=true, scale=%s)\n  %%o = slice(%%op, axis=3, start=0, end=%d)\n  return %%o\n}\n' \
+            "$sh" "$sh" "$sh" $P "$(python3 -c "print(1/$D**0.5)")" $D >"$OUT/attn_d${D}_pad.ir"
+    done
+    sh="[4, 16, 1024, 128]"
+    printf 'graph f(%%q: bf16%s, %%k: bf16%s, %%v: bf16%s) {\n  %%o = attention(%%q, %%k, %%v, causal=true)\n  return %%o\n}\n' \
+        "$sh" "$sh" "$sh" >"$OUT/attn_d128.ir"
+    for f in attn_d80 attn_d80_pad attn_d96 attn_d96_pad attn_d128; do
+        echo "   $f: $(timeout 60 build/fusec "$OUT/$f.ir" --run --device=cuda --bench 50 2>&1 | grep -iE "median|ms" | head -1)"
+        build/fusec "$OUT/$f.ir" --emit=plan 2>&1 | grep attention | sed 's/^/      /'
     done
 fi
 
