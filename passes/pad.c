@@ -30,6 +30,12 @@
  *      parameter (or a cast of one) is padded by a load-time kernel, once,
  *      not at every run.
  *
+ * A result with unaligned N that the backend writes in place by aligned
+ * GEMMs over interleaved rows (fc_pad_rule.interleave_min_rows; the CUDA
+ * runtime, runtime/cuda/cublaslt.h) is left unpadded when that is cheaper
+ * than the padded GEMM and its compaction copy: an LM head's returned
+ * logits at large M.
+ *
  * The cost rule (plan_of, fc_pad_rule) estimates both shapes from the device's floors: a
  * GEMM takes the longer of its math and its bytes, and the unaligned one
  * SLOWDOWN times the math (measured 3 to 7x at M >= 128, and nothing when
@@ -62,6 +68,7 @@ enum { ROW_BYTES = 16, MAX_OPERANDS = 256 };
  * that factor, so that a shape near the break-even keeps its one call. */
 const fc_pad_rule fc_pad_rule_h200 = {
     .flops16 = 770e12, .flops32 = 50e12, .bytes_per_s = 4.0e12, .launch_s = 2e-6, .slowdown = 3.0, .margin = 0.8,
+    .interleave_min_rows = 128, /* FC_CUBLASLT_INTERLEAVE_MIN_ROWS */
 };
 
 static int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -118,6 +125,32 @@ static bool all_params(const fc_gemm_info *gi) {
     return true;
 }
 
+static int64_t gcd(int64_t a, int64_t b) {
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+/* The time of p's result written in place, unaligned N and all, by the
+ * backend's aligned GEMMs over rows R apart (fc_pad_rule.interleave_min_rows;
+ * the CUDA runtime's conditions, runtime/cuda/cublaslt.h): the aligned
+ * GEMM's time, the weight read R - 1 more times, R + 2 launches, the two
+ * edge GEMMs' reads of a and their strided copies. -1 where it does not
+ * apply. eo: the result's element size. */
+static double interleaved_s(const fc_pad_rule *r, const fc_gemm_info *gi, const pad_plan *p, int es, int eo) {
+    if (r->interleave_min_rows <= 0 || !gi->trans_b || gi->has_bias || gi->has_residual || 16 % eo) return -1;
+    const int64_t R = 16 / gcd(p->N * eo, 16), g = 16 / eo;
+    if (p->M % R || p->M / R < r->interleave_min_rows || p->N < 2 * g) return -1;
+    double M = (double)p->M, N = (double)p->N, K = (double)p->K;
+    double t = gemm_s(r, M, N, K, es, true);
+    t += (double)(R - 1) * N * K * es / r->bytes_per_s + (double)(R + 3) * r->launch_s;
+    t += 2 * (M * K * es + 2 * M * (double)g * eo) / r->bytes_per_s;
+    return t;
+}
+
 /* Decide for gemm n; false leaves it as it is. */
 static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     memset(p, 0, sizeof *p);
@@ -163,6 +196,11 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     if (p->pad_n && c->leaves[y->id]) extra += copy_s(r, (double)p->M * (double)p->N, (int)fc_dtype_size(y->dtype));
     double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
     double after = gemm_s(r, (double)p->M, (double)Np, (double)Kp, es, true) + extra;
+    if (p->pad_n && !p->pad_k) {
+        /* The backend may write the unaligned result in place instead. */
+        double in_place = interleaved_s(r, gi, p, es, (int)fc_dtype_size(y->dtype));
+        if (in_place >= 0 && in_place < after) return false;
+    }
     return after < r->margin * before;
 }
 

@@ -50,6 +50,10 @@ fc_status fc_pass_pad(fc_graph *g);
  * launches) must stay under. fc_pass_pad uses fc_pad_rule_h200. */
 typedef struct fc_pad_rule {
     double flops16, flops32, bytes_per_s, launch_s, slowdown, margin;
+    /* The backend writes a result with unaligned rows in place by aligned
+     * GEMMs over rows R apart, each of at least this many rows (the CUDA
+     * runtime's, runtime/cuda/cublaslt.h); 0: it does not. */
+    int64_t interleave_min_rows;
 } fc_pad_rule;
 extern const fc_pad_rule fc_pad_rule_h200;
 fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);

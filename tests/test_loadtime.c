@@ -138,10 +138,14 @@ static void test_plans(void) {
          "graph f(%x: bf16[64, 64], %w: f32[64, 64]) {\n  %wc = cast(%w, to=bf16)\n  %y = matmul(%x, %wc)\n"
          "  return %y\n}\n",
          FC_PRECISION_AS_WRITTEN, 1, 0, 1, false, false},
-        {"the LM head: the zero block of N at load, the slice of the result per run",
-         "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n  %wt = permute(%w, perm=[1, 0])\n"
+        {"the LM head at M = 128: the zero block of N at load, the slice of the result per run",
+         "graph f(%x: bf16[128, 768], %w: bf16[50257, 768]) {\n  %wt = permute(%w, perm=[1, 0])\n"
          "  %y = matmul(%x, %wt)\n  return %y\n}\n",
          FC_PRECISION_AS_WRITTEN, 1, 1, 1, false, true},
+        {"the LM head at M = 8192: not padded, written in place (runtime/cuda/cublaslt.h)",
+         "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n  %wt = permute(%w, perm=[1, 0])\n"
+         "  %y = matmul(%x, %wt)\n  return %y\n}\n",
+         FC_PRECISION_AS_WRITTEN, 0, 0, 1, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fc_graph *g = parse(cases[i].text, NULL, 0);
