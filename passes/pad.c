@@ -125,15 +125,6 @@ static bool all_params(const fc_gemm_info *gi) {
     return true;
 }
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 /* The time of p's result written in place, unaligned N and all, by the
  * backend's aligned GEMMs over rows R apart (fc_pad_rule.interleave_min_rows;
  * the CUDA runtime's conditions, runtime/cuda/cublaslt.h): the aligned
@@ -142,7 +133,9 @@ static int64_t gcd(int64_t a, int64_t b) {
  * apply. eo: the result's element size. */
 static double interleaved_s(const fc_pad_rule *r, const fc_gemm_info *gi, const pad_plan *p, int es, int eo) {
     if (r->interleave_min_rows <= 0 || !gi->trans_b || gi->has_bias || gi->has_residual || 16 % eo) return -1;
-    const int64_t R = 16 / gcd(p->N * eo, 16), g = 16 / eo;
+    int64_t R = 1;
+    while ((R * p->N * eo) % 16) R *= 2; /* the fewest rows apart that start aligned */
+    const int64_t g = 16 / eo;
     if (p->M % R || p->M / R < r->interleave_min_rows || p->N < 2 * g) return -1;
     double M = (double)p->M, N = (double)p->N, K = (double)p->K;
     double t = gemm_s(r, M, N, K, es, true);

@@ -3,15 +3,6 @@
 
 #include <string.h>
 
-static int64_t gcd(int64_t a, int64_t b) {
-    while (b) {
-        int64_t t = a % b;
-        a = b;
-        b = t;
-    }
-    return a;
-}
-
 bool fc_cublaslt_interleave_of(const fc_gemm_plan *p, CUdeviceptr x, CUdeviceptr w, CUdeviceptr d, size_t ws_bytes,
                                fc_cublaslt_interleave *out) {
     memset(out, 0, sizeof *out);
@@ -20,7 +11,9 @@ bool fc_cublaslt_interleave_of(const fc_gemm_plan *p, CUdeviceptr x, CUdeviceptr
     const int64_t es = (int64_t)fc_dtype_size(p->ab), eo = (int64_t)fc_dtype_size(p->out);
     const int64_t row_bytes = p->N * eo;
     if (row_bytes % 16 == 0 || eo > 16 || 16 % eo) return false; /* aligned already */
-    const int64_t R = 16 / gcd(row_bytes, 16), g = 16 / eo;
+    int64_t R = 1;
+    while ((R * row_bytes) % 16) R *= 2; /* the fewest rows apart that start aligned: 16 at most */
+    const int64_t g = 16 / eo;
     if (R > 16 || p->M % R || p->M / R < FC_CUBLASLT_INTERLEAVE_MIN_ROWS || p->N < 2 * g) return false;
     if ((p->lda * es) % 16 || (p->ldw * es) % 16 || x % 16 || w % 16 || d % 16) return false;
     const size_t scratch = (size_t)((2 * p->M * g * eo + 255) / 256 * 256);
