@@ -926,6 +926,10 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
      * records the alignments; a run at other alignments prepares its own). */
     const CUdeviceptr aligned = 256;
     lt_ptrs ptr = {.x = aligned, .w = aligned, .d = aligned, .c = aligned, .bias = p->has_bias ? aligned : 0};
+    /* Written in place over interleaved rows: its calls are other
+     * problems, prepared at the first run. */
+    fc_cublaslt_interleave il;
+    if (fc_cublaslt_interleave_of(p, aligned, aligned, aligned, ws_bytes, &il)) return FC_OK;
     fc_cublaslt_key key;
     make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
     fc_status st = make_current(ctx, h->dev);
