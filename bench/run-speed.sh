@@ -2,8 +2,9 @@
 # run-speed.sh - GPT-2's whole-model speed with the weights computed at
 # load (docs/GEMM.md, "Weights computed at load time"), on the GPU machine
 # in one device call: build fusec and the tests that cover load-time
-# kernels, run those tests on the GPU, the LM-head layout experiment
-# (bench/lmhead_interleave.py), then bench/whole_model.py for GPT-2 at
+# kernels, run those tests on the GPU, the LM head through fusec (written
+# in place over interleaved rows, and padded with the compaction copy) and
+# in PyTorch (bench/lmhead_interleave.py), then bench/whole_model.py for GPT-2 at
 # B=1,T=128 and B=8,T=1024 with bf16 weights and from f32 weights with
 # --precision=bf16, beside HF eager and torch.compile (default mode).
 #
@@ -56,6 +57,16 @@ if [[ $STEPS == *" lmhead "* ]]; then
     echo "== the f32 GPT-2 block's plan under --precision=bf16 [t=$((SECONDS - START))s]"
     build/fusec examples/gpt2_block.ir --bind B=8,T=1024 --emit=plan --precision=bf16 >"$OUT/plan.txt" 2>&1
     grep -E "at weight load|^total" "$OUT/plan.txt" | sed 's/^/   | /'
+    # fusec's LM head as the product runs it (N = 50257 at M = 8192: the
+    # result written in place over interleaved rows) and as before (the
+    # weight given padded to 50264 rows, the result sliced: the compaction
+    # copy), both with --bench.
+    printf 'graph f(%%x: bf16[8192, 768], %%w: bf16[50257, 768]) {\n  %%wt = permute(%%w, perm=[1, 0])\n  %%y = matmul(%%x, %%wt)\n  return %%y\n}\n' >"$OUT/lmhead.ir"
+    printf 'graph f(%%x: bf16[8192, 768], %%w: bf16[50264, 768]) {\n  %%wt = permute(%%w, perm=[1, 0])\n  %%y0 = matmul(%%x, %%wt)\n  %%y = slice(%%y0, axis=1, start=0, end=50257)\n  return %%y\n}\n' >"$OUT/lmhead_padded.ir"
+    for f in lmhead lmhead_padded; do
+        echo "   fusec $f: $(timeout 90 build/fusec "$OUT/$f.ir" --run --device=cuda --bench 50 2>&1 | grep -iE "median" | head -1)"
+        build/fusec "$OUT/$f.ir" --emit=plan 2>&1 | grep -E "^launch|^total" | sed 's/^/      /'
+    done
     echo "== bench/lmhead_interleave.py [t=$((SECONDS - START))s]"
     for n in 50257 32001; do
         timeout 120 python3 bench/lmhead_interleave.py --m 8192 --n $n --k 768 2>&1 | tee -a "$OUT/lmhead.log" | sed 's/^/   | /'
