@@ -620,10 +620,11 @@ fc_status fc_program_reserve(fc_program *p, const fc_binding *largest, int n);
 /*
  * Tell p that new values were written into weight or bias buffers in place
  * (the same addresses) since its last run. A program keeps a copy of the
- * weights of fused sibling GEMMs, concatenated, and of weights padded to
- * aligned rows (docs/GEMM.md, "The constant-weights contract" and
- * "Unaligned shapes"), which it refreshes by itself only when a
- * weight moves; after this call its next run copies them again (for a
+ * weights of fused sibling GEMMs, concatenated, of weights padded to
+ * aligned rows, and of weights computed from parameters at load (a cast
+ * of an f32 weight under --precision; docs/GEMM.md, "The constant-weights
+ * contract", "Unaligned shapes" and "Weights computed at load time"),
+ * which it refreshes by itself only when a weight moves; after this call its next run copies them again (for a
  * dynamic program: every shape's). Everything else reads its inputs at
  * every run and needs no telling. FC_OK also when p has nothing to refresh.
  */

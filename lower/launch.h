@@ -90,6 +90,12 @@ typedef struct fc_launch {
      * starts while that kernel finishes (runtime/replay.c). The skinny
      * GEMMs (skinny.h) and every frame kernel. */
     bool pdl;
+    /* A load-time kernel (passes/loadtime.c): it computes GEMM weights
+     * from parameters alone, into memory no other launch uses. The CUDA
+     * runtime runs it when the weights are loaded (the first run, a
+     * parameter it reads at a new address, fc_program_weights_changed),
+     * not at every run; running it every time gives the same results. */
+    bool loadtime;
     /* Dynamic plans: grid[a] = ceil(work[a] / per[a]) for the bound sizes,
      * clamped to [1, grid_max[a]] (fc_launch_grid). grid[] holds the
      * grid for every symbol = 1 as a placeholder. */

@@ -40,8 +40,8 @@
  *
  * A parameter read in the low dtype (a weight) is cast by one cast node,
  * placed first; with no producer to fuse into, it is a kernel of its own,
- * run at every run (casting weights once, when they are loaded, is runtime
- * work: docs/PRECISION.md). The graph's parameters and results keep the
+ * which passes/loadtime.c marks to run when the weights are loaded, not at
+ * every run (docs/PRECISION.md). The graph's parameters and results keep the
  * dtypes the caller declared, so results are cast back at the end (the cast
  * fuses into the kernel or GEMM that produces the result). float64 is never
  * touched, as autocast leaves it.

@@ -46,6 +46,7 @@
 #include "passes/rewrite.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -444,14 +445,31 @@ out:
 
 static bool is_param(const fc_value *v) { return !v->def && !v->weak && v->param_index >= 0; }
 
-/* A gemm that may join siblings: one weight, a parameter matrix (and a
- * parameter bias), no residual (residuals are per-call data, not weights). */
-static bool can_join(const fc_node *n) {
+/* A parameter cast to another dtype (autocast's form of an f32 model's
+ * weight), whose cast comes before node position `before`. */
+static bool is_cast_param(const fc_value *v, const int *pos, int before) {
+    return v->def && v->def->op == FC_OP_CAST && is_param(v->def->in[0]) && pos[v->def->id] < before;
+}
+
+/* A gemm that may join siblings: one weight, a parameter matrix or a cast
+ * of one (and such a bias), no residual (residuals are per-call data, not
+ * weights). A cast must come before the gemm at position i. */
+static bool can_join(const fc_node *n, const int *pos, int i) {
     fc_gemm_info gi;
     if (n->dead || n->op != FC_OP_GEMM || !fc_gemm_info_of(n, &gi)) return false;
-    if (gi.nweights != 1 || gi.has_residual || !is_param(gi.w[0]) || gi.w[0]->rank != 2) return false;
+    if (gi.nweights != 1 || gi.has_residual || gi.w[0]->rank != 2) return false;
+    if (!is_param(gi.w[0]) && !is_cast_param(gi.w[0], pos, i)) return false;
     if (fc_dim_is_sym(gi.w[0]->dims[0]) || fc_dim_is_sym(gi.w[0]->dims[1])) return false;
-    return !gi.has_bias || is_param(gi.bias[0]);
+    return !gi.has_bias || is_param(gi.bias[0]) || is_cast_param(gi.bias[0], pos, i);
+}
+
+/* The operands in[from .. from + n) joined along axis (a concat node). */
+static fc_value *joined(fc_rewriter *rw, fc_value **in, int n, int axis) {
+    fc_attrs at;
+    fc_attrs_defaults(FC_OP_CONCAT, &at);
+    at.axis = axis;
+    fc_node *cat = fc_rw_build(rw, FC_OP_CONCAT, in, n, &at);
+    return cat ? cat->out[0] : NULL;
 }
 
 /* Same left operand, flags, scale and result dtype. */
@@ -473,19 +491,27 @@ static fc_status horizontal(fc_graph *g) {
         return g->status = FC_ERR_NOMEM;
     }
     int groups = 0;
-    for (size_t i = 0; i < nn; i++) leader[i] = -1, size[i] = 0;
+    /* size doubles as the node positions until the groups are found: a
+     * cast weight must come before its group's first member. */
+    int *pos = size;
+    for (size_t i = 0; i < nn; i++) leader[i] = -1, pos[i] = INT32_MAX;
+    for (int i = 0; i < g->nnodes; i++) pos[g->nodes[i]->id] = i;
     for (int i = 0; i < g->nnodes; i++) {
         fc_node *n = g->nodes[i];
-        if (!can_join(n)) continue;
+        if (!can_join(n, pos, i)) continue;
         leader[n->id] = n->id;
         for (int j = 0; j < i; j++) {
             fc_node *m = g->nodes[j];
-            if (leader[m->id] == m->id && siblings(m, n)) {
+            if (leader[m->id] == m->id && siblings(m, n) && can_join(n, pos, j)) {
                 leader[n->id] = m->id;
                 break;
             }
         }
-        if (++size[leader[n->id]] == 2) groups++;
+    }
+    for (size_t i = 0; i < nn; i++) size[i] = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        if (leader[n->id] >= 0 && ++size[leader[n->id]] == 2) groups++;
     }
     if (groups == 0) {
         fc_ctx_freemem(g->ctx, leader);
@@ -494,8 +520,9 @@ static fc_status horizontal(fc_graph *g) {
     }
 
     /* Rebuild: at its first member (after which every operand exists, as
-     * all are the shared left operand or parameters) a group becomes one
-     * gemm and a slice per member; later members go. */
+     * all are the shared left operand, parameters or casts of parameters
+     * placed before it) a group becomes one gemm and a slice per member;
+     * later members go. */
     fc_node **old = fc_ctx_malloc(g->ctx, sizeof *old * (size_t)(g->nnodes + 1));
     fc_value **in = fc_ctx_malloc(g->ctx, sizeof *in * (size_t)(2 * g->nnodes + 2));
     if (!old || !in) {
@@ -521,16 +548,36 @@ static fc_status horizontal(fc_graph *g) {
             fc_gemm_info gi;
             fc_gemm_info_of(n, &gi);
             int k = 0, nmem = 0;
-            in[k++] = gi.a;
+            bool all_params = true;
+            in[k++] = fc_rw_value(&rw, gi.a);
             for (int j = 0; j < nold; j++)
-                if (leader[old[j]->id] == ld) in[k++] = old[j]->in[1], nmem++;
+                if (leader[old[j]->id] == ld) {
+                    in[k] = fc_rw_value(&rw, old[j]->in[1]);
+                    all_params &= is_param(in[k++]);
+                    nmem++;
+                }
             if (gi.has_bias)
                 for (int j = 0; j < nold; j++)
-                    if (leader[old[j]->id] == ld) in[k++] = old[j]->in[2];
+                    if (leader[old[j]->id] == ld) {
+                        in[k] = fc_rw_value(&rw, old[j]->in[2]);
+                        all_params &= is_param(in[k++]);
+                    }
+            int nw = nmem;
+            if (!all_params) {
+                /* Cast weights: joined in the graph, by a concat that
+                 * computes only from parameters (a load-time kernel,
+                 * passes/loadtime.c), into one weight and one bias. The
+                 * runtime's kept concatenation is for parameters alone. */
+                in[1] = joined(&rw, in + 1, nmem, gi.trans_b ? 0 : 1);
+                if (gi.has_bias) in[2] = joined(&rw, in + 1 + nmem, nmem, 0);
+                if (!in[1] || (gi.has_bias && !in[2])) break;
+                k = gi.has_bias ? 3 : 2;
+                nw = 1;
+            }
             fc_attrs at = n->a;
             int64_t spec[FC_GEMM_SPEC_LEN];
             memcpy(spec, n->a.list, sizeof spec);
-            spec[FC_GEMM_NWEIGHTS] = nmem;
+            spec[FC_GEMM_NWEIGHTS] = nw;
             at.list = spec;
             at.nlist = FC_GEMM_SPEC_LEN;
             fc_node *big = fc_rw_build(&rw, FC_OP_GEMM, in, k, &at);

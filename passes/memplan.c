@@ -31,7 +31,9 @@
  * Lifetimes are launch positions [first, last], inclusive (a value read
  * and a value written by one launch never share memory). Placement is
  * greedy by size with best fit over offsets, in multiples of 256 bytes
- * (ir/arena_layout.c, which says why).
+ * (ir/arena_layout.c, which says why). A load-time group's results
+ * (passes/loadtime.c) live for the whole program: they are computed once
+ * and read by the runs after.
  *
  * Two halves. Everything above but the sizes follows from the groups: the
  * classes, which need arena memory, their lifetimes. The layout
@@ -162,6 +164,9 @@ static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *f
             wpos = grp->batch - 1;
             while (rpos + 1 < plan->ngroups && plan->groups[rpos + 1]->batch == grp->batch) rpos++;
         }
+        /* A load-time group's results are kept from one weight load to
+         * the next: nothing else may share their memory. */
+        if (grp->loadtime) wpos = 0, rpos = plan->ngroups - 1;
         for (int i = 0; i < grp->noutputs; i++) {
             int r = root[grp->outputs[i]->id];
             if (first[r] < 0 || wpos < first[r]) first[r] = wpos;

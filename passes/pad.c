@@ -17,15 +17,24 @@
  *      slice gives the graph its N. A weight that is a parameter is padded
  *      by appending one more weight, a zero block, to the gemm: the runtime
  *      builds the concatenated weight once and keeps it, as it does for
- *      fused siblings (fc_program_weights_changed refreshes it). A weight
- *      that a kernel computes is padded by a concat that fusion puts into
- *      that kernel. The slice is a view: a kernel that reads the result
- *      reads it through the view, so only a result that leaves the graph
- *      (or that a library call reads) costs a copy.
+ *      fused siblings (fc_program_weights_changed refreshes it); the zero
+ *      block is a load-time kernel (passes/loadtime.c). A weight that a
+ *      kernel computes is padded by a concat that fusion puts into that
+ *      kernel; for a cast of a parameter (autocast) that kernel runs at
+ *      load. The slice is a view: a kernel that reads the result reads it
+ *      through the view, so only a result that leaves the graph (or that a
+ *      library call reads) costs a copy.
  *   K  a and the weights get zero columns (rows, for an untransposed
  *      weight), through concats: the kernel that produces a writes the
  *      padded rows itself (the concat joins its group); a weight that is a
- *      parameter costs a copy kernel each run, which the cost rule counts.
+ *      parameter (or a cast of one) is padded by a load-time kernel, once,
+ *      not at every run.
+ *
+ * A result with unaligned N that the backend writes in place by aligned
+ * GEMMs over interleaved rows (fc_pad_rule.interleave_min_rows; the CUDA
+ * runtime, runtime/cuda/cublaslt.h) is left unpadded when that is cheaper
+ * than the padded GEMM and its compaction copy: an LM head's returned
+ * logits at large M.
  *
  * The cost rule (plan_of, fc_pad_rule) estimates both shapes from the device's floors: a
  * GEMM takes the longer of its math and its bytes, and the unaligned one
@@ -59,6 +68,7 @@ enum { ROW_BYTES = 16, MAX_OPERANDS = 256 };
  * that factor, so that a shape near the break-even keeps its one call. */
 const fc_pad_rule fc_pad_rule_h200 = {
     .flops16 = 770e12, .flops32 = 50e12, .bytes_per_s = 4.0e12, .launch_s = 2e-6, .slowdown = 3.0, .margin = 0.8,
+    .interleave_min_rows = 128, /* FC_CUBLASLT_INTERLEAVE_MIN_ROWS */
 };
 
 static int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -69,6 +79,14 @@ static bool is_param(const fc_value *v) { return !v->def && !v->weak && v->param
  * padded: a parameter, or a library call's (gemm, attention) result. */
 static bool stored_as_is(const fc_value *v) {
     return !v->def || fc_op_table[v->def->op].kind == FC_KIND_OPAQUE;
+}
+
+/* Whether a weight padded by a concat is padded once, when the weights are
+ * loaded, not at every run: a parameter, or a cast of one (autocast's
+ * form), whose padded form is computed from parameters alone
+ * (passes/loadtime.c). */
+static bool padded_at_load(const fc_value *v) {
+    return is_param(v) || (v->def && v->def->op == FC_OP_CAST && is_param(v->def->in[0]));
 }
 
 static double copy_s(const fc_pad_rule *r, double elems, int es) { return 2.0 * elems * es / r->bytes_per_s + r->launch_s; }
@@ -107,6 +125,25 @@ static bool all_params(const fc_gemm_info *gi) {
     return true;
 }
 
+/* The time of p's result written in place, unaligned N and all, by the
+ * backend's aligned GEMMs over rows R apart (fc_pad_rule.interleave_min_rows;
+ * the CUDA runtime's conditions, runtime/cuda/cublaslt.h): the aligned
+ * GEMM's time, the weight read R - 1 more times, R + 2 launches, the two
+ * edge GEMMs' reads of a and their strided copies. -1 where it does not
+ * apply. eo: the result's element size. */
+static double interleaved_s(const fc_pad_rule *r, const fc_gemm_info *gi, const pad_plan *p, int es, int eo) {
+    if (r->interleave_min_rows <= 0 || !gi->trans_b || gi->has_bias || gi->has_residual || 16 % eo) return -1;
+    int64_t R = 1;
+    while ((R * p->N * eo) % 16) R *= 2; /* the fewest rows apart that start aligned */
+    const int64_t g = 16 / eo;
+    if (p->M % R || p->M / R < r->interleave_min_rows || p->N < 2 * g) return -1;
+    double M = (double)p->M, N = (double)p->N, K = (double)p->K;
+    double t = gemm_s(r, M, N, K, es, true);
+    t += (double)(R - 1) * N * K * es / r->bytes_per_s + (double)(R + 3) * r->launch_s;
+    t += 2 * (M * K * es + 2 * M * (double)g * eo) / r->bytes_per_s;
+    return t;
+}
+
 /* Decide for gemm n; false leaves it as it is. */
 static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     memset(p, 0, sizeof *p);
@@ -143,12 +180,20 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     const fc_pad_rule *r = c->rule;
     double extra = 0;
     if (p->pad_k && stored_as_is(a)) extra += copy_s(r, (double)p->M * (double)Kp, es);
-    if (p->pad_k && stored_as_is(gi->w[0])) extra += copy_s(r, (double)Np * (double)Kp, es);
-    if (p->pad_k && p->pad_n && gi->has_bias && stored_as_is(gi->bias[0])) extra += r->launch_s;
-    if (p->n_by_block) extra += r->launch_s; /* the zero block's kernel */
+    /* A weight's padding, and the zero block, cost nothing per run when
+     * computed at load (padded_at_load); a weight computed per run is
+     * padded by the kernel that computes it. */
+    if (p->pad_k && stored_as_is(gi->w[0]) && !padded_at_load(gi->w[0])) extra += copy_s(r, (double)Np * (double)Kp, es);
+    if (p->pad_k && p->pad_n && gi->has_bias && stored_as_is(gi->bias[0]) && !padded_at_load(gi->bias[0]))
+        extra += r->launch_s;
     if (p->pad_n && c->leaves[y->id]) extra += copy_s(r, (double)p->M * (double)p->N, (int)fc_dtype_size(y->dtype));
     double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
     double after = gemm_s(r, (double)p->M, (double)Np, (double)Kp, es, true) + extra;
+    if (p->pad_n && !p->pad_k) {
+        /* The backend may write the unaligned result in place instead. */
+        double in_place = interleaved_s(r, gi, p, es, (int)fc_dtype_size(y->dtype));
+        if (in_place >= 0 && in_place < after) return false;
+    }
     return after < r->margin * before;
 }
 

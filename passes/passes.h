@@ -59,6 +59,10 @@ fc_status fc_pass_pad(fc_graph *g);
  * launches) must stay under. fc_pass_pad uses fc_pad_rule_h200. */
 typedef struct fc_pad_rule {
     double flops16, flops32, bytes_per_s, launch_s, slowdown, margin;
+    /* The backend writes a result with unaligned rows in place by aligned
+     * GEMMs over rows R apart, each of at least this many rows (the CUDA
+     * runtime's, runtime/cuda/cublaslt.h); 0: it does not. */
+    int64_t interleave_min_rows;
 } fc_pad_rule;
 extern const fc_pad_rule fc_pad_rule_h200;
 fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);
@@ -111,6 +115,10 @@ typedef struct fc_group {
      * (1 + the position of the batch's first group) are adjacent in launch
      * order; 0: launched alone. */
     int batch;
+
+    /* Computed from parameters alone into GEMM weights only: run when the
+     * weights are loaded, not at every run (passes/loadtime.c). */
+    bool loadtime;
 
     /* Cost: the ops.def weights of the nodes plus one per view inlined
      * into the group, and the reductions among the nodes (fusion's cost
@@ -213,6 +221,9 @@ void fc_fuse_options_default(fc_fuse_options *o);
 fc_status fc_pass_fuse(fc_graph *g, const fc_fuse_options *o, fc_plan *plan);
 /* Order groups for launch and compute group inputs/outputs. */
 fc_status fc_pass_schedule(fc_plan *plan);
+/* Mark the groups that compute GEMM weights from parameters alone
+ * (fc_group.loadtime; passes/loadtime.c). Static plans only. */
+fc_status fc_pass_loadtime(fc_plan *plan);
 /* Batch independent small pointwise groups of the same dependency level
  * into one launch (reorders groups by level when it batches). */
 fc_status fc_pass_batch(fc_plan *plan);

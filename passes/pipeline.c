@@ -34,8 +34,10 @@
  *     slice it adds would stop epilogue's tail matching if it came first);
  *     static plans only: the dynamic variant's generated tiles take
  *     unaligned rows (gather loads), and the cost rule needs the sizes;
- *   - fusion makes groups and schedules them; batching and the memory plan
- *     work on the groups.
+ *   - fusion makes groups and schedules them; loadtime marks the groups
+ *     that compute GEMM weights from parameters (run once, not per run),
+ *     before batching (which never batches them with per-run groups) and
+ *     the memory plan (which gives their results memory of their own).
  */
 #include "passes.h"
 #include "recognize.h"
@@ -64,6 +66,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (!dynamic && (st = fc_pass_pad(g))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st; /* vertical, horizontal, schedule */
+    if (!dynamic && (st = fc_pass_loadtime(plan))) return st;
     if (o == NULL || o->horizontal)
         if ((st = fc_pass_batch(plan))) return fc_set_error(g->ctx, st, "out of memory (batching)");
     if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind, or an instance's layout */

@@ -118,8 +118,11 @@ static int64_t space_elems(const fc_group *gr) {
     return fc_mono_is_static(&m) ? m.c : INT64_MAX;
 }
 
-/* A small pointwise group: a candidate for a batch. */
-static bool is_small(const fc_group *gr) { return gr->kind == FC_GROUP_POINTWISE && space_elems(gr) <= BATCH_MAX_ELEMS; }
+/* A small pointwise group: a candidate for a batch. A load-time group is
+ * not: it runs when weights are loaded, not beside the per-run groups. */
+static bool is_small(const fc_group *gr) {
+    return gr->kind == FC_GROUP_POINTWISE && !gr->loadtime && space_elems(gr) <= BATCH_MAX_ELEMS;
+}
 
 /* Dependency level of each group: 0 for groups that read only params,
  * else one more than the deepest producer. Groups of one level are ready at

@@ -268,8 +268,12 @@ static const plan_case plan_cases[] = {
      "  %p = softmax(%s1, axis=-1)\n  %o = matmul(%p, %v)\n  return %o\n}\n",
      1, 0, true, 0}, /* recognised as attention: one flash-attention kernel */
     /* Unaligned shapes (passes/pad.c, the default cost rule). */
-    {"LM head, N = 50257: the gemm writes 50264 columns; the zero block's kernel and the caller's copy",
+    {"LM head, N = 50257, M = 8192: the gemm writes the caller's 50257 columns in place (interleaved rows)",
      "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     0, 1, true, 50257},
+    {"LM head, N = 50257, M = 128: the gemm writes 50264 columns; the zero block's kernel and the caller's copy",
+     "graph f(%x: bf16[128, 768], %w: bf16[50257, 768]) {\n"
      "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
      2, 1, true, 50264},
     {"LM head into a softmax: the softmax reads the padded result in place (no copy)",
@@ -857,6 +861,13 @@ static const gpu_case gpu_cases[] = {
      "graph g(%x: DT[48, 64], %wg: DT[80, 64], %wu: DT[80, 64]) {\n  %wgt = permute(%wg, perm=[1, 0])\n"
      "  %wut = permute(%wu, perm=[1, 0])\n  %g0 = matmul(%x, %wgt)\n  %g = relu(%g0)\n  %u0 = matmul(%x, %wut)\n"
      "  %u = relu(%u0)\n  return %g, %u\n}\n", false},
+    {"unaligned N, W^T: written in place over interleaved rows",
+     "graph g(%x: DT[1024, 64], %w: DT[1001, 64]) {\n  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n"
+     "  return %y\n}\n", false},
+    {"siblings W^T with an unaligned N in all, in place over interleaved rows",
+     "graph g(%x: DT[1024, 64], %wg: DT[500, 64], %wu: DT[501, 64]) {\n  %wgt = permute(%wg, perm=[1, 0])\n"
+     "  %wut = permute(%wu, perm=[1, 0])\n  %g = matmul(%x, %wgt)\n  %u = matmul(%x, %wut)\n  return %g, %u\n}\n",
+     false},
     {"rank-1 left operand", "graph g(%v: DT[64], %w: DT[64, 32]) {\n  %y = matmul(%v, %w)\n  return %y\n}\n", false},
     {"autocast (16-bit in, f32 tail, cast out)",
      "graph g(%x: bf16[64, 128], %w: bf16[128, 96]) {\n  %xf = cast(%x, to=f32)\n  %wf = cast(%w, to=f32)\n"
@@ -1494,7 +1505,51 @@ static void test_gemm_choice(void) {
     fc_context_free(ctx);
 }
 
+/* fc_cublaslt_interleave_of: where it applies, and that its GEMMs (rows R
+ * apart from row j, columns [c_j, c_j + N_j)) and the two edges (the
+ * first and last g columns) write every element of the result, each GEMM's
+ * first element and leading dimension 16-byte aligned and inside the row. */
+static void test_interleave_plan(void) {
+    struct {
+        fc_dtype ab, out;
+        int64_t M, N, K;
+        bool bias, applies;
+    } cases[] = {
+        {FC_BF16, FC_BF16, 8192, 50257, 768, false, true},  {FC_BF16, FC_BF16, 1024, 1001, 64, false, true},
+        {FC_F32, FC_F32, 1024, 1001, 64, false, true},      {FC_BF16, FC_BF16, 4096, 32001, 4096, false, true},
+        {FC_F16, FC_F16, 2048, 30522, 64, false, true},     {FC_BF16, FC_F32, 1024, 50258, 64, false, true},
+        {FC_BF16, FC_BF16, 8192, 50264, 768, false, false}, /* aligned already */
+        {FC_BF16, FC_BF16, 1000, 50257, 768, false, false}, /* M not a multiple of 8 */
+        {FC_BF16, FC_BF16, 512, 50257, 768, false, false},  /* 64 rows a GEMM: too few */
+        {FC_BF16, FC_BF16, 8192, 50257, 768, true, false},  /* a bias */
+        {FC_BF16, FC_BF16, 8192, 50257, 767, false, false}, /* rows of x unaligned */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fc_gemm_plan p = {.ab = cases[i].ab, .out = cases[i].out, .trans_b = true, .nweights = 1, .M = cases[i].M,
+                          .N = cases[i].N, .K = cases[i].K, .lda = cases[i].K, .ldw = cases[i].K, .batch = 1,
+                          .has_bias = cases[i].bias, .alpha = 1};
+        fc_cublaslt_interleave il;
+        bool got = fc_cublaslt_interleave_of(&p, 256, 256, 256, FC_CUBLASLT_WORKSPACE_BYTES, &il);
+        CHECK(got == cases[i].applies);
+        if (got != cases[i].applies) fprintf(stderr, "interleave case %zu: %d\n", i, got);
+        if (!got) continue;
+        CHECK(fc_cublaslt_interleave_of(&p, 256, 256, 258, FC_CUBLASLT_WORKSPACE_BYTES, &il) == false);
+        fc_cublaslt_interleave_of(&p, 256, 256, 256, FC_CUBLASLT_WORKSPACE_BYTES, &il);
+        const int64_t eo = (int64_t)fc_dtype_size(p.out), R = il.rows, N = p.N;
+        CHECK(R >= 2 && R <= 16 && p.M % R == 0 && il.sub_m == p.M / R && il.edge * eo == 16);
+        CHECK((R * N * eo) % 16 == 0);
+        CHECK(il.scratch_bytes >= (size_t)(2 * p.M * il.edge * eo) && il.scratch_bytes % 256 == 0);
+        /* Every column of row j's class: covered by its GEMM or an edge. */
+        for (int64_t j = 0; j < R; j++) {
+            CHECK(((j * N + il.col0[j]) * eo) % 16 == 0);
+            CHECK(il.col0[j] >= 0 && il.col0[j] < il.edge && il.cols[j] % il.edge == 0 && il.cols[j] > 0);
+            CHECK(il.col0[j] + il.cols[j] <= N && il.col0[j] + il.cols[j] >= N - il.edge);
+        }
+    }
+}
+
 int main(void) {
+    test_interleave_plan();
     test_files();
     test_plans();
     test_describe();

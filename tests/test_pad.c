@@ -80,7 +80,7 @@ static void fill(fc_tensor *t) {
 
 /* g padded as the pipeline pads large shapes, whatever its size. */
 static fc_graph *padded(fc_graph *g, const pad_case *pc) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0};
     fc_graph *p = fc_graph_clone(g);
     CHECK(p != NULL);
     if (!p) return NULL;
@@ -153,7 +153,7 @@ static void run_case(fc_context *ctx, fc_device dev, const pad_case *pc) {
  * memory (and a poisoned graph), or the same padded graph once the pass
  * gets what it asks for. */
 static void test_alloc_failures(void) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0};
     const pad_case *pc = &cases[5]; /* K and N, a bias: every kind of rewrite but the zero block */
     for (int which = 0; which < 2; which++) {
         if (which == 1) pc = &cases[2]; /* the zero block, siblings */

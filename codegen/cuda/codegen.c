@@ -176,6 +176,7 @@ static fc_status kernel_group(unit *u, const fc_group *gr, fc_launch *l) {
 /* A launch for group gr: its arguments (inputs, then outputs) and summary. */
 static fc_status open_launch(const fc_group *gr, fc_launch *l, fc_graph *g) {
     l->group = gr->id;
+    l->loadtime = gr->loadtime;
     summarize(gr, l->summary, sizeof l->summary);
     l->nargs = gr->ninputs + gr->noutputs;
     l->nreads = gr->ninputs;

@@ -259,8 +259,10 @@ typedef struct lt_ptrs {
     CUdeviceptr x, w, bias, c, d;
 } lt_ptrs;
 
-static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr, size_t ws_bytes,
-                     fc_cublaslt_key *k) {
+/* The key of one call of p; the result's leading dimension is ldd (p->N
+ * for a dense result). */
+static void make_key_ld(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr, size_t ws_bytes, int64_t ldd,
+                        fc_cublaslt_key *k) {
     memset(k, 0, sizeof *k);
     k->version = FC_CUBLASLT_KEY_VERSION;
     k->a_type = k->b_type = fc_lt_cuda_type(p->ab);
@@ -282,7 +284,7 @@ static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr,
     k->k = p->K;
     k->lda = p->ldw;
     k->ldb = p->lda;
-    k->ldd = p->N;
+    k->ldd = ldd;
     k->batch = p->batch;
     k->stride_a = p->batch > 1 ? p->stride_w : 0;
     k->stride_b = p->batch > 1 ? p->stride_a : 0;
@@ -302,6 +304,11 @@ static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr,
     k->align_d = alignment(bd);
     k->align_bias = p->has_bias ? alignment(ptr->bias) : 0;
     k->workspace_bytes = (int64_t)ws_bytes;
+}
+
+static void make_key(bool allow_tf32, const fc_gemm_plan *p, const lt_ptrs *ptr, size_t ws_bytes,
+                     fc_cublaslt_key *k) {
+    make_key_ld(allow_tf32, p, ptr, ws_bytes, p->N, k);
 }
 
 void fc_cublaslt_key_of(const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
@@ -743,6 +750,72 @@ static fc_status matmul_call(fc_cublaslt *h, fc_context *ctx, lt_entry *e, const
     return FC_OK;
 }
 
+/* One call of plan q at these pointers, its result of leading dimension
+ * ldd (no bias, no outer loop: fc_cublaslt_interleave_of's sub-GEMMs). */
+static fc_status call_once(fc_cublaslt *h, fc_context *ctx, const fc_gemm_plan *q, const lt_ptrs *ptr, int64_t ldd,
+                           const void *alpha, const void *beta, CUdeviceptr ws, size_t ws_bytes, CUstream s) {
+    fc_cublaslt_key key;
+    make_key_ld(h->allow_tf32, q, ptr, ws_bytes, ldd, &key);
+    lt_entry *e = find_entry(h, &key);
+    if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
+    fc_status st = e->ready ? FC_OK : prepare(h, ctx, e, 0, false);
+    return st != FC_OK ? st : matmul_call(h, ctx, e, alpha, beta, ptr->w, ptr->x, ptr->d, ptr->d, ws, ws_bytes, s);
+}
+
+/* Columns [col, col + il->edge) of every row of the result, from a dense
+ * [M, edge] block at src: one strided copy. */
+static fc_status copy_edge(fc_cublaslt *h, fc_context *ctx, const fc_gemm_plan *p, const fc_cublaslt_interleave *il,
+                           CUdeviceptr src, CUdeviceptr d, int64_t col, CUstream s) {
+    const size_t eo = fc_dtype_size(p->out);
+    CUDA_MEMCPY2D c;
+    memset(&c, 0, sizeof c);
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = src;
+    c.srcPitch = (size_t)il->edge * eo;
+    c.dstDevice = d + (size_t)col * eo;
+    c.dstPitch = (size_t)p->N * eo;
+    c.WidthInBytes = (size_t)il->edge * eo;
+    c.Height = (size_t)p->M;
+    FC_CU_CHECK(ctx, h->dev->cu->Memcpy2DAsync(&c, s));
+    return FC_OK;
+}
+
+/* The result of p written in place by aligned GEMMs over interleaved rows
+ * (cublaslt.h, fc_cublaslt_interleave_of): the two edges first (into the
+ * workspace's start, then copied out), then the R interleaved GEMMs with
+ * the whole workspace (queued after the copies on one stream). Where an
+ * edge and an interleaved GEMM both write a column, both wrote the same
+ * dot products. */
+static fc_status run_interleaved(fc_cublaslt *h, fc_context *ctx, const fc_gemm_plan *p, const lt_ptrs *ptr,
+                                 const fc_cublaslt_interleave *il, const void *alpha, const void *beta,
+                                 CUdeviceptr ws, size_t ws_bytes, CUstream s) {
+    const size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
+    const CUdeviceptr left = ws, right = ws + (size_t)(p->M * il->edge) * eo;
+    const CUdeviceptr ws_edges = ws + il->scratch_bytes;
+    const size_t ws_edges_bytes = ws_bytes - il->scratch_bytes;
+    fc_gemm_plan q = *p;
+    q.N = il->edge;
+    lt_ptrs e = *ptr;
+    fc_status st = FC_OK;
+    for (int side = 0; side < 2 && st == FC_OK; side++) {
+        const int64_t col = side ? p->N - il->edge : 0;
+        e.w = ptr->w + (size_t)(col * p->ldw) * es;
+        e.d = e.c = side ? right : left;
+        st = call_once(h, ctx, &q, &e, il->edge, alpha, beta, ws_edges, ws_edges_bytes, s);
+        if (st == FC_OK) st = copy_edge(h, ctx, p, il, e.d, ptr->d, col, s);
+    }
+    q.M = il->sub_m;
+    q.lda = p->lda * il->rows;
+    for (int j = 0; j < il->rows && st == FC_OK; j++) {
+        q.N = il->cols[j];
+        e.x = ptr->x + (size_t)(j * p->lda) * es;
+        e.w = ptr->w + (size_t)(il->col0[j] * p->ldw) * es;
+        e.d = e.c = ptr->d + (size_t)(j * p->N + il->col0[j]) * eo;
+        st = call_once(h, ctx, &q, &e, p->N * il->rows, alpha, beta, ws, ws_bytes, s);
+    }
+    return st;
+}
+
 /* Run d with one pointer per operand (in the gemm's order) and the result. */
 static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, const CUdeviceptr *in,
                      CUdeviceptr out, CUdeviceptr workspace, size_t ws_bytes, CUstream s) {
@@ -773,18 +846,22 @@ static fc_status run(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *d, con
         if (st != FC_OK) return st;
     }
 
+    float alpha32 = (float)p->alpha, beta32 = p->has_residual ? 1.0f : 0.0f;
+    double alpha64 = p->alpha, beta64 = p->has_residual ? 1.0 : 0.0;
+    const void *alpha = p->ab == FC_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
+    const void *beta = p->ab == FC_F64 ? (const void *)&beta64 : (const void *)&beta32;
+    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
+
+    fc_cublaslt_interleave il;
+    if (fc_cublaslt_interleave_of(p, ptr.x, ptr.w, ptr.d, ws_bytes, &il))
+        return run_interleaved(h, ctx, p, &ptr, &il, alpha, beta, workspace, ws_bytes, s);
+
     fc_cublaslt_key key;
     make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
     lt_entry *e = find_entry(h, &key);
     if (!e && !(e = add_entry(h, ctx, &key))) return FC_ERR_NOMEM;
     if (!e->ready && (st = prepare(h, ctx, e, ptr.bias, p->has_residual)) != FC_OK) return st;
     if (p->has_bias && (st = set_bias(ctx, e, ptr.bias)) != FC_OK) return st;
-
-    float alpha32 = (float)p->alpha, beta32 = p->has_residual ? 1.0f : 0.0f;
-    double alpha64 = p->alpha, beta64 = p->has_residual ? 1.0 : 0.0;
-    const void *alpha = p->ab == FC_F64 ? (const void *)&alpha64 : (const void *)&alpha32;
-    const void *beta = p->ab == FC_F64 ? (const void *)&beta64 : (const void *)&beta32;
-    size_t es = fc_dtype_size(p->ab), eo = fc_dtype_size(p->out);
 
     /* The outer batch dims: one call per index, offsets by their strides. */
     int64_t calls = fc_gemm_plan_calls(p);
@@ -849,6 +926,10 @@ fc_status fc_cublaslt_warm(fc_cublaslt *h, fc_context *ctx, const fc_gemm_desc *
      * records the alignments; a run at other alignments prepares its own). */
     const CUdeviceptr aligned = 256;
     lt_ptrs ptr = {.x = aligned, .w = aligned, .d = aligned, .c = aligned, .bias = p->has_bias ? aligned : 0};
+    /* Written in place over interleaved rows: its calls are other
+     * problems, prepared at the first run. */
+    fc_cublaslt_interleave il;
+    if (fc_cublaslt_interleave_of(p, aligned, aligned, aligned, ws_bytes, &il)) return FC_OK;
     fc_cublaslt_key key;
     make_key(h->allow_tf32, p, &ptr, ws_bytes, &key);
     fc_status st = make_current(ctx, h->dev);

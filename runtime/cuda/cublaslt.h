@@ -199,6 +199,38 @@ typedef struct fc_cublaslt_key {
 void fc_cublaslt_key_of(const fc_gemm_plan *p, bool allow_tf32, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias,
                         CUdeviceptr c, CUdeviceptr d, size_t ws_bytes, fc_cublaslt_key *k);
 
+/*
+ * A result whose rows are not 16-byte aligned (N * the result's size not a
+ * multiple of 16: an LM head's vocabulary of 50257), written in place at
+ * the aligned kernels' speed (docs/GEMM.md, "Unaligned results in place").
+ * Row r starts at element r N; every R-th row (R = 16 / gcd(N * size, 16))
+ * is 16-byte aligned after a shift of c < g = 16 / size columns. So the
+ * rows j, j + R, j + 2R, ... form a matrix of leading dimension R N whose
+ * columns [c_j, c_j + N_j) (N_j a multiple of g) start aligned: R aligned
+ * GEMMs of M / R rows (x's rows R apart, W^T's rows from c_j) write all
+ * but under g columns at each end of every row. Two GEMMs of g columns,
+ * the first and the last g of every row, into the workspace, and two
+ * strided copies (cuMemcpy2D) write those. Applies to a W^T weight (rows of
+ * K), no bias or residual, one call (no batch), M a multiple of R with at
+ * least FC_CUBLASLT_INTERLEAVE_MIN_ROWS rows a GEMM, 16-byte aligned x, W
+ * and result pointers and leading dimensions, N >= 2 g. The pad pass
+ * leaves such a result unpadded when this is cheaper than padding N and
+ * copying the result (passes/pad.c).
+ */
+#define FC_CUBLASLT_INTERLEAVE_MIN_ROWS 128
+typedef struct fc_cublaslt_interleave {
+    int rows;          /* R */
+    int64_t sub_m;     /* M / R */
+    int64_t edge;      /* g */
+    int64_t col0[16];  /* c_j, j < R */
+    int64_t cols[16];  /* N_j */
+    size_t scratch_bytes; /* the edges' results at the workspace's start (256-byte multiple) */
+} fc_cublaslt_interleave;
+/* Whether plan p, at these pointers and with ws_bytes of workspace, is run
+ * so; *out then says how. No GPU needed. */
+bool fc_cublaslt_interleave_of(const fc_gemm_plan *p, CUdeviceptr x, CUdeviceptr w, CUdeviceptr d, size_t ws_bytes,
+                               fc_cublaslt_interleave *out);
+
 /* The opaque cublasLtMatmulAlgo_t, as bytes. */
 #define FC_CUBLASLT_ALGO_BYTES 64
 

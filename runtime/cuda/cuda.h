@@ -83,6 +83,7 @@
     X(MemcpyHtoDAsync, 3020)                                                   \
     X(MemcpyDtoHAsync, 3020)                                                   \
     X(MemcpyDtoDAsync, 3020)                                                   \
+    X(Memcpy2DAsync, 3020)                                                     \
     X(MemsetD8, 3020)                                                          \
     X(MemsetD8Async, 3020)                                                     \
     X(StreamCreate, 2000)                                                      \

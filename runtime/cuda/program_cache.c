@@ -204,7 +204,8 @@ const char *fc_build_identity(void) {
 /*                      i64 offset  u8 dtype  u8 rank  u8 flags (1      */
 /*                      swizzle 128B)  i64 dims[rank]                   */
 /*                      i64 strides[rank - 1]  u32 box[rank]            */
-/*                      u8 flags (version 4: 1 pdl, fc_launch.pdl)       */
+/*                      u8 flags (version 4: 1 pdl, fc_launch.pdl; 2     */
+/*                      load time, fc_launch.loadtime)                  */
 /*                      str source  u32 nsource_ops  i64 bytes          */
 /*                      u64 flops (the IEEE-754 bits; version 6: what   */
 /*                      the profile reports, lower/launch_cost.h)       */
@@ -240,6 +241,7 @@ const char *fc_build_identity(void) {
 #define MIN_OUTPUT_BYTES 15
 #define MIN_LAUNCH_BYTES 51
 #define LAUNCH_PDL 1u
+#define LAUNCH_LOADTIME 2u
 #define TMAP_SWIZZLE128 1u
 #define MIN_GEMM_BYTES 113 /* one weight, no loop, two operands */
 /* Most kernel parameters of one launch (the codegen makes a few). */
@@ -384,7 +386,7 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
             for (int d = 0; d + 1 < rank; d++) w_u64(&w, (uint64_t)m->strides[d]);
             for (int d = 0; d < rank; d++) w_u32(&w, m->box[d]);
         }
-        w_u8(&w, l->pdl ? LAUNCH_PDL : 0);
+        w_u8(&w, (l->pdl ? LAUNCH_PDL : 0) | (l->loadtime ? LAUNCH_LOADTIME : 0));
         w_str(&w, l->source);
         w_u32(&w, (uint32_t)l->nsource_ops);
         w_u64(&w, (uint64_t)l->bytes);
@@ -680,9 +682,11 @@ static void read_launches(rbuf *r, fc_program_desc *d) {
         r_str_into(r, l->summary, sizeof l->summary, "its summary");
         read_tmaps(r, l);
         const unsigned flags = r_u8(r);
-        if (r->st == FC_OK && ((flags & ~LAUNCH_PDL) || ((flags & LAUNCH_PDL) && l->kind != FC_LAUNCH_KERNEL)))
+        if (r->st == FC_OK && ((flags & ~(LAUNCH_PDL | LAUNCH_LOADTIME)) ||
+                               ((flags & (LAUNCH_PDL | LAUNCH_LOADTIME)) && l->kind != FC_LAUNCH_KERNEL)))
             r_fail(r, FC_ERR_INPUT, "launch flags 0x%x", flags);
         l->pdl = flags & LAUNCH_PDL;
+        l->loadtime = flags & LAUNCH_LOADTIME;
         r_str_into(r, l->source, sizeof l->source, "its source");
         l->nsource_ops = (int)r_u32(r);
         l->bytes = r_i64(r);

@@ -78,6 +78,7 @@ static void cuda_free(fc_program *p) {
         spec_step(p, "freeing: device closed", t);
     }
     fc_ctx_freemem(p->ctx, p->func);
+    fc_ctx_freemem(p->ctx, p->loaded_from);
     fc_launch_params_free(p->ctx, &p->args);
     if (vr) fc_variant_desc_release(p->ctx, &vr->lowered, p->d.src.nlaunches);
     fc_weights_free(p->weights);
@@ -198,8 +199,9 @@ static char *cuda_plan_text(fc_program *p) {
         const fc_launch *l = &d->src.launches[i];
         switch (l->kind) {
         case FC_LAUNCH_KERNEL:
-            fc_strbuf_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s\n", i, l->name,
-                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->summary);
+            fc_strbuf_printf(&t, "launch %d: kernel %s grid=(%u,%u,%u) block=(%u,%u,%u) ops: %s%s\n", i, l->name,
+                        l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], l->summary,
+                        l->loadtime ? " (at weight load)" : "");
             break;
         case FC_LAUNCH_LIBRARY:
             fc_strbuf_printf(&t, "launch %d: library %s ops: %s\n", i, l->name[0] ? l->name : "matmul", l->summary);
@@ -211,6 +213,11 @@ static char *cuda_plan_text(fc_program *p) {
     }
     int kernels, library;
     count_launches(d, &kernels, &library, NULL);
+    int at_load = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) at_load += d->src.launches[i].loadtime;
+    if (at_load)
+        fc_strbuf_printf(&t, "at weight load: %d kernels (run when the weights are loaded, not at every run)\n",
+                         at_load);
     fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
                 (long long)d->arena_bytes, (long long)d->intermediate_bytes);
     /* The last line, exactly: tests and scripts parse it. */

@@ -158,6 +158,11 @@ struct fc_program {
     /* CUDA Graph replay (runtime/cuda/replay.c): built at the second run. */
     fc_replay *replay;
     bool graphs_decided; /* the options and environment were read (first run) */
+    /* Load-time launches (fc_launch.loadtime): whether their results are
+     * current, and by parameter index the address each parameter they read
+     * had when they ran (0 for the parameters they do not read). */
+    bool weights_loaded;
+    CUdeviceptr *loaded_from;
     bool replay_off;     /* graphs are off, or building or patching one failed (stats say why) */
     fc_run_stats stats;
 

@@ -49,8 +49,8 @@ static void make_nvtx_names(fc_program *p) {
     }
 }
 
-/* One launch: a kernel, or a library call. */
-static fc_status launch_one(fc_program *p, fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
+/* Launch i (a kernel or a library call) on s. */
+static fc_status launch_one(fc_program *p, const fc_replay_env *e, int i, void *const *inputs, void *const *outputs,
                             CUstream s) {
     const fc_launch *l = &p->d.src.launches[i];
     int nparams;
@@ -66,21 +66,72 @@ static fc_status launch_one(fc_program *p, fc_replay_env *e, int i, void *const 
     return fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
 }
 
-/* The launches one by one, each in an NVTX range; while profiled, each
- * tagged for CUPTI too. */
+/* Whether the load-time launches' results (lower/launch.h) are current
+ * for these parameters: they ran since the last
+ * fc_program_weights_changed, and every parameter they read is where it
+ * was then. */
+static bool weights_current(const fc_program *p, void *const *inputs) {
+    if (!p->weights_loaded || !p->loaded_from) return p->weights_loaded;
+    for (int i = 0; i < p->d.nparams; i++)
+        if (p->loaded_from[i] && p->loaded_from[i] != (CUdeviceptr)(uintptr_t)inputs[i]) return false;
+    return true;
+}
+
+/* Run the load-time launches on s if their results are stale. What they
+ * compute are GEMM weights, and a concatenation of sibling weights may be
+ * made from them: those are marked stale too (copied again before their
+ * GEMM, or by refresh_weights before a replay). Instances have none (a
+ * dynamic variant's launches are never load-time). */
+static fc_status load_weights(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
+    if (fc_prog_instance_of(p) || weights_current(p, inputs)) return FC_OK;
+    const fc_program_desc *d = &p->d;
+    bool any = false;
+    for (int i = 0; i < d->src.nlaunches && !any; i++) any = d->src.launches[i].loadtime;
+    if (!any) {
+        p->weights_loaded = true;
+        return FC_OK;
+    }
+    if (!p->loaded_from) {
+        p->loaded_from = fc_ctx_malloc(p->ctx, sizeof *p->loaded_from * (size_t)(d->nparams + 1));
+        if (!p->loaded_from) return fc_set_error(p->ctx, FC_ERR_NOMEM, "out of memory (load-time launches)");
+    }
+    memset(p->loaded_from, 0, sizeof *p->loaded_from * (size_t)(d->nparams + 1));
+    p->weights_loaded = false;
+    fc_replay_env e = env_of(p);
+    int n = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (!l->loadtime) continue;
+        fc_status st = launch_one(p, &e, i, inputs, outputs, s);
+        if (st != FC_OK) return st;
+        for (int a = 0; a < l->nreads; a++) {
+            const fc_store *st_in = &d->store[l->args[a]];
+            if (st_in->kind == FC_STORE_INPUT) p->loaded_from[st_in->index] = (CUdeviceptr)(uintptr_t)inputs[st_in->index];
+        }
+        n++;
+    }
+    p->weights_loaded = true;
+    fc_cublaslt_weights_changed(p->blas);
+    fc_trace(FC_LOG_GRAPHS, "program %s: %d load-time kernels run (weights loaded)", d->graph_name, n);
+    return FC_OK;
+}
+
+/* The launches one by one (the load-time ones only when stale), each in
+ * an NVTX range; while profiled, each tagged for CUPTI too. */
 static fc_status enqueue_eager(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
     fc_replay_env e = env_of(p);
     if (!p->nvtx_names) make_nvtx_names(p);
-    for (int i = 0; i < p->d.src.nlaunches; i++) {
-        if (p->d.src.launches[i].kind == FC_LAUNCH_ALIAS) continue; /* a view: nothing to do */
+    fc_status st = load_weights(p, inputs, outputs, s);
+    for (int i = 0; i < p->d.src.nlaunches && st == FC_OK; i++) {
+        const fc_launch *l = &p->d.src.launches[i];
+        if (l->kind == FC_LAUNCH_ALIAS || l->loadtime) continue; /* a view: nothing to do; or done above */
         if (p->nvtx_names) fc_nvtx_push(p->nvtx_names[i]);
         if (p->profile_tag) fc_cupti_push(p->profile_tag | (uint64_t)i);
-        fc_status st = launch_one(p, &e, i, inputs, outputs, s);
+        st = launch_one(p, &e, i, inputs, outputs, s);
         if (p->profile_tag) fc_cupti_pop();
         if (p->nvtx_names) fc_nvtx_pop();
-        if (st != FC_OK) return st;
     }
-    return FC_OK;
+    return st;
 }
 
 static fc_status build_graph(fc_program *p, void *const *inputs, void *const *outputs, CUstream s) {
@@ -149,6 +200,7 @@ fc_status fc_program_weights_changed(fc_program *p) {
     const fc_prog_dynamic *dp = fc_prog_dyn_of(p);
     if (dp) return fc_dynamic_weights_changed(dp->dyn);
     fc_cublaslt_weights_changed(p->blas);
+    p->weights_loaded = false;
     return FC_OK;
 }
 
@@ -267,8 +319,10 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
         st = build_graph(p, inputs, outputs, s);
         if (st != FC_OK) failed = "building the graph failed";
     }
-    /* A failed refresh is the run's error (nothing was launched), not a
-     * reason to give up the graph. */
+    /* A failed load or refresh is the run's error (nothing of the graph
+     * was launched), not a reason to give up the graph. The graph holds
+     * no load-time launch: they run here, before it, when stale. */
+    if (st == FC_OK && (st = load_weights(p, inputs, outputs, s)) != FC_OK) return st;
     if (st == FC_OK && fc_cublaslt_weights_stale(p->blas) && (st = refresh_weights(p, inputs, outputs, s)) != FC_OK)
         return st;
     if (st == FC_OK) {

@@ -281,7 +281,9 @@ fc_status fc_replay_build(const fc_replay_env *e, void *const *inputs, void *con
     int nslot = 0;
     for (int i = 0; i < d->src.nlaunches && st == FC_OK; i++) {
         const fc_launch *l = &d->src.launches[i];
-        if (l->kind == FC_LAUNCH_ALIAS) continue;
+        /* A view runs nothing; a load-time launch runs before the graph,
+         * when the weights are loaded (program_launch.c). */
+        if (l->kind == FC_LAUNCH_ALIAS || l->loadtime) continue;
         rnode *n = &r->nodes[r->nnodes];
         n->launch = i;
         n->gemm = l->kind == FC_LAUNCH_LIBRARY;
