@@ -158,50 +158,6 @@ static void check_same_results(const char *name, fc_graph *g0, fc_graph *g1) {
     }
 }
 
-static void run_file_test(const char *path) {
-    char *text = read_file(path, NULL);
-    CHECK(text != NULL);
-    if (!text) return;
-    directives d;
-    if (!read_directives(text, &d)) {
-        fprintf(stderr, "%s: needs '# RUN:' and '# EXPECT:'\n", path);
-        CHECK(false);
-        free(d.expect);
-        free(text);
-        return;
-    }
-    fc_context *ctx = fc_context_new();
-    fc_graph *g = parse(ctx, path, text), *g0 = g ? fc_graph_clone(g) : NULL;
-    CHECK(g && g0);
-    if (g && g0 && run_passes(g, d.run, path) == FC_OK) {
-        char *got = fc_print(g);
-        if (!got || strcmp(got, d.expect)) fprintf(stderr, "FAIL %s (RUN:%s)\n", path, d.run);
-        CHECK_STR(got, d.expect);
-        CHECK_EQ_INT(run_passes(g, d.run, path), FC_OK);
-        char *again = fc_print(g);
-        if (!again || !got || strcmp(again, got)) fprintf(stderr, "FAIL %s: not a fixpoint\n", path);
-        CHECK_STR(again, got);
-        fc_free(again);
-        fc_free(got);
-        check_same_results(path, g0, g);
-        fc_graph *e = parse(ctx, "expect", d.expect);
-        CHECK(e != NULL);
-        if (e) {
-            char *back = fc_print(e);
-            CHECK_STR(back, d.expect);
-            fc_free(back);
-        }
-        fc_graph_free(e);
-    } else {
-        CHECK(false);
-    }
-    fc_graph_free(g0);
-    fc_graph_free(g);
-    fc_context_free(ctx);
-    free(d.expect);
-    free(text);
-}
-
 static void test_files(void) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/gemm", src_dir());
@@ -209,7 +165,7 @@ static void test_files(void) {
     CHECK(files != NULL);
     if (!files) return;
     int n = 0;
-    for (int i = 0; files[i]; i++, n++) run_file_test(files[i]);
+    for (int i = 0; files[i]; i++, n++) run_pass_file(files[i], check_same_results);
     CHECK(n >= 14);
     free_list(files);
 }

@@ -45,77 +45,9 @@
 #include <string.h>
 
 /* Parse "N=4, B=2" into binds (names point into a static copy). */
-static int parse_binds(const char *text, fc_binding *binds, int max) {
-    static char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    int n = 0;
-    for (char *save, *p = strtok_r(buf, ", ", &save); p && n < max; p = strtok_r(NULL, ", ", &save)) {
-        char *eq = strchr(p, '=');
-        if (!eq) continue;
-        *eq = 0;
-        binds[n].name = p;
-        binds[n].value = strtoll(eq + 1, NULL, 10);
-        n++;
-    }
-    return n;
-}
-
 /* ------------------------------------------------------------------ */
 /* 1. File tests                                                       */
 /* ------------------------------------------------------------------ */
-
-static void run_file_test(const char *path) {
-    char *text = read_file(path, NULL);
-    CHECK(text != NULL);
-    if (!text) return;
-    directives d;
-    if (!read_directives(text, &d)) {
-        fprintf(stderr, "%s: needs '# RUN:' and '# EXPECT:'\n", path);
-        CHECK(false);
-        free(d.expect);
-        free(text);
-        return;
-    }
-    fc_binding binds[8];
-    int nbinds = parse_binds(d.bind, binds, 8);
-    fc_context *ctx = fc_context_new();
-    fc_graph *g = NULL;
-    if (fc_parse(ctx, path, text, strlen(text), NULL, binds, nbinds, &g) != FC_OK) {
-        fprintf(stderr, "%s: %s\n", path, fc_last_error(ctx));
-        CHECK(false);
-    } else if (run_passes(g, d.run, path) != FC_OK) {
-        CHECK(false);
-    } else {
-        char *got = fc_print(g);
-        if (!got || strcmp(got, d.expect)) fprintf(stderr, "FAIL %s (RUN:%s)\n", path, d.run);
-        CHECK_STR(got, d.expect);
-        /* A fixpoint: the same passes again change nothing. */
-        if (run_passes(g, d.run, path) == FC_OK) {
-            char *again = fc_print(g);
-            if (!again || !got || strcmp(again, got)) fprintf(stderr, "FAIL %s: not a fixpoint\n", path);
-            CHECK_STR(again, got);
-            fc_free(again);
-        } else {
-            CHECK(false);
-        }
-        fc_free(got);
-        /* The expected text is itself canonical .ir. */
-        fc_graph *e = NULL;
-        if (fc_parse(ctx, "expect", d.expect, strlen(d.expect), NULL, binds, nbinds, &e) == FC_OK) {
-            char *back = fc_print(e);
-            CHECK_STR(back, d.expect);
-            fc_free(back);
-        } else {
-            fprintf(stderr, "%s: the EXPECT block does not parse: %s\n", path, fc_last_error(ctx));
-            CHECK(false);
-        }
-        fc_graph_free(e);
-    }
-    fc_graph_free(g);
-    fc_context_free(ctx);
-    free(d.expect);
-    free(text);
-}
 
 static void test_files(void) {
     char dir[1024];
@@ -123,7 +55,7 @@ static void test_files(void) {
     char **files = list_ir(dir);
     CHECK(files != NULL);
     int n = 0;
-    for (int i = 0; files && files[i]; i++, n++) run_file_test(files[i]);
+    for (int i = 0; files && files[i]; i++, n++) run_pass_file(files[i], NULL);
     CHECK(n >= 20);
     free_list(files);
 }
