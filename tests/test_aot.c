@@ -96,15 +96,7 @@ static void expect_refused(fc_context *ctx, const char *path, fc_status status, 
 }
 
 static void check_same_program(fc_program *a, fc_program *b) {
-    char *x = fc_program_plan_text(a), *y = fc_program_plan_text(b);
-    CHECK_STR(y, x);
-    fc_free(x);
-    fc_free(y);
-    x = fc_program_cuda_source(a);
-    y = fc_program_cuda_source(b);
-    CHECK_STR(y, x);
-    fc_free(x);
-    fc_free(y);
+    check_same_code(a, b);
     CHECK_EQ_INT(fc_program_sm(b), fc_program_sm(a));
     CHECK_EQ_INT(fc_program_num_inputs(b), fc_program_num_inputs(a));
     CHECK_EQ_INT(fc_program_num_outputs(b), fc_program_num_outputs(a));

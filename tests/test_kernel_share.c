@@ -77,17 +77,7 @@ static fc_program *compile(fc_graph *g, bool fuse) {
     fc_compile_options_default(&o);
     o.sm = 90;
     o.fuse = fuse;
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &o, &p);
-    if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(fc_graph_context(g)));
-    CHECK_EQ_INT(st, FC_OK);
-    return p;
-}
-
-static fc_program_origin origin_of(const fc_program *p) {
-    fc_compile_times t;
-    fc_program_times(p, &t);
-    return t.origin;
+    return compile_checked(g, &o);
 }
 
 static int count_substr(const char *s, const char *what) {

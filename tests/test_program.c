@@ -21,6 +21,7 @@
  * and examples/llama_block.ir (B=2, T=16), parsed with bindings, and
  * tests/layers/gpt2_4.ir (four blocks sharing their kernels). */
 #include "check.h"
+#include "desc_damage.h"
 #include "test_util.h"
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
@@ -475,31 +476,7 @@ static void test_gemm_serialization(fc_context *ctx) {
         }
         /* The records end where the source's length starts. */
         size_t end = a.size - strlen(d->src.source) - 4;
-        int refused = 0;
-        for (size_t n = 0; n <= end; n++) {
-            fc_program_desc x;
-            refused += fc_program_desc_decode(ctx, a.data, n, &x) == FC_ERR_INPUT;
-        }
-        CHECK_EQ_INT(refused, (long long)end + 1);
-        for (size_t i = 0; i < end; i++) {
-            a.data[i] ^= 0xa5;
-            fc_program_desc x;
-            fc_status s2 = fc_program_desc_decode(ctx, a.data, a.size, &x);
-            CHECK(s2 == FC_OK || s2 == FC_ERR_INPUT);
-            if (s2 == FC_OK) fc_program_desc_release(&x);
-            a.data[i] ^= 0xa5;
-        }
-        for (long n = 1; n < 10000; n++) {
-            fc_program_desc x;
-            fc_context_fail_alloc_after(ctx, n);
-            fc_status s3 = fc_program_desc_decode(ctx, a.data, a.size, &x);
-            fc_context_fail_alloc_after(ctx, 0);
-            if (s3 == FC_OK) {
-                fc_program_desc_release(&x);
-                break;
-            }
-            CHECK_EQ_INT(s3, FC_ERR_NOMEM);
-        }
+        check_desc_damage(ctx, &a, end + 1, end);
         fc_bytes_free(&a);
         fc_program_free(p);
     }

@@ -10,6 +10,10 @@
  *   compile_through_alloc_failures(ctx, g, o, &failures)
  *                                   fc_compile with its 1st, 2nd, ... allocation
  *                                   failing until it succeeds; CHECKs each failure
+ *   check_same_code(a, b)           b's launch plan and CUDA source are a's
+ *   compile_checked(g, &o)          fc_compile, CHECKed, the failure printed; NULL then
+ *   origin_of(p)                    where p's compile came from (fc_compile_times.origin)
+ *   tb_add(&tb, fmt, ...)           printf onto a text buffer (tbuf), cut at its size
  *   fc_now_ms() (ir/timing.h)       a monotonic clock, in milliseconds
  */
 #ifndef FC_TEST_UTIL_H
@@ -19,6 +23,7 @@
 #include "ir/timing.h"
 
 #include <dirent.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -122,6 +127,47 @@ static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_gra
         if (st != FC_ERR_NOMEM) return NULL;
     }
     return NULL;
+}
+
+static inline void check_same_code(fc_program *a, fc_program *b) {
+    char *x = fc_program_plan_text(a), *y = fc_program_plan_text(b);
+    CHECK_STR(y, x);
+    fc_free(x);
+    fc_free(y);
+    x = fc_program_cuda_source(a);
+    y = fc_program_cuda_source(b);
+    CHECK_STR(y, x);
+    fc_free(x);
+    fc_free(y);
+}
+
+static inline fc_program *compile_checked(fc_graph *g, const fc_compile_options *o) {
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, o, &p);
+    if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(fc_graph_context(g)));
+    CHECK_EQ_INT(st, FC_OK);
+    return p;
+}
+
+static inline fc_program_origin origin_of(const fc_program *p) {
+    fc_compile_times t;
+    fc_program_times(p, &t);
+    return t.origin;
+}
+
+typedef struct tbuf {
+    char text[16384];
+    size_t len;
+} tbuf;
+
+static inline void tb_add(tbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static inline void tb_add(tbuf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->text + b->len, sizeof b->text - b->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) b->len += (size_t)n;
+    if (b->len >= sizeof b->text) b->len = sizeof b->text - 1;
 }
 
 #endif
