@@ -119,13 +119,7 @@ static bool run_case_opts(const char *name, const char *ir, const case_opts *o, 
               *want = calloc((size_t)nout + 1, sizeof *want);
     for (int i = 0; i < nin; i++) {
         fc_value *p = fc_graph_param(g, i);
-        in[i].dtype = fc_value_dtype(p);
-        in[i].rank = fc_value_rank(p);
-        int64_t big = 1;
-        for (int d = 0; d < in[i].rank; d++) {
-            in[i].shape[d] = fc_value_dim(p, d);
-            if (in[i].shape[d] > big) big = in[i].shape[d];
-        }
+        int64_t big = param_type(&in[i], p);
         bool weight = o->weight_scale > 0 && in[i].rank >= 2 && p->name && strchr(p->name, 'w');
         fill_kind k = o->fill;
         if (p->name && !strncmp(p->name, "idx", 3)) k = FILL_SMALLINT;

@@ -142,18 +142,6 @@ static void only_entry(const char *dir, const char *level, char *out, size_t n) 
     if (count != 1) out[0] = 0;
 }
 
-static int count_entries(const char *dir, const char *level) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) count += e->d_name[0] != '.';
-    closedir(d);
-    return count;
-}
-
 static bool same_bytes(const fc_bytes *a, const fc_bytes *b) {
     return a->size == b->size && memcmp(a->data, b->data, a->size) == 0;
 }

@@ -48,18 +48,6 @@ static uint64_t nvrtc_count(void) {
     return c.nvrtc_compiles;
 }
 
-static int count_entries(const char *dir, const char *level) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) count += e->d_name[0] != '.';
-    closedir(d);
-    return count;
-}
-
 static fc_graph *parse(fc_context *ctx, const char *file) {
     const char *src = getenv("FUSEC_SRC");
     char path[512];

@@ -77,13 +77,7 @@ static fc_tensor *make_inputs(fc_graph *g, uint64_t seed, double scale) {
     rng r = {seed * 0x9E3779B97F4A7C15ull + 7};
     for (int i = 0; i < n; i++) {
         fc_value *p = fc_graph_param(g, i);
-        t[i].dtype = fc_value_dtype(p);
-        t[i].rank = fc_value_rank(p);
-        int64_t big = 1;
-        for (int d = 0; d < t[i].rank; d++) {
-            t[i].shape[d] = fc_value_dim(p, d);
-            if (t[i].shape[d] > big) big = t[i].shape[d];
-        }
+        int64_t big = param_type(&t[i], p);
         const char *name = p->name;
         fill(&t[i], &r, name && name[0] == 'w' ? 1.0 / sqrt((double)big) : scale);
     }

@@ -7,6 +7,8 @@
  *   temp_dir(buf, n, "name")        mkdtemp $TMPDIR/name-XXXXXX (else /tmp)
  *   rm_rf(path)                     remove a tree, read-only directories too
  *   count_names(dir, prefix)        the entries of dir whose name starts so
+ *   count_entries(dir, level)       the entry files (.bin) of a cache level, DIR/v<format>/<level>
+ *   param_type(&t, p)               t's dtype, rank and shape those of parameter p; its largest dim
  *   compile_through_alloc_failures(ctx, g, o, &failures)
  *                                   fc_compile with its 1st, 2nd, ... allocation
  *                                   failing until it succeeds; CHECKs each failure
@@ -19,6 +21,7 @@
 #ifndef FC_TEST_UTIL_H
 #define FC_TEST_UTIL_H
 #include "check.h"
+#include "cache/cache.h"
 #include "fusec.h"
 #include "ir/timing.h"
 
@@ -127,6 +130,29 @@ static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_gra
         if (st != FC_ERR_NOMEM) return NULL;
     }
     return NULL;
+}
+
+static inline int count_entries(const char *dir, const char *level) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d))) n += strlen(de->d_name) > 4 && strcmp(de->d_name + strlen(de->d_name) - 4, ".bin") == 0;
+    closedir(d);
+    return n;
+}
+
+static inline int64_t param_type(fc_tensor *t, const fc_value *p) {
+    t->dtype = fc_value_dtype(p);
+    t->rank = fc_value_rank(p);
+    int64_t big = 1;
+    for (int d = 0; d < t->rank; d++) {
+        t->shape[d] = fc_value_dim(p, d);
+        if (t->shape[d] > big) big = t->shape[d];
+    }
+    return big;
 }
 
 static inline void check_same_code(fc_program *a, fc_program *b) {
