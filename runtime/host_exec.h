@@ -36,8 +36,12 @@ void fc_host_exec_stats(const fc_program *p, fc_run_stats *out);
 const fc_program_desc *fc_host_exec_desc(const fc_program *p);
 fc_context *fc_host_exec_context(const fc_program *p);
 void fc_host_exec_times(const fc_program *p, fc_compile_times *out);
-/* The four table slots every host backend fills with the functions above. */
-#define FC_HOST_EXEC_SLOTS \
+/* A host backend's table slots: its own functions, named p_compile,
+ * p_run, ... (p_built, p_present, p_compile, p_run, p_run_shaped,
+ * p_run_host, p_describe, p_free), and the functions above. */
+#define FC_HOST_BACKEND_SLOTS(p)                                                                                \
+    .built = p##_built, .present = p##_present, .compile = p##_compile, .run = p##_run,                         \
+    .run_shaped = p##_run_shaped, .run_host = p##_run_host, .describe = p##_describe, .free = p##_free,          \
     .stats = fc_host_exec_stats, .desc = fc_host_exec_desc, .context = fc_host_exec_context, .times = fc_host_exec_times
 
 #endif
