@@ -16,6 +16,9 @@
  *   char **files = list_ir(dir);        the sorted .ir files of dir; free_list(files)
  *   read_directives(text, &d)           RUN, BIND and EXPECT; free(d.expect)
  *   run_passes(g, d.run, where)         each pass, then fc_verify
+ *   pass_through_alloc_failures(text, prep, pass)
+ *                                       pass (after prep) with its nth allocation
+ *                                       failing, n = 1, 2, ...: how many runs failed
  *   run_pass_file(path, same)           one file: parsed with its BIND, its passes
  *                                       run, the result against EXPECT, the passes
  *                                       a fixpoint, EXPECT canonical; then
@@ -151,6 +154,56 @@ static inline int parse_binds(const char *text, fc_binding *binds, int max) {
         n++;
     }
     return n;
+}
+
+/* pass on the graph parsed from text (after prep, run unhurt, when given)
+ * with its nth allocation failing, for n = 1, 2, ... until it succeeds:
+ * each failure is FC_ERR_NOMEM, success comes only when no allocation
+ * failed (none is swallowed), and the graph it leaves verifies and prints
+ * as the unhurt run's. Returns how many runs failed. */
+static inline int pass_through_alloc_failures(const char *text, fc_status (*prep)(fc_graph *),
+                                              fc_status (*pass)(fc_graph *)) {
+    char *want = NULL;
+    int failures = 0;
+    bool done = false;
+    for (long n = 0; n < 10000 && !done; n++) {
+        fc_context *ctx = fc_context_new();
+        fc_graph *g = NULL;
+        fc_status st = fc_parse(ctx, "alloc.ir", text, strlen(text), NULL, NULL, 0, &g);
+        if (st == FC_OK && prep) st = prep(g);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st != FC_OK) {
+            fprintf(stderr, "alloc.ir: %s\n", fc_last_error(ctx));
+            fc_graph_free(g);
+            fc_context_free(ctx);
+            break;
+        }
+        fc_context_fail_alloc_after(ctx, n);
+        st = pass(g);
+        bool injected = n > 0 && ctx->alloc_count >= n;
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            CHECK(!injected);
+            CHECK_EQ_INT(fc_verify(g), FC_OK);
+            char *got = fc_print(g);
+            if (n == 0) want = got;
+            else {
+                CHECK_STR(got, want);
+                fc_free(got);
+                done = true;
+            }
+        } else {
+            if (st != FC_ERR_NOMEM) fprintf(stderr, "alloc failure %ld: status %d: %s\n", n, st, fc_last_error(ctx));
+            CHECK_EQ_INT(st, FC_ERR_NOMEM);
+            CHECK(n > 0);
+            failures++;
+        }
+        fc_graph_free(g);
+        fc_context_free(ctx);
+    }
+    CHECK(done);
+    fc_free(want);
+    return failures;
 }
 
 static inline void run_pass_file(const char *path, void (*same)(const char *, fc_graph *, fc_graph *)) {

@@ -145,21 +145,6 @@ static const char *const composites[] = {
     "graph t(%x: DT[4, 8], %i: i32[4, 8]) {\n %y = gelu(%i)\n %z = silu(%i)\n return %y, %z\n}\n",
 };
 
-static char *with_dtype(const char *tmpl, const char *dt) {
-    char *out = malloc(strlen(tmpl) * 2 + 64);
-    char *o = out;
-    for (const char *p = tmpl; *p;) {
-        if (p[0] == 'D' && p[1] == 'T') {
-            o += sprintf(o, "%s", dt);
-            p += 2;
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = 0;
-    return out;
-}
-
 static bool has_composite(const fc_graph *g) {
     for (int i = 0; i < g->nnodes; i++)
         if (!g->nodes[i]->dead && (fc_op_table[g->nodes[i]->op].kind == FC_KIND_COMPOSITE || g->nodes[i]->op == FC_OP_GELU ||
@@ -481,6 +466,13 @@ static void test_refusals(void) {
     fc_context_free(ctx);
 }
 
+static fc_status canon_decompose(fc_graph *g) {
+    fc_status st = fc_pass_canonicalize(g);
+    if (st == FC_OK) st = fc_pass_decompose(g);
+    if (st == FC_OK) st = fc_pass_canonicalize(g);
+    return st;
+}
+
 /* Fail the Nth allocation of the pipeline for every N until it succeeds:
  * each failure must come back as FC_ERR_NOMEM without a crash or a leak
  * (ASan/LSan builds check the latter). */
@@ -497,32 +489,7 @@ static void test_alloc_failures(void) {
                                "  %y = add(%u, %o)\n"
                                "  return %y\n"
                                "}\n";
-    int failures = 0;
-    bool done = false;
-    for (long n = 1; n < 10000 && !done; n++) {
-        fc_context *ctx = fc_context_new();
-        fc_graph *g = NULL;
-        CHECK(fc_parse(ctx, "f.ir", text, strlen(text), NULL, NULL, 0, &g) == FC_OK);
-        fc_context_fail_alloc_after(ctx, n);
-        fc_status st = fc_pass_canonicalize(g);
-        if (st == FC_OK) st = fc_pass_decompose(g);
-        if (st == FC_OK) st = fc_pass_canonicalize(g);
-        bool injected = ctx->alloc_count >= n;
-        fc_context_fail_alloc_after(ctx, 0);
-        if (st == FC_OK) {
-            /* Success only when no allocation failed: none is swallowed. */
-            CHECK(!injected);
-            CHECK(fc_verify(g) == FC_OK);
-            done = true;
-        } else {
-            CHECK_EQ_INT(st, FC_ERR_NOMEM);
-            failures++;
-        }
-        fc_graph_free(g);
-        fc_context_free(ctx);
-    }
-    CHECK(done);
-    CHECK(failures > 10);
+    CHECK(pass_through_alloc_failures(text, NULL, canon_decompose) > 10);
 }
 
 /* ------------------------------------------------------------------ */

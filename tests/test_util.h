@@ -15,6 +15,7 @@
  *   check_same_code(a, b)           b's launch plan and CUDA source are a's
  *   compile_checked(g, &o)          fc_compile, CHECKed, the failure printed; NULL then
  *   origin_of(p)                    where p's compile came from (fc_compile_times.origin)
+ *   with_dtype(tmpl, "bf16")        tmpl with every "DT" replaced by the dtype (malloc'd)
  *   tb_add(&tb, fmt, ...)           printf onto a text buffer (tbuf), cut at its size
  *   fc_now_ms() (ir/timing.h)       a monotonic clock, in milliseconds
  */
@@ -153,6 +154,20 @@ static inline int64_t param_type(fc_tensor *t, const fc_value *p) {
         if (t->shape[d] > big) big = t->shape[d];
     }
     return big;
+}
+
+static inline char *with_dtype(const char *tmpl, const char *dt) {
+    char *out = malloc(strlen(tmpl) * (strlen(dt) + 1) + 1), *o = out;
+    for (const char *p = tmpl; out && *p;) {
+        if (p[0] == 'D' && p[1] == 'T') {
+            o += sprintf(o, "%s", dt);
+            p += 2;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    if (out) *o = 0;
+    return out;
 }
 
 static inline void check_same_code(fc_program *a, fc_program *b) {
