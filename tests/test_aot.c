@@ -275,8 +275,7 @@ static void test_refused(fc_context *ctx) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    fc_program *p = compile_checked(g, &o);
     if (!p) {
         fc_graph_free(g);
         return;
@@ -426,8 +425,7 @@ static void test_inconsistent(fc_context *ctx) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    fc_program *p = compile_checked(g, &o);
     char path[300], bad[300];
     snprintf(path, sizeof path, "%s/lies.cubin", root);
     snprintf(bad, sizeof bad, "%s/lie.cubin", root);

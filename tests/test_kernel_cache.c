@@ -64,16 +64,6 @@ static uint64_t nvrtc_count(void) {
     return c.nvrtc_compiles;
 }
 
-/* relu(x * y + 1) over [rows, 256]: one small pointwise kernel. */
-static fc_graph *g_pointwise(fc_context *ctx, const char *name, int rows) {
-    fc_graph *g = fc_graph_new(ctx, name);
-    fc_dim d[2] = {rows, 256};
-    fc_value *x = fc_param(g, "x", FC_F32, 2, d), *y = fc_param(g, "y", FC_F32, 2, d);
-    fc_value *r = fc_relu(g, fc_add(g, fc_mul(g, x, y), fc_scalar(g, 1.0)));
-    fc_graph_return(g, 1, &r);
-    return g;
-}
-
 /* A layernorm and a row sum side by side, a parameter returned as it is and
  * a value returned twice: every storage kind and result copy. */
 static fc_graph *g_mixed(fc_context *ctx) {

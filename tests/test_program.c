@@ -38,15 +38,8 @@
 
 typedef fc_graph *(*graph_fn)(fc_context *ctx);
 
-/* relu(x * y + 1): one pointwise kernel. */
-static fc_graph *g_pointwise(fc_context *ctx) {
-    fc_graph *g = fc_graph_new(ctx, "pointwise");
-    fc_dim d[2] = {4, 256};
-    fc_value *x = fc_param(g, "x", FC_F32, 2, d), *y = fc_param(g, "y", FC_F32, 2, d);
-    fc_value *r = fc_relu(g, fc_add(g, fc_mul(g, x, y), fc_scalar(g, 1.0)));
-    fc_graph_return(g, 1, &r);
-    return g;
-}
+/* relu(x * y + 1) over [4, 256]: one pointwise kernel. */
+static fc_graph *g_pointwise4(fc_context *ctx) { return g_pointwise(ctx, "pointwise", 4); }
 
 /* softmax over rows of 1000: a row reduction. */
 static fc_graph *g_softmax(fc_context *ctx) {
@@ -101,7 +94,7 @@ static const struct {
     graph_fn make;
     bool fuse;
 } graphs[] = {
-    {"pointwise", g_pointwise, true},      {"softmax", g_softmax, true},
+    {"pointwise", g_pointwise4, true},     {"softmax", g_softmax, true},
     {"bf16_gelu", g_bf16, true},           {"two_results", g_two_results, true},
     {"aliases", g_aliases, true},          {"softmax_unfused", g_softmax, false},
     {"two_results_unfused", g_two_results, false}, {"bf16_gelu_unfused", g_bf16, false},
@@ -512,7 +505,7 @@ static void test_gemm_serialization(fc_context *ctx) {
 /* ---- without a GPU ------------------------------------------------------------------- */
 
 static void test_run_without_gpu(fc_context *ctx) {
-    fc_graph *g = g_pointwise(ctx);
+    fc_graph *g = g_pointwise4(ctx);
     fc_program *p = NULL;
     CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
     CHECK_EQ_INT(fc_program_sm(p), 90); /* sm 0 without a device: sm_90 */

@@ -15,6 +15,7 @@
  *   check_same_code(a, b)           b's launch plan and CUDA source are a's
  *   compile_checked(g, &o)          fc_compile, CHECKed, the failure printed; NULL then
  *   origin_of(p)                    where p's compile came from (fc_compile_times.origin)
+ *   g_pointwise(ctx, name, rows)    relu(x * y + 1) over f32[rows, 256]: one small pointwise kernel
  *   with_dtype(tmpl, "bf16")        tmpl with every "DT" replaced by the dtype (malloc'd)
  *   tb_add(&tb, fmt, ...)           printf onto a text buffer (tbuf), cut at its size
  *   fc_now_ms() (ir/timing.h)       a monotonic clock, in milliseconds
@@ -154,6 +155,15 @@ static inline int64_t param_type(fc_tensor *t, const fc_value *p) {
         if (t->shape[d] > big) big = t->shape[d];
     }
     return big;
+}
+
+static inline fc_graph *g_pointwise(fc_context *ctx, const char *name, int rows) {
+    fc_graph *g = fc_graph_new(ctx, name);
+    fc_dim d[2] = {rows, 256};
+    fc_value *x = fc_param(g, "x", FC_F32, 2, d), *y = fc_param(g, "y", FC_F32, 2, d);
+    fc_value *r = fc_relu(g, fc_add(g, fc_mul(g, x, y), fc_scalar(g, 1.0)));
+    fc_graph_return(g, 1, &r);
+    return g;
 }
 
 static inline char *with_dtype(const char *tmpl, const char *dt) {
