@@ -858,6 +858,8 @@ typedef struct fc_output_diff {
     double ref_err;     /* max |want - exact|: the dtype-faithful computation's error */
     double margin;      /* the multiple of the faithful error got may have (fc_check_margin) */
     double worst_ratio; /* the worst element's error over what it is allowed (> 1: out) */
+    double rel_l2;      /* ||got - exact|| / ||exact|| over finite elements (float outputs) */
+    double ref_rel_l2;  /* ||want - exact|| / ||exact||: the faithful computation's */
 } fc_output_diff;
 
 /*
@@ -871,9 +873,10 @@ fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_ten
                              fc_output_diff *diffs);
 
 /*
- * What --check decides: fc_compare_outputs, where an element out of the
+ * fusec's error bound (docs/NUMERICS.md, "The error bound"), what --check
+ * and the tests decide: fc_compare_outputs, where an element out of the
  * table's tolerance still passes when its error against the exact
- * computation (exact[i]: fc_run_reference_exact's f64 outputs) is at most
+ * computation (exact[i]: fc_run_reference_exact's outputs) is at most
  *
  *   fc_check_margin(dtype) * (|want - exact| + rms) + 2u * |exact|
  *
@@ -883,7 +886,9 @@ fc_status fc_compare_outputs(fc_context *ctx, const fc_tensor *got, const fc_ten
  * roundoff. So large activations and cancellation, which make the
  * faithful computation inexact too, are not reported as fusec's errors;
  * an error well beyond what rounding to the dtypes explains still is.
- * Integer and bool outputs are compared exactly, as by fc_compare_outputs.
+ * An integer or bool element equals want's or lies between want's and
+ * exact's (a cast or compare of a value kept unrounded may land on
+ * either side); a NaN or an infinity is want's or exact's.
  */
 fc_status fc_compare_outputs_exact(fc_context *ctx, const fc_tensor *got, const fc_tensor *want,
                                    const fc_tensor *exact, int n, fc_output_diff *diffs);
@@ -891,6 +896,17 @@ fc_status fc_compare_outputs_exact(fc_context *ctx, const fc_tensor *got, const 
  * in f32, in any order, against the reference's float64 sums), 8 for f16
  * and bf16; 0 for integer dtypes. */
 double fc_check_margin(fc_dtype dt);
+
+/*
+ * --check in one call: run g's reference both ways on inputs
+ * (fc_run_reference, fc_run_reference_exact) and compare got[0..nout), a
+ * backend's outputs on the same inputs, with fc_compare_outputs_exact.
+ * FC_OK when every output passes, FC_ERR_RUNTIME when one does not (the
+ * message names it); the reference's own status (FC_ERR_INPUT for a
+ * gather index out of range, ...) when it refuses the graph or inputs.
+ */
+fc_status fc_check_outputs(fc_graph *g, const fc_tensor *inputs, int nin, const fc_tensor *got, int nout,
+                           fc_output_diff *diffs);
 
 /*
  * One line about diffs for output `index`, for the CLI's --check and the

@@ -316,6 +316,16 @@ static fc_status check_static(fc_graph *g, const fc_value *v) {
     return FC_OK;
 }
 
+fc_status fc_graph_check_compile(fc_graph *g, bool have_out, const char *fn) {
+    if (!g) return FC_ERR_USAGE;
+    if (!have_out) return fc_set_error(g->ctx, FC_ERR_USAGE, "%s: out is NULL", fn);
+    if (g->status != FC_OK)
+        return fc_set_error(g->ctx, g->status, "%s: graph %s has an error from building it", fn, g->name);
+    if (!g->returned)
+        return fc_set_error(g->ctx, FC_ERR_INPUT, "%s: graph %s has no results (call fc_graph_return)", fn, g->name);
+    return FC_OK;
+}
+
 fc_status fc_graph_check_static(fc_graph *g) {
     for (int i = 0; i < g->nparams; i++) {
         fc_status st = check_static(g, g->params[i]);

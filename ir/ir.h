@@ -384,6 +384,11 @@ bool fc_check_shape(fc_graph *g, const char *what, fc_dtype dt, int rank, const 
  * shapes in); else an error naming the first unbound symbol. */
 fc_status fc_graph_check_static(fc_graph *g);
 
+/* What a compile entry point (`fn`, for the messages) checks of its
+ * arguments before anything else: a graph (FC_ERR_USAGE without one), an
+ * out pointer, no error left from building g, and its results set. */
+fc_status fc_graph_check_compile(fc_graph *g, bool have_out, const char *fn);
+
 /* Matmul's view of operand v: its dims with a rank-1 operand promoted
  * ([K] is [1, K] on the left, [K, 1] on the right); returns the rank. The
  * one rule for shape inference, cuBLASLt's descriptions and the generated

@@ -91,14 +91,9 @@ const char *fc_device_default_name(bool *from_env) {
 
 fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     if (out) *out = NULL;
-    if (!g) return FC_ERR_USAGE;
+    fc_status entry = fc_graph_check_compile(g, out != NULL, "fc_compile");
+    if (entry != FC_OK) return entry;
     fc_context *ctx = g->ctx;
-    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: out is NULL");
-    if (g->status != FC_OK)
-        return fc_set_error(ctx, g->status, "fc_compile: graph %s has an error from building it", g->name);
-    if (!g->returned)
-        return fc_set_error(ctx, FC_ERR_INPUT, "fc_compile: graph %s has no results (call fc_graph_return)",
-                            g->name);
     fc_compile_options defaults;
     if (!o) {
         fc_compile_options_default(&defaults);

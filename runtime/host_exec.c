@@ -23,12 +23,22 @@ fc_host_exec *fc_host_exec_new(fc_context *ctx, const fc_backend *b, size_t size
     return h;
 }
 
-fc_status fc_host_exec_finish(fc_host_exec *h, fc_graph *g, double t0) {
-    fc_status st = fc_program_desc_signature(h->ctx, g, &h->d);
+fc_status fc_host_exec_finish(fc_host_exec *h, fc_graph *g, double t0, fc_status st, fc_program **out) {
+    if (st == FC_OK) st = fc_program_desc_signature(h->ctx, g, &h->d);
     if (st == FC_OK && !(h->d.graph_text = fc_print(g))) st = FC_ERR_NOMEM;
     h->times.origin = FC_PROGRAM_COMPILED;
     h->times.compile_ms = fc_now_ms() - t0;
-    return st;
+    if (st != FC_OK) {
+        h->head.backend->free((fc_program *)(void *)h);
+        return st;
+    }
+    *out = (fc_program *)(void *)h;
+    return FC_OK;
+}
+
+void fc_host_exec_release(fc_host_exec *h) {
+    fc_program_desc_release(&h->d);
+    fc_ctx_freemem(h->ctx, h);
 }
 
 /* The static type of parameter or result t, with data. */

@@ -16,12 +16,20 @@
  *   char **files = list_ir(dir);        the sorted .ir files of dir; free_list(files)
  *   read_directives(text, &d)           RUN, BIND and EXPECT; free(d.expect)
  *   run_passes(g, d.run, where)         each pass, then fc_verify
+ *   pass_through_alloc_failures(text, prep, pass)
+ *                                       pass (after prep) with its nth allocation
+ *                                       failing, n = 1, 2, ...: how many runs failed
+ *   run_pass_file(path, same)           one file: parsed with its BIND, its passes
+ *                                       run, the result against EXPECT, the passes
+ *                                       a fixpoint, EXPECT canonical; then
+ *                                       same(path, before, after) when given
  */
 #ifndef FC_TEST_PASS_FILE_H
 #define FC_TEST_PASS_FILE_H
 #include "ir.h"
 #include "passes/passes.h"
 #include "passes/recognize.h"
+#include "test_util.h"
 
 #include <dirent.h>
 #include <stdbool.h>
@@ -132,5 +140,129 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         }
     }
     return FC_OK;
+}
+
+/* "N=4, T=8" -> bindings (their names point into a static buffer, valid
+ * until the next call). */
+static inline int parse_binds(const char *text, fc_binding *binds, int max) {
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%s", text);
+    int n = 0;
+    for (char *save, *p = strtok_r(buf, ", ", &save); p && n < max; p = strtok_r(NULL, ", ", &save)) {
+        char *eq = strchr(p, '=');
+        if (!eq) continue;
+        *eq = 0;
+        binds[n].name = p;
+        binds[n].value = strtoll(eq + 1, NULL, 10);
+        n++;
+    }
+    return n;
+}
+
+/* pass on the graph parsed from text (after prep, run unhurt, when given)
+ * with its nth allocation failing, for n = 1, 2, ... until it succeeds:
+ * each failure is FC_ERR_NOMEM, success comes only when no allocation
+ * failed (none is swallowed), and the graph it leaves verifies and prints
+ * as the unhurt run's. Returns how many runs failed. */
+static inline int pass_through_alloc_failures(const char *text, fc_status (*prep)(fc_graph *),
+                                              fc_status (*pass)(fc_graph *)) {
+    char *want = NULL;
+    int failures = 0;
+    bool done = false;
+    for (long n = 0; n < 10000 && !done; n++) {
+        fc_context *ctx = fc_context_new();
+        fc_graph *g = NULL;
+        fc_status st = fc_parse(ctx, "alloc.ir", text, strlen(text), NULL, NULL, 0, &g);
+        if (st == FC_OK && prep) st = prep(g);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st != FC_OK) {
+            fprintf(stderr, "alloc.ir: %s\n", fc_last_error(ctx));
+            fc_graph_free(g);
+            fc_context_free(ctx);
+            break;
+        }
+        fc_context_fail_alloc_after(ctx, n);
+        st = pass(g);
+        bool injected = n > 0 && ctx->alloc_count >= n;
+        fc_context_fail_alloc_after(ctx, 0);
+        if (st == FC_OK) {
+            CHECK(!injected);
+            CHECK_EQ_INT(fc_verify(g), FC_OK);
+            char *got = fc_print(g);
+            if (n == 0) want = got;
+            else {
+                CHECK_STR(got, want);
+                fc_free(got);
+                done = true;
+            }
+        } else {
+            if (st != FC_ERR_NOMEM) fprintf(stderr, "alloc failure %ld: status %d: %s\n", n, st, fc_last_error(ctx));
+            CHECK_EQ_INT(st, FC_ERR_NOMEM);
+            CHECK(n > 0);
+            failures++;
+        }
+        fc_graph_free(g);
+        fc_context_free(ctx);
+    }
+    CHECK(done);
+    fc_free(want);
+    return failures;
+}
+
+static inline void run_pass_file(const char *path, void (*same)(const char *, fc_graph *, fc_graph *)) {
+    char *text = read_file(path, NULL);
+    CHECK(text != NULL);
+    if (!text) return;
+    directives d;
+    if (!read_directives(text, &d)) {
+        fprintf(stderr, "%s: needs '# RUN:' and '# EXPECT:'\n", path);
+        CHECK(false);
+        free(d.expect);
+        free(text);
+        return;
+    }
+    fc_binding binds[8];
+    int nbinds = parse_binds(d.bind, binds, 8);
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = NULL, *g0 = NULL;
+    if (fc_parse(ctx, path, text, strlen(text), NULL, binds, nbinds, &g) != FC_OK) {
+        fprintf(stderr, "%s: %s\n", path, fc_last_error(ctx));
+        CHECK(false);
+    } else if (same && !(g0 = fc_graph_clone(g))) {
+        CHECK(false);
+    } else if (run_passes(g, d.run, path) != FC_OK) {
+        CHECK(false);
+    } else {
+        char *got = fc_print(g);
+        if (!got || strcmp(got, d.expect)) fprintf(stderr, "FAIL %s (RUN:%s)\n", path, d.run);
+        CHECK_STR(got, d.expect);
+        /* A fixpoint: the same passes again change nothing. */
+        if (run_passes(g, d.run, path) == FC_OK) {
+            char *again = fc_print(g);
+            if (!again || !got || strcmp(again, got)) fprintf(stderr, "FAIL %s: not a fixpoint\n", path);
+            CHECK_STR(again, got);
+            fc_free(again);
+        } else {
+            CHECK(false);
+        }
+        fc_free(got);
+        if (same) same(path, g0, g);
+        /* The expected text is itself canonical .ir. */
+        fc_graph *e = NULL;
+        if (fc_parse(ctx, "expect", d.expect, strlen(d.expect), NULL, binds, nbinds, &e) == FC_OK) {
+            char *back = fc_print(e);
+            CHECK_STR(back, d.expect);
+            fc_free(back);
+        } else {
+            fprintf(stderr, "%s: the EXPECT block does not parse: %s\n", path, fc_last_error(ctx));
+            CHECK(false);
+        }
+        fc_graph_free(e);
+    }
+    fc_graph_free(g0);
+    fc_graph_free(g);
+    fc_context_free(ctx);
+    free(d.expect);
+    free(text);
 }
 #endif

@@ -33,6 +33,7 @@
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
  */
 #include "check.h"
+#include "pass_file.h"
 #include "splitmix.h"
 #include "codegen/cuda/attention.h"
 #include "fusec.h"
@@ -1352,32 +1353,7 @@ static void bench(fc_context *ctx, gpu *G) {
 /* ------------------------------------------------------------------ */
 
 static void test_alloc_failures(void) {
-    const char *text = pass_cases[1].ir;
-    int failures = 0;
-    bool done = false;
-    for (long n = 1; n < 10000 && !done; n++) {
-        fc_context *ctx = fc_context_new();
-        fc_graph *g = NULL;
-        CHECK(fc_parse(ctx, "f.ir", text, strlen(text), NULL, NULL, 0, &g) == FC_OK);
-        CHECK_EQ_INT(prefix(g), FC_OK);
-        fc_context_fail_alloc_after(ctx, n);
-        fc_status st = fc_pass_attention(g);
-        bool injected = ctx->alloc_count >= n;
-        fc_context_fail_alloc_after(ctx, 0);
-        if (st == FC_OK) {
-            CHECK(!injected);
-            CHECK(fc_verify(g) == FC_OK);
-            CHECK_EQ_INT(count_op(g, FC_OP_ATTENTION), 1);
-            done = true;
-        } else {
-            CHECK_EQ_INT(st, FC_ERR_NOMEM);
-            failures++;
-        }
-        fc_graph_free(g);
-        fc_context_free(ctx);
-    }
-    CHECK(done);
-    CHECK(failures > 3);
+    CHECK(pass_through_alloc_failures(pass_cases[1].ir, prefix, fc_pass_attention) > 3);
 }
 
 int main(void) {

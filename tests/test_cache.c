@@ -52,6 +52,15 @@ static fc_cache_key key_of(const char *s) {
     return fc_cache_key_end(&h);
 }
 
+/* The key of two pieces, s then t. */
+static fc_cache_key key_of2(const char *s, const char *t) {
+    fc_cache_hasher h;
+    fc_cache_key_begin(&h);
+    fc_cache_key_add_str(&h, s);
+    fc_cache_key_add_str(&h, t);
+    return fc_cache_key_end(&h);
+}
+
 static void entry_path(fc_cache *c, fc_cache_level level, const char *key_text, char *buf, size_t n) {
     fc_cache_key k = key_of(key_text);
     if (!fc_cache_entry_path(c, level, &k, buf, n)) buf[0] = 0;
@@ -146,32 +155,16 @@ static void test_keys(void) {
     CHECK(!fc_cache_key_equal(&a, &b));
 
     /* Framing: piece boundaries are part of the key. */
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, "ab");
-    fc_cache_key_add_str(&h, "c");
-    a = fc_cache_key_end(&h);
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, "a");
-    fc_cache_key_add_str(&h, "bc");
-    b = fc_cache_key_end(&h);
+    a = key_of2("ab", "c");
+    b = key_of2("a", "bc");
     CHECK(!fc_cache_key_equal(&a, &b));
 
     /* Order matters; NULL differs from "". */
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, "sm_90");
-    fc_cache_key_add_str(&h, "-O3");
-    a = fc_cache_key_end(&h);
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, "-O3");
-    fc_cache_key_add_str(&h, "sm_90");
-    b = fc_cache_key_end(&h);
+    a = key_of2("sm_90", "-O3");
+    b = key_of2("-O3", "sm_90");
     CHECK(!fc_cache_key_equal(&a, &b));
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, NULL);
-    a = fc_cache_key_end(&h);
-    fc_cache_key_begin(&h);
-    fc_cache_key_add_str(&h, "");
-    b = fc_cache_key_end(&h);
+    a = key_of(NULL);
+    b = key_of("");
     CHECK(!fc_cache_key_equal(&a, &b));
 
     /* add_str is add of the string's bytes; integers differ by value. */

@@ -19,6 +19,7 @@
  * Without LLVM it checks that fc_cpu_compile says why, and passes.
  */
 #include "check.h"
+#include "test_util.h"
 #include "ir.h"
 #include "runtime/cpu/cpu_program.h"
 #include "runtime/cuda/program.h"
@@ -118,13 +119,7 @@ static bool run_case_opts(const char *name, const char *ir, const case_opts *o, 
               *want = calloc((size_t)nout + 1, sizeof *want);
     for (int i = 0; i < nin; i++) {
         fc_value *p = fc_graph_param(g, i);
-        in[i].dtype = fc_value_dtype(p);
-        in[i].rank = fc_value_rank(p);
-        int64_t big = 1;
-        for (int d = 0; d < in[i].rank; d++) {
-            in[i].shape[d] = fc_value_dim(p, d);
-            if (in[i].shape[d] > big) big = in[i].shape[d];
-        }
+        int64_t big = param_type(&in[i], p);
         bool weight = o->weight_scale > 0 && in[i].rank >= 2 && p->name && strchr(p->name, 'w');
         fill_kind k = o->fill;
         if (p->name && !strncmp(p->name, "idx", 3)) k = FILL_SMALLINT;
@@ -193,40 +188,25 @@ static const char *const unary_ops[] = {"neg",  "abs",  "exp",     "log",  "sqrt
 static const char *const binary_ops[] = {"add", "sub", "mul", "div", "max", "min", "pow"};
 static const char *const compare_ops[] = {"eq", "ne", "lt", "le", "gt", "ge"};
 
-typedef struct text {
-    char buf[16384];
-    size_t len;
-} text;
-
-static void add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void add(text *t, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(t->buf + t->len, sizeof t->buf - t->len, fmt, ap);
-    va_end(ap);
-    if (n > 0) t->len += (size_t)n;
-    if (t->len >= sizeof t->buf) t->len = sizeof t->buf - 1;
-}
-
 /* Unary ops one dtype at a time: every op the builder accepts for that
  * dtype (neg, abs and relu keep integers; the rest give f32 for them; bool
  * takes none of the first three). The specials go through every op. */
 static void test_unary(void) {
     for (int di = 0; di < NDT; di++) {
         const char *dt = fc_dtype_name(all_dtypes[di]);
-        text t = {0}, ret = {0};
-        add(&t, "graph unary_%s(%%x: %s[3, 67]) {\n", dt, dt);
+        tbuf t = {0}, ret = {0};
+        tb_add(&t, "graph unary_%s(%%x: %s[3, 67]) {\n", dt, dt);
         int n = 0;
         for (int i = 0; i < 16; i++) {
             bool keeps_int = i == 0 || i == 1 || i == 11;
             if (all_dtypes[di] == FC_BOOL && keeps_int) continue;
-            add(&t, "  %%%s = %s(%%x)\n", unary_ops[i], unary_ops[i]);
-            add(&ret, "%s%%%s", n++ ? ", " : "", unary_ops[i]);
+            tb_add(&t, "  %%%s = %s(%%x)\n", unary_ops[i], unary_ops[i]);
+            tb_add(&ret, "%s%%%s", n++ ? ", " : "", unary_ops[i]);
         }
-        add(&t, "  return %s\n}\n", ret.buf);
+        tb_add(&t, "  return %s\n}\n", ret.text);
         char name[64];
         snprintf(name, sizeof name, "unary %s", dt);
-        run_case(name, t.buf, FILL_SPECIALS);
+        run_case(name, t.text, FILL_SPECIALS);
     }
 }
 
@@ -235,27 +215,27 @@ static void test_unary(void) {
  * side). Integer pow gets exponents in [0, 4], so results stay in range. */
 static void binary_case(fc_dtype a, fc_dtype b, fill_kind fill) {
     const char *da = fc_dtype_name(a), *db = fc_dtype_name(b);
-    text t = {0}, ret = {0};
-    add(&t, "graph binary_%s_%s(%%x: %s[3, 1, 67], %%y: %s[4, 67]) {\n", da, db, da, db);
+    tbuf t = {0}, ret = {0};
+    tb_add(&t, "graph binary_%s_%s(%%x: %s[3, 1, 67], %%y: %s[4, 67]) {\n", da, db, da, db);
     int n = 0;
     for (int i = 0; i < 7; i++) {
         bool int_pow = i == 6 && !fc_dtype_is_float(fc_promote(a, b));
         if (int_pow) continue; /* integer pow: below, with small exponents */
-        add(&t, "  %%%s = %s(%%x, %%y)\n", binary_ops[i], binary_ops[i]);
-        add(&ret, "%s%%%s", n++ ? ", " : "", binary_ops[i]);
+        tb_add(&t, "  %%%s = %s(%%x, %%y)\n", binary_ops[i], binary_ops[i]);
+        tb_add(&ret, "%s%%%s", n++ ? ", " : "", binary_ops[i]);
     }
     for (int i = 0; i < 6; i++) {
-        add(&t, "  %%%s = %s(%%x, %%y)\n", compare_ops[i], compare_ops[i]);
-        add(&ret, ", %%%s", compare_ops[i]);
+        tb_add(&t, "  %%%s = %s(%%x, %%y)\n", compare_ops[i], compare_ops[i]);
+        tb_add(&ret, ", %%%s", compare_ops[i]);
     }
     /* weak scalars */
-    add(&t, "  %%ws1 = mul(%%x, 1.702)\n  %%ws2 = sub(3, %%y)\n  %%ws3 = max(%%y, -0.5)\n  %%ws4 = lt(%%x, 2)\n");
-    add(&ret, ", %%ws1, %%ws2, %%ws3, %%ws4");
-    add(&t, "  return %s\n}\n", ret.buf);
+    tb_add(&t, "  %%ws1 = mul(%%x, 1.702)\n  %%ws2 = sub(3, %%y)\n  %%ws3 = max(%%y, -0.5)\n  %%ws4 = lt(%%x, 2)\n");
+    tb_add(&ret, ", %%ws1, %%ws2, %%ws3, %%ws4");
+    tb_add(&t, "  return %s\n}\n", ret.text);
     char name[64];
     snprintf(name, sizeof name, "binary %s %s", da, db);
     case_opts o = {.fill = fill, .expect_kernels = -1};
-    run_case_opts(name, t.buf, &o, a == FC_BOOL || b == FC_BOOL);
+    run_case_opts(name, t.text, &o, a == FC_BOOL || b == FC_BOOL);
 }
 
 static void test_binary(void) {
@@ -296,17 +276,17 @@ static void test_where(void) {
 static void test_cast(void) {
     for (int a = 0; a < NDT; a++) {
         const char *da = fc_dtype_name(all_dtypes[a]);
-        text t = {0}, ret = {0};
-        add(&t, "graph cast_%s(%%x: %s[2, 50]) {\n", da, da);
+        tbuf t = {0}, ret = {0};
+        tb_add(&t, "graph cast_%s(%%x: %s[2, 50]) {\n", da, da);
         for (int b = 0; b < NDT; b++) {
             const char *db = fc_dtype_name(all_dtypes[b]);
-            add(&t, "  %%to_%s = cast(%%x, to=%s)\n", db, db);
-            add(&ret, "%s%%to_%s", b ? ", " : "", db);
+            tb_add(&t, "  %%to_%s = cast(%%x, to=%s)\n", db, db);
+            tb_add(&ret, "%s%%to_%s", b ? ", " : "", db);
         }
-        add(&t, "  return %s\n}\n", ret.buf);
+        tb_add(&t, "  return %s\n}\n", ret.text);
         char name[64];
         snprintf(name, sizeof name, "cast from %s", da);
-        run_case(name, t.buf, FILL_SPECIALS);
+        run_case(name, t.text, FILL_SPECIALS);
     }
 }
 
@@ -318,8 +298,8 @@ static void test_reduce(void) {
     for (int di = 0; di < NDT; di++) {
         fc_dtype d = all_dtypes[di];
         const char *dt = fc_dtype_name(d);
-        text t = {0}, ret = {0};
-        add(&t, "graph reduce_%s(%%x: %s[5, 7, 9]) {\n", dt, dt);
+        tbuf t = {0}, ret = {0};
+        tb_add(&t, "graph reduce_%s(%%x: %s[5, 7, 9]) {\n", dt, dt);
         int n = 0;
         for (int a = 0; a < 6; a++)
             for (int keep = 0; keep < 2; keep++) {
@@ -327,15 +307,15 @@ static void test_reduce(void) {
                 for (int o = 0; o < 4; o++) {
                     if (o == 3 && !fc_dtype_is_float(d)) continue;
                     if ((o == 1 || o == 2) && d == FC_BOOL) continue;
-                    add(&t, "  %%r%d = %s(%%x, axes=%s, keepdim=%s)\n", n, ops[o], axes[a], keep ? "true" : "false");
-                    add(&ret, "%s%%r%d", n ? ", " : "", n);
+                    tb_add(&t, "  %%r%d = %s(%%x, axes=%s, keepdim=%s)\n", n, ops[o], axes[a], keep ? "true" : "false");
+                    tb_add(&ret, "%s%%r%d", n ? ", " : "", n);
                     n++;
                 }
             }
-        add(&t, "  return %s\n}\n", ret.buf);
+        tb_add(&t, "  return %s\n}\n", ret.text);
         char name[64];
         snprintf(name, sizeof name, "reductions %s", dt);
-        run_case(name, t.buf, FILL_PLAIN);
+        run_case(name, t.text, FILL_PLAIN);
         /* NaN and infinities propagate through max/min and sums. */
         if (fc_dtype_is_float(d)) {
             snprintf(name, sizeof name, "reductions %s with specials", dt);

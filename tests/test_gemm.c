@@ -158,50 +158,6 @@ static void check_same_results(const char *name, fc_graph *g0, fc_graph *g1) {
     }
 }
 
-static void run_file_test(const char *path) {
-    char *text = read_file(path, NULL);
-    CHECK(text != NULL);
-    if (!text) return;
-    directives d;
-    if (!read_directives(text, &d)) {
-        fprintf(stderr, "%s: needs '# RUN:' and '# EXPECT:'\n", path);
-        CHECK(false);
-        free(d.expect);
-        free(text);
-        return;
-    }
-    fc_context *ctx = fc_context_new();
-    fc_graph *g = parse(ctx, path, text), *g0 = g ? fc_graph_clone(g) : NULL;
-    CHECK(g && g0);
-    if (g && g0 && run_passes(g, d.run, path) == FC_OK) {
-        char *got = fc_print(g);
-        if (!got || strcmp(got, d.expect)) fprintf(stderr, "FAIL %s (RUN:%s)\n", path, d.run);
-        CHECK_STR(got, d.expect);
-        CHECK_EQ_INT(run_passes(g, d.run, path), FC_OK);
-        char *again = fc_print(g);
-        if (!again || !got || strcmp(again, got)) fprintf(stderr, "FAIL %s: not a fixpoint\n", path);
-        CHECK_STR(again, got);
-        fc_free(again);
-        fc_free(got);
-        check_same_results(path, g0, g);
-        fc_graph *e = parse(ctx, "expect", d.expect);
-        CHECK(e != NULL);
-        if (e) {
-            char *back = fc_print(e);
-            CHECK_STR(back, d.expect);
-            fc_free(back);
-        }
-        fc_graph_free(e);
-    } else {
-        CHECK(false);
-    }
-    fc_graph_free(g0);
-    fc_graph_free(g);
-    fc_context_free(ctx);
-    free(d.expect);
-    free(text);
-}
-
 static void test_files(void) {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/tests/gemm", src_dir());
@@ -209,7 +165,7 @@ static void test_files(void) {
     CHECK(files != NULL);
     if (!files) return;
     int n = 0;
-    for (int i = 0; files[i]; i++, n++) run_file_test(files[i]);
+    for (int i = 0; files[i]; i++, n++) run_pass_file(files[i], check_same_results);
     CHECK(n >= 14);
     free_list(files);
 }
@@ -751,45 +707,8 @@ static void test_alloc_failures(void) {
         "graph f(%x: f32[8, 16], %w: f32[16, 16], %v: f32[16, 16]) {\n  %a = matmul(%x, %w)\n  %b = matmul(%x, %v)\n"
         "  %c = add(%a, %b)\n  %d = relu(%c)\n  return %d\n}\n",
     };
-    for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++) {
-        char *want = NULL;
-        {
-            fc_context *ctx = fc_context_new();
-            fc_graph *g = parse(ctx, "alloc", graphs[i]);
-            if (g && fc_pass_epilogue(g) == FC_OK) want = fc_print(g);
-            fc_graph_free(g);
-            fc_context_free(ctx);
-        }
-        CHECK(want != NULL);
-        bool done = false;
-        int failures = 0;
-        for (long n = 1; n < 5000 && want && !done; n++) {
-            fc_context *ctx = fc_context_new();
-            fc_graph *g = parse(ctx, "alloc", graphs[i]);
-            if (!g) {
-                fc_context_free(ctx);
-                break;
-            }
-            fc_context_fail_alloc_after(ctx, n);
-            fc_status st = fc_pass_epilogue(g);
-            fc_context_fail_alloc_after(ctx, 0);
-            if (st == FC_OK) {
-                char *got = fc_print(g);
-                CHECK_STR(got, want);
-                fc_free(got);
-                done = true;
-            } else {
-                failures++;
-                if (st != FC_ERR_NOMEM) fprintf(stderr, "alloc failure %ld: status %d: %s\n", n, st, fc_last_error(ctx));
-                CHECK_EQ_INT(st, FC_ERR_NOMEM);
-            }
-            fc_graph_free(g);
-            fc_context_free(ctx);
-        }
-        CHECK(done);
-        CHECK(failures > 5);
-        fc_free(want);
-    }
+    for (size_t i = 0; i < sizeof graphs / sizeof graphs[0]; i++)
+        CHECK(pass_through_alloc_failures(graphs[i], NULL, fc_pass_epilogue) > 5);
 }
 
 /* ------------------------------------------------------------------ */
@@ -876,20 +795,6 @@ static const gpu_case gpu_cases[] = {
      "graph g(%x: f16[64, 128], %w: f16[128, 96], %b: f32[96]) {\n  %xf = cast(%x, to=f32)\n"
      "  %wf = cast(%w, to=f32)\n  %h = matmul(%xf, %wf)\n  %y = add(%h, %b)\n  return %y\n}\n", true},
 };
-
-static char *with_dtype(const char *tmpl, const char *dt) {
-    char *out = malloc(strlen(tmpl) * 2 + 64), *o = out;
-    for (const char *p = tmpl; *p;) {
-        if (p[0] == 'D' && p[1] == 'T') {
-            o += sprintf(o, "%s", dt);
-            p += 2;
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = 0;
-    return out;
-}
 
 /* The one gemm (or matmul) of g, or NULL. */
 static const fc_node *only_library_node(const fc_graph *g) {

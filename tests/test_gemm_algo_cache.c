@@ -58,19 +58,6 @@ static void fresh_dir(char *out, size_t n, const char *name) {
     rm_rf(out);
 }
 
-/* Entry files (.bin) in DIR/v1/<level>. */
-static int count_entries(const char *dir, const char *level) {
-    char path[1024];
-    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) n += strlen(de->d_name) > 4 && strcmp(de->d_name + strlen(de->d_name) - 4, ".bin") == 0;
-    closedir(d);
-    return n;
-}
-
 static fc_cache *open_cache(fc_context *ctx, const char *dir, fc_cache_mode mode) {
     fc_cache_options o = {.dir = dir, .mode = mode};
     fc_cache *c = NULL;

@@ -3,7 +3,7 @@
  * graphs, compiled by fusec for the GPU and compared with the reference
  * interpreter: with eager numerics within each dtype's tolerance
  * (runtime/program.h), with fast numerics (the default) within the error
- * contract against the exact reference (runtime/ref/contract.h).
+ * bound against the exact reference (fc_check_outputs, docs/NUMERICS.md).
  *
  * Without a GPU every graph is still compiled (passes, codegen, NVRTC) and
  * the test prints "skipped: no CUDA device" for the runs. */
@@ -13,7 +13,6 @@
 #include "splitmix.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/program.h"
-#include "runtime/ref/contract.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +48,7 @@ static bool have_gpu;
 
 /* Compile `ir` with numerics nm, run it on the GPU and with the reference;
  * compare: eager numerics with the rounding reference to each dtype's
- * tolerance, fast numerics with the exact one to the error contract
+ * tolerance, fast numerics with the exact one to the error bound
  * (docs/NUMERICS.md). */
 static void check_mode(fc_context *ctx, const char *name, const char *ir, fc_numerics nm) {
     fc_graph *g = NULL;
@@ -80,8 +79,8 @@ static void check_mode(fc_context *ctx, const char *name, const char *ir, fc_num
         fc_status rst = nm == FC_NUMERICS_EAGER ? fc_run_reference(g, in, nin, want, nout) : FC_OK;
         CHECK_EQ_INT(rst, FC_OK);
         if (!st && nm == FC_NUMERICS_FAST) {
-            fc_contract_diff cd[16];
-            fc_status cst = fc_ref_check_contract(g, in, nin, got, nout, cd);
+            fc_output_diff cd[16];
+            fc_status cst = fc_check_outputs(g, in, nin, got, nout, cd);
             CHECK_EQ_INT(cst, FC_OK);
             if (cst) fprintf(stderr, "%s (fast numerics): %s\n%s\n", name, fc_last_error(ctx), ir);
         } else if (!st && !rst) {

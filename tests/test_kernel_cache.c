@@ -24,6 +24,7 @@
  *   - cold against warm compile time of examples/softmax.ir, printed.
  */
 #include "check.h"
+#include "desc_damage.h"
 #include "codegen/cuda/attention.h"
 #include "runtime/cuda/aot.h"
 #include "runtime/cuda/cuda.h"
@@ -61,16 +62,6 @@ static uint64_t nvrtc_count(void) {
     fc_compile_counters c;
     fc_compile_counters_get(&c);
     return c.nvrtc_compiles;
-}
-
-/* relu(x * y + 1) over [rows, 256]: one small pointwise kernel. */
-static fc_graph *g_pointwise(fc_context *ctx, const char *name, int rows) {
-    fc_graph *g = fc_graph_new(ctx, name);
-    fc_dim d[2] = {rows, 256};
-    fc_value *x = fc_param(g, "x", FC_F32, 2, d), *y = fc_param(g, "y", FC_F32, 2, d);
-    fc_value *r = fc_relu(g, fc_add(g, fc_mul(g, x, y), fc_scalar(g, 1.0)));
-    fc_graph_return(g, 1, &r);
-    return g;
 }
 
 /* A layernorm and a row sum side by side, a parameter returned as it is and
@@ -121,17 +112,7 @@ static fc_program *compile(fc_graph *g, bool fuse, int sm) {
     fc_compile_options_default(&o);
     o.fuse = fuse;
     o.sm = sm;
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &o, &p);
-    if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(fc_graph_context(g)));
-    CHECK_EQ_INT(st, FC_OK);
-    return p;
-}
-
-static fc_program_origin origin_of(const fc_program *p) {
-    fc_compile_times t;
-    fc_program_times(p, &t);
-    return t.origin;
+    return compile_checked(g, &o);
 }
 
 /* The single entry file of a level directory ("" when not exactly one). */
@@ -149,18 +130,6 @@ static void only_entry(const char *dir, const char *level, char *out, size_t n) 
     }
     closedir(d);
     if (count != 1) out[0] = 0;
-}
-
-static int count_entries(const char *dir, const char *level) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) count += e->d_name[0] != '.';
-    closedir(d);
-    return count;
 }
 
 static bool same_bytes(const fc_bytes *a, const fc_bytes *b) {
@@ -195,15 +164,7 @@ static void test_cold_warm(fc_context *ctx) {
     CHECK(t.passes_ms == 0 && t.codegen_ms == 0 && t.nvrtc_ms == 0);
 
     /* What the warm program says is what the cold one said. */
-    char *a = fc_program_plan_text(cold), *b = fc_program_plan_text(warm);
-    CHECK_STR(b, a);
-    fc_free(a);
-    fc_free(b);
-    a = fc_program_cuda_source(cold);
-    b = fc_program_cuda_source(warm);
-    CHECK_STR(b, a);
-    fc_free(a);
-    fc_free(b);
+    check_same_code(cold, warm);
     CHECK(same_bytes(fc_program_cubin(cold), fc_program_cubin(warm)));
     CHECK_EQ_INT(fc_program_num_inputs(warm), 2);
     fc_tensor ty;
@@ -769,24 +730,10 @@ static void test_serialization(fc_context *ctx) {
             fc_program_desc_release(&back);
             fc_bytes_free(&b);
 
-            /* Every truncation is refused; no read goes past the end. */
-            int refused = 0;
-            for (size_t n = 0; n < a.size; n++) {
-                fc_program_desc x;
-                refused += fc_program_desc_decode(ctx, a.data, n, &x) == FC_ERR_INPUT;
-                CHECK(x.src.source == NULL && x.store == NULL); /* zeroed on failure */
-            }
-            CHECK_EQ_INT(refused, (long long)a.size);
-            /* Every byte flipped: refused, or read as a valid program. */
-            for (size_t i = 0; i < a.size; i++) {
-                a.data[i] ^= 0xa5;
-                fc_program_desc x;
-                fc_status s2 = fc_program_desc_decode(ctx, a.data, a.size, &x);
-                CHECK(s2 == FC_OK || s2 == FC_ERR_INPUT);
-                if (s2 == FC_OK) fc_program_desc_release(&x);
-                a.data[i] ^= 0xa5;
-            }
-            /* Trailing bytes, and allocation failures. */
+            /* Every truncation refused (no read goes past the end), every
+             * byte flipped, every allocation failing. */
+            check_desc_damage(ctx, &a, a.size, a.size);
+            /* Trailing bytes. */
             uint8_t *longer = malloc(a.size + 1);
             memcpy(longer, a.data, a.size);
             longer[a.size] = 0;
@@ -794,16 +741,6 @@ static void test_serialization(fc_context *ctx) {
             CHECK_EQ_INT(fc_program_desc_decode(ctx, longer, a.size + 1, &x), FC_ERR_INPUT);
             CHECK(strstr(fc_last_error(ctx), "after the end") != NULL);
             free(longer);
-            for (long n = 1; n < 10000; n++) {
-                fc_context_fail_alloc_after(ctx, n);
-                fc_status s3 = fc_program_desc_decode(ctx, a.data, a.size, &x);
-                fc_context_fail_alloc_after(ctx, 0);
-                if (s3 == FC_OK) {
-                    fc_program_desc_release(&x);
-                    break;
-                }
-                CHECK_EQ_INT(s3, FC_ERR_NOMEM);
-            }
             fc_bytes_free(&a);
             fc_program_free(p);
         }

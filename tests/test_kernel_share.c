@@ -48,18 +48,6 @@ static uint64_t nvrtc_count(void) {
     return c.nvrtc_compiles;
 }
 
-static int count_entries(const char *dir, const char *level) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/v%u/%s", dir, FC_CACHE_FORMAT_VERSION, level);
-    DIR *d = opendir(path);
-    if (!d) return 0;
-    int count = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) count += e->d_name[0] != '.';
-    closedir(d);
-    return count;
-}
-
 static fc_graph *parse(fc_context *ctx, const char *file) {
     const char *src = getenv("FUSEC_SRC");
     char path[512];
@@ -77,17 +65,7 @@ static fc_program *compile(fc_graph *g, bool fuse) {
     fc_compile_options_default(&o);
     o.sm = 90;
     o.fuse = fuse;
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &o, &p);
-    if (st != FC_OK) fprintf(stderr, "compile %s: %s\n", fc_graph_name(g), fc_last_error(fc_graph_context(g)));
-    CHECK_EQ_INT(st, FC_OK);
-    return p;
-}
-
-static fc_program_origin origin_of(const fc_program *p) {
-    fc_compile_times t;
-    fc_program_times(p, &t);
-    return t.origin;
+    return compile_checked(g, &o);
 }
 
 static int count_substr(const char *s, const char *what) {

@@ -45,77 +45,9 @@
 #include <string.h>
 
 /* Parse "N=4, B=2" into binds (names point into a static copy). */
-static int parse_binds(const char *text, fc_binding *binds, int max) {
-    static char buf[256];
-    snprintf(buf, sizeof buf, "%s", text);
-    int n = 0;
-    for (char *save, *p = strtok_r(buf, ", ", &save); p && n < max; p = strtok_r(NULL, ", ", &save)) {
-        char *eq = strchr(p, '=');
-        if (!eq) continue;
-        *eq = 0;
-        binds[n].name = p;
-        binds[n].value = strtoll(eq + 1, NULL, 10);
-        n++;
-    }
-    return n;
-}
-
 /* ------------------------------------------------------------------ */
 /* 1. File tests                                                       */
 /* ------------------------------------------------------------------ */
-
-static void run_file_test(const char *path) {
-    char *text = read_file(path, NULL);
-    CHECK(text != NULL);
-    if (!text) return;
-    directives d;
-    if (!read_directives(text, &d)) {
-        fprintf(stderr, "%s: needs '# RUN:' and '# EXPECT:'\n", path);
-        CHECK(false);
-        free(d.expect);
-        free(text);
-        return;
-    }
-    fc_binding binds[8];
-    int nbinds = parse_binds(d.bind, binds, 8);
-    fc_context *ctx = fc_context_new();
-    fc_graph *g = NULL;
-    if (fc_parse(ctx, path, text, strlen(text), NULL, binds, nbinds, &g) != FC_OK) {
-        fprintf(stderr, "%s: %s\n", path, fc_last_error(ctx));
-        CHECK(false);
-    } else if (run_passes(g, d.run, path) != FC_OK) {
-        CHECK(false);
-    } else {
-        char *got = fc_print(g);
-        if (!got || strcmp(got, d.expect)) fprintf(stderr, "FAIL %s (RUN:%s)\n", path, d.run);
-        CHECK_STR(got, d.expect);
-        /* A fixpoint: the same passes again change nothing. */
-        if (run_passes(g, d.run, path) == FC_OK) {
-            char *again = fc_print(g);
-            if (!again || !got || strcmp(again, got)) fprintf(stderr, "FAIL %s: not a fixpoint\n", path);
-            CHECK_STR(again, got);
-            fc_free(again);
-        } else {
-            CHECK(false);
-        }
-        fc_free(got);
-        /* The expected text is itself canonical .ir. */
-        fc_graph *e = NULL;
-        if (fc_parse(ctx, "expect", d.expect, strlen(d.expect), NULL, binds, nbinds, &e) == FC_OK) {
-            char *back = fc_print(e);
-            CHECK_STR(back, d.expect);
-            fc_free(back);
-        } else {
-            fprintf(stderr, "%s: the EXPECT block does not parse: %s\n", path, fc_last_error(ctx));
-            CHECK(false);
-        }
-        fc_graph_free(e);
-    }
-    fc_graph_free(g);
-    fc_context_free(ctx);
-    free(d.expect);
-    free(text);
-}
 
 static void test_files(void) {
     char dir[1024];
@@ -123,7 +55,7 @@ static void test_files(void) {
     char **files = list_ir(dir);
     CHECK(files != NULL);
     int n = 0;
-    for (int i = 0; files && files[i]; i++, n++) run_file_test(files[i]);
+    for (int i = 0; files && files[i]; i++, n++) run_pass_file(files[i], NULL);
     CHECK(n >= 20);
     free_list(files);
 }
@@ -212,21 +144,6 @@ static const char *const composites[] = {
     /* integer inputs: gelu and silu compute in f32 */
     "graph t(%x: DT[4, 8], %i: i32[4, 8]) {\n %y = gelu(%i)\n %z = silu(%i)\n return %y, %z\n}\n",
 };
-
-static char *with_dtype(const char *tmpl, const char *dt) {
-    char *out = malloc(strlen(tmpl) * 2 + 64);
-    char *o = out;
-    for (const char *p = tmpl; *p;) {
-        if (p[0] == 'D' && p[1] == 'T') {
-            o += sprintf(o, "%s", dt);
-            p += 2;
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = 0;
-    return out;
-}
 
 static bool has_composite(const fc_graph *g) {
     for (int i = 0; i < g->nnodes; i++)
@@ -549,6 +466,13 @@ static void test_refusals(void) {
     fc_context_free(ctx);
 }
 
+static fc_status canon_decompose(fc_graph *g) {
+    fc_status st = fc_pass_canonicalize(g);
+    if (st == FC_OK) st = fc_pass_decompose(g);
+    if (st == FC_OK) st = fc_pass_canonicalize(g);
+    return st;
+}
+
 /* Fail the Nth allocation of the pipeline for every N until it succeeds:
  * each failure must come back as FC_ERR_NOMEM without a crash or a leak
  * (ASan/LSan builds check the latter). */
@@ -565,32 +489,7 @@ static void test_alloc_failures(void) {
                                "  %y = add(%u, %o)\n"
                                "  return %y\n"
                                "}\n";
-    int failures = 0;
-    bool done = false;
-    for (long n = 1; n < 10000 && !done; n++) {
-        fc_context *ctx = fc_context_new();
-        fc_graph *g = NULL;
-        CHECK(fc_parse(ctx, "f.ir", text, strlen(text), NULL, NULL, 0, &g) == FC_OK);
-        fc_context_fail_alloc_after(ctx, n);
-        fc_status st = fc_pass_canonicalize(g);
-        if (st == FC_OK) st = fc_pass_decompose(g);
-        if (st == FC_OK) st = fc_pass_canonicalize(g);
-        bool injected = ctx->alloc_count >= n;
-        fc_context_fail_alloc_after(ctx, 0);
-        if (st == FC_OK) {
-            /* Success only when no allocation failed: none is swallowed. */
-            CHECK(!injected);
-            CHECK(fc_verify(g) == FC_OK);
-            done = true;
-        } else {
-            CHECK_EQ_INT(st, FC_ERR_NOMEM);
-            failures++;
-        }
-        fc_graph_free(g);
-        fc_context_free(ctx);
-    }
-    CHECK(done);
-    CHECK(failures > 10);
+    CHECK(pass_through_alloc_failures(text, NULL, canon_decompose) > 10);
 }
 
 /* ------------------------------------------------------------------ */

@@ -27,8 +27,7 @@ static cpu_exec *exec_of(fc_program *p) { return (cpu_exec *)(void *)p; }
 static void cpu_free(fc_program *p) {
     cpu_exec *x = exec_of(p);
     fc_cpu_program_free(x->prog);
-    fc_program_desc_release(&x->h.d);
-    fc_ctx_freemem(x->h.ctx, x);
+    fc_host_exec_release(&x->h);
 }
 
 static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
@@ -40,14 +39,7 @@ static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     co.fuse = o->fuse;
     co.precision = o->precision;
     co.numerics = o->numerics;
-    fc_status st = fc_cpu_compile_ex(g, &co, &x->prog);
-    if (st == FC_OK) st = fc_host_exec_finish(&x->h, g, t0);
-    if (st != FC_OK) {
-        cpu_free((fc_program *)(void *)x);
-        return st;
-    }
-    *out = (fc_program *)(void *)x;
-    return FC_OK;
+    return fc_host_exec_finish(&x->h, g, t0, fc_cpu_compile_ex(g, &co, &x->prog), out);
 }
 
 static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,
@@ -222,17 +214,6 @@ const fc_backend fc_backend_cpu = {
     .name = "cpu",
     .device = FC_DEVICE_CPU,
     .preference = 2,
-    .built = cpu_built,
-    .present = cpu_present,
-    .compile = cpu_compile,
-    .run = cpu_run,
-    .run_shaped = cpu_run_shaped,
-    .run_host = cpu_run_host,
-    .describe = cpu_describe,
-    .stats = fc_host_exec_stats,
-    .desc = fc_host_exec_desc,
-    .context = fc_host_exec_context,
+    FC_HOST_BACKEND_SLOTS(cpu),
     .profile = cpu_profile,
-    .times = fc_host_exec_times,
-    .free = cpu_free,
 };

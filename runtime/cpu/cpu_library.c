@@ -276,33 +276,22 @@ static double load_mask(fc_dtype dt, const void *data, int64_t i) {
  * row at `mrow` applied (read as a double, whatever its dtype), a softmax
  * over the first nk keys, zeros after them. NaN wins the max, as in the
  * reference; a row whose keys are all dropped is NaN (0/0). */
-static void softmax_row_f32(float *s, int64_t nk, int64_t Sk, const fc_value *mk, const void *M, int64_t mrow,
-                            int64_t Mk) {
-    float m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < nk; j++) {
-        if (mk) {
-            double mv = load_mask(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
-            s[j] = mk->dtype == FC_BOOL ? (mv != 0 ? s[j] : -INFINITY) : (float)(s[j] + mv);
-        }
-        m = isnan(s[j]) || s[j] > m ? s[j] : m;
+#define SOFTMAX_ROW(name, T, EXP)                                                                               \
+    static void name(T *s, int64_t nk, int64_t Sk, const fc_value *mk, const void *M, int64_t mrow, int64_t Mk) { \
+        T m = -INFINITY, sum = 0;                                                                               \
+        for (int64_t j = 0; j < nk; j++) {                                                                      \
+            if (mk) {                                                                                           \
+                double mv = load_mask(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));                                  \
+                s[j] = mk->dtype == FC_BOOL ? (mv != 0 ? s[j] : -INFINITY) : (T)(s[j] + mv);                    \
+            }                                                                                                   \
+            m = isnan(s[j]) || s[j] > m ? s[j] : m;                                                             \
+        }                                                                                                       \
+        for (int64_t j = 0; j < nk; j++) sum += s[j] = EXP(s[j] - m);                                           \
+        for (int64_t j = 0; j < Sk; j++) s[j] = j < nk ? s[j] / sum : 0;                                        \
     }
-    for (int64_t j = 0; j < nk; j++) sum += s[j] = expf(s[j] - m);
-    for (int64_t j = 0; j < Sk; j++) s[j] = j < nk ? s[j] / sum : 0.0f;
-}
-
-static void softmax_row_f64(double *s, int64_t nk, int64_t Sk, const fc_value *mk, const void *M, int64_t mrow,
-                            int64_t Mk) {
-    double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j < nk; j++) {
-        if (mk) {
-            double mv = load_mask(mk->dtype, M, mrow + (Mk == 1 ? 0 : j));
-            s[j] = mk->dtype == FC_BOOL ? (mv != 0 ? s[j] : -INFINITY) : s[j] + mv;
-        }
-        m = isnan(s[j]) || s[j] > m ? s[j] : m;
-    }
-    for (int64_t j = 0; j < nk; j++) sum += s[j] = exp(s[j] - m);
-    for (int64_t j = 0; j < Sk; j++) s[j] = j < nk ? s[j] / sum : 0.0;
-}
+SOFTMAX_ROW(softmax_row_f32, float, expf)
+SOFTMAX_ROW(softmax_row_f64, double, exp)
+#undef SOFTMAX_ROW
 
 /*
  * attention(q, k, v, [mask]) = softmax(q k^T scale [+ mask]) v, per batch,

@@ -381,15 +381,10 @@ static fc_status compile_program(fc_cpu_program *p, fc_graph *g) {
 
 fc_status fc_cpu_compile_ex(fc_graph *g, const fc_cpu_options *o, fc_cpu_program **out) {
     if (out) *out = NULL;
-    if (!g) return FC_ERR_USAGE;
+    fc_status st = fc_graph_check_compile(g, out != NULL, "fc_cpu_compile");
+    if (st != FC_OK) return st;
     fc_context *ctx = g->ctx;
-    if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_cpu_compile: out is NULL");
-    if (g->status != FC_OK)
-        return fc_set_error(ctx, g->status, "fc_cpu_compile: graph %s has an error from building it", g->name);
-    if (!g->returned)
-        return fc_set_error(ctx, FC_ERR_INPUT, "fc_cpu_compile: graph %s has no results (call fc_graph_return)",
-                            g->name);
-    fc_status st = fc_graph_check_static(g);
+    st = fc_graph_check_static(g);
     if (st != FC_OK) return st;
     fc_cpu_program *p = zalloc(ctx, 1, sizeof *p);
     if (!p) return FC_ERR_NOMEM;

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ */
@@ -77,21 +78,6 @@ double fc_check_margin(fc_dtype dt) {
     }
 }
 
-/* Element i of a float tensor, or of an integer one exactly (as a double,
- * nudged apart where doubles cannot tell two i64 values apart). */
-static void load_pair(const fc_tensor *got, const fc_tensor *want, int64_t i, double *x, double *w) {
-    if (fc_dtype_is_float(want->dtype)) {
-        *x = fc_interp_load(got->dtype, got->data, i);
-        *w = fc_interp_load(want->dtype, want->data, i);
-        return;
-    }
-    int64_t xi = load_int(got->dtype, got->data, i), wi = load_int(want->dtype, want->data, i);
-    *x = (double)xi;
-    *w = (double)wi;
-    if (xi == wi) *x = *w;
-    else if (*x == *w) *x = nextafter(*w, INFINITY);
-}
-
 /* |a - b|, with NaN equal to NaN and an infinity equal only to itself
  * (INFINITY when they differ so). */
 static double distance(double a, double b) {
@@ -100,15 +86,49 @@ static double distance(double a, double b) {
     return fabs(a - b);
 }
 
+/* Is x between a and b (either order)? */
+static bool between(int64_t x, int64_t a, int64_t b) { return (x >= a && x <= b) || (x >= b && x <= a); }
+
+/* The exact value of float element i (0 without the exact outputs). */
+static double exact_at(const fc_tensor *exact, int64_t i) { return exact ? ((const double *)exact->data)[i] : 0; }
+
 /*
- * Compare one output. exact (an f64 tensor of want's shape, or NULL) is
- * the graph computed with every float value in float64: then an element
- * also passes when its error against exact is within fc_check_margin times
- * the error that the dtype-faithful computation (want) has there, plus the
- * root mean square of that error over the output (so that an element where
- * the faithful computation happens to be exact does not demand exactness),
- * plus one rounding of the exact value to the dtype.
+ * The error bound, one element (docs/NUMERICS.md, "The error bound"):
+ * *err is how far got is from it (0 inside, > 1 outside: the ratio of
+ * the error to what is allowed, INFINITY when nothing is). Integers and
+ * bools: equal to the faithful value, or between it and the exact one (a
+ * cast or compare of an unrounded value may land on either side). Floats:
+ * within the dtype's tolerance of the faithful value, or, against the
+ * exact value, within margin times the faithful computation's error there
+ * plus its root mean square `floor`, plus one rounding; a NaN or infinity
+ * must be the faithful one's or the exact one's. Where only the faithful
+ * computation overflows, got is held to the tolerance around the exact
+ * value.
  */
+static bool element_ok(const fc_tensor *got, const fc_tensor *want, const fc_tensor *exact, int64_t i, double margin,
+                       double floor, double u, double *ratio) {
+    if (!fc_dtype_is_float(want->dtype)) {
+        int64_t x = load_int(got->dtype, got->data, i), w = load_int(want->dtype, want->data, i);
+        bool ok = x == w || (exact && between(x, w, load_int(exact->dtype, exact->data, i)));
+        *ratio = ok ? 0 : INFINITY;
+        return ok;
+    }
+    double x = fc_interp_load(got->dtype, got->data, i), w = fc_interp_load(want->dtype, want->data, i);
+    fc_tolerance tol = fc_dtype_tolerance(want->dtype);
+    double err = distance(x, w), bound = tol.abs + tol.rel * (isfinite(w) ? fabs(w) : 0);
+    *ratio = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
+    if (!exact) return err <= bound;
+    double e = exact_at(exact, i), xe = distance(x, e), allowed;
+    if (!isfinite(e) || !isfinite(x)) allowed = 0;
+    else if (!isfinite(w)) allowed = tol.abs + tol.rel * fabs(e);
+    else allowed = margin * (fabs(w - e) + floor) + 2 * u * fabs(e);
+    double r = xe == 0 ? 0 : allowed > 0 ? xe / allowed : INFINITY;
+    if (r < *ratio) *ratio = r;
+    return err <= bound || xe <= allowed;
+}
+
+/* Compare one output (exact: an f64 tensor of want's shape for a float
+ * output, want's dtype for an integer one, or NULL). */
 static void compare_one(const fc_tensor *got, const fc_tensor *want, const fc_tensor *exact, fc_output_diff *r) {
     memset(r, 0, sizeof *r);
     r->dtype = want->dtype;
@@ -117,50 +137,44 @@ static void compare_one(const fc_tensor *got, const fc_tensor *want, const fc_te
     r->shape_ok = same_type(got, want);
     if (!r->shape_ok) return;
     r->numel = fc_tensor_numel(want);
-    bool is_float = fc_dtype_is_float(want->dtype);
-    bool use_exact = exact && is_float;
-    double margin = use_exact ? fc_check_margin(want->dtype) : 0, u = unit_roundoff(want->dtype);
-    r->margin = margin;
-    /* The faithful computation's error: its root mean square over the
-     * output (finite elements), the floor of every element's allowance. */
-    double ref_floor = 0;
+    bool is_float = fc_dtype_is_float(want->dtype), use_exact = exact && is_float;
+    double u = unit_roundoff(want->dtype);
+    r->margin = exact ? fc_check_margin(want->dtype) : 0;
+    /* The faithful computation's error against the exact one: its root
+     * mean square over the output (finite elements) is the floor of every
+     * element's allowance, so that an element where rounding every value
+     * happens to be exact does not demand exactness. */
+    double floor = 0, sq_ref = 0, sq_got = 0, sq_exact = 0;
     if (use_exact) {
-        double sq = 0;
         int64_t nfinite = 0;
         for (int64_t i = 0; i < r->numel; i++) {
-            double w = fc_interp_load(want->dtype, want->data, i), e = ((const double *)exact->data)[i];
+            double w = fc_interp_load(want->dtype, want->data, i), e = exact_at(exact, i);
             double d = distance(w, e);
-            if (!isfinite(d)) continue;
+            if (!isfinite(d) || !isfinite(e)) continue;
             if (d > r->ref_err) r->ref_err = d;
-            sq += d * d;
+            sq_ref += d * d;
+            sq_exact += e * e;
             nfinite++;
         }
-        ref_floor = nfinite ? sqrt(sq / (double)nfinite) : 0;
+        floor = nfinite ? sqrt(sq_ref / (double)nfinite) : 0;
     }
     double worst_ratio = -1;
     for (int64_t i = 0; i < r->numel; i++) {
-        double x, w;
-        load_pair(got, want, i, &x, &w);
+        double ratio;
+        bool ok = element_ok(got, want, exact, i, r->margin, floor, u, &ratio);
+        double x = is_float ? fc_interp_load(got->dtype, got->data, i) : (double)load_int(got->dtype, got->data, i);
+        double w = is_float ? fc_interp_load(want->dtype, want->data, i) : (double)load_int(want->dtype, want->data, i);
         double err = distance(x, w);
-        double bound = r->tol.abs + r->tol.rel * (isfinite(w) ? fabs(w) : 0);
-        bool ok = err <= bound;
-        double ratio = err == 0 ? 0 : bound > 0 ? err / bound : INFINITY;
-        if (use_exact) {
-            double e = ((const double *)exact->data)[i];
-            double xe = distance(x, e);
-            if (xe > r->err) r->err = xe;
-            double re = distance(w, e);
-            if (isfinite(re) && isfinite(e)) {
-                double allowed = margin * (re + ref_floor) + 2 * u * fabs(e);
-                double eratio = xe == 0 ? 0 : allowed > 0 ? xe / allowed : INFINITY;
-                ok = ok || xe <= allowed;
-                if (eratio < ratio) ratio = eratio;
-            }
-        }
+        if (!ok && err == 0) err = INFINITY; /* two i64 values a double cannot tell apart */
         if (err > r->max_abs_err) r->max_abs_err = err;
         if (w != 0 && !isnan(w)) {
             double rel = isinf(w) ? (ok ? 0 : INFINITY) : err / fabs(w);
             if (rel > r->max_rel_err) r->max_rel_err = rel;
+        }
+        if (use_exact) {
+            double e = exact_at(exact, i), xe = distance(x, e);
+            if (xe > r->err) r->err = xe;
+            if (isfinite(xe) && isfinite(e)) sq_got += xe * xe;
         }
         if (!ok) r->nbad++;
         /* The element nearest to (or furthest past) its bound. */
@@ -170,6 +184,10 @@ static void compare_one(const fc_tensor *got, const fc_tensor *want, const fc_te
             r->worst_got = x;
             r->worst_want = w;
         }
+    }
+    if (sq_exact > 0) {
+        r->rel_l2 = sqrt(sq_got / sq_exact);
+        r->ref_rel_l2 = sqrt(sq_ref / sq_exact);
     }
     r->worst_ratio = worst_ratio < 0 ? 0 : worst_ratio;
     r->pass = r->nbad == 0;
@@ -249,4 +267,25 @@ fc_status fc_compare_outputs_exact(fc_context *ctx, const fc_tensor *got, const 
                                    const fc_tensor *exact, int n, fc_output_diff *diffs) {
     if (n > 0 && !exact) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compare_outputs_exact: NULL exact");
     return compare_outputs(ctx, got, want, exact, n, diffs, "fc_compare_outputs_exact");
+}
+
+fc_status fc_check_outputs(fc_graph *g, const fc_tensor *inputs, int nin, const fc_tensor *got, int nout,
+                           fc_output_diff *diffs) {
+    if (!g) return FC_ERR_USAGE;
+    fc_context *ctx = fc_graph_context(g);
+    if (nout < 0 || (nout > 0 && (!got || !diffs)))
+        return fc_set_error(ctx, FC_ERR_USAGE, "fc_check_outputs: NULL arguments or nout < 0");
+    size_t n = (size_t)nout + 1;
+    fc_tensor *want = calloc(n, sizeof *want), *exact = calloc(n, sizeof *exact);
+    fc_status st = want && exact ? FC_OK : fc_set_error(ctx, FC_ERR_NOMEM, "out of memory");
+    if (!st) st = fc_run_reference(g, inputs, nin, want, nout);
+    if (!st) st = fc_run_reference_exact(g, inputs, nin, exact, nout);
+    if (!st) st = fc_compare_outputs_exact(ctx, got, want, exact, nout, diffs);
+    for (int i = 0; i < nout; i++) {
+        if (want) fc_tensor_release(&want[i]);
+        if (exact) fc_tensor_release(&exact[i]);
+    }
+    free(want);
+    free(exact);
+    return st;
 }

@@ -22,8 +22,7 @@ static ref_exec *exec_of(fc_program *p) { return (ref_exec *)(void *)p; }
 static void ref_free(fc_program *p) {
     ref_exec *x = exec_of(p);
     fc_graph_free(x->g);
-    fc_program_desc_release(&x->h.d);
-    fc_ctx_freemem(x->h.ctx, x);
+    fc_host_exec_release(&x->h);
 }
 
 static fc_status ref_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
@@ -34,13 +33,7 @@ static fc_status ref_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     ref_exec *x = (ref_exec *)(void *)fc_host_exec_new(g->ctx, &fc_backend_ref, sizeof *x);
     if (!x) return FC_ERR_NOMEM;
     if (!(x->g = fc_graph_clone(g))) st = strstr(x->h.ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
-    if (st == FC_OK) st = fc_host_exec_finish(&x->h, g, t0);
-    if (st != FC_OK) {
-        ref_free((fc_program *)(void *)x);
-        return st;
-    }
-    *out = (fc_program *)(void *)x;
-    return FC_OK;
+    return fc_host_exec_finish(&x->h, g, t0, st, out);
 }
 
 static bool same_type(const fc_tensor *a, const fc_tensor *b) {
@@ -122,16 +115,5 @@ const fc_backend fc_backend_ref = {
     .name = "ref",
     .device = FC_DEVICE_REF,
     .preference = 1,
-    .built = ref_built,
-    .present = ref_present,
-    .compile = ref_compile,
-    .run = ref_run,
-    .run_shaped = ref_run_shaped,
-    .run_host = ref_run_host,
-    .describe = ref_describe,
-    .stats = fc_host_exec_stats,
-    .desc = fc_host_exec_desc,
-    .context = fc_host_exec_context,
-    .times = fc_host_exec_times,
-    .free = ref_free,
+    FC_HOST_BACKEND_SLOTS(ref),
 };
