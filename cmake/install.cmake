@@ -2,7 +2,7 @@
 # other projects find it (included by the top-level CMakeLists.txt, after
 # the library's targets exist):
 #
-#   lib/libfusec.so.0.x.y, libfusec.so.0 (the SONAME), libfusec.so
+#   lib/libfusec.so.0.x.y, libfusec.so.0.x (the SONAME), libfusec.so
 #   lib/libfusec.a
 #   include/fusec.h
 #   bin/fusec, share/doc/fusec/ (the README and docs/)
@@ -16,9 +16,15 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# The SONAME is libfusec.so.<major>: 0.x releases may change the ABI with
-# the minor version, so a 0.x library is libfusec.so.0.x.y behind it.
-set_target_properties(fusec_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+# The SONAME names the ABI. 0.x releases may change the ABI with the minor
+# version, so a 0.x library's SONAME is libfusec.so.0.<minor> (a program
+# linked with 0.2 never loads 0.3); from 1.0 on it is libfusec.so.<major>.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(FUSEC_SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+else()
+  set(FUSEC_SOVERSION ${PROJECT_VERSION_MAJOR})
+endif()
+set_target_properties(fusec_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${FUSEC_SOVERSION}
                                               EXPORT_NAME fusec)
 set_target_properties(fusec_static PROPERTIES EXPORT_NAME fusec_static)
 add_library(fusec::fusec ALIAS fusec_shared)

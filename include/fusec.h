@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define FUSEC_VERSION_STRING "0.1.0"
+#define FUSEC_VERSION_STRING "0.2.0"
 
 /* ------------------------------------------------------------------ */
 /* Status codes. The numeric values double as the CLI's exit codes.    */
@@ -459,6 +459,18 @@ typedef struct fc_compile_options {
 
 /* Fill o with the defaults. */
 void fc_compile_options_default(fc_compile_options *o);
+
+/*
+ * The graph passes of a compile (docs/PASSES.md), on a copy of g, with
+ * `hook` called after each one: its name ("canonicalize", "decompose",
+ * ...; a pass that runs twice is named twice) and the working graph, which
+ * the hook may read (fc_print, the fc_graph_ and fc_value_ getters) but
+ * must not change. Nothing is compiled, and g is not modified. o gives the
+ * options that choose the passes (fuse, dynamic, precision, numerics,
+ * device); NULL: the defaults. `fusec --dump-after` prints with it.
+ */
+typedef void (*fc_pass_hook)(void *user, const char *pass, fc_graph *g);
+fc_status fc_run_passes(fc_graph *g, const fc_compile_options *o, fc_pass_hook hook, void *user);
 
 /* A compiled program: a launch plan, its kernels and their device code. */
 typedef struct fc_program fc_program;

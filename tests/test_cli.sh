@@ -188,7 +188,7 @@ printf 'this is not a .npy file\n' >"$tmp/garbage.npy"
 # --help, --version, --devices (exit 0).
 # ----------------------------------------------------------------------
 expect_rc 0 "--version" --version
-expect_stdout "--version" "fusec 0.1.0"
+expect_stdout "--version" "fusec $(sed -n 's/^#define FUSEC_VERSION_STRING "\(.*\)"$/\1/p' "$SRC/include/fusec.h")"
 
 expect_rc 0 "--help" --help
 for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outputs --devices --help --version \
@@ -863,10 +863,53 @@ expect_rc 0 "dynamic --run, both from files" "$tmp/two_syms.ir" --run --emit=pla
 expect_stdout_has "dynamic --run, both from files" "out0: f32[4]"
 
 # ----------------------------------------------------------------------
+# --dump-after=PASS|all: the graph after a pass, as .ir text (golden).
+# ----------------------------------------------------------------------
+cat >"$tmp/dump.ir" <<'EOF'
+graph dump(%x: f32[B, 4], %w: f32[4, 8], %b: f32[8]) {
+  %h = matmul(%x, %w)
+  %y = add(%h, %b)
+  %r = relu(%y)
+  return %r
+}
+EOF
+expect_rc 0 "--dump-after=epilogue" "$tmp/dump.ir" --bind B=2 --dump-after=epilogue
+expect_stdout "--dump-after=epilogue" "# after epilogue
+graph dump(%x: f32[2, 4], %w: f32[4, 8], %b: f32[8]) {
+  %r = gemm(%x, %w, %b, to=f32, spec=[0, 0, 1, 1, 0, 1]) : f32[2, 8]
+  return %r
+}"
+expect_rc 0 "--dump-after=decompose" "$tmp/dump.ir" --bind B=2 --dump-after=decompose
+expect_stdout "--dump-after=decompose" "# after decompose
+graph dump(%x: f32[2, 4], %w: f32[4, 8], %b: f32[8]) {
+  %h = matmul(%x, %w) : f32[2, 8]
+  %y = add(%h, %b) : f32[2, 8]
+  %r = relu(%y) : f32[2, 8]
+  return %r
+}"
+# all: one dump per pass that ran, in order (canonicalize twice).
+expect_rc 0 "--dump-after=all" "$tmp/dump.ir" --bind B=2 --dump-after=all
+if [[ $(grep '^# after' "$tmp/out" | tr '\n' ' ') == "# after canonicalize # after recognize_views # after recognize_gelu \
+# after recognize_norm # after decompose # after autocast # after canonicalize # after attention # after epilogue \
+# after pad " ]]; then pass; else fail "--dump-after=all: the passes"; fi
+# Eager numerics leaves the recognizers out, so the dump does too.
+expect_rc 0 "--dump-after=all, eager" "$tmp/dump.ir" --bind B=2 --dump-after=all --numerics=eager
+if grep -q '^# after recognize_gelu' "$tmp/out"; then fail "eager ran recognize_gelu"; else pass; fi
+# A dump parses again as .ir.
+"$FUSEC" "$tmp/dump.ir" --bind B=2 --dump-after=decompose >"$tmp/dumped.ir" 2>/dev/null
+expect_rc 0 "--dump-after output reparses" "$tmp/dumped.ir" --emit=ir
+expect_usage "--dump-after, no such pass" "no pass named 'fuse_all' ran (the passes that ran: canonicalize," \
+  "$tmp/dump.ir" --bind B=2 --dump-after=fuse_all
+expect_usage "--dump-after, not a name" "bad --dump-after '1x'" "$tmp/dump.ir" --dump-after=1x
+# With --run it dumps, then runs.
+expect_rc 0 "--dump-after with --run" "$tmp/dump.ir" --bind B=2 --dump-after=pad --run
+expect_stdout_has "--dump-after with --run" "out0: f32[2, 8]"
+
+# ----------------------------------------------------------------------
 # --check on every shipped example, with the CLI's own random inputs, on
 # the CPU backend and (with a GPU) on cuda: no cry of wolf.
 # ----------------------------------------------------------------------
-for dev in cpu cuda; do
+for dev in ref cpu cuda; do
   "$FUSEC" --devices 2>/dev/null | grep -qx "$dev" || continue
   for ex in "gpt2_block.ir B=1,T=8" "gpt2_block_bf16.ir B=1,T=8" "layernorm.ir B=2,T=8" "llama_block.ir B=1,T=8" \
     "mlp.ir B=4" "pointwise.ir N=16" "softmax.ir N=4"; do

@@ -56,6 +56,7 @@ typedef struct options {
     bool precision_given;
     fc_numerics numerics; /* --numerics=fast|eager */
     bool time;          /* --time: where the compile time went */
+    const char *dump_after; /* --dump-after=PASS|all: the graph's .ir after that pass */
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;
     bool cache_info, verify, cache_clear;
@@ -116,5 +117,7 @@ int emit_program(fc_program *p, const options *o);
 int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, fc_graph **g);
 /* --cache-clear, then --cache-info [--verify]. */
 int cache_commands(const options *o);
+/* --dump-after: print the graph after the named pass (or every pass). */
+int dump_passes(fc_graph *g, const options *o, fc_device dev);
 
 #endif

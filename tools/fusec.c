@@ -137,6 +137,7 @@ static int run_cli(const options *o) {
     if (is_program) {
         const char *na = o->nbinds ? "--bind" : o->graph ? "--graph" : o->arch_given ? "--arch"
                          : o->precision_given ? "--precision" : NULL;
+        if (!na && o->dump_after) na = "--dump-after";
         if (na)
             return usage_error("%s does not apply to a compiled program file: '%s' has its graph, shapes and "
                                "target compiled in", na, o->file);
@@ -206,7 +207,7 @@ static int run_cli(const options *o) {
         }
     }
     /* Unbound symbols of a compile come from the input files' shapes. */
-    if (compile_now && o->inputs_given) {
+    if ((compile_now || o->dump_after) && o->inputs_given) {
         fc_graph *bound = NULL;
         rc = bind_from_inputs(o, g, &bound);
         if (bound != g) {
@@ -215,6 +216,7 @@ static int run_cli(const options *o) {
         }
         if (rc) goto done;
     }
+    if (o->dump_after && (rc = dump_passes(g, o, o->run ? dev : FC_DEVICE_CUDA)) != 0) goto done;
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {

@@ -208,6 +208,15 @@ static int flag_numerics(options *o, const char *flag, const char *val) {
     return 0;
 }
 
+/* --dump-after=PASS|all: which names are passes is known once they ran
+ * (dump_passes). */
+static int flag_dump_after(options *o, const char *flag, const char *val) {
+    if (strcmp(val, "all") != 0 && !is_name(val, strlen(val)))
+        return usage_error("bad %s '%s': expected a pass name or 'all'", flag, val);
+    o->dump_after = val;
+    return 0;
+}
+
 typedef struct flag {
     const char *name;  /* "--graph" */
     const char *alias; /* "-h", or NULL */
@@ -239,6 +248,7 @@ static const flag flags[] = {
     OPTION("--precision", NULL, flag_precision),
     OPTION("--numerics", NULL, flag_numerics),
     SWITCH("--time", NULL, time),
+    OPTION("--dump-after", NULL, flag_dump_after),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
     SWITCH("--cache-info", NULL, cache_info),
