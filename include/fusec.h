@@ -264,6 +264,32 @@ fc_value *fc_graph_output(const fc_graph *g, int i);
 /* Name of a symbolic dim, or NULL if d is not symbolic. */
 const char *fc_sym_name(const fc_graph *g, fc_dim d);
 
+/*
+ * What each parameter is to the graph, and the range a model's initializer
+ * would draw it from (PyTorch's defaults; docs/CLI.md, "Random inputs"):
+ * the second operand of a matmul is a weight, uniform in +-1/sqrt(K) for
+ * the matmul's contraction size K (nn.Linear); a parameter added to a
+ * matmul's result is its bias, in the same range; a layernorm's or
+ * rmsnorm's weight is a scale, in [0.9, 1.1); a layernorm's bias a shift,
+ * in [-0.1, 0.1); everything else is data, in [-1, 1). A parameter reaches
+ * its use through cast, reshape, permute and expand; its first use that
+ * fits a rule decides. Integer and bool parameters are data. Fills
+ * out[0..n) (n at most fc_graph_num_params).
+ */
+typedef enum fc_param_role {
+    FC_ROLE_DATA = 0,
+    FC_ROLE_WEIGHT,
+    FC_ROLE_BIAS,
+    FC_ROLE_NORM_SCALE,
+    FC_ROLE_NORM_SHIFT,
+} fc_param_role;
+typedef struct fc_param_init {
+    fc_param_role role;
+    int64_t fan_in; /* weights and biases: the K of their matmul; else 0 */
+    double lo, hi;  /* draw uniformly from [lo, hi) */
+} fc_param_init;
+fc_status fc_graph_param_inits(const fc_graph *g, fc_param_init *out, int n);
+
 /* ------------------------------------------------------------------ */
 /* Text format, verification.                                          */
 /* ------------------------------------------------------------------ */

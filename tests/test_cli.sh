@@ -863,6 +863,34 @@ expect_rc 0 "dynamic --run, both from files" "$tmp/two_syms.ir" --run --emit=pla
 expect_stdout_has "dynamic --run, both from files" "out0: f32[4]"
 
 # ----------------------------------------------------------------------
+# Random inputs by role: a matmul's weight and bias in +-1/sqrt(K), a
+# norm's scale near 1, data in [-1, 1).
+# ----------------------------------------------------------------------
+cat >"$tmp/roles.ir" <<'EOF'
+graph roles(%x: f32[2, 64], %w: f32[64, 8], %b: f32[8], %g: f32[8]) {
+  %h = matmul(%x, %w)
+  %y = add(%h, %b)
+  %n = rmsnorm(%y, %g)
+  %wc = mul(%w, 1)
+  %bc = mul(%b, 1)
+  %gc = mul(%g, 1)
+  %xc = mul(%x, 1)
+  return %n, %wc, %bc, %gc, %xc
+}
+EOF
+expect_rc 0 "random inputs by role" "$tmp/roles.ir" --run --save-outputs "$tmp/roles"
+# in_range FILE LO HI: every f32 of a .npy file (header 128 bytes) is in [LO, HI].
+in_range() {
+  od -A n -t f4 -v -j 128 "$1" | tr -s ' ' '\n' | sed '/^$/d' |
+    awk -v lo="$2" -v hi="$3" '{ if ($1 < lo || $1 > hi) bad++; if ($1 < lo + (hi - lo) / 4) low++;
+      if ($1 > hi - (hi - lo) / 4) high++; n++ } END { exit !(n > 0 && !bad && low && high) }'
+}
+for spec in "out1 -0.125 0.125" "out2 -0.125 0.125" "out3 0.9 1.1" "out4 -1 1"; do
+  read -r f lo hi <<<"$spec"
+  if in_range "$tmp/roles/$f.npy" "$lo" "$hi"; then pass; else fail "random $f: not spread over [$lo, $hi]"; fi
+done
+
+# ----------------------------------------------------------------------
 # --dump-after=PASS|all: the graph after a pass, as .ir text (golden).
 # ----------------------------------------------------------------------
 cat >"$tmp/dump.ir" <<'EOF'

@@ -184,7 +184,10 @@ static int run_cli(const options *o) {
             rc = run_exit_code(st);
             goto done;
         }
-        if ((o->emit_ir || o->check) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0) goto done;
+        /* Its graph names the parameters' roles for random inputs too. */
+        bool has_text = fc_program_graph_text(prog) && *fc_program_graph_text(prog);
+        if ((o->emit_ir || o->check || (o->run && has_text)) && (rc = parse_embedded_graph(ctx, prog, o->file, &g)) != 0)
+            goto done;
     } else {
         double t0 = now_ms();
         rc = load_model(ctx, o, &g, &weights);

@@ -74,13 +74,15 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static void fill_random(fc_tensor *t, uint64_t seed, int param_index) {
+/* Floats uniform in [lo, hi) (the range fc_graph_param_inits gives the
+ * parameter's role), integers in 0..7, bools 0 or 1. */
+static void fill_random(fc_tensor *t, uint64_t seed, int param_index, double lo, double hi) {
     uint64_t s = seed, state = 0;
     for (int i = 0; i <= param_index; i++) state = splitmix64(&s);
     int64_t n = fc_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         uint64_t r = splitmix64(&state);
-        double u = (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0; /* [-1, 1) */
+        double u = lo + (hi - lo) * ((double)(r >> 11) * 0x1.0p-53);
         switch (t->dtype) {
         case FC_F64: ((double *)t->data)[i] = u; break;
         case FC_F32: ((float *)t->data)[i] = (float)u; break;
@@ -443,9 +445,18 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
     fc_tensor *in = calloc((size_t)(np ? np : 1), sizeof *in);
     fc_tensor *out = calloc((size_t)(nout ? nout : 1), sizeof *out);
     param_info *params = calloc((size_t)(np ? np : 1), sizeof *params);
+    fc_param_init *init = calloc((size_t)(np ? np : 1), sizeof *init);
     int rc = 0;
-    if (!in || !out || !params) {
+    if (!in || !out || !params || !init) {
         rc = fail(EXIT_NOMEM, "out of memory");
+        goto done;
+    }
+    /* Random data in the range of each parameter's role (the graph's: a
+     * compiled program file's embedded one; data without it). */
+    for (int i = 0; i < np; i++) init[i] = (fc_param_init){FC_ROLE_DATA, 0, -1.0, 1.0};
+    if (t->ref && fc_graph_num_params(t->ref) == np && fc_graph_param_inits(t->ref, init, np) != FC_OK) {
+        print_last_error(fc_graph_context(t->ref));
+        rc = EXIT_NOMEM;
         goto done;
     }
     for (int i = 0; i < np; i++) {
@@ -496,7 +507,7 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
             rc = fail(EXIT_NOMEM, "out of memory for parameter %s", p->name);
             goto done;
         }
-        fill_random(x, o->seed, i);
+        fill_random(x, o->seed, i, init[i].lo, init[i].hi);
     }
 
     fc_status st;
@@ -531,6 +542,7 @@ done:
     free(in);
     free(out);
     free(params);
+    free(init);
     return rc;
 }
 
