@@ -945,6 +945,13 @@ for dev in ref cpu cuda; do
     expect_rc 0 "--check $file on $dev" "$SRC/examples/$file" --bind "$binds" --run --check --device=$dev
     expect_stdout_has "--check $file on $dev" "check out0: "
   done
+  # Under --precision the faithful computation is that of the precision
+  # used (the autocast graph), not of the graph's own dtypes.
+  [[ $dev == ref ]] && continue
+  for p in bf16 f16; do
+    expect_rc 0 "--check gpt2_block.ir --precision=$p on $dev" "$SRC/examples/gpt2_block.ir" --bind B=1,T=8 --run \
+      --check --device=$dev --precision=$p
+  done
 done
 
 # ----------------------------------------------------------------------
