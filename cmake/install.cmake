@@ -6,6 +6,7 @@
 #   lib/libfusec.a
 #   include/fusec.h
 #   bin/fusec, share/doc/fusec/ (the README and docs/)
+#   share/man/man1/fusec.1        the manual page (fusec --help-man)
 #   lib/pkgconfig/fusec.pc        the shared library; Libs.private lists
 #                                 what the static one needs (--static)
 #   lib/pkgconfig/fusec-static.pc the static library and its dependencies
@@ -85,3 +86,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fusecConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/fusecConfig.cmake ${PROJECT_BINARY_DIR}/fusecConfigVersion.cmake
   DESTINATION ${FUSEC_CMAKE_DIR})
+
+# The manual page, made by the CLI from the table its --help prints
+# (fusec --help-man; an empty environment, so that no value set on the
+# build machine lands in the page).
+add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fusec.1
+  COMMAND env -i $<TARGET_FILE:fusec> --help-man > ${PROJECT_BINARY_DIR}/fusec.1
+  DEPENDS fusec VERBATIM)
+add_custom_target(fusec_man ALL DEPENDS ${PROJECT_BINARY_DIR}/fusec.1)
+install(FILES ${PROJECT_BINARY_DIR}/fusec.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)

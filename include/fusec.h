@@ -132,6 +132,11 @@ fc_dim fc_sym(fc_graph *g, const char *name);
  * symbol is first used; later uses of fc_sym(name) return `value`.
  */
 fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value);
+/* Whether a dim of g named the bound symbol `name` (through fc_sym, the
+ * parser or the ONNX importer): false for a bind that nothing used (a
+ * typo, or a symbol of another graph), or for NULL. fusec's --bind refuses
+ * such a symbol. */
+bool fc_graph_bind_used(const fc_graph *g, const char *name);
 
 /* ------------------------------------------------------------------ */
 /* Builders. One per op of the .ir format. Each checks shapes and      */

@@ -262,6 +262,7 @@ void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap);
 typedef struct fc_sym_binding {
     const char *name;
     int64_t value;
+    bool used; /* a dim named it (fc_graph_sym; fc_graph_bind_used) */
 } fc_sym_binding;
 
 /* A name -> index table (names.c); the names are not copied: they must

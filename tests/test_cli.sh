@@ -33,10 +33,16 @@ fail() {
 
 # run ARGS...: run fusec; stdout in $tmp/out, stderr in $tmp/err, code in $rc.
 last_args=()
+# Every failure's message starts with "fusec:" or "FILE:LINE:COL:" (the
+# first line on stderr; a located diagnostic's source line and caret, and
+# the usage hint, follow it).
 run() {
   last_args=("$@")
   "$FUSEC" "$@" >"$tmp/out" 2>"$tmp/err"
   rc=$?
+  if ((rc != 0)) && [[ -s $tmp/err ]] && ! head -1 "$tmp/err" | grep -qE '^(fusec: |[^ :]+:[0-9]+:[0-9]+: )'; then
+    fail "message without 'fusec:' or 'file:line:col:'"
+  fi
 }
 
 # expect_rc CODE WHAT ARGS...: run and check the exit code.
@@ -197,7 +203,36 @@ for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outpu
   if grep -qF -- "$word" "$tmp/out"; then pass; else fail "--help does not mention '$word'"; fi
 done
 if [[ ! -s $tmp/err ]]; then pass; else fail "--help wrote to stderr"; fi
+# --help fits a terminal: at most 80 lines of 80 columns, every flag of the
+# table with its line of help; docs/CLI.md has a table row for each flag.
+if [[ $(wc -l <"$tmp/out") -le 80 ]] && ! awk 'length > 80 { bad = 1 } END { exit !bad }' "$tmp/out"; then pass; else
+  fail "--help is over 80 lines or 80 columns"
+fi
+if grep -q "(undocumented)" "$tmp/out"; then fail "--help: a flag without its help line"; else pass; fi
+help_flags=$(grep -oE '^  (-[a-z], )?--[a-z-]+' "$tmp/out" | grep -oE -- '--[a-z-]+')
+[[ $(wc -w <<<"$help_flags") -ge 25 ]] && pass || fail "--help lists $(wc -w <<<"$help_flags") flags"
+for f in $help_flags; do
+  if grep -qE '^\| `(-[a-z]( [A-Z]+)?`, `)?'"$f"'[ =`]' "$SRC/docs/CLI.md"; then pass; else
+    fail "docs/CLI.md has no table row for $f"
+  fi
+done
+# ...and no row of a flag the CLI lacks.
+for f in $(grep -oE '^\| `(-[a-z]( [A-Z]+)?`, `)?--[a-z-]+' "$SRC/docs/CLI.md" | grep -oE -- '--[a-z-]+' | sort -u); do
+  if grep -qxF -- "$f" <<<"$help_flags"; then pass; else fail "docs/CLI.md documents $f, which fusec --help lacks"; fi
+done
+expect_rc 0 "--help-man" --help-man
+if grep -q '^\.TH FUSEC 1' "$tmp/out" && grep -qF '\fB\-\-dump\-after\fR' "$tmp/out"; then pass; else
+  fail "--help-man: no page"
+fi
+run --help
 cp "$tmp/out" "$tmp/help1"
+# Small usage errors: an unknown --bind symbol, an unsupported --arch.
+expect_usage "--bind of a symbol the graph lacks" "--bind b: graph 'small' has no symbol 'b' (its symbols: N)" \
+  "$tmp/small.ir" --bind b=4 --emit=ir
+expect_usage "--bind of a symbol the graph lacks, with a good one" "graph 'small' has no symbol 'T' (its symbols: N)" \
+  "$tmp/small.ir" --bind N=4,T=8 --run
+expect_usage "--arch older than sm_80" "unsupported --arch 'sm_75': fusec generates code for sm_80 and newer (sm_80," \
+  "$tmp/small.ir" --bind N=4 --arch sm_75 --emit=ptx
 expect_rc 0 "-h" -h
 same_file "-h is --help" "$tmp/out" "$tmp/help1"
 
@@ -449,14 +484,24 @@ then pass; else fail "kinds: expected 4 outputs, the last bools"; fi
 # ----------------------------------------------------------------------
 # The examples run (small sizes, random data) and so does the C example.
 # ----------------------------------------------------------------------
+# binds_of FILE [GRAPH]: --bind for the symbols (B, T, N) that FILE's dims use
+# (in GRAPH only, when given): binding one the graph lacks is an error.
+binds_of() {
+  local text b=""
+  text=$(if [[ -n ${2:-} ]]; then sed -n "/^graph $2(/,/^}/p" "$1"; else cat "$1"; fi)
+  for kv in B=1 T=4 N=2; do
+    grep -qE "[[ ,]${kv%=*}[],]" <<<"$text" && b+="${b:+,}$kv"
+  done
+  echo "$b"
+}
 for f in "$SRC"/examples/*.ir; do
-  expect_rc 0 "run $(basename "$f")" "$f" --bind B=1,T=4,N=2 --run
+  expect_rc 0 "run $(basename "$f")" "$f" --bind "$(binds_of "$f" "$(sed -n 's/^graph \([a-z0-9_]*\)(.*/\1/p' "$f" | head -1)")" --run
   if grep -qE '^out0: [a-z0-9]+\[[0-9, ]*\] checksum=' "$tmp/out"; then pass; else
     fail "run $(basename "$f"): no output line"
   fi
 done
 for g in softmax_explicit layernorm_explicit; do
-  expect_rc 0 "run $g" "$SRC/examples/${g%_explicit}.ir" --graph "$g" --bind B=1,T=4,N=2 --run
+  expect_rc 0 "run $g" "$SRC/examples/${g%_explicit}.ir" --graph "$g" --bind "$(binds_of "$SRC/examples/${g%_explicit}.ir" "$g")" --run
 done
 if [[ -n ${BUILD:-} && -x $BUILD/example_gpt2_mlp ]]; then
   "$BUILD/example_gpt2_mlp" >"$tmp/out" 2>"$tmp/err"

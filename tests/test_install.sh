@@ -64,6 +64,19 @@ done
 soname=$(readelf -d "$libdir/libfusec.so.$version" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
 [[ $soname == "libfusec.so.$abi" ]] || fail "SONAME is '$soname', not libfusec.so.$abi"
 [[ $("$prefix/bin/fusec" --version) == "fusec $version" ]] || fail "installed fusec --version"
+# The manual page: the same flags as --help (both come from one table).
+man=$prefix/share/man/man1/fusec.1
+if [[ -f $man ]]; then
+  grep -q '^\.TH FUSEC 1 .*fusec '"$version" "$man" || fail "fusec.1: no .TH line for version $version"
+  for f in $("$prefix/bin/fusec" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+    grep -qF -- "\fB${f//-/\\-}\fR" "$man" || fail "fusec.1 lacks $f"
+  done
+  if command -v man >/dev/null; then
+    man -l "$man" 2>&1 >/dev/null | grep -q . && fail "man -l fusec.1 warns"
+  fi
+else
+  fail "not installed: share/man/man1/fusec.1"
+fi
 "$prefix/bin/fusec" --devices >"$tmp/devices" 2>"$tmp/devices.err" || fail "installed fusec --devices"
 grep -qx ref "$tmp/devices" || fail "installed fusec --devices does not list ref"
 # A device it cannot use is named, with the reason, on stderr: cuda in a

@@ -61,6 +61,7 @@ typedef struct options {
     const char *cache_dir;
     bool cache_info, verify, cache_clear;
     bool help, help_env, version, list_devices;
+    bool help_man; /* --help-man: the manual page */
 } options;
 
 /* Parse argv into o (zeroed by the caller); 0 or an exit code (the error
@@ -68,6 +69,8 @@ typedef struct options {
 int parse_args(int argc, char **argv, options *o);
 void options_free(options *o);
 void print_help(void);
+/* The manual page (roff) from the same table, with the environment's text. */
+void print_man(const char *env_text);
 /* Print a usage error (one line and a hint) and return EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* An error that is not about usage: one line on stderr; returns code. */
