@@ -319,6 +319,9 @@ fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)
 /* The error for a value of another graph used by `op` as its `what` number
  * `index` ("operand 1", "result 0"): FC_ERR_USAGE, sticky. */
 fc_status fc_foreign_value(fc_graph *g, const char *op, const char *what, int index);
+/* A reduce_max or reduce_min over an axis of size 0 (an error): true, and
+ * the message in buf (verify.c). */
+bool fc_empty_max_message(fc_op op, const fc_value *x, const fc_attrs *a, char *buf, size_t n);
 
 /* Grow an arena array (doubling); returns false on OOM (error recorded). */
 bool fc_grow(fc_arena *ar, void **arr, int *cap, int need, size_t elem);

@@ -339,6 +339,19 @@ for g in elementwise reduce_empty_axis reduce_empty_rows rows empty_rows_softmax
   done
 done
 
+# A max or min over an empty axis is an error on every device, as in
+# PyTorch (a sum over one is 0): bound at parse time, or by an input file.
+printf 'graph e(%%x: f32[N, 3]) {\n  %%y = reduce_max(%%x, axes=[0])\n  return %%y\n}\n' >"$tmp/emax.ir"
+printf 'graph e(%%x: f32[N, 3]) {\n  %%y = reduce_min(%%x, axes=[-2])\n  return %%y\n}\n' >"$tmp/emin.ir"
+npy "$tmp/e03.npy" '<f4' '(0, 3)' ''
+for dev in ref cpu; do
+  "$FUSEC" --devices 2>/dev/null | grep -qx "$dev" || continue
+  expect_rc 1 "reduce_max over an empty axis on $dev" "$tmp/emax.ir" --bind N=0 --run --device=$dev
+  expect_stderr_has "reduce_max over an empty axis on $dev" "emax.ir:2:8: error: reduce_max over axis 0, of size 0"
+  expect_rc 1 "reduce_min over an empty axis from a file on $dev" "$tmp/emin.ir" --inputs "$tmp/e03.npy" --run --device=$dev
+  expect_stderr_has "reduce_min over an empty axis from a file on $dev" "reduce_min over axis -2, of size 0"
+done
+
 # --help-env prints the switch table: every variable of ir/switches.def,
 # and the value of one that is set.
 FUSEC_LOG=graphs run --help-env
