@@ -760,6 +760,7 @@ double fc_check_margin(fc_dtype dt);
  * ending in "FAIL (N elements out of tolerance; worst [i]: got G, want W)"
  * or "FAIL (dtype or shape differs)". Returns buf.
  */
+/* A NULL buf (or n 0) gives NULL; a NULL d, "output N: no comparison". */
 const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n);
 
 /* "sm_90", "sm90", "90" or "9.0" -> 90 into *sm (a CUDA target for
