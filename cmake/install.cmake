@@ -2,10 +2,11 @@
 # other projects find it (included by the top-level CMakeLists.txt, after
 # the library's targets exist):
 #
-#   lib/libfusec.so.0.x.y, libfusec.so.0 (the SONAME), libfusec.so
+#   lib/libfusec.so.0.x.y, libfusec.so.0.x (the SONAME), libfusec.so
 #   lib/libfusec.a
 #   include/fusec.h
 #   bin/fusec, share/doc/fusec/ (the README and docs/)
+#   share/man/man1/fusec.1        the manual page (fusec --help-man)
 #   lib/pkgconfig/fusec.pc        the shared library; Libs.private lists
 #                                 what the static one needs (--static)
 #   lib/pkgconfig/fusec-static.pc the static library and its dependencies
@@ -16,9 +17,15 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-# The SONAME is libfusec.so.<major>: 0.x releases may change the ABI with
-# the minor version, so a 0.x library is libfusec.so.0.x.y behind it.
-set_target_properties(fusec_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${PROJECT_VERSION_MAJOR}
+# The SONAME names the ABI. 0.x releases may change the ABI with the minor
+# version, so a 0.x library's SONAME is libfusec.so.0.<minor> (a program
+# linked with 0.2 never loads 0.3); from 1.0 on it is libfusec.so.<major>.
+if(PROJECT_VERSION_MAJOR EQUAL 0)
+  set(FUSEC_SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR})
+else()
+  set(FUSEC_SOVERSION ${PROJECT_VERSION_MAJOR})
+endif()
+set_target_properties(fusec_shared PROPERTIES VERSION ${PROJECT_VERSION} SOVERSION ${FUSEC_SOVERSION}
                                               EXPORT_NAME fusec)
 set_target_properties(fusec_static PROPERTIES EXPORT_NAME fusec_static)
 add_library(fusec::fusec ALIAS fusec_shared)
@@ -79,3 +86,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/fusecConfigVersion.cmake
   VERSION ${PROJECT_VERSION} COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/fusecConfig.cmake ${PROJECT_BINARY_DIR}/fusecConfigVersion.cmake
   DESTINATION ${FUSEC_CMAKE_DIR})
+
+# The manual page, made by the CLI from the table its --help prints
+# (fusec --help-man; an empty environment, so that no value set on the
+# build machine lands in the page).
+add_custom_command(OUTPUT ${PROJECT_BINARY_DIR}/fusec.1
+  COMMAND env -i $<TARGET_FILE:fusec> --help-man > ${PROJECT_BINARY_DIR}/fusec.1
+  DEPENDS fusec VERBATIM)
+add_custom_target(fusec_man ALL DEPENDS ${PROJECT_BINARY_DIR}/fusec.1)
+install(FILES ${PROJECT_BINARY_DIR}/fusec.1 DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)

@@ -489,6 +489,9 @@ static bool parse_stmt(Parser *p) {
 
     /* Build: shapes, dtypes and arity are checked there, at the op name. */
     p->g->cur_loc = optok->loc;
+    char why[200];
+    if (nin > 0 && p->ins[0] && fc_empty_max_message(op, p->ins[0], &attrs, why, sizeof why))
+        return error_at(p, optok, "%s", why);
     fc_node *node = fc_build(p->g, op, p->ins, nin, &attrs);
     if (!node) return graph_failed(p);
     if (nlhs != node->nout)

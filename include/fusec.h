@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define FUSEC_VERSION_STRING "0.1.0"
+#define FUSEC_VERSION_STRING "0.2.0"
 
 /* ------------------------------------------------------------------ */
 /* Status codes. The numeric values double as the CLI's exit codes.    */
@@ -132,6 +132,11 @@ fc_dim fc_sym(fc_graph *g, const char *name);
  * symbol is first used; later uses of fc_sym(name) return `value`.
  */
 fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value);
+/* Whether a dim of g named the bound symbol `name` (through fc_sym, the
+ * parser or the ONNX importer): false for a bind that nothing used (a
+ * typo, or a symbol of another graph), or for NULL. fusec's --bind refuses
+ * such a symbol. */
+bool fc_graph_bind_used(const fc_graph *g, const char *name);
 
 /* ------------------------------------------------------------------ */
 /* Builders. One per op of the .ir format. Each checks shapes and      */
@@ -338,6 +343,32 @@ fc_value *fc_graph_output(const fc_graph *g, int i);
 /* Name of a symbolic dim, or NULL if d is not symbolic. */
 const char *fc_sym_name(const fc_graph *g, fc_dim d);
 
+/*
+ * What each parameter is to the graph, and the range a model's initializer
+ * would draw it from (PyTorch's defaults; docs/CLI.md, "Random inputs"):
+ * the second operand of a matmul is a weight, uniform in +-1/sqrt(K) for
+ * the matmul's contraction size K (nn.Linear); a parameter added to a
+ * matmul's result is its bias, in the same range; a layernorm's or
+ * rmsnorm's weight is a scale, in [0.9, 1.1); a layernorm's bias a shift,
+ * in [-0.1, 0.1); everything else is data, in [-1, 1). A parameter reaches
+ * its use through cast, reshape, permute and expand; its first use that
+ * fits a rule decides. Integer and bool parameters are data. Fills
+ * out[0..n) (n at most fc_graph_num_params).
+ */
+typedef enum fc_param_role {
+    FC_ROLE_DATA = 0,
+    FC_ROLE_WEIGHT,
+    FC_ROLE_BIAS,
+    FC_ROLE_NORM_SCALE,
+    FC_ROLE_NORM_SHIFT,
+} fc_param_role;
+typedef struct fc_param_init {
+    fc_param_role role;
+    int64_t fan_in; /* weights and biases: the K of their matmul; else 0 */
+    double lo, hi;  /* draw uniformly from [lo, hi) */
+} fc_param_init;
+fc_status fc_graph_param_inits(const fc_graph *g, fc_param_init *out, int n);
+
 /* ------------------------------------------------------------------ */
 /* Text format, verification.                                          */
 /* ------------------------------------------------------------------ */
@@ -533,6 +564,18 @@ typedef struct fc_compile_options {
 
 /* Fill o with the defaults. */
 void fc_compile_options_default(fc_compile_options *o);
+
+/*
+ * The graph passes of a compile (docs/PASSES.md), on a copy of g, with
+ * `hook` called after each one: its name ("canonicalize", "decompose",
+ * ...; a pass that runs twice is named twice) and the working graph, which
+ * the hook may read (fc_print, the fc_graph_ and fc_value_ getters) but
+ * must not change. Nothing is compiled, and g is not modified. o gives the
+ * options that choose the passes (fuse, dynamic, precision, numerics,
+ * device); NULL: the defaults. `fusec --dump-after` prints with it.
+ */
+typedef void (*fc_pass_hook)(void *user, const char *pass, fc_graph *g);
+fc_status fc_run_passes(fc_graph *g, const fc_compile_options *o, fc_pass_hook hook, void *user);
 
 /* A compiled program: a launch plan, its kernels and their device code. */
 typedef struct fc_program fc_program;
@@ -916,6 +959,7 @@ fc_status fc_check_outputs(fc_graph *g, const fc_tensor *inputs, int nin, const 
  * ending in "FAIL (N elements out of tolerance; worst [i]: got G, want W)"
  * or "FAIL (dtype or shape differs)". Returns buf.
  */
+/* A NULL buf (or n 0) gives NULL; a NULL d, "output N: no comparison". */
 const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n);
 
 /* "sm_90", "sm90", "90" or "9.0" -> 90 into *sm (a CUDA target for

@@ -97,6 +97,12 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
             }
             if (!(m->in[k] = copy_value(c, map, v, vals))) goto oom;
         }
+        /* A symbol bound to 0 under a max or min (fc_empty_max_message). */
+        char why[200];
+        if (n->nin > 0 && fc_empty_max_message(m->op, m->in[0], &m->a, why, sizeof why)) {
+            fc_set_error(ctx, FC_ERR_INPUT, "bind: %s", why);
+            goto fail;
+        }
         for (int k = 0; k < n->nout; k++) {
             if (!(m->out[k] = copy_value(c, map, n->out[k], vals))) goto oom;
             m->out[k]->def = m;

@@ -96,6 +96,9 @@ static fc_value *reduce(fc_graph *g, fc_op op, fc_value *x, int naxes, const int
     a.list = list;
     a.nlist = naxes;
     a.keepdim = keepdim;
+    char why[200];
+    if (x && !x->poison && x->graph == g && fc_empty_max_message(op, x, &a, why, sizeof why))
+        return fc_graph_error(g, FC_ERR_INPUT, "%s", why), &g->poison_value;
     return result(g, fc_build(g, op, &x, 1, &a));
 }
 

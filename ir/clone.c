@@ -101,6 +101,16 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         free(outs);
         if (st) goto fail;
     }
+    /* A symbol bound to 0 under a max or min (fc_empty_max_message): only
+     * when binding, since a plain clone may be of decompose's output. */
+    for (int i = 0; i < c->nnodes && nbinds > 0; i++) {
+        char why[200];
+        const fc_node *n = c->nodes[i];
+        if (!n->dead && n->nin > 0 && fc_empty_max_message(n->op, n->in[0], &n->a, why, sizeof why)) {
+            fc_set_error(g->ctx, FC_ERR_INPUT, "specialize: %s", why);
+            goto fail;
+        }
+    }
     free(map);
     free(ins);
     return c;

@@ -87,7 +87,18 @@ bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *
     return false;
 }
 
+bool fc_graph_bind_used(const fc_graph *g, const char *name) {
+    if (!g || !name) return false;
+    int b = fc_name_index_find(&g->bind_names, name, strlen(name));
+    return b >= 0 && g->binds[b].used;
+}
+
 fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len) {
+    int b = fc_name_index_find(&g->bind_names, name, len);
+    if (b >= 0) {
+        g->binds[b].used = true;
+        return g->binds[b].value;
+    }
     fc_dim d;
     if (fc_graph_find_sym(g, name, len, &d)) return d;
     if (!fc_grow(&g->arena, (void **)&g->syms, &g->cap_syms, g->nsyms + 1, sizeof *g->syms)) {
@@ -137,6 +148,7 @@ fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value) {
     }
     g->binds[g->nbinds].name = copy;
     g->binds[g->nbinds].value = value;
+    g->binds[g->nbinds].used = false;
     g->nbinds++;
     return FC_OK;
 }

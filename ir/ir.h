@@ -267,6 +267,7 @@ void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap);
 typedef struct fc_sym_binding {
     const char *name;
     int64_t value;
+    bool used; /* a dim named it (fc_graph_sym; fc_graph_bind_used) */
 } fc_sym_binding;
 
 /* A name -> index table (names.c); the names are not copied: they must
@@ -323,6 +324,9 @@ fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)
 /* The error for a value of another graph used by `op` as its `what` number
  * `index` ("operand 1", "result 0"): FC_ERR_USAGE, sticky. */
 fc_status fc_foreign_value(fc_graph *g, const char *op, const char *what, int index);
+/* A reduce_max or reduce_min over an axis of size 0 (an error): true, and
+ * the message in buf (verify.c). */
+bool fc_empty_max_message(fc_op op, const fc_value *x, const fc_attrs *a, char *buf, size_t n);
 
 /* Grow an arena array (doubling); returns false on OOM (error recorded). */
 bool fc_grow(fc_arena *ar, void **arr, int *cap, int need, size_t elem);

@@ -3,12 +3,32 @@
  * graph is caught where it broke it. */
 #include "ir.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 
 
 static fc_status fail(fc_graph *g, const char *fmt, int a, const char *s) {
     return fc_set_error(g->ctx, FC_ERR_INPUT, fmt, a, s);
+}
+
+/* A max or min over an axis of size 0 has no value (no identity, unlike a
+ * sum's 0): PyTorch refuses it ("Expected reduction dim to have non-zero
+ * size"), and so does fusec on every device: the parser (located in the
+ * .ir text), the public builders, and binding a symbol to 0. Not fc_build
+ * itself: decompose writes a softmax over an empty axis (an empty result,
+ * as in PyTorch) with a reduce_max whose values no element reads. */
+bool fc_empty_max_message(fc_op op, const fc_value *x, const fc_attrs *a, char *buf, size_t n) {
+    if (op != FC_OP_REDUCE_MAX && op != FC_OP_REDUCE_MIN) return false;
+    for (int i = 0; i < a->nlist; i++) {
+        int64_t ax = a->list[i] < 0 ? a->list[i] + x->rank : a->list[i];
+        if (ax >= 0 && ax < x->rank && x->dims[ax] == 0) {
+            snprintf(buf, n, "%s over axis %lld, of size 0: a max or min over an empty axis has no value (as in "
+                     "PyTorch; reduce_sum gives 0, reduce_mean NaN)", fc_op_table[op].name, (long long)a->list[i]);
+            return true;
+        }
+    }
+    return false;
 }
 
 fc_status fc_verify(fc_graph *g) {

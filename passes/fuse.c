@@ -44,6 +44,8 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->dynamic = false;
     o->precision = FC_PRECISION_AS_WRITTEN;
     o->numerics = FC_NUMERICS_FAST;
+    o->after_pass = NULL;
+    o->after_pass_user = NULL;
 }
 
 /* Worth storing rather than recomputing at another index (ops.def, column

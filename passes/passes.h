@@ -211,6 +211,9 @@ typedef struct fc_fuse_options {
     fc_numerics numerics;    /* FC_NUMERICS_EAGER computes the graph as written: the recognizers
                               * that turn written-out GELU and norms into one op (rounding once
                               * where the graph rounds every step) stay off; default fast */
+    fc_pass_hook after_pass; /* called after each graph pass with its name (fc_run_passes,
+                              * --dump-after); default NULL */
+    void *after_pass_user;   /* after_pass's first argument */
 } fc_fuse_options;
 
 void fc_fuse_options_default(fc_fuse_options *o);

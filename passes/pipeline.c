@@ -44,26 +44,34 @@
 
 #include <string.h>
 
+/* The caller's hook after a graph pass (--dump-after): it reads the
+ * working graph, and the library prints nothing itself. */
+static fc_status after(fc_graph *g, const fc_fuse_options *o, const char *pass) {
+    if (o && o->after_pass) o->after_pass(o->after_pass_user, pass, g);
+    return FC_OK;
+}
+
 fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     fc_status st;
     memset(plan, 0, sizeof *plan);
     bool dynamic = o && o->dynamic;
     bool eager = o && o->numerics == FC_NUMERICS_EAGER;
     if ((st = fc_verify(g))) return st;
-    if ((st = fc_pass_canonicalize(g))) return st;
-    if ((st = fc_pass_recognize_views(g))) return st; /* exported models: passes/recognize.h */
-    if (!eager && (st = fc_pass_recognize_gelu(g))) return st;
-    if (!eager && (st = fc_pass_recognize_norm(g))) return st;
-    if (dynamic && (st = fc_pass_lower_attention(g))) return st;
-    if (!eager && (st = fc_pass_fold_batch_norm(g))) return st;
-    if ((st = fc_pass_lower_conv(g))) return st;
-    if ((st = fc_pass_layout(g))) return st;
-    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g))) return st;
-    if (o && (st = fc_pass_autocast(g, o->precision))) return st;
-    if ((st = fc_pass_canonicalize(g))) return st;
-    if (!dynamic && (st = fc_pass_attention(g))) return st;
-    if ((st = fc_pass_epilogue(g))) return st;
-    if (!dynamic && (st = fc_pass_pad(g))) return st;
+    if ((st = fc_pass_canonicalize(g)) || (st = after(g, o, "canonicalize"))) return st;
+    if ((st = fc_pass_recognize_views(g)) || (st = after(g, o, "recognize_views"))) return st; /* exported models: passes/recognize.h */
+    if (!eager && ((st = fc_pass_recognize_gelu(g)) || (st = after(g, o, "recognize_gelu")))) return st;
+    if (!eager && ((st = fc_pass_recognize_norm(g)) || (st = after(g, o, "recognize_norm")))) return st;
+    if (dynamic && ((st = fc_pass_lower_attention(g)) || (st = after(g, o, "lower_attention")))) return st;
+    if (!eager && ((st = fc_pass_fold_batch_norm(g)) || (st = after(g, o, "fold_batch_norm")))) return st;
+    if ((st = fc_pass_lower_conv(g)) || (st = after(g, o, "lower_conv"))) return st;
+    if ((st = fc_pass_layout(g)) || (st = after(g, o, "layout"))) return st;
+    if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g)) || (st = after(g, o, "decompose")))
+        return st;
+    if (o && ((st = fc_pass_autocast(g, o->precision)) || (st = after(g, o, "autocast")))) return st;
+    if ((st = fc_pass_canonicalize(g)) || (st = after(g, o, "canonicalize"))) return st;
+    if (!dynamic && ((st = fc_pass_attention(g)) || (st = after(g, o, "attention")))) return st;
+    if ((st = fc_pass_epilogue(g)) || (st = after(g, o, "epilogue"))) return st;
+    if (!dynamic && ((st = fc_pass_pad(g)) || (st = after(g, o, "pad")))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st; /* vertical, horizontal, schedule */
     if (!dynamic && (st = fc_pass_loadtime(plan))) return st;
@@ -72,4 +80,34 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (dynamic) return FC_OK; /* a memory plan per shape: fc_plan_bind, or an instance's layout */
     if ((st = fc_pass_memplan(plan))) return st;
     return FC_OK;
+}
+
+/* Public: the graph passes on a copy of g, the hook after each (the plan
+ * they lead to is dropped: nothing is compiled). */
+fc_status fc_run_passes(fc_graph *g, const fc_compile_options *co, fc_pass_hook hook, void *user) {
+    if (!g) return FC_ERR_USAGE;
+    if (g->status) return g->status;
+    fc_compile_options defaults;
+    if (!co) {
+        fc_compile_options_default(&defaults);
+        co = &defaults;
+    }
+    fc_graph *copy = fc_graph_clone(g);
+    /* As fc_compile says of its clone: the graph was checked, so memory
+     * unless the message says otherwise. */
+    if (!copy) return strstr(g->ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.vertical = fo.horizontal = co->fuse;
+    fo.dynamic = co->dynamic;
+    fo.precision = co->precision;
+    fo.numerics = co->numerics;
+    fo.attention_in_place = co->device == FC_DEVICE_CUDA;
+    fo.after_pass = hook;
+    fo.after_pass_user = user;
+    fc_plan plan;
+    fc_status st = fc_pipeline(copy, &fo, &plan);
+    fc_plan_release(&plan);
+    fc_graph_free(copy);
+    return st;
 }

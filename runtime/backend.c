@@ -48,7 +48,7 @@ const char *fc_device_name(fc_device d) {
 }
 
 bool fc_device_from_name(const char *name, fc_device *out) {
-    for (int i = 0; name && i < NBACKENDS; i++)
+    for (int i = 0; name && out && i < NBACKENDS; i++)
         if (!strcmp(registry[i]->name, name)) {
             *out = registry[i]->device;
             return true;
@@ -57,7 +57,7 @@ bool fc_device_from_name(const char *name, fc_device *out) {
 }
 
 int fc_device_list(fc_device *out, int max) {
-    for (int i = 0; i < NBACKENDS && i < max; i++) out[i] = registry[i]->device;
+    for (int i = 0; out && i < NBACKENDS && i < max; i++) out[i] = registry[i]->device; /* NULL: count only */
     return NBACKENDS;
 }
 

@@ -300,8 +300,183 @@ static void test_null_sweep(void) {
     fc_context_free(ctx);
 }
 
+
+/* The rest of the public API with NULL or out-of-range arguments: an error
+ * status or the documented neutral value, never a crash, a print or an
+ * abort (run under ASan and UBSan by scripts/test.sh). */
+static void test_null_sweep_rest(void) {
+    fc_context *ctx = fc_context_new();
+    fc_graph *g = fc_graph_new(ctx, "g");
+    /* Builders: a NULL graph gives NULL; a NULL operand poisons g. */
+    fc_value *(*unary[])(fc_graph *, fc_value *) = {fc_abs, fc_log, fc_sqrt, fc_rsqrt, fc_recip, fc_sin, fc_cos,
+                                                   fc_tanh, fc_sigmoid, fc_relu, fc_gelu, fc_gelu_tanh, fc_silu,
+                                                   fc_hardswish, fc_erf};
+    for (size_t i = 0; i < sizeof unary / sizeof unary[0]; i++) {
+        CHECK(unary[i](NULL, NULL) == NULL);
+        CHECK(fc_value_is_poison(unary[i](g, NULL)));
+    }
+    fc_value *(*binary[])(fc_graph *, fc_value *, fc_value *) = {fc_sub, fc_div, fc_max, fc_min, fc_pow, fc_eq,
+                                                                fc_ne, fc_lt, fc_le, fc_ge};
+    for (size_t i = 0; i < sizeof binary / sizeof binary[0]; i++) {
+        CHECK(binary[i](NULL, NULL, NULL) == NULL);
+        CHECK(fc_value_is_poison(binary[i](g, NULL, NULL)));
+    }
+    CHECK(fc_reduce_min(NULL, NULL, 0, NULL, false) == NULL);
+    CHECK(fc_value_is_poison(fc_reduce_mean(g, NULL, 1, (const int[]){0}, false)));
+    CHECK(fc_value_name(NULL) != NULL && !*fc_value_name(NULL)); /* "" */
+    CHECK(!fc_graph_bind_used(NULL, "B"));
+    CHECK(!fc_graph_bind_used(g, NULL));
+    fc_param_init pi;
+    CHECK_EQ_INT(fc_graph_param_inits(NULL, &pi, 1), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_run_passes(NULL, NULL, NULL, NULL), FC_ERR_USAGE);
+    fc_tensor_release(NULL);
+    fc_tensor t = {0}, outs[1];
+    CHECK(fc_run_reference(NULL, &t, 1, outs, 1) != FC_OK);
+    CHECK(fc_run_reference_exact(NULL, &t, 1, outs, 1) != FC_OK);
+    /* Devices: names of bad values, lookups of NULL. */
+    CHECK(fc_device_name((fc_device)99) == NULL); /* documented: out of range */
+    fc_device d;
+    CHECK(!fc_device_from_name(NULL, &d));
+    CHECK(!fc_device_from_name("cpu", NULL));
+    CHECK_EQ_INT(fc_device_list(NULL, 4) >= 0, 1);
+    CHECK(!fc_device_built((fc_device)99));
+    CHECK(!fc_device_available((fc_device)-1));
+    (void)fc_device_default();
+    CHECK(fc_device_default_name(NULL) != NULL);
+    /* Programs: NULL is an error or the neutral value. */
+    CHECK(fc_run(NULL, NULL, 0, NULL, 0, NULL) != FC_OK);
+    fc_program_free(NULL);
+    (void)fc_program_device_of(NULL);
+    CHECK(fc_program_name(NULL) != NULL);
+    CHECK(fc_program_graph_text(NULL) == NULL);
+    CHECK(fc_program_context(NULL) == NULL);
+    CHECK(fc_program_run_host(NULL, NULL, 0, NULL, 0, NULL, 0) != FC_OK);
+    CHECK(fc_run_shaped(NULL, NULL, 0, NULL, 0, NULL) != FC_OK);
+    CHECK(fc_program_infer_outputs(NULL, NULL, 0, NULL, 0) != FC_OK);
+    CHECK(fc_program_wait_specializations(NULL) != FC_OK);
+    CHECK(fc_program_reserve(NULL, NULL, 0) != FC_OK);
+    CHECK(fc_program_weights_changed(NULL) != FC_OK);
+    CHECK(fc_program_plan_text(NULL) == NULL);
+    CHECK(fc_program_cuda_source(NULL) == NULL);
+    CHECK(fc_program_ptx(NULL) == NULL);
+    CHECK(fc_program_source(NULL) == NULL);
+    CHECK_EQ_INT(fc_program_num_inputs(NULL), 0);
+    CHECK_EQ_INT(fc_program_num_outputs(NULL), 0);
+    CHECK(fc_program_input(NULL, 0, &t, NULL) != FC_OK);
+    CHECK(fc_program_output(NULL, 0, &t) != FC_OK);
+    CHECK(fc_program_save_file(NULL, "x") != FC_OK);
+    fc_program *prog = NULL;
+    CHECK(fc_program_load_file(NULL, "x", &prog) != FC_OK);
+    CHECK(fc_program_load_file(ctx, NULL, &prog) != FC_OK);
+    CHECK(fc_program_load_data(ctx, NULL, 10, &prog) != FC_OK);
+    CHECK(fc_program_load_data(ctx, "x", 1, NULL) != FC_OK);
+    CHECK(!fc_program_is_file(NULL));
+    fc_compile_times ct;
+    fc_program_times(NULL, &ct);
+    fc_program_times(NULL, NULL);
+    char *txt = fc_compile_times_text(NULL);
+    fc_free(txt);
+    /* Comparing. */
+    (void)fc_dtype_tolerance((fc_dtype)99);
+    (void)fc_check_margin((fc_dtype)99);
+    fc_output_diff od;
+    CHECK_EQ_INT(fc_compare_outputs(ctx, NULL, NULL, 1, &od), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_compare_outputs_exact(ctx, NULL, NULL, NULL, 1, &od), FC_ERR_USAGE);
+    char buf[64];
+    CHECK(fc_output_diff_format(NULL, 0, buf, sizeof buf) != NULL);
+    CHECK(fc_output_diff_format(&od, 0, NULL, 0) == NULL);
+    int sm;
+    CHECK(!fc_arch_parse(NULL, &sm));
+    /* The cache. */
+    CHECK(fc_cache_global_open(NULL, NULL) != FC_OK);
+    (void)fc_cache_global_take_warning();
+    size_t nbad;
+    fc_free(fc_cache_info_text(NULL, false, &nbad)); /* a NULL context: text, or NULL; no crash */
+    fc_free(fc_cache_info_text(ctx, false, NULL));
+    fc_free(fc_cache_clear_text(NULL));
+    /* Import and weights. */
+    fc_graph *og = NULL;
+    fc_weights *w = NULL;
+    CHECK(fc_graph_from_onnx(NULL, "x.onnx", NULL, 0, NULL, &og, &w) != FC_OK);
+    CHECK(fc_graph_from_onnx(ctx, NULL, NULL, 0, NULL, &og, &w) != FC_OK);
+    CHECK(fc_graph_from_onnx_data(ctx, "x", NULL, 10, NULL, NULL, 0, NULL, &og, &w) != FC_OK);
+    CHECK(fc_tensor_from_onnx_file(ctx, NULL, &t, NULL) != FC_OK);
+    CHECK(fc_weights_load_safetensors(ctx, NULL, &w) != FC_OK);
+    CHECK(fc_weights_load_safetensors_data(ctx, "x", NULL, 10, &w) != FC_OK);
+    fc_weights *nw = fc_weights_new();
+    CHECK(fc_weights_add(NULL, "a", &t) != FC_OK);
+    CHECK(fc_weights_add(nw, NULL, &t) != FC_OK);
+    CHECK(fc_weights_add(nw, "a", NULL) != FC_OK);
+    CHECK_EQ_INT(fc_weights_count(NULL), 0);
+    CHECK(fc_weights_name(NULL, 0) == NULL);
+    CHECK(fc_weights_name(nw, 5) == NULL);
+    CHECK(fc_weights_tensor(nw, -1) == NULL);
+    CHECK(fc_weights_find(NULL, "a") == NULL);
+    CHECK(fc_weights_find(nw, NULL) == NULL);
+    CHECK(fc_weights_bind(NULL, g, NULL, 0, NULL, false, 0) != FC_OK);
+    CHECK(fc_weights_bind(nw, NULL, NULL, 0, NULL, false, 0) != FC_OK);
+    fc_weights_free(nw);
+    fc_weights_free(NULL);
+    /* No pointer arguments: any value is fine. */
+    fc_free(fc_env_help());
+    CHECK(isnan(fc_bf16_to_f32(0x7fc1)) && isnan(fc_f16_to_f32(0x7e01)));
+    CHECK(fc_bf16_to_f32(fc_f32_to_bf16(NAN)) != fc_bf16_to_f32(fc_f32_to_bf16(NAN))); /* NaN stays NaN */
+    CHECK(isnan(fc_f16_to_f32(fc_f32_to_f16(NAN))));
+    (void)fc_cache_configure(NULL); /* NULL: drop --cache-dir's copy */
+    fc_cache_global_close();
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
+/* Every function that fusec.h declares is called above: a new one joins
+ * the sweep or this fails. */
+static void test_sweep_covers_the_header(void) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/include/fusec.h", getenv("FUSEC_SRC") ? getenv("FUSEC_SRC") : ".");
+    FILE *f = fopen(path, "r");
+    snprintf(path, sizeof path, "%s/tests/test_api_misuse.c", getenv("FUSEC_SRC") ? getenv("FUSEC_SRC") : ".");
+    FILE *me = fopen(path, "r");
+    CHECK(f != NULL && me != NULL);
+    if (!f || !me) {
+        if (f) fclose(f);
+        if (me) fclose(me);
+        return;
+    }
+    static char self[200000];
+    size_t n = fread(self, 1, sizeof self - 1, me);
+    self[n] = 0;
+    fclose(me);
+    char line[1024];
+    int functions = 0;
+    while (fgets(line, sizeof line, f)) {
+        /* A declaration starts at column 0 with a type and names fc_...( */
+        if (line[0] < 'a' || line[0] > 'z' || !strstr(line, "(") || strncmp(line, "typedef", 7) == 0) continue;
+        char *paren = strchr(line, '(');
+        char *p = paren;
+        while (p > line && (p[-1] == '_' || (p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9'))) p--;
+        if (strncmp(p, "fc_", 3) != 0) continue;
+        size_t len = (size_t)(paren - p);
+        functions++;
+        /* Called, or named in a table of functions that are: the name, then
+         * no more of an identifier. */
+        bool named = false;
+        for (const char *q = self; !named && (q = strstr(q, "fc_")) != NULL; q++) {
+            char after = q[len];
+            named = strncmp(q, p, len) == 0 && !(after == '_' || (after >= 'a' && after <= 'z') || (after >= '0' && after <= '9'));
+        }
+        if (!named) {
+            fprintf(stderr, "test_api_misuse: %.*s is not called by the sweep\n", (int)(paren - p), p);
+            CHECK(false);
+        }
+    }
+    fclose(f);
+    CHECK(functions > 150);
+}
+
 int main(void) {
     test_foreign_values();
     test_null_sweep();
+    test_null_sweep_rest();
+    test_sweep_covers_the_header();
     return check_report("test_api_misuse");
 }

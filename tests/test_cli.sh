@@ -33,10 +33,16 @@ fail() {
 
 # run ARGS...: run fusec; stdout in $tmp/out, stderr in $tmp/err, code in $rc.
 last_args=()
+# Every failure's message starts with "fusec:" or "FILE:LINE:COL:" (the
+# first line on stderr; a located diagnostic's source line and caret, and
+# the usage hint, follow it).
 run() {
   last_args=("$@")
   "$FUSEC" "$@" >"$tmp/out" 2>"$tmp/err"
   rc=$?
+  if ((rc != 0)) && [[ -s $tmp/err ]] && ! head -1 "$tmp/err" | grep -qE '^(fusec: |[^ :]+:[0-9]+:[0-9]+: )'; then
+    fail "message without 'fusec:' or 'file:line:col:'"
+  fi
 }
 
 # expect_rc CODE WHAT ARGS...: run and check the exit code.
@@ -188,7 +194,7 @@ printf 'this is not a .npy file\n' >"$tmp/garbage.npy"
 # --help, --version, --devices (exit 0).
 # ----------------------------------------------------------------------
 expect_rc 0 "--version" --version
-expect_stdout "--version" "fusec 0.1.0"
+expect_stdout "--version" "fusec $(sed -n 's/^#define FUSEC_VERSION_STRING "\(.*\)"$/\1/p' "$SRC/include/fusec.h")"
 
 expect_rc 0 "--help" --help
 for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outputs --devices --help --version \
@@ -197,7 +203,36 @@ for word in --graph --bind --emit=ir --run --device --inputs --seed --save-outpu
   if grep -qF -- "$word" "$tmp/out"; then pass; else fail "--help does not mention '$word'"; fi
 done
 if [[ ! -s $tmp/err ]]; then pass; else fail "--help wrote to stderr"; fi
+# --help fits a terminal: at most 80 lines of 80 columns, every flag of the
+# table with its line of help; docs/CLI.md has a table row for each flag.
+if [[ $(wc -l <"$tmp/out") -le 80 ]] && ! awk 'length > 80 { bad = 1 } END { exit !bad }' "$tmp/out"; then pass; else
+  fail "--help is over 80 lines or 80 columns"
+fi
+if grep -q "(undocumented)" "$tmp/out"; then fail "--help: a flag without its help line"; else pass; fi
+help_flags=$(grep -oE '^  (-[a-z], )?--[a-z-]+' "$tmp/out" | grep -oE -- '--[a-z-]+')
+[[ $(wc -w <<<"$help_flags") -ge 25 ]] && pass || fail "--help lists $(wc -w <<<"$help_flags") flags"
+for f in $help_flags; do
+  if grep -qE '^\| `(-[a-z]( [A-Z]+)?`, `)?'"$f"'[ =`]' "$SRC/docs/CLI.md"; then pass; else
+    fail "docs/CLI.md has no table row for $f"
+  fi
+done
+# ...and no row of a flag the CLI lacks.
+for f in $(grep -oE '^\| `(-[a-z]( [A-Z]+)?`, `)?--[a-z-]+' "$SRC/docs/CLI.md" | grep -oE -- '--[a-z-]+' | sort -u); do
+  if grep -qxF -- "$f" <<<"$help_flags"; then pass; else fail "docs/CLI.md documents $f, which fusec --help lacks"; fi
+done
+expect_rc 0 "--help-man" --help-man
+if grep -q '^\.TH FUSEC 1' "$tmp/out" && grep -qF '\fB\-\-dump\-after\fR' "$tmp/out"; then pass; else
+  fail "--help-man: no page"
+fi
+run --help
 cp "$tmp/out" "$tmp/help1"
+# Small usage errors: an unknown --bind symbol, an unsupported --arch.
+expect_usage "--bind of a symbol the graph lacks" "--bind b: graph 'small' has no symbol 'b' (its symbols: N)" \
+  "$tmp/small.ir" --bind b=4 --emit=ir
+expect_usage "--bind of a symbol the graph lacks, with a good one" "graph 'small' has no symbol 'T' (its symbols: N)" \
+  "$tmp/small.ir" --bind N=4,T=8 --run
+expect_usage "--arch older than sm_80" "unsupported --arch 'sm_75': fusec generates code for sm_80 and newer (sm_80," \
+  "$tmp/small.ir" --bind N=4 --arch sm_75 --emit=ptx
 expect_rc 0 "-h" -h
 same_file "-h is --help" "$tmp/out" "$tmp/help1"
 
@@ -302,6 +337,19 @@ for g in elementwise reduce_empty_axis reduce_empty_rows rows empty_rows_softmax
       expect_rc 0 "zero-size $g N=$n cuda" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --run --device=cuda --check
     fi
   done
+done
+
+# A max or min over an empty axis is an error on every device, as in
+# PyTorch (a sum over one is 0): bound at parse time, or by an input file.
+printf 'graph e(%%x: f32[N, 3]) {\n  %%y = reduce_max(%%x, axes=[0])\n  return %%y\n}\n' >"$tmp/emax.ir"
+printf 'graph e(%%x: f32[N, 3]) {\n  %%y = reduce_min(%%x, axes=[-2])\n  return %%y\n}\n' >"$tmp/emin.ir"
+npy "$tmp/e03.npy" '<f4' '(0, 3)' ''
+for dev in ref cpu; do
+  "$FUSEC" --devices 2>/dev/null | grep -qx "$dev" || continue
+  expect_rc 1 "reduce_max over an empty axis on $dev" "$tmp/emax.ir" --bind N=0 --run --device=$dev
+  expect_stderr_has "reduce_max over an empty axis on $dev" "emax.ir:2:8: error: reduce_max over axis 0, of size 0"
+  expect_rc 1 "reduce_min over an empty axis from a file on $dev" "$tmp/emin.ir" --inputs "$tmp/e03.npy" --run --device=$dev
+  expect_stderr_has "reduce_min over an empty axis from a file on $dev" "reduce_min over axis -2, of size 0"
 done
 
 # --help-env prints the switch table: every variable of ir/switches.def,
@@ -449,14 +497,24 @@ then pass; else fail "kinds: expected 4 outputs, the last bools"; fi
 # ----------------------------------------------------------------------
 # The examples run (small sizes, random data) and so does the C example.
 # ----------------------------------------------------------------------
+# binds_of FILE [GRAPH]: --bind for the symbols (B, T, N) that FILE's dims use
+# (in GRAPH only, when given): binding one the graph lacks is an error.
+binds_of() {
+  local text b=""
+  text=$(if [[ -n ${2:-} ]]; then sed -n "/^graph $2(/,/^}/p" "$1"; else cat "$1"; fi)
+  for kv in B=1 T=4 N=2; do
+    grep -qE "[[ ,]${kv%=*}[],]" <<<"$text" && b+="${b:+,}$kv"
+  done
+  echo "$b"
+}
 for f in "$SRC"/examples/*.ir; do
-  expect_rc 0 "run $(basename "$f")" "$f" --bind B=1,T=4,N=2 --run
+  expect_rc 0 "run $(basename "$f")" "$f" --bind "$(binds_of "$f" "$(sed -n 's/^graph \([a-z0-9_]*\)(.*/\1/p' "$f" | head -1)")" --run
   if grep -qE '^out0: [a-z0-9]+\[[0-9, ]*\] checksum=' "$tmp/out"; then pass; else
     fail "run $(basename "$f"): no output line"
   fi
 done
 for g in softmax_explicit layernorm_explicit; do
-  expect_rc 0 "run $g" "$SRC/examples/${g%_explicit}.ir" --graph "$g" --bind B=1,T=4,N=2 --run
+  expect_rc 0 "run $g" "$SRC/examples/${g%_explicit}.ir" --graph "$g" --bind "$(binds_of "$SRC/examples/${g%_explicit}.ir" "$g")" --run
 done
 if [[ -n ${BUILD:-} && -x $BUILD/example_gpt2_mlp ]]; then
   "$BUILD/example_gpt2_mlp" >"$tmp/out" 2>"$tmp/err"
@@ -916,16 +974,94 @@ expect_rc 0 "dynamic --run, both from files" "$tmp/two_syms.ir" --run --emit=pla
 expect_stdout_has "dynamic --run, both from files" "out0: f32[4]"
 
 # ----------------------------------------------------------------------
+# Random inputs by role: a matmul's weight and bias in +-1/sqrt(K), a
+# norm's scale near 1, data in [-1, 1).
+# ----------------------------------------------------------------------
+cat >"$tmp/roles.ir" <<'EOF'
+graph roles(%x: f32[2, 64], %w: f32[64, 8], %b: f32[8], %g: f32[8]) {
+  %h = matmul(%x, %w)
+  %y = add(%h, %b)
+  %n = rmsnorm(%y, %g)
+  %wc = mul(%w, 1)
+  %bc = mul(%b, 1)
+  %gc = mul(%g, 1)
+  %xc = mul(%x, 1)
+  return %n, %wc, %bc, %gc, %xc
+}
+EOF
+expect_rc 0 "random inputs by role" "$tmp/roles.ir" --run --save-outputs "$tmp/roles"
+# in_range FILE LO HI: every f32 of a .npy file (header 128 bytes) is in [LO, HI].
+in_range() {
+  od -A n -t f4 -v -j 128 "$1" | tr -s ' ' '\n' | sed '/^$/d' |
+    awk -v lo="$2" -v hi="$3" '{ if ($1 < lo || $1 > hi) bad++; if ($1 < lo + (hi - lo) / 4) low++;
+      if ($1 > hi - (hi - lo) / 4) high++; n++ } END { exit !(n > 0 && !bad && low && high) }'
+}
+for spec in "out1 -0.125 0.125" "out2 -0.125 0.125" "out3 0.9 1.1" "out4 -1 1"; do
+  read -r f lo hi <<<"$spec"
+  if in_range "$tmp/roles/$f.npy" "$lo" "$hi"; then pass; else fail "random $f: not spread over [$lo, $hi]"; fi
+done
+
+# ----------------------------------------------------------------------
+# --dump-after=PASS|all: the graph after a pass, as .ir text (golden).
+# ----------------------------------------------------------------------
+cat >"$tmp/dump.ir" <<'EOF'
+graph dump(%x: f32[B, 4], %w: f32[4, 8], %b: f32[8]) {
+  %h = matmul(%x, %w)
+  %y = add(%h, %b)
+  %r = relu(%y)
+  return %r
+}
+EOF
+expect_rc 0 "--dump-after=epilogue" "$tmp/dump.ir" --bind B=2 --dump-after=epilogue
+expect_stdout "--dump-after=epilogue" "# after epilogue
+graph dump(%x: f32[2, 4], %w: f32[4, 8], %b: f32[8]) {
+  %r = gemm(%x, %w, %b, to=f32, spec=[0, 0, 1, 1, 0, 1]) : f32[2, 8]
+  return %r
+}"
+expect_rc 0 "--dump-after=decompose" "$tmp/dump.ir" --bind B=2 --dump-after=decompose
+expect_stdout "--dump-after=decompose" "# after decompose
+graph dump(%x: f32[2, 4], %w: f32[4, 8], %b: f32[8]) {
+  %h = matmul(%x, %w) : f32[2, 8]
+  %y = add(%h, %b) : f32[2, 8]
+  %r = relu(%y) : f32[2, 8]
+  return %r
+}"
+# all: one dump per pass that ran, in order (canonicalize twice).
+expect_rc 0 "--dump-after=all" "$tmp/dump.ir" --bind B=2 --dump-after=all
+if [[ $(grep '^# after' "$tmp/out" | tr '\n' ' ') == "# after canonicalize # after recognize_views # after recognize_gelu \
+# after recognize_norm # after decompose # after autocast # after canonicalize # after attention # after epilogue \
+# after pad " ]]; then pass; else fail "--dump-after=all: the passes"; fi
+# Eager numerics leaves the recognizers out, so the dump does too.
+expect_rc 0 "--dump-after=all, eager" "$tmp/dump.ir" --bind B=2 --dump-after=all --numerics=eager
+if grep -q '^# after recognize_gelu' "$tmp/out"; then fail "eager ran recognize_gelu"; else pass; fi
+# A dump parses again as .ir.
+"$FUSEC" "$tmp/dump.ir" --bind B=2 --dump-after=decompose >"$tmp/dumped.ir" 2>/dev/null
+expect_rc 0 "--dump-after output reparses" "$tmp/dumped.ir" --emit=ir
+expect_usage "--dump-after, no such pass" "no pass named 'fuse_all' ran (the passes that ran: canonicalize," \
+  "$tmp/dump.ir" --bind B=2 --dump-after=fuse_all
+expect_usage "--dump-after, not a name" "bad --dump-after '1x'" "$tmp/dump.ir" --dump-after=1x
+# With --run it dumps, then runs.
+expect_rc 0 "--dump-after with --run" "$tmp/dump.ir" --bind B=2 --dump-after=pad --run
+expect_stdout_has "--dump-after with --run" "out0: f32[2, 8]"
+
+# ----------------------------------------------------------------------
 # --check on every shipped example, with the CLI's own random inputs, on
 # the CPU backend and (with a GPU) on cuda: no cry of wolf.
 # ----------------------------------------------------------------------
-for dev in cpu cuda; do
+for dev in ref cpu cuda; do
   "$FUSEC" --devices 2>/dev/null | grep -qx "$dev" || continue
   for ex in "gpt2_block.ir B=1,T=8" "gpt2_block_bf16.ir B=1,T=8" "layernorm.ir B=2,T=8" "llama_block.ir B=1,T=8" \
     "mlp.ir B=4" "pointwise.ir N=16" "softmax.ir N=4"; do
     read -r file binds <<<"$ex"
     expect_rc 0 "--check $file on $dev" "$SRC/examples/$file" --bind "$binds" --run --check --device=$dev
     expect_stdout_has "--check $file on $dev" "check out0: "
+  done
+  # Under --precision the faithful computation is that of the precision
+  # used (the autocast graph), not of the graph's own dtypes.
+  [[ $dev == ref ]] && continue
+  for p in bf16 f16; do
+    expect_rc 0 "--check gpt2_block.ir --precision=$p on $dev" "$SRC/examples/gpt2_block.ir" --bind B=1,T=8 --run \
+      --check --device=$dev --precision=$p
   done
 done
 

@@ -42,6 +42,11 @@ launcher=$(cache_var CMAKE_C_COMPILER_LAUNCHER)
 cc=$(cache_var CMAKE_C_COMPILER)
 version=$(sed -n 's/^#define FUSEC_VERSION_STRING "\(.*\)"$/\1/p' "$SRC/include/fusec.h")
 major=${version%%.*}
+# The SONAME's version (cmake/install.cmake): major.minor for 0.x, major after.
+abi=$major
+if [[ $major == 0 ]]; then
+  abi=${version%.*}
+fi
 
 # --- the installed files ---------------------------------------------------
 step install cmake --install "$BUILD" --prefix "$prefix" || exit 1
@@ -53,12 +58,25 @@ for f in libfusec.a "libfusec.so.$version" pkgconfig/fusec.pc pkgconfig/fusec-st
   cmake/fusec/fusecConfig.cmake cmake/fusec/fusecConfigVersion.cmake cmake/fusec/fusecTargets.cmake; do
   [[ -f $libdir/$f ]] || fail "not installed: ${libdir#"$prefix"/}/$f"
 done
-[[ $(readlink "$libdir/libfusec.so.$major") == "libfusec.so.$version" ]] ||
-  fail "libfusec.so.$major does not point at libfusec.so.$version"
-[[ $(readlink "$libdir/libfusec.so") == "libfusec.so.$major" ]] || fail "libfusec.so does not point at libfusec.so.$major"
+[[ $(readlink "$libdir/libfusec.so.$abi") == "libfusec.so.$version" ]] ||
+  fail "libfusec.so.$abi does not point at libfusec.so.$version"
+[[ $(readlink "$libdir/libfusec.so") == "libfusec.so.$abi" ]] || fail "libfusec.so does not point at libfusec.so.$abi"
 soname=$(readelf -d "$libdir/libfusec.so.$version" 2>/dev/null | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
-[[ $soname == "libfusec.so.$major" ]] || fail "SONAME is '$soname', not libfusec.so.$major"
+[[ $soname == "libfusec.so.$abi" ]] || fail "SONAME is '$soname', not libfusec.so.$abi"
 [[ $("$prefix/bin/fusec" --version) == "fusec $version" ]] || fail "installed fusec --version"
+# The manual page: the same flags as --help (both come from one table).
+man=$prefix/share/man/man1/fusec.1
+if [[ -f $man ]]; then
+  grep -q '^\.TH FUSEC 1 .*fusec '"$version" "$man" || fail "fusec.1: no .TH line for version $version"
+  for f in $("$prefix/bin/fusec" --help | grep -oE '^  (-[a-z], )?--[a-z-]+' | grep -oE -- '--[a-z-]+'); do
+    grep -qF -- "\fB${f//-/\\-}\fR" "$man" || fail "fusec.1 lacks $f"
+  done
+  if command -v man >/dev/null; then
+    man -l "$man" 2>&1 >/dev/null | grep -q . && fail "man -l fusec.1 warns"
+  fi
+else
+  fail "not installed: share/man/man1/fusec.1"
+fi
 "$prefix/bin/fusec" --devices >"$tmp/devices" 2>"$tmp/devices.err" || fail "installed fusec --devices"
 grep -qx ref "$tmp/devices" || fail "installed fusec --devices does not list ref"
 # A device it cannot use is named, with the reason, on stderr: cuda in a
@@ -80,7 +98,7 @@ export PKG_CONFIG_PATH=$libdir/pkgconfig
 if step pc_shared "$cc" "$SRC/tests/install/consumer.c" -o "$tmp/pc_shared" $(pkg-config --cflags --libs fusec) \
   -Wl,-rpath,"$libdir"; then
   step pc_shared_run "$tmp/pc_shared" && grep -q "consumer: ok" "$tmp/pc_shared_run.log" || fail "pc_shared output"
-  readelf -d "$tmp/pc_shared" | grep -q "NEEDED.*libfusec.so.$major" || fail "pc_shared does not need libfusec.so.$major"
+  readelf -d "$tmp/pc_shared" | grep -q "NEEDED.*libfusec.so.$abi" || fail "pc_shared does not need libfusec.so.$abi"
 fi
 # shellcheck disable=SC2046
 if step pc_static "$cc" "$SRC/tests/install/consumer.c" -o "$tmp/pc_static" $(pkg-config --cflags --libs fusec-static); then
@@ -94,6 +112,17 @@ if step cmake_configure cmake -S "$SRC/tests/install" -B "$tmp/cmake" -G "$gener
   for exe in consumer_shared consumer_static; do
     step "run_$exe" "$tmp/cmake/$exe" && grep -q "consumer: ok" "$tmp/run_$exe.log" || fail "$exe output"
   done
+fi
+# The package's version policy (SameMinorVersion while 0.x): a project
+# that asks for an older minor version is refused.
+if [[ $major == 0 ]]; then
+  older="0.$((${abi#0.} - 1))"
+  mkdir -p "$tmp/older"
+  printf 'cmake_minimum_required(VERSION 3.25)\nproject(older LANGUAGES C)\nfind_package(fusec %s REQUIRED)\n' \
+    "$older" >"$tmp/older/CMakeLists.txt"
+  if cmake -S "$tmp/older" -B "$tmp/older/b" -G "$generator" -DCMAKE_PREFIX_PATH="$prefix" >"$tmp/older.log" 2>&1; then
+    fail "find_package(fusec $older) accepted version $version"
+  fi
 fi
 # --- add_subdirectory ------------------------------------------------------
 # The library again, from source, in another project's tree: without the

@@ -63,10 +63,12 @@ typedef struct options {
     bool precision_given;
     fc_numerics numerics; /* --numerics=fast|eager */
     bool time;          /* --time: where the compile time went */
+    const char *dump_after; /* --dump-after=PASS|all: the graph's .ir after that pass */
     bool no_graphs;     /* --no-graphs: launch by launch, no CUDA Graph replay */
     const char *cache_dir;
     bool cache_info, verify, cache_clear;
     bool help, help_env, version, list_devices;
+    bool help_man; /* --help-man: the manual page */
 } options;
 
 /* Parse argv into o (zeroed by the caller); 0 or an exit code (the error
@@ -74,6 +76,8 @@ typedef struct options {
 int parse_args(int argc, char **argv, options *o);
 void options_free(options *o);
 void print_help(void);
+/* The manual page (roff) from the same table, with the environment's text. */
+void print_man(const char *env_text);
 /* Print a usage error (one line and a hint) and return EXIT_USAGE. */
 int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* An error that is not about usage: one line on stderr; returns code. */
@@ -137,5 +141,7 @@ int emit_program(fc_program *p, const options *o);
 int parse_embedded_graph(fc_context *ctx, fc_program *prog, const char *file, const options *o, fc_graph **g);
 /* --cache-clear, then --cache-info [--verify]. */
 int cache_commands(const options *o);
+/* --dump-after: print the graph after the named pass (or every pass). */
+int dump_passes(fc_graph *g, const options *o, fc_device dev);
 
 #endif

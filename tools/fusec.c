@@ -49,12 +49,43 @@ static double now_ms(void) {
 
 /* An .onnx model (by its name) or an .ir file's graph into *g, and the
  * weights (initializers, then --weights) into *w. */
+/* A --bind that no dim of the graph names is a mistake (a typo, the wrong
+ * graph): a usage error that lists the graph's symbols. */
+static int check_binds_used(const options *o, fc_graph *g) {
+    for (int i = 0; i < o->nbinds; i++) {
+        if (fc_graph_bind_used(g, o->binds[i].name)) continue;
+        char syms[512] = "";
+        for (int k = 0; k < o->nbinds; k++)
+            if (fc_graph_bind_used(g, o->binds[k].name))
+                snprintf(syms + strlen(syms), sizeof syms - strlen(syms), "%s%s", *syms ? ", " : "", o->binds[k].name);
+        /* The unbound symbols, each once (a bound one is a static size now). */
+        const char *seen[64];
+        int nseen = 0;
+        for (int p = 0; p < fc_graph_num_params(g); p++) {
+            const fc_value *v = fc_graph_param(g, p);
+            for (int d = 0; d < fc_value_rank(v); d++) {
+                const char *s = fc_sym_name(g, fc_value_dim(v, d));
+                bool listed = false;
+                for (int k = 0; k < nseen && s; k++) listed |= !strcmp(seen[k], s);
+                if (!s || listed || nseen == 64) continue;
+                seen[nseen++] = s;
+                snprintf(syms + strlen(syms), sizeof syms - strlen(syms), "%s%s", *syms ? ", " : "", s);
+            }
+        }
+        return usage_error("--bind %s: graph '%s' has no symbol '%s' (its symbols: %s)", o->binds[i].name,
+                           fc_graph_name(g), o->binds[i].name, *syms ? syms : "none");
+    }
+    return 0;
+}
+
 static int load_model(fc_context *ctx, const options *o, fc_graph **g, fc_weights **w) {
+    int rc;
     size_t fl = strlen(o->file);
     bool onnx = fl > 5 && !strcmp(o->file + fl - 5, ".onnx");
     fc_status st = onnx ? fc_graph_from_onnx(ctx, o->file, o->binds, o->nbinds, NULL, g, w)
                         : fc_parse_file(ctx, o->file, o->graph, o->binds, o->nbinds, g);
     if (st == FC_OK) st = fc_verify(*g);
+    if (st == FC_OK && (rc = check_binds_used(o, *g)) != 0) return rc;
     if (st == FC_OK && o->weights_file) {
         fc_weights *extra = NULL;
         st = fc_weights_load_safetensors(ctx, o->weights_file, &extra);
@@ -69,7 +100,7 @@ static int load_model(fc_context *ctx, const options *o, fc_graph **g, fc_weight
                 const char *nm = fc_weights_name(extra, i);
                 /* Which data would win is not for the CLI to guess. */
                 if (fc_weights_find(*w, nm)) {
-                    fprintf(stderr, "%s: error: tensor '%s' is an initializer of the model\n", o->weights_file, nm);
+                    fprintf(stderr, "fusec: %s: error: tensor '%s' is an initializer of the model\n", o->weights_file, nm);
                     fc_weights_free(extra);
                     return EXIT_INPUT;
                 }
@@ -148,6 +179,7 @@ static int run_cli(const options *o) {
     if (is_program) {
         const char *na = o->graph ? "--graph" : o->arch_given ? "--arch"
                          : o->precision_given ? "--precision" : NULL;
+        if (!na && o->dump_after) na = "--dump-after";
         if (na)
             return usage_error("%s does not apply to a compiled program file: '%s' has its graph, shapes and "
                                "target compiled in", na, o->file);
@@ -212,7 +244,9 @@ static int run_cli(const options *o) {
                              "target compiled in", dynamic_file ? " without --run" : "", o->file);
             goto done;
         }
-        if ((o->emit_ir || o->check || (dynamic_file && o->run)) &&
+        /* Its graph also names the parameters' roles for random inputs. */
+        bool has_text = fc_program_graph_text(prog) && *fc_program_graph_text(prog);
+        if ((o->emit_ir || o->check || (o->run && (has_text || dynamic_file))) &&
             (rc = parse_embedded_graph(ctx, prog, o->file, o, &g)) != 0)
             goto done;
     } else {
@@ -237,7 +271,7 @@ static int run_cli(const options *o) {
         }
     }
     /* Unbound symbols of a compile come from the input files' shapes. */
-    if (compile_now && o->inputs_given) {
+    if ((compile_now || o->dump_after) && o->inputs_given) {
         fc_graph *bound = NULL;
         rc = bind_from_inputs(o, g, &bound);
         if (bound != g) {
@@ -246,6 +280,7 @@ static int run_cli(const options *o) {
         }
         if (rc) goto done;
     }
+    if (o->dump_after && (rc = dump_passes(g, o, o->run ? dev : FC_DEVICE_CUDA)) != 0) goto done;
     if (compile_now && (rc = compile_graph(g, o, &prog)) != 0) goto done;
     if ((o->emit_plan || o->emit_cuda || o->emit_ptx || o->emit_dot) && (rc = emit_program(prog, o)) != 0) goto done;
     if (o->output) {
@@ -305,6 +340,11 @@ int main(int argc, char **argv) {
             char *text = fc_env_help();
             if (!text) rc = EXIT_NOMEM;
             else fputs(text, stdout);
+            fc_free(text);
+        } else if (o.help_man) {
+            /* --help-env without the values set now: the page is the same on every machine. */
+            char *text = fc_env_help();
+            print_man(text);
             fc_free(text);
         } else if (o.version) {
             printf("fusec %s\n", FUSEC_VERSION_STRING);

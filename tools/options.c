@@ -46,9 +46,23 @@ int fail(int code, const char *fmt, ...) {
 }
 
 /* The context's diagnostic, verbatim, ended by one newline. */
+/* Whether msg starts as "FILE:LINE:COL: ". */
+static bool located(const char *msg) {
+    const char *p = strchr(msg, ':');
+    for (int field = 0; field < 2 && p; field++) {
+        const char *d = p + 1;
+        while (*d >= '0' && *d <= '9') d++;
+        if (d == p + 1 || *d != ':') return false;
+        p = d;
+    }
+    return p && p[1] == ' ';
+}
+
 void print_last_error(const fc_context *ctx) {
     const char *msg = fc_last_error(ctx);
     if (!msg || !*msg) msg = "fusec: unknown error";
+    /* Every message starts with "fusec:" or with its location in a file. */
+    if (strncmp(msg, "fusec:", 6) != 0 && !located(msg)) fputs("fusec: ", stderr);
     size_t n = strlen(msg);
     fputs(msg, stderr);
     if (msg[n - 1] != '\n') fputc('\n', stderr);
@@ -197,6 +211,11 @@ static int flag_seed(options *o, const char *flag, const char *val) {
 static int flag_arch(options *o, const char *flag, const char *val) {
     if (!fc_arch_parse(val, &o->sm))
         return usage_error("bad %s '%s': expected a CUDA target such as sm_90 (or sm90, 90, 9.0)", flag, val);
+    /* The generated kernels use cp.async and bf16 tensor-core MMA (sm 80);
+     * an older target would fail inside NVRTC with its raw log. */
+    if (o->sm < 80)
+        return usage_error("unsupported %s '%s': fusec generates code for sm_80 and newer (sm_80, sm_86, sm_89, sm_90, "
+                           "sm_100, sm_120)", flag, val);
     o->arch_given = true;
     return 0;
 }
@@ -221,6 +240,15 @@ static int flag_numerics(options *o, const char *flag, const char *val) {
     if (!strcmp(val, "fast")) o->numerics = FC_NUMERICS_FAST;
     else if (!strcmp(val, "eager")) o->numerics = FC_NUMERICS_EAGER;
     else return usage_error("unknown %s '%s' (supported: fast, eager)", flag, val);
+    return 0;
+}
+
+/* --dump-after=PASS|all: which names are passes is known once they ran
+ * (dump_passes). */
+static int flag_dump_after(options *o, const char *flag, const char *val) {
+    if (strcmp(val, "all") != 0 && !is_name(val, strlen(val)))
+        return usage_error("bad %s '%s': expected a pass name or 'all'", flag, val);
+    o->dump_after = val;
     return 0;
 }
 
@@ -261,6 +289,7 @@ static const flag flags[] = {
     OPTION("--profile-runs", NULL, flag_profile_runs),
     PATH("--trace", NULL, trace_file, "a file name"),
     PATH("--report", NULL, report_file, "a file name"),
+    OPTION("--dump-after", NULL, flag_dump_after),
     SWITCH("--no-graphs", NULL, no_graphs),
     PATH("--cache-dir", NULL, cache_dir, "a directory"),
     SWITCH("--cache-info", NULL, cache_info),
@@ -269,6 +298,7 @@ static const flag flags[] = {
     SWITCH("--devices", NULL, list_devices),
     SWITCH("--help", "-h", help),
     SWITCH("--help-env", NULL, help_env),
+    SWITCH("--help-man", NULL, help_man),
     SWITCH("--version", NULL, version),
 };
 
@@ -319,199 +349,165 @@ int parse_args(int argc, char **argv, options *o) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Help.                                                               */
+/* Help: --help and the manual page (--help-man) from one table.       */
 /* ------------------------------------------------------------------ */
 
-void print_help(void) {
-    fputs(
-        "Usage:\n"
-        "  fusec FILE.ir [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx|dot\n"
-        "  fusec FILE.ir --run [--device=NAME] [--graph NAME] [--bind SYM=INT,...]\n"
-        "                [--inputs A.npy,B.npy,...] [--seed N] [--save-outputs DIR]\n"
-        "                [--check] [--bench N] [--profile] [--trace T.json] [--report R.html]\n"
-        "  fusec FILE.ir -o OUT.cubin [--arch sm_90] [--precision P] [--graph NAME]\n"
-        "                [--bind SYM=INT,...]\n"
-        "  fusec OUT.cubin --run [--inputs ...] [--seed N] [--check] | --emit=plan\n"
-        "  fusec --cache-info [--verify] | --cache-clear\n"
-        "  fusec --devices | --help | --help-env | --version\n"
-        "\n"
-        "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
-        "graph in the .ir text format, verifies it, and prints, compiles or runs it.\n"
-        "Without --emit, --run or -o it only parses and verifies FILE.ir and prints\n"
-        "nothing. Options may come in any order; a value may follow as --opt=VALUE or\n"
-        "--opt VALUE.\n"
-        "\n"
-        "Graph:\n"
-        "  --graph NAME          use graph NAME of a file that holds several (default:\n"
-        "                        the first graph)\n"
-        "  --bind SYM=INT,...    bind symbolic dimensions to sizes, as in --bind B=2,T=16;\n"
-        "                        may be repeated\n"
-        "\n"
-        "Output:\n"
-        "  --emit=ir             print the verified graph as .ir text on stdout\n"
-        "  --emit=plan           compile for CUDA and print the launch plan: one line per\n"
-        "                        launch (kernel or library call, its grid, the ops it\n"
-        "                        covers), the arena line, and last exactly\n"
-        "                          total: K kernels, L library calls, M bytes of intermediates\n"
-        "  --emit=cuda           print the generated CUDA C source\n"
-        "  --emit=ptx            compile the source with NVRTC and print the PTX\n"
-        "  --emit=dot            compile for CUDA and print the fused graph in Graphviz's\n"
-        "                        DOT: a cluster per launch coloured by kind, edges\n"
-        "                        labelled with types (dot -Tsvg renders it)\n"
-        "                        plan, cuda and ptx need no GPU (NVRTC targets sm_90 when\n"
-        "                        there is none) but need every symbolic dim bound\n"
-        "  --numerics=fast|eager how kernels round (docs/NUMERICS.md). fast, the default:\n"
-        "                        a value inside a fused kernel stays in f32 (f64 for\n"
-        "                        f64) and is rounded to its dtype where it is stored;\n"
-        "                        eager: every value is rounded to its dtype, as eager\n"
-        "                        PyTorch rounds. For --emit, -o and --run (cuda, cpu)\n"
-        "\n"
-        "Ahead of time:\n"
-        "  -o, --output FILE     compile for CUDA and write the program to FILE: the\n"
-        "                        launch plan, every kernel's cubin and an imported\n"
-        "                        model's weights. Needs every symbolic dim bound\n"
-        "                        (--bind), or --dynamic, and NVRTC, not a GPU. The file\n"
-        "                        is replaced atomically.\n"
-        "  --dynamic             with -o: leave the unbound symbols unbound; the file\n"
-        "                        runs at any shape (--run takes it from --inputs)\n"
-        "  --arch SM             the CUDA target of the compile: sm_90, sm90, 90 or 9.0.\n"
-        "                        The default is the local GPU's, or sm_90 without one.\n"
-        "                        Applies to -o, --emit=plan|cuda|ptx and --run on cuda.\n"
-        "  --precision=P         compute in P instead of the graph's own dtypes, as\n"
-        "                        torch.autocast does (docs/PRECISION.md): bf16 or f16\n"
-        "                        run matmuls and attention on tensor cores with f32\n"
-        "                        accumulation, and keep reductions, softmax, norms, exp,\n"
-        "                        log and pow in f32; f32 widens every 16-bit value; tf32\n"
-        "                        keeps the dtypes and runs f32 GEMMs on TF32 tensor\n"
-        "                        cores (the CPU backend computes f32). Inputs and outputs\n"
-        "                        keep their declared dtypes. Applies to -o,\n"
-        "                        --emit=plan|cuda|ptx and --run on cuda or cpu (not to\n"
-        "                        ref, the float64 oracle, nor to a compiled program\n"
-        "                        file, whose precision is compiled in).\n"
-        "  A FILE that fusec wrote with -o is loaded instead of parsed: nothing is\n"
-        "  compiled. It runs on the cuda device only (--run, with --inputs, --seed,\n"
-        "  --save-outputs, --check and --bench as for .ir files; --check runs the\n"
-        "  reference interpreter on the graph embedded in the file), and --emit=ir,\n"
-        "  plan, cuda and ptx print what it holds. --graph, --bind and --arch do not\n"
-        "  apply to it (its shapes and target are compiled in).\n"
-        "\n"
-        "Running:\n"
-        "  --run                 run the graph and print one line per output, in return\n"
-        "                        order:\n"
-        "                          out0: f32[4, 8] checksum=12.5 first=[0.1, -0.2, ...]\n"
-        "                        checksum is the sum of all values (as double, %.6g);\n"
-        "                        first holds at most 8 values, and '...' marks more\n"
-        "  --device=NAME         where to run: cuda, cpu or ref. The default is cuda when\n"
-        "                        a GPU is present, else cpu when this build has the CPU\n"
-        "                        backend, else ref (the reference interpreter: float64,\n"
-        "                        slow, the oracle). --devices lists what this machine can\n"
-        "                        use; naming a device this build lacks is an error (exit 2)\n"
-        "                        and cuda without a GPU fails at run time (exit 3)\n"
-        "  --check               also run the reference interpreter on the same inputs, in\n"
-        "                        the graph's dtypes and exactly (float64), and compare\n"
-        "                        every output: one line per output,\n"
-        "                          check out0: max_abs_err=X max_rel_err=Y ok|FAIL (error E,\n"
-        "                          in the dtypes R)\n"
-        "                        exit 4 when an output's error is well beyond the error\n"
-        "                        of rounding to its dtypes (docs/RUNTIME-PROGRAM.md)\n"
-        "  --bench N             time N runs after warm-up (CUDA events on the GPU, the\n"
-        "                        wall clock on the CPU); the last line is exactly\n"
-        "                          time: X ms median of N\n"
-        "                        On cuda, runs after the first replay the program as one\n"
-        "                        CUDA Graph (docs/RUNTIME-GRAPHS.md)\n"
-        "  --no-graphs           on cuda, launch kernel by kernel instead of replaying a\n"
-        "                        CUDA Graph (the same as FUSEC_CUDA_GRAPHS=0)\n"
-        "  --weights W.safetensors  bind parameters by name to the file's tensors (an .ir\n"
-        "                        graph: every tensor must name a parameter, and every\n"
-        "                        parameter after the --inputs ones must be named; an\n"
-        "                        .onnx model: its graph inputs by name; naming an\n"
-        "                        initializer is an error)\n"
-        "  --inputs A.npy,...    one .npy file per graph parameter, in order. A parameter\n"
-        "                        without a file (the list is shorter than the parameters,\n"
-        "                        or an entry is empty, as in a.npy,,c.npy) gets random\n"
-        "                        data (see --seed). The file's dtype must be the\n"
-        "                        parameter's, except that a bf16 parameter takes a\n"
-        "                        float32 file (rounded to nearest even) and an f16\n"
-        "                        parameter takes float16 or float32. Files must be\n"
-        "                        little-endian and C-ordered, with dtype <f8 <f4 <f2 <i8\n"
-        "                        <i4 |i1 |b1 or |u1 (read as bool). File names cannot\n"
-        "                        contain ','.\n"
-        "  --seed N              seed for random inputs (default 0). The data of\n"
-        "                        parameter i comes from a splitmix64 generator whose\n"
-        "                        state starts at output i+1 of splitmix64 seeded with N:\n"
-        "                        floats are uniform in [-1, 1) (53 random bits, then\n"
-        "                        rounded to the dtype), integers are in 0..7, bools 0 or\n"
-        "                        1. The symbolic dims of a random parameter must be bound\n"
-        "                        with --bind or known from an input file's shape.\n"
-        "  --save-outputs DIR    write output i to DIR/out<i>.npy instead of printing it\n"
-        "                        (DIR and its parents are created; bf16 is saved as\n"
-        "                        float32)\n"
-        "  --device, --inputs, --seed, --save-outputs, --check and --bench are only\n"
-        "  valid with --run, but that --inputs also gives --emit=plan|cuda|ptx the\n"
-        "  sizes of a graph's symbolic dims.\n"
-        "Profiling (docs/PROFILING.md; each implies --run; cuda needs CUPTI):\n"
-        "  --profile             warm-up runs, then N runs with every launch timed on the\n"
-        "                        device; one row per launch, sorted by time: kernel or\n"
-        "                        library call, min and median ms, share, bytes, FLOPs,\n"
-        "                        GB/s, TFLOP/s, fraction of the device's ceiling,\n"
-        "                        memory- or compute-bound, source lines (.ir file:line)\n"
-        "                        and ops; then device time against wall time, the largest\n"
-        "                        launch gaps, launches per source op, ops fused\n"
-        "  --profile-format=table|csv|json  how --profile prints (default table)\n"
-        "  --profile-runs N      measured runs (default 20; 3 warm-up runs first)\n"
-        "  --trace OUT.json      write Chrome's trace event format (Perfetto,\n"
-        "                        chrome://tracing): compile phases, host calls and device\n"
-        "                        activity on their own tracks, joined by flow events\n"
-        "  --report OUT.html     write one self-contained HTML page: the timeline, the\n"
-        "                        sortable launch table, a roofline and the launch graph\n"
-        "\n"
-        "  --time                print to stderr where the time went: parse, passes,\n"
-        "                        codegen, NVRTC (or the cache), and with --run on cuda\n"
-        "                        the device and module load. Needs a compile: -o,\n"
-        "                        --emit=plan|cuda|ptx, --run on cuda, or a compiled file.\n"
-        "\n"
-        "Cache (compiles go through an on-disk cache of cubins and whole programs):\n"
-        "  --cache-info          print the cache directory, its mode, the format version,\n"
-        "                        the entries and bytes of each level, the total against\n"
-        "                        the limit, the hits, misses and compiles, and the oldest\n"
-        "                        and newest entry\n"
-        "  --verify              with --cache-info: check every entry and list the bad\n"
-        "                        ones; exit 1 when there are any\n"
-        "  --cache-clear         remove fusec's files from the cache (nothing else) and\n"
-        "                        say how many entries and bytes were freed\n"
-        "  --cache-dir DIR       use DIR as the cache directory for this command\n"
-        "  --cache-info and --cache-clear take no FILE; given together, fusec clears\n"
-        "  first. A cache directory owned by another user, or writable by group or\n"
-        "  others, is refused with one warning, and fusec runs without it.\n"
-        "\n"
-        "Information:\n"
-        "  --devices             list the devices this build can run on, one per line\n"
-        "  -h, --help            print this help and exit\n"
-        "  --help-env            list the environment variables fusec reads, with their\n"
-        "                        defaults and the values set now, and exit\n"
-        "  --version             print the version and exit\n"
-        "\n"
-        "Exit codes:\n"
-        "  0  success\n"
-        "  1  error in the input: unreadable or invalid .ir file, a graph that fails\n"
-        "     verification or has an unbound dim where a compile needs it, --graph\n"
-        "     naming no graph of the file, an input file whose dtype or shape does not\n"
-        "     fit its parameter, a damaged compiled program file, bad cache entries\n"
-        "     found by --verify (the diagnostic is on stderr)\n"
-        "  2  bad usage: unknown option, missing or extra file argument, bad --bind,\n"
-        "     --seed or --arch, unknown or unavailable device, too many --inputs, a\n"
-        "     random parameter with an unbound symbolic dimension, an option that does\n"
-        "     not apply, a bad FUSEC_CACHE or FUSEC_CACHE_MAX_BYTES\n"
-        "  3  failure while running: unreadable, truncated or unsupported .npy file,\n"
-        "     an output that cannot be written, a runtime or NVRTC error\n"
-        "  4  --check: an output's error is beyond what rounding to its dtypes explains\n"
-        "  5  out of memory\n"
-        "  6  the graph is valid but the device does not support it\n"
-        "\n"
-        "Environment:\n"
-        "  fusec reads FUSEC_DEVICE, FUSEC_CACHE, FUSEC_CACHE_DIR and a few more;\n"
-        "  --help-env lists them all, with their defaults and the values set now\n"
-        "  (docs/CLI.md, \"Environment\").\n",
-        stdout);
+/* One line of help per flag of `flags` (found by name): what its value is,
+ * and what it does. docs/CLI.md has the long form; tests/test_cli.sh checks
+ * that every flag has a row here and one in CLI.md. */
+typedef struct flag_help {
+    const char *name;
+    const char *value; /* "NAME", or NULL for a switch */
+    const char *text;
+} flag_help;
+
+static const flag_help helps[] = {
+    {"--graph", "NAME", "use graph NAME of a file that holds several (default: the first)"},
+    {"--bind", "SYM=INT,...", "bind symbolic dims to sizes (may be repeated); an unknown SYM is an error"},
+    {"--emit", "KIND", "print ir, the launch plan, cuda (C), ptx or dot (Graphviz)"},
+    {"--dump-after", "PASS|all", "print the graph's .ir after the compile pass PASS, or after each"},
+    {"--numerics", "fast|eager", "fast: f32 inside fused kernels (default); eager: round every value"},
+    {"--precision", "f32|tf32|bf16|f16", "compute in this precision, as torch.autocast (docs/PRECISION.md)"},
+    {"--output", "FILE", "compile for CUDA and write the program to FILE"},
+    {"--dynamic", NULL, "with -o: unbound symbols stay unbound (any shape)"},
+    {"--arch", "SM", "the CUDA target: sm_90, sm90, 90 or 9.0; sm_80 and newer"},
+    {"--run", NULL, "run the graph; print one line per output (dtype, shape, checksum, values)"},
+    {"--device", "cuda|cpu|ref", "where to run (default: cuda with a GPU, else cpu, else ref)"},
+    {"--inputs", "A.npy,...", "one .npy file per parameter; an empty entry or a missing one: random"},
+    {"--weights", "W.safetensors", "bind parameters by name to the file's tensors"},
+    {"--seed", "N", "seed of the random inputs (splitmix64; scaled by role: docs/CLI.md)"},
+    {"--save-outputs", "DIR", "write output i to DIR/out<i>.npy instead of printing it"},
+    {"--check", NULL, "compare with the reference interpreter; exit 4 beyond dtype rounding"},
+    {"--bench", "N", "time N runs after warm-up; last line: time: X ms median of N"},
+    {"--profile", NULL, "run, then print each launch's time (docs/PROFILING.md)"},
+    {"--profile-format", "F", "--profile's output: table (default), csv or json"},
+    {"--profile-runs", "N", "measured runs of --profile after 3 warm-ups (20)"},
+    {"--trace", "FILE", "write a Chrome trace (Perfetto) of compile and runs"},
+    {"--report", "FILE", "write a self-contained HTML report of the profile"},
+    {"--no-graphs", NULL, "on cuda, launch kernel by kernel instead of replaying a CUDA Graph"},
+    {"--time", NULL, "print where the compile time went (by phase)"},
+    {"--cache-info", NULL, "print the compile cache's directory, entries, size and counters"},
+    {"--verify", NULL, "with --cache-info: check every entry; exit 1 when one is bad"},
+    {"--cache-clear", NULL, "remove fusec's files from the cache"},
+    {"--cache-dir", "DIR", "use DIR as the cache directory (instead of FUSEC_CACHE_DIR)"},
+    {"--devices", NULL, "list the usable devices; say on stderr why another is not"},
+    {"--help", NULL, "print this help"},
+    {"--help-env", NULL, "list the environment variables fusec reads, their defaults and values"},
+    {"--help-man", NULL, "print the manual page (roff), as installed in man1/fusec.1"},
+    {"--version", NULL, "print the version"},
+};
+
+static const flag_help *help_of(const char *name) {
+    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
+        if (!strcmp(helps[i].name, name)) return &helps[i];
+    return NULL;
 }
 
+static const char *const usage_lines[] = {
+    "fusec FILE [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx",
+    "fusec FILE --run [--device=D] [--inputs A.npy,...] [--check] [--bench N]",
+    "fusec FILE.ir -o OUT.cubin [--arch SM] [--precision P]",
+    "fusec OUT.cubin --run [--inputs ...] [--check] | --emit=plan",
+    "fusec --cache-info [--verify] | --cache-clear | --devices | --version",
+};
+
+static const char description[] =
+    "fusec is a JIT operator-fusion compiler for neural-network graphs. It reads a\n"
+    "graph (FILE: .ir text, an .onnx model, or a program fusec compiled with -o),\n"
+    "verifies it, and prints, compiles or runs it. Without --emit, --run or -o it\n"
+    "only verifies FILE. A value follows as --opt=VALUE or --opt VALUE.\n";
+
+static const char *const exit_lines[] = {
+    "0  success",
+    "1  bad input: an invalid file or graph, an input that does not fit",
+    "2  bad usage: an unknown option or value, an unknown --bind symbol",
+    "3  failure while running: a .npy file, an output, the runtime, NVRTC",
+    "4  --check: an output's error is beyond what rounding to its dtypes explains",
+    "5  out of memory",
+    "6  the graph is valid but the device does not support it",
+};
+
+void print_help(void) {
+    fputs("Usage:\n", stdout);
+    for (size_t i = 0; i < sizeof usage_lines / sizeof usage_lines[0]; i++) printf("  %s\n", usage_lines[i]);
+    printf("\n%s\nOptions:\n", description);
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const flag_help *h = help_of(flags[i].name);
+        char left[64];
+        snprintf(left, sizeof left, "%s%s%s%s%s", flags[i].alias ? flags[i].alias : "", flags[i].alias ? ", " : "",
+                 flags[i].name, h && h->value ? " " : "", h && h->value ? h->value : "");
+        const char *text = h ? h->text : "(undocumented)";
+        /* One line when it fits in 80 columns, else the text under the flag. */
+        if (strlen(left) <= 22 && 25 + strlen(text) <= 80) printf("  %-22s %s\n", left, text);
+        else printf("  %s\n      %s\n", left, text);
+    }
+    fputs("\nExit codes:\n", stdout);
+    for (size_t i = 0; i < sizeof exit_lines / sizeof exit_lines[0]; i++) printf("  %s\n", exit_lines[i]);
+    fputs("\nEnvironment: FUSEC_DEVICE, FUSEC_CACHE, FUSEC_CACHE_DIR and more; --help-env\n"
+          "lists them all. The manual: man fusec, or docs/CLI.md.\n",
+          stdout);
+}
+
+/* roff: a leading '.' or '\'' would be a request, '\' an escape, '-' a hyphen. */
+static void man_text(const char *s) {
+    if (*s == '.' || *s == '\'') fputs("\\&", stdout);
+    for (; *s; s++) {
+        if (*s == '\\') fputs("\\e", stdout);
+        else if (*s == '-') fputs("\\-", stdout);
+        else putchar(*s);
+    }
+}
+
+void print_man(const char *env_text) {
+    printf(".TH FUSEC 1 \"\" \"fusec %s\" \"User Commands\"\n.SH NAME\nfusec \\- a JIT operator-fusion compiler for "
+           "neural-network graphs\n.SH SYNOPSIS\n.nf\n", FUSEC_VERSION_STRING);
+    for (size_t i = 0; i < sizeof usage_lines / sizeof usage_lines[0]; i++) {
+        man_text(usage_lines[i]);
+        putchar('\n');
+    }
+    fputs(".fi\n.SH DESCRIPTION\n", stdout);
+    man_text(description);
+    fputs(".SH OPTIONS\n", stdout);
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        const flag_help *h = help_of(flags[i].name);
+        fputs(".TP\n", stdout);
+        if (flags[i].alias) {
+            fputs("\\fB", stdout);
+            man_text(flags[i].alias);
+            fputs("\\fR, ", stdout);
+        }
+        fputs("\\fB", stdout);
+        man_text(flags[i].name);
+        fputs("\\fR", stdout);
+        if (h && h->value) {
+            fputs(" \\fI", stdout);
+            man_text(h->value);
+            fputs("\\fR", stdout);
+        }
+        putchar('\n');
+        man_text(h ? h->text : "(undocumented)");
+        putchar('\n');
+    }
+    fputs(".SH EXIT STATUS\n", stdout);
+    for (size_t i = 0; i < sizeof exit_lines / sizeof exit_lines[0]; i++) {
+        fputs(".TP\n", stdout);
+        printf("%.1s\n", exit_lines[i]);
+        man_text(exit_lines[i] + 3);
+        putchar('\n');
+    }
+    fputs(".SH ENVIRONMENT\n.nf\n", stdout);
+    if (env_text) {
+        for (const char *line = env_text; *line;) {
+            const char *nl = strchr(line, '\n');
+            size_t n = nl ? (size_t)(nl - line) : strlen(line);
+            char buf[512];
+            snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), line);
+            man_text(buf);
+            putchar('\n');
+            line += n + (nl ? 1 : 0);
+        }
+    }
+    fputs(".fi\n.SH SEE ALSO\nThe documentation under share/doc/fusec: CLI.md (this command in full), IR.md (the\n"
+          ".ir format), PRECISION.md, NUMERICS.md, CACHE.md, AOT.md, SECURITY.md.\n",
+          stdout);
+}

@@ -82,13 +82,15 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
-static void fill_random(fc_tensor *t, uint64_t seed, int param_index) {
+/* Floats uniform in [lo, hi) (the range fc_graph_param_inits gives the
+ * parameter's role), integers in 0..7, bools 0 or 1. */
+static void fill_random(fc_tensor *t, uint64_t seed, int param_index, double lo, double hi) {
     uint64_t s = seed, state = 0;
     for (int i = 0; i <= param_index; i++) state = splitmix64(&s);
     int64_t n = fc_tensor_numel(t);
     for (int64_t i = 0; i < n; i++) {
         uint64_t r = splitmix64(&state);
-        double u = (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0; /* [-1, 1) */
+        double u = lo + (hi - lo) * ((double)(r >> 11) * 0x1.0p-53);
         switch (t->dtype) {
         case FC_F64: ((double *)t->data)[i] = u; break;
         case FC_F32: ((float *)t->data)[i] = (float)u; break;
@@ -322,7 +324,42 @@ int run_exit_code(fc_status st) {
 /* --check: run the reference interpreter on the same inputs twice, in the
  * graph's dtypes and exactly (float64), and compare every output
  * (fc_compare_outputs_exact, docs/RUNTIME-PROGRAM.md). */
-static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout) {
+/* The graph as the autocast pass rewrote it (the hook's copy). */
+static void keep_autocast(void *user, const char *pass, fc_graph *g) {
+    fc_graph **kept = user;
+    if (!strcmp(pass, "autocast") && !*kept) *kept = fc_graph_clone(g);
+}
+
+/* Under --precision, the dtype-faithful computation is that of the
+ * precision used: the graph after the autocast pass (its casts to bf16 or
+ * f16 in place), run by the reference interpreter with every value rounded
+ * to its dtype. NULL when the graph's own dtypes are the ones used. */
+static fc_graph *faithful_graph(fc_graph *g, const fc_tensor *in, int np, const options *o, fc_status *st) {
+    *st = FC_OK;
+    if (!o->precision_given || o->precision == FC_PRECISION_AS_WRITTEN) return NULL;
+    fc_graph *sg = specialize_to_inputs(g, in, np);
+    if (!sg) {
+        *st = fc_graph_status(g) ? fc_graph_status(g) : FC_ERR_INPUT;
+        return NULL;
+    }
+    fc_compile_options co;
+    fc_compile_options_default(&co);
+    co.device = FC_DEVICE_REF;
+    co.precision = o->precision;
+    co.numerics = FC_NUMERICS_EAGER; /* the graph as written, rounded at every step */
+    fc_graph *kept = NULL;
+    *st = fc_run_passes(sg, &co, keep_autocast, &kept);
+    if (sg != g) fc_graph_free(sg);
+    if (*st == FC_OK && !kept) *st = FC_ERR_NOMEM; /* the clone failed */
+    if (*st != FC_OK) {
+        fc_graph_free(kept);
+        return NULL;
+    }
+    return kept;
+}
+
+static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tensor *out, int nout,
+                         const options *o) {
     fc_context *ctx = fc_graph_context(g);
     size_t n = (size_t)(nout ? nout : 1);
     fc_tensor *want = calloc(n, sizeof *want), *exact = calloc(n, sizeof *exact);
@@ -332,7 +369,10 @@ static int check_outputs(fc_graph *g, const fc_tensor *in, int np, const fc_tens
         rc = fail(EXIT_NOMEM, "out of memory");
         goto done;
     }
-    fc_status st = fc_run_reference(g, in, np, want, nout);
+    fc_status st;
+    fc_graph *faithful = faithful_graph(g, in, np, o, &st);
+    if (!st) st = fc_run_reference(faithful ? faithful : g, in, np, want, nout);
+    fc_graph_free(faithful);
     if (!st) st = fc_run_reference_exact(g, in, np, exact, nout);
     if (st) {
         print_last_error(ctx);
@@ -470,9 +510,18 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
     fc_tensor *in = calloc((size_t)(np ? np : 1), sizeof *in);
     fc_tensor *out = calloc((size_t)(nout ? nout : 1), sizeof *out);
     param_info *params = calloc((size_t)(np ? np : 1), sizeof *params);
+    fc_param_init *init = calloc((size_t)(np ? np : 1), sizeof *init);
     int rc = 0;
-    if (!in || !out || !params) {
+    if (!in || !out || !params || !init) {
         rc = fail(EXIT_NOMEM, "out of memory");
+        goto done;
+    }
+    /* Random data in the range of each parameter's role (the graph's: a
+     * compiled program file's embedded one; data without it). */
+    for (int i = 0; i < np; i++) init[i] = (fc_param_init){FC_ROLE_DATA, 0, -1.0, 1.0};
+    if (t->ref && fc_graph_num_params(t->ref) == np && fc_graph_param_inits(t->ref, init, np) != FC_OK) {
+        print_last_error(fc_graph_context(t->ref));
+        rc = EXIT_NOMEM;
         goto done;
     }
     for (int i = 0; i < np; i++) {
@@ -524,7 +573,7 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
             rc = fail(EXIT_NOMEM, "out of memory for parameter %s", p->name);
             goto done;
         }
-        fill_random(x, o->seed, i);
+        fill_random(x, o->seed, i, init[i].lo, init[i].hi);
     }
 
     if (o->profile || o->trace_file || o->report_file) {
@@ -561,7 +610,7 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
     } else if (!o->bench_iters || o->check) {
         for (int i = 0; i < nout; i++) print_output(stdout, i, &out[i]);
     }
-    if (!rc && o->check) rc = check_outputs(t->ref, in, np, out, nout);
+    if (!rc && o->check) rc = check_outputs(t->ref, in, np, out, nout, o);
     if (!rc && o->bench_iters) printf("time: %.4f ms median of %d\n", rs->median_ms, o->bench_iters);
     if (fflush(stdout) != 0 && !rc) rc = fail(EXIT_RUNTIME, "cannot write to stdout: %s", strerror(errno));
 
@@ -574,6 +623,7 @@ done:
     free(in);
     free(out);
     free(params);
+    free(init);
     return rc;
 }
 

@@ -62,6 +62,7 @@ fc_status fc_cache_configure(const char *dir) {
 }
 
 fc_status fc_cache_global_open(fc_context *ctx, fc_cache **out) {
+    if (!out) return ctx ? fc_set_error(ctx, FC_ERR_USAGE, "fc_cache_global_open: NULL out") : FC_ERR_USAGE;
     *out = NULL;
     pthread_once(&atfork_once, install_atfork);
     pthread_mutex_lock(&global_lock);

@@ -204,6 +204,11 @@ static const char *tensor_type_str(const fc_tensor *t, char *buf, size_t n) {
 }
 
 const char *fc_output_diff_format(const fc_output_diff *d, int index, char *buf, size_t n) {
+    if (!buf || n == 0) return NULL;
+    if (!d) {
+        snprintf(buf, n, "output %d: no comparison", index);
+        return buf;
+    }
     if (!d->shape_ok) {
         snprintf(buf, n, "output %d: FAIL (dtype or shape differs)", index);
         return buf;
