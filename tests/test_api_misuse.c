@@ -428,6 +428,168 @@ static void test_null_sweep_rest(void) {
     fc_context_free(ctx);
 }
 
+/* The decode, convolution, profile, check and program-file functions with
+ * NULL or out-of-range arguments: NULL builders, poisoned graphs, error
+ * statuses or the documented neutral values; no crash, no print. */
+static void test_null_sweep_late(void) {
+    fc_dim four = 4;
+    fc_window win;
+    memset(&win, 0, sizeof win);
+    const int64_t pads[2] = {1, 1};
+    /* A NULL graph: NULL from every builder. */
+    CHECK(fc_param_inout(NULL, "c", FC_F32, 1, &four) == NULL);
+    CHECK(fc_update_slice(NULL, NULL, NULL, NULL, 0) == NULL);
+    CHECK(fc_cache_attention(NULL, NULL, NULL, NULL, NULL, true, 1) == NULL);
+    CHECK(!fc_value_is_inout(NULL));
+    CHECK(fc_conv(NULL, NULL, NULL, NULL, &win) == NULL);
+    CHECK(fc_conv_transpose(NULL, NULL, NULL, NULL, &win) == NULL);
+    CHECK(fc_max_pool(NULL, NULL, &win) == NULL);
+    CHECK(fc_avg_pool(NULL, NULL, &win) == NULL);
+    CHECK(fc_global_avg_pool(NULL, NULL) == NULL);
+    CHECK(fc_batch_norm(NULL, NULL, NULL, NULL, NULL, NULL, 1e-5) == NULL);
+    CHECK(fc_pad(NULL, NULL, pads, FC_PAD_CONSTANT, 0) == NULL);
+    CHECK(fc_resize(NULL, NULL, 1, &four, FC_RESIZE_LINEAR, FC_COORD_HALF_PIXEL) == NULL);
+
+    /* Bad arguments on a good graph: each poisons it (a fresh graph per
+     * case, since errors are sticky). x is f32[4], y f32[1,2,4,4]. */
+    fc_context *ctx = fc_context_new();
+    fc_dim nchw[4] = {1, 2, 4, 4};
+    for (int k = 0;; k++) {
+        fc_graph *g = fc_graph_new(ctx, "g");
+        fc_value *x = fc_param(g, "x", FC_F32, 1, &four);
+        fc_value *y = fc_param(g, "y", FC_F32, 4, nchw);
+        fc_value *r = NULL;
+        bool done = false;
+        fc_window bw = win;
+        switch (k) {
+        case 0: r = fc_param_inout(g, NULL, FC_F32, 1, &four); break;
+        case 1: r = fc_param_inout(g, "c", (fc_dtype)99, 1, &four); break;
+        case 2: r = fc_param_inout(g, "c", FC_F32, 1, NULL); break;
+        case 3: r = fc_param_inout(g, "c", FC_F32, -1, &four); break;
+        case 4: r = fc_update_slice(g, NULL, x, NULL, 0); break;
+        case 5: r = fc_update_slice(g, x, x, NULL, 0); break; /* not inout, no offset */
+        case 6: {
+            fc_value *c = fc_param_inout(g, "c", FC_F32, 1, &four);
+            CHECK(fc_value_is_inout(c) && !fc_value_is_inout(x));
+            r = fc_update_slice(g, c, x, fc_param(g, "off", FC_I32, 0, NULL), 5); /* axis out of range */
+            break;
+        }
+        case 7: r = fc_cache_attention(g, NULL, NULL, NULL, NULL, false, 1); break;
+        case 8: r = fc_cache_attention(g, y, y, y, NULL, true, 1); break;
+        case 9: r = fc_conv(g, NULL, NULL, NULL, &win); break;
+        case 10: r = fc_conv(g, y, NULL, NULL, &win); break;
+        case 11: r = fc_conv(g, y, y, NULL, NULL); break;
+        case 12: r = fc_conv(g, x, x, NULL, &win); break; /* rank 1 */
+        case 13: r = fc_conv_transpose(g, y, NULL, NULL, &win); break;
+        case 14: r = fc_conv_transpose(g, y, y, NULL, NULL); break;
+        case 15: r = fc_max_pool(g, y, NULL); break;
+        case 16: r = fc_max_pool(g, x, &win); break;
+        case 17: bw.kernel[0] = bw.kernel[1] = 2; bw.stride[0] = -1; r = fc_avg_pool(g, y, &bw); break;
+        case 18: r = fc_avg_pool(g, NULL, &win); break;
+        case 19: r = fc_global_avg_pool(g, NULL); break;
+        case 20: r = fc_global_avg_pool(g, x); break; /* no spatial dims */
+        case 21: r = fc_batch_norm(g, y, NULL, NULL, NULL, NULL, 1e-5); break;
+        case 22: r = fc_batch_norm(g, NULL, x, x, x, x, 1e-5); break;
+        case 23: r = fc_pad(g, x, NULL, FC_PAD_CONSTANT, 0); break;
+        case 24: r = fc_pad(g, x, pads, (fc_pad_mode)9, 0); break;
+        case 25: r = fc_pad(g, NULL, pads, FC_PAD_EDGE, 0); break;
+        case 26: r = fc_resize(g, y, 4, NULL, FC_RESIZE_LINEAR, FC_COORD_HALF_PIXEL); break;
+        case 27: r = fc_resize(g, y, 2, nchw, FC_RESIZE_LINEAR, FC_COORD_HALF_PIXEL); break; /* rank 2 of 4 */
+        case 28: r = fc_resize(g, y, 4, nchw, (fc_resize_mode)99, FC_COORD_HALF_PIXEL); break;
+        case 29: r = fc_resize(g, y, 4, nchw, FC_RESIZE_LINEAR, (fc_resize_coord)-1); break;
+        case 30: r = fc_resize(g, NULL, 4, nchw, FC_RESIZE_NEAREST, FC_COORD_ASYMMETRIC); break;
+        default: done = true;
+        }
+        if (done) {
+            fc_graph_free(g);
+            break;
+        }
+        if (r) CHECK(fc_value_is_poison(r));
+        if (fc_graph_status(g) == FC_OK) {
+            fprintf(stderr, "late bad-argument case %d was accepted\n", k);
+            CHECK(0);
+        }
+        free(fc_print(g));
+        fc_graph_free(g);
+    }
+
+    /* Profiles: NULL gives the neutral values. */
+    fc_profile_options po;
+    fc_profile_options_default(&po);
+    CHECK(po.warmup == 3 && po.runs == 20);
+    fc_profile_options_default(NULL);
+    fc_profile *prof = (fc_profile *)&four; /* set to NULL on an error */
+    CHECK_EQ_INT(fc_program_profile(NULL, NULL, 0, NULL, &prof), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_program_profile(NULL, NULL, 0, &po, NULL), FC_ERR_USAGE);
+    fc_profile_free(NULL);
+    CHECK_EQ_INT(fc_profile_count(NULL), 0);
+    CHECK(fc_profile_at(NULL, 0) == NULL);
+    CHECK(fc_profile_at(NULL, -1) == NULL);
+    fc_profile_summary sum;
+    memset(&sum, 0xff, sizeof sum);
+    fc_profile_get_summary(NULL, &sum);
+    CHECK_EQ_INT(sum.launches, 0);
+    CHECK(sum.device == NULL);
+    fc_profile_get_summary(NULL, NULL);
+    CHECK(fc_profile_text(NULL, FC_PROFILE_TABLE) == NULL);
+    CHECK(fc_profile_text(NULL, (fc_profile_format)99) == NULL);
+    CHECK_STR(fc_profile_format_name(FC_PROFILE_CSV), "csv");
+    CHECK_STR(fc_profile_format_name((fc_profile_format)99), "?");
+    CHECK_STR(fc_profile_format_name((fc_profile_format)-1), "?");
+    CHECK_EQ_INT(fc_profile_format_from_name(NULL), -1);
+    CHECK_EQ_INT(fc_profile_format_from_name("nosuch"), -1);
+    CHECK_EQ_INT(fc_profile_format_from_name("trace"), FC_PROFILE_TRACE);
+    int launch = 7;
+    double t0 = 1, t1 = 2;
+    CHECK(!fc_profile_timeline(NULL, 0, &launch, &t0, &t1));
+    CHECK(!fc_profile_timeline(NULL, -1, NULL, NULL, NULL));
+    CHECK(launch == 7 && t0 == 1 && t1 == 2);
+
+    /* Program files and plans of NULL. */
+    CHECK(fc_program_plan_dot(NULL) == NULL);
+    CHECK(fc_program_weights(NULL) == NULL);
+    CHECK(fc_program_save_file_weights(NULL, "x", NULL) != FC_OK);
+    CHECK(fc_program_check_save_path(ctx, NULL) != FC_OK);
+    CHECK(fc_program_check_save_path(ctx, "") != FC_OK);
+    CHECK(fc_program_check_save_path(NULL, NULL) != FC_OK);
+    CHECK(fc_program_check_save_path(ctx, "/nonexistent-dir/x/y.fcp") != FC_OK);
+
+    /* fc_check_outputs: a NULL graph, NULL outputs, a negative count. */
+    fc_output_diff od[1];
+    fc_tensor got[1];
+    memset(got, 0, sizeof got);
+    CHECK_EQ_INT(fc_check_outputs(NULL, NULL, 0, got, 1, od), FC_ERR_USAGE);
+    fc_graph *cg = NULL;
+    const char *small = "graph s(%x: f32[4]) {\n  %y = add(%x, %x)\n  return %y\n}\n";
+    CHECK_EQ_INT(fc_parse(ctx, "s", small, strlen(small), NULL, NULL, 0, &cg), FC_OK);
+    CHECK_EQ_INT(fc_check_outputs(cg, NULL, 0, NULL, 1, od), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_check_outputs(cg, NULL, 0, got, 1, NULL), FC_ERR_USAGE);
+    CHECK_EQ_INT(fc_check_outputs(cg, NULL, 0, got, -1, od), FC_ERR_USAGE);
+    CHECK(fc_check_outputs(cg, NULL, 1, got, 1, od) != FC_OK); /* NULL inputs */
+    CHECK(fc_check_outputs(cg, got, 1, got, 1, od) != FC_OK);  /* an empty input tensor */
+
+    /* A reference program: no plan, no profile, no file. */
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_REF;
+    fc_program *prog = NULL;
+    CHECK_EQ_INT(fc_compile(cg, &o, &prog), FC_OK);
+    if (prog) {
+        CHECK(fc_program_plan_dot(prog) == NULL);
+        prof = (fc_profile *)&four;
+        CHECK(fc_program_profile(prog, NULL, 0, NULL, &prof) != FC_OK);
+        CHECK(prof == NULL);
+        CHECK(fc_program_profile(prog, NULL, -1, &po, &prof) != FC_OK);
+        CHECK(fc_program_weights(prog) == NULL);
+        CHECK(fc_program_save_file_weights(prog, NULL, NULL) != FC_OK);
+        CHECK(fc_program_save_file_weights(prog, "", NULL) != FC_OK);
+        CHECK(fc_program_save_file_weights(prog, "/nonexistent-dir/x.fcp", NULL) != FC_OK);
+        fc_program_free(prog);
+    }
+    fc_graph_free(cg);
+    fc_context_free(ctx);
+}
+
 /* Every function that fusec.h declares is called above: a new one joins
  * the sweep or this fails. */
 static void test_sweep_covers_the_header(void) {
@@ -477,6 +639,7 @@ int main(void) {
     test_foreign_values();
     test_null_sweep();
     test_null_sweep_rest();
+    test_null_sweep_late();
     test_sweep_covers_the_header();
     return check_report("test_api_misuse");
 }
