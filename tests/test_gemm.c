@@ -885,7 +885,10 @@ static void run_gpu_case(gpu_env *env, fc_cublaslt *h, const char *name, const c
         /* The second run finds its algorithm (and concatenated weights) in
          * the handle: no new heuristic query. */
         int after_first = fc_cublaslt_heuristic_queries(h);
-        CHECK(after_first <= queries + 1);
+        /* One problem, or three for a result written in place over
+         * interleaved rows (the interleaved GEMMs, the first and the last
+         * columns' small ones). */
+        CHECK(after_first <= queries + 3);
         st = fc_cublaslt_launch(h, ctx, &desc, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
         CHECK_EQ_INT(fc_cublaslt_heuristic_queries(h), after_first);
     }
