@@ -41,18 +41,27 @@ def _positions(g):
     return pids, g.op("len", f"add({last}, 1) : i64[]")
 
 
+def _caches(g, L, heads, ctx, D):
+    """One inout (k, v) cache pair per layer, [B, heads, ctx, D]."""
+    dt = "inout " + g.dt
+    return [(g.param(f"cache.{i}.k", ["B", heads, ctx, D], dt), g.param(f"cache.{i}.v", ["B", heads, ctx, D], dt))
+            for i in range(L)]
+
+
+def _cache_attention(g, n, cache, q, k, v, ln, heads, D):
+    """This call's k and v written into the layer's cache at %pos, and q's
+    attention over the first ln positions of it: [B, heads, T, D]."""
+    kc = g.op(n + "kc", f"update_slice({cache[0]}, {k}, %pos, axis=2)")
+    vc = g.op(n + "vc", f"update_slice({cache[1]}, {v}, %pos, axis=2)")
+    return g.op(n + "att", f"cache_attention({q}, {kc}, {vc}, {ln}) : {g.dt}[B, {heads}, T, {D}]")
+
+
 def gpt2_decode_ir(cfg, dtype, ctx):
-    C, L, H = cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
-    V, P = cfg["vocab_size"], cfg["n_positions"]
-    eps = cfg.get("layer_norm_epsilon", 1e-5)
-    D = C // H
+    C, L, H, V, P, eps, D = irgen._gpt2_dims(cfg)
     g = irgen._Graph("gpt2_decode", dtype)
     ids = g.param("input_ids", ["B", "T"], "i64")
     g.param("pos", [], "i64")
-    caches = []
-    for i in range(L):
-        caches.append((g.param(f"cache.{i}.k", ["B", H, ctx, D], "inout " + dtype),
-                       g.param(f"cache.{i}.v", ["B", H, ctx, D], "inout " + dtype)))
+    caches = _caches(g, L, H, ctx, D)
     wte = g.param("transformer.wte.weight", [V, C])
     wpe = g.param("transformer.wpe.weight", [P, C])
     g.comment("token and position embeddings; the positions are pos .. pos + T - 1")
@@ -61,38 +70,13 @@ def gpt2_decode_ir(cfg, dtype, ctx):
     pe = g.op("pe", f"gather({wpe}, {pids}) : {dtype}[T, {C}]")
     x = g.op("x0", f"add({tok}, {pe}) : {dtype}[B, T, {C}]")
     for i in range(L):
-        p = f"transformer.h.{i}."
-        ln1w, ln1b = g.param(p + "ln_1.weight", [C]), g.param(p + "ln_1.bias", [C])
-        aw, ab = g.param(p + "attn.c_attn.weight", [C, 3 * C]), g.param(p + "attn.c_attn.bias", [3 * C])
-        pw, pb = g.param(p + "attn.c_proj.weight", [C, C]), g.param(p + "attn.c_proj.bias", [C])
-        ln2w, ln2b = g.param(p + "ln_2.weight", [C]), g.param(p + "ln_2.bias", [C])
-        fw, fb = g.param(p + "mlp.c_fc.weight", [C, 4 * C]), g.param(p + "mlp.c_fc.bias", [4 * C])
-        ow, ob = g.param(p + "mlp.c_proj.weight", [4 * C, C]), g.param(p + "mlp.c_proj.bias", [C])
+        w = irgen._gpt2_block_params(g, i, C)
         n = f"l{i}."
         g.comment(f"block {i}: this call's keys and values go into the cache at pos")
-        h = g.op(n + "ln1", f"layernorm({x}, {ln1w}, {ln1b}, axis=-1, eps={eps!r})")
-        qkv = g.op(n + "qkv", f"add({g.op(n + 'qkv0', f'matmul({h}, {aw})')}, {ab}) : {dtype}[B, T, {3 * C}]")
-        g.lines.append(f"  %{n}q0, %{n}k0, %{n}v0 = split({qkv}, axis=-1, sizes=[{C}, {C}, {C}])")
-        heads = []
-        for t in "qkv":
-            r = g.op(n + t + "1", f"reshape(%{n}{t}0, shape=[B, T, {H}, {D}])")
-            heads.append(g.op(n + t, f"permute({r}, perm=[0, 2, 1, 3]) : {dtype}[B, {H}, T, {D}]"))
-        kc = g.op(n + "kc", f"update_slice({caches[i][0]}, {heads[1]}, %pos, axis=2)")
-        vc = g.op(n + "vc", f"update_slice({caches[i][1]}, {heads[2]}, %pos, axis=2)")
-        a = g.op(n + "att", f"cache_attention({heads[0]}, {kc}, {vc}, {ln}) : {dtype}[B, {H}, T, {D}]")
-        a = g.op(n + "att1", f"permute({a}, perm=[0, 2, 1, 3])")
-        a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {C}])")
-        o = g.op(n + "o", f"add({g.op(n + 'o0', f'matmul({a}, {pw})')}, {pb})")
-        x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {C}]")
-        h2 = g.op(n + "ln2", f"layernorm({x1}, {ln2w}, {ln2b}, axis=-1, eps={eps!r})")
-        f = g.op(n + "fc", f"add({g.op(n + 'fc0', f'matmul({h2}, {fw})')}, {fb})")
-        ge = g.op(n + "gelu", f"gelu_tanh({f})")
-        m = g.op(n + "mlp", f"add({g.op(n + 'mlp0', f'matmul({ge}, {ow})')}, {ob})")
-        x = g.op(f"x{i + 1}", f"add({x1}, {m}) : {dtype}[B, T, {C}]")
-    fw_, fb_ = g.param("transformer.ln_f.weight", [C]), g.param("transformer.ln_f.bias", [C])
-    hf = g.op("ln_f", f"layernorm({x}, {fw_}, {fb_}, axis=-1, eps={eps!r})")
-    wt = g.op("wte_t", f"permute({wte}, perm=[1, 0]) : {dtype}[{C}, {V}]")
-    g.op("logits", f"matmul({hf}, {wt}) : {dtype}[B, T, {V}]")
+        heads = irgen._gpt2_heads(g, n, x, w, eps, C, H, D)
+        a = _cache_attention(g, n, caches[i], heads[0], heads[1], heads[2], ln, H, D)
+        x = irgen._gpt2_block_out(g, i, n, x, a, w, eps, "gelu_tanh", C)
+    irgen._gpt2_lm_head(g, x, wte, eps, C, V)
     header = [
         f"GPT-2 decoding with a key/value cache of {ctx} positions (bench/models/decode_irgen.py):",
         f"{L} layers, width {C}, {H} heads of {D}, vocabulary {V}, {dtype}. Bind B, and T (1 to decode).",
@@ -101,20 +85,11 @@ def gpt2_decode_ir(cfg, dtype, ctx):
 
 
 def llama_decode_ir(cfg, dtype, ctx):
-    Hd, L = cfg["hidden_size"], cfg["num_hidden_layers"]
-    NH, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-    I, V = cfg["intermediate_size"], cfg["vocab_size"]
-    D = cfg.get("head_dim") or Hd // NH
-    eps = cfg.get("rms_norm_eps", 1e-6)
-    tied = cfg.get("tie_word_embeddings", False)
-    half = D // 2
+    Hd, L, NH, KV, I, V, D, eps, tied = irgen._llama_dims(cfg)
     g = irgen._Graph("llama_decode", dtype)
     ids = g.param("input_ids", ["B", "T"], "i64")
     g.param("pos", [], "i64")
-    caches = []
-    for i in range(L):
-        caches.append((g.param(f"cache.{i}.k", ["B", KV, ctx, D], "inout " + dtype),
-                       g.param(f"cache.{i}.v", ["B", KV, ctx, D], "inout " + dtype)))
+    caches = _caches(g, L, KV, ctx, D)
     rc, rs = g.param("rope.cos", [ctx, D]), g.param("rope.sin", [ctx, D])
     emb = g.param("model.embed_tokens.weight", [V, Hd])
     g.comment("the rotary rows of positions pos .. pos + T - 1")
@@ -123,51 +98,20 @@ def llama_decode_ir(cfg, dtype, ctx):
     sin = g.op("sin", f"gather({rs}, {pids}) : {dtype}[T, {D}]")
     x = g.op("x0", f"gather({emb}, {ids}) : {dtype}[B, T, {Hd}]")
     for i in range(L):
-        p = f"model.layers.{i}."
-        n1 = g.param(p + "input_layernorm.weight", [Hd])
-        wq = g.param(p + "self_attn.q_proj.weight", [NH * D, Hd])
-        wk = g.param(p + "self_attn.k_proj.weight", [KV * D, Hd])
-        wv = g.param(p + "self_attn.v_proj.weight", [KV * D, Hd])
-        wo = g.param(p + "self_attn.o_proj.weight", [Hd, NH * D])
-        n2 = g.param(p + "post_attention_layernorm.weight", [Hd])
-        wg = g.param(p + "mlp.gate_proj.weight", [I, Hd])
-        wu = g.param(p + "mlp.up_proj.weight", [I, Hd])
-        wd = g.param(p + "mlp.down_proj.weight", [Hd, I])
+        w = irgen._llama_layer_params(g, i, Hd, NH, KV, D, I)
         n = f"l{i}."
         g.comment(f"layer {i}")
-        h = g.op(n + "h", f"rmsnorm({x}, {n1}, eps={eps!r}) : {dtype}[B, T, {Hd}]")
+        h = g.op(n + "h", f"rmsnorm({x}, {w['n1']}, eps={eps!r}) : {dtype}[B, T, {Hd}]")
         hd = {}
-        for t, w, nh in (("q", wq, NH), ("k", wk, KV), ("v", wv, KV)):
-            y = irgen._linear_t(g, h, w, n + t + "0")
+        for t, nh in (("q", NH), ("k", KV), ("v", KV)):
+            y = irgen._linear_t(g, h, w["w" + t], n + t + "0")
             r = g.op(n + t + "1", f"reshape({y}, shape=[B, T, {nh}, {D}])")
             hd[t] = g.op(n + t, f"permute({r}, perm=[0, 2, 1, 3]) : {dtype}[B, {nh}, T, {D}]")
-        rot = {}
-        for t in "qk":
-            v = hd[t]
-            lo = g.op(n + t + "_lo", f"slice({v}, axis=-1, start=0, end={half})")
-            hi = g.op(n + t + "_hi", f"slice({v}, axis=-1, start={half}, end={D})")
-            hin = g.op(n + t + "_hin", f"neg({hi})")
-            rh = g.op(n + t + "_rot", f"concat({hin}, {lo}, axis=-1)")
-            c = g.op(n + t + "_c", f"mul({v}, {cos})")
-            s = g.op(n + t + "_s", f"mul({rh}, {sin})")
-            rot[t] = g.op(n + t + "r", f"add({c}, {s})")
-        kc = g.op(n + "kc", f"update_slice({caches[i][0]}, {rot['k']}, %pos, axis=2)")
-        vc = g.op(n + "vc", f"update_slice({caches[i][1]}, {hd['v']}, %pos, axis=2)")
-        a = g.op(n + "att", f"cache_attention({rot['q']}, {kc}, {vc}, {ln}) : {dtype}[B, {NH}, T, {D}]")
+        rot = irgen._rotate(g, n, hd, cos, sin, D)
+        a = _cache_attention(g, n, caches[i], rot["q"], rot["k"], hd["v"], ln, NH, D)
         a = g.op(n + "att1", f"permute({a}, perm=[0, 2, 1, 3])")
-        a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {NH * D}])")
-        o = irgen._linear_t(g, a, wo, n + "o")
-        x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {Hd}]")
-        h2 = g.op(n + "h2", f"rmsnorm({x1}, {n2}, eps={eps!r})")
-        gate = irgen._linear_t(g, h2, wg, n + "gate")
-        up = irgen._linear_t(g, h2, wu, n + "up")
-        gu = g.op(n + "gu", f"mul({g.op(n + 'sg', f'silu({gate})')}, {up}) : {dtype}[B, T, {I}]")
-        dn = irgen._linear_t(g, gu, wd, n + "down")
-        x = g.op(f"x{i + 1}", f"add({x1}, {dn}) : {dtype}[B, T, {Hd}]")
-    nw = g.param("model.norm.weight", [Hd])
-    hf = g.op("norm", f"rmsnorm({x}, {nw}, eps={eps!r})")
-    head = emb if tied else g.param("lm_head.weight", [V, Hd])
-    irgen._linear_t(g, hf, head, "logits")
+        x = irgen._llama_layer_out(g, i, n, x, a, w, eps, Hd, NH * D, I)
+    irgen._llama_lm_head(g, x, emb, eps, Hd, V, tied, False)
     header = [
         f"Llama-style decoding with a key/value cache of {ctx} positions (bench/models/decode_irgen.py):",
         f"{L} layers, hidden {Hd}, {NH}/{KV} heads of {D}, MLP {I}, vocabulary {V}, {dtype}. Bind B and T.",

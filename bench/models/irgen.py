@@ -73,16 +73,70 @@ def _linear_t(g, x, w, out):
     return g.op(out, f"matmul({x}, {wt})")
 
 
+def _gpt2_dims(cfg):
+    """(C, L, H, V, P, eps, D) of a GPT-2 config."""
+    C, L, H = cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
+    return C, L, H, cfg["vocab_size"], cfg["n_positions"], cfg.get("layer_norm_epsilon", 1e-5), C // H
+
+
+def _gpt2_block_params(g, i, C):
+    """Block i's weights, in the state_dict's order: ln_1 (w, b), c_attn (w, b),
+    attn.c_proj (w, b), ln_2 (w, b), c_fc (w, b), mlp.c_proj (w, b)."""
+    p = f"transformer.h.{i}."
+    shapes = (("ln_1", C, C), ("attn.c_attn", [C, 3 * C], 3 * C), ("attn.c_proj", [C, C], C),
+              ("ln_2", C, C), ("mlp.c_fc", [C, 4 * C], 4 * C), ("mlp.c_proj", [4 * C, C], C))
+    out = []
+    for name, ws, bs in shapes:
+        out += [g.param(p + name + ".weight", ws if isinstance(ws, list) else [ws]),
+                g.param(p + name + ".bias", [bs])]
+    return out
+
+
+def _gpt2_heads(g, n, x, w, eps, C, H, D):
+    """ln_1, the fused qkv projection and its split into q, k, v heads [B, H, T, D]."""
+    dtype = g.dt
+    h = g.op(n + "ln1", f"layernorm({x}, {w[0]}, {w[1]}, axis=-1, eps={eps!r})")
+    qkv = g.op(n + "qkv", f"add({g.op(n + 'qkv0', f'matmul({h}, {w[2]})')}, {w[3]}) : {dtype}[B, T, {3 * C}]")
+    g.lines.append(f"  %{n}q0, %{n}k0, %{n}v0 = split({qkv}, axis=-1, sizes=[{C}, {C}, {C}])")
+    heads = []
+    for t in "qkv":
+        r = g.op(n + t + "1", f"reshape(%{n}{t}0, shape=[B, T, {H}, {D}])")
+        heads.append(g.op(n + t, f"permute({r}, perm=[0, 2, 1, 3]) : {dtype}[B, {H}, T, {D}]"))
+    return heads
+
+
+def _gpt2_block_out(g, i, n, x, a, w, eps, gelu, C):
+    """From the attention's output a [B, H, T, D] to block i's output: the
+    heads merged, c_proj, the residual, ln_2, the MLP and its residual."""
+    dtype = g.dt
+    a = g.op(n + "att1", f"permute({a}, perm=[0, 2, 1, 3])")
+    a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {C}])")
+    o = g.op(n + "o", f"add({g.op(n + 'o0', f'matmul({a}, {w[4]})')}, {w[5]})")
+    x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {C}]")
+    h2 = g.op(n + "ln2", f"layernorm({x1}, {w[6]}, {w[7]}, axis=-1, eps={eps!r})")
+    f = g.op(n + "fc", f"add({g.op(n + 'fc0', f'matmul({h2}, {w[8]})')}, {w[9]})")
+    ge = g.op(n + "gelu", f"{gelu}({f})")
+    m = g.op(n + "mlp", f"add({g.op(n + 'mlp0', f'matmul({ge}, {w[10]})')}, {w[11]})")
+    return g.op(f"x{i + 1}", f"add({x1}, {m}) : {dtype}[B, T, {C}]")
+
+
+def _gpt2_lm_head(g, x, wte, eps, C, V, comment=None):
+    """ln_f and the LM head tied to wte; the graph's %logits."""
+    fw_, fb_ = g.param("transformer.ln_f.weight", [C]), g.param("transformer.ln_f.bias", [C])
+    if comment:
+        g.comment(comment)
+    hf = g.op("ln_f", f"layernorm({x}, {fw_}, {fb_}, axis=-1, eps={eps!r})")
+    wt = g.op("wte_t", f"permute({wte}, perm=[1, 0]) : {g.dt}[{C}, {V}]")
+    g.op("logits", f"matmul({hf}, {wt}) : {g.dt}[B, T, {V}]")
+
+
 def gpt2_ir(cfg, dtype="bf16"):
     """GPT2LMHeadModel as one graph. Returns (text, params): params is a list
     of (name, dtype, shape), the inputs first (input_ids: i64[B, T])."""
-    C, L, H = cfg["n_embd"], cfg["n_layer"], cfg["n_head"]
-    V, P = cfg["vocab_size"], cfg["n_positions"]
-    eps = cfg.get("layer_norm_epsilon", 1e-5)
+    C, L, H, V, P, eps, D = _gpt2_dims(cfg)
+    assert C % H == 0
     act = cfg.get("activation_function", "gelu_new")
     gelu = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu"}[act]
-    assert C % H == 0
-    D = C // H
     g = _Graph("gpt2", dtype)
     ids = g.param("input_ids", ["B", "T"], "i64")
     wte = g.param("transformer.wte.weight", [V, C])
@@ -93,37 +147,13 @@ def gpt2_ir(cfg, dtype="bf16"):
     pos = g.op("pos", f"gather({wpe}, {pi}) : {dtype}[T, {C}]")
     x = g.op("x0", f"add({tok}, {pos}) : {dtype}[B, T, {C}]")
     for i in range(L):
-        p = f"transformer.h.{i}."
-        ln1w, ln1b = g.param(p + "ln_1.weight", [C]), g.param(p + "ln_1.bias", [C])
-        aw, ab = g.param(p + "attn.c_attn.weight", [C, 3 * C]), g.param(p + "attn.c_attn.bias", [3 * C])
-        pw, pb = g.param(p + "attn.c_proj.weight", [C, C]), g.param(p + "attn.c_proj.bias", [C])
-        ln2w, ln2b = g.param(p + "ln_2.weight", [C]), g.param(p + "ln_2.bias", [C])
-        fw, fb = g.param(p + "mlp.c_fc.weight", [C, 4 * C]), g.param(p + "mlp.c_fc.bias", [4 * C])
-        ow, ob = g.param(p + "mlp.c_proj.weight", [4 * C, C]), g.param(p + "mlp.c_proj.bias", [C])
+        w = _gpt2_block_params(g, i, C)
         n = f"l{i}."
         g.comment(f"block {i}")
-        h = g.op(n + "ln1", f"layernorm({x}, {ln1w}, {ln1b}, axis=-1, eps={eps!r})")
-        qkv = g.op(n + "qkv", f"add({g.op(n + 'qkv0', f'matmul({h}, {aw})')}, {ab}) : {dtype}[B, T, {3 * C}]")
-        g.lines.append(f"  %{n}q0, %{n}k0, %{n}v0 = split({qkv}, axis=-1, sizes=[{C}, {C}, {C}])")
-        heads = []
-        for t in "qkv":
-            r = g.op(n + t + "1", f"reshape(%{n}{t}0, shape=[B, T, {H}, {D}])")
-            heads.append(g.op(n + t, f"permute({r}, perm=[0, 2, 1, 3]) : {dtype}[B, {H}, T, {D}]"))
+        heads = _gpt2_heads(g, n, x, w, eps, C, H, D)
         a = g.op(n + "att", f"attention({heads[0]}, {heads[1]}, {heads[2]}, causal=true)")
-        a = g.op(n + "att1", f"permute({a}, perm=[0, 2, 1, 3])")
-        a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {C}])")
-        o = g.op(n + "o", f"add({g.op(n + 'o0', f'matmul({a}, {pw})')}, {pb})")
-        x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {C}]")
-        h2 = g.op(n + "ln2", f"layernorm({x1}, {ln2w}, {ln2b}, axis=-1, eps={eps!r})")
-        f = g.op(n + "fc", f"add({g.op(n + 'fc0', f'matmul({h2}, {fw})')}, {fb})")
-        ge = g.op(n + "gelu", f"{gelu}({f})")
-        m = g.op(n + "mlp", f"add({g.op(n + 'mlp0', f'matmul({ge}, {ow})')}, {ob})")
-        x = g.op(f"x{i + 1}", f"add({x1}, {m}) : {dtype}[B, T, {C}]")
-    fw_, fb_ = g.param("transformer.ln_f.weight", [C]), g.param("transformer.ln_f.bias", [C])
-    g.comment("final norm; the LM head is tied to wte")
-    hf = g.op("ln_f", f"layernorm({x}, {fw_}, {fb_}, axis=-1, eps={eps!r})")
-    wt = g.op("wte_t", f"permute({wte}, perm=[1, 0]) : {dtype}[{C}, {V}]")
-    g.op("logits", f"matmul({hf}, {wt}) : {dtype}[B, T, {V}]")
+        x = _gpt2_block_out(g, i, n, x, a, w, eps, gelu, C)
+    _gpt2_lm_head(g, x, wte, eps, C, V, "final norm; the LM head is tied to wte")
     header = [
         f"GPT2LMHeadModel written out by bench/models/irgen.py: {L} layers, width {C}, {H} heads of {D},",
         f"vocabulary {V}, {dtype}. Parameters are named as the model's state_dict; bind B and T.",
@@ -131,73 +161,98 @@ def gpt2_ir(cfg, dtype="bf16"):
     return g.text(header, "%logits"), g.params
 
 
+def _llama_dims(cfg):
+    """(Hd, L, NH, KV, I, V, D, eps, tied) of a Llama config."""
+    NH = cfg["num_attention_heads"]
+    Hd = cfg["hidden_size"]
+    return (Hd, cfg["num_hidden_layers"], NH, cfg.get("num_key_value_heads") or NH, cfg["intermediate_size"],
+            cfg["vocab_size"], cfg.get("head_dim") or Hd // NH, cfg.get("rms_norm_eps", 1e-6),
+            cfg.get("tie_word_embeddings", False))
+
+
+def _llama_layer_params(g, i, Hd, NH, KV, D, I):
+    """Layer i's weights in the state_dict's order, by short name."""
+    p = f"model.layers.{i}."
+    shapes = (("n1", "input_layernorm", [Hd]), ("wq", "self_attn.q_proj", [NH * D, Hd]),
+              ("wk", "self_attn.k_proj", [KV * D, Hd]), ("wv", "self_attn.v_proj", [KV * D, Hd]),
+              ("wo", "self_attn.o_proj", [Hd, NH * D]), ("n2", "post_attention_layernorm", [Hd]),
+              ("wg", "mlp.gate_proj", [I, Hd]), ("wu", "mlp.up_proj", [I, Hd]), ("wd", "mlp.down_proj", [Hd, I]))
+    return {k: g.param(p + name + ".weight", shape) for k, name, shape in shapes}
+
+
+def _rotate(g, n, hd, cos, sin, D):
+    """The rotary embedding of the q and k heads in hd (rotate_half form)."""
+    half = D // 2
+    rot = {}
+    for t in "qk":
+        v = hd[t]
+        lo = g.op(n + t + "_lo", f"slice({v}, axis=-1, start=0, end={half})")
+        hi = g.op(n + t + "_hi", f"slice({v}, axis=-1, start={half}, end={D})")
+        hin = g.op(n + t + "_hin", f"neg({hi})")
+        rh = g.op(n + t + "_rot", f"concat({hin}, {lo}, axis=-1)")
+        c = g.op(n + t + "_c", f"mul({v}, {cos})")
+        s = g.op(n + t + "_s", f"mul({rh}, {sin})")
+        rot[t] = g.op(n + t + "r", f"add({c}, {s})")
+    return rot
+
+
+def _llama_layer_out(g, i, n, x, a, w, eps, Hd, NHD, I):
+    """From the merged heads a [B, T, *, ...] to layer i's output: o_proj, the
+    residual, the post-attention RMSNorm, the SwiGLU MLP and its residual."""
+    dtype = g.dt
+    a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {NHD}])")
+    o = _linear_t(g, a, w["wo"], n + "o")
+    x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {Hd}]")
+    h2 = g.op(n + "h2", f"rmsnorm({x1}, {w['n2']}, eps={eps!r})")
+    gate = _linear_t(g, h2, w["wg"], n + "gate")
+    up = _linear_t(g, h2, w["wu"], n + "up")
+    gu = g.op(n + "gu", f"mul({g.op(n + 'sg', f'silu({gate})')}, {up}) : {dtype}[B, T, {I}]")
+    dn = _linear_t(g, gu, w["wd"], n + "down")
+    return g.op(f"x{i + 1}", f"add({x1}, {dn}) : {dtype}[B, T, {Hd}]")
+
+
+def _llama_lm_head(g, x, emb, eps, Hd, V, tied, comment):
+    """The final RMSNorm and the LM head (tied to emb or lm_head.weight)."""
+    nw = g.param("model.norm.weight", [Hd])
+    hf = g.op("norm", f"rmsnorm({x}, {nw}, eps={eps!r})")
+    head = emb if tied else g.param("lm_head.weight", [V, Hd])
+    if comment:
+        g.comment("LM head" + (" (tied to embed_tokens)" if tied else ""))
+    _linear_t(g, hf, head, "logits")
+
+
 def llama_ir(cfg, dtype="bf16", gqa="broadcast"):
     """LlamaForCausalLM as one graph. Returns (text, params): the inputs first
     (input_ids: i64[B, T], cos and sin: [T, head_dim])."""
-    Hd, L = cfg["hidden_size"], cfg["num_hidden_layers"]
-    NH, KV = cfg["num_attention_heads"], cfg.get("num_key_value_heads") or cfg["num_attention_heads"]
-    I, V = cfg["intermediate_size"], cfg["vocab_size"]
-    D = cfg.get("head_dim") or Hd // NH
-    eps = cfg.get("rms_norm_eps", 1e-6)
-    tied = cfg.get("tie_word_embeddings", False)
+    Hd, L, NH, KV, I, V, D, eps, tied = _llama_dims(cfg)
     assert NH % KV == 0 and D % 2 == 0 and gqa in ("broadcast", "expand")
-    G, half = NH // KV, D // 2
+    G = NH // KV
     g = _Graph("llama", dtype)
     ids = g.param("input_ids", ["B", "T"], "i64")
     cos, sin = g.param("cos", ["T", D]), g.param("sin", ["T", D])
     emb = g.param("model.embed_tokens.weight", [V, Hd])
     x = g.op("x0", f"gather({emb}, {ids}) : {dtype}[B, T, {Hd}]")
     for i in range(L):
-        p = f"model.layers.{i}."
-        n1 = g.param(p + "input_layernorm.weight", [Hd])
-        wq = g.param(p + "self_attn.q_proj.weight", [NH * D, Hd])
-        wk = g.param(p + "self_attn.k_proj.weight", [KV * D, Hd])
-        wv = g.param(p + "self_attn.v_proj.weight", [KV * D, Hd])
-        wo = g.param(p + "self_attn.o_proj.weight", [Hd, NH * D])
-        n2 = g.param(p + "post_attention_layernorm.weight", [Hd])
-        wg = g.param(p + "mlp.gate_proj.weight", [I, Hd])
-        wu = g.param(p + "mlp.up_proj.weight", [I, Hd])
-        wd = g.param(p + "mlp.down_proj.weight", [Hd, I])
+        w = _llama_layer_params(g, i, Hd, NH, KV, D, I)
         n = f"l{i}."
         g.comment(f"layer {i}")
-        h = g.op(n + "h", f"rmsnorm({x}, {n1}, eps={eps!r}) : {dtype}[B, T, {Hd}]")
-        q0, k0, v0 = (_linear_t(g, h, w, n + t) for t, w in (("q0", wq), ("k0", wk), ("v0", wv)))
+        h = g.op(n + "h", f"rmsnorm({x}, {w['n1']}, eps={eps!r}) : {dtype}[B, T, {Hd}]")
+        q0, k0, v0 = (_linear_t(g, h, w[k], n + t) for t, k in (("q0", "wq"), ("k0", "wk"), ("v0", "wv")))
         # [B, T, heads * D] -> [B, T, KV, G or 1, D] -> [B, KV, G or 1, T, D]
         shp = {"q": (q0, G), "k": (k0, 1), "v": (v0, 1)}
         hd = {}
         for t, (src, gg) in shp.items():
             r = g.op(n + t + "1", f"reshape({src}, shape=[B, T, {KV}, {gg}, {D}])")
             hd[t] = g.op(n + t, f"permute({r}, perm=[0, 2, 3, 1, 4]) : {dtype}[B, {KV}, {gg}, T, {D}]")
-        rot = {}
-        for t in "qk":
-            v = hd[t]
-            lo = g.op(n + t + "_lo", f"slice({v}, axis=-1, start=0, end={half})")
-            hi = g.op(n + t + "_hi", f"slice({v}, axis=-1, start={half}, end={D})")
-            hin = g.op(n + t + "_hin", f"neg({hi})")
-            rh = g.op(n + t + "_rot", f"concat({hin}, {lo}, axis=-1)")
-            c = g.op(n + t + "_c", f"mul({v}, {cos})")
-            s = g.op(n + t + "_s", f"mul({rh}, {sin})")
-            rot[t] = g.op(n + t + "r", f"add({c}, {s})")
+        rot = _rotate(g, n, hd, cos, sin, D)
         k, vv = rot["k"], hd["v"]
         if gqa == "expand" and G > 1:
             k = g.op(n + "k_x", f"expand({k}, shape=[-1, -1, {G}, -1, -1]) : {dtype}[B, {KV}, {G}, T, {D}]")
             vv = g.op(n + "v_x", f"expand({vv}, shape=[-1, -1, {G}, -1, -1]) : {dtype}[B, {KV}, {G}, T, {D}]")
         a = g.op(n + "att", f"attention({rot['q']}, {k}, {vv}, causal=true) : {dtype}[B, {KV}, {G}, T, {D}]")
         a = g.op(n + "att1", f"permute({a}, perm=[0, 3, 1, 2, 4])")
-        a = g.op(n + "att2", f"reshape({a}, shape=[B, T, {NH * D}])")
-        o = _linear_t(g, a, wo, n + "o")
-        x1 = g.op(n + "x1", f"add({x}, {o}) : {dtype}[B, T, {Hd}]")
-        h2 = g.op(n + "h2", f"rmsnorm({x1}, {n2}, eps={eps!r})")
-        gate = _linear_t(g, h2, wg, n + "gate")
-        up = _linear_t(g, h2, wu, n + "up")
-        gu = g.op(n + "gu", f"mul({g.op(n + 'sg', f'silu({gate})')}, {up}) : {dtype}[B, T, {I}]")
-        dn = _linear_t(g, gu, wd, n + "down")
-        x = g.op(f"x{i + 1}", f"add({x1}, {dn}) : {dtype}[B, T, {Hd}]")
-    nw = g.param("model.norm.weight", [Hd])
-    hf = g.op("norm", f"rmsnorm({x}, {nw}, eps={eps!r})")
-    head = emb if tied else g.param("lm_head.weight", [V, Hd])
-    g.comment("LM head" + (" (tied to embed_tokens)" if tied else ""))
-    _linear_t(g, hf, head, "logits")
+        x = _llama_layer_out(g, i, n, x, a, w, eps, Hd, NH * D, I)
+    _llama_lm_head(g, x, emb, eps, Hd, V, tied, True)
     header = [
         f"LlamaForCausalLM written out by bench/models/irgen.py: {L} layers, hidden {Hd}, {NH} query heads",
         f"and {KV} key/value heads of {D} (GQA: {gqa}), MLP {I}, vocabulary {V}, {dtype}.",
