@@ -78,22 +78,8 @@ fc_status fc_ref_run_cache_attention(interp *ip)
             double *om = o + (b * Hq + h) * Sq * Dv;
             for (int64_t i = 0; i < Sq; i++) {
                 int64_t nk = causal ? len - Sq + i + 1 : len;
-                double m = -INFINITY, sum = 0.0;
-                for (int64_t j = 0; j < nk; j++) {
-                    double s = 0.0;
-                    for (int64_t d = 0; d < D; d++)
-                        s += qm[i * D + d] * km[j * D + d];
-                    p[j] = s * scale;
-                    m = scalar_op(FC_OP_MAX, m, p[j], 0);
-                }
-                for (int64_t j = 0; j < nk; j++)
-                    sum += p[j] = exp(p[j] - m);
-                for (int64_t d = 0; d < Dv; d++) {
-                    double acc = 0.0;
-                    for (int64_t j = 0; j < nk; j++)
-                        acc += p[j] * vm[j * Dv + d];
-                    om[i * Dv + d] = acc / sum;
-                }
+                const fc_ref_mask_row none = {NULL, 0, false};
+                fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, none, p, om + i * Dv);
             }
         }
     fc_ctx_freemem(ip->ctx, p);

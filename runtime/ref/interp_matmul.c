@@ -96,6 +96,31 @@ fc_status fc_ref_run_matmul(interp *ip)
  * added to the scaled score. A row that keeps no key is NaN (0/0), as the
  * written-out softmax of a row of -inf is.
  */
+void fc_ref_attention_row(const double *qi, const double *km, const double *vm, int64_t nk, int64_t D, int64_t Dv,
+                          double scale, fc_ref_mask_row mask, double *p, double *oi)
+{
+    double m = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < nk; j++) {
+        double s = 0.0;
+        for (int64_t d = 0; d < D; d++)
+            s += qi[d] * km[j * D + d];
+        p[j] = s * scale;
+        if (mask.row) {
+            double x = mask.row[j * mask.step];
+            p[j] = mask.is_bool ? (x != 0.0 ? p[j] : -INFINITY) : p[j] + x;
+        }
+        m = scalar_op(FC_OP_MAX, m, p[j], 0);
+    }
+    for (int64_t j = 0; j < nk; j++)
+        sum += p[j] = exp(p[j] - m);
+    for (int64_t d = 0; d < Dv; d++) {
+        double acc = 0.0;
+        for (int64_t j = 0; j < nk; j++)
+            acc += p[j] * vm[j * Dv + d];
+        oi[d] = acc / sum; /* no keys: 0/0 = NaN */
+    }
+}
+
 fc_status fc_ref_run_attention(interp *ip)
 {
     const ibuf *q = operand(ip, 0), *k = operand(ip, 1), *v = operand(ip, 2);
@@ -163,26 +188,8 @@ fc_status fc_ref_run_attention(interp *ip)
         for (int64_t i = 0; i < Sq; i++) {
             /* Masked keys are left out, which is softmax with -inf there. */
             int64_t nk = ip->node->a.causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
-            double m = -INFINITY, sum = 0.0;
-            for (int64_t j = 0; j < nk; j++) {
-                double s = 0.0;
-                for (int64_t d = 0; d < D; d++)
-                    s += qm[i * D + d] * km[j * D + d];
-                p[j] = s * scale;
-                if (mm) {
-                    double x = mm[(Mq == 1 ? 0 : i) * Mk + (Mk == 1 ? 0 : j)];
-                    p[j] = mask_bool ? (x != 0.0 ? p[j] : -INFINITY) : p[j] + x;
-                }
-                m = scalar_op(FC_OP_MAX, m, p[j], 0);
-            }
-            for (int64_t j = 0; j < nk; j++)
-                sum += p[j] = exp(p[j] - m);
-            for (int64_t d = 0; d < Dv; d++) {
-                double acc = 0.0;
-                for (int64_t j = 0; j < nk; j++)
-                    acc += p[j] * vm[j * Dv + d];
-                om[i * Dv + d] = acc / sum; /* no keys: 0/0 = NaN */
-            }
+            const fc_ref_mask_row mrow = {mm ? mm + (Mq == 1 ? 0 : i) * Mk : NULL, Mk == 1 ? 0 : 1, mask_bool};
+            fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, mrow, p, om + i * Dv);
         }
     }
     fc_ctx_freemem(ip->ctx, p);
