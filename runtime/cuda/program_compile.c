@@ -153,26 +153,16 @@ static fc_status fill_desc(fc_program *p, const fc_plan_classes *c) {
 
     d->nvalues = c->nvalues;
     d->store = fc_ctx_malloc(p->ctx, sizeof *d->store * (size_t)(c->nvalues + 1));
-    d->params = fc_ctx_malloc(p->ctx, sizeof *d->params * (size_t)(g->nparams + 1));
-    d->outputs = fc_ctx_malloc(p->ctx, sizeof *d->outputs * (size_t)(g->noutputs + 1));
-    d->graph_name = dup_str(p->ctx, g->name);
-    if (!d->store || !d->params || !d->outputs || !d->graph_name) return FC_ERR_NOMEM;
-    memset(d->params, 0, sizeof *d->params * (size_t)(g->nparams + 1));
-    memset(d->outputs, 0, sizeof *d->outputs * (size_t)(g->noutputs + 1));
+    if (!d->store) return FC_ERR_NOMEM;
     for (int id = 0; id < c->nvalues; id++) d->store[id] = store_of(c, plan, id);
 
-    for (int i = 0; i < g->nparams; i++) {
-        fc_program_tensor *t = &d->params[i];
-        fc_program_tensor_set_type(t, g->params[i]);
-        d->nparams = i + 1; /* so that release frees the names made so far */
-        if (!(t->name = dup_str(p->ctx, g->params[i]->name ? g->params[i]->name : ""))) return FC_ERR_NOMEM;
-    }
-    for (int k = 0; k < g->noutputs; k++) {
-        fc_program_tensor *t = &d->outputs[k];
-        fc_program_tensor_set_type(t, g->outputs[k]);
-        t->copy_from = fc_prog_copy_source(c, g, k, fc_value_bytes(g->outputs[k]));
-    }
-    d->noutputs = g->noutputs;
+    /* The parameters (their inout marks included: the host run copies an
+     * inout parameter's device buffer back to the caller's) and the
+     * results, as every backend's description has them. */
+    fc_status st = fc_program_desc_signature(p->ctx, g, d);
+    if (st != FC_OK) return st;
+    for (int k = 0; k < g->noutputs; k++)
+        d->outputs[k].copy_from = fc_prog_copy_source(c, g, k, fc_value_bytes(g->outputs[k]));
     d->arena_bytes = plan->arena_bytes;
     d->intermediate_bytes = plan->intermediate_bytes;
 

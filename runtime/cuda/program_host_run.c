@@ -162,6 +162,12 @@ static fc_status run_host_dynamic(fc_program *p, const fc_tensor *inputs, int ni
         ms[i] = fc_now_ms() - t0;
     }
     if (st == FC_OK && bench_iters > 0 && median_ms) *median_ms = fc_median(ms, bench_iters);
+    /* Inout parameters: the program wrote their device copy in place. */
+    for (int i = 0; i < nin && st == FC_OK; i++) {
+        size_t bytes = (size_t)fc_tensor_numel(&t[i]) * fc_dtype_size(t[i].dtype);
+        if (desc->params[i].inout && bytes)
+            st = fc_cuda_download(d, inputs[i].data, (CUdeviceptr)(uintptr_t)t[i].data, bytes);
+    }
     for (int k = 0; k < nout && st == FC_OK; k++) {
         const fc_tensor *r = &t[nin + k];
         size_t bytes = (size_t)fc_tensor_numel(r) * fc_dtype_size(r->dtype);
