@@ -41,6 +41,16 @@ static int64_t flatten_in(int ns, const int64_t *dims, const int64_t *idx)
     return off;
 }
 
+/* Where tap q of the window at pos lands: at[i] = pos[i]*s - pb + k[i]*d
+ * (an output position of conv and the pools, an input one of conv_transpose). */
+static void tap_of(const fc_window_geom *g, const int64_t *pos, int64_t q, int64_t *at)
+{
+    int64_t kk[FC_MAX_SPATIAL];
+    unflatten(q, g->ns, g->k, kk);
+    for (int i = 0; i < g->ns; i++)
+        at[i] = pos[i] * g->s[i] - g->pb[i] + kk[i] * g->d[i];
+}
+
 static fc_status set_out(interp *ip, int64_t n, int64_t c, const fc_window_geom *g)
 {
     int64_t shape[FC_MAX_RANK] = {n, c};
@@ -68,15 +78,13 @@ fc_status fc_ref_run_conv(interp *ip)
     for (int64_t n = 0; n < N; n++)
         for (int64_t m = 0; m < M; m++)
             for (int64_t p = 0; p < P; p++) {
-                int64_t o[FC_MAX_SPATIAL], kk[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
+                int64_t o[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
                 unflatten(p, ns, g.out, o);
                 double acc = b ? b->data[m] : 0.0;
                 for (int64_t cg = 0; cg < Cg; cg++) {
                     int64_t c = m / Mg * Cg + cg;
                     for (int64_t q = 0; q < K; q++) {
-                        unflatten(q, ns, g.k, kk);
-                        for (int i = 0; i < ns; i++)
-                            at[i] = o[i] * g.s[i] - g.pb[i] + kk[i] * g.d[i];
+                        tap_of(&g, o, q, at);
                         int64_t off = flatten_in(ns, g.in, at);
                         if (off >= 0)
                             acc += x->data[(n * C + c) * S + off] * w->data[(m * Cg + cg) * K + q];
@@ -111,15 +119,13 @@ fc_status fc_ref_run_conv_transpose(interp *ip)
     for (int64_t n = 0; n < N; n++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t p = 0; p < S; p++) {
-                int64_t i[FC_MAX_SPATIAL], kk[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
+                int64_t i[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
                 unflatten(p, ns, g.in, i);
                 double xv = x->data[(n * C + c) * S + p];
                 for (int64_t mg = 0; mg < Mg; mg++) {
                     int64_t m = c / Cg * Mg + mg;
                     for (int64_t q = 0; q < K; q++) {
-                        unflatten(q, ns, g.k, kk);
-                        for (int d = 0; d < ns; d++)
-                            at[d] = i[d] * g.s[d] - g.pb[d] + kk[d] * g.d[d];
+                        tap_of(&g, i, q, at);
                         int64_t off = flatten_in(ns, g.out, at);
                         if (off >= 0)
                             y[(n * M + m) * P + off] += xv * w->data[(c * Mg + mg) * K + q];
@@ -148,16 +154,14 @@ fc_status fc_ref_run_pool(interp *ip)
     double *y = result(ip, 0)->data;
     for (int64_t nc = 0; nc < NC; nc++)
         for (int64_t p = 0; p < P; p++) {
-            int64_t o[FC_MAX_SPATIAL], kk[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
+            int64_t o[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
             unflatten(p, ns, g.out, o);
             double acc = is_max ? -INFINITY : 0.0, count = 0;
             for (int64_t q = 0; q < K; q++) {
-                unflatten(q, ns, g.k, kk);
+                tap_of(&g, o, q, at);
                 bool in_pads = true;
-                for (int i = 0; i < ns; i++) {
-                    at[i] = o[i] * g.s[i] - g.pb[i] + kk[i] * g.d[i];
+                for (int i = 0; i < ns; i++)
                     in_pads = in_pads && at[i] >= -g.pb[i] && at[i] < g.in[i] + g.pe[i];
-                }
                 int64_t off = flatten_in(ns, g.in, at);
                 if (off >= 0) {
                     double v = x->data[nc * S + off];
