@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import cuda_timing  # bench/, the script's own folder
+
 RE_TIME = re.compile(r"^time: ([0-9.]+) ms median of", re.M)
 RE_COMPILED = re.compile(r"^time: ([0-9.]+) ms to a compiled program \(([^)]*)\)", re.M)
 RE_TOTAL = re.compile(r"^total: (\d+) kernels, (\d+) library calls", re.M)
@@ -72,19 +74,7 @@ def rel_l2(torch, y, ref):
 
 
 def time_torch(torch, fn, x, reps):
-    for _ in range(3):
-        fn(x)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(x)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return cuda_timing.median_ms(lambda: fn(x), reps)
 
 
 def save_npy(np, t, path):

@@ -14,23 +14,13 @@ import argparse
 
 import torch
 
+import cuda_timing  # bench/, the script's own folder
+
 DT = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 
 
 def timeit(fn, reps, warm=3):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return cuda_timing.median_ms(fn, reps, warm)
 
 
 def up(x, a):

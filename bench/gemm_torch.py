@@ -4,6 +4,8 @@ event timings. Prints one line per workload and mode."""
 import torch
 import torch.nn.functional as F
 
+import cuda_timing  # bench/, the script's own folder
+
 torch.manual_seed(0)
 dev = "cuda"
 bf = torch.bfloat16
@@ -14,19 +16,7 @@ def t(*shape, scale=1.0):
 
 
 def timeit(fn, args, reps=30, warm=5):
-    for _ in range(warm):
-        fn(*args)
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(*args)
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return cuda_timing.median_ms(lambda: fn(*args), reps, warm)
 
 
 def bare(x, w):
