@@ -78,8 +78,7 @@ fc_status fc_ref_run_cache_attention(interp *ip)
             double *om = o + (b * Hq + h) * Sq * Dv;
             for (int64_t i = 0; i < Sq; i++) {
                 int64_t nk = causal ? len - Sq + i + 1 : len;
-                const fc_ref_mask_row none = {NULL, 0, false};
-                fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, none, p, om + i * Dv);
+                fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, NULL, 0, false, p, om + i * Dv);
             }
         }
     fc_ctx_freemem(ip->ctx, p);

@@ -189,18 +189,12 @@ fc_status fc_ref_run_rmsnorm(interp *ip);
 /* interp_matmul.c */
 fc_status fc_ref_run_matmul(interp *ip);
 fc_status fc_ref_run_attention(interp *ip);
-/* An additive or boolean mask's row of one query: key j reads row[j * step]
- * (step 0: one value for all keys); row NULL: no mask. */
-typedef struct fc_ref_mask_row {
-    const double *row;
-    int64_t step;
-    bool is_bool;
-} fc_ref_mask_row;
-/* One query row of attention: p[j] = scale * qi . k_j (masked), softmax over
- * the nk first keys, oi = p @ v. p is scratch of nk doubles. Shared by
- * attention and cache_attention so the two sum in the same order. */
+/* One query row of attention: p[j] = scale * qi . k_j, masked by mrow[j * mstep]
+ * (additive, or boolean when mbool; mrow NULL: no mask), softmax over the nk
+ * first keys, oi = p @ v; p is scratch of nk doubles. Shared by attention and
+ * cache_attention so that the two sum in the same order. */
 void fc_ref_attention_row(const double *qi, const double *km, const double *vm, int64_t nk, int64_t D, int64_t Dv,
-                          double scale, fc_ref_mask_row mask, double *p, double *oi);
+                          double scale, const double *mrow, int64_t mstep, bool mbool, double *p, double *oi);
 fc_status fc_ref_run_gemm(interp *ip);
 /* interp_views.c */
 fc_status fc_ref_run_reshape(interp *ip);

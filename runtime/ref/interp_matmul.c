@@ -97,7 +97,7 @@ fc_status fc_ref_run_matmul(interp *ip)
  * written-out softmax of a row of -inf is.
  */
 void fc_ref_attention_row(const double *qi, const double *km, const double *vm, int64_t nk, int64_t D, int64_t Dv,
-                          double scale, fc_ref_mask_row mask, double *p, double *oi)
+                          double scale, const double *mrow, int64_t mstep, bool mbool, double *p, double *oi)
 {
     double m = -INFINITY, sum = 0.0;
     for (int64_t j = 0; j < nk; j++) {
@@ -105,9 +105,9 @@ void fc_ref_attention_row(const double *qi, const double *km, const double *vm, 
         for (int64_t d = 0; d < D; d++)
             s += qi[d] * km[j * D + d];
         p[j] = s * scale;
-        if (mask.row) {
-            double x = mask.row[j * mask.step];
-            p[j] = mask.is_bool ? (x != 0.0 ? p[j] : -INFINITY) : p[j] + x;
+        if (mrow) {
+            double x = mrow[j * mstep];
+            p[j] = mbool ? (x != 0.0 ? p[j] : -INFINITY) : p[j] + x;
         }
         m = scalar_op(FC_OP_MAX, m, p[j], 0);
     }
@@ -188,8 +188,9 @@ fc_status fc_ref_run_attention(interp *ip)
         for (int64_t i = 0; i < Sq; i++) {
             /* Masked keys are left out, which is softmax with -inf there. */
             int64_t nk = ip->node->a.causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
-            const fc_ref_mask_row mrow = {mm ? mm + (Mq == 1 ? 0 : i) * Mk : NULL, Mk == 1 ? 0 : 1, mask_bool};
-            fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, mrow, p, om + i * Dv);
+            const double *mrow = mm ? mm + (Mq == 1 ? 0 : i) * Mk : NULL;
+            int64_t mstep = Mk == 1 ? 0 : 1;
+            fc_ref_attention_row(qm + i * D, km, vm, nk, D, Dv, scale, mrow, mstep, mask_bool, p, om + i * Dv);
         }
     }
     fc_ctx_freemem(ip->ctx, p);
