@@ -24,7 +24,13 @@
  *     a load-time group's, or a GEMM's weight or bias operand (never its
  *     left operand or residual: those are per-run data).
  * The reads decide backwards (a reader comes later in launch order), the
- * sources forwards, so two walks over the groups decide every group.
+ * sources forwards. The walks repeat until nothing changes: a group the
+ * backward walk finds per-run may be the source of a later group the
+ * forward walk had marked (a folded batch norm's scale that both a GEMM's
+ * weight and a per-run kernel's bias are made from). That reader must then
+ * run per run too, after its source: the load-time launches run before
+ * every per-run one, so it would read memory not yet written. Marks only
+ * ever clear, so the walks end.
  *
  * Pipeline position: after fusion (the groups) and before batching and the
  * memory plan, which read the mark. Static plans only: a dynamic variant's
@@ -77,25 +83,36 @@ fc_status fc_pass_loadtime(fc_plan *plan) {
     memset(per_run, 0, nv * sizeof *per_run);
     for (int i = 0; i < g->noutputs; i++) per_run[g->outputs[i]->id] = true;
 
-    /* Forwards: groups computed from parameters alone. */
     for (int i = 0; i < plan->ngroups; i++) {
         fc_group *gr = plan->groups[i];
-        bool ok = gr->kind == FC_GROUP_POINTWISE || gr->kind == FC_GROUP_REDUCE || gr->kind == FC_GROUP_ALIAS;
-        for (int k = 0; ok && k < gr->ninputs; k++) {
-            const fc_value *v = gr->inputs[k];
-            if (v->weak || is_param(v)) continue;
-            int src = v->def ? plan->group_of_node[v->def->id] : -1;
-            ok = src >= 0 && src < i && plan->groups[src]->loadtime;
-        }
-        gr->loadtime = ok;
+        gr->loadtime = gr->kind == FC_GROUP_POINTWISE || gr->kind == FC_GROUP_REDUCE || gr->kind == FC_GROUP_ALIAS;
     }
-    /* Backwards: every read of a load-time group's results is a weight's. */
-    for (int i = plan->ngroups - 1; i >= 0; i--) {
-        fc_group *gr = plan->groups[i];
-        for (int k = 0; gr->loadtime && k < gr->noutputs; k++) gr->loadtime = !per_run[gr->outputs[k]->id];
-        for (int k = 0; k < gr->ninputs; k++) {
-            const fc_value *v = gr->inputs[k];
-            if (!gr->loadtime && !weight_read(plan, gr, v)) per_run[v->id] = true;
+    for (bool changed = true; changed;) {
+        changed = false;
+        /* Forwards: groups computed from parameters and load-time groups alone. */
+        for (int i = 0; i < plan->ngroups; i++) {
+            fc_group *gr = plan->groups[i];
+            bool ok = gr->loadtime;
+            for (int k = 0; ok && k < gr->ninputs; k++) {
+                const fc_value *v = gr->inputs[k];
+                if (v->weak || is_param(v)) continue;
+                int src = v->def ? plan->group_of_node[v->def->id] : -1;
+                ok = src >= 0 && src < i && plan->groups[src]->loadtime;
+            }
+            changed |= ok != gr->loadtime;
+            gr->loadtime = ok;
+        }
+        /* Backwards: every read of a load-time group's results is a weight's. */
+        for (int i = plan->ngroups - 1; i >= 0; i--) {
+            fc_group *gr = plan->groups[i];
+            for (int k = 0; gr->loadtime && k < gr->noutputs; k++) {
+                gr->loadtime = !per_run[gr->outputs[k]->id];
+                changed |= !gr->loadtime;
+            }
+            for (int k = 0; k < gr->ninputs; k++) {
+                const fc_value *v = gr->inputs[k];
+                if (!gr->loadtime && !weight_read(plan, gr, v)) per_run[v->id] = true;
+            }
         }
     }
     fc_ctx_freemem(g->ctx, per_run);

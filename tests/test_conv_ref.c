@@ -356,10 +356,10 @@ int main(void) {
     test_pool_values();
     test_norm_pad_resize_values();
     test_builders();
-    static const char *const files[] = {"resnet_block.ir", "depthwise_block.ir", "conv_ops.ir"};
+    static const char *const files[] = {"resnet_block.ir", "depthwise_block.ir", "conv_ops.ir", "shared_batch_norm.ir"};
     static const char *const pipelines[] = {"fold_batch_norm", "lower_conv", "fold_batch_norm,lower_conv,layout,canonicalize",
                                             "lower_conv,layout,canonicalize,decompose,canonicalize"};
-    for (size_t f = 0; f < 3; f++)
+    for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
         for (size_t p = 0; p < 4; p++) test_passes_keep_values(files[f], pipelines[p]);
     fc_context_free(ctx);
     return check_report("test_conv_ref");

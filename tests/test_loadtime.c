@@ -95,6 +95,14 @@ static counts plan_counts(fc_graph *g, fc_precision p) {
     if (st != FC_OK) return n;
     for (int i = 0; i < plan.ngroups; i++) {
         const fc_group *gr = plan.groups[i];
+        /* The load-time launches run before every per-run one: what a
+         * load-time group reads is a parameter or a load-time result. */
+        for (int k = 0; gr->loadtime && k < gr->ninputs; k++) {
+            const fc_value *v = gr->inputs[k];
+            if (v->weak || !v->def) continue;
+            int src = plan.group_of_node[v->def->id];
+            CHECK(src >= 0 && src < i && plan.groups[src]->loadtime);
+        }
         if (gr->kind == FC_GROUP_ALIAS) continue;
         if (gr->kind == FC_GROUP_LIBRARY) {
             CHECK(!gr->loadtime);
@@ -146,6 +154,12 @@ static void test_plans(void) {
          "graph f(%x: bf16[8192, 768], %w: bf16[50257, 768]) {\n  %wt = permute(%w, perm=[1, 0])\n"
          "  %y = matmul(%x, %wt)\n  return %y\n}\n",
          FC_PRECISION_AS_WRITTEN, 0, 0, 1, false, false},
+        {"a folded batch norm's scale that a per-run bias is made from: the weight made from it runs per run",
+         "graph f(%x: f32[1, 4, 5, 5], %w: f32[4, 4, 1, 1], %wdw: f32[4, 1, 3, 3], %s: f32[4], %b: f32[4],\n"
+         "        %m: f32[4], %v: f32[4]) {\n  %e = conv(%x, %w, window=[1, 1, 1, 1, 0, 0, 0, 0])\n"
+         "  %en = batch_norm(%e, %s, %b, %m, %v)\n  %d = conv(%en, %wdw, window=[1, 1, 1, 1, 1, 1, 1, 1], groups=4)\n"
+         "  %dn = batch_norm(%d, %s, %b, %m, %v)\n  return %dn\n}\n",
+         FC_PRECISION_AS_WRITTEN, 0, -1, 1, false, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         fc_graph *g = parse(cases[i].text, NULL, 0);
