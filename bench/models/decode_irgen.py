@@ -41,11 +41,16 @@ def _positions(g):
     return pids, g.op("len", f"add({last}, 1) : i64[]")
 
 
-def _caches(g, L, heads, ctx, D):
-    """One inout (k, v) cache pair per layer, [B, heads, ctx, D]."""
-    dt = "inout " + g.dt
-    return [(g.param(f"cache.{i}.k", ["B", heads, ctx, D], dt), g.param(f"cache.{i}.v", ["B", heads, ctx, D], dt))
-            for i in range(L)]
+def _inputs(name, dtype, L, heads, ctx, D):
+    """A graph with the per-call inputs (%input_ids, %pos) and one inout
+    (k, v) cache pair per layer, [B, heads, ctx, D]: (g, ids, caches)."""
+    g = irgen._Graph(name, dtype)
+    ids = g.param("input_ids", ["B", "T"], "i64")
+    g.param("pos", [], "i64")
+    dt = "inout " + dtype
+    caches = [(g.param(f"cache.{i}.k", ["B", heads, ctx, D], dt), g.param(f"cache.{i}.v", ["B", heads, ctx, D], dt))
+              for i in range(L)]
+    return g, ids, caches
 
 
 def _cache_attention(g, n, cache, q, k, v, ln, heads, D):
@@ -58,10 +63,7 @@ def _cache_attention(g, n, cache, q, k, v, ln, heads, D):
 
 def gpt2_decode_ir(cfg, dtype, ctx):
     C, L, H, V, P, eps, D = irgen._gpt2_dims(cfg)
-    g = irgen._Graph("gpt2_decode", dtype)
-    ids = g.param("input_ids", ["B", "T"], "i64")
-    g.param("pos", [], "i64")
-    caches = _caches(g, L, H, ctx, D)
+    g, ids, caches = _inputs("gpt2_decode", dtype, L, H, ctx, D)
     wte = g.param("transformer.wte.weight", [V, C])
     wpe = g.param("transformer.wpe.weight", [P, C])
     g.comment("token and position embeddings; the positions are pos .. pos + T - 1")
@@ -86,10 +88,7 @@ def gpt2_decode_ir(cfg, dtype, ctx):
 
 def llama_decode_ir(cfg, dtype, ctx):
     Hd, L, NH, KV, I, V, D, eps, tied = irgen._llama_dims(cfg)
-    g = irgen._Graph("llama_decode", dtype)
-    ids = g.param("input_ids", ["B", "T"], "i64")
-    g.param("pos", [], "i64")
-    caches = _caches(g, L, KV, ctx, D)
+    g, ids, caches = _inputs("llama_decode", dtype, L, KV, ctx, D)
     rc, rs = g.param("rope.cos", [ctx, D]), g.param("rope.sin", [ctx, D])
     emb = g.param("model.embed_tokens.weight", [V, Hd])
     g.comment("the rotary rows of positions pos .. pos + T - 1")
