@@ -92,6 +92,17 @@ static const char *file_option(const options *o) {
 }
 
 /* --cache-clear, then --cache-info [--verify]. */
+/* Prints a report the library made (and frees it); NULL: its error. */
+static bool put_text(fc_context *ctx, char *text) {
+    if (!text) {
+        print_last_error(ctx);
+        return false;
+    }
+    fputs(text, stdout);
+    fc_free(text);
+    return true;
+}
+
 int cache_commands(const options *o) {
     const char *cmd = o->cache_info ? "--cache-info" : "--cache-clear";
     if (o->file) return usage_error("%s takes no FILE (got '%s')", cmd, o->file);
@@ -109,25 +120,17 @@ int cache_commands(const options *o) {
         goto done;
     }
     if (o->cache_clear) {
-        char *text = fc_cache_clear_text(ctx);
-        if (!text) {
-            print_last_error(ctx);
+        if (!put_text(ctx, fc_cache_clear_text(ctx))) {
             rc = EXIT_RUNTIME;
             goto done;
         }
-        fputs(text, stdout);
-        fc_free(text);
     }
     if (o->cache_info) {
         size_t nbad = 0;
-        char *text = fc_cache_info_text(ctx, o->verify, &nbad);
-        if (!text) {
-            print_last_error(ctx);
+        if (!put_text(ctx, fc_cache_info_text(ctx, o->verify, &nbad))) {
             rc = EXIT_RUNTIME;
             goto done;
         }
-        fputs(text, stdout);
-        fc_free(text);
         if (nbad) {
             rc = fail(EXIT_INPUT, "--verify found %zu bad cache entr%s (listed above); the next compile that "
                       "meets one rebuilds it, and --cache-clear removes them all",
