@@ -107,6 +107,8 @@ const char *fc_ref_value_name(const fc_value *v, char *buf, size_t n);
  */
 __attribute__((format(printf, 3, 4)))
 fc_status fc_ref_err(interp *ip, fc_status st, const char *fmt, ...);
+/* fc_ref_norm_axis, or false with FC_ERR_INPUT "axis .. is out of range" set. */
+bool fc_ref_axis_ok(interp *ip, int64_t axis, int rank, int *out);
 /* Give the buffer of value v a concrete shape and zeroed storage. */
 fc_status fc_ref_alloc_buf(interp *ip, const fc_value *v, int rank, const int64_t *shape);
 /*

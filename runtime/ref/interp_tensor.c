@@ -97,6 +97,14 @@ bool fc_ref_norm_axis(int64_t axis, int rank, int *out)
     return true;
 }
 
+bool fc_ref_axis_ok(interp *ip, int64_t axis, int rank, int *out)
+{
+    if (fc_ref_norm_axis(axis, rank, out))
+        return true;
+    fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)axis, rank);
+    return false;
+}
+
 /*
  * Element offsets that read an operand of shape in[0..inr) while walking a
  * result of shape out[0..outr), by NumPy broadcasting: dims align on the

@@ -150,8 +150,8 @@ fc_status fc_ref_run_slice(interp *ip)
     const ibuf *x = operand(ip, 0);
     const fc_attrs *a = &ip->node->a;
     int axis;
-    if (!fc_ref_norm_axis(a->axis, x->rank, &axis))
-        return fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)a->axis, x->rank);
+    if (!fc_ref_axis_ok(ip, a->axis, x->rank, &axis))
+        return FC_ERR_INPUT;
     if (a->step < 1)
         return fc_ref_err(ip, FC_ERR_INPUT, "step must be >= 1, not %lld", (long long)a->step);
     int64_t first, count, outer, len, inner;
@@ -176,8 +176,8 @@ fc_status fc_ref_run_concat(interp *ip)
     const fc_node *n = ip->node;
     const ibuf *x0 = operand(ip, 0);
     int axis;
-    if (!fc_ref_norm_axis(n->a.axis, x0->rank, &axis))
-        return fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)n->a.axis, x0->rank);
+    if (!fc_ref_axis_ok(ip, n->a.axis, x0->rank, &axis))
+        return FC_ERR_INPUT;
     int64_t shape[FC_MAX_RANK];
     memcpy(shape, x0->shape, sizeof shape);
     shape[axis] = 0;
@@ -218,8 +218,8 @@ fc_status fc_ref_run_split(interp *ip)
     const fc_node *n = ip->node;
     const ibuf *x = operand(ip, 0);
     int axis;
-    if (!fc_ref_norm_axis(n->a.axis, x->rank, &axis))
-        return fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)n->a.axis, x->rank);
+    if (!fc_ref_axis_ok(ip, n->a.axis, x->rank, &axis))
+        return FC_ERR_INPUT;
     if (n->a.nlist != n->nout)
         return fc_ref_err(ip, FC_ERR_INPUT, "%d sizes for %d results", n->a.nlist, n->nout);
 
@@ -293,9 +293,8 @@ fc_status fc_ref_run_iota(interp *ip)
     const fc_value *v = ip->node->out[0];
     int64_t shape[FC_MAX_RANK], idx[FC_MAX_RANK];
     int axis = 0;
-    if (v->rank > 0 && !fc_ref_norm_axis(ip->node->a.axis, v->rank, &axis))
-        return fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)ip->node->a.axis,
-                          v->rank);
+    if (v->rank > 0 && !fc_ref_axis_ok(ip, ip->node->a.axis, v->rank, &axis))
+        return FC_ERR_INPUT;
     fc_status st = creation_shape(ip, shape);
     if (st != FC_OK)
         return st;
@@ -327,9 +326,8 @@ fc_status fc_ref_run_gather(interp *ip)
 {
     const ibuf *t = operand(ip, 0), *ix = operand(ip, 1);
     int axis;
-    if (!fc_ref_norm_axis(ip->node->a.axis, t->rank, &axis))
-        return fc_ref_err(ip, FC_ERR_INPUT, "axis %lld is out of range for rank %d", (long long)ip->node->a.axis,
-                          t->rank);
+    if (!fc_ref_axis_ok(ip, ip->node->a.axis, t->rank, &axis))
+        return FC_ERR_INPUT;
     int orank = t->rank - 1 + ix->rank;
     if (orank > FC_MAX_RANK)
         return fc_ref_err(ip, FC_ERR_INPUT, "the result would have rank %d (max %d)", orank, FC_MAX_RANK);
