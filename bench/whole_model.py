@@ -81,6 +81,8 @@ sys.path.insert(0, str(HERE / "models"))
 
 import numpy as np  # noqa: E402
 
+import cuda_timing  # noqa: E402  (bench/, this script's folder)
+
 SIZES = {
     "gpt2": {"full": [(1, 128), (8, 1024)], "tiny": [(2, 16), (1, 7)]},
     "llama": {"full": [(1, 512), (4, 2048)], "tiny": [(2, 16), (1, 7)]},
@@ -150,28 +152,7 @@ def time_torch(torch, fn, reps, warmup, cuda, step_begin=False):
     """Median ms of `reps` calls: CUDA events per call on the GPU, the wall
     clock on the CPU."""
     mark = getattr(getattr(torch, "compiler", None), "cudagraph_mark_step_begin", None) if step_begin else None
-    for _ in range(warmup):
-        if mark:
-            mark()
-        fn()
-    if cuda:
-        torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        if mark:
-            mark()
-        if cuda:
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            ts.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(ts)
+    return statistics.median(cuda_timing.samples_ms(fn, reps, warmup, cuda, mark))
 
 
 # ---------------------------------------------------------------- fusec
