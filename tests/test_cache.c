@@ -127,6 +127,17 @@ static fc_status put(fc_cache *c, fc_cache_level level, const char *key_text, co
     return fc_cache_put(c, ctx, level, &k, data, n);
 }
 
+/* Puts an entry, closes c, and checks that a fresh handle on dir reads it
+ * back from disk; closes that handle too. */
+static void put_reopen_get(fc_cache *c, const char *dir, fc_cache_level level, const char *key_text, const void *data,
+                           size_t n) {
+    CHECK_EQ_INT(put(c, level, key_text, data, n), FC_OK);
+    fc_cache_close(c);
+    c = open_cache(dir, FC_CACHE_RW, 0);
+    CHECK_EQ_INT(get_check(c, level, key_text, data, n), 1);
+    fc_cache_close(c);
+}
+
 static uint64_t counter(fc_cache *c, fc_cache_counter k) {
     fc_cache_summary s;
     if (fc_cache_info(c, ctx, &s) != FC_OK) return (uint64_t)-1;
@@ -263,11 +274,7 @@ static void test_roundtrip(void) {
     CHECK(data != NULL && n == 0);
     fc_free(data);
     /* Replacing an entry gives the new bytes. */
-    CHECK_EQ_INT(put(c, FC_CACHE_PROGRAM, "k1", big, 100), FC_OK);
-    fc_cache_close(c);
-    c = open_cache(dir, FC_CACHE_RW, 0);
-    CHECK_EQ_INT(get_check(c, FC_CACHE_PROGRAM, "k1", big, 100), 1);
-    fc_cache_close(c);
+    put_reopen_get(c, dir, FC_CACHE_PROGRAM, "k1", big, 100);
     rm_rf(base);
 }
 
@@ -387,11 +394,7 @@ static void test_corrupt_entries(void) {
         CHECK_EQ_INT(counter(c, FC_CACHE_MISSES), 1);
         CHECK_EQ_INT(counter(c, FC_CACHE_HITS), 0);
         /* Rebuilt: put again, and a fresh handle reads it from disk. */
-        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "victim", payload, sizeof payload), FC_OK);
-        fc_cache_close(c);
-        c = open_cache(dir, FC_CACHE_RW, 0);
-        CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "victim", payload, sizeof payload), 1);
-        fc_cache_close(c);
+        put_reopen_get(c, dir, FC_CACHE_KERNEL, "victim", payload, sizeof payload);
         rm_rf(base);
     }
 
@@ -1123,11 +1126,7 @@ static void test_entry_trust(void) {
             CHECK(!exists(path));
             CHECK_EQ_INT(counter(c, FC_CACHE_CORRUPT), 1);
         }
-        CHECK_EQ_INT(put(c, FC_CACHE_KERNEL, "d", payload, sizeof payload), FC_OK);
-        fc_cache_close(c);
-        c = open_cache(dir, FC_CACHE_RW, 0);
-        CHECK_EQ_INT(get_check(c, FC_CACHE_KERNEL, "d", payload, sizeof payload), 1);
-        fc_cache_close(c);
+        put_reopen_get(c, dir, FC_CACHE_KERNEL, "d", payload, sizeof payload);
         rm_rf(base);
     }
 
