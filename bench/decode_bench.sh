@@ -17,15 +17,8 @@
 # Back in $OUT: run.log, build.log, test_decode.log, decode.json, decode.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-START=$SECONDS
+source bench/bench_env.sh
 BUILD=${DECODE_BUILD_DIR:-build}
-exec > >(tee -a "$OUT/run.log") 2>&1
-
-echo "== env: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
 if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
     if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD/CMakeCache.txt"; then

@@ -18,17 +18,9 @@
 # its output), whole.json (every number), whole.md (the table).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
-ROOT=$PWD
-OUT=${OUT:-$ROOT/out}
-mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-START=$SECONDS
+source bench/bench_env.sh
 TOTAL=${WHOLE_TOTAL_S:-530}
 BUILD=${WHOLE_BUILD_DIR:-build}
-exec > >(tee -a "$OUT/run.log") 2>&1
-TEE_PID=$!
-
-echo "== env: $(date -u '+%Y-%m-%d %H:%M:%S UTC'); $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 | head -1)"
 commit=${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}
 echo "   commit: $commit; nproc $(nproc)"
 
