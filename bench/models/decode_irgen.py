@@ -31,10 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import irgen  # noqa: E402
 
 
-def _positions(g):
-    """%pids = pos + iota over T, and %len = the last of them + 1: the cache's
-    fill after this call's tokens are written (a reduce_max, since T is a
-    symbol until bound)."""
+def _positions(g, comment):
+    """After the comment, %pids = pos + iota over T, and %len = the last of
+    them + 1: the cache's fill after this call's tokens are written (a
+    reduce_max, since T is a symbol until bound)."""
+    g.comment(comment)
     io = g.op("iota_t", "iota(shape=[T], axis=0, dtype=i64)")
     pids = g.op("pids", f"add({io}, %pos) : i64[T]")
     last = g.op("last", f"reduce_max({pids}, axes=[0])")
@@ -66,8 +67,7 @@ def gpt2_decode_ir(cfg, dtype, ctx):
     g, ids, caches = _inputs("gpt2_decode", dtype, L, H, ctx, D)
     wte = g.param("transformer.wte.weight", [V, C])
     wpe = g.param("transformer.wpe.weight", [P, C])
-    g.comment("token and position embeddings; the positions are pos .. pos + T - 1")
-    pids, ln = _positions(g)
+    pids, ln = _positions(g, "token and position embeddings; the positions are pos .. pos + T - 1")
     tok = g.op("tok", f"gather({wte}, {ids}) : {dtype}[B, T, {C}]")
     pe = g.op("pe", f"gather({wpe}, {pids}) : {dtype}[T, {C}]")
     x = g.op("x0", f"add({tok}, {pe}) : {dtype}[B, T, {C}]")
@@ -91,8 +91,7 @@ def llama_decode_ir(cfg, dtype, ctx):
     g, ids, caches = _inputs("llama_decode", dtype, L, KV, ctx, D)
     rc, rs = g.param("rope.cos", [ctx, D]), g.param("rope.sin", [ctx, D])
     emb = g.param("model.embed_tokens.weight", [V, Hd])
-    g.comment("the rotary rows of positions pos .. pos + T - 1")
-    pids, ln = _positions(g)
+    pids, ln = _positions(g, "the rotary rows of positions pos .. pos + T - 1")
     cos = g.op("cos", f"gather({rc}, {pids}) : {dtype}[T, {D}]")
     sin = g.op("sin", f"gather({rs}, {pids}) : {dtype}[T, {D}]")
     x = g.op("x0", f"gather({emb}, {ids}) : {dtype}[B, T, {Hd}]")
