@@ -885,10 +885,11 @@ static void run_gpu_case(gpu_env *env, fc_cublaslt *h, const char *name, const c
         /* The second run finds its algorithm (and concatenated weights) in
          * the handle: no new heuristic query. */
         int after_first = fc_cublaslt_heuristic_queries(h);
-        /* One problem, or three for a result written in place over
-         * interleaved rows (the interleaved GEMMs, the first and the last
-         * columns' small ones). */
-        CHECK(after_first <= queries + 3);
+        /* One query per distinct problem: one, or up to ten for a result
+         * written in place over interleaved rows (each of the eight row
+         * phases starts at its own column shift, and the first and the
+         * last columns' small GEMMs). */
+        CHECK(after_first <= queries + 10);
         st = fc_cublaslt_launch(h, ctx, &desc, dptr, np + 1, env->ws, FC_CUBLASLT_WORKSPACE_BYTES, NULL);
         CHECK_EQ_INT(fc_cublaslt_heuristic_queries(h), after_first);
     }
