@@ -38,9 +38,12 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
     fc_value **ins = NULL;
     int cap_ins = 0;
     if (!map) goto oom;
-    c->src_file = g->src_file;
-    c->src_text = g->src_text;
-    c->src_len = g->src_len;
+    /* Its own copies: the clone may outlive g (a graph specialized from
+     * the shapes of input files replaces the parsed one), and its launches
+     * and diagnostics name the file. */
+    if (g->src_file && !(c->src_file = fc_arena_strndup(&c->arena, g->src_file, strlen(g->src_file)))) goto oom;
+    if (g->src_text && !(c->src_text = fc_arena_strndup(&c->arena, g->src_text, g->src_len))) goto oom;
+    c->src_len = g->src_text ? g->src_len : 0;
     for (int i = 0; i < g->nbinds; i++)
         if (fc_graph_bind(c, g->binds[i].name, g->binds[i].value)) goto fail;
     for (int i = 0; i < nbinds; i++)
