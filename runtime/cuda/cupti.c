@@ -24,14 +24,14 @@ static bool loaded;
 static char load_error[1600];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
-/* The records of the open session (the buffer callback runs on CUPTI's
+/* The records of the open capture (the buffer callback runs on CUPTI's
  * thread). */
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static fc_cupti_kernel *kernels;
 static fc_cupti_api *apis;
 static fc_cupti_ext *exts;
 static int nkernels, napis, nexts, ckernels, capis, cexts;
-static bool rec_oom, session_open;
+static bool rec_oom, capture_open;
 static uint64_t t0_ns;
 
 /* The toolkit's folder, from the include folder fusec was built with. */
@@ -94,7 +94,7 @@ static void CUPTIAPI buffer_completed(CUcontext c, uint32_t stream, uint8_t *buf
     (void)c, (void)stream, (void)size;
     CUpti_Activity *rec = NULL;
     pthread_mutex_lock(&rec_lock);
-    while (session_open && C.GetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
+    while (capture_open && C.GetNextRecord(buffer, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) {
             const CUpti_ActivityKernel10 *k = (const CUpti_ActivityKernel10 *)(const void *)rec;
             if (!GROW(kernels, nkernels, ckernels)) {
@@ -133,9 +133,9 @@ fc_status fc_cupti_begin(fc_context *ctx) {
     pthread_once(&load_once, load);
     if (!loaded) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", load_error);
     pthread_mutex_lock(&rec_lock);
-    const bool busy = session_open;
+    const bool busy = capture_open;
     if (!busy) {
-        session_open = true;
+        capture_open = true;
         nkernels = napis = nexts = 0;
         rec_oom = false;
     }
@@ -152,7 +152,7 @@ fc_status fc_cupti_begin(fc_context *ctx) {
     if (r != CUPTI_SUCCESS) {
         for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) (void)C.Disable(kinds[i]);
         pthread_mutex_lock(&rec_lock);
-        session_open = false;
+        capture_open = false;
         pthread_mutex_unlock(&rec_lock);
         return fc_set_error(ctx, FC_ERR_RUNTIME, "CUPTI: cannot record kernel activity (error %d; another profiler "
                             "attached?)", (int)r);
@@ -190,7 +190,7 @@ fc_status fc_cupti_end(fc_context *ctx, fc_cupti_kernel **k, int *nk, fc_cupti_a
     apis = NULL;
     exts = NULL;
     nkernels = napis = nexts = ckernels = capis = cexts = 0;
-    session_open = false;
+    capture_open = false;
     pthread_mutex_unlock(&rec_lock);
     return oom ? fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (CUPTI records)") : FC_OK;
 }

@@ -3,13 +3,13 @@
  * dlopen only when a profile is asked for (a program that is never
  * profiled never loads it, and a machine without it runs everything else).
  *
- * While a session is open, CUPTI records every kernel the device runs and
+ * While a capture is open, CUPTI records every kernel the device runs and
  * every driver API call, each with a correlation id; the profile pushes an
  * external id (its run and launch) around each launch, and CUPTI's
  * external-correlation records map the one to the other, so a library
  * call's kernels (cuBLASLt's, whose names fusec does not choose) belong to
  * their launch. Times are CUPTI's nanoseconds, as milliseconds from the
- * session's start.
+ * capture's start.
  */
 #ifndef FC_RUNTIME_CUDA_CUPTI_H
 #define FC_RUNTIME_CUDA_CUPTI_H
@@ -20,7 +20,7 @@
 
 typedef struct fc_cupti_kernel {
     uint32_t correlation;
-    double start, end; /* ms from the session's start */
+    double start, end; /* ms from the capture's start */
     char name[96];     /* the device's name for it, cut */
 } fc_cupti_kernel;
 
@@ -36,7 +36,7 @@ typedef struct fc_cupti_ext {
 } fc_cupti_ext;
 
 /* Load CUPTI (once per process) and start recording. FC_ERR_UNSUPPORTED
- * with where it looked when there is none; one session at a time. */
+ * with where it looked when there is none; one capture at a time. */
 fc_status fc_cupti_begin(fc_context *ctx);
 /* Tag the launches made from now until fc_cupti_pop with id (> 0). */
 void fc_cupti_push(uint64_t id);
