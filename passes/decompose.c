@@ -1,7 +1,8 @@
 /* decompose.c - lower the composite ops to primitives.
  *
  * softmax, layernorm, rmsnorm, gelu, silu and reduce_mean become the
- * elementwise ops and reductions they are made of. Fusion then has to
+ * elementwise ops and reductions they are made of; a split becomes its
+ * slices. Fusion then has to
  * rebuild each of them as one kernel from the primitives, which is the
  * point: nothing later is special-cased by op name, and a user who writes a
  * softmax out by hand gets the same kernel as one who writes `softmax`.
@@ -146,6 +147,34 @@ static fc_value *lower_silu(fc_rewriter *rw, fc_node *n) {
     return fc_rw_op2(rw, FC_OP_MUL, x, fc_rw_op1(rw, FC_OP_SIGMOID, x));
 }
 
+/* split(x) = one slice per piece. A slice is a view that fusion inlines into
+ * its readers, and one that must be stored (a graph result, a library call's
+ * operand) is its own copy kernel over its own shape; a split kept whole
+ * would need one kernel iterating over the input and storing pieces of
+ * different shapes, which no backend's store loop expresses. The later
+ * pieces replace the split's other results here; the first is returned. */
+static fc_value *lower_split(fc_rewriter *rw, fc_node *n) {
+    fc_value *x = n->in[0];
+    int ax = norm_axis(n->a.axis, x->rank);
+    if (fc_dim_is_sym(x->dims[ax])) return NULL;
+    fc_value *first = NULL;
+    int64_t start = 0;
+    for (int i = 0; i < n->nout; i++) {
+        fc_attrs a;
+        fc_attrs_defaults(FC_OP_SLICE, &a);
+        a.axis = ax;
+        a.start = start;
+        a.end = start + n->out[i]->dims[ax];
+        a.step = 1;
+        start = a.end;
+        fc_node *s = fc_rw_build(rw, FC_OP_SLICE, &x, 1, &a);
+        if (!s) return NULL;
+        if (i == 0) first = s->out[0];
+        else if (!fc_rw_replace(rw, n->out[i], s->out[0])) return NULL;
+    }
+    return first;
+}
+
 /* The primitives replacing n, placed where n was; NULL if n stays (not a
  * composite, or one that cannot be lowered) or on error. */
 static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
@@ -156,6 +185,7 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n, bool symbolic_means) {
     case FC_OP_RMSNORM: return lower_rmsnorm(rw, n, symbolic_means);
     case FC_OP_GELU: return lower_gelu(rw, n);
     case FC_OP_SILU: return lower_silu(rw, n);
+    case FC_OP_SPLIT: return lower_split(rw, n);
     default: return NULL;
     }
 }
