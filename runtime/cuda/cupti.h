@@ -5,18 +5,33 @@
  *
  * While a capture is open, CUPTI records every kernel the device runs and
  * every driver API call, each with a correlation id; the profile pushes an
- * external id (its run and launch) around each launch, and CUPTI's
+ * external id (its run and launch) around each launch, or around a CUDA
+ * Graph replay (its run, and FC_CUPTI_REPLAY for the launch), and CUPTI's
  * external-correlation records map the one to the other, so a library
  * call's kernels (cuBLASLt's, whose names fusec does not choose) belong to
  * their launch. Times are CUPTI's nanoseconds, as milliseconds from the
  * capture's start.
+ *
+ * A replay's kernels all carry the correlation id of the one cuGraphLaunch
+ * that ran them, so which kernel is which launch comes from their order:
+ * the graph is a chain in launch order (runtime/cuda/replay.h), so its
+ * kernels start in that order. fc_cupti_map checks it by name: each
+ * generated kernel is its launch's function, and a library call's kernels
+ * are those between the generated kernels around it (split by the counts a
+ * launch-by-launch run gave when library calls follow one another).
  */
 #ifndef FC_RUNTIME_CUDA_CUPTI_H
 #define FC_RUNTIME_CUDA_CUPTI_H
 
 #include "fusec.h"
+#include "runtime/profile.h"
 
 #include <stdint.h>
+
+/* The external id of launch i of run k: ((k + 1) << FC_CUPTI_RUN_SHIFT) |
+ * i; a replay of run k has FC_CUPTI_REPLAY for i. */
+#define FC_CUPTI_RUN_SHIFT 24
+#define FC_CUPTI_REPLAY ((1u << FC_CUPTI_RUN_SHIFT) - 1)
 
 typedef struct fc_cupti_kernel {
     uint32_t correlation;
@@ -47,5 +62,20 @@ double fc_cupti_now_ms(void);
  * caller frees each array). */
 fc_status fc_cupti_end(fc_context *ctx, fc_cupti_kernel **k, int *nk, fc_cupti_api **a, int *na, fc_cupti_ext **e,
                        int *ne);
+
+/*
+ * A capture's records as r's events (runtime/profile.h), on any machine
+ * (nothing here calls CUPTI): records of runs 0 .. r->runs-1 are events of
+ * those runs; launch-by-launch records of run learn (>= r->runs; -1: none)
+ * say which kernels each launch runs, for splitting the kernels of library
+ * calls that follow one another in a replay; other runs' are dropped. e is
+ * sorted in place. A replay whose kernels do not match the launches (a
+ * count, or a name where a generated kernel belongs) adds nothing: why
+ * then says what differed, and no event of any run is kept (the caller
+ * profiles launch by launch instead); why is "" otherwise.
+ * FC_ERR_NOMEM (on r->ctx).
+ */
+fc_status fc_cupti_map(fc_profile_rec *r, int learn, const fc_cupti_kernel *k, int nk, const fc_cupti_api *a, int na,
+                       fc_cupti_ext *e, int ne, char *why, size_t nwhy);
 
 #endif

@@ -1,21 +1,17 @@
 /*
  * program_profile.c - fc_program_profile for CUDA (runtime/profile.h): the
  * warm-up and the plain runs as fc_run makes them (CUDA Graphs and all),
- * then the measured runs launch by launch under CUPTI (cupti.h), each
- * launch tagged with its run and position so that its kernels (a library
- * call's too) and its driver calls come back as its events.
- *
- * Why launch by launch: a CUDA Graph replay is one API call for every
- * kernel, so its records carry one correlation id, and which kernel is
- * which launch would be a guess. The plain runs' median beside the
- * profiled runs' says what launching one by one (and CUPTI) costs.
+ * then the measured runs under CUPTI (cupti.h), made as fc_run makes them
+ * too: replays of the program's CUDA Graph where it has one, each replay
+ * tagged with its run, its kernels placed by their order in the graph
+ * (fc_cupti_map); launch by launch where it has none (graphs off, or given
+ * up), each launch tagged with its run and position so that its kernels (a
+ * library call's too) and its driver calls come back as its events. The
+ * plain runs' median beside the profiled runs' says what CUPTI costs.
  */
 #include "runtime/cuda/program_impl.h"
 #include "runtime/cuda/cupti.h"
 #include "runtime/profile.h"
-
-/* Launch i of measured run k is tagged ((k + 1) << TAG_RUN_SHIFT) | i. */
-#define TAG_RUN_SHIFT 24
 
 /* The copy bandwidth, measured: device-to-device copies of 256 MiB, best
  * of a few, counting bytes read and written (what a kernel's bytes count). */
@@ -52,66 +48,57 @@ static double flops_ceiling(const char *name) {
     return 0;
 }
 
-static int cmp_ext(const void *a, const void *b) {
-    const fc_cupti_ext *x = a, *y = b;
-    return (x->correlation > y->correlation) - (x->correlation < y->correlation);
+/* One run under CUPTI, tagged as run k: launch by launch when eager, else
+ * as fc_run makes it (a replay of the graph when the program has one);
+ * its wall time on the records' clock into t0, t1 (NULL: not wanted). */
+static fc_status tagged_run(fc_program *p, void *const *in, void *const *out, int k, bool eager, double *t0,
+                            double *t1) {
+    fc_cuda_device *d = p->dev;
+    p->profile_tag = (uint64_t)(k + 1) << FC_CUPTI_RUN_SHIFT;
+    p->profile_eager = eager;
+    if (t0) *t0 = fc_cupti_now_ms();
+    fc_status st = fc_prog_enqueue(p, in, out, d->stream);
+    if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
+    if (t1) *t1 = fc_cupti_now_ms();
+    p->profile_tag = 0;
+    p->profile_eager = false;
+    return st;
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The tag of correlation id c (0: none). */
-static uint64_t tag_of(const fc_cupti_ext *e, int ne, uint32_t c) {
-    const fc_cupti_ext key = {c, 0};
-    const fc_cupti_ext *f = bsearch(&key, e, (size_t)ne, sizeof *e, cmp_ext);
-    return f ? f->id : 0;
-}
-
-/* The measured run and launch a correlation id's tag names; false for a
- * record of no measured run. */
-static bool tagged(const fc_profile_rec *r, const fc_cupti_ext *e, int ne, uint32_t c, int *run, int *launch) {
-    const uint64_t tag = tag_of(e, ne, c);
-    *run = (int)(tag >> TAG_RUN_SHIFT) - 1;
-    *launch = (int)(tag & ((1u << TAG_RUN_SHIFT) - 1));
-    return tag && *run >= 0 && *run < r->runs && *launch < r->nlaunches;
-}
-
-/* The records into r's events. */
-static fc_status add_events(fc_profile_rec *r, fc_cupti_kernel *k, int nk, fc_cupti_api *a, int na, fc_cupti_ext *e,
-                            int ne) {
-    qsort(e, (size_t)ne, sizeof *e, cmp_ext);
-    uint32_t *kc = malloc(sizeof *kc * (size_t)(nk + 1));
-    if (!kc) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
-    int nkc = 0;
-    for (int i = 0; i < nk; i++) {
-        int run, launch;
-        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
-        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_DEVICE, run, launch, k[i].start, k[i].end);
-        if (!ev) {
-            free(kc);
-            return FC_ERR_NOMEM;
-        }
-        ev->flow = (int)k[i].correlation;
-        snprintf(ev->name, sizeof ev->name, "%s", k[i].name);
-        kc[nkc++] = k[i].correlation;
+/*
+ * One capture: first a run launch by launch (run r->runs), which is the
+ * run whose first records cost more and says which kernels each launch
+ * runs; then, when replaying, the graph built again while CUPTI records (a
+ * graph made before CUPTI was loaded need not report its nodes' kernels)
+ * and replayed once (its upload); then the measured runs. Their records
+ * become r's events; *why says why a replay's did not (they are dropped).
+ */
+static fc_status capture(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r, bool replay,
+                         uint64_t *replays, char *why, size_t nwhy) {
+    fc_status st = fc_cupti_begin(p->ctx);
+    if (st != FC_OK) return st;
+    const int learn = r->runs;
+    st = tagged_run(p, in, out, learn, true, NULL, NULL);
+    if (st == FC_OK && replay) {
+        fc_replay_free(p->replay, p->dev);
+        p->replay = NULL;
+        st = tagged_run(p, in, out, learn + 1, false, NULL, NULL);
     }
-    qsort(kc, (size_t)nkc, sizeof *kc, cmp_u32);
-    for (int i = 0; i < na; i++) {
-        int run, launch;
-        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
-        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_HOST, run, launch, a[i].start, a[i].end);
-        if (!ev) {
-            free(kc);
-            return FC_ERR_NOMEM;
-        }
-        /* Only a call that launched a kernel starts a flow. */
-        if (bsearch(&a[i].correlation, kc, (size_t)nkc, sizeof *kc, cmp_u32)) ev->flow = (int)a[i].correlation;
-        snprintf(ev->name, sizeof ev->name, "%s (driver call %u)", r->launches[launch].name, a[i].cbid);
-    }
-    free(kc);
-    return FC_OK;
+    const uint64_t before = p->stats.graph_replays;
+    for (int k = 0; k < r->runs && st == FC_OK; k++)
+        st = tagged_run(p, in, out, k, !replay, &r->run_start[k], &r->run_end[k]);
+    *replays = p->stats.graph_replays - before;
+    fc_cupti_kernel *k = NULL;
+    fc_cupti_api *a = NULL;
+    fc_cupti_ext *e = NULL;
+    int nk = 0, na = 0, ne = 0;
+    fc_status est = fc_cupti_end(p->ctx, &k, &nk, &a, &na, &e, &ne);
+    if (st == FC_OK) st = est;
+    if (st == FC_OK) st = fc_cupti_map(r, learn, k, nk, a, na, e, ne, why, nwhy);
+    free(k);
+    free(a);
+    free(e);
+    return st;
 }
 
 static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, double *plain) {
@@ -134,32 +121,38 @@ static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, doub
     snprintf(r->peak_source, sizeof r->peak_source, "copy measured (cuMemcpyDtoD, 256 MiB); %s",
              r->peak_tflops > 0 ? "FLOPs: a dense bf16 GEMM's, documented" : "no FLOP ceiling known for this device");
 
-    st = fc_cupti_begin(p->ctx);
+    /* The plain runs replayed the graph when the program has one: so do
+     * the profiled runs. */
+    const bool replay = p->replay != NULL;
+    char why[200] = "";
+    uint64_t replays = 0;
+    st = capture(p, in, out, r, replay, &replays, why, sizeof why);
     if (st != FC_OK) return st;
-    /* One run under CUPTI before the measured ones (its first records
-     * cost more), tagged as no measured run. */
-    p->profile_tag = (uint64_t)(r->runs + 1) << TAG_RUN_SHIFT;
-    st = fc_prog_enqueue(p, in, out, d->stream);
-    if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
-    for (int k = 0; k < r->runs && st == FC_OK; k++) {
-        p->profile_tag = (uint64_t)(k + 1) << TAG_RUN_SHIFT;
-        r->run_start[k] = fc_cupti_now_ms();
-        st = fc_prog_enqueue(p, in, out, d->stream);
-        if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
-        r->run_end[k] = fc_cupti_now_ms();
+    if (replay && !why[0] && replays == (uint64_t)r->runs) {
+        r->replayed = true;
+        snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it");
+        return FC_OK;
     }
-    p->profile_tag = 0;
-    fc_cupti_kernel *k = NULL;
-    fc_cupti_api *a = NULL;
-    fc_cupti_ext *e = NULL;
-    int nk = 0, na = 0, ne = 0;
-    fc_status est = fc_cupti_end(p->ctx, &k, &nk, &a, &na, &e, &ne);
-    if (st == FC_OK) st = est;
-    if (st == FC_OK) st = add_events(r, k, nk, a, na, e, ne);
-    free(k);
-    free(a);
-    free(e);
-    return st;
+    if (why[0]) {
+        /* The replays' records could not be told apart: launch by launch
+         * (each launch's records tagged with it) instead. */
+        char again[8];
+        st = capture(p, in, out, r, false, &replays, again, sizeof again);
+        if (st != FC_OK) return st;
+        snprintf(r->mode, sizeof r->mode, "launch by launch (the replays' kernel records did not match the launches: %.180s)",
+                 why);
+        return FC_OK;
+    }
+    if (replay) {
+        /* A graph given up during the runs (its reason in the stats): the
+         * rest went launch by launch, their records tagged so. */
+        snprintf(r->mode, sizeof r->mode, "%d of %d runs replayed the CUDA Graph, the rest launch by launch (%.160s)",
+                 (int)replays, r->runs, p->stats.graph_skip_reason);
+        return FC_OK;
+    }
+    snprintf(r->mode, sizeof r->mode, "launch by launch (the program replays no CUDA Graph: %.180s)",
+             p->stats.graph_skip_reason[0] ? p->stats.graph_skip_reason : "none was built");
+    return FC_OK;
 }
 
 fc_status fc_prog_cuda_profile(fc_program *p, const fc_tensor *inputs, int nin, fc_profile_rec *r) {
