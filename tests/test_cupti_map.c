@@ -52,6 +52,7 @@ static uint64_t tag(int run, unsigned launch) { return ((uint64_t)(run + 1) << F
 static void kernel(recs *R, uint32_t corr, double start, double end, const char *name) {
     fc_cupti_kernel *k = &R->k[R->nk++];
     k->correlation = corr;
+    k->graph = corr >= 900 && corr < 5000 ? 7 : 0; /* a replay's */
     k->start = start;
     k->end = end;
     snprintf(k->name, sizeof k->name, "%s", name);
@@ -63,11 +64,12 @@ static void call(recs *R, uint32_t corr, double start, double end, unsigned cbid
 }
 
 /* A replay of run `run` starting at t (ms): one graph launch (correlation
- * corr), its kernels 1 us apart, recorded last first (CUPTI hands records
+ * corr; tagged with the run, or, run -1, neither tagged nor recorded, as in
+ * a capture of kernels alone), its kernels 1 us apart, recorded last first (CUPTI hands records
  * over as buffers fill, not in start order). skip: a kernel (index in seq)
  * left out, -1 none; extra: a name run after the last, NULL none. */
 static void replay(recs *R, int run, uint32_t corr, double t, int skip, const char *extra) {
-    call(R, corr, t, t + 0.004, 311, tag(run, FC_CUPTI_REPLAY));
+    if (run >= 0) call(R, corr, t, t + 0.004, 311, tag(run, FC_CUPTI_REPLAY));
     double at[NK + 1], now = t + 0.005;
     for (int i = 0; i < NK; i++) {
         at[i] = now;
@@ -115,6 +117,12 @@ static void rec_init(fc_profile_rec *r, fc_context *ctx, int runs) {
     }
 }
 
+/* fc_cupti_map over R's records. */
+static fc_status map(fc_profile_rec *r, int learn, bool replays, recs *R, char *why, size_t nwhy) {
+    fc_cupti_records rec = {R->k, R->a, R->e, R->nk, R->na, R->ne};
+    return fc_cupti_map(r, learn, replays, &rec, why, nwhy);
+}
+
 static int events_of(const fc_profile_rec *r, fc_profile_track track, int run, int launch) {
     int n = 0;
     for (int i = 0; i < r->nevents; i++)
@@ -123,19 +131,21 @@ static int events_of(const fc_profile_rec *r, fc_profile_track track, int run, i
 }
 
 /* Replays of 3 runs, learned from a run launch by launch (run 3); the
- * warm-up replay (run 4) and an untagged kernel dropped. */
-static void test_replay(fc_context *ctx) {
+ * warm-up replay (run 4) and a kernel of no graph and no tag dropped.
+ * calls: the replays' graph launches recorded and tagged; else a capture
+ * of kernels alone (each run by its span; no host events, no flows). */
+static void test_replay(fc_context *ctx, bool calls) {
     static recs R;
     memset(&R, 0, sizeof R);
     uint32_t corr = 1;
     eager(&R, 3, &corr, -1.0);
-    replay(&R, 4, 900, -0.5, -1, NULL);
-    for (int k = 0; k < 3; k++) replay(&R, k, 1000 + (uint32_t)k, k, -1, NULL);
+    replay(&R, calls ? 4 : -1, 900, -0.5, -1, NULL);
+    for (int k = 0; k < 3; k++) replay(&R, calls ? k : -1, 1000 + (uint32_t)k, k, -1, NULL);
     kernel(&R, 5000, 0.01, 0.02, "untagged");
     fc_profile_rec r;
     rec_init(&r, ctx, 3);
     char why[200] = "x";
-    CHECK(fc_cupti_map(&r, 3, R.k, R.nk, R.a, R.na, R.e, R.ne, why, sizeof why) == FC_OK);
+    CHECK(map(&r, 3, true, &R, why, sizeof why) == FC_OK);
     CHECK_STR(why, "");
     int device = 0, host = 0;
     for (int i = 0; i < r.nevents; i++) {
@@ -158,10 +168,10 @@ static void test_replay(fc_context *ctx) {
         CHECK_EQ_INT(e->launch, seq[s].launch);
         if (s == 0) CHECK_NEAR(e->start, e->run + 0.005, 1e-12);
         /* One flow per replay: its call to its first kernel. */
-        CHECK_EQ_INT(e->flow, s == 0 ? 1000 + e->run : 0);
+        CHECK_EQ_INT(e->flow, s == 0 && calls ? 1000 + e->run : 0);
     }
     CHECK_EQ_INT(device, 3 * NK);
-    CHECK_EQ_INT(host, 3);
+    CHECK_EQ_INT(host, calls ? 3 : 0);
     for (int k = 0; k < 3; k++) {
         CHECK_EQ_INT(events_of(&r, FC_TRACK_DEVICE, k, 4), 2);
         CHECK_EQ_INT(events_of(&r, FC_TRACK_DEVICE, k, 5), 1);
@@ -229,7 +239,7 @@ static void test_overlap(fc_context *ctx) {
         rec_init(&r, ctx, 1);
         r.run_end[0] = walls[w];
         char why[200];
-        CHECK(fc_cupti_map(&r, 1, R.k, R.nk, R.a, R.na, R.e, R.ne, why, sizeof why) == FC_OK);
+        CHECK(map(&r, 1, true, &R, why, sizeof why) == FC_OK);
         CHECK_STR(why, "");
         fc_profile *pf = NULL;
         CHECK(fc_profile_make(&r, "overlap", &pf) == FC_OK);
@@ -248,7 +258,7 @@ static void expect_mismatch(fc_context *ctx, recs *R, int learn, const char *wan
     fc_profile_rec r;
     rec_init(&r, ctx, 2);
     char why[200] = "";
-    CHECK(fc_cupti_map(&r, learn, R->k, R->nk, R->a, R->na, R->e, R->ne, why, sizeof why) == FC_OK);
+    CHECK(map(&r, learn, true, R, why, sizeof why) == FC_OK);
     if (!strstr(why, want)) {
         check_failed++;
         fprintf(stderr, "mismatch: why is \"%s\", expected it to say \"%s\"\n", why, want);
@@ -292,6 +302,18 @@ static void test_mismatch(fc_context *ctx) {
     replay(&R, 0, 1000, 0, -1, NULL);
     call(&R, 1001, 1, 1.001, 311, tag(1, FC_CUPTI_REPLAY));
     expect_mismatch(ctx, &R, 2, "CUPTI recorded no kernel of the replay of run 1");
+    /* Replays recorded without calls: the same, found by the runs' spans. */
+    memset(&R, 0, sizeof R);
+    corr = 1;
+    eager(&R, 2, &corr, -1.0);
+    replay(&R, -1, 1000, 0, -1, NULL);
+    expect_mismatch(ctx, &R, 2, "CUPTI recorded no kernel of the replay of run 1");
+    memset(&R, 0, sizeof R);
+    corr = 1;
+    eager(&R, 2, &corr, -1.0);
+    replay(&R, -1, 1000, 0, -1, NULL);
+    replay(&R, -1, 1001, 1, 3, NULL);
+    expect_mismatch(ctx, &R, 2, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1 and 3");
 }
 
 /* A program whose library calls never follow one another needs no
@@ -307,7 +329,7 @@ static void test_no_learn(fc_context *ctx) {
     const int want[] = {0, 1, 2, 4, 4, 4, 7};
     for (int i = 0; i < 7; i++) kernel(&R, 7, 0.01 * i, 0.01 * i + 0.005, names[i]);
     char why[200];
-    CHECK(fc_cupti_map(&r, -1, R.k, R.nk, R.a, R.na, R.e, R.ne, why, sizeof why) == FC_OK);
+    CHECK(map(&r, -1, true, &R, why, sizeof why) == FC_OK);
     CHECK_STR(why, "");
     CHECK_EQ_INT(r.nevents, 8);
     for (int i = 0; i < r.nevents; i++)
@@ -328,7 +350,7 @@ static void test_eager(fc_context *ctx) {
     fc_profile_rec r;
     rec_init(&r, ctx, 2);
     char why[200];
-    CHECK(fc_cupti_map(&r, 2, R.k, R.nk, R.a, R.na, R.e, R.ne, why, sizeof why) == FC_OK);
+    CHECK(map(&r, 2, false, &R, why, sizeof why) == FC_OK);
     CHECK_STR(why, "");
     for (int k = 0; k < 2; k++) {
         CHECK_EQ_INT(events_of(&r, FC_TRACK_DEVICE, k, 4), 2);
@@ -352,7 +374,8 @@ static void test_eager(fc_context *ctx) {
 
 int main(void) {
     fc_context *ctx = fc_context_new();
-    test_replay(ctx);
+    test_replay(ctx, true);
+    test_replay(ctx, false);
     test_overlap(ctx);
     test_mismatch(ctx);
     test_no_learn(ctx);

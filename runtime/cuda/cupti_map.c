@@ -24,8 +24,21 @@ static uint64_t tag_of(const fc_cupti_ext *e, int ne, uint32_t c) {
     return f ? f->id : 0;
 }
 
-/* The run and launch (FC_CUPTI_REPLAY: a replay) correlation id c's tag
- * names; false for no tag, or a run that is neither measured nor learn. */
+/* The measured run whose span holds t, or -1. */
+static int run_at(const fc_profile_rec *r, double t) {
+    int lo = 0, hi = r->runs - 1;
+    while (lo <= hi) {
+        const int mid = (lo + hi) / 2;
+        if (t < r->run_start[mid]) hi = mid - 1;
+        else if (t > r->run_end[mid]) lo = mid + 1;
+        else return mid;
+    }
+    return -1;
+}
+
+/* The run and launch (FC_CUPTI_REPLAY: a replay) that correlation id c's
+ * tag names; false for no tag, or a run that is neither measured nor
+ * learn. */
 static bool tagged(const fc_profile_rec *r, int learn, const fc_cupti_ext *e, int ne, uint32_t c, int *run,
                    int *launch) {
     const uint64_t tag = tag_of(e, ne, c);
@@ -35,6 +48,17 @@ static bool tagged(const fc_profile_rec *r, int learn, const fc_cupti_ext *e, in
     *launch = (int)(tag & FC_CUPTI_REPLAY);
     if (*run >= r->runs && *run != learn) return false;
     return *launch == (int)FC_CUPTI_REPLAY || *launch < r->nlaunches;
+}
+
+/* Kernel x's run and launch: by its tag, else, a graph's kernel, the
+ * measured run it ran in, as a replay. */
+static bool kernel_of(const fc_profile_rec *r, int learn, const fc_cupti_ext *e, int ne, const fc_cupti_kernel *x,
+                      int *run, int *launch) {
+    if (tagged(r, learn, e, ne, x->correlation, run, launch)) return true;
+    if (!x->graph || tag_of(e, ne, x->correlation)) return false;
+    *run = run_at(r, x->start);
+    *launch = (int)FC_CUPTI_REPLAY;
+    return *run >= 0;
 }
 
 /* Whether launch f is a node of the graph (a view runs nothing; a
@@ -158,59 +182,73 @@ static fc_status map_replays(fc_profile_rec *r, const fc_cupti_kernel *k, const 
     return FC_OK;
 }
 
-/* A replay (a driver call tagged as one) whose kernels have no record,
- * in a program that has some: why says which. */
-static fc_status replays_seen(const fc_profile_rec *r, int learn, const fc_cupti_api *a, int na, const fc_cupti_ext *e,
-                              int ne, const ord *o, int no, char *why, size_t nwhy) {
+/* A measured run that replayed (every one, when replays) and whose
+ * kernels have no record, in a program that has some: why says which. */
+static fc_status replays_seen(const fc_profile_rec *r, bool replays, const ord *o, int no, char *why, size_t nwhy) {
     bool any = false;
     for (int i = 0; i < r->nlaunches && !any; i++) any = in_graph(&r->launches[i]);
+    if (!replays || !any) return FC_OK;
     bool *seen = calloc((size_t)r->runs + 1, sizeof *seen);
     if (!seen) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
     for (int j = 0; j < no; j++) seen[o[j].run] = true;
-    for (int i = 0; i < na && any; i++) {
-        int run, launch;
-        if (!tagged(r, learn, e, ne, a[i].correlation, &run, &launch) || run >= r->runs ||
-            launch != (int)FC_CUPTI_REPLAY || seen[run])
-            continue;
-        snprintf(why, nwhy, "CUPTI recorded no kernel of the replay of run %d", run);
-        break;
-    }
+    for (int k = 0; k < r->runs; k++)
+        if (!seen[k]) {
+            snprintf(why, nwhy, "CUPTI recorded no kernel of the replay of run %d", k);
+            break;
+        }
     free(seen);
     return FC_OK;
 }
 
+static int cmp_int(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
 /* The driver calls of the measured runs as host events; a call that
- * launched a kernel with a flow (flows, sorted) starts that flow. */
-static fc_status host_events(fc_profile_rec *r, int learn, const fc_cupti_api *a, int na, const fc_cupti_ext *e,
-                             int ne, const uint32_t *flows, int nflows) {
-    for (int i = 0; i < na; i++) {
+ * launched a device event with a flow (events[0 .. dev_end)) starts it. */
+static fc_status host_events(fc_profile_rec *r, int learn, const fc_cupti_records *rec, int dev_end) {
+    int *kf = malloc(sizeof *kf * (size_t)(dev_end + 1));
+    if (!kf) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
+    int nkf = 0;
+    for (int i = 0; i < dev_end; i++)
+        if (r->events[i].flow > 0) kf[nkf++] = r->events[i].flow;
+    qsort(kf, (size_t)nkf, sizeof *kf, cmp_int);
+    for (int i = 0; i < rec->na; i++) {
+        const fc_cupti_api *a = &rec->a[i];
         int run, launch;
-        if (!tagged(r, learn, e, ne, a[i].correlation, &run, &launch) || run >= r->runs) continue;
+        if (!tagged(r, learn, rec->e, rec->ne, a->correlation, &run, &launch) || run >= r->runs) continue;
         const bool replay = launch == (int)FC_CUPTI_REPLAY;
-        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_HOST, run, replay ? -1 : launch, a[i].start, a[i].end);
-        if (!ev) return FC_ERR_NOMEM;
-        if (nflows > 0 && bsearch(&a[i].correlation, flows, (size_t)nflows, sizeof *flows, cmp_u32))
-            ev->flow = (int)a[i].correlation;
+        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_HOST, run, replay ? -1 : launch, a->start, a->end);
+        if (!ev) {
+            free(kf);
+            return FC_ERR_NOMEM;
+        }
+        const int c = (int)a->correlation;
+        if (nkf > 0 && bsearch(&c, kf, (size_t)nkf, sizeof *kf, cmp_int)) ev->flow = c;
         snprintf(ev->name, sizeof ev->name, "%.60s (driver call %u)", replay ? "graph replay" : r->launches[launch].name,
-                 a[i].cbid);
+                 a->cbid);
     }
+    free(kf);
     return FC_OK;
 }
 
-fc_status fc_cupti_map(fc_profile_rec *r, int learn, const fc_cupti_kernel *k, int nk, const fc_cupti_api *a, int na,
-                       fc_cupti_ext *e, int ne, char *why, size_t nwhy) {
+fc_status fc_cupti_map(fc_profile_rec *r, int learn, bool replays, fc_cupti_records *rec, char *why, size_t nwhy) {
+    const fc_cupti_kernel *k = rec->k;
+    const fc_cupti_ext *e = rec->e;
+    const int nk = rec->nk, ne = rec->ne;
     why[0] = 0;
-    if (ne > 0) qsort(e, (size_t)ne, sizeof *e, cmp_ext);
+    if (ne > 0) qsort(rec->e, (size_t)ne, sizeof *rec->e, cmp_ext);
     const int base = r->nevents;
     ord *o = malloc(sizeof *o * (size_t)(nk + 1));
     int *learned = calloc((size_t)r->nlaunches + 1, sizeof *learned);
-    uint32_t *flows = malloc(sizeof *flows * (size_t)(nk + 1));
+    uint32_t *flows = malloc(sizeof *flows * (size_t)(rec->na + 1));
     fc_status st = o && learned && flows ? FC_OK : fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
-    int no = 0, nflows = 0;
+    int no = 0;
     bool any_learned = false;
     for (int i = 0; i < nk && st == FC_OK; i++) {
         int run, launch;
-        if (!tagged(r, learn, e, ne, k[i].correlation, &run, &launch)) continue;
+        if (!kernel_of(r, learn, e, ne, &k[i], &run, &launch)) continue;
         if (launch == (int)FC_CUPTI_REPLAY) {
             if (run < r->runs) o[no++] = (ord){run, i, k[i].start, k[i].end};
         } else if (run == learn) {
@@ -222,12 +260,20 @@ fc_status fc_cupti_map(fc_profile_rec *r, int learn, const fc_cupti_kernel *k, i
         qsort(o, (size_t)no, sizeof *o, cmp_ord);
         st = map_replays(r, k, o, no, any_learned ? learned : NULL, why, nwhy);
     }
-    if (st == FC_OK && !why[0]) st = replays_seen(r, learn, a, na, e, ne, o, no, why, nwhy);
+    if (st == FC_OK && !why[0]) st = replays_seen(r, replays, o, no, why, nwhy);
     if (st == FC_OK && !why[0]) {
-        for (int i = base; i < r->nevents; i++)
+        const int dev_end = r->nevents;
+        st = host_events(r, learn, rec, dev_end);
+        /* A flow that no driver call starts (a capture without calls) is
+         * none. */
+        int nflows = 0;
+        for (int i = dev_end; st == FC_OK && i < r->nevents; i++)
             if (r->events[i].flow > 0) flows[nflows++] = (uint32_t)r->events[i].flow;
         qsort(flows, (size_t)nflows, sizeof *flows, cmp_u32);
-        st = host_events(r, learn, a, na, e, ne, flows, nflows);
+        for (int i = base; st == FC_OK && i < dev_end; i++) {
+            const uint32_t f = (uint32_t)r->events[i].flow;
+            if (f && !(nflows > 0 && bsearch(&f, flows, (size_t)nflows, sizeof *flows, cmp_u32))) r->events[i].flow = 0;
+        }
     }
     if (st != FC_OK || why[0]) r->nevents = base;
     free(o);

@@ -65,39 +65,88 @@ static fc_status tagged_run(fc_program *p, void *const *in, void *const *out, in
     return st;
 }
 
-/*
- * One capture: first a run launch by launch (run r->runs), which is the
- * run whose first records cost more and says which kernels each launch
- * runs; then, when replaying, the graph built again while CUPTI records (a
- * graph made before CUPTI was loaded need not report its nodes' kernels)
- * and replayed once (its upload); then the measured runs. Their records
- * become r's events; *why says why a replay's did not (they are dropped).
- */
-static fc_status capture(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r, bool replay,
-                         uint64_t *replays, char *why, size_t nwhy) {
-    fc_status st = fc_cupti_begin(p->ctx);
-    if (st != FC_OK) return st;
-    const int learn = r->runs;
-    st = tagged_run(p, in, out, learn, true, NULL, NULL);
-    if (st == FC_OK && replay) {
-        fc_replay_free(p->replay, p->dev);
-        p->replay = NULL;
-        st = tagged_run(p, in, out, learn + 1, false, NULL, NULL);
+/* Records a after b's (b's arrays grown; a's freed). */
+static fc_status append_records(fc_context *ctx, fc_cupti_records *b, fc_cupti_records *a) {
+    fc_cupti_kernel *k = realloc(b->k, sizeof *k * (size_t)(b->nk + a->nk + 1));
+    if (k) b->k = k;
+    fc_cupti_api *c = k ? realloc(b->a, sizeof *c * (size_t)(b->na + a->na + 1)) : NULL;
+    if (c) b->a = c;
+    fc_cupti_ext *e = c ? realloc(b->e, sizeof *e * (size_t)(b->ne + a->ne + 1)) : NULL;
+    if (e) b->e = e;
+    if (!e) {
+        fc_cupti_records_free(a);
+        return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (CUPTI records)");
     }
+    if (a->nk) memcpy(b->k + b->nk, a->k, sizeof *k * (size_t)a->nk);
+    if (a->na) memcpy(b->a + b->na, a->a, sizeof *c * (size_t)a->na);
+    if (a->ne) memcpy(b->e + b->ne, a->e, sizeof *e * (size_t)a->ne);
+    b->nk += a->nk;
+    b->na += a->na;
+    b->ne += a->ne;
+    fc_cupti_records_free(a);
+    return FC_OK;
+}
+
+/* The end of a capture whose runs went as st says: its records appended
+ * to *all. */
+static fc_status end_capture(fc_program *p, fc_status st, fc_cupti_records *all) {
+    fc_cupti_records rec = {0};
+    const fc_status est = fc_cupti_end(p->ctx, &rec);
+    if (st == FC_OK) st = est;
+    if (st == FC_OK) return append_records(p->ctx, all, &rec);
+    fc_cupti_records_free(&rec);
+    return st;
+}
+
+/*
+ * The measured runs as replays of the program's graph, in two captures.
+ * First, with the driver calls and tags recorded, one run launch by launch
+ * (run r->runs): it says which kernels each launch runs, and it is the run
+ * whose first records cost more. Then, with the kernels alone recorded
+ * (CUPTI's records of API calls would cost every run host time), one
+ * replay (not measured), then the measured replays, each kernel of a run
+ * placed by its start in the run's span. *why says why the replays' records
+ * did not become r's events.
+ */
+static fc_status capture_replays(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r, char *why,
+                                 size_t nwhy) {
+    fc_cupti_records all = {0};
+    const int learn = r->runs;
+    fc_status st = fc_cupti_begin(p->ctx, true);
+    if (st != FC_OK) return st;
+    st = end_capture(p, tagged_run(p, in, out, learn, true, NULL, NULL), &all);
+    if (st == FC_OK) st = fc_cupti_begin(p->ctx, false);
+    if (st != FC_OK) {
+        fc_cupti_records_free(&all);
+        return st;
+    }
+    st = tagged_run(p, in, out, learn + 1, false, NULL, NULL);
     const uint64_t before = p->stats.graph_replays;
     for (int k = 0; k < r->runs && st == FC_OK; k++)
-        st = tagged_run(p, in, out, k, !replay, &r->run_start[k], &r->run_end[k]);
-    *replays = p->stats.graph_replays - before;
-    fc_cupti_kernel *k = NULL;
-    fc_cupti_api *a = NULL;
-    fc_cupti_ext *e = NULL;
-    int nk = 0, na = 0, ne = 0;
-    fc_status est = fc_cupti_end(p->ctx, &k, &nk, &a, &na, &e, &ne);
-    if (st == FC_OK) st = est;
-    if (st == FC_OK) st = fc_cupti_map(r, learn, k, nk, a, na, e, ne, why, nwhy);
-    free(k);
-    free(a);
-    free(e);
+        st = tagged_run(p, in, out, k, false, &r->run_start[k], &r->run_end[k]);
+    const uint64_t replays = p->stats.graph_replays - before;
+    st = end_capture(p, st, &all);
+    if (st == FC_OK && replays != (uint64_t)r->runs)
+        snprintf(why, nwhy, "%d of %d runs replayed the graph (%.120s)", (int)replays, r->runs,
+                 p->stats.graph_skip_reason);
+    else if (st == FC_OK) st = fc_cupti_map(r, learn, true, &all, why, nwhy);
+    fc_cupti_records_free(&all);
+    return st;
+}
+
+/* The measured runs launch by launch, in one capture, after one run not
+ * measured (CUPTI's first records cost more). */
+static fc_status capture_eager(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r) {
+    fc_cupti_records all = {0};
+    fc_status st = fc_cupti_begin(p->ctx, true);
+    if (st != FC_OK) return st;
+    st = tagged_run(p, in, out, r->runs, true, NULL, NULL);
+    for (int k = 0; k < r->runs && st == FC_OK; k++)
+        st = tagged_run(p, in, out, k, true, &r->run_start[k], &r->run_end[k]);
+    st = end_capture(p, st, &all);
+    char why[8];
+    if (st == FC_OK) st = fc_cupti_map(r, -1, false, &all, why, sizeof why);
+    fc_cupti_records_free(&all);
     return st;
 }
 
@@ -123,36 +172,24 @@ static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, doub
 
     /* The plain runs replayed the graph when the program has one: so do
      * the profiled runs. */
-    const bool replay = p->replay != NULL;
-    char why[200] = "";
-    uint64_t replays = 0;
-    st = capture(p, in, out, r, replay, &replays, why, sizeof why);
-    if (st != FC_OK) return st;
-    if (replay && !why[0] && replays == (uint64_t)r->runs) {
-        r->replayed = true;
-        snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it");
-        return FC_OK;
-    }
-    if (why[0]) {
+    if (p->replay) {
+        char why[200] = "";
+        st = capture_replays(p, in, out, r, why, sizeof why);
+        if (st != FC_OK) return st;
+        if (!why[0]) {
+            r->replayed = true;
+            snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it");
+            return FC_OK;
+        }
         /* The replays' records could not be told apart: launch by launch
          * (each launch's records tagged with it) instead. */
-        char again[8];
-        st = capture(p, in, out, r, false, &replays, again, sizeof again);
-        if (st != FC_OK) return st;
-        snprintf(r->mode, sizeof r->mode, "launch by launch (the replays' kernel records did not match the launches: %.180s)",
+        snprintf(r->mode, sizeof r->mode, "launch by launch (the replays could not be profiled: %.180s)",
                  why);
-        return FC_OK;
+    } else {
+        snprintf(r->mode, sizeof r->mode, "launch by launch (the program replays no CUDA Graph: %.180s)",
+                 p->stats.graph_skip_reason[0] ? p->stats.graph_skip_reason : "none was built");
     }
-    if (replay) {
-        /* A graph given up during the runs (its reason in the stats): the
-         * rest went launch by launch, their records tagged so. */
-        snprintf(r->mode, sizeof r->mode, "%d of %d runs replayed the CUDA Graph, the rest launch by launch (%.160s)",
-                 (int)replays, r->runs, p->stats.graph_skip_reason);
-        return FC_OK;
-    }
-    snprintf(r->mode, sizeof r->mode, "launch by launch (the program replays no CUDA Graph: %.180s)",
-             p->stats.graph_skip_reason[0] ? p->stats.graph_skip_reason : "none was built");
-    return FC_OK;
+    return capture_eager(p, in, out, r);
 }
 
 fc_status fc_prog_cuda_profile(fc_program *p, const fc_tensor *inputs, int nin, fc_profile_rec *r) {
