@@ -3,8 +3,9 @@
  * dlopen only when a profile is asked for (a program that is never
  * profiled never loads it, and a machine without it runs everything else).
  *
- * While a capture is open, CUPTI records every kernel the device runs and
- * every driver API call, each with a correlation id; the profile pushes an
+ * While a capture is open, CUPTI records every kernel the device runs and,
+ * in a capture with calls, every driver API call, each with a correlation
+ * id; the profile pushes an
  * external id (its run and launch) around each launch, or around a CUDA
  * Graph replay (its run, and FC_CUPTI_REPLAY for the launch), and CUPTI's
  * external-correlation records map the one to the other, so a library
@@ -13,7 +14,9 @@
  * capture's start.
  *
  * A replay's kernels all carry the correlation id of the one cuGraphLaunch
- * that ran them, so which kernel is which launch comes from their order:
+ * that ran them (a capture of replays records no calls at all: its kernels
+ * belong to a run by their start times), so which kernel is which launch
+ * comes from their order:
  * the graph is a chain in launch order (runtime/cuda/replay.h), so its
  * kernels start in that order. fc_cupti_map checks it by name: each
  * generated kernel is its launch's function, and a library call's kernels
