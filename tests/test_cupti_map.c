@@ -279,7 +279,9 @@ static void test_mismatch(fc_context *ctx) {
         {2, NULL, "the replay of run 1 ran 6 kernels and none of launch 2 (fc_split)"},
         {6, NULL, "none of launch 7 (fc_out)"},
         /* One of the split-K pair missing: the learned count differs. */
-        {4, NULL, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1 and 3"},
+        {4, NULL, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1, not the 3"},
+        {3, NULL, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1, not the 3"},
+        {5, NULL, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1, not the 3"},
         {1, NULL, "launch 1 (gemm) ran no kernel in the replay of run 1"},
         {-1, "memset32", "ran 1 kernels after its last launch's (memset32 first)"},
     };
@@ -313,7 +315,49 @@ static void test_mismatch(fc_context *ctx) {
     eager(&R, 2, &corr, -1.0);
     replay(&R, -1, 1000, 0, -1, NULL);
     replay(&R, -1, 1001, 1, 3, NULL);
-    expect_mismatch(ctx, &R, 2, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1 and 3");
+    expect_mismatch(ctx, &R, 2, "launches 4 to 5 (library calls) ran 2 kernels in the replay of run 1, not the 3");
+}
+
+/* Library calls one after another, split by the names the run launch by
+ * launch gave: a kernel the replay runs and that run did not (a memset
+ * node reported as a kernel) goes with the call it follows; the two calls
+ * may run kernels of one name. */
+static void test_split(fc_context *ctx) {
+    static recs R;
+    memset(&R, 0, sizeof R);
+    uint32_t corr = 1;
+    eager(&R, 1, &corr, -1.0);
+    const char *names[] = {"fc_ln", "sm90_gemm_a", "fc_split", "gemm_splitk", "memset32", "splitk_reduce", "sm90_gemm_b", "fc_out"};
+    const int want[] = {0, 1, 2, 4, 4, 4, 5, 7};
+    for (int i = 0; i < 8; i++) kernel(&R, 1000, 0.01 * i, 0.01 * i + 0.005, names[i]);
+    fc_profile_rec r;
+    rec_init(&r, ctx, 1);
+    r.run_end[0] = 1; /* the span holds all eight */
+    char why[200];
+    CHECK(map(&r, 1, true, &R, why, sizeof why) == FC_OK);
+    CHECK_STR(why, "");
+    CHECK_EQ_INT(r.nevents, 8);
+    for (int i = 0; i < r.nevents; i++) CHECK_EQ_INT(r.events[i].launch, want[(int)(r.events[i].start / 0.01 + 0.5)]);
+    fc_profile_rec_release(&r);
+    /* Both calls of one kernel name (the learned run's too). */
+    memset(&R, 0, sizeof R);
+    corr = 1;
+    for (int i = 0; i < 8; i++) {
+        if (i == 4) continue;
+        const int l = want[i];
+        const char *n = l == 5 ? "gemm_splitk" : names[i];
+        call(&R, corr, -1 + 0.01 * i, -1 + 0.01 * i + 0.001, 307, tag(1, (unsigned)l));
+        kernel(&R, corr++, -1 + 0.01 * i, -1 + 0.01 * i + 0.005, n);
+    }
+    for (int i = 0; i < 8; i++)
+        if (i != 4) kernel(&R, 1000, 0.01 * i, 0.01 * i + 0.005, want[i] == 5 ? "gemm_splitk" : names[i]);
+    rec_init(&r, ctx, 1);
+    r.run_end[0] = 1; /* the span holds all eight */
+    CHECK(map(&r, 1, true, &R, why, sizeof why) == FC_OK);
+    CHECK_STR(why, "");
+    CHECK_EQ_INT(r.nevents, 7);
+    for (int i = 0; i < r.nevents; i++) CHECK_EQ_INT(r.events[i].launch, want[(int)(r.events[i].start / 0.01 + 0.5)]);
+    fc_profile_rec_release(&r);
 }
 
 /* A program whose library calls never follow one another needs no
@@ -378,6 +422,7 @@ int main(void) {
     test_replay(ctx, false);
     test_overlap(ctx);
     test_mismatch(ctx);
+    test_split(ctx);
     test_no_learn(ctx);
     test_eager(ctx);
     fc_context_free(ctx);

@@ -20,8 +20,8 @@
  * the graph is a chain in launch order (runtime/cuda/replay.h), so its
  * kernels start in that order. fc_cupti_map checks it by name: each
  * generated kernel is its launch's function, and a library call's kernels
- * are those between the generated kernels around it (split by the counts a
- * launch-by-launch run gave when library calls follow one another).
+ * are those between the generated kernels around it (split by the names a
+ * launch-by-launch run gave each when library calls follow one another).
  */
 #ifndef FC_RUNTIME_CUDA_CUPTI_H
 #define FC_RUNTIME_CUDA_CUPTI_H
