@@ -194,7 +194,7 @@ static bool match_replay(const fc_profile_rec *r, const fc_cupti_kernel *k, cons
     return true;
 }
 
-/* A device event for record i of k, as launch `launch` of run `run`. */
+/* A device event for kernel record k, as launch `launch` of run `run`. */
 static bool device_event(fc_profile_rec *r, const fc_cupti_kernel *k, int run, int launch, int flow) {
     fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_DEVICE, run, launch, k->start, k->end);
     if (!ev) return false;
