@@ -750,12 +750,12 @@ char *fc_program_plan_dot(fc_program *p);
 /* Where the time goes: the profile (docs/PROFILING.md).               */
 /*                                                                     */
 /* fc_program_profile runs a program `warmup` times, then `runs` times */
-/* with each launch timed on the device (CUDA: CUPTI's activity        */
-/* records, CUPTI loaded only then; CPU: the wall clock around each    */
-/* launch), then `runs` times as fc_run runs it (CUDA Graphs and all), */
-/* and reports one row per launch and a summary. Profiled runs launch  */
-/* one by one, so each device record belongs to one launch; the plain  */
-/* runs say what that costs.                                           */
+/* as fc_run runs it (CUDA Graphs and all), then `runs` times with     */
+/* each launch timed on the device (CUDA: CUPTI's activity records,    */
+/* CUPTI loaded only then, the program's CUDA Graph replayed where it  */
+/* has one; CPU: the wall clock around each launch), and reports one   */
+/* row per launch and a summary. The plain runs say what profiling     */
+/* costs.                                                              */
 /* ------------------------------------------------------------------ */
 typedef struct fc_profile fc_profile;
 
@@ -802,7 +802,7 @@ typedef struct fc_profile_summary {
     int source_ops;         /* the sum of the rows' nsource_ops */
     int fused_ops;          /* of those, the ones that share a launch with another */
     double device_ms;       /* the sum of the launches' median device times */
-    double wall_ms;         /* median wall time of a profiled run (launch by launch) */
+    double wall_ms;         /* median wall time of a profiled run */
     double plain_wall_ms;   /* median wall time of a run as fc_run makes it, unprofiled */
     bool host_bound;        /* the device idles more than half of a profiled run */
     /* The largest gaps between one launch's end and the next one's start
@@ -810,6 +810,11 @@ typedef struct fc_profile_summary {
     int ngaps;
     double gap_ms[3];
     int gap_after[3];
+    /* How the profiled runs ran: true when they replayed the program's
+     * CUDA Graph as fc_run does; mode says it in words (and, launch by
+     * launch, why), "" for a backend with one way only. */
+    bool replayed;
+    const char *mode;
 } fc_profile_summary;
 
 /*

@@ -58,6 +58,7 @@ fc_status fc_profile_info_from_launch(fc_profile_rec *r, int i, const fc_launch 
     snprintf(f->ops, sizeof f->ops, "%s", l->summary);
     snprintf(f->source, sizeof f->source, "%s", l->source);
     f->nsource_ops = l->nsource_ops;
+    f->loadtime = l->loadtime;
     f->bytes = l->bytes;
     f->flops = l->flops;
     f->nreads = l->nreads;
@@ -140,6 +141,8 @@ static fc_status build_rows(fc_profile *pf) {
     s->warmup = r->warmup;
     s->runs = r->runs;
     s->plain_wall_ms = r->plain_wall_ms;
+    s->replayed = r->replayed;
+    s->mode = r->mode;
     const double ridge = r->peak_gbps > 0 ? r->peak_tflops * 1e3 / r->peak_gbps : 0; /* FLOPs per byte */
     for (int i = 0; i < r->nlaunches; i++) {
         const fc_profile_info *f = &r->launches[i];
@@ -202,9 +205,13 @@ static fc_status build_rows(fc_profile *pf) {
     for (int e = 0; e < r->nevents; e++)
         if (r->events[e].track == FC_TRACK_DEVICE && r->events[e].run == pf->run) pf->timeline[pf->ntimeline++] = &r->events[e];
     qsort(pf->timeline, (size_t)pf->ntimeline, sizeof *pf->timeline, cmp_event_start);
-    double busy = 0;
+    /* Busy: the union of the events (a kernel after a programmatic edge
+     * may start before the one before it ends). */
+    double busy = 0, covered = -INFINITY;
     for (int e = 0; e < pf->ntimeline; e++) {
-        busy += pf->timeline[e]->end - pf->timeline[e]->start;
+        const double a = pf->timeline[e]->start > covered ? pf->timeline[e]->start : covered;
+        if (pf->timeline[e]->end > a) busy += pf->timeline[e]->end - a;
+        if (pf->timeline[e]->end > covered) covered = pf->timeline[e]->end;
         if (e == 0) continue;
         const double gap = pf->timeline[e]->start - pf->timeline[e - 1]->end;
         const int after = pf->timeline[e - 1]->launch;
@@ -241,19 +248,31 @@ fc_status fc_program_profile(fc_program *p, const fc_tensor *inputs, int nin, co
         return fc_set_error(ctx, FC_ERR_USAGE, "fc_program_profile: runs %d (at least 1), warmup %d (at least 0)",
                             o->runs, o->warmup);
     if (!b->profile) return fc_backend_unsupported(p, "profiling");
-    fc_profile *pf = calloc(1, sizeof *pf);
-    if (!pf) return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (profile)");
-    pf->ctx = ctx;
-    pf->rec.ctx = ctx;
-    pf->rec.warmup = o->warmup;
-    pf->rec.runs = o->runs;
-    pf->rec.parse_ms = o->parse_ms;
+    fc_profile_rec rec = {.ctx = ctx, .warmup = o->warmup, .runs = o->runs, .parse_ms = o->parse_ms};
     const fc_program_desc *d = b->desc(p);
-    snprintf(pf->name, sizeof pf->name, "%s", d && d->graph_name ? d->graph_name : "program");
-    fc_status st = b->profile(p, inputs, nin, &pf->rec);
+    fc_status st = b->profile(p, inputs, nin, &rec);
     /* After the runs: the first run opens the device and loads the code. */
-    if (b->times) b->times(p, &pf->rec.times);
-    if (st == FC_OK) st = build_rows(pf);
+    if (b->times) b->times(p, &rec.times);
+    if (st != FC_OK) {
+        fc_profile_rec_release(&rec);
+        return st;
+    }
+    return fc_profile_make(&rec, d && d->graph_name ? d->graph_name : "program", out);
+}
+
+fc_status fc_profile_make(fc_profile_rec *r, const char *name, fc_profile **out) {
+    *out = NULL;
+    fc_profile *pf = calloc(1, sizeof *pf);
+    if (!pf) {
+        fc_status st = fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
+        fc_profile_rec_release(r);
+        return st;
+    }
+    pf->ctx = r->ctx;
+    pf->rec = *r;
+    memset(r, 0, sizeof *r);
+    snprintf(pf->name, sizeof pf->name, "%s", name);
+    fc_status st = build_rows(pf);
     if (st != FC_OK) {
         fc_profile_free(pf);
         return st;

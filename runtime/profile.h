@@ -21,6 +21,7 @@ typedef struct fc_profile_info {
     char ops[160];
     char source[128];
     int nsource_ops;
+    bool loadtime; /* a load-time launch (lower/launch.h): it runs when the weights change, not in a run */
     int64_t bytes;
     double flops;
     /* Value ids it reads and writes (the edges between launches). */
@@ -54,6 +55,10 @@ typedef struct fc_profile_rec {
     int nevents, cap_events;
     double *run_start, *run_end; /* per measured run, ms (malloc'd, runs each) */
     double plain_wall_ms;        /* median of `runs` unprofiled runs */
+    /* How the measured runs ran: replays of the program's CUDA Graph, or
+     * launch by launch (and why); "" when the backend has one way only. */
+    bool replayed;
+    char mode[256];
     /* The compile phases (fc_compile_times), placed before the runs. */
     fc_compile_times times;
     double parse_ms;
@@ -67,5 +72,9 @@ fc_profile_event *fc_profile_rec_event(fc_profile_rec *r, fc_profile_track track
 /* Launch info from a launch record: name, kind, summary, cost, arguments. */
 fc_status fc_profile_info_from_launch(fc_profile_rec *r, int i, const fc_launch *l);
 void fc_profile_rec_release(fc_profile_rec *r);
+/* The rows and the summary of what r holds (r's ctx, runs and events
+ * filled; *r is moved into the profile and zeroed, also on failure, when
+ * it is released). fc_program_profile's second half, for tests too. */
+fc_status fc_profile_make(fc_profile_rec *r, const char *name, fc_profile **out);
 
 #endif

@@ -72,7 +72,11 @@ static void summary_text(const fc_profile *pf, fc_strbuf *t) {
                      s->wall_ms, 100 * busy,
                      s->host_bound ? ": host-bound, the device idles between launches (fewer launches or CUDA Graphs help)"
                                    : "");
-    fc_strbuf_printf(t, "plain run (as fc_run runs it, unprofiled): %.4f ms median\n", s->plain_wall_ms);
+    if (s->mode && s->mode[0]) fc_strbuf_printf(t, "profiled runs: %s\n", s->mode);
+    fc_strbuf_printf(t, "plain run (as fc_run runs it, unprofiled): %.4f ms median", s->plain_wall_ms);
+    if (s->plain_wall_ms > 0 && s->wall_ms > 0)
+        fc_strbuf_printf(t, " (a profiled run: %+.1f%%)", 100 * (s->wall_ms / s->plain_wall_ms - 1));
+    fc_strbuf_printf(t, "\n");
     if (s->ngaps > 0) {
         fc_strbuf_printf(t, "largest launch gaps:");
         for (int i = 0; i < s->ngaps; i++)
@@ -163,6 +167,8 @@ static cJSON *summary_json(const fc_profile *pf) {
     cJSON_AddNumberToObject(o, "wall_ms", s->wall_ms);
     cJSON_AddNumberToObject(o, "plain_wall_ms", s->plain_wall_ms);
     cJSON_AddBoolToObject(o, "host_bound", s->host_bound);
+    cJSON_AddBoolToObject(o, "replayed", s->replayed);
+    cJSON_AddStringToObject(o, "mode", s->mode ? s->mode : "");
     cJSON *gaps = cJSON_AddArrayToObject(o, "gaps");
     for (int i = 0; i < s->ngaps; i++) {
         cJSON *g = cJSON_CreateObject();

@@ -230,7 +230,13 @@ int write_report(const char *path, const fc_profile *prof, const char *title) {
             s.warmup, s.runs, s.device_ms, s.wall_ms, s.host_bound ? ": host-bound" : "", s.plain_wall_ms, s.launches,
             s.kernels, s.library, s.source_ops, s.fused_ops, s.peak_gbps, s.peak_tflops);
     html_text(f, s.peak_source);
-    fprintf(f, ")</li></ul>\n<h2>Timeline</h2>\n");
+    fprintf(f, ")</li>");
+    if (s.mode && s.mode[0]) {
+        fprintf(f, "<li>profiled runs: ");
+        html_text(f, s.mode);
+        fprintf(f, "</li>");
+    }
+    fprintf(f, "</ul>\n<h2>Timeline</h2>\n");
     timeline_svg(f, prof, &s);
     fprintf(f, "<h2>Launches (click a column to sort)</h2>\n");
     table_html(f, prof);

@@ -103,6 +103,7 @@ static void CUPTIAPI buffer_completed(CUcontext c, uint32_t stream, uint8_t *buf
             }
             fc_cupti_kernel *o = &kernels[nkernels++];
             o->correlation = k->correlationId;
+            o->graph = k->graphId;
             o->start = ms_of(k->start);
             o->end = ms_of(k->end);
             snprintf(o->name, sizeof o->name, "%s", k->name ? k->name : "?");
@@ -126,10 +127,19 @@ static void CUPTIAPI buffer_completed(CUcontext c, uint32_t stream, uint8_t *buf
     free(buffer);
 }
 
+/* The kinds a capture records: the kernels, then, with calls, the rest. */
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_DRIVER,
                                            CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+static size_t nkinds;
 
-fc_status fc_cupti_begin(fc_context *ctx) {
+void fc_cupti_records_free(fc_cupti_records *r) {
+    free(r->k);
+    free(r->a);
+    free(r->e);
+    memset(r, 0, sizeof *r);
+}
+
+fc_status fc_cupti_begin(fc_context *ctx, bool calls) {
     pthread_once(&load_once, load);
     if (!loaded) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "%s", load_error);
     pthread_mutex_lock(&rec_lock);
@@ -147,7 +157,8 @@ fc_status fc_cupti_begin(fc_context *ctx) {
         r = C.RegisterCallbacks(buffer_requested, buffer_completed);
         registered = r == CUPTI_SUCCESS;
     }
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds && r == CUPTI_SUCCESS; i++) r = C.Enable(kinds[i]);
+    nkinds = calls ? sizeof kinds / sizeof *kinds : 1;
+    for (size_t i = 0; i < nkinds && r == CUPTI_SUCCESS; i++) r = C.Enable(kinds[i]);
     if (r == CUPTI_SUCCESS) r = C.GetTimestamp(&t0_ns);
     if (r != CUPTI_SUCCESS) {
         for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) (void)C.Disable(kinds[i]);
@@ -173,18 +184,12 @@ double fc_cupti_now_ms(void) {
     return ms_of(t);
 }
 
-fc_status fc_cupti_end(fc_context *ctx, fc_cupti_kernel **k, int *nk, fc_cupti_api **a, int *na, fc_cupti_ext **e,
-                       int *ne) {
+fc_status fc_cupti_end(fc_context *ctx, fc_cupti_records *out) {
     (void)C.FlushAll(1);
-    for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++) (void)C.Disable(kinds[i]);
+    for (size_t i = 0; i < nkinds; i++) (void)C.Disable(kinds[i]);
     (void)C.FlushAll(1);
     pthread_mutex_lock(&rec_lock);
-    *k = kernels;
-    *nk = nkernels;
-    *a = apis;
-    *na = napis;
-    *e = exts;
-    *ne = nexts;
+    *out = (fc_cupti_records){kernels, apis, exts, nkernels, napis, nexts};
     const bool oom = rec_oom;
     kernels = NULL;
     apis = NULL;

@@ -172,10 +172,13 @@ struct fc_program {
     fc_device_lease *lease;
     bool specialization; /* a dynamic program's (fc_program_use_lease): FUSEC_LOG=spec traces it */
 
-    /* The profile (program_profile.c): while nonzero, runs go launch by
-     * launch and launch i is tagged for CUPTI with profile_tag | i
-     * (runtime/cuda/cupti.h). Zero otherwise: a run tests it once. */
+    /* The profile (program_profile.c): while nonzero, a run is tagged for
+     * CUPTI (runtime/cuda/cupti.h): a replay of the graph with
+     * profile_tag | FC_CUPTI_REPLAY, launch i of a run launch by launch
+     * with profile_tag | i; profile_eager makes it go launch by launch.
+     * Zero otherwise: a run tests it once. */
     uint64_t profile_tag;
+    bool profile_eager;
     /* Each launch's NVTX range name ("fc_reduce_1f2e: reduce: ... @
      * model.ir:12-15"), made by the first run launched one by one. */
     char (*nvtx_names)[192];

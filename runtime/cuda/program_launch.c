@@ -326,7 +326,9 @@ static fc_status enqueue_graph(fc_program *p, void *const *inputs, void *const *
     if (st == FC_OK && fc_cublaslt_weights_stale(p->blas) && (st = refresh_weights(p, inputs, outputs, s)) != FC_OK)
         return st;
     if (st == FC_OK) {
+        if (p->profile_tag) fc_cupti_push(p->profile_tag | FC_CUPTI_REPLAY);
         st = fc_replay_launch(p->replay, &e, inputs, outputs, &p->args, s, &p->stats.graph_patches);
+        if (p->profile_tag) fc_cupti_pop();
         /* A graph that could not be patched is never launched again (nothing
          * of it was queued: the launch is the last step). */
         if (st != FC_OK) failed = "patching the graph failed";
@@ -361,8 +363,8 @@ fc_status fc_prog_enqueue(fc_program *p, void *const *inputs, void *const *outpu
         p->stats.frame_writes += wrote;
     }
     /* A replay is one range: its kernels are on the device's track, each
-     * under its own name. A profiled run launches one by one. */
-    if (p->profile_tag) st = FC_ERR_UNSUPPORTED;
+     * under its own name. */
+    if (p->profile_eager) st = FC_ERR_UNSUPPORTED;
     else {
         fc_nvtx_push(p->d.graph_name ? p->d.graph_name : "fusec run");
         st = enqueue_graph(p, inputs, outputs, s);

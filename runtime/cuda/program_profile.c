@@ -1,21 +1,17 @@
 /*
  * program_profile.c - fc_program_profile for CUDA (runtime/profile.h): the
  * warm-up and the plain runs as fc_run makes them (CUDA Graphs and all),
- * then the measured runs launch by launch under CUPTI (cupti.h), each
- * launch tagged with its run and position so that its kernels (a library
- * call's too) and its driver calls come back as its events.
- *
- * Why launch by launch: a CUDA Graph replay is one API call for every
- * kernel, so its records carry one correlation id, and which kernel is
- * which launch would be a guess. The plain runs' median beside the
- * profiled runs' says what launching one by one (and CUPTI) costs.
+ * then the measured runs under CUPTI (cupti.h), made as fc_run makes them
+ * too: replays of the program's CUDA Graph where it has one, each replay
+ * tagged with its run, its kernels placed by their order in the graph
+ * (fc_cupti_map); launch by launch where it has none (graphs off, or given
+ * up), each launch tagged with its run and position so that its kernels (a
+ * library call's too) and its driver calls come back as its events. The
+ * plain runs' median beside the profiled runs' says what CUPTI costs.
  */
 #include "runtime/cuda/program_impl.h"
 #include "runtime/cuda/cupti.h"
 #include "runtime/profile.h"
-
-/* Launch i of measured run k is tagged ((k + 1) << TAG_RUN_SHIFT) | i. */
-#define TAG_RUN_SHIFT 24
 
 /* The copy bandwidth, measured: device-to-device copies of 256 MiB, best
  * of a few, counting bytes read and written (what a kernel's bytes count). */
@@ -52,66 +48,106 @@ static double flops_ceiling(const char *name) {
     return 0;
 }
 
-static int cmp_ext(const void *a, const void *b) {
-    const fc_cupti_ext *x = a, *y = b;
-    return (x->correlation > y->correlation) - (x->correlation < y->correlation);
+/* One run under CUPTI, tagged as run k: launch by launch when eager, else
+ * as fc_run makes it (a replay of the graph when the program has one);
+ * its wall time on the records' clock into t0, t1 (NULL: not wanted). */
+static fc_status tagged_run(fc_program *p, void *const *in, void *const *out, int k, bool eager, double *t0,
+                            double *t1) {
+    fc_cuda_device *d = p->dev;
+    p->profile_tag = (uint64_t)(k + 1) << FC_CUPTI_RUN_SHIFT;
+    p->profile_eager = eager;
+    if (t0) *t0 = fc_cupti_now_ms();
+    fc_status st = fc_prog_enqueue(p, in, out, d->stream);
+    if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
+    if (t1) *t1 = fc_cupti_now_ms();
+    p->profile_tag = 0;
+    p->profile_eager = false;
+    return st;
 }
 
-static int cmp_u32(const void *a, const void *b) {
-    const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The tag of correlation id c (0: none). */
-static uint64_t tag_of(const fc_cupti_ext *e, int ne, uint32_t c) {
-    const fc_cupti_ext key = {c, 0};
-    const fc_cupti_ext *f = bsearch(&key, e, (size_t)ne, sizeof *e, cmp_ext);
-    return f ? f->id : 0;
-}
-
-/* The measured run and launch a correlation id's tag names; false for a
- * record of no measured run. */
-static bool tagged(const fc_profile_rec *r, const fc_cupti_ext *e, int ne, uint32_t c, int *run, int *launch) {
-    const uint64_t tag = tag_of(e, ne, c);
-    *run = (int)(tag >> TAG_RUN_SHIFT) - 1;
-    *launch = (int)(tag & ((1u << TAG_RUN_SHIFT) - 1));
-    return tag && *run >= 0 && *run < r->runs && *launch < r->nlaunches;
-}
-
-/* The records into r's events. */
-static fc_status add_events(fc_profile_rec *r, fc_cupti_kernel *k, int nk, fc_cupti_api *a, int na, fc_cupti_ext *e,
-                            int ne) {
-    qsort(e, (size_t)ne, sizeof *e, cmp_ext);
-    uint32_t *kc = malloc(sizeof *kc * (size_t)(nk + 1));
-    if (!kc) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
-    int nkc = 0;
-    for (int i = 0; i < nk; i++) {
-        int run, launch;
-        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
-        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_DEVICE, run, launch, k[i].start, k[i].end);
-        if (!ev) {
-            free(kc);
-            return FC_ERR_NOMEM;
-        }
-        ev->flow = (int)k[i].correlation;
-        snprintf(ev->name, sizeof ev->name, "%s", k[i].name);
-        kc[nkc++] = k[i].correlation;
+/* Records a after b's (b's arrays grown; a's freed). */
+static fc_status append_records(fc_context *ctx, fc_cupti_records *b, fc_cupti_records *a) {
+    fc_cupti_kernel *k = realloc(b->k, sizeof *k * (size_t)(b->nk + a->nk + 1));
+    if (k) b->k = k;
+    fc_cupti_api *c = k ? realloc(b->a, sizeof *c * (size_t)(b->na + a->na + 1)) : NULL;
+    if (c) b->a = c;
+    fc_cupti_ext *e = c ? realloc(b->e, sizeof *e * (size_t)(b->ne + a->ne + 1)) : NULL;
+    if (e) b->e = e;
+    if (!e) {
+        fc_cupti_records_free(a);
+        return fc_set_error(ctx, FC_ERR_NOMEM, "out of memory (CUPTI records)");
     }
-    qsort(kc, (size_t)nkc, sizeof *kc, cmp_u32);
-    for (int i = 0; i < na; i++) {
-        int run, launch;
-        if (!tagged(r, e, ne, k[i].correlation, &run, &launch)) continue;
-        fc_profile_event *ev = fc_profile_rec_event(r, FC_TRACK_HOST, run, launch, a[i].start, a[i].end);
-        if (!ev) {
-            free(kc);
-            return FC_ERR_NOMEM;
-        }
-        /* Only a call that launched a kernel starts a flow. */
-        if (bsearch(&a[i].correlation, kc, (size_t)nkc, sizeof *kc, cmp_u32)) ev->flow = (int)a[i].correlation;
-        snprintf(ev->name, sizeof ev->name, "%s (driver call %u)", r->launches[launch].name, a[i].cbid);
-    }
-    free(kc);
+    if (a->nk) memcpy(b->k + b->nk, a->k, sizeof *k * (size_t)a->nk);
+    if (a->na) memcpy(b->a + b->na, a->a, sizeof *c * (size_t)a->na);
+    if (a->ne) memcpy(b->e + b->ne, a->e, sizeof *e * (size_t)a->ne);
+    b->nk += a->nk;
+    b->na += a->na;
+    b->ne += a->ne;
+    fc_cupti_records_free(a);
     return FC_OK;
+}
+
+/* The end of a capture whose runs went as st says: its records appended
+ * to *all. */
+static fc_status end_capture(fc_program *p, fc_status st, fc_cupti_records *all) {
+    fc_cupti_records rec = {0};
+    const fc_status est = fc_cupti_end(p->ctx, &rec);
+    if (st == FC_OK) st = est;
+    if (st == FC_OK) return append_records(p->ctx, all, &rec);
+    fc_cupti_records_free(&rec);
+    return st;
+}
+
+/*
+ * The measured runs as replays of the program's graph, in two captures.
+ * First, with the driver calls and tags recorded, one run launch by launch
+ * (run r->runs): it says which kernels each launch runs, and it is the run
+ * whose first records cost more. Then, with the kernels alone recorded
+ * (CUPTI's records of API calls would cost every run host time), one
+ * replay (not measured), then the measured replays, each kernel of a run
+ * placed by its start in the run's span. *why says why the replays' records
+ * did not become r's events.
+ */
+static fc_status capture_replays(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r, char *why,
+                                 size_t nwhy) {
+    fc_cupti_records all = {0};
+    const int learn = r->runs;
+    fc_status st = fc_cupti_begin(p->ctx, true);
+    if (st != FC_OK) return st;
+    st = end_capture(p, tagged_run(p, in, out, learn, true, NULL, NULL), &all);
+    if (st == FC_OK) st = fc_cupti_begin(p->ctx, false);
+    if (st != FC_OK) {
+        fc_cupti_records_free(&all);
+        return st;
+    }
+    st = tagged_run(p, in, out, learn + 1, false, NULL, NULL);
+    const uint64_t before = p->stats.graph_replays;
+    for (int k = 0; k < r->runs && st == FC_OK; k++)
+        st = tagged_run(p, in, out, k, false, &r->run_start[k], &r->run_end[k]);
+    const uint64_t replays = p->stats.graph_replays - before;
+    st = end_capture(p, st, &all);
+    if (st == FC_OK && replays != (uint64_t)r->runs)
+        snprintf(why, nwhy, "%d of %d runs replayed the graph (%.120s)", (int)replays, r->runs,
+                 p->stats.graph_skip_reason);
+    else if (st == FC_OK) st = fc_cupti_map(r, learn, true, &all, why, nwhy);
+    fc_cupti_records_free(&all);
+    return st;
+}
+
+/* The measured runs launch by launch, in one capture, after one run not
+ * measured (CUPTI's first records cost more). */
+static fc_status capture_eager(fc_program *p, void *const *in, void *const *out, fc_profile_rec *r) {
+    fc_cupti_records all = {0};
+    fc_status st = fc_cupti_begin(p->ctx, true);
+    if (st != FC_OK) return st;
+    st = tagged_run(p, in, out, r->runs, true, NULL, NULL);
+    for (int k = 0; k < r->runs && st == FC_OK; k++)
+        st = tagged_run(p, in, out, k, true, &r->run_start[k], &r->run_end[k]);
+    st = end_capture(p, st, &all);
+    char why[8];
+    if (st == FC_OK) st = fc_cupti_map(r, -1, false, &all, why, sizeof why);
+    fc_cupti_records_free(&all);
+    return st;
 }
 
 static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, double *plain) {
@@ -134,32 +170,26 @@ static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, doub
     snprintf(r->peak_source, sizeof r->peak_source, "copy measured (cuMemcpyDtoD, 256 MiB); %s",
              r->peak_tflops > 0 ? "FLOPs: a dense bf16 GEMM's, documented" : "no FLOP ceiling known for this device");
 
-    st = fc_cupti_begin(p->ctx);
-    if (st != FC_OK) return st;
-    /* One run under CUPTI before the measured ones (its first records
-     * cost more), tagged as no measured run. */
-    p->profile_tag = (uint64_t)(r->runs + 1) << TAG_RUN_SHIFT;
-    st = fc_prog_enqueue(p, in, out, d->stream);
-    if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
-    for (int k = 0; k < r->runs && st == FC_OK; k++) {
-        p->profile_tag = (uint64_t)(k + 1) << TAG_RUN_SHIFT;
-        r->run_start[k] = fc_cupti_now_ms();
-        st = fc_prog_enqueue(p, in, out, d->stream);
-        if (st == FC_OK) st = fc_cuda_stream_sync(d, NULL);
-        r->run_end[k] = fc_cupti_now_ms();
+    /* The plain runs replayed the graph when the program has one: so do
+     * the profiled runs. */
+    if (p->replay) {
+        char why[200] = "";
+        st = capture_replays(p, in, out, r, why, sizeof why);
+        if (st != FC_OK) return st;
+        if (!why[0]) {
+            r->replayed = true;
+            snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it");
+            return FC_OK;
+        }
+        /* The replays' records could not be told apart: launch by launch
+         * (each launch's records tagged with it) instead. */
+        snprintf(r->mode, sizeof r->mode, "launch by launch (the replays could not be profiled: %.180s)",
+                 why);
+    } else {
+        snprintf(r->mode, sizeof r->mode, "launch by launch (the program replays no CUDA Graph: %.180s)",
+                 p->stats.graph_skip_reason[0] ? p->stats.graph_skip_reason : "none was built");
     }
-    p->profile_tag = 0;
-    fc_cupti_kernel *k = NULL;
-    fc_cupti_api *a = NULL;
-    fc_cupti_ext *e = NULL;
-    int nk = 0, na = 0, ne = 0;
-    fc_status est = fc_cupti_end(p->ctx, &k, &nk, &a, &na, &e, &ne);
-    if (st == FC_OK) st = est;
-    if (st == FC_OK) st = add_events(r, k, nk, a, na, e, ne);
-    free(k);
-    free(a);
-    free(e);
-    return st;
+    return capture_eager(p, in, out, r);
 }
 
 fc_status fc_prog_cuda_profile(fc_program *p, const fc_tensor *inputs, int nin, fc_profile_rec *r) {
