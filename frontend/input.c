@@ -45,7 +45,10 @@ fc_status fc_read_input(fc_context *ctx, const char *path, const char *what, siz
             }
             buf = b;
         }
-        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        /* At most 1 MiB a read, so that a binary file is refused at its
+         * first NUL without reading (and paging in) all of it first. */
+        size_t want = cap - 1 - n;
+        ssize_t r = read(fd, buf + n, want < ((size_t)1 << 20) ? want : ((size_t)1 << 20));
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
             st = fc_set_error(ctx, FC_ERR_INPUT, "%s: error: cannot read: %s", shown, strerror(errno));

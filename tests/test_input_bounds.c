@@ -19,11 +19,16 @@
 
 static fc_context *ctx;
 
-static double now_s(void) {
+static double clock_s(clockid_t clock) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clock, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+static double now_s(void) { return clock_s(CLOCK_MONOTONIC); }
+/* The process's CPU time: a parse's cost, which a loaded machine (CI's two
+ * cores shared with other tests) does not stretch as it stretches wall
+ * time. */
+static double cpu_s(void) { return clock_s(CLOCK_PROCESS_CPUTIME_ID); }
 
 static bool has(const char *s, const char *sub) { return s && strstr(s, sub) != NULL; }
 
@@ -147,11 +152,11 @@ static void test_many_params(const char *dir) {
     write_text(path, text, len);
     free(text);
     fc_graph *g = NULL;
-    double t0 = now_s();
+    double t0 = cpu_s();
     CHECK_EQ_INT(fc_parse_file(ctx, path, NULL, NULL, 0, &g), FC_OK);
-    double dt = now_s() - t0;
+    double dt = cpu_s() - t0;
     CHECK_EQ_INT(fc_graph_num_params(g), N);
-    if (dt >= 1.0) fprintf(stderr, "100,000 parameters parsed in %.2f s\n", dt);
+    if (dt >= 1.0) fprintf(stderr, "100,000 parameters parsed in %.2f s of CPU time\n", dt);
     CHECK(dt < 1.0);
     /* A duplicate is still found, by hash. */
     fc_dim four = 4;
