@@ -53,7 +53,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
     if (st != FC_OK) return st;
     fc_graph *c = fc_graph_new(ctx, g->name);
     fc_value **map = calloc((size_t)g->next_value_id + 1, sizeof *map);
-    if (!c || !map) goto oom;
+    if (!c || !map || !fc_graph_copy_src_ops(c, g)) goto oom;
     c->next_value_id = g->next_value_id;
     c->next_node_id = g->next_node_id;
     c->returned = g->returned;
