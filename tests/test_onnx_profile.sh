@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# test_onnx_profile.sh - --profile of an imported ONNX model on the CPU
+# backend names the model's nodes each launch runs (the source column: node
+# names in the model's order, an unnamed node by its first output), in the
+# table, the CSV and --emit=dot, through a --bind specialization too; the
+# source-op count is the number of nodes.
+# Skips (exit 0 with SKIP) without the importer, onnx for python3, or the CPU backend.
+#   FUSEC=build/fusec SRC=. bash tests/test_onnx_profile.sh
+set -u
+FUSEC=${FUSEC:-build/fusec}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_onnx_profile.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+printf 'junk' > "$tmp/bad.onnx"
+if "$FUSEC" "$tmp/bad.onnx" --emit=ir 2>&1 | grep -q "without the ONNX importer"; then echo "SKIP: no ONNX importer"; exit 0; fi
+if ! python3 -c 'import onnx, numpy' 2>/dev/null; then echo "SKIP: python3 has no onnx"; exit 0; fi
+if ! "$FUSEC" --devices 2>/dev/null | grep -qx cpu; then echo "SKIP: no CPU backend"; exit 0; fi
+python3 - "$tmp/named.onnx" <<'PY' || { echo "FAIL: making the model"; exit 1; }
+import sys, numpy as np, onnx
+from onnx import helper, numpy_helper, TensorProto as TP
+rng = np.random.default_rng(1)
+w = numpy_helper.from_array(rng.standard_normal((64, 32)).astype(np.float32), "w")
+b = numpy_helper.from_array(rng.standard_normal((32,)).astype(np.float32), "b")
+nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj/MatMul"),
+         helper.make_node("Add", ["h", "b"], ["hb"], name="proj/Add"),
+         helper.make_node("Exp", ["hb"], ["e"], name="act/Exp"),
+         helper.make_node("Mul", ["e", "hb"], ["m"]),  # unnamed: its output names it
+         helper.make_node("ReduceSum", ["m"], ["y"], name="pool", keepdims=0, axes=[1])]
+g = helper.make_graph(nodes, "named", [helper.make_tensor_value_info("x", TP.FLOAT, ["batch", 64])],
+                      [helper.make_tensor_value_info("y", TP.FLOAT, ["batch"])], [w, b])
+onnx.save(helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 11)]), sys.argv[1])
+PY
+"$FUSEC" "$tmp/named.onnx" --bind batch=8 --device=cpu --profile --profile-runs=2 --profile-format=csv >"$tmp/csv" 2>"$tmp/err" ||
+  bad "--profile: $(cat "$tmp/err")"
+python3 - "$tmp/csv" <<'PY' || bad "csv: $(cat "$tmp/csv")"
+import csv, sys
+rows = {r["launch"]: r for r in csv.DictReader(open(sys.argv[1]))}
+# the exp, the mul and the sum in one kernel: its three nodes in order
+k = [r for r in rows.values() if r["kind"] == "kernel"]
+assert len(k) == 1 and k[0]["source"] == "act/Exp,m,pool" and k[0]["source_ops"] == "3", k
+# the GEMM with its bias: the Add's node at least
+g = [r for r in rows.values() if r["kind"] == "library"]
+assert len(g) == 1 and "proj/Add" in g[0]["source"], g
+PY
+"$FUSEC" "$tmp/named.onnx" --bind batch=8 --device=cpu --profile --profile-runs=2 >"$tmp/table" 2>"$tmp/err" || bad "table: $(cat "$tmp/err")"
+grep -q "act/Exp,m,pool" "$tmp/table" || bad "table: no node names: $(cat "$tmp/table")"
+# --emit=dot plans as --emit=plan does: where there is nothing to plan for, it is skipped.
+if "$FUSEC" "$tmp/named.onnx" --bind batch=8 --emit=dot >"$tmp/dot" 2>"$tmp/err"; then
+  grep -q 'label="exp\\nact/Exp"' "$tmp/dot" || bad "dot: the exp is not labelled with its node"
+else
+  echo "note: no --emit=dot here: $(tail -1 "$tmp/err")"
+fi
+[[ $fail -eq 0 ]] && echo "test_onnx_profile: ok"
+exit $fail
