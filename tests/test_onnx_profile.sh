@@ -6,15 +6,7 @@
 # source-op count is the number of nodes.
 # Skips (exit 0 with SKIP) without the importer, onnx for python3, or the CPU backend.
 #   FUSEC=build/fusec SRC=. bash tests/test_onnx_profile.sh
-set -u
-FUSEC=${FUSEC:-build/fusec}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_onnx_profile.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-printf 'junk' > "$tmp/bad.onnx"
-if "$FUSEC" "$tmp/bad.onnx" --emit=ir 2>&1 | grep -q "without the ONNX importer"; then echo "SKIP: no ONNX importer"; exit 0; fi
-if ! python3 -c 'import onnx, numpy' 2>/dev/null; then echo "SKIP: python3 has no onnx"; exit 0; fi
+source "${SRC:-.}/tests/onnx/script_setup.sh"
 if ! "$FUSEC" --devices 2>/dev/null | grep -qx cpu; then echo "SKIP: no CPU backend"; exit 0; fi
 python3 - "$tmp/named.onnx" <<'PY' || { echo "FAIL: making the model"; exit 1; }
 import sys, numpy as np, onnx

@@ -6,22 +6,13 @@
 # layer's attention must plan as one flash-attention kernel (causal for
 # GPT-2 and Llama, with the padding mask for BERT), the model's plan must
 # have as many kernels and library calls at every size as at its smallest,
-# and the outputs on the CPU backend must match ONNX Runtime's. fusec's
+# and the outputs on the CPU backend (and CUDA where there is a GPU) must
+# match ONNX Runtime's. fusec's
 # own --check (its float64 reference interpreter) runs at the smallest
 # sizes.
 # Skips (exit 0 with SKIP) when fusec has no importer or python3 has no onnx.
 #   FUSEC=build/fusec SRC=. bash tests/test_onnx_real.sh
-set -u
-FUSEC=${FUSEC:-build/fusec}
-SRC=${SRC:-.}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_onnx_real.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fail=0
-bad() { echo "FAIL: $*"; fail=1; }
-
-printf 'junk' > "$tmp/bad.onnx"
-if "$FUSEC" "$tmp/bad.onnx" --emit=ir 2>&1 | grep -q "without the ONNX importer"; then echo "SKIP: no ONNX importer"; exit 0; fi
-if ! python3 -c 'import onnx, numpy' 2>/dev/null; then echo "SKIP: python3 has no onnx"; exit 0; fi
+source "${SRC:-.}/tests/onnx/script_setup.sh"
 python3 "$SRC/tests/onnx/real_exports.py" unpack "$tmp" || { echo "FAIL: real_exports.py unpack"; exit 1; }
 
 for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_2x128 bert_dynamo_8x512 \
@@ -50,27 +41,29 @@ for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_
     [[ "$total" == "$want" ]] || bad "$name: $total, want $want"
   fi
   ins=$(ls "$tmp/${name}"_in*.npy | tr '\n' ',' | sed 's/,$//')
-  if ! "$FUSEC" --devices 2>/dev/null | grep -qx cpu; then continue; fi
-  rm -rf "$tmp/out"
-  check=()
-  case $name in *_1x128|*_2x128) check=(--check) ;; esac
-  out=$("$FUSEC" "$tmp/$name.onnx" --run --device=cpu --inputs "$ins" --save-outputs "$tmp/out" "${check[@]}" 2>&1)
-  rc=$?
-  [[ $rc == 0 ]] || { bad "$name on cpu: exit $rc: $(tail -3 <<<"$out")"; continue; }
-  if [[ ${#check[@]} -gt 0 ]] && ! grep -q "^check .* ok" <<<"$out"; then bad "$name: --check: $(grep '^check' <<<"$out")"; fi
-  [[ -f $tmp/${name}_ort0.npy ]] || { echo "note: onnxruntime not installed: $name's outputs are not compared"; continue; }
-  python3 - "$tmp" "$name" <<'PY' || bad "$name: outputs differ from onnxruntime's"
+  for dev in cpu cuda; do
+    "$FUSEC" --devices 2>/dev/null | grep -qx $dev || continue
+    rm -rf "$tmp/out"
+    check=()
+    case $name in *_1x128|*_2x128) check=(--check) ;; esac
+    out=$("$FUSEC" "$tmp/$name.onnx" --run --device=$dev --inputs "$ins" --save-outputs "$tmp/out" "${check[@]}" 2>&1)
+    rc=$?
+    [[ $rc == 0 ]] || { bad "$name on $dev: exit $rc: $(tail -3 <<<"$out")"; continue; }
+    if [[ ${#check[@]} -gt 0 ]] && ! grep -q "^check .* ok" <<<"$out"; then bad "$name on $dev: --check: $(grep '^check' <<<"$out")"; fi
+    [[ -f $tmp/${name}_ort0.npy ]] || { echo "note: onnxruntime not installed: $name's outputs are not compared"; continue; }
+    python3 - "$tmp" "$name" $dev <<'PY' || bad "$name on $dev: outputs differ from onnxruntime's"
 import glob, sys
 import numpy as np
-d, name = sys.argv[1:]
+d, name, dev = sys.argv[1:]
 ok = True
 for i, r in enumerate(sorted(glob.glob("%s/%s_ort*.npy" % (d, name)))):
     a, b = np.load("%s/out/out%d.npy" % (d, i)), np.load(r)
     e = float(np.abs(a.astype(np.float64) - b).max()) if a.shape == b.shape else float("inf")
-    print("%s output %d on cpu vs onnxruntime: max error %.3g" % (name, i, e))
+    print("%s output %d on %s vs onnxruntime: max error %.3g" % (name, i, dev, e))
     ok &= e < 1e-4
 sys.exit(0 if ok else 1)
 PY
+  done
 done
 [[ $fail -eq 0 ]] && echo "test_onnx_real: ok"
 exit $fail
