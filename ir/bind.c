@@ -80,6 +80,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
         fc_node *m = fc_arena_alloc(&c->arena, sizeof *m);
         if (!m) goto oom;
         *m = *n;
+        if (!fc_node_copy_cover(c, m, n)) goto oom;
         m->in = fc_arena_alloc(&c->arena, sizeof *m->in * (size_t)(n->nin ? n->nin : 1));
         m->out = fc_arena_alloc(&c->arena, sizeof *m->out * (size_t)(n->nout ? n->nout : 1));
         if (!m->in || !m->out) goto oom;

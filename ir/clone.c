@@ -87,6 +87,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         }
         fc_node *m = fc_build(c, n->op, ins, n->nin, &a);
         if (!m) goto fail;
+        if (!fc_node_copy_cover(c, m, n)) goto oom;
         FC_ASSERT(m->nout == n->nout);
         for (int k = 0; k < n->nout; k++) {
             map[n->out[k]->id] = m->out[k];

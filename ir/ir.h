@@ -187,6 +187,11 @@ struct fc_node {
     fc_value **out;
     fc_attrs a;
     fc_loc loc;
+    /* The source lines (loc.line values) of the nodes a pass replaced by
+     * this one, besides its own: sorted and distinct, in the graph's arena
+     * (a launch's source note names them all). */
+    const int *cover;
+    int ncover;
     bool dead; /* removed by a pass; skipped by iteration helpers */
 };
 
@@ -329,6 +334,9 @@ static inline const char *fc_graph_src_op(const fc_graph *g, fc_loc loc) {
 }
 /* Copy from's src_ops into to's arena; false when out of memory. */
 bool fc_graph_copy_src_ops(fc_graph *to, const fc_graph *from);
+/* Give n (of g) a copy of the cover of `like` (a node of any graph); false
+ * when out of memory. */
+bool fc_node_copy_cover(fc_graph *g, fc_node *n, const fc_node *like);
 
 /* Record a builder error on g: sticky, located at g->cur_loc when set. */
 fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)

@@ -97,7 +97,8 @@ void fc_launch_source(const fc_plan *plan, int first, int last, int extra, char 
     const fc_group *grs[MAX_LAUNCH_GROUPS];
     const int ng = launch_groups(plan, first, last, extra, grs, MAX_LAUNCH_GROUPS);
     int nodes = 0;
-    for (int i = 0; i < ng; i++) nodes += grs[i]->nnodes;
+    for (int i = 0; i < ng; i++)
+        for (int k = 0; k < grs[i]->nnodes; k++) nodes += 1 + grs[i]->nodes[k]->ncover;
     int *lines = calloc((size_t)nodes + 1, sizeof *lines);
     int nl = 0, unnamed = 0;
     size_t pos = 0;
@@ -105,6 +106,7 @@ void fc_launch_source(const fc_plan *plan, int first, int last, int extra, char 
     for (int i = 0; i < ng; i++)
         for (int k = 0; k < grs[i]->nnodes; k++) {
             const fc_node *nd = grs[i]->nodes[k];
+            for (int c = 0; c < nd->ncover && lines; c++) lines[nl++] = nd->cover[c];
             if (nd->loc.line > 0) {
                 if (lines) lines[nl++] = nd->loc.line;
                 continue;
