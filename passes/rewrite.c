@@ -148,10 +148,10 @@ static int cmp_line(const void *a, const void *b) {
  * computed back to to's operands. Constants (nodes without operands) are
  * shared across the graph and left out; a walk that runs past COVER_NODES
  * nodes has left the pattern, and to keeps its own line only. */
-static void cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
+static bool cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
     const fc_value *st[COVER_STOPS];
     const int nst = cover_stops(rw, to, st, 0, 0);
-    if (nst < 0) return;
+    if (nst < 0) return true;
     const fc_node *seen[COVER_NODES], *stack[COVER_NODES];
     int nseen = 0, nstack = 0, nlines = 0;
     stack[nstack++] = from;
@@ -160,7 +160,7 @@ static void cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
         bool dup = false;
         for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == x;
         if (dup) continue;
-        if (nseen == COVER_NODES) return;
+        if (nseen == COVER_NODES) return true;
         seen[nseen++] = x;
         nlines += 1 + x->ncover;
         for (int k = 0; k < x->nin; k++) {
@@ -168,13 +168,13 @@ static void cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
             bool stop = v->weak || !v->def || is_new(rw, v->def) || v->def->nin == 0;
             for (int i = 0; i < nst && !stop; i++) stop = st[i] == v;
             if (stop) continue;
-            if (nstack == COVER_NODES) return;
+            if (nstack == COVER_NODES) return true;
             stack[nstack++] = v->def;
         }
     }
     nlines += to->ncover;
     int buf[COVER_LINES * 2];
-    if (nlines > (int)(sizeof buf / sizeof *buf)) return;
+    if (nlines > (int)(sizeof buf / sizeof *buf)) return true;
     int n = 0;
     for (int i = 0; i < to->ncover; i++) buf[n++] = to->cover[i];
     for (int i = 0; i < nseen; i++) {
@@ -185,12 +185,16 @@ static void cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
     int m = 0;
     for (int i = 0; i < n; i++)
         if (buf[i] != to->loc.line && (m == 0 || buf[i] != buf[m - 1])) buf[m++] = buf[i];
-    if (m == 0 || m > COVER_LINES) return;
+    if (m == 0 || m > COVER_LINES) return true;
     int *c = fc_arena_alloc(&rw->g->arena, sizeof *c * (size_t)m);
-    if (!c) return; /* a cover is a note: without memory for it the rewrite still holds */
+    if (!c) {
+        nomem(rw->g);
+        return false;
+    }
     memcpy(c, buf, sizeof *c * (size_t)m);
     to->cover = c;
     to->ncover = m;
+    return true;
 }
 
 bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
@@ -203,7 +207,7 @@ bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
     if (!map) return false;
     rw->map = map;
     rw->map[from->id] = to;
-    if (from->def && to->def && is_new(rw, to->def) && !is_new(rw, from->def)) cover(rw, from->def, to->def);
+    if (from->def && to->def && is_new(rw, to->def) && !is_new(rw, from->def)) return cover(rw, from->def, to->def);
     return true;
 }
 
