@@ -237,6 +237,14 @@ static fc_status op_logic(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (!strcmp(n->op_type, "Not")) { OUT(0, fc_eq(G, a, fc_scalar_int(G, 0))); return FC_OK; }
     fc_value *b = in(ox, 1);
     if (!b) return ERR("needs 2 inputs");
+    /* And and Or as a where (one op, broadcasting as ONNX does; where(c,
+     * true, false) is c to canonicalize, so an And with a mask that is all
+     * true leaves the other mask as the attention recognizer reads it). */
+    if (a->dtype == FC_BOOL && b->dtype == FC_BOOL && strcmp(n->op_type, "Xor")) {
+        if (!strcmp(n->op_type, "And")) OUT(0, fc_where(G, a, b, fc_full(G, 0, NULL, 0.0, FC_BOOL)));
+        else OUT(0, fc_where(G, a, fc_full(G, 0, NULL, 1.0, FC_BOOL), b));
+        return FC_OK;
+    }
     fc_value *ia = fc_cast(G, a, FC_I32), *ib = fc_cast(G, b, FC_I32);
     if (!strcmp(n->op_type, "And")) OUT(0, fc_ne(G, fc_mul(G, ia, ib), fc_scalar_int(G, 0)));
     else if (!strcmp(n->op_type, "Or")) OUT(0, fc_ne(G, fc_add(G, ia, ib), fc_scalar_int(G, 0)));

@@ -24,6 +24,12 @@
  * over 2 GB live in external data files, never in the protobuf itself. */
 #define OX_MAX_PROTO_BYTES ((size_t)1 << 31)
 
+/* How errors and launches name a node: its name, else its first output's. */
+static const char *node_name(const Onnx__NodeProto *n) {
+    if (n->name && *n->name) return n->name;
+    return n->n_output && n->output[0] && *n->output[0] ? n->output[0] : "?";
+}
+
 fc_status ox_error(ox_ctx *ox, fc_status st, const char *fmt, ...) {
     char msg[1024];
     va_list ap;
@@ -32,8 +38,7 @@ fc_status ox_error(ox_ctx *ox, fc_status st, const char *fmt, ...) {
     va_end(ap);
     const Onnx__NodeProto *n = ox->root ? ox->root->node : ox->node;
     if (n)
-        return fc_set_error(ox->ctx, st, "%s: error: node '%s' (%s, opset %lld): %s", ox->file,
-                            n->name && *n->name ? n->name : (n->n_output ? n->output[0] : "?"),
+        return fc_set_error(ox->ctx, st, "%s: error: node '%s' (%s, opset %lld): %s", ox->file, node_name(n),
                             n->op_type ? n->op_type : "?", (long long)ox->opset, msg);
     return fc_set_error(ox->ctx, st, "%s: error: %s", ox->file, msg);
 }
@@ -442,10 +447,22 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
         fc_status st = add_input(ox, gp->input[i]);
         if (st) return st;
     }
+    /* Each node's ops are located at it (loc.line = 1 + its index), so that
+     * a launch can name the model's nodes it runs. */
+    if (gp->n_node > (size_t)INT32_MAX / 2) return ox_error(ox, FC_ERR_UNSUPPORTED, "%zu nodes: too many", gp->n_node);
+    ox->g->src_ops = gp->n_node ? fc_arena_alloc(&ox->g->arena, sizeof *ox->g->src_ops * gp->n_node) : NULL;
+    if (gp->n_node && !ox->g->src_ops) return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < gp->n_node; i++) {
-        fc_status st = import_node(ox, gp->node[i]);
+        const Onnx__NodeProto *n = gp->node[i];
+        const char *name = node_name(n);
+        if (!(ox->g->src_ops[i] = fc_arena_strndup(&ox->g->arena, name, strlen(name))))
+            return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
+        ox->g->nsrc_ops = (int)i + 1;
+        ox->g->cur_loc = (fc_loc){(int)i + 1, 0};
+        fc_status st = import_node(ox, n);
         if (st) return st;
     }
+    ox->g->cur_loc = (fc_loc){0, 0};
     if (!gp->n_output) return ox_error(ox, FC_ERR_INPUT, "the graph has no outputs");
     fc_value **outs = calloc(gp->n_output, sizeof *outs);
     if (!outs) return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");

@@ -180,8 +180,14 @@ fc_value *ox_materialize(ox_ctx *ox, ox_val *val) {
         val->v = fc_full(ox->g, k->rank, dims, v0, k->dt);
         return val->v;
     }
-    if ((val->v = causal_mask(ox, k, dims))) return val->v;
-    if ((val->v = arange(ox, k, dims))) return val->v;
+    /* The ops that make a known table belong to no node of the model (the
+     * first node to read it would otherwise be named for every reader). */
+    const fc_loc at = ox->g->cur_loc;
+    ox->g->cur_loc = (fc_loc){0, 0};
+    val->v = causal_mask(ox, k, dims);
+    if (!val->v) val->v = arange(ox, k, dims);
+    ox->g->cur_loc = at;
+    if (val->v) return val->v;
     /* Non-uniform data: a parameter named as the ONNX value, its data in the
      * weights. Only the model's own importer has weights; a throwaway
      * folding graph gets its data as parameters from the folder. */

@@ -776,8 +776,8 @@ typedef struct fc_profile_launch {
     const char *name;    /* the kernel's function, or the library call ("gemm", "matmul") */
     const char *kind;    /* "kernel" or "library" */
     const char *ops;     /* the ops it runs (the plan's summary) */
-    const char *source;  /* where they are written: "model.ir:12-15,18", or an imported
-                          * model's tensor names; "" when unknown */
+    const char *source;  /* where they are written: "model.ir:12-15,18", or an ONNX
+                          * model's node names; "" when unknown */
     int nsource_ops;     /* source ops it covers */
     double min_ms, median_ms; /* device time of one launch over the measured runs */
     double share;        /* median_ms / the sum of every launch's median, 0 .. 1 */

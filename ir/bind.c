@@ -53,7 +53,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
     if (st != FC_OK) return st;
     fc_graph *c = fc_graph_new(ctx, g->name);
     fc_value **map = calloc((size_t)g->next_value_id + 1, sizeof *map);
-    if (!c || !map) goto oom;
+    if (!c || !map || !fc_graph_copy_src_ops(c, g)) goto oom;
     c->next_value_id = g->next_value_id;
     c->next_node_id = g->next_node_id;
     c->returned = g->returned;
@@ -80,6 +80,7 @@ fc_status fc_graph_bind_copy(fc_graph *g, const int64_t *vals, int nvals, fc_gra
         fc_node *m = fc_arena_alloc(&c->arena, sizeof *m);
         if (!m) goto oom;
         *m = *n;
+        if (!fc_node_copy_cover(c, m, n)) goto oom;
         m->in = fc_arena_alloc(&c->arena, sizeof *m->in * (size_t)(n->nin ? n->nin : 1));
         m->out = fc_arena_alloc(&c->arena, sizeof *m->out * (size_t)(n->nout ? n->nout : 1));
         if (!m->in || !m->out) goto oom;

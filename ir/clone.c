@@ -44,6 +44,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
     if (g->src_file && !(c->src_file = fc_arena_strndup(&c->arena, g->src_file, strlen(g->src_file)))) goto oom;
     if (g->src_text && !(c->src_text = fc_arena_strndup(&c->arena, g->src_text, g->src_len))) goto oom;
     c->src_len = g->src_text ? g->src_len : 0;
+    if (!fc_graph_copy_src_ops(c, g)) goto oom;
     for (int i = 0; i < g->nbinds; i++)
         if (fc_graph_bind(c, g->binds[i].name, g->binds[i].value)) goto fail;
     for (int i = 0; i < nbinds; i++)
@@ -86,6 +87,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         }
         fc_node *m = fc_build(c, n->op, ins, n->nin, &a);
         if (!m) goto fail;
+        if (!fc_node_copy_cover(c, m, n)) goto oom;
         FC_ASSERT(m->nout == n->nout);
         for (int k = 0; k < n->nout; k++) {
             map[n->out[k]->id] = m->out[k];

@@ -33,6 +33,32 @@ void fc_graph_free(fc_graph *g) {
     fc_ctx_freemem(g->ctx, g);
 }
 
+bool fc_graph_copy_src_ops(fc_graph *to, const fc_graph *from) {
+    if (!from->src_ops || from->nsrc_ops <= 0) return true;
+    const char **ops = fc_arena_alloc(&to->arena, sizeof *ops * (size_t)from->nsrc_ops);
+    if (!ops) return false;
+    for (int i = 0; i < from->nsrc_ops; i++) {
+        const char *s = from->src_ops[i];
+        ops[i] = s ? fc_arena_strndup(&to->arena, s, strlen(s)) : NULL;
+        if (s && !ops[i]) return false;
+    }
+    to->src_ops = ops;
+    to->nsrc_ops = from->nsrc_ops;
+    return true;
+}
+
+bool fc_node_copy_cover(fc_graph *g, fc_node *n, const fc_node *like) {
+    n->cover = NULL;
+    n->ncover = 0;
+    if (like->ncover <= 0) return true;
+    int *c = fc_arena_alloc(&g->arena, sizeof *c * (size_t)like->ncover);
+    if (!c) return false;
+    memcpy(c, like->cover, sizeof *c * (size_t)like->ncover);
+    n->cover = c;
+    n->ncover = like->ncover;
+    return true;
+}
+
 fc_status fc_graph_status(const fc_graph *g) { return g ? g->status : FC_ERR_USAGE; }
 const char *fc_graph_name(const fc_graph *g) { return g ? g->name : NULL; }
 fc_context *fc_graph_context(const fc_graph *g) { return g ? g->ctx : NULL; }

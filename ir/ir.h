@@ -187,6 +187,11 @@ struct fc_node {
     fc_value **out;
     fc_attrs a;
     fc_loc loc;
+    /* The source lines (loc.line values) of the nodes a pass replaced by
+     * this one, besides its own: sorted and distinct, in the graph's arena
+     * (a launch's source note names them all). */
+    const int *cover;
+    int ncover;
     bool dead; /* removed by a pass; skipped by iteration helpers */
 };
 
@@ -316,7 +321,22 @@ struct fc_graph {
     const char *src_text;
     size_t src_len;
     fc_loc cur_loc;
+    /* A model has ops, not lines: for a graph imported from one, a node's
+     * loc.line is 1 + the index here of the model's op it comes from, and
+     * src_ops[index] is that op's name (what a launch's source note says). */
+    const char **src_ops;
+    int nsrc_ops;
 };
+
+/* The name of the model op a node comes from (see src_ops), or NULL. */
+static inline const char *fc_graph_src_op(const fc_graph *g, fc_loc loc) {
+    return g->src_ops && loc.line > 0 && loc.line <= g->nsrc_ops ? g->src_ops[loc.line - 1] : NULL;
+}
+/* Copy from's src_ops into to's arena; false when out of memory. */
+bool fc_graph_copy_src_ops(fc_graph *to, const fc_graph *from);
+/* Give n (of g) a copy of the cover of `like` (a node of any graph); false
+ * when out of memory. */
+bool fc_node_copy_cover(fc_graph *g, fc_node *n, const fc_node *like);
 
 /* Record a builder error on g: sticky, located at g->cur_loc when set. */
 fc_status fc_graph_error(fc_graph *g, fc_status st, const char *fmt, ...)

@@ -97,7 +97,8 @@ void fc_launch_source(const fc_plan *plan, int first, int last, int extra, char 
     const fc_group *grs[MAX_LAUNCH_GROUPS];
     const int ng = launch_groups(plan, first, last, extra, grs, MAX_LAUNCH_GROUPS);
     int nodes = 0;
-    for (int i = 0; i < ng; i++) nodes += grs[i]->nnodes;
+    for (int i = 0; i < ng; i++)
+        for (int k = 0; k < grs[i]->nnodes; k++) nodes += 1 + grs[i]->nodes[k]->ncover;
     int *lines = calloc((size_t)nodes + 1, sizeof *lines);
     int nl = 0, unnamed = 0;
     size_t pos = 0;
@@ -105,6 +106,7 @@ void fc_launch_source(const fc_plan *plan, int first, int last, int extra, char 
     for (int i = 0; i < ng; i++)
         for (int k = 0; k < grs[i]->nnodes; k++) {
             const fc_node *nd = grs[i]->nodes[k];
+            for (int c = 0; c < nd->ncover && lines; c++) lines[nl++] = nd->cover[c];
             if (nd->loc.line > 0) {
                 if (lines) lines[nl++] = nd->loc.line;
                 continue;
@@ -112,7 +114,25 @@ void fc_launch_source(const fc_plan *plan, int first, int last, int extra, char 
             unnamed++;
         }
     int distinct = 0;
-    if (nl > 0) {
+    if (nl > 0 && plan->g->src_ops) {
+        /* An imported model's: the names of the nodes it runs, in the
+         * model's order, each once; those that do not fit are counted. */
+        qsort(lines, (size_t)nl, sizeof *lines, cmp_int);
+        int shown = 0;
+        for (int i = 0; i < nl; i++) {
+            if (i && lines[i] == lines[i - 1]) continue;
+            distinct++;
+            const char *name = fc_graph_src_op(plan->g, (fc_loc){lines[i], 0});
+            if (!name) continue;
+            const size_t len = strlen(name);
+            if (pos + len + 16 < n && shown == distinct - 1) {
+                pos += (size_t)snprintf(buf + pos, n - pos, "%s%s", pos ? "," : "", name);
+                shown++;
+            }
+        }
+        if (shown < distinct) snprintf(buf + pos, n - pos, "%s+%d more", pos ? ", " : "", distinct - shown);
+        pos = strlen(buf);
+    } else if (nl > 0) {
         qsort(lines, (size_t)nl, sizeof *lines, cmp_int);
         const char *file = plan->g->src_file ? plan->g->src_file : "";
         const char *slash = strrchr(file, '/');

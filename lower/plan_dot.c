@@ -77,7 +77,9 @@ char *fc_plan_dot(fc_context *ctx, const fc_plan *plan) {
         for (int k = 0; k < gr->nnodes; k++) {
             const fc_node *nd = gr->nodes[k];
             char nl[128];
-            if (nd->loc.line > 0) snprintf(nl, sizeof nl, "%s\nline %d", fc_op_table[nd->op].name, nd->loc.line);
+            const char *src = fc_graph_src_op(g, nd->loc);
+            if (src) snprintf(nl, sizeof nl, "%s\n%s", fc_op_table[nd->op].name, src);
+            else if (nd->loc.line > 0) snprintf(nl, sizeof nl, "%s\nline %d", fc_op_table[nd->op].name, nd->loc.line);
             else snprintf(nl, sizeof nl, "%s", fc_op_table[nd->op].name);
             fc_strbuf_printf(&t, "    n%d [label=", nd->id);
             quoted(&t, nl);

@@ -265,8 +265,17 @@ static fc_value *identity(Canon *c, fc_node *n) {
     }
     case FC_OP_WHERE: { /* where(constant, a, b) */
         double v;
-        if (n->in[0]->weak || !constant(n->in[0], &v)) return NULL;
-        return if_same(n, v != 0.0 ? n->in[1] : n->in[2]);
+        fc_value *cond = n->in[0], *out = n->out[0];
+        if (!cond->weak && constant(cond, &v)) return if_same(n, v != 0.0 ? n->in[1] : n->in[2]);
+        /* where(c, true, false) is c (c AND true, as an importer writes a
+         * logical and), broadcast to the result's shape. */
+        if (cond->weak || cond->dtype != FC_BOOL || out->dtype != FC_BOOL || !operand_is(n, 1, 1.0) ||
+            !operand_is(n, 2, 0.0))
+            return NULL;
+        if (fc_same_type(cond, out)) return cond;
+        fc_attrs a;
+        fc_attrs_defaults(FC_OP_EXPAND, &a);
+        return emit_with_list(c, FC_OP_EXPAND, cond, &a, out->rank, out->dims);
     }
     case FC_OP_CAST: {
         fc_value *x = n->in[0];

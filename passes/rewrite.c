@@ -2,6 +2,7 @@
  * walk (rewrite.h explains it), replace-all-uses, use counts, compaction. */
 #include "rewrite.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* Out of memory inside a pass: the context already holds the message (the
@@ -94,6 +95,7 @@ fc_status fc_rw_begin(fc_rewriter *rw, fc_graph *g) {
     }
     g->nnodes = 0;
     rw->saved_loc = g->cur_loc;
+    rw->first_new_id = g->next_node_id;
     return FC_OK;
 }
 
@@ -115,6 +117,86 @@ fc_value *fc_rw_value(const fc_rewriter *rw, fc_value *v) {
     return v;
 }
 
+/* ---- covers: the source lines a replacement stands for ----------------- */
+
+enum { COVER_NODES = 128, COVER_STOPS = 64, COVER_LINES = 256 };
+
+static bool is_new(const fc_rewriter *rw, const fc_node *n) { return n->id >= rw->first_new_id; }
+
+/* The old values the new node n reads, directly or through other new
+ * nodes: where the pattern it replaced begins. */
+static int cover_stops(const fc_rewriter *rw, const fc_node *n, const fc_value **st, int nst, int depth) {
+    for (int k = 0; k < n->nin && nst >= 0; k++) {
+        const fc_value *v = n->in[k];
+        if (v->weak || !v->def) continue;
+        if (!is_new(rw, v->def)) {
+            if (nst == COVER_STOPS) return -1;
+            st[nst++] = v;
+        } else if (depth < 8) {
+            nst = cover_stops(rw, v->def, st, nst, depth + 1);
+        }
+    }
+    return nst;
+}
+
+static int cmp_line(const void *a, const void *b) {
+    const int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* to (new) replaces from (old): to covers the old nodes from which from is
+ * computed back to to's operands. Constants (nodes without operands) are
+ * shared across the graph and left out; a walk that runs past COVER_NODES
+ * nodes has left the pattern, and to keeps its own line only. */
+static bool cover(fc_rewriter *rw, fc_node *from, fc_node *to) {
+    const fc_value *st[COVER_STOPS];
+    const int nst = cover_stops(rw, to, st, 0, 0);
+    if (nst < 0) return true;
+    const fc_node *seen[COVER_NODES], *stack[COVER_NODES];
+    int nseen = 0, nstack = 0, nlines = 0;
+    stack[nstack++] = from;
+    while (nstack > 0) {
+        const fc_node *x = stack[--nstack];
+        bool dup = false;
+        for (int i = 0; i < nseen && !dup; i++) dup = seen[i] == x;
+        if (dup) continue;
+        if (nseen == COVER_NODES) return true;
+        seen[nseen++] = x;
+        nlines += 1 + x->ncover;
+        for (int k = 0; k < x->nin; k++) {
+            const fc_value *v = x->in[k];
+            bool stop = v->weak || !v->def || is_new(rw, v->def) || v->def->nin == 0;
+            for (int i = 0; i < nst && !stop; i++) stop = st[i] == v;
+            if (stop) continue;
+            if (nstack == COVER_NODES) return true;
+            stack[nstack++] = v->def;
+        }
+    }
+    nlines += to->ncover;
+    int buf[COVER_LINES * 2];
+    if (nlines > (int)(sizeof buf / sizeof *buf)) return true;
+    int n = 0;
+    for (int i = 0; i < to->ncover; i++) buf[n++] = to->cover[i];
+    for (int i = 0; i < nseen; i++) {
+        if (seen[i]->loc.line > 0) buf[n++] = seen[i]->loc.line;
+        for (int k = 0; k < seen[i]->ncover; k++) buf[n++] = seen[i]->cover[k];
+    }
+    qsort(buf, (size_t)n, sizeof *buf, cmp_line);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (buf[i] != to->loc.line && (m == 0 || buf[i] != buf[m - 1])) buf[m++] = buf[i];
+    if (m == 0 || m > COVER_LINES) return true;
+    int *c = fc_arena_alloc(&rw->g->arena, sizeof *c * (size_t)m);
+    if (!c) {
+        nomem(rw->g);
+        return false;
+    }
+    memcpy(c, buf, sizeof *c * (size_t)m);
+    to->cover = c;
+    to->ncover = m;
+    return true;
+}
+
 bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
     from = fc_rw_value(rw, from);
     to = fc_rw_value(rw, to);
@@ -125,6 +207,7 @@ bool fc_rw_replace(fc_rewriter *rw, fc_value *from, fc_value *to) {
     if (!map) return false;
     rw->map = map;
     rw->map[from->id] = to;
+    if (from->def && to->def && is_new(rw, to->def) && !is_new(rw, from->def)) return cover(rw, from->def, to->def);
     return true;
 }
 

@@ -31,7 +31,10 @@
  *  - Kept values keep their names; new values have name NULL (the printer
  *    invents %vN names).
  *  - New nodes take their source location from the old node being visited
- *    (g->cur_loc), so a later error still points at the statement.
+ *    (g->cur_loc), so a later error still points at the statement. A new
+ *    node that replaces an old one (fc_rw_replace) also covers the lines of
+ *    the old nodes between its operands and the one it replaces (a fused
+ *    pattern's), so a launch's source note names every op it runs.
  *  - When the rebuild ends, node and value ids are renumbered densely (nodes
  *    in array order; params, then each node's weak operands and results), so
  *    arrays indexed by id stay as small as the graph.
@@ -56,6 +59,7 @@ typedef struct fc_rewriter {
     fc_node **made;   /* nodes made by fc_rw_make: retired at the end if never kept */
     int nmade, cap_made;
     fc_loc saved_loc; /* g->cur_loc before the rebuild, restored at the end */
+    int first_new_id; /* nodes with an id from this one on were made by the rebuild */
 } fc_rewriter;
 
 /* Start rebuilding g. On failure (out of memory) the graph is poisoned and

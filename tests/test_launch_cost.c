@@ -22,7 +22,7 @@ static const fc_launch *launch_at(const fc_program_desc *d, const char *source) 
 static void check_costs(const fc_program_desc *d) {
     CHECK_EQ_INT(d->src.nlaunches, 3);
     const fc_launch *pw = launch_at(d, "small.ir:6-7"), *rd = launch_at(d, "small.ir:8"),
-                    *mm = launch_at(d, "small.ir:10");
+                    *mm = launch_at(d, "small.ir:9-10"); /* the matmul and its relu epilogue */
     CHECK(pw && rd && mm);
     if (!pw || !rd || !mm) return;
     /* exp and mul over f32[64, 256]: x read, b written; one FLOP an element an op. */
@@ -34,6 +34,7 @@ static void check_costs(const fc_program_desc *d) {
     CHECK_NEAR(rd->flops, 64.0 * 256, 0);
     /* The GEMM: b, w (256x128), the result; 2 M N K. */
     CHECK_EQ_INT(mm->kind, FC_LAUNCH_LIBRARY);
+    CHECK_EQ_INT(mm->nsource_ops, 2);
     CHECK_EQ_INT(mm->bytes, (64 * 256 + 256 * 128 + 64 * 128) * 4);
     CHECK_NEAR(mm->flops, 2.0 * 64 * 128 * 256, 0);
 }
