@@ -61,6 +61,7 @@ typedef enum op_list { LIST_PROMOTE, LIST_LOW, LIST_F32 } op_list;
 static op_list list_of(fc_op op) {
     switch (op) {
     case FC_OP_MATMUL:
+    case FC_OP_CONV_CL:
     case FC_OP_ATTENTION: return LIST_LOW;
     case FC_OP_REDUCE_SUM:
     case FC_OP_REDUCE_MEAN:
@@ -78,9 +79,13 @@ static op_list list_of(fc_op op) {
     }
 }
 
+/* A matmul and a convolution multiply the rounded low values in f32 (see
+ * the file comment); attention keeps the low dtype, as its kernel does. */
+static bool products_in_f32(fc_op op) { return op == FC_OP_MATMUL || op == FC_OP_CONV_CL; }
+
 /* Operand k of a low-list op that is read in the low dtype (attention's
  * mask is added to the f32 scores and keeps its dtype). */
-static bool low_operand(const fc_node *n, int k) { return n->op == FC_OP_MATMUL ? k < 2 : k < 3; }
+static bool low_operand(const fc_node *n, int k) { return products_in_f32(n->op) ? k < 2 : k < 3; }
 
 /* Views that only move elements: a view of a low value is low. */
 static bool is_plain_view(fc_op op) {
@@ -135,7 +140,7 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
         return bias->param_index >= 0 && bias->rank == 1 && !other->weak && other->def &&
-               other->def->op == FC_OP_MATMUL && tail_low(a, n->out[0]);
+               products_in_f32(other->def->op) && tail_low(a, n->out[0]);
     }
     return false;
 }
@@ -188,23 +193,22 @@ static bool operands_for(ac *a, fc_rewriter *rw, fc_node *n, fc_value **in, fc_a
     }
     switch (list_of(n->op)) {
     case LIST_LOW: {
-        int nlow = n->op == FC_OP_MATMUL ? 2 : 3;
+        int nlow = products_in_f32(n->op) ? 2 : 3;
         bool any = false;
         for (int k = 0; k < nlow; k++) {
             const fc_value *v = n->in[k];
             if (v->dtype == FC_F64 || !fc_dtype_is_float(v->dtype)) return changed;
-            any |= v->dtype != a->low && !(n->op == FC_OP_MATMUL && widened_from_low(a, v));
+            any |= v->dtype != a->low && !(products_in_f32(n->op) && widened_from_low(a, v));
         }
         /* Already low as written (a 16-bit graph, or this pass's own
          * output: the pass is idempotent). */
         if (!any) return changed;
         for (int k = 0; k < nlow; k++) {
             in[k] = fc_rw_cast(rw, in[k], a->low);
-            /* The matmul multiplies the rounded values in f32 (see the file
-             * comment); attention keeps the low dtype, as its kernel does. */
-            if (n->op == FC_OP_MATMUL) in[k] = fc_rw_cast(rw, in[k], FC_F32);
+            if (products_in_f32(n->op)) in[k] = fc_rw_cast(rw, in[k], FC_F32);
             if (!in[k]) return true;
         }
+        if (n->op == FC_OP_CONV_CL) at->dtype = FC_F32; /* the products' dtype, as a matmul's */
         return true;
     }
     case LIST_F32:
