@@ -7,7 +7,7 @@
  * pass, on the primitives decompose left (so a softmax written out by hand
  * is treated as the composite is):
  *
- *   low       matmul, attention: f32 operands are rounded to the low dtype
+ *   low       matmul, conv_cl, attention: f32 operands are rounded to the low dtype
  *             (bf16 or f16); the product accumulates in f32.
  *   f32       the reductions, softmax, layernorm, rmsnorm (the composites
  *             decompose keeps), exp, log, pow, rsqrt, recip: 16-bit
@@ -37,6 +37,13 @@
  *     nn.Linear's bias under autocast, and what lets the epilogue fold the
  *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
  *     result's dtype).
+ *   - A convolution (conv_cl) is a low op like a matmul. Its bias is stored
+ *     low also when the sum takes a residual before the relu, and the
+ *     residual operand of such a sum reads low when the sum (or its relu)
+ *     is stored low: a 16-bit convolutional network's residual stream is
+ *     16-bit under autocast (convolutions return the low dtype and sums of
+ *     low values stay low), and then conv + bias + residual + relu is one
+ *     library call whose result is low.
  *
  * A parameter read in the low dtype (a weight) is cast by one cast node,
  * placed first; with no producer to fuse into, it is a kernel of its own,
@@ -118,13 +125,27 @@ static bool widened_from_low(const ac *a, const fc_value *v) {
     return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
 }
 
+/* v is a convolution's result (conv_cl), or that plus its bias. */
+static bool conv_result(const fc_value *v) {
+    const fc_node *d = v->def;
+    if (d && d->op == FC_OP_ADD && !d->in[0]->weak && !d->in[1]->weak) {
+        const fc_value *c = d->in[0]->rank == 1 ? d->in[1] : d->in[0], *b = c == d->in[0] ? d->in[1] : d->in[0];
+        d = b->rank == 1 ? c->def : NULL;
+    }
+    return d && d->op == FC_OP_CONV_CL;
+}
+
 /* v, the sum of a matmul's result and a bias, is stored low, or its one
- * use is a relu or gelu_tanh whose result is (see the file comment). Every
- * user of v is decided: they come after v's add in the graph. */
+ * use is a relu or gelu_tanh whose result is (see the file comment). A
+ * convolution's sum may first take its residual, as the library's
+ * epilogue does: conv + bias + residual, then the activation. Every user
+ * of v is decided: they come after v's add in the graph. */
 static bool tail_low(const ac *a, const fc_value *v) {
     if (a->store_low[v->id]) return true;
     const fc_node *u = a->user[v->id];
-    if (a->uses[v->id] != 1 || !u || (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH)) return false;
+    if (a->uses[v->id] != 1 || !u) return false;
+    if (u->op == FC_OP_ADD && conv_result(v)) return tail_low(a, u->out[0]);
+    if (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH) return false;
     return a->store_low[u->out[0]->id];
 }
 
@@ -139,8 +160,14 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
     }
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
-        return bias->param_index >= 0 && bias->rank == 1 && !other->weak && other->def &&
-               products_in_f32(other->def->op) && tail_low(a, n->out[0]);
+        if (other->weak || !other->def) return false;
+        if (bias->param_index >= 0 && bias->rank == 1 && products_in_f32(other->def->op))
+            return tail_low(a, n->out[0]);
+        /* A convolution's residual, when the sum is stored low: the
+         * residual stream of a 16-bit convolutional network is 16-bit (a
+         * convolution under torch.autocast returns the low dtype, and
+         * sums of low values stay low), and the library reads it so. */
+        return conv_result(other) && tail_low(a, n->out[0]);
     }
     return false;
 }

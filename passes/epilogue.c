@@ -297,6 +297,8 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
  * each step's but the last) must be D or f32: rounding there is finer than
  * at the end, so the gemm is within D's tolerance of the graph.
  */
+static fc_value *narrowed(fc_value *v, fc_dtype d);
+
 static bool prefix_ok(const fc_node *mm, fc_dtype ab, const step *s, int len) {
     fc_dtype d = len ? s[len - 1].node->out[0]->dtype : mm->out[0]->dtype;
     if (d != ab && d != FC_F32) return false;
@@ -305,8 +307,19 @@ static bool prefix_ok(const fc_node *mm, fc_dtype ab, const step *s, int len) {
         if (di != d && di != FC_F32) return false;
     }
     for (int i = 0; i < len; i++)
-        if ((s[i].kind == STEP_BIAS || s[i].kind == STEP_RESIDUAL) && s[i].operand->dtype != d) return false;
+        if ((s[i].kind == STEP_BIAS || s[i].kind == STEP_RESIDUAL) && s[i].operand->dtype != d &&
+            !(mm->op == FC_OP_CONV_CL && narrowed(s[i].operand, d)))
+            return false;
     return true;
+}
+
+/* A convolution's bias or residual as the node reads it at result dtype
+ * d: v, or the 16-bit value v widens (autocast stores a convolutional
+ * network's residual stream low and widens it for the f32 sum; the
+ * widening is exact, so the library reads the 16-bit tensor). */
+static fc_value *narrowed(fc_value *v, fc_dtype d) {
+    fc_value *w = widened_from(v);
+    return v->dtype == d ? v : w && w->dtype == d ? w : NULL;
 }
 
 /* A conv_cl as lower_conv makes it: no epilogue yet. */
@@ -340,6 +353,9 @@ static bool make_chain(epi *e, fc_node *mm, chain *c) {
         step steps[MAX_STEPS];
         int n = match_tail(e, mm, steps);
         while (n > 0 && !prefix_ok(mm, a->dtype, steps, n)) n--;
+        fc_dtype d = n ? steps[n - 1].node->out[0]->dtype : mm->out[0]->dtype;
+        for (int i = 0; i < n; i++)
+            if (steps[i].operand) steps[i].operand = narrowed(steps[i].operand, d);
         memcpy(c->steps, steps, sizeof steps[0] * (size_t)n);
         c->nsteps = n;
         return true;
