@@ -13,6 +13,7 @@
  *     one cuDNN call per convolution and says which path convolutions took.
  */
 #include "check.h"
+#include "conv_inputs.h"
 #include "fusec.h"
 #include "ir.h"
 #include "lower/conv_desc.h"
@@ -55,11 +56,10 @@ static void test_plan_decisions(void) {
     fc_fuse_options_default(&d);
     CHECK(!d.conv_library);
     for (int lib = 0; lib < 2; lib++) {
+        fc_fuse_options fo = d; /* the default, and the library or not */
+        fo.conv_library = lib;
         fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
         if (!g) return;
-        fc_fuse_options fo;
-        fc_fuse_options_default(&fo);
-        fo.conv_library = lib;
         fc_plan plan;
         fc_status st = fc_pipeline(g, &fo, &plan);
         CHECK_EQ_INT(st, FC_OK);
@@ -100,37 +100,6 @@ static void test_plan_decisions(void) {
     }
 }
 
-static double rnd(uint64_t i) {
-    uint64_t x = i * 0x9E3779B97F4A7C15ull + 0x1234567ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (double)(x % 4096) / 1024.0 - 2.0;
-}
-
-/* The reference's results of g (f32 inputs; v* parameters positive, as
- * variances must be). */
-static fc_status run_ref(fc_graph *g, fc_tensor *out, int nout) {
-    int nin = fc_graph_num_params(g);
-    fc_tensor in[32];
-    for (int i = 0; i < nin; i++) {
-        fc_value *p = fc_graph_param(g, i);
-        in[i] = (fc_tensor){.dtype = FC_F32, .rank = fc_value_rank(p)};
-        for (int d = 0; d < in[i].rank; d++) in[i].shape[d] = fc_value_dim(p, d);
-        int64_t n = fc_tensor_numel(&in[i]);
-        float *data = malloc(sizeof(float) * (size_t)(n + 1));
-        bool positive = fc_value_name(p)[0] == 'v';
-        for (int64_t k = 0; k < n; k++) {
-            double r = rnd((uint64_t)(i * 100003 + k));
-            data[k] = (float)(positive ? 0.5 + fabs(r) : r);
-        }
-        in[i].data = data;
-    }
-    fc_status st = fc_run_reference(g, in, nin, out, nout);
-    for (int i = 0; i < nin; i++) free(in[i].data);
-    return st;
-}
-
 /* The graphs of tests/conv/ (f32) after the library lowering and the
  * epilogue: the same values as before, to f32's rounding (conv_cl rounds
  * once where the graph rounded after the convolution and each step). */
@@ -159,8 +128,8 @@ static void test_values_kept(const char *file, bool fold) {
     fc_tensor want[32] = {0}, got[32] = {0};
     CHECK(nout <= 32);
     if (nout > 32) nout = 32;
-    CHECK_EQ_INT(run_ref(g0, want, nout), FC_OK);
-    CHECK_EQ_INT(run_ref(g1, got, nout), FC_OK);
+    CHECK_EQ_INT(conv_run_ref(g0, FC_F32, want, nout), FC_OK);
+    CHECK_EQ_INT(conv_run_ref(g1, FC_F32, got, nout), FC_OK);
     for (int o = 0; o < nout; o++) {
         int64_t n = fc_tensor_numel(&want[o]), bad = 0;
         CHECK_EQ_INT(fc_tensor_numel(&got[o]), n);
