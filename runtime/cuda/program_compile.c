@@ -544,7 +544,7 @@ static bool conv_path(fc_program *p, const fc_graph *g) {
     size_t version = 0;
     char why[256] = "";
     if (fc_cudnn_available(&version, why, sizeof why)) {
-        snprintf(p->conv_note, sizeof p->conv_note, "convolutions: cuDNN %zu.%zu.%zu (2-D, not depthwise)",
+        snprintf(p->conv_note, sizeof p->conv_note, "convolutions: cuDNN %zu.%zu.%zu (2-D, not depthwise, even pads)",
                  version / 10000, version / 100 % 100, version % 100);
         return true;
     }
