@@ -36,7 +36,11 @@ from pathlib import Path
 import cuda_timing  # bench/, the script's own folder
 
 RE_TIME = re.compile(r"^time: ([0-9.]+) ms median of", re.M)
-RE_COMPILED = re.compile(r"^time: ([0-9.]+) ms to a compiled program \(([^)]*)\)", re.M)
+# --time's first line: "to the first run" after --run, "to a compiled
+# program" without one; then one line per phase ("  nvrtc  12.3 ms")
+RE_COMPILED = re.compile(r"^time: ([0-9.]+) ms to (?:the first run|a compiled program) \(([^)]*)\)", re.M)
+RE_PHASE = re.compile(r"^  (parse|passes|codegen|nvrtc|cache|other|device|load) +([0-9.]+) ms", re.M)
+RE_CACHE = re.compile(r"^(gemm algorithms|compiles): +(\d+)", re.M)
 RE_TOTAL = re.compile(r"^total: (\d+) kernels, (\d+) library calls", re.M)
 
 p = argparse.ArgumentParser()
@@ -46,6 +50,7 @@ p.add_argument("--modes", default="eager,compile,reduce-overhead")
 p.add_argument("--reps", type=int, default=50)
 p.add_argument("--out", default="out")
 p.add_argument("--timeout", type=int, default=300, help="seconds per fusec command")
+p.add_argument("--budget", type=int, default=0, help="seconds: models after this are skipped (0: no limit)")
 ARGS = p.parse_args()
 
 
@@ -87,6 +92,13 @@ def fusec_env(cache):
     return env
 
 
+def cache_counts(env):
+    """The cache's algorithm records (GEMM algorithms and cuDNN plans) and
+    its NVRTC compile count: a process that searched nothing adds neither."""
+    rc, out, err, _ = sh([ARGS.fusec, "--cache-info"], env)
+    return {k: int(v) for k, v in RE_CACHE.findall(out)}
+
+
 def run_fusec(torch, np, onnx_path, x_npy, ref, work, row):
     cache = work / "cache"
     shutil.rmtree(cache, ignore_errors=True)
@@ -101,6 +113,8 @@ def run_fusec(torch, np, onnx_path, x_npy, ref, work, row):
     shutil.rmtree(cache, ignore_errors=True)
     run = base + ["--run", "--device=cuda", "--inputs", x_npy]
     # cold: an empty cache; warm: a second process on the cache it left
+    # compile = parse .. other (fc_compile); first run = that plus the
+    # device, the module and library handles and the cuDNN plans (load)
     for key in ("cold", "warm"):
         rc, out, err, wall = sh(run + ["--bench", str(ARGS.reps), "--time"], env)
         t, c = RE_TIME.search(out), RE_COMPILED.search(err)
@@ -109,8 +123,19 @@ def run_fusec(torch, np, onnx_path, x_npy, ref, work, row):
             return
         row["fusec_ms" if key == "cold" else "fusec_ms_warm"] = float(t.group(1))
         if c:
-            row[f"compile_ms_{key}"] = float(c.group(1))
+            phases = {k: float(v) for k, v in RE_PHASE.findall(err)}
+            row[f"first_run_ms_{key}"] = float(c.group(1))
+            row[f"compile_ms_{key}"] = float(c.group(1)) - phases.get("device", 0) - phases.get("load", 0)
+            row[f"nvrtc_ms_{key}"] = phases.get("nvrtc", 0)
+            row[f"load_ms_{key}"] = phases.get("load", 0)
             row[f"compile_note_{key}"] = c.group(2)[:120]
+        counts = cache_counts(env)
+        if key == "cold":
+            cold_counts = counts
+        else:
+            # what the second process added: 0 and 0 when it searched nothing
+            row["warm_new_algorithms"] = counts.get("gemm algorithms", 0) - cold_counts.get("gemm algorithms", 0)
+            row["warm_nvrtc_compiles"] = counts.get("compiles", 0) - cold_counts.get("compiles", 0)
     save = work / "outs"
     shutil.rmtree(save, ignore_errors=True)
     rc, out, err, _ = sh(run + ["--save-outputs", save], env)
@@ -137,6 +162,8 @@ def bench_model(torch, torchvision, np, name, B, work):
         for mode in ARGS.modes.split(","):
             if mode == "reduce-overhead" and B != 1:
                 continue
+            if mode == "compile" and B == 1 and "reduce-overhead" in ARGS.modes.split(","):
+                continue  # B=1 is compared with reduce-overhead
             try:
                 t0 = time.monotonic()
                 fn = mb if mode == "eager" else torch.compile(mb, mode=None if mode == "compile" else mode)
@@ -174,7 +201,10 @@ def bench_model(torch, torchvision, np, name, B, work):
     run_fusec(torch, np, onnx_path, x_npy, ref, work, row)
     if "fusec_ms" in row:
         log(f"   {name} B={B} fusec: {row['fusec_ms']:.3f} ms (warm process {row.get('fusec_ms_warm', 0):.3f}), "
-            f"compile cold {row.get('compile_ms_cold', 0):.0f} ms / warm {row.get('compile_ms_warm', 0):.0f} ms, "
+            f"compile cold {row.get('compile_ms_cold', 0):.0f} ms (nvrtc {row.get('nvrtc_ms_cold', 0):.0f}) / "
+            f"warm {row.get('compile_ms_warm', 0):.0f} ms, load+plans cold {row.get('load_ms_cold', 0):.0f} / "
+            f"warm {row.get('load_ms_warm', 0):.0f} ms, the warm process added {row.get('warm_new_algorithms')} "
+            f"algorithm records and {row.get('warm_nvrtc_compiles')} NVRTC compiles, "
             f"{row.get('kernels')} kernels + {row.get('library_calls')} library calls, "
             f"rel L2 {row.get('fusec_rel_l2', float('nan')):.3g}")
     else:
@@ -195,8 +225,12 @@ def main():
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="conv_bench_"))
     rows = []
+    t_start = time.monotonic()
     for spec in ARGS.models.split(","):
         name, B = spec.split(":")
+        if ARGS.budget and time.monotonic() - t_start > ARGS.budget:
+            log(f"== {name} B={B}: skipped (past the {ARGS.budget} s budget)")
+            continue
         log(f"== {name} B={B}")
         try:
             rows.append(bench_model(torch, torchvision, np, name, int(B), work))
@@ -206,16 +240,19 @@ def main():
         (out / "conv_bench.json").write_text(json.dumps(rows, indent=1))
     shutil.rmtree(work, ignore_errors=True)
     modes = [m for m in ARGS.modes.split(",")]
-    head = ["model", "B"] + [f"{m} ms" for m in modes] + ["fusec ms", "fusec/compile", "compile cold/warm ms",
+    head = ["model", "B"] + [f"{m} ms" for m in modes] + ["fusec ms", "torch/fusec", "compile cold/warm ms",
+                                                          "first run cold/warm ms", "warm: new records, nvrtc",
                                                           "kernels+lib", "rel L2 eager", "rel L2 fusec"]
     log("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         f = r.get("fusec_ms")
-        c = r.get("compile_ms") or (r.get("reduce-overhead_ms") if r["B"] == 1 else None)
+        c = (r.get("reduce-overhead_ms") if r["B"] == 1 else None) or r.get("compile_ms")
         cells = [r["model"], str(r["B"])] + [f"{r[m + '_ms']:.3f}" if m + "_ms" in r else "-" for m in modes]
         cells += [f"{f:.3f}" if f else r.get("fusec_error", r.get("error", "-"))[:60],
                   f"{c / f:.2f}x" if f and c else "-",
                   f"{r.get('compile_ms_cold', 0):.0f}/{r.get('compile_ms_warm', 0):.0f}",
+                  f"{r.get('first_run_ms_cold', 0):.0f}/{r.get('first_run_ms_warm', 0):.0f}",
+                  f"{r.get('warm_new_algorithms', '-')}, {r.get('warm_nvrtc_compiles', '-')}",
                   f"{r.get('kernels', '-')}+{r.get('library_calls', '-')}",
                   f"{r.get('eager_rel_l2', float('nan')):.3g}", f"{r.get('fusec_rel_l2', float('nan')):.3g}"]
         log("| " + " | ".join(cells) + " |")

@@ -394,6 +394,10 @@ typedef struct fc_window_geom {
  * False, with the reason in err, when it does not fit. */
 bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, const int64_t *kernel,
                        fc_window_geom *w, char *err, size_t nerr);
+/* The entries after the geometry in conv_cl's window (ops.def): 0 or 1
+ * for a bias and a residual operand, then the activation (an
+ * fc_gemm_act: 0 none, 1 relu, 2 gelu_tanh). */
+enum fc_conv_epi { FC_CONV_BIAS, FC_CONV_RESIDUAL, FC_CONV_ACT, FC_CONV_EPI_LEN };
 /* Positions in one window: the product of the kernel sizes. */
 int64_t fc_window_size(const fc_window_geom *w);
 /* The result type of conv, conv_transpose, the pools, batch_norm, pad and

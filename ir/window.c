@@ -25,7 +25,7 @@
 #define NAME(op) (fc_op_table[op].name)
 
 /* How many ints per spatial dim the window of op holds. */
-static int window_width(fc_op op) { return op == FC_OP_CONV ? 4 : 5; }
+static int window_width(fc_op op) { return op == FC_OP_CONV || op == FC_OP_CONV_CL ? 4 : 5; }
 
 bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, const int64_t *kernel,
                        fc_window_geom *w, char *err, size_t nerr) {
@@ -35,9 +35,9 @@ bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, c
         snprintf(err, nerr, "expects an input [N, C, D1 .. Dn] with n from 1 to %d", FC_MAX_SPATIAL);
         return false;
     }
-    int width = window_width(op);
-    if (a->nlist != width * ns) {
-        snprintf(err, nerr, "window has %d entries; %d spatial dims need %d", a->nlist, ns, width * ns);
+    int width = window_width(op), extra = op == FC_OP_CONV_CL ? FC_CONV_EPI_LEN : 0;
+    if (a->nlist != width * ns + extra) {
+        snprintf(err, nerr, "window has %d entries; %d spatial dims need %d", a->nlist, ns, width * ns + extra);
         return false;
     }
     const int64_t *l = a->list;
@@ -239,6 +239,60 @@ static bool infer_resize(fc_graph *g, fc_value *x, const fc_attrs *a, int *rank,
     return true;
 }
 
+/* conv_cl(x [N, D.., C], w [M, k.., C/groups], [bias [M]], [residual
+ * [N, O.., M]]): channels-last, 2-D (ops.def). What the convolution
+ * library takes: f32/f16/bf16 operands of one dtype, `to` theirs or f32,
+ * bias and residual of dtype `to`. */
+static bool infer_conv_cl(fc_graph *g, fc_value *const *in, int nin, const fc_attrs *a, fc_dtype *dt, int *rank,
+                          fc_dim *dims) {
+    fc_op op = FC_OP_CONV_CL;
+    const fc_value *x = in[0], *wt = in[1];
+    int r = x->rank;
+    if (r != 4 || wt->rank != 4) return fail(g, op, "expects an input [N, H, W, C] and a weight [M, kh, kw, C/groups]");
+    if (x->dtype != wt->dtype || (x->dtype != FC_F32 && x->dtype != FC_F16 && x->dtype != FC_BF16))
+        return fail(g, op, "expects f32, f16 or bf16 input and weight of one dtype");
+    if ((unsigned)a->dtype >= FC_DTYPE_COUNT || (a->dtype != x->dtype && a->dtype != FC_F32))
+        return fail(g, op, "to must be the operands' dtype or f32");
+    for (int i = 1; i < r; i++)
+        if (fc_dim_is_sym(x->dims[i])) return fail(g, op, "the input's spatial dims and channels must be static");
+    for (int i = 0; i < r; i++)
+        if (fc_dim_is_sym(wt->dims[i])) return fail(g, op, "the weight's dims must be static");
+    int64_t G = a->groups, C = x->dims[r - 1], M = wt->dims[0];
+    if (G < 1 || C % G || M % G || wt->dims[r - 1] * G != C)
+        return fail(g, op, "the weight's channels and the groups do not fit the input's channels");
+    if (a->nlist != 4 * (r - 2) + FC_CONV_EPI_LEN) return fail(g, op, "window must have 11 entries (2-D)");
+    const int64_t *e = a->list + 4 * (r - 2);
+    if ((e[FC_CONV_BIAS] != 0 && e[FC_CONV_BIAS] != 1) || (e[FC_CONV_RESIDUAL] != 0 && e[FC_CONV_RESIDUAL] != 1) ||
+        e[FC_CONV_ACT] < 0 || e[FC_CONV_ACT] > 2)
+        return fail(g, op, "the epilogue flags are 0 or 1 and act 0 to 2");
+    if (nin != 2 + (int)e[FC_CONV_BIAS] + (int)e[FC_CONV_RESIDUAL])
+        return fail(g, op, "the window's bias and residual flags do not match the operands");
+    int64_t sp[FC_MAX_SPATIAL], k[FC_MAX_SPATIAL];
+    for (int i = 0; i < r - 2; i++) {
+        sp[i] = x->dims[i + 1];
+        k[i] = wt->dims[i + 1];
+    }
+    fc_window_geom w;
+    if (!geom(g, op, a, r - 2, sp, k, &w)) return false;
+    *dt = a->dtype;
+    *rank = r;
+    dims[0] = x->dims[0];
+    for (int i = 0; i < w.ns; i++) dims[i + 1] = w.out[i];
+    dims[r - 1] = M;
+    int next = 2;
+    if (e[FC_CONV_BIAS]) {
+        const fc_value *b = in[next++];
+        if (b->rank != 1 || b->dims[0] != M || b->dtype != a->dtype) return fail(g, op, "the bias must be [M] of dtype `to`");
+    }
+    if (e[FC_CONV_RESIDUAL]) {
+        const fc_value *res = in[next++];
+        bool same = res->rank == r && res->dtype == a->dtype;
+        for (int i = 0; same && i < r; i++) same = res->dims[i] == dims[i];
+        if (!same) return fail(g, op, "the residual must have the result's shape and dtype `to`");
+    }
+    return true;
+}
+
 bool fc_infer_window_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_dtype *dt, int *rank,
                         fc_dim *dims) {
     *dt = in[0]->dtype;
@@ -260,6 +314,7 @@ bool fc_infer_window_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, con
     case FC_OP_BATCH_NORM: return infer_batch_norm(g, in, rank, dims);
     case FC_OP_PAD: return infer_pad(g, in[0], a, rank, dims);
     case FC_OP_RESIZE: return infer_resize(g, in[0], a, rank, dims);
+    case FC_OP_CONV_CL: return infer_conv_cl(g, in, nin, a, dt, rank, dims);
     default: FC_UNREACHABLE("fc_infer_window_op: not a window op");
     }
 }

@@ -9,6 +9,7 @@
  * then X's batch dims fold into M, one large GEMM.
  */
 #include "lower/gemm_desc.h"
+#include "lower/launch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -151,12 +152,6 @@ void fc_gemm_desc_release(fc_gemm_desc *d) {
 }
 
 /* The position of value id among the launch's arguments, or -1. */
-static int arg_position(const int *arg_ids, int nargs, int id) {
-    for (int a = 0; a < nargs; a++)
-        if (arg_ids[a] == id) return a;
-    return -1;
-}
-
 fc_status fc_gemm_desc_of(fc_context *ctx, const fc_node *n, const int *arg_ids, int nargs, fc_gemm_desc *out) {
     if (!out) return fc_set_error(ctx, FC_ERR_USAGE, "fc_gemm_desc_of: out is NULL");
     memset(out, 0, sizeof *out);
@@ -184,7 +179,7 @@ fc_status fc_gemm_desc_of(fc_context *ctx, const fc_node *n, const int *arg_ids,
     }
     for (int k = 0; k <= nops; k++) {
         const fc_value *v = k < nops ? n->in[k] : n->out[0];
-        int a = arg_position(arg_ids, nargs, v->id);
+        int a = fc_launch_arg_position(arg_ids, nargs, v->id);
         if (a < 0) {
             fc_gemm_desc_release(&d);
             return fc_set_error(ctx, FC_ERR_USAGE, "%s: the launch has no argument for value %d (%s %d)",

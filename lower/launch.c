@@ -39,3 +39,9 @@ int fc_cuda_src_frame_carrier(const fc_cuda_src *s) {
         if (s->launches[i].kind == FC_LAUNCH_KERNEL) return i;
     return -1;
 }
+
+int fc_launch_arg_position(const int *arg_ids, int nargs, int id) {
+    for (int a = 0; a < nargs; a++)
+        if (arg_ids[a] == id) return a;
+    return -1;
+}

@@ -23,7 +23,7 @@
 
 typedef enum fc_launch_kind {
     FC_LAUNCH_KERNEL,  /* a generated kernel in the module */
-    FC_LAUNCH_LIBRARY, /* a library call (cuBLASLt matmul; a later issue) */
+    FC_LAUNCH_LIBRARY, /* a library call (a cuBLASLt GEMM, a cuDNN convolution) */
     FC_LAUNCH_ALIAS,   /* nothing to launch: an output aliases an input buffer */
 } fc_launch_kind;
 
@@ -143,6 +143,9 @@ typedef struct fc_cuda_src {
  * l->smem). FC_ERR_INPUT (on ctx) if the grid would exceed the hardware's
  * limits; FC_ERR_USAGE when the values are not the launch's symbols. */
 fc_status fc_launch_grid(fc_context *ctx, const fc_launch *l, const int64_t *sym_values, int nsyms, unsigned grid[3]);
+/* The position of value `id` among a launch's arguments arg_ids[0 ..
+ * nargs), or -1. */
+int fc_launch_arg_position(const int *arg_ids, int nargs, int id);
 /* Free the source and the launch list (each launch's args) and zero s. */
 void fc_cuda_src_release(fc_cuda_src *s);
 /* The launch index of the frame's carrier (the first kernel) when

@@ -49,6 +49,7 @@ void fc_program_desc_release(fc_program_desc *d) {
     free(d->store);
     for (int i = 0; d->gemm && i < d->src.nlaunches; i++) fc_gemm_desc_release(&d->gemm[i]);
     free(d->gemm);
+    free(d->conv);
     fc_cuda_src_release(&d->src);
     memset(d, 0, sizeof *d);
 }
@@ -58,19 +59,36 @@ const fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i) {
     return &d->gemm[i];
 }
 
-fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
-    const fc_gemm_desc *g = fc_program_gemm(d, i);
-    if (!g) return FC_OK;
+const fc_conv_desc *fc_program_conv(const fc_program_desc *d, int i) {
+    if (!d || !d->conv || i < 0 || i >= d->src.nlaunches || d->conv[i].N <= 0) return NULL;
+    return &d->conv[i];
+}
+
+/* Check launch i's library call (its GEMM g or its convolution c) against
+ * the storage of the launch's arguments. */
+static fc_status check_library(fc_context *ctx, const fc_program_desc *d, int i, const fc_gemm_desc *g,
+                               const fc_conv_desc *c, char *why, size_t n) {
     const fc_launch *l = &d->src.launches[i];
     /* The bytes of each argument's buffer; launch arguments have storage
      * (build_desc and the decoder check that first). */
     int64_t small[16], *bytes = small;
     if (l->nargs > 16 && !(bytes = fc_ctx_malloc(ctx, sizeof *bytes * (size_t)l->nargs))) return FC_ERR_NOMEM;
     for (int a = 0; a < l->nargs; a++) bytes[a] = d->store[l->args[a]].bytes;
-    bool ok = l->kind == FC_LAUNCH_LIBRARY && fc_gemm_desc_valid(g, l->nargs, bytes, why, n);
-    if (l->kind != FC_LAUNCH_LIBRARY) snprintf(why, n, "a GEMM for a launch that is not a library call");
+    bool ok = l->kind == FC_LAUNCH_LIBRARY &&
+              (g ? fc_gemm_desc_valid(g, l->nargs, bytes, why, n) : fc_conv_desc_valid(c, l->nargs, bytes, why, n));
+    if (l->kind != FC_LAUNCH_LIBRARY) snprintf(why, n, "a library call's description for a launch that is not one");
     if (bytes != small) fc_ctx_freemem(ctx, bytes);
     return ok ? FC_OK : FC_ERR_INPUT;
+}
+
+fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
+    const fc_gemm_desc *g = fc_program_gemm(d, i);
+    return g ? check_library(ctx, d, i, g, NULL, why, n) : FC_OK;
+}
+
+fc_status fc_program_check_conv(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n) {
+    const fc_conv_desc *c = fc_program_conv(d, i);
+    return c ? check_library(ctx, d, i, NULL, c, why, n) : FC_OK;
 }
 
 fc_status fc_program_desc_check_call(fc_context *ctx, const fc_program_desc *d, const void *inputs, int nin,

@@ -11,6 +11,7 @@
 #ifndef FC_LOWER_PROGRAM_DESC_H
 #define FC_LOWER_PROGRAM_DESC_H
 
+#include "lower/conv_desc.h"
 #include "lower/gemm_desc.h"
 #include "lower/launch.h"
 
@@ -79,6 +80,11 @@ typedef struct fc_program_desc {
      * zeroed for a kernel, an alias, and a library call that has no CUDA
      * path (attention, an integer matmul: running one fails cleanly). */
     struct fc_gemm_desc *gemm;
+    /* The convolutions of library launches, by launch, as .gemm (or NULL
+     * when there are none): entry i is what cuDNN runs for launch i
+     * (lower/conv_desc.h; fc_program_conv reads it), zeroed (N = 0) for
+     * every other launch. */
+    fc_conv_desc *conv;
     /* A key over the distinct kernels' level-1 keys (src.kernels[].key),
      * a record for tools. A warm start looks each kernel's cubin up by the
      * key its entry records (an entry passes the same trust checks as a
@@ -106,6 +112,10 @@ const struct fc_gemm_desc *fc_program_gemm(const fc_program_desc *d, int i);
  * fc_compile checks what it made, the decoder what it read.
  */
 fc_status fc_program_check_gemm(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n);
+/* The convolution of launch i, or NULL when it runs none (see .conv). */
+const fc_conv_desc *fc_program_conv(const fc_program_desc *d, int i);
+/* fc_program_check_gemm for launch i's convolution (fc_conv_desc_valid). */
+fc_status fc_program_check_conv(fc_context *ctx, const fc_program_desc *d, int i, char *why, size_t n);
 /* fc_run's first check of a call against d: nin inputs and nout outputs,
  * and the arrays there when they are not empty. FC_ERR_USAGE on ctx. */
 fc_status fc_program_desc_check_call(fc_context *ctx, const fc_program_desc *d, const void *inputs, int nin,

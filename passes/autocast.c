@@ -7,7 +7,7 @@
  * pass, on the primitives decompose left (so a softmax written out by hand
  * is treated as the composite is):
  *
- *   low       matmul, attention: f32 operands are rounded to the low dtype
+ *   low       matmul, conv_cl, attention: f32 operands are rounded to the low dtype
  *             (bf16 or f16); the product accumulates in f32.
  *   f32       the reductions, softmax, layernorm, rmsnorm (the composites
  *             decompose keeps), exp, log, pow, rsqrt, recip: 16-bit
@@ -37,6 +37,13 @@
  *     nn.Linear's bias under autocast, and what lets the epilogue fold the
  *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
  *     result's dtype).
+ *   - A convolution (conv_cl) is a low op like a matmul. Its bias is stored
+ *     low also when the sum takes a residual before the relu, and the
+ *     residual operand of such a sum reads low when the sum (or its relu)
+ *     is stored low: a 16-bit convolutional network's residual stream is
+ *     16-bit under autocast (convolutions return the low dtype and sums of
+ *     low values stay low), and then conv + bias + residual + relu is one
+ *     library call whose result is low.
  *
  * A parameter read in the low dtype (a weight) is cast by one cast node,
  * placed first; with no producer to fuse into, it is a kernel of its own,
@@ -61,6 +68,7 @@ typedef enum op_list { LIST_PROMOTE, LIST_LOW, LIST_F32 } op_list;
 static op_list list_of(fc_op op) {
     switch (op) {
     case FC_OP_MATMUL:
+    case FC_OP_CONV_CL:
     case FC_OP_ATTENTION: return LIST_LOW;
     case FC_OP_REDUCE_SUM:
     case FC_OP_REDUCE_MEAN:
@@ -78,9 +86,13 @@ static op_list list_of(fc_op op) {
     }
 }
 
+/* A matmul and a convolution multiply the rounded low values in f32 (see
+ * the file comment); attention keeps the low dtype, as its kernel does. */
+static bool products_in_f32(fc_op op) { return op == FC_OP_MATMUL || op == FC_OP_CONV_CL; }
+
 /* Operand k of a low-list op that is read in the low dtype (attention's
  * mask is added to the f32 scores and keeps its dtype). */
-static bool low_operand(const fc_node *n, int k) { return n->op == FC_OP_MATMUL ? k < 2 : k < 3; }
+static bool low_operand(const fc_node *n, int k) { return products_in_f32(n->op) ? k < 2 : k < 3; }
 
 /* Views that only move elements: a view of a low value is low. */
 static bool is_plain_view(fc_op op) {
@@ -113,13 +125,27 @@ static bool widened_from_low(const ac *a, const fc_value *v) {
     return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
 }
 
+/* v is a convolution's result (conv_cl), or that plus its bias. */
+static bool conv_result(const fc_value *v) {
+    const fc_node *d = v->def;
+    if (d && d->op == FC_OP_ADD && !d->in[0]->weak && !d->in[1]->weak) {
+        const fc_value *c = d->in[0]->rank == 1 ? d->in[1] : d->in[0], *b = c == d->in[0] ? d->in[1] : d->in[0];
+        d = b->rank == 1 ? c->def : NULL;
+    }
+    return d && d->op == FC_OP_CONV_CL;
+}
+
 /* v, the sum of a matmul's result and a bias, is stored low, or its one
- * use is a relu or gelu_tanh whose result is (see the file comment). Every
- * user of v is decided: they come after v's add in the graph. */
+ * use is a relu or gelu_tanh whose result is (see the file comment). A
+ * convolution's sum may first take its residual, as the library's
+ * epilogue does: conv + bias + residual, then the activation. Every user
+ * of v is decided: they come after v's add in the graph. */
 static bool tail_low(const ac *a, const fc_value *v) {
     if (a->store_low[v->id]) return true;
     const fc_node *u = a->user[v->id];
-    if (a->uses[v->id] != 1 || !u || (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH)) return false;
+    if (a->uses[v->id] != 1 || !u) return false;
+    if (u->op == FC_OP_ADD && conv_result(v)) return tail_low(a, u->out[0]);
+    if (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH) return false;
     return a->store_low[u->out[0]->id];
 }
 
@@ -134,8 +160,14 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
     }
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
-        return bias->param_index >= 0 && bias->rank == 1 && !other->weak && other->def &&
-               other->def->op == FC_OP_MATMUL && tail_low(a, n->out[0]);
+        if (other->weak || !other->def) return false;
+        if (bias->param_index >= 0 && bias->rank == 1 && products_in_f32(other->def->op))
+            return tail_low(a, n->out[0]);
+        /* A convolution's residual, when the sum is stored low: the
+         * residual stream of a 16-bit convolutional network is 16-bit (a
+         * convolution under torch.autocast returns the low dtype, and
+         * sums of low values stay low), and the library reads it so. */
+        return conv_result(other) && tail_low(a, n->out[0]);
     }
     return false;
 }
@@ -188,23 +220,22 @@ static bool operands_for(ac *a, fc_rewriter *rw, fc_node *n, fc_value **in, fc_a
     }
     switch (list_of(n->op)) {
     case LIST_LOW: {
-        int nlow = n->op == FC_OP_MATMUL ? 2 : 3;
+        int nlow = products_in_f32(n->op) ? 2 : 3;
         bool any = false;
         for (int k = 0; k < nlow; k++) {
             const fc_value *v = n->in[k];
             if (v->dtype == FC_F64 || !fc_dtype_is_float(v->dtype)) return changed;
-            any |= v->dtype != a->low && !(n->op == FC_OP_MATMUL && widened_from_low(a, v));
+            any |= v->dtype != a->low && !(products_in_f32(n->op) && widened_from_low(a, v));
         }
         /* Already low as written (a 16-bit graph, or this pass's own
          * output: the pass is idempotent). */
         if (!any) return changed;
         for (int k = 0; k < nlow; k++) {
             in[k] = fc_rw_cast(rw, in[k], a->low);
-            /* The matmul multiplies the rounded values in f32 (see the file
-             * comment); attention keeps the low dtype, as its kernel does. */
-            if (n->op == FC_OP_MATMUL) in[k] = fc_rw_cast(rw, in[k], FC_F32);
+            if (products_in_f32(n->op)) in[k] = fc_rw_cast(rw, in[k], FC_F32);
             if (!in[k]) return true;
         }
+        if (n->op == FC_OP_CONV_CL) at->dtype = FC_F32; /* the products' dtype, as a matmul's */
         return true;
     }
     case LIST_F32:

@@ -239,8 +239,9 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
         switch (u->op) {
         case FC_OP_MUL:
         case FC_OP_DIV: {
-            /* Only right after the product: alpha scales A B alone. */
-            ok = !have_scale && !have_bias && !have_res && !have_act && other->weak;
+            /* Only right after the product: alpha scales A B alone (a
+             * convolution's epilogue has no scale). */
+            ok = !have_scale && !have_bias && !have_res && !have_act && other->weak && mm->op != FC_OP_CONV_CL;
             if (!ok) break;
             /* The number as the graph uses it: in the tensor's dtype. */
             double s = fc_round_to_dtype(other->scalar, u->out[0]->dtype);
@@ -256,7 +257,7 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
         case FC_OP_ADD:
             ok = !have_act && !other->weak;
             if (!ok) break;
-            if (!have_bias && is_row_vector(other, cur)) {
+            if (!have_bias && is_row_vector(other, cur) && (mm->op != FC_OP_CONV_CL || other->rank == 1)) {
                 st.kind = STEP_BIAS;
                 have_bias = true;
             } else if (!have_res && same_shape(other, cur)) {
@@ -296,6 +297,8 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
  * each step's but the last) must be D or f32: rounding there is finer than
  * at the end, so the gemm is within D's tolerance of the graph.
  */
+static fc_value *narrowed(fc_value *v, fc_dtype d);
+
 static bool prefix_ok(const fc_node *mm, fc_dtype ab, const step *s, int len) {
     fc_dtype d = len ? s[len - 1].node->out[0]->dtype : mm->out[0]->dtype;
     if (d != ab && d != FC_F32) return false;
@@ -304,17 +307,59 @@ static bool prefix_ok(const fc_node *mm, fc_dtype ab, const step *s, int len) {
         if (di != d && di != FC_F32) return false;
     }
     for (int i = 0; i < len; i++)
-        if ((s[i].kind == STEP_BIAS || s[i].kind == STEP_RESIDUAL) && s[i].operand->dtype != d) return false;
+        if ((s[i].kind == STEP_BIAS || s[i].kind == STEP_RESIDUAL) && s[i].operand->dtype != d &&
+            !(mm->op == FC_OP_CONV_CL && narrowed(s[i].operand, d)))
+            return false;
     return true;
 }
 
-/* The chain of matmul mm, or false when mm stays a matmul (rank-1 operands,
- * f64, or what cuBLASLt cannot take). */
+/* A convolution's bias or residual as the node reads it at result dtype
+ * d: v, or the 16-bit value v widens (autocast stores a convolutional
+ * network's residual stream low and widens it for the f32 sum; the
+ * widening is exact, so the library reads the 16-bit tensor). */
+static fc_value *narrowed(fc_value *v, fc_dtype d) {
+    fc_value *w = widened_from(v);
+    return v->dtype == d ? v : w && w->dtype == d ? w : NULL;
+}
+
+/* A conv_cl as lower_conv makes it: no epilogue yet. */
+static bool bare_conv(const fc_node *n) {
+    if (n->op != FC_OP_CONV_CL || n->nin != 2 || n->a.nlist < FC_CONV_EPI_LEN) return false;
+    const int64_t *e = n->a.list + n->a.nlist - FC_CONV_EPI_LEN;
+    return !e[FC_CONV_BIAS] && !e[FC_CONV_RESIDUAL] && !e[FC_CONV_ACT];
+}
+
+/* A head of an epilogue chain: a matmul, or a convolution the library
+ * runs. */
+static bool chain_head(const fc_node *n) { return !n->dead && (n->op == FC_OP_MATMUL || bare_conv(n)); }
+
+/* The chain of matmul (or conv_cl) mm, or false when mm stays a matmul
+ * (rank-1 operands, f64, or what cuBLASLt cannot take). */
 static bool make_chain(epi *e, fc_node *mm, chain *c) {
     memset(c, 0, sizeof *c);
     c->mm = mm;
     fc_value *a = mm->in[0], *b = mm->in[1];
     if (a->rank < 2 || b->rank < 2 || !is_gemm_dtype(a->dtype)) return false;
+    if (mm->op == FC_OP_CONV_CL) {
+        /* conv_cl takes its operands as they are: only the widening
+         * casts of autocast peel */
+        fc_value *a16 = widened_from(a), *b16 = widened_from(b);
+        if (a16 && b16 && a16->dtype == b16->dtype) {
+            a = a16;
+            b = b16;
+        }
+        c->a = a;
+        c->b = b;
+        step steps[MAX_STEPS];
+        int n = match_tail(e, mm, steps);
+        while (n > 0 && !prefix_ok(mm, a->dtype, steps, n)) n--;
+        fc_dtype d = n ? steps[n - 1].node->out[0]->dtype : mm->out[0]->dtype;
+        for (int i = 0; i < n; i++)
+            if (steps[i].operand) steps[i].operand = narrowed(steps[i].operand, d);
+        memcpy(c->steps, steps, sizeof steps[0] * (size_t)n);
+        c->nsteps = n;
+        return true;
+    }
     fc_value *a16 = widened_from(a), *b16 = widened_from(b);
     if (a16 && b16 && a16->dtype == b16->dtype) {
         a = a16;
@@ -333,47 +378,76 @@ static bool make_chain(epi *e, fc_node *mm, chain *c) {
     return true;
 }
 
+/* The operands of chain c's node: a, b, then the bias and the residual its
+ * tail adds (their flags set in bias_flag, res_flag; the activation in
+ * act, the scale in *scale). Returns how many. */
+static int chain_operands(fc_rewriter *rw, const chain *c, fc_value **in, int64_t *bias_flag, int64_t *res_flag,
+                          int64_t *act, double *scale) {
+    fc_value *bias = NULL, *res = NULL;
+    for (int i = 0; i < c->nsteps; i++) {
+        const step *s = &c->steps[i];
+        switch (s->kind) {
+        case STEP_SCALE: *scale = s->scale; break;
+        case STEP_BIAS: bias = s->operand; break;
+        case STEP_RESIDUAL: res = s->operand; break;
+        case STEP_ACT: *act = s->act; break;
+        case STEP_CAST: break; /* the result's dtype */
+        }
+    }
+    int nin = 0;
+    in[nin++] = fc_rw_value(rw, c->a);
+    in[nin++] = fc_rw_value(rw, c->b);
+    *bias_flag = bias != NULL;
+    *res_flag = res != NULL;
+    if (bias) in[nin++] = fc_rw_value(rw, bias);
+    if (res) in[nin++] = fc_rw_value(rw, res);
+    return nin;
+}
+
+/* The dtype of chain c's result: its last step's. */
+static fc_dtype chain_dtype(const chain *c) {
+    return c->nsteps ? c->steps[c->nsteps - 1].node->out[0]->dtype : c->mm->out[0]->dtype;
+}
+
 /* Build the gemm of chain c here; returns its result. */
 static fc_value *build_gemm(fc_rewriter *rw, const chain *c) {
     int64_t spec[FC_GEMM_SPEC_LEN] = {0};
     spec[FC_GEMM_TRANS_A] = c->ta;
     spec[FC_GEMM_TRANS_B] = c->tb;
     spec[FC_GEMM_NWEIGHTS] = 1;
-    fc_value *in[4];
-    int nin = 0;
-    in[nin++] = fc_rw_value(rw, c->a);
-    in[nin++] = fc_rw_value(rw, c->b);
-    fc_value *bias = NULL, *res = NULL;
     fc_attrs at;
     fc_attrs_defaults(FC_OP_GEMM, &at);
-    at.dtype = c->nsteps ? c->steps[c->nsteps - 1].node->out[0]->dtype : c->mm->out[0]->dtype;
-    for (int i = 0; i < c->nsteps; i++) {
-        const step *s = &c->steps[i];
-        switch (s->kind) {
-        case STEP_SCALE: at.scale = s->scale; break;
-        case STEP_BIAS: bias = s->operand; break;
-        case STEP_RESIDUAL: res = s->operand; break;
-        case STEP_ACT: spec[FC_GEMM_ACT] = s->act; break;
-        case STEP_CAST: break; /* at.dtype already */
-        }
-    }
-    if (bias) {
-        spec[FC_GEMM_BIAS] = 1;
-        in[nin++] = fc_rw_value(rw, bias);
-    }
-    if (res) {
-        spec[FC_GEMM_RESIDUAL] = 1;
-        in[nin++] = fc_rw_value(rw, res);
-    }
+    at.dtype = chain_dtype(c);
+    fc_value *in[4];
+    int nin = chain_operands(rw, c, in, &spec[FC_GEMM_BIAS], &spec[FC_GEMM_RESIDUAL], &spec[FC_GEMM_ACT], &at.scale);
     at.list = spec;
     at.nlist = FC_GEMM_SPEC_LEN;
     fc_node *n = fc_rw_build(rw, FC_OP_GEMM, in, nin, &at);
     return n ? n->out[0] : NULL;
 }
 
+/* Build the conv_cl of chain c here, its tail in the window's epilogue
+ * entries (a convolution's tail has no scale: match_tail); returns its
+ * result. */
+static fc_value *build_conv(fc_rewriter *rw, const chain *c) {
+    const fc_node *cv = c->mm;
+    int64_t win[4 * FC_MAX_SPATIAL + FC_CONV_EPI_LEN];
+    int nl = cv->a.nlist;
+    memcpy(win, cv->a.list, sizeof win[0] * (size_t)nl);
+    int64_t *e = win + nl - FC_CONV_EPI_LEN;
+    fc_attrs at = cv->a;
+    at.list = win;
+    at.dtype = chain_dtype(c);
+    fc_value *in[4];
+    double scale = 1.0;
+    int nin = chain_operands(rw, c, in, &e[FC_CONV_BIAS], &e[FC_CONV_RESIDUAL], &e[FC_CONV_ACT], &scale);
+    fc_node *n = fc_rw_build(rw, FC_OP_CONV_CL, in, nin, &at);
+    return n ? n->out[0] : NULL;
+}
+
 static fc_status epilogues(fc_graph *g) {
     int nmatmul = 0;
-    for (int i = 0; i < g->nnodes; i++) nmatmul += !g->nodes[i]->dead && g->nodes[i]->op == FC_OP_MATMUL;
+    for (int i = 0; i < g->nnodes; i++) nmatmul += chain_head(g->nodes[i]);
     if (nmatmul == 0) return FC_OK;
     epi e = {.g = g};
     size_t nn = (size_t)g->next_node_id + 1;
@@ -396,7 +470,7 @@ static fc_status epilogues(fc_graph *g) {
      * the residual of mm1's gemm, and mm2 a plain gemm. */
     for (int i = 0; i < g->nnodes; i++) {
         fc_node *n = g->nodes[i];
-        if (n->dead || n->op != FC_OP_MATMUL) continue;
+        if (!chain_head(n)) continue;
         chain *c = &e.chains[e.nchains];
         if (!make_chain(&e, n, c)) continue;
         fc_node *last = c->nsteps ? c->steps[c->nsteps - 1].node : n;
@@ -420,7 +494,8 @@ static fc_status epilogues(fc_graph *g) {
         fc_rw_remap(&rw, n);
         int ci = e.chain_at[n->id];
         if (ci >= 0) {
-            fc_value *y = build_gemm(&rw, &e.chains[ci]);
+            const chain *c = &e.chains[ci];
+            fc_value *y = c->mm->op == FC_OP_CONV_CL ? build_conv(&rw, c) : build_gemm(&rw, c);
             if (y) {
                 y->name = n->out[0]->name; /* the value it stands for: plans read as the graph */
                 fc_rw_replace(&rw, n->out[0], y);

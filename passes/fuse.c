@@ -42,6 +42,7 @@ void fc_fuse_options_default(fc_fuse_options *o) {
     o->max_group_weight = FC_GROUP_MAX_WEIGHT;
     o->attention_in_place = true;
     o->dynamic = false;
+    o->conv_library = false;
     o->precision = FC_PRECISION_AS_WRITTEN;
     o->numerics = FC_NUMERICS_FAST;
     o->after_pass = NULL;

@@ -86,5 +86,9 @@ fc_status fc_pass_layout(fc_graph *g) {
         if (y && fc_same_type(y, n->out[0])) fc_rw_replace(&rw, n->out[0], y);
         else fc_rw_keep(&rw, n);
     }
-    return fc_rw_end(&rw);
+    st = fc_rw_end(&rw);
+    /* The permutes a moved one leaves without readers go now: autocast,
+     * next, counts every node's reads when it decides what to store in
+     * 16 bits, and a dead f32 read keeps a whole residual chain in f32. */
+    return st ? st : fc_pass_dce(g);
 }

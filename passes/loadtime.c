@@ -21,8 +21,9 @@
  *   - it is a kernel or a view (not a library call, not attention),
  *   - every value it reads is a parameter or a load-time group's result,
  *   - no result of it is a graph result, and every read of its results is
- *     a load-time group's, or a GEMM's weight or bias operand (never its
- *     left operand or residual: those are per-run data).
+ *     a load-time group's, or a GEMM's or convolution's (conv_cl) weight or
+ *     bias operand (never its left operand, input or residual: those are
+ *     per-run data).
  * The reads decide backwards (a reader comes later in launch order), the
  * sources forwards. The walks repeat until nothing changes: a group the
  * backward walk finds per-run may be the source of a later group the
@@ -56,6 +57,18 @@ static bool weight_read(const fc_plan *plan, const fc_group *gr, const fc_value 
     for (int i = 0; i < gr->nnodes; i++) {
         const fc_node *n = gr->nodes[i];
         fc_gemm_info gi;
+        if (n->op == FC_OP_CONV_CL) {
+            /* conv_cl(x, w, [bias], [residual]): x and the residual are
+             * per-run data (the bias is operand 2 when it is there) */
+            bool bias = n->a.list[n->a.nlist - FC_CONV_EPI_LEN + FC_CONV_BIAS] != 0;
+            for (int k = 0; k < n->nin; k++) {
+                bool weight = k == 1 || (k == 2 && bias);
+                if (outside_source(plan, gr, n->in[k]) != v) continue;
+                if (!weight) return false;
+                any = true;
+            }
+            continue;
+        }
         if (n->op != FC_OP_GEMM || !fc_gemm_info_of(n, &gi)) {
             for (int k = 0; k < n->nin; k++)
                 if (outside_source(plan, gr, n->in[k]) == v) return false;

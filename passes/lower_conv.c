@@ -21,6 +21,14 @@
  * swapped. Pools combine the K slices elementwise (max, or the sum over
  * the count of positions that are not padding).
  *
+ * With a convolution library (fc_pass_lower_conv_library: the CUDA backend
+ * with cuDNN), a 2-D convolution that is not depthwise is instead one
+ * conv_cl node on the channels-last input and weight (the weight's
+ * permute runs at load time, passes/loadtime.c), with its bias an add
+ * after it; the epilogue pass folds that add and the activation, residual
+ * and cast after it into the node, so that the library runs the
+ * convolution and its tail as one call and no kernel makes columns.
+ *
  * Each lowered op is permuted back to NCHW at its end; canonicalize then
  * cancels a permute back and the next op's permute in, and the layout pass
  * (passes/layout.c) moves the remaining ones through the elementwise ops
@@ -208,9 +216,45 @@ static fc_status geom_of(fc_graph *g, const fc_node *n, fc_window_geom *w) {
     return FC_OK;
 }
 
-static fc_value *lower_conv(fc_graph *g, fc_node *n) {
+/* Whether conv n goes to the convolution library as one conv_cl: 2-D,
+ * floats it takes, not depthwise (K multiply-adds, one elementwise kernel
+ * that fusion joins to its neighbours, beat a library call there), the
+ * same pad at both ends of each axis (cuDNN's engines are made and tested
+ * for those; the asymmetric pads of SAME padding at stride 2 stay im2col). */
+static bool library_conv(const fc_node *n, const fc_window_geom *w) {
+    const fc_value *x = n->in[0], *wt = n->in[1];
+    int64_t G = n->a.groups;
+    bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
+    bool dt = x->dtype == FC_F32 || x->dtype == FC_F16 || x->dtype == FC_BF16;
+    bool symmetric = w->ns == 2 && w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
+    return w->ns == 2 && dt && !depthwise && symmetric && !fc_dim_is_sym(x->dims[1]);
+}
+
+/* conv n as conv_cl on channels-last x and weight [M, kh, kw, C/G]; the
+ * bias an add after it, which the epilogue pass folds back in with the
+ * activation, residual and cast that follow. */
+static fc_value *conv_library(fc_graph *g, fc_node *n, const fc_window_geom *w) {
+    fc_value *xl = to_last(g, n->in[0]), *wl = to_last(g, n->in[1]);
+    int64_t win[4 * FC_MAX_SPATIAL + FC_CONV_EPI_LEN] = {0};
+    memcpy(win, n->a.list, sizeof win[0] * (size_t)(4 * w->ns));
+    fc_attrs at;
+    fc_attrs_defaults(FC_OP_CONV_CL, &at);
+    at.list = win;
+    at.nlist = 4 * w->ns + FC_CONV_EPI_LEN;
+    at.groups = n->a.groups;
+    at.dtype = xl->dtype;
+    fc_value *in[2] = {xl, wl};
+    fc_node *c = fc_build(g, FC_OP_CONV_CL, in, 2, &at);
+    if (!c) return NULL;
+    fc_value *y = c->out[0];
+    if (n->nin > 2) y = fc_add(g, y, n->in[2]);
+    return to_first(g, y);
+}
+
+static fc_value *lower_conv(fc_graph *g, fc_node *n, bool library) {
     fc_window_geom w;
     if (geom_of(g, n, &w)) return NULL;
+    if (library && library_conv(n, &w)) return conv_library(g, n, &w);
     fc_value *xp = pad_window(g, to_last(g, n->in[0]), &w, 0, 0);
     return to_first(g, conv_last(g, xp, n->in[1], n->nin > 2 ? n->in[2] : NULL, &w, n->a.groups));
 }
@@ -439,11 +483,11 @@ static fc_value *lower_resize(fc_graph *g, fc_node *n) {
 }
 
 static fc_value *lower(fc_rewriter *rw, fc_node *n, void *arg) {
-    (void)arg;
+    const bool *library = arg;
     fc_graph *g = rw->g;
     fc_value *y;
     switch (n->op) {
-    case FC_OP_CONV: y = lower_conv(g, n); break;
+    case FC_OP_CONV: y = lower_conv(g, n, *library); break;
     case FC_OP_CONV_TRANSPOSE: y = lower_conv_transpose(g, n); break;
     case FC_OP_MAX_POOL:
     case FC_OP_AVG_POOL: y = lower_pool(g, n); break;
@@ -456,7 +500,10 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n, void *arg) {
     return g->status ? NULL : y;
 }
 
-fc_status fc_pass_lower_conv(fc_graph *g) {
+static fc_status lower_all(fc_graph *g, bool library) {
     fc_status st = fc_pass_precheck(g, "lower_conv");
-    return st ? st : fc_rw_lower_nodes(g, lower, NULL);
+    return st ? st : fc_rw_lower_nodes(g, lower, &library);
 }
+
+fc_status fc_pass_lower_conv(fc_graph *g) { return lower_all(g, false); }
+fc_status fc_pass_lower_conv_library(fc_graph *g) { return lower_all(g, true); }

@@ -40,6 +40,10 @@ fc_status fc_pass_fold_batch_norm(fc_graph *g);
 /* conv, conv_transpose, the pools, batch_norm, pad and resize become
  * channels-last slices, matmuls and elementwise ops (passes/lower_conv.c). */
 fc_status fc_pass_lower_conv(fc_graph *g);
+/* The same, for a backend with a convolution library: 2-D convolutions
+ * that are not depthwise become conv_cl nodes (ops.def) instead of im2col
+ * and a matmul. */
+fc_status fc_pass_lower_conv_library(fc_graph *g);
 /* Permutes moved through elementwise ops so that consecutive channels-last
  * regions meet and their permutes cancel (passes/layout.c). */
 fc_status fc_pass_layout(fc_graph *g);
@@ -206,6 +210,8 @@ typedef struct fc_fuse_options {
     bool dynamic;            /* the dynamic variant: symbols stay unbound, kernels take them as
                               * arguments, no memory plan (a layout placed per shape);
                               * default false */
+    bool conv_library;       /* 2-D convolutions become conv_cl library calls (cuDNN) instead of
+                              * im2col and a GEMM (fc_pass_lower_conv_library); default false */
     fc_precision precision;  /* the autocast pass's target (passes/autocast.c); default
                               * FC_PRECISION_AS_WRITTEN: the graph's dtypes */
     fc_numerics numerics;    /* FC_NUMERICS_EAGER computes the graph as written: the recognizers

@@ -122,6 +122,7 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "pad")) st = fc_pass_pad(g);
         else if (!strcmp(p, "fold_batch_norm")) st = fc_pass_fold_batch_norm(g);
         else if (!strcmp(p, "lower_conv")) st = fc_pass_lower_conv(g);
+        else if (!strcmp(p, "lower_conv_library")) st = fc_pass_lower_conv_library(g);
         else if (!strcmp(p, "layout")) st = fc_pass_layout(g);
         else if (!strcmp(p, "pad_always")) {
             /* Every unaligned GEMM padded: launches free, unaligned math

@@ -6,7 +6,8 @@
 # a GPU, with --check against the reference interpreter. The reference's
 # own semantics of these ops are checked against hand-computed values in
 # test_conv_ref.c; this checks the lowering (passes/lower_conv.c,
-# fold_batch_norm, layout) and both backends, in fast and eager numerics.
+# fold_batch_norm, layout) and both backends, in fast and eager numerics
+# (CONV_NUMERICS=fast: fast only).
 set -u
 FUSEC=${FUSEC:-build/fusec}
 SRC=${SRC:-.}
@@ -18,7 +19,7 @@ if ((${#devices[@]} == 0)); then echo "SKIP: neither the CPU backend nor a GPU";
 fail=0
 for f in "$SRC"/tests/conv/*.ir; do
   for dev in "${devices[@]}"; do
-    for num in fast eager; do
+    for num in ${CONV_NUMERICS:-fast eager}; do
       out=$("$FUSEC" "$f" --run --device=$dev --numerics=$num --seed 7 --check 2>&1)
       rc=$?
       checked=$(grep -c '^check.* ok ' <<<"$out")

@@ -6,6 +6,7 @@
  * bug and not rounding.
  */
 #include "check.h"
+#include "conv_inputs.h"
 #include "fusec.h"
 #include "ir.h"
 #include "passes/passes.h"
@@ -255,35 +256,6 @@ static void test_builders(void) {
     }
 }
 
-/* Pseudo-random values in [-2, 2). */
-static double rnd(uint64_t i) {
-    uint64_t x = i * 0x9E3779B97F4A7C15ull + 0x1234567ull;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 32;
-    return (double)(x % 4096) / 1024.0 - 2.0;
-}
-
-/* Run g on the reference with inputs of positive variance-like values
- * where a parameter is named v*, else rnd; outputs into out. */
-static fc_status run_ref(fc_graph *g, fc_tensor *out, int nout) {
-    int nin = fc_graph_num_params(g);
-    fc_tensor in[32];
-    for (int i = 0; i < nin; i++) {
-        fc_value *p = fc_graph_param(g, i);
-        in[i] = (fc_tensor){.dtype = FC_F64, .rank = fc_value_rank(p)};
-        for (int d = 0; d < in[i].rank; d++) in[i].shape[d] = fc_value_dim(p, d);
-        int64_t n = fc_tensor_numel(&in[i]);
-        double *data = malloc(sizeof(double) * (size_t)(n + 1));
-        bool positive = fc_value_name(p)[0] == 'v';
-        for (int64_t k = 0; k < n; k++) data[k] = positive ? 0.5 + fabs(rnd((uint64_t)(i * 100003 + k))) : rnd((uint64_t)(i * 100003 + k));
-        in[i].data = data;
-    }
-    fc_status st = fc_run_reference(g, in, nin, out, nout);
-    for (int i = 0; i < nin; i++) free(in[i].data);
-    return st;
-}
-
 /* Every graph of tests/conv/ in f64: the passes' result computes what the
  * graph did (to 1e-9 relative: folding and lowering reassociate sums). */
 static void test_passes_keep_values(const char *file, const char *passes) {
@@ -329,8 +301,8 @@ static void test_passes_keep_values(const char *file, const char *passes) {
     fc_tensor want[16] = {0}, got[16] = {0};
     CHECK(nout <= 16);
     if (nout > 16) nout = 16;
-    CHECK_EQ_INT(run_ref(g0, want, nout), FC_OK);
-    CHECK_EQ_INT(run_ref(g1, got, nout), FC_OK);
+    CHECK_EQ_INT(conv_run_ref(g0, FC_F64, want, nout), FC_OK);
+    CHECK_EQ_INT(conv_run_ref(g1, FC_F64, got, nout), FC_OK);
     for (int o = 0; o < nout; o++) {
         int64_t n = fc_tensor_numel(&want[o]), bad = 0;
         for (int64_t k = 0; k < n && got[o].data; k++) {

@@ -1406,6 +1406,31 @@ static void test_gemm_choice(void) {
         fc_graph_free(g);
         if (off) unsetenv("FUSEC_SKINNY");
     }
+    /* A convolution the library runs (conv_cl, with a convolution
+     * library): cuDNN, one library launch. */
+    {
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.conv_library = true;
+        fc_plan plan;
+        fc_graph *g = NULL;
+        fc_status st = fc_parse_file(ctx, "tests/passes/conv_library.ir", NULL, NULL, 0, &g);
+        if (!st) st = fc_pipeline(g, &fo, &plan);
+        CHECK_EQ_INT(st, FC_OK);
+        int convs = 0;
+        for (int i = 0; !st && i < plan.ngroups; i++) {
+            fc_gemm_choice ch;
+            fc_cuda_gemm_choose(&plan, i, &ch);
+            for (int r = 0; r < nrules; r++) reached[r] |= !strcmp(rules[r].name, ch.rule);
+            if (plan.groups[i]->kind == FC_GROUP_LIBRARY && plan.groups[i]->nodes[0]->op == FC_OP_CONV_CL) {
+                CHECK_EQ_INT(ch.path, FC_GEMM_LIBRARY);
+                convs++;
+            }
+        }
+        CHECK_EQ_INT(convs, 2);
+        if (!st) fc_plan_release(&plan);
+        fc_graph_free(g);
+    }
     for (int r = 0; r < nrules; r++) {
         if (rules[r].path == FC_GEMM_UNSUPPORTED) continue;
         if (!reached[r]) fprintf(stderr, "gemm choice: rule \"%s\" not reached\n", rules[r].name);

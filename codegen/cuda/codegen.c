@@ -13,6 +13,7 @@
 #include "gemm_choice.h"
 #include "decode.h"
 #include "passes/epilogue.h" /* fc_gemm_describe */
+#include "lower/conv_desc.h" /* fc_conv_describe */
 #include "lower/launch_cost.h"
 #include "ir/switches.h"
 
@@ -122,6 +123,7 @@ static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
         l->kind = FC_LAUNCH_LIBRARY;
         snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
         if (gr->nodes[0]->op == FC_OP_GEMM) fc_gemm_describe(gr->nodes[0], l->summary, sizeof l->summary);
+        if (gr->nodes[0]->op == FC_OP_CONV_CL) fc_conv_describe(gr->nodes[0], l->summary, sizeof l->summary);
         return FC_OK;
     }
 }

@@ -55,6 +55,12 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     return fc_cuda_skinny_plan(plan, group(plan, gi), &c->skinny);
 }
 
+/* A convolution (conv_cl): one cuDNN call (runtime/cuda/cudnn.h). */
+static bool conv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
+    (void)c;
+    return group(plan, gi)->nodes[0]->op == FC_OP_CONV_CL;
+}
+
 static bool always(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     (void)plan;
     (void)gi;
@@ -66,6 +72,7 @@ static const fc_gemm_rule rules[] = {
     {"dynamic: not a gemm or matmul", dynamic_not_gemm, FC_GEMM_UNSUPPORTED},
     {"dynamic: generated tiles", dynamic_generated, FC_GEMM_GENERATED},
     {"dynamic: cuBLASLt (FUSEC_VARIANT_GEMM=cublaslt)", dynamic_any, FC_GEMM_LIBRARY},
+    {"static: a convolution: cuDNN", conv, FC_GEMM_LIBRARY},
     {"static: attention and projection in one skinny kernel", skinny_attention, FC_GEMM_SKINNY_ATTENTION},
     {"static: skinny (M <= 64, sm_90a)", skinny, FC_GEMM_SKINNY},
     {"static: cuBLASLt", always, FC_GEMM_LIBRARY},

@@ -325,6 +325,11 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
     if ((d->src.source && strlen(d->src.source) > UINT32_MAX) ||
         (d->graph_text && strlen(d->graph_text) > UINT32_MAX))
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "program %s is too large to serialize", d->graph_name);
+    for (int i = 0; i < d->src.nlaunches; i++)
+        if (fc_program_conv(d, i))
+            return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                                "program %s runs convolutions through cuDNN, which the program format does not hold",
+                                d->graph_name);
     wbuf w = {ctx, NULL, 0, 0, false};
     w_bytes(&w, FC_PROGRAM_MAGIC, 8);
     w_u32(&w, FC_PROGRAM_FORMAT_VERSION);

@@ -195,11 +195,37 @@ static const fc_node *library_node(const fc_plan *plan, int id) {
  * attention) gets none: compiling it is not an error, so that its plan
  * can be inspected, and running it fails with FC_ERR_UNSUPPORTED.
  */
+/* Library launch i's convolution (conv_cl node n), checked against the
+ * storage as a GEMM's is. */
+static fc_status describe_conv(fc_program *p, int i, const fc_node *n) {
+    fc_program_desc *d = &p->d;
+    const fc_launch *l = &d->src.launches[i];
+    if (!d->conv) {
+        size_t bytes = sizeof *d->conv * (size_t)d->src.nlaunches;
+        if (!(d->conv = fc_ctx_malloc(p->ctx, bytes))) return FC_ERR_NOMEM;
+        memset(d->conv, 0, bytes);
+    }
+    char why[256] = "";
+    fc_status st = fc_conv_desc_of(p->ctx, n, l->args, l->nargs, &d->conv[i]);
+    if (st == FC_OK) st = fc_program_check_conv(p->ctx, d, i, why, sizeof why);
+    else snprintf(why, sizeof why, "%.250s", p->ctx->error);
+    if (st == FC_ERR_NOMEM) return st;
+    if (st != FC_OK)
+        return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: launch %d (%s): its convolution: %s", i, l->name,
+                            why);
+    return FC_OK;
+}
+
 static fc_status describe_gemms(fc_program *p) {
     fc_program_desc *d = &p->d;
     for (int i = 0; i < d->src.nlaunches; i++) {
         const fc_launch *l = &d->src.launches[i];
         const fc_node *n = l->kind == FC_LAUNCH_LIBRARY ? library_node(&p->plan, l->group) : NULL;
+        if (n && n->op == FC_OP_CONV_CL) {
+            fc_status st = describe_conv(p, i, n);
+            if (st != FC_OK) return st;
+            continue;
+        }
         if (!n || (n->op != FC_OP_GEMM && n->op != FC_OP_MATMUL)) continue;
         if (!d->gemm) {
             size_t bytes = sizeof *d->gemm * (size_t)d->src.nlaunches;
@@ -232,10 +258,12 @@ fc_status fc_prog_build_desc(fc_program *p) {
 void fc_prog_count_launch_args(fc_program *p) {
     p->max_args = 0;
     p->ngemms = 0;
+    p->nconvs = 0;
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
         if (l->kind != FC_LAUNCH_ALIAS && l->nargs + l->nsyms > p->max_args) p->max_args = l->nargs + l->nsyms;
         if (fc_program_gemm(&p->d, i)) p->ngemms++;
+        if (fc_program_conv(&p->d, i)) p->nconvs++;
     }
 }
 
@@ -251,6 +279,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fo.vertical = fo.horizontal = p->opts.fuse;
     fo.precision = p->d.precision;
     fo.numerics = p->d.numerics;
+    fo.conv_library = p->conv_library;
     double t = fc_now_ms();
     fc_nvtx_push("fusec: passes");
     fc_status st = fc_pipeline(p->g, &fo, &p->plan);
@@ -504,6 +533,25 @@ static void store_program(fc_program *p, fc_cache *cache, const fc_cache_key *ke
     p->times.cache_ms += fc_now_ms() - t;
 }
 
+/* Whether g's 2-D convolutions go to cuDNN (it loads here), with the
+ * plan's line saying so or why not; false for a graph without them. */
+static bool conv_path(fc_program *p, const fc_graph *g) {
+    p->conv_note[0] = 0;
+    bool any = false;
+    for (int i = 0; i < g->nnodes && !any; i++)
+        any = !g->nodes[i]->dead && g->nodes[i]->op == FC_OP_CONV && g->nodes[i]->in[0]->rank == 4;
+    if (!any) return false;
+    size_t version = 0;
+    char why[256] = "";
+    if (fc_cudnn_available(&version, why, sizeof why)) {
+        snprintf(p->conv_note, sizeof p->conv_note, "convolutions: cuDNN %zu.%zu.%zu (2-D, not depthwise, even pads)",
+                 version / 10000, version / 100 % 100, version % 100);
+        return true;
+    }
+    snprintf(p->conv_note, sizeof p->conv_note, "convolutions: im2col and GEMMs (%.160s)", why);
+    return false;
+}
+
 /* The steps of fc_compile after the program exists; fc_compile frees the
  * program when one fails. */
 static fc_status compile_program(fc_program *p, fc_graph *g) {
@@ -532,7 +580,11 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     }
     bool program_hit = false;
     fc_cache_key pkey = {{0}};
-    if (cache) {
+    p->conv_library = conv_path(p, g);
+    /* A level-2 entry does not hold convolution descriptions: a program
+     * with cuDNN calls is planned again (its kernels come from level 1,
+     * its cuDNN plans from their records). */
+    if (cache && !p->conv_library) {
         pkey = fc_program_cache_key(d->graph_text, g, d->sm, d->fast_math, d->fuse, d->tf32, d->precision, d->numerics, nv.opts.opt,
                                     nv.opts.count, nv.major, nv.minor);
         st = lookup_program(p, cache, &pkey, &program_hit);
@@ -563,7 +615,7 @@ static fc_status compile_program(fc_program *p, fc_graph *g) {
     bool kernel_hit = false;
     st = fc_prog_get_cubin(p, cache, &nv, &kernel_hit);
     if (st != FC_OK) return st;
-    if (cache && !program_hit) store_program(p, cache, &pkey);
+    if (cache && !program_hit && !p->conv_library) store_program(p, cache, &pkey);
     if (cache) {
         /* Publish this compile's hits and misses now: a process that only
          * ever hits would otherwise never write them (puts flush too). */

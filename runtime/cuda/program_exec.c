@@ -64,6 +64,7 @@ static void cuda_free(fc_program *p) {
         spec_step(p, "freeing: synchronized", t);
         t = fc_now_ms();
         fc_cublaslt_destroy(p->blas); /* it uses the device: before it is closed */
+        fc_cudnn_destroy(p->dnn);
         spec_step(p, "freeing: cuBLASLt handle", t);
         t = fc_now_ms();
         if (p->arena_region.base) fc_cuda_region_free(p->dev, &p->arena_region);
@@ -218,6 +219,7 @@ static char *cuda_plan_text(fc_program *p) {
     if (at_load)
         fc_strbuf_printf(&t, "at weight load: %d kernels (run when the weights are loaded, not at every run)\n",
                          at_load);
+    if (p->conv_note[0]) fc_strbuf_printf(&t, "%s\n", p->conv_note);
     fc_strbuf_printf(&t, "arena: %lld bytes peak (%lld bytes if every intermediate had its own buffer)\n",
                 (long long)d->arena_bytes, (long long)d->intermediate_bytes);
     /* The last line, exactly: tests and scripts parse it. */

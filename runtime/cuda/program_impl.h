@@ -35,7 +35,10 @@
  * Library launches. A gemm (or matmul) group runs through cuBLASLt
  * (runtime/cuda/cublaslt.c) from the GEMM's description in fc_program_desc,
  * made at compile time, because a program from the cache or a file has no
- * graph to read it from. Its workspace (32 MiB) is the arena's tail.
+ * graph to read it from. Its workspace (32 MiB) is the arena's tail. A
+ * conv_cl group runs through cuDNN (runtime/cuda/cudnn.c) from its
+ * convolution's description, with the same workspace: launches run one at
+ * a time on one stream, in a CUDA Graph too.
  *
  * Storage. Each value a launch names gets its device pointer from its
  * storage class (see passes/memplan.c): a class rooted at a parameter lives
@@ -61,6 +64,7 @@
 #include "lower/variant_desc.h"
 #include "ir/timing.h"
 #include "runtime/cuda/cublaslt.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/cuda_check.h"
 #include "runtime/cuda/program_cache.h"
@@ -130,6 +134,12 @@ struct fc_program {
     fc_compile_times times;
     int max_args;         /* most kernel parameters of any launch */
     int ngemms;           /* launches that run a GEMM through cuBLASLt */
+    int nconvs;           /* launches that run a convolution through cuDNN */
+    /* A cold compile of a graph with 2-D convolutions: whether they went to
+     * cuDNN (it loaded: fc_cudnn_available), and the plan's line saying
+     * which path they took and why ("" for a graph without them). */
+    bool conv_library;
+    char conv_note[200];
 
     /* Introspection only: fusec's copy of the graph after the passes, and
      * the plan. A cold compile keeps them; a program from the cache or a
@@ -154,6 +164,7 @@ struct fc_program {
     fc_launch_params args; /* per-run scratch: the kernel parameters (runtime/cuda/replay.h) */
     fc_cublaslt *blas;   /* made by the first run of a program with GEMMs */
     CUdeviceptr blas_ws; /* its workspace, FC_CUBLASLT_WORKSPACE_BYTES inside the arena */
+    fc_cudnn *dnn;       /* made by the first run of a program with convolutions; shares blas_ws */
 
     /* CUDA Graph replay (runtime/cuda/replay.c): built at the second run. */
     fc_replay *replay;

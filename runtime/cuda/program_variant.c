@@ -53,6 +53,7 @@ fc_status fc_program_prepare(fc_program *p) {
     for (int i = 0; i < p->d.src.nlaunches && st == FC_OK && p->blas; i++)
         if (fc_program_gemm(&p->d, i)) st = fc_cublaslt_warm(p->blas, p->ctx, &p->d.gemm[i], FC_CUBLASLT_WORKSPACE_BYTES);
     if (p->blas) spec_step(p, "GEMM algorithms", t);
+    /* (The convolutions' cuDNN plans are made with their handle.) */
     return st;
 }
 

@@ -171,7 +171,13 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
     return cfg;
 }
 
-/* Launch i's cuBLASLt call, captured from the device's own stream into a
+fc_status fc_replay_library_call(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s) {
+    const fc_conv_desc *c = fc_program_conv(e->d, i);
+    if (c) return fc_cudnn_launch(e->dnn, e->ctx, c, argval, nargs, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, s);
+    return fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, s);
+}
+
+/* Launch i's library call, captured from the device's own stream into a
  * graph of its own (*child; free it with fc_cuda_graph_free). Fused
  * siblings' concatenated weights are brought up to date first, on the run's
  * stream s (before the graph that reads them is launched there), so that
@@ -179,12 +185,16 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
 static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s,
                               CUgraph *child) {
     *child = NULL;
-    fc_status st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
+    fc_status st = FC_OK;
+    const fc_conv_desc *c = fc_program_conv(e->d, i);
+    if (!c) st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
+    /* the plan is made before the capture: making one runs cuDNN's own
+     * set-up work, which a capture must not record */
+    else st = fc_cudnn_prepare(e->dnn, e->ctx, c, FC_CUBLASLT_WORKSPACE_BYTES);
     if (st != FC_OK) return st;
     st = fc_cuda_capture_begin(e->dev, NULL);
     if (st != FC_OK) return st;
-    fc_status launch = fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws,
-                                          FC_CUBLASLT_WORKSPACE_BYTES, e->dev->stream);
+    fc_status launch = fc_replay_library_call(e, i, argval, nargs, e->dev->stream);
     /* End the capture whatever happened, so the stream is usable again. */
     st = fc_cuda_capture_end_graph(e->dev, NULL, child);
     if (launch != FC_OK) {

@@ -27,6 +27,7 @@
 
 #include "runtime/cuda/cublaslt.h"
 #include "runtime/cuda/cuda.h"
+#include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/program.h"
 
 /* What running launch i of a description needs, provided by the program
@@ -51,7 +52,13 @@ typedef struct fc_replay_env {
      * kernel's second parameter; NULL when the frame is copied. */
     const uint64_t *frame_image;
     int frame_carrier; /* the carrier's launch index (fc_cuda_src_frame_carrier), -1 for none */
+    fc_cudnn *dnn;     /* the convolutions' handle (launches with fc_program_conv); shares ws */
 } fc_replay_env;
+
+/* Library launch i on stream s with its arguments' pointers argval[0 ..
+ * nargs): its convolution through cuDNN, else its GEMM through cuBLASLt
+ * (which fails cleanly for a library call with neither). */
+fc_status fc_replay_library_call(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s);
 
 /* Where value id lives in this run: a caller's buffer (inputs, outputs)
  * or fusec's arena. */

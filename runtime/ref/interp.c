@@ -183,6 +183,7 @@ static fc_status run_node(interp *ip)
     case FC_OP_BATCH_NORM: st = fc_ref_run_batch_norm(ip); break;
     case FC_OP_PAD: st = fc_ref_run_pad(ip); break;
     case FC_OP_RESIZE: st = fc_ref_run_resize(ip); break;
+    case FC_OP_CONV_CL: st = fc_ref_run_conv_cl(ip); break;
     case FC_OP_COUNT: FC_UNREACHABLE("run_node: bad op");
     }
     if (st != FC_OK)

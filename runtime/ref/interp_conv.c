@@ -345,3 +345,63 @@ fc_status fc_ref_run_resize(interp *ip)
     }
     return FC_OK;
 }
+
+/* conv_cl (ops.def): the convolution of channels-last x [N, H.., C] by w
+ * [M, k.., C/G], then its epilogue in float64 (bias, residual, the
+ * activation), rounded once by run_node: the one rounding the library's
+ * fused call makes. */
+fc_status fc_ref_run_conv_cl(interp *ip)
+{
+    const fc_node *nd = ip->node;
+    const ibuf *x = operand(ip, 0), *w = operand(ip, 1);
+    const int64_t *e = nd->a.list + nd->a.nlist - FC_CONV_EPI_LEN;
+    int next = 2;
+    const ibuf *b = e[FC_CONV_BIAS] ? operand(ip, next++) : NULL;
+    const ibuf *res = e[FC_CONV_RESIDUAL] ? operand(ip, next++) : NULL;
+    int r = x->rank, ns = r - 2;
+    char err[256];
+    fc_window_geom g;
+    if (!fc_window_geom_of(nd->op, &nd->a, ns, x->shape + 1, w->shape + 1, &g, err, sizeof err))
+        return fc_ref_err(ip, FC_ERR_INPUT, "%s", err);
+    int64_t N = x->shape[0], C = x->shape[r - 1], M = w->shape[0], G = nd->a.groups;
+    int64_t Cg = C / G, Mg = M / G, P = prod(g.out, 0, ns), S = prod(g.in, 0, ns), K = fc_window_size(&g);
+    int64_t shape[FC_MAX_RANK] = {N};
+    for (int i = 0; i < ns; i++)
+        shape[i + 1] = g.out[i];
+    shape[r - 1] = M;
+    fc_status st = fc_ref_set_result(ip, 0, r, shape);
+    if (st != FC_OK)
+        return st;
+    if (res && res->numel != result(ip, 0)->numel)
+        return fc_ref_err(ip, FC_ERR_INPUT, "the residual's shape differs from the result's at run time");
+    double *y = result(ip, 0)->data;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t p = 0; p < P; p++) {
+            int64_t o[FC_MAX_SPATIAL], at[FC_MAX_SPATIAL];
+            unflatten(p, ns, g.out, o);
+            for (int64_t m = 0; m < M; m++) {
+                double acc = 0.0;
+                for (int64_t q = 0; q < K; q++) {
+                    tap_of(&g, o, q, at);
+                    int64_t off = flatten_in(ns, g.in, at);
+                    if (off < 0)
+                        continue;
+                    for (int64_t cg = 0; cg < Cg; cg++) {
+                        int64_t c = m / Mg * Cg + cg;
+                        acc += x->data[(n * S + off) * C + c] * w->data[(m * K + q) * Cg + cg];
+                    }
+                }
+                int64_t at_y = (n * P + p) * M + m;
+                if (b)
+                    acc += b->data[m];
+                if (res)
+                    acc += res->data[at_y];
+                if (e[FC_CONV_ACT] == 1) /* as gemm's: 1 relu, 2 gelu_tanh */
+                    acc = scalar_op(FC_OP_RELU, acc, 0, 0);
+                else if (e[FC_CONV_ACT] == 2)
+                    acc = scalar_op(FC_OP_GELU_TANH, acc, 0, 0);
+                y[at_y] = acc;
+            }
+        }
+    return FC_OK;
+}

@@ -213,6 +213,7 @@ fc_status fc_ref_run_update_slice(interp *ip);
 fc_status fc_ref_run_cache_attention(interp *ip);
 /* interp_conv.c */
 fc_status fc_ref_run_conv(interp *ip);
+fc_status fc_ref_run_conv_cl(interp *ip);
 fc_status fc_ref_run_conv_transpose(interp *ip);
 fc_status fc_ref_run_pool(interp *ip);
 fc_status fc_ref_run_global_avg_pool(interp *ip);

@@ -1,0 +1,277 @@
+/* test_conv_library.c - convolutions through a convolution library
+ * (conv_cl, run by cuDNN on CUDA), without a GPU:
+ *
+ *   - the lowering decisions: with fc_fuse_options.conv_library each 2-D
+ *     convolution that is not depthwise is one conv_cl library group with
+ *     its bias, residual and ReLU folded in, and no im2col GEMM is left;
+ *     without it, none is made;
+ *   - the rewritten graphs compute what the graphs of tests/conv/ did, on
+ *     the reference interpreter (which runs conv_cl as its definition);
+ *   - the description a launch carries (lower/conv_desc.h) and its bounds
+ *     check, and the on-disk record of a plan choice (runtime/cuda/cudnn.h);
+ *   - a CUDA compile (NVRTC only) of the bf16 ResNet block: its plan names
+ *     one cuDNN call per convolution and says which path convolutions took.
+ */
+#include "check.h"
+#include "conv_inputs.h"
+#include "fusec.h"
+#include "ir.h"
+#include "lower/conv_desc.h"
+#include "passes/passes.h"
+#include "runtime/cuda/cudnn.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fc_context *ctx;
+
+static fc_graph *load(const char *file) {
+    const char *src = getenv("FUSEC_SRC");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", src ? src : ".", file);
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, path, NULL, NULL, 0, &g) != FC_OK) fprintf(stderr, "%s: %s\n", path, fc_last_error(ctx));
+    CHECK(g != NULL);
+    return g;
+}
+
+static int count_op(const fc_graph *g, fc_op op) {
+    int n = 0;
+    for (int i = 0; i < g->nnodes; i++) n += !g->nodes[i]->dead && g->nodes[i]->op == op;
+    return n;
+}
+
+/* The epilogue entries of conv_cl node n. */
+static const int64_t *epi(const fc_node *n) { return n->a.list + n->a.nlist - FC_CONV_EPI_LEN; }
+
+/* The ResNet block through the whole pass pipeline with a library: six
+ * convolutions, six conv_cl groups, their tails folded in. */
+static void test_plan_decisions(void) {
+    /* off by default: the CPU backend's compile reads the default (a
+     * conv_cl there has no library to run it) */
+    fc_fuse_options d;
+    memset(&d, 0xff, sizeof d);
+    fc_fuse_options_default(&d);
+    CHECK(!d.conv_library);
+    for (int lib = 0; lib < 2; lib++) {
+        fc_fuse_options fo = d; /* the default, and the library or not */
+        fo.conv_library = lib;
+        fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
+        if (!g) return;
+        fc_plan plan;
+        fc_status st = fc_pipeline(g, &fo, &plan);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) {
+            fprintf(stderr, "%s\n", fc_last_error(ctx));
+            fc_graph_free(g);
+            continue;
+        }
+        int convs = 0, gemms = 0, relu = 0, residual = 0, bias = 0;
+        for (int i = 0; i < plan.ngroups; i++) {
+            const fc_group *gr = plan.groups[i];
+            for (int k = 0; k < gr->nnodes; k++) {
+                const fc_node *n = gr->nodes[k];
+                if (n->op == FC_OP_GEMM || n->op == FC_OP_MATMUL) gemms++;
+                if (n->op != FC_OP_CONV_CL) continue;
+                convs++;
+                CHECK(gr->kind == FC_GROUP_LIBRARY && gr->nnodes == 1);
+                bias += epi(n)[FC_CONV_BIAS] != 0;
+                residual += epi(n)[FC_CONV_RESIDUAL] != 0;
+                relu += epi(n)[FC_CONV_ACT] == FC_GEMM_ACT_RELU;
+            }
+        }
+        if (lib) {
+            /* c0..c4 and the shortcut; every batch norm folded into a bias;
+             * c2 and c4 take the residual; all but the shortcut's and ..
+             * c4's (the add's relu follows its residual) end in relu */
+            CHECK_EQ_INT(convs, 6);
+            CHECK_EQ_INT(bias, 6);
+            CHECK_EQ_INT(residual, 2);
+            CHECK_EQ_INT(relu, 5);
+            CHECK_EQ_INT(gemms, 1); /* the classifier alone */
+        } else {
+            CHECK_EQ_INT(convs, 0);
+            CHECK(gemms > 1);
+        }
+        fc_plan_release(&plan);
+        fc_graph_free(g);
+    }
+}
+
+/* The graphs of tests/conv/ (f32) after the library lowering and the
+ * epilogue: the same values as before, to f32's rounding (conv_cl rounds
+ * once where the graph rounded after the convolution and each step). */
+static void test_values_kept(const char *file, bool fold, int want_calls) {
+    char path[256];
+    snprintf(path, sizeof path, "tests/conv/%s", file);
+    fc_graph *g0 = load(path), *g1 = load(path);
+    if (!g0 || !g1) {
+        fc_graph_free(g0);
+        fc_graph_free(g1);
+        return;
+    }
+    fc_status st = fold ? fc_pass_fold_batch_norm(g1) : FC_OK;
+    if (!st) st = fc_pass_lower_conv_library(g1);
+    if (!st) st = fc_pass_layout(g1);
+    if (!st) st = fc_pass_canonicalize(g1);
+    if (!st) st = fc_pass_decompose(g1);
+    if (!st) st = fc_pass_canonicalize(g1);
+    if (!st) st = fc_pass_epilogue(g1);
+    if (!st) st = fc_verify(g1);
+    if (st) fprintf(stderr, "%s: %s\n", file, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    CHECK_EQ_INT(count_op(g1, FC_OP_CONV_CL), want_calls);
+    CHECK_EQ_INT(count_op(g1, FC_OP_CONV), 0);
+    int nout = fc_graph_num_outputs(g0);
+    fc_tensor want[32] = {0}, got[32] = {0};
+    CHECK(nout <= 32);
+    if (nout > 32) nout = 32;
+    CHECK_EQ_INT(conv_run_ref(g0, FC_F32, want, nout), FC_OK);
+    CHECK_EQ_INT(conv_run_ref(g1, FC_F32, got, nout), FC_OK);
+    for (int o = 0; o < nout; o++) {
+        int64_t n = fc_tensor_numel(&want[o]), bad = 0;
+        CHECK_EQ_INT(fc_tensor_numel(&got[o]), n);
+        for (int64_t k = 0; k < n && got[o].data && want[o].data; k++) {
+            double a = ((float *)want[o].data)[k], b = ((float *)got[o].data)[k];
+            if (!(fabs(a - b) <= 1e-4 * (1 + fabs(a)))) bad++;
+        }
+        if (bad) fprintf(stderr, "%s: output %d differs in %lld elements\n", file, o, (long long)bad);
+        CHECK(bad == 0);
+        fc_tensor_release(&want[o]);
+        fc_tensor_release(&got[o]);
+    }
+    fc_graph_free(g0);
+    fc_graph_free(g1);
+}
+
+/* The description of the golden graph's second conv_cl, and what its
+ * bounds check refuses. */
+static void test_desc(void) {
+    fc_graph *g = load("tests/passes/conv_library.ir");
+    if (!g) return;
+    fc_status st = fc_pass_lower_conv_library(g);
+    if (!st) st = fc_pass_layout(g);
+    if (!st) st = fc_pass_canonicalize(g);
+    if (!st) st = fc_pass_epilogue(g);
+    CHECK_EQ_INT(st, FC_OK);
+    const fc_node *n = NULL;
+    for (int i = 0; i < g->nnodes; i++)
+        if (!g->nodes[i]->dead && g->nodes[i]->op == FC_OP_CONV_CL) n = g->nodes[i];
+    CHECK(n != NULL);
+    if (!n) {
+        fc_graph_free(g);
+        return;
+    }
+    char buf[160];
+    CHECK_STR(fc_conv_describe(n, buf, sizeof buf), "conv_cl 1x1/s1 [bias,residual,relu] -> bf16");
+    /* arguments: the operands and the result, in an order of our own */
+    int ids[5] = {n->out[0]->id, n->in[3]->id, n->in[2]->id, n->in[1]->id, n->in[0]->id};
+    fc_conv_desc d;
+    CHECK_EQ_INT(fc_conv_desc_of(ctx, n, ids, 5, &d), FC_OK);
+    CHECK_EQ_INT(d.x_arg, 4);
+    CHECK_EQ_INT(d.w_arg, 3);
+    CHECK_EQ_INT(d.bias_arg, 2);
+    CHECK_EQ_INT(d.residual_arg, 1);
+    CHECK_EQ_INT(d.out_arg, 0);
+    CHECK(d.N == 2 && d.H == 6 && d.W == 6 && d.C == 8 && d.M == 8 && d.kh == 1 && d.OH == 6 && d.groups == 1);
+    CHECK(d.has_bias && d.has_residual && d.act == FC_GEMM_ACT_RELU && d.dt == FC_BF16 && d.out == FC_BF16);
+    CHECK(fc_conv_desc_flops(&d) == 2.0 * 2 * 6 * 6 * 8 * 8);
+    int64_t act = 2 * 6 * 6 * 8 * 2, bytes[5] = {act, act, 16, 128, act};
+    char why[160];
+    CHECK(fc_conv_desc_valid(&d, 5, bytes, why, sizeof why));
+    bytes[4] = act - 2; /* x's buffer one element short */
+    CHECK(!fc_conv_desc_valid(&d, 5, bytes, why, sizeof why));
+    bytes[4] = act;
+    fc_conv_desc bad = d;
+    bad.OH = 7; /* not what the geometry gives */
+    CHECK(!fc_conv_desc_valid(&bad, 5, bytes, why, sizeof why));
+    bad = d;
+    bad.bias_arg = 9; /* out of range */
+    CHECK(!fc_conv_desc_valid(&bad, 5, bytes, why, sizeof why));
+    bad = d;
+    bad.has_bias = false; /* flags and positions disagree */
+    CHECK(!fc_conv_desc_valid(&bad, 5, bytes, why, sizeof why));
+    int missing[4] = {ids[0], ids[1], ids[2], ids[3]};
+    CHECK_EQ_INT(fc_conv_desc_of(ctx, n, missing, 4, &d), FC_ERR_USAGE);
+    fc_graph_free(g);
+}
+
+/* A plan choice's record: it decodes under its own key only, whole. */
+static void test_record(void) {
+    fc_conv_desc d = {.dt = FC_BF16, .out = FC_BF16, .N = 32, .H = 56, .W = 56, .C = 64, .M = 64, .kh = 3, .kw = 3,
+                      .groups = 1, .OH = 56, .OW = 56, .stride = {1, 1}, .dilation = {1, 1}, .pad_begin = {1, 1},
+                      .pad_end = {1, 1}, .has_bias = true, .act = FC_GEMM_ACT_RELU};
+    fc_cuda_device_info dev = {.cc_major = 9, .cc_minor = 0, .sm_count = 132, .driver_version = 13000};
+    snprintf(dev.name, sizeof dev.name, "NVIDIA H200");
+    fc_cache_key k = fc_cudnn_choice_key(&d, &dev, 91900), k2;
+    fc_cudnn_choice c = {.engine = 7, .nknobs = 2, .knob_type = {3, 5}, .knob_value = {1, 4}}, back;
+    uint8_t rec[FC_CUDNN_RECORD_MAX];
+    size_t n = fc_cudnn_choice_encode(&k, &c, rec);
+    CHECK(fc_cudnn_choice_decode(&k, rec, n, &back));
+    CHECK(back.engine == 7 && back.nknobs == 2 && back.knob_type[1] == 5 && back.knob_value[1] == 4);
+    CHECK(!fc_cudnn_choice_decode(&k, rec, n - 1, &back));
+    d.has_residual = true; /* another problem: another key */
+    k2 = fc_cudnn_choice_key(&d, &dev, 91900);
+    CHECK(!fc_cache_key_equal(&k, &k2));
+    CHECK(!fc_cudnn_choice_decode(&k2, rec, n, &back));
+    d.has_residual = false;
+    k2 = fc_cudnn_choice_key(&d, &dev, 91901); /* another cuDNN */
+    CHECK(!fc_cache_key_equal(&k, &k2));
+    rec[36] = FC_CUDNN_MAX_KNOBS + 1; /* a knob count over the limit */
+    CHECK(!fc_cudnn_choice_decode(&k, rec, n, &back));
+}
+
+/* A CUDA compile needs NVRTC only: the plan of the bf16 ResNet block has
+ * one cuDNN call per convolution when cuDNN loads, and says so; else it
+ * says why its convolutions are im2col and GEMMs. */
+static void test_compile_plan(void) {
+    fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
+    if (!g) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_CUDA;
+    fc_program *p = NULL;
+    fc_status st = fc_compile(g, &o, &p);
+    if (st == FC_ERR_UNSUPPORTED) {
+        printf("skipped: no CUDA compile here (%s)\n", fc_last_error(ctx));
+        fc_graph_free(g);
+        return;
+    }
+    CHECK_EQ_INT(st, FC_OK);
+    char *plan = p ? fc_program_plan_text(p) : NULL;
+    CHECK(plan != NULL);
+    if (plan) {
+        int calls = 0;
+        for (const char *s = plan; (s = strstr(s, "library conv_cl")); s++) calls++;
+        char why[256];
+        if (fc_cudnn_available(NULL, why, sizeof why)) {
+            CHECK_EQ_INT(calls, 6);
+            CHECK(strstr(plan, "convolutions: cuDNN") != NULL);
+        } else {
+            CHECK_EQ_INT(calls, 0);
+            CHECK(strstr(plan, "convolutions: im2col and GEMMs") != NULL);
+            printf("cuDNN not usable here: %s\n", why);
+        }
+        fc_free(plan);
+    }
+    fc_program_free(p);
+    fc_graph_free(g);
+}
+
+int main(void) {
+    ctx = fc_context_new();
+    test_plan_decisions();
+    test_values_kept("resnet_block.ir", true, 6);
+    test_values_kept("resnet_block.ir", false, 6);
+    /* four 1x1 convolutions; its two depthwise ones stay multiply-adds */
+    test_values_kept("depthwise_block.ir", true, 4);
+    /* the asymmetric pads stay im2col */
+    test_values_kept("conv_geometry.ir", false, 3);
+    test_desc();
+    test_record();
+    test_compile_plan();
+    fc_context_free(ctx);
+    return check_report("test_conv_library");
+}
