@@ -310,7 +310,19 @@ static fc_value *view(Canon *c, fc_node *n) {
             is_identity &= p == i;
         }
         if (inner) return is_identity ? inner->in[0] : emit_with_list(c, FC_OP_PERMUTE, inner->in[0], &n->a, rank, perm);
-        return is_identity ? x : NULL;
+        if (is_identity) return x;
+        /* A permute that moves only dims of size 1 keeps every element
+         * where it is: a reshape (a view, where a permute is a copy). A
+         * decode step's [B, 1, H, D] -> [B, H, 1, D] is one. */
+        int64_t last = -1;
+        for (int i = 0; i < rank; i++) {
+            if (x->dims[perm[i]] == 1) continue;
+            if (perm[i] < last) return NULL;
+            last = perm[i];
+        }
+        fc_attrs ra;
+        fc_attrs_defaults(FC_OP_RESHAPE, &ra);
+        return emit_with_list(c, FC_OP_RESHAPE, x, &ra, rank, n->out[0]->dims);
     }
     case FC_OP_EXPAND: {
         if (fc_same_type(x, n->out[0])) return x;
