@@ -85,6 +85,13 @@ static void signature(fc_strbuf *s, const fc_group *gr, const char *name, unsign
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(s, "%s *out) {\n", fc_cuda_storage_type(gr->outputs[0]->dtype));
+    /* A programmatic dependent (fc_launch.pdl): every thread waits for the
+     * kernel before, which wrote what this one reads (the new rows, the
+     * queries), before anything else; a thread that left without waiting
+     * could let the grid end before that kernel has. Then the kernel
+     * after may launch and fetch its weights while this one runs. */
+    fc_strbuf_printf(s, "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n"
+                        "  fc_dependents_may_launch();\n");
 }
 
 static int64_t prod(const fc_value *v, int from, int to) {
@@ -248,6 +255,7 @@ fc_status fc_cuda_emit_decode(const fc_plan *plan, const fc_group *gr, const cha
                             "codegen: group %d (%s): %s has no dynamic kernel (bind the symbols; docs/DECODE.md)", gr->id,
                             l->summary, fc_op_table[gr->nodes[0]->op].name);
     l->kind = FC_LAUNCH_KERNEL;
+    l->pdl = true;
     fc_status st = gr->nodes[0]->op == FC_OP_UPDATE_SLICE ? update_slice(gr, name, s, l) : cache_attention(gr, name, s, l);
     if (st == FC_ERR_INPUT)
         return fc_set_error(g->ctx, st, "codegen: group %d (%s): query heads not a multiple of key/value heads", gr->id,
