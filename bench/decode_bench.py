@@ -227,7 +227,7 @@ def main():
     ap.add_argument("--bench", type=int, default=300)
     ap.add_argument("--batches", default="1,8,32", help="batch sizes (1 always runs first)")
     ap.add_argument("--prefill-len", type=int, default=512, help="prompt length of the prefill rows (0: none)")
-    ap.add_argument("--budget", type=float, default=240, help="seconds: later phases are skipped past it")
+    ap.add_argument("--budget", type=float, default=200, help="seconds: later phases are skipped past it")
     ap.add_argument("--work", default="/dev/shm/fusec-decode")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")

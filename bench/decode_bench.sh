@@ -15,7 +15,7 @@
 #           bash bench/decode_bench.sh
 #
 # Knobs (environment): DECODE_MODELS (gpt2,llama), DECODE_TOKENS (64),
-# DECODE_BENCH (300), DECODE_BATCHES (1,8,32), DECODE_BUDGET (240),
+# DECODE_BENCH (300), DECODE_BATCHES (1,8,32), DECODE_BUDGET (200),
 # DECODE_ARGS (more decode_bench.py options, e.g. --no-compile,
 # --prefill-len 0), DECODE_NOBUILD=1, DECODE_BUILD_DIR (build).
 # Back in $OUT: run.log, build.log, test_decode.log, test_decode_plan.log,
@@ -50,5 +50,5 @@ echo "== decode_bench.py [t=$((SECONDS - START))s]"
 read -r -a extra <<<"${DECODE_ARGS:-}"
 timeout --kill-after=10 $((560 - (SECONDS - START))) python3 bench/decode_bench.py --generate "$BUILD/example_generate" \
     --models "${DECODE_MODELS:-gpt2,llama}" --tokens "${DECODE_TOKENS:-64}" --bench "${DECODE_BENCH:-300}" \
-    --batches "${DECODE_BATCHES:-1,8,32}" --budget "${DECODE_BUDGET:-240}" --out "$OUT" "${extra[@]}"
+    --batches "${DECODE_BATCHES:-1,8,32}" --budget "${DECODE_BUDGET:-200}" --out "$OUT" "${extra[@]}"
 echo "   rc=$? in $((SECONDS - START))s"
