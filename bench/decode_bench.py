@@ -29,7 +29,18 @@ Hugging Face's own random init:
     leading tokens agree: bf16 rounding differs, so they part after a while);
   - the floor: the bytes a step must read (the weights once, plus the whole
     key/value cache) at the H200's copy bandwidth (4.2 TB/s), and each
-    time's fraction of it.
+    time's fraction of it;
+  - --batches (1,8,32): at B > 1 the same steps for B copies of the prompt
+    (fusec --batch, HF generate on a batch of B and a StaticCache of B
+    rows), per token of the batch (one step);
+  - prefill of a --prefill-len (512) token prompt: fusec's prefill program
+    (--prefill-bench runs) beside the HF model's forward over the prompt
+    into its static cache, eager and under torch.compile (default mode;
+    reduce-overhead's graphs are per shape as well);
+  - teacher forcing: the prompt and eager's greedy continuation fed one
+    token a step (fusec --force), each step's argmax against the f32 model's
+    over the same sequence (one forward without a cache), beside bf16
+    eager's argmax against the same f32 one: how often each agrees.
 
 Numbers go to $OUT/decode.json and a table to $OUT/decode.md (and stdout).
 """
@@ -54,14 +65,15 @@ def log(msg):
     print(msg, flush=True)
 
 
-def prepare(torch, kind, work):
+def prepare(torch, kind, work, keep_f32=False):
     import decode_irgen
     import hf
 
     m32 = hf.build(kind, PRESET[kind], device="cuda")
     model = hf.to_bf16(m32)
-    del m32
-    torch.cuda.empty_cache()
+    if not keep_f32:
+        m32 = None
+        torch.cuda.empty_cache()
     cfg = model.config.to_dict()
     ctx = CTX[kind]
     if kind == "gpt2":
@@ -92,12 +104,12 @@ def prepare(torch, kind, work):
         weight_bytes += t.numel() * 2
     w = work / f"{kind}_decode.safetensors"
     hf.save(tensors, w)
-    return model, ir, w, weight_bytes, cache_bytes
+    return model, m32, ir, w, weight_bytes, cache_bytes
 
 
-def run_fusec(gen, ir, w, prompt, tokens, bench):
+def run_fusec(gen, ir, w, prompt, tokens, bench, extra=()):
     cmd = [str(gen), str(ir), "--weights", str(w), "--device", "cuda", "--prompt", ",".join(map(str, prompt)),
-           "--tokens", str(tokens), "--bench", str(bench)]
+           "--tokens", str(tokens), "--bench", str(bench), *map(str, extra)]
     log("$ " + " ".join(cmd))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400)
@@ -107,6 +119,11 @@ def run_fusec(gen, ir, w, prompt, tokens, bench):
     out = {"wall_s": time.time() - t0}
     g = re.search(r"^generated: (.*)$", p.stdout, re.M)
     out["ids"] = [int(x) for x in g.group(1).split()] if g else []
+    am = re.search(r"^argmax: (.*)$", p.stdout, re.M)
+    if am:
+        out["argmax"] = [int(x) for x in am.group(1).split()]
+    pb = re.search(r"prefill bench: .* ([0-9.]+) ms/prefill", p.stdout)
+    out["prefill_ms"] = float(pb.group(1)) if pb else None
     d = re.search(r"decode ([0-9.]+) ms/token", p.stdout)
     b = re.search(r"bench: .* ([0-9.]+) ms/token", p.stdout)
     c = re.search(r"compiled .* in ([0-9.]+) ms", p.stdout)
@@ -118,7 +135,7 @@ def run_fusec(gen, ir, w, prompt, tokens, bench):
     return out
 
 
-def static_cache(torch, model, ctx):
+def static_cache(torch, model, ctx, batch=1):
     """A StaticCache of the full context, so that HF's attention covers as
     many positions as fusec's bench steps do; None when this transformers
     builds it otherwise (then generate's own static cache, prompt + new
@@ -127,7 +144,7 @@ def static_cache(torch, model, ctx):
         from transformers import StaticCache
     except ImportError:
         return None
-    for kw in (dict(config=model.config, max_batch_size=1, max_cache_len=ctx, device="cuda", dtype=torch.bfloat16),
+    for kw in (dict(config=model.config, max_batch_size=batch, max_cache_len=ctx, device="cuda", dtype=torch.bfloat16),
                dict(config=model.config, max_cache_len=ctx)):
         try:
             return StaticCache(**kw)
@@ -136,8 +153,8 @@ def static_cache(torch, model, ctx):
     return None
 
 
-def hf_generate(torch, model, prompt, cache, n):
-    ids = torch.tensor([prompt], device="cuda")
+def hf_generate(torch, model, prompt, cache, n, batch=1):
+    ids = torch.tensor([prompt] * batch, device="cuda")
     kw = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, use_cache=True, pad_token_id=0)
     if cache is not None:
         cache.reset()
@@ -145,14 +162,14 @@ def hf_generate(torch, model, prompt, cache, n):
     return model.generate(ids, cache_implementation="static", **kw)
 
 
-def hf_per_token(torch, model, prompt, cache, n1, n2, reps=2):
+def hf_per_token(torch, model, prompt, cache, n1, n2, reps=2, batch=1):
     """ms per token: (t(n2) - t(n1)) / (n2 - n1), best of reps."""
     def timed(n):
         best = 1e9
         for _ in range(reps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            out = hf_generate(torch, model, prompt, cache, n)
+            out = hf_generate(torch, model, prompt, cache, n, batch)
             torch.cuda.synchronize()
             best = min(best, time.perf_counter() - t0)
         return best, out
@@ -162,12 +179,55 @@ def hf_per_token(torch, model, prompt, cache, n1, n2, reps=2):
     return 1e3 * (t2 - t1) / (n2 - n1), out[0, len(prompt):].tolist()
 
 
+def sync_ms(torch, fn, reps=5):
+    """Best of reps wall times of fn() in ms, the device synchronized."""
+    best = 1e9
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return 1e3 * best
+
+
+def teacher_forced(torch, model, m32, gen, ir, w, prompt, cont):
+    """Each step's argmax with the prompt and cont fed one token at a time:
+    fusec's (--force) and bf16 eager's against the f32 model's, all over
+    the same sequence (positions len(prompt) - 1 ..)."""
+    x = torch.tensor([prompt + cont], device="cuda")
+    at = len(prompt) - 1
+    a32 = m32(x, use_cache=False).logits[0, at:].argmax(-1).tolist()
+    a16 = model(x, use_cache=False).logits[0, at:].argmax(-1).tolist()
+    f = run_fusec(gen, ir, w, prompt, 1, 0, ["--force", ",".join(map(str, cont))])
+    fa = f.get("argmax", [])
+    n = len(a32)
+    return {"steps": n, "fusec_agree": sum(1 for i in range(min(n, len(fa))) if fa[i] == a32[i]),
+            "eager_agree": sum(1 for i in range(n) if a16[i] == a32[i]), "fusec_steps": len(fa),
+            **({"error": f["error"]} if "error" in f else {})}
+
+
+def hf_prefill_ms(torch, model, ids, cache):
+    """The model's forward over the prompt into its static cache."""
+    def fn():
+        if cache is not None:
+            cache.reset()
+            model(ids, past_key_values=cache, use_cache=True)
+        else:
+            model(ids, use_cache=False)
+    fn()
+    return sync_ms(torch, fn)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--generate", default="build/example_generate")
     ap.add_argument("--models", default="gpt2,llama")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--bench", type=int, default=300)
+    ap.add_argument("--batches", default="1,8,32", help="batch sizes (1 always runs first)")
+    ap.add_argument("--prefill-len", type=int, default=512, help="prompt length of the prefill rows (0: none)")
+    ap.add_argument("--budget", type=float, default=200, help="seconds: later phases are skipped past it")
     ap.add_argument("--work", default="/dev/shm/fusec-decode")
     ap.add_argument("--out", default=os.environ.get("OUT", "out"))
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
@@ -179,22 +239,35 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
     results = {}
+    T0 = time.time()
+
+    def late(r, what):
+        if time.time() - T0 <= a.budget:
+            return False
+        r.setdefault("skipped", []).append(what)
+        log(f"   {what}: skipped (past the {a.budget:.0f} s budget)")
+        return True
+
+    batches = [int(b) for b in a.batches.split(",") if int(b) > 1]
     for kind in a.models.split(","):
         r = results[kind] = {"context": CTX[kind]}
-        model = None
+        model = m32 = None
         try:
             t0 = time.time()
-            model, ir, w, wb, cb = prepare(torch, kind, work)
+            model, m32, ir, w, wb, cb = prepare(torch, kind, work, keep_f32=True)
             r.update(weight_bytes=wb, cache_bytes=cb, floor_ms=1e3 * (wb + cb) / COPY_BW)
             log(f"== {kind}: {wb / 1e6:.0f} MB of weights, {cb / 1e6:.1f} MB of cache, floor "
                 f"{r['floor_ms']:.4f} ms/token (prepared in {time.time() - t0:.0f} s)")
-            prompt = [(17 * i + 3) % model.config.vocab_size for i in range(16)]
+            V = model.config.vocab_size
+            prompt = [(17 * i + 3) % V for i in range(16)]
             r["fusec"] = run_fusec(a.generate, ir, w, prompt, a.tokens, a.bench)
             report(results, out)
             cache = static_cache(torch, model, CTX[kind])
             r["hf_cache"] = f"StaticCache of {CTX[kind]}" if cache is not None else "generate's static cache"
             n1, n2 = 8, 8 + a.tokens
+            eager_forward = model.forward
             with torch.no_grad():
+                ids = []
                 try:
                     ms, ids = hf_per_token(torch, model, prompt, cache, n1, n2)
                     r["hf_eager"] = {"ms": ms, "ids": ids}
@@ -207,10 +280,21 @@ def main():
                 except Exception as ex:
                     r["hf_eager"] = {"error": repr(ex)[-600:]}
                     log(f"!! {kind} HF eager: {r['hf_eager']['error']}")
+                if ids and not late(r, "teacher forcing"):
+                    try:
+                        r["teacher"] = teacher_forced(torch, model, m32, a.generate, ir, w, prompt, ids[: a.tokens - 1])
+                        t = r["teacher"]
+                        log(f"   teacher-forced argmax = f32's: fusec {t['fusec_agree']}/{t['steps']}, "
+                            f"bf16 eager {t['eager_agree']}/{t['steps']}")
+                    except Exception as ex:
+                        r["teacher"] = {"error": repr(ex)[-600:]}
+                        log(f"!! {kind} teacher forcing: {r['teacher']['error']}")
+                m32 = None
+                torch.cuda.empty_cache()
                 report(results, out)
                 if not a.no_compile:
                     try:
-                        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+                        model.forward = torch.compile(eager_forward, mode="reduce-overhead", fullgraph=True)
                         t0 = time.time()
                         ms, _ = hf_per_token(torch, model, prompt, cache, n1, n2)
                         r["hf_compile"] = {"ms": ms, "with_compile_s": time.time() - t0}
@@ -218,17 +302,53 @@ def main():
                     except Exception as ex:
                         r["hf_compile"] = {"error": repr(ex)[-600:]}
                         log(f"!! {kind} HF compile: {r['hf_compile']['error']}")
+                compiled_forward = model.forward
+                # B > 1: one step decodes B rows; per step = per token of the batch.
+                for B in batches:
+                    if late(r, f"B={B}"):
+                        break
+                    rb = r.setdefault("batch", {}).setdefault(str(B), {})
+                    rb["fusec"] = run_fusec(a.generate, ir, w, prompt, 8, max(a.bench // 3, 20), ["--batch", B])
+                    nb1, nb2 = 4, 4 + max(a.tokens // 2, 8)
+                    try:
+                        cb_ = static_cache(torch, model, CTX[kind], B)
+                        model.forward = eager_forward
+                        rb["hf_eager"], _ = hf_per_token(torch, model, prompt, cb_, nb1, nb2, reps=1, batch=B)
+                        if not a.no_compile:
+                            model.forward = compiled_forward
+                            rb["hf_compile"], _ = hf_per_token(torch, model, prompt, cb_, nb1, nb2, reps=1, batch=B)
+                        log(f"   B={B}: fusec {rb['fusec'].get('bench_ms')} ms/step, HF eager {rb.get('hf_eager')}, "
+                            f"reduce-overhead {rb.get('hf_compile')}")
+                        del cb_
+                    except Exception as ex:
+                        rb["error"] = repr(ex)[-600:]
+                        log(f"!! {kind} B={B}: {rb['error']}")
+                    torch.cuda.empty_cache()
+                    report(results, out)
+                model.forward = eager_forward
+                # Prefill of a long prompt.
+                if a.prefill_len > 0 and not late(r, f"prefill {a.prefill_len}"):
+                    pp = [(31 * i + 7) % V for i in range(a.prefill_len)]
+                    rp = r["prefill"] = {"tokens": a.prefill_len}
+                    rp["fusec"] = run_fusec(a.generate, ir, w, pp, 2, 0, ["--prefill-bench", 20]).get("prefill_ms")
+                    try:
+                        x = torch.tensor([pp], device="cuda")
+                        rp["hf_eager"] = hf_prefill_ms(torch, model, x, cache)
+                        log(f"   prefill {a.prefill_len}: fusec {rp['fusec']} ms, HF eager {rp['hf_eager']:.3f} ms")
+                    except Exception as ex:
+                        rp["error"] = repr(ex)[-600:]
+                        log(f"!! {kind} prefill: {rp['error']}")
         except Exception as ex:  # one model failing keeps the others
             r["error"] = repr(ex)[-600:]
             log(f"!! {kind}: {r['error']}")
-        del model
+        del model, m32
         torch.cuda.empty_cache()
         report(results, out)
     log(report(results, out))
 
 
 def report(results, out):
-    """decode.json and the table in decode.md, after every step (a timeout
+    """decode.json and the tables in decode.md, after every step (a timeout
     keeps what was measured)."""
     (out / "decode.json").write_text(json.dumps(results, indent=1))
     rows = ["| model | context | floor ms | fusec ms/token (bench) | fraction | fusec ms/token (steps) | HF eager | "
@@ -247,6 +367,27 @@ def report(results, out):
         for what, d in (("", r), ("fusec ", f), ("HF eager ", r.get("hf_eager", {})), ("HF compile ", r.get("hf_compile", {}))):
             if "error" in d:
                 rows.append(f"| {kind} {what}error | {d['error']} |")
+    rows += ["", "| model | B | fusec ms/step | HF eager | HF reduce-overhead | compile / fusec |", "|" + "---|" * 6]
+    for kind, r in results.items():
+        for B, rb in r.get("batch", {}).items():
+            fb, hc = rb.get("fusec", {}).get("bench_ms"), rb.get("hf_compile")
+            rows.append(f"| {kind} | {B} | {c(fb)} | {c(rb.get('hf_eager'))} | {c(hc)} | "
+                        f"{c(hc / fb if hc and fb else None, '.2f')}x |")
+            if "error" in rb or "error" in rb.get("fusec", {}):
+                rows.append(f"| {kind} B={B} error | {rb.get('error') or rb['fusec']['error']} |")
+    rows += ["", "| model | prefill tokens | fusec ms | HF eager ms | eager / fusec | teacher-forced argmax = f32: "
+             "fusec | bf16 eager |", "|" + "---|" * 7]
+    for kind, r in results.items():
+        rp, t = r.get("prefill", {}), r.get("teacher", {})
+        fp, hp = rp.get("fusec"), rp.get("hf_eager")
+        rows.append(f"| {kind} | {rp.get('tokens', '-')} | {c(fp, '.3f')} | {c(hp, '.3f')} | "
+                    f"{c(hp / fp if hp and fp else None, '.2f')}x | {t.get('fusec_agree', '-')} / {t.get('steps', '-')} | "
+                    f"{t.get('eager_agree', '-')} / {t.get('steps', '-')} |")
+        for what, d in (("prefill ", rp), ("teacher ", t)):
+            if "error" in d:
+                rows.append(f"| {kind} {what}error | {d['error']} |")
+        if r.get("skipped"):
+            rows.append(f"| {kind} skipped (budget) | {', '.join(r['skipped'])} |")
     table = "\n".join(rows)
     (out / "decode.md").write_text(table + "\n")
     return table

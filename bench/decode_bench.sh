@@ -3,18 +3,23 @@
 # call: build fusec and examples/generate.c (Release, no LLVM, as
 # bench/run-whole.sh configures the GPU build), run test_decode (the tiny
 # models on CUDA against the reference), then bench/decode_bench.py (GPT-2
-# 124M with a cache of 1024 and a Llama-style 1B with a cache of 2048, B=1,
-# beside HF generate with a static cache, eager and torch.compile
-# reduce-overhead; its header says what it measures).
+# 124M with a cache of 1024 and a Llama-style 1B with a cache of 2048, at
+# B=1, 8 and 32, beside HF generate with a static cache, eager and
+# torch.compile reduce-overhead; a 512-token prefill beside the model's
+# forward; the teacher-forced argmax agreement with the f32 model; its
+# header says what it measures). About 150 s of build, then the python
+# part keeps to DECODE_BUDGET seconds (later phases are skipped past it).
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600:
 #           bash bench/decode_bench.sh
 #
 # Knobs (environment): DECODE_MODELS (gpt2,llama), DECODE_TOKENS (64),
-# DECODE_BENCH (300), DECODE_ARGS (more decode_bench.py options, e.g.
-# --no-compile), DECODE_NOBUILD=1, DECODE_BUILD_DIR (build).
-# Back in $OUT: run.log, build.log, test_decode.log, decode.json, decode.md.
+# DECODE_BENCH (300), DECODE_BATCHES (1,8,32), DECODE_BUDGET (200),
+# DECODE_ARGS (more decode_bench.py options, e.g. --no-compile,
+# --prefill-len 0), DECODE_NOBUILD=1, DECODE_BUILD_DIR (build).
+# Back in $OUT: run.log, build.log, test_decode.log, test_decode_plan.log,
+# decode.json, decode.md.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 source bench/bench_env.sh
@@ -30,7 +35,7 @@ if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
     cuda=${CUDA_HOME:-/usr/local/cuda}
     [[ -d $cuda ]] && args+=("-DCUDAToolkit_ROOT=$cuda")
     echo "== build: cmake ${args[*]}"
-    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode; } \
+    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode test_decode_plan; } \
         >"$OUT/build.log" 2>&1
     rc=$?
     echo "   rc=$rc in $((SECONDS - START))s"
@@ -39,9 +44,11 @@ fi
 echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
 FUSEC_SRC=$ROOT timeout 120 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1
 echo "   rc=$?"; tail -8 "$OUT/test_decode.log"
+FUSEC_SRC=$ROOT FUSEC="$(cd "$BUILD" && pwd)/fusec" timeout 60 "$BUILD/tests/test_decode_plan" >"$OUT/test_decode_plan.log" 2>&1
+echo "   test_decode_plan rc=$?"; tail -3 "$OUT/test_decode_plan.log"
 echo "== decode_bench.py [t=$((SECONDS - START))s]"
 read -r -a extra <<<"${DECODE_ARGS:-}"
 timeout --kill-after=10 $((560 - (SECONDS - START))) python3 bench/decode_bench.py --generate "$BUILD/example_generate" \
     --models "${DECODE_MODELS:-gpt2,llama}" --tokens "${DECODE_TOKENS:-64}" --bench "${DECODE_BENCH:-300}" \
-    --out "$OUT" "${extra[@]}"
+    --batches "${DECODE_BATCHES:-1,8,32}" --budget "${DECODE_BUDGET:-200}" --out "$OUT" "${extra[@]}"
 echo "   rc=$? in $((SECONDS - START))s"

@@ -6,6 +6,7 @@
  *
  *   example_generate MODEL.ir [--weights W.safetensors] [--device cpu|cuda]
  *                    [--graph NAME] [--prompt 1,2,3] [--tokens N] [--bench N]
+ *                    [--batch B] [--prefill-bench N] [--force 5,6,7]
  *
  * The graph is compiled twice from the same text: with T bound to the
  * prompt's length (prefill) and with T = 1 (a decode step). Both programs
@@ -19,7 +20,11 @@
  * random (a fixed seed; the rotary tables rope.cos and rope.sin, when the
  * graph has them, are the real tables). Prints the generated ids and the
  * time per token; --bench N then times N more decode steps at the cache's
- * last position (attention over the whole cache).
+ * last position (attention over the whole cache). --batch B decodes B
+ * copies of the prompt at once (B bound in both programs; the ids printed
+ * are row 0's). --prefill-bench N times N more prefills of the prompt.
+ * --force feeds the given ids one step at a time instead of the argmax
+ * (teacher forcing) and prints each step's argmax ("argmax: ...").
  *
  * On CUDA the example allocates device memory through the driver API,
  * loaded with dlopen as fusec loads it (so it builds without the CUDA
@@ -155,8 +160,8 @@ static void *random_weight(const fc_value *v) {
     return h;
 }
 
-static fc_graph *parse(fc_context *ctx, const char *path, const char *graph, int64_t T) {
-    fc_binding b[2] = {{"B", 1}, {"T", T}};
+static fc_graph *parse(fc_context *ctx, const char *path, const char *graph, int64_t B, int64_t T) {
+    fc_binding b[2] = {{"B", B}, {"T", T}};
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, path, graph, b, 2, &g) != FC_OK) DIE("%s", fc_last_error(ctx));
     return g;
@@ -173,7 +178,8 @@ static fc_program *compile(fc_context *ctx, fc_graph *g, fc_device dev) {
 
 int main(int argc, char **argv) {
     const char *path = NULL, *weights_path = NULL, *graph = NULL, *prompt = "1,2,3,4", *device = "cuda";
-    int ntokens = 16, bench = 0;
+    const char *force = NULL;
+    int ntokens = 16, bench = 0, batch = 1, prefill_bench = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--weights") && v) weights_path = argv[++i];
@@ -182,9 +188,19 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--device") && v) device = argv[++i];
         else if (!strcmp(a, "--tokens") && v) ntokens = atoi(argv[++i]);
         else if (!strcmp(a, "--bench") && v) bench = atoi(argv[++i]);
+        else if (!strcmp(a, "--batch") && v) batch = atoi(argv[++i]);
+        else if (!strcmp(a, "--prefill-bench") && v) prefill_bench = atoi(argv[++i]);
+        else if (!strcmp(a, "--force") && v) force = argv[++i];
         else if (a[0] != '-' && !path) path = a;
         else DIE("usage: example_generate MODEL.ir [--weights W.safetensors] [--device cpu|cuda] [--graph NAME] "
-                 "[--prompt 1,2,3] [--tokens N] [--bench N]");
+                 "[--prompt 1,2,3] [--tokens N] [--bench N] [--batch B] [--prefill-bench N] [--force 5,6,7]");
+    }
+    if (batch < 1 || batch > 1024) DIE("--batch %d: from 1 to 1024", batch);
+    int64_t forced[4096];
+    int nforced = 0;
+    for (const char *s = force; s && *s && nforced < 4096;) {
+        forced[nforced++] = strtoll(s, (char **)&s, 10);
+        while (*s == ',' || *s == ' ') s++;
     }
     if (!path) DIE("no model (.ir) given");
     fc_device dev;
@@ -200,7 +216,8 @@ int main(int argc, char **argv) {
     if (nprompt < 1) DIE("an empty prompt");
 
     fc_context *ctx = fc_context_new();
-    fc_graph *gp = parse(ctx, path, graph, nprompt), *gd = parse(ctx, path, graph, 1);
+    if (force) ntokens = nforced + 1;
+    fc_graph *gp = parse(ctx, path, graph, batch, nprompt), *gd = parse(ctx, path, graph, batch, 1);
     int np = fc_graph_num_params(gd);
     int i_ids = -1, i_pos = -1;
     int64_t ctx_len = 0;
@@ -210,6 +227,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(fc_value_name(v), "pos")) i_pos = i;
         else if (fc_value_is_inout(v) && fc_value_rank(v) == 4) ctx_len = fc_value_dim(v, 2);
     }
+    /* Every row of a batch is the prompt: B copies, row-major [B, T]. */
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)batch * (size_t)nprompt);
+    if (!rows) DIE("out of memory");
+    for (int b = 0; b < batch; b++) memcpy(rows + (size_t)b * (size_t)nprompt, ids, sizeof(int64_t) * (size_t)nprompt);
     if (i_ids < 0 || i_pos < 0 || !ctx_len) DIE("%s: not a decode graph (%%input_ids, %%pos and inout caches)", path);
     if (nprompt + ntokens > ctx_len)
         DIE("a prompt of %d tokens and %d new ones do not fit the cache of %lld positions", nprompt, ntokens,
@@ -230,7 +251,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < np; i++) {
         const fc_value *v = fc_graph_param(gd, i);
         size_t n = bytes_of(v);
-        if (i == i_ids) n = sizeof(int64_t) * (size_t)(nprompt > 1 ? nprompt : 1);
+        if (i == i_ids) n = sizeof(int64_t) * (size_t)batch * (size_t)nprompt;
         buf[i] = mem_alloc(n);
         if (i == i_ids || i == i_pos) continue;
         if (fc_value_is_inout(v)) { /* a cache: zeros */
@@ -249,13 +270,13 @@ int main(int argc, char **argv) {
 
     t0 = now_ms();
     fc_program *pp = compile(ctx, gp, dev), *pd = compile(ctx, gd, dev);
-    printf("compiled prefill (T=%d) and decode (T=1) in %.0f ms\n", nprompt, now_ms() - t0);
+    printf("compiled prefill (T=%d) and decode (T=1) at B=%d in %.0f ms\n", nprompt, batch, now_ms() - t0);
 
     const fc_value *lv = fc_graph_output(gd, 0);
     fc_dtype ldt = fc_value_dtype(lv);
     int64_t V = fc_value_dim(lv, fc_value_rank(lv) - 1);
     size_t row = (size_t)V * fc_dtype_size(ldt);
-    void *logits_p = mem_alloc(row * (size_t)nprompt), *logits_d = mem_alloc(row);
+    void *logits_p = mem_alloc(row * (size_t)nprompt * (size_t)batch), *logits_d = mem_alloc(row * (size_t)batch);
     void *host_row = malloc(row);
 
     int64_t pos = 0;
@@ -263,12 +284,24 @@ int main(int argc, char **argv) {
     double *step_ms = calloc((size_t)ntokens + (size_t)bench + 1, sizeof *step_ms);
     /* Prefill: the prompt at positions 0 .. P-1. */
     t0 = now_ms();
-    mem_put(buf[i_ids], ids, sizeof(int64_t) * (size_t)nprompt);
+    mem_put(buf[i_ids], rows, sizeof(int64_t) * (size_t)batch * (size_t)nprompt);
     mem_put(buf[i_pos], &pos, sizeof pos);
     void *outp[1] = {logits_p};
     if (fc_run(pp, buf, np, outp, 1, NULL) != FC_OK) DIE("prefill: %s", fc_last_error(ctx));
     mem_get(host_row, (char *)logits_p + row * (size_t)(nprompt - 1), row);
     double prefill_ms = now_ms() - t0;
+    if (prefill_bench > 0) {
+        /* The same prompt at the same positions again: the cache gets the
+         * same rows, so the decode below is unchanged. */
+        for (int i = 0; i < 2; i++) fc_run(pp, buf, np, outp, 1, NULL);
+        mem_sync();
+        double b0 = now_ms();
+        for (int i = 0; i < prefill_bench; i++)
+            if (fc_run(pp, buf, np, outp, 1, NULL) != FC_OK) DIE("prefill: %s", fc_last_error(ctx));
+        mem_sync();
+        printf("prefill bench: %d runs of %d tokens at B=%d: %.4f ms/prefill\n", prefill_bench, nprompt, batch,
+               (now_ms() - b0) / prefill_bench);
+    }
     pos = nprompt;
     void *outd[1] = {logits_d};
     for (int t = 0; t < ntokens; t++) {
@@ -277,8 +310,10 @@ int main(int argc, char **argv) {
             if (load(ldt, host_row, (size_t)k) > load(ldt, host_row, (size_t)best)) best = k;
         out_ids[t] = best;
         if (t == ntokens - 1) break;
+        int64_t feed[1024];
+        for (int b = 0; b < batch; b++) feed[b] = force ? forced[t] : best;
         double s0 = now_ms();
-        mem_put(buf[i_ids], &best, sizeof best);
+        mem_put(buf[i_ids], feed, sizeof(int64_t) * (size_t)batch);
         mem_put(buf[i_pos], &pos, sizeof pos);
         if (fc_run(pd, buf, np, outd, 1, NULL) != FC_OK) DIE("decode at %lld: %s", (long long)pos, fc_last_error(ctx));
         mem_get(host_row, logits_d, row);
@@ -287,7 +322,7 @@ int main(int argc, char **argv) {
     }
     printf("prompt:");
     for (int i = 0; i < nprompt; i++) printf(" %lld", (long long)ids[i]);
-    printf("\ngenerated:");
+    printf("\n%s:", force ? "argmax" : "generated");
     for (int t = 0; t < ntokens; t++) printf(" %lld", (long long)out_ids[t]);
     double sum = 0;
     for (int t = 0; t + 1 < ntokens; t++) sum += step_ms[t];
@@ -321,6 +356,7 @@ int main(int argc, char **argv) {
         free(logits_d);
     }
     free(buf);
+    free(rows);
     free(bound);
     free(have);
     free(host_row);

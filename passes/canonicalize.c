@@ -237,9 +237,28 @@ static bool cast_is_exact(fc_dtype from, fc_dtype to) {
     }
 }
 
+/* reduce_max or reduce_min over dims that are all of size 1: each result
+ * is the one element it reduces, so x reshaped (a view; no kernel of its
+ * own). A decode step's reduce_max over its T = 1 positions is one. Not
+ * reduce_sum: 0 + -0.0 is +0.0. */
+static fc_value *reduce_of_one(Canon *c, fc_node *n) {
+    fc_value *x = n->in[0];
+    if ((n->op != FC_OP_REDUCE_MAX && n->op != FC_OP_REDUCE_MIN) || x->dtype != n->out[0]->dtype) return NULL;
+    for (int i = 0; i < x->rank; i++) {
+        bool red = n->a.nlist == 0;
+        for (int k = 0; k < n->a.nlist; k++) red |= (n->a.list[k] < 0 ? n->a.list[k] + x->rank : n->a.list[k]) == i;
+        if (red && x->dims[i] != 1) return NULL;
+    }
+    fc_attrs ra;
+    fc_attrs_defaults(FC_OP_RESHAPE, &ra);
+    return emit_with_list(c, FC_OP_RESHAPE, x, &ra, n->out[0]->rank, n->out[0]->dims);
+}
+
 static fc_value *identity(Canon *c, fc_node *n) {
     fc_value *r = NULL;
     switch (n->op) {
+    case FC_OP_REDUCE_MAX:
+    case FC_OP_REDUCE_MIN: return reduce_of_one(c, n);
     case FC_OP_MUL: /* x * 1, 1 * x */
         if (operand_is(n, 1, 1.0)) r = if_same(n, n->in[0]);
         if (!r && operand_is(n, 0, 1.0)) r = if_same(n, n->in[1]);
@@ -319,7 +338,19 @@ static fc_value *view(Canon *c, fc_node *n) {
             is_identity &= p == i;
         }
         if (inner) return is_identity ? inner->in[0] : emit_with_list(c, FC_OP_PERMUTE, inner->in[0], &n->a, rank, perm);
-        return is_identity ? x : NULL;
+        if (is_identity) return x;
+        /* A permute that moves only dims of size 1 keeps every element
+         * where it is: a reshape (a view, where a permute is a copy). A
+         * decode step's [B, 1, H, D] -> [B, H, 1, D] is one. */
+        int64_t last = -1;
+        for (int i = 0; i < rank; i++) {
+            if (x->dims[perm[i]] == 1) continue;
+            if (perm[i] < last) return NULL;
+            last = perm[i];
+        }
+        fc_attrs ra;
+        fc_attrs_defaults(FC_OP_RESHAPE, &ra);
+        return emit_with_list(c, FC_OP_RESHAPE, x, &ra, rank, n->out[0]->dims);
     }
     case FC_OP_EXPAND: {
         if (fc_same_type(x, n->out[0])) return x;

@@ -219,7 +219,7 @@ static bool has_users(fuse_state *s, fc_node *n) {
 
 /* Can elementwise/view node n be computed inside group gr? */
 static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
-    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION) return false;
+    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->kind == FC_GROUP_ALIAS) return false;
     if (!cost_fits(s, gr, fc_op_weight(n->op), 0)) return false;
     bool out = any_output(s, n);
     if (gr->kind == FC_GROUP_POINTWISE) {
@@ -263,7 +263,8 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
 
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
-    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || !cost_fits(s, gr, fc_op_weight(r->op), 1))
+    if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->kind == FC_GROUP_ALIAS ||
+        !cost_fits(s, gr, fc_op_weight(r->op), 1))
         return false;
     bool mask[FC_MAX_RANK];
     reduce_mask(r, mask);
@@ -303,6 +304,18 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
 static bool stored_for_attention(const fc_value *v, void *arg) {
     fuse_state *s = arg;
     return s->is_output[v->id] || !v->def || !fc_op_is_view(v->def->op);
+}
+
+/* Does decode op u read operand v in place, through strides
+ * (codegen/cuda/decode.c)? update_slice's new rows and cache_attention's
+ * queries may be any strided view of what is stored: a decode step's
+ * keys, values and queries are views of the QKV projection's result. */
+static bool decode_reads_in_place(fuse_state *s, const fc_node *u, const fc_value *v) {
+    fc_strided_view view;
+    if (!s->o->attention_in_place) return false;
+    bool operand = (u->op == FC_OP_UPDATE_SLICE && u->in[1] == v && u->in[0] != v && u->in[2] != v) ||
+                   (u->op == FC_OP_CACHE_ATTENTION && u->in[0] == v && u->in[1] != v && u->in[2] != v && u->in[3] != v);
+    return operand && fc_attention_view(v, stored_for_attention, s, &view);
 }
 
 /* Is group gr (all the consumers of attention n) a chain of permute/reshape
@@ -414,7 +427,8 @@ static fc_status vertical(fuse_state *s) {
         for (int j = 0; j < s->u.count[n->out[0]->id]; j++) {
             fc_node *u = s->u.list[s->u.start[n->out[0]->id] + j];
             int ugr = s->plan->group_of_node[u->id];
-            if (ugr >= 0 && s->plan->groups[ugr]->kind == FC_GROUP_LIBRARY) library_user = true;
+            if (ugr >= 0 && s->plan->groups[ugr]->kind == FC_GROUP_LIBRARY && !decode_reads_in_place(s, u, n->out[0]))
+                library_user = true;
             /* An attention kernel reads a view in place when strides can
              * express the whole chain down to what is stored. */
             fc_strided_view view;
@@ -426,6 +440,18 @@ static fc_status vertical(fuse_state *s) {
          * stored (a copy kernel), everything else is recomputed. */
         if (fc_op_is_view(n->op) && !any_output(s, n) && !library_user && s->o->vertical && inline_view(s, n)) {
             s->plan->group_of_node[n->id] = MULTI;
+            continue;
+        }
+        /* A reshape of a value that is stored anyway (a parameter, or what
+         * a launch writes: not a view, which may be inlined) is that
+         * buffer read as another shape: a library call reads it in place
+         * (an alias launches nothing; passes/memplan.c shares the buffer). */
+        if (n->op == FC_OP_RESHAPE && library_user && !any_output(s, n) &&
+            (!n->in[0]->def || !fc_op_is_view(n->in[0]->def->op))) {
+            fc_group *gr = new_group(s, FC_GROUP_ALIAS);
+            if (!gr) return FC_ERR_NOMEM;
+            set_space(gr, n->out[0]);
+            if (!add_node(s, gr, n)) return FC_ERR_NOMEM;
             continue;
         }
         fc_group *gr = new_group(s, FC_GROUP_POINTWISE);
@@ -715,7 +741,8 @@ static fc_status horizontal(fuse_state *s) {
     }
     for (int a = 0; a < n; a++) {
         fc_group *ga = p->groups[a];
-        if (!h.alive[a] || ga->kind == FC_GROUP_LIBRARY || ga->kind == FC_GROUP_ATTENTION) continue;
+        if (!h.alive[a] || ga->kind == FC_GROUP_LIBRARY || ga->kind == FC_GROUP_ATTENTION || ga->kind == FC_GROUP_ALIAS)
+            continue;
         bool merged = false;
         for (int k = 0; k < ga->ninputs && cost_fits(s, ga, 1, 0); k++) { /* ninputs grows with merges */
             int vid = ga->inputs[k]->id, lo = rstart[vid], hi = rstart[vid + 1];

@@ -26,6 +26,7 @@
  */
 #include "decode.h"
 #include "emit.h"
+#include "passes/attention.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +47,37 @@ static int arg_of(const fc_group *gr, const fc_value *v) {
 
 static const char *index_type(fc_dtype dt) { return dt == FC_I64 ? "long long" : "int"; }
 
+static bool is_group_input(const fc_value *v, void *arg) {
+    const fc_group *gr = arg;
+    for (int i = 0; i < gr->ninputs; i++)
+        if (gr->inputs[i] == v) return true;
+    return false;
+}
+
+/* Operand v as the kernel reads it: a group input, or a view of one that
+ * fusion left unstored (passes/fuse.c: the new keys and values and the
+ * queries straight from the QKV projection's buffer), as strides into it. */
+static fc_strided_view operand_view(const fc_group *gr, const fc_value *v) {
+    fc_strided_view view;
+    if (!fc_attention_view(v, is_group_input, (void *)gr, &view))
+        FC_UNREACHABLE("a decode operand that is not a strided view of a group input");
+    return view;
+}
+
+/* The C expression of the element offset of v's element at row-major
+ * linear index `lin` (a name in the kernel) through view vw. */
+static void strided_index(fc_strbuf *s, const fc_value *v, const fc_strided_view *vw, const char *lin) {
+    fc_strbuf_printf(s, "(%lldLL", (long long)vw->offset);
+    int64_t inner = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (v->dims[d] != 1 && vw->stride[d] != 0)
+            fc_strbuf_printf(s, " + ((%s / %lldLL) %% %lldLL) * %lldLL", lin, (long long)inner, (long long)v->dims[d],
+                             (long long)vw->stride[d]);
+        inner *= v->dims[d];
+    }
+    fc_strbuf_printf(s, ")");
+}
+
 /* The kernel's parameters: every group input as a const pointer, then the
  * one output. */
 static void signature(fc_strbuf *s, const fc_group *gr, const char *name, unsigned threads) {
@@ -53,6 +85,13 @@ static void signature(fc_strbuf *s, const fc_group *gr, const char *name, unsign
     for (int i = 0; i < gr->ninputs; i++)
         fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(s, "%s *out) {\n", fc_cuda_storage_type(gr->outputs[0]->dtype));
+    /* A programmatic dependent (fc_launch.pdl): every thread waits for the
+     * kernel before, which wrote what this one reads (the new rows, the
+     * queries), before anything else; a thread that left without waiting
+     * could let the grid end before that kernel has. Then the kernel
+     * after may launch and fetch its weights while this one runs. */
+    fc_strbuf_printf(s, "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n"
+                        "  fc_dependents_may_launch();\n");
 }
 
 static int64_t prod(const fc_value *v, int from, int to) {
@@ -67,7 +106,8 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
     int ax = (int)(n->a.axis < 0 ? n->a.axis + dst->rank : n->a.axis);
     int64_t inner = prod(dst, ax + 1, dst->rank), len = dst->dims[ax], slen = src->dims[ax];
     int64_t total = prod(src, 0, src->rank), room = len - slen;
-    int is = arg_of(gr, src), io = arg_of(gr, n->in[2]);
+    fc_strided_view sv = operand_view(gr, src);
+    int is = arg_of(gr, sv.root), io = arg_of(gr, n->in[2]);
     const unsigned threads = 256;
     signature(s, gr, name, threads);
     fc_strbuf_printf(s,
@@ -76,10 +116,11 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
                      "  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < %lldLL;\n"
                      "       i += (long long)gridDim.x * blockDim.x) {\n"
                      "    const long long o = i / %lldLL, r = i %% %lldLL;\n"
-                     "    out[(o * %lldLL + off) * %lldLL + r] = a%d[i];\n"
-                     "  }\n}\n",
+                     "    out[(o * %lldLL + off) * %lldLL + r] = a%d[",
                      index_type(n->in[2]->dtype), io, (long long)room, (long long)total, (long long)(slen * inner),
                      (long long)(slen * inner), (long long)len, (long long)inner, is);
+    strided_index(s, src, &sv, "i");
+    fc_strbuf_printf(s, "];\n  }\n}\n");
     int64_t blocks = (total + threads - 1) / threads;
     l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks > 65535 ? 65535 : blocks);
     l->grid[1] = l->grid[2] = 1;
@@ -101,7 +142,8 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
     if (Hkv < 1 || Hq % Hkv) return FC_ERR_INPUT;
     double scale = n->a.scale == FC_ATTENTION_DEFAULT_SCALE ? (D > 0 ? 1.0 / sqrt((double)D) : 1.0) : n->a.scale;
     int ND = (int)((D + 31) / 32), NV = (int)((Dv + 31) / 32);
-    int iq = arg_of(gr, q), ik = arg_of(gr, k), iv = arg_of(gr, v), il = arg_of(gr, n->in[3]);
+    fc_strided_view qv = operand_view(gr, q);
+    int iq = arg_of(gr, qv.root), ik = arg_of(gr, k), iv = arg_of(gr, v), il = arg_of(gr, n->in[3]);
     int64_t rows = B * Hq * Sq;
     int64_t split = (DEC_TARGET_BLOCKS + rows - 1) / (rows > 0 ? rows : 1);
     int64_t most = S / DEC_MIN_KEYS;
@@ -117,6 +159,10 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
      * them; the last block of a row resets its counter. */
     fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
                      (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
+    /* Where the query element at row-major index i is (its view). */
+    fc_strbuf_printf(s, "static __device__ __forceinline__ long long %s_q(long long i) { return ", name);
+    strided_index(s, q, &qv, "i");
+    fc_strbuf_printf(s, "; }\n");
     signature(s, gr, name, threads);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, ND = %d, NV = %d, W = %d, SPLIT = %lld, PW = NV * 32 + 2 };\n"
@@ -134,7 +180,7 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
                      "  const long long chunk = (nk + SPLIT - 1) / SPLIT, j0 = part * chunk;\n"
                      "  const long long j1 = j0 + chunk < nk ? j0 + chunk : nk;\n"
                      "  float qr[ND], acc[NV];\n"
-                     "  for (int e = 0; e < ND; e++) { int d = lane + 32 * e; qr[e] = d < D ? fc_ld(a%d[row * D + d]) * (float)%s : 0.f; }\n"
+                     "  for (int e = 0; e < ND; e++) { int d = lane + 32 * e; qr[e] = d < D ? fc_ld(a%d[%s_q(row * D + d)]) * (float)%s : 0.f; }\n"
                      "  for (int e = 0; e < NV; e++) acc[e] = 0.f;\n"
                      "  float m = -INFINITY, l = 0.f;\n"
                      "  const auto *kp = a%d + kvh * S * D;\n"
@@ -192,7 +238,7 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
                      "}\n",
                      (long long)D, (long long)Dv, (long long)S, (long long)Sq, ND, NV, DEC_WARPS, (long long)split,
                      (long long)Hq, (long long)Hq, (long long)Hkv, (long long)(Hq / Hkv), index_type(n->in[3]->dtype), il,
-                     n->a.causal ? "len - SQ + i + 1" : "len", iq, sc, ik, iv, name,
+                     n->a.causal ? "len - SQ + i + 1" : "len", iq, name, sc, ik, iv, name,
                      fc_cuda_storage_type(n->out[0]->dtype), name, name, fc_cuda_storage_type(n->out[0]->dtype), name);
     l->grid[0] = (unsigned)(rows < 1 ? 1 : rows);
     l->grid[1] = (unsigned)split;
@@ -209,6 +255,7 @@ fc_status fc_cuda_emit_decode(const fc_plan *plan, const fc_group *gr, const cha
                             "codegen: group %d (%s): %s has no dynamic kernel (bind the symbols; docs/DECODE.md)", gr->id,
                             l->summary, fc_op_table[gr->nodes[0]->op].name);
     l->kind = FC_LAUNCH_KERNEL;
+    l->pdl = true;
     fc_status st = gr->nodes[0]->op == FC_OP_UPDATE_SLICE ? update_slice(gr, name, s, l) : cache_attention(gr, name, s, l);
     if (st == FC_ERR_INPUT)
         return fc_set_error(g->ctx, st, "codegen: group %d (%s): query heads not a multiple of key/value heads", gr->id,

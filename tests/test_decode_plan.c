@@ -1,0 +1,116 @@
+/*
+ * test_decode_plan.c - the CUDA launch plan of a decode step (docs/DECODE.md,
+ * "Launches of a step"), made without a GPU: the small GPT-2 and
+ * Llama-style models of tests/decode/ at B = 1, T = 1.
+ *
+ *  - no copy kernel for a view: the heads' permutes move only the dim of
+ *    size 1 (canonicalize makes them reshapes), the attention's result is
+ *    read by the output projection as an alias of its buffer, and the new
+ *    keys, values and queries are read by update_slice and cache_attention
+ *    straight from the QKV projection's result, through strides; the
+ *    reduce_max over the one position is a reshape;
+ *  - the launch counts of both (golden: a change to fusion shows here);
+ *  - the decode kernels are programmatic dependents (they wait for the
+ *    kernel before them), and their source has the wait.
+ *
+ * The numerics of the same rules are test_decode's (16 steps against the
+ * whole sequence recomputed, on the CPU and, with a GPU, CUDA).
+ */
+#include "check.h"
+#include "test_util.h"
+#include "runtime/cuda/program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static fc_context *ctx;
+
+static fc_program *compile_step(const char *file) {
+    const char *src = getenv("FUSEC_SRC");
+    char path[512];
+    snprintf(path, sizeof path, "%s/tests/decode/%s", src ? src : ".", file);
+    fc_binding b[2] = {{"B", 1}, {"T", 1}};
+    fc_graph *g = NULL;
+    if (fc_parse_file(ctx, path, NULL, b, 2, &g) != FC_OK) {
+        printf("%s: %s\n", path, fc_last_error(ctx));
+        return NULL;
+    }
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_CUDA;
+    fc_program *p = NULL;
+    if (fc_compile(g, &o, &p) != FC_OK) printf("compile %s: %s\n", file, fc_last_error(ctx));
+    fc_graph_free(g);
+    return p;
+}
+
+/* Is a launch's summary "pointwise: " followed by view ops alone? */
+static bool copies_a_view(const fc_launch *l) {
+    if (l->kind != FC_LAUNCH_KERNEL || strncmp(l->summary, "pointwise: ", 11)) return false;
+    char ops[160];
+    snprintf(ops, sizeof ops, "%s", l->summary + 11);
+    for (char *t = strtok(ops, ","); t; t = strtok(NULL, ","))
+        if (strcmp(t, "reshape") && strcmp(t, "permute") && strcmp(t, "split") && strcmp(t, "slice")) return false;
+    return true;
+}
+
+static void check_step(const char *file, int want_kernels, int want_aliases, int layers) {
+    fc_program *p = compile_step(file);
+    CHECK(p != NULL);
+    if (!p) return;
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int kernels = 0, aliases = 0, views = 0, updates = 0, attentions = 0, pdl = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        kernels += l->kind == FC_LAUNCH_KERNEL;
+        aliases += l->kind == FC_LAUNCH_ALIAS;
+        views += copies_a_view(l);
+        bool upd = strstr(l->name, "fc_update_slice") == l->name, att = strstr(l->name, "fc_cache_attention") == l->name;
+        updates += upd;
+        attentions += att;
+        pdl += (upd || att) && l->pdl;
+    }
+    printf("%s: %d kernels, %d aliases, %d view copies, %d update_slice, %d cache_attention (%d programmatic)\n", file,
+           kernels, aliases, views, updates, attentions, pdl);
+    CHECK_EQ_INT(views, 0);
+    CHECK_EQ_INT(aliases, want_aliases);
+    CHECK_EQ_INT(kernels, want_kernels);
+    CHECK_EQ_INT(updates, 2 * layers);
+    CHECK_EQ_INT(attentions, layers);
+    CHECK_EQ_INT(pdl, updates + attentions);
+    /* Every decode kernel waits first thing (fusec --emit=cuda's source). */
+    const char *fusec = getenv("FUSEC"), *src = getenv("FUSEC_SRC");
+    if (fusec) {
+        char cmd[1200], line[4096];
+        snprintf(cmd, sizeof cmd, "'%s' '%s/tests/decode/%s' --bind B=1,T=1 --emit=cuda", fusec, src ? src : ".", file);
+        FILE *f = popen(cmd, "r");
+        CHECK(f != NULL);
+        int decode_kernels = 0, waits = 0;
+        bool after = false;
+        while (f && fgets(line, sizeof line, f)) {
+            if (after && strstr(line, "griddepcontrol.wait;")) waits++;
+            after = after && strstr(line, "#if __CUDA_ARCH__ >= 900");
+            if (strstr(line, "__global__") && (strstr(line, "fc_update_slice_") || strstr(line, "fc_cache_attention_"))) {
+                decode_kernels++;
+                after = true;
+            }
+        }
+        if (f) CHECK_EQ_INT(pclose(f), 0);
+        CHECK(decode_kernels >= 2);
+        CHECK_EQ_INT(waits, decode_kernels);
+    } else printf("skipped: the generated source (no $FUSEC)\n");
+    fc_program_free(p);
+}
+
+int main(void) {
+    ctx = fc_context_new();
+    /* GPT-2, 2 layers: positions and embeddings (2: the reduce_max over
+     * T = 1 is a reshape), per layer 2 layernorms, 2 update_slice and
+     * cache_attention, the final layernorm; the GEMMs (f32) are library
+     * calls; the attention's result reshaped for the projection: an alias. */
+    check_step("gpt2_tiny.ir", 13, 2, 2);
+    check_step("llama_tiny.ir", 17, 2, 2);
+    fc_context_free(ctx);
+    return check_report("test_decode_plan");
+}
