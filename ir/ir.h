@@ -78,6 +78,13 @@ bool fc_op_is_view(fc_op op);
 /* The op's cost class and code weight (ops.def says what each answers). */
 fc_op_cost fc_op_cost_of(fc_op op);
 int fc_op_weight(fc_op op);
+/* What a node adds to a fused kernel's source (FC_GROUP_MAX_WEIGHT caps a
+ * group's total): its op's weight, plus FC_OPERAND_WEIGHT for each operand
+ * past the first of a variadic op (a concat's operands each add a branch
+ * of the coordinate search and a load per vector lane). */
+#define FC_OPERAND_WEIGHT 2
+struct fc_node;
+int fc_node_weight(const struct fc_node *n);
 /* Does the op's list attribute hold dims (ops.def kind `dims`: sizes and
  * symbols, as reshape's shape) rather than plain ints (axes, perm)? */
 bool fc_op_list_is_dims(fc_op op);

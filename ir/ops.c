@@ -37,6 +37,11 @@ bool fc_op_is_view(fc_op op) {
 fc_op_cost fc_op_cost_of(fc_op op) { return fc_op_table[op].cost; }
 int fc_op_weight(fc_op op) { return fc_op_table[op].weight; }
 
+int fc_node_weight(const fc_node *n) {
+    int w = fc_op_table[n->op].weight;
+    return fc_op_table[n->op].max_in < 0 && n->nin > 1 ? w + FC_OPERAND_WEIGHT * (n->nin - 1) : w;
+}
+
 /* Signatures are parsed once into this table. */
 static fc_attr_spec specs[FC_OP_COUNT][FC_MAX_ATTRS];
 static int nspecs[FC_OP_COUNT];

@@ -147,7 +147,7 @@ static fc_group *new_group(fuse_state *s, fc_group_kind kind) {
 static bool add_node(fuse_state *s, fc_group *gr, fc_node *n) {
     if (!fc_grow(&s->plan->arena, (void **)&gr->nodes, &gr->cap_nodes, gr->nnodes + 1, sizeof *gr->nodes)) return false;
     gr->nodes[gr->nnodes++] = n;
-    gr->weight += fc_op_weight(n->op);
+    gr->weight += fc_node_weight(n);
     gr->nreduce += fc_op_is_reduce(n->op);
     s->plan->group_of_node[n->id] = gr->id;
     return true;
@@ -220,7 +220,7 @@ static bool has_users(fuse_state *s, fc_node *n) {
 /* Can elementwise/view node n be computed inside group gr? */
 static bool fits(fuse_state *s, fc_group *gr, fc_node *n) {
     if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->kind == FC_GROUP_ALIAS) return false;
-    if (!cost_fits(s, gr, fc_op_weight(n->op), 0)) return false;
+    if (!cost_fits(s, gr, fc_node_weight(n), 0)) return false;
     bool out = any_output(s, n);
     if (gr->kind == FC_GROUP_POINTWISE) {
         /* A stored result is written at the iteration index. */
@@ -264,7 +264,7 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->kind == FC_GROUP_ALIAS ||
-        !cost_fits(s, gr, fc_op_weight(r->op), 1))
+        !cost_fits(s, gr, fc_node_weight(r), 1))
         return false;
     bool mask[FC_MAX_RANK];
     reduce_mask(r, mask);
@@ -342,9 +342,10 @@ static bool attention_output_chain(fuse_state *s, fc_group *gr, fc_node *n) {
  * or, for a view shared by several groups, to each group that reads it
  * directly, with the chain of inlined views behind it bounded by the same
  * cap. Without the charge a long chain of views that canonicalize cannot
- * fold would all be inlined into one kernel. Records the charge. */
+ * fold would all be inlined into one kernel. The charge is the node's
+ * weight: a concat's grows with its operands. Records the charge. */
 static bool inline_view(fuse_state *s, fc_node *n) {
-    const int unset = -3;
+    const int unset = -3, w = fc_node_weight(n);
     int one = unset, depth = 0;
     for (int k = 0; k < n->nout; k++) {
         fc_value *v = n->out[k];
@@ -354,25 +355,25 @@ static bool inline_view(fuse_state *s, fc_node *n) {
             if (ug == MULTI) {
                 charged = s->inl_group[u->id];
                 if (s->inl_depth[u->id] > depth) depth = s->inl_depth[u->id];
-            } else if (ug >= 0 && !cost_fits(s, s->plan->groups[ug], 1, 0)) {
+            } else if (ug >= 0 && !cost_fits(s, s->plan->groups[ug], w, 0)) {
                 return false;
             }
             one = one == unset || one == charged ? charged : -1;
         }
     }
     if (depth + 1 > s->o->max_group_weight) return false;
-    if (one >= 0 && !cost_fits(s, s->plan->groups[one], 1, 0)) return false;
+    if (one >= 0 && !cost_fits(s, s->plan->groups[one], w, 0)) return false;
     s->inl_group[n->id] = one >= 0 ? one : -1;
     s->inl_depth[n->id] = depth + 1;
     if (one >= 0) {
-        s->plan->groups[one]->weight++;
+        s->plan->groups[one]->weight += w;
         return true;
     }
     int last = -1; /* users of one group are usually adjacent: charge each group once a run */
     for (int k = 0; k < n->nout; k++)
         for (int j = 0; j < s->u.count[n->out[k]->id]; j++) {
             int ug = s->plan->group_of_node[s->u.list[s->u.start[n->out[k]->id] + j]->id];
-            if (ug >= 0 && ug != last) s->plan->groups[ug]->weight++;
+            if (ug >= 0 && ug != last) s->plan->groups[ug]->weight += w;
             last = ug;
         }
     return true;

@@ -70,6 +70,18 @@ typedef struct fc_pad_rule {
 } fc_pad_rule;
 extern const fc_pad_rule fc_pad_rule_h200;
 fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);
+/* A concat of more than FC_CONCAT_MAX_FANIN operands becomes a balanced
+ * tree of concats of at most that many (passes/concat_tree.c); _with
+ * takes another fan-in (at least 2). */
+fc_status fc_pass_concat_tree(fc_graph *g);
+fc_status fc_pass_concat_tree_with(fc_graph *g, int fanin);
+/* The most operands one concat keeps. At 64 a concat's pointers are 520
+ * bytes of kernel parameters (the limit is 4 KB before CUDA 12.1), it
+ * weighs half a group (fc_node_weight) so the ops computing its operands
+ * fuse into it, and NVRTC compiles a lone one in under a second
+ * (docs/PERF.md); a lowered 7x7 (or 4x4x4) convolution's columns, one
+ * operand per kernel offset, stay one concat. */
+#define FC_CONCAT_MAX_FANIN 64
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
 /* Autocast (passes/autocast.c): compute in precision p as torch.autocast

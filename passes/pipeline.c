@@ -34,6 +34,10 @@
  *     slice it adds would stop epilogue's tail matching if it came first);
  *     static plans only: the dynamic variant's generated tiles take
  *     unaligned rows (gather loads), and the cost rule needs the sizes;
+ *   - concat_tree runs last among the graph passes, after every pass that
+ *     writes concats (lower_conv's columns and pads, pad's zero blocks),
+ *     so that no concat reaching fusion has more operands than one
+ *     kernel may take;
  *   - fusion makes groups and schedules them; loadtime marks the groups
  *     that compute GEMM weights from parameters (run once, not per run),
  *     before batching (which never batches them with per-run groups) and
@@ -74,6 +78,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (!dynamic && ((st = fc_pass_attention(g)) || (st = after(g, o, "attention")))) return st;
     if ((st = fc_pass_epilogue(g)) || (st = after(g, o, "epilogue"))) return st;
     if (!dynamic && ((st = fc_pass_pad(g)) || (st = after(g, o, "pad")))) return st;
+    if ((st = fc_pass_concat_tree(g)) || (st = after(g, o, "concat_tree"))) return st;
     if ((st = fc_verify(g))) return st;
     if ((st = fc_pass_fuse(g, o, plan))) return st; /* vertical, horizontal, schedule */
     if (!dynamic && (st = fc_pass_loadtime(plan))) return st;

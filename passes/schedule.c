@@ -10,6 +10,10 @@
 
 #define BATCH_MAX_ELEMS (1 << 16) /* "small": a few waves of one SM at most */
 #define BATCH_MAX_GROUPS 16
+/* A batch's kernel takes every group's pointers: at most this many keep it
+ * within the 4 KB of parameters that CUDA before 12.1 allows (8 bytes
+ * each, with room for the symbols of a dynamic plan). */
+#define BATCH_MAX_ARGS 384
 
 /* A binary min-heap of group positions keyed by their first node's id:
  * Kahn's algorithm takes the ready group that comes first in the graph. */
@@ -188,9 +192,13 @@ fc_status fc_pass_batch(fc_plan *p) {
     if (!level) return FC_ERR_NOMEM;
     for (int a = 0; a < n;) {
         fc_group *ga = p->groups[a];
-        int b = a + 1;
+        int b = a + 1, args = ga->ninputs + ga->noutputs;
         if (is_small(ga))
-            while (b < n && b - a < BATCH_MAX_GROUPS && level[b] == level[a] && is_small(p->groups[b])) b++;
+            while (b < n && b - a < BATCH_MAX_GROUPS && level[b] == level[a] && is_small(p->groups[b]) &&
+                   args + p->groups[b]->ninputs + p->groups[b]->noutputs <= BATCH_MAX_ARGS) {
+                args += p->groups[b]->ninputs + p->groups[b]->noutputs;
+                b++;
+            }
         if (b - a >= 2)
             for (int q = a; q < b; q++) p->groups[q]->batch = a + 1;
         a = b;

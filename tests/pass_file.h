@@ -124,6 +124,8 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "lower_conv")) st = fc_pass_lower_conv(g);
         else if (!strcmp(p, "lower_conv_library")) st = fc_pass_lower_conv_library(g);
         else if (!strcmp(p, "layout")) st = fc_pass_layout(g);
+        else if (!strcmp(p, "concat_tree")) st = fc_pass_concat_tree(g);
+        else if (!strcmp(p, "concat_tree_4")) st = fc_pass_concat_tree_with(g, 4);
         else if (!strcmp(p, "pad_always")) {
             /* Every unaligned GEMM padded: launches free, unaligned math
              * slow without end (small graphs that the reference runs). */

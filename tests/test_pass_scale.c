@@ -77,7 +77,7 @@ static double plan(shape sh, int n, int *ngroups, int *max_nodes) {
             const fc_group *gr = p.groups[i];
             int weight = 0, nred = 0;
             for (int k = 0; k < gr->nnodes; k++) {
-                weight += fc_op_weight(gr->nodes[k]->op);
+                weight += fc_node_weight(gr->nodes[k]);
                 nred += fc_op_is_reduce(gr->nodes[k]->op);
             }
             CHECK(weight <= gr->weight); /* the group's weight counts its nodes (and its inlined views) */

@@ -480,6 +480,84 @@ static void reshape_coords(kctx *k, const fc_value *v, char c[][24], const fc_va
     fc_cg_note_coords(k, L, x->rank, x->dims, xc);
 }
 
+/* Concat operands [lo, hi) of n (all of nonzero length along ax, ending
+ * at end[i]), as a binary search on the coordinate: only the operand that
+ * owns it is read, and the nesting is log2 of the operands deep. A chain of
+ * `else if`s nests once per operand, and NVRTC's front end recurses once a
+ * level: thousands of operands overflowed its stack. Values computed
+ * inside a branch are scoped to it. */
+static void concat_range(kctx *k, const fc_node *n, const fc_value *v, char c[][24], int ax, const int *op,
+                         const int64_t *end, int lo, int hi, const char *res) {
+    if (hi - lo > 1) {
+        int mid = lo + (hi - lo) / 2;
+        fc_strbuf_printf(k->s, "      if (%s < %lldll) {\n", c[ax], (long long)end[mid - 1]);
+        concat_range(k, n, v, c, ax, op, end, lo, mid, res);
+        fc_strbuf_printf(k->s, "      } else {\n");
+        concat_range(k, n, v, c, ax, op, end, mid, hi, res);
+        fc_strbuf_printf(k->s, "      }\n");
+        return;
+    }
+    const fc_value *xi = n->in[op[lo]];
+    int64_t off = end[lo] - xi->dims[ax];
+    char in_c[FC_MAX_RANK][24], name[24], idx[1200], iv[24];
+    for (int d = 0; d < v->rank; d++) memcpy(in_c[d], c[d], 24);
+    snprintf(name, sizeof name, "c%d", k->tmp++);
+    fc_strbuf_printf(k->s, "      i64 %s = %s - %lldll;\n", name, c[ax], (long long)off);
+    snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
+    linear(xi, in_c, idx, sizeof idx);
+    snprintf(iv, sizeof iv, "ix%d", k->tmp++);
+    fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, idx);
+    int mark = k->nmemo, cmark = k->ncm;
+    note_coord_names(k, iv, xi, in_c);
+    const char *e = fc_cg_emit_value(k, xi, iv);
+    /* concat promotes: an operand of another dtype is converted and
+     * rounded to the result's dtype */
+    char conv[160], rconv[400];
+    snprintf(conv, sizeof conv, "(%s)%s", fc_cg_compute_type(v->dtype), e ? e : "0");
+    if (fc_cg_unrounded(k, v)) snprintf(rconv, sizeof rconv, "%s", conv);
+    else fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
+    fc_strbuf_printf(k->s, "      %s = %s;\n", res, rconv);
+    k->nmemo = mark;
+    k->ncm = cmark;
+}
+
+static const char *emit_concat(kctx *k, const fc_node *n, const fc_value *v, char c[][24], const char *L) {
+    int ax = (int)(n->a.axis < 0 ? n->a.axis + v->rank : n->a.axis);
+    char res[24];
+    snprintf(res, sizeof res, "t%d", k->tmp++);
+    fc_strbuf_printf(k->s, "      %s %s;\n", fc_cg_compute_type(v->dtype), res);
+    /* The operands that own coordinates, and where each ends. */
+    int *op = malloc(sizeof *op * (size_t)n->nin);
+    int64_t *end = malloc(sizeof *end * (size_t)n->nin);
+    if (!op || !end) {
+        free(op);
+        free(end);
+        k->oom = true;
+        return "0";
+    }
+    int m = 0;
+    int64_t off = 0;
+    for (int i = 0; i < n->nin; i++) {
+        int64_t len = n->in[i]->dims[ax];
+        if (fc_dim_is_sym(len)) {
+            fc_cg_fail(k, "codegen: concat along a symbolic dimension");
+            m = -1;
+            break;
+        }
+        if (len == 0) continue;
+        off += len;
+        op[m] = i;
+        end[m++] = off;
+    }
+    if (m > 0) concat_range(k, n, v, c, ax, op, end, 0, m, res);
+    else if (m == 0) fc_strbuf_printf(k->s, "      %s = 0; /* no operand owns a coordinate */\n", res);
+    free(op);
+    free(end);
+    if (m < 0) return "0";
+    fc_cg_remember(k, v->id, L, res);
+    return fc_cg_lookup(k, v->id, L);
+}
+
 static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const char *L) {
     char c[FC_MAX_RANK][24], in_c[FC_MAX_RANK][24], idx[1200], name[24];
     const fc_attrs *a = &n->a;
@@ -530,48 +608,7 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
         literal(v->dtype, a->value, lit, sizeof lit);
         return bind_as(k, v, L, lit, true);
     }
-    case FC_OP_CONCAT: {
-        /* An if-chain: only the operand that owns the coordinate is read.
-         * Values computed inside a branch are scoped to it. */
-        int ax = (int)(a->axis < 0 ? a->axis + v->rank : a->axis);
-        char res[24];
-        snprintf(res, sizeof res, "t%d", k->tmp++);
-        fc_strbuf_printf(k->s, "      %s %s;\n", fc_cg_compute_type(v->dtype), res);
-        int64_t off = 0;
-        for (int i = 0; i < n->nin; i++) {
-            const fc_value *xi = n->in[i];
-            int64_t len = xi->dims[ax];
-            if (fc_dim_is_sym(len)) {
-                fc_cg_fail(k, "codegen: concat along a symbolic dimension");
-                return "0";
-            }
-            fc_strbuf_printf(k->s, "      %sif (%s < %lldll) {\n", i ? "else " : "", c[ax], (long long)(off + len));
-            if (i == n->nin - 1) fc_strbuf_printf(k->s, "      /* last operand */\n");
-            for (int d = 0; d < v->rank; d++) memcpy(in_c[d], c[d], 24);
-            snprintf(name, sizeof name, "c%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      i64 %s = %s - %lldll;\n", name, c[ax], (long long)off);
-            snprintf(in_c[ax], sizeof in_c[ax], "%s", name);
-            linear(xi, in_c, idx, sizeof idx);
-            char iv[24];
-            snprintf(iv, sizeof iv, "ix%d", k->tmp++);
-            fc_strbuf_printf(k->s, "      i64 %s = %s;\n", iv, idx);
-            int mark = k->nmemo, cmark = k->ncm;
-            note_coord_names(k, iv, xi, in_c);
-            const char *e = fc_cg_emit_value(k, xi, iv);
-            /* concat promotes: an operand of another dtype is converted and
-             * rounded to the result's dtype */
-            char conv[160], rconv[400];
-            snprintf(conv, sizeof conv, "(%s)%s", fc_cg_compute_type(v->dtype), e ? e : "0");
-            if (fc_cg_unrounded(k, v)) snprintf(rconv, sizeof rconv, "%s", conv);
-            else fc_cg_rounded(rconv, sizeof rconv, v->dtype, conv);
-            fc_strbuf_printf(k->s, "      %s = %s;\n      }\n", res, rconv);
-            k->nmemo = mark;
-            k->ncm = cmark;
-            off += len;
-        }
-        fc_cg_remember(k, v->id, L, res);
-        return fc_cg_lookup(k, v->id, L);
-    }
+    case FC_OP_CONCAT: return emit_concat(k, n, v, c, L);
     case FC_OP_GATHER: {
         const fc_value *tab = n->in[0], *ix = n->in[1];
         int ax = (int)(a->axis < 0 ? a->axis + tab->rank : a->axis);

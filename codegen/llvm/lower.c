@@ -366,31 +366,39 @@ static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + ra
 
 /* concat: every operand is read at its coordinate clamped into range, and
  * the one that owns the coordinate is selected. */
-static LLVMValueRef emit_concat(kern *k, const fc_node *n, const fc_value *v, LLVMValueRef *c) {
-    int ax = norm_axis(n->a.axis, v->rank);
-    LLVMValueRef in_c[FC_MAX_RANK], vals[64], ends[64];
-    int nv = 0;
-    int64_t off = 0;
-    for (int i = 0; i < n->nin; i++) {
-        const fc_value *x = n->in[i];
-        int64_t len = x->dims[ax];
-        if (len == 0) continue; /* owns no coordinate */
-        if (nv == 64) {
-            lk_fail(k, FC_ERR_UNSUPPORTED, "CPU codegen: concat of more than 64 operands");
-            return lk_zero(k, v->dtype);
-        }
+/* Length of concat n's operands [lo, hi) along ax. */
+static int64_t concat_len(const fc_node *n, int ax, int lo, int hi) {
+    int64_t len = 0;
+    for (int i = lo; i < hi; i++) len += n->in[i]->dims[ax];
+    return len;
+}
+
+/* Operands [lo, hi) of concat n, the first starting at off along ax (the
+ * range owns coordinates): a balanced tree of selects, log2 of the
+ * operands deep, with no bound on their number. Every operand is computed
+ * (a select is not a branch), at a coordinate clamped into its range. */
+static LLVMValueRef concat_range(kern *k, const fc_node *n, const fc_value *v, LLVMValueRef *c, int ax, int lo, int hi,
+                                 int64_t off) {
+    if (hi - lo == 1) {
+        const fc_value *x = n->in[lo];
+        LLVMValueRef in_c[FC_MAX_RANK];
         memcpy(in_c, c, sizeof(LLVMValueRef) * (size_t)v->rank);
         LLVMValueRef t = isub(k, c[ax], ic(k, off));
-        in_c[ax] = lm_smin(k->M, lm_smax(k->M, t, ic(k, 0)), ic(k, len - 1));
-        vals[nv] = lm_convert(k->M, lk_emit_value(k, x, lk_linear(k, x, in_c)), x->dtype, v->dtype);
-        off += len;
-        ends[nv++] = ic(k, off);
+        in_c[ax] = lm_smin(k->M, lm_smax(k->M, t, ic(k, 0)), ic(k, x->dims[ax] - 1));
+        return lm_convert(k->M, lk_emit_value(k, x, lk_linear(k, x, in_c)), x->dtype, v->dtype);
     }
-    if (nv == 0) return lk_zero(k, v->dtype);
-    LLVMValueRef r = vals[nv - 1];
-    for (int i = nv - 2; i >= 0; i--)
-        r = LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, c[ax], ends[i], ""), vals[i], r, "");
-    return r;
+    int mid = lo + (hi - lo) / 2;
+    int64_t left = concat_len(n, ax, lo, mid);
+    if (left == 0) return concat_range(k, n, v, c, ax, mid, hi, off); /* owns no coordinate */
+    if (concat_len(n, ax, mid, hi) == 0) return concat_range(k, n, v, c, ax, lo, mid, off);
+    LLVMValueRef a = concat_range(k, n, v, c, ax, lo, mid, off), b = concat_range(k, n, v, c, ax, mid, hi, off + left);
+    return LLVMBuildSelect(B, LLVMBuildICmp(B, LLVMIntSLT, c[ax], ic(k, off + left), ""), a, b, "");
+}
+
+static LLVMValueRef emit_concat(kern *k, const fc_node *n, const fc_value *v, LLVMValueRef *c) {
+    int ax = norm_axis(n->a.axis, v->rank);
+    if (concat_len(n, ax, 0, n->nin) == 0) return lk_zero(k, v->dtype);
+    return concat_range(k, n, v, c, ax, 0, n->nin, 0);
 }
 
 static LLVMValueRef emit_view(kern *k, const fc_node *n, const fc_value *v, LLVMValueRef L) {
