@@ -123,10 +123,7 @@ static fc_tensor *random_inputs(fc_graph *g) {
     int n = fc_graph_num_params(g);
     fc_tensor *t = calloc((size_t)n + 1, sizeof *t);
     for (int i = 0; i < n; i++) {
-        fc_value *p = fc_graph_param(g, i);
-        t[i].dtype = fc_value_dtype(p);
-        t[i].rank = fc_value_rank(p);
-        for (int d = 0; d < t[i].rank; d++) t[i].shape[d] = fc_value_dim(p, d);
+        param_type(&t[i], fc_graph_param(g, i));
         int64_t numel = fc_tensor_numel(&t[i]);
         t[i].data = malloc((size_t)(numel ? numel : 1) * fc_dtype_size(t[i].dtype));
         for (int64_t j = 0; j < numel; j++) fc_interp_store(t[i].dtype, t[i].data, j, uniform(-2, 2));

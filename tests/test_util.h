@@ -14,6 +14,7 @@
  *                                   failing until it succeeds; CHECKs each failure
  *   check_same_code(a, b)           b's launch plan and CUDA source are a's
  *   compile_checked(g, &o)          fc_compile, CHECKed, the failure printed; NULL then
+ *   options_for(dev, precision)     fc_compile_options_default's, for that device and precision
  *   origin_of(p)                    where p's compile came from (fc_compile_times.origin)
  *   g_pointwise(ctx, name, rows)    relu(x * y + 1) over f32[rows, 256]: one small pointwise kernel
  *   with_dtype(tmpl, "bf16")        tmpl with every "DT" replaced by the dtype (malloc'd)
@@ -190,6 +191,14 @@ static inline void check_same_code(fc_program *a, fc_program *b) {
     CHECK_STR(y, x);
     fc_free(x);
     fc_free(y);
+}
+
+static inline fc_compile_options options_for(fc_device dev, fc_precision precision) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = dev;
+    o.precision = precision;
+    return o;
 }
 
 static inline fc_program *compile_checked(fc_graph *g, const fc_compile_options *o) {
