@@ -810,19 +810,19 @@ static void test_dynamic(fc_context *ctx, bool gpu) {
 }
 
 static void test_arch(void) {
-    int sm = 0;
-    CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
-    CHECK(fc_arch_parse("sm_80", &sm) && sm == 80);
-    CHECK(fc_arch_parse("sm89", &sm) && sm == 89);
-    CHECK(fc_arch_parse("90", &sm) && sm == 90);
-    CHECK(fc_arch_parse("9.0", &sm) && sm == 90);
-    CHECK(fc_arch_parse("sm_100", &sm) && sm == 100);
-    CHECK(!fc_arch_parse("sm_90a", &sm));
-    CHECK(!fc_arch_parse("compute_90", &sm));
-    CHECK(!fc_arch_parse("sm_", &sm));
-    CHECK(!fc_arch_parse("5", &sm));
-    CHECK(!fc_arch_parse("", &sm));
-    CHECK(!fc_arch_parse(NULL, &sm));
+    static const struct {
+        const char *text;
+        int sm; /* 0: refused */
+    } cases[] = {{"sm_90", 90}, {"sm_80", 80},  {"sm89", 89},      {"90", 90}, {"9.0", 90}, {"sm_100", 100},
+                 {"sm_90a", 0}, {"compute_90", 0}, {"sm_", 0}, {"5", 0},   {"", 0},    {NULL, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int sm = 0;
+        const bool ok = fc_arch_parse(cases[i].text, &sm);
+        if (ok != (cases[i].sm != 0) || (ok && sm != cases[i].sm))
+            fprintf(stderr, "fc_arch_parse(\"%s\"): %d, sm %d\n", cases[i].text ? cases[i].text : "(null)", ok, sm);
+        CHECK(ok == (cases[i].sm != 0));
+        if (ok) CHECK_EQ_INT(sm, cases[i].sm);
+    }
 }
 
 int main(void) {
