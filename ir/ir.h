@@ -260,6 +260,8 @@ typedef struct fc_strbuf {
 
 void fc_strbuf_printf(fc_strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap);
+/* Append n bytes of data (text or not; a NUL is kept after them). */
+void fc_strbuf_put(fc_strbuf *s, const void *data, size_t n);
 
 /* ---------------------------------------------------------------- */
 /* Graph.                                                            */
