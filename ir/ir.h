@@ -210,6 +210,10 @@ char *fc_arena_strndup(fc_arena *ar, const char *s, size_t n);
 void *fc_ctx_malloc(fc_context *ctx, size_t size);
 void *fc_ctx_realloc(fc_context *ctx, void *p, size_t size);
 void fc_ctx_freemem(fc_context *ctx, void *p);
+/* Room for `need` entries of elem bytes in *arr, a context allocation
+ * (the capacity doubles from 8); false when out of memory (the error on
+ * ctx; *arr and *cap unchanged). */
+bool fc_ctx_grow(fc_context *ctx, void **arr, int *cap, int need, size_t elem);
 
 /* ---------------------------------------------------------------- */
 /* Context and errors.                                               */
