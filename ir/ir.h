@@ -405,6 +405,12 @@ fc_status fc_graph_check_compile(fc_graph *g, bool have_out, const char *fn);
  * GEMMs. */
 int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims);
 
+/* Where v, a result of slice or split along axis ax of an input whose dim
+ * there is static, starts in that input, with its step along ax in *step
+ * (1 for split). Slice's start is clamped as Python's; the one rule for
+ * every code generator. */
+int64_t fc_view_start(const fc_value *v, int ax, int64_t *step);
+
 /* Inference of update_slice and cache_attention (ir/build_decode.c): the
  * result's type into *dt, *rank, dims; false with the graph poisoned. */
 bool fc_infer_decode(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
