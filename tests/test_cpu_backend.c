@@ -97,6 +97,10 @@ typedef struct case_opts {
 
 static int cases_run;
 
+static void release_tensors(fc_tensor *t, int n) {
+    for (int i = 0; i < n; i++) fc_tensor_release(&t[i]);
+}
+
 /* Parse, compile for the CPU, run, and compare with the reference. Returns
  * false when the graph was rejected by the builder (`optional` cases: an
  * op/dtype pair the IR does not define); a mismatch is a CHECK failure. */
@@ -159,11 +163,9 @@ static bool run_case_opts(const char *name, const char *ir, const case_opts *o, 
     } else {
         fprintf(stderr, "%s: %s\n%s\n", name, fc_last_error(ctx), ir);
     }
-    for (int k = 0; k < nout; k++) {
-        fc_tensor_release(&got[k]);
-        fc_tensor_release(&want[k]);
-    }
-    for (int i = 0; i < nin; i++) fc_tensor_release(&in[i]);
+    release_tensors(got, nout);
+    release_tensors(want, nout);
+    release_tensors(in, nin);
     free(in);
     free(got);
     free(want);
@@ -601,10 +603,8 @@ static void test_threads(void) {
     char *plan = fc_cpu_program_plan_text(p4);
     CHECK(plan && strstr(plan, "threads=4"));
     free(plan);
-    for (int k = 0; k < 3; k++) {
-        fc_tensor_release(&out1[k]);
-        fc_tensor_release(&in[k]);
-    }
+    release_tensors(out1, 3);
+    release_tensors(in, 3);
     fc_cpu_program_free(p1);
     fc_cpu_program_free(p4);
     fc_graph_free(g);
@@ -747,10 +747,8 @@ static void test_alloc_failures(void) {
             fill_tensor(&in[0], FILL_PLAIN, 1.0);
             fill_tensor(&in[1], FILL_PLAIN, 1.0);
             CHECK_EQ_INT(fc_cpu_run(p, in, 2, out, 2), FC_OK);
-            for (int k = 0; k < 2; k++) {
-                fc_tensor_release(&in[k]);
-                fc_tensor_release(&out[k]);
-            }
+            release_tensors(in, 2);
+            release_tensors(out, 2);
         }
         fc_cpu_program_free(p);
         fc_graph_free(g);

@@ -767,21 +767,9 @@ static void alloc_loop(const char *what, bool reopen_each) {
     fc_context *ctx = fc_context_new();
     fc_graph *g = g_pointwise(ctx, "alloc", 2);
     int failures = 0;
-    for (long n = 1; n < 100000; n++) {
-        if (reopen_each) reopen_cache();
-        fc_program *p = NULL;
-        fc_context_fail_alloc_after(ctx, n);
-        fc_status st = fc_compile(g, NULL, &p);
-        fc_context_fail_alloc_after(ctx, 0);
-        if (st == FC_OK) {
-            fc_program_free(p);
-            break;
-        }
-        failures++;
-        CHECK(p == NULL);
-        if (st != FC_ERR_NOMEM) fprintf(stderr, "%s: allocation %ld: status %d: %s\n", what, n, st, fc_last_error(ctx));
-        CHECK_EQ_INT(st, FC_ERR_NOMEM);
-    }
+    fc_program *p = compile_through_alloc_failures_each(ctx, g, NULL, &failures, reopen_each ? reopen_cache : NULL);
+    CHECK(p != NULL);
+    fc_program_free(p);
     printf("allocation failures (%s): %d, each reported\n", what, failures);
     CHECK(failures > 5);
     fc_graph_free(g);
