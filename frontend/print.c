@@ -16,43 +16,16 @@
 #include <string.h>
 
 /* A growing malloc'd string; after a failed allocation it stays failed. */
-typedef struct Buf {
-    fc_context *ctx;
-    char *s;
-    size_t len, cap;
-    bool oom;
-} Buf;
+typedef fc_strbuf Buf;
 
-static void put_n(Buf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (b->len + n + 1 > cap) cap *= 2;
-        char *q = fc_ctx_realloc(b->ctx, b->s, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        b->s = q;
-        b->cap = cap;
-    }
-    memcpy(b->s + b->len, s, n);
-    b->len += n;
-    b->s[b->len] = 0;
-}
-
-static void put(Buf *b, const char *s) { put_n(b, s, strlen(s)); }
+static void put(Buf *b, const char *s) { fc_strbuf_put(b, s, strlen(s)); }
 
 __attribute__((format(printf, 2, 3)))
 static void putf(Buf *b, const char *fmt, ...) {
-    char tmp[512]; /* "%.0f" of the largest double is 309 digits */
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    fc_strbuf_vprintf(b, fmt, ap);
     va_end(ap);
-    /* Only short items (numbers) go through here. */
-    FC_ASSERT(n >= 0 && (size_t)n < sizeof tmp);
-    put_n(b, tmp, (size_t)n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -331,7 +304,7 @@ char *fc_print(fc_graph *g) {
     if (ok && pr.out.oom) ok = false; /* the allocation failure is on the context */
     fc_ctx_freemem(g->ctx, pr.name);
     fc_ctx_freemem(g->ctx, pr.fresh);
-    if (ok) return pr.out.s;
-    fc_ctx_freemem(g->ctx, pr.out.s);
+    if (ok) return pr.out.buf;
+    fc_ctx_freemem(g->ctx, pr.out.buf);
     return NULL;
 }

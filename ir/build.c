@@ -559,6 +559,20 @@ static bool infer_expand(fc_graph *g, fc_value *x, const fc_attrs *a, fc_type *t
     return true;
 }
 
+int64_t fc_view_start(const fc_value *v, int ax, int64_t *step) {
+    const fc_node *n = v->def;
+    int64_t start = 0;
+    *step = 1;
+    if (n->op == FC_OP_SLICE) {
+        const int64_t dim = n->in[0]->dims[ax], s = n->a.start;
+        start = s < 0 ? (s + dim < 0 ? 0 : s + dim) : (s > dim ? dim : s);
+        *step = n->a.step;
+    } else {
+        for (int i = 0; i < v->def_index; i++) start += n->out[i]->dims[ax];
+    }
+    return start;
+}
+
 /* Python slice length for a static dim. */
 static int64_t slice_len(int64_t n, int64_t start, int64_t end, int64_t step) {
     if (start < 0) start = start + n < 0 ? 0 : start + n;

@@ -158,15 +158,22 @@ fc_value *fc_cache_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v,
     return result(g, fc_build(g, FC_OP_CACHE_ATTENTION, in, 4, &a));
 }
 
-static fc_value *with_dims(fc_graph *g, fc_op op, fc_value *x, int rank, const fc_dim *dims, int nin) {
+/* op of the nin values in, with attributes a and the list dims[0 .. rank)
+ * (a shape, or a permutation). */
+static fc_value *with_list(fc_graph *g, fc_op op, fc_value *const *in, int nin, int rank, const fc_dim *dims,
+                           fc_attrs *a) {
     if (!g) return NULL;
     if (!check_list(g, op, rank, dims, FC_MAX_RANK)) return &g->poison_value;
-    fc_attrs a = attrs_for(op);
     int64_t list[FC_MAX_RANK];
     for (int i = 0; i < rank; i++) list[i] = dims[i];
-    a.list = list;
-    a.nlist = rank;
-    return result(g, fc_build(g, op, &x, nin, &a));
+    a->list = list;
+    a->nlist = rank;
+    return result(g, fc_build(g, op, in, nin, a));
+}
+
+static fc_value *with_dims(fc_graph *g, fc_op op, fc_value *x, int rank, const fc_dim *dims, int nin) {
+    fc_attrs a = attrs_for(op);
+    return with_list(g, op, &x, nin, rank, dims, &a);
 }
 
 fc_value *fc_reshape(fc_graph *g, fc_value *x, int rank, const fc_dim *shape) { return with_dims(g, FC_OP_RESHAPE, x, rank, shape, 1); }
@@ -216,13 +223,7 @@ fc_status fc_split(fc_graph *g, fc_value *x, int axis, int n, const fc_dim *size
 }
 
 static fc_value *create(fc_graph *g, fc_op op, int rank, const fc_dim *shape, fc_attrs *a) {
-    if (!g) return NULL;
-    if (!check_list(g, op, rank, shape, FC_MAX_RANK)) return &g->poison_value;
-    int64_t list[FC_MAX_RANK];
-    for (int i = 0; i < rank; i++) list[i] = shape[i];
-    a->list = list;
-    a->nlist = rank;
-    return result(g, fc_build(g, op, NULL, 0, a));
+    return with_list(g, op, NULL, 0, rank, shape, a);
 }
 
 fc_value *fc_iota(fc_graph *g, int rank, const fc_dim *shape, int axis, fc_dtype dt) {

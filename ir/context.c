@@ -60,6 +60,17 @@ void *fc_ctx_realloc(fc_context *ctx, void *old, size_t size) {
     return p;
 }
 
+bool fc_ctx_grow(fc_context *ctx, void **arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int ncap = *cap ? *cap * 2 : 8;
+    while (ncap < need) ncap *= 2;
+    void *p = fc_ctx_realloc(ctx, *arr, (size_t)ncap * elem);
+    if (!p) return false;
+    *arr = p;
+    *cap = ncap;
+    return true;
+}
+
 void fc_ctx_freemem(fc_context *ctx, void *p) {
     (void)ctx;
     free(p);

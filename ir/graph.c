@@ -119,6 +119,23 @@ bool fc_graph_bind_used(const fc_graph *g, const char *name) {
     return b >= 0 && g->binds[b].used;
 }
 
+/* Room for entry n of *arr (elem bytes each), and an arena copy of name
+ * that ix finds as entry n; NULL (the graph out of memory) when either
+ * allocation fails. */
+static const char *add_named(fc_graph *g, void **arr, int *cap, int n, size_t elem, fc_name_index *ix, const char *name,
+                             size_t len) {
+    if (!fc_grow(&g->arena, arr, cap, n + 1, elem)) {
+        oom(g);
+        return NULL;
+    }
+    const char *copy = fc_arena_strndup(&g->arena, name, len);
+    if (!copy || !fc_name_index_put(ix, &g->arena, copy, len, n)) {
+        oom(g);
+        return NULL;
+    }
+    return copy;
+}
+
 fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len) {
     int b = fc_name_index_find(&g->bind_names, name, len);
     if (b >= 0) {
@@ -127,15 +144,9 @@ fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len) {
     }
     fc_dim d;
     if (fc_graph_find_sym(g, name, len, &d)) return d;
-    if (!fc_grow(&g->arena, (void **)&g->syms, &g->cap_syms, g->nsyms + 1, sizeof *g->syms)) {
-        oom(g);
-        return FC_DIM_INFER;
-    }
-    const char *copy = fc_arena_strndup(&g->arena, name, len);
-    if (!copy || !fc_name_index_put(&g->sym_names, &g->arena, copy, len, g->nsyms)) {
-        oom(g);
-        return FC_DIM_INFER;
-    }
+    const char *copy =
+        add_named(g, (void **)&g->syms, &g->cap_syms, g->nsyms, sizeof *g->syms, &g->sym_names, name, len);
+    if (!copy) return FC_DIM_INFER;
     g->syms[g->nsyms] = copy;
     return fc_dim_sym(g->nsyms++);
 }
@@ -163,15 +174,9 @@ fc_status fc_graph_bind(fc_graph *g, const char *name, int64_t value) {
         g->binds[b].value = value;
         return FC_OK;
     }
-    if (!fc_grow(&g->arena, (void **)&g->binds, &g->cap_binds, g->nbinds + 1, sizeof *g->binds)) {
-        oom(g);
-        return FC_ERR_NOMEM;
-    }
-    const char *copy = fc_arena_strndup(&g->arena, name, len);
-    if (!copy || !fc_name_index_put(&g->bind_names, &g->arena, copy, len, g->nbinds)) {
-        oom(g);
-        return FC_ERR_NOMEM;
-    }
+    const char *copy =
+        add_named(g, (void **)&g->binds, &g->cap_binds, g->nbinds, sizeof *g->binds, &g->bind_names, name, len);
+    if (!copy) return FC_ERR_NOMEM;
     g->binds[g->nbinds].name = copy;
     g->binds[g->nbinds].value = value;
     g->binds[g->nbinds].used = false;

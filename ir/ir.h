@@ -222,6 +222,10 @@ char *fc_arena_strndup(fc_arena *ar, const char *s, size_t n);
 void *fc_ctx_malloc(fc_context *ctx, size_t size);
 void *fc_ctx_realloc(fc_context *ctx, void *p, size_t size);
 void fc_ctx_freemem(fc_context *ctx, void *p);
+/* Room for `need` entries of elem bytes in *arr, a context allocation
+ * (the capacity doubles from 8); false when out of memory (the error on
+ * ctx; *arr and *cap unchanged). */
+bool fc_ctx_grow(fc_context *ctx, void **arr, int *cap, int need, size_t elem);
 
 /* ---------------------------------------------------------------- */
 /* Context and errors.                                               */
@@ -272,6 +276,8 @@ typedef struct fc_strbuf {
 
 void fc_strbuf_printf(fc_strbuf *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap);
+/* Append n bytes of data (text or not; a NUL is kept after them). */
+void fc_strbuf_put(fc_strbuf *s, const void *data, size_t n);
 
 /* ---------------------------------------------------------------- */
 /* Graph.                                                            */
@@ -429,6 +435,12 @@ fc_status fc_graph_check_compile(fc_graph *g, bool have_out, const char *fn);
  * one rule for shape inference, cuBLASLt's descriptions and the generated
  * GEMMs. */
 int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims);
+
+/* Where v, a result of slice or split along axis ax of an input whose dim
+ * there is static, starts in that input, with its step along ax in *step
+ * (1 for split). Slice's start is clamped as Python's; the one rule for
+ * every code generator. */
+int64_t fc_view_start(const fc_value *v, int ax, int64_t *step);
 
 /* Inference of update_slice and cache_attention (ir/build_decode.c): the
  * result's type into *dt, *rank, dims; false with the graph poisoned. */

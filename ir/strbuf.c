@@ -1,8 +1,33 @@
 /* strbuf.c - a growing, printf-appended string: the one builder behind the
- * generated CUDA source, the plan and timing texts and the cache reports. */
+ * generated CUDA source, the printed .ir, the plan and timing texts, the
+ * cache reports and the serialized programs. */
 #include "ir.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* Room for n more bytes and the NUL after them; false (and oom) when the
+ * allocation fails. */
+static bool reserve(fc_strbuf *s, size_t n) {
+    if (s->len + n + 1 <= s->cap) return true;
+    size_t cap = s->cap ? s->cap : 256;
+    while (cap < s->len + n + 1) cap *= 2;
+    char *b = fc_ctx_realloc(s->ctx, s->buf, cap);
+    if (!b) {
+        s->oom = true;
+        return false;
+    }
+    s->buf = b;
+    s->cap = cap;
+    return true;
+}
+
+void fc_strbuf_put(fc_strbuf *s, const void *data, size_t n) {
+    if (s->oom || !reserve(s, n)) return;
+    if (n) memcpy(s->buf + s->len, data, n);
+    s->len += n;
+    s->buf[s->len] = '\0';
+}
 
 void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap) {
     if (s->oom) return;
@@ -14,17 +39,7 @@ void fc_strbuf_vprintf(fc_strbuf *s, const char *fmt, va_list ap) {
         s->oom = true; /* an encoding error: treat the text as lost */
         return;
     }
-    if (s->len + (size_t)n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->len + (size_t)n + 1) cap *= 2;
-        char *b = fc_ctx_realloc(s->ctx, s->buf, cap);
-        if (!b) {
-            s->oom = true;
-            return;
-        }
-        s->buf = b;
-        s->cap = cap;
-    }
+    if (!reserve(s, (size_t)n)) return;
     vsnprintf(s->buf + s->len, s->cap - s->len, fmt, ap);
     s->len += (size_t)n;
 }

@@ -238,6 +238,19 @@ static int64_t least_ld(int64_t rows, int64_t cols) {
 
 #define INVALID(...) return snprintf(why, n, __VA_ARGS__), false
 
+/* An operand read as row-major rows x cols with leading dim ld (named
+ * ld_name), the plan's batch with batch stride bstride, and loop strides
+ * ostride: a leading dim of at least a row (least_ld), and every element
+ * inside the operand's buffer of `bytes`. */
+static bool operand_fits(const fc_gemm_plan *p, const char *what, const char *ld_name, int64_t rows, int64_t cols,
+                         int64_t ld, int64_t bstride, const int64_t *ostride, int64_t bytes, char *why, size_t n) {
+    int64_t e;
+    if (ld < least_ld(rows, cols)) INVALID("%s %lld for rows of %lld", ld_name, (long long)ld, (long long)cols);
+    if (!span(rows, cols, ld, p->batch, bstride, p, ostride, &e) || !fits(e, p->ab, bytes))
+        INVALID("the %s's %lld elements do not fit its buffer of %lld bytes", what, (long long)e, (long long)bytes);
+    return true;
+}
+
 bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_bytes, char *why, size_t n) {
     const fc_gemm_plan *p = &d->plan;
     /* The types fc_gemm_plan_of accepts and cuBLASLt runs. */
@@ -272,21 +285,15 @@ bool fc_gemm_desc_valid(const fc_gemm_desc *d, int nargs, const int64_t *arg_byt
      * where there is something to read: a GEMM with M, N or K = 0 makes no
      * call (least_ld). */
     int64_t a_rows = p->trans_a ? p->K : p->M, a_cols = p->trans_a ? p->M : p->K, e;
-    if (p->lda < least_ld(a_rows, a_cols))
-        INVALID("lda %lld for rows of %lld", (long long)p->lda, (long long)a_cols);
-    if (!span(a_rows, a_cols, p->lda, p->batch, p->stride_a, p, p->outer_a, &e) ||
-        !fits(e, p->ab, arg_bytes[d->op_arg[0]]))
-        INVALID("the left operand's %lld elements do not fit its buffer of %lld bytes", (long long)e,
-                (long long)arg_bytes[d->op_arg[0]]);
+    if (!operand_fits(p, "left operand", "lda", a_rows, a_cols, p->lda, p->stride_a, p->outer_a,
+                      arg_bytes[d->op_arg[0]], why, n))
+        return false;
     const int *bias_arg = p->has_bias ? &d->op_arg[1 + p->nweights] : NULL;
     if (p->nweights == 1) {
         int64_t w_rows = p->trans_b ? p->N : p->K, w_cols = p->trans_b ? p->K : p->N;
-        if (p->ldw < least_ld(w_rows, w_cols))
-            INVALID("ldw %lld for rows of %lld", (long long)p->ldw, (long long)w_cols);
-        if (!span(w_rows, w_cols, p->ldw, p->batch, p->stride_w, p, p->outer_w, &e) ||
-            !fits(e, p->ab, arg_bytes[d->op_arg[1]]))
-            INVALID("the weight's %lld elements do not fit its buffer of %lld bytes", (long long)e,
-                    (long long)arg_bytes[d->op_arg[1]]);
+        if (!operand_fits(p, "weight", "ldw", w_rows, w_cols, p->ldw, p->stride_w, p->outer_w, arg_bytes[d->op_arg[1]],
+                          why, n))
+            return false;
         if (bias_arg && !fits(p->N, p->out, arg_bytes[*bias_arg])) INVALID("the bias does not fit its buffer");
     } else {
         /* Concatenated: each weight a dense matrix without batch dims, and

@@ -128,8 +128,18 @@ static fc_program *compile90(fc_graph *g) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.sm = 90;
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, &o, &p), FC_OK);
+    return compile_checked(g, &o);
+}
+
+/* g_model(ctx, false) into *g, compiled for sm_90; NULL (and *g freed)
+ * when it does not compile. */
+static fc_program *model90(fc_context *ctx, fc_graph **g) {
+    *g = g_model(ctx, false);
+    fc_program *p = compile90(*g);
+    if (!p) {
+        fc_graph_free(*g);
+        *g = NULL;
+    }
     return p;
 }
 
@@ -307,12 +317,9 @@ static void test_round_trip(fc_context *ctx, fc_graph *g, bool gpu) {
 /* ---- what is not a program ------------------------------------------------------------ */
 
 static void test_refused(fc_context *ctx) {
-    fc_graph *g = g_model(ctx, false);
-    fc_program *p = compile90(g);
-    if (!p) {
-        fc_graph_free(g);
-        return;
-    }
+    fc_graph *g;
+    fc_program *p = model90(ctx, &g);
+    if (!p) return;
     char path[300], bad[300];
     snprintf(path, sizeof path, "%s/refused.cubin", root);
     snprintf(bad, sizeof bad, "%s/bad.cubin", root);
@@ -527,10 +534,7 @@ enum aot_lie { LIE_OUTPUT_ZERO, LIE_INPUT_HUGE, LIE_ARENA, LIE_GRID, LIE_BLOCK, 
 
 static void test_inconsistent(fc_context *ctx) {
     fc_graph *g = g_model(ctx, false);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.sm = 90;
-    fc_program *p = compile_checked(g, &o);
+    fc_program *p = compile90(g);
     char path[300], bad[300];
     snprintf(path, sizeof path, "%s/lies.cubin", root);
     snprintf(bad, sizeof bad, "%s/lie.cubin", root);
@@ -598,12 +602,9 @@ static void test_inconsistent(fc_context *ctx) {
  * refused at save time, and a file whose weights contradict the signature
  * (with a valid checksum) at load time. */
 static void test_weights(fc_context *ctx) {
-    fc_graph *g = g_model(ctx, false);
-    fc_program *p = compile90(g);
-    if (!p) {
-        fc_graph_free(g);
-        return;
-    }
+    fc_graph *g;
+    fc_program *p = model90(ctx, &g);
+    if (!p) return;
     char path[300], again[320], bad[300];
     snprintf(path, sizeof path, "%s/weights.cubin", root);
     snprintf(again, sizeof again, "%s/weights2.cubin", root);
@@ -810,19 +811,19 @@ static void test_dynamic(fc_context *ctx, bool gpu) {
 }
 
 static void test_arch(void) {
-    int sm = 0;
-    CHECK(fc_arch_parse("sm_90", &sm) && sm == 90);
-    CHECK(fc_arch_parse("sm_80", &sm) && sm == 80);
-    CHECK(fc_arch_parse("sm89", &sm) && sm == 89);
-    CHECK(fc_arch_parse("90", &sm) && sm == 90);
-    CHECK(fc_arch_parse("9.0", &sm) && sm == 90);
-    CHECK(fc_arch_parse("sm_100", &sm) && sm == 100);
-    CHECK(!fc_arch_parse("sm_90a", &sm));
-    CHECK(!fc_arch_parse("compute_90", &sm));
-    CHECK(!fc_arch_parse("sm_", &sm));
-    CHECK(!fc_arch_parse("5", &sm));
-    CHECK(!fc_arch_parse("", &sm));
-    CHECK(!fc_arch_parse(NULL, &sm));
+    static const struct {
+        const char *text;
+        int sm; /* 0: refused */
+    } cases[] = {{"sm_90", 90}, {"sm_80", 80},  {"sm89", 89},      {"90", 90}, {"9.0", 90}, {"sm_100", 100},
+                 {"sm_90a", 0}, {"compute_90", 0}, {"sm_", 0}, {"5", 0},   {"", 0},    {NULL, 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int sm = 0;
+        const bool ok = fc_arch_parse(cases[i].text, &sm);
+        if (ok != (cases[i].sm != 0) || (ok && sm != cases[i].sm))
+            fprintf(stderr, "fc_arch_parse(\"%s\"): %d, sm %d\n", cases[i].text ? cases[i].text : "(null)", ok, sm);
+        CHECK(ok == (cases[i].sm != 0));
+        if (ok) CHECK_EQ_INT(sm, cases[i].sm);
+    }
 }
 
 int main(void) {

@@ -44,6 +44,7 @@
 #include "runtime/cuda/cuda.h"
 #include "runtime/cuda/program.h"
 #include "runtime/cuda/replay.h"
+#include "runtime/ref/interp.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -81,15 +82,7 @@ static void fill(fc_tensor *t, const fc_value *v, double amp) {
     }
 }
 
-static double element(const fc_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case FC_F64: return ((const double *)t->data)[i];
-    case FC_F32: return ((const float *)t->data)[i];
-    case FC_F16: return fc_f16_to_f32(((const uint16_t *)t->data)[i]);
-    case FC_BF16: return fc_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return NAN;
-    }
-}
+static double element(const fc_tensor *t, int64_t i) { return fc_interp_load(t->dtype, t->data, i); }
 
 /* |got - want| <= abs + rel |want| everywhere (NaN equals NaN). Prints the
  * first few misses. */
@@ -162,6 +155,16 @@ typedef struct pass_case {
 #define CAUSAL_IOTA                                                 \
     "  %qi = iota(shape=[13, 13], axis=0, dtype=i32)\n"             \
     "  %kj = iota(shape=[13, 13], axis=1, dtype=i32)\n"
+/* f32 attention of q, k and v widened from a lower dtype: %o. */
+#define WIDENED_ATTENTION                          \
+    "  %qf = cast(%q, to=f32)\n"                   \
+    "  %kf = cast(%k, to=f32)\n"                   \
+    "  %vf = cast(%v, to=f32)\n"                   \
+    "  %kt = permute(%kf, perm=[0, 1, 3, 2])\n"    \
+    "  %s0 = matmul(%qf, %kt)\n"                   \
+    "  %s = mul(%s0, 0.125)\n"                     \
+    "  %p = softmax(%s, axis=-1)\n"                \
+    "  %o = matmul(%p, %vf)\n"
 
 static const pass_case pass_cases[] = {
     {"composite softmax, scale on the scores by div, K by permute",
@@ -260,27 +263,13 @@ static const pass_case pass_cases[] = {
      1, 0, 1, 0.125},
     {"autocast: f32 attention of widened bf16 tensors, cast back: bf16 attention",
      "graph i(" QKV("bf16") ") {\n"
-     "  %qf = cast(%q, to=f32)\n"
-     "  %kf = cast(%k, to=f32)\n"
-     "  %vf = cast(%v, to=f32)\n"
-     "  %kt = permute(%kf, perm=[0, 1, 3, 2])\n"
-     "  %s0 = matmul(%qf, %kt)\n"
-     "  %s = mul(%s0, 0.125)\n"
-     "  %p = softmax(%s, axis=-1)\n"
-     "  %o = matmul(%p, %vf)\n"
+     WIDENED_ATTENTION
      "  %y = cast(%o, to=bf16)\n"
      "  return %y\n}\n",
      1, 0, 0, 0.125},
     {"autocast with an f32 result: f32 attention of the casts",
      "graph j(" QKV("bf16") ") {\n"
-     "  %qf = cast(%q, to=f32)\n"
-     "  %kf = cast(%k, to=f32)\n"
-     "  %vf = cast(%v, to=f32)\n"
-     "  %kt = permute(%kf, perm=[0, 1, 3, 2])\n"
-     "  %s0 = matmul(%qf, %kt)\n"
-     "  %s = mul(%s0, 0.125)\n"
-     "  %p = softmax(%s, axis=-1)\n"
-     "  %o = matmul(%p, %vf)\n"
+     WIDENED_ATTENTION
      "  return %o\n}\n",
      1, 0, 0, 0.125},
     {"the attention op itself stays",

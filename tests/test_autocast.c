@@ -29,6 +29,7 @@
 #include "check.h"
 #include "ir.h"
 #include "passes/passes.h"
+#include "runtime/ref/interp.h"
 #include "splitmix.h"
 #include "test_util.h"
 
@@ -167,15 +168,7 @@ static void test_plans(void) {
 /* 2. Numerics on the CPU backend and CUDA                             */
 /* ------------------------------------------------------------------ */
 
-static double value_at(const fc_tensor *t, int64_t i) {
-    switch (t->dtype) {
-    case FC_F64: return ((const double *)t->data)[i];
-    case FC_F32: return ((const float *)t->data)[i];
-    case FC_BF16: return fc_bf16_to_f32(((const uint16_t *)t->data)[i]);
-    case FC_F16: return fc_f16_to_f32(((const uint16_t *)t->data)[i]);
-    default: return NAN;
-    }
-}
+static double value_at(const fc_tensor *t, int64_t i) { return fc_interp_load(t->dtype, t->data, i); }
 
 static void set_at(fc_tensor *t, int64_t i, double x) {
     switch (t->dtype) {
@@ -209,9 +202,7 @@ static fc_tensor *make_inputs(fc_graph *g, uint64_t seed) {
     uint64_t s = seed;
     for (int i = 0; i < n; i++) {
         fc_value *p = fc_graph_param(g, i);
-        in[i].dtype = fc_value_dtype(p);
-        in[i].rank = fc_value_rank(p);
-        for (int d = 0; d < in[i].rank; d++) in[i].shape[d] = fc_value_dim(p, d);
+        param_type(&in[i], p);
         int64_t numel = fc_tensor_numel(&in[i]);
         in[i].data = calloc((size_t)(numel ? numel : 1), fc_dtype_size(in[i].dtype));
         bool weight = in[i].rank == 2 && p->name && strchr(p->name, 'w');
@@ -233,18 +224,12 @@ static fc_device device = FC_DEVICE_CPU;
 /* Compile g for `device` at precision p and run it on `in`; NULL on
  * failure (a CHECK failed). */
 static fc_tensor *run_on(fc_graph *g, fc_precision p, const fc_tensor *in) {
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.device = device;
-    o.precision = p;
-    fc_program *prog = NULL;
-    fc_status st = fc_compile(g, &o, &prog);
-    if (st != FC_OK) fprintf(stderr, "%s: %s\n", g->name, fc_last_error(ctx));
-    CHECK_EQ_INT(st, FC_OK);
-    if (st != FC_OK) return NULL;
+    fc_compile_options o = options_for(device, p);
+    fc_program *prog = compile_checked(g, &o);
+    if (!prog) return NULL;
     int nout = fc_graph_num_outputs(g);
     fc_tensor *out = calloc((size_t)nout + 1, sizeof *out);
-    st = fc_program_run_host(prog, in, fc_graph_num_params(g), out, nout, NULL, 0);
+    fc_status st = fc_program_run_host(prog, in, fc_graph_num_params(g), out, nout, NULL, 0);
     CHECK_EQ_INT(st, FC_OK);
     fc_program_free(prog);
     if (st != FC_OK) {

@@ -53,6 +53,15 @@ expect_rc() {
   if [[ $rc -eq $code ]]; then pass; else fail "$what: expected exit code $code"; fi
 }
 
+# expect_error CODE WHAT TEXT ARGS...: run, check the exit code, and that
+# stderr has TEXT.
+expect_error() {
+  local code=$1 what=$2 text=$3
+  shift 3
+  expect_rc "$code" "$what" "$@"
+  expect_stderr_has "$what" "$text"
+}
+
 # expect_usage WHAT MESSAGE ARGS...: exit 2, a message and the hint on stderr.
 expect_usage() {
   local what=$1 msg=$2
@@ -277,8 +286,7 @@ if ! sed -n '/\/\/ group/,$p' "$tmp/out" | grep -qF 'fc_rnd_bf16('; then pass; e
 expect_rc 0 "numerics eager" "$SRC/bench/pointwise_bf16.ir" --emit=cuda --numerics=eager
 if sed -n '/\/\/ group/,$p' "$tmp/out" | grep -qF 'fc_rnd_bf16('; then pass; else fail "numerics eager: no rounding"; fi
 expect_usage "bad numerics" "unknown --numerics 'exact' (supported: fast, eager)" "$tmp/small.ir" --numerics=exact
-expect_rc 1 "emit plan unbound" "$tmp/small.ir" --emit=plan
-expect_stderr_has "emit plan unbound" "symbol N is unbound"
+expect_error 1 "emit plan unbound" "symbol N is unbound" "$tmp/small.ir" --emit=plan
 # --check and --bench on the reference device: the contract lines.
 expect_rc 0 "check and bench" "$tmp/small.ir" --run --device=ref --bind N=4 --check --bench 3
 expect_stdout_has "check" "check out0: max_abs_err=0 max_rel_err=0 ok"
@@ -305,17 +313,14 @@ expect_usage "graph name syntax" "bad --graph" "$tmp/small.ir" --graph 'a b' --e
 # ----------------------------------------------------------------------
 # Input errors (exit 1): diagnostics verbatim on stderr.
 # ----------------------------------------------------------------------
-expect_rc 1 "missing file" "$tmp/nope.ir" --emit=ir
-expect_stderr_has "missing file" "$tmp/nope.ir: error: cannot open"
+expect_error 1 "missing file" "$tmp/nope.ir: error: cannot open" "$tmp/nope.ir" --emit=ir
 
 # Input is read from regular files, or standard input as '-': a device or a
 # FIFO with no writer is refused before anything is read (never a read
 # until memory runs out, never a wait for a writer).
-expect_rc 1 "character device" /dev/zero --emit=ir
-expect_stderr_has "character device" "/dev/zero: error: it is a character device"
+expect_error 1 "character device" "/dev/zero: error: it is a character device" /dev/zero --emit=ir
 mkfifo "$tmp/fifo.ir"
-expect_rc 1 "fifo" "$tmp/fifo.ir" --emit=ir
-expect_stderr_has "fifo" "it is a FIFO"
+expect_error 1 "fifo" "it is a FIFO" "$tmp/fifo.ir" --emit=ir
 last_args=(- --emit=ir)
 printf 'graph g(%%x: f32[2]) {\n  %%y = neg(%%x)\n  return %%y\n}\n' | "$FUSEC" - --emit=ir >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -368,12 +373,9 @@ if [[ ! -s $tmp/out ]]; then pass; else fail "unknown op: printed something on s
 expect_rc 1 "matmul shapes" "$tmp/types.ir" --emit=ir
 expect_stderr_has "matmul shapes: located" "$tmp/types.ir:2:"
 expect_rc 1 "matmul shapes, --run" "$tmp/types.ir" --run
-expect_rc 1 "no such graph" "$tmp/small.ir" --graph nosuch --emit=ir
-expect_stderr_has "no such graph" "nosuch"
-expect_rc 1 "input dtype" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/i4.npy"
-expect_stderr_has "input dtype" "dtype i32 does not fit parameter %x of dtype f32"
-expect_rc 1 "input rank" "$tmp/tools.ir" --graph ident --run --inputs "$tmp/one4.npy"
-expect_stderr_has "input rank" "shape [4] does not fit parameter %x of type f32[N, 4]"
+expect_error 1 "no such graph" "nosuch" "$tmp/small.ir" --graph nosuch --emit=ir
+expect_error 1 "input dtype" "dtype i32 does not fit parameter %x of dtype f32" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/i4.npy"
+expect_error 1 "input rank" "shape [4] does not fit parameter %x of type f32[N, 4]" "$tmp/tools.ir" --graph ident --run --inputs "$tmp/one4.npy"
 expect_rc 1 "input static dim" "$tmp/tools.ir" --graph wide --run --inputs "$tmp/one4.npy"
 expect_rc 1 "input conflicting symbol" "$tmp/tools.ir" --graph two --run --bind N=3 --inputs "$tmp/m24.npy"
 expect_rc 1 "bf16 from f16 file" "$tmp/tools.ir" --graph bf --run --inputs "$tmp/h4.npy"
@@ -381,17 +383,12 @@ expect_rc 1 "bf16 from f16 file" "$tmp/tools.ir" --graph bf --run --inputs "$tmp
 # ----------------------------------------------------------------------
 # Failures while running (exit 3).
 # ----------------------------------------------------------------------
-expect_rc 3 "missing .npy" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/nope.npy"
-expect_stderr_has "missing .npy" "$tmp/nope.npy: cannot open"
-expect_rc 3 "garbage .npy" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/garbage.npy"
-expect_stderr_has "garbage .npy" "not a .npy file"
-expect_rc 3 "truncated .npy" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/trunc.npy"
-expect_stderr_has "truncated .npy" "truncated data"
-expect_rc 3 "big-endian .npy" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/be.npy"
-expect_stderr_has "big-endian .npy" "big-endian"
+expect_error 3 "missing .npy" "$tmp/nope.npy: cannot open" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/nope.npy"
+expect_error 3 "garbage .npy" "not a .npy file" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/garbage.npy"
+expect_error 3 "truncated .npy" "truncated data" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/trunc.npy"
+expect_error 3 "big-endian .npy" "big-endian" "$tmp/tools.ir" --graph sum4 --run --inputs "$tmp/be.npy"
 : >"$tmp/afile"
-expect_rc 3 "save-outputs under a file" "$tmp/tools.ir" --graph made --run --save-outputs "$tmp/afile/sub"
-expect_stderr_has "save-outputs under a file" "cannot create directory"
+expect_error 3 "save-outputs under a file" "cannot create directory" "$tmp/tools.ir" --graph made --run --save-outputs "$tmp/afile/sub"
 
 # ----------------------------------------------------------------------
 # --emit=ir, --graph, --bind.
@@ -725,11 +722,9 @@ expect_rc 0 "--arch" "$tmp/small.ir" --bind N=4 --arch sm_80 -o "$tmp/small80.cu
 expect_stdout_has "--arch reaches NVRTC" ".target sm_80"
 expect_rc 0 "--arch 9.0" "$tmp/small.ir" --bind N=4 --arch 9.0 --emit=ptx
 expect_stdout_has "--arch 9.0" ".target sm_90"
-expect_rc 1 "-o with an unbound dim" "$tmp/small.ir" -o "$tmp/unbound.cubin"
-expect_stderr_has "-o with an unbound dim" "symbol N is unbound"
+expect_error 1 "-o with an unbound dim" "symbol N is unbound" "$tmp/small.ir" -o "$tmp/unbound.cubin"
 if [[ ! -e $tmp/unbound.cubin ]]; then pass; else fail "-o with an unbound dim wrote a file"; fi
-expect_rc 3 "-o into a missing directory" "$tmp/small.ir" --bind N=4 -o "$tmp/no/such/dir/x.cubin"
-expect_stderr_has "-o into a missing directory" "cannot write"
+expect_error 3 "-o into a missing directory" "cannot write" "$tmp/small.ir" --bind N=4 -o "$tmp/no/such/dir/x.cubin"
 # -o writes only regular files: a rename would replace a device node, a
 # FIFO or a socket with a regular file (as root, `-o /dev/null` would).
 ofail() { # WHAT PATH MESSAGE: -o PATH is refused (exit 3) before anything is compiled, and PATH is left as it was
@@ -824,8 +819,7 @@ same_file "save a loaded dynamic program: the same file" "$tmp/dyn.cubin" "$tmp/
 expect_usage "--dynamic without -o" "--dynamic applies to -o of a graph" "$tmp/small.ir" --dynamic --emit=plan
 expect_usage "--bind on a dynamic file without --run" "--bind does not apply to a compiled program file without --run" \
   "$tmp/dyn.cubin" --bind N=4 --emit=plan
-expect_rc 1 "a dynamic file: --bind and an input that disagree" "$tmp/dyn.cubin" --run --bind N=4 --inputs "$tmp/m24.npy"
-expect_stderr_has "a dynamic file: --bind and an input that disagree" "shape [2, 4] does not fit parameter %a of type f32[4, 4]"
+expect_error 1 "a dynamic file: --bind and an input that disagree" "shape [2, 4] does not fit parameter %a of type f32[4, 4]" "$tmp/dyn.cubin" --run --bind N=4 --inputs "$tmp/m24.npy"
 if "$FUSEC" --devices 2>/dev/null | grep -qx cuda; then
   expect_rc 0 "run a dynamic file at N=2" "$tmp/dyn.cubin" --run --inputs "$tmp/m24.npy"
   expect_rc 0 "run a dynamic file at N=7" "$tmp/dyn.cubin" --run --bind N=7
@@ -868,13 +862,11 @@ then
 fi
 # Damaged files: refused with the loader's message (exit 1), never parsed as .ir.
 head -c 3000 "$tmp/small.cubin" >"$tmp/cut.cubin"
-expect_rc 1 "a cut file" "$tmp/cut.cubin" --emit=plan
-expect_stderr_has "a cut file" "$tmp/cut.cubin: damaged compiled program"
+expect_error 1 "a cut file" "$tmp/cut.cubin: damaged compiled program" "$tmp/cut.cubin" --emit=plan
 cp "$tmp/small.cubin" "$tmp/flipped.cubin"
 size=$(stat -c %s "$tmp/flipped.cubin")
 printf '\x5a' | dd of="$tmp/flipped.cubin" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
-expect_rc 1 "a changed file" "$tmp/flipped.cubin" --emit=plan
-expect_stderr_has "a changed file" "$tmp/flipped.cubin: damaged compiled program"
+expect_error 1 "a changed file" "$tmp/flipped.cubin: damaged compiled program" "$tmp/flipped.cubin" --emit=plan
 if [[ -x /bin/true ]] && head -c 4 /bin/true | grep -q ELF; then
   expect_rc 1 "an ELF that is no cubin" /bin/true --emit=plan
   expect_stderr_has "an ELF that is no cubin" "not a compiled fusec program"
@@ -899,8 +891,7 @@ expect_rc 0 "--time warm, again" "$tmp/small.ir" --bind N=4 --emit=plan --time
 expect_time "--time warm" "warm start: the whole program came from the cache"
 expect_rc 0 "--time from a file" "$tmp/small.cubin" --emit=plan --time
 expect_time "--time from a file" "loaded from a compiled program file"
-expect_rc 0 "--time with -o" "$tmp/small.ir" --bind N=4 -o "$tmp/small4.cubin" --time
-expect_stderr_has "--time with -o" "more to write $tmp/small4.cubin"
+expect_error 0 "--time with -o" "more to write $tmp/small4.cubin" "$tmp/small.ir" --bind N=4 -o "$tmp/small4.cubin" --time
 expect_usage "--time without a compile" "--time needs a compile" "$tmp/small.ir" --bind N=4 --run --device=ref --time
 unset FUSEC_CACHE_DIR
 

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
 #include "fusec.h"
+#include "nvrtc_check.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cuda.h"
 
@@ -46,11 +47,7 @@ static char *kernels_for(fc_context *ctx, const char *ir, bool dynamic, fc_numer
         CHECK_EQ_INT(st, FC_OK);
         if (st) fprintf(stderr, "%s\n", fc_last_error(ctx));
         if (!st) {
-            fc_bytes cubin = {0};
-            fc_status cst = fc_nvrtc_compile(ctx, src.source, "budget.cu", 9, 0, NULL, 0, &cubin);
-            if (cst) fprintf(stderr, "NVRTC: %s\n", fc_last_error(ctx));
-            CHECK_EQ_INT(cst, FC_OK);
-            fc_bytes_free(&cubin);
+            check_nvrtc_compiles(ctx, src.source, "budget.cu", "budget.cu");
             const char *k = strstr(src.source, "// group");
             out = strdup(k ? k : "");
         }

@@ -97,6 +97,10 @@ typedef struct case_opts {
 
 static int cases_run;
 
+static void release_tensors(fc_tensor *t, int n) {
+    for (int i = 0; i < n; i++) fc_tensor_release(&t[i]);
+}
+
 /* Parse, compile for the CPU, run, and compare with the reference. Returns
  * false when the graph was rejected by the builder (`optional` cases: an
  * op/dtype pair the IR does not define); a mismatch is a CHECK failure. */
@@ -159,11 +163,9 @@ static bool run_case_opts(const char *name, const char *ir, const case_opts *o, 
     } else {
         fprintf(stderr, "%s: %s\n%s\n", name, fc_last_error(ctx), ir);
     }
-    for (int k = 0; k < nout; k++) {
-        fc_tensor_release(&got[k]);
-        fc_tensor_release(&want[k]);
-    }
-    for (int i = 0; i < nin; i++) fc_tensor_release(&in[i]);
+    release_tensors(got, nout);
+    release_tensors(want, nout);
+    release_tensors(in, nin);
     free(in);
     free(got);
     free(want);
@@ -182,6 +184,17 @@ static bool run_case(const char *name, const char *ir, fill_kind fill) {
 
 static const fc_dtype all_dtypes[] = {FC_F64, FC_F32, FC_F16, FC_BF16, FC_I64, FC_I32, FC_I8, FC_BOOL};
 #define NDT 8
+
+/* run_case of tmpl with every DT the name of dtype all_dtypes[di]; the
+ * case is called "what <dtype>". */
+static void dtype_case(const char *what, int di, const char *tmpl, fill_kind fill) {
+    const char *dt = fc_dtype_name(all_dtypes[di]);
+    char *ir = with_dtype(tmpl, dt), name[64];
+    CHECK(ir != NULL);
+    snprintf(name, sizeof name, "%s %s", what, dt);
+    if (ir) run_case(name, ir, fill);
+    free(ir);
+}
 
 static const char *const unary_ops[] = {"neg",  "abs",  "exp",     "log",  "sqrt", "rsqrt",     "recip", "sin",
                                         "cos",  "tanh", "sigmoid", "relu", "gelu", "gelu_tanh", "silu",  "hardswish", "erf"};
@@ -245,30 +258,20 @@ static void test_binary(void) {
                                         {FC_BOOL, FC_I32}, {FC_BOOL, FC_F16}, {FC_F64, FC_BF16}, {FC_I8, FC_BF16}};
     for (size_t i = 0; i < sizeof mixed / sizeof mixed[0]; i++) binary_case(mixed[i][0], mixed[i][1], FILL_PLAIN);
     /* Integer pow with small non-negative exponents. */
-    for (int di = 4; di < 7; di++) {
-        const char *dt = fc_dtype_name(all_dtypes[di]);
-        char ir[512], name[64];
-        snprintf(ir, sizeof ir,
-                 "graph ipow_%s(%%x: %s[5, 33], %%idx: %s[5, 33]) {\n  %%p = pow(%%x, %%idx)\n  %%q = pow(%%x, 2)\n"
-                 "  return %%p, %%q\n}\n",
-                 dt, dt, dt);
-        snprintf(name, sizeof name, "integer pow %s", dt);
-        run_case(name, ir, FILL_PLAIN);
-    }
+    for (int di = 4; di < 7; di++)
+        dtype_case("integer pow", di,
+                   "graph ipow_DT(%x: DT[5, 33], %idx: DT[5, 33]) {\n  %p = pow(%x, %idx)\n  %q = pow(%x, 2)\n"
+                   "  return %p, %q\n}\n",
+                   FILL_PLAIN);
 }
 
 /* where(cond, a, b) with broadcasting, every dtype, and a weak scalar. */
 static void test_where(void) {
-    for (int di = 0; di < NDT; di++) {
-        const char *dt = fc_dtype_name(all_dtypes[di]);
-        char ir[512], name[64];
-        snprintf(ir, sizeof ir,
-                 "graph where_%s(%%c: bool[3, 1, 40], %%a: %s[4, 40], %%b: %s[3, 4, 1]) {\n"
-                 "  %%y = where(%%c, %%a, %%b)\n  %%z = where(%%c, %%a, 1)\n  return %%y, %%z\n}\n",
-                 dt, dt, dt);
-        snprintf(name, sizeof name, "where %s", dt);
-        run_case(name, ir, FILL_SPECIALS);
-    }
+    for (int di = 0; di < NDT; di++)
+        dtype_case("where", di,
+                   "graph where_DT(%c: bool[3, 1, 40], %a: DT[4, 40], %b: DT[3, 4, 1]) {\n"
+                   "  %y = where(%c, %a, %b)\n  %z = where(%c, %a, 1)\n  return %y, %z\n}\n",
+                   FILL_SPECIALS);
 }
 
 /* cast from every dtype to every dtype, over the specials: saturation,
@@ -354,20 +357,14 @@ static void test_reduce(void) {
 /* softmax, layernorm, rmsnorm, reduce_mean, gelu and silu at every float
  * dtype, over the last axis and a middle one. */
 static void test_composites(void) {
-    static const fc_dtype floats[] = {FC_F64, FC_F32, FC_F16, FC_BF16};
-    for (int i = 0; i < 4; i++) {
-        const char *dt = fc_dtype_name(floats[i]);
-        char ir[1024], name[64];
-        snprintf(ir, sizeof ir,
-                 "graph composites_%s(%%x: %s[6, 5, 129], %%w: %s[129], %%b: %s[129], %%w5: %s[5], %%b5: %s[5]) {\n"
-                 "  %%sm = softmax(%%x, axis=-1)\n  %%sm1 = softmax(%%x, axis=1)\n"
-                 "  %%ln = layernorm(%%x, %%w, %%b, axis=-1, eps=1e-5)\n  %%ln1 = layernorm(%%x, %%w5, %%b5, axis=1)\n"
-                 "  %%rn = rmsnorm(%%x, %%w, eps=1e-6)\n  %%mn = reduce_mean(%%x, axes=[0, 2], keepdim=true)\n"
-                 "  %%ge = gelu(%%x)\n  %%si = silu(%%x)\n  return %%sm, %%sm1, %%ln, %%ln1, %%rn, %%mn, %%ge, %%si\n}\n",
-                 dt, dt, dt, dt, dt, dt);
-        snprintf(name, sizeof name, "composites %s", dt);
-        run_case(name, ir, FILL_PLAIN);
-    }
+    for (int di = 0; di < 4; di++) /* the float dtypes */
+        dtype_case("composites", di,
+                   "graph composites_DT(%x: DT[6, 5, 129], %w: DT[129], %b: DT[129], %w5: DT[5], %b5: DT[5]) {\n"
+                   "  %sm = softmax(%x, axis=-1)\n  %sm1 = softmax(%x, axis=1)\n"
+                   "  %ln = layernorm(%x, %w, %b, axis=-1, eps=1e-5)\n  %ln1 = layernorm(%x, %w5, %b5, axis=1)\n"
+                   "  %rn = rmsnorm(%x, %w, eps=1e-6)\n  %mn = reduce_mean(%x, axes=[0, 2], keepdim=true)\n"
+                   "  %ge = gelu(%x)\n  %si = silu(%x)\n  return %sm, %sm1, %ln, %ln1, %rn, %mn, %ge, %si\n}\n",
+                   FILL_PLAIN);
     /* One kernel each, as on the GPU. */
     case_opts o = {.fill = FILL_PLAIN, .expect_kernels = 1};
     run_case_opts("softmax is one kernel", "graph f(%x: bf16[64, 1000]) {\n  %y = softmax(%x)\n  return %y\n}\n", &o, false);
@@ -606,10 +603,8 @@ static void test_threads(void) {
     char *plan = fc_cpu_program_plan_text(p4);
     CHECK(plan && strstr(plan, "threads=4"));
     free(plan);
-    for (int k = 0; k < 3; k++) {
-        fc_tensor_release(&out1[k]);
-        fc_tensor_release(&in[k]);
-    }
+    release_tensors(out1, 3);
+    release_tensors(in, 3);
     fc_cpu_program_free(p1);
     fc_cpu_program_free(p4);
     fc_graph_free(g);
@@ -752,10 +747,8 @@ static void test_alloc_failures(void) {
             fill_tensor(&in[0], FILL_PLAIN, 1.0);
             fill_tensor(&in[1], FILL_PLAIN, 1.0);
             CHECK_EQ_INT(fc_cpu_run(p, in, 2, out, 2), FC_OK);
-            for (int k = 0; k < 2; k++) {
-                fc_tensor_release(&in[k]);
-                fc_tensor_release(&out[k]);
-            }
+            release_tensors(in, 2);
+            release_tensors(out, 2);
         }
         fc_cpu_program_free(p);
         fc_graph_free(g);

@@ -38,12 +38,8 @@ static fc_graph *parse_text(const char *text, const fc_binding *b, int nb) {
 }
 
 static fc_program *compile_on(fc_graph *g, fc_device dev) {
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.device = dev;
-    fc_program *p = NULL;
-    if (fc_compile(g, &o, &p) != FC_OK) printf("compile: %s\n", fc_last_error(ctx));
-    return p;
+    fc_compile_options o = options_for(dev, FC_PRECISION_AS_WRITTEN);
+    return compile_checked(g, &o);
 }
 
 /* Run g (p: its CPU program, or NULL for the reference). */

@@ -22,6 +22,7 @@
 #include "codegen/cuda/cuda_codegen.h"
 #include "codegen/cuda/gemm.h"
 #include "fusec.h"
+#include "nvrtc_check.h"
 #include "ir/arena_layout.h"
 #include "ir/timing.h"
 #include "passes/passes.h"
@@ -857,11 +858,7 @@ int main(void) {
             check_frame_entries(&dyn, &src, true);
             int gemms = check_gemm_launches(&dyn, &src);
             if (strstr(ex->file, "mlp") || strstr(ex->file, "block")) CHECK(gemms >= 2);
-            fc_bytes cubin = {0};
-            st = fc_nvrtc_compile(ctx, src.source, "dynamic_test.cu", 9, 0, NULL, 0, &cubin);
-            if (st) fprintf(stderr, "%s: NVRTC: %s\n", ex->file, fc_last_error(ctx));
-            CHECK_EQ_INT(st, FC_OK);
-            fc_bytes_free(&cubin);
+            st = check_nvrtc_compiles(ctx, src.source, "dynamic_test.cu", ex->file);
             for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) check_bound(ctx, ex, &dyn, &src, &shapes[s]);
             /* Binding runs on the host once per new shape: it must be cheap
              * (well under 1 ms for a GPT-2 block; the bound is loose for CI). */

@@ -5,6 +5,7 @@
 #include "check.h"
 #include "codegen/cuda/cuda_codegen.h"
 #include "fusec.h"
+#include "nvrtc_check.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cuda.h"
 #include "random_graph.h"
@@ -152,11 +153,7 @@ int main(void) {
             CHECK_EQ_INT(k, fc->kernels);
             CHECK_EQ_INT(l, fc->libraries);
             if (dump && strstr(fc->name, dump)) printf("%s\n", src.source);
-            fc_bytes cubin = {0};
-            st = fc_nvrtc_compile(ctx, src.source, "fusion_test.cu", 9, 0, NULL, 0, &cubin);
-            CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "%s: NVRTC: %s\n", fc->name, fc_last_error(ctx));
-            fc_bytes_free(&cubin);
+            check_nvrtc_compiles(ctx, src.source, "fusion_test.cu", fc->name);
             fc_cuda_src_release(&src);
         }
         fc_plan_release(&plan);

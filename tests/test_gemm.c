@@ -37,6 +37,7 @@
 #include "codegen/cuda/gemm.h"
 #include "codegen/cuda/gemm_choice.h"
 #include "ir.h"
+#include "nvrtc_check.h"
 #include "pass_file.h"
 #include "passes/epilogue.h"
 #include "passes/passes.h"
@@ -316,11 +317,7 @@ static void test_plans(void) {
             /* Every library launch is a gemm that reads its operands in place. */
             for (int i = 0; i < src.nlaunches; i++)
                 if (src.launches[i].kind == FC_LAUNCH_LIBRARY) CHECK_STR(src.launches[i].name, "gemm");
-            fc_bytes cubin = {0};
-            st = fc_nvrtc_compile(ctx, src.source, "gemm_test.cu", 9, 0, NULL, 0, &cubin);
-            CHECK_EQ_INT(st, FC_OK);
-            if (st) fprintf(stderr, "%s: NVRTC: %s\n", pc->name, fc_last_error(ctx));
-            fc_bytes_free(&cubin);
+            check_nvrtc_compiles(ctx, src.source, "gemm_test.cu", pc->name);
         }
         fc_cuda_src_release(&src);
         fc_plan_release(&plan);

@@ -229,15 +229,8 @@ static void check_close(const char *what, int run, const float *got, fc_graph *g
 }
 
 static fc_program *compile_bf16(fc_graph *g, fc_device dev) {
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.device = dev;
-    o.precision = FC_PRECISION_BF16;
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &o, &p);
-    if (st != FC_OK) fprintf(stderr, "compile: %s\n", fc_last_error(ctx));
-    CHECK_EQ_INT(st, FC_OK);
-    return p;
+    fc_compile_options o = options_for(dev, FC_PRECISION_BF16);
+    return compile_checked(g, &o);
 }
 
 static void make_inputs(fc_program *p, fc_tensor *in) {

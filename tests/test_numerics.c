@@ -16,6 +16,7 @@
 #include "ir.h"
 #include "runtime/ref/interp.h"
 #include "splitmix.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -176,9 +177,7 @@ static errs error_of(const fc_tensor *got, const fc_interp_tensor *exact) {
 static fc_status run_cpu(fc_context *ctx, const char *ir, fc_numerics nm, const fc_tensor *in, int nin, fc_tensor *out) {
     fc_graph *g = parse(ctx, ir);
     if (!g) return FC_ERR_INPUT;
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.device = FC_DEVICE_CPU;
+    fc_compile_options o = options_for(FC_DEVICE_CPU, FC_PRECISION_AS_WRITTEN);
     o.numerics = nm;
     fc_program *p = NULL;
     fc_status st = fc_compile(g, &o, &p);

@@ -123,10 +123,7 @@ static fc_tensor *random_inputs(fc_graph *g) {
     int n = fc_graph_num_params(g);
     fc_tensor *t = calloc((size_t)n + 1, sizeof *t);
     for (int i = 0; i < n; i++) {
-        fc_value *p = fc_graph_param(g, i);
-        t[i].dtype = fc_value_dtype(p);
-        t[i].rank = fc_value_rank(p);
-        for (int d = 0; d < t[i].rank; d++) t[i].shape[d] = fc_value_dim(p, d);
+        param_type(&t[i], fc_graph_param(g, i));
         int64_t numel = fc_tensor_numel(&t[i]);
         t[i].data = malloc((size_t)(numel ? numel : 1) * fc_dtype_size(t[i].dtype));
         for (int64_t j = 0; j < numel; j++) fc_interp_store(t[i].dtype, t[i].data, j, uniform(-2, 2));
@@ -506,8 +503,7 @@ static void test_gemm_serialization(fc_context *ctx) {
 
 static void test_run_without_gpu(fc_context *ctx) {
     fc_graph *g = g_pointwise4(ctx);
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    fc_program *p = compile_checked(g, NULL);
     CHECK_EQ_INT(fc_program_sm(p), 90); /* sm 0 without a device: sm_90 */
     /* Pointers that would crash if anything touched them. */
     void *in[2] = {(void *)(uintptr_t)0x1000, (void *)(uintptr_t)0x2000}, *out[1] = {(void *)(uintptr_t)0x3000};
@@ -562,12 +558,8 @@ static void run_and_compare(fc_context *ctx, const char *name, graph_fn make, bo
         CHECK_EQ_INT(st, FC_OK);
         free(d);
     }
-    for (int k = 0; k < nout; k++) {
-        fc_tensor_release(&got[k]);
-        fc_tensor_release(&want[k]);
-    }
-    free(got);
-    free(want);
+    free_tensors(got, nout);
+    free_tensors(want, nout);
     free_tensors(in, nin);
     fc_program_free(p);
     fc_graph_free(g);
@@ -578,8 +570,7 @@ static void run_and_compare(fc_context *ctx, const char *name, graph_fn make, bo
  * returned twice come back right. */
 static void test_fc_run_device(fc_context *ctx) {
     fc_graph *g = g_aliases(ctx);
-    fc_program *p = NULL;
-    CHECK_EQ_INT(fc_compile(g, NULL, &p), FC_OK);
+    fc_program *p = compile_checked(g, NULL);
     fc_cuda_device *dev = NULL;
     CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
     if (!p || !dev) {
@@ -700,12 +691,8 @@ static void run_graph_on_gpu(fc_context *ctx, const char *name, fc_graph *g, con
             CHECK(chosen >= 1 && chosen <= library);
         }
     }
-    for (int k = 0; k < nout; k++) {
-        fc_tensor_release(&got[k]);
-        fc_tensor_release(&want[k]);
-    }
-    free(got);
-    free(want);
+    free_tensors(got, nout);
+    free_tensors(want, nout);
     free_tensors(in, nin);
     fc_program_free(p);
 }

@@ -12,8 +12,10 @@
  *   compile_through_alloc_failures(ctx, g, o, &failures)
  *                                   fc_compile with its 1st, 2nd, ... allocation
  *                                   failing until it succeeds; CHECKs each failure
+ *                                   (_each(..., before): before() ahead of each compile)
  *   check_same_code(a, b)           b's launch plan and CUDA source are a's
  *   compile_checked(g, &o)          fc_compile, CHECKed, the failure printed; NULL then
+ *   options_for(dev, precision)     fc_compile_options_default's, for that device and precision
  *   origin_of(p)                    where p's compile came from (fc_compile_times.origin)
  *   g_pointwise(ctx, name, rows)    relu(x * y + 1) over f32[rows, 256]: one small pointwise kernel
  *   with_dtype(tmpl, "bf16")        tmpl with every "DT" replaced by the dtype (malloc'd)
@@ -115,11 +117,14 @@ static inline int count_names(const char *dir, const char *prefix) {
  * 2, ... until a compile succeeds: each failure must be FC_ERR_NOMEM and
  * leave no program (never a crash; ASan checks the leaks). Returns the
  * first program that compiled (NULL if none did, or at a status other than
- * FC_ERR_NOMEM); *failures counts the failed compiles. */
-static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_graph *g, const fc_compile_options *o,
-                                                         int *failures) {
+ * FC_ERR_NOMEM); *failures counts the failed compiles. before, when not
+ * NULL, is called before each compile. */
+static inline fc_program *compile_through_alloc_failures_each(fc_context *ctx, fc_graph *g,
+                                                              const fc_compile_options *o, int *failures,
+                                                              void (*before)(void)) {
     *failures = 0;
     for (long n = 1; g && n < 100000; n++) {
+        if (before) before();
         fc_program *p = NULL;
         fc_context_fail_alloc_after(ctx, n);
         fc_status st = fc_compile(g, o, &p);
@@ -132,6 +137,11 @@ static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_gra
         if (st != FC_ERR_NOMEM) return NULL;
     }
     return NULL;
+}
+
+static inline fc_program *compile_through_alloc_failures(fc_context *ctx, fc_graph *g, const fc_compile_options *o,
+                                                         int *failures) {
+    return compile_through_alloc_failures_each(ctx, g, o, failures, NULL);
 }
 
 static inline int count_entries(const char *dir, const char *level) {
@@ -190,6 +200,14 @@ static inline void check_same_code(fc_program *a, fc_program *b) {
     CHECK_STR(y, x);
     fc_free(x);
     fc_free(y);
+}
+
+static inline fc_compile_options options_for(fc_device dev, fc_precision precision) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = dev;
+    o.precision = precision;
+    return o;
 }
 
 static inline fc_program *compile_checked(fc_graph *g, const fc_compile_options *o) {

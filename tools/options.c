@@ -23,13 +23,18 @@ void options_free(options *o) {
     free(o->inputs);
 }
 
+/* "fusec: " and the message on stderr, then `end`. */
+static void say(const char *end, const char *fmt, va_list ap) {
+    fputs("fusec: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputs(end, stderr);
+}
+
 /* Print a usage error (one line and a hint) and return EXIT_USAGE. */
 int usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("fusec: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs("\ntry 'fusec --help'\n", stderr);
+    say("\ntry 'fusec --help'\n", fmt, ap);
     va_end(ap);
     return EXIT_USAGE;
 }
@@ -38,9 +43,7 @@ int usage_error(const char *fmt, ...) {
 int fail(int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fputs("fusec: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    say("\n", fmt, ap);
     va_end(ap);
     return code;
 }
@@ -122,10 +125,8 @@ static int flag_bind(options *o, const char *flag, const char *val) {
             fc_binding *nb = realloc(o->binds, sizeof *nb * (size_t)(o->nbinds + 1));
             if (!nb) return fail(EXIT_NOMEM, "out of memory");
             o->binds = nb;
-            char *name = malloc(name_len + 1);
+            char *name = strndup(p, name_len);
             if (!name) return fail(EXIT_NOMEM, "out of memory");
-            memcpy(name, p, name_len);
-            name[name_len] = '\0';
             o->binds[o->nbinds].name = name;
             o->binds[o->nbinds].value = (int64_t)v;
             o->nbinds++;
@@ -151,11 +152,16 @@ static int flag_emit(options *o, const char *flag, const char *val) {
     return 0;
 }
 
-static int flag_bench(options *o, const char *flag, const char *val) {
+/* A count in [1, max] into *out. */
+static int count_value(const char *flag, const char *val, uint64_t max, int *out) {
     uint64_t n;
-    if (!parse_u64(val, 1000000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
-    o->bench_iters = (int)n;
+    if (!parse_u64(val, max, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
+    *out = (int)n;
     return 0;
+}
+
+static int flag_bench(options *o, const char *flag, const char *val) {
+    return count_value(flag, val, 1000000, &o->bench_iters);
 }
 
 static int flag_profile_format(options *o, const char *flag, const char *val) {
@@ -167,10 +173,7 @@ static int flag_profile_format(options *o, const char *flag, const char *val) {
 }
 
 static int flag_profile_runs(options *o, const char *flag, const char *val) {
-    uint64_t n;
-    if (!parse_u64(val, 100000, &n) || n < 1) return usage_error("bad %s '%s': expected a count from 1", flag, val);
-    o->profile_runs = (int)n;
-    return 0;
+    return count_value(flag, val, 100000, &o->profile_runs);
 }
 
 static int flag_device(options *o, const char *flag, const char *val) {
@@ -191,10 +194,8 @@ static int flag_inputs(options *o, const char *flag, const char *val) {
         char **ni = realloc(o->inputs, sizeof *ni * (size_t)(o->ninputs + 1));
         if (!ni) return fail(EXIT_NOMEM, "out of memory");
         o->inputs = ni;
-        char *s = malloc(len + 1);
+        char *s = strndup(p, len);
         if (!s) return fail(EXIT_NOMEM, "out of memory");
-        memcpy(s, p, len);
-        s[len] = '\0';
         o->inputs[o->ninputs++] = s;
         if (!end) return 0;
         p = end + 1;
@@ -259,47 +260,54 @@ typedef struct flag {
     int (*fn)(options *o, const char *flag, const char *val); /* NULL: a switch or a path */
     size_t field;      /* a switch: offsetof the bool in options it sets; a path: of the const char * */
     const char *needs; /* a path: what an empty value lacks ("a directory") */
+    /* Its line of --help and of the manual page: the value's name ("NAME";
+     * NULL for a switch) and what the flag does. docs/CLI.md has the long
+     * form; tests/test_cli.sh checks that every flag of --help has a row in
+     * CLI.md. */
+    const char *value;
+    const char *help;
 } flag;
 
-#define OPTION(name, alias, fn) {name, alias, true, fn, 0, NULL}
-#define SWITCH(name, alias, field) {name, alias, false, NULL, offsetof(options, field), NULL}
+#define OPTION(name, alias, fn, value, help) {name, alias, true, fn, 0, NULL, value, help}
+#define SWITCH(name, alias, field, help) {name, alias, false, NULL, offsetof(options, field), NULL, NULL, help}
 /* A non-empty value kept as it is. */
-#define PATH(name, alias, field, needs) {name, alias, true, NULL, offsetof(options, field), needs}
+#define PATH(name, alias, field, needs, value, help) \
+    {name, alias, true, NULL, offsetof(options, field), needs, value, help}
 
 static const flag flags[] = {
-    OPTION("--graph", NULL, flag_graph),
-    OPTION("--bind", NULL, flag_bind),
-    OPTION("--emit", NULL, flag_emit),
-    SWITCH("--run", NULL, run),
-    SWITCH("--check", NULL, check),
-    OPTION("--bench", NULL, flag_bench),
-    OPTION("--device", NULL, flag_device),
-    OPTION("--inputs", NULL, flag_inputs),
-    OPTION("--seed", NULL, flag_seed),
-    PATH("--save-outputs", NULL, save_dir, "a directory"),
-    PATH("--weights", NULL, weights_file, "a safetensors file"),
-    PATH("--output", "-o", output, "a file name"),
-    SWITCH("--dynamic", NULL, dynamic),
-    OPTION("--arch", NULL, flag_arch),
-    OPTION("--precision", NULL, flag_precision),
-    OPTION("--numerics", NULL, flag_numerics),
-    SWITCH("--time", NULL, time),
-    SWITCH("--profile", NULL, profile),
-    OPTION("--profile-format", NULL, flag_profile_format),
-    OPTION("--profile-runs", NULL, flag_profile_runs),
-    PATH("--trace", NULL, trace_file, "a file name"),
-    PATH("--report", NULL, report_file, "a file name"),
-    OPTION("--dump-after", NULL, flag_dump_after),
-    SWITCH("--no-graphs", NULL, no_graphs),
-    PATH("--cache-dir", NULL, cache_dir, "a directory"),
-    SWITCH("--cache-info", NULL, cache_info),
-    SWITCH("--verify", NULL, verify),
-    SWITCH("--cache-clear", NULL, cache_clear),
-    SWITCH("--devices", NULL, list_devices),
-    SWITCH("--help", "-h", help),
-    SWITCH("--help-env", NULL, help_env),
-    SWITCH("--help-man", NULL, help_man),
-    SWITCH("--version", NULL, version),
+    OPTION("--graph", NULL, flag_graph, "NAME", "use graph NAME of a file that holds several (default: the first)"),
+    OPTION("--bind", NULL, flag_bind, "SYM=INT,...", "bind symbolic dims to sizes (may be repeated); an unknown SYM is an error"),
+    OPTION("--emit", NULL, flag_emit, "KIND", "print ir, the launch plan, cuda (C), ptx or dot (Graphviz)"),
+    SWITCH("--run", NULL, run, "run the graph; print one line per output (dtype, shape, checksum, values)"),
+    SWITCH("--check", NULL, check, "compare with the reference interpreter; exit 4 beyond dtype rounding"),
+    OPTION("--bench", NULL, flag_bench, "N", "time N runs after warm-up; last line: time: X ms median of N"),
+    OPTION("--device", NULL, flag_device, "cuda|cpu|ref", "where to run (default: cuda with a GPU, else cpu, else ref)"),
+    OPTION("--inputs", NULL, flag_inputs, "A.npy,...", "one .npy file per parameter; an empty entry or a missing one: random"),
+    OPTION("--seed", NULL, flag_seed, "N", "seed of the random inputs (splitmix64; scaled by role: docs/CLI.md)"),
+    PATH("--save-outputs", NULL, save_dir, "a directory", "DIR", "write output i to DIR/out<i>.npy instead of printing it"),
+    PATH("--weights", NULL, weights_file, "a safetensors file", "W.safetensors", "bind parameters by name to the file's tensors"),
+    PATH("--output", "-o", output, "a file name", "FILE", "compile for CUDA and write the program to FILE"),
+    SWITCH("--dynamic", NULL, dynamic, "with -o: unbound symbols stay unbound (any shape)"),
+    OPTION("--arch", NULL, flag_arch, "SM", "the CUDA target: sm_90, sm90, 90 or 9.0; sm_80 and newer"),
+    OPTION("--precision", NULL, flag_precision, "f32|tf32|bf16|f16", "compute in this precision, as torch.autocast (docs/PRECISION.md)"),
+    OPTION("--numerics", NULL, flag_numerics, "fast|eager", "fast: f32 inside fused kernels (default); eager: round every value"),
+    SWITCH("--time", NULL, time, "print where the compile time went (by phase)"),
+    SWITCH("--profile", NULL, profile, "run, then print each launch's time (docs/PROFILING.md)"),
+    OPTION("--profile-format", NULL, flag_profile_format, "F", "--profile's output: table (default), csv or json"),
+    OPTION("--profile-runs", NULL, flag_profile_runs, "N", "measured runs of --profile after 3 warm-ups (20)"),
+    PATH("--trace", NULL, trace_file, "a file name", "FILE", "write a Chrome trace (Perfetto) of compile and runs"),
+    PATH("--report", NULL, report_file, "a file name", "FILE", "write a self-contained HTML report of the profile"),
+    OPTION("--dump-after", NULL, flag_dump_after, "PASS|all", "print the graph's .ir after the compile pass PASS, or after each"),
+    SWITCH("--no-graphs", NULL, no_graphs, "on cuda, launch kernel by kernel instead of replaying a CUDA Graph"),
+    PATH("--cache-dir", NULL, cache_dir, "a directory", "DIR", "use DIR as the cache directory (instead of FUSEC_CACHE_DIR)"),
+    SWITCH("--cache-info", NULL, cache_info, "print the compile cache's directory, entries, size and counters"),
+    SWITCH("--verify", NULL, verify, "with --cache-info: check every entry; exit 1 when one is bad"),
+    SWITCH("--cache-clear", NULL, cache_clear, "remove fusec's files from the cache"),
+    SWITCH("--devices", NULL, list_devices, "list the usable devices; say on stderr why another is not"),
+    SWITCH("--help", "-h", help, "print this help"),
+    SWITCH("--help-env", NULL, help_env, "list the environment variables fusec reads, their defaults and values"),
+    SWITCH("--help-man", NULL, help_man, "print the manual page (roff), as installed in man1/fusec.1"),
+    SWITCH("--version", NULL, version, "print the version"),
 };
 
 int parse_args(int argc, char **argv, options *o) {
@@ -349,59 +357,8 @@ int parse_args(int argc, char **argv, options *o) {
 }
 
 /* ------------------------------------------------------------------ */
-/* Help: --help and the manual page (--help-man) from one table.       */
+/* Help: --help and the manual page (--help-man) from the flag table.  */
 /* ------------------------------------------------------------------ */
-
-/* One line of help per flag of `flags` (found by name): what its value is,
- * and what it does. docs/CLI.md has the long form; tests/test_cli.sh checks
- * that every flag has a row here and one in CLI.md. */
-typedef struct flag_help {
-    const char *name;
-    const char *value; /* "NAME", or NULL for a switch */
-    const char *text;
-} flag_help;
-
-static const flag_help helps[] = {
-    {"--graph", "NAME", "use graph NAME of a file that holds several (default: the first)"},
-    {"--bind", "SYM=INT,...", "bind symbolic dims to sizes (may be repeated); an unknown SYM is an error"},
-    {"--emit", "KIND", "print ir, the launch plan, cuda (C), ptx or dot (Graphviz)"},
-    {"--dump-after", "PASS|all", "print the graph's .ir after the compile pass PASS, or after each"},
-    {"--numerics", "fast|eager", "fast: f32 inside fused kernels (default); eager: round every value"},
-    {"--precision", "f32|tf32|bf16|f16", "compute in this precision, as torch.autocast (docs/PRECISION.md)"},
-    {"--output", "FILE", "compile for CUDA and write the program to FILE"},
-    {"--dynamic", NULL, "with -o: unbound symbols stay unbound (any shape)"},
-    {"--arch", "SM", "the CUDA target: sm_90, sm90, 90 or 9.0; sm_80 and newer"},
-    {"--run", NULL, "run the graph; print one line per output (dtype, shape, checksum, values)"},
-    {"--device", "cuda|cpu|ref", "where to run (default: cuda with a GPU, else cpu, else ref)"},
-    {"--inputs", "A.npy,...", "one .npy file per parameter; an empty entry or a missing one: random"},
-    {"--weights", "W.safetensors", "bind parameters by name to the file's tensors"},
-    {"--seed", "N", "seed of the random inputs (splitmix64; scaled by role: docs/CLI.md)"},
-    {"--save-outputs", "DIR", "write output i to DIR/out<i>.npy instead of printing it"},
-    {"--check", NULL, "compare with the reference interpreter; exit 4 beyond dtype rounding"},
-    {"--bench", "N", "time N runs after warm-up; last line: time: X ms median of N"},
-    {"--profile", NULL, "run, then print each launch's time (docs/PROFILING.md)"},
-    {"--profile-format", "F", "--profile's output: table (default), csv or json"},
-    {"--profile-runs", "N", "measured runs of --profile after 3 warm-ups (20)"},
-    {"--trace", "FILE", "write a Chrome trace (Perfetto) of compile and runs"},
-    {"--report", "FILE", "write a self-contained HTML report of the profile"},
-    {"--no-graphs", NULL, "on cuda, launch kernel by kernel instead of replaying a CUDA Graph"},
-    {"--time", NULL, "print where the compile time went (by phase)"},
-    {"--cache-info", NULL, "print the compile cache's directory, entries, size and counters"},
-    {"--verify", NULL, "with --cache-info: check every entry; exit 1 when one is bad"},
-    {"--cache-clear", NULL, "remove fusec's files from the cache"},
-    {"--cache-dir", "DIR", "use DIR as the cache directory (instead of FUSEC_CACHE_DIR)"},
-    {"--devices", NULL, "list the usable devices; say on stderr why another is not"},
-    {"--help", NULL, "print this help"},
-    {"--help-env", NULL, "list the environment variables fusec reads, their defaults and values"},
-    {"--help-man", NULL, "print the manual page (roff), as installed in man1/fusec.1"},
-    {"--version", NULL, "print the version"},
-};
-
-static const flag_help *help_of(const char *name) {
-    for (size_t i = 0; i < sizeof helps / sizeof helps[0]; i++)
-        if (!strcmp(helps[i].name, name)) return &helps[i];
-    return NULL;
-}
 
 static const char *const usage_lines[] = {
     "fusec FILE [--graph NAME] [--bind SYM=INT,...] --emit=ir|plan|cuda|ptx",
@@ -432,11 +389,11 @@ void print_help(void) {
     for (size_t i = 0; i < sizeof usage_lines / sizeof usage_lines[0]; i++) printf("  %s\n", usage_lines[i]);
     printf("\n%s\nOptions:\n", description);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        const flag_help *h = help_of(flags[i].name);
+        const flag *f = &flags[i];
         char left[64];
-        snprintf(left, sizeof left, "%s%s%s%s%s", flags[i].alias ? flags[i].alias : "", flags[i].alias ? ", " : "",
-                 flags[i].name, h && h->value ? " " : "", h && h->value ? h->value : "");
-        const char *text = h ? h->text : "(undocumented)";
+        snprintf(left, sizeof left, "%s%s%s%s%s", f->alias ? f->alias : "", f->alias ? ", " : "", f->name,
+                 f->value ? " " : "", f->value ? f->value : "");
+        const char *text = f->help;
         /* One line when it fits in 80 columns, else the text under the flag. */
         if (strlen(left) <= 22 && 25 + strlen(text) <= 80) printf("  %-22s %s\n", left, text);
         else printf("  %s\n      %s\n", left, text);
@@ -469,23 +426,23 @@ void print_man(const char *env_text) {
     man_text(description);
     fputs(".SH OPTIONS\n", stdout);
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
-        const flag_help *h = help_of(flags[i].name);
+        const flag *f = &flags[i];
         fputs(".TP\n", stdout);
-        if (flags[i].alias) {
+        if (f->alias) {
             fputs("\\fB", stdout);
-            man_text(flags[i].alias);
+            man_text(f->alias);
             fputs("\\fR, ", stdout);
         }
         fputs("\\fB", stdout);
-        man_text(flags[i].name);
+        man_text(f->name);
         fputs("\\fR", stdout);
-        if (h && h->value) {
+        if (f->value) {
             fputs(" \\fI", stdout);
-            man_text(h->value);
+            man_text(f->value);
             fputs("\\fR", stdout);
         }
         putchar('\n');
-        man_text(h ? h->text : "(undocumented)");
+        man_text(f->help);
         putchar('\n');
     }
     fputs(".SH EXIT STATUS\n", stdout);

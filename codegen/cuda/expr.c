@@ -581,18 +581,12 @@ static const char *emit_view(kctx *k, const fc_node *n, const fc_value *v, const
     case FC_OP_SLICE:
     case FC_OP_SPLIT: {
         int ax = (int)(a->axis < 0 ? a->axis + x->rank : a->axis);
-        int64_t start = 0, step = 1;
         if (fc_dim_is_sym(x->dims[ax])) {
             fc_cg_fail(k, "codegen: slice or split of a symbolic dimension");
             return "0";
         }
-        if (n->op == FC_OP_SLICE) {
-            int64_t dim = x->dims[ax];
-            start = a->start < 0 ? (a->start + dim < 0 ? 0 : a->start + dim) : (a->start > dim ? dim : a->start);
-            step = a->step;
-        } else {
-            for (int i = 0; i < v->def_index; i++) start += n->out[i]->dims[ax];
-        }
+        int64_t step;
+        const int64_t start = fc_view_start(v, ax, &step);
         for (int d = 0; d < x->rank; d++) memcpy(in_c[d], c[d], 24);
         snprintf(name, sizeof name, "c%d", k->tmp++);
         fc_strbuf_printf(k->s, "      i64 %s = %lldll + %s * %lldll;\n", name, (long long)start, c[ax], (long long)step);

@@ -421,14 +421,8 @@ static LLVMValueRef emit_view(kern *k, const fc_node *n, const fc_value *v, LLVM
     case FC_OP_SLICE:
     case FC_OP_SPLIT: {
         int ax = norm_axis(a->axis, x->rank);
-        int64_t start = 0, step = 1;
-        if (n->op == FC_OP_SLICE) {
-            int64_t dim = x->dims[ax];
-            start = a->start < 0 ? (a->start + dim < 0 ? 0 : a->start + dim) : (a->start > dim ? dim : a->start);
-            step = a->step;
-        } else {
-            for (int i = 0; i < v->def_index; i++) start += n->out[i]->dims[ax];
-        }
+        int64_t step;
+        const int64_t start = fc_view_start(v, ax, &step);
         memcpy(in_c, c, sizeof(LLVMValueRef) * (size_t)x->rank);
         in_c[ax] = iadd(k, ic(k, start), imul(k, c[ax], step));
         break;

@@ -182,13 +182,7 @@ static void index_put(fc_cublaslt *h, int at) {
 }
 
 static lt_entry *add_entry(fc_cublaslt *h, fc_context *ctx, const fc_cublaslt_key *key) {
-    if (h->nentries == h->cap_entries) {
-        int cap = h->cap_entries ? 2 * h->cap_entries : 8;
-        lt_entry **e = fc_ctx_realloc(ctx, h->entries, sizeof *e * (size_t)cap);
-        if (!e) return NULL;
-        h->entries = e;
-        h->cap_entries = cap;
-    }
+    if (!fc_ctx_grow(ctx, (void **)&h->entries, &h->cap_entries, h->nentries + 1, sizeof *h->entries)) return NULL;
     /* At most half full: rebuilt at twice the size when it would not be. */
     if ((size_t)(h->nentries + 1) * 2 > h->index_cap) {
         size_t cap = h->index_cap ? h->index_cap * 2 : 16;
@@ -618,24 +612,13 @@ static lt_family *find_family(fc_cublaslt *h, const fc_cublaslt_key *key) {
 static void family_add(fc_cublaslt *h, const lt_entry *e) {
     lt_family *f = find_family(h, &e->key);
     if (!f) {
-        if (h->nfamilies == h->cap_families) {
-            int cap = h->cap_families ? 2 * h->cap_families : 8;
-            lt_family *n = fc_ctx_realloc(h->ctx, h->families, sizeof *n * (size_t)cap);
-            if (!n) return;
-            h->families = n;
-            h->cap_families = cap;
-        }
+        if (!fc_ctx_grow(h->ctx, (void **)&h->families, &h->cap_families, h->nfamilies + 1, sizeof *h->families))
+            return;
         f = &h->families[h->nfamilies++];
         memset(f, 0, sizeof *f);
         family_key(&e->key, &f->key);
     }
-    if (f->npicks == f->cap_picks) {
-        int cap = f->cap_picks ? 2 * f->cap_picks : 8;
-        lt_pick *n = fc_ctx_realloc(h->ctx, f->picks, sizeof *n * (size_t)cap);
-        if (!n) return;
-        f->picks = n;
-        f->cap_picks = cap;
-    }
+    if (!fc_ctx_grow(h->ctx, (void **)&f->picks, &f->cap_picks, f->npicks + 1, sizeof *f->picks)) return;
     f->picks[f->npicks++] = (lt_pick){e->key.m, e->key.n, e->key.k, e->algo};
 }
 

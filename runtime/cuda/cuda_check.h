@@ -68,6 +68,11 @@ fc_status fc_nvrtc_fail(fc_context *ctx, fc_nvrtc_unit *unit, nvrtcResult r, con
             return fc_nvrtc_fail((ctx), (unit), fc_nvrtc_r_, #call, __FILE__, __LINE__); \
     } while (0)
 
+/* Create unit->prog from unit->source and compile it with the NVRTC
+ * options opt[0 .. nopt). The caller destroys unit->prog whatever this
+ * returns (a failing check already has, and set it NULL). */
+fc_status fc_nvrtc_unit_compile(fc_context *ctx, fc_nvrtc_unit *unit, int nopt, const char *const *opt);
+
 /* --- cuBLASLt --------------------------------------------------------- */
 
 /* Record a failed cuBLASLt call (status is a cublasStatus_t, passed as an

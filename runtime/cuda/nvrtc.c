@@ -269,20 +269,25 @@ static fc_status get_cubin(fc_context *ctx, fc_nvrtc_unit *unit, uint8_t *data) 
     return FC_OK;
 }
 
-/* Each FC_NVRTC_CHECK destroys the program when it fails; the caller
- * destroys it when this returns (success or not). */
-static fc_status compile(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrtc_options *opts, fc_bytes *out) {
+fc_status fc_nvrtc_unit_compile(fc_context *ctx, fc_nvrtc_unit *unit, int nopt, const char *const *opt) {
     nvrtcProgram prog = NULL;
     FC_NVRTC_CHECK(ctx, unit, nvrtcCreateProgram(&prog, unit->source, unit->name, 0, NULL, NULL));
     unit->prog = prog;
-    FC_NVRTC_CHECK(ctx, unit, nvrtcCompileProgram(unit->prog, opts->count, opts->opt));
+    FC_NVRTC_CHECK(ctx, unit, nvrtcCompileProgram(unit->prog, nopt, opt));
+    return FC_OK;
+}
 
+/* Each FC_NVRTC_CHECK destroys the program when it fails; the caller
+ * destroys it when this returns (success or not). */
+static fc_status compile(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrtc_options *opts, fc_bytes *out) {
+    fc_status st = fc_nvrtc_unit_compile(ctx, unit, opts->count, opts->opt);
+    if (st != FC_OK) return st;
     size_t size = 0;
     FC_NVRTC_CHECK(ctx, unit, nvrtcGetCUBINSize(unit->prog, &size));
     if (size == 0) return fc_set_error(ctx, FC_ERR_RUNTIME, "NVRTC made an empty cubin for %s", unit->name);
     uint8_t *data = fc_ctx_malloc(ctx, size);
     if (!data) return FC_ERR_NOMEM;
-    fc_status st = get_cubin(ctx, unit, data);
+    st = get_cubin(ctx, unit, data);
     if (st != FC_OK) {
         fc_free(data);
         return st;

@@ -248,29 +248,10 @@ const char *fc_build_identity(void) {
 /* Most kernel parameters of one launch (the codegen makes a few). */
 #define MAX_LAUNCH_ARGS 4096
 
-typedef struct wbuf {
-    fc_context *ctx;
-    uint8_t *p;
-    size_t len, cap;
-    bool oom;
-} wbuf;
+/* The serialized bytes (an fc_strbuf holds bytes as well as text). */
+typedef fc_strbuf wbuf;
 
-static void w_bytes(wbuf *w, const void *data, size_t n) {
-    if (w->oom) return;
-    if (w->len + n > w->cap) {
-        size_t cap = w->cap ? w->cap : 4096;
-        while (cap < w->len + n) cap *= 2;
-        uint8_t *q = fc_ctx_realloc(w->ctx, w->p, cap);
-        if (!q) {
-            w->oom = true;
-            return;
-        }
-        w->p = q;
-        w->cap = cap;
-    }
-    if (n) memcpy(w->p + w->len, data, n);
-    w->len += n;
-}
+static void w_bytes(wbuf *w, const void *data, size_t n) { fc_strbuf_put(w, data, n); }
 
 static void w_le(wbuf *w, uint64_t v, int nbytes) {
     uint8_t b[8];
@@ -416,10 +397,10 @@ fc_status fc_program_desc_encode(fc_context *ctx, const fc_program_desc *d, fc_b
         w_bytes(&w, d->src.kernels[k].key, sizeof d->src.kernels[k].key);
     }
     if (w.oom) {
-        fc_ctx_freemem(ctx, w.p);
+        fc_ctx_freemem(ctx, w.buf);
         return FC_ERR_NOMEM;
     }
-    out->data = w.p;
+    out->data = (uint8_t *)w.buf;
     out->size = w.len;
     return FC_OK;
 }

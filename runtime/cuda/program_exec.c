@@ -287,15 +287,13 @@ static fc_status get_ptx(fc_context *ctx, fc_nvrtc_unit *unit, char *buf) {
 /* Compile unit->source again and take the PTX; the caller destroys
  * unit->prog (each failing check already has). */
 static fc_status compile_ptx(fc_context *ctx, fc_nvrtc_unit *unit, const fc_nvrtc_options *opts, char **out) {
-    nvrtcProgram prog = NULL;
-    FC_NVRTC_CHECK(ctx, unit, nvrtcCreateProgram(&prog, unit->source, unit->name, 0, NULL, NULL));
-    unit->prog = prog;
-    FC_NVRTC_CHECK(ctx, unit, nvrtcCompileProgram(unit->prog, opts->count, opts->opt));
+    fc_status st = fc_nvrtc_unit_compile(ctx, unit, opts->count, opts->opt);
+    if (st != FC_OK) return st;
     size_t size = 0;
     FC_NVRTC_CHECK(ctx, unit, nvrtcGetPTXSize(unit->prog, &size));
     char *buf = fc_ctx_malloc(ctx, size + 1);
     if (!buf) return FC_ERR_NOMEM;
-    fc_status st = get_ptx(ctx, unit, buf);
+    st = get_ptx(ctx, unit, buf);
     if (st != FC_OK) {
         fc_ctx_freemem(ctx, buf);
         return st;

@@ -34,6 +34,16 @@ static fc_status bcast_batch(interp *ip, int nops, const int *brank, const int64
     return FC_OK;
 }
 
+/* bcast_batch of a matmul's two operands, whose batch dims are the first
+ * arank of a's and the first brank of b's. */
+static fc_status bcast_pair(interp *ip, const ibuf *a, int arank, const ibuf *b, int brank, int *nb, int64_t *bshape,
+                            int64_t (*strides)[FC_MAX_RANK])
+{
+    const int ranks[2] = {arank, brank};
+    const int64_t *bdims[2] = {a->shape, b->shape};
+    return bcast_batch(ip, 2, ranks, bdims, nb, bshape, strides);
+}
+
 /*
  * PyTorch matmul: a rank-1 left operand is [1, K] and a rank-1 right
  * operand [K, 1], and the added dim is dropped from the result; batch dims
@@ -50,11 +60,10 @@ fc_status fc_ref_run_matmul(interp *ip)
         return fc_ref_err(ip, FC_ERR_INPUT, "inner dimensions differ at run time (%lld vs %lld)", (long long)K,
                           (long long)Kb);
 
-    int brank[2] = {a->rank > 2 ? a->rank - 2 : 0, b->rank > 2 ? b->rank - 2 : 0};
-    const int64_t *bdims[2] = {a->shape, b->shape};
     int64_t bshape[FC_MAX_RANK], bstride[2][FC_MAX_RANK];
     int nb;
-    fc_status st = bcast_batch(ip, 2, brank, bdims, &nb, bshape, bstride);
+    fc_status st =
+        bcast_pair(ip, a, a->rank > 2 ? a->rank - 2 : 0, b, b->rank > 2 ? b->rank - 2 : 0, &nb, bshape, bstride);
     if (st != FC_OK)
         return st;
 
@@ -235,11 +244,9 @@ fc_status fc_ref_run_gemm(interp *ip)
         if (w->rank < 2 || w->shape[w->rank - (tb ? 1 : 2)] != K)
             return fc_ref_err(ip, FC_ERR_INPUT, "right operand %d does not match K = %lld at run time", i,
                               (long long)K);
-        int brank[2] = {a->rank - 2, w->rank - 2};
-        const int64_t *bdims[2] = {a->shape, w->shape};
         int64_t bs[FC_MAX_RANK], bstride[2][FC_MAX_RANK];
         int nbi;
-        fc_status st = bcast_batch(ip, 2, brank, bdims, &nbi, bs, bstride);
+        fc_status st = bcast_pair(ip, a, a->rank - 2, w, w->rank - 2, &nbi, bs, bstride);
         if (st != FC_OK)
             return st;
         if (i > 0 && (nbi != nb || memcmp(bs, bshape, sizeof(int64_t) * (size_t)nb)))
@@ -262,11 +269,9 @@ fc_status fc_ref_run_gemm(interp *ip)
     for (int i = 0; i < nw; i++) {
         const ibuf *w = operand(ip, 1 + i);
         int64_t N = w->shape[w->rank - (tb ? 2 : 1)];
-        int brank[2] = {a->rank - 2, w->rank - 2};
-        const int64_t *bdims[2] = {a->shape, w->shape};
         int64_t bs[FC_MAX_RANK], bstride[2][FC_MAX_RANK];
         int nbi;
-        st = bcast_batch(ip, 2, brank, bdims, &nbi, bs, bstride);
+        st = bcast_pair(ip, a, a->rank - 2, w, w->rank - 2, &nbi, bs, bstride);
         if (st != FC_OK)
             return st;
         for (int64_t t = 0; t < nbatch; t++) {
