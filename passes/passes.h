@@ -43,6 +43,10 @@ fc_status fc_pass_lower_conv(fc_graph *g);
 /* Permutes moved through elementwise ops so that consecutive channels-last
  * regions meet and their permutes cancel (passes/layout.c). */
 fc_status fc_pass_layout(fc_graph *g);
+/* y = add(add(x, o), m) of 16-bit floats, o and m GEMM products, becomes
+ * add(x, add(o, m)): the GEMM's residual is the branch o, not the stream's
+ * rounded sum (passes/residual.c; fast numerics only). */
+fc_status fc_pass_residual(fc_graph *g);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */
