@@ -3,7 +3,7 @@
  *
  * Pipeline (passes/pipeline.c is this list):
  *   verify -> canonicalize -> [lower attention] -> decompose -> canonicalize
- *   -> attention -> epilogue -> verify -> fuse (vertical, horizontal,
+ *   -> attention -> residual -> epilogue -> verify -> fuse (vertical, horizontal,
  *   schedule) -> batch -> memory plan
  *
  * Files: fuse.c (groups), schedule.c (launch order, batching), memplan.c,
