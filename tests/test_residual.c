@@ -10,7 +10,8 @@
  *  2. The CPU backend on the block with model-like inputs (B = 1, T =
  *     128): the relative L2 error against float64 is below rounding every
  *     value's and clearly below the error of storing x1 in bf16 (the same
- *     block run as two programs, x1 between them).
+ *     block run as two programs, x1 between them). With x1 returned as
+ *     well, it is written and both results pass fc_check_outputs.
  */
 #include "check.h"
 #include "ir.h"
@@ -172,14 +173,14 @@ static void make_inputs(const fc_graph *g, fc_tensor *in) {
     }
 }
 
-/* The block's text on the CPU backend (fast numerics): its one output. */
-static fc_status run_cpu(fc_context *ctx, const char *text, const fc_tensor *in, int nin, fc_tensor *out) {
+/* The block's text on the CPU backend (fast numerics): its nout outputs. */
+static fc_status run_cpu(fc_context *ctx, const char *text, const fc_tensor *in, int nin, fc_tensor *out, int nout) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.device = FC_DEVICE_CPU;
     fc_graph *g = parse(ctx, text);
     fc_program *p = g ? compile_checked(g, &o) : NULL;
-    fc_status st = p ? fc_program_run_host(p, in, nin, out, 1, NULL, 0) : FC_ERR_INPUT;
+    fc_status st = p ? fc_program_run_host(p, in, nin, out, nout, NULL, 0) : FC_ERR_INPUT;
     fc_program_free(p);
     fc_graph_free(g);
     return st;
@@ -229,7 +230,7 @@ static void test_cpu_numerics(fc_context *ctx, const char *text) {
 
     /* fusec, one program. */
     fc_tensor now = {0};
-    CHECK_EQ_INT(run_cpu(ctx, text, in, nin, &now), FC_OK);
+    CHECK_EQ_INT(run_cpu(ctx, text, in, nin, &now, 1), FC_OK);
     /* x1 stored in bf16 between two programs: the block's first half
      * returns x1, the second reads it where the block reads x1. */
     char *first = replace(text, "return %y", "return %x1");
@@ -237,9 +238,9 @@ static void test_cpu_numerics(fc_context *ctx, const char *text) {
     char *t2 = replace(t1, "layernorm(%x1,", "layernorm(%x1s,");
     char *second = replace(t2, "add(%x1, %m)", "add(%x1s, %m)");
     fc_tensor x1 = {0}, before = {0};
-    CHECK_EQ_INT(run_cpu(ctx, first, in, nin, &x1), FC_OK);
+    CHECK_EQ_INT(run_cpu(ctx, first, in, nin, &x1, 1), FC_OK);
     in[nin] = x1;
-    CHECK_EQ_INT(run_cpu(ctx, second, in, nin + 1, &before), FC_OK);
+    CHECK_EQ_INT(run_cpu(ctx, second, in, nin + 1, &before, 1), FC_OK);
     if (now.data && before.data && exact.data && faithful.data) {
         double e_now = rel_l2(&now, &exact), e_before = rel_l2(&before, &exact);
         double e_faithful = rel_l2_ref(&faithful, &exact);
@@ -248,6 +249,23 @@ static void test_cpu_numerics(fc_context *ctx, const char *text) {
         CHECK(e_now < e_faithful);
         CHECK(e_now < 0.85 * e_before);
     }
+    /* x1 a graph result too: still written (by the layernorm's kernel,
+     * which computes it), both results within the contract, y as without. */
+    char *both = replace(text, "return %y", "return %y, %x1");
+    fc_tensor outs[2] = {{0}, {0}};
+    CHECK_EQ_INT(run_cpu(ctx, both, in, nin, outs, 2), FC_OK);
+    fc_graph *gb = parse(ctx, both);
+    fc_output_diff diffs[2];
+    if (gb && outs[0].data && outs[1].data) {
+        fc_status cs = fc_check_outputs(gb, in, nin, outs, 2, diffs);
+        if (cs) fprintf(stderr, "x1 returned: %s\n", fc_last_error(ctx));
+        CHECK_EQ_INT(cs, FC_OK);
+        CHECK(rel_l2(&outs[0], &exact) == rel_l2(&now, &exact)); /* y as before */
+    }
+    fc_graph_free(gb);
+    fc_tensor_release(&outs[0]);
+    fc_tensor_release(&outs[1]);
+    free(both);
     free(first);
     free(t1);
     free(t2);
