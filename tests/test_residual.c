@@ -137,6 +137,10 @@ static void test_cuda_compiles(fc_context *ctx, const char *text) {
     CHECK_EQ_INT(st, FC_OK);
     char *src = p ? fc_program_cuda_source(p) : NULL;
     CHECK(src != NULL);
+    /* The second layernorm's kernel adds x and o (in f32) before its sums;
+     * the kernel after the last GEMM adds x. */
+    CHECK(src && strstr(src, "// group 4: reduce: add,cast,reduce_sum,") != NULL);
+    CHECK(src && strstr(src, "// group 7: pointwise: add\n") != NULL);
     fc_free(src);
     fc_program_free(p);
     fc_graph_free(g);
