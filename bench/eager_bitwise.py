@@ -14,7 +14,7 @@ with their inputs. It exits 1 when an op documented as exact differs.
 
   python3 bench/eager_bitwise.py [--fusec build/fusec] [--rows 1024] [--cols 4096]
 
-Needs torch with CUDA and build/fusec built with CUDA (bench/eager_bitwise.sh).
+Needs torch with CUDA and build/fusec built with CUDA (bench/numerics_gpu.sh runs it).
 """
 
 import argparse

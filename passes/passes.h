@@ -3,7 +3,7 @@
  *
  * Pipeline (passes/pipeline.c is this list):
  *   verify -> canonicalize -> [lower attention] -> decompose -> canonicalize
- *   -> attention -> epilogue -> verify -> fuse (vertical, horizontal,
+ *   -> attention -> residual -> epilogue -> verify -> fuse (vertical, horizontal,
  *   schedule) -> batch -> memory plan
  *
  * Files: fuse.c (groups), schedule.c (launch order, batching), memplan.c,
@@ -47,6 +47,10 @@ fc_status fc_pass_lower_conv_library(fc_graph *g);
 /* Permutes moved through elementwise ops so that consecutive channels-last
  * regions meet and their permutes cancel (passes/layout.c). */
 fc_status fc_pass_layout(fc_graph *g);
+/* y = add(add(x, o), m) of 16-bit floats, o and m GEMM products, becomes
+ * add(x, add(o, m)): the GEMM's residual is the branch o, not the stream's
+ * rounded sum (passes/residual.c; fast numerics only). */
+fc_status fc_pass_residual(fc_graph *g);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling
  * matmuls sharing a left operand become one gemm (docs/GEMM.md). */

@@ -27,6 +27,9 @@
  *     wrote (softmax(scale * Q K^T) V); the dynamic variant lowers
  *     attention ops instead, before decompose, since the flash kernel needs
  *     static shapes;
+ *   - residual (fast numerics) re-associates a 16-bit residual sum that a
+ *     GEMM would add again, so that epilogue folds the branch, not the
+ *     rounded stream, as that GEMM's residual;
  *   - epilogue folds a matmul's tail into a gemm node before fusion, so the
  *     tail never becomes a kernel of its own;
  *   - pad pads the gemm nodes epilogue made (bias, activation and fused
@@ -76,6 +79,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (o && ((st = fc_pass_autocast(g, o->precision)) || (st = after(g, o, "autocast")))) return st;
     if ((st = fc_pass_canonicalize(g)) || (st = after(g, o, "canonicalize"))) return st;
     if (!dynamic && ((st = fc_pass_attention(g)) || (st = after(g, o, "attention")))) return st;
+    if (!eager && ((st = fc_pass_residual(g)) || (st = after(g, o, "residual")))) return st;
     if ((st = fc_pass_epilogue(g)) || (st = after(g, o, "epilogue"))) return st;
     if (!dynamic && ((st = fc_pass_pad(g)) || (st = after(g, o, "pad")))) return st;
     if ((st = fc_pass_concat_tree(g)) || (st = after(g, o, "concat_tree"))) return st;

@@ -120,6 +120,7 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "recognize_gelu")) st = fc_pass_recognize_gelu(g);
         else if (!strcmp(p, "recognize_norm")) st = fc_pass_recognize_norm(g);
         else if (!strcmp(p, "pad")) st = fc_pass_pad(g);
+        else if (!strcmp(p, "residual")) st = fc_pass_residual(g);
         else if (!strcmp(p, "fold_batch_norm")) st = fc_pass_fold_batch_norm(g);
         else if (!strcmp(p, "lower_conv")) st = fc_pass_lower_conv(g);
         else if (!strcmp(p, "lower_conv_library")) st = fc_pass_lower_conv_library(g);
