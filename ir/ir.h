@@ -105,6 +105,7 @@ typedef struct fc_attrs {
     int64_t start, end, step;
     int64_t groups, mode, coord; /* conv/conv_transpose; pad and resize (ops.def) */
     bool ceil, count_pad;        /* max_pool, avg_pool */
+    int64_t ranks;               /* the collectives: the group's size */
 } fc_attrs;
 
 /* One parsed entry of an op's attribute signature. */
@@ -173,6 +174,9 @@ struct fc_value {
     /* A parameter declared `inout` (docs/DECODE.md): the graph writes it in
      * place through its one use, an update_slice whose result aliases it. */
     bool inout;
+    /* A parameter of a sharded graph (passes/shard.c): the axis it is split
+     * along over the ranks, plus one; 0 when every rank takes it whole. */
+    int shard_axis1;
     bool weak;       /* a weak scalar operand (bare number) */
     bool weak_int;   /* ...written as an integer */
     double scalar;   /* ...its value */
@@ -347,6 +351,9 @@ static inline bool fc_value_is_static(const fc_value *v) {
 bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out);
 /* Symbol by name: a bound value, an existing symbol or a new one. */
 fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len);
+/* A dim of g as a dim of c, a graph rebuilt from g (ir/clone.c): symbols
+ * are looked up by name in c, where a binding makes them static. */
+fc_dim fc_dim_map(fc_graph *g, fc_graph *c, fc_dim d);
 
 /* Product of static dims; *symbolic set if any dim is symbolic. Returns
  * false on overflow of int64. */
@@ -403,6 +410,10 @@ int fc_matmul_operand_dims(const fc_value *v, bool left, fc_dim *dims);
  * result's type into *dt, *rank, dims; false with the graph poisoned. */
 bool fc_infer_decode(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
                      fc_dim *dims);
+/* Inference of all_reduce, all_gather and reduce_scatter
+ * (ir/build_collective.c), as fc_infer_decode. */
+bool fc_infer_collective(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
+                         fc_dim *dims);
 /* The verifier's rules for inout parameters (ir/build_decode.c): each one's
  * only use is as the destination of one update_slice. */
 fc_status fc_verify_inout(fc_graph *g);

@@ -109,6 +109,7 @@ void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double 
     else if (!strcmp(name, "coord")) *i = &a->coord;
     else if (!strcmp(name, "ceil")) *b = &a->ceil;
     else if (!strcmp(name, "count_pad")) *b = &a->count_pad;
+    else if (!strcmp(name, "ranks")) *i = &a->ranks;
     /* axes, perm, shape, sizes, window, pads: the list, which has no scalar field */
 }
 
