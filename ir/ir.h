@@ -75,6 +75,8 @@ bool fc_op_is_elementwise(fc_op op);
 /* reshape, permute, expand, slice, concat, split, gather, iota, full: each
  * result element is an operand element (or a constant) found by index. */
 bool fc_op_is_view(fc_op op);
+/* all_reduce, all_gather, reduce_scatter (docs/PARALLEL.md). */
+bool fc_op_is_collective(fc_op op);
 /* The op's cost class and code weight (ops.def says what each answers). */
 fc_op_cost fc_op_cost_of(fc_op op);
 int fc_op_weight(fc_op op);

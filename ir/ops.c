@@ -34,6 +34,10 @@ bool fc_op_is_view(fc_op op) {
     }
 }
 
+bool fc_op_is_collective(fc_op op) {
+    return op == FC_OP_ALL_REDUCE || op == FC_OP_ALL_GATHER || op == FC_OP_REDUCE_SCATTER;
+}
+
 fc_op_cost fc_op_cost_of(fc_op op) { return fc_op_table[op].cost; }
 int fc_op_weight(fc_op op) { return fc_op_table[op].weight; }
 

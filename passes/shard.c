@@ -103,6 +103,32 @@ static fc_value *collective(shard *s, fc_op op, fc_value *x, int axis) {
     return n ? n->out[0] : NULL;
 }
 
+static fc_value *permute(shard *s, fc_value *x, const int64_t *perm) {
+    fc_attrs a;
+    fc_attrs_defaults(FC_OP_PERMUTE, &a);
+    a.list = (int64_t *)perm;
+    a.nlist = x ? x->rank : 0;
+    fc_node *n = x ? fc_build(s->out, FC_OP_PERMUTE, &x, 1, &a) : NULL;
+    return n ? n->out[0] : NULL;
+}
+
+/* The whole of x (source value v's part, split along axis). The ranks'
+ * parts follow one another along the outermost axis only (NCCL's
+ * all_gather, and the memory of every collective library), so a split
+ * with rows before it is gathered with the axis moved to the front and
+ * back: the logits of a column-parallel LM head, [B, T, V/t]. */
+static fc_value *gather(shard *s, const fc_value *v, fc_value *x, int axis) {
+    bool rows = false;
+    for (int d = 0; d < axis; d++) rows |= v->dims[d] != 1;
+    if (!rows) return collective(s, FC_OP_ALL_GATHER, x, axis);
+    int64_t to[FC_MAX_RANK], back[FC_MAX_RANK];
+    to[0] = axis;
+    for (int d = 0, k = 1; d < v->rank; d++)
+        if (d != axis) to[k++] = d;
+    for (int d = 0; d < v->rank; d++) back[to[d]] = d;
+    return permute(s, collective(s, FC_OP_ALL_GATHER, permute(s, x, to), 0), back);
+}
+
 /*
  * Source value v in state `want`: true, and (when building) *out its new
  * value; false when no collective can make it so (a whole value cannot be
@@ -129,7 +155,7 @@ static bool get(shard *s, fc_value *v, state want, fc_value **out) {
         if (!building(s)) return true;
         if (!s->rep[v->id])
             s->rep[v->id] = x.k == PARTIAL ? collective(s, FC_OP_ALL_REDUCE, s->nv[v->id], 0)
-                                           : collective(s, FC_OP_ALL_GATHER, s->nv[v->id], x.axis);
+                                           : gather(s, v, s->nv[v->id], x.axis);
         *out = s->rep[v->id];
         return *out != NULL;
     }
@@ -469,7 +495,7 @@ fc_status fc_pass_shard(fc_graph *g, int degree, fc_graph **out) {
     if (!s.st || !s.nv || !s.rep) st = fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory");
     for (int i = 0; st == FC_OK && i < g->nparams; i++) {
         fc_value *p = g->params[i];
-        s.st[p->id] = (state){.k = degree > 1 ? UNDEC : REP, .param = p->id};
+        s.st[p->id] = (state){.k = UNDEC, .param = p->id};
         for (int d = 0; d < FC_MAX_RANK; d++) s.st[p->id].perm[d] = (signed char)d;
     }
     if (st == FC_OK) st = walk(&s);

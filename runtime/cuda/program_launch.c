@@ -1,5 +1,6 @@
 /* program_launch.c - queueing a run: launch by launch, or a CUDA Graph replayed (per program, or one for every shape of a variant of frame kernels), then the result copies. */
 #include "runtime/cuda/program_impl.h"
+#include "runtime/collective.h"
 #include "runtime/cuda/cupti.h"
 #include "runtime/nvtx.h"
 
@@ -9,8 +10,10 @@ static fc_replay_env env_of(const fc_program *p) {
     const fc_prog_instance *in = fc_prog_instance_of(p);
     const fc_frame *f = in ? in->variant->frame : NULL;
     fc_replay_env e = {p->dev,   p->ctx,  &p->d,         p->func,         p->arena,           p->blas,
-                       p->blas_ws, in ? in->syms : NULL, in ? in->nsyms : 0, fc_frame_device(f), fc_frame_image(f), -1};
+                       p->blas_ws, in ? in->syms : NULL, in ? in->nsyms : 0, fc_frame_device(f), fc_frame_image(f), -1,
+                       NULL, 0};
     if (e.frame_image) e.frame_carrier = in->variant->frame_carrier;
+    if (p->opts.tp) e.nccl = p->opts.tp->dev, e.tp_rank = p->opts.tp_rank;
     return e;
 }
 
@@ -56,9 +59,7 @@ static fc_status launch_one(fc_program *p, const fc_replay_env *e, int i, void *
     int nparams;
     fc_status st = fc_launch_args(e, i, inputs, outputs, &p->args, &nparams);
     if (st != FC_OK) return st;
-    if (l->kind == FC_LAUNCH_LIBRARY)
-        return fc_cublaslt_launch(p->blas, p->ctx, &p->d.gemm[i], p->args.val, l->nargs, p->blas_ws,
-                                  FC_CUBLASLT_WORKSPACE_BYTES, s);
+    if (l->kind == FC_LAUNCH_LIBRARY) return fc_library_launch(e, i, p->args.val, l->nargs, s);
     fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
                               {l->block[0], l->block[1], l->block[2]},
                               l->smem,

@@ -1,6 +1,7 @@
 /* replay.c - CUDA Graph capture and replay with pointer patching (see
  * replay.h for the why, docs/RUNTIME-GRAPHS.md for the whole story). */
 #include "runtime/cuda/replay.h"
+#include "runtime/cuda/nccl.h"
 
 #include "ir/ir.h"
 
@@ -171,7 +172,16 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
     return cfg;
 }
 
-/* Launch i's cuBLASLt call, captured from the device's own stream into a
+fc_status fc_library_launch(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s) {
+    const fc_launch *l = &e->d->src.launches[i];
+    if (!fc_nccl_is_collective(l->name))
+        return fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, s);
+    FC_ASSERT(nargs == 2);
+    return fc_nccl_launch(e->ctx, e->nccl, e->tp_rank, l->name, argval[0], e->d->store[l->args[0]].bytes, argval[1],
+                          e->d->store[l->args[1]].bytes, s);
+}
+
+/* Launch i's cuBLASLt call (or collective), captured from the device's own stream into a
  * graph of its own (*child; free it with fc_cuda_graph_free). Fused
  * siblings' concatenated weights are brought up to date first, on the run's
  * stream s (before the graph that reads them is launched there), so that
@@ -179,12 +189,13 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
 static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s,
                               CUgraph *child) {
     *child = NULL;
-    fc_status st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
+    fc_status st = fc_nccl_is_collective(e->d->src.launches[i].name)
+                       ? FC_OK
+                       : fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
     if (st != FC_OK) return st;
     st = fc_cuda_capture_begin(e->dev, NULL);
     if (st != FC_OK) return st;
-    fc_status launch = fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws,
-                                          FC_CUBLASLT_WORKSPACE_BYTES, e->dev->stream);
+    fc_status launch = fc_library_launch(e, i, argval, nargs, e->dev->stream);
     /* End the capture whatever happened, so the stream is usable again. */
     st = fc_cuda_capture_end_graph(e->dev, NULL, child);
     if (launch != FC_OK) {

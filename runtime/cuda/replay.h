@@ -51,7 +51,15 @@ typedef struct fc_replay_env {
      * kernel's second parameter; NULL when the frame is copied. */
     const uint64_t *frame_image;
     int frame_carrier; /* the carrier's launch index (fc_cuda_src_frame_carrier), -1 for none */
+    /* The collectives' NCCL group (runtime/cuda/nccl.h) and this program's
+     * rank in it; NULL: the program has no group. */
+    const void *nccl;
+    int tp_rank;
 } fc_replay_env;
+
+/* Library launch i on stream s, its arguments' addresses argval[0..nargs):
+ * a GEMM through cuBLASLt, or a collective through NCCL. */
+fc_status fc_library_launch(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s);
 
 /* Where value id lives in this run: a caller's buffer (inputs, outputs)
  * or fusec's arena. */
