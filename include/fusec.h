@@ -1261,6 +1261,13 @@ const fc_tensor *fc_weights_find(const fc_weights *w, const char *name);
  */
 fc_status fc_weights_bind(const fc_weights *w, fc_graph *g, fc_tensor *inputs, int nin, bool *bound, bool exact,
                           int first_free);
+/* Rank `rank`'s weights for a graph sharded at `degree` (fc_graph_shard;
+ * docs/PARALLEL.md): each tensor of w that names a cut parameter of
+ * `sharded`, cut (fc_tensor_shard); every other tensor whole. Copies, into
+ * a new set *out (fc_weights_free), which fc_weights_bind binds to
+ * `sharded`: the weights of one safetensors file or ONNX model, split at
+ * load time. */
+fc_status fc_weights_shard(const fc_weights *w, const fc_graph *sharded, int degree, int rank, fc_weights **out);
 
 #endif /* FC_API_IMPORT */
 

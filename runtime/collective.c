@@ -219,3 +219,35 @@ fc_status fc_tensor_shard(fc_context *ctx, const fc_tensor *full, int axis, int 
                (const char *)full->data + (size_t)(axis >= 0 ? o * degree + rank : o) * row, row);
     return FC_OK;
 }
+
+fc_status fc_weights_shard(const fc_weights *w, const fc_graph *sharded, int degree, int rank, fc_weights **out) {
+    if (!out) return FC_ERR_USAGE;
+    *out = NULL;
+    if (!w || !sharded) return FC_ERR_USAGE;
+    fc_context *ctx = fc_graph_context(sharded);
+    fc_weights *o = fc_weights_new();
+    if (!o) return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_weights_shard: no weight sets in this build, or out of memory");
+    fc_status st = FC_OK;
+    for (int i = 0; i < fc_weights_count(w) && st == FC_OK; i++) {
+        const char *name = fc_weights_name(w, i);
+        int axis = -1;
+        for (int k = 0; k < fc_graph_num_params(sharded); k++)
+            if (!strcmp(fc_value_name(fc_graph_param(sharded, k)), name)) axis = fc_graph_param_shard_axis(sharded, k);
+        if (axis < 0) {
+            st = fc_weights_add(o, name, fc_weights_tensor(w, i));
+            continue;
+        }
+        fc_tensor part;
+        st = fc_tensor_shard(ctx, fc_weights_tensor(w, i), axis, degree, rank, &part);
+        if (st == FC_OK) {
+            st = fc_weights_add(o, name, &part); /* a copy: weight sets own or map their tensors */
+            fc_tensor_release(&part);
+        }
+    }
+    if (st != FC_OK) {
+        fc_weights_free(o);
+        return st == FC_ERR_NOMEM ? fc_set_error(ctx, st, "out of memory") : st;
+    }
+    *out = o;
+    return FC_OK;
+}

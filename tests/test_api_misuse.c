@@ -653,6 +653,9 @@ static void test_tensor_parallel_misuse(void) {
     CHECK(fc_tp_group_create(ctx, FC_DEVICE_REF, 2, NULL) == FC_ERR_USAGE);
     CHECK(fc_tp_group_create(ctx, (fc_device)99, 2, &grp) == FC_ERR_USAGE && grp == NULL);
     CHECK(fc_tp_group_degree(NULL) == 0);
+    fc_weights *ws = (fc_weights *)1;
+    CHECK(fc_weights_shard(NULL, NULL, 2, 0, &ws) == FC_ERR_USAGE && ws == NULL);
+    CHECK(fc_weights_shard(NULL, NULL, 2, 0, NULL) == FC_ERR_USAGE);
     fc_tp_group_free(NULL);
     fc_graph *g = fc_graph_new(ctx, "tp");
     fc_dim dims[1] = {4};

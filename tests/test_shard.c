@@ -294,6 +294,30 @@ static void test_api_errors(void) {
     CHECK(fc_tensor_shard(ctx, &t, 1, 2, 1, &part) == FC_OK);
     CHECK(part.shape[1] == 3 && ((float *)part.data)[0] == 3 && ((float *)part.data)[3] == 9);
     fc_tensor_release(&part);
+    /* Weights cut at load time: a set named as the parameters, bound to
+     * the sharded graph. */
+    {
+        fc_graph *wg = fc_graph_new(ctx, "w");
+        fc_dim xd[2] = {2, 4}, wd[2] = {4, 6};
+        fc_value *xv = fc_param(wg, "x", FC_F32, 2, xd), *wv = fc_param(wg, "w", FC_F32, 2, wd);
+        fc_value *yv = fc_matmul(wg, xv, wv);
+        fc_graph_return(wg, 1, &yv);
+        fc_graph *ws = NULL;
+        CHECK(fc_graph_shard(wg, 2, &ws) == FC_OK);
+        fc_weights *w = fc_weights_new(), *w1 = NULL;
+        fc_tensor wt = {.dtype = FC_F32, .rank = 2, .shape = {4, 6}, .data = data};
+        if (w && ws) {
+            CHECK(fc_weights_add(w, "w", &wt) == FC_OK);
+            CHECK(fc_weights_shard(w, ws, 2, 1, &w1) == FC_OK);
+            fc_tensor bound[2] = {{0}};
+            CHECK(w1 && fc_weights_bind(w1, ws, bound, 2, NULL, false, 0) == FC_OK);
+            CHECK(bound[1].shape[1] == 3 && ((float *)bound[1].data)[0] == 3 && ((float *)bound[1].data)[3] == 9);
+        }
+        fc_weights_free(w1);
+        fc_weights_free(w);
+        fc_graph_free(ws);
+        fc_graph_free(wg);
+    }
     fc_graph *g2 = fc_graph_new(ctx, "e2");
     fc_graph *s2 = NULL;
     CHECK(fc_graph_shard(g2, 2, &s2) == FC_ERR_USAGE && !s2); /* no results */
