@@ -161,7 +161,8 @@ static int model(char **argv, int argc) {
     static fc_tensor full[MAX_PARAMS];
     int64_t vocab = 2;
     for (int i = 0; i < np; i++) /* the first gather table's rows: the embedding */
-        if (fc_value_rank(fc_graph_param(g, i)) == 2 && vocab == 2) vocab = fc_value_dim(fc_graph_param(g, i), 0);
+        if (fc_value_rank(fc_graph_param(g, i)) == 2 && vocab == 2 && fc_value_dtype(fc_graph_param(g, i)) != FC_I64)
+            vocab = fc_value_dim(fc_graph_param(g, i), 0);
     fill(g, full, pos, vocab);
     static job base[1], ranks[MAX_RANKS];
     fc_context *bc[1] = {NULL}, *rc[MAX_RANKS] = {NULL};
