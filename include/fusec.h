@@ -266,6 +266,16 @@ fc_value *fc_cache_attention(fc_graph *g, fc_value *q, fc_value *k, fc_value *v,
                              double scale);
 /* Whether v is an inout parameter. */
 bool fc_value_is_inout(const fc_value *v);
+
+/* Collectives over the `ranks` ranks of a tensor-parallel group
+ * (docs/PARALLEL.md): every rank runs the same graph on its own shard.
+ * all_reduce: the elementwise sum over the ranks; all_gather: the ranks'
+ * x concatenated along axis in rank order; reduce_scatter: this rank's
+ * slice of the sum along axis. A program with ranks > 1 needs a group
+ * (fc_compile_options.tp). */
+fc_value *fc_all_reduce(fc_graph *g, fc_value *x, int ranks);
+fc_value *fc_all_gather(fc_graph *g, fc_value *x, int axis, int ranks);
+fc_value *fc_reduce_scatter(fc_graph *g, fc_value *x, int axis, int ranks);
 /* Convolutional networks. Tensors are NCHW ([N, C, D1 .. Dn], n from 1 to
  * 3, static spatial dims), as in ONNX and PyTorch; fusec runs them
  * channels-last inside. A zero in fc_window means the default: stride 1,
@@ -560,10 +570,50 @@ typedef struct fc_compile_options {
     fc_specialize_mode specialize; /* dynamic programs: what a guard miss does */
     fc_precision precision;        /* FC_PRECISION_AS_WRITTEN by default */
     fc_numerics numerics; /* rounding inside kernels; FC_NUMERICS_FAST by default */
+    /* Tensor parallelism (docs/PARALLEL.md): the group whose rank `tp_rank`
+     * this program is, for the collectives of a sharded graph
+     * (fc_graph_shard). NULL (the default): no group, and a collective over
+     * more than one rank is an error. The group must be of the program's
+     * device and outlive the program. */
+    const struct fc_tp_group *tp;
+    int tp_rank;
 } fc_compile_options;
 
 /* Fill o with the defaults. */
 void fc_compile_options_default(fc_compile_options *o);
+
+/*
+ * Tensor parallelism (docs/PARALLEL.md), Megatron-style. fc_graph_shard
+ * makes the graph one rank of `degree` runs: the weights of matmul chains
+ * split column-parallel (QKV, up and gate projections: their output
+ * features) then row-parallel (attention output and down projections:
+ * their input features), attention heads and key/value heads split,
+ * key/value caches split by heads, an all_reduce after each row-parallel
+ * matmul and an all_gather where a split value meets an op that needs it
+ * whole. Every rank runs that one graph on its own shard of the
+ * parameters. The source graph is not modified; degree 1 is a copy.
+ */
+fc_status fc_graph_shard(fc_graph *g, int degree, fc_graph **out);
+/* The axis parameter i of a sharded graph is split along (each rank holds
+ * slice `rank` of `degree` equal slices), or -1: every rank takes it whole.
+ * -1 for a graph that is not sharded. */
+int fc_graph_param_shard_axis(const fc_graph *g, int i);
+/* Slice `rank` of `degree` equal slices of `full` along axis (axis -1: the
+ * whole tensor), copied into *out (release with fc_tensor_release): how a
+ * parameter's shard is cut at load time from the full weights. */
+fc_status fc_tensor_shard(fc_context *ctx, const fc_tensor *full, int axis, int degree, int rank, fc_tensor *out);
+
+/* A tensor-parallel group: `degree` ranks of one device kind in this
+ * process. CPU and ref: ranks are threads of the caller, the collectives
+ * an in-process sum. CUDA: GPU r of the visible GPUs is rank r, with one
+ * NCCL communicator each (ncclCommInitAll; NCCL loaded with dlopen), and
+ * each rank's program must run on its own host thread (NCCL's rule for
+ * communicators of one process). */
+typedef struct fc_tp_group fc_tp_group;
+fc_status fc_tp_group_create(fc_context *ctx, fc_device device, int degree, fc_tp_group **out);
+int fc_tp_group_degree(const fc_tp_group *grp);
+/* Free a group (after its programs). NULL is ignored. */
+void fc_tp_group_free(fc_tp_group *grp);
 
 /*
  * The graph passes of a compile (docs/PASSES.md), on a copy of g, with
@@ -1216,6 +1266,13 @@ const fc_tensor *fc_weights_find(const fc_weights *w, const char *name);
  */
 fc_status fc_weights_bind(const fc_weights *w, fc_graph *g, fc_tensor *inputs, int nin, bool *bound, bool exact,
                           int first_free);
+/* Rank `rank`'s weights for a graph sharded at `degree` (fc_graph_shard;
+ * docs/PARALLEL.md): each tensor of w that names a cut parameter of
+ * `sharded`, cut (fc_tensor_shard); every other tensor whole. Copies, into
+ * a new set *out (fc_weights_free), which fc_weights_bind binds to
+ * `sharded`: the weights of one safetensors file or ONNX model, split at
+ * load time. */
+fc_status fc_weights_shard(const fc_weights *w, const fc_graph *sharded, int degree, int rank, fc_weights **out);
 
 #endif /* FC_API_IMPORT */
 

@@ -750,6 +750,9 @@ static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_a
     case FC_OP_GATHER: return infer_gather(g, in[0], in[1], a, ts);
     case FC_OP_UPDATE_SLICE:
     case FC_OP_CACHE_ATTENTION: return fc_infer_decode(g, op, in, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;
+    case FC_OP_ALL_REDUCE:
+    case FC_OP_ALL_GATHER:
+    case FC_OP_REDUCE_SCATTER: return fc_infer_collective(g, op, in, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;
     case FC_OP_CONV: case FC_OP_CONV_TRANSPOSE: case FC_OP_MAX_POOL: case FC_OP_AVG_POOL:
     case FC_OP_GLOBAL_AVG_POOL: case FC_OP_BATCH_NORM: case FC_OP_PAD: case FC_OP_RESIZE: case FC_OP_CONV_CL:
         return fc_infer_window_op(g, op, in, nin, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;

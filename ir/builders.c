@@ -247,3 +247,20 @@ fc_value *fc_gather(fc_graph *g, fc_value *table, fc_value *idx, int axis) {
     fc_value *in[2] = {table, idx};
     return result(g, fc_build(g, FC_OP_GATHER, in, 2, &a));
 }
+
+/* The collectives (docs/PARALLEL.md): over a group of `ranks` ranks. */
+static fc_value *collective(fc_graph *g, fc_op op, fc_value *x, int axis, int ranks) {
+    if (!g) return NULL;
+    fc_attrs a = attrs_for(op);
+    a.axis = axis;
+    a.ranks = ranks;
+    return result(g, fc_build(g, op, &x, 1, &a));
+}
+
+fc_value *fc_all_reduce(fc_graph *g, fc_value *x, int ranks) { return collective(g, FC_OP_ALL_REDUCE, x, 0, ranks); }
+fc_value *fc_all_gather(fc_graph *g, fc_value *x, int axis, int ranks) {
+    return collective(g, FC_OP_ALL_GATHER, x, axis, ranks);
+}
+fc_value *fc_reduce_scatter(fc_graph *g, fc_value *x, int axis, int ranks) {
+    return collective(g, FC_OP_REDUCE_SCATTER, x, axis, ranks);
+}

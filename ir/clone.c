@@ -6,9 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A dim of g as a dim of the copy c: symbols are looked up by name in c,
- * where a binding makes them static. */
-static fc_dim map_dim(fc_graph *g, fc_graph *c, fc_dim d) {
+fc_dim fc_dim_map(fc_graph *g, fc_graph *c, fc_dim d) {
     if (!fc_dim_is_sym(d)) return d;
     const char *name = fc_sym_name(g, d);
     return fc_graph_sym(c, name, strlen(name));
@@ -53,7 +51,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
     for (int i = 0; i < g->nparams; i++) {
         fc_value *p = g->params[i];
         fc_dim dims[FC_MAX_RANK];
-        for (int d = 0; d < p->rank; d++) dims[d] = map_dim(g, c, p->dims[d]);
+        for (int d = 0; d < p->rank; d++) dims[d] = fc_dim_map(g, c, p->dims[d]);
         map[p->id] = fc_build_param(c, p->name, strlen(p->name), p->dtype, p->rank, dims);
         if (c->status) goto fail;
         map[p->id]->inout = p->inout;
@@ -82,7 +80,7 @@ static fc_graph *clone_bound(fc_graph *g, const fc_binding *binds, int nbinds) {
         fc_attrs a = n->a;
         int64_t list[64];
         if (fc_op_list_is_dims(n->op) && a.nlist > 0 && a.nlist <= 64) {
-            for (int k = 0; k < a.nlist; k++) list[k] = map_dim(g, c, a.list[k]);
+            for (int k = 0; k < a.nlist; k++) list[k] = fc_dim_map(g, c, a.list[k]);
             a.list = list;
         }
         fc_node *m = fc_build(c, n->op, ins, n->nin, &a);

@@ -75,6 +75,8 @@ bool fc_op_is_elementwise(fc_op op);
 /* reshape, permute, expand, slice, concat, split, gather, iota, full: each
  * result element is an operand element (or a constant) found by index. */
 bool fc_op_is_view(fc_op op);
+/* all_reduce, all_gather, reduce_scatter (docs/PARALLEL.md). */
+bool fc_op_is_collective(fc_op op);
 /* The op's cost class and code weight (ops.def says what each answers). */
 fc_op_cost fc_op_cost_of(fc_op op);
 int fc_op_weight(fc_op op);
@@ -112,6 +114,7 @@ typedef struct fc_attrs {
     int64_t start, end, step;
     int64_t groups, mode, coord; /* conv/conv_transpose; pad and resize (ops.def) */
     bool ceil, count_pad;        /* max_pool, avg_pool */
+    int64_t ranks;               /* the collectives: the group's size */
 } fc_attrs;
 
 /* One parsed entry of an op's attribute signature. */
@@ -180,6 +183,9 @@ struct fc_value {
     /* A parameter declared `inout` (docs/DECODE.md): the graph writes it in
      * place through its one use, an update_slice whose result aliases it. */
     bool inout;
+    /* A parameter of a sharded graph (passes/shard.c): the axis it is split
+     * along over the ranks, plus one; 0 when every rank takes it whole. */
+    int shard_axis1;
     bool weak;       /* a weak scalar operand (bare number) */
     bool weak_int;   /* ...written as an integer */
     double scalar;   /* ...its value */
@@ -380,6 +386,9 @@ static inline bool fc_value_is_static(const fc_value *v) {
 bool fc_graph_find_sym(const fc_graph *g, const char *name, size_t len, fc_dim *out);
 /* Symbol by name: a bound value, an existing symbol or a new one. */
 fc_dim fc_graph_sym(fc_graph *g, const char *name, size_t len);
+/* A dim of g as a dim of c, a graph rebuilt from g (ir/clone.c): symbols
+ * are looked up by name in c, where a binding makes them static. */
+fc_dim fc_dim_map(fc_graph *g, fc_graph *c, fc_dim d);
 
 /* Product of static dims; *symbolic set if any dim is symbolic. Returns
  * false on overflow of int64. */
@@ -446,6 +455,10 @@ int64_t fc_view_start(const fc_value *v, int ax, int64_t *step);
  * result's type into *dt, *rank, dims; false with the graph poisoned. */
 bool fc_infer_decode(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
                      fc_dim *dims);
+/* Inference of all_reduce, all_gather and reduce_scatter
+ * (ir/build_collective.c), as fc_infer_decode. */
+bool fc_infer_collective(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
+                         fc_dim *dims);
 /* The verifier's rules for inout parameters (ir/build_decode.c): each one's
  * only use is as the destination of one update_slice. */
 fc_status fc_verify_inout(fc_graph *g);

@@ -34,6 +34,10 @@ bool fc_op_is_view(fc_op op) {
     }
 }
 
+bool fc_op_is_collective(fc_op op) {
+    return op == FC_OP_ALL_REDUCE || op == FC_OP_ALL_GATHER || op == FC_OP_REDUCE_SCATTER;
+}
+
 fc_op_cost fc_op_cost_of(fc_op op) { return fc_op_table[op].cost; }
 int fc_op_weight(fc_op op) { return fc_op_table[op].weight; }
 
@@ -114,6 +118,7 @@ void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double 
     else if (!strcmp(name, "coord")) *i = &a->coord;
     else if (!strcmp(name, "ceil")) *b = &a->ceil;
     else if (!strcmp(name, "count_pad")) *b = &a->count_pad;
+    else if (!strcmp(name, "ranks")) *i = &a->ranks;
     /* axes, perm, shape, sizes, window, pads: the list, which has no scalar field */
 }
 

@@ -88,6 +88,10 @@ fc_status fc_pass_concat_tree_with(fc_graph *g, int fanin);
 #define FC_CONCAT_MAX_FANIN 64
 /* Remove nodes whose results are unused (marks them dead, compacts). */
 fc_status fc_pass_dce(fc_graph *g);
+/* Tensor parallelism (passes/shard.c, docs/PARALLEL.md): *out the new
+ * graph one rank of `degree` runs (fusec.h's fc_graph_shard); g is not
+ * changed. */
+fc_status fc_pass_shard(fc_graph *g, int degree, fc_graph **out);
 /* Autocast (passes/autocast.c): compute in precision p as torch.autocast
  * does (low-precision GEMM and attention operands, f32 reductions, norms
  * and transcendentals, promotion elsewhere); the graph's parameters and

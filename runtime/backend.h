@@ -78,6 +78,11 @@ struct fc_backend {
     /* Times of the making (NULL: all zero, origin "compiled"). */
     void (*times)(const fc_program *p, fc_compile_times *out);
     void (*free)(fc_program *p);
+    /* A tensor-parallel group's device part (runtime/collective.c):
+     * `degree` ranks' communicators into *out, and their release. NULL: the
+     * backend has none (the host backends' groups are in-process). */
+    fc_status (*group_new)(fc_context *ctx, int degree, void **out);
+    void (*group_free)(void *dev);
 };
 
 /* The backend of p (never NULL for a live program). */

@@ -635,7 +635,44 @@ static void test_sweep_covers_the_header(void) {
     CHECK(functions > 150);
 }
 
+/* Tensor parallelism (docs/PARALLEL.md): NULL and bad arguments. */
+static void test_tensor_parallel_misuse(void) {
+    fc_context *ctx = fc_context_new();
+    CHECK(fc_all_reduce(NULL, NULL, 2) == NULL);
+    CHECK(fc_all_gather(NULL, NULL, 0, 2) == NULL);
+    CHECK(fc_reduce_scatter(NULL, NULL, 0, 2) == NULL);
+    fc_graph *out = (fc_graph *)1;
+    CHECK(fc_graph_shard(NULL, 2, &out) == FC_ERR_USAGE && out == NULL);
+    CHECK(fc_graph_shard(NULL, 2, NULL) == FC_ERR_USAGE);
+    CHECK(fc_graph_param_shard_axis(NULL, 0) == -1);
+    fc_tensor t = {0};
+    CHECK(fc_tensor_shard(NULL, &t, 0, 2, 0, &t) == FC_ERR_USAGE);
+    CHECK(fc_tensor_shard(ctx, NULL, 0, 2, 0, &t) == FC_ERR_USAGE);
+    fc_tp_group *grp = (fc_tp_group *)1;
+    CHECK(fc_tp_group_create(NULL, FC_DEVICE_REF, 2, &grp) == FC_ERR_USAGE && grp == NULL);
+    CHECK(fc_tp_group_create(ctx, FC_DEVICE_REF, 2, NULL) == FC_ERR_USAGE);
+    CHECK(fc_tp_group_create(ctx, (fc_device)99, 2, &grp) == FC_ERR_USAGE && grp == NULL);
+    CHECK(fc_tp_group_degree(NULL) == 0);
+    fc_weights *ws = (fc_weights *)1;
+    CHECK(fc_weights_shard(NULL, NULL, 2, 0, &ws) == FC_ERR_USAGE && ws == NULL);
+    CHECK(fc_weights_shard(NULL, NULL, 2, 0, NULL) == FC_ERR_USAGE);
+    fc_tp_group_free(NULL);
+    fc_graph *g = fc_graph_new(ctx, "tp");
+    fc_dim dims[1] = {4};
+    fc_value *x = fc_param(g, "x", FC_F32, 1, dims);
+    CHECK(fc_all_reduce(g, x, 0) != NULL && fc_graph_status(g) == FC_ERR_INPUT); /* ranks 0 */
+    fc_graph_free(g);
+    g = fc_graph_new(ctx, "tp2");
+    fc_graph *other = fc_graph_new(ctx, "other");
+    fc_value *y = fc_param(other, "y", FC_F32, 1, dims);
+    CHECK(fc_all_gather(g, y, 0, 2) != NULL && fc_graph_status(g) == FC_ERR_USAGE); /* a foreign value */
+    fc_graph_free(other);
+    fc_graph_free(g);
+    fc_context_free(ctx);
+}
+
 int main(void) {
+    test_tensor_parallel_misuse();
     test_foreign_values();
     test_null_sweep();
     test_null_sweep_rest();

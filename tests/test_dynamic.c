@@ -498,7 +498,7 @@ static void check_frame_fill(fc_context *ctx) {
         for (int i = 0; i < d->nparams && i < 32; i++) in[i] = (void *)(uintptr_t)(0x10000000ull * (uint64_t)(i + 1));
         for (int k = 0; k < d->noutputs && k < 8; k++) out[k] = (void *)(uintptr_t)(0x7000000000ull + 0x1000ull * (uint64_t)k);
         const CUdeviceptr arena = 0x5500000000ull;
-        fc_replay_env e = {NULL, ctx, d, NULL, arena, NULL, 0, vals, g->nsyms, 0x6600000000ull, NULL, -1, NULL};
+        fc_replay_env e = {NULL, ctx, d, NULL, arena, NULL, 0, vals, g->nsyms, 0x6600000000ull, NULL, -1, NULL, NULL, 0};
         uint64_t *img = calloc((size_t)d->src.frame_words, sizeof *img);
         char *taken = calloc((size_t)d->src.frame_words, 1);
         fc_frame_fill(&e, in, out, img);

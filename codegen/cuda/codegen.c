@@ -189,6 +189,29 @@ static fc_status open_launch(const fc_group *gr, fc_launch *l, fc_graph *g) {
     return FC_OK;
 }
 
+/* A collective: a library call that the runtime makes through NCCL
+ * (runtime/cuda/nccl.c), named "<op>.<dtype>" so that the launch list
+ * says all it needs. NCCL gathers and scatters along the outermost axis;
+ * over one rank the layout is the same whatever the axis. */
+static fc_status collective_group(unit *u, const fc_group *gr, fc_launch *l) {
+    const fc_node *n = gr->nodes[0];
+    const fc_value *x = n->in[0];
+    int64_t outer = 1;
+    for (int d = 0; n->op != FC_OP_ALL_REDUCE && d < (n->a.axis < 0 ? n->a.axis + x->rank : n->a.axis); d++)
+        outer *= x->dims[d];
+    if (outer != 1 && n->a.ranks > 1)
+        return fc_set_error(u->plan->g->ctx, FC_ERR_UNSUPPORTED,
+                            "codegen: group %d: %s along an inner axis (%lld rows before it) over %lld ranks: NCCL "
+                            "gathers along the outermost axis only",
+                            gr->id, fc_op_table[n->op].name, (long long)outer, (long long)n->a.ranks);
+    if (x->dtype != FC_F32 && x->dtype != FC_BF16 && x->dtype != FC_F16 && x->dtype != FC_F64)
+        return fc_set_error(u->plan->g->ctx, FC_ERR_UNSUPPORTED, "codegen: group %d: %s of %s", gr->id,
+                            fc_op_table[n->op].name, fc_dtype_name(x->dtype));
+    l->kind = FC_LAUNCH_LIBRARY;
+    snprintf(l->name, sizeof l->name, "%s.%s", fc_op_table[n->op].name, fc_dtype_name(x->dtype));
+    return FC_OK;
+}
+
 /* What a launch runs, written to u->s: a batch from gi to end, or group
  * gi's kernel, library call or alias. */
 static fc_status emit_launch(unit *u, int gi, int end, fc_launch *l) {
@@ -206,6 +229,7 @@ static fc_status emit_launch(unit *u, int gi, int end, fc_launch *l) {
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", plan->g->name, gr->id);
         return fc_cuda_emit_decode(plan, gr, l->name, &u->s, l);
     }
+    if (gr->kind == FC_GROUP_LIBRARY && fc_op_is_collective(gr->nodes[0]->op)) return collective_group(u, gr, l);
     if (gr->kind == FC_GROUP_ALIAS) { /* a view of a stored buffer: nothing to run */
         l->kind = FC_LAUNCH_ALIAS;
         snprintf(l->name, sizeof l->name, "alias");

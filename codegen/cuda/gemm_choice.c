@@ -93,6 +93,10 @@ void fc_cuda_gemm_choose(const fc_plan *plan, int gi, fc_gemm_choice *out) {
         out->rule = "a decode op: its own kernel (decode.c)";
         return;
     }
+    if (fc_op_is_collective(group(plan, gi)->nodes[0]->op)) {
+        out->rule = "a collective: NCCL (runtime/cuda/nccl.c)";
+        return;
+    }
     for (size_t r = 0; r < sizeof rules / sizeof rules[0]; r++)
         if (rules[r].when(plan, gi, out)) {
             out->path = rules[r].path;

@@ -5,6 +5,7 @@
  * adapts it to the table, and gives its programs the description (the
  * signature) every executable has.
  */
+#include "runtime/collective.h"
 #include "runtime/host_exec.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
@@ -39,7 +40,10 @@ static fc_status cpu_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     co.fuse = o->fuse;
     co.precision = o->precision;
     co.numerics = o->numerics;
-    return fc_host_exec_finish(&x->h, g, t0, fc_cpu_compile_ex(g, &co, &x->prog), out);
+    co.tp = o->tp;
+    co.tp_rank = o->tp_rank;
+    fc_status st = fc_tp_check_options(g->ctx, o, FC_DEVICE_CPU);
+    return fc_host_exec_finish(&x->h, g, t0, st != FC_OK ? st : fc_cpu_compile_ex(g, &co, &x->prog), out);
 }
 
 static fc_status cpu_run_shaped(fc_program *p, const fc_tensor *inputs, int nin, const fc_tensor *outputs, int nout,

@@ -10,6 +10,7 @@
  * class), so it copies only the new rows.
  */
 #include "runtime/cpu/cpu_impl.h"
+#include "runtime/collective.h"
 
 #ifdef FUSEC_HAVE_LLVM
 
@@ -25,26 +26,6 @@ static void *operand(const fc_group *gr, void *const *args, const fc_value *v) {
 
 static int64_t index_scalar(const fc_value *v, const void *p) {
     return v->dtype == FC_I64 ? *(const int64_t *)p : (int64_t)*(const int32_t *)p;
-}
-
-static double load(fc_dtype dt, const void *p, int64_t i) {
-    switch (dt) {
-    case FC_F64: return ((const double *)p)[i];
-    case FC_F32: return ((const float *)p)[i];
-    case FC_BF16: return fc_bf16_to_f32(((const uint16_t *)p)[i]);
-    case FC_F16: return fc_f16_to_f32(((const uint16_t *)p)[i]);
-    default: FC_UNREACHABLE("cache_attention: not a float dtype");
-    }
-}
-
-static void store(fc_dtype dt, void *p, int64_t i, double x) {
-    switch (dt) {
-    case FC_F64: ((double *)p)[i] = x; break;
-    case FC_F32: ((float *)p)[i] = (float)x; break;
-    case FC_BF16: ((uint16_t *)p)[i] = fc_f32_to_bf16((float)x); break;
-    case FC_F16: ((uint16_t *)p)[i] = fc_f32_to_f16((float)x); break;
-    default: FC_UNREACHABLE("cache_attention: not a float dtype");
-    }
 }
 
 static int64_t prod(const fc_value *v, int from, int to) {
@@ -105,15 +86,15 @@ static fc_status cache_attention(fc_cpu_program *p, const fc_group *gr, const fc
                 double m = -INFINITY, sum = 0.0;
                 for (int64_t j = 0; j < nk; j++) {
                     double s = 0.0;
-                    for (int64_t e = 0; e < D; e++) s += load(dt, Q, (qb + i) * D + e) * load(dt, K, (kb + j) * D + e);
+                    for (int64_t e = 0; e < D; e++) s += fc_host_load(dt, Q, (qb + i) * D + e) * fc_host_load(dt, K, (kb + j) * D + e);
                     pr[j] = s * scale;
                     m = isnan(pr[j]) || pr[j] > m ? pr[j] : m;
                 }
                 for (int64_t j = 0; j < nk; j++) sum += pr[j] = exp(pr[j] - m);
                 for (int64_t e = 0; e < Dv; e++) acc[e] = 0.0;
                 for (int64_t j = 0; j < nk; j++)
-                    for (int64_t e = 0; e < Dv; e++) acc[e] += pr[j] * load(dt, V, (kb + j) * Dv + e);
-                for (int64_t e = 0; e < Dv; e++) store(dt, O, (qb + i) * Dv + e, acc[e] / sum);
+                    for (int64_t e = 0; e < Dv; e++) acc[e] += pr[j] * fc_host_load(dt, V, (kb + j) * Dv + e);
+                for (int64_t e = 0; e < Dv; e++) fc_host_store(dt, O, (qb + i) * Dv + e, acc[e] / sum);
             }
         }
     free(pr);

@@ -45,6 +45,7 @@ fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gem
 /* update_slice and cache_attention (cpu_decode.c): whether op is one, and
  * run library group gr of one. */
 bool fc_cpu_is_decode_op(fc_op op);
+
 fc_status fc_cpu_run_decode(fc_cpu_program *p, const fc_group *gr, void *const *args);
 
 #endif

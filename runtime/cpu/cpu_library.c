@@ -1,5 +1,6 @@
 /* cpu_library.c - the CPU backend's library groups (matmul, gemm, attention): BLAS, or plain loops, on host buffers (cpu_impl.h). */
 #include "runtime/cpu/cpu_impl.h"
+#include "runtime/collective.h"
 
 #ifdef FUSEC_HAVE_LLVM
 
@@ -365,6 +366,12 @@ fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gem
     const fc_node *n = gr->nodes[0];
     if (n->op == FC_OP_ATTENTION) return run_attention(p, gr, n, args);
     if (fc_cpu_is_decode_op(n->op)) return fc_cpu_run_decode(p, gr, args);
+    if (fc_op_is_collective(n->op)) {
+        int64_t shape[FC_MAX_RANK];
+        for (int d = 0; d < n->in[0]->rank; d++) shape[d] = n->in[0]->dims[d];
+        return fc_host_collective(p->ctx, p->opts.tp, p->opts.tp_rank, n, n->in[0]->dtype, n->in[0]->rank, shape,
+                                  args[0], args[gr->ninputs]);
+    }
     return run_gemm(p, gr, n, gi, args);
 }
 

@@ -280,8 +280,8 @@ static fc_status check_library(fc_cpu_program *p, const fc_group *gr, fc_gemm_in
         for (int j = 0; j < gr->ninputs; j++) found |= gr->inputs[j] == n->in[i];
         ok = found;
     }
-    if (ok && fc_cpu_is_decode_op(n->op))
-        ok = true;
+    if (ok && (fc_cpu_is_decode_op(n->op) || fc_op_is_collective(n->op)))
+        ok = !fc_op_is_collective(n->op) || fc_dtype_is_float(n->in[0]->dtype);
     else if (ok && n->op == FC_OP_ATTENTION)
         ok = fc_dtype_is_float(n->in[0]->dtype) && n->nin <= 4 &&
              (n->nin < 4 || n->in[3]->dtype == FC_BOOL || fc_dtype_is_float(n->in[3]->dtype));

@@ -40,6 +40,10 @@ typedef struct fc_cpu_options {
     bool keep_ir; /* keep the optimized LLVM IR (fc_cpu_program_llvm_ir) */
     fc_precision precision; /* the autocast pass's target; FC_PRECISION_TF32 computes f32 */
     fc_numerics numerics; /* rounding inside kernels (fc_compile_options.numerics); default fast */
+    /* The collectives' group and this program's rank in it
+     * (fc_compile_options.tp, tp_rank; docs/PARALLEL.md). */
+    const struct fc_tp_group *tp;
+    int tp_rank;
 } fc_cpu_options;
 
 /* Fill o with the defaults. */

@@ -1,4 +1,5 @@
 /* program_compile.c - fc_compile for CUDA: options, the description a cold compile builds from the plan, the two-level cache around the passes, codegen and NVRTC, and programs made from a description (the program cache, AOT files). */
+#include "runtime/collective.h"
 #include "runtime/cuda/compile_driver.h"
 #include "runtime/nvtx.h"
 
@@ -643,6 +644,8 @@ fc_program *fc_prog_new_exec(fc_context *ctx, fc_prog_kind kind, size_t size) {
 fc_status fc_prog_cuda_compile(fc_graph *g, const fc_compile_options *o, fc_program **out) {
     fc_context *ctx = g->ctx;
     if (o->sm < 0) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: bad sm %d (90 means sm_90)", o->sm);
+    fc_status tp_st = fc_tp_check_options(ctx, o, FC_DEVICE_CUDA);
+    if (tp_st != FC_OK) return tp_st;
     /* A dynamic program when asked for and some symbol is unbound
      * (runtime/cuda/dynamic.c); a fully bound graph is static either way. */
     if (o->dynamic && fc_graph_check_static(g) != FC_OK) {

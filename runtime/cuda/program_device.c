@@ -1,5 +1,6 @@
 /* program_device.c - what a run needs on the device: the module, kernels, arena, cuBLASLt handle, the leases a dynamic program's specializations borrow, a variant's frame. */
 #include "runtime/cuda/program_impl.h"
+#include "runtime/cuda/nccl.h"
 
 /* ------------------------------------------------------------------ */
 /* Running.                                                            */
@@ -9,7 +10,7 @@
 fc_status fc_prog_check_supported(const fc_program *p) {
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind != FC_LAUNCH_LIBRARY || fc_program_gemm(&p->d, i)) continue;
+        if (l->kind != FC_LAUNCH_LIBRARY || fc_program_gemm(&p->d, i) || fc_nccl_is_collective(l->name)) continue;
         if (!strcmp(l->name, "gemm") || !strcmp(l->name, "matmul"))
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
                                 "launch %d (%s: %s): cuBLASLt runs f32, f16 and bf16 GEMMs, and f64 ones without an "
@@ -217,7 +218,8 @@ fc_status fc_prog_ensure_device(fc_program *p) {
     }
     if (!p->dev) {
         double t = fc_now_ms();
-        st = p->lease ? lease_device(p) : fc_cuda_device_open(p->ctx, 0, &p->dev);
+        /* A tensor-parallel rank runs on its own GPU (runtime/cuda/nccl.h). */
+        st = p->lease ? lease_device(p) : fc_cuda_device_open(p->ctx, p->opts.tp ? p->opts.tp_rank : 0, &p->dev);
         p->times.device_ms += fc_now_ms() - t;
         spec_step(p, p->lease ? "device borrowed" : "device opened", t);
         if (st != FC_OK) return st;

@@ -1,4 +1,5 @@
 /* program_exec.c - freeing a program, its accessors, its plan text, source and PTX, and the CUDA backend's table (runtime/backend.h). Its graph and plan for introspection are program_plan.c's. */
+#include "runtime/cuda/nccl.h"
 #include "runtime/cuda/program_impl.h"
 
 /* ------------------------------------------------------------------ */
@@ -366,4 +367,6 @@ const fc_backend fc_backend_cuda = {
     .profile = fc_prog_cuda_profile,
     .times = cuda_times,
     .free = cuda_free,
+    .group_new = fc_nccl_group_new,
+    .group_free = fc_nccl_group_free,
 };

@@ -1,5 +1,6 @@
 /* program_launch.c - queueing a run: launch by launch, or a CUDA Graph replayed (per program, or one for every shape of a variant of frame kernels), then the result copies. */
 #include "runtime/cuda/program_impl.h"
+#include "runtime/collective.h"
 #include "runtime/cuda/cupti.h"
 #include "runtime/nvtx.h"
 
@@ -9,8 +10,10 @@ static fc_replay_env env_of(const fc_program *p) {
     const fc_prog_instance *in = fc_prog_instance_of(p);
     const fc_frame *f = in ? in->variant->frame : NULL;
     fc_replay_env e = {p->dev,   p->ctx,  &p->d,         p->func,         p->arena,           p->blas,
-                       p->blas_ws, in ? in->syms : NULL, in ? in->nsyms : 0, fc_frame_device(f), fc_frame_image(f), -1, p->dnn};
+                       p->blas_ws, in ? in->syms : NULL, in ? in->nsyms : 0, fc_frame_device(f), fc_frame_image(f), -1, p->dnn,
+                       NULL, 0};
     if (e.frame_image) e.frame_carrier = in->variant->frame_carrier;
+    if (p->opts.tp) e.nccl = p->opts.tp->dev, e.tp_rank = p->opts.tp_rank;
     return e;
 }
 

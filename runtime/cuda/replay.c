@@ -1,6 +1,7 @@
 /* replay.c - CUDA Graph capture and replay with pointer patching (see
  * replay.h for the why, docs/RUNTIME-GRAPHS.md for the whole story). */
 #include "runtime/cuda/replay.h"
+#include "runtime/cuda/nccl.h"
 
 #include "ir/ir.h"
 
@@ -174,10 +175,16 @@ static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
 fc_status fc_replay_library_call(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s) {
     const fc_conv_desc *c = fc_program_conv(e->d, i);
     if (c) return fc_cudnn_launch(e->dnn, e->ctx, c, argval, nargs, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, s);
+    const fc_launch *l = &e->d->src.launches[i];
+    if (fc_nccl_is_collective(l->name)) {
+        FC_ASSERT(nargs == 2);
+        return fc_nccl_launch(e->ctx, e->nccl, e->tp_rank, l->name, argval[0], e->d->store[l->args[0]].bytes, argval[1],
+                              e->d->store[l->args[1]].bytes, s);
+    }
     return fc_cublaslt_launch(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, e->ws, FC_CUBLASLT_WORKSPACE_BYTES, s);
 }
 
-/* Launch i's library call, captured from the device's own stream into a
+/* Launch i's library call (a GEMM, a convolution or a collective), captured from the device's own stream into a
  * graph of its own (*child; free it with fc_cuda_graph_free). Fused
  * siblings' concatenated weights are brought up to date first, on the run's
  * stream s (before the graph that reads them is launched there), so that
@@ -187,10 +194,11 @@ static fc_status capture_gemm(const fc_replay_env *e, int i, const CUdeviceptr *
     *child = NULL;
     fc_status st = FC_OK;
     const fc_conv_desc *c = fc_program_conv(e->d, i);
-    if (!c) st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
     /* the plan is made before the capture: making one runs cuDNN's own
      * set-up work, which a capture must not record */
-    else st = fc_cudnn_prepare(e->dnn, e->ctx, c, FC_CUBLASLT_WORKSPACE_BYTES);
+    if (c) st = fc_cudnn_prepare(e->dnn, e->ctx, c, FC_CUBLASLT_WORKSPACE_BYTES);
+    else if (!fc_nccl_is_collective(e->d->src.launches[i].name))
+        st = fc_cublaslt_refresh_weights(e->blas, e->ctx, &e->d->gemm[i], argval, nargs, s);
     if (st != FC_OK) return st;
     st = fc_cuda_capture_begin(e->dev, NULL);
     if (st != FC_OK) return st;

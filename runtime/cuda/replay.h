@@ -53,11 +53,16 @@ typedef struct fc_replay_env {
     const uint64_t *frame_image;
     int frame_carrier; /* the carrier's launch index (fc_cuda_src_frame_carrier), -1 for none */
     fc_cudnn *dnn;     /* the convolutions' handle (launches with fc_program_conv); shares ws */
+    /* The collectives' NCCL group (runtime/cuda/nccl.h) and this program's
+     * rank in it; NULL: the program has no group. */
+    const void *nccl;
+    int tp_rank;
 } fc_replay_env;
 
 /* Library launch i on stream s with its arguments' pointers argval[0 ..
- * nargs): its convolution through cuDNN, else its GEMM through cuBLASLt
- * (which fails cleanly for a library call with neither). */
+ * nargs): its convolution through cuDNN, a collective through NCCL, else
+ * its GEMM through cuBLASLt (which fails cleanly for a library call with
+ * none of them). */
 fc_status fc_replay_library_call(const fc_replay_env *e, int i, const CUdeviceptr *argval, int nargs, CUstream s);
 
 /* Where value id lives in this run: a caller's buffer (inputs, outputs)

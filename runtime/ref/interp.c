@@ -184,6 +184,7 @@ static fc_status run_node(interp *ip)
     case FC_OP_PAD: st = fc_ref_run_pad(ip); break;
     case FC_OP_RESIZE: st = fc_ref_run_resize(ip); break;
     case FC_OP_CONV_CL: st = fc_ref_run_conv_cl(ip); break;
+    case FC_OP_ALL_REDUCE: case FC_OP_ALL_GATHER: case FC_OP_REDUCE_SCATTER: st = fc_ref_run_collective(ip); break;
     case FC_OP_COUNT: FC_UNREACHABLE("run_node: bad op");
     }
     if (st != FC_OK)
@@ -294,6 +295,12 @@ static fc_status check_call(fc_graph *g, int nin, bool have_inputs, int nout, bo
 fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding rounding, const fc_interp_tensor *inputs, int nin,
                                  fc_interp_tensor *outputs, int nout)
 {
+    return fc_interp_run_ranked(g, rounding, NULL, 0, inputs, nin, outputs, nout);
+}
+
+fc_status fc_interp_run_ranked(fc_graph *g, fc_ref_rounding rounding, const struct fc_tp_group *tp, int rank,
+                               const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs, int nout)
+{
     if (!g)
         return FC_ERR_USAGE;
     for (int i = 0; outputs && i < nout; i++)
@@ -302,7 +309,7 @@ fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding rounding, const fc
     if (st != FC_OK)
         return st;
 
-    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id, .rounding = rounding};
+    interp ip = {.g = g, .ctx = g->ctx, .nval = g->next_value_id, .rounding = rounding, .tp = tp, .tp_rank = rank};
     ip.sym = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int64_t));
     ip.sym_param = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
     ip.sym_dim = fc_ref_alloc_zeroed(ip.ctx, g->nsyms, sizeof(int));
@@ -384,8 +391,8 @@ fc_status fc_interp_run(fc_graph *g, const fc_interp_tensor *inputs, int nin, fc
 /* ================================================================ */
 
 /* exact: every float value in float64, the outputs f64 tensors. */
-static fc_status run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
-                               bool exact)
+fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank, const fc_tensor *inputs, int nin,
+                             fc_tensor *outputs, int nout, bool exact)
 {
     if (!g)
         return FC_ERR_USAGE;
@@ -429,7 +436,7 @@ static fc_status run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc
     }
 
     if (st == FC_OK)
-        st = fc_interp_run_rounding(g, exact ? FC_REF_EXACT : FC_REF_DTYPE, din, nin, dout, nout);
+        st = fc_interp_run_ranked(g, exact ? FC_REF_EXACT : FC_REF_DTYPE, tp, rank, din, nin, dout, nout);
 
     /* Inout parameters: their new contents go back to the caller's storage. */
     for (int i = 0; i < nin && st == FC_OK; i++)
@@ -469,10 +476,10 @@ done:
 
 fc_status fc_run_reference(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
 {
-    return run_reference(g, inputs, nin, outputs, nout, false);
+    return fc_ref_run_tensors(g, NULL, 0, inputs, nin, outputs, nout, false);
 }
 
 fc_status fc_run_reference_exact(fc_graph *g, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout)
 {
-    return run_reference(g, inputs, nin, outputs, nout, true);
+    return fc_ref_run_tensors(g, NULL, 0, inputs, nin, outputs, nout, true);
 }

@@ -68,6 +68,16 @@ typedef enum fc_ref_rounding {
 fc_status fc_interp_run_rounding(fc_graph *g, fc_ref_rounding r, const fc_interp_tensor *inputs, int nin,
                                  fc_interp_tensor *outputs, int nout);
 
+/* fc_interp_run_rounding as rank `rank` of the tensor-parallel group tp
+ * (NULL: no group; a collective over more than one rank is then an error).
+ * Every rank of tp must run its graph at the same time, on its own thread:
+ * the collectives wait for one another (runtime/collective.h). */
+fc_status fc_interp_run_ranked(fc_graph *g, fc_ref_rounding r, const struct fc_tp_group *tp, int rank,
+                               const fc_interp_tensor *inputs, int nin, fc_interp_tensor *outputs, int nout);
+/* fc_run_reference (exact: fc_run_reference_exact) as rank `rank` of tp. */
+fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank, const fc_tensor *inputs, int nin,
+                             fc_tensor *outputs, int nout, bool exact);
+
 /* Element i of host storage of dtype dt, as a double (f16/bf16 decoded). */
 double fc_interp_load(fc_dtype dt, const void *data, int64_t i);
 /* Store fc_round_to_dtype(x, dt) as element i of host storage of dtype dt. */

@@ -12,6 +12,8 @@
  *   interp_views.c        shape ops, creation ops, gather
  *   interp_decode.c       update_slice, cache_attention (docs/DECODE.md)
  *   interp_conv.c         convolutions, pools, batch norm, pad, resize
+ *   interp_collective.c   all_reduce, all_gather, reduce_scatter (simulated
+ *                         ranks: threads of one group; docs/PARALLEL.md)
  *
  * Each op's function reads its operands with operand(), computes its
  * result shape from their concrete shapes, sets it with fc_ref_set_result
@@ -90,6 +92,8 @@ typedef struct interp {
     int nval;
     const fc_node *node; /* the node being run, for messages */
     fc_ref_rounding rounding;
+    const struct fc_tp_group *tp; /* the collectives' group, or NULL */
+    int tp_rank;
 } interp;
 
 /* Whether a float value of dtype dt computed by op is left unrounded
@@ -211,6 +215,8 @@ fc_status fc_ref_run_gather(interp *ip);
 /* interp_decode.c */
 fc_status fc_ref_run_update_slice(interp *ip);
 fc_status fc_ref_run_cache_attention(interp *ip);
+/* interp_collective.c */
+fc_status fc_ref_run_collective(interp *ip);
 /* interp_conv.c */
 fc_status fc_ref_run_conv(interp *ip);
 fc_status fc_ref_run_conv_cl(interp *ip);

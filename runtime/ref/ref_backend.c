@@ -5,7 +5,9 @@
  * pointers. Slow and exact: the oracle the other backends are compared
  * with, and a device every build has.
  */
+#include "runtime/collective.h"
 #include "runtime/host_exec.h"
+#include "runtime/ref/interp.h"
 #include "ir/ir.h"
 #include "ir/timing.h"
 
@@ -15,6 +17,8 @@
 typedef struct ref_exec {
     fc_host_exec h;
     fc_graph *g; /* fusec's copy, as given */
+    const fc_tp_group *tp; /* the collectives' group (fc_compile_options.tp) */
+    int tp_rank;
 } ref_exec;
 
 static ref_exec *exec_of(fc_program *p) { return (ref_exec *)(void *)p; }
@@ -29,9 +33,12 @@ static fc_status ref_compile(fc_graph *g, const fc_compile_options *o, fc_progra
     const double t0 = fc_now_ms();
     /* As every backend: a static program unless a dynamic one is asked for. */
     fc_status st = o->dynamic ? FC_OK : fc_graph_check_static(g);
+    if (st == FC_OK) st = fc_tp_check_options(g->ctx, o, FC_DEVICE_REF);
     if (st != FC_OK) return st;
     ref_exec *x = (ref_exec *)(void *)fc_host_exec_new(g->ctx, &fc_backend_ref, sizeof *x);
     if (!x) return FC_ERR_NOMEM;
+    x->tp = o->tp;
+    x->tp_rank = o->tp_rank;
     if (!(x->g = fc_graph_clone(g))) st = strstr(x->h.ctx->error, "out of memory") ? FC_ERR_NOMEM : FC_ERR_INPUT;
     return fc_host_exec_finish(&x->h, g, t0, st, out);
 }
@@ -52,7 +59,7 @@ static fc_status ref_run_shaped(fc_program *p, const fc_tensor *inputs, int nin,
     if (nout > 0 && !outputs) return fc_set_error(x->h.ctx, FC_ERR_USAGE, "fc_run_shaped: outputs is NULL");
     fc_tensor small[16], *got = nout <= 16 ? small : calloc((size_t)nout, sizeof *got);
     if (!got) return fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
-    fc_status st = fc_run_reference(x->g, inputs, nin, got, nout);
+    fc_status st = fc_ref_run_tensors(x->g, x->tp, x->tp_rank, inputs, nin, got, nout, false);
     for (int k = 0; k < nout && st == FC_OK; k++) {
         if (!same_type(&got[k], &outputs[k]))
             st = fc_set_error(x->h.ctx, FC_ERR_INPUT, "fc_run_shaped: output %d has another dtype or shape than result %d",
@@ -80,7 +87,7 @@ static fc_status ref_run(fc_program *p, void *const *inputs, int nin, void *cons
 static fc_status ref_run_host(fc_program *p, const fc_tensor *inputs, int nin, fc_tensor *outputs, int nout,
                               double *median_ms, int bench_iters) {
     ref_exec *x = exec_of(p);
-    fc_status st = fc_run_reference(x->g, inputs, nin, outputs, nout);
+    fc_status st = fc_ref_run_tensors(x->g, x->tp, x->tp_rank, inputs, nin, outputs, nout, false);
     if (st != FC_OK || bench_iters <= 0) {
         if (st == FC_OK) x->h.stats.runs++;
         return st;
@@ -90,7 +97,7 @@ static fc_status ref_run_host(fc_program *p, const fc_tensor *inputs, int nin, f
     if (!t || !tmp) st = fc_set_error(x->h.ctx, FC_ERR_NOMEM, "out of memory");
     for (int i = 0; i < bench_iters && st == FC_OK; i++) {
         const double t0 = fc_now_ms();
-        st = fc_run_reference(x->g, inputs, nin, tmp, nout);
+        st = fc_ref_run_tensors(x->g, x->tp, x->tp_rank, inputs, nin, tmp, nout, false);
         t[i] = fc_now_ms() - t0;
         for (int k = 0; k < nout; k++) fc_tensor_release(&tmp[k]);
     }
