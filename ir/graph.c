@@ -383,3 +383,11 @@ fc_status fc_graph_check_static(fc_graph *g) {
     }
     return FC_OK;
 }
+
+/* The axis the sharding pass (passes/shard.c) cut parameter i along, kept on
+ * the value so that weights can be cut at load time by the runtime, which
+ * does not call the passes. */
+int fc_graph_param_shard_axis(const fc_graph *g, int i) {
+    if (!g || i < 0 || i >= g->nparams) return -1;
+    return g->params[i]->shard_axis1 - 1;
+}

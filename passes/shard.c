@@ -521,7 +521,3 @@ fc_status fc_pass_shard(fc_graph *g, int degree, fc_graph **out) {
 
 fc_status fc_graph_shard(fc_graph *g, int degree, fc_graph **out) { return fc_pass_shard(g, degree, out); }
 
-int fc_graph_param_shard_axis(const fc_graph *g, int i) {
-    if (!g || i < 0 || i >= g->nparams) return -1;
-    return g->params[i]->shard_axis1 - 1;
-}

@@ -6,11 +6,14 @@
 /* Running.                                                            */
 /* ------------------------------------------------------------------ */
 
-/* Every library launch must have a CUDA path: a GEMM description. */
+/* Every library launch must have a CUDA path: a GEMM description, a
+ * convolution description (cuDNN) or a collective (NCCL). */
 fc_status fc_prog_check_supported(const fc_program *p) {
     for (int i = 0; i < p->d.src.nlaunches; i++) {
         const fc_launch *l = &p->d.src.launches[i];
-        if (l->kind != FC_LAUNCH_LIBRARY || fc_program_gemm(&p->d, i) || fc_nccl_is_collective(l->name)) continue;
+        if (l->kind != FC_LAUNCH_LIBRARY || fc_program_gemm(&p->d, i) || fc_program_conv(&p->d, i) ||
+            fc_nccl_is_collective(l->name))
+            continue;
         if (!strcmp(l->name, "gemm") || !strcmp(l->name, "matmul"))
             return fc_set_error(p->ctx, FC_ERR_UNSUPPORTED,
                                 "launch %d (%s: %s): cuBLASLt runs f32, f16 and bf16 GEMMs, and f64 ones without an "
