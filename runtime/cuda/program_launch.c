@@ -102,7 +102,8 @@ static fc_status load_weights(fc_program *p, void *const *inputs, void *const *o
     int n = 0;
     for (int i = 0; i < d->src.nlaunches; i++) {
         const fc_launch *l = &d->src.launches[i];
-        if (!l->loadtime) continue;
+        /* An alias among them (a reshaped weight) is a view: nothing runs. */
+        if (!l->loadtime || l->kind == FC_LAUNCH_ALIAS) continue;
         fc_status st = launch_one(p, &e, i, inputs, outputs, s);
         if (st != FC_OK) return st;
         for (int a = 0; a < l->nreads; a++) {
