@@ -217,7 +217,9 @@ static fc_status geom_of(fc_graph *g, const fc_node *n, fc_window_geom *w) {
 }
 
 /* Whether conv n goes to the convolution library as one conv_cl: 2-D,
- * floats it takes, not depthwise (K multiply-adds, one elementwise kernel
+ * 16-bit floats (cuDNN's engines for f32 data run TF32 on tensor cores,
+ * whose 10-bit products missed f32's tolerance by 100x on the H200: f32
+ * convolutions stay im2col and an f32 GEMM), not depthwise (K multiply-adds, one elementwise kernel
  * that fusion joins to its neighbours, beat a library call there), the
  * same pad at both ends of each axis (cuDNN's engines are made and tested
  * for those; the asymmetric pads of SAME padding at stride 2 stay im2col). */
@@ -225,7 +227,7 @@ static bool library_conv(const fc_node *n, const fc_window_geom *w) {
     const fc_value *x = n->in[0], *wt = n->in[1];
     int64_t G = n->a.groups;
     bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
-    bool dt = x->dtype == FC_F32 || x->dtype == FC_F16 || x->dtype == FC_BF16;
+    bool dt = x->dtype == FC_F16 || x->dtype == FC_BF16;
     bool symmetric = w->ns == 2 && w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
     return w->ns == 2 && dt && !depthwise && symmetric && !fc_dim_is_sym(x->dims[1]);
 }
