@@ -229,7 +229,13 @@ static bool library_conv(const fc_node *n, const fc_window_geom *w) {
     bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
     bool dt = x->dtype == FC_F16 || x->dtype == FC_BF16;
     bool symmetric = w->ns == 2 && w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
-    return w->ns == 2 && dt && !depthwise && symmetric && !fc_dim_is_sym(x->dims[1]);
+    /* Channels per group and output channels in multiples of 8 (16-byte
+     * rows of 16-bit channels-last data): cuDNN's tensor-core engines need
+     * that alignment and offered no engine for a ResNet stem's 3 input
+     * channels on the H200, so such a convolution stays im2col. */
+    bool aligned = !fc_dim_is_sym(wt->dims[1]) && wt->dims[1] % 8 == 0 && !fc_dim_is_sym(wt->dims[0]) &&
+                   wt->dims[0] % 8 == 0;
+    return w->ns == 2 && dt && !depthwise && symmetric && aligned && !fc_dim_is_sym(x->dims[1]);
 }
 
 /* conv n as conv_cl on channels-last x and weight [M, kh, kw, C/G]; the
