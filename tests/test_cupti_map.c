@@ -130,8 +130,9 @@ static int events_of(const fc_profile_rec *r, fc_profile_track track, int run, i
     return n;
 }
 
-/* Replays of 3 runs, learned from a run launch by launch (run 3); the
- * warm-up replay (run 4) and a kernel of no graph and no tag dropped.
+/* Replays of 3 runs (indices 0 to 2), learned from a run launch by launch
+ * (index 3); the warm-up replay (index 4) and a kernel of no graph and no
+ * tag dropped.
  * calls: the replays' graph launches recorded and tagged; else a capture
  * of kernels alone (each run by its span; no host events, no flows). */
 static void test_replay(fc_context *ctx, bool calls) {
@@ -269,8 +270,8 @@ static void expect_mismatch(fc_context *ctx, recs *R, int learn, const char *wan
 
 static void test_mismatch(fc_context *ctx) {
     static recs R;
-    /* A replay of run 1 after a good one of run 0 (run 2 launch by launch
-     * first): a kernel (index in seq) left out, or one more at the end. */
+    /* The second replay after a good first one (the launch-by-launch run,
+     * index 2, first): a kernel (index in seq) left out, or one more at the end. */
     const struct {
         int skip;
         const char *extra, *want;
