@@ -59,7 +59,7 @@ static void kernel(recs *R, uint32_t corr, double start, double end, const char 
 }
 
 static void call(recs *R, uint32_t corr, double start, double end, unsigned cbid, uint64_t id) {
-    R->a[R->na++] = (fc_cupti_api){corr, start, end, cbid};
+    R->a[R->na++] = (fc_cupti_api){corr, start, end, cbid, false};
     if (id) R->e[R->ne++] = (fc_cupti_ext){corr, id};
 }
 

@@ -107,13 +107,14 @@ static void CUPTIAPI buffer_completed(CUcontext c, uint32_t stream, uint8_t *buf
             o->start = ms_of(k->start);
             o->end = ms_of(k->end);
             snprintf(o->name, sizeof o->name, "%s", k->name ? k->name : "?");
-        } else if (rec->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+        } else if (rec->kind == CUPTI_ACTIVITY_KIND_DRIVER || rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
             const CUpti_ActivityAPI *a = (const CUpti_ActivityAPI *)(const void *)rec;
             if (!GROW(apis, napis, capis)) {
                 rec_oom = true;
                 break;
             }
-            apis[napis++] = (fc_cupti_api){a->correlationId, ms_of(a->start), ms_of(a->end), a->cbid};
+            apis[napis++] = (fc_cupti_api){a->correlationId, ms_of(a->start), ms_of(a->end), a->cbid,
+                                           rec->kind == CUPTI_ACTIVITY_KIND_RUNTIME};
         } else if (rec->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
             const CUpti_ActivityExternalCorrelation *x = (const CUpti_ActivityExternalCorrelation *)(const void *)rec;
             if (!GROW(exts, nexts, cexts)) {
@@ -127,9 +128,12 @@ static void CUPTIAPI buffer_completed(CUcontext c, uint32_t stream, uint8_t *buf
     free(buffer);
 }
 
-/* The kinds a capture records: the kernels, then, with calls, the rest. */
+/* The kinds a capture records: the kernels, then, with calls, the rest.
+ * The runtime API's calls too: cuBLASLt and cuDNN launch their kernels
+ * through it, so without its records (and the external ids CUPTI attaches
+ * only to recorded calls) a library call's kernels carry no tag. */
 static const CUpti_ActivityKind kinds[] = {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_DRIVER,
-                                           CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
+                                           CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION};
 static size_t nkinds;
 
 void fc_cupti_records_free(fc_cupti_records *r) {

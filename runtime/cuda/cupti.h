@@ -46,7 +46,8 @@ typedef struct fc_cupti_kernel {
 typedef struct fc_cupti_api {
     uint32_t correlation;
     double start, end;
-    unsigned cbid; /* the driver call (CUpti_driver_api_trace_cbid) */
+    unsigned cbid; /* the call: CUpti_driver_api_trace_cbid, or with runtime CUpti_runtime_api_trace_cbid */
+    bool runtime;  /* a runtime API call (a library's launch) */
 } fc_cupti_api;
 
 typedef struct fc_cupti_ext {
@@ -64,7 +65,7 @@ typedef struct fc_cupti_records {
 void fc_cupti_records_free(fc_cupti_records *r); /* zeroed after */
 
 /* Load CUPTI (once per process) and start recording: the kernels, and
- * with calls the driver calls and the external ids too (CUPTI's records of
+ * with calls the driver and runtime calls and the external ids too (CUPTI's records of
  * API calls cost host time in every call; a capture of replays needs
  * none). FC_ERR_UNSUPPORTED with where it looked when there is none; one
  * capture at a time. */

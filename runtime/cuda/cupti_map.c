@@ -247,7 +247,7 @@ static int cmp_int(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The driver calls of the measured runs as host events; a call that
+/* The driver and runtime calls of the measured runs as host events; a call that
  * launched a device event with a flow (events[0 .. dev_end)) starts it. */
 static fc_status host_events(fc_profile_rec *r, int learn, const fc_cupti_records *rec, int dev_end) {
     int *kf = malloc(sizeof *kf * (size_t)(dev_end + 1));
@@ -268,8 +268,8 @@ static fc_status host_events(fc_profile_rec *r, int learn, const fc_cupti_record
         }
         const int c = (int)a->correlation;
         if (nkf > 0 && bsearch(&c, kf, (size_t)nkf, sizeof *kf, cmp_int)) ev->flow = c;
-        snprintf(ev->name, sizeof ev->name, "%.60s (driver call %u)", replay ? "graph replay" : r->launches[launch].name,
-                 a->cbid);
+        snprintf(ev->name, sizeof ev->name, "%.60s (%s call %u)", replay ? "graph replay" : r->launches[launch].name,
+                 a->runtime ? "runtime" : "driver", a->cbid);
     }
     free(kf);
     return FC_OK;
