@@ -19,7 +19,9 @@ static struct {
     __typeof__(&cuptiActivityPushExternalCorrelationId) PushExternal;
     __typeof__(&cuptiActivityPopExternalCorrelationId) PopExternal;
     __typeof__(&cuptiGetTimestamp) GetTimestamp;
+    __typeof__(&cuptiActivityEnableHWTrace) EnableHWTrace; /* optional: CUPTI 12.8 and later */
 } C;
+static bool hw_trace;
 static bool loaded;
 static char load_error[1600];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -76,6 +78,7 @@ static void load(void) {
     SYM(PopExternal, "cuptiActivityPopExternalCorrelationId");
     SYM(GetTimestamp, "cuptiGetTimestamp");
 #undef SYM
+    *(void **)(&C.EnableHWTrace) = dlsym(h, "cuptiActivityEnableHWTrace");
     loaded = true; /* never unloaded: CUPTI keeps threads and hooks in the driver */
 }
 
@@ -161,6 +164,15 @@ fc_status fc_cupti_begin(fc_context *ctx, bool calls) {
         r = C.RegisterCallbacks(buffer_requested, buffer_completed);
         registered = r == CUPTI_SUCCESS;
     }
+    /* Kernel timestamps from the hardware's event system where the GPU has
+     * one (Blackwell on): no instrumentation around each kernel. Elsewhere
+     * CUPTI instruments every kernel, which leaves each kernel's own time
+     * as it is but adds about a microsecond or two between kernels. */
+    static bool hw_tried;
+    if (!hw_tried && r == CUPTI_SUCCESS) {
+        hw_tried = true;
+        hw_trace = C.EnableHWTrace && C.EnableHWTrace(1) == CUPTI_SUCCESS;
+    }
     nkinds = calls ? sizeof kinds / sizeof *kinds : 1;
     for (size_t i = 0; i < nkinds && r == CUPTI_SUCCESS; i++) r = C.Enable(kinds[i]);
     if (r == CUPTI_SUCCESS) r = C.GetTimestamp(&t0_ns);
@@ -181,6 +193,8 @@ void fc_cupti_pop(void) {
     uint64_t last = 0;
     (void)C.PopExternal(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
 }
+
+bool fc_cupti_hw_trace(void) { return hw_trace; }
 
 double fc_cupti_now_ms(void) {
     uint64_t t = 0;

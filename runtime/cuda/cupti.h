@@ -70,6 +70,9 @@ void fc_cupti_records_free(fc_cupti_records *r); /* zeroed after */
  * none). FC_ERR_UNSUPPORTED with where it looked when there is none; one
  * capture at a time. */
 fc_status fc_cupti_begin(fc_context *ctx, bool calls);
+/* Whether the captures take kernel timestamps from the GPU's hardware event
+ * system (no instrumentation between kernels), after the first begin. */
+bool fc_cupti_hw_trace(void);
 /* Tag the launches made from now until fc_cupti_pop with id (> 0). */
 void fc_cupti_push(uint64_t id);
 void fc_cupti_pop(void);

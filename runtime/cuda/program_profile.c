@@ -178,7 +178,9 @@ static fc_status profile_body(fc_program *p, void **ptr, fc_profile_rec *r, doub
         if (st != FC_OK) return st;
         if (!why[0]) {
             r->replayed = true;
-            snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it");
+            snprintf(r->mode, sizeof r->mode, "replays of the program's CUDA Graph, as fc_run runs it (%s)",
+                     fc_cupti_hw_trace() ? "kernel timestamps from the hardware"
+                                         : "CUPTI instruments each kernel: its own time stands, the run's grows");
             return FC_OK;
         }
         /* The replays' records could not be told apart: launch by launch
