@@ -868,7 +868,10 @@ static fc_value *build_attention(fc_rewriter *rw, const match *m) {
     fc_node *n = fc_rw_build(rw, FC_OP_ATTENTION, in, nin, &at);
     fc_value *y = n ? n->out[0] : NULL;
     if (y && m->guard) {
-        fc_value *w[3] = {fc_rw_op2(rw, FC_OP_NE, y, y), fc_rw_value(rw, m->guard->in[1]), y};
+        /* The guard's fill in the attention's dtype: an autocast graph's
+         * guard sat on the f32 probabilities, and an f32 fill would
+         * promote the 16-bit result it now guards. */
+        fc_value *w[3] = {fc_rw_op2(rw, FC_OP_NE, y, y), fc_rw_cast(rw, m->guard->in[1], y->dtype), y};
         fc_node *g = w[0] && w[1] ? fc_rw_build(rw, FC_OP_WHERE, w, 3, NULL) : NULL;
         y = g ? g->out[0] : NULL;
     }

@@ -39,6 +39,11 @@ for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_
       bert_*) want="total: 15 kernels, 13 library calls" ;;
     esac
     [[ "$total" == "$want" ]] || bad "$name: $total, want $want"
+    # Autocast to bf16 keeps one 16-bit flash attention per layer (BERT's
+    # NaN guard of fully masked rows included).
+    plan16=$("$FUSEC" "$tmp/$name.onnx" --precision=bf16 --emit=plan 2>&1)
+    n=$(grep -c "ops: attention: flash .* bf16" <<<"$plan16")
+    [[ $n == 2 ]] || bad "$name --precision=bf16: $n bf16 flash attentions, want 2: $(tail -1 <<<"$plan16")"
   fi
   ins=$(ls "$tmp/${name}"_in*.npy | tr '\n' ',' | sed 's/,$//')
   for dev in cpu cuda; do
