@@ -12,7 +12,8 @@
 # Knobs (environment): ONNX_REAL_MODELS (gpt2,bert,llama), ONNX_REAL_EXPORTERS
 # (dynamo,legacy), ONNX_REAL_SIZES (e.g. gpt2=1x128+8x1024), ONNX_REAL_REPS
 # (20), ONNX_REAL_BUDGET_S (seconds for export_real.py; default what is left
-# of 540 after the build), ONNX_NOBUILD=1. Back in $OUT: run.log,
+# of 540 after the build), ONNX_REAL_PROFILE=1 (a fusec --profile table per
+# cuda case), ONNX_NOBUILD=1. Back in $OUT: run.log,
 # build.log, export_real.md (the table), export_real.json, the plans.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -32,5 +33,5 @@ fi
 budget=${ONNX_REAL_BUDGET_S:-$((540 - SECONDS))}
 timeout --kill-after=10 $((budget + 45)) python3 tests/onnx/export_real.py --fusec "${ONNX_BUILD_DIR:-build}/fusec" \
     --models "${ONNX_REAL_MODELS:-gpt2,bert,llama}" --exporters "${ONNX_REAL_EXPORTERS:-dynamo,legacy}" \
-    --sizes "${ONNX_REAL_SIZES:-}" --reps "${ONNX_REAL_REPS:-20}" --budget "$budget" --out "$OUT"
+    --sizes "${ONNX_REAL_SIZES:-}" ${ONNX_REAL_PROFILE:+--profile} --reps "${ONNX_REAL_REPS:-20}" --budget "$budget" --out "$OUT"
 echo "   rc=$? in $SECONDS s"

@@ -187,6 +187,11 @@ def fusec_run(fusec, path, inputs, dev, nout, refs, extra, check):
     if dev == "ref":  # the float64 oracle: its time says nothing
         return r
     reps = ARGS.reps if dev == "cuda" else max(1, ARGS.reps // 5)
+    if ARGS.profile and dev == "cuda":
+        # where the time goes, beside the time: the profile table per case
+        rc, out, err = sh(base + ["--profile"], cap=300)
+        tag = "".join(a.split("=")[1] for a in extra if a.startswith("--precision=")) or "as-exported"
+        (Path(ARGS.out) / f"{Path(path).stem}.{tag}.profile.txt").write_text(out + err)
     rc, out, err = sh(base + ["--bench", str(reps)], cap=300)
     m = RE_TIME.search(out)
     if m:
@@ -354,6 +359,7 @@ def main():
     ap.add_argument("--check-max-tokens", type=int, default=256)
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; later cases are skipped past it")
     ap.add_argument("--out", default="out")
+    ap.add_argument("--profile", action="store_true", help="write fusec --profile's table of each cuda case to --out")
     ap.add_argument("--mirrors", action="store_true", help="no torch: make_exports.py's mirrors instead of exports")
     ARGS = ap.parse_args()
     ARGS.out = Path(ARGS.out)
