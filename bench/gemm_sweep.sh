@@ -18,9 +18,10 @@
 # Shapes: N in SWEEP_NS, K in SWEEP_KS; at M in SWEEP_SMALL_MS (decode and
 # batch 1) both forms, x @ W^T (tb: W [N, K], the tied LM head) and x @ W
 # (nn: W [K, N], the skinny kernels' form); at M in SWEEP_MS the form
-# SWEEP_FORM. With the defaults, 72 shapes in about 150 s on the H200
-# (compile and 20 runs each; fusec stops starting shapes after
-# SWEEP_FUSEC_S, PyTorch after SWEEP_TORCH_S: 200 s at most in all).
+# SWEEP_FORM. With the defaults, 72 shapes (102 graphs for fusec, each
+# compiled and run 20 times); fusec starts no shape after SWEEP_FUSEC_S,
+# PyTorch none after SWEEP_TORCH_S, so the sweep ends within about 200 s
+# (a shape cut off by its budget shows "-" and "(budget)").
 #
 # Knobs (environment):
 #   SWEEP_NS       default "50257 32001 30522 49408 151936 128257"
