@@ -19,11 +19,15 @@
 #              M = 128 and 8192, against the next aligned shape and PyTorch.
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
-#   device run, carry [".deps"], timeout_s 600:
-#           bash bench/pad-gpu.sh [attention|padding|sweep ...]     (default: all three)
+#   device run, carry [".deps"], timeout_s 600, two calls:
+#           bash bench/pad-gpu.sh attention padding
+#           PAD_NOBUILD=1 bash bench/pad-gpu.sh sweep     (on the warm machine; else it builds again)
+#   (no step named: all three in one call, about 470 s with the build)
 #
-# About 150 s of build, then about 70 s (attention), 20 s (padding) and at
-# most 170 s (sweep: fusec's budget 110 s, PyTorch's 50 s). Back in $OUT:
+# About 150 s of build, then estimated 120 s (attention: NVRTC for each
+# kernel, the timed kernels, SDPA and fusec's pipeline at three head dims),
+# 20 s (padding) and at most about 175 s (sweep: fusec's budget 110 s,
+# PyTorch's 50 s). Back in $OUT:
 # run.log (the console), build.log, headdim.log, attention.log, attn_bench.log,
 # sdpa.log, pad.log, sweep.md (the sweep's table) and sweep/ (its logs).
 # PAD_NOBUILD=1 keeps the build as it is.
