@@ -21,7 +21,7 @@
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600, two calls:
 #           bash bench/pad-gpu.sh attention padding
-#           PAD_NOBUILD=1 bash bench/pad-gpu.sh sweep     (on the warm machine; else it builds again)
+#           bash bench/pad-gpu.sh sweep                 (a warm machine's build is a no-op)
 #   (no step named: all three in one call, about 470 s with the build)
 #
 # About 150 s of build, then estimated 120 s (attention: NVRTC for each
