@@ -2,12 +2,13 @@
 """attention_bench.py - issue 8's attention benchmark, PyTorch side and fusec side.
 
     python3 bench/attention_bench.py [--reps 50] [--warmup 10] [--fusec build/fusec]
-                                     [--no-compile] [--json F]
+                                     [--no-compile] [--json F] [--dims 128,64]
 
 Times, in one run on the GPU machine, for B=8, H=16, S=2048, bf16:
 
   sdpa       torch.nn.functional.scaled_dot_product_attention (its fastest
-             backend: flash or cuDNN), causal and not, D=128 and D=64
+             backend: flash or cuDNN), causal and not, at each head dim of
+             --dims (D=128 and D=64 unless told)
   eager      the written-out pattern of bench/attention.ir in PyTorch eager
              (matmul, scale, causal where(-inf), softmax in f32, matmul)
   compile    the same under torch.compile (default mode)
@@ -109,14 +110,16 @@ def main():
     ap.add_argument("--fusec", default=os.path.join(HERE, "..", "build", "fusec"))
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--json")
+    ap.add_argument("--dims", default="128,64", help="head dims, comma-separated (eager and compile at 128 only)")
     args = ap.parse_args()
+    dims = [int(d) for d in args.dims.split(",") if d]
 
     import torch
     import torch.nn.functional as F
 
     torch.manual_seed(0)
     rows = []
-    for d in (128, 64):
+    for d in dims:
         q, k, v = (torch.randn(B, H, S, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         for causal in (True, False):
             ms = time_cuda(torch, lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), args.reps,
@@ -134,7 +137,7 @@ def main():
     # fusec's whole pipeline on the written-out pattern at each shape
     # (bench/attention.ir, rewritten by pattern_ir for the others).
     fusec_ms, err = (None, "not built")
-    for d in (128, 64):
+    for d in dims:
         for causal in (True, False):
             if os.path.exists(args.fusec):
                 fusec_ms, err = run_fusec(args.fusec, args.reps, d, causal)

@@ -17,7 +17,7 @@
  *     strided QKV, an output written through permute/reshape) compiles
  *     with NVRTC for sm_90 (and the tensor-core kernels for sm_90a); the
  *     same groups generated for sm 90 get the Hopper kernel (fc_attn_fa3)
- *     where both padded head dims are 64 or 128, with its launch (384 or
+ *     where both head dims are 49 to 128 (stored as 64 or 128), with its launch (384 or
  *     512 threads, dynamic shared memory), compiled for sm_90a (ptxas);
  *     groups it cannot read are refused.
  *  5. Allocation failures at every allocation of the pass.
@@ -29,7 +29,8 @@
  *     times the issue's benchmark shapes (B=8, H=16, S=2048, D=128/64) on
  *     both kernels; FUSEC_ATTN_BENCH_ONLY, _QUICK, _D, _VARIANTS and
  *     FUSEC_ATTN_TEST_OPTS (see bench() and test_kernels()) serve
- *     experiments; FUSEC_ATTN_DUMP=dir writes the kernels' sources.
+ *     experiments; FUSEC_ATTN_DUMP=dir writes the kernels' sources;
+ *     FUSEC_ATTN_CASES=D=80|D=96 runs only the cases so named.
  * Without a GPU, part 6 prints "skipped: no CUDA device (...)".
  */
 #include "check.h"
@@ -767,6 +768,23 @@ static const kcase kcases[] = {
      "  %sf = cast(%s, to=f32)\n  %p0 = softmax(%sf, axis=-1)\n  %p = cast(%p0, to=f16)\n"
      "  %o = matmul(%p, %v)\n  return %o\n}\n",
      true, true},
+    /* Head dims that fc_attn_fa3 stores as 128 (fa3_head_dims in
+     * codegen/cuda/attention.c): Phi-2's 80, 96, and an odd pair. */
+    {"bf16 causal D=80 S=300", ATT1("bf16", "1, 4", "300", "300", "80", "80", ", causal=true"), false, true},
+    {"f16 D=96 Sq < Sk", ATT1("f16", "2, 2", "190", "260", "96", "96", ""), false, true},
+    {"bf16 D=72 Dv=112", ATT1("bf16", "3", "100", "150", "72", "112", ""), false, true},
+    {"written out: fused QKV at D=80 read in place, result written as [B, S, H*D]",
+     "graph t(%qkv: bf16[2, 129, 480]) {\n"
+     "  %q0, %k0, %v0 = split(%qkv, axis=-1, sizes=[160, 160, 160])\n"
+     "  %q1 = reshape(%q0, shape=[2, 129, 2, 80])\n  %q = permute(%q1, perm=[0, 2, 1, 3])\n"
+     "  %k1 = reshape(%k0, shape=[2, 129, 2, 80])\n  %kt = permute(%k1, perm=[0, 2, 3, 1])\n"
+     "  %v1 = reshape(%v0, shape=[2, 129, 2, 80])\n  %v = permute(%v1, perm=[0, 2, 1, 3])\n"
+     "  %s0 = matmul(%q, %kt)\n  %s = mul(%s0, 0.11180339887498948)\n"
+     "  %qi = iota(shape=[129, 129], axis=0, dtype=i32)\n  %kj = iota(shape=[129, 129], axis=1, dtype=i32)\n"
+     "  %keep = ge(%qi, %kj)\n  %sm = where(%keep, %s, -inf)\n  %p = softmax(%sm, axis=-1)\n"
+     "  %a = matmul(%p, %v)\n  %a1 = permute(%a, perm=[0, 2, 1, 3])\n  %a2 = reshape(%a1, shape=[2, 129, 160])\n"
+     "  return %a2\n}\n",
+     true, true},
 };
 
 /* An attention group of bf16 q [b, h, sq, d], k and v [b, h, sk, d], its
@@ -949,7 +967,7 @@ static bool expect_fa3(const kcase *c, const agroup *a) {
     const fc_node *n = a->gr.nodes[0];
     const fc_value *q = n->in[0], *o = n->out[0];
     int64_t d = (q->dims[q->rank - 1] + 15) / 16 * 16, dv = (o->dims[o->rank - 1] + 15) / 16 * 16;
-    return c->mma && fc_cuda_attention_hopper(90) && d % 64 == 0 && dv % 64 == 0;
+    return c->mma && fc_cuda_attention_hopper(90) && d > 48 && dv > 48; /* stored as 64 or 128 */
 }
 
 /* fc_attn_fa3's tensor maps (TMA loads) where the codegen must make them:
@@ -968,6 +986,8 @@ static const struct {
     {"bf16 k stored [B, D, S], v a strided slice", 1, 0},
     {"written out: fused QKV read in place, result written as [B, S, H*D]", 3, 4}, /* B, H apart */
     {"bf16 D=120 (padded to 128) S=333", 3, 3},
+    {"bf16 causal D=80 S=300", 3, 3},
+    {"written out: fused QKV at D=80 read in place, result written as [B, S, H*D]", 3, 4},
 };
 
 /* Append src to the unit (*unit, *len); false when out of memory. */
@@ -989,8 +1009,16 @@ static void test_kernels(fc_context *ctx, gpu *G) {
     char *unit[2] = {NULL, NULL};
     size_t unit_len[2] = {0, 0};
     bool unit_ok[2] = {true, true};
+    /* FUSEC_ATTN_CASES=a|b: only the cases whose names hold a or b. */
+    const char *only = getenv("FUSEC_ATTN_CASES");
     for (size_t i = 0; i < sizeof kcases / sizeof *kcases; i++) {
         const kcase *c = &kcases[i];
+        bool picked = !only || !*only;
+        for (const char *p = only; p && *p && !picked; p = strchr(p, '|') ? strchr(p, '|') + 1 : "") {
+            const size_t n = strchr(p, '|') ? (size_t)(strchr(p, '|') - p) : strlen(p);
+            for (const char *q = c->name; *q && !picked; q++) picked = n > 0 && !strncmp(q, p, n);
+        }
+        if (!picked) continue;
         agroup a;
         bool ok = make_group(ctx, c->name, c->ir, c->pass, &a);
         CHECK(ok);
@@ -1143,7 +1171,7 @@ static void test_kernels(fc_context *ctx, gpu *G) {
         fc_graph_free(a.g);
     }
     for (int target = 0; target < 2; target++) {
-        CHECK(unit[target] != NULL && unit_ok[target]);
+        CHECK((unit[target] != NULL || (only && *only)) && unit_ok[target]);
         for (int arch = target; unit[target] && arch < 2; arch++) {
             fc_bytes cubin = {0};
             fc_status st = fc_nvrtc_compile(ctx, unit[target], "attention_unit.cu", 9, 0, arch ? sm90a : NULL, arch, &cubin);
@@ -1264,7 +1292,8 @@ static void bench(fc_context *ctx, gpu *G) {
         const char *dt;
         int d;
         bool causal;
-    } shapes[] = {{"bf16", 128, true}, {"bf16", 128, false}, {"bf16", 64, true}, {"bf16", 64, false}, {"f16", 128, true}};
+    } shapes[] = {{"bf16", 128, true}, {"bf16", 128, false}, {"bf16", 64, true}, {"bf16", 64, false}, {"f16", 128, true},
+                  {"bf16", 80, true},  {"bf16", 80, false},  {"bf16", 96, true}, {"bf16", 96, false}};
     /* Variants: [0] sm 0, [1] sm 90, [2] sm 90 without TMA (every load by
      * cp.async, what a layout TMA cannot read gets), then the environment's. */
     const char *opts[10][6] = {{NULL}};
@@ -1281,10 +1310,12 @@ static void bench(fc_context *ctx, gpu *G) {
         nv++;
     }
     const char *quick = getenv("FUSEC_ATTN_BENCH_QUICK"); /* =1: bf16 only */
-    const char *only_d = getenv("FUSEC_ATTN_BENCH_D");    /* =64 or =128: that head dim only */
+    const char *only_d = getenv("FUSEC_ATTN_BENCH_D");    /* =80,96 (say): those head dims only */
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         if (quick && *quick == '1' && strcmp(shapes[i].dt, "bf16") != 0) continue;
-        if (only_d && *only_d && atoi(only_d) != shapes[i].d) continue;
+        bool listed = !only_d || !*only_d;
+        for (const char *p = only_d; p && *p && !listed; p = strchr(p, ',') ? strchr(p, ',') + 1 : "") listed = atoi(p) == shapes[i].d;
+        if (!listed) continue;
         char ir[512];
         snprintf(ir, sizeof ir,
                  "graph b(%%q: %s[8, 16, 2048, %d], %%k: %s[8, 16, 2048, %d], %%v: %s[8, 16, 2048, %d]) {\n"

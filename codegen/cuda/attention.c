@@ -15,8 +15,9 @@
  *  - fc_attn_fa3 (attention_fa3.cuh.inc), the Hopper kernel (FlashAttention-3's
  *    structure: wgmma, a producer warpgroup feeding K and V through
  *    mbarriers, setmaxnreg, intra-warpgroup overlap and ping-pong), for
- *    plans generated for sm 90 whose padded head dims are 64 or 128; the
- *    unit is then compiled for sm_90a (fc_cuda_attention_hopper);
+ *    plans generated for sm 90 whose head dims are 49 to 128 (stored as
+ *    64 or 128: fa3_head_dims); the unit is then compiled for sm_90a
+ *    (fc_cuda_attention_hopper);
  *  - fc_attn_rows, the general kernel (f32, f64, other head dims): a warp
  *    per query row, the same online softmax in f32 (f64 for f64).
  *
@@ -164,6 +165,22 @@ static bool output_layout(const fc_group *gr, const fc_node *n, int64_t *strides
 }
 
 static int64_t round16(int64_t x) { return (x + 15) / 16 * 16; }
+static int64_t round64(int64_t x) { return (x + 63) / 64 * 64; }
+
+/*
+ * Whether fc_attn_fa3 takes head dims D and Dv (both at most 128: the
+ * tensor-core kernels' range). It stores each in whole 64-column panels
+ * (the 128-byte swizzle that TMA writes and wgmma reads), so a head dim of
+ * 80 or 96 is stored as 128 with zero columns, which the loads write (TMA
+ * fills the columns past the map's D with zeros; cp.async and the element
+ * loads likewise), not the producer of Q, K and V: no copy, nothing wider
+ * in memory. Q K^T runs only the k16 steps of D (C::DK: 5 of 8 at D = 80);
+ * P V runs the whole panel width, since wgmma's canonical N-major layouts
+ * with the 128-byte swizzle are whole 64-column atoms. A head dim of 48 or
+ * less would leave three quarters of the panel's columns or more idle in
+ * P V: those keep fc_attn_tc.
+ */
+static bool fa3_head_dims(int64_t D, int64_t Dv) { return round16(D) > 48 && round16(Dv) > 48; }
 
 /* A tensor map for fc_attn_fa3's TMA loads, and how the kernel finds the
  * batch coordinates of its dims 2 .. rank - 1. */
@@ -427,9 +444,9 @@ fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr,
 
     const bool mma = fc_cuda_attention_uses_mma(gr);
     /* The Hopper kernel (fc_attn_fa3) where the unit is compiled for sm_90a
-     * and both padded head dims are whole 64-column swizzle panels (64 or
-     * 128); everything else takes fc_attn_tc. */
-    const bool fa3 = mma && fc_cuda_attention_hopper(plan->sm) && round16(D) % 64 == 0 && round16(Dv) % 64 == 0;
+     * and both head dims fill more than three quarters of their 64-column
+     * swizzle panels (fa3_head_dims); everything else takes fc_attn_tc. */
+    const bool fa3 = mma && fc_cuda_attention_hopper(plan->sm) && fa3_head_dims(D, Dv);
     const fc_dtype t = o->dtype;
     const bool f64 = t == FC_F64;
     /* Warps of the tensor-core kernel (16 query rows each). 8 warps share
@@ -443,7 +460,7 @@ fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr,
      * rows a block read K and V a third less often than 128; else two),
      * key tiles of BN = 128 (64 for at most 64 keys), ST stages of K and V (3 where the shared
      * memory takes them, else 2). Measured: docs/PERF.md, "Attention". */
-    const int64_t dp = round16(D), dvp = round16(Dv);
+    const int64_t dp = round64(D), dvp = round64(Dv);
     const int nc = dp <= 64 && dvp <= 64 ? 3 : 2, bn = attention_key_tile(Sk);
     const int64_t fa3_smem3 = 1024 + 2 * (64 * nc * dp + 3 * bn * (dp + dvp)) + 32 * 3 + 8 * nc;
     const int stages = fa3_smem3 <= 227 * 1024 ? 3 : 2;
@@ -482,14 +499,17 @@ fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr,
         if (fa3) {
             fc_strbuf_printf(&s, "#if !defined(FC_ATTN_FA3)\n#error \"fusec: this attention kernel needs a unit compiled for sm_90a\"\n#endif\n");
             emit_wgop(&s, bn, true);
-            emit_wgop(&s, (int)round16(Dv), false);
+            emit_wgop(&s, (int)dvp, false);
         }
         fc_strbuf_printf(&s, "struct fc_attn_cfg_%s {\n", name);
         fc_strbuf_printf(&s, "  typedef %s T;\n  typedef %s M;\n  typedef %s CT;\n", fc_cuda_storage_type(t),
             mask ? fc_cuda_storage_type(mask->dtype) : "unsigned char", f64 ? "double" : "float");
-        fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, KT = %lld, MASK = %d, NW = %d, ST = %d, BN = %d, NC = %d;\n",
-            (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)round16(D), (long long)round16(Dv),
-            (long long)kt, mask_kind, nw, stages, bn, nc);
+        /* DP, DVP: the head dims as the kernel stores them (fc_attn_fa3:
+         * whole panels; fc_attn_tc: whole k16 steps); DK: the k16 steps of
+         * Q K^T, the columns past it zeros that would add nothing. */
+        fc_strbuf_printf(&s, "  static constexpr int SQ = %lld, SK = %lld, D = %lld, DV = %lld, DP = %lld, DVP = %lld, DK = %lld, KT = %lld, MASK = %d, NW = %d, ST = %d, BN = %d, NC = %d;\n",
+            (long long)Sq, (long long)Sk, (long long)D, (long long)Dv, (long long)(fa3 ? dp : round16(D)),
+            (long long)(fa3 ? dvp : round16(Dv)), (long long)round16(D), (long long)kt, mask_kind, nw, stages, bn, nc);
         fc_strbuf_printf(&s, "  static constexpr long long NB = %lld, HG = %lld;\n", (long long)NB,
                          (long long)l2_section(NB, Sk * (D + Dv) * (int64_t)fc_dtype_size(t), nc, force));
         bool ovec = os[R - 1] == 1 && Dv % 2 == 0 && os[R - 2] % 2 == 0;

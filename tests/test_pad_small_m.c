@@ -1,0 +1,168 @@
+/* test_pad_small_m.c - what the padding pass (passes/pad.c) does with the
+ * GEMMs of few rows (decode, batch 1: the skinny kernels' range) and with a
+ * dynamic variant's generated GEMMs, at the unaligned sizes of real models
+ * (docs/GEMM.md, "Unaligned shapes": "Few rows, and dynamic plans").
+ *
+ * Plans for sm 90 through the whole pipeline (fc_pipeline, its default
+ * rule) and the CUDA code generator; no GPU needed:
+ *  1. The LM head at M = 1 and 8, x @ W^T and x @ W, at every vocabulary
+ *     of the sweep (50257, 32001, 30522, 49408, 151936, 128257; K 768):
+ *     one GEMM, unpadded (the weight's bytes bound both shapes, and the
+ *     result's compaction would cost more than it saves); x @ W takes the
+ *     skinny kernel where N is a multiple of 64 (151936), cuBLASLt
+ *     elsewhere.
+ *  2. An odd K (767) written by a kernel: at M = 64 padded to 768 (the
+ *     kernel writes the zero columns, the weight is padded at load), which
+ *     makes it a skinny GEMM of K 768; at M = 8 one cuBLASLt call.
+ *  3. A dynamic plan (M symbolic) with an odd K and a vocabulary N: not
+ *     padded (the pass runs on static plans); its GEMM is a generated tile
+ *     kernel whose unit compiles with NVRTC for sm_90a.
+ * The sizes where the rule's answers are measured: bench/gemm_sweep.sh.
+ */
+#include "check.h"
+#include "codegen/cuda/cuda_codegen.h"
+#include "codegen/cuda/gemm_choice.h"
+#include "fusec.h"
+#include "ir.h"
+#include "passes/passes.h"
+#include "runtime/cuda/cuda.h"
+#include "runtime/cuda/program.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct small_plan {
+    int kernels, library, loadtime;
+    fc_gemm_path path; /* the one GEMM's */
+    char summary[160]; /* the GEMM launch's */
+} small_plan;
+
+/* Plan text for sm 90 and what it holds; false when it could not be made. */
+static bool plan_of(fc_context *ctx, const char *what, const char *text, bool dynamic, small_plan *sp, char **source) {
+    memset(sp, 0, sizeof *sp);
+    sp->path = FC_GEMM_NONE;
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fo.dynamic = dynamic;
+    fc_graph *g = NULL;
+    fc_plan plan;
+    fc_status st = fc_parse(ctx, what, text, strlen(text), NULL, NULL, 0, &g);
+    if (!st) st = fc_pipeline(g, &fo, &plan);
+    CHECK_EQ_INT(st, FC_OK);
+    if (st) fprintf(stderr, "%s: %s\n", what, fc_last_error(ctx));
+    fc_cuda_src src = {0};
+    if (!st) {
+        plan.sm = 90;
+        plan.sm_count = 132;
+        int ngemm = 0;
+        for (int i = 0; i < plan.ngroups; i++) {
+            fc_gemm_choice c;
+            fc_cuda_gemm_choose(&plan, i, &c);
+            if (c.path == FC_GEMM_NONE) continue;
+            sp->path = c.path;
+            ngemm++;
+        }
+        CHECK_EQ_INT(ngemm, 1);
+        st = fc_cuda_codegen(&plan, &src);
+        CHECK_EQ_INT(st, FC_OK);
+        if (st) fprintf(stderr, "%s: %s\n", what, fc_last_error(ctx));
+        fc_plan_release(&plan);
+    }
+    for (int i = 0; !st && i < src.nlaunches; i++) {
+        const fc_launch *l = &src.launches[i];
+        if (l->kind == FC_LAUNCH_KERNEL) sp->kernels++;
+        if (l->kind == FC_LAUNCH_LIBRARY) sp->library++;
+        if (l->loadtime) sp->loadtime++;
+        if (l->kind == FC_LAUNCH_LIBRARY || strstr(l->summary, "gemm"))
+            snprintf(sp->summary, sizeof sp->summary, "%s", l->summary);
+    }
+    if (source && !st) {
+        *source = src.source;
+        src.source = NULL;
+    }
+    fc_cuda_src_release(&src);
+    fc_graph_free(g);
+    return st == FC_OK;
+}
+
+static const int vocab[] = {50257, 32001, 30522, 49408, 151936, 128257};
+
+static void test_lm_head(fc_context *ctx) {
+    static const int rows[] = {1, 8};
+    for (size_t m = 0; m < sizeof rows / sizeof *rows; m++)
+        for (size_t v = 0; v < sizeof vocab / sizeof *vocab; v++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int M = rows[m], N = vocab[v];
+                char text[512], what[96];
+                if (tb)
+                    snprintf(text, sizeof text,
+                             "graph h(%%x: bf16[%d, 768], %%w: bf16[%d, 768]) {\n  %%wt = permute(%%w, perm=[1, 0])\n"
+                             "  %%y = matmul(%%x, %%wt)\n  return %%y\n}\n", M, N);
+                else
+                    snprintf(text, sizeof text, "graph h(%%x: bf16[%d, 768], %%w: bf16[768, %d]) {\n  %%y = matmul(%%x, %%w)\n  return %%y\n}\n",
+                             M, N);
+                snprintf(what, sizeof what, "LM head %s, M %d, N %d", tb ? "x @ W^T" : "x @ W", M, N);
+                small_plan sp;
+                if (!plan_of(ctx, what, text, false, &sp, NULL)) continue;
+                const bool skinny = !tb && N % 64 == 0;
+                /* Unpadded: the GEMM alone, no zero block, no compaction. */
+                const bool ok = sp.kernels == (skinny ? 1 : 0) && sp.library == (skinny ? 0 : 1) && sp.loadtime == 0 &&
+                                sp.path == (skinny ? FC_GEMM_SKINNY : FC_GEMM_LIBRARY);
+                if (!ok)
+                    fprintf(stderr, "%s: %d kernels, %d calls, %d at load, path %d (%s)\n", what, sp.kernels, sp.library, sp.loadtime,
+                            (int)sp.path, sp.summary);
+                CHECK(ok);
+            }
+}
+
+static void test_odd_k(fc_context *ctx) {
+    static const char fmt[] = "graph k(%%x: bf16[%d, 767], %%w: bf16[767, 2304]) {\n  %%r = relu(%%x)\n"
+                              "  %%y = matmul(%%r, %%w)\n  return %%y\n}\n";
+    char text[256];
+    small_plan sp;
+    snprintf(text, sizeof text, fmt, 64);
+    if (plan_of(ctx, "odd K, M 64", text, false, &sp, NULL)) {
+        /* relu writes the padded rows (one kernel), the weight is padded at load, the GEMM is skinny at K 768. */
+        CHECK_EQ_INT(sp.path, FC_GEMM_SKINNY);
+        CHECK_EQ_INT(sp.kernels, 3);
+        CHECK_EQ_INT(sp.library, 0);
+        CHECK_EQ_INT(sp.loadtime, 1);
+        CHECK(strstr(sp.summary, "64 x 2304 x 768") != NULL);
+        if (!strstr(sp.summary, "64 x 2304 x 768")) fprintf(stderr, "odd K, M 64: '%s'\n", sp.summary);
+    }
+    snprintf(text, sizeof text, fmt, 8);
+    if (plan_of(ctx, "odd K, M 8", text, false, &sp, NULL)) {
+        CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
+        CHECK_EQ_INT(sp.kernels, 1); /* relu alone */
+        CHECK_EQ_INT(sp.loadtime, 0);
+    }
+}
+
+static void test_dynamic(fc_context *ctx) {
+    static const char text[] = "graph d(%x: bf16[M, 767], %w: bf16[767, 50257]) {\n  %r = relu(%x)\n"
+                               "  %y = matmul(%r, %w)\n  return %y\n}\n";
+    small_plan sp;
+    char *source = NULL;
+    if (!plan_of(ctx, "dynamic, odd K, N 50257", text, true, &sp, &source)) return;
+    CHECK_EQ_INT(sp.path, FC_GEMM_GENERATED);
+    CHECK_EQ_INT(sp.library, 0);
+    CHECK_EQ_INT(sp.loadtime, 0); /* nothing padded: no weight computed at load */
+    const char *extra[8];
+    const int nextra = fc_program_extra_nvrtc_options(90, false, extra);
+    fc_bytes cubin = {0};
+    fc_status st = source ? fc_nvrtc_compile(ctx, source, "pad_dynamic.cu", 9, 0, extra, nextra, &cubin) : FC_ERR_INPUT;
+    if (st) fprintf(stderr, "dynamic: NVRTC: %s\n", fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    fc_bytes_free(&cubin);
+    free(source);
+}
+
+int main(void) {
+    fc_context *ctx = fc_context_new();
+    test_lm_head(ctx);
+    test_odd_k(ctx);
+    test_dynamic(ctx);
+    fc_context_free(ctx);
+    return check_report("test_pad_small_m");
+}
