@@ -380,6 +380,7 @@ static void test_autocast_compile_plan(void) {
         CHECK_EQ_INT(calls, 6);
         CHECK_EQ_INT(low, 6);
         CHECK(strstr(plan, "library gemm ops: gemm[bias]") != NULL); /* the classifier alone */
+        CHECK(strstr(plan, "; of 6 2-D convolutions: 6 through cuDNN, 0 depthwise (elementwise), 0 im2col\n"));
     }
     fc_free(plan);
 }
