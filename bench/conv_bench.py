@@ -42,6 +42,9 @@ RE_COMPILED = re.compile(r"^time: ([0-9.]+) ms to (?:the first run|a compiled pr
 RE_PHASE = re.compile(r"^  (parse|passes|codegen|nvrtc|cache|other|device|load) +([0-9.]+) ms", re.M)
 RE_CACHE = re.compile(r"^(gemm algorithms|compiles): +(\d+)", re.M)
 RE_TOTAL = re.compile(r"^total: (\d+) kernels, (\d+) library calls", re.M)
+# the plan's "convolutions:" line: which path each 2-D convolution took
+RE_CONVS = re.compile(r"of (\d+) 2-D convolutions: (\d+) through cuDNN, (\d+) depthwise \(elementwise\), (\d+) im2col")
+RE_KERNEL = re.compile(r"^launch \d+: kernel .*$", re.M)
 
 p = argparse.ArgumentParser()
 p.add_argument("--fusec", default="build/fusec")
@@ -109,7 +112,12 @@ def run_fusec(torch, np, onnx_path, x_npy, ref, work, row):
     if not m:
         row["fusec_error"] = "plan: " + last_err(err)
         return
+    (Path(ARGS.out) / f"plan_{row['model']}_{row['B']}.txt").write_text(out)
     row["kernels"], row["library_calls"] = int(m.group(1)), int(m.group(2))
+    row["kernels_per_run"] = sum("(at weight load)" not in ln for ln in RE_KERNEL.findall(out))
+    m = RE_CONVS.search(out)
+    if m:
+        row["convs"], row["convs_cudnn"], row["convs_depthwise"], row["convs_im2col"] = map(int, m.groups())
     shutil.rmtree(cache, ignore_errors=True)
     run = base + ["--run", "--device=cuda", "--inputs", x_npy]
     # cold: an empty cache; warm: a second process on the cache it left
@@ -205,7 +213,9 @@ def bench_model(torch, torchvision, np, name, B, work):
             f"warm {row.get('compile_ms_warm', 0):.0f} ms, load+plans cold {row.get('load_ms_cold', 0):.0f} / "
             f"warm {row.get('load_ms_warm', 0):.0f} ms, the warm process added {row.get('warm_new_algorithms')} "
             f"algorithm records and {row.get('warm_nvrtc_compiles')} NVRTC compiles, "
-            f"{row.get('kernels')} kernels + {row.get('library_calls')} library calls, "
+            f"{row.get('kernels')} kernels ({row.get('kernels_per_run')} per run, the rest at weight load) + "
+            f"{row.get('library_calls')} library calls; convolutions: {row.get('convs_cudnn')} cuDNN, "
+            f"{row.get('convs_im2col')} im2col, {row.get('convs_depthwise')} depthwise of {row.get('convs')}, "
             f"rel L2 {row.get('fusec_rel_l2', float('nan')):.3g}")
     else:
         log(f"   {name} B={B} fusec: {row.get('fusec_error')}")
@@ -242,7 +252,8 @@ def main():
     modes = [m for m in ARGS.modes.split(",")]
     head = ["model", "B"] + [f"{m} ms" for m in modes] + ["fusec ms", "torch/fusec", "compile cold/warm ms",
                                                           "first run cold/warm ms", "warm: new records, nvrtc",
-                                                          "kernels+lib", "rel L2 eager", "rel L2 fusec"]
+                                                          "kernels+lib", "convs cuDNN/im2col/dw",
+                                                          "rel L2 eager", "rel L2 fusec"]
     log("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         f = r.get("fusec_ms")
@@ -253,7 +264,8 @@ def main():
                   f"{r.get('compile_ms_cold', 0):.0f}/{r.get('compile_ms_warm', 0):.0f}",
                   f"{r.get('first_run_ms_cold', 0):.0f}/{r.get('first_run_ms_warm', 0):.0f}",
                   f"{r.get('warm_new_algorithms', '-')}, {r.get('warm_nvrtc_compiles', '-')}",
-                  f"{r.get('kernels', '-')}+{r.get('library_calls', '-')}",
+                  f"{r.get('kernels', '-')} ({r.get('kernels_per_run', '-')} per run)+{r.get('library_calls', '-')}",
+                  f"{r.get('convs_cudnn', '-')}/{r.get('convs_im2col', '-')}/{r.get('convs_depthwise', '-')}",
                   f"{r.get('eager_rel_l2', float('nan')):.3g}", f"{r.get('fusec_rel_l2', float('nan')):.3g}"]
         log("| " + " | ".join(cells) + " |")
 

@@ -6,17 +6,22 @@
 # package's libcudnn.so.9 on LD_LIBRARY_PATH (fusec dlopens it by its
 # standard name: runtime/cuda/cudnn.h), run test_conv_library and
 # tests/test_conv.sh on CUDA (each conv graph's cuDNN path against the
-# reference interpreter), then bench/conv_bench.py: ResNet-50 at B=1 and
-# B=32 (and MobileNetV3-small when time allows), 224x224 bf16, against
-# torch eager and torch.compile (channels_last), with fusec's cold compile
-# time, a second process's (which must search nothing: no new algorithm
-# records, no NVRTC compile) and the plans' kernel and library counts.
+# reference interpreter; the f32 ResNet block under --precision=bf16, whose
+# convolutions autocast sends to cuDNN, with --check), then
+# bench/conv_bench.py: ResNet-50 at B=32, EfficientNet-B0 at B=32, ResNet-50
+# at B=1 and MobileNetV3-large at B=32 (the later ones while the budget
+# lasts), 224x224 bf16, against torch eager and torch.compile
+# (channels_last), with fusec's cold compile time, a second process's
+# (which must search nothing: no new algorithm records, no NVRTC compile),
+# the plans' kernel and library counts and how many convolutions went to
+# cuDNN, im2col or the depthwise kernels.
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600:
 #           bash bench/conv_bench.sh
-#   ~150 s of build, then up to ~110 s of tests and ~150-200 s of benchmark
-#   (MobileNetV3-small only when ResNet-50's two rows took under 150 s).
+#   ~150 s of build, then up to ~110 s of tests and ~160-220 s of benchmark
+#   (a model starts only while the run is within its 120 s budget:
+#   MobileNetV3-large usually not).
 #
 # Knobs: CONV_MODELS, CONV_MODES, CONV_REPS, CONV_BUDGET (conv_bench.py's
 # --models, --modes, --reps, --budget), CONV_NUMERICS (test_conv.sh's),
@@ -63,13 +68,20 @@ FUSEC=build/fusec SRC=. FUSEC_CACHE_DIR="$OUT/test-cache" CONV_NUMERICS=${CONV_N
     bash tests/test_conv.sh >"$OUT/test_conv.log" 2>&1
 echo "   rc=$? in $((SECONDS - start)) s: $(grep -c '^ok:' "$OUT/test_conv.log") ok, $(grep -c '^FAIL' "$OUT/test_conv.log") failed"
 grep -A12 '^FAIL' "$OUT/test_conv.log" | head -30
-for f in resnet_block_bf16 conv_geometry; do
-    build/fusec "tests/conv/$f.ir" --emit=plan >"$OUT/plan_$f.txt" 2>&1
-    echo "   $f: $(grep -c 'library conv_cl' "$OUT/plan_$f.txt") cuDNN calls; $(grep '^convolutions:' "$OUT/plan_$f.txt")"
+for f in resnet_block_bf16 conv_geometry resnet_block:bf16; do
+    g=${f%%:*} prec=${f#*:}
+    [[ $prec == "$f" ]] && prec=as-written
+    popt=(); [[ $prec != as-written ]] && popt=(--precision="$prec")
+    build/fusec "tests/conv/$g.ir" --emit=plan "${popt[@]}" >"$OUT/plan_${g}_$prec.txt" 2>&1
+    echo "   $g ($prec): $(grep -c 'library conv_cl' "$OUT/plan_${g}_$prec.txt") cuDNN calls; $(grep '^convolutions:' "$OUT/plan_${g}_$prec.txt")"
 done
+echo "== the f32 ResNet block under --precision=bf16 through cuDNN, --check against the autocast graph on the reference"
+FUSEC_CACHE_DIR="$OUT/test-cache" timeout 60 build/fusec tests/conv/resnet_block.ir --run --device=cuda \
+    --precision=bf16 --check >"$OUT/check_resnet_block_bf16.txt" 2>&1
+echo "   rc=$?: $(grep -iE 'check|error|max' "$OUT/check_resnet_block_bf16.txt" | tail -2 | tr '\n' ' ')"
 
 echo "== conv_bench.py"
 timeout 300 python3 bench/conv_bench.py --fusec build/fusec --out "$OUT" \
-    --models "${CONV_MODELS:-resnet50:1,resnet50:32,mobilenet_v3_small:32}" \
-    --modes "${CONV_MODES:-eager,compile,reduce-overhead}" --reps "${CONV_REPS:-30}" --budget "${CONV_BUDGET:-150}"
+    --models "${CONV_MODELS:-resnet50:32,efficientnet_b0:32,resnet50:1,mobilenet_v3_large:32}" \
+    --modes "${CONV_MODES:-eager,compile,reduce-overhead}" --reps "${CONV_REPS:-30}" --budget "${CONV_BUDGET:-120}"
 echo "   rc=$?"

@@ -111,6 +111,8 @@ typedef struct ac {
     bool *store_low;    /* by old value id: stored in `low` */
     int *uses, *ok_uses; /* by old value id: uses, and uses that read it low */
     fc_node **user;     /* by old value id: a (the last seen) user */
+    int *pos;           /* by node id: its position in the graph */
+    int *all_uses;      /* by old value id: every use (uses[] counts those the walk has seen) */
     fc_value **in, **out; /* scratch for one node's operands and results */
 } ac;
 
@@ -125,14 +127,76 @@ static bool widened_from_low(const ac *a, const fc_value *v) {
     return v->dtype == FC_F32 && c && c->op == FC_OP_CAST && c->in[0]->dtype == a->low;
 }
 
-/* v is a convolution's result (conv_cl), or that plus its bias. */
-static bool conv_result(const fc_value *v) {
+/* How far v is along a convolution's epilogue chain, the tail the
+ * epilogue pass folds into a conv_cl (passes/epilogue.c): the result, +
+ * bias, + residual, then the activation, each at most once and in that
+ * order (the bias before the residual). 0: not a convolution's. */
+enum { CHAIN_NONE, CHAIN_CONV, CHAIN_BIAS, CHAIN_RESIDUAL, CHAIN_ACT };
+
+static bool same_dims(const fc_value *x, const fc_value *y) {
+    if (x->rank != y->rank) return false;
+    for (int i = 0; i < x->rank; i++)
+        if (x->dims[i] != y->dims[i]) return false;
+    return true;
+}
+
+/* v's stage, or CHAIN_NONE when it is beyond `most` (which bounds the walk
+ * down: a residual stream of relu(conv + residual) is not walked). */
+static int stage_upto(const fc_value *v, int most) {
     const fc_node *d = v->def;
-    if (d && d->op == FC_OP_ADD && !d->in[0]->weak && !d->in[1]->weak) {
-        const fc_value *c = d->in[0]->rank == 1 ? d->in[1] : d->in[0], *b = c == d->in[0] ? d->in[1] : d->in[0];
-        d = b->rank == 1 ? c->def : NULL;
+    if (!d || v->weak) return CHAIN_NONE;
+    if (d->op == FC_OP_CONV_CL) return CHAIN_CONV;
+    if (d->op == FC_OP_RELU || d->op == FC_OP_GELU_TANH)
+        return most >= CHAIN_ACT && fc_dtype_is_float(v->dtype) && stage_upto(d->in[0], CHAIN_RESIDUAL) ? CHAIN_ACT
+                                                                                                      : CHAIN_NONE;
+    if (d->op != FC_OP_ADD || d->in[0]->weak || d->in[1]->weak || most < CHAIN_BIAS) return CHAIN_NONE;
+    int best = CHAIN_NONE;
+    for (int k = 0; k < 2; k++) {
+        const fc_value *x = d->in[k], *y = d->in[1 - k];
+        if (y->rank == 1 && y->rank < v->rank && stage_upto(x, CHAIN_CONV)) best = best ? best : CHAIN_BIAS;
+        else if (most >= CHAIN_RESIDUAL && same_dims(y, v) && stage_upto(x, CHAIN_BIAS)) best = CHAIN_RESIDUAL;
     }
-    return d && d->op == FC_OP_CONV_CL;
+    return best;
+}
+
+static int conv_stage(const fc_value *v) { return stage_upto(v, CHAIN_ACT); }
+
+/* v is a convolution's result (conv_cl), or that plus its bias. */
+static bool conv_result(const fc_value *v) { return stage_upto(v, CHAIN_BIAS) != CHAIN_NONE; }
+
+/* The conv_cl of conv_result v. */
+static const fc_node *chain_conv(const fc_value *v) {
+    const fc_node *d = v->def;
+    if (d && d->op == FC_OP_ADD) d = stage_upto(d->in[0], CHAIN_CONV) ? d->in[0]->def : d->in[1]->def;
+    return d && d->op == FC_OP_CONV_CL ? d : NULL;
+}
+
+/* Does user u of v carry v's convolution chain on (as the epilogue will
+ * fold it: u is v's only use)? An add of two convolutions' sums, each
+ * used once, continues the chain of the one first in the graph: the
+ * epilogue gives a tail to the first chain that reaches it, and the other
+ * sum becomes its residual. */
+static bool continues(const ac *a, const fc_node *u, const fc_value *v) {
+    int s = conv_stage(v);
+    if (!s || s == CHAIN_ACT || u->nout != 1 || a->all_uses[v->id] != 1) return false;
+    if (u->op == FC_OP_RELU || u->op == FC_OP_GELU_TANH) return fc_dtype_is_float(u->out[0]->dtype);
+    if (u->op != FC_OP_ADD || u->in[0]->weak || u->in[1]->weak) return false;
+    const fc_value *y = u->in[0] == v ? u->in[1] : u->in[0];
+    if (s == CHAIN_CONV && y->rank == 1 && y->rank < v->rank) return true;
+    if (s == CHAIN_RESIDUAL || !same_dims(y, u->out[0])) return false;
+    if (!conv_result(y) || a->all_uses[y->id] != 1) return true;
+    const fc_node *cv = chain_conv(v), *cy = chain_conv(y);
+    return cv && cy && a->pos[cv->id] < a->pos[cy->id];
+}
+
+/* v ends a convolution's chain: torch.autocast returns a convolution's
+ * result in the low dtype, and so the value the library call writes (the
+ * convolution with the tail the epilogue folds) is stored low whatever
+ * reads it; the ops after it read it widened, exactly. */
+static bool conv_end(const ac *a, const fc_value *v) {
+    if (!conv_stage(v)) return false;
+    const fc_node *u = a->user[v->id];
+    return !(u && continues(a, u, v));
 }
 
 /* v, the sum of a matmul's result and a bias, is stored low, or its one
@@ -163,11 +227,13 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
         if (other->weak || !other->def) return false;
         if (bias->param_index >= 0 && bias->rank == 1 && products_in_f32(other->def->op))
             return tail_low(a, n->out[0]);
-        /* A convolution's residual, when the sum is stored low: the
-         * residual stream of a 16-bit convolutional network is 16-bit (a
-         * convolution under torch.autocast returns the low dtype, and
-         * sums of low values stay low), and the library reads it so. */
-        return conv_result(other) && tail_low(a, n->out[0]);
+        /* A convolution's bias or residual, when the sum is stored low:
+         * the residual stream of a 16-bit convolutional network is 16-bit
+         * (a convolution under torch.autocast returns the low dtype, and
+         * sums of low values stay low), and the library reads it so. The
+         * operand whose chain the add continues is the convolution's own
+         * sum, not its residual, and stays f32. */
+        return continues(a, n, other) && tail_low(a, n->out[0]);
     }
     return false;
 }
@@ -175,8 +241,21 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
 /* A widened low value (what this pass writes for a matmul's operand) has
  * its low form already: storing it low again would only add casts. */
 static void decide(ac *a, const fc_value *v) {
-    a->store_low[v->id] = v->dtype == FC_F32 && a->uses[v->id] > 0 && a->ok_uses[v->id] == a->uses[v->id] &&
-                          !widened_from_low(a, v);
+    bool all_low = a->uses[v->id] > 0 && a->ok_uses[v->id] == a->uses[v->id] && !widened_from_low(a, v);
+    a->store_low[v->id] = v->dtype == FC_F32 && (all_low || conv_end(a, v));
+}
+
+/* Every node's position and every value's uses (a graph result is one). */
+static void count_uses(ac *a) {
+    fc_graph *g = a->g;
+    memset(a->all_uses, 0, sizeof *a->all_uses * (size_t)(a->nvals + 1));
+    for (int i = 0; i < g->noutputs; i++) a->all_uses[g->outputs[i]->id]++;
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        a->pos[n->id] = i;
+        for (int k = 0; !n->dead && k < n->nin; k++)
+            if (!n->in[k]->weak) a->all_uses[n->in[k]->id]++;
+    }
 }
 
 /* One walk from the last node to the first: a value is decided when the
@@ -348,7 +427,9 @@ fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
     a.uses = fc_ctx_malloc(g->ctx, n * sizeof *a.uses);
     a.ok_uses = fc_ctx_malloc(g->ctx, n * sizeof *a.ok_uses);
     a.user = fc_ctx_malloc(g->ctx, n * sizeof *a.user);
-    if (!a.cur || !a.store_low || !a.uses || !a.ok_uses || !a.user || !a.in || !a.out) {
+    a.pos = fc_ctx_malloc(g->ctx, ((size_t)g->next_node_id + 1) * sizeof *a.pos);
+    a.all_uses = fc_ctx_malloc(g->ctx, n * sizeof *a.all_uses);
+    if (!a.cur || !a.store_low || !a.uses || !a.ok_uses || !a.user || !a.pos || !a.all_uses || !a.in || !a.out) {
         st = g->status = FC_ERR_NOMEM;
     } else {
         memset(a.cur, 0, n * sizeof *a.cur);
@@ -356,10 +437,11 @@ fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
         memset(a.uses, 0, n * sizeof *a.uses);
         memset(a.ok_uses, 0, n * sizeof *a.ok_uses);
         memset(a.user, 0, n * sizeof *a.user);
+        count_uses(&a);
         if (!a.widen) find_low_values(&a);
         st = rebuild(&a);
     }
-    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.in, a.out};
+    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.pos, a.all_uses, a.in, a.out};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) fc_ctx_freemem(g->ctx, scratch[i]);
     return st;
 }

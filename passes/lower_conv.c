@@ -216,33 +216,85 @@ static fc_status geom_of(fc_graph *g, const fc_node *n, fc_window_geom *w) {
     return FC_OK;
 }
 
-/* Whether conv n goes to the convolution library as one conv_cl: 2-D,
- * 16-bit floats (cuDNN's engines for f32 data run TF32 on tensor cores,
- * whose 10-bit products missed f32's tolerance by 100x on the H200: f32
- * convolutions stay im2col and an f32 GEMM), not depthwise (K multiply-adds, one elementwise kernel
- * that fusion joins to its neighbours, beat a library call there), the
- * same pad at both ends of each axis (cuDNN's engines are made and tested
- * for those; the asymmetric pads of SAME padding at stride 2 stay im2col). */
-static bool library_conv(const fc_node *n, const fc_window_geom *w) {
-    const fc_value *x = n->in[0], *wt = n->in[1];
-    int64_t G = n->a.groups;
-    bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
-    bool dt = x->dtype == FC_F16 || x->dtype == FC_BF16;
-    bool symmetric = w->ns == 2 && w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
-    /* Channels per group and output channels in multiples of 8 (16-byte
-     * rows of 16-bit channels-last data): cuDNN's tensor-core engines need
-     * that alignment and offered no engine for a ResNet stem's 3 input
-     * channels on the H200, so such a convolution stays im2col. */
-    bool aligned = !fc_dim_is_sym(wt->dims[1]) && wt->dims[1] % 8 == 0 && !fc_dim_is_sym(wt->dims[0]) &&
-                   wt->dims[0] % 8 == 0;
-    return w->ns == 2 && dt && !depthwise && symmetric && aligned && !fc_dim_is_sym(x->dims[1]);
+/* What the lowering is for: im2col only, or a convolution library, and the
+ * precision the autocast pass will compute in. */
+typedef struct lowering {
+    bool library;
+    fc_precision precision;
+} lowering;
+
+#define CHANNEL_ALIGN 8 /* 16-byte rows of 16-bit channels-last data */
+
+/* The dtype a convolution of operands of dtype dt computes in after
+ * autocast: the low dtype for f32 under bf16 or f16 (its operands are
+ * rounded to it), f32 for 16-bit ones under f32 (they are widened). */
+static fc_dtype conv_dtype(fc_dtype dt, fc_precision p) {
+    bool narrow = dt == FC_F16 || dt == FC_BF16;
+    if (p == FC_PRECISION_F32 && narrow) return FC_F32;
+    if (dt != FC_F32) return dt;
+    return p == FC_PRECISION_BF16 ? FC_BF16 : p == FC_PRECISION_F16 ? FC_F16 : dt;
 }
 
-/* conv n as conv_cl on channels-last x and weight [M, kh, kw, C/G]; the
- * bias an add after it, which the epilogue pass folds back in with the
- * activation, residual and cast that follow. */
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+/* The input channels conv n runs at in the library: C, or C padded with
+ * zero channels to the next multiple of CHANNEL_ALIGN when that pays.
+ * cuDNN's tensor-core engines need channels per group and output channels
+ * in multiples of 8 (a ResNet stem's 3 channels had no engine on the
+ * H200); zero channels in the input and the weight add nothing to the sum.
+ * The weight is padded once, at load time (it reads parameters alone:
+ * passes/loadtime.c), and the input by the kernel that makes it
+ * channels-last (the pad is a concat with a zero block, a view that fusion
+ * puts into that kernel). It pays for a window of several positions: the
+ * im2col path would write K C columns per output position (147 for a
+ * ResNet stem's 7x7 over 3 channels, 4.6 times the padded input at stride
+ * 2; 27 for a 3x3 stem, 0.84 times) and then run a GEMM of an unaligned
+ * inner size C K with an f32 result, where the library reads the padded
+ * input once and writes the low dtype. A 1x1 convolution with unaligned
+ * channels stays a GEMM of the input as it is. Only for one group: a
+ * grouped convolution's groups would each need their own pad. */
+static int64_t library_channels(const fc_node *n, const fc_window_geom *w) {
+    int64_t C = n->in[1]->dims[1];
+    if (C % CHANNEL_ALIGN == 0 || n->a.groups != 1 || fc_window_size(w) == 1) return C;
+    return round_up(C, CHANNEL_ALIGN);
+}
+
+/* Whether conv n goes to the convolution library as one conv_cl: 2-D,
+ * computing in a 16-bit float (as written, or f32 rounded by autocast;
+ * cuDNN's engines for f32 data run TF32 on tensor cores, whose 10-bit
+ * products missed f32's tolerance by 100x on the H200: f32 convolutions
+ * stay im2col and an f32 GEMM), not depthwise (K multiply-adds, one
+ * elementwise kernel that fusion joins to its neighbours, beat a library
+ * call there), the same pad at both ends of each axis (cuDNN's engines are
+ * made and tested for those; the asymmetric pads of SAME padding at stride
+ * 2 stay im2col), and channels per group (padded: library_channels) and
+ * output channels in multiples of 8. */
+static bool library_conv(const fc_node *n, const fc_window_geom *w, fc_precision p) {
+    const fc_value *x = n->in[0], *wt = n->in[1];
+    int64_t G = n->a.groups;
+    if (w->ns != 2 || fc_dim_is_sym(x->dims[1]) || fc_dim_is_sym(wt->dims[0]) || fc_dim_is_sym(wt->dims[1]))
+        return false;
+    bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
+    fc_dtype dt = conv_dtype(x->dtype, p);
+    bool narrow = (dt == FC_F16 || dt == FC_BF16) && conv_dtype(wt->dtype, p) == dt;
+    bool symmetric = w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
+    bool aligned = library_channels(n, w) % CHANNEL_ALIGN == 0 && wt->dims[0] % CHANNEL_ALIGN == 0;
+    return narrow && !depthwise && symmetric && aligned;
+}
+
+/* Channels-last v [.., C] with zero channels after its own up to c. */
+static fc_value *pad_channels(fc_graph *g, fc_value *v, int64_t c) {
+    int last = v->rank - 1;
+    return pad_axis(g, v, last, 0, c - v->dims[last], 0);
+}
+
+/* conv n as conv_cl on channels-last x and weight [M, kh, kw, C/G]
+ * (their channels padded: library_channels); the bias an add after it,
+ * which the epilogue pass folds back in with the activation, residual and
+ * cast that follow. */
 static fc_value *conv_library(fc_graph *g, fc_node *n, const fc_window_geom *w) {
-    fc_value *xl = to_last(g, n->in[0]), *wl = to_last(g, n->in[1]);
+    int64_t c = library_channels(n, w);
+    fc_value *xl = pad_channels(g, to_last(g, n->in[0]), c), *wl = pad_channels(g, to_last(g, n->in[1]), c);
     int64_t win[4 * FC_MAX_SPATIAL + FC_CONV_EPI_LEN] = {0};
     memcpy(win, n->a.list, sizeof win[0] * (size_t)(4 * w->ns));
     fc_attrs at;
@@ -252,17 +304,17 @@ static fc_value *conv_library(fc_graph *g, fc_node *n, const fc_window_geom *w) 
     at.groups = n->a.groups;
     at.dtype = xl->dtype;
     fc_value *in[2] = {xl, wl};
-    fc_node *c = fc_build(g, FC_OP_CONV_CL, in, 2, &at);
-    if (!c) return NULL;
-    fc_value *y = c->out[0];
+    fc_node *cv = fc_build(g, FC_OP_CONV_CL, in, 2, &at);
+    if (!cv) return NULL;
+    fc_value *y = cv->out[0];
     if (n->nin > 2) y = fc_add(g, y, n->in[2]);
     return to_first(g, y);
 }
 
-static fc_value *lower_conv(fc_graph *g, fc_node *n, bool library) {
+static fc_value *lower_conv(fc_graph *g, fc_node *n, const lowering *lw) {
     fc_window_geom w;
     if (geom_of(g, n, &w)) return NULL;
-    if (library && library_conv(n, &w)) return conv_library(g, n, &w);
+    if (lw->library && library_conv(n, &w, lw->precision)) return conv_library(g, n, &w);
     fc_value *xp = pad_window(g, to_last(g, n->in[0]), &w, 0, 0);
     return to_first(g, conv_last(g, xp, n->in[1], n->nin > 2 ? n->in[2] : NULL, &w, n->a.groups));
 }
@@ -491,11 +543,11 @@ static fc_value *lower_resize(fc_graph *g, fc_node *n) {
 }
 
 static fc_value *lower(fc_rewriter *rw, fc_node *n, void *arg) {
-    const bool *library = arg;
+    const lowering *lw = arg;
     fc_graph *g = rw->g;
     fc_value *y;
     switch (n->op) {
-    case FC_OP_CONV: y = lower_conv(g, n, *library); break;
+    case FC_OP_CONV: y = lower_conv(g, n, lw); break;
     case FC_OP_CONV_TRANSPOSE: y = lower_conv_transpose(g, n); break;
     case FC_OP_MAX_POOL:
     case FC_OP_AVG_POOL: y = lower_pool(g, n); break;
@@ -508,10 +560,12 @@ static fc_value *lower(fc_rewriter *rw, fc_node *n, void *arg) {
     return g->status ? NULL : y;
 }
 
-static fc_status lower_all(fc_graph *g, bool library) {
+static fc_status lower_all(fc_graph *g, lowering lw) {
     fc_status st = fc_pass_precheck(g, "lower_conv");
-    return st ? st : fc_rw_lower_nodes(g, lower, &library);
+    return st ? st : fc_rw_lower_nodes(g, lower, &lw);
 }
 
-fc_status fc_pass_lower_conv(fc_graph *g) { return lower_all(g, false); }
-fc_status fc_pass_lower_conv_library(fc_graph *g) { return lower_all(g, true); }
+fc_status fc_pass_lower_conv(fc_graph *g) { return lower_all(g, (lowering){.library = false}); }
+fc_status fc_pass_lower_conv_library(fc_graph *g, fc_precision p) {
+    return lower_all(g, (lowering){.library = true, .precision = p});
+}

@@ -41,9 +41,11 @@ fc_status fc_pass_fold_batch_norm(fc_graph *g);
  * channels-last slices, matmuls and elementwise ops (passes/lower_conv.c). */
 fc_status fc_pass_lower_conv(fc_graph *g);
 /* The same, for a backend with a convolution library: 2-D convolutions
- * that are not depthwise become conv_cl nodes (ops.def) instead of im2col
- * and a matmul. */
-fc_status fc_pass_lower_conv_library(fc_graph *g);
+ * that are not depthwise and compute in a 16-bit dtype become conv_cl
+ * nodes (ops.def) instead of im2col and a matmul. p is the precision the
+ * autocast pass will compute in: under bf16 or f16 an f32 convolution's
+ * operands are rounded to it, so it goes to the library too. */
+fc_status fc_pass_lower_conv_library(fc_graph *g, fc_precision p);
 /* Permutes moved through elementwise ops so that consecutive channels-last
  * regions meet and their permutes cancel (passes/layout.c). */
 fc_status fc_pass_layout(fc_graph *g);

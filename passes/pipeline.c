@@ -71,7 +71,7 @@ fc_status fc_pipeline(fc_graph *g, const fc_fuse_options *o, fc_plan *plan) {
     if (dynamic && ((st = fc_pass_lower_attention(g)) || (st = after(g, o, "lower_attention")))) return st;
     if (!eager && ((st = fc_pass_fold_batch_norm(g)) || (st = after(g, o, "fold_batch_norm")))) return st;
     bool conv_library = o && o->conv_library && !dynamic;
-    if ((st = conv_library ? fc_pass_lower_conv_library(g) : fc_pass_lower_conv(g)) || (st = after(g, o, "lower_conv")))
+    if ((st = conv_library ? fc_pass_lower_conv_library(g, o->precision) : fc_pass_lower_conv(g)) || (st = after(g, o, "lower_conv")))
         return st;
     if ((st = fc_pass_layout(g)) || (st = after(g, o, "layout"))) return st;
     if ((st = dynamic ? fc_pass_decompose_dynamic(g) : fc_pass_decompose(g)) || (st = after(g, o, "decompose")))

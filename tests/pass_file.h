@@ -123,7 +123,8 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "residual")) st = fc_pass_residual(g);
         else if (!strcmp(p, "fold_batch_norm")) st = fc_pass_fold_batch_norm(g);
         else if (!strcmp(p, "lower_conv")) st = fc_pass_lower_conv(g);
-        else if (!strcmp(p, "lower_conv_library")) st = fc_pass_lower_conv_library(g);
+        else if (!strcmp(p, "lower_conv_library")) st = fc_pass_lower_conv_library(g, FC_PRECISION_AS_WRITTEN);
+        else if (!strcmp(p, "lower_conv_library_bf16")) st = fc_pass_lower_conv_library(g, FC_PRECISION_BF16);
         else if (!strcmp(p, "layout")) st = fc_pass_layout(g);
         else if (!strcmp(p, "concat_tree")) st = fc_pass_concat_tree(g);
         else if (!strcmp(p, "concat_tree_4")) st = fc_pass_concat_tree_with(g, 4);

@@ -43,6 +43,19 @@ static int count_op(const fc_graph *g, fc_op op) {
     return n;
 }
 
+/* file through the whole pipeline with options fo: its graph, with the
+ * plan in *plan, or NULL (the failure checked and said). */
+static fc_graph *planned(const char *file, const fc_fuse_options *fo, fc_plan *plan) {
+    fc_graph *g = load(file);
+    if (!g) return NULL;
+    fc_status st = fc_pipeline(g, fo, plan);
+    CHECK_EQ_INT(st, FC_OK);
+    if (st == FC_OK) return g;
+    fprintf(stderr, "%s: %s\n", file, fc_last_error(ctx));
+    fc_graph_free(g);
+    return NULL;
+}
+
 /* The epilogue entries of conv_cl node n. */
 static const int64_t *epi(const fc_node *n) { return n->a.list + n->a.nlist - FC_CONV_EPI_LEN; }
 
@@ -58,16 +71,9 @@ static void test_plan_decisions(void) {
     for (int lib = 0; lib < 2; lib++) {
         fc_fuse_options fo = d; /* the default, and the library or not */
         fo.conv_library = lib;
-        fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
-        if (!g) return;
         fc_plan plan;
-        fc_status st = fc_pipeline(g, &fo, &plan);
-        CHECK_EQ_INT(st, FC_OK);
-        if (st) {
-            fprintf(stderr, "%s\n", fc_last_error(ctx));
-            fc_graph_free(g);
-            continue;
-        }
+        fc_graph *g = planned("tests/conv/resnet_block_bf16.ir", &fo, &plan);
+        if (!g) continue;
         int convs = 0, gemms = 0, relu = 0, residual = 0, bias = 0;
         for (int i = 0; i < plan.ngroups; i++) {
             const fc_group *gr = plan.groups[i];
@@ -83,16 +89,14 @@ static void test_plan_decisions(void) {
             }
         }
         if (lib) {
-            /* c1..c4 and the shortcut (the stem c0 has 3 input channels,
-             * not a multiple of 8: im2col and a GEMM); every batch norm
-             * folded into a bias; c2 and c4 take the residual; all but the
-             * shortcut's and c4's (the add's relu follows its residual)
-             * end in relu */
-            CHECK_EQ_INT(convs, 5);
-            CHECK_EQ_INT(bias, 5);
+            /* c0..c4 and the shortcut (the stem c0's 3 input channels
+             * padded to 8); every batch norm folded into a bias; c2 and
+             * c4 take the residual; all but the shortcut's end in relu */
+            CHECK_EQ_INT(convs, 6);
+            CHECK_EQ_INT(bias, 6);
             CHECK_EQ_INT(residual, 2);
-            CHECK_EQ_INT(relu, 4);
-            CHECK_EQ_INT(gemms, 2); /* the stem and the classifier */
+            CHECK_EQ_INT(relu, 5);
+            CHECK_EQ_INT(gemms, 1); /* the classifier */
         } else {
             CHECK_EQ_INT(convs, 0);
             CHECK(gemms > 1);
@@ -102,10 +106,11 @@ static void test_plan_decisions(void) {
     }
 }
 
-/* The graphs of tests/conv/ (f32) after the library lowering and the
- * epilogue: the same values as before, to f32's rounding (conv_cl rounds
- * once where the graph rounded after the convolution and each step). */
-static void test_values_kept(const char *file, bool fold, int want_calls) {
+/* The graphs of tests/conv/ (f32) after the library lowering for
+ * precision p (no autocast: the operands stay f32) and the epilogue: the
+ * same values as before, to f32's rounding (conv_cl rounds once where the
+ * graph rounded after the convolution and each step). */
+static void test_values_kept(const char *file, bool fold, fc_precision p, int want_calls) {
     char path[256];
     snprintf(path, sizeof path, "tests/conv/%s", file);
     fc_graph *g0 = load(path), *g1 = load(path);
@@ -115,7 +120,7 @@ static void test_values_kept(const char *file, bool fold, int want_calls) {
         return;
     }
     fc_status st = fold ? fc_pass_fold_batch_norm(g1) : FC_OK;
-    if (!st) st = fc_pass_lower_conv_library(g1);
+    if (!st) st = fc_pass_lower_conv_library(g1, p);
     if (!st) st = fc_pass_layout(g1);
     if (!st) st = fc_pass_canonicalize(g1);
     if (!st) st = fc_pass_decompose(g1);
@@ -153,7 +158,7 @@ static void test_values_kept(const char *file, bool fold, int want_calls) {
 static void test_desc(void) {
     fc_graph *g = load("tests/passes/conv_library.ir");
     if (!g) return;
-    fc_status st = fc_pass_lower_conv_library(g);
+    fc_status st = fc_pass_lower_conv_library(g, FC_PRECISION_AS_WRITTEN);
     if (!st) st = fc_pass_layout(g);
     if (!st) st = fc_pass_canonicalize(g);
     if (!st) st = fc_pass_epilogue(g);
@@ -225,41 +230,159 @@ static void test_record(void) {
     CHECK(!fc_cudnn_choice_decode(&k, rec, n, &back));
 }
 
-/* A CUDA compile needs NVRTC only: the plan of the bf16 ResNet block has
- * one cuDNN call per convolution when cuDNN loads, and says so; else it
- * says why its convolutions are im2col and GEMMs. */
-static void test_compile_plan(void) {
-    fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
-    if (!g) return;
+/* The plan text of file compiled for CUDA at precision p (a CUDA compile
+ * needs NVRTC only), or NULL when this build or machine cannot compile
+ * for CUDA (said so). */
+static char *cuda_plan(const char *file, fc_precision p) {
+    fc_graph *g = load(file);
+    if (!g) return NULL;
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.device = FC_DEVICE_CUDA;
-    fc_program *p = NULL;
-    fc_status st = fc_compile(g, &o, &p);
+    o.precision = p;
+    fc_program *prog = NULL;
+    fc_status st = fc_compile(g, &o, &prog);
+    char *plan = NULL;
     if (st == FC_ERR_UNSUPPORTED) {
         printf("skipped: no CUDA compile here (%s)\n", fc_last_error(ctx));
-        fc_graph_free(g);
-        return;
+    } else {
+        CHECK_EQ_INT(st, FC_OK);
+        plan = prog ? fc_program_plan_text(prog) : NULL;
+        CHECK(plan != NULL);
     }
-    CHECK_EQ_INT(st, FC_OK);
-    char *plan = p ? fc_program_plan_text(p) : NULL;
-    CHECK(plan != NULL);
-    if (plan) {
-        int calls = 0;
-        for (const char *s = plan; (s = strstr(s, "library conv_cl")); s++) calls++;
-        char why[256];
-        if (fc_cudnn_available(NULL, why, sizeof why)) {
-            CHECK_EQ_INT(calls, 5);
-            CHECK(strstr(plan, "convolutions: cuDNN") != NULL);
-        } else {
-            CHECK_EQ_INT(calls, 0);
-            CHECK(strstr(plan, "convolutions: im2col and GEMMs") != NULL);
-            printf("cuDNN not usable here: %s\n", why);
-        }
-        fc_free(plan);
-    }
-    fc_program_free(p);
+    fc_program_free(prog);
     fc_graph_free(g);
+    return plan;
+}
+
+/* The plan of the bf16 ResNet block has one cuDNN call per convolution
+ * when cuDNN loads, and says so; else it says why its convolutions are
+ * im2col and GEMMs. */
+static void test_compile_plan(void) {
+    char *plan = cuda_plan("tests/conv/resnet_block_bf16.ir", FC_PRECISION_AS_WRITTEN);
+    if (!plan) return;
+    int calls = 0;
+    for (const char *s = plan; (s = strstr(s, "library conv_cl")); s++) calls++;
+    char why[256];
+    if (fc_cudnn_available(NULL, why, sizeof why)) {
+        CHECK_EQ_INT(calls, 6);
+        CHECK(strstr(plan, "convolutions: cuDNN") != NULL);
+    } else {
+        CHECK_EQ_INT(calls, 0);
+        CHECK(strstr(plan, "convolutions: im2col and GEMMs") != NULL);
+        printf("cuDNN not usable here: %s\n", why);
+    }
+    fc_free(plan);
+}
+
+/* The group of plan that writes v, or NULL. */
+static const fc_group *writer(const fc_plan *plan, const fc_value *v) {
+    for (int i = 0; i < plan->ngroups; i++)
+        for (int k = 0; k < plan->groups[i]->noutputs; k++)
+            if (plan->groups[i]->outputs[k] == v) return plan->groups[i];
+    return NULL;
+}
+
+static bool group_has(const fc_group *gr, fc_op op) {
+    for (int k = 0; gr && k < gr->nnodes; k++)
+        if (gr->nodes[k]->op == op) return true;
+    return false;
+}
+
+/* The f32 ResNet block compiled with --precision=bf16 and a library: each
+ * convolution is a conv_cl whose operands autocast rounded to bf16 and
+ * whose result (its bias, residual and relu folded in) is bf16, as
+ * torch.autocast's convolutions return; the description the CUDA runtime
+ * hands cuDNN accepts it (16-bit, channels per group and outputs in
+ * multiples of 8). The stem's 3 channels are padded to 8 by the kernel
+ * that makes its input channels-last (the permute and the pad in one
+ * group), its weight at load time. No cast is a kernel of its own. As
+ * written (f32), no convolution goes to the library. */
+static void test_autocast_plan(void) {
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        fc_fuse_options fo;
+        fc_fuse_options_default(&fo);
+        fo.conv_library = true;
+        fo.precision = bf16 ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN;
+        fc_plan plan;
+        fc_graph *g = planned("tests/conv/resnet_block.ir", &fo, &plan);
+        if (!g) continue;
+        int convs = 0, gemms = 0, padded = 0, low_out = 0, cast_kernels = 0;
+        for (int i = 0; i < plan.ngroups; i++) {
+            const fc_group *gr = plan.groups[i];
+            bool only_casts = gr->kind == FC_GROUP_POINTWISE && !gr->loadtime;
+            for (int k = 0; k < gr->nnodes; k++) {
+                const fc_node *n = gr->nodes[k];
+                only_casts = only_casts && (n->op == FC_OP_CAST || n->op == FC_OP_RESHAPE || n->op == FC_OP_PERMUTE);
+                if (n->op == FC_OP_GEMM || n->op == FC_OP_MATMUL) gemms++;
+                if (n->op != FC_OP_CONV_CL) continue;
+                convs++;
+                const fc_value *x = n->in[0], *w = n->in[1], *y = n->out[0];
+                CHECK(x->dtype == FC_BF16 && w->dtype == FC_BF16);
+                CHECK(x->dims[3] % 8 == 0 && w->dims[0] % 8 == 0);
+                low_out += y->dtype == FC_BF16;
+                int ids[5], nids = 0;
+                for (int j = 0; j < n->nin; j++) ids[nids++] = n->in[j]->id;
+                ids[nids++] = y->id;
+                fc_conv_desc d;
+                CHECK_EQ_INT(fc_conv_desc_of(ctx, n, ids, nids, &d), FC_OK);
+                int64_t bytes[5];
+                for (int j = 0; j < nids; j++) {
+                    const fc_value *v = j < n->nin ? n->in[j] : y;
+                    int64_t e = 1;
+                    for (int r = 0; r < v->rank; r++) e *= v->dims[r];
+                    bytes[j] = e * (int64_t)fc_dtype_size(v->dtype);
+                }
+                char why[160] = "";
+                CHECK(fc_conv_desc_valid(&d, nids, bytes, why, sizeof why));
+                if (why[0]) fprintf(stderr, "conv_cl refused: %s\n", why);
+                if (w->dims[3] == 8 && x->dims[3] == 8 && d.kh == 3 && d.stride[0] == 2 && d.M == 8) {
+                    /* the stem: [N, 17, 17, 8] made by one kernel from x */
+                    const fc_group *xw = writer(&plan, x);
+                    CHECK(xw && xw->kind == FC_GROUP_POINTWISE && !xw->loadtime);
+                    CHECK(group_has(xw, FC_OP_PERMUTE) && group_has(xw, FC_OP_CONCAT));
+                    const fc_group *ww = writer(&plan, w);
+                    CHECK(ww && ww->loadtime);
+                    padded++;
+                }
+            }
+            bool reads_params = true; /* the graph's input is data: cast at every run */
+            for (int k = 0; k < gr->ninputs; k++) reads_params = reads_params && gr->inputs[k]->param_index >= 0;
+            cast_kernels += only_casts && gr->nnodes > 0 && !reads_params;
+        }
+        if (bf16) {
+            CHECK_EQ_INT(convs, 6);
+            CHECK_EQ_INT(low_out, 6);
+            CHECK_EQ_INT(padded, 1);
+            CHECK_EQ_INT(gemms, 1); /* the classifier */
+            CHECK_EQ_INT(cast_kernels, 0);
+        } else {
+            CHECK_EQ_INT(convs, 0);
+        }
+        fc_plan_release(&plan);
+        fc_graph_free(g);
+    }
+}
+
+/* A CUDA compile (NVRTC only) of the f32 ResNet block under bf16: one
+ * cuDNN call per convolution, each writing bf16, none im2col, when cuDNN
+ * loads. */
+static void test_autocast_compile_plan(void) {
+    char *plan = cuda_plan("tests/conv/resnet_block.ir", FC_PRECISION_BF16);
+    char why[256];
+    if (plan && fc_cudnn_available(NULL, why, sizeof why)) {
+        int calls = 0, low = 0;
+        for (const char *s = plan; (s = strstr(s, "library conv_cl")); s++) {
+            const char *eol = strchr(s, '\n'), *to = strstr(s, "-> bf16");
+            calls++;
+            low += to && (!eol || to < eol);
+        }
+        CHECK_EQ_INT(calls, 6);
+        CHECK_EQ_INT(low, 6);
+        CHECK(strstr(plan, "library gemm ops: gemm[bias]") != NULL); /* the classifier alone */
+        CHECK(strstr(plan, "; of 6 2-D convolutions: 6 through cuDNN, 0 depthwise (elementwise), 0 im2col\n"));
+    }
+    fc_free(plan);
 }
 
 int main(void) {
@@ -268,13 +391,23 @@ int main(void) {
     /* f32 convolutions stay im2col and a GEMM (cuDNN's f32 engines run
      * TF32): these f32 graphs keep their values through that lowering;
      * test_plan_decisions has the bf16 ones' conv_cl calls */
-    test_values_kept("resnet_block.ir", true, 0);
-    test_values_kept("resnet_block.ir", false, 0);
-    test_values_kept("depthwise_block.ir", true, 0);
-    test_values_kept("conv_geometry.ir", false, 0);
+    test_values_kept("resnet_block.ir", true, FC_PRECISION_AS_WRITTEN, 0);
+    test_values_kept("resnet_block.ir", false, FC_PRECISION_AS_WRITTEN, 0);
+    test_values_kept("depthwise_block.ir", true, FC_PRECISION_AS_WRITTEN, 0);
+    test_values_kept("conv_geometry.ir", false, FC_PRECISION_AS_WRITTEN, 0);
+    /* lowered for bf16 (what autocast will round), computed in f32 on the
+     * reference: every convolution of the ResNet block is one conv_cl,
+     * the stem's with its 3 channels padded to 8; the depthwise block's
+     * 1x1 convolutions with 8 and 24 channels (not the SE block's 6) */
+    test_values_kept("resnet_block.ir", true, FC_PRECISION_BF16, 6);
+    test_values_kept("resnet_block.ir", false, FC_PRECISION_BF16, 6);
+    test_values_kept("depthwise_block.ir", true, FC_PRECISION_BF16, 2);
+    test_values_kept("conv_geometry.ir", false, FC_PRECISION_BF16, 0);
     test_desc();
     test_record();
     test_compile_plan();
+    test_autocast_plan();
+    test_autocast_compile_plan();
     fc_context_free(ctx);
     return check_report("test_conv_library");
 }

@@ -406,7 +406,7 @@ fc_status fc_nvrtc_compile(fc_context *ctx, const char *source, const char *name
 fc_status fc_nvrtc_compile_many(fc_context *ctx, const char *const *sources, const char *const *names, int n,
                                 const fc_nvrtc_options *opts, int threads, fc_bytes *cubins);
 /* How many threads fc_nvrtc_compile_many should get for n units on this
- * machine: the CPUs online, at most 8 (NVRTC's memory per program) and n. */
+ * machine: the CPUs online, at most 16 (NVRTC's memory per program) and n. */
 int fc_nvrtc_threads(int n);
 
 /* The version of the NVRTC library loaded (13.0 here). FC_ERR_RUNTIME if

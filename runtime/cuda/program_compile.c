@@ -268,6 +268,27 @@ void fc_prog_count_launch_args(fc_program *p) {
     }
 }
 
+/* How graph g's 2-D convolutions ran in p's plan, after the note on the
+ * path (conv_path): through the library, as elementwise kernels
+ * (depthwise), or as im2col and a GEMM (the rest). */
+static void count_conv_paths(fc_program *p, const fc_graph *g) {
+    int convs = 0, depthwise = 0, library = 0;
+    for (int i = 0; i < g->nnodes; i++) {
+        const fc_node *n = g->nodes[i];
+        if (n->dead || n->op != FC_OP_CONV || n->in[0]->rank != 4) continue;
+        convs++;
+        const fc_value *w = n->in[1];
+        depthwise += n->a.groups > 1 && w->dims[1] == 1 && w->dims[0] == n->a.groups;
+    }
+    for (int i = 0; i < p->plan.ngroups; i++)
+        for (int k = 0; k < p->plan.groups[i]->nnodes; k++) library += p->plan.groups[i]->nodes[k]->op == FC_OP_CONV_CL;
+    size_t len = strlen(p->conv_note);
+    if (convs && len)
+        snprintf(p->conv_note + len, sizeof p->conv_note - len,
+                 "; of %d 2-D convolutions: %d through cuDNN, %d depthwise (elementwise), %d im2col", convs, library,
+                 depthwise, convs - library - depthwise);
+}
+
 /* The cold path: passes, codegen, description. */
 static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     p->g = fc_graph_clone(g);
@@ -287,6 +308,7 @@ static fc_status plan_and_generate(fc_program *p, fc_graph *g) {
     fc_nvtx_pop();
     p->times.passes_ms = fc_now_ms() - t;
     if (st != FC_OK) return st;
+    count_conv_paths(p, g);
     if (!p->plan.offset) return fc_set_error(p->ctx, FC_ERR_RUNTIME, "internal error: the plan has no memory plan");
     if (p->g->nparams != g->nparams || p->g->noutputs != g->noutputs)
         return fc_set_error(p->ctx, FC_ERR_RUNTIME,

@@ -139,7 +139,7 @@ struct fc_program {
      * cuDNN (it loaded: fc_cudnn_available), and the plan's line saying
      * which path they took and why ("" for a graph without them). */
     bool conv_library;
-    char conv_note[200];
+    char conv_note[320];
 
     /* Introspection only: fusec's copy of the graph after the passes, and
      * the plan. A cold compile keeps them; a program from the cache or a
