@@ -10,8 +10,24 @@
 #                 PyTorch bit for bit, each op and a few bf16/f16 chains
 #                                                                  -> $OUT/eager_bitwise.md
 #   4. bench      bench/numerics_bench.py: every graph's error beside eager
-#                 PyTorch and torch.compile (NUMERICS_BENCH=0 skips it)
+#                 PyTorch and torch.compile (NUMERICS_BENCH=0 skips it;
+#                 NUMERICS_GRAPHS, a comma-separated subset of its graphs)
 #                                                                  -> $OUT/numerics.md
+#   5. profile    (not in the default steps) fusec --profile of the bf16
+#                 GPT-2 block, the block followed by a layernorm and the
+#                 Llama block at B=8, T=1024: launches and device time,
+#                 about 20 s each, then a table of each one's launches,
+#                 times and errors (docs/NUMERICS.md, "Residual sums")
+#                                                                  -> $OUT/<graph>.profile.txt
+#
+#   The residual-sum rule, in about 150 s after the build:
+#     NUMERICS_STEPS="build bench profile" \
+#     NUMERICS_GRAPHS=gpt2_block_bf16,gpt2_block_ln_bf16,llama_block bash bench/numerics_gpu.sh
+#   expected: gpt2_block_bf16 7 launches (3 kernels, 4 library calls; with
+#   the rule applied to it regardless, 8 and 0.259 ms of device time), the
+#   block followed by a layernorm 8, the Llama block 9; every error at or
+#   below eager PyTorch's, and the block followed by a layernorm at or below
+#   torch.compile's.
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600:  bash bench/numerics_gpu.sh
@@ -56,10 +72,36 @@ if on bitwise; then
     cat "$OUT/eager_bitwise.log"
 fi
 if on bench && [[ ${NUMERICS_BENCH:-1} != 0 ]]; then
+    graphs=()
+    [[ -n ${NUMERICS_GRAPHS:-} ]] && graphs=(--graphs "$NUMERICS_GRAPHS")
     timeout "$(limit 300)" python3 bench/numerics_bench.py --fusec build/fusec --md "$OUT/numerics.md" \
-        >"$OUT/numerics.log" 2>&1
+        "${graphs[@]}" >"$OUT/numerics.log" 2>&1
     echo "numerics_bench: rc=$? [t=$((SECONDS - START))s]"
     cat "$OUT/numerics.log"
+fi
+if on profile; then
+    # The block followed by a layernorm, as bench/numerics_bench.py writes it.
+    ln_ir=$OUT/gpt2_block_ln_bf16.ir
+    python3 bench/ir_variants.py layernorm_after examples/gpt2_block_bf16.ir "$ln_ir"
+    specs=("gpt2_block_bf16 examples/gpt2_block_bf16.ir" "gpt2_block_ln_bf16 $ln_ir" "llama_block examples/llama_block.ir")
+    for spec in "${specs[@]}"; do
+        name=${spec%% *} ir=${spec#* }
+        timeout "$(limit 90)" build/fusec "$ir" --bind B=8,T=1024 --device=cuda --profile --profile-runs=20 \
+            >"$OUT/$name.profile.txt" 2>&1
+        echo "profile $name: rc=$? [t=$((SECONDS - START))s]"
+    done
+    echo
+    echo "| graph | launches | device ms | plain run ms | rel L2: fusec fast / fusec eager / PyTorch / compile |"
+    echo "|---|---|---|---|---|"
+    for spec in "${specs[@]}"; do
+        name=${spec%% *} p=$OUT/${spec%% *}.profile.txt
+        launches=$(grep -o '^launches: [0-9]* ([^)]*)' "$p" 2>/dev/null | sed 's/^launches: //')
+        dev=$(grep -o '^device time: [0-9.]*' "$p" 2>/dev/null | grep -o '[0-9.]*$')
+        plain=$(grep -o '^plain run[^:]*: [0-9.]*' "$p" 2>/dev/null | grep -o '[0-9.]*$')
+        errs=$(grep "^| $name |" "$OUT/numerics.md" 2>/dev/null | awk -F'|' '{
+            for (i = 4; i <= 7; i++) { split($i, c, " / "); gsub(/ /, "", c[1]); printf "%s%s", c[1], i < 7 ? " / " : "" } }')
+        echo "| $name | ${launches:--} | ${dev:--} | ${plain:--} | ${errs:--} |"
+    done
 fi
 echo "== done in $((SECONDS - START)) s"
 exec >&- 2>&-

@@ -51,7 +51,8 @@ fc_status fc_pass_lower_conv_library(fc_graph *g, fc_precision p);
 fc_status fc_pass_layout(fc_graph *g);
 /* y = add(add(x, o), m) of 16-bit floats, o and m GEMM products, becomes
  * add(x, add(o, m)): the GEMM's residual is the branch o, not the stream's
- * rounded sum (passes/residual.c; fast numerics only). */
+ * rounded sum; only where y's add joins its readers' kernel, so that no
+ * launch is added (passes/residual.c; fast numerics only). */
 fc_status fc_pass_residual(fc_graph *g);
 /* matmul + transposed operands + bias + relu/gelu_tanh + residual + cast
  * become one `gemm` node (a cuBLASLt call with its epilogue); sibling

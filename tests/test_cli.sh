@@ -331,7 +331,7 @@ if [[ $rc -eq 0 ]] && grep -q 'neg(%x)' "$tmp/out"; then pass; else fail "standa
 # against it, and its CUDA source compiles with NVRTC (no zero-length
 # arrays); on a GPU it also runs there against the reference.
 for g in elementwise reduce_empty_axis reduce_empty_rows rows empty_rows_softmax views gemm_empty_k gemm_empty_m \
-  gemm_empty_n; do
+  gemm_empty_n attention_empty more_views; do
   for n in 0 3; do
     expect_rc 0 "zero-size $g N=$n ref" "$SRC"/tests/zero/zero_size.ir --graph "$g" --bind "N=$n" --run --device=ref
     if "$FUSEC" --devices | grep -qx cpu; then
