@@ -7,8 +7,11 @@
 # B=1, 8 and 32, beside HF generate with a static cache, eager and
 # torch.compile reduce-overhead; a 512-token prefill beside the model's
 # forward; the teacher-forced argmax agreement with the f32 model; its
-# header says what it measures). About 150 s of build, then the python
-# part keeps to DECODE_BUDGET seconds (later phases are skipped past it).
+# header says what it measures). About 150 s of build, test_skinny (the
+# GEMVs the decode steps run, against the reference; up to 150 s, about 30
+# expected), each model's decode plan and a `fusec --profile` of one step
+# (about 20 s a model), then the python part keeps to DECODE_BUDGET seconds
+# (later phases are skipped past it).
 #
 #   here:   bash scripts/prepare-gpu-carry.sh
 #   device run, carry [".deps"], timeout_s 600:
@@ -19,6 +22,7 @@
 # DECODE_ARGS (more decode_bench.py options, e.g. --no-compile,
 # --prefill-len 0), DECODE_NOBUILD=1, DECODE_BUILD_DIR (build).
 # Back in $OUT: run.log, build.log, test_decode.log, test_decode_plan.log,
+# test_skinny.log (the skinny GEMMs and GEMVs on this GPU),
 # decode_prof/ (per model: the .ir, its decode plan, a fusec --profile
 # table of one step at the cache's last position), decode.json, decode.md.
 set -uo pipefail
@@ -36,7 +40,7 @@ if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
     cuda=${CUDA_HOME:-/usr/local/cuda}
     [[ -d $cuda ]] && args+=("-DCUDAToolkit_ROOT=$cuda")
     echo "== build: cmake ${args[*]}"
-    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode test_decode_plan; } \
+    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode test_decode_plan test_skinny; } \
         >"$OUT/build.log" 2>&1
     rc=$?
     echo "   rc=$rc in $((SECONDS - START))s"
@@ -47,6 +51,10 @@ FUSEC_SRC=$ROOT timeout 120 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2
 echo "   rc=$?"; tail -8 "$OUT/test_decode.log"
 FUSEC_SRC=$ROOT FUSEC="$(cd "$BUILD" && pwd)/fusec" timeout 60 "$BUILD/tests/test_decode_plan" >"$OUT/test_decode_plan.log" 2>&1
 echo "   test_decode_plan rc=$?"; tail -3 "$OUT/test_decode_plan.log"
+# The skinny GEMMs and the GEMVs (the decode steps' projections and LM
+# heads) against the reference on this GPU.
+FUSEC_SRC=$ROOT timeout 150 "$BUILD/tests/test_skinny" >"$OUT/test_skinny.log" 2>&1
+echo "   test_skinny rc=$?"; tail -3 "$OUT/test_skinny.log"
 # The decode step's plan and profile, per model: the launch count of its
 # plan (fusec --emit=plan at B=1, T=1) and a `fusec --profile` table of one
 # step with the position at the cache's last row (random weights; %pos,
