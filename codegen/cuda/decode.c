@@ -23,6 +23,13 @@
  * merges the parts and writes the result. Lanes hold the head dimension,
  * so a key is one coalesced row read and a warp-shuffle sum. Query head h
  * reads key/value head h / (Hq / Hkv) (grouped-query attention).
+ *
+ * An update_slice whose result only a cache_attention reads runs inside
+ * that kernel (fused_update): the kernel reads the new rows from the
+ * update's source wherever the update writes them and the cache elsewhere,
+ * and one block of each key/value head writes them into the cache. No
+ * block reads the rows being written, so the write needs no ordering
+ * within the kernel; the kernels after it wait for it to end.
  */
 #include "decode.h"
 #include "emit.h"
@@ -212,6 +219,7 @@ static void element(char *buf, size_t n, const fused *f, const char *name, const
     snprintf(buf, n, "(in%c && j >= off%c && j < off%c + %lldLL ? a%d[%s_%cs((kvh * %lldLL + j - off%c) * %lldLL + d)] : %s[j * %lldLL + d])",
              f->c, f->c, f->c, (long long)f->rows, f->src, name, f->c, (long long)f->rows, f->c, (long long)D, p, (long long)D);
 }
+
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
     const fc_node *n = gr->nodes[0];
     const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2];
