@@ -55,6 +55,14 @@ echo "   test_decode_plan rc=$?"; tail -3 "$OUT/test_decode_plan.log"
 # heads) against the reference on this GPU.
 FUSEC_SRC=$ROOT timeout 150 "$BUILD/tests/test_skinny" >"$OUT/test_skinny.log" 2>&1
 echo "   test_skinny rc=$?"; tail -3 "$OUT/test_skinny.log"
+# A bf16 Llama-style decode step on CUDA against the reference (GEMVs of
+# 1, 8 and 6 rows, the cache updates inside the attention, a 3-token
+# prefill): exit 4 beyond the dtypes' rounding.
+for bind in B=1,T=1 B=8,T=1 B=2,T=3; do
+    log=$OUT/check_llama_bf16_${bind//[=,]/_}.log
+    timeout 60 "$BUILD/fusec" tests/decode/llama_bf16.ir --bind "$bind" --run --device cuda --check >"$log" 2>&1
+    echo "   llama_bf16.ir $bind --check rc=$? $(grep '^check' "$log" | head -1)"
+done
 # The decode step's plan and profile, per model: the launch count of its
 # plan (fusec --emit=plan at B=1, T=1) and a `fusec --profile` table of one
 # step with the position at the cache's last row (random weights; %pos,
