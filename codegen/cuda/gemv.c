@@ -88,6 +88,16 @@ static const char helpers[] =
     "  }\n"
     "  return s;\n"
     "}\n"
+    "/* 8 elements from p: one 16-byte load where p is 16-byte aligned (al),\n"
+    " * element by element otherwise (a caller's odd buffer). */\n"
+    "template <typename T> static __device__ __forceinline__ uint4 fc_gv_load8(const T *p, bool al) {\n"
+    "  if (al) return *reinterpret_cast<const uint4 *>(p);\n"
+    "  uint4 r;\n"
+    "  unsigned short *h = reinterpret_cast<unsigned short *>(&r);\n"
+    "#pragma unroll\n"
+    "  for (int e = 0; e < 8; e++) h[e] = reinterpret_cast<const unsigned short *>(p)[e];\n"
+    "  return r;\n"
+    "}\n"
     "#endif\n";
 
 fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
@@ -136,15 +146,17 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) acc[m][c] = 0.f;\n"
                      "  const %s *A = a%d;\n"
+                     "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
+                     "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
                      "#pragma unroll 8\n"
                      "  for (int st = 0; st < STEPS; st++) {\n"
                      "    const int kk = st * %d + lane * %d;\n"
                      "    uint4 x[%d];\n"
                      "#pragma unroll\n"
-                     "    for (int c = 0; c < %d; c++) x[c] = wr[c] ? __ldg(reinterpret_cast<const uint4 *>(wr[c] + kk)) : make_uint4(0u, 0u, 0u, 0u);\n"
+                     "    for (int c = 0; c < %d; c++) x[c] = wr[c] ? fc_gv_load8(wr[c] + kk, al) : make_uint4(0u, 0u, 0u, 0u);\n"
                      "#pragma unroll\n"
                      "    for (int m = 0; m < M; m++) {\n"
-                     "      const uint4 av = *reinterpret_cast<const uint4 *>(A + (long long)m * K + kk);\n"
+                     "      const uint4 av = fc_gv_load8(A + (long long)m * K + kk, al);\n"
                      "#pragma unroll\n"
                      "      for (int c = 0; c < %d; c++) acc[m][c] += fc_gv_dot8(av, x[c], (const %s *)0);\n"
                      "    }\n"
@@ -163,7 +175,8 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
                      "    for (int c = 0; c < %d; c++) {\n"
                      "      if (!wr[c]) continue;\n"
                      "      float v = (float)%.17g * acc[m][c];\n",
-                     GV_COLS, GV_COLS, GV_COLS, t, k->a, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t, GV_COLS, GV_COLS, k->alpha);
+                     GV_COLS, GV_COLS, GV_COLS, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t, GV_COLS, GV_COLS,
+                     k->alpha);
     if (k->bias[0] >= 0) fc_strbuf_printf(s, "      v += fc_ld(*br[c]);\n");
     if (k->residual >= 0) fc_strbuf_printf(s, "      v += fc_ld(a%d[(long long)m * N + c0 + c]);\n", k->residual);
     if (k->act == 1) fc_strbuf_printf(s, "      v = fc_relu(v);\n");
