@@ -113,10 +113,12 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
         snprintf(cmd, sizeof cmd, "'%s' '%s/tests/decode/%s' --bind B=1,T=1 --emit=cuda", fusec, src ? src : ".", file);
         FILE *f = popen(cmd, "r");
         CHECK(f != NULL);
-        int decode_kernels = 0, waits = 0;
+        int decode_kernels = 0, waits = 0, cache_writes = 0;
         bool after = false;
         while (f && fgets(line, sizeof line, f)) {
             if (after && strstr(line, "griddepcontrol.wait;")) waits++;
+            /* a fused update's write of the new rows into its cache */
+            cache_writes += strstr(line, "wk[(kvh * S + offk)") || strstr(line, "wv[(kvh * S + offv)");
             after = after && strstr(line, "#if __CUDA_ARCH__ >= 900");
             if (strstr(line, "__global__") && (strstr(line, "fc_update_slice_") || strstr(line, "fc_cache_attention_"))) {
                 decode_kernels++;
@@ -126,6 +128,7 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
         if (f) CHECK_EQ_INT(pclose(f), 0);
         CHECK(decode_kernels >= 1);
         CHECK_EQ_INT(waits, decode_kernels);
+        if (fused) CHECK(cache_writes >= 2);
     } else printf("skipped: the generated source (no $FUSEC)\n");
     fc_program_free(p);
 }
