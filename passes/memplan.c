@@ -177,6 +177,25 @@ static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *f
             if (rpos > last[r]) last[r] = rpos;
         }
     }
+    /* A cache update's inputs (the new rows, the offset) live as long as
+     * a cache_attention reads the updated cache: a backend may run the
+     * update inside that attention, which then reads the new rows from
+     * their source (codegen/cuda/decode.c). */
+    for (int pos = 0; pos < plan->ngroups; pos++) {
+        const fc_group *u = plan->groups[pos];
+        if (u->kind != FC_GROUP_LIBRARY || u->nnodes != 1 || u->nodes[0]->op != FC_OP_UPDATE_SLICE || u->noutputs != 1) continue;
+        int until = -1;
+        for (int j = pos + 1; j < plan->ngroups; j++) {
+            const fc_group *a = plan->groups[j];
+            if (a->kind != FC_GROUP_LIBRARY || a->nnodes != 1 || a->nodes[0]->op != FC_OP_CACHE_ATTENTION) continue;
+            for (int i = 0; i < a->ninputs; i++)
+                if (a->inputs[i] == u->outputs[0]) until = j;
+        }
+        for (int i = 0; until >= 0 && i < u->ninputs; i++) {
+            int r = root[u->inputs[i]->id];
+            if (until > last[r]) last[r] = until;
+        }
+    }
 }
 
 /* The classes that need arena memory (see the top of the file), their

@@ -1293,7 +1293,8 @@ static void test_variant_sources(void) {
 }
 
 /* The GEMM choice (codegen/cuda/gemm_choice.c): static M 1..64 on sm 90
- * skinny, M above 64 (or sm 80, or FUSEC_SKINNY=0) cuBLASLt; GPT-2's out
+ * skinny, M above 64 (or sm 80, or FUSEC_SKINNY=0) cuBLASLt; M 1 against
+ * a [N, K] weight a GEMV (cuBLASLt with FUSEC_SKINNY=0); GPT-2's out
  * projection at T = 64 with its attention inside; a dynamic plan's GEMMs
  * generated tiles, cuBLASLt with FUSEC_VARIANT_GEMM=cublaslt. Every rule but the dynamic non-GEMM library op (which no
  * pipeline leaves: a dynamic plan lowers its attention ops) is reached. */
@@ -1323,6 +1324,12 @@ static void test_gemm_choice(void) {
          "FUSEC_SKINNY=0", 90, FC_GEMM_LIBRARY, "static: cuBLASLt"},
         {"static f32 M 16", "graph c8(%x: f32[16, 768], %w: f32[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
          FC_GEMM_LIBRARY, "static: cuBLASLt"},
+        {"static M 1, weight [N, K]", "graph c9(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
+         "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", NULL, 90, FC_GEMM_GEMV,
+         "static: GEMV (M <= 8, weights [N, K], sm 80+)"},
+        {"static M 1, weight [N, K], FUSEC_SKINNY=0", "graph c10(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
+         "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", "FUSEC_SKINNY=0", 90, FC_GEMM_LIBRARY,
+         "static: cuBLASLt"},
         {"dynamic bf16", "graph d1(%x: bf16[M, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
          FC_GEMM_GENERATED, "dynamic: generated tiles"},
         {"dynamic f32, sm 80", "graph d2(%x: f32[M, 64], %w: f32[64, 32]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 80,

@@ -13,7 +13,11 @@
  * inside, each dtype's tolerance), run four times on new buffers each time
  * (the eager first run, the graph built at the second, patched after: the
  * tensor maps re-encoded over the new pointers), M = 1 to 64, every
- * epilogue, and the GPT-2 block at B = 1, T = 64 and T = 7. */
+ * epilogue, and the GPT-2 block at B = 1, T = 64 and T = 7.
+ *
+ * The GEMVs of gemv.c (M <= 8 against [N, K] weights) the same way: the
+ * rule and the source here, the numbers against the reference on a GPU
+ * (any, sm 80 or newer). */
 #include "check.h"
 #include "fusec.h"
 #include "splitmix.h"
@@ -473,6 +477,66 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
     fc_program_free(p);
 }
 
+/* 5. GEMVs (codegen/cuda/gemv.c): M <= 8 rows against weights stored [N,
+ * K] (trans_b), which the skinny kernels do not take: one weight or
+ * sibling weights (their results concatenated), a bias each, a residual,
+ * relu and gelu_tanh, N not a multiple of the 16 columns a block computes,
+ * the matmul of a permuted weight (the epilogue pass makes it trans_b).
+ * Without a GPU, the rule (and what it leaves to cuBLASLt) and that the
+ * source compiles; on one, each against the reference. */
+typedef struct gvcase {
+    const char *name, *ir;
+    bool gemv; /* the rule takes it */
+} gvcase;
+static const gvcase gvcases[] = {
+    {"gemv bf16 1 x 3072 x 2048", "graph g1(%x: bf16[1, 2048], %w: bf16[3072, 2048]) {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true},
+    {"gemv f16 3 x 1000 x 512, bias, gelu", "graph g2(%x: f16[3, 512], %w: f16[1000, 512], %b: f16[1000]) {\n"
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true},
+    {"gemv bf16 8 x (512 + 128 + 130) x 256, siblings", "graph g3(%x: bf16[8, 256], %a: bf16[512, 256], %b: bf16[128, 256], "
+     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true},
+    {"gemv bf16 2 x 768 x 768, residual, scale", "graph g4(%x: bf16[2, 768], %w: bf16[768, 768], %r: bf16[2, 768]) {\n"
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true},
+    {"gemv bf16 4 x (256 + 256) x 512, siblings with biases, relu", "graph g5(%x: bf16[4, 512], %a: bf16[256, 512], "
+     "%b: bf16[256, 512], %p: bf16[256], %q: bf16[256]) {\n"
+     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true},
+    {"gemv bf16 [1, 1] x 1024 x 1024, permuted weight", "graph g6(%x: bf16[1, 1, 1024], %w: bf16[1024, 1024]) {\n"
+     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true},
+    {"not gemv: M 9", "graph g7(%x: bf16[9, 1024], %w: bf16[1024, 1024]) {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+    {"not gemv: K 320", "graph g8(%x: bf16[1, 320], %w: bf16[1024, 320]) {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+    {"not gemv: f32", "graph g9(%x: f32[1, 1024], %w: f32[1024, 1024]) {\n"
+     "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+};
+
+static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
+    const bool on = fc_switch_on(FC_SW_SKINNY);
+    for (size_t c = 0; c < sizeof gvcases / sizeof *gvcases; c++) {
+        const gvcase *gc = &gvcases[c];
+        fc_graph *g = parse(ctx, gc->name, gc->ir);
+        fc_program *p = compile(ctx, g);
+        CHECK(p != NULL);
+        const int n = p ? launches_named(p, "gemv ") : -1, want = gc->gemv && on;
+        if (p && n != want) {
+            fprintf(stderr, "%s: %d gemv launches, want %d\n", gc->name, n, want);
+            CHECK(false);
+        }
+        if (p && want) {
+            const fc_program_desc *d = fc_program_desc_of(p);
+            for (int i = 0; i < d->src.nlaunches; i++)
+                if (!strncmp(d->src.launches[i].summary, "gemv ", 5)) {
+                    CHECK(d->src.launches[i].pdl);
+                    CHECK_EQ_INT((int)d->src.launches[i].block[0], 256);
+                }
+            CHECK(strstr(d->src.source, "prefetch.global.L2") != NULL);
+        }
+        fc_program_free(p);
+        if (g && dev && want) run_case(ctx, dev, gc->name, g, false, -1);
+        fc_graph_free(g);
+    }
+}
+
 int main(void) {
     fc_context *ctx = fc_context_new();
     /* What fc_compile targets here: the device's, or sm 90 without one. */
@@ -483,6 +547,7 @@ int main(void) {
     test_gpt2_plan(ctx, hopper);
     test_rule(ctx, hopper);
     test_attention_rule(ctx, hopper);
+    test_gemv(ctx, gpu ? dev : NULL);
     if (!gpu) printf("skipped: no CUDA device; the plans and the sources only\n");
     else if (!hopper) printf("skipped: not an sm 90 device with sm_90a; the plans only\n");
     else {

@@ -9,6 +9,7 @@
 #include "kernel.h"
 #include "attention.h"
 #include "skinny.h"
+#include "gemv.h"
 #include "gemm.h"
 #include "gemm_choice.h"
 #include "decode.h"
@@ -119,6 +120,11 @@ static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
     case FC_GEMM_SKINNY: /* skinny.c */
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
         return fc_cuda_emit_skinny(gr, &c->skinny, l->name, &u->s, &u->skinny_templates, l);
+    case FC_GEMM_GEMV: /* gemv.c */
+        snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
+        st = fc_cuda_emit_gemv(gr, &c->gemv, l->name, &u->s, l);
+        if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
+        return st;
     default: /* FC_GEMM_LIBRARY */
         l->kind = FC_LAUNCH_LIBRARY;
         snprintf(l->name, sizeof l->name, "%s", fc_op_table[gr->nodes[0]->op].name);
@@ -289,6 +295,7 @@ static const char *kernel_kind(const unit *u, int gi) {
     switch (u->choice[gi].path) {
     case FC_GEMM_GENERATED: return "gemm";
     case FC_GEMM_SKINNY: return "skinny";
+    case FC_GEMM_GEMV: return "gemv";
     case FC_GEMM_SKINNY_ATTENTION: return "skinny_attention";
     default: break;
     }
@@ -406,6 +413,8 @@ static fc_status group_launch(unit *u, int gi, int *next) {
      * (skinny.c, "attention and projection") gets no launch of its own. */
     for (int j = gi + 1; j < plan->ngroups; j++)
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
+    /* So does a cache update inside the attention reading it (decode.c). */
+    if (fc_cuda_update_in_attention(plan, gi)) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
     fc_launch_note(l, plan, gi, gi, u->choice[gi].path == FC_GEMM_SKINNY_ATTENTION ? u->choice[gi].attention : -1);

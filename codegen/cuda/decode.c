@@ -23,6 +23,13 @@
  * merges the parts and writes the result. Lanes hold the head dimension,
  * so a key is one coalesced row read and a warp-shuffle sum. Query head h
  * reads key/value head h / (Hq / Hkv) (grouped-query attention).
+ *
+ * An update_slice whose result only a cache_attention reads runs inside
+ * that kernel (fused_update): the kernel reads the new rows from the
+ * update's source wherever the update writes them and the cache elsewhere,
+ * and one block of each key/value head writes them into the cache. No
+ * block reads the rows being written, so the write needs no ordering
+ * within the kernel; the kernels after it wait for it to end.
  */
 #include "decode.h"
 #include "emit.h"
@@ -30,6 +37,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEC_WARPS 8
@@ -78,13 +86,18 @@ static void strided_index(fc_strbuf *s, const fc_value *v, const fc_strided_view
     fc_strbuf_printf(s, ")");
 }
 
-/* The kernel's parameters: every group input as a const pointer, then the
- * one output. */
-static void signature(fc_strbuf *s, const fc_group *gr, const char *name, unsigned threads) {
+/* The kernel's parameters: what it reads (reads[0 .. nreads), each a const
+ * pointer), then the one output, then the caches that a fused update
+ * writes (wk, wv: see fused_update). */
+static void signature(fc_strbuf *s, const fc_value *const *reads, int nreads, const char *name, unsigned threads,
+                      const fc_value *out, const fc_value *wk, const fc_value *wv) {
     fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", threads, name);
-    for (int i = 0; i < gr->ninputs; i++)
-        fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
-    fc_strbuf_printf(s, "%s *out) {\n", fc_cuda_storage_type(gr->outputs[0]->dtype));
+    for (int i = 0; i < nreads; i++)
+        fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(reads[i]->dtype), i);
+    fc_strbuf_printf(s, "%s *out", fc_cuda_storage_type(out->dtype));
+    if (wk) fc_strbuf_printf(s, ", %s *wk", fc_cuda_storage_type(wk->dtype));
+    if (wv) fc_strbuf_printf(s, ", %s *wv", fc_cuda_storage_type(wv->dtype));
+    fc_strbuf_printf(s, ") {\n");
     /* A programmatic dependent (fc_launch.pdl): every thread waits for the
      * kernel before, which wrote what this one reads (the new rows, the
      * queries), before anything else; a thread that left without waiting
@@ -109,7 +122,7 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
     fc_strided_view sv = operand_view(gr, src);
     int is = arg_of(gr, sv.root), io = arg_of(gr, n->in[2]);
     const unsigned threads = 256;
-    signature(s, gr, name, threads);
+    signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, threads, gr->outputs[0], NULL, NULL);
     fc_strbuf_printf(s,
                      "  const long long off = (long long)*(const %s *)a%d;\n"
                      "  if (off < 0 || off > %lldLL) return; /* out of range: nothing is written */\n"
@@ -134,7 +147,80 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
 #define DEC_TARGET_BLOCKS 264
 #define DEC_MIN_KEYS 32
 
-static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
+/* The update_slice group whose result is operand v (the keys or the
+ * values) of cache_attention group plan->groups[a] and which runs inside
+ * that kernel, or -1. It does when it is one update along axis 2 of a [B,
+ * H, S, D] cache whose result group a alone reads (no other reader of the
+ * new cache: the kernel reads the new rows from the update's source, never
+ * from the cache it writes them into), with inputs that nothing overwrites
+ * before a (the kernel reads them there, later than the memory plan saw
+ * them read), and the keys and values two caches. */
+static int fused_update(const fc_plan *plan, int a, const fc_value *v) {
+    const fc_node *att = plan->groups[a]->nodes[0];
+    if (plan->dynamic || att->in[1] == att->in[2]) return -1;
+    for (int j = 0; j < a; j++) {
+        const fc_group *gj = plan->groups[j];
+        if (gj->batch > 0 || !fc_cuda_is_decode_group(gj) || gj->nodes[0]->op != FC_OP_UPDATE_SLICE || gj->outputs[0] != v)
+            continue;
+        const fc_node *n = gj->nodes[0];
+        const int ax = (int)(n->a.axis < 0 ? n->a.axis + n->in[0]->rank : n->a.axis);
+        if (n->in[0]->rank != 4 || ax != 2 || gj->noutputs != 1) return -1;
+        return fc_cuda_sole_reader(plan, v) == a && fc_cuda_inputs_survive(plan, j, a) ? j : -1;
+    }
+    return -1;
+}
+
+bool fc_cuda_update_in_attention(const fc_plan *plan, int gi) {
+    const fc_group *gr = plan->groups[gi];
+    if (gr->batch > 0 || !fc_cuda_is_decode_group(gr) || gr->nodes[0]->op != FC_OP_UPDATE_SLICE || gr->noutputs != 1) return false;
+    const int a = fc_cuda_sole_reader(plan, gr->outputs[0]);
+    if (a <= gi) return false;
+    const fc_group *ga = plan->groups[a];
+    if (ga->batch > 0 || !fc_cuda_is_decode_group(ga) || ga->nodes[0]->op != FC_OP_CACHE_ATTENTION) return false;
+    const fc_node *n = ga->nodes[0];
+    return (n->in[1] == gr->outputs[0] && fused_update(plan, a, n->in[1]) == gi) ||
+           (n->in[2] == gr->outputs[0] && fused_update(plan, a, n->in[2]) == gi);
+}
+
+/* A cache update inside the attention kernel: the keys' (c = 'k') or the
+ * values' ('v'). */
+typedef struct fused {
+    const fc_group *gr; /* the update_slice group; NULL: none */
+    int src, off;       /* the new rows' buffer and the offset among the kernel's reads */
+    int64_t rows;       /* the new rows (the source's dim 2) */
+    char c;
+} fused;
+
+/* Into s, inside the kernel: the fused update's offset, whether it is in
+ * range (an update out of range writes nothing, as update_slice's kernel),
+ * and the new rows written into the cache by one block of each key/value
+ * head (the first query head of its group, its first query, the first part
+ * of the keys). */
+static void fused_prologue(fc_strbuf *s, const fused *f, const char *name, int64_t S, int64_t D) {
+    const fc_value *off = f->gr->nodes[0]->in[2];
+    fc_strbuf_printf(s,
+                     "  const long long off%c = (long long)*(const %s *)a%d;\n"
+                     "  const bool in%c = off%c >= 0 && off%c <= %lldLL;\n"
+                     "  if (in%c && part == 0 && i == 0 && h %% GQ == 0)\n"
+                     "    for (long long t = threadIdx.x; t < %lldLL; t += blockDim.x)\n"
+                     "      w%c[(kvh * S + off%c) * %lldLL + t] = a%d[%s_%cs(kvh * %lldLL + t)];\n",
+                     f->c, index_type(off->dtype), f->off, f->c, f->c, f->c, (long long)(S - f->rows), f->c,
+                     (long long)(f->rows * D), f->c, f->c, (long long)D, f->src, name, f->c, (long long)(f->rows * D));
+}
+
+/* The expression of the key (or value) element d of cache row j: from the
+ * fused update's source where the update writes row j, else the cache (p,
+ * the head's rows in argument a<cache>). */
+static void element(char *buf, size_t n, const fused *f, const char *name, const char *p, int64_t D) {
+    if (!f->gr) {
+        snprintf(buf, n, "%s[j * %lldLL + d]", p, (long long)D);
+        return;
+    }
+    snprintf(buf, n, "(in%c && j >= off%c && j < off%c + %lldLL ? a%d[%s_%cs((kvh * %lldLL + j - off%c) * %lldLL + d)] : %s[j * %lldLL + d])",
+             f->c, f->c, f->c, (long long)f->rows, f->src, name, f->c, (long long)f->rows, f->c, (long long)D, p, (long long)D);
+}
+
+static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
     const fc_node *n = gr->nodes[0];
     const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2];
     int64_t B = q->dims[0], Hq = q->dims[1], Sq = q->dims[2], D = q->dims[3];
@@ -144,6 +230,50 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
     int ND = (int)((D + 31) / 32), NV = (int)((Dv + 31) / 32);
     fc_strided_view qv = operand_view(gr, q);
     int iq = arg_of(gr, qv.root), ik = arg_of(gr, k), iv = arg_of(gr, v), il = arg_of(gr, n->in[3]);
+
+    /* The launch's reads: the group's inputs, then each fused update's
+     * source and offset; its writes: the result, then the caches the
+     * updates write. */
+    int a = 0;
+    while (plan->groups[a] != gr) a++;
+    fused fk = {.c = 'k'}, fv = {.c = 'v'};
+    const int uk = fused_update(plan, a, k), uv = fused_update(plan, a, v);
+    fk.gr = uk >= 0 ? plan->groups[uk] : NULL;
+    fv.gr = uv >= 0 ? plan->groups[uv] : NULL;
+    int *args = calloc((size_t)gr->ninputs + 8, sizeof(int));
+    const fc_value **reads = calloc((size_t)gr->ninputs + 8, sizeof *reads);
+    if (!args || !reads) {
+        free(args);
+        free(reads);
+        return FC_ERR_NOMEM;
+    }
+    int nr = 0;
+    for (int i = 0; i < gr->ninputs; i++) reads[fc_cuda_launch_arg(args, &nr, gr->inputs[i])] = gr->inputs[i];
+    fc_strided_view view[2];
+    fused *fs[2] = {&fk, &fv};
+    for (int e = 0; e < 2; e++) {
+        fused *f = fs[e];
+        if (!f->gr) continue;
+        const fc_node *u = f->gr->nodes[0];
+        view[e] = operand_view(f->gr, u->in[1]);
+        f->rows = u->in[1]->dims[2];
+        f->src = fc_cuda_launch_arg(args, &nr, view[e].root);
+        reads[f->src] = view[e].root;
+        f->off = fc_cuda_launch_arg(args, &nr, u->in[2]);
+        reads[f->off] = u->in[2];
+    }
+    const int nreads = nr;
+    args[nr++] = gr->outputs[0]->id;
+    if (fk.gr) args[nr++] = k->id;
+    if (fv.gr) args[nr++] = v->id;
+    free(l->args);
+    l->args = args;
+    l->nargs = nr;
+    l->nreads = nreads;
+    if (fk.gr || fv.gr)
+        snprintf(l->summary, sizeof l->summary, "library: cache_attention with the %s%s%s update%s", fk.gr ? "keys'" : "",
+                 fk.gr && fv.gr ? " and " : "", fv.gr ? "values'" : "", fk.gr && fv.gr ? "s" : "");
+
     int64_t rows = B * Hq * Sq;
     int64_t split = (DEC_TARGET_BLOCKS + rows - 1) / (rows > 0 ? rows : 1);
     int64_t most = S / DEC_MIN_KEYS;
@@ -159,20 +289,38 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
      * them; the last block of a row resets its counter. */
     fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
                      (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
-    /* Where the query element at row-major index i is (its view). */
+    /* Where the query element at row-major index i is (its view), and the
+     * fused updates' new rows. */
     fc_strbuf_printf(s, "static __device__ __forceinline__ long long %s_q(long long i) { return ", name);
     strided_index(s, q, &qv, "i");
     fc_strbuf_printf(s, "; }\n");
-    signature(s, gr, name, threads);
+    for (int e = 0; e < 2; e++) {
+        if (!fs[e]->gr) continue;
+        const fc_value *src = fs[e]->gr->nodes[0]->in[1];
+        fc_strbuf_printf(s, "static __device__ __forceinline__ long long %s_%cs(long long i) { return ", name, fs[e]->c);
+        strided_index(s, src, &view[e], "i");
+        fc_strbuf_printf(s, "; }\n");
+    }
+    signature(s, reads, nreads, name, threads, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
+    free(reads);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, ND = %d, NV = %d, W = %d, SPLIT = %lld, PW = NV * 32 + 2 };\n"
+                     "  enum { GQ = %lld }; /* query heads a key/value head */\n"
                      "  __shared__ float sm_m[W], sm_l[W], sm_acc[W][NV * 32];\n"
                      "  __shared__ bool last;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
                      "  const long long row = blockIdx.x; /* (b * Hq + h) * SQ + i */\n"
                      "  const int part = blockIdx.y;\n"
                      "  const long long i = row %% SQ, bh = row / SQ, b = bh / %lld, h = bh %% %lld;\n"
-                     "  const long long kvh = b * %lld + h / %lld;\n"
+                     "  const long long kvh = b * %lld + h / GQ;\n",
+                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, ND, NV, DEC_WARPS, (long long)split,
+                     (long long)(Hq / Hkv), (long long)Hq, (long long)Hq, (long long)Hkv);
+    if (fk.gr) fused_prologue(s, &fk, name, S, D);
+    if (fv.gr) fused_prologue(s, &fv, name, S, Dv);
+    char kel[320], vel[320];
+    element(kel, sizeof kel, &fk, name, "kp", D);
+    element(vel, sizeof vel, &fv, name, "vp", Dv);
+    fc_strbuf_printf(s,
                      "  long long len = (long long)*(const %s *)a%d;\n"
                      "  len = len < 0 ? 0 : len > S ? S : len; /* never past the cache */\n"
                      "  long long nk = %s;\n"
@@ -187,13 +335,15 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
                      "  const auto *vp = a%d + kvh * S * DV;\n"
                      "  for (long long j = j0 + warp; j < j1; j += W) {\n"
                      "    float sdot = 0.f;\n"
-                     "    for (int e = 0; e < ND; e++) { int d = lane + 32 * e; if (d < D) sdot += qr[e] * fc_ld(kp[j * D + d]); }\n"
+                     "    for (int e = 0; e < ND; e++) { int d = lane + 32 * e; if (d < D) sdot += qr[e] * fc_ld(%s); }\n"
                      "    for (int o = 16; o > 0; o >>= 1) sdot += __shfl_xor_sync(0xffffffffu, sdot, o);\n"
                      "    const float mn = fmaxf(m, sdot), c = expf(m - mn), p = expf(sdot - mn);\n"
                      "    l = l * c + p;\n"
-                     "    for (int e = 0; e < NV; e++) { int d = lane + 32 * e; acc[e] = acc[e] * c + (d < DV ? p * fc_ld(vp[j * DV + d]) : 0.f); }\n"
+                     "    for (int e = 0; e < NV; e++) { int d = lane + 32 * e; acc[e] = acc[e] * c + (d < DV ? p * fc_ld(%s) : 0.f); }\n"
                      "    m = mn;\n"
-                     "  }\n"
+                     "  }\n",
+                     index_type(n->in[3]->dtype), il, n->a.causal ? "len - SQ + i + 1" : "len", iq, name, sc, ik, iv, kel, vel);
+    fc_strbuf_printf(s,
                      "  if (lane == 0) { sm_m[warp] = m; sm_l[warp] = l; }\n"
                      "  for (int e = 0; e < NV; e++) sm_acc[warp][lane + 32 * e] = acc[e];\n"
                      "  __syncthreads();\n"
@@ -236,10 +386,7 @@ static fc_status cache_attention(const fc_group *gr, const char *name, fc_strbuf
                      "  for (int e = 0; e < NV; e++) { int d = lane + 32 * e; if (d < DV) out[row * DV + d] = fc_to<%s>(o[e] / L); }\n"
                      "  if (lane == 0) %s_count[row] = 0u;\n"
                      "}\n",
-                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, ND, NV, DEC_WARPS, (long long)split,
-                     (long long)Hq, (long long)Hq, (long long)Hkv, (long long)(Hq / Hkv), index_type(n->in[3]->dtype), il,
-                     n->a.causal ? "len - SQ + i + 1" : "len", iq, name, sc, ik, iv, name,
-                     fc_cuda_storage_type(n->out[0]->dtype), name, name, fc_cuda_storage_type(n->out[0]->dtype), name);
+                     name, fc_cuda_storage_type(n->out[0]->dtype), name, name, fc_cuda_storage_type(n->out[0]->dtype), name);
     l->grid[0] = (unsigned)(rows < 1 ? 1 : rows);
     l->grid[1] = (unsigned)split;
     l->grid[2] = 1;
@@ -256,7 +403,8 @@ fc_status fc_cuda_emit_decode(const fc_plan *plan, const fc_group *gr, const cha
                             l->summary, fc_op_table[gr->nodes[0]->op].name);
     l->kind = FC_LAUNCH_KERNEL;
     l->pdl = true;
-    fc_status st = gr->nodes[0]->op == FC_OP_UPDATE_SLICE ? update_slice(gr, name, s, l) : cache_attention(gr, name, s, l);
+    fc_status st = gr->nodes[0]->op == FC_OP_UPDATE_SLICE ? update_slice(gr, name, s, l) : cache_attention(plan, gr, name, s, l);
+    if (st == FC_ERR_NOMEM) return fc_set_error(g->ctx, st, "out of memory (codegen)");
     if (st == FC_ERR_INPUT)
         return fc_set_error(g->ctx, st, "codegen: group %d (%s): query heads not a multiple of key/value heads", gr->id,
                             l->summary);

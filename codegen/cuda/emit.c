@@ -53,3 +53,50 @@ void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned mi
     if (l->frame) fc_strbuf_printf(s, "static __device__ __forceinline__ void %s_main(", l->name);
     else fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(", fc_cuda_launch_bounds(l, b, sizeof b), l->name);
 }
+
+/* ---- plan queries of the kernels that run two groups or more ---------- */
+
+int fc_cuda_group_input(const fc_group *gr, const fc_value *v) {
+    for (int i = 0; v && i < gr->ninputs; i++)
+        if (gr->inputs[i] == v) return i;
+    return -1;
+}
+
+int fc_cuda_sole_reader(const fc_plan *plan, const fc_value *v) {
+    for (int i = 0; i < plan->g->noutputs; i++)
+        if (plan->g->outputs[i] == v) return -1;
+    int at = -1;
+    for (int i = 0; i < plan->ngroups; i++)
+        if (fc_cuda_group_input(plan->groups[i], v) >= 0) {
+            if (at >= 0) return -1;
+            at = i;
+        }
+    return at;
+}
+
+/* Whether arena values a and b share no byte (either outside the arena:
+ * a parameter, a result in the caller's buffer). */
+static bool arena_disjoint(const fc_plan *plan, const fc_value *a, const fc_value *b) {
+    const int64_t oa = plan->offset[a->id], ob = plan->offset[b->id];
+    return oa < 0 || ob < 0 || oa + fc_value_bytes(a) <= ob || ob + fc_value_bytes(b) <= oa;
+}
+
+bool fc_cuda_inputs_survive(const fc_plan *plan, int a, int g) {
+    if (!plan->offset) return false;
+    const fc_group *ga = plan->groups[a];
+    for (int j = a + 1; j <= g; j++) {
+        const fc_group *gj = plan->groups[j];
+        if (gj->kind == FC_GROUP_ALIAS) continue; /* an alias writes nothing */
+        for (int o = 0; o < gj->noutputs; o++)
+            for (int i = 0; i < ga->ninputs; i++)
+                if (!arena_disjoint(plan, gj->outputs[o], ga->inputs[i])) return false;
+    }
+    return true;
+}
+
+int fc_cuda_launch_arg(int *args, int *n, const fc_value *v) {
+    for (int i = 0; i < *n; i++)
+        if (args[i] == v->id) return i;
+    args[*n] = v->id;
+    return (*n)++;
+}

@@ -29,4 +29,19 @@ const char *fc_cuda_storage_type(fc_dtype dt);
  * device): the persistent grids' and the one-wave rules' count. */
 int64_t fc_cuda_plan_sms(const fc_plan *plan);
 
+/* Plan queries of the kernels that run two groups or more (a skinny GEMM
+ * with its attention, an attention with its cache updates). */
+/* The position of v among group gr's inputs, or -1. */
+int fc_cuda_group_input(const fc_group *gr, const fc_value *v);
+/* The index of the one group that reads value v, or -1 (none, several, or
+ * v a graph result). */
+int fc_cuda_sole_reader(const fc_plan *plan, const fc_value *v);
+/* Whether group a's inputs may be read at group g's place (g > a) rather
+ * than at a's, where the memory plan saw them read: no group after a up
+ * to g, g included, writes arena memory where they are. */
+bool fc_cuda_inputs_survive(const fc_plan *plan, int a, int g);
+/* The position of value v among a launch's arguments args[0 .. *n),
+ * appended (and *n counted) if new. */
+int fc_cuda_launch_arg(int *args, int *n, const fc_value *v);
+
 #endif

@@ -55,6 +55,12 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     return fc_cuda_skinny_plan(plan, group(plan, gi), &c->skinny);
 }
 
+/* Static M <= 8 against weights stored [N, K] (trans_b), which the skinny
+ * kernels do not take, unless FUSEC_SKINNY=0 (fc_cuda_gemv_plan). */
+static bool gemv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
+    return fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv);
+}
+
 /* A convolution (conv_cl): one cuDNN call (runtime/cuda/cudnn.h). */
 static bool conv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     (void)c;
@@ -75,6 +81,7 @@ static const fc_gemm_rule rules[] = {
     {"static: a convolution: cuDNN", conv, FC_GEMM_LIBRARY},
     {"static: attention and projection in one skinny kernel", skinny_attention, FC_GEMM_SKINNY_ATTENTION},
     {"static: skinny (M <= 64, sm_90a)", skinny, FC_GEMM_SKINNY},
+    {"static: GEMV (M <= 8, weights [N, K], sm 80+)", gemv, FC_GEMM_GEMV},
     {"static: cuBLASLt", always, FC_GEMM_LIBRARY},
 };
 

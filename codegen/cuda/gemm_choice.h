@@ -1,11 +1,12 @@
 /*
  * gemm_choice.h - which code runs a plan's GEMM (internal to codegen/cuda).
  *
- * A `gemm` or `matmul` group (a library group of the plan) runs one of four
+ * A `gemm` or `matmul` group (a library group of the plan) runs one of five
  * ways: a cuBLASLt call (runtime/cublaslt.c), a skinny GEMM kernel
  * (skinny.h: static M <= 64 on Hopper), a skinny GEMM with the attention
- * that produces its A inside it (skinny.h, "attention and projection"), or
- * the dynamic variant's generated tiles (gemm.h). fc_cuda_gemm_choose is
+ * that produces its A inside it (skinny.h, "attention and projection"), a
+ * GEMV kernel (gemv.h: static M <= 8 against [N, K] weights), or the
+ * dynamic variant's generated tiles (gemm.h). fc_cuda_gemm_choose is
  * the one place that decides, by a table of rules tried in order (the
  * first whose condition holds wins); the dispatcher (codegen.c) calls it
  * for every group before it emits anything. docs/GEMM.md, "Which code
@@ -14,6 +15,7 @@
 #ifndef FC_CUDA_GEMM_CHOICE_H
 #define FC_CUDA_GEMM_CHOICE_H
 
+#include "gemv.h"
 #include "skinny.h"
 
 typedef enum fc_gemm_path {
@@ -22,6 +24,7 @@ typedef enum fc_gemm_path {
     FC_GEMM_SKINNY,           /* skinny.c's kernel (choice.skinny) */
     FC_GEMM_SKINNY_ATTENTION, /* skinny.c's kernel with the attention group
                                * choice.attention inside (choice.fused) */
+    FC_GEMM_GEMV,             /* gemv.c's kernel (choice.gemv) */
     FC_GEMM_GENERATED,        /* gemm.c's tiles, sizes from the symbols */
     FC_GEMM_UNSUPPORTED,      /* a library op of a dynamic plan that no call
                                * or kernel runs: an error (bind the symbols) */
@@ -32,6 +35,7 @@ typedef struct fc_gemm_choice {
     const char *rule;          /* the name of the rule that chose it */
     fc_skinny skinny;          /* FC_GEMM_SKINNY */
     fc_skinny_attention fused; /* FC_GEMM_SKINNY_ATTENTION */
+    fc_gemv gemv;              /* FC_GEMM_GEMV */
     int attention;             /* FC_GEMM_SKINNY_ATTENTION: the attention's index in plan->groups; else -1 */
 } fc_gemm_choice;
 

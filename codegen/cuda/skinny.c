@@ -35,12 +35,6 @@ static int64_t tiles_bytes(int splits, int nt) {
     return (int64_t)splits * nt * ((SK_ROWS + splits - 1) / splits) * 68 * 4;
 }
 
-static int input_index(const fc_group *gr, const fc_value *v) {
-    for (int i = 0; v && i < gr->ninputs; i++)
-        if (gr->inputs[i] == v) return i;
-    return -1;
-}
-
 /* The split: the fewest K slices of at most MAX_SLICE that divide K into
  * 64-deep panels evenly, doubled (to the next such count) while the grid
  * has fewer than MIN_BLOCKS blocks. 0: none fits. */
@@ -78,8 +72,9 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
     const int s = splits_of(N, K);
     if (!s) return false;
     fc_skinny k = {
-        .M = M, .N = N, .K = K, .splits = s, .slice = K / s, .a = input_index(gr, a), .w = input_index(gr, w),
-        .bias = gi.has_bias ? input_index(gr, gi.bias[0]) : -1, .residual = gi.has_residual ? input_index(gr, gi.residual) : -1,
+        .M = M, .N = N, .K = K, .splits = s, .slice = K / s, .a = fc_cuda_group_input(gr, a),
+        .w = fc_cuda_group_input(gr, w), .bias = gi.has_bias ? fc_cuda_group_input(gr, gi.bias[0]) : -1,
+        .residual = gi.has_residual ? fc_cuda_group_input(gr, gi.residual) : -1,
         .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
     };
     if (k.a < 0 || k.w < 0 || (gi.has_bias && k.bias < 0) || (gi.has_residual && k.residual < 0)) return false;
@@ -177,60 +172,14 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
 
 /* ---- attention and projection ---------------------------------------------- */
 
-/* The index of the one group that reads value v, or -1 (none, several, or
- * v a graph result). */
-static int sole_reader(const fc_plan *plan, const fc_value *v) {
-    for (int i = 0; i < plan->g->noutputs; i++)
-        if (plan->g->outputs[i] == v) return -1;
-    int at = -1;
-    for (int i = 0; i < plan->ngroups; i++)
-        if (input_index(plan->groups[i], v) >= 0) {
-            if (at >= 0) return -1;
-            at = i;
-        }
-    return at;
-}
-
-/* Position of value v among the launch's arguments args[0 .. *n), appended if new. */
-static int arg_of(int *args, int *n, const fc_value *v) {
-    for (int i = 0; i < *n; i++)
-        if (args[i] == v->id) return i;
-    args[*n] = v->id;
-    return (*n)++;
-}
-
-/* Whether arena values a and b share no byte (either outside the arena:
- * a parameter, a result in the caller's buffer). */
-static bool arena_disjoint(const fc_plan *plan, const fc_value *a, const fc_value *b) {
-    const int64_t oa = plan->offset[a->id], ob = plan->offset[b->id];
-    return oa < 0 || ob < 0 || oa + fc_value_bytes(a) <= ob || ob + fc_value_bytes(b) <= oa;
-}
-
-/* The fused kernel reads the attention group's inputs where the GEMM group
- * runs, later than the memory plan assumed (it saw them read by the
- * attention group, at position a): no group after a up to the GEMM's
- * position g, the GEMM included, may write where they are. */
-static bool inputs_survive(const fc_plan *plan, int a, int g) {
-    if (!plan->offset) return false;
-    const fc_group *ga = plan->groups[a];
-    for (int j = a + 1; j <= g; j++) {
-        const fc_group *gj = plan->groups[j];
-        if (gj->kind == FC_GROUP_ALIAS) continue; /* an alias writes nothing */
-        for (int o = 0; o < gj->noutputs; o++)
-            for (int i = 0; i < ga->ninputs; i++)
-                if (!arena_disjoint(plan, gj->outputs[o], ga->inputs[i])) return false;
-    }
-    return true;
-}
-
 bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attention *out) {
     const fc_group *ga = plan->groups[a];
     if (!fc_switch_on(FC_SW_SKINNY) || ga->kind != FC_GROUP_ATTENTION || ga->noutputs != 1 || ga->batch > 0) return false;
-    const int g = sole_reader(plan, ga->outputs[0]);
+    const int g = fc_cuda_sole_reader(plan, ga->outputs[0]);
     if (g <= a) return false;
     const fc_group *gg = plan->groups[g];
     fc_skinny k;
-    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !inputs_survive(plan, a, g)) return false;
+    if (!fc_cuda_skinny_plan(plan, gg, &k) || gg->inputs[k.a] != ga->outputs[0] || !fc_cuda_inputs_survive(plan, a, g)) return false;
     /* The residual, bias or weight being the attention's result too: not this kernel. */
     if (k.w == k.a || k.bias == k.a || k.residual == k.a) return false;
     fc_attention_rows r;
@@ -278,13 +227,13 @@ fc_status fc_cuda_emit_skinny_attention(const fc_group *ga, const fc_group *gg, 
     l->args = calloc((size_t)(ga->ninputs + gg->ninputs + 1), sizeof(int));
     if (!l->args) return FC_ERR_NOMEM;
     int n = 0, op[3];
-    for (int i = 0; i < ga->ninputs; i++) arg_of(l->args, &n, ga->inputs[i]);
-    for (int i = 0; i < 3; i++) op[i] = arg_of(l->args, &n, ga->inputs[r->op[i].input]);
-    const int w = arg_of(l->args, &n, gg->inputs[k->w]);
-    const int bias = k->bias >= 0 ? arg_of(l->args, &n, gg->inputs[k->bias]) : -1;
-    const int res = k->residual >= 0 ? arg_of(l->args, &n, gg->inputs[k->residual]) : -1;
+    for (int i = 0; i < ga->ninputs; i++) fc_cuda_launch_arg(l->args, &n, ga->inputs[i]);
+    for (int i = 0; i < 3; i++) op[i] = fc_cuda_launch_arg(l->args, &n, ga->inputs[r->op[i].input]);
+    const int w = fc_cuda_launch_arg(l->args, &n, gg->inputs[k->w]);
+    const int bias = k->bias >= 0 ? fc_cuda_launch_arg(l->args, &n, gg->inputs[k->bias]) : -1;
+    const int res = k->residual >= 0 ? fc_cuda_launch_arg(l->args, &n, gg->inputs[k->residual]) : -1;
     for (int i = 0; i < gg->ninputs; i++)
-        if (i != k->a) arg_of(l->args, &n, gg->inputs[i]);
+        if (i != k->a) fc_cuda_launch_arg(l->args, &n, gg->inputs[i]);
     l->nreads = n;
     l->args[n++] = gg->outputs[0]->id;
     l->nargs = n;
