@@ -74,8 +74,16 @@ static void grad_matmul(grad_ctx *c, const fc_node *n, fc_value *dy) {
     yd[nb] = a->rank == 1 ? 1 : dy->dims[nb];
     yd[nb + 1] = b->rank == 1 ? 1 : dy->dims[dy->rank - 1];
     fc_value *dy2 = nb + 2 == dy->rank ? dy : fc_reshape(g, dy, nb + 2, yd);
-    if (tracked(c, a)) accumulate(c, a, unbroadcast(g, fc_matmul(g, dy2, swap_last(g, b2)), a2));
-    if (tracked(c, b)) accumulate(c, b, unbroadcast(g, fc_matmul(g, swap_last(g, a2), dy2), b2));
+    /* Back to a rank-1 operand's own shape here: accumulate's broadcast
+     * rule would read [K, 1] as K broadcast over a leading dim. */
+    if (tracked(c, a)) {
+        fc_value *d = unbroadcast(g, fc_matmul(g, dy2, swap_last(g, b2)), a2);
+        accumulate(c, a, d->rank == a->rank ? d : fc_reshape(g, d, a->rank, a->dims));
+    }
+    if (tracked(c, b)) {
+        fc_value *d = unbroadcast(g, fc_matmul(g, swap_last(g, a2), dy2), b2);
+        accumulate(c, b, d->rank == b->rank ? d : fc_reshape(g, d, b->rank, b->dims));
+    }
 }
 
 /* Is axis d of x reduced by n (an empty axes list reduces every one). */
@@ -216,7 +224,7 @@ static void grad_node(grad_ctx *c, const fc_node *n) {
         if (tracked(c, b)) accumulate(c, b, fc_where(g, x, dy, zero));
         if (tracked(c, n->in[2])) accumulate(c, n->in[2], fc_where(g, x, zero, dy));
         break;
-    case FC_OP_CAST: if (fc_dtype_is_float(x->dtype)) accumulate(c, x, fc_cast(g, dy, x->dtype)); break;
+    case FC_OP_CAST: accumulate(c, x, fc_cast(g, dy, x->dtype)); break;
     case FC_OP_REDUCE_SUM: case FC_OP_REDUCE_MEAN: accumulate(c, x, grad_reduce(c, n, dy)); break;
     case FC_OP_RESHAPE: accumulate(c, x, fc_reshape(g, dy, x->rank, x->dims)); break;
     case FC_OP_PERMUTE: {
@@ -316,17 +324,24 @@ fc_status ox_op_gradient(ox_ctx *ox) {
     if (!c.adj || !c.dep) { st = fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory"); goto done; }
     for (size_t i = 0; i < nx; i++) c.dep[xv[i]->id] = true;
     fc_value *yv = yval->v;
-    /* A y known at import was folded from known data only: it depends on
-     * no x (the xs are not known), so every gradient is zero. */
+    if (yv && !fc_dtype_is_float(yv->dtype)) {
+        st = ERR("y '%s' has dtype %s: only float values have gradients", yname, fc_dtype_name(yv->dtype));
+        goto done;
+    }
     int nnodes = g->nnodes, last = -1;
     for (int i = 0; i < nnodes; i++) {
         const fc_node *n = g->nodes[i];
         if (n->dead) continue;
         bool d = false;
         for (int j = 0; j < n->nin && !d; j++) d = tracked(&c, n->in[j]);
-        for (int j = 0; j < n->nout; j++) c.dep[n->out[j]->id] = d;
+        /* Only float values carry a gradient: a compare, or a cast to an
+         * integer, is a constant to it (PyTorch's detach). */
+        for (int j = 0; j < n->nout; j++) c.dep[n->out[j]->id] = d && fc_dtype_is_float(n->out[j]->dtype);
         if (yv && n->out[0] && yv->def == n) last = i;
     }
+    /* A y known at import was folded from known data only: it depends on
+     * no x (the xs are not known), so every gradient is zero, as it is for
+     * a y that no x reaches. */
     if (yv && tracked(&c, yv)) {
         c.adj[yv->id] = fc_full(g, yv->rank, yv->dims, 1, yv->dtype);
         for (int i = last; i >= 0; i--) {

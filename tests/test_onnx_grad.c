@@ -154,7 +154,7 @@ typedef struct model {
     Onnx__GraphProto g;
     Onnx__NodeProto *nodes[64];
     Onnx__ValueInfoProto *ins[8], *outs[8];
-    Onnx__TensorProto *inits[8];
+    Onnx__TensorProto *inits[16];
 } model;
 
 static void model_init(model *m) {
@@ -194,35 +194,80 @@ static const char *xnames[NX] = {"x", "w", "b", "c"};
 static const int xrank[NX] = {2, 2, 1, 2};
 static const int64_t xdims[NX][2] = {{2, 3}, {3, 4}, {4, 0}, {1, 4}};
 
+/* Integer attributes "name=v" or lists "name=[v,v]", space-separated. */
+static void int_attrs(Onnx__NodeProto *n, const char *text) {
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(t, '=');
+        *eq = 0;
+        bool list = eq[1] == '[';
+        Onnx__AttributeProto *a = new_attr(t, list ? ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS
+                                                   : ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+        if (list) {
+            a->ints = keep(sizeof *a->ints * 8);
+            for (char *v = eq + 2; v && *v; v = strchr(v, ',') ? strchr(v, ',') + 1 : NULL) a->ints[a->n_ints++] = atoll(v);
+        } else {
+            a->has_i = 1;
+            a->i = atoll(eq + 1);
+        }
+        add_attr(n, a);
+    }
+}
+
+/* The forward models: nodes {op, inputs, outputs, attributes}, over the
+ * inputs x, w, b, c and the initializers below; each ends in a scalar y. */
+typedef const char *const node_text[4];
+
 /* y = sum(transpose(reshape(sqrt(relu(-u)^2 + k), [4, 2])) * u), where
  * u = tanh(x @ w + b) * sigmoid(x @ w) / (exp(c) + k) - log(exp(c) + k). */
-static model *forward_model(void) {
+static node_text model_a[] = {
+    {"MatMul", "x w", "h", ""},     {"Add", "h b", "a", ""},         {"Tanh", "a", "t", ""},
+    {"Sigmoid", "h", "s", ""},      {"Mul", "t s", "ts", ""},        {"Exp", "c", "e", ""},
+    {"Add", "e k", "den", ""},      {"Div", "ts den", "q", ""},      {"Log", "den", "l", ""},
+    {"Sub", "q l", "u", ""},        {"Neg", "u", "nu", ""},          {"Relu", "nu", "r", ""},
+    {"Mul", "r r", "r2", ""},       {"Add", "r2 k", "rk", ""},       {"Sqrt", "rk", "sq", ""},
+    {"Reshape", "sq shape42", "v", ""}, {"Transpose", "v", "p", ""}, {"Mul", "p u", "pu", ""},
+    {"ReduceSum", "pu", "y", "keepdims=0"},
+};
+
+/* Softmax, a broadcast max, pow of two computed operands, concat, slice,
+ * split, reduce_mean, expand, where, sin, abs and a matmul with a rank-1
+ * right operand. */
+static node_text model_b[] = {
+    {"MatMul", "x w", "h", ""},            {"Softmax", "h", "sm", "axis=1"},
+    {"Max", "sm c", "mx", ""},             {"Exp", "b", "eb", ""},
+    {"Pow", "eb c", "pw", ""},             {"Concat", "mx pw", "cc", "axis=0"},
+    {"Slice", "cc one three zero", "sl", ""}, {"Split", "sl split13", "sp1 sp2", "axis=1"},
+    {"ReduceMean", "sp2", "rm", "axes=[1] keepdims=1"}, {"Expand", "sp1 shape23", "ex", ""},
+    {"Greater", "x zero_f", "pos", ""},    {"Sin", "x", "sx", ""},
+    {"Where", "pos ex sx", "wh", ""},      {"MatMul", "w b", "mv", ""},
+    {"Abs", "mv", "av", ""},               {"Mul", "wh av", "m1", ""},
+    {"Add", "m1 rm", "t", ""},             {"ReduceSum", "t", "y", "keepdims=0"},
+};
+
+static model *forward_model(node_text *text, size_t nnodes) {
     model *m = keep(sizeof *m);
     model_init(m);
     for (int i = 0; i < NX; i++) m->ins[m->g.n_input++] = tensor_info(xnames[i], xrank[i], xdims[i]);
-    static const int64_t shape42[2] = {4, 2};
-    static const double kval = 1.5;
+    static const int64_t shape42[2] = {4, 2}, shape23[2] = {2, 3}, split13[2] = {1, 3}, one = 1, three = 3, zero = 0;
+    static const double kval = 1.5, zero_f = 0;
     m->inits[m->g.n_initializer++] = tensor_1d("shape42", 2, shape42, NULL);
-    Onnx__TensorProto *k = tensor_1d("k", 1, NULL, &kval);
-    k->n_dims = 0; /* a scalar */
-    m->inits[m->g.n_initializer++] = k;
-    static const char *const text[][3] = {
-        {"MatMul", "x w", "h"},     {"Add", "h b", "a"},         {"Tanh", "a", "t"},
-        {"Sigmoid", "h", "s"},      {"Mul", "t s", "ts"},        {"Exp", "c", "e"},
-        {"Add", "e k", "den"},      {"Div", "ts den", "q"},      {"Log", "den", "l"},
-        {"Sub", "q l", "u"},        {"Neg", "u", "nu"},          {"Relu", "nu", "r"},
-        {"Mul", "r r", "r2"},       {"Add", "r2 k", "rk"},       {"Sqrt", "rk", "sq"},
-        {"Reshape", "sq shape42", "v"}, {"Transpose", "v", "p"}, {"Mul", "p u", "pu"},
-        {"ReduceSum", "pu", "y"},
-    };
-    for (size_t i = 0; i < sizeof text / sizeof *text; i++) {
+    m->inits[m->g.n_initializer++] = tensor_1d("shape23", 2, shape23, NULL);
+    m->inits[m->g.n_initializer++] = tensor_1d("split13", 2, split13, NULL);
+    m->inits[m->g.n_initializer++] = tensor_1d("one", 1, &one, NULL);
+    m->inits[m->g.n_initializer++] = tensor_1d("three", 1, &three, NULL);
+    m->inits[m->g.n_initializer++] = tensor_1d("zero", 1, &zero, NULL);
+    static const char *const scalars[2] = {"k", "zero_f"};
+    for (int i = 0; i < 2; i++) {
+        Onnx__TensorProto *k = tensor_1d(scalars[i], 1, NULL, i ? &zero_f : &kval);
+        k->n_dims = 0;
+        m->inits[m->g.n_initializer++] = k;
+    }
+    for (size_t i = 0; i < nnodes; i++) {
         Onnx__NodeProto *n = node(text[i][0], text[i][1], text[i][2]);
-        if (!strcmp(text[i][0], "ReduceSum")) {
-            Onnx__AttributeProto *kd = new_attr("keepdims", ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
-            kd->has_i = 1;
-            kd->i = 0;
-            add_attr(n, kd);
-        }
+        int_attrs(n, text[i][3]);
         m->nodes[m->g.n_node++] = n;
     }
     static const int64_t none[1] = {0};
@@ -264,9 +309,9 @@ static double run_y(fc_graph *g, double *data[NX]) {
     return y;
 }
 
-static void test_against_finite_differences(void) {
+static void test_against_finite_differences(node_text *text, size_t nnodes) {
     fc_context *ctx = fc_context_new();
-    model *m = forward_model();
+    model *m = forward_model(text, nnodes);
     fc_status st;
     fc_graph *fwd = import(m, ctx, &st);
     CHECKF(st == FC_OK, "forward import: %s", fc_last_error(ctx));
@@ -367,7 +412,8 @@ static void test_errors(void) {
 }
 
 int main(void) {
-    test_against_finite_differences();
+    test_against_finite_differences(model_a, sizeof model_a / sizeof *model_a);
+    test_against_finite_differences(model_b, sizeof model_b / sizeof *model_b);
     test_errors();
     free_pool();
     return check_report("test_onnx_grad");
