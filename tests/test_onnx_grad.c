@@ -1,11 +1,13 @@
 /* test_onnx_grad.c - ONNX's Gradient (ai.onnx.preview.training) imported as
- * reverse-mode differentiation: a small model (matmul, broadcast add, tanh,
- * sigmoid, mul, exp, div, log, sub, neg, relu, sqrt, reshape, transpose,
- * a reduction) in float64 is built with protobuf-c, imported, run on the
- * reference interpreter, and its gradients with respect to four inputs
- * compared with central finite differences of its own output; also the
- * errors for an op without a gradient rule (naming the model's node) and
- * for a gradient with respect to an initializer. */
+ * reverse-mode differentiation: three small models in float64 (between
+ * them matmul with 2-D and rank-1 operands, broadcast add and max, tanh,
+ * sigmoid, mul, exp, div, log, sub, neg, relu, sqrt, pow, softmax, concat,
+ * slice, split, reduce_mean, expand, where, sin, cos, erf, abs, min,
+ * reciprocal, reshape, transpose, reduce_sum) are built with protobuf-c,
+ * imported, run on the reference interpreter, and their gradients with
+ * respect to four inputs compared with central finite differences of their
+ * own output; also the errors for an op without a gradient rule (naming
+ * the model's node) and for a gradient with respect to an initializer. */
 #include "fusec.h"
 
 #include <math.h>
@@ -247,6 +249,13 @@ static node_text model_b[] = {
     {"Add", "m1 rm", "t", ""},             {"ReduceSum", "t", "y", "keepdims=0"},
 };
 
+/* erf, cos, a min, a reciprocal. */
+static node_text model_c[] = {
+    {"Erf", "x", "e1", ""},         {"Cos", "x", "c1", ""},         {"Min", "e1 c1", "mn", ""},
+    {"Add", "c k", "ck", ""},       {"Reciprocal", "ck", "rc", ""}, {"MatMul", "mn w", "mw", ""},
+    {"Mul", "mw rc", "p", ""},      {"Add", "p b", "pb", ""},       {"ReduceSum", "pb", "y", "keepdims=0"},
+};
+
 static model *forward_model(node_text *text, size_t nnodes) {
     model *m = keep(sizeof *m);
     model_init(m);
@@ -414,6 +423,7 @@ static void test_errors(void) {
 int main(void) {
     test_against_finite_differences(model_a, sizeof model_a / sizeof *model_a);
     test_against_finite_differences(model_b, sizeof model_b / sizeof *model_b);
+    test_against_finite_differences(model_c, sizeof model_c / sizeof *model_c);
     test_errors();
     free_pool();
     return check_report("test_onnx_grad");
