@@ -80,6 +80,9 @@ bool ox_op_known(const char *op_type);
 /* onnx_seq.c: the sequence ops, resolved at import. */
 bool ox_op_is_sequence(const char *op_type);
 fc_status ox_op_sequence(ox_ctx *ox);
+/* onnx_grad.c: Gradient (ai.onnx.preview.training), differentiating the IR
+ * built so far. */
+fc_status ox_op_gradient(ox_ctx *ox);
 
 /* onnx_shape.c */
 ox_const *ox_const_new(fc_dtype dt, int rank, const int64_t *shape);

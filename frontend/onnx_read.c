@@ -348,8 +348,12 @@ static fc_status add_input(ox_ctx *ox, const Onnx__ValueInfoProto *vi) {
 static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     ox->node = n;
     if (!n->op_type) return ox_error(ox, FC_ERR_INPUT, "the node has no op_type");
-    if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx"))
-        return ox_error(ox, FC_ERR_UNSUPPORTED, "domain '%s' is not supported (only the default ONNX domain)", n->domain);
+    /* The training domain's Gradient is the one op of another domain: it
+     * differentiates the graph built so far, never folded. */
+    bool gradient = n->domain && !strcmp(n->domain, "ai.onnx.preview.training") && !strcmp(n->op_type, "Gradient");
+    if (n->domain && *n->domain && strcmp(n->domain, "ai.onnx") && !gradient)
+        return ox_error(ox, FC_ERR_UNSUPPORTED, "domain '%s' is not supported (only the default ONNX domain, and "
+                        "Gradient of ai.onnx.preview.training)", n->domain);
     if (n->n_input > 64 || n->n_output > 16)
         return ox_error(ox, FC_ERR_UNSUPPORTED, "%zu inputs and %zu outputs: too many", n->n_input, n->n_output);
     ox_val *ins[64];
@@ -365,8 +369,8 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     memset(ox->out_k, 0, sizeof ox->out_k);
     ox->out_is_seq = false;
     bool folded = false;
-    fc_status st = ox_try_fold(ox, &folded);
-    if (st == FC_OK && !folded) st = ox_translate(ox);
+    fc_status st = gradient ? ox_op_gradient(ox) : ox_try_fold(ox, &folded);
+    if (st == FC_OK && !folded && !gradient) st = ox_translate(ox);
     if (st == FC_OK && fc_graph_status(ox->g)) {
         /* A builder refused the translation: say so at the node. */
         char msg[768];

@@ -34,8 +34,8 @@
  *
  * 2. Horizontal fusion. Single-weight gemms that read the same left operand
  *    with the same flags, scale and dtype, whose right operands (and
- *    biases) are graph parameters of rank 2, become one gemm over all the
- *    weights; each old result is a slice of the new one (a view, which
+ *    biases) are graph parameters of rank 2 (a bias may also be a constant
+ *    vector, a full), become one gemm over all the weights; each old result is a slice of the new one (a view, which
  *    fusion inlines into the kernels that read it). The concatenated weight
  *    is built by the runtime once, on the first run (runtime/cublaslt.c),
  *    which is why the weights must be parameters the user keeps constant
@@ -526,16 +526,32 @@ static bool is_cast_param(const fc_value *v, const int *pos, int before) {
     return v->def && v->def->op == FC_OP_CAST && is_param(v->def->in[0]) && pos[v->def->id] < before;
 }
 
+/* A constant vector: an exported model's bias that is one repeated value
+ * (a freshly initialized model's zeros), which the importer makes a full.
+ * The merged gemm gets a full of its own in its place (made where the
+ * group is, so wherever the old one was placed does not matter), which
+ * runs at weight load. */
+static bool is_full_vector(const fc_value *v) { return v->def && v->def->op == FC_OP_FULL && v->rank == 1; }
+
 /* A gemm that may join siblings: one weight, a parameter matrix or a cast
- * of one (and such a bias), no residual (residuals are per-call data, not
- * weights). A cast must come before the gemm at position i. */
+ * of one (and such a bias, or a constant one), no residual (residuals are
+ * per-call data, not weights). A cast must come before the gemm at
+ * position i. */
 static bool can_join(const fc_node *n, const int *pos, int i) {
     fc_gemm_info gi;
     if (n->dead || n->op != FC_OP_GEMM || !fc_gemm_info_of(n, &gi)) return false;
     if (gi.nweights != 1 || gi.has_residual || gi.w[0]->rank != 2) return false;
     if (!is_param(gi.w[0]) && !is_cast_param(gi.w[0], pos, i)) return false;
     if (fc_dim_is_sym(gi.w[0]->dims[0]) || fc_dim_is_sym(gi.w[0]->dims[1])) return false;
-    return !gi.has_bias || is_param(gi.bias[0]) || is_cast_param(gi.bias[0], pos, i);
+    return !gi.has_bias || is_param(gi.bias[0]) || is_cast_param(gi.bias[0], pos, i) || is_full_vector(gi.bias[0]);
+}
+
+/* A copy of the full that v is, built at its first use (memo: by v's id,
+ * so that groups sharing one bias, as an export's layers do, share one). */
+static fc_value *fresh_full(fc_rewriter *rw, const fc_value *v, fc_value **memo) {
+    if (memo[v->id]) return memo[v->id];
+    fc_node *f = fc_rw_build(rw, FC_OP_FULL, NULL, 0, &v->def->a);
+    return f ? (memo[v->id] = f->out[0]) : NULL;
 }
 
 /* The operands in[from .. from + n) joined along axis (a concat node). */
@@ -600,13 +616,16 @@ static fc_status horizontal(fc_graph *g) {
      * later members go. */
     fc_node **old = fc_ctx_malloc(g->ctx, sizeof *old * (size_t)(g->nnodes + 1));
     fc_value **in = fc_ctx_malloc(g->ctx, sizeof *in * (size_t)(2 * g->nnodes + 2));
-    if (!old || !in) {
+    fc_value **memo = fc_ctx_malloc(g->ctx, sizeof *memo * (size_t)(g->next_value_id + 1));
+    if (!old || !in || !memo) {
         fc_ctx_freemem(g->ctx, leader);
         fc_ctx_freemem(g->ctx, size);
         fc_ctx_freemem(g->ctx, old);
         fc_ctx_freemem(g->ctx, in);
+        fc_ctx_freemem(g->ctx, memo);
         return g->status = FC_ERR_NOMEM;
     }
+    memset(memo, 0, sizeof *memo * (size_t)(g->next_value_id + 1));
     int nold = g->nnodes;
     memcpy(old, g->nodes, sizeof *old * (size_t)nold);
     fc_rewriter rw;
@@ -631,12 +650,21 @@ static fc_status horizontal(fc_graph *g) {
                     all_params &= is_param(in[k++]);
                     nmem++;
                 }
-            if (gi.has_bias)
+            if (gi.has_bias) {
+                /* A constant bias is as good as a parameter here: the
+                 * runtime's kept concatenation takes a load-time result
+                 * (as the padding pass's zero blocks are). Siblings that
+                 * share one full share its copy. */
                 for (int j = 0; j < nold; j++)
                     if (leader[old[j]->id] == ld) {
-                        in[k] = fc_rw_value(&rw, old[j]->in[2]);
-                        all_params &= is_param(in[k++]);
+                        const fc_value *b = old[j]->in[2];
+                        if (!is_full_vector(b)) in[k] = fc_rw_value(&rw, old[j]->in[2]);
+                        else if (!(in[k] = fresh_full(&rw, b, memo))) break;
+                        all_params &= is_param(in[k]) || is_full_vector(in[k]);
+                        k++;
                     }
+                if (k != 1 + 2 * nmem) break;
+            }
             int nw = nmem;
             if (!all_params) {
                 /* Cast weights: joined in the graph, by a concat that
@@ -682,6 +710,7 @@ static fc_status horizontal(fc_graph *g) {
     fc_ctx_freemem(g->ctx, size);
     fc_ctx_freemem(g->ctx, old);
     fc_ctx_freemem(g->ctx, in);
+    fc_ctx_freemem(g->ctx, memo);
     return st;
 }
 
