@@ -30,7 +30,7 @@
 #include <string.h>
 
 #define MAX_RANKS 8
-#define MAX_PARAMS 512
+#define MAX_PARAMS 2048
 
 static fc_device device_of(const char *name) {
     return !name || !strcmp(name, "cuda") ? FC_DEVICE_CUDA : !strcmp(name, "cpu") ? FC_DEVICE_CPU : FC_DEVICE_REF;

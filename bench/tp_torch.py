@@ -3,8 +3,8 @@
 bench/tp_bench.sh: the Llama-shaped model of bench/models/decode_irgen.py
 (the same shapes, bf16, random weights), one process per GPU,
 torch.distributed with DTensor's parallelize_module (ColwiseParallel for
-q, k, v, gate and up; RowwiseParallel for o and down: one all_reduce per
-attention block and per MLP, as fusec's sharding), eager.
+q, k, v, gate, up and the LM head; RowwiseParallel for o and down: one
+all_reduce per attention block and per MLP, as fusec's sharding), eager.
 
     python3 bench/tp_torch.py --degrees 1,2 --layers 4 --embd 4096 --heads 32 \
         --kv-heads 8 --mlp 14336 --vocab 32000 --ctx 1024 [--iters 20]
@@ -98,12 +98,15 @@ def run(rank, n, a, q):
                 "gate": ColwiseParallel(), "up": ColwiseParallel(), "down": RowwiseParallel()}
         for layer in m[0]:
             parallelize_module(layer, mesh, plan)
+        # The LM head column-parallel, its logits gathered, as fusec's.
+        from torch.distributed.tensor import Replicate
+        parallelize_module(m[2], mesh, ColwiseParallel(output_layouts=Replicate()))
     D = a.embd // a.heads
     kvh = a.kv_heads // n if a.kv_heads % n == 0 else a.kv_heads
     caches = [(torch.zeros(1, kvh, a.ctx, D, dtype=torch.bfloat16, device=dev),
                torch.zeros(1, kvh, a.ctx, D, dtype=torch.bfloat16, device=dev)) for _ in range(a.layers)]
     out = {}
-    with torch.inference_mode():
+    with torch.no_grad():
         for name, T, pos in (("decode", 1, 128), ("prefill", 128, 0)):
             ids = torch.randint(0, a.vocab, (1, T), device=dev, generator=torch.Generator(device=dev).manual_seed(1))
             for _ in range(3):
