@@ -26,7 +26,8 @@
 #
 #   bash bench/tp_bench.sh        (from the repository root; OUT=dir for the logs)
 #
-# About 150 s of build, then about 280 s on two GPUs (120 s on one).
+# About 150 s of build, then at most 290 s (each step's timeout is cut to
+# what is left of that), about 120 s on one GPU.
 set -uo pipefail
 source bench/bench_env.sh
 source bench/onnx-gpu-build.sh
@@ -40,9 +41,13 @@ for t in 2 4 8; do ((t <= NGPU)) && degrees+=("$t"); done
 ((${#degrees[@]})) || degrees=(1)
 TOP=${degrees[${#degrees[@]} - 1]}
 echo "== $NGPU GPU(s); NCCL from ${NCCL_DIR:-the system}; degrees ${degrees[*]}"
+# Every step's timeout is its own limit or what is left of 290 s after the
+# build, whichever is less: the table comes out within the device call.
+T0=$SECONDS
+budget() { local b=$((T0 + 290 - SECONDS)); ((b > $1)) && b=$1; ((b < 1)) && b=1; echo "$b"; }
 
 echo "== test_shard"
-timeout 90 build/tests/test_shard >"$OUT/test_shard.log" 2>&1
+timeout "$(budget 90)" build/tests/test_shard >"$OUT/test_shard.log" 2>&1
 echo "   rc=$?"; grep -E "cuda|test_shard:|failed" "$OUT/test_shard.log" | tail -14 | sed 's/^/   /'
 
 get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
@@ -59,14 +64,14 @@ declare -A R
 for t in "${degrees[@]}"; do
     for run in decode prefill; do
         b=$DEC; [[ $run == prefill ]] && b=$PRE
-        R[$run.$t]=$(timeout 90 build/tp_bench model "$M8" llama_decode "$b" "$t" 20 cuda 2>>"$OUT/tp_bench.err" | tail -1)
+        R[$run.$t]=$(timeout "$(budget 90)" build/tp_bench model "$M8" llama_decode "$b" "$t" 20 cuda 2>>"$OUT/tp_bench.err" | tail -1)
         echo "   $run tp=$t: ${R[$run.$t]:-failed (tp_bench.err)}"
     done
 done
 
 echo "== 8B-shaped, 4 layers: PyTorch DTensor"
 tdeg=1; [[ ${degrees[0]} != 1 ]] && tdeg="1,$(IFS=,; echo "${degrees[*]}")"
-TORCH=$(timeout 150 python3 bench/tp_torch.py --degrees "$tdeg" --iters 10 \
+TORCH=$(timeout "$(budget 150)" python3 bench/tp_torch.py --degrees "$tdeg" --iters 10 \
     2>"$OUT/tp_torch.err")
 echo "   rc=$?"; sed 's/^/   /' <<<"$TORCH"; tail -3 "$OUT/tp_torch.err" | sed 's/^/   | /'
 torch_ms() { sed -n "s/^torch_tp run=$1 tp=$2 ms=\([^ ]*\).*/\1/p" <<<"$TORCH"; }
@@ -75,23 +80,23 @@ if ((NGPU >= 2)); then
     echo "== 70B-shaped, 2 layers, tp=$TOP against one GPU"
     M70S=$OUT/llama70b_2.ir
     llama 2 8192 64 8 28672 128256 1024 >"$M70S" || exit 1
-    R[small70]=$(timeout 90 build/tp_bench model "$M70S" llama_decode "$DEC" "$TOP" 10 cuda 2>>"$OUT/tp_bench.err" | tail -1)
+    R[small70]=$(timeout "$(budget 90)" build/tp_bench model "$M70S" llama_decode "$DEC" "$TOP" 10 cuda 2>>"$OUT/tp_bench.err" | tail -1)
     echo "   ${R[small70]:-failed (tp_bench.err)}"
     echo "== 70B-shaped, 80 layers, tp=$TOP (does not fit one GPU)"
     M70=$OUT/llama70b_80.ir
     llama 80 8192 64 8 28672 128256 1024 >"$M70" || exit 1
-    BIG=$(timeout 150 build/tp_bench shards "$M70" llama_decode "$TOP" 10 cuda "$DEC" "$PRE" 2>>"$OUT/tp_bench.err")
+    BIG=$(timeout "$(budget 150)" build/tp_bench shards "$M70" llama_decode "$TOP" 10 cuda "$DEC" "$PRE" 2>>"$OUT/tp_bench.err")
     echo "   rc=$?"; sed 's/^/   /' <<<"$BIG"
     nvidia-smi --query-gpu=index,memory.total --format=csv,noheader | sed 's/^/   gpu /'
 fi
 
 echo "== all_reduce, 64 MiB bf16 per rank"
 for t in "${degrees[@]}"; do
-    R[ar.$t]=$(timeout 30 build/tp_bench allreduce 67108864 "$t" 20 cuda 2>>"$OUT/tp_bench.err" | tail -1)
+    R[ar.$t]=$(timeout "$(budget 30)" build/tp_bench allreduce 67108864 "$t" 20 cuda 2>>"$OUT/tp_bench.err" | tail -1)
     echo "   tp=$t: ms=$(get ms "${R[ar.$t]}") busbw_GBps=$(get busbw_GBps "${R[ar.$t]}")"
 done
 if command -v all_reduce_perf >/dev/null && ((NGPU >= 2)); then
-    timeout 30 all_reduce_perf -b 64M -e 64M -d bfloat16 -g "$NGPU" >"$OUT/nccl_tests.log" 2>&1
+    timeout "$(budget 30)" all_reduce_perf -b 64M -e 64M -d bfloat16 -g "$NGPU" >"$OUT/nccl_tests.log" 2>&1
     grep -E "^ +67108864" "$OUT/nccl_tests.log" | sed 's/^/   nccl-tests: /'
 fi
 

@@ -19,6 +19,7 @@ one line per run:
 
 import argparse
 import os
+import signal
 import sys
 
 import torch
@@ -137,8 +138,17 @@ def main():
     ngpu = torch.cuda.device_count()
     for n in [int(d) for d in a.degrees.split(",") if int(d) <= ngpu]:
         q = mp.get_context("spawn").SimpleQueue()
+        ctx = mp.start_processes(run, args=(n, a, q), nprocs=n, join=False, start_method="spawn")
+
+        def stop(*_):  # a timeout's SIGTERM ends the ranks too (they hold the GPUs)
+            for p in ctx.processes:
+                p.kill()
+            sys.exit(1)
+
+        signal.signal(signal.SIGTERM, stop)
         try:
-            mp.spawn(run, args=(n, a, q), nprocs=n)
+            while not ctx.join():
+                pass
         except Exception as ex:  # a degree that fails still lets the others run
             print(f"torch_tp tp={n} failed: {ex}", file=sys.stderr)
             continue
