@@ -379,6 +379,31 @@ static bool inline_view(fuse_state *s, fc_node *n) {
     return true;
 }
 
+/* The row kernel that computes elementwise node n, read by several
+ * kernels, and stores it for the others: a residual add's next norm (the
+ * sum is read by the norm and by the next residual add), so the add is no
+ * kernel of its own and its operands are read once. Tensor parallelism
+ * needs it: the add after an all_reduce cannot be a GEMM's epilogue. Only
+ * kernels read n: a library call's operand keeps its own kernel.
+ * The host must be the last made of n's user groups: groups are made
+ * consumers first, so every group edge of vertical fusion runs from a
+ * later-made group to an earlier-made one, and n's new edges (from the
+ * host to the other readers) do too, which keeps the plan acyclic. */
+static fc_group *row_host(fuse_state *s, fc_node *n) {
+    if (n->nout != 1 || !fc_op_is_elementwise(n->op) || any_output(s, n)) return NULL;
+    const fc_value *v = n->out[0];
+    int host = -1;
+    bool several = false;
+    for (int j = 0; j < s->u.count[v->id]; j++) {
+        int ug = s->plan->group_of_node[s->u.list[s->u.start[v->id] + j]->id];
+        if (ug < 0 || s->plan->groups[ug]->kind == FC_GROUP_LIBRARY) return NULL; /* or a view inlined everywhere */
+        several |= host >= 0 && ug != host;
+        host = ug > host ? ug : host;
+    }
+    fc_group *gr = several ? s->plan->groups[host] : NULL;
+    return gr && gr->kind == FC_GROUP_REDUCE && is_full(gr, v) ? gr : NULL;
+}
+
 static fc_status vertical(fuse_state *s) {
     fc_graph *g = s->g;
     for (int i = g->nnodes - 1; i >= 0; i--) {
@@ -420,6 +445,7 @@ static fc_status vertical(fuse_state *s) {
         if (is_expensive(n->op))
             for (int j = 0; j < s->u.count[n->out[0]->id]; j++)
                 if (fc_op_is_view(s->u.list[s->u.start[n->out[0]->id] + j]->op)) expensive_through_view = true;
+        if (!target && !expensive_through_view && s->o->vertical) target = row_host(s, n);
         if (target && !expensive_through_view && fits(s, target, n)) {
             if (!add_node(s, target, n)) return FC_ERR_NOMEM;
             continue;

@@ -18,7 +18,11 @@
  *
  * An update_slice's result joins the class of its destination, the inout
  * parameter it writes in place, so every runtime places it in the caller's
- * buffer of that parameter.
+ * buffer of that parameter. An all_reduce's result joins its operand's
+ * class when nothing else reads the operand (a row-parallel GEMM's
+ * product): the GEMM writes the buffer the sum is made in, in place
+ * (NCCL's in-place form; the host collectives sum into scratch first), and
+ * the kernel after it reads that buffer; no copy, no second buffer.
  *
  * Which classes go in the arena: those that are not rooted at a graph
  * parameter (the caller's input buffer holds them) and contain no graph
@@ -96,6 +100,22 @@ fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_cla
         c->result_slot[id] = -1;
     }
 
+    /* The values an all_reduce may sum in place: read by one group, written
+     * at every run (not a parameter, a load-time result or a graph
+     * result). */
+    int *readers = fc_ctx_malloc(ctx, n * sizeof *readers);
+    if (!readers) {
+        fc_plan_classes_free(ctx, c);
+        return FC_ERR_NOMEM;
+    }
+    memset(readers, 0, n * sizeof *readers);
+    for (int pos = 0; pos < plan->ngroups; pos++) {
+        const fc_group *grp = plan->groups[pos];
+        for (int i = 0; i < grp->ninputs; i++) readers[grp->inputs[i]->id]++;
+        for (int i = 0; grp->loadtime && i < grp->noutputs; i++) readers[grp->outputs[i]->id] = -1;
+    }
+    for (int k = 0; k < g->noutputs; k++) readers[g->outputs[k]->id] = -1;
+
     /* Launch order means an alias's source already has its final root. */
     for (int i = 0; i < g->nparams; i++) see(c, g->params[i]);
     for (int pos = 0; pos < plan->ngroups; pos++) {
@@ -115,6 +135,8 @@ fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_cla
                 see(c, o->def->in[0]);
                 c->root[o->id] = c->root[o->def->in[0]->id];
             }
+            fc_value *x = o->def && o->def->op == FC_OP_ALL_REDUCE ? o->def->in[0] : NULL;
+            if (x && x->def && readers[x->id] == 1 && c->root[x->id] == x->id) c->root[o->id] = x->id;
         }
     }
     for (int k = 0; k < g->noutputs; k++) {
@@ -123,6 +145,7 @@ fc_status fc_plan_classes_make(fc_context *ctx, const fc_plan *plan, fc_plan_cla
         int r = c->root[v->id];
         if (c->result_slot[r] < 0) c->result_slot[r] = k;
     }
+    fc_ctx_freemem(ctx, readers);
     return FC_OK;
 }
 

@@ -12,7 +12,12 @@
  *    interpreter and on the CPU backend; the ranks' key/value caches equal
  *    TP = 1's cache cut by heads;
  *  - the collectives themselves against their definition, and the errors
- *    of the API.
+ *    of the API;
+ *  - the plan around the collectives (one all_reduce per attention block
+ *    and per MLP, summed in place in its GEMM's buffer, then one kernel:
+ *    the residual add with the next norm), through the pipeline and in the
+ *    CUDA plans (compiled with NVRTC); on a GPU, every rank's second run
+ *    replays a CUDA Graph with its collectives in it.
  */
 #include "check.h"
 #include "pass_file.h"
@@ -200,6 +205,12 @@ static void check_tp(const graph_case *gc, fc_device dev, int t) {
             double w = worst_diff(&jobs[r].out[k], &want[k]);
             worst = w > worst ? w : worst;
         }
+        if (dev == FC_DEVICE_CUDA) { /* the second run replayed a CUDA Graph, its collectives captured */
+            fc_run_stats rs;
+            fc_program_stats(jobs[r].p, &rs);
+            CHECK(rs.graph_replays >= 1 && rs.graph_skips == 0);
+            if (rs.graph_replays < 1 || rs.graph_skips) fprintf(stderr, "rank %d: no graph: %s\n", r, rs.graph_skip_reason);
+        }
         for (int i = 0; i < np; i++) {
             if (!fc_value_is_inout(fc_graph_param(g, i))) continue;
             fc_tensor cut;
@@ -383,6 +394,59 @@ static void test_collectives(void) {
     fc_tp_group_free(grp);
 }
 
+/* The launch lines of a plan text, in order (pointers into it; each line
+ * ends at its '\n'): how many, at most max. */
+static int plan_lines(const char *plan, const char **line, int max) {
+    int n = 0;
+    for (const char *q = plan; q && n < max && !strncmp(q, "launch ", 7); q = strchr(q, '\n'), q = q ? q + 1 : q)
+        line[n++] = q;
+    return n;
+}
+
+/* Whether launch line l is `what` ("library gemm", "library all_reduce.f32",
+ * or the start of its ops, "ops: reduce: add,"). */
+static bool launch_is(const char *l, const char *what) {
+    const char *end = strchr(l, '\n'), *at = strstr(l, what);
+    return at && (!end || at < end);
+}
+
+/* The sharded blocks at TP = 2 and 4 on CUDA, f32 and bf16 (compiled,
+ * NVRTC included): two all_reduces, each right after its GEMM; the first
+ * followed by one kernel, the residual add with the next norm, then the
+ * next GEMM; the second by the block's last residual add. */
+static void cuda_plans(const fc_compile_options *base) {
+    const char *files[2] = {"shard/gpt2_block.ir", "shard/llama_block.ir"};
+    for (int f = 0; f < 2; f++)
+        for (int t = 2; t <= 4; t *= 2)
+            for (int bf = 0; bf < 2; bf++) {
+                char path[1024];
+                snprintf(path, sizeof path, "%s/tests/%s", src_dir(), files[f]);
+                fc_graph *g = NULL, *s = NULL;
+                CHECK(fc_parse_file(ctx, path, NULL, NULL, 0, &g) == FC_OK);
+                CHECK(g && fc_graph_shard(g, t, &s) == FC_OK);
+                fc_compile_options o = *base;
+                o.precision = bf ? FC_PRECISION_BF16 : FC_PRECISION_AS_WRITTEN;
+                fc_program *p = NULL;
+                if (s && fc_compile(s, &o, &p) != FC_OK) fprintf(stderr, "cuda: %s\n", fc_last_error(ctx));
+                CHECK(p != NULL);
+                char *plan = p ? fc_program_plan_text(p) : NULL;
+                const char *line[64];
+                int nl = plan_lines(plan, line, 64), at[2], n = 0;
+                for (int i = 0; i < nl; i++)
+                    if (launch_is(line[i], "library all_reduce.f32") && n++ < 2) at[n - 1] = i;
+                bool ok = n == 2 && at[0] > 0 && at[1] + 1 < nl && at[0] + 2 < at[1];
+                for (int k = 0; ok && k < 2; k++) ok = launch_is(line[at[k] - 1], "library gemm");
+                ok = ok && launch_is(line[at[0] + 1], "ops: reduce: add,") && launch_is(line[at[0] + 2], "library gemm");
+                ok = ok && launch_is(line[at[1] + 1], "ops: pointwise: add");
+                CHECK(ok);
+                if (!ok && plan) fprintf(stderr, "%s TP=%d %s:\n%s", files[f], t, bf ? "bf16" : "f32", plan);
+                fc_free(plan);
+                fc_program_free(p);
+                fc_graph_free(s);
+                fc_graph_free(g);
+            }
+}
+
 /* Without a GPU the CUDA backend still compiles (NVRTC): a sharded block's
  * collectives are library launches through NCCL, named with their dtype,
  * and an all_gather along an inner axis over two ranks is refused. */
@@ -408,6 +472,7 @@ static void test_cuda_plan(void) {
     fc_program_free(p);
     fc_graph_free(s);
     fc_graph_free(g);
+    cuda_plans(&o);
     g = fc_graph_new(ctx, "inner");
     fc_dim dims[2] = {4, 6};
     fc_value *x = fc_param(g, "x", FC_F32, 2, dims);
@@ -418,8 +483,110 @@ static void test_cuda_plan(void) {
     fc_graph_free(g);
 }
 
+/* ---- the plan around the collectives ------------------------------------ */
+
+/* Whether every node of group gr is a view: a copy kernel. */
+static bool copy_group(const fc_group *gr) {
+    if (gr->kind != FC_GROUP_POINTWISE) return false;
+    for (int i = 0; i < gr->nnodes; i++)
+        if (!fc_op_is_view(gr->nodes[i]->op)) return false;
+    return true;
+}
+
+static int group_writing(const fc_plan *p, const fc_value *v) {
+    return v->def ? p->group_of_node[v->def->id] : -1;
+}
+
+/* The sharded graph's plan (the pipeline as fc_compile runs it, fast
+ * numerics) around each collective: `blocks` all_reduces (one per
+ * attention block and per MLP) and `gathers` all_gathers, nothing else;
+ * each all_reduce sums in place the buffer its row-parallel GEMM wrote
+ * (one storage class: no copy kernel, no second buffer) and is read by one
+ * kernel: for `norms` of them the residual add with the next norm (a row
+ * kernel that also stores the new residual), for the others (a graph's
+ * last) the residual add; no copy kernel writes a collective's operand or
+ * reads its result unless `copies` says how many the gathers need. */
+static void check_plan(const char *file, const char *name, const fc_binding *b, int nb, int t, int blocks,
+                       int norms, int gathers, int copies) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/tests/%s", src_dir(), file);
+    fc_graph *g = NULL, *s = NULL;
+    CHECK(fc_parse_file(ctx, path, name, b, nb, &g) == FC_OK);
+    CHECK(g && fc_graph_shard(g, t, &s) == FC_OK);
+    if (!s) {
+        fc_graph_free(g);
+        return;
+    }
+    fc_fuse_options fo;
+    fc_fuse_options_default(&fo);
+    fc_plan plan;
+    fc_status st = fc_pipeline(s, &fo, &plan);
+    CHECK(st == FC_OK);
+    fc_plan_classes c = {0};
+    if (st == FC_OK) CHECK(fc_plan_classes_make(ctx, &plan, &c) == FC_OK);
+    int nreduce = 0, ngather = 0, ncopy = 0, nother = 0, fused = 0;
+    for (int i = 0; st == FC_OK && c.root && i < plan.ngroups; i++) {
+        const fc_group *gr = plan.groups[i];
+        if (gr->kind != FC_GROUP_LIBRARY || !fc_op_is_collective(gr->nodes[0]->op)) continue;
+        const fc_node *n = gr->nodes[0];
+        int w = group_writing(&plan, n->in[0]);
+        ncopy += w >= 0 && copy_group(plan.groups[w]);
+        for (int k = 0; k < plan.ngroups; k++)
+            for (int j = 0; j < plan.groups[k]->ninputs; j++)
+                ncopy += plan.groups[k]->inputs[j] == n->out[0] && copy_group(plan.groups[k]);
+        if (n->op == FC_OP_ALL_GATHER) {
+            ngather++;
+            continue;
+        }
+        if (n->op != FC_OP_ALL_REDUCE) {
+            nother++;
+            continue;
+        }
+        nreduce++;
+        const fc_value *x = n->in[0], *y = n->out[0];
+        CHECK(w >= 0 && plan.groups[w]->kind == FC_GROUP_LIBRARY && plan.groups[w]->nodes[0]->op == FC_OP_GEMM);
+        CHECK_EQ_INT(c.root[y->id], c.root[x->id]); /* in place */
+        int readers = 0, reader = -1;
+        for (int k = 0; k < plan.ngroups; k++)
+            for (int j = 0; j < plan.groups[k]->ninputs; j++)
+                if (plan.groups[k]->inputs[j] == y || plan.groups[k]->inputs[j] == x) readers++, reader = k;
+        CHECK_EQ_INT(readers, 2); /* the all_reduce itself, and one kernel */
+        if (reader >= 0 && plan.groups[reader] != gr) {
+            const fc_group *rg = plan.groups[reader];
+            CHECK(rg->kind == FC_GROUP_REDUCE || rg->kind == FC_GROUP_POINTWISE);
+            fused += rg->kind == FC_GROUP_REDUCE;
+        }
+    }
+    if (nreduce != blocks || ngather != gathers || ncopy != copies || nother)
+        fprintf(stderr, "%s %s TP=%d: %d all_reduce, %d all_gather, %d copies, %d others\n", file, name ? name : "", t,
+                nreduce, ngather, ncopy, nother);
+    CHECK_EQ_INT(nreduce, blocks);
+    CHECK_EQ_INT(ngather, gathers);
+    CHECK_EQ_INT(ncopy, copies);
+    CHECK_EQ_INT(nother, 0);
+    CHECK_EQ_INT(fused, norms);
+    fc_plan_classes_free(ctx, &c);
+    if (st == FC_OK) fc_plan_release(&plan);
+    fc_graph_free(s);
+    fc_graph_free(g);
+}
+
+static void test_plan(void) {
+    const fc_binding prefill[2] = {{"B", 1}, {"T", 5}}, decode[2] = {{"B", 1}, {"T", 1}};
+    for (int t = 2; t <= 4; t *= 2) {
+        check_plan("shard/gpt2_block.ir", NULL, NULL, 0, t, 2, 1, 0, 0);
+        check_plan("shard/llama_block.ir", NULL, NULL, 0, t, 2, 1, 0, 0);
+    }
+    /* Two layers and an LM head, whose logits are gathered (at T > 1 with
+     * the vocabulary axis moved to the front and back: two copies). Its 2
+     * key/value heads do not divide by 4. */
+    check_plan("decode/llama_tiny.ir", "llama", prefill, 2, 2, 4, 4, 1, 2);
+    check_plan("decode/llama_tiny.ir", "llama_decode", decode, 2, 2, 4, 4, 1, 0);
+}
+
 int main(void) {
     ctx = fc_context_new();
+    test_plan();
     test_golden();
     test_cuda_plan();
     test_api_errors();
