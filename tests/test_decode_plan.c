@@ -31,11 +31,11 @@
 
 static fc_context *ctx;
 
-static fc_program *compile_step(const char *file) {
+static fc_program *compile_at(const char *file, int T) {
     const char *src = getenv("FUSEC_SRC");
     char path[512];
     snprintf(path, sizeof path, "%s/tests/decode/%s", src ? src : ".", file);
-    fc_binding b[2] = {{"B", 1}, {"T", 1}};
+    fc_binding b[2] = {{"B", 1}, {"T", T}};
     fc_graph *g = NULL;
     if (fc_parse_file(ctx, path, NULL, b, 2, &g) != FC_OK) {
         printf("%s: %s\n", path, fc_last_error(ctx));
@@ -49,6 +49,9 @@ static fc_program *compile_step(const char *file) {
     fc_graph_free(g);
     return p;
 }
+
+static fc_program *compile_step(const char *file) { return compile_at(file, 1); }
+
 
 /* Is a launch's summary "pointwise: " followed by view ops alone? */
 static bool copies_a_view(const fc_launch *l) {
@@ -155,6 +158,26 @@ static void check_gemvs(const char *file, int want) {
     fc_program_free(p);
 }
 
+/* A prefill of T new rows: the updates keep their own launches (every
+ * query row would read the rows through the source's view), one per cache
+ * per layer, and no attention writes a cache. */
+static void check_prefill(const char *file, int T, int layers) {
+    fc_program *p = compile_at(file, T);
+    CHECK(p != NULL);
+    if (!p) return;
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int updates = 0, fused = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        updates += strstr(l->name, "fc_update_slice") == l->name;
+        if (strstr(l->name, "fc_cache_attention") == l->name) fused += fused_updates(l);
+    }
+    printf("%s at T=%d: %d update_slice launches, %d updates inside the attention\n", file, T, updates, fused);
+    CHECK_EQ_INT(updates, 2 * layers);
+    CHECK_EQ_INT(fused, 0);
+    fc_program_free(p);
+}
+
 int main(void) {
     ctx = fc_context_new();
     /* GPT-2, 2 layers: positions and embeddings (2: the reduce_max over
@@ -173,6 +196,8 @@ int main(void) {
      * down projection), 4 of them GEMVs, and the LM head's. */
     check_step("llama_bf16.ir", 22, 2, 2, 0);
     check_gemvs("llama_bf16.ir", 9);
+    check_prefill("gpt2_tiny.ir", 16, 2);
+    check_prefill("llama_tiny.ir", 16, 2);
     fc_context_free(ctx);
     return check_report("test_decode_plan");
 }
