@@ -410,28 +410,37 @@ static fc_status choice_of_cfg(fc_context *ctx, dnn_entry *e, cudnnBackendDescri
 }
 
 /* The plan of e from the heuristic: the first of its answers that
- * finalizes within the workspace. */
+ * finalizes within the workspace. Mode A first (the fast, fused engines);
+ * where it has no answer that finalizes (some shapes and epilogues of the
+ * runtime-fusion engines), cuDNN's fallback mode, whose engines are more
+ * general, rather than no plan at all. */
 static fc_status plan_from_heuristic(fc_cudnn *h, fc_context *ctx, dnn_entry *e, size_t ws_bytes, fc_cudnn_choice *c) {
-    cudnnBackendDescriptor_t heur, cfgs[CANDIDATES];
-    TRY(make(ctx, e, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    TRY(set(ctx, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e->graph));
-    TRY(set(ctx, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
-    TRY(finalize(ctx, heur));
-    h->queries++;
-    atomic_fetch_add(&total_queries, 1);
-    for (int i = 0; i < CANDIDATES; i++) TRY(make(ctx, e, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]));
-    int64_t n = 0;
-    FC_DNN_CHECK(ctx, api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-                                              CANDIDATES, &n, cfgs));
+    static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     char first[512] = "";
-    for (int64_t i = 0; i < n && i < CANDIDATES; i++) {
-        fc_context scratch = {0};
-        if (plan_of(h, &scratch, e, cfgs[i], ws_bytes) == FC_OK) return choice_of_cfg(ctx, e, cfgs[i], c);
-        if (!first[0]) snprintf(first, sizeof first, "%.500s", scratch.error);
+    int64_t answers = 0;
+    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+        cudnnBackendDescriptor_t heur, cfgs[CANDIDATES];
+        cudnnBackendHeurMode_t mode = modes[m];
+        TRY(make(ctx, e, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
+        TRY(set(ctx, heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &e->graph));
+        TRY(set(ctx, heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode));
+        TRY(finalize(ctx, heur));
+        h->queries++;
+        atomic_fetch_add(&total_queries, 1);
+        for (int i = 0; i < CANDIDATES; i++) TRY(make(ctx, e, CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &cfgs[i]));
+        int64_t n = 0;
+        FC_DNN_CHECK(ctx, api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                                  CANDIDATES, &n, cfgs));
+        answers += n;
+        for (int64_t i = 0; i < n && i < CANDIDATES; i++) {
+            fc_context scratch = {0};
+            if (plan_of(h, &scratch, e, cfgs[i], ws_bytes) == FC_OK) return choice_of_cfg(ctx, e, cfgs[i], c);
+            if (!first[0]) snprintf(first, sizeof first, "%.500s", scratch.error);
+        }
     }
-    return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "cuDNN has no engine for this convolution (%lld answers%s%s)",
-                        (long long)n, first[0] ? "; the first: " : "", first);
+    return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                        "cuDNN has no engine for this convolution (%lld answers from its heuristics and fallback%s%s)",
+                        (long long)answers, first[0] ? "; the first: " : "", first);
 }
 
 static fc_cache *plan_cache(const fc_cudnn *h) {
