@@ -267,8 +267,8 @@ static int64_t library_channels(const fc_node *n, const fc_window_geom *w) {
  * elementwise kernel that fusion joins to its neighbours, beat a library
  * call there), the same pad at both ends of each axis (cuDNN's engines are
  * made and tested for those; the asymmetric pads of SAME padding at stride
- * 2 stay im2col), and channels per group (padded: library_channels) and
- * output channels in multiples of 8. */
+ * 2 stay im2col), channels per group (padded: library_channels) and
+ * output channels in multiples of 8, and an input larger than 1x1. */
 static bool library_conv(const fc_node *n, const fc_window_geom *w, fc_precision p) {
     const fc_value *x = n->in[0], *wt = n->in[1];
     int64_t G = n->a.groups;
@@ -279,7 +279,12 @@ static bool library_conv(const fc_node *n, const fc_window_geom *w, fc_precision
     bool narrow = (dt == FC_F16 || dt == FC_BF16) && conv_dtype(wt->dtype, p) == dt;
     bool symmetric = w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
     bool aligned = library_channels(n, w) % CHANNEL_ALIGN == 0 && wt->dims[0] % CHANNEL_ALIGN == 0;
-    return narrow && !depthwise && symmetric && aligned;
+    /* A 1x1 input (a squeeze-and-excitation block's pooled channels) is a
+     * plain GEMM with no columns to gather: cuBLASLt takes it. cuDNN's
+     * heuristic offered no fused engine for EfficientNet-B0's, and its
+     * fallback engines made the model 9x slower on the H200. */
+    bool pooled = w->in[0] == 1 && w->in[1] == 1;
+    return narrow && !depthwise && symmetric && aligned && !pooled;
 }
 
 /* Channels-last v [.., C] with zero channels after its own up to c. */
