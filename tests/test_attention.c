@@ -1245,10 +1245,20 @@ static void test_runtime_tma(fc_context *ctx, gpu *G) {
             if (rs) fprintf(stderr, "%s: run %d: %s\n", names[c], r, fc_last_error(ctx));
             if (!rs) rs = fc_cuda_device_sync(G->d);
             if (!rs) rs = fc_cuda_download(G->d, got.data, dout[b], obytes);
-            fc_tolerance tol = fc_dtype_tolerance(want.dtype);
             char what[200];
             snprintf(what, sizeof what, "%s, fc_run %d (%d tensor maps)", names[c], r, ntmaps);
-            bool good = !rs && allclose(what, &got, &want, tol.rel, tol.abs);
+            /* The error contract (docs/NUMERICS.md), as --check: within the
+             * dtype's tolerance of the dtype-faithful reference, or no
+             * further from float64 than the margin times that reference's
+             * own error. The kernel keeps the scores and probabilities in
+             * f32 where the reference rounds them to bf16, so a fixed
+             * tolerance alone fails a few elements of some inputs. */
+            fc_output_diff od;
+            bool good = !rs && fc_check_outputs(g, in, nin, &got, 1, &od) == FC_OK && od.pass;
+            if (!rs && !good) {
+                char line[512];
+                fprintf(stderr, "%s: %s\n", what, fc_output_diff_format(&od, 0, line, sizeof line));
+            }
             CHECK(good);
             printf("gpu: %s: %s\n", what, good ? "ok" : "WRONG");
         }
