@@ -216,7 +216,8 @@ static char *cuda_plan_text(fc_program *p) {
     int kernels, library;
     count_launches(d, &kernels, &library, NULL);
     int at_load = 0;
-    for (int i = 0; i < d->src.nlaunches; i++) at_load += d->src.launches[i].loadtime;
+    for (int i = 0; i < d->src.nlaunches; i++) /* aliases at load (reshaped weights) run nothing */
+        at_load += d->src.launches[i].loadtime && d->src.launches[i].kind == FC_LAUNCH_KERNEL;
     if (at_load)
         fc_strbuf_printf(&t, "at weight load: %d kernels (run when the weights are loaded, not at every run)\n",
                          at_load);
