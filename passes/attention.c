@@ -71,10 +71,6 @@
 
 static int norm_axis(int64_t axis, int rank) { return (int)(axis < 0 ? axis + rank : axis); }
 
-static bool same_dims(const fc_value *a, const fc_value *b) {
-    return a->rank == b->rank && (a->rank == 0 || !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank));
-}
-
 /* May the kernel skip rounding an intermediate of dtype di when the result
  * has dtype d? Only when di is d or finer (see the file comment). */
 static bool skip_ok(fc_dtype di, fc_dtype d) {
@@ -519,7 +515,7 @@ static fc_value *match_softmax(actx *a, fc_value *p) {
     fc_value *x = sub->in[0], *mx = sub->in[1];
     fc_node *rm = mx->def;
     if (!usable(a, rm) || rm->op != FC_OP_REDUCE_MAX || !reduces_last(rm) || rm->in[0] != x) return NULL;
-    if (!same_dims(x, p) || !same_dims(e, p) || !same_dims(ex->in[0], p)) return NULL;
+    if (!fc_same_dims(x, p) || !fc_same_dims(e, p) || !fc_same_dims(ex->in[0], p)) return NULL;
     push(a, n);
     push(a, rs);
     push(a, ex);
@@ -538,7 +534,7 @@ static fc_value *scaled_operand(const fc_node *n, double *factor) {
         fc_value *x = n->in[side], *c = n->in[1 - side];
         if (n->op == FC_OP_DIV && side == 1) break; /* c / x is not a scale */
         double s;
-        if (x->weak || !same_dims(x, n->out[0]) || !constant_of(c, dt, &s)) continue;
+        if (x->weak || !fc_same_dims(x, n->out[0]) || !constant_of(c, dt, &s)) continue;
         if (n->op == FC_OP_DIV) {
             if (s == 0 || !isfinite(s)) return NULL;
             s = 1.0 / s;
@@ -583,7 +579,7 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
             bool a_inf = is_drop(n->in[1], dt, &a_exact), b_inf = is_drop(n->in[2], dt, &b_exact);
             if (a_inf == b_inf) return NULL;
             fc_value *x = a_inf ? n->in[2] : n->in[1], *c = n->in[0];
-            if (x->weak || !same_dims(x, out)) return NULL;
+            if (x->weak || !fc_same_dims(x, out)) return NULL;
             bool keep = b_inf; /* where(c, x, -inf): c holds the keys kept */
             int kind = causal_cond(a, c, out, keep, false);
             if (kind < 0 || (kind == 0 && !(a_exact || b_exact))) return NULL;
@@ -608,7 +604,7 @@ static fc_node *walk_scores(actx *a, fc_value *cur, scores *st, int depth) {
             /* Either side may be the scores: try both. */
             for (int side = 0; side < 2; side++) {
                 fc_value *x = n->in[side], *m = n->in[1 - side];
-                if (!same_dims(x, out)) continue;
+                if (!fc_same_dims(x, out)) continue;
                 scores saved = *st;
                 int nchain = a->nchain;
                 int kind = additive_causal(a, m, out);
@@ -756,7 +752,7 @@ static fc_node *nan_guard(actx *a, fc_value *p) {
     fc_value *x = w->in[2];
     fc_node *c = w->in[0]->def;
     if (!usable(a, c) || c->op != FC_OP_NE || c->in[0] != x || c->in[1] != x) return NULL;
-    if (!is_const(w->in[1], p->dtype, 0.0) || !same_dims(x, p) || x->dtype != p->dtype) return NULL;
+    if (!is_const(w->in[1], p->dtype, 0.0) || !fc_same_dims(x, p) || x->dtype != p->dtype) return NULL;
     push(a, w);
     push(a, c);
     return w;

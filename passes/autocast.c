@@ -133,13 +133,6 @@ static bool widened_from_low(const ac *a, const fc_value *v) {
  * order (the bias before the residual). 0: not a convolution's. */
 enum { CHAIN_NONE, CHAIN_CONV, CHAIN_BIAS, CHAIN_RESIDUAL, CHAIN_ACT };
 
-static bool same_dims(const fc_value *x, const fc_value *y) {
-    if (x->rank != y->rank) return false;
-    for (int i = 0; i < x->rank; i++)
-        if (x->dims[i] != y->dims[i]) return false;
-    return true;
-}
-
 /* v's stage, or CHAIN_NONE when it is beyond `most` (which bounds the walk
  * down: a residual stream of relu(conv + residual) is not walked). */
 static int stage_upto(const fc_value *v, int most) {
@@ -154,7 +147,7 @@ static int stage_upto(const fc_value *v, int most) {
     for (int k = 0; k < 2; k++) {
         const fc_value *x = d->in[k], *y = d->in[1 - k];
         if (y->rank == 1 && y->rank < v->rank && stage_upto(x, CHAIN_CONV)) best = best ? best : CHAIN_BIAS;
-        else if (most >= CHAIN_RESIDUAL && same_dims(y, v) && stage_upto(x, CHAIN_BIAS)) best = CHAIN_RESIDUAL;
+        else if (most >= CHAIN_RESIDUAL && fc_same_dims(y, v) && stage_upto(x, CHAIN_BIAS)) best = CHAIN_RESIDUAL;
     }
     return best;
 }
@@ -183,7 +176,7 @@ static bool continues(const ac *a, const fc_node *u, const fc_value *v) {
     if (u->op != FC_OP_ADD || u->in[0]->weak || u->in[1]->weak) return false;
     const fc_value *y = u->in[0] == v ? u->in[1] : u->in[0];
     if (s == CHAIN_CONV && y->rank == 1 && y->rank < v->rank) return true;
-    if (s == CHAIN_RESIDUAL || !same_dims(y, u->out[0])) return false;
+    if (s == CHAIN_RESIDUAL || !fc_same_dims(y, u->out[0])) return false;
     if (!conv_result(y) || a->all_uses[y->id] != 1) return true;
     const fc_node *cv = chain_conv(v), *cy = chain_conv(y);
     return cv && cy && a->pos[cv->id] < a->pos[cy->id];

@@ -142,10 +142,6 @@ static fc_node **sole_users(fc_graph *g) {
     return users;
 }
 
-static bool same_shape(const fc_value *a, const fc_value *b) {
-    return a->rank == b->rank && (a->rank == 0 || !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank));
-}
-
 /* ------------------------------------------------------------------ */
 /* 1. Epilogues                                                         */
 /* ------------------------------------------------------------------ */
@@ -231,7 +227,7 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
     int n = 0;
     while (n < MAX_STEPS) {
         fc_node *u = sole_user(e, cur);
-        if (!u || e->claimed[u->id] || u->nout != 1 || !same_shape(u->out[0], cur)) break;
+        if (!u || e->claimed[u->id] || u->nout != 1 || !fc_same_dims(u->out[0], cur)) break;
         step st = {.node = u, .scale = 1.0};
         int self = u->in[0] == cur ? 0 : 1;
         fc_value *other = u->nin == 2 ? u->in[1 - self] : NULL;
@@ -260,7 +256,7 @@ static int match_tail(const epi *e, const fc_node *mm, step *steps) {
             if (!have_bias && is_row_vector(other, cur) && (mm->op != FC_OP_CONV_CL || other->rank == 1)) {
                 st.kind = STEP_BIAS;
                 have_bias = true;
-            } else if (!have_res && same_shape(other, cur)) {
+            } else if (!have_res && fc_same_dims(other, cur)) {
                 st.kind = STEP_RESIDUAL;
                 have_res = true;
             } else {

@@ -28,10 +28,11 @@ static void *grow_array(fc_graph *g, void *arr, int *cap, int need, size_t elem)
     return p;
 }
 
-bool fc_same_type(const fc_value *a, const fc_value *b) {
-    return a->dtype == b->dtype && a->rank == b->rank &&
-           (a->rank == 0 || !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank));
+bool fc_same_dims(const fc_value *a, const fc_value *b) {
+    return a->rank == b->rank && (a->rank == 0 || !memcmp(a->dims, b->dims, sizeof(fc_dim) * (size_t)a->rank));
 }
+
+bool fc_same_type(const fc_value *a, const fc_value *b) { return a->dtype == b->dtype && fc_same_dims(a, b); }
 
 /* ---- ids -------------------------------------------------------------- */
 

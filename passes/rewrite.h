@@ -122,6 +122,8 @@ fc_status fc_pass_precheck(fc_graph *g, const char *pass);
 
 /* Same dtype, rank and dims. */
 bool fc_same_type(const fc_value *a, const fc_value *b);
+/* Whether a and b have the same rank and dims (any dtypes). */
+bool fc_same_dims(const fc_value *a, const fc_value *b);
 /* In place: every operand of a live node and every graph result that is
  * `from` becomes `to` (same type required). `to` must be defined before the
  * first use of `from`; the caller guarantees it. */
