@@ -422,6 +422,9 @@ bool fc_window_geom_of(fc_op op, const fc_attrs *a, int ns, const int64_t *in, c
 enum fc_conv_epi { FC_CONV_BIAS, FC_CONV_RESIDUAL, FC_CONV_ACT, FC_CONV_EPI_LEN };
 /* Positions in one window: the product of the kernel sizes. */
 int64_t fc_window_size(const fc_window_geom *w);
+/* Whether conv n is depthwise: groups > 1, each one input channel and one
+ * output channel (weight [G, 1, ..]). */
+bool fc_conv_is_depthwise(const fc_node *n);
 /* The result type of conv, conv_transpose, the pools, batch_norm, pad and
  * resize (build.c's inference for them); false after recording an error. */
 bool fc_infer_window_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_dtype *dt, int *rank,

@@ -99,6 +99,11 @@ int64_t fc_window_size(const fc_window_geom *w) {
     return K;
 }
 
+bool fc_conv_is_depthwise(const fc_node *n) {
+    const fc_value *w = n->in[1];
+    return n->a.groups > 1 && w->dims[1] == 1 && w->dims[0] == n->a.groups;
+}
+
 /* ---- result types -------------------------------------------------------- */
 
 static bool fail(fc_graph *g, fc_op op, const char *msg) {

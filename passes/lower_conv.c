@@ -271,10 +271,8 @@ static int64_t library_channels(const fc_node *n, const fc_window_geom *w) {
  * output channels in multiples of 8, and an input larger than 1x1. */
 static bool library_conv(const fc_node *n, const fc_window_geom *w, fc_precision p) {
     const fc_value *x = n->in[0], *wt = n->in[1];
-    int64_t G = n->a.groups;
     if (w->ns != 2 || fc_dim_is_sym(x->dims[1]) || fc_dim_is_sym(wt->dims[0]) || fc_dim_is_sym(wt->dims[1]))
         return false;
-    bool depthwise = G > 1 && wt->dims[1] == 1 && wt->dims[0] == G;
     fc_dtype dt = conv_dtype(x->dtype, p);
     bool narrow = (dt == FC_F16 || dt == FC_BF16) && conv_dtype(wt->dtype, p) == dt;
     bool symmetric = w->pb[0] == w->pe[0] && w->pb[1] == w->pe[1];
@@ -284,7 +282,7 @@ static bool library_conv(const fc_node *n, const fc_window_geom *w, fc_precision
      * heuristic offered no fused engine for EfficientNet-B0's, and its
      * fallback engines made the model 9x slower on the H200. */
     bool pooled = w->in[0] == 1 && w->in[1] == 1;
-    return narrow && !depthwise && symmetric && aligned && !pooled;
+    return narrow && !fc_conv_is_depthwise(n) && symmetric && aligned && !pooled;
 }
 
 /* Channels-last v [.., C] with zero channels after its own up to c. */

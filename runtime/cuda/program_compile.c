@@ -277,8 +277,7 @@ static void count_conv_paths(fc_program *p, const fc_graph *g) {
         const fc_node *n = g->nodes[i];
         if (n->dead || n->op != FC_OP_CONV || n->in[0]->rank != 4) continue;
         convs++;
-        const fc_value *w = n->in[1];
-        depthwise += n->a.groups > 1 && w->dims[1] == 1 && w->dims[0] == n->a.groups;
+        depthwise += fc_conv_is_depthwise(n);
     }
     for (int i = 0; i < p->plan.ngroups; i++)
         for (int k = 0; k < p->plan.groups[i]->nnodes; k++) library += p->plan.groups[i]->nodes[k]->op == FC_OP_CONV_CL;
