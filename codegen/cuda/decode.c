@@ -48,19 +48,14 @@ bool fc_cuda_is_decode_group(const fc_group *gr) {
 }
 
 static int arg_of(const fc_group *gr, const fc_value *v) {
-    for (int i = 0; i < gr->ninputs; i++)
-        if (gr->inputs[i] == v) return i;
-    FC_UNREACHABLE("a decode operand that is not a group input");
+    const int i = fc_cuda_group_input(gr, v);
+    if (i < 0) FC_UNREACHABLE("a decode operand that is not a group input");
+    return i;
 }
 
 static const char *index_type(fc_dtype dt) { return dt == FC_I64 ? "long long" : "int"; }
 
-static bool is_group_input(const fc_value *v, void *arg) {
-    const fc_group *gr = arg;
-    for (int i = 0; i < gr->ninputs; i++)
-        if (gr->inputs[i] == v) return true;
-    return false;
-}
+static bool is_group_input(const fc_value *v, void *arg) { return fc_cuda_group_input(arg, v) >= 0; }
 
 /* Operand v as the kernel reads it: a group input, or a view of one that
  * fusion left unstored (passes/fuse.c: the new keys and values and the
