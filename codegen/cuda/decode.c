@@ -85,8 +85,8 @@ static void strided_index(fc_strbuf *s, const fc_value *v, const fc_strided_view
  * pointer), then the one output, then the caches that a fused update
  * writes (wk, wv: see fused_update). */
 static void signature(fc_strbuf *s, const fc_value *const *reads, int nreads, const char *name, unsigned threads,
-                      const fc_value *out, const fc_value *wk, const fc_value *wv) {
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", threads, name);
+                      unsigned min_blocks, const fc_value *out, const fc_value *wk, const fc_value *wv) {
+    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u, %u) %s(", threads, min_blocks, name);
     for (int i = 0; i < nreads; i++)
         fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(reads[i]->dtype), i);
     fc_strbuf_printf(s, "%s *out", fc_cuda_storage_type(out->dtype));
@@ -117,7 +117,7 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
     fc_strided_view sv = operand_view(gr, src);
     int is = arg_of(gr, sv.root), io = arg_of(gr, n->in[2]);
     const unsigned threads = 256;
-    signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, threads, gr->outputs[0], NULL, NULL);
+    signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, threads, 1, gr->outputs[0], NULL, NULL);
     fc_strbuf_printf(s,
                      "  const long long off = (long long)*(const %s *)a%d;\n"
                      "  if (off < 0 || off > %lldLL) return; /* out of range: nothing is written */\n"
@@ -197,15 +197,15 @@ typedef struct fused {
  * and the new rows written into the cache by one block of each key/value
  * head (the first query head of its group, its first query, the first part
  * of the keys). */
-static void fused_prologue(fc_strbuf *s, const fused *f, const char *name, int64_t S, int64_t D) {
+static void fused_prologue(fc_strbuf *s, const fused *f, const char *name, int64_t S, int64_t D, const char *writer) {
     const fc_value *off = f->gr->nodes[0]->in[2];
     fc_strbuf_printf(s,
                      "  const long long off%c = (long long)*(const %s *)a%d;\n"
                      "  const bool in%c = off%c >= 0 && off%c <= %lldLL;\n"
-                     "  if (in%c && part == 0 && i == 0 && h %% GQ == 0)\n"
+                     "  if (in%c && %s)\n"
                      "    for (long long t = threadIdx.x; t < %lldLL; t += blockDim.x)\n"
                      "      w%c[(kvh * S + off%c) * %lldLL + t] = a%d[%s_%cs(kvh * %lldLL + t)];\n",
-                     f->c, index_type(off->dtype), f->off, f->c, f->c, f->c, (long long)(S - f->rows), f->c,
+                     f->c, index_type(off->dtype), f->off, f->c, f->c, f->c, (long long)(S - f->rows), f->c, writer,
                      (long long)(f->rows * D), f->c, f->c, (long long)D, f->src, name, f->c, (long long)(f->rows * D));
 }
 
@@ -219,6 +219,261 @@ static void element(char *buf, size_t n, const fused *f, const char *name, const
     }
     snprintf(buf, n, "(in%c && j >= off%c && j < off%c + %lldLL ? a%d[%s_%cs((kvh * %lldLL + j - off%c) * %lldLL + d)] : %s[j * %lldLL + d])",
              f->c, f->c, f->c, (long long)f->rows, f->src, name, f->c, (long long)f->rows, f->c, (long long)D, p, (long long)D);
+}
+
+/* The vector kernel's loads: 16 bytes of a key or value row, and element
+ * e of them in f32; once a unit (the guard), in every kernel's source. */
+static const char vec_helpers[] =
+    "#ifndef FC_DEC_HELPERS\n"
+    "#define FC_DEC_HELPERS\n"
+    "/* 16 bytes from p: one vector load where p is 16-byte aligned (al), element\n"
+    " * by element otherwise (a caller's odd buffer); zeros where !use. */\n"
+    "template <typename T> static __device__ __forceinline__ uint4 fc_dec_load(const T *p, bool use, bool al) {\n"
+    "  uint4 r = make_uint4(0u, 0u, 0u, 0u);\n"
+    "  if (use && al) r = *reinterpret_cast<const uint4 *>(p);\n"
+    "  else if (use && sizeof(T) == 2)\n"
+    "    for (int e = 0; e < 8; e++) reinterpret_cast<unsigned short *>(&r)[e] = reinterpret_cast<const unsigned short *>(p)[e];\n"
+    "  else if (use)\n"
+    "    for (int e = 0; e < 4; e++) reinterpret_cast<unsigned *>(&r)[e] = reinterpret_cast<const unsigned *>(p)[e];\n"
+    "  return r;\n"
+    "}\n"
+    "static __device__ __forceinline__ float fc_dec_lane(const uint4 &r, int e, const __nv_bfloat16 *) {\n"
+    "  const unsigned w = reinterpret_cast<const unsigned *>(&r)[e >> 1];\n"
+    "  return __uint_as_float((e & 1) ? (w & 0xffff0000u) : (w << 16));\n"
+    "}\n"
+    "static __device__ __forceinline__ float fc_dec_lane(const uint4 &r, int e, const __half *) {\n"
+    "  const unsigned w = reinterpret_cast<const unsigned *>(&r)[e >> 1];\n"
+    "  return __half2float(__ushort_as_half((unsigned short)((e & 1) ? w >> 16 : w & 0xffffu)));\n"
+    "}\n"
+    "static __device__ __forceinline__ float fc_dec_lane(const uint4 &r, int e, const float *) {\n"
+    "  return __uint_as_float(reinterpret_cast<const unsigned *>(&r)[e]);\n"
+    "}\n"
+    "#endif\n";
+
+/* Elements of dt in one 16-byte load, where the vector kernel reads a row
+ * of D and one of Dv elements as whole 16-byte chunks, at most 32 of them
+ * (lanes of one warp), and indexes keys in int; else 0 (the kernel of one lane per element). */
+static int vector_width(fc_dtype dt, int64_t S, int64_t D, int64_t Dv) {
+    const int ve = dt == FC_BF16 || dt == FC_F16 ? 8 : dt == FC_F32 ? 4 : 0;
+    if (!ve || D < 1 || Dv < 1 || D % ve || Dv % ve || D / ve > 32 || Dv / ve > 32 || S >= INT32_MAX / 2) return 0;
+    return ve;
+}
+
+#define DEC_UNROLL 4 /* key loads each lane issues before it uses the first */
+
+/* Where a fused update writes key (value) row j: the kernel reads it from
+ * the update's source, not from the cache. */
+static void fresh_expr(char *buf, size_t n, const fused *f) {
+    if (f->gr) snprintf(buf, n, "(in%c && j >= off%c && j < off%c + %lldLL)", f->c, f->c, f->c, (long long)f->rows);
+    else snprintf(buf, n, "false");
+}
+
+/* Into s, in the vector kernel's loop: elements c * VE .. of row j of the
+ * fused update's source into x (f32), where the update writes row j. */
+static void fresh_row(fc_strbuf *s, const fused *f, const char *name, int64_t D, const char *x, const char *fresh,
+                      const char *cols) {
+    if (!f->gr) return;
+    fc_strbuf_printf(s,
+                     "      if (ok && %s && c < %s)\n"
+                     "        for (int e = 0; e < VE; e++) %s[e] = fc_ld(a%d[%s_%cs((kvh * %lldLL + j - off%c) * %lldLL + c * VE + e)]);\n",
+                     fresh, cols, x, f->src, name, f->c, (long long)f->rows, f->c, (long long)D);
+}
+
+/* cache_attention where the rows are whole 16-byte chunks (vector_width):
+ * one block per (batch, key/value head, RB of its GQ * Sq query rows) and
+ * part of the keys, so a key read serves every query head of its group.
+ * A warp holds KPW keys per load (C lanes a row, C the chunks of a row
+ * rounded up to a power of two), and each lane issues DEC_UNROLL key and
+ * value loads before it uses one: the memory sees W * DEC_UNROLL * KPW
+ * rows of a block at once instead of one a warp (a step's keys are a few
+ * MB over the whole GPU, so the time is the loads' latency unless nearly
+ * all of them are in flight together). Each lane group keeps an online
+ * softmax per query row over its keys; the warp merges its groups with
+ * shuffles, the block its warps in shared memory, and the splits merge as
+ * in the kernel of one lane per element. */
+static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l, const fc_value *const *reads,
+                          int nreads, const fused *fk, const fused *fv, const int idx[4], const char *sc, int ve) {
+    const fc_node *n = gr->nodes[0];
+    const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    const int64_t B = q->dims[0], Hq = q->dims[1], Sq = q->dims[2], D = q->dims[3];
+    const int64_t Hkv = k->dims[1], S = k->dims[2], Dv = v->dims[3], GQ = Hq / Hkv, GQS = GQ * Sq;
+    const int ck = (int)(D / ve), cv = (int)(Dv / ve);
+    int c = 1;
+    while (c < ck || c < cv) c *= 2;
+    const int kpw = 32 / c;
+    /* query rows a block: their queries and accumulators in registers
+     * (RB * VE floats each) */
+    int64_t rb = 32 / ve;
+    if (rb > GQS) rb = GQS;
+    if (rb < 1) rb = 1;
+    const int64_t ng = (GQS + rb - 1) / rb, blocks = B * Hkv * ng;
+    int64_t split = (DEC_TARGET_BLOCKS + blocks - 1) / (blocks > 0 ? blocks : 1);
+    const int64_t most = S / (DEC_WARPS * kpw);
+    if (split > most) split = most;
+    if (split < 1) split = 1;
+    if (split > 64) split = 64;
+    const unsigned threads = 32 * DEC_WARPS;
+    const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
+    fc_strbuf_printf(s, "%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers, name,
+                     (long long)(blocks * rb * split * (Dv + 2)), name, (long long)(blocks > 0 ? blocks : 1));
+    /* Two blocks an SM (at most 128 registers a thread): the grid is about
+     * two blocks an SM, which then all run at once. */
+    signature(s, reads, nreads, name, threads, 2, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
+    fc_strbuf_printf(s,
+                     "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d, VE = %d };\n"
+                     "  enum { C = %d, KPW = 32 / C, CK = D / VE, CV = DV / VE, RB = %lld, NG = %lld, SPLIT = %lld, U = %d, PW = DV + 2 };\n"
+                     "  typedef %s T;\n"
+                     "  __shared__ float sm_q[RB][D], sm_m[W][RB], sm_l[W][RB], sm_acc[W][RB][DV];\n"
+                     "  __shared__ bool last;\n"
+                     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane %% C, kq = lane / C;\n"
+                     "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
+                     "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + g / SQ, i = g %% SQ) */\n"
+                     "  const long long blk = blockIdx.x, kvh = blk / NG;\n"
+                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n",
+                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_WARPS, ve, c,
+                     (long long)rb, (long long)ng, (long long)split, DEC_UNROLL, T);
+    (void)kpw;
+    if (fk->gr) fused_prologue(s, fk, name, S, D, "part == 0 && rg == 0");
+    if (fv->gr) fused_prologue(s, fv, name, S, Dv, "part == 0 && rg == 0");
+    char frk[96], frv[96];
+    fresh_expr(frk, sizeof frk, fk);
+    fresh_expr(frv, sizeof frv, fv);
+    fc_strbuf_printf(s,
+                     "  long long len = (long long)*(const %s *)a%d;\n"
+                     "  len = len < 0 ? 0 : len > S ? S : len; /* never past the cache */\n"
+                     "  /* key indices in int: S < 2^31 (vector_width) */\n"
+                     "  const int chunk = (int)((len + SPLIT - 1) / SPLIT), j0 = part * chunk;\n"
+                     "  const int j1 = j0 + chunk < len ? j0 + chunk : (int)len;\n"
+                     "  for (int t = threadIdx.x; t < RB * D; t += blockDim.x) {\n"
+                     "    const long long g = rg * RB + t / D;\n"
+                     "    sm_q[t / D][t %% D] = g < GQS ? fc_ld(a%d[%s_q((kvh * GQS + g) * D + t %% D)]) * (float)%s : 0.f;\n"
+                     "  }\n"
+                     "  int nk[RB]; /* keys row r sees */\n"
+                     "#pragma unroll\n"
+                     "  for (int r = 0; r < RB; r++) {\n"
+                     "    const long long g = rg * RB + r, i = g %% SQ, e = %s;\n"
+                     "    nk[r] = (int)(g >= GQS || e < 0 ? 0 : e > len ? len : e);\n"
+                     "  }\n"
+                     "  __syncthreads();\n"
+                     "  float qr[RB][VE], acc[RB][VE], m[RB], l[RB];\n"
+                     "#pragma unroll\n"
+                     "  for (int r = 0; r < RB; r++) {\n"
+                     "    m[r] = -INFINITY, l[r] = 0.f;\n"
+                     "#pragma unroll\n"
+                     "    for (int e = 0; e < VE; e++) qr[r][e] = c < CK ? sm_q[r][c * VE + e] : 0.f, acc[r][e] = 0.f;\n"
+                     "  }\n"
+                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
+                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n"
+                     "  for (int base = j0; base < j1; base += W * U * KPW) {\n"
+                     "    uint4 kr[U], vr[U];\n"
+                     "#pragma unroll\n"
+                     "    for (int u = 0; u < U; u++) {\n"
+                     "      const int j = base + (u * W + warp) * KPW + kq;\n"
+                     "      const bool ok = j < j1;\n"
+                     "      kr[u] = fc_dec_load(kp + (long long)j * D + c * VE, ok && c < CK && !%s, al);\n"
+                     "      vr[u] = fc_dec_load(vp + (long long)j * DV + c * VE, ok && c < CV && !%s, al);\n"
+                     "    }\n"
+                     "#pragma unroll\n"
+                     "    for (int u = 0; u < U; u++) {\n"
+                     "      const int j = base + (u * W + warp) * KPW + kq;\n"
+                     "      const bool ok = j < j1;\n"
+                     "      float kf[VE], vf[VE];\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < VE; e++) kf[e] = fc_dec_lane(kr[u], e, (const T *)0), vf[e] = fc_dec_lane(vr[u], e, (const T *)0);\n",
+                     index_type(n->in[3]->dtype), idx[3], idx[0], name, sc, n->a.causal ? "len - SQ + i + 1" : "len",
+                     idx[1], idx[2], frk, frv);
+    fresh_row(s, fk, name, D, "kf", frk, "CK");
+    fresh_row(s, fv, name, Dv, "vf", frv, "CV");
+    fc_strbuf_printf(s,
+                     "#pragma unroll\n"
+                     "      for (int r = 0; r < RB; r++) {\n"
+                     "        float sd = 0.f;\n"
+                     "#pragma unroll\n"
+                     "        for (int e = 0; e < VE; e++) sd = fmaf(qr[r][e], kf[e], sd);\n"
+                     "#pragma unroll\n"
+                     "        for (int o = C / 2; o > 0; o >>= 1) sd += __shfl_xor_sync(0xffffffffu, sd, o);\n"
+                     "        if (ok && j < nk[r]) {\n"
+                     "          const float mn = fmaxf(m[r], sd), cf = expf(m[r] - mn), p = expf(sd - mn);\n"
+                     "          l[r] = l[r] * cf + p;\n"
+                     "#pragma unroll\n"
+                     "          for (int e = 0; e < VE; e++) acc[r][e] = fmaf(acc[r][e], cf, p * vf[e]);\n"
+                     "          m[r] = mn;\n"
+                     "        }\n"
+                     "      }\n"
+                     "    }\n"
+                     "  }\n"
+                     "  /* the warp's KPW lane groups merged (xor over the group index) */\n"
+                     "#pragma unroll\n"
+                     "  for (int o = C; o < 32; o <<= 1)\n"
+                     "#pragma unroll\n"
+                     "    for (int r = 0; r < RB; r++) {\n"
+                     "      const float m2 = __shfl_xor_sync(0xffffffffu, m[r], o), l2 = __shfl_xor_sync(0xffffffffu, l[r], o);\n"
+                     "      const float mx = fmaxf(m[r], m2);\n"
+                     "      const float c1 = m[r] == -INFINITY ? 0.f : expf(m[r] - mx), c2 = m2 == -INFINITY ? 0.f : expf(m2 - mx);\n"
+                     "      l[r] = l[r] * c1 + l2 * c2;\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < VE; e++) acc[r][e] = acc[r][e] * c1 + __shfl_xor_sync(0xffffffffu, acc[r][e], o) * c2;\n"
+                     "      m[r] = mx;\n"
+                     "    }\n"
+                     "  if (kq == 0) {\n"
+                     "#pragma unroll\n"
+                     "    for (int r = 0; r < RB; r++) {\n"
+                     "      if (c == 0) sm_m[warp][r] = m[r], sm_l[warp][r] = l[r];\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < VE; e++) if (c < CV) sm_acc[warp][r][c * VE + e] = acc[r][e];\n"
+                     "    }\n"
+                     "  }\n"
+                     "  __syncthreads();\n"
+                     "  /* this block's keys: the warps merged, one (row, element) a thread */\n"
+                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
+                     "    const int r = t / DV, d = t %% DV;\n"
+                     "    const long long g = rg * RB + r;\n"
+                     "    float M = -INFINITY, L = 0.f, o = 0.f;\n"
+                     "    for (int w = 0; w < W; w++) M = fmaxf(M, sm_m[w][r]);\n"
+                     "    for (int w = 0; w < W; w++) {\n"
+                     "      const float cw = sm_m[w][r] == -INFINITY ? 0.f : expf(sm_m[w][r] - M);\n"
+                     "      L += sm_l[w][r] * cw;\n"
+                     "      o += sm_acc[w][r][d] * cw;\n"
+                     "    }\n"
+                     "    if (SPLIT == 1) {\n"
+                     "      if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
+                     "    } else {\n"
+                     "      float *mine = %s_part + ((blk * RB + r) * SPLIT + part) * PW;\n"
+                     "      mine[2 + d] = o;\n"
+                     "      if (d == 0) mine[0] = M, mine[1] = L;\n"
+                     "    }\n"
+                     "  }\n"
+                     "  if (SPLIT == 1) return;\n"
+                     "  __threadfence();\n"
+                     "  __syncthreads();\n"
+                     "  if (threadIdx.x == 0) last = atomicAdd(&%s_count[blk], 1u) == SPLIT - 1;\n"
+                     "  __syncthreads();\n"
+                     "  if (!last) return;\n"
+                     "  /* the rows' last block: merge the splits (flash-decoding), in one pass\n"
+                     "   * so that the loads of all splits can be in flight together */\n"
+                     "  __threadfence();\n"
+                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
+                     "    const int r = t / DV, d = t %% DV;\n"
+                     "    const long long g = rg * RB + r;\n"
+                     "    const float *all = %s_part + (blk * RB + r) * SPLIT * PW;\n"
+                     "    float M = -INFINITY, L = 0.f, o = 0.f;\n"
+                     "#pragma unroll 8\n"
+                     "    for (int p = 0; p < SPLIT; p++) {\n"
+                     "      const float mp = __ldcg(all + p * PW), lp = __ldcg(all + p * PW + 1), op = __ldcg(all + p * PW + 2 + d);\n"
+                     "      const float mx = fmaxf(M, mp);\n"
+                     "      const float c1 = M == -INFINITY ? 0.f : expf(M - mx), c2 = mp == -INFINITY ? 0.f : expf(mp - mx);\n"
+                     "      L = L * c1 + lp * c2, o = o * c1 + op * c2, M = mx;\n"
+                     "    }\n"
+                     "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
+                     "  }\n"
+                     "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
+                     "}\n",
+                     OT, name, name, name, OT, name);
+    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
+    l->grid[1] = (unsigned)split;
+    l->grid[2] = 1;
+    l->block[0] = threads;
+    l->block[1] = l->block[2] = 1;
 }
 
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
@@ -275,21 +530,6 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
         snprintf(l->summary, sizeof l->summary, "library: cache_attention with the %s%s%s update%s", fk.gr ? "keys'" : "",
                  fk.gr && fv.gr ? " and " : "", fv.gr ? "values'" : "", fk.gr && fv.gr ? "s" : "");
 
-    int64_t rows = B * Hq * Sq;
-    int64_t split = (DEC_TARGET_BLOCKS + rows - 1) / (rows > 0 ? rows : 1);
-    int64_t most = S / DEC_MIN_KEYS;
-    if (split > most) split = most;
-    if (split < 1) split = 1;
-    if (split > 64) split = 64;
-    const unsigned threads = 32 * DEC_WARPS;
-    char sc[40];
-    snprintf(sc, sizeof sc, "%.17g", scale);
-    /* The splits' partial results and one counter per row live in the
-     * module (static shapes: their sizes are known here). Launches of one
-     * program run in stream order, so every launch of this kernel may use
-     * them; the last block of a row resets its counter. */
-    fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
-                     (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
     /* Where the query element at row-major index i is (its view), and the
      * fused updates' new rows. */
     fc_strbuf_printf(s, "static __device__ __forceinline__ long long %s_q(long long i) { return ", name);
@@ -302,7 +542,29 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
         strided_index(s, src, &view[e], "i");
         fc_strbuf_printf(s, "; }\n");
     }
-    signature(s, reads, nreads, name, threads, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
+    char sc[40];
+    snprintf(sc, sizeof sc, "%.17g", scale);
+    const int ve = vector_width(k->dtype, S, D, Dv);
+    if (ve) {
+        const int idx[4] = {iq, ik, iv, il};
+        vector_kernel(gr, name, s, l, reads, nreads, &fk, &fv, idx, sc, ve);
+        free(reads);
+        return FC_OK;
+    }
+    int64_t rows = B * Hq * Sq;
+    int64_t split = (DEC_TARGET_BLOCKS + rows - 1) / (rows > 0 ? rows : 1);
+    int64_t most = S / DEC_MIN_KEYS;
+    if (split > most) split = most;
+    if (split < 1) split = 1;
+    if (split > 64) split = 64;
+    const unsigned threads = 32 * DEC_WARPS;
+    /* The splits' partial results and one counter per row live in the
+     * module (static shapes: their sizes are known here). Launches of one
+     * program run in stream order, so every launch of this kernel may use
+     * them; the last block of a row resets its counter. */
+    fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
+                     (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
+    signature(s, reads, nreads, name, threads, 1, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
     free(reads);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, ND = %d, NV = %d, W = %d, SPLIT = %lld, PW = NV * 32 + 2 };\n"
@@ -316,8 +578,8 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
                      "  const long long kvh = b * %lld + h / GQ;\n",
                      (long long)D, (long long)Dv, (long long)S, (long long)Sq, ND, NV, DEC_WARPS, (long long)split,
                      (long long)(Hq / Hkv), (long long)Hq, (long long)Hq, (long long)Hkv);
-    if (fk.gr) fused_prologue(s, &fk, name, S, D);
-    if (fv.gr) fused_prologue(s, &fv, name, S, Dv);
+    if (fk.gr) fused_prologue(s, &fk, name, S, D, "part == 0 && i == 0 && h % GQ == 0");
+    if (fv.gr) fused_prologue(s, &fv, name, S, Dv, "part == 0 && i == 0 && h % GQ == 0");
     char kel[320], vel[320];
     element(kel, sizeof kel, &fk, name, "kp", D);
     element(vel, sizeof vel, &fv, name, "vp", Dv);
