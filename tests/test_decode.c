@@ -195,38 +195,177 @@ static void test_update_slice_desc(void) {
     fc_graph_free(g);
 }
 
-/* A long cache on CUDA (the kernel splits the keys across blocks and
- * merges the parts) against the reference: bf16, GQA, a length inside the
- * cache, one query (decode) and several (prefill, causal). */
-static void test_long_cache_gpu(void) {
-    if (!have_gpu) return;
-    for (int sq = 1; sq <= 3; sq += 2) {
-        char text[512];
+/* g compiled for sm_90 without a device (NVRTC), which must give one
+ * kernel launch: its grid into grid and its summary into summary. */
+static bool sm90_kernel(fc_graph *g, unsigned grid[2], char *summary, size_t n) {
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.sm = 90;
+    fc_program *p = NULL;
+    const fc_status st = fc_compile(g, &o, &p);
+    if (st != FC_OK) printf("compile for sm_90: %s\n", fc_last_error(ctx));
+    const fc_program_desc *d = p ? fc_program_desc_of(p) : NULL;
+    int kernels = 0;
+    for (int i = 0; d && i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (l->kind != FC_LAUNCH_KERNEL) continue;
+        kernels++;
+        grid[0] = l->grid[0], grid[1] = l->grid[1];
+        snprintf(summary, n, "%s", l->summary);
+    }
+    fc_program_free(p);
+    return st == FC_OK && kernels == 1;
+}
+
+/* The shapes of cache_attention's kernels on CUDA (the keys split across
+ * blocks, the parts merged): grouped-query heads
+ * (32/8, 8/2, 4/1) and not (12/12), one query and several, head dims of
+ * whole 16-byte chunks (64, 128, 80: 10 chunks, 16 lanes a key), values
+ * of another width than keys, f16 and f32, and head dims of the kernel of
+ * one lane per element (20, 33). Each compiles for sm_90 without a device
+ * (NVRTC); on a GPU each runs against the reference at lengths of 1, of
+ * the queries, of several inside the cache (none a multiple of a part)
+ * and of the whole cache. */
+typedef struct att_case {
+    int B, hq, hkv, sq, S, D, Dv;
+    const char *dt;
+    bool causal;
+    unsigned grid[2]; /* the launch's grid: the vector kernel's (batch x kv heads x row groups) x parts */
+} att_case;
+
+static const att_case att_cases[] = {
+    {1, 8, 2, 1, 512, 64, 64, "bf16", true, {2, 16}}, /* the parts of a long cache merged */
+    {1, 8, 2, 3, 512, 64, 64, "bf16", true, {6, 16}},
+    {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 33}},   /* Llama 1B's step */
+    {1, 32, 8, 4, 512, 64, 64, "bf16", true, {32, 9}},     /* 16 query rows a kv head: 4 row groups */
+    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 22}}, /* GPT-2's step */
+    {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 9}},
+    {2, 8, 2, 1, 512, 128, 128, "bf16", true, {4, 32}},
+    {1, 8, 2, 3, 256, 128, 128, "bf16", false, {6, 16}},
+    {1, 4, 1, 1, 300, 80, 80, "bf16", true, {1, 18}},
+    {1, 4, 2, 2, 200, 64, 32, "f16", true, {2, 6}},
+    {1, 8, 8, 1, 256, 64, 64, "f32", true, {8, 16}},
+    {1, 2, 1, 8, 128, 128, 128, "f32", true, {2, 16}},
+    {1, 4, 2, 1, 100, 20, 20, "bf16", true, {4, 3}}, /* one lane per element: rows x parts */
+    {1, 2, 1, 2, 64, 33, 33, "f32", true, {4, 2}},
+};
+
+static void fill(fc_dtype dt, void *p, size_t n, float amp, uint64_t *x) {
+    for (size_t i = 0; i < n; i++) {
+        const float f = amp * uniform(x);
+        if (dt == FC_BF16) ((uint16_t *)p)[i] = fc_f32_to_bf16(f);
+        else if (dt == FC_F16) ((uint16_t *)p)[i] = fc_f32_to_f16(f);
+        else ((float *)p)[i] = f;
+    }
+}
+
+static void test_attention_kernels(void) {
+    for (size_t ci = 0; ci < sizeof att_cases / sizeof att_cases[0]; ci++) {
+        const att_case *a = &att_cases[ci];
+        char text[640];
         snprintf(text, sizeof text,
-                 "graph t(%%q: bf16[1, 8, %d, 64], %%k: bf16[1, 2, 512, 64], %%v: bf16[1, 2, 512, 64], %%len: i32[]) {\n"
-                 "  %%o = cache_attention(%%q, %%k, %%v, %%len)\n  return %%o\n}\n",
-                 sq);
+                 "graph t(%%q: %s[%d, %d, %d, %d], %%k: %s[%d, %d, %d, %d], %%v: %s[%d, %d, %d, %d], %%len: i32[]) {\n"
+                 "  %%o = cache_attention(%%q, %%k, %%v, %%len%s)\n  return %%o\n}\n",
+                 a->dt, a->B, a->hq, a->sq, a->D, a->dt, a->B, a->hkv, a->S, a->D, a->dt, a->B, a->hkv, a->S, a->Dv,
+                 a->causal ? "" : ", causal=false");
         fc_graph *g = parse_text(text, NULL, 0);
-        fc_program *p = g ? compile_on(g, FC_DEVICE_CUDA) : NULL;
-        CHECK(p != NULL);
+        CHECK(g != NULL);
+        if (!g) continue;
+        unsigned grid[2] = {0, 0};
+        char summary[160];
+        CHECK(sm90_kernel(g, grid, summary, sizeof summary));
+        if (grid[0] != a->grid[0] || grid[1] != a->grid[1])
+            printf("case %zu: grid %u x %u, want %u x %u\n", ci, grid[0], grid[1], a->grid[0], a->grid[1]);
+        CHECK(grid[0] == a->grid[0] && grid[1] == a->grid[1]);
+        fc_program *p = have_gpu ? compile_on(g, FC_DEVICE_CUDA) : NULL;
         if (!p) {
             fc_graph_free(g);
             continue;
         }
-        static uint16_t q[8 * 3 * 64], k[2 * 512 * 64], v[2 * 512 * 64];
-        uint64_t x = 42;
-        for (size_t i = 0; i < sizeof q / 2; i++) q[i] = fc_f32_to_bf16(2 * uniform(&x));
-        for (size_t i = 0; i < sizeof k / 2; i++) k[i] = fc_f32_to_bf16(2 * uniform(&x)), v[i] = fc_f32_to_bf16(uniform(&x));
-        for (int len = sq; len <= 512; len += 301) {
-            fc_tensor in[4] = {{FC_BF16, 4, {1, 8, sq, 64}, q}, {FC_BF16, 4, {1, 2, 512, 64}, k},
-                               {FC_BF16, 4, {1, 2, 512, 64}, v}, {FC_I32, 0, {0}, &len}};
+        const fc_dtype dt = !strcmp(a->dt, "bf16") ? FC_BF16 : !strcmp(a->dt, "f16") ? FC_F16 : FC_F32;
+        const size_t es = dt == FC_F32 ? 4 : 2, nq = (size_t)a->B * a->hq * a->sq * a->D,
+                     nk = (size_t)a->B * a->hkv * a->S * a->D, nv = (size_t)a->B * a->hkv * a->S * a->Dv;
+        void *q = malloc(nq * es), *k = malloc(nk * es), *v = malloc(nv * es);
+        uint64_t x = 7 + ci;
+        fill(dt, q, nq, 2, &x);
+        fill(dt, k, nk, 2, &x);
+        fill(dt, v, nv, 1, &x);
+        const int lens[6] = {1, a->sq, a->S / 3 + 1, a->S / 2 + 3, a->S - 1, a->S};
+        for (int li = 0; li < 6; li++) {
+            int32_t len = lens[li];
+            if (a->causal && len < a->sq) continue; /* the reference refuses it */
+            fc_tensor in[4] = {{dt, 4, {a->B, a->hq, a->sq, a->D}, q}, {dt, 4, {a->B, a->hkv, a->S, a->D}, k},
+                               {dt, 4, {a->B, a->hkv, a->S, a->Dv}, v}, {FC_I32, 0, {0}, &len}};
             fc_tensor got = {0}, want = {0};
             CHECK(fc_program_run_host(p, in, 4, &got, 1, NULL, 0) == FC_OK);
             CHECK(fc_run_reference(g, in, 4, &want, 1) == FC_OK);
-            fc_output_diff d;
-            fc_status st = got.data && want.data ? fc_compare_outputs(ctx, &got, &want, 1, &d) : FC_ERR_RUNTIME;
-            if (st != FC_OK || !d.pass) printf("long cache Sq=%d len=%d: %s\n", sq, len, fc_last_error(ctx));
-            CHECK(st == FC_OK && d.pass);
+            fc_output_diff df;
+            fc_status st = got.data && want.data ? fc_compare_outputs(ctx, &got, &want, 1, &df) : FC_ERR_RUNTIME;
+            if (st != FC_OK || !df.pass) printf("attention case %zu len=%d: %s\n", ci, len, fc_last_error(ctx));
+            CHECK(st == FC_OK && df.pass);
+            fc_tensor_release(&got);
+            fc_tensor_release(&want);
+        }
+        free(q);
+        free(k);
+        free(v);
+        fc_program_free(p);
+        fc_graph_free(g);
+    }
+}
+
+/* The cache updates inside cache_attention's vector kernel (GQA 32/8, one
+ * query and four): one launch; on a GPU its result and the caches it
+ * writes equal the reference's, at the cache's start, inside and end. */
+static void test_fused_update_kernel(void) {
+    for (int sq = 1; sq <= 4; sq += 3) {
+        enum { HQ = 32, HKV = 8, S = 512, D = 64 };
+        char text[900];
+        snprintf(text, sizeof text,
+                 "graph t(%%q: bf16[1, %d, %d, %d], %%kc: inout bf16[1, %d, %d, %d], %%vc: inout bf16[1, %d, %d, %d],\n"
+                 "        %%kn: bf16[1, %d, %d, %d], %%vn: bf16[1, %d, %d, %d], %%off: i32[], %%len: i32[]) {\n"
+                 "  %%uk = update_slice(%%kc, %%kn, %%off, axis=2)\n"
+                 "  %%uv = update_slice(%%vc, %%vn, %%off, axis=2)\n"
+                 "  %%o = cache_attention(%%q, %%uk, %%uv, %%len)\n  return %%o\n}\n",
+                 HQ, sq, D, HKV, S, D, HKV, S, D, HKV, sq, D, HKV, sq, D);
+        fc_graph *g = parse_text(text, NULL, 0);
+        CHECK(g != NULL);
+        if (!g) continue;
+        unsigned grid[2] = {0, 0};
+        char summary[160] = "";
+        CHECK(sm90_kernel(g, grid, summary, sizeof summary));
+        CHECK(strstr(summary, "with the keys' and values' updates") != NULL);
+        CHECK(grid[0] == (sq == 1 ? 8u : 32u));
+        fc_program *p = have_gpu ? compile_on(g, FC_DEVICE_CUDA) : NULL;
+        if (!p) {
+            fc_graph_free(g);
+            continue;
+        }
+        static uint16_t q[HQ * 4 * D], kn[HKV * 4 * D], vn[HKV * 4 * D], kc[2][HKV * S * D], vc[2][HKV * S * D];
+        uint64_t x = 99 + sq;
+        fill(FC_BF16, q, sizeof q / 2, 2, &x);
+        fill(FC_BF16, kn, sizeof kn / 2, 2, &x);
+        fill(FC_BF16, vn, sizeof vn / 2, 1, &x);
+        fill(FC_BF16, kc[0], sizeof kc[0] / 2, 2, &x);
+        fill(FC_BF16, vc[0], sizeof vc[0] / 2, 1, &x);
+        const int offs[3] = {0, 137, S - sq};
+        for (int oi = 0; oi < 3; oi++) {
+            int32_t off = offs[oi], len = offs[oi] + sq;
+            fc_tensor got = {0}, want = {0};
+            memcpy(kc[1], kc[0], sizeof kc[0]);
+            memcpy(vc[1], vc[0], sizeof vc[0]);
+            for (int b = 0; b < 2; b++) {
+                fc_tensor in[7] = {{FC_BF16, 4, {1, HQ, sq, D}, q},     {FC_BF16, 4, {1, HKV, S, D}, kc[b]},
+                                   {FC_BF16, 4, {1, HKV, S, D}, vc[b]}, {FC_BF16, 4, {1, HKV, sq, D}, kn},
+                                   {FC_BF16, 4, {1, HKV, sq, D}, vn},   {FC_I32, 0, {0}, &off},
+                                   {FC_I32, 0, {0}, &len}};
+                CHECK((b ? fc_run_reference(g, in, 7, &want, 1) : fc_program_run_host(p, in, 7, &got, 1, NULL, 0)) == FC_OK);
+            }
+            fc_output_diff df;
+            fc_status st = got.data && want.data ? fc_compare_outputs(ctx, &got, &want, 1, &df) : FC_ERR_RUNTIME;
+            if (st != FC_OK || !df.pass) printf("fused update Sq=%d off=%d: %s\n", sq, off, fc_last_error(ctx));
+            CHECK(st == FC_OK && df.pass);
+            CHECK(memcmp(kc[0], kc[1], sizeof kc[0]) == 0 && memcmp(vc[0], vc[1], sizeof vc[0]) == 0);
             fc_tensor_release(&got);
             fc_tensor_release(&want);
         }
@@ -509,7 +648,8 @@ int main(void) {
     test_ops();
     test_update_slice_desc();
     test_verifier();
-    test_long_cache_gpu();
+    test_attention_kernels();
+    test_fused_update_kernel();
     /* generated by bench/models/decode_irgen.py (the file headers say how) */
     test_model("gpt2_tiny.ir", "gpt2_decode", "gpt2", 2, 24, 8, 64);
     test_model("llama_tiny.ir", "llama_decode", "llama", 2, 24, 8, 64);
