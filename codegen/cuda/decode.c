@@ -13,16 +13,22 @@
  * update_slice writes only the new rows: its result is its destination's
  * buffer (passes/memplan.c), the inout parameter.
  *
- * cache_attention (flash-decoding): a grid of (batch x query head x
- * query) rows by SPLIT parts of the keys, SPLIT chosen so that the grid
- * fills the GPU about twice over. In a block of DEC_WARPS warps the warps
- * share the part's keys, each with an online softmax (max, sum, and the
- * weighted values: Dv / 32 per lane); the block merges its warps in shared
- * memory, writes its partial result to a module-scope buffer, and the
- * row's last block (a counter per row, the threadFenceReduction pattern)
- * merges the parts and writes the result. Lanes hold the head dimension,
- * so a key is one coalesced row read and a warp-shuffle sum. Query head h
- * reads key/value head h / (Hq / Hkv) (grouped-query attention).
+ * cache_attention (flash-decoding) has two kernels. Where the key and
+ * value rows are whole 16-byte chunks (bf16, f16 or f32; D and Dv up to 32
+ * chunks), the vector kernel (vector_kernel): a block per (batch, key/value
+ * head, group of its query rows) and part of the keys, so that one read of
+ * a key serves every query head of its group (grouped-query attention) and
+ * every query; lanes read a key row in 16-byte loads, several keys a warp
+ * and several loads a lane in flight, since a step's time is the loads'
+ * latency unless most of its keys are in flight at once. Otherwise the
+ * kernel of one lane per element: a grid of (batch x query head x query)
+ * rows by parts of the keys; in a block of DEC_WARPS warps the warps share
+ * the part's keys, each with an online softmax (max, sum, and the weighted
+ * values: Dv / 32 per lane). Both choose the parts so that the grid fills
+ * the GPU about twice over; each block merges its warps in shared memory,
+ * writes its partial result to a module-scope buffer, and the rows' last
+ * block (a counter, the threadFenceReduction pattern) merges the parts
+ * and writes the result. Query head h reads key/value head h / (Hq / Hkv).
  *
  * An update_slice whose result only a cache_attention reads runs inside
  * that kernel (fused_update): the kernel reads the new rows from the
