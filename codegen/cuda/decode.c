@@ -320,8 +320,9 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
     if (split > 64) split = 64;
     const unsigned threads = 32 * DEC_WARPS;
     const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
+    const int64_t part = blocks * rb * split * (Dv + 2);
     fc_strbuf_printf(s, "%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers, name,
-                     (long long)(blocks * rb * split * (Dv + 2)), name, (long long)(blocks > 0 ? blocks : 1));
+                     (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
     /* Two blocks an SM (at most 128 registers a thread): the grid is about
      * two blocks an SM, which then all run at once. */
     signature(s, reads, nreads, name, threads, 2, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
@@ -381,6 +382,7 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "    }\n"
                      "#pragma unroll\n"
                      "    for (int u = 0; u < U; u++) {\n"
+                     "      if (base + u * W * KPW >= j1) break; /* the block's keys end (the same in every warp) */\n"
                      "      const int j = base + (u * W + warp) * KPW + kq;\n"
                      "      const bool ok = j < j1;\n"
                      "      float kf[VE], vf[VE];\n"
