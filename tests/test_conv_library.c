@@ -17,6 +17,7 @@
 #include "fusec.h"
 #include "ir.h"
 #include "lower/conv_desc.h"
+#include "runtime/cuda/program.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cudnn.h"
 #include "test_util.h"
@@ -408,6 +409,39 @@ static void test_autocast_compile_plan(void) {
     fc_free(plan);
 }
 
+/* Each cuDNN convolution of a CUDA compile has its bytes and FLOPs for
+ * the profile's GB/s and TFLOP/s (its FLOPs were 0: the profile could not
+ * show a library convolution far under the device's peak). */
+static void test_conv_costs(void) {
+    char why[256];
+    if (!fc_cudnn_available(NULL, why, sizeof why)) return;
+    fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
+    if (!g) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_CUDA;
+    fc_program *prog = NULL;
+    fc_status st = fc_compile(g, &o, &prog);
+    if (st == FC_ERR_UNSUPPORTED) printf("skipped: no CUDA compile here (%s)\n", fc_last_error(ctx));
+    else CHECK_EQ_INT(st, FC_OK);
+    const fc_program_desc *d = prog ? fc_program_desc_of(prog) : NULL;
+    int convs = 0;
+    for (int i = 0; d && i < d->src.nlaunches; i++) {
+        const fc_conv_desc *c = fc_program_conv(d, i);
+        if (!c) continue;
+        convs++;
+        const fc_launch *l = &d->src.launches[i];
+        CHECK(l->flops > 0 && l->flops == fc_conv_desc_flops(c));
+        /* at least x, the weight and y, each once */
+        const double least = (double)(c->N * c->H * c->W * c->C + c->M * c->kh * c->kw * c->C / c->groups) * 2 +
+                             (double)(c->N * c->OH * c->OW * c->M) * (double)fc_dtype_size(c->out);
+        CHECK((double)l->bytes >= least);
+    }
+    if (d) CHECK_EQ_INT(convs, 6);
+    fc_program_free(prog);
+    fc_graph_free(g);
+}
+
 /* With a GPU and cuDNN: a plan is chosen by timing, once. The first
  * handle asks the heuristics, times its candidates and stores the choice
  * with its time; a second handle on the same cache builds the same
@@ -492,6 +526,7 @@ int main(void) {
     test_compile_plan();
     test_autocast_plan();
     test_autocast_compile_plan();
+    test_conv_costs();
     test_gpu_search();
     fc_context_free(ctx);
     return check_report("test_conv_library");
