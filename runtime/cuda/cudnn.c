@@ -573,7 +573,7 @@ static fc_cache *plan_cache(const fc_cudnn *h) {
 }
 
 /* The plan of e from a choice on disk; false when there is none that
- * builds (a bad record is removed, so the heuristic's answer replaces it). */
+ * builds (a bad record is removed, so a new search replaces it). */
 static bool plan_from_disk(fc_cudnn *h, dnn_entry *e, const fc_cache_key *key, size_t ws_bytes) {
     fc_cache *c = plan_cache(h);
     if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return false;
