@@ -30,6 +30,16 @@ static double node_flops(const fc_node *nd) {
         const fc_dim k = a->dims[ta ? a->rank - 2 : a->rank - 1];
         return k < 0 ? -1 : 2.0 * (double)on * (double)k;
     }
+    if (nd->op == FC_OP_CONV_CL) {
+        /* Channels-last out [N, OH, OW, M], weight [M, kh, kw, C/G]: a
+         * multiply-add per output element and weight element of its
+         * output channel. Without it a library convolution's profile row
+         * had bytes but no TFLOP/s to hold against the device's peak. */
+        const int64_t wn = numel_of(nd->in[1]);
+        const fc_dim m = nd->in[1]->dims[0];
+        if (wn < 0 || m <= 0) return -1;
+        return 2.0 * (double)on * (double)(wn / m);
+    }
     if (nd->op == FC_OP_ATTENTION) {
         /* Q K^T and P V: out is [.., Sq, D], k is [.., Sk, D]. */
         const fc_value *k = nd->in[1];

@@ -17,12 +17,15 @@
 #include "fusec.h"
 #include "ir.h"
 #include "lower/conv_desc.h"
+#include "runtime/cuda/program.h"
 #include "passes/passes.h"
 #include "runtime/cuda/cudnn.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <string.h>
 
 static fc_context *ctx;
@@ -213,12 +216,31 @@ static void test_record(void) {
     fc_cuda_device_info dev = {.cc_major = 9, .cc_minor = 0, .sm_count = 132, .driver_version = 13000};
     snprintf(dev.name, sizeof dev.name, "NVIDIA H200");
     fc_cache_key k = fc_cudnn_choice_key(&d, &dev, 91900), k2;
-    fc_cudnn_choice c = {.engine = 7, .nknobs = 2, .knob_type = {3, 5}, .knob_value = {1, 4}}, back;
+    fc_cudnn_choice c = {.engine = 7, .ms = 0.0421875, .nknobs = 2, .knob_type = {3, 5}, .knob_value = {1, 4}}, back;
     uint8_t rec[FC_CUDNN_RECORD_MAX];
     size_t n = fc_cudnn_choice_encode(&k, &c, rec);
+    CHECK_EQ_INT((int)n, 48 + 2 * 16);
     CHECK(fc_cudnn_choice_decode(&k, rec, n, &back));
     CHECK(back.engine == 7 && back.nknobs == 2 && back.knob_type[1] == 5 && back.knob_value[1] == 4);
+    /* the measured time comes back to the nanosecond */
+    CHECK(back.ms > 0.0421865 && back.ms < 0.0421885);
     CHECK(!fc_cudnn_choice_decode(&k, rec, n - 1, &back));
+    /* A record of version 1 (no time: the heuristic's first answer,
+     * untimed) is not read as one of this layout: its plan is searched
+     * and timed again. */
+    uint8_t old[FC_CUDNN_RECORD_MAX];
+    memcpy(old, rec, n);
+    old[8] = 1;
+    CHECK(!fc_cudnn_choice_decode(&k, old, n, &back));
+    /* nor is one without a measured time */
+    memcpy(old, rec, n);
+    memset(old + 36, 0, 8);
+    CHECK(!fc_cudnn_choice_decode(&k, old, n, &back));
+    /* a time too small to store is stored as 1 ns, never as "unmeasured" */
+    fc_cudnn_choice tiny = c;
+    tiny.ms = 1e-9;
+    CHECK(fc_cudnn_choice_decode(&k, rec, fc_cudnn_choice_encode(&k, &tiny, rec), &back) && back.ms > 0);
+    n = fc_cudnn_choice_encode(&k, &c, rec);
     d.has_residual = true; /* another problem: another key */
     k2 = fc_cudnn_choice_key(&d, &dev, 91900);
     CHECK(!fc_cache_key_equal(&k, &k2));
@@ -226,7 +248,9 @@ static void test_record(void) {
     d.has_residual = false;
     k2 = fc_cudnn_choice_key(&d, &dev, 91901); /* another cuDNN */
     CHECK(!fc_cache_key_equal(&k, &k2));
-    rec[36] = FC_CUDNN_MAX_KNOBS + 1; /* a knob count over the limit */
+    k2 = fc_cudnn_choice_key(&d, &dev, 91900);
+    CHECK(fc_cache_key_equal(&k, &k2)); /* the key is a function of the problem alone */
+    rec[44] = FC_CUDNN_MAX_KNOBS + 1; /* a knob count over the limit */
     CHECK(!fc_cudnn_choice_decode(&k, rec, n, &back));
 }
 
@@ -385,6 +409,100 @@ static void test_autocast_compile_plan(void) {
     fc_free(plan);
 }
 
+/* Each cuDNN convolution of a CUDA compile has its bytes and FLOPs for
+ * the profile's GB/s and TFLOP/s (its FLOPs were 0: the profile could not
+ * show a library convolution far under the device's peak). */
+static void test_conv_costs(void) {
+    char why[256];
+    if (!fc_cudnn_available(NULL, why, sizeof why)) return;
+    fc_graph *g = load("tests/conv/resnet_block_bf16.ir");
+    if (!g) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_CUDA;
+    fc_program *prog = NULL;
+    fc_status st = fc_compile(g, &o, &prog);
+    if (st == FC_ERR_UNSUPPORTED) printf("skipped: no CUDA compile here (%s)\n", fc_last_error(ctx));
+    else CHECK_EQ_INT(st, FC_OK);
+    const fc_program_desc *d = prog ? fc_program_desc_of(prog) : NULL;
+    int convs = 0;
+    for (int i = 0; d && i < d->src.nlaunches; i++) {
+        const fc_conv_desc *c = fc_program_conv(d, i);
+        if (!c) continue;
+        convs++;
+        const fc_launch *l = &d->src.launches[i];
+        CHECK(l->flops > 0 && l->flops == fc_conv_desc_flops(c));
+        /* at least x, the weight and y, each once */
+        const double least = (double)(c->N * c->H * c->W * c->C + c->M * c->kh * c->kw * c->C / c->groups) * 2 +
+                             (double)(c->N * c->OH * c->OW * c->M) * (double)fc_dtype_size(c->out);
+        CHECK((double)l->bytes >= least);
+    }
+    if (d) CHECK_EQ_INT(convs, 6);
+    fc_program_free(prog);
+    fc_graph_free(g);
+}
+
+/* With a GPU and cuDNN: a plan is chosen by timing, once. The first
+ * handle asks the heuristics, times its candidates and stores the choice
+ * with its time; a second handle on the same cache builds the same
+ * engine from the record, asks nothing and times nothing, and reports the
+ * stored time. The problem is one of EfficientNet-B0's expansions (a 1x1
+ * convolution of bf16 into f32 with a bias), whose first heuristic answer
+ * was a slow fallback engine on the H200. Prints each plan's time against
+ * the convolution's FLOP floor. */
+static void test_gpu_search(void) {
+    char why[256];
+    if (!fc_cuda_available(ctx) || !fc_cudnn_available(NULL, why, sizeof why)) {
+        printf("skipped: the plan search needs a CUDA device and cuDNN (%s)\n",
+               fc_cuda_available(ctx) ? why : fc_last_error(ctx));
+        return;
+    }
+    char root[512];
+    if (!temp_dir(root, sizeof root, "fusec-conv-search")) return;
+    fc_cache_options o = {.dir = root, .mode = FC_CACHE_RW};
+    fc_cache *c = NULL;
+    fc_cuda_device *dev = NULL;
+    CHECK_EQ_INT(fc_cache_open(ctx, &o, &c), FC_OK);
+    CHECK_EQ_INT(fc_cuda_device_open(ctx, 0, &dev), FC_OK);
+    const fc_conv_desc probs[] = {
+        {.dt = FC_BF16, .out = FC_F32, .N = 32, .H = 28, .W = 28, .C = 40, .M = 240, .kh = 1, .kw = 1, .groups = 1,
+         .OH = 28, .OW = 28, .stride = {1, 1}, .dilation = {1, 1}, .has_bias = true},
+        {.dt = FC_BF16, .out = FC_BF16, .N = 32, .H = 56, .W = 56, .C = 64, .M = 64, .kh = 3, .kw = 3, .groups = 1,
+         .OH = 56, .OW = 56, .stride = {1, 1}, .dilation = {1, 1}, .pad_begin = {1, 1}, .pad_end = {1, 1},
+         .has_bias = true, .act = FC_GEMM_ACT_RELU},
+    };
+    const int np = (int)(sizeof probs / sizeof probs[0]);
+    fc_cudnn_plan_stat first[2];
+    for (int pass = 0; pass < 2 && c && dev; pass++) {
+        fc_cudnn *h = NULL;
+        CHECK_EQ_INT(fc_cudnn_create(ctx, dev, c, &h), FC_OK);
+        for (int i = 0; h && i < np; i++) {
+            CHECK_EQ_INT(fc_cudnn_prepare(h, ctx, &probs[i], 4u << 20), FC_OK);
+            fc_cudnn_plan_stat ps;
+            CHECK(fc_cudnn_plan_info(h, &probs[i], &ps));
+            CHECK(ps.ms > 0);
+            if (pass == 0) {
+                first[i] = ps;
+                CHECK(ps.candidates >= 1);
+            } else {
+                CHECK_EQ_INT(ps.candidates, 0); /* from the record */
+                CHECK(ps.engine == first[i].engine);
+                CHECK(fabs(ps.ms - first[i].ms) < 1e-5);
+            }
+            const double tflops = fc_conv_desc_flops(&probs[i]) / (ps.ms * 1e-3) * 1e-12;
+            printf("conv %d pass %d: engine %lld, %.4f ms (%.1f TFLOP/s), %d candidates timed\n", i, pass,
+                   (long long)ps.engine, ps.ms, tflops, ps.candidates);
+        }
+        if (pass == 0) CHECK(fc_cudnn_heuristic_queries(h) >= np);
+        else CHECK_EQ_INT(fc_cudnn_heuristic_queries(h), 0);
+        CHECK_EQ_INT(fc_cudnn_disk_hits(h), pass == 0 ? 0 : np);
+        fc_cudnn_destroy(h);
+    }
+    fc_cuda_device_close(dev);
+    fc_cache_close(c);
+    rm_rf(root);
+}
+
 int main(void) {
     ctx = fc_context_new();
     test_plan_decisions();
@@ -408,6 +526,8 @@ int main(void) {
     test_compile_plan();
     test_autocast_plan();
     test_autocast_compile_plan();
+    test_conv_costs();
+    test_gpu_search();
     fc_context_free(ctx);
     return check_report("test_conv_library");
 }

@@ -23,6 +23,7 @@
  */
 #include "runtime/cuda/cudnn.h"
 #include "runtime/cuda/cuda_check.h"
+#include "ir/timing.h"
 #include "runtime/cuda/program_cache.h" /* fc_cache_global */
 
 #include <stdatomic.h>
@@ -60,6 +61,12 @@ fc_status fc_cudnn_launch(fc_cudnn *h, fc_context *ctx, const fc_conv_desc *d, c
     (void)ws;
     (void)s;
     return fc_cudnn_prepare(h, ctx, d, ws_bytes);
+}
+bool fc_cudnn_plan_info(const fc_cudnn *h, const fc_conv_desc *d, fc_cudnn_plan_stat *out) {
+    (void)h;
+    (void)d;
+    memset(out, 0, sizeof *out);
+    return false;
 }
 int fc_cudnn_heuristic_queries(const fc_cudnn *h) { return h ? 0 : 0; }
 int fc_cudnn_disk_hits(const fc_cudnn *h) { return h ? 0 : 0; }
@@ -157,7 +164,11 @@ static fc_status dnn_fail(fc_context *ctx, cudnnStatus_t r, const char *call, co
 /* ------------------------------------------------------------------ */
 
 #define MAX_DESCS 128 /* the graph (~20), heuristic answers and their plans, a choice's knobs */
-#define CANDIDATES 8 /* heuristic answers tried for one that finalizes */
+#define CANDIDATES 8 /* answers asked of each heuristic mode */
+#define MIN_CANDIDATES 3 /* fewer plans from mode A: the fallback mode's too */
+#define MAX_CANDIDATES 8 /* plans finalized and timed, at most */
+#define TIMED_RUNS 3 /* runs timed per candidate, after one warm-up run */
+#define SEARCH_BUDGET_MS 300.0 /* host time after which no more candidates are finalized */
 
 /* The unique ids of the graph's tensors. */
 enum { UID_X = 1, UID_W, UID_Y, UID_BIAS, UID_RES, UID_VIRTUAL = 100 };
@@ -168,6 +179,9 @@ typedef struct dnn_entry {
     int ndescs;
     cudnnBackendDescriptor_t graph, plan;
     int64_t ws;
+    int64_t engine; /* the plan's engine (its global index) */
+    double ms;      /* its measured time per run (from the search or the disk record); 0: not measured */
+    int ncandidates; /* plans the search timed (0: the plan came from disk) */
     /* the last variant pack and the pointers it binds (x, w, y, bias, residual, workspace) */
     cudnnBackendDescriptor_t pack;
     void *pack_ptrs[6];
@@ -342,9 +356,10 @@ static fc_status build_graph(fc_cudnn *h, fc_context *ctx, dnn_entry *e, const f
     return finalize(ctx, e->graph);
 }
 
-/* A plan of engine configuration cfg on the handle, kept in e when it
- * finalizes and needs at most ws_bytes. */
-static fc_status plan_of(fc_cudnn *h, fc_context *ctx, dnn_entry *e, cudnnBackendDescriptor_t cfg, size_t ws_bytes) {
+/* A plan of engine configuration cfg on the handle, when it finalizes
+ * and needs at most ws_bytes: *plan (owned by e) and its workspace *ws. */
+static fc_status plan_of(fc_cudnn *h, fc_context *ctx, dnn_entry *e, cudnnBackendDescriptor_t cfg, size_t ws_bytes,
+                         cudnnBackendDescriptor_t *out, int64_t *ws_out) {
     cudnnBackendDescriptor_t plan;
     TRY(make(ctx, e, CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan));
     TRY(set(ctx, plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h->handle));
@@ -356,9 +371,21 @@ static fc_status plan_of(fc_cudnn *h, fc_context *ctx, dnn_entry *e, cudnnBacken
     if (ws < 0 || (uint64_t)ws > ws_bytes)
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "a cuDNN plan needing %lld bytes of workspace (at most %zu)",
                             (long long)ws, ws_bytes);
-    e->plan = plan;
-    e->ws = ws;
+    *out = plan;
+    *ws_out = ws;
     return FC_OK;
+}
+
+/* Destroy descriptor d of e now (a candidate plan that lost: a finalized
+ * plan of a runtime-fusion engine holds its compiled kernels). */
+static void drop(dnn_entry *e, cudnnBackendDescriptor_t d) {
+    for (int i = e->ndescs - 1; i >= 0; i--)
+        if (e->descs[i] == d) {
+            api.BackendDestroyDescriptor(d);
+            memmove(e->descs + i, e->descs + i + 1, sizeof *e->descs * (size_t)(e->ndescs - i - 1));
+            e->ndescs--;
+            return;
+        }
 }
 
 /* The engine configuration of a choice read from disk. */
@@ -409,16 +436,90 @@ static fc_status choice_of_cfg(fc_context *ctx, dnn_entry *e, cudnnBackendDescri
     return FC_OK;
 }
 
-/* The plan of e from the heuristic: the first of its answers that
- * finalizes within the workspace. Mode A first (the fast, fused engines);
- * where it has no answer that finalizes (some shapes and epilogues of the
- * runtime-fusion engines), cuDNN's fallback mode, whose engines are more
- * general, rather than no plan at all. */
-static fc_status plan_from_heuristic(fc_cudnn *h, fc_context *ctx, dnn_entry *e, size_t ws_bytes, fc_cudnn_choice *c) {
+static fc_status pack_for(fc_context *ctx, dnn_entry *e, void *const ptrs[6]);
+static fc_status execute(fc_cudnn *h, fc_context *ctx, dnn_entry *e, CUstream s);
+
+/* One candidate of the search: a heuristic's answer, its finalized plan,
+ * its workspace and its measured time per run (ms; <0: not measured). */
+typedef struct candidate {
+    cudnnBackendDescriptor_t cfg, plan;
+    int64_t ws;
+    double ms;
+} candidate;
+
+static size_t dt_bytes(fc_dtype dt) { return (size_t)fc_dtype_size(dt); }
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* Time each candidate plan of e on stream s of device dv, whose errors go
+ * to dv's own context: on scratch buffers of the operands' sizes (zeros:
+ * the speed of these engines does not depend on the values), one warm-up
+ * run, then TIMED_RUNS between two events. A candidate whose run fails
+ * keeps ms < 0. Leaves e with no variant pack (the scratch is freed). */
+static fc_status time_candidates(fc_cudnn *h, fc_cuda_device *dv, dnn_entry *e, candidate *cand, int n) {
+    const fc_conv_desc *d = &e->key;
+    const size_t y = (size_t)(d->N * d->OH * d->OW * d->M) * dt_bytes(d->out);
+    const size_t part[5] = {(size_t)(d->N * d->H * d->W * d->C) * dt_bytes(d->dt),
+                            (size_t)(d->M * d->kh * d->kw * (d->C / d->groups)) * dt_bytes(d->dt), y,
+                            d->has_bias ? (size_t)d->M * dt_bytes(d->out) : 0, d->has_residual ? y : 0};
+    size_t total = 0, ws = 0;
+    for (int i = 0; i < 5; i++) total += up256(part[i]);
+    for (int i = 0; i < n; i++) ws = (size_t)cand[i].ws > ws ? (size_t)cand[i].ws : ws;
+    total += up256(ws);
+    CUdeviceptr buf = 0;
+    fc_cuda_timer tm = {0};
+    TRY(fc_cuda_alloc(dv, total, &buf));
+    fc_status st = fc_cuda_memset_async(dv, buf, 0, total, NULL);
+    if (st == FC_OK) st = fc_cuda_timer_create(dv, &tm);
+    void *ptrs[6] = {0};
+    CUdeviceptr at = buf;
+    for (int i = 0; i < 5; i++) {
+        ptrs[i] = part[i] ? (void *)(uintptr_t)at : NULL;
+        at += up256(part[i]);
+    }
+    ptrs[5] = ws ? (void *)(uintptr_t)at : NULL;
+    if (st == FC_OK) st = pack_for(dv->ctx, e, ptrs); /* one pack serves every plan: it binds pointers only */
+    for (int i = 0; i < n && st == FC_OK; i++) {
+        cand[i].ms = -1;
+        e->plan = cand[i].plan;
+        fc_context scratch = {0};
+        if (execute(h, &scratch, e, dv->stream) != FC_OK || fc_cuda_stream_sync(dv, NULL) != FC_OK) continue;
+        bool ran = fc_cuda_timer_start(dv, &tm, NULL) == FC_OK;
+        for (int r = 0; r < TIMED_RUNS && ran; r++) ran = execute(h, &scratch, e, dv->stream) == FC_OK;
+        float ms = 0;
+        /* the stop is recorded even after a failed run, so the stream is
+         * drained before the scratch is freed */
+        if (fc_cuda_timer_stop(dv, &tm, NULL, &ms) == FC_OK && ran) cand[i].ms = ms / TIMED_RUNS;
+    }
+    if (e->pack) api.BackendDestroyDescriptor(e->pack);
+    e->pack = NULL;
+    memset(e->pack_ptrs, 0, sizeof e->pack_ptrs);
+    (void)fc_cuda_stream_sync(dv, NULL);
+    fc_cuda_timer_destroy(dv, &tm);
+    (void)fc_cuda_free(dv, buf);
+    return st;
+}
+
+/* The plan of e from the heuristics, chosen by timing as cuDNN's own
+ * benchmark mode and TensorRT's tactic timing choose: heuristic mode A's
+ * answers (the fast, fused engines) that finalize within the workspace
+ * and, when fewer than MIN_CANDIDATES of them do, the fallback mode's
+ * (more general engines, some 10-50x slower on the same convolution: the
+ * first answer that finalizes is not good enough), at most MAX_CANDIDATES,
+ * each timed on the device; the fastest is kept. Finalizing a
+ * runtime-fusion engine compiles its kernels, so once one candidate
+ * stands, no more are finalized after SEARCH_BUDGET_MS. Where nothing can
+ * be timed (no scratch memory), the first candidate is kept and *timed is
+ * false (the choice is not stored: a later process times it). */
+static fc_status plan_from_heuristic(fc_cudnn *h, fc_context *ctx, dnn_entry *e, size_t ws_bytes, fc_cudnn_choice *c,
+                                     bool *timed) {
     static const cudnnBackendHeurMode_t modes[] = {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK};
     char first[512] = "";
     int64_t answers = 0;
-    for (size_t m = 0; m < sizeof modes / sizeof *modes; m++) {
+    candidate cand[MAX_CANDIDATES];
+    int ncand = 0;
+    const double t0 = fc_now_ms();
+    *timed = false;
+    for (size_t m = 0; m < sizeof modes / sizeof *modes && ncand < MIN_CANDIDATES; m++) {
         cudnnBackendDescriptor_t heur, cfgs[CANDIDATES];
         cudnnBackendHeurMode_t mode = modes[m];
         TRY(make(ctx, e, CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur));
@@ -432,15 +533,37 @@ static fc_status plan_from_heuristic(fc_cudnn *h, fc_context *ctx, dnn_entry *e,
         FC_DNN_CHECK(ctx, api.BackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                                                   CANDIDATES, &n, cfgs));
         answers += n;
-        for (int64_t i = 0; i < n && i < CANDIDATES; i++) {
+        for (int64_t i = 0; i < n && i < CANDIDATES && ncand < MAX_CANDIDATES; i++) {
+            if (ncand > 0 && fc_now_ms() - t0 > SEARCH_BUDGET_MS) break;
             fc_context scratch = {0};
-            if (plan_of(h, &scratch, e, cfgs[i], ws_bytes) == FC_OK) return choice_of_cfg(ctx, e, cfgs[i], c);
-            if (!first[0]) snprintf(first, sizeof first, "%.500s", scratch.error);
+            candidate *k = &cand[ncand];
+            *k = (candidate){.cfg = cfgs[i], .ms = -1};
+            if (plan_of(h, &scratch, e, cfgs[i], ws_bytes, &k->plan, &k->ws) == FC_OK) ncand++;
+            else if (!first[0]) snprintf(first, sizeof first, "%.500s", scratch.error);
         }
     }
-    return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
-                        "cuDNN has no engine for this convolution (%lld answers from its heuristics and fallback%s%s)",
-                        (long long)answers, first[0] ? "; the first: " : "", first);
+    if (ncand == 0)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "cuDNN has no engine for this convolution (%lld answers from its heuristics and fallback%s%s)",
+                            (long long)answers, first[0] ? "; the first: " : "", first);
+    /* Timing errors are not the caller's: the first candidate stands. */
+    fc_context scratch = {0};
+    fc_cuda_device dv = fc_cuda_device_view(h->dev, &scratch);
+    (void)time_candidates(h, &dv, e, cand, ncand);
+    int best = 0;
+    for (int i = 0; i < ncand; i++)
+        if (cand[i].ms >= 0 && (cand[best].ms < 0 || cand[i].ms < cand[best].ms)) best = i;
+    for (int i = 0; i < ncand; i++)
+        if (i != best) drop(e, cand[i].plan);
+    e->plan = cand[best].plan;
+    e->ws = cand[best].ws;
+    e->ms = cand[best].ms > 0 ? cand[best].ms : 0;
+    e->ncandidates = ncand;
+    *timed = cand[best].ms > 0;
+    TRY(choice_of_cfg(ctx, e, cand[best].cfg, c));
+    c->ms = e->ms;
+    e->engine = c->engine;
+    return FC_OK;
 }
 
 static fc_cache *plan_cache(const fc_cudnn *h) {
@@ -450,7 +573,7 @@ static fc_cache *plan_cache(const fc_cudnn *h) {
 }
 
 /* The plan of e from a choice on disk; false when there is none that
- * builds (a bad record is removed, so the heuristic's answer replaces it). */
+ * builds (a bad record is removed, so a new search replaces it). */
 static bool plan_from_disk(fc_cudnn *h, dnn_entry *e, const fc_cache_key *key, size_t ws_bytes) {
     fc_cache *c = plan_cache(h);
     if (!c || fc_cache_mode_of(c) == FC_CACHE_OFF) return false;
@@ -462,8 +585,11 @@ static bool plan_from_disk(fc_cudnn *h, dnn_entry *e, const fc_cache_key *key, s
     bool ok = fc_cudnn_choice_decode(key, data, size, &ch);
     fc_ctx_freemem(&scratch, data);
     cudnnBackendDescriptor_t cfg;
-    if (ok) ok = cfg_of_choice(&scratch, e, &ch, &cfg) == FC_OK && plan_of(h, &scratch, e, cfg, ws_bytes) == FC_OK;
+    if (ok)
+        ok = cfg_of_choice(&scratch, e, &ch, &cfg) == FC_OK &&
+             plan_of(h, &scratch, e, cfg, ws_bytes, &e->plan, &e->ws) == FC_OK;
     if (!ok) (void)fc_cache_remove(c, &scratch, FC_CACHE_ALGO, key);
+    if (ok) e->engine = ch.engine, e->ms = ch.ms;
     return ok;
 }
 
@@ -503,8 +629,9 @@ static fc_status new_entry(fc_cudnn *h, fc_context *ctx, const fc_conv_desc *k, 
         atomic_fetch_add(&total_disk_hits, 1);
     } else if (st == FC_OK) {
         fc_cudnn_choice ch;
-        st = plan_from_heuristic(h, ctx, e, ws_bytes, &ch);
-        if (st == FC_OK) plan_to_disk(h, &key, &ch);
+        bool timed = false;
+        st = plan_from_heuristic(h, ctx, e, ws_bytes, &ch, &timed);
+        if (st == FC_OK && timed) plan_to_disk(h, &key, &ch);
     }
     if (st != FC_OK) {
         entry_free(e);
@@ -558,6 +685,16 @@ void fc_cudnn_destroy(fc_cudnn *h) {
 }
 
 int fc_cudnn_heuristic_queries(const fc_cudnn *h) { return h ? h->queries : 0; }
+
+bool fc_cudnn_plan_info(const fc_cudnn *h, const fc_conv_desc *d, fc_cudnn_plan_stat *out) {
+    memset(out, 0, sizeof *out);
+    if (!h) return false;
+    fc_conv_desc k = key_of(d);
+    const dnn_entry *e = find((fc_cudnn *)h, &k);
+    if (!e) return false;
+    *out = (fc_cudnn_plan_stat){.engine = e->engine, .ms = e->ms, .workspace = e->ws, .candidates = e->ncandidates};
+    return true;
+}
 int fc_cudnn_disk_hits(const fc_cudnn *h) { return h ? h->disk_hits : 0; }
 
 static fc_status entry_for(fc_cudnn *h, fc_context *ctx, const fc_conv_desc *d, size_t ws_bytes, dnn_entry **out) {

@@ -15,12 +15,14 @@
  * NHWC x and KRSC w, then one POINTWISE op per epilogue step (add the
  * bias, add the residual, relu or gelu_tanh, in that order; an identity
  * for a cast alone), through f32 virtual tensors, into y. The execution
- * plan is the first engine configuration of heuristic mode A that
- * finalizes within the workspace (the cuBLASLt workspace inside the
- * arena: the two libraries run one call at a time on one stream). The
- * choice (the engine's global index and its knobs) goes to the on-disk
- * cache (FC_CACHE_ALGO, as GEMM algorithms do), so that another process
- * builds the same plan without asking the heuristic. Every cuDNN call goes
+ * plan is chosen by timing: the engine configurations of heuristic mode A
+ * (and of the fallback mode when mode A has fewer than three) that
+ * finalize within the workspace (the cuBLASLt workspace inside the arena:
+ * the two libraries run one call at a time on one stream), each run on
+ * the device on scratch buffers; the fastest is kept. The choice (the
+ * engine's global index, its knobs and its measured time) goes to the
+ * on-disk cache (FC_CACHE_ALGO, as GEMM algorithms do), so that another
+ * process builds the same plan without asking the heuristic or timing. Every cuDNN call goes
  * through one check macro that records the call, where it was made and
  * cuDNN's own message.
  */
@@ -62,6 +64,20 @@ fc_status fc_cudnn_prepare(fc_cudnn *h, fc_context *ctx, const fc_conv_desc *d, 
 fc_status fc_cudnn_launch(fc_cudnn *h, fc_context *ctx, const fc_conv_desc *d, const CUdeviceptr *args, int nargs,
                           CUdeviceptr ws, size_t ws_bytes, CUstream s);
 
+/* What d's plan on h is (false, *out zeroed, when h has none): its
+ * engine, its measured time per run (ms: the search's, or the one stored
+ * with the choice on disk; 0 when it could not be timed), its workspace
+ * and how many candidates were timed to choose it (0: it came from disk).
+ * The time against the convolution's floor (fc_conv_desc_flops, its
+ * bytes) says when even the best engine cuDNN has is slow. */
+typedef struct fc_cudnn_plan_stat {
+    int64_t engine;
+    double ms;
+    int64_t workspace;
+    int candidates;
+} fc_cudnn_plan_stat;
+bool fc_cudnn_plan_info(const fc_cudnn *h, const fc_conv_desc *d, fc_cudnn_plan_stat *out);
+
 /* How many plans this handle chose by asking the heuristic, and how many
  * it built from a choice on disk. For tests and the benchmark. */
 int fc_cudnn_heuristic_queries(const fc_cudnn *h);
@@ -77,6 +93,7 @@ long fc_cudnn_disk_hits_total(void);
 #define FC_CUDNN_MAX_KNOBS 32
 typedef struct fc_cudnn_choice {
     int64_t engine; /* CUDNN_ATTR_ENGINE_GLOBAL_INDEX */
+    double ms;      /* its measured time per run (stored to the nanosecond) */
     int nknobs;
     int64_t knob_type[FC_CUDNN_MAX_KNOBS], knob_value[FC_CUDNN_MAX_KNOBS];
 } fc_cudnn_choice;
@@ -86,10 +103,10 @@ typedef struct fc_cudnn_choice {
 fc_cache_key fc_cudnn_choice_key(const fc_conv_desc *d, const fc_cuda_device_info *dev, size_t version);
 /* The record of choice c under key k into out (at most
  * FC_CUDNN_RECORD_MAX bytes); returns its size. */
-#define FC_CUDNN_RECORD_MAX (8 + 4 + 16 + 8 + 4 + 16 * FC_CUDNN_MAX_KNOBS)
+#define FC_CUDNN_RECORD_MAX (8 + 4 + 16 + 8 + 8 + 4 + 16 * FC_CUDNN_MAX_KNOBS)
 size_t fc_cudnn_choice_encode(const fc_cache_key *k, const fc_cudnn_choice *c, uint8_t *out);
 /* Decode a record read under key k: false when it is not one (another
- * key, a bad size or count). */
+ * key or record version, a bad size or count, no measured time). */
 bool fc_cudnn_choice_decode(const fc_cache_key *k, const uint8_t *data, size_t size, fc_cudnn_choice *c);
 
 #endif

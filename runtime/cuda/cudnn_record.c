@@ -6,10 +6,16 @@
  *      8  record version                      u32
  *     12  the key it was stored under         16 bytes
  *     28  the engine's global index           i64
- *     36  number of knobs k                   u32 (at most FC_CUDNN_MAX_KNOBS)
- *     40  k x (knob type i64, knob value i64)
+ *     36  its measured time per run, in ns    u64 (at least 1: only timed choices are stored)
+ *     44  number of knobs k                   u32 (at most FC_CUDNN_MAX_KNOBS)
+ *     48  k x (knob type i64, knob value i64)
  * The cache's own checksum covers the bytes; the key inside makes a record
- * moved under another key fail to decode.
+ * moved under another key fail to decode. The version is part of the key
+ * too, so a record of an older layout (version 1 had no time and its
+ * choice was the heuristic's first, untimed) is never found: the plan is
+ * searched and timed again, and the old record is left to the cache's
+ * eviction. A record of an older version read under this key anyway fails
+ * to decode.
  */
 #include "runtime/cuda/cudnn.h"
 #include "ir/le.h"
@@ -17,8 +23,8 @@
 #include <string.h>
 
 #define MAGIC "FCDNPLAN"
-#define VERSION 1
-#define HEAD 40
+#define VERSION 2
+#define HEAD 48
 
 fc_cache_key fc_cudnn_choice_key(const fc_conv_desc *d, const fc_cuda_device_info *dev, size_t version) {
     fc_cache_hasher hs;
@@ -50,7 +56,9 @@ size_t fc_cudnn_choice_encode(const fc_cache_key *k, const fc_cudnn_choice *c, u
     fc_put_le(out + 8, VERSION, 4);
     memcpy(out + 12, k->bytes, 16);
     fc_put_le(out + 28, (uint64_t)c->engine, 8);
-    fc_put_le(out + 36, (uint64_t)nk, 4);
+    double ns = c->ms * 1e6 + 0.5;
+    fc_put_le(out + 36, !(ns >= 1) ? 1 : ns > 1e18 ? (uint64_t)1e18 : (uint64_t)ns, 8);
+    fc_put_le(out + 44, (uint64_t)nk, 4);
     for (int i = 0; i < nk; i++) {
         fc_put_le(out + HEAD + 16 * i, (uint64_t)c->knob_type[i], 8);
         fc_put_le(out + HEAD + 16 * i + 8, (uint64_t)c->knob_value[i], 8);
@@ -62,10 +70,11 @@ bool fc_cudnn_choice_decode(const fc_cache_key *k, const uint8_t *data, size_t s
     memset(c, 0, sizeof *c);
     if (!data || size < HEAD || memcmp(data, MAGIC, 8) || fc_get_le(data + 8, 4) != VERSION) return false;
     if (memcmp(data + 12, k->bytes, 16)) return false;
-    uint64_t nk = fc_get_le(data + 36, 4);
-    if (nk > FC_CUDNN_MAX_KNOBS || size != HEAD + 16 * nk) return false;
+    uint64_t nk = fc_get_le(data + 44, 4), ns = fc_get_le(data + 36, 8);
+    if (nk > FC_CUDNN_MAX_KNOBS || size != HEAD + 16 * nk || ns == 0 || ns > (uint64_t)1e18) return false;
     c->engine = (int64_t)fc_get_le(data + 28, 8);
     if (c->engine < 0) return false;
+    c->ms = (double)ns * 1e-6;
     c->nknobs = (int)nk;
     for (uint64_t i = 0; i < nk; i++) {
         c->knob_type[i] = (int64_t)fc_get_le(data + HEAD + 16 * i, 8);
