@@ -102,6 +102,17 @@ static bool is_plain_view(fc_op op) {
 
 static bool is_narrow(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16; }
 
+/* n is x * c or x / c by a bare number c, keeping x's shape: a scale. */
+static bool is_scale(const fc_node *n) {
+    if ((n->op != FC_OP_MUL && n->op != FC_OP_DIV) || n->nout != 1) return false;
+    for (int k = 0; k < 2; k++) {
+        const fc_value *x = n->in[k], *c = n->in[1 - k];
+        if (n->op == FC_OP_DIV && k == 1) break; /* c / x is no scale */
+        if (!x->weak && c->weak && fc_same_dims(x, n->out[0])) return true;
+    }
+    return false;
+}
+
 typedef struct ac {
     fc_graph *g;
     fc_dtype low;       /* bf16 or f16; f32 for FC_PRECISION_F32 */
@@ -215,6 +226,13 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
             if (!a->store_low[n->out[r]->id]) return false;
         return true;
     }
+    /* A scale whose result is stored low reads its operand low, as
+     * torch.autocast computes it (the product it scales is low there): the
+     * exporters write attention's 1/sqrt(d) as a scale of Q and of K^T
+     * before the scores' matmul, and so the projection that makes Q and K
+     * stays one low GEMM whose result the attention reads in place (the
+     * attention pass folds the scale into its own, in f32). */
+    if (is_scale(n) && !n->in[k]->weak) return a->store_low[n->out[0]->id];
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
         if (other->weak || !other->def) return false;
