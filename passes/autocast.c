@@ -217,6 +217,13 @@ static bool tail_low(const ac *a, const fc_value *v) {
     return a->store_low[u->out[0]->id];
 }
 
+/* v is a matmul's or a convolution's result, through views: a value
+ * torch.autocast holds in the low dtype. */
+static bool viewed_product(const fc_value *v) {
+    while (v->def && is_plain_view(v->def->op)) v = v->def->in[0];
+    return v->def && products_in_f32(v->def->op);
+}
+
 /* Does operand k of n read its value in the low dtype anyway? n's results
  * are decided (every user of them comes later in the graph). */
 static bool use_reads_low(const ac *a, const fc_node *n, int k) {
@@ -226,13 +233,13 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
             if (!a->store_low[n->out[r]->id]) return false;
         return true;
     }
-    /* A scale whose result is stored low reads its operand low, as
-     * torch.autocast computes it (the product it scales is low there): the
+    /* A scale of a product, whose result is stored low, reads its operand
+     * low, as torch.autocast computes it (the product is low there): the
      * exporters write attention's 1/sqrt(d) as a scale of Q and of K^T
      * before the scores' matmul, and so the projection that makes Q and K
      * stays one low GEMM whose result the attention reads in place (the
      * attention pass folds the scale into its own, in f32). */
-    if (is_scale(n) && !n->in[k]->weak) return a->store_low[n->out[0]->id];
+    if (is_scale(n) && !n->in[k]->weak && viewed_product(n->in[k])) return a->store_low[n->out[0]->id];
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
         if (other->weak || !other->def) return false;
