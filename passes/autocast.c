@@ -240,11 +240,11 @@ static bool tail_low(const ac *a, const fc_value *v) {
     return a->store_low[u->out[0]->id];
 }
 
-/* v is a matmul's or a convolution's result, through views: a value
- * torch.autocast holds in the low dtype. */
+/* v is a matmul's or a convolution's result (a matmul's with its bias),
+ * through views: a value torch.autocast holds in the low dtype. */
 static bool viewed_product(const fc_value *v) {
     while (v->def && is_plain_view(v->def->op)) v = v->def->in[0];
-    return v->def && products_in_f32(v->def->op);
+    return product_sum(v) || (v->def && v->def->op == FC_OP_CONV_CL);
 }
 
 /* Does operand k of n read its value in the low dtype anyway? n's results
