@@ -44,6 +44,24 @@ for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_
     plan16=$("$FUSEC" "$tmp/$name.onnx" --precision=bf16 --emit=plan 2>&1)
     n=$(grep -c "ops: attention: flash .* bf16" <<<"$plan16")
     [[ $n == 2 ]] || bad "$name --precision=bf16: $n bf16 flash attentions, want 2: $(tail -1 <<<"$plan16")"
+    # The export scales Q and K^T before the scores' matmul and splits one
+    # QKV projection: under bf16 that GEMM writes bf16 and the attention
+    # reads Q, K and V in place through views of it (the scales folded into
+    # its own): no kernel copies, transposes or casts Q, K or V (Llama's
+    # RoPE computes its Q and K, in a kernel; BERT's pooler casts the first
+    # token's row, a slice,cast of its own).
+    copies="ops: .*slice,reshape,permute"
+    [[ $model == gpt2 ]] && copies="$copies\\|ops: pointwise: slice,cast$"
+    if [[ $model != llama ]]; then
+      n=$(grep -c "$copies" <<<"$plan16")
+      [[ $n == 0 ]] || bad "$name --precision=bf16: $n kernels copy Q, K or V out of the QKV GEMM's result, want 0"
+    fi
+    if [[ $model == gpt2 ]]; then
+      n=$(grep -c "ops: gemm -> bf16$" <<<"$plan16")
+      [[ $n == 2 ]] || bad "$name --precision=bf16: $n QKV GEMMs writing bf16, want one per layer (2)"
+      total=$(grep "^total:" <<<"$plan16" | sed 's/, [0-9]* bytes.*//')
+      [[ "$total" == "total: 17 kernels, 9 library calls" ]] || bad "$name --precision=bf16: $total, want 17 kernels, 9 library calls"
+    fi
 
     # The Q, K and V projections are one GEMM per layer: Llama's have no
     # bias; BERT's biases are one zero tensor the exporter shares (a full
