@@ -37,6 +37,15 @@
  *     nn.Linear's bias under autocast, and what lets the epilogue fold the
  *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
  *     result's dtype).
+ *   - A bias may also be a `full` (an exporter's zero bias, shared by many
+ *     layers); a shared bias that some sums read low and others in f32 gets
+ *     a low copy for the former, so every GEMM folds its own.
+ *   - A scale (x * c, x / c by a bare number) of a product whose result is
+ *     stored low reads the product low, as autocast computes it; the
+ *     attention pass folds the exporters' scales of Q and K^T into its own.
+ *   - The residual of a matmul's sum reads low when the sum is stored low;
+ *     the sum's own operand (the one GEMM's result) stays f32, as a
+ *     convolution's below.
  *   - A convolution (conv_cl) is a low op like a matmul. Its bias is stored
  *     low also when the sum takes a residual before the relu, and the
  *     residual operand of such a sum reads low when the sum (or its relu)
