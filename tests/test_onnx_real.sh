@@ -15,6 +15,26 @@
 source "${SRC:-.}/tests/onnx/script_setup.sh"
 python3 "$SRC/tests/onnx/real_exports.py" unpack "$tmp" || { echo "FAIL: real_exports.py unpack"; exit 1; }
 
+# GPT-2 small's exported attention at full size (a plan: no weights, no
+# run): under bf16 the QKV GEMM writes bf16 and the wgmma attention reads Q,
+# K and V in place, K by TMA as well (a K^T materialized by a copy kernel
+# would be read through a strided permute, without TMA: 5x slower).
+plan16=$("$FUSEC" "$SRC/tests/onnx/gpt2_export_attention.ir" --precision=bf16 --emit=plan 2>&1)
+if grep -q "^total:" <<<"$plan16"; then
+  grep -q "ops: attention: flash wgmma bf16, causal, 96 x 1024 x 1024 x 64, TMA q k v$" <<<"$plan16" ||
+    bad "gpt2_export_attention.ir --precision=bf16: no wgmma attention reading q, k and v by TMA: $(grep attention <<<"$plan16")"
+  total=$(grep "^total:" <<<"$plan16" | sed 's/, [0-9]* bytes.*//')
+  [[ "$total" == "total: 4 kernels, 2 library calls" ]] || bad "gpt2_export_attention.ir --precision=bf16: $total, want 4 kernels (the input cast, the attention, two weight casts at load), 2 library calls"
+fi
+# Its LM head: the export's [K, N] weight, transposed at load, so that the
+# unaligned f32 logits are written in place: no slice kernel compacts them.
+plan16=$("$FUSEC" "$SRC/tests/onnx/gpt2_export_lm_head.ir" --precision=bf16 --emit=plan 2>&1)
+if grep -q "^total:" <<<"$plan16"; then
+  grep -q "ops: gemm\[trans_b\] -> f32$" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: no gemm[trans_b] -> f32"
+  ! grep -q "ops: pointwise: .*slice" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: the logits are compacted by a copy"
+  grep -q "pointwise: cast,permute (at weight load)$" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: the weight is not transposed at load"
+fi
+
 for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_2x128 bert_dynamo_8x512 \
             llama_dynamo_2x128 llama_dynamo_4x1024; do
   model=${name%%_*}
