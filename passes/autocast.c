@@ -37,6 +37,15 @@
  *     nn.Linear's bias under autocast, and what lets the epilogue fold the
  *     bias into a GEMM whose result is low (cuBLASLt reads the bias in the
  *     result's dtype).
+ *   - A bias may also be a `full` (an exporter's zero bias, shared by many
+ *     layers); a shared bias that some sums read low and others in f32 gets
+ *     a low copy for the former, so every GEMM folds its own.
+ *   - A scale (x * c, x / c by a bare number) of a product whose result is
+ *     stored low reads the product low, as autocast computes it; the
+ *     attention pass folds the exporters' scales of Q and K^T into its own.
+ *   - The residual of a matmul's sum reads low when the sum is stored low;
+ *     the sum's own operand (the one GEMM's result) stays f32, as a
+ *     convolution's below.
  *   - A convolution (conv_cl) is a low op like a matmul. Its bias is stored
  *     low also when the sum takes a residual before the relu, and the
  *     residual operand of such a sum reads low when the sum (or its relu)
@@ -102,6 +111,17 @@ static bool is_plain_view(fc_op op) {
 
 static bool is_narrow(fc_dtype dt) { return dt == FC_F16 || dt == FC_BF16; }
 
+/* n is x * c or x / c by a bare number c, keeping x's shape: a scale. */
+static bool is_scale(const fc_node *n) {
+    if ((n->op != FC_OP_MUL && n->op != FC_OP_DIV) || n->nout != 1) return false;
+    for (int k = 0; k < 2; k++) {
+        const fc_value *x = n->in[k], *c = n->in[1 - k];
+        if (n->op == FC_OP_DIV && k == 1) break; /* c / x is no scale */
+        if (!x->weak && c->weak && fc_same_dims(x, n->out[0])) return true;
+    }
+    return false;
+}
+
 typedef struct ac {
     fc_graph *g;
     fc_dtype low;       /* bf16 or f16; f32 for FC_PRECISION_F32 */
@@ -113,6 +133,7 @@ typedef struct ac {
     fc_node **user;     /* by old value id: a (the last seen) user */
     int *pos;           /* by node id: its position in the graph */
     int *all_uses;      /* by old value id: every use (uses[] counts those the walk has seen) */
+    fc_value **low_copy; /* by old value id: a constant bias's low form, for the uses that read it low */
     fc_value **in, **out; /* scratch for one node's operands and results */
 } ac;
 
@@ -192,6 +213,28 @@ static bool conv_end(const ac *a, const fc_value *v) {
     return !(u && continues(a, u, v));
 }
 
+/* v is a constant vector a product's result may add as its bias: a
+ * parameter, or a `full` (the zero bias an exporter shares between
+ * layers). */
+static bool constant_bias(const fc_value *v) {
+    if (v->weak || v->rank != 1) return false;
+    return v->param_index >= 0 || (v->def && v->def->op == FC_OP_FULL);
+}
+
+/* v is a matmul's result, or that plus a constant bias: what one GEMM
+ * writes (before an activation or a residual). */
+static bool product_sum(const fc_value *v) {
+    const fc_node *d = v->def;
+    if (!d || v->weak) return false;
+    if (d->op == FC_OP_MATMUL) return true;
+    if (d->op != FC_OP_ADD) return false;
+    for (int k = 0; k < 2; k++) {
+        const fc_value *x = d->in[k], *b = d->in[1 - k];
+        if (!x->weak && x->def && x->def->op == FC_OP_MATMUL && constant_bias(b) && b->rank < v->rank) return true;
+    }
+    return false;
+}
+
 /* v, the sum of a matmul's result and a bias, is stored low, or its one
  * use is a relu or gelu_tanh whose result is (see the file comment). A
  * convolution's sum may first take its residual, as the library's
@@ -201,9 +244,16 @@ static bool tail_low(const ac *a, const fc_value *v) {
     if (a->store_low[v->id]) return true;
     const fc_node *u = a->user[v->id];
     if (a->uses[v->id] != 1 || !u) return false;
-    if (u->op == FC_OP_ADD && conv_result(v)) return tail_low(a, u->out[0]);
+    if (u->op == FC_OP_ADD && (conv_result(v) || product_sum(v))) return tail_low(a, u->out[0]);
     if (u->op != FC_OP_RELU && u->op != FC_OP_GELU_TANH) return false;
     return a->store_low[u->out[0]->id];
+}
+
+/* v is a matmul's or a convolution's result (a matmul's with its bias),
+ * through views: a value torch.autocast holds in the low dtype. */
+static bool viewed_product(const fc_value *v) {
+    while (v->def && is_plain_view(v->def->op)) v = v->def->in[0];
+    return product_sum(v) || (v->def && v->def->op == FC_OP_CONV_CL);
 }
 
 /* Does operand k of n read its value in the low dtype anyway? n's results
@@ -215,11 +265,29 @@ static bool use_reads_low(const ac *a, const fc_node *n, int k) {
             if (!a->store_low[n->out[r]->id]) return false;
         return true;
     }
+    /* A scale of a product, whose result is stored low, reads its operand
+     * low, as torch.autocast computes it (the product is low there): the
+     * exporters write attention's 1/sqrt(d) as a scale of Q and of K^T
+     * before the scores' matmul, and so the projection that makes Q and K
+     * stays one low GEMM whose result the attention reads in place (the
+     * attention pass folds the scale into its own, in f32). */
+    if (is_scale(n) && !n->in[k]->weak && viewed_product(n->in[k])) return a->store_low[n->out[0]->id];
     if (n->op == FC_OP_ADD) {
         const fc_value *bias = n->in[k], *other = n->in[1 - k];
         if (other->weak || !other->def) return false;
-        if (bias->param_index >= 0 && bias->rank == 1 && products_in_f32(other->def->op))
+        if (constant_bias(bias) && bias->rank < n->out[0]->rank && products_in_f32(other->def->op))
             return tail_low(a, n->out[0]);
+        /* The residual of a GEMM's sum, when the sum with it is stored
+         * low: as a convolution's below, the library reads it in the
+         * result's dtype, and so one GEMM writes the low sum (a
+         * convolutional network whose 1x1 convolutions are GEMMs). The
+         * operand that is the GEMM's own sum (used only here) stays f32;
+         * of two such sums, the first in the graph is the GEMM's own. */
+        if (product_sum(other) && a->all_uses[other->id] == 1 && fc_same_dims(bias, n->out[0]) &&
+            a->store_low[n->out[0]->id]) {
+            bool own = product_sum(bias) && a->all_uses[bias->id] == 1 && a->pos[bias->def->id] < a->pos[other->def->id];
+            return !own;
+        }
         /* A convolution's bias or residual, when the sum is stored low:
          * the residual stream of a 16-bit convolutional network is 16-bit
          * (a convolution under torch.autocast returns the low dtype, and
@@ -319,6 +387,18 @@ static bool operands_for(ac *a, fc_rewriter *rw, fc_node *n, fc_value **in, fc_a
         return changed;
     case LIST_PROMOTE:
         break;
+    }
+    /* A constant bias that some GEMMs read low and others in f32 (a zero
+     * bias shared by layers whose results are stored differently): the
+     * uses that read it low get a low copy, made once (at load, or folded
+     * for a `full`), so that each GEMM folds its bias. */
+    for (int k = 0; !a->widen && n->op == FC_OP_ADD && k < 2; k++) {
+        fc_value *v = n->in[k];
+        if (!constant_bias(v) || v->dtype != FC_F32 || v->id >= a->nvals || a->store_low[v->id] || !use_reads_low(a, n, k))
+            continue;
+        if (!a->low_copy[v->id]) a->low_copy[v->id] = fc_rw_cast(rw, in[k], a->low);
+        if (!(in[k] = a->low_copy[v->id])) return true;
+        changed = true;
     }
     if (!a->widen) return changed;
     /* f32 throughout: 16-bit casts and constants become f32. */
@@ -422,7 +502,9 @@ fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
     a.user = fc_ctx_malloc(g->ctx, n * sizeof *a.user);
     a.pos = fc_ctx_malloc(g->ctx, ((size_t)g->next_node_id + 1) * sizeof *a.pos);
     a.all_uses = fc_ctx_malloc(g->ctx, n * sizeof *a.all_uses);
-    if (!a.cur || !a.store_low || !a.uses || !a.ok_uses || !a.user || !a.pos || !a.all_uses || !a.in || !a.out) {
+    a.low_copy = fc_ctx_malloc(g->ctx, n * sizeof *a.low_copy);
+    if (!a.cur || !a.store_low || !a.uses || !a.ok_uses || !a.user || !a.pos || !a.all_uses || !a.low_copy || !a.in ||
+        !a.out) {
         st = g->status = FC_ERR_NOMEM;
     } else {
         memset(a.cur, 0, n * sizeof *a.cur);
@@ -430,11 +512,12 @@ fc_status fc_pass_autocast(fc_graph *g, fc_precision p) {
         memset(a.uses, 0, n * sizeof *a.uses);
         memset(a.ok_uses, 0, n * sizeof *a.ok_uses);
         memset(a.user, 0, n * sizeof *a.user);
+        memset(a.low_copy, 0, n * sizeof *a.low_copy);
         count_uses(&a);
         if (!a.widen) find_low_values(&a);
         st = rebuild(&a);
     }
-    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.pos, a.all_uses, a.in, a.out};
+    void *scratch[] = {a.cur, a.store_low, a.uses, a.ok_uses, a.user, a.pos, a.all_uses, a.low_copy, a.in, a.out};
     for (size_t i = 0; i < sizeof scratch / sizeof scratch[0]; i++) fc_ctx_freemem(g->ctx, scratch[i]);
     return st;
 }

@@ -115,6 +115,7 @@ typedef struct pad_plan {
     int64_t M, N, K, Np, Kp;
     bool pad_k, pad_n;
     bool n_by_block; /* N padded by a zero weight the runtime keeps */
+    bool transpose_w; /* not padded: the weight transposed at load, for the in-place form */
 } pad_plan;
 
 static bool all_params(const fc_gemm_info *gi) {
@@ -193,6 +194,20 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
         /* The backend may write the unaligned result in place instead. */
         double in_place = interleaved_s(r, gi, p, es, (int)fc_dtype_size(y->dtype));
         if (in_place >= 0 && in_place < after) return false;
+        /* An untransposed weight's rows are N long, unaligned too, which
+         * the in-place form cannot read: the exporters store an LM head's
+         * weight so ([K, N], the tied embedding transposed). Computed at
+         * load, it can be transposed there once, for nothing per run. */
+        if (!gi->trans_b && gi->nweights == 1 && padded_at_load(gi->w[0])) {
+            fc_gemm_info t = *gi;
+            t.trans_b = true;
+            in_place = interleaved_s(r, &t, p, es, (int)fc_dtype_size(y->dtype));
+            if (in_place >= 0 && in_place < after) {
+                p->pad_n = false;
+                p->transpose_w = true;
+                return true;
+            }
+        }
     }
     return after < r->margin * before;
 }
@@ -246,7 +261,17 @@ static bool rewrite(pad_ctx *c, fc_node *n, const pad_plan *p) {
     int64_t spec[FC_GEMM_SPEC_LEN];
     memcpy(spec, n->a.list, sizeof spec);
     int kaxis = gi->trans_b ? 1 : 0, naxis = 1 - kaxis;
-    if (p->n_by_block) {
+    if (p->transpose_w) {
+        int64_t perm[2] = {1, 0};
+        fc_attrs pa;
+        fc_attrs_defaults(FC_OP_PERMUTE, &pa);
+        pa.list = perm;
+        pa.nlist = 2;
+        fc_value *w = fc_rw_value(&c->rw, gi->w[0]);
+        fc_node *t = fc_rw_build(&c->rw, FC_OP_PERMUTE, &w, 1, &pa);
+        in[k++] = t ? t->out[0] : NULL;
+        spec[FC_GEMM_TRANS_B] = 1;
+    } else if (p->n_by_block) {
         for (int i = 0; i < nw; i++) in[k++] = fc_rw_value(&c->rw, gi->w[i]);
         int64_t dims[2];
         dims[kaxis] = p->K;

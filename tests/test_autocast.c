@@ -319,7 +319,8 @@ static void numerics_on(void) {
     const fc_binding bt[] = {{"B", 1}, {"T", 16}}, b[] = {{"B", 32}};
     const char *passes[] = {"tests/passes/autocast_gemm_chain.ir", "tests/passes/autocast_softmax.ir",
                             "tests/passes/autocast_layernorm.ir", "tests/passes/autocast_mlp.ir",
-                            "tests/passes/autocast_attention.ir"};
+                            "tests/passes/autocast_attention.ir", "tests/passes/autocast_attention_scaled.ir",
+                            "tests/passes/autocast_gemm_residual.ir"};
     for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) numeric_case(passes[i], NULL, 0);
     numeric_case("examples/gpt2_block.ir", bt, 2);
     numeric_case("bench/llama_block_f32.ir", bt, 2);

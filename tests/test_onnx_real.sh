@@ -15,6 +15,26 @@
 source "${SRC:-.}/tests/onnx/script_setup.sh"
 python3 "$SRC/tests/onnx/real_exports.py" unpack "$tmp" || { echo "FAIL: real_exports.py unpack"; exit 1; }
 
+# GPT-2 small's exported attention at full size (a plan: no weights, no
+# run): under bf16 the QKV GEMM writes bf16 and the wgmma attention reads Q,
+# K and V in place, K by TMA as well (a K^T materialized by a copy kernel
+# would be read through a strided permute, without TMA: 5x slower).
+plan16=$("$FUSEC" "$SRC/tests/onnx/gpt2_export_attention.ir" --precision=bf16 --emit=plan 2>&1)
+if grep -q "^total:" <<<"$plan16"; then
+  grep -q "ops: attention: flash wgmma bf16, causal, 96 x 1024 x 1024 x 64, TMA q k v$" <<<"$plan16" ||
+    bad "gpt2_export_attention.ir --precision=bf16: no wgmma attention reading q, k and v by TMA: $(grep attention <<<"$plan16")"
+  total=$(grep "^total:" <<<"$plan16" | sed 's/, [0-9]* bytes.*//')
+  [[ "$total" == "total: 4 kernels, 2 library calls" ]] || bad "gpt2_export_attention.ir --precision=bf16: $total, want 4 kernels (the input cast, the attention, two weight casts at load), 2 library calls"
+fi
+# Its LM head: the export's [K, N] weight, transposed at load, so that the
+# unaligned f32 logits are written in place: no slice kernel compacts them.
+plan16=$("$FUSEC" "$SRC/tests/onnx/gpt2_export_lm_head.ir" --precision=bf16 --emit=plan 2>&1)
+if grep -q "^total:" <<<"$plan16"; then
+  grep -q "ops: gemm\[trans_b\] -> f32$" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: no gemm[trans_b] -> f32"
+  ! grep -q "ops: pointwise: .*slice" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: the logits are compacted by a copy"
+  grep -q "pointwise: cast,permute (at weight load)$" <<<"$plan16" || bad "gpt2_export_lm_head.ir --precision=bf16: the weight is not transposed at load"
+fi
+
 for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_2x128 bert_dynamo_8x512 \
             llama_dynamo_2x128 llama_dynamo_4x1024; do
   model=${name%%_*}
@@ -44,6 +64,24 @@ for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_
     plan16=$("$FUSEC" "$tmp/$name.onnx" --precision=bf16 --emit=plan 2>&1)
     n=$(grep -c "ops: attention: flash .* bf16" <<<"$plan16")
     [[ $n == 2 ]] || bad "$name --precision=bf16: $n bf16 flash attentions, want 2: $(tail -1 <<<"$plan16")"
+    # The export scales Q and K^T before the scores' matmul and splits one
+    # QKV projection: under bf16 that GEMM writes bf16 and the attention
+    # reads Q, K and V in place through views of it (the scales folded into
+    # its own): no kernel copies, transposes or casts Q, K or V (Llama's
+    # RoPE computes its Q and K, in a kernel; BERT's pooler casts the first
+    # token's row, a slice,cast of its own).
+    copies="ops: .*slice,reshape,permute"
+    [[ $model == gpt2 ]] && copies="$copies\\|ops: pointwise: slice,cast$"
+    if [[ $model != llama ]]; then
+      n=$(grep -c "$copies" <<<"$plan16")
+      [[ $n == 0 ]] || bad "$name --precision=bf16: $n kernels copy Q, K or V out of the QKV GEMM's result, want 0"
+    fi
+    if [[ $model == gpt2 ]]; then
+      n=$(grep -c "ops: gemm -> bf16$" <<<"$plan16")
+      [[ $n == 2 ]] || bad "$name --precision=bf16: $n QKV GEMMs writing bf16, want one per layer (2)"
+      total=$(grep "^total:" <<<"$plan16" | sed 's/, [0-9]* bytes.*//')
+      [[ "$total" == "total: 17 kernels, 9 library calls" ]] || bad "$name --precision=bf16: $total, want 17 kernels, 9 library calls"
+    fi
 
     # The Q, K and V projections are one GEMM per layer: Llama's have no
     # bias; BERT's biases are one zero tensor the exporter shares (a full
