@@ -1326,7 +1326,7 @@ static void test_gemm_choice(void) {
          FC_GEMM_LIBRARY, "static: cuBLASLt"},
         {"static M 1, weight [N, K]", "graph c9(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
          "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", NULL, 90, FC_GEMM_GEMV,
-         "static: GEMV (M <= 8, weights [N, K], sm 80+)"},
+         "static: GEMV (M <= 8, sm 80+)"},
         {"static M 1, weight [N, K], FUSEC_SKINNY=0", "graph c10(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
          "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", "FUSEC_SKINNY=0", 90, FC_GEMM_LIBRARY,
          "static: cuBLASLt"},
