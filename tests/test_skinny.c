@@ -485,7 +485,7 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
  * (QKV 3072 x 2048, o and down 2048 x 2048 and 2048 x 8192), whose few
  * blocks split K between their warps; and against weights [K, N] (GPT-2's
  * QKV, out, MLP up and down projections at M 1 and 8), split over a
- * cluster, an odd N, a tiny one, a computed weight (loaded after the wait).
+ * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
  * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
  * cuBLASLt), the split, the grid, and that the source compiles; on one,
  * each against the reference. */
@@ -537,7 +537,7 @@ static const gvcase gvcases[] = {
      "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 8 x 768 x 3072, bias, residual", GV_KN("k7", "bf16", 8, 768, 3072) ", %b: bf16[768], %r: bf16[8, 768]) {\n"
      "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
-    {"gemv [K, N] bf16 3 x 771 x 768, odd N, bias, residual, relu", GV_KN("k8", "bf16", 3, 771, 768) ", %b: bf16[771], "
+    {"gemv [K, N] bf16 3 x 771 x 767, odd N and K, bias, residual, relu", GV_KN("k8", "bf16", 3, 771, 767) ", %b: bf16[771], "
      "%r: bf16[3, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 2 x 100 x 200, tiny", GV_KN("k9", "bf16", 2, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
      false},
