@@ -194,13 +194,21 @@ static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *bias, cons
     fc_strbuf_printf(s, "%so0[(long long)m * N + n] = fc_to<%s>(y);\n", indent, t);
 }
 
+/* The kernel's signature: the group's inputs a0.., the result o0; a
+ * cluster of `cluster` blocks where more than 1. */
+static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, const char *name, int cluster, int threads) {
+    fc_strbuf_printf(s, "extern \"C\" __global__ void ");
+    if (cluster > 1) fc_strbuf_printf(s, "__cluster_dims__(%d, 1, 1) ", cluster);
+    fc_strbuf_printf(s, "__launch_bounds__(%d) %s(", threads, name);
+    for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
+    fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
+}
+
 /* The [N, K] kernel: warp group g of a block's G = 8 / SW computes columns
  * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
 static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", 32 * GV_WARPS, name);
-    for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
-    fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
+    emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
                      "  const long long N = %lldLL;\n"
@@ -306,11 +314,7 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     const char *t = fc_cuda_storage_type(k->dtype);
     const int S = k->splits;
     const int64_t slice = kn_slice(k->K, S);
-    fc_strbuf_printf(s, "extern \"C\" __global__ void ");
-    if (S > 1) fc_strbuf_printf(s, "__cluster_dims__(%d, 1, 1) ", S);
-    fc_strbuf_printf(s, "__launch_bounds__(%d) %s(", KN_THREADS, name);
-    for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
-    fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
+    emit_signature(s, gr, t, name, S, KN_THREADS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, S = %d, KS = %lld, R = %lld };\n"
                      "  const long long N = %lldLL;\n"
