@@ -182,16 +182,18 @@ static const char helpers[] =
     "#endif\n";
 
 /* The epilogue of both kernels: v (float, the sum for output row m,
- * column n) scaled, plus the bias (`bias`: its element expression) and
- * the residual, the activation, stored. */
-static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *bias, const char *indent) {
+ * column n: `m` and `n` name them) scaled, plus the bias and the residual
+ * (`bias`, `res`: floats the kernel loaded early, so that their latency
+ * overlaps the weight stream), the activation, stored. */
+static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const char *n, const char *bias, const char *res,
+                          const char *indent) {
     const char *t = fc_cuda_storage_type(k->dtype);
     fc_strbuf_printf(s, "%sfloat y = (float)%.17g * v;\n", indent, k->alpha);
-    if (k->bias[0] >= 0) fc_strbuf_printf(s, "%sy += fc_ld(%s);\n", indent, bias);
-    if (k->residual >= 0) fc_strbuf_printf(s, "%sy += fc_ld(a%d[(long long)m * N + n]);\n", indent, k->residual);
+    if (k->bias[0] >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, bias);
+    if (k->residual >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, res);
     if (k->act == 1) fc_strbuf_printf(s, "%sy = fc_relu(y);\n", indent);
     if (k->act == 2) fc_strbuf_printf(s, "%sy = fc_gelu_tanh(y);\n", indent);
-    fc_strbuf_printf(s, "%so0[(long long)m * N + n] = fc_to<%s>(y);\n", indent, t);
+    fc_strbuf_printf(s, "%so0[(long long)%s * N + %s] = fc_to<%s>(y);\n", indent, m, n, t);
 }
 
 /* The kernel's signature: the group's inputs a0.., the result o0; a
@@ -208,6 +210,19 @@ static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, cons
  * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
 static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
+    /* The epilogue's bias and residual, loaded after the wait (a residual
+     * is what a kernel before wrote), before the weight stream. */
+    char early[512] = "";
+    int e = 0;
+    if (k->bias[0] >= 0)
+        e += snprintf(early + e, sizeof early - (size_t)e,
+                      "  float eb[%d];\n#pragma unroll\n  for (int c = 0; c < %d; c++) eb[c] = br[c] ? fc_ld(*br[c]) : 0.f;\n",
+                      GV_COLS, GV_COLS);
+    if (k->residual >= 0)
+        snprintf(early + e, sizeof early - (size_t)e,
+                 "  float er[M][%d];\n#pragma unroll\n  for (int m = 0; m < M; m++)\n#pragma unroll\n"
+                 "    for (int c = 0; c < %d; c++) er[m][c] = wr[c] ? fc_ld(a%d[(long long)m * N + c0 + c]) : 0.f;\n",
+                 GV_COLS, GV_COLS, k->residual);
     emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
@@ -247,6 +262,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) acc[m][c] = 0.f;\n"
+                     "%s"
                      "  const %s *A = a%d;\n"
                      "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
                      "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
@@ -270,7 +286,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
                      "  fc_dependents_may_launch();\n",
-                     GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
+                     GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
                      GV_COLS);
     if (k->splits > 1)
         /* The group's SW partials summed by its first warp, in warp order. */
@@ -302,7 +318,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "      const long long n = c0 + c;\n"
                      "      const float v = acc[m][c];\n",
                      GV_COLS);
-    emit_epilogue(s, k, "*br[c]", "      ");
+    emit_epilogue(s, k, "m", "n", "eb[c]", "er[m][c]", "      ");
     fc_strbuf_printf(s, "    }\n}\n");
 }
 
@@ -339,12 +355,24 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     static const char wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
     /* The weights are parameters, which no kernel writes: into registers
      * while the kernel before finishes. */
+    /* Thread (om, oc) of block 0 finishes output [om, on]; its bias and
+     * residual are loaded early, where their latency overlaps the weights'. */
+    fc_strbuf_printf(s,
+                     "  const int om = tid / %d, oc = tid %% %d;\n"
+                     "  const long long on = nb + oc;\n"
+                     "  const bool finisher = rank == 0 && om < M && on < N;\n"
+                     "  float eb = 0.f, er = 0.f;\n",
+                     KN_COLS, KN_COLS);
+    char bias[64] = "", res[80] = "";
+    if (k->bias[0] >= 0) snprintf(bias, sizeof bias, "  if (finisher) eb = fc_ld(a%d[on]);\n", k->bias[0]);
+    if (k->residual >= 0) snprintf(res, sizeof res, "  if (finisher) er = fc_ld(a%d[(long long)om * N + on]);\n", k->residual);
     if (k->constant_w) {
         fc_strbuf_printf(s, load_w, KN_ROWS);
-        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, "%s%s%s", bias, wait, res);
     } else {
         fc_strbuf_printf(s, "%s", wait);
         fc_strbuf_printf(s, load_w, KN_ROWS);
+        fc_strbuf_printf(s, "%s%s", bias, res);
     }
     fc_strbuf_printf(s,
                      "  float acc[M][8];\n"
@@ -381,35 +409,32 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "#pragma unroll\n"
                      "      for (int e = 0; e < 8; e++) part[warp][m][lane * 8 + e] = acc[m][e];\n"
                      "  __syncthreads();\n"
-                     "  const int m = tid / %d, c = tid %% %d;\n"
                      "  float v = 0.f;\n"
-                     "  if (m < M)\n"
+                     "  if (om < M)\n"
                      "#pragma unroll\n"
-                     "    for (int q = 0; q < %d; q++) v += part[q][m][c];\n",
-                     t, k->a, KN_ROWS, t, KN_THREADS / 32, KN_COLS, KN_COLS, KN_COLS, KN_THREADS / 32);
+                     "    for (int q = 0; q < %d; q++) v += part[q][om][oc];\n",
+                     t, k->a, KN_ROWS, t, KN_THREADS / 32, KN_COLS, KN_THREADS / 32);
     if (S > 1)
         /* Each block's sums into block 0's shared memory (its slot: the
          * rank), one cluster barrier, block 0 sums them in rank order. */
         fc_strbuf_printf(s,
                          "  __shared__ float red[S][M][%d];\n"
                          "  asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); /* every block has started */\n"
-                         "  if (m < M) {\n"
+                         "  if (om < M) {\n"
                          "    unsigned d;\n"
                          "    asm volatile(\"mapa.shared::cluster.u32 %%0, %%1, %%2;\" : \"=r\"(d)\n"
-                         "                 : \"r\"((unsigned)__cvta_generic_to_shared(&red[rank][m][c])), \"r\"(0));\n"
+                         "                 : \"r\"((unsigned)__cvta_generic_to_shared(&red[rank][om][oc])), \"r\"(0));\n"
                          "    asm volatile(\"st.shared::cluster.f32 [%%0], %%1;\" ::\"r\"(d), \"f\"(v) : \"memory\");\n"
                          "  }\n"
                          "  asm volatile(\"barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
                          "  if (rank != 0) return;\n"
                          "  v = 0.f;\n"
-                         "  if (m < M)\n"
+                         "  if (om < M)\n"
                          "#pragma unroll\n"
-                         "    for (int q = 0; q < S; q++) v += red[q][m][c];\n",
+                         "    for (int q = 0; q < S; q++) v += red[q][om][oc];\n",
                          KN_COLS);
-    fc_strbuf_printf(s, "  const long long n = nb + c;\n  if (m >= M || n >= N) return;\n");
-    char bias[32];
-    snprintf(bias, sizeof bias, "a%d[n]", k->bias[0]);
-    emit_epilogue(s, k, bias, "  ");
+    fc_strbuf_printf(s, "  if (!finisher) return;\n");
+    emit_epilogue(s, k, "om", "on", "eb", "er", "  ");
     fc_strbuf_printf(s, "}\n");
 }
 
