@@ -106,10 +106,10 @@ static void test_lm_head(fc_context *ctx) {
                 small_plan sp;
                 if (!plan_of(ctx, what, text, false, &sp, NULL)) continue;
                 /* x @ W^T (weights [N, K], K = 768 a multiple of 256)
-                 * and x @ W (weights [K, N]) at M <= 8: the GEMV kernel;
+                 * and x @ W (weights [K, N]) at M = 1: the GEMV kernel;
                  * x @ W at more rows: the skinny kernel where N is whole
                  * 64-column tiles; else cuBLASLt. */
-                const bool gemv = tb || M <= 8, skinny = !gemv && N % 64 == 0;
+                const bool gemv = tb || M == 1, skinny = !gemv && N % 64 == 0;
                 const fc_gemm_path want = skinny ? FC_GEMM_SKINNY : gemv ? FC_GEMM_GEMV : FC_GEMM_LIBRARY;
                 /* Unpadded: the GEMM alone, no zero block, no compaction. */
                 const bool own = want != FC_GEMM_LIBRARY;
@@ -139,6 +139,12 @@ static void test_odd_k(fc_context *ctx) {
     }
     snprintf(text, sizeof text, fmt, 8);
     if (plan_of(ctx, "odd K, M 8", text, false, &sp, NULL)) {
+        CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
+        CHECK_EQ_INT(sp.kernels, 1); /* relu alone */
+        CHECK_EQ_INT(sp.loadtime, 0);
+    }
+    snprintf(text, sizeof text, fmt, 1);
+    if (plan_of(ctx, "odd K, M 1", text, false, &sp, NULL)) {
         /* The GEMV of [K, N] weights takes any K: nothing padded. */
         CHECK_EQ_INT(sp.path, FC_GEMM_GEMV);
         CHECK_EQ_INT(sp.kernels, 2); /* relu, the GEMV */

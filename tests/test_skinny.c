@@ -484,7 +484,7 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
  * weight (the epilogue pass makes it trans_b); Llama-1B's projections
  * (QKV 3072 x 2048, o and down 2048 x 2048 and 2048 x 8192), whose few
  * blocks split K between their warps; and against weights [K, N] (GPT-2's
- * QKV, out, MLP up and down projections at M 1 and 8), split over a
+ * QKV, out, MLP up and down projections at M 1; M 2 and 8 stay skinny), split over a
  * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
  * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
  * cuBLASLt), the split, the grid, and that the source compiles; on one,
@@ -525,23 +525,19 @@ static const gvcase gvcases[] = {
     /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
     {"gemv [K, N] bf16 1 x 2304 x 768, bias (QKV)", GV_KN("k1", "bf16", 1, 2304, 768) ", %b: bf16[2304]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
-    {"gemv [K, N] bf16 8 x 2304 x 768, bias", GV_KN("k2", "bf16", 8, 2304, 768) ", %b: bf16[2304]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv [K, N] bf16 1 x 768 x 768, bias, residual (out)", GV_KN("k3", "bf16", 1, 768, 768) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
      "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 3072 x 768, bias, gelu (up)", GV_KN("k4", "bf16", 1, 3072, 768) ", %b: bf16[3072]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
-    {"gemv [K, N] f16 8 x 3072 x 768, bias, gelu, scale", GV_KN("k5", "f16", 8, 3072, 768) ", %b: f16[3072]) {\n"
+    {"gemv [K, N] f16 1 x 3072 x 768, bias, gelu, scale", GV_KN("k5", "f16", 1, 3072, 768) ", %b: f16[3072]) {\n"
      "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 2], scale=0.5)\n  return %y\n}\n", true, 4, false},
     {"gemv [K, N] bf16 1 x 768 x 3072, bias, residual (down)", GV_KN("k6", "bf16", 1, 768, 3072) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
      "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
-    {"gemv [K, N] bf16 8 x 768 x 3072, bias, residual", GV_KN("k7", "bf16", 8, 768, 3072) ", %b: bf16[768], %r: bf16[8, 768]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
-    {"gemv [K, N] bf16 3 x 771 x 767, odd N and K, bias, residual, relu", GV_KN("k8", "bf16", 3, 771, 767) ", %b: bf16[771], "
-     "%r: bf16[3, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
-    {"gemv [K, N] bf16 2 x 100 x 200, tiny", GV_KN("k9", "bf16", 2, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
+    {"gemv [K, N] bf16 1 x 771 x 767, odd N and K, bias, residual, relu", GV_KN("k8", "bf16", 1, 771, 767) ", %b: bf16[771], "
+     "%r: bf16[1, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
+    {"gemv [K, N] bf16 1 x 100 x 200, tiny", GV_KN("k9", "bf16", 1, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
      false},
-    {"gemv [K, N] bf16 [2, 2] x 1024 x 1024, computed weight", "graph k10(%x: bf16[2, 2, 1024], %v: f32[1024, 1024]) {\n"
+    {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, computed weight", "graph k10(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
      "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, true},
     /* Not taken. */
     {"not gemv: M 9", "graph g7(%x: bf16[9, 1024], %w: bf16[1024, 1024]) {\n"
@@ -550,8 +546,10 @@ static const gvcase gvcases[] = {
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: f32", "graph g9(%x: f32[1, 1024], %w: f32[1024, 1024]) {\n"
      "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
-    {"not gemv: [K, N], M 9 (skinny)", GV_KN("n10", "bf16", 9, 768, 768) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, 0,
+    {"not gemv: [K, N], M 2 (skinny)", GV_KN("n10", "bf16", 2, 768, 768) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, 0,
      false},
+    {"not gemv: [K, N], M 8 (skinny)", GV_KN("n12", "bf16", 8, 768, 3072) ", %b: bf16[768], %r: bf16[8, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: [K, N], K 8192 (16 rows a thread)", GV_KN("n11", "bf16", 1, 768, 8192) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
      false, 0, false},
 };

@@ -75,7 +75,8 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     int64_t M = 1;
     for (int d = 0; d + 1 < a->rank; d++) M *= a->dims[d];
     const int64_t K = a->dims[a->rank - 1];
-    if (M < 1 || M > FC_GEMV_MAX_M || K < 1 || (gi.trans_b && (K < GV_STEP || K % GV_STEP))) return false;
+    if (M < 1 || M > FC_GEMV_MAX_M || K < 1 || (gi.trans_b && (K < GV_STEP || K % GV_STEP)) || (!gi.trans_b && M > FC_GEMV_KN_MAX_M))
+        return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
                  .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
                  .kn = !gi.trans_b, .constant_w = true};

@@ -37,7 +37,12 @@
 #include "emit.h"
 #include <stdbool.h>
 
-enum { FC_GEMV_MAX_M = 8, FC_GEMV_MAX_WEIGHTS = 4 };
+/* FC_GEMV_KN_MAX_M: the [K, N] kernel's rows. Measured on the H200 at
+ * GPT-2's shapes (docs/PERF.md): at M = 1 0.5 to 1 us a launch faster than
+ * the skinny GEMM, at M = 8 twice as slow (8 scalar loads of A and 64 FMAs
+ * a weight row a thread, 100 registers: 2 blocks a SM), so more rows keep
+ * the skinny kernel. */
+enum { FC_GEMV_MAX_M = 8, FC_GEMV_KN_MAX_M = 1, FC_GEMV_MAX_WEIGHTS = 4 };
 
 /* What a GEMV runs: y [M, N] = act(alpha A W^T + bias + residual), A [M,
  * K] and the weights W_i [N_i, K] row-major, N the sum of the N_i; or,
@@ -62,7 +67,8 @@ typedef struct fc_gemv {
  * newer, unless FUSEC_SKINNY=0 is in the environment (the fallback to
  * cuBLASLt that the skinny GEMMs share); and either trans_b with 1 to
  * FC_GEMV_MAX_WEIGHTS weights [N_i, K] of static dims, K a multiple of 256
- * (32 lanes by 8 elements), or one weight [K, N] of static dims whose K
+ * (32 lanes by 8 elements), or, at M <= FC_GEMV_KN_MAX_M, one weight [K, N]
+ * of static dims whose K
  * slices (K over the cluster's blocks, at most 8 on sm 90, 1 before) are
  * at most 512 deep (8 rows a thread). */bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out);
 
