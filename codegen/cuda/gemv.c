@@ -1,5 +1,6 @@
-/* gemv.c - GEMMs of a few rows against [N, K] weights as CUDA-core kernels
- * (gemv.h): the rule that picks them and their source. */
+/* gemv.c - GEMMs of a few rows against [N, K] weights, or of one row
+ * against [K, N] weights, as CUDA-core kernels (gemv.h): the rule that
+ * picks them, their K splits and their source. */
 #include "gemv.h"
 #include "ir/switches.h"
 #include "passes/epilogue.h"
