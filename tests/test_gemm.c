@@ -1292,9 +1292,9 @@ static void test_variant_sources(void) {
     fc_context_free(ctx);
 }
 
-/* The GEMM choice (codegen/cuda/gemm_choice.c): static M 1..64 on sm 90
+/* The GEMM choice (codegen/cuda/gemm_choice.c): static M 9..64 on sm 90
  * skinny, M above 64 (or sm 80, or FUSEC_SKINNY=0) cuBLASLt; M 1 against
- * a [N, K] weight a GEMV (cuBLASLt with FUSEC_SKINNY=0); GPT-2's out
+ * a [K, N] weight, or a [N, K] one, a GEMV (cuBLASLt with FUSEC_SKINNY=0); GPT-2's out
  * projection at T = 64 with its attention inside; a dynamic plan's GEMMs
  * generated tiles, cuBLASLt with FUSEC_VARIANT_GEMM=cublaslt. Every rule but the dynamic non-GEMM library op (which no
  * pipeline leaves: a dynamic plan lowers its attention ops) is reached. */
@@ -1308,6 +1308,8 @@ typedef struct choice_case {
 static void test_gemm_choice(void) {
     static const choice_case cases[] = {
         {"static M 1", "graph c1(%x: bf16[1, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
+         FC_GEMM_GEMV, "static: GEMV (M <= 8, sm 80+)"},
+        {"static M 9", "graph c1b(%x: bf16[9, 768], %w: bf16[768, 2304]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", NULL, 90,
          FC_GEMM_SKINNY, "static: skinny (M <= 64, sm_90a)"},
         {"static M 17, epilogue", "graph c2(%x: f16[17, 768], %w: f16[768, 768], %b: f16[768]) {\n"
          "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 1])\n  return %y\n}\n", NULL, 90, FC_GEMM_SKINNY,
@@ -1326,7 +1328,7 @@ static void test_gemm_choice(void) {
          FC_GEMM_LIBRARY, "static: cuBLASLt"},
         {"static M 1, weight [N, K]", "graph c9(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
          "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", NULL, 90, FC_GEMM_GEMV,
-         "static: GEMV (M <= 8, weights [N, K], sm 80+)"},
+         "static: GEMV (M <= 8, sm 80+)"},
         {"static M 1, weight [N, K], FUSEC_SKINNY=0", "graph c10(%x: bf16[1, 2048], %w: bf16[8192, 2048]) {\n"
          "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", "FUSEC_SKINNY=0", 90, FC_GEMM_LIBRARY,
          "static: cuBLASLt"},

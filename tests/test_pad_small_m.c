@@ -105,10 +105,11 @@ static void test_lm_head(fc_context *ctx) {
                 snprintf(what, sizeof what, "LM head %s, M %d, N %d", tb ? "x @ W^T" : "x @ W", M, N);
                 small_plan sp;
                 if (!plan_of(ctx, what, text, false, &sp, NULL)) continue;
-                /* x @ W: the skinny kernel where N is whole 64-column
-                 * tiles; x @ W^T (weights [N, K], K = 768 a multiple of
-                 * 256): the GEMV kernel; else cuBLASLt. */
-                const bool skinny = !tb && N % 64 == 0, gemv = tb;
+                /* x @ W^T (weights [N, K], K = 768 a multiple of 256)
+                 * and x @ W (weights [K, N]) at M = 1: the GEMV kernel;
+                 * x @ W at more rows: the skinny kernel where N is whole
+                 * 64-column tiles; else cuBLASLt. */
+                const bool gemv = tb || M == 1, skinny = !gemv && N % 64 == 0;
                 const fc_gemm_path want = skinny ? FC_GEMM_SKINNY : gemv ? FC_GEMM_GEMV : FC_GEMM_LIBRARY;
                 /* Unpadded: the GEMM alone, no zero block, no compaction. */
                 const bool own = want != FC_GEMM_LIBRARY;
@@ -140,6 +141,14 @@ static void test_odd_k(fc_context *ctx) {
     if (plan_of(ctx, "odd K, M 8", text, false, &sp, NULL)) {
         CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
         CHECK_EQ_INT(sp.kernels, 1); /* relu alone */
+        CHECK_EQ_INT(sp.loadtime, 0);
+    }
+    snprintf(text, sizeof text, fmt, 1);
+    if (plan_of(ctx, "odd K, M 1", text, false, &sp, NULL)) {
+        /* The GEMV of [K, N] weights takes any K: nothing padded. */
+        CHECK_EQ_INT(sp.path, FC_GEMM_GEMV);
+        CHECK_EQ_INT(sp.kernels, 2); /* relu, the GEMV */
+        CHECK_EQ_INT(sp.library, 0);
         CHECK_EQ_INT(sp.loadtime, 0);
     }
 }

@@ -235,7 +235,7 @@ typedef struct rcase {
     int count; /* skinny launches where there are several (0: one) */
 } rcase;
 static const rcase rcases[] = {
-    {"bf16 1 x 2304 x 768, bias", "graph a(%x: bf16[1, 768], %w: bf16[768, 2304], %b: bf16[2304]) {\n"
+    {"bf16 9 x 2304 x 768, bias", "graph a(%x: bf16[9, 768], %w: bf16[768, 2304], %b: bf16[2304]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", 2, true, 0},
     {"f16 17 x 768 x 768, bias, residual, relu", "graph b(%x: f16[17, 768], %w: f16[768, 768], %b: f16[768], %r: f16[17, 768]) {\n"
      "  %y = gemm(%x, %w, %b, %r, to=f16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", 4, true, 0},
@@ -478,36 +478,80 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
 }
 
 /* 5. GEMVs (codegen/cuda/gemv.c): M <= 8 rows against weights stored [N,
- * K] (trans_b), which the skinny kernels do not take: one weight or
- * sibling weights (their results concatenated), a bias each, a residual,
- * relu and gelu_tanh, N not a multiple of the 16 columns a block computes,
- * the matmul of a permuted weight (the epilogue pass makes it trans_b).
- * Without a GPU, the rule (and what it leaves to cuBLASLt) and that the
- * source compiles; on one, each against the reference. */
+ * K] (trans_b): one weight or sibling weights (their results
+ * concatenated), a bias each, a residual, relu and gelu_tanh, N not a
+ * multiple of the 16 columns a block computes, the matmul of a permuted
+ * weight (the epilogue pass makes it trans_b); Llama-1B's projections
+ * (QKV 3072 x 2048, o and down 2048 x 2048 and 2048 x 8192), whose few
+ * blocks split K between their warps; and against weights [K, N] (GPT-2's
+ * QKV, out, MLP up and down projections at M 1; M 2 and 8 stay skinny), split over a
+ * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
+ * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
+ * cuBLASLt), the split, the grid, and that the source compiles; on one,
+ * each against the reference. */
 typedef struct gvcase {
     const char *name, *ir;
-    bool gemv; /* the rule takes it */
+    bool gemv;     /* the rule takes it */
+    int splits;    /* the K split it picks (1: none) */
+    bool computed; /* [K, N]: the weight is computed, loaded after the wait */
 } gvcase;
+#define GV_NK(name, M, N, K) "graph " name "(%x: bf16[" #M ", " #K "], %w: bf16[" #N ", " #K "]"
+#define GV_KN(name, T, M, N, K) "graph " name "(%x: " T "[" #M ", " #K "], %w: " T "[" #K ", " #N "]"
 static const gvcase gvcases[] = {
-    {"gemv bf16 1 x 3072 x 2048", "graph g1(%x: bf16[1, 2048], %w: bf16[3072, 2048]) {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true},
+    {"gemv bf16 1 x 3072 x 2048", GV_NK("g1", 1, 3072, 2048) ") {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv f16 3 x 1000 x 512, bias, gelu", "graph g2(%x: f16[3, 512], %w: f16[1000, 512], %b: f16[1000]) {\n"
-     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true},
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 2, false},
     {"gemv bf16 8 x (512 + 128 + 130) x 256, siblings", "graph g3(%x: bf16[8, 256], %a: bf16[512, 256], %b: bf16[128, 256], "
-     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true},
+     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 2 x 768 x 768, residual, scale", "graph g4(%x: bf16[2, 768], %w: bf16[768, 768], %r: bf16[2, 768]) {\n"
-     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true},
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 4 x (256 + 256) x 512, siblings with biases, relu", "graph g5(%x: bf16[4, 512], %a: bf16[256, 512], "
      "%b: bf16[256, 512], %p: bf16[256], %q: bf16[256]) {\n"
-     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true},
+     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 2, false},
     {"gemv bf16 [1, 1] x 1024 x 1024, permuted weight", "graph g6(%x: bf16[1, 1, 1024], %w: bf16[1024, 1024]) {\n"
-     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true},
+     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 4, false},
+    /* Llama-1B's decode projections: split between a block's warps. */
+    {"gemv bf16 1 x 2048 x 8192 (down)", GV_NK("g10", 1, 2048, 8192) ") {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false},
+    {"gemv bf16 8 x 2048 x 2048, residual (o)", GV_NK("g11", 8, 2048, 2048) ", %r: bf16[8, 2048]) {\n"
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 8, false},
+    {"gemv bf16 8 x 3072 x 8192, bias, gelu", GV_NK("g12", 8, 3072, 8192) ", %b: bf16[3072]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
+    {"gemv bf16 8 x 2050 x 2048, odd N, bias, residual", GV_NK("g13", 8, 2050, 2048) ", %b: bf16[2050], %r: bf16[8, 2050]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
+    {"gemv bf16 1 x 16384 x 2048 (gate and up: no split)", GV_NK("g14", 1, 16384, 2048) ") {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
+    /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
+    {"gemv [K, N] bf16 1 x 2304 x 768, bias (QKV)", GV_KN("k1", "bf16", 1, 2304, 768) ", %b: bf16[2304]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
+    {"gemv [K, N] bf16 1 x 768 x 768, bias, residual (out)", GV_KN("k3", "bf16", 1, 768, 768) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
+    {"gemv [K, N] bf16 1 x 3072 x 768, bias, gelu (up)", GV_KN("k4", "bf16", 1, 3072, 768) ", %b: bf16[3072]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
+    {"gemv [K, N] f16 1 x 3072 x 768, bias, gelu, scale", GV_KN("k5", "f16", 1, 3072, 768) ", %b: f16[3072]) {\n"
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 2], scale=0.5)\n  return %y\n}\n", true, 4, false},
+    {"gemv [K, N] bf16 1 x 768 x 3072, bias, residual (down)", GV_KN("k6", "bf16", 1, 768, 3072) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
+    {"gemv [K, N] bf16 1 x 771 x 767, odd N and K, bias, residual, relu", GV_KN("k8", "bf16", 1, 771, 767) ", %b: bf16[771], "
+     "%r: bf16[1, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
+    {"gemv [K, N] bf16 1 x 100 x 200, tiny", GV_KN("k9", "bf16", 1, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
+     false},
+    {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, computed weight", "graph k10(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
+     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, true},
+    /* Not taken. */
     {"not gemv: M 9", "graph g7(%x: bf16[9, 1024], %w: bf16[1024, 1024]) {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: K 320", "graph g8(%x: bf16[1, 320], %w: bf16[1024, 320]) {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: f32", "graph g9(%x: f32[1, 1024], %w: f32[1024, 1024]) {\n"
-     "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false},
+     "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
+    {"not gemv: [K, N], M 2 (skinny)", GV_KN("n10", "bf16", 2, 768, 768) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, 0,
+     false},
+    {"not gemv: [K, N], M 8 (skinny)", GV_KN("n12", "bf16", 8, 768, 3072) ", %b: bf16[768], %r: bf16[8, 768]) {\n"
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", false, 0, false},
+    {"not gemv: [K, N], K 8192 (16 rows a thread)", GV_KN("n11", "bf16", 1, 768, 8192) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     false, 0, false},
 };
 
 static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
@@ -524,12 +568,35 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
         }
         if (p && want) {
             const fc_program_desc *d = fc_program_desc_of(p);
-            for (int i = 0; i < d->src.nlaunches; i++)
-                if (!strncmp(d->src.launches[i].summary, "gemv ", 5)) {
-                    CHECK(d->src.launches[i].pdl);
-                    CHECK_EQ_INT((int)d->src.launches[i].block[0], 256);
+            const bool kn = strstr(gc->name, "[K, N]") != NULL;
+            for (int i = 0; i < d->src.nlaunches; i++) {
+                const fc_launch *l = &d->src.launches[i];
+                if (strncmp(l->summary, "gemv ", 5)) continue;
+                CHECK(l->pdl);
+                CHECK_EQ_INT((int)l->block[0], 256);
+                const char *in = strstr(l->summary, "K in ");
+                const int splits = in ? atoi(in + 5) : 1;
+                if (splits != gc->splits) {
+                    fprintf(stderr, "%s: %s, want %d slices\n", gc->name, l->summary, gc->splits);
+                    CHECK(false);
                 }
-            CHECK(strstr(d->src.source, "prefetch.global.L2") != NULL);
+                CHECK(!in || strstr(l->summary, kn ? "of a cluster" : "of a block's warps") != NULL);
+                /* Columns a block: 32 for [K, N] (times the cluster), 16 / splits for [N, K]. */
+                const char *x = strstr(l->summary, " x ");
+                const long long N = x ? atoll(x + 3) : 0;
+                const long long grid = kn ? (N + 31) / 32 * gc->splits : (N + 16 / gc->splits - 1) / (16 / gc->splits);
+                CHECK_EQ_INT((int)l->grid[0], (int)grid);
+            }
+            char cl[48];
+            snprintf(cl, sizeof cl, "__cluster_dims__(%d, 1, 1)", gc->splits);
+            CHECK((strstr(d->src.source, cl) != NULL) == (kn && gc->splits > 1));
+            if (!kn) CHECK(strstr(d->src.source, "prefetch.global.L2") != NULL);
+            else {
+                /* Parameters' weights loaded before the wait, a computed one after it. */
+                const char *w = strstr(d->src.source, "uint4 w[R];");
+                CHECK(w != NULL);
+                if (w) CHECK((strstr(w, "griddepcontrol.wait") != NULL) == !gc->computed);
+            }
         }
         fc_program_free(p);
         if (g && dev && want) run_case(ctx, dev, gc->name, g, false, -1);

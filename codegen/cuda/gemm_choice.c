@@ -56,7 +56,11 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
 }
 
 /* Static M <= 8 against weights stored [N, K] (trans_b), which the skinny
- * kernels do not take, unless FUSEC_SKINNY=0 (fc_cuda_gemv_plan). */
+ * kernels do not take, or M = 1 against [K, N], which they take but run
+ * slower at one row (one TMA slice a block, 96 blocks at most for GPT-2:
+ * docs/PERF.md), unless FUSEC_SKINNY=0
+ * (fc_cuda_gemv_plan). Tried before the skinny rule, after the attention
+ * and projection (a fusion the GEMV has not). */
 static bool gemv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     return fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv);
 }
@@ -80,8 +84,8 @@ static const fc_gemm_rule rules[] = {
     {"dynamic: cuBLASLt (FUSEC_VARIANT_GEMM=cublaslt)", dynamic_any, FC_GEMM_LIBRARY},
     {"static: a convolution: cuDNN", conv, FC_GEMM_LIBRARY},
     {"static: attention and projection in one skinny kernel", skinny_attention, FC_GEMM_SKINNY_ATTENTION},
+    {"static: GEMV (M <= 8, sm 80+)", gemv, FC_GEMM_GEMV},
     {"static: skinny (M <= 64, sm_90a)", skinny, FC_GEMM_SKINNY},
-    {"static: GEMV (M <= 8, weights [N, K], sm 80+)", gemv, FC_GEMM_GEMV},
     {"static: cuBLASLt", always, FC_GEMM_LIBRARY},
 };
 

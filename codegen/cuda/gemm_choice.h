@@ -5,7 +5,7 @@
  * ways: a cuBLASLt call (runtime/cublaslt.c), a skinny GEMM kernel
  * (skinny.h: static M <= 64 on Hopper), a skinny GEMM with the attention
  * that produces its A inside it (skinny.h, "attention and projection"), a
- * GEMV kernel (gemv.h: static M <= 8 against [N, K] weights), or the
+ * GEMV kernel (gemv.h: static M <= 8, weights [N, K] or [K, N]), or the
  * dynamic variant's generated tiles (gemm.h). fc_cuda_gemm_choose is
  * the one place that decides, by a table of rules tried in order (the
  * first whose condition holds wins); the dispatcher (codegen.c) calls it

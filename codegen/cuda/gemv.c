@@ -1,5 +1,6 @@
-/* gemv.c - GEMMs of a few rows against [N, K] weights as CUDA-core kernels
- * (gemv.h): the rule that picks them and their source. */
+/* gemv.c - GEMMs of a few rows against [N, K] weights, or of one row
+ * against [K, N] weights, as CUDA-core kernels (gemv.h): the rule that
+ * picks them, their K splits and their source. */
 #include "gemv.h"
 #include "ir/switches.h"
 #include "passes/epilogue.h"
@@ -7,9 +8,51 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Must match the kernel below: 8 warps a block, 2 columns a warp, 8
- * elements (16 bytes) a lane a step of K. */
+/* Must match the kernels below. [N, K]: 8 warps a block, 2 columns a warp
+ * group, 8 elements (16 bytes) a lane a step of K. [K, N]: 256 threads a
+ * block, 4 lanes of 8 columns (32 columns a block) by 64 rows of K at a
+ * time, at most 8 rows a thread, at most 8 blocks a cluster. */
 enum { GV_WARPS = 8, GV_COLS = 2, GV_VEC = 8, GV_STEP = 32 * GV_VEC };
+enum { KN_THREADS = 256, KN_COLS = 32, KN_ROWS = 64, KN_MAX_R = 8, KN_MAX_SPLITS = 8 };
+/* Fewer blocks than this many a SM and the split doubles: the gate and up
+ * projection of Llama-1B (1024 blocks, 7.8 a SM) streamed its weights at
+ * 3.5 TB/s on the H200, its down projection (N 2048: 128 blocks, one a SM)
+ * at 1.4 TB/s (docs/PERF.md). */
+enum { GV_MIN_BLOCKS_PER_SM = 4 };
+/* [K, N]: fewer 32-column blocks than this many a SM and the cluster
+ * doubles (a block's 256 threads keep 4 KiB to 32 KiB of weights in
+ * flight, so two a SM stream GPT-2's 1.2 to 4.7 MB at once). */
+enum { KN_MIN_BLOCKS_PER_SM = 2 };
+
+/* [N, K]: the ways a block's warps split K: doubled (2, 4, 8) while the grid
+ * has fewer than GV_MIN_BLOCKS_PER_SM blocks a SM and every warp keeps a
+ * whole number of 256-element steps. */
+static int nk_splits(int64_t N, int64_t K, int64_t sms) {
+    const int64_t steps = K / GV_STEP;
+    int s = 1;
+    while (s < GV_WARPS && steps % (2 * s) == 0) {
+        const int64_t per_block = GV_WARPS / s * GV_COLS;
+        if ((N + per_block - 1) / per_block >= GV_MIN_BLOCKS_PER_SM * sms) break;
+        s *= 2;
+    }
+    return s;
+}
+
+/* [K, N]: the depth of a block's K slice, rows a thread (ceil(slice / 64)). */
+static int64_t kn_slice(int64_t K, int s) { return (K + s - 1) / s; }
+static int64_t kn_rows(int64_t K, int s) { return (kn_slice(K, s) + KN_ROWS - 1) / KN_ROWS; }
+
+/* [K, N]: the blocks of a cluster splitting K: doubled while the grid has
+ * fewer than KN_MIN_BLOCKS_PER_SM blocks a SM or a thread would hold more
+ * than KN_MAX_R rows, while a slice keeps at least 64 rows (one a thread).
+ * 0: none fits (more than KN_MAX_R rows a thread at the most blocks). */
+static int kn_splits(int64_t N, int64_t K, int64_t sms, int max) {
+    const int64_t tiles = (N + KN_COLS - 1) / KN_COLS;
+    int s = 1;
+    while (s < max && kn_slice(K, 2 * s) >= KN_ROWS && (tiles * s < KN_MIN_BLOCKS_PER_SM * sms || kn_rows(K, s) > KN_MAX_R))
+        s *= 2;
+    return kn_rows(K, s) <= KN_MAX_R ? s : 0;
+}
 
 static int64_t elements(const fc_value *v) {
     int64_t n = 1;
@@ -22,8 +65,8 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     if (gr->kind != FC_GROUP_LIBRARY || gr->nnodes != 1 || gr->noutputs != 1 || gr->batch > 0) return false;
     const fc_node *n = gr->nodes[0];
     fc_gemm_info gi;
-    if (!fc_gemm_info_of(n, &gi) || !gi.trans_b || gi.trans_a || gi.nweights < 1 || gi.nweights > FC_GEMV_MAX_WEIGHTS ||
-        n->out[0] != gr->outputs[0])
+    if (!fc_gemm_info_of(n, &gi) || gi.trans_a || gi.nweights < 1 || gi.nweights > FC_GEMV_MAX_WEIGHTS ||
+        (!gi.trans_b && gi.nweights != 1) || n->out[0] != gr->outputs[0])
         return false;
     const fc_value *a = gi.a, *y = n->out[0];
     const fc_dtype t = a->dtype;
@@ -33,22 +76,28 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     int64_t M = 1;
     for (int d = 0; d + 1 < a->rank; d++) M *= a->dims[d];
     const int64_t K = a->dims[a->rank - 1];
-    if (M < 1 || M > FC_GEMV_MAX_M || K < GV_STEP || K % GV_STEP) return false;
+    if (M < 1 || M > FC_GEMV_MAX_M || K < 1 || (gi.trans_b && (K < GV_STEP || K % GV_STEP)) || (!gi.trans_b && M > FC_GEMV_KN_MAX_M))
+        return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
-                 .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t};
+                 .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
+                 .kn = !gi.trans_b, .constant_w = true};
     if (k.a < 0) return false;
     for (int i = 0; i < gi.nweights; i++) {
         const fc_value *w = gi.w[i];
-        if (w->dtype != t || w->rank != 2 || !fc_value_is_static(w) || w->dims[1] != K || w->dims[0] < 1) return false;
-        k.n[i] = w->dims[0];
-        k.N += w->dims[0];
+        /* Column n's weights: row n of W_i [N_i, K], or column n of W [K, N]. */
+        const int kd = k.kn ? 0 : 1;
+        if (w->dtype != t || w->rank != 2 || !fc_value_is_static(w) || w->dims[kd] != K || w->dims[1 - kd] < 1) return false;
+        k.n[i] = w->dims[1 - kd];
+        k.N += k.n[i];
         k.w[i] = fc_cuda_group_input(gr, w);
         k.bias[i] = -1;
+        k.constant_w = k.constant_w && w->param_index >= 0;
         if (k.w[i] < 0) return false;
         if (gi.has_bias) {
             const fc_value *b = gi.bias[i];
-            if (b->dtype != t || !fc_value_is_static(b) || elements(b) != w->dims[0]) return false;
+            if (b->dtype != t || !fc_value_is_static(b) || elements(b) != k.n[i]) return false;
             if ((k.bias[i] = fc_cuda_group_input(gr, b)) < 0) return false;
+            k.constant_w = k.constant_w && b->param_index >= 0;
         }
     }
     if (elements(y) != M * k.N || y->dims[y->rank - 1] != k.N) return false;
@@ -57,6 +106,10 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         if (r->dtype != t || !fc_value_is_static(r) || elements(r) != M * k.N) return false;
         if ((k.residual = fc_cuda_group_input(gr, r)) < 0) return false;
     }
+    const int64_t sms = fc_cuda_plan_sms(plan);
+    /* Clusters from sm 90. */
+    k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : nk_splits(k.N, K, sms);
+    if (!k.splits) return false;
     if (out) *out = k;
     return true;
 }
@@ -98,29 +151,94 @@ static const char helpers[] =
     "  for (int e = 0; e < 8; e++) h[e] = reinterpret_cast<const unsigned short *>(p)[e];\n"
     "  return r;\n"
     "}\n"
+    "/* The n <= 8 elements of a [K, N] weight's row at p (zeros past n): one\n"
+    " * 16-byte load where p is 16-byte aligned (al) and n is 8. */\n"
+    "template <typename T> static __device__ __forceinline__ uint4 fc_gv_loadn(const T *p, bool al, long long n) {\n"
+    "  if (al && n >= 8) return *reinterpret_cast<const uint4 *>(p);\n"
+    "  uint4 r = make_uint4(0u, 0u, 0u, 0u);\n"
+    "  unsigned short *h = reinterpret_cast<unsigned short *>(&r);\n"
+    "#pragma unroll\n"
+    "  for (int e = 0; e < 8; e++)\n"
+    "    if (e < n) h[e] = reinterpret_cast<const unsigned short *>(p)[e];\n"
+    "  return r;\n"
+    "}\n"
+    "/* 8 elements (16 bytes) as f32. */\n"
+    "static __device__ __forceinline__ void fc_gv_unpack8(const uint4 &w, float (&f)[8], const __nv_bfloat16 *) {\n"
+    "  const __nv_bfloat162 *y = reinterpret_cast<const __nv_bfloat162 *>(&w);\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < 4; i++) {\n"
+    "    const float2 q = __bfloat1622float2(y[i]);\n"
+    "    f[2 * i] = q.x;\n"
+    "    f[2 * i + 1] = q.y;\n"
+    "  }\n"
+    "}\n"
+    "static __device__ __forceinline__ void fc_gv_unpack8(const uint4 &w, float (&f)[8], const __half *) {\n"
+    "  const __half2 *y = reinterpret_cast<const __half2 *>(&w);\n"
+    "#pragma unroll\n"
+    "  for (int i = 0; i < 4; i++) {\n"
+    "    const float2 q = __half22float2(y[i]);\n"
+    "    f[2 * i] = q.x;\n"
+    "    f[2 * i + 1] = q.y;\n"
+    "  }\n"
+    "}\n"
     "#endif\n";
 
-fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
-    char d[96];
-    fc_gemm_describe(gr->nodes[0], d, sizeof d);
-    snprintf(l->summary, sizeof l->summary, "gemv %s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N, (long long)k->K);
+/* The epilogue of both kernels: v (float, the sum for output row m,
+ * column n: `m` and `n` name them) scaled, plus the bias and the residual
+ * (`bias`, `res`: floats the kernel loaded early, so that their latency
+ * overlaps the weight stream), the activation, stored. */
+static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const char *n, const char *bias, const char *res,
+                          const char *indent) {
     const char *t = fc_cuda_storage_type(k->dtype);
-    fc_strbuf_printf(s, "%s// group %d: %s\n", helpers, gr->id, l->summary);
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", 32 * GV_WARPS, name);
+    fc_strbuf_printf(s, "%sfloat y = (float)%.17g * v;\n", indent, k->alpha);
+    if (k->bias[0] >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, bias);
+    if (k->residual >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, res);
+    if (k->act == 1) fc_strbuf_printf(s, "%sy = fc_relu(y);\n", indent);
+    if (k->act == 2) fc_strbuf_printf(s, "%sy = fc_gelu_tanh(y);\n", indent);
+    fc_strbuf_printf(s, "%so0[(long long)%s * N + %s] = fc_to<%s>(y);\n", indent, m, n, t);
+}
+
+/* The kernel's signature: the group's inputs a0.., the result o0; a
+ * cluster of `cluster` blocks where more than 1. */
+static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, const char *name, int cluster, int threads) {
+    fc_strbuf_printf(s, "extern \"C\" __global__ void ");
+    if (cluster > 1) fc_strbuf_printf(s, "__cluster_dims__(%d, 1, 1) ", cluster);
+    fc_strbuf_printf(s, "__launch_bounds__(%d) %s(", threads, name);
     for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
     fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
+}
+
+/* The [N, K] kernel: warp group g of a block's G = 8 / SW computes columns
+ * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
+static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
+    const char *t = fc_cuda_storage_type(k->dtype);
+    /* The epilogue's bias and residual, loaded after the wait (a residual
+     * is what a kernel before wrote), before the weight stream. */
+    char early[512] = "";
+    int e = 0;
+    if (k->bias[0] >= 0)
+        e += snprintf(early + e, sizeof early - (size_t)e,
+                      "  float eb[%d];\n#pragma unroll\n  for (int c = 0; c < %d; c++) eb[c] = br[c] ? fc_ld(*br[c]) : 0.f;\n",
+                      GV_COLS, GV_COLS);
+    if (k->residual >= 0)
+        snprintf(early + e, sizeof early - (size_t)e,
+                 "  float er[M][%d];\n#pragma unroll\n  for (int m = 0; m < M; m++)\n#pragma unroll\n"
+                 "    for (int c = 0; c < %d; c++) er[m][c] = wr[c] ? fc_ld(a%d[(long long)m * N + c0 + c]) : 0.f;\n",
+                 GV_COLS, GV_COLS, k->residual);
+    emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
-                     "  enum { M = %lld, K = %lld, STEPS = K / %d };\n"
+                     "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
                      "  const long long N = %lldLL;\n"
-                     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n"
-                     "  const long long c0 = ((long long)blockIdx.x * %d + warp) * %d; /* this warp's columns */\n"
+                     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp %% G, sw = warp / G;\n"
+                     "  const long long c0 = ((long long)blockIdx.x * G + g) * %d; /* this warp's columns */\n"
                      "  const %s *wr[%d], *br[%d];\n"
                      "#pragma unroll\n"
                      "  for (int c = 0; c < %d; c++) {\n"
                      "    long long n = c0 + c;\n"
                      "    wr[c] = 0;\n"
                      "    br[c] = 0;\n",
-                     (long long)k->M, (long long)k->K, GV_STEP, (long long)k->N, GV_WARPS, GV_COLS, t, GV_COLS, GV_COLS, GV_COLS);
+                     (long long)k->M, (long long)k->K, GV_STEP, k->splits, GV_WARPS, (long long)k->N, GV_COLS, t, GV_COLS, GV_COLS,
+                     GV_COLS);
     /* Column n of the result is row n - (N_0 + .. + N_{i-1}) of weight i. */
     for (int i = 0; i < k->nweights; i++) {
         if (i == 0) fc_strbuf_printf(s, "    if (n < %lldLL) {", (long long)k->n[0]);
@@ -131,12 +249,13 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     }
     fc_strbuf_printf(s,
                      "  }\n"
-                     "  /* The weight rows into L2 while the kernel before finishes (a hint:\n"
-                     "   * it reads nothing that kernel writes). */\n"
+                     "  /* This warp's slice of the weight rows into L2 while the kernel\n"
+                     "   * before finishes (a hint: it reads nothing that kernel writes). */\n"
                      "#pragma unroll\n"
                      "  for (int c = 0; c < %d; c++)\n"
                      "    if (wr[c])\n"
-                     "      for (int e = lane * 64; e < K; e += 32 * 64) asm volatile(\"prefetch.global.L2 [%%0];\" ::\"l\"(wr[c] + e));\n"
+                     "      for (int e = sw * SPW * %d + lane * 64; e < (sw + 1) * SPW * %d; e += 32 * 64)\n"
+                     "        asm volatile(\"prefetch.global.L2 [%%0];\" ::\"l\"(wr[c] + e));\n"
                      "#if __CUDA_ARCH__ >= 900\n"
                      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
                      "#endif\n"
@@ -145,11 +264,12 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) acc[m][c] = 0.f;\n"
+                     "%s"
                      "  const %s *A = a%d;\n"
                      "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
                      "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
                      "#pragma unroll 8\n"
-                     "  for (int st = 0; st < STEPS; st++) {\n"
+                     "  for (int st = sw * SPW; st < (sw + 1) * SPW; st++) {\n"
                      "    const int kk = st * %d + lane * %d;\n"
                      "    uint4 x[%d];\n"
                      "#pragma unroll\n"
@@ -167,28 +287,182 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
                      "    for (int c = 0; c < %d; c++)\n"
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
-                     "  fc_dependents_may_launch();\n"
-                     "  if (lane != 0) return;\n"
+                     "  fc_dependents_may_launch();\n",
+                     GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
+                     GV_COLS);
+    if (k->splits > 1)
+        /* The group's SW partials summed by its first warp, in warp order. */
+        fc_strbuf_printf(s,
+                         "  __shared__ float red[SW][G][M][%d];\n"
+                         "  if (lane == 0)\n"
+                         "#pragma unroll\n"
+                         "    for (int m = 0; m < M; m++)\n"
+                         "#pragma unroll\n"
+                         "      for (int c = 0; c < %d; c++) red[sw][g][m][c] = acc[m][c];\n"
+                         "  __syncthreads();\n"
+                         "  if (sw != 0 || lane != 0) return;\n"
+                         "#pragma unroll\n"
+                         "  for (int m = 0; m < M; m++)\n"
+                         "#pragma unroll\n"
+                         "    for (int c = 0; c < %d; c++) {\n"
+                         "      float v = 0.f;\n"
+                         "      for (int q = 0; q < SW; q++) v += red[q][g][m][c];\n"
+                         "      acc[m][c] = v;\n"
+                         "    }\n",
+                         GV_COLS, GV_COLS, GV_COLS);
+    else fc_strbuf_printf(s, "  if (lane != 0) return;\n");
+    fc_strbuf_printf(s,
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) {\n"
                      "      if (!wr[c]) continue;\n"
-                     "      float v = (float)%.17g * acc[m][c];\n",
-                     GV_COLS, GV_COLS, GV_COLS, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t, GV_COLS, GV_COLS,
-                     k->alpha);
-    if (k->bias[0] >= 0) fc_strbuf_printf(s, "      v += fc_ld(*br[c]);\n");
-    if (k->residual >= 0) fc_strbuf_printf(s, "      v += fc_ld(a%d[(long long)m * N + c0 + c]);\n", k->residual);
-    if (k->act == 1) fc_strbuf_printf(s, "      v = fc_relu(v);\n");
-    if (k->act == 2) fc_strbuf_printf(s, "      v = fc_gelu_tanh(v);\n");
-    fc_strbuf_printf(s, "      o0[(long long)m * N + c0 + c] = fc_to<%s>(v);\n    }\n}\n", t);
+                     "      const long long n = c0 + c;\n"
+                     "      const float v = acc[m][c];\n",
+                     GV_COLS);
+    emit_epilogue(s, k, "m", "n", "eb[c]", "er[m][c]", "      ");
+    fc_strbuf_printf(s, "    }\n}\n");
+}
+
+/* The [K, N] kernel: thread (tr, cc) of a block multiplies rows k0 + tr,
+ * k0 + tr + 64, ... of its K slice (cluster rank r's: k0 = r KS) at the
+ * block's columns nb + 8 cc .. + 8; warp shuffles, then shared memory sum
+ * the rows' partials, and block 0 of the cluster the slices'. */
+static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
+    const char *t = fc_cuda_storage_type(k->dtype);
+    const int S = k->splits;
+    const int64_t slice = kn_slice(k->K, S);
+    emit_signature(s, gr, t, name, S, KN_THREADS);
+    fc_strbuf_printf(s,
+                     "  enum { M = %lld, K = %lld, S = %d, KS = %lld, R = %lld };\n"
+                     "  const long long N = %lldLL;\n"
+                     "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tr = tid >> 2;\n"
+                     "  const int rank = (int)(blockIdx.x %% S); /* the cluster's rank: clusters are (S, 1, 1) */\n"
+                     "  const long long nb = (long long)(blockIdx.x / S) * %d, n0 = nb + (tid & 3) * 8;\n"
+                     "  const int k0 = rank * KS;\n"
+                     "  const %s *__restrict__ W = a%d;\n"
+                     "  const bool al = (N & 7) == 0 && ((unsigned long long)W & 15) == 0; /* 16-byte rows */\n",
+                     (long long)k->M, (long long)k->K, S, (long long)slice, (long long)kn_rows(k->K, S), (long long)k->N, KN_COLS, t,
+                     k->w[0]);
+    /* Arrived at the start, waited on before the first remote store: a
+     * block's shared memory is written only once it runs (as fc_sk_*). */
+    if (S > 1) fc_strbuf_printf(s, "  asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");\n");
+    static const char load_w[] =
+        "  uint4 w[R];\n"
+        "#pragma unroll\n"
+        "  for (int i = 0; i < R; i++) {\n"
+        "    const int k = k0 + i * %d + tr;\n"
+        "    w[i] = k < K && k < k0 + KS && n0 < N ? fc_gv_loadn(W + (long long)k * N + n0, al, N - n0) : make_uint4(0u, 0u, 0u, 0u);\n"
+        "  }\n";
+    static const char wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
+    /* The weights are parameters, which no kernel writes: into registers
+     * while the kernel before finishes. */
+    /* Thread (om, oc) of block 0 finishes output [om, on]; its bias and
+     * residual are loaded early, where their latency overlaps the weights'. */
+    fc_strbuf_printf(s,
+                     "  const int om = tid / %d, oc = tid %% %d;\n"
+                     "  const long long on = nb + oc;\n"
+                     "  const bool finisher = rank == 0 && om < M && on < N;\n"
+                     "  float eb = 0.f, er = 0.f;\n",
+                     KN_COLS, KN_COLS);
+    char bias[64] = "", res[80] = "";
+    if (k->bias[0] >= 0) snprintf(bias, sizeof bias, "  if (finisher) eb = fc_ld(a%d[on]);\n", k->bias[0]);
+    if (k->residual >= 0) snprintf(res, sizeof res, "  if (finisher) er = fc_ld(a%d[(long long)om * N + on]);\n", k->residual);
+    if (k->constant_w) {
+        fc_strbuf_printf(s, load_w, KN_ROWS);
+        fc_strbuf_printf(s, "%s%s%s", bias, wait, res);
+    } else {
+        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, load_w, KN_ROWS);
+        fc_strbuf_printf(s, "%s%s", bias, res);
+    }
+    fc_strbuf_printf(s,
+                     "  float acc[M][8];\n"
+                     "#pragma unroll\n"
+                     "  for (int m = 0; m < M; m++)\n"
+                     "#pragma unroll\n"
+                     "    for (int e = 0; e < 8; e++) acc[m][e] = 0.f;\n"
+                     "  const %s *__restrict__ A = a%d;\n"
+                     "#pragma unroll\n"
+                     "  for (int i = 0; i < R; i++) {\n"
+                     "    const int k = k0 + i * %d + tr;\n"
+                     "    if (k >= K || k >= k0 + KS) break;\n"
+                     "    float f[8];\n"
+                     "    fc_gv_unpack8(w[i], f, (const %s *)0);\n"
+                     "#pragma unroll\n"
+                     "    for (int m = 0; m < M; m++) {\n"
+                     "      const float x = fc_ld(A[(long long)m * K + k]);\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < 8; e++) acc[m][e] = fmaf(x, f[e], acc[m][e]);\n"
+                     "    }\n"
+                     "  }\n"
+                     "  /* The warp's 8 rows of each column (lanes 4 apart), then the 8 warps' in order. */\n"
+                     "#pragma unroll\n"
+                     "  for (int m = 0; m < M; m++)\n"
+                     "#pragma unroll\n"
+                     "    for (int e = 0; e < 8; e++)\n"
+                     "#pragma unroll\n"
+                     "      for (int o = 4; o < 32; o <<= 1) acc[m][e] += __shfl_xor_sync(0xffffffffu, acc[m][e], o);\n"
+                     "  fc_dependents_may_launch();\n"
+                     "  __shared__ float part[%d][M][%d];\n"
+                     "  if (lane < 4)\n"
+                     "#pragma unroll\n"
+                     "    for (int m = 0; m < M; m++)\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < 8; e++) part[warp][m][lane * 8 + e] = acc[m][e];\n"
+                     "  __syncthreads();\n"
+                     "  float v = 0.f;\n"
+                     "  if (om < M)\n"
+                     "#pragma unroll\n"
+                     "    for (int q = 0; q < %d; q++) v += part[q][om][oc];\n",
+                     t, k->a, KN_ROWS, t, KN_THREADS / 32, KN_COLS, KN_THREADS / 32);
+    if (S > 1)
+        /* Each block's sums into block 0's shared memory (its slot: the
+         * rank), one cluster barrier, block 0 sums them in rank order. */
+        fc_strbuf_printf(s,
+                         "  __shared__ float red[S][M][%d];\n"
+                         "  asm volatile(\"barrier.cluster.wait.aligned;\" ::: \"memory\"); /* every block has started */\n"
+                         "  if (om < M) {\n"
+                         "    unsigned d;\n"
+                         "    asm volatile(\"mapa.shared::cluster.u32 %%0, %%1, %%2;\" : \"=r\"(d)\n"
+                         "                 : \"r\"((unsigned)__cvta_generic_to_shared(&red[rank][om][oc])), \"r\"(0));\n"
+                         "    asm volatile(\"st.shared::cluster.f32 [%%0], %%1;\" ::\"r\"(d), \"f\"(v) : \"memory\");\n"
+                         "  }\n"
+                         "  asm volatile(\"barrier.cluster.arrive.release.aligned;\\nbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\");\n"
+                         "  if (rank != 0) return;\n"
+                         "  v = 0.f;\n"
+                         "  if (om < M)\n"
+                         "#pragma unroll\n"
+                         "    for (int q = 0; q < S; q++) v += red[q][om][oc];\n",
+                         KN_COLS);
+    fc_strbuf_printf(s, "  if (!finisher) return;\n");
+    emit_epilogue(s, k, "om", "on", "eb", "er", "  ");
+    fc_strbuf_printf(s, "}\n");
+}
+
+fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
+    char d[96];
+    fc_gemm_describe(gr->nodes[0], d, sizeof d);
+    const int w0 = snprintf(l->summary, sizeof l->summary, "gemv %.100s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N,
+                            (long long)k->K);
+    if (k->splits > 1 && w0 > 0 && (size_t)w0 < sizeof l->summary)
+        snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", K in %d slices of %s", k->splits,
+                 k->kn ? "a cluster" : "a block's warps");
+    fc_strbuf_printf(s, "%s// group %d: %s\n", helpers, gr->id, l->summary);
+    if (k->kn) emit_kn(gr, k, name, s);
+    else emit_nk(gr, k, name, s);
 
     l->kind = FC_LAUNCH_KERNEL;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
-    const int64_t per_block = GV_WARPS * GV_COLS;
-    l->grid[0] = (unsigned)((k->N + per_block - 1) / per_block);
+    if (k->kn) {
+        l->grid[0] = (unsigned)((k->N + KN_COLS - 1) / KN_COLS * k->splits);
+        l->block[0] = KN_THREADS;
+    } else {
+        const int64_t per_block = GV_WARPS / k->splits * GV_COLS;
+        l->grid[0] = (unsigned)((k->N + per_block - 1) / per_block);
+        l->block[0] = 32 * GV_WARPS;
+    }
     l->grid[1] = l->grid[2] = 1;
-    l->block[0] = 32 * GV_WARPS;
     l->block[1] = l->block[2] = 1;
     l->pdl = true;
     return s->oom ? FC_ERR_NOMEM : FC_OK;

@@ -40,7 +40,8 @@ typedef struct fc_skinny {
  * cuBLASLt), on sm 90 compiled for sm_90a (fc_cuda_attention_hopper), and
  * unless the environment has FUSEC_SKINNY=0 (a fallback, ir/switches.def;
  * it changes the source, so it is in the switches marker,
- * fc_cuda_source_switches). */
+ * fc_cuda_source_switches). The GEMM choice (gemm_choice.c) tries the GEMV
+ * (gemv.h) first: a single row runs there. */
 bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out);
 
 /* Append to s the kernel `name` for group gr, planned as k by
