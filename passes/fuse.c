@@ -379,12 +379,26 @@ static bool inline_view(fuse_state *s, fc_node *n) {
     return true;
 }
 
+/* Is gr a kernel that only narrows v: one cast of it to a 16-bit dtype
+ * (under autocast, the bf16 operand of the GEMM after a norm whose f32
+ * result is also a later residual)? Then the kernel that computes v
+ * stores both dtypes: 6 bytes an element against the 10 (and a launch) of
+ * a kernel that reads the f32 value back only to narrow it. */
+static bool narrowing_only(const fuse_state *s, const fc_group *gr, const fc_value *v) {
+    if (gr->kind != FC_GROUP_POINTWISE || gr->nnodes != 1) return false;
+    const fc_node *c = gr->nodes[0];
+    return c->op == FC_OP_CAST && c->in[0] == v && fc_dtype_size(c->out[0]->dtype) < fc_dtype_size(v->dtype) &&
+           s->plan->group_of_node[c->id] == gr->id;
+}
+
 /* The row kernel that computes elementwise node n, read by several
  * kernels, and stores it for the others: a residual add's next norm (the
  * sum is read by the norm and by the next residual add), so the add is no
  * kernel of its own and its operands are read once. Tensor parallelism
  * needs it: the add after an all_reduce cannot be a GEMM's epilogue. Only
- * kernels read n: a library call's operand keeps its own kernel.
+ * kernels read n: a library call's operand keeps its own kernel, unless
+ * the host is a kernel that only narrows n (narrowing_only): then n's
+ * kernel is that one, which stores n for the library as well.
  * The host must be the last made of n's user groups: groups are made
  * consumers first, so every group edge of vertical fusion runs from a
  * later-made group to an earlier-made one, and n's new edges (from the
@@ -393,15 +407,18 @@ static fc_group *row_host(fuse_state *s, fc_node *n) {
     if (n->nout != 1 || !fc_op_is_elementwise(n->op) || any_output(s, n)) return NULL;
     const fc_value *v = n->out[0];
     int host = -1;
-    bool several = false;
+    bool several = false, library = false;
     for (int j = 0; j < s->u.count[v->id]; j++) {
         int ug = s->plan->group_of_node[s->u.list[s->u.start[v->id] + j]->id];
-        if (ug < 0 || s->plan->groups[ug]->kind == FC_GROUP_LIBRARY) return NULL; /* or a view inlined everywhere */
+        if (ug < 0) return NULL; /* a view inlined everywhere */
+        library |= s->plan->groups[ug]->kind == FC_GROUP_LIBRARY;
         several |= host >= 0 && ug != host;
         host = ug > host ? ug : host;
     }
     fc_group *gr = several ? s->plan->groups[host] : NULL;
-    return gr && gr->kind == FC_GROUP_REDUCE && is_full(gr, v) ? gr : NULL;
+    if (!gr || !is_full(gr, v)) return NULL;
+    if (gr->kind == FC_GROUP_REDUCE && !library) return gr;
+    return narrowing_only(s, gr, v) ? gr : NULL;
 }
 
 static fc_status vertical(fuse_state *s) {
