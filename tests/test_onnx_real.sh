@@ -76,6 +76,21 @@ for name in gpt2_dynamo_1x128 gpt2_dynamo_2x1000 gpt2_dynamo_8x1024 bert_dynamo_
       n=$(grep -c "$copies" <<<"$plan16")
       [[ $n == 0 ]] || bad "$name --precision=bf16: $n kernels copy Q, K or V out of the QKV GEMM's result, want 0"
     fi
+    # A norm whose f32 result is also a later residual stores the bf16
+    # operand of the GEMM after it as well: no kernel only casts (BERT's
+    # layernorms; the weights' casts at load are no run's kernels).
+    n=$(grep -v "(at weight load)$" <<<"$plan16" | grep -c "ops: pointwise: cast$")
+    [[ $n == 0 ]] || bad "$name --precision=bf16: $n kernels only cast, want 0: $(grep -v "(at weight load)$" <<<"$plan16" | grep "ops: pointwise: cast$" | cut -c1-60 | tr "\n" ";")"
+    if [[ $model == bert ]]; then
+      n=$(grep -c "ops: reduce: .*rsqrt,mul,add,cast$" <<<"$plan16")
+      [[ $n == 4 ]] || bad "$name --precision=bf16: $n layernorm kernels storing the bf16 GEMM operand too, want 4 (the embeddings', each layer's first and the first layer's second: the last one feeds the pooler's slice)"
+      total=$(grep "^total:" <<<"$plan16" | sed 's/, [0-9]* bytes.*//')
+      case $name in
+        bert_dynamo_2x128) want="total: 25 kernels, 9 library calls" ;;
+        *) want="total: 26 kernels, 9 library calls" ;;
+      esac
+      [[ "$total" == "$want" ]] || bad "$name --precision=bf16: $total, want $want"
+    fi
     if [[ $model == gpt2 ]]; then
       n=$(grep -c "ops: gemm -> bf16$" <<<"$plan16")
       [[ $n == 2 ]] || bad "$name --precision=bf16: $n QKV GEMMs writing bf16, want one per layer (2)"
