@@ -44,6 +44,19 @@ static const fusion_case cases[] = {
      "graph f(%x: bf16[64, 4096], %r: bf16[64, 4096], %w: bf16[4096], %b: bf16[4096]) {\n"
      "  %s = add(%x, %r)\n  %y = layernorm(%s, %w, %b)\n  return %s, %y\n}\n",
      1, 0},
+    /* A norm read in f32 (a later residual) and in bf16 (the next GEMM,
+     * through a cast): the norm's kernel writes both, no kernel only
+     * casts (a post-norm transformer under --precision=bf16). */
+    {"layernorm stores its bf16 cast too, beside an f32 residual read by a kernel",
+     "graph f(%x: f32[128, 768], %w: f32[768], %b: f32[768], %wq: bf16[768, 768]) {\n"
+     "  %y = layernorm(%x, %w, %b)\n  %c = cast(%y, to=bf16)\n  %h = matmul(%c, %wq)\n  %hf = cast(%h, to=f32)\n"
+     "  %s = add(%hf, %y)\n  return %s\n}\n",
+     2, 1},
+    {"layernorm stores its bf16 cast too, beside an f32 residual read by the GEMM",
+     "graph f(%x: f32[128, 768], %w: f32[768], %b: f32[768], %wq: bf16[768, 768]) {\n"
+     "  %y = layernorm(%x, %w, %b)\n  %c = cast(%y, to=bf16)\n  %cf = cast(%c, to=f32)\n  %wf = cast(%wq, to=f32)\n"
+     "  %h = matmul(%cf, %wf)\n  %s = add(%h, %y)\n  return %s\n}\n",
+     1, 1},
     {"short rows (warp per row)",
      "graph f(%x: f32[1000, 100]) {\n  %y = softmax(%x)\n  return %y\n}\n", 1, 0},
     {"long rows (looped)",
