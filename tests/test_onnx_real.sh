@@ -138,5 +138,13 @@ sys.exit(0 if ok else 1)
 PY
   done
 done
+# BERT under bf16 on the CPU backend, its norms storing both dtypes: within
+# the autocast tolerance of fusec's float64 reference (--check).
+if "$FUSEC" --devices 2>/dev/null | grep -qx cpu; then
+  out=$("$FUSEC" "$tmp/bert_dynamo_2x128.onnx" --precision=bf16 --run --device=cpu --check \
+    --inputs "$tmp/bert_dynamo_2x128_in0.npy,$tmp/bert_dynamo_2x128_in1.npy" 2>&1)
+  n=$(grep -c "^check .* ok" <<<"$out")
+  [[ $n == 2 ]] || bad "bert_dynamo_2x128 --precision=bf16 on cpu: --check: $(grep '^check' <<<"$out" | tr '\n' ';')"
+fi
 [[ $fail -eq 0 ]] && echo "test_onnx_real: ok"
 exit $fail
