@@ -384,11 +384,10 @@ static bool inline_view(fuse_state *s, fc_node *n) {
  * result is also a later residual)? Then the kernel that computes v
  * stores both dtypes: 6 bytes an element against the 10 (and a launch) of
  * a kernel that reads the f32 value back only to narrow it. */
-static bool narrowing_only(const fuse_state *s, const fc_group *gr, const fc_value *v) {
+static bool narrowing_only(const fc_group *gr, const fc_value *v) {
     if (gr->kind != FC_GROUP_POINTWISE || gr->nnodes != 1) return false;
     const fc_node *c = gr->nodes[0];
-    return c->op == FC_OP_CAST && c->in[0] == v && fc_dtype_size(c->out[0]->dtype) < fc_dtype_size(v->dtype) &&
-           s->plan->group_of_node[c->id] == gr->id;
+    return c->op == FC_OP_CAST && c->in[0] == v && fc_dtype_size(c->out[0]->dtype) < fc_dtype_size(v->dtype);
 }
 
 /* The row kernel that computes elementwise node n, read by several
@@ -418,7 +417,7 @@ static fc_group *row_host(fuse_state *s, fc_node *n) {
     fc_group *gr = several ? s->plan->groups[host] : NULL;
     if (!gr || !is_full(gr, v)) return NULL;
     if (gr->kind == FC_GROUP_REDUCE && !library) return gr;
-    return narrowing_only(s, gr, v) ? gr : NULL;
+    return narrowing_only(gr, v) ? gr : NULL;
 }
 
 static fc_status vertical(fuse_state *s) {

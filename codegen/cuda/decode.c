@@ -339,7 +339,6 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n",
                      (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_WARPS, ve, c,
                      (long long)rb, (long long)ng, (long long)split, DEC_UNROLL, T);
-    (void)kpw;
     if (fk->gr) fused_prologue(s, fk, name, S, D, "part == 0 && rg == 0");
     if (fv->gr) fused_prologue(s, fv, name, S, Dv, "part == 0 && rg == 0");
     char frk[96], frv[96];

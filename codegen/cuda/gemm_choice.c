@@ -58,8 +58,7 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
 /* Static M <= 8 against weights stored [N, K] (trans_b), which the skinny
  * kernels do not take, or M = 1 against [K, N], which they take but run
  * slower at one row (one TMA slice a block, 96 blocks at most for GPT-2:
- * docs/PERF.md), unless FUSEC_SKINNY=0
- * (fc_cuda_gemv_plan). Tried before the skinny rule, after the attention
+ * docs/PERF.md), unless FUSEC_SKINNY=0 (fc_cuda_gemv_plan). Tried before the skinny rule, after the attention
  * and projection (a fusion the GEMV has not). */
 static bool gemv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     return fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv);
