@@ -447,9 +447,9 @@ static void test_conv_costs(void) {
  * with its time; a second handle on the same cache builds the same
  * engine from the record, asks nothing and times nothing, and reports the
  * stored time. The problem is one of EfficientNet-B0's expansions (a 1x1
- * convolution of bf16 into f32 with a bias), whose first heuristic answer
- * was a slow fallback engine on the H200. Prints each plan's time against
- * the convolution's FLOP floor. */
+ * convolution of bf16 into f32 with a bias), which on the H200 has a
+ * single engine that finalizes, far below the device's peak. Prints each
+ * plan's time against the convolution's FLOP floor. */
 static void test_gpu_search(void) {
     char why[256];
     if (!fc_cuda_available(ctx) || !fc_cudnn_available(NULL, why, sizeof why)) {

@@ -503,8 +503,8 @@ static fc_status time_candidates(fc_cudnn *h, fc_cuda_device *dv, dnn_entry *e, 
  * benchmark mode and TensorRT's tactic timing choose: heuristic mode A's
  * answers (the fast, fused engines) that finalize within the workspace
  * and, when fewer than MIN_CANDIDATES of them do, the fallback mode's
- * (more general engines, some 10-50x slower on the same convolution: the
- * first answer that finalizes is not good enough), at most MAX_CANDIDATES,
+ * (more general engines, which can be far slower than the fused ones:
+ * the first answer that finalizes is not good enough), at most MAX_CANDIDATES,
  * each timed on the device; the fastest is kept. Finalizing a
  * runtime-fusion engine compiles its kernels, so once one candidate
  * stands, no more are finalized after SEARCH_BUDGET_MS. Where nothing can
