@@ -54,6 +54,7 @@ p.add_argument("--reps", type=int, default=50)
 p.add_argument("--out", default="out")
 p.add_argument("--timeout", type=int, default=300, help="seconds per fusec command")
 p.add_argument("--budget", type=int, default=0, help="seconds: models after this are skipped (0: no limit)")
+p.add_argument("--profile", action="store_true", help="also write fusec's --profile table per model to DIR/profile_MODEL_B.txt")
 ARGS = p.parse_args()
 
 
@@ -144,6 +145,9 @@ def run_fusec(torch, np, onnx_path, x_npy, ref, work, row):
             # what the second process added: 0 and 0 when it searched nothing
             row["warm_new_algorithms"] = counts.get("gemm algorithms", 0) - cold_counts.get("gemm algorithms", 0)
             row["warm_nvrtc_compiles"] = counts.get("compiles", 0) - cold_counts.get("compiles", 0)
+    if ARGS.profile:
+        rc, out, err, _ = sh(run + ["--profile", "--profile-runs", "10"], env)
+        (Path(ARGS.out) / f"profile_{row['model']}_{row['B']}.txt").write_text(out + err)
     save = work / "outs"
     shutil.rmtree(save, ignore_errors=True)
     rc, out, err, _ = sh(run + ["--save-outputs", save], env)
