@@ -257,7 +257,7 @@ def main():
     head = ["model", "B"] + [f"{m} ms" for m in modes] + ["fusec ms", "torch/fusec", "compile cold/warm ms",
                                                           "first run cold/warm ms", "warm: new records, nvrtc",
                                                           "kernels+lib", "convs cuDNN/im2col/dw",
-                                                          "rel L2 eager", "rel L2 fusec"]
+                                                          ] + [f"rel L2 {m}" for m in modes] + ["rel L2 fusec"]
     log("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
     for r in rows:
         f = r.get("fusec_ms")
@@ -270,7 +270,7 @@ def main():
                   f"{r.get('warm_new_algorithms', '-')}, {r.get('warm_nvrtc_compiles', '-')}",
                   f"{r.get('kernels', '-')} ({r.get('kernels_per_run', '-')} per run)+{r.get('library_calls', '-')}",
                   f"{r.get('convs_cudnn', '-')}/{r.get('convs_im2col', '-')}/{r.get('convs_depthwise', '-')}",
-                  f"{r.get('eager_rel_l2', float('nan')):.3g}", f"{r.get('fusec_rel_l2', float('nan')):.3g}"]
+                  ] + [f"{r[m + '_rel_l2']:.3g}" if m + "_rel_l2" in r else "-" for m in modes + ["fusec"]]
         log("| " + " | ".join(cells) + " |")
 
 
