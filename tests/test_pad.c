@@ -181,11 +181,18 @@ static fc_status pad_always(fc_graph *g) {
     return fc_pass_pad_with(g, &always);
 }
 
+/* Every GEMM padded, or written in place where the backend can. */
+static fc_status pad_in_place(fc_graph *g) {
+    static const fc_pad_rule in_place = {1e12, 1e12, 1e12, 0, 1e30, 1, 1};
+    return fc_pass_pad_with(g, &in_place);
+}
+
 static void test_alloc_failures(void) {
     /* K and N, a bias: every kind of rewrite but the zero block; then the
-     * zero block, siblings. */
+     * zero block, siblings; then a transposed parameter read as W^T. */
     CHECK(pass_through_alloc_failures(cases[5].ir, fc_pass_epilogue, pad_always) > 3);
     CHECK(pass_through_alloc_failures(cases[2].ir, fc_pass_epilogue, pad_always) > 3);
+    CHECK(pass_through_alloc_failures(cases[9].ir, fc_pass_epilogue, pad_in_place) > 2);
 }
 
 int main(void) {
