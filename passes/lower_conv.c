@@ -436,17 +436,17 @@ static fc_value *lower_pool(fc_graph *g, fc_node *n) {
 #define GAP_SPLIT_MIN 256
 
 /* The mean over the spatial dims of channels-last [N, D1 .. Dn, C] is a
- * reduction over axes that are not the innermost: a kernel has one thread
- * per (n, c) walking D1*..*Dn elements, N*C threads in all (1024 for
- * EfficientNet-B0's first squeeze-excite at batch 32, over 112x112), far
- * too few for the GPU when the extent is large, and the depthwise
+ * reduction over axes that are not the innermost, with N*C rows of
+ * D1*..*Dn elements: a kernel has a block per 32 rows (codegen/cuda/reduce.c),
+ * 32 blocks for EfficientNet-B0's first squeeze-excite at batch 32 (1024
+ * rows over 112x112), far too few for the GPU, and the depthwise
  * convolution fused before it runs at the same parallelism. For a large
  * extent (GAP_SPLIT_MIN and up: a 16x16 map) it is the mean over the last
  * spatial dim, then the mean of those over the others: the first, which
- * reads the whole tensor and computes what is fused before it, has N*D1*C
- * rows; the second reads D1 values per row. Both in the compute dtype: the
- * partial means are not rounded to a narrow input's dtype. Equal counts per
- * partial, so the mean of the means is the mean. */
+ * reads the whole tensor and computes what is fused before it, has
+ * N*D1*..*Dn-1*C rows; the second reads D1*..*Dn-1 values per row. Both in
+ * the compute dtype: the partial means are not rounded to a narrow input's
+ * dtype. Equal counts per partial, so the mean of the means is the mean. */
 static fc_value *lower_global_avg_pool(fc_graph *g, fc_node *n) {
     fc_value *x = n->in[0];
     int axes[FC_MAX_SPATIAL], ns = x->rank - 2;

@@ -1,7 +1,8 @@
 /* reduce.c - REDUCE groups: rows x reduced elements.
  *
  * tpr threads share a row (a warp per row for short rows, a block per row
- * otherwise; one thread per row for column reductions). Each reduction is
+ * otherwise; for column reductions, up to COL_SPLIT threads strided by the
+ * rows side by side in the block: column_loop). Each reduction is
  * a phase over the row followed by an all-reduce; values per row (the
  * reductions and what is computed from them alone) are computed once per
  * row after their phase; the final phase writes the outputs. For rows up
