@@ -10,7 +10,8 @@
  *    input space turns that group into a REDUCE group (rows x reduced
  *    elements), which can hold several reductions in sequence (softmax's max
  *    then sum, layernorm's mean then variance) and the ops that need both the
- *    reduced value and the original row;
+ *    reduced value and the original row; so does a group of per-row ops of
+ *    the reduced value alone (per_row_group);
  *  - a node used by several groups starts a group of its own and its result
  *    is stored, except views and creation ops, which are recomputed inside
  *    every consumer (they cost index arithmetic only).
