@@ -88,7 +88,7 @@ typedef struct row_loop {
     int64_t kv, len;
     bool cache, sym_len;
     const char *rows_s, *len_s, *loop_open;
-    /* Column reduction (column_schedule): rpb rows of a block side by side,
+    /* Column reduction (column_loop): rpb rows of a block side by side,
      * tpr threads splitting each row's range; kept_coords declares the
      * row's kept coordinates; early: the full-shape outputs are stored in
      * the first phase. */
