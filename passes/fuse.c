@@ -10,7 +10,8 @@
  *    input space turns that group into a REDUCE group (rows x reduced
  *    elements), which can hold several reductions in sequence (softmax's max
  *    then sum, layernorm's mean then variance) and the ops that need both the
- *    reduced value and the original row;
+ *    reduced value and the original row; so does a group of per-row ops of
+ *    the reduced value alone (per_row_group);
  *  - a node used by several groups starts a group of its own and its result
  *    is stored, except views and creation ops, which are recomputed inside
  *    every consumer (they cost index arithmetic only).
@@ -261,6 +262,31 @@ static bool view_downstream(fuse_state *s, fc_group *gr, fc_value *v, int depth)
     return false;
 }
 
+/* Is pointwise group gr, as REDUCE group trial of reduction r, all per-row
+ * values of r: elementwise nodes of row shape, each reading r's result or
+ * such a node and no other value of the group? Then r joins it and they
+ * are computed once per row after it (the mean's scale and the cast after
+ * a squeeze-excite pool's sum, which were a kernel of one block). Members
+ * were added consumers first: from the last, producers come first. */
+static bool per_row_group(fuse_state *s, const fc_group *gr, const fc_group *trial, const fc_node *r) {
+    next_epoch(s);
+    s->mark[r->out[0]->id] = s->epoch;
+    for (int i = gr->nnodes - 1; i >= 0; i--) {
+        const fc_node *m = gr->nodes[i];
+        if (m->nout != 1 || !fc_op_is_elementwise(m->op) || !fc_group_is_row_shape(trial, m->out[0])) return false;
+        bool reads_row = false;
+        for (int q = 0; q < m->nin; q++) {
+            const fc_value *x = m->in[q];
+            if (x->weak) continue;
+            if (s->mark[x->id] == s->epoch) reads_row = true;
+            else if (x->def && s->plan->group_of_node[x->def->id] == gr->id) return false;
+        }
+        if (!reads_row) return false;
+        s->mark[m->out[0]->id] = s->epoch;
+    }
+    return true;
+}
+
 /* Can reduction r join group gr (its only consumer group)? */
 static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     if (gr->kind == FC_GROUP_LIBRARY || gr->kind == FC_GROUP_ATTENTION || gr->kind == FC_GROUP_ALIAS ||
@@ -269,11 +295,12 @@ static bool reduction_fits(fuse_state *s, fc_group *gr, fc_node *r) {
     bool mask[FC_MAX_RANK];
     reduce_mask(r, mask);
     if (!is_full(gr, r->in[0]) && gr->kind == FC_GROUP_REDUCE) return false;
-    if (gr->kind == FC_GROUP_POINTWISE && !same_shape(r->in[0], gr->rank, gr->space)) return false;
-    if (gr->kind == FC_GROUP_REDUCE && memcmp(mask, gr->reduced, sizeof(bool) * (size_t)gr->rank) != 0) return false;
     /* As the group would be after the merge: */
     fc_group trial = *gr;
     make_reduce(&trial, r);
+    if (gr->kind == FC_GROUP_POINTWISE && !same_shape(r->in[0], gr->rank, gr->space) && !per_row_group(s, gr, &trial, r))
+        return false;
+    if (gr->kind == FC_GROUP_REDUCE && memcmp(mask, gr->reduced, sizeof(bool) * (size_t)gr->rank) != 0) return false;
     if (any_output(s, r) && !fc_group_is_row_shape(&trial, r->out[0])) return false;
     /* Every user must read the reduced value once per row: an elementwise
      * op that broadcasts it over the row (FULL result) or that works on

@@ -432,11 +432,33 @@ static fc_value *lower_pool(fc_graph *g, fc_node *n) {
     return to_first(g, cast(g, y, x->dtype));
 }
 
+/* Spatial extent from which a global average pool is two means. */
+#define GAP_SPLIT_MIN 256
+
+/* The mean over the spatial dims of channels-last [N, D1 .. Dn, C] is a
+ * reduction over axes that are not the innermost, with N*C rows of
+ * D1*..*Dn elements: a kernel has a block per 32 rows (codegen/cuda/reduce.c),
+ * 32 blocks for EfficientNet-B0's first squeeze-excite at batch 32 (1024
+ * rows over 112x112), far too few for the GPU, and the depthwise
+ * convolution fused before it runs at the same parallelism. For a large
+ * extent (GAP_SPLIT_MIN and up: a 16x16 map) it is the mean over the last
+ * spatial dim, then the mean of those over the others: the first, which
+ * reads the whole tensor and computes what is fused before it, has
+ * N*D1*..*Dn-1*C rows; the second reads D1*..*Dn-1 values per row. Both in
+ * the compute dtype: the partial means are not rounded to a narrow input's
+ * dtype. Equal counts per partial, so the mean of the means is the mean. */
 static fc_value *lower_global_avg_pool(fc_graph *g, fc_node *n) {
     fc_value *x = n->in[0];
     int axes[FC_MAX_SPATIAL], ns = x->rank - 2;
     for (int i = 0; i < ns; i++) axes[i] = i + 1;
-    return to_first(g, fc_reduce_mean(g, to_last(g, x), ns, axes, true));
+    int64_t extent = 1;
+    for (int i = 2; i < x->rank; i++) extent = fc_dim_is_sym(x->dims[i]) || extent < 0 ? -1 : extent * x->dims[i];
+    fc_value *xl = to_last(g, x);
+    if (ns < 2 || extent < GAP_SPLIT_MIN || x->dims[x->rank - 1] < 2) return to_first(g, fc_reduce_mean(g, xl, ns, axes, true));
+    const fc_dtype ct = compute_dtype(x->dtype);
+    int last = ns;
+    fc_value *part = fc_reduce_mean(g, cast(g, xl, ct), 1, &last, true);
+    return to_first(g, cast(g, fc_reduce_mean(g, part, ns - 1, axes, true), x->dtype));
 }
 
 /* p [C] as [C, 1 ..] against a rank-r input, in dtype ct. */

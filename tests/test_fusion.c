@@ -65,6 +65,37 @@ static const fusion_case cases[] = {
      "graph f(%x: f32[512, 64]) {\n  %s = reduce_sum(%x, axes=[0])\n  return %s\n}\n", 1, 0},
     {"rank-8 column reduction (a long index expression)",
      "graph f(%x: f32[2, 3, 2, 3, 2, 3, 2, 5]) {\n  %s = reduce_sum(%x, axes=[0, 2, 4])\n  return %s\n}\n", 1, 0},
+    /* Column reductions: a block of 32 rows side by side with 8 threads
+     * splitting each row (codegen/cuda/reduce.c). A stored result that does
+     * not depend on the reduction is written in the reduction's loop; one
+     * that does, in a final phase (the column softmax). */
+    {"column reduction storing what it reduces",
+     "graph f(%x: bf16[3, 20, 18, 40], %y: f32[40]) {\n  %xf = cast(%x, to=f32)\n  %a = mul(%xf, %y)\n"
+     "  %s = reduce_sum(%a, axes=[1, 2])\n  return %a, %s\n}\n",
+     1, 0},
+    /* Per-row ops after a reduction (a mean's scale, the cast for the next
+     * GEMM) are computed once per row in its kernel, not by a kernel of
+     * their own; a row value that does not read the reduction is not. */
+    {"scale and cast after a column sum",
+     "graph f(%x: f32[64, 32, 48]) {\n  %s = reduce_sum(%x, axes=[1], keepdim=true)\n  %m = mul(%s, 0.03125)\n"
+     "  %c = cast(%m, to=bf16)\n  return %c\n}\n",
+     1, 0},
+    {"scale and cast after a trailing sum, without keepdim",
+     "graph f(%x: f32[64, 48]) {\n  %s = reduce_sum(%x, axes=[1])\n  %m = mul(%s, 0.5)\n  %c = cast(%m, to=bf16)\n"
+     "  return %c\n}\n",
+     1, 0},
+    {"a per-row op reading another row value keeps its kernel",
+     "graph f(%x: f32[64, 48], %b: f32[64]) {\n  %s = reduce_sum(%x, axes=[1])\n  %e = exp(%b)\n  %m = mul(%s, %e)\n"
+     "  return %m\n}\n",
+     2, 0},
+    {"column softmax", "graph f(%x: f32[37, 45]) {\n  %y = softmax(%x, axis=0)\n  return %y\n}\n", 1, 0},
+    /* EfficientNet-B0's first block at 40x36: the pool is two means (passes/lower_conv.c), the depthwise
+     * convolution fused into the first, whose rows are N*H*C. */
+    {"squeeze-excite pool over a large map: the depthwise convolution in the first of two means",
+     "graph f(%x: f32[2, 16, 40, 36], %w: f32[16, 1, 3, 3], %b: f32[16]) {\n  %s = sigmoid(%x)\n  %xa = mul(%x, %s)\n"
+     "  %d = conv(%xa, %w, %b, window=[1, 1, 1, 1, 1, 1, 1, 1], groups=16)\n  %ds = sigmoid(%d)\n  %da = mul(%d, %ds)\n"
+     "  %g = global_avg_pool(%da)\n  %y = mul(%da, %g)\n  return %y\n}\n",
+     3, 0},
     {"sibling reductions (horizontal)",
      "graph f(%x: f32[128, 512]) {\n  %a = reduce_sum(%x, axes=[1])\n  %b = reduce_max(%x, axes=[1])\n  return %a, %b\n}\n",
      1, 0},

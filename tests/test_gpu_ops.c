@@ -147,6 +147,12 @@ int main(void) {
         "graph r2(%x: bf16[300, 3000]) {\n  %a = reduce_sum(%x, axes=[-1])\n  %b = reduce_max(%x, axes=[0])\n  return %a, %b\n}\n",
         "graph sm(%x: bf16[64, 4096]) {\n  %y = softmax(%x, axis=-1)\n  return %y\n}\n",
         "graph sm0(%x: f32[64, 48]) {\n  %y = softmax(%x, axis=0)\n  return %y\n}\n",
+        "graph sm0b(%x: f32[37, 45]) {\n  %y = softmax(%x, axis=0)\n  return %y\n}\n",
+        "graph colst(%x: bf16[3, 20, 18, 40], %y: f32[40]) {\n  %xf = cast(%x, to=f32)\n  %a = mul(%xf, %y)\n"
+        "  %s = reduce_sum(%a, axes=[1, 2])\n  %m = reduce_max(%x, axes=[1])\n  return %a, %s, %m\n}\n",
+        "graph rowtail(%x: f32[64, 32, 48], %y: bf16[40, 30]) {\n  %s = reduce_sum(%x, axes=[1], keepdim=true)\n"
+        "  %m = mul(%s, 0.03125)\n  %c = cast(%m, to=bf16)\n  %t = reduce_max(%y, axes=[1])\n  %u = neg(%t)\n  return %c, %u\n}\n",
+        "graph colodd(%x: f32[5, 37, 9, 7]) {\n  %e = exp(%x)\n  %m = reduce_min(%e, axes=[1, 3])\n  return %e, %m\n}\n",
         "graph smlong(%x: f32[3, 70000]) {\n  %y = softmax(%x)\n  return %y\n}\n",
         "graph ln(%x: bf16[64, 4096], %r: bf16[64, 4096], %w: bf16[4096], %b: bf16[4096]) {\n"
         "  %s = add(%x, %r)\n  %y = layernorm(%s, %w, %b)\n  return %s, %y\n}\n",
