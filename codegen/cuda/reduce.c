@@ -89,8 +89,11 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
     const int64_t kv = rl->kv, len = rl->len;
     const bool cache = rl->cache, sym_len = rl->sym_len;
     const char *rows_s = rl->rows_s, *len_s = rl->len_s, *loop_open = rl->loop_open;
-    fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb, tpr,
-        rows_s, rpb);
+    if (k->block_threads) /* inside another kernel: its block computes every row */
+        fc_strbuf_printf(k->s, "  for (i64 row = threadIdx.x / %d; row < %s; row += %d) {\n", tpr, rows_s, rpb);
+    else
+        fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb,
+                         tpr, rows_s, rpb);
     char (*vin)[24], (*vout)[24];
     if (!fc_cg_vector_names(gr, &vin, &vout)) return FC_ERR_NOMEM;
     if (cache) {
@@ -270,6 +273,12 @@ fc_status fc_cg_reduce_kernel(kctx *k, fc_launch *l) {
     } else {
         tpr = 64;
         while (tpr < 1024 && tpr * 4 < nvec) tpr *= 2;
+        rpb = 1;
+    }
+    /* Inside another kernel the block is that kernel's: a row a block
+     * where the layout above takes another size. */
+    if (k->block_threads && trailing && tpr * rpb != k->block_threads) {
+        tpr = k->block_threads;
         rpb = 1;
     }
     k->tpr = tpr;
