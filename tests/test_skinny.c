@@ -486,10 +486,11 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
  * blocks split K between their warps; and against weights [K, N] (GPT-2's
  * QKV, out, MLP up and down projections at M 1; M 2 and 8 stay skinny), split over a
  * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
- * A layernorm or RMSnorm before the GEMV (and the residual sum before it)
- * runs inside it (fc_cuda_gemv_norm): both layouts, 4 rows, the residual
- * sum a graph result too (stored by block 0), and not where the norm's
- * result is read by more than the GEMV.
+ * A layernorm or RMSnorm before the GEMV (and the residual sum before it),
+ * or a pointwise group (a SiLU gate, a GELU), runs inside it
+ * (fc_cuda_gemv_prologue): both layouts, 4 rows, the residual sum a graph
+ * result too (stored by block 0), and not where the norm's result is read
+ * by more than the GEMV.
  * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
  * cuBLASLt), the split, the grid, the norm inside, and that the source
  * compiles; on one, each against the reference. */
@@ -498,7 +499,7 @@ typedef struct gvcase {
     bool gemv;     /* the rule takes it */
     int splits;    /* the K split it picks (1: none) */
     bool computed; /* [K, N]: the weight is computed, loaded after the wait */
-    int norm;      /* 1: the row norm runs inside the GEMV, the program's one launch; 2: and block 0 stores its other result */
+    int norm;      /* 1: the norm or pointwise group runs inside the GEMV, the program's one launch; 2: and block 0 stores its other result */
 } gvcase;
 #define GV_NK(name, M, N, K) "graph " name "(%x: bf16[" #M ", " #K "], %w: bf16[" #N ", " #K "]"
 #define GV_KN(name, T, M, N, K) "graph " name "(%x: " T "[" #M ", " #K "], %w: " T "[" #K ", " #N "]"
@@ -557,6 +558,12 @@ static const gvcase gvcases[] = {
      "graph n3(%x: bf16[4, 2048], %lw: bf16[2048], %lb: bf16[2048], %w: bf16[1024, 2048]) {\n"
      "  %h = layernorm(%x, %lw, %lb, axis=-1, eps=1e-05)\n  %y = gemm(%h, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n"
      "  return %y\n}\n", true, 8, false, 1},
+    {"gemv bf16 1 x 2048 x 8192, the SiLU gate inside (Llama's down)",
+     "graph n5(%g: bf16[1, 8192], %u: bf16[1, 8192], %w: bf16[2048, 8192]) {\n"
+     "  %s = silu(%g)\n  %a = mul(%s, %u)\n  %y = gemm(%a, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false, 1},
+    {"gemv [K, N] bf16 1 x 768 x 3072, bias, a GELU of the input inside",
+     "graph n6(%x: bf16[1, 3072], %w: bf16[3072, 768], %b: bf16[768]) {\n"
+     "  %h = gelu_tanh(%x)\n  %y0 = matmul(%h, %w)\n  %y = add(%y0, %b)\n  return %y\n}\n", true, 8, false, 1},
     {"gemv bf16 1 x 1024 x 2048, the RMSnorm outside: its result is a result too",
      "graph n4(%x: bf16[1, 2048], %lw: bf16[2048], %w: bf16[1024, 2048]) {\n"
      "  %h = rmsnorm(%x, %lw, eps=1e-06)\n  %y = gemm(%h, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n"
@@ -592,14 +599,16 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
             const fc_program_desc *d = fc_program_desc_of(p);
             const bool kn = strstr(gc->name, "[K, N]") != NULL;
             int norms = 0;
-            for (int i = 0; i < d->src.nlaunches; i++) norms += strstr(d->src.launches[i].summary, "its A's row reduce inside") != NULL;
+            for (int i = 0; i < d->src.nlaunches; i++)
+                norms += strstr(d->src.launches[i].summary, "its A's row reduce inside") != NULL ||
+                         strstr(d->src.launches[i].summary, "its A's pointwise inside") != NULL;
             if (norms != (gc->norm > 0) || (gc->norm && d->src.nlaunches != 1)) {
                 fprintf(stderr, "%s: %d GEMVs with the norm inside of %d launches, want %d\n", gc->name, norms, d->src.nlaunches, gc->norm > 0);
                 CHECK(false);
             }
             /* The norm's rows read after the wait; its other result stored by block 0. */
             const char *wait = strstr(d->src.source, "griddepcontrol.wait;\" ::: \"memory\");\n#endif\n");
-            CHECK(!gc->norm || (wait && strstr(wait, "_main(a0, ") != NULL));
+            CHECK(!gc->norm || (wait && (strstr(wait, "_main(a0, ") || strstr(wait, "_body(a0, "))));
             CHECK((strstr(d->src.source, "blockIdx.x == 0 ? o1 : fc_gv_x1") != NULL) == (gc->norm == 2));
             for (int i = 0; i < d->src.nlaunches; i++) {
                 const fc_launch *l = &d->src.launches[i];

@@ -414,14 +414,14 @@ static fc_status group_launch(unit *u, int gi, int *next) {
     for (int j = gi + 1; j < plan->ngroups; j++)
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
     /* So does a cache update inside the attention reading it (decode.c),
-     * and a row norm inside the GEMV reading it (gemv.c). */
+     * and a row norm or pointwise group inside the GEMV reading it (gemv.c). */
     if (fc_cuda_update_in_attention(plan, gi)) return FC_OK;
     for (int j = gi + 1; j < plan->ngroups; j++)
-        if (u->choice[j].path == FC_GEMM_GEMV && u->choice[j].gemv.norm == gi) return FC_OK;
+        if (u->choice[j].path == FC_GEMM_GEMV && u->choice[j].gemv.pro == gi) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
     const fc_gemm_choice *c = &u->choice[gi];
-    fc_launch_note(l, plan, gi, gi, c->path == FC_GEMM_SKINNY_ATTENTION ? c->attention : c->path == FC_GEMM_GEMV ? c->gemv.norm : -1);
+    fc_launch_note(l, plan, gi, gi, c->path == FC_GEMM_SKINNY_ATTENTION ? c->attention : c->path == FC_GEMM_GEMV ? c->gemv.pro : -1);
     return st ? st : own_kernel(u, gi, gi, l);
 }
 

@@ -62,7 +62,7 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
  * and projection (a fusion the GEMV has not). */
 static bool gemv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
     if (!fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv)) return false;
-    fc_cuda_gemv_norm(plan, gi, &c->gemv); /* the row norm before it, inside it where it may */
+    fc_cuda_gemv_prologue(plan, gi, &c->gemv); /* the row norm or SiLU gate before it, inside it where it may */
     return true;
 }
 

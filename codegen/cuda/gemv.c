@@ -82,7 +82,7 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
                  .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
-                 .kn = !gi.trans_b, .constant_w = true, .norm = -1};
+                 .kn = !gi.trans_b, .constant_w = true, .pro = -1};
     if (k.a < 0) return false;
     for (int i = 0; i < gi.nweights; i++) {
         const fc_value *w = gi.w[i];
@@ -134,8 +134,8 @@ static bool trailing(const fc_group *gr) {
     return true;
 }
 
-void fc_cuda_gemv_norm(const fc_plan *plan, int gi, fc_gemv *k) {
-    k->norm = -1;
+void fc_cuda_gemv_prologue(const fc_plan *plan, int gi, fc_gemv *k) {
+    k->pro = -1;
     const fc_group *gr = plan->groups[gi];
     const fc_value *a = gr->inputs[k->a];
     const int p = writer(plan, a);
@@ -143,9 +143,8 @@ void fc_cuda_gemv_norm(const fc_plan *plan, int gi, fc_gemv *k) {
     for (int i = 0; i < k->nweights; i++)
         if (k->w[i] == k->a || k->bias[i] == k->a) return;
     const fc_group *gn = plan->groups[p];
-    if (gn->kind != FC_GROUP_REDUCE || gn->batch > 0 || gn->loadtime || gn->rows != k->M || gn->row_len != k->K || !trailing(gn) ||
-        !fc_cuda_inputs_survive(plan, p, gi))
-        return;
+    const bool rows = gn->kind == FC_GROUP_REDUCE && gn->rows == k->M && gn->row_len == k->K && trailing(gn);
+    if ((!rows && gn->kind != FC_GROUP_POINTWISE) || gn->batch > 0 || gn->loadtime || !fc_cuda_inputs_survive(plan, p, gi)) return;
     int64_t bytes = 0;
     for (int o = 0; o < gn->noutputs; o++) {
         const fc_value *v = gn->outputs[o];
@@ -155,7 +154,7 @@ void fc_cuda_gemv_norm(const fc_plan *plan, int gi, fc_gemv *k) {
         for (int j = p + 1; v != a && j <= gi; j++)
             if (fc_cuda_group_input(plan->groups[j], v) >= 0) return;
     }
-    if (bytes <= FC_GEMV_NORM_SMEM) k->norm = p;
+    if (bytes <= FC_GEMV_PRO_SMEM) k->pro = p;
 }
 
 /* The dot product of 8 elements (16 bytes) of each operand, in f32: once a
@@ -243,13 +242,13 @@ static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const c
 }
 
 /* A kernel's parameters: the values it reads, a0.., and those it writes,
- * o0 (the GEMV's result) then o1.. (a norm group's other results); with
- * a norm group, its inputs are a0 .. in the group's order. */
+ * o0 (the GEMV's result) then o1.. (a prologue group's other results);
+ * with a prologue group, its inputs are a0 .. in the group's order. */
 typedef struct gv_params {
     const fc_value **in, **out;
     int nin, nout;
-    const fc_group *norm; /* NULL: none */
-    const fc_value *a;    /* the GEMV's A, which the norm group computes */
+    const fc_group *pro; /* the group computing A inside the kernel; NULL: none */
+    const fc_value *a;   /* the GEMV's A */
 } gv_params;
 
 /* The kernel's signature; a cluster of `cluster` blocks where more than 1. */
@@ -263,16 +262,17 @@ static void emit_signature(fc_strbuf *s, const gv_params *pp, const char *name, 
     fc_strbuf_printf(s, ") {\n");
 }
 
-/* After the wait: the norm group's rows into shared memory (A, fc_gv_a),
- * by every block (the rows are a few KB, the launch they save microseconds:
+/* After the wait: the prologue group's A into shared memory (fc_gv_a),
+ * by every block (A is a few KB, the launch it saves microseconds:
  * gemv.h), its other results stored by block 0 alone (the others' go to
  * shared memory nobody reads); `A` the name the kernel reads A by. */
-static void emit_norm_call(fc_strbuf *s, const gv_params *pp, const fc_gemv *k, const char *name, char *A, size_t na) {
-    if (!pp->norm) {
+static void emit_prologue_call(fc_strbuf *s, const gv_params *pp, const fc_gemv *k, const char *name, char *A, size_t na) {
+    if (!pp->pro) {
         snprintf(A, na, "a%d", k->a);
         return;
     }
-    const fc_group *gn = pp->norm;
+    const fc_group *gn = pp->pro;
+    const bool rows = gn->kind == FC_GROUP_REDUCE;
     const char *t = fc_cuda_storage_type(k->dtype);
     snprintf(A, na, "fc_gv_a");
     fc_strbuf_printf(s, "  __shared__ __align__(16) %s fc_gv_a[%lld];\n", t, (long long)(k->M * k->K));
@@ -280,7 +280,7 @@ static void emit_norm_call(fc_strbuf *s, const gv_params *pp, const fc_gemv *k, 
         if (gn->outputs[o] != pp->a)
             fc_strbuf_printf(s, "  __shared__ __align__(16) %s fc_gv_x%d[%lld];\n", fc_cuda_storage_type(gn->outputs[o]->dtype), x++,
                              (long long)elements(gn->outputs[o]));
-    fc_strbuf_printf(s, "  %s_main(", name);
+    fc_strbuf_printf(s, "  %s_%s(", name, rows ? "main" : "body");
     for (int i = 0; i < gn->ninputs; i++) fc_strbuf_printf(s, "a%d, ", i);
     for (int o = 0, x = 1; o < gn->noutputs; o++) {
         if (gn->outputs[o] == pp->a) fc_strbuf_printf(s, "%sfc_gv_a", o ? ", " : "");
@@ -289,6 +289,8 @@ static void emit_norm_call(fc_strbuf *s, const gv_params *pp, const fc_gemv *k, 
             x++;
         }
     }
+    /* A pointwise body's threads: the block's, a vector each a step. */
+    if (!rows) fc_strbuf_printf(s, ", (i64)threadIdx.x, (i64)%d", KN_THREADS);
     fc_strbuf_printf(s, ");\n  __syncthreads();\n");
 }
 
@@ -351,7 +353,7 @@ static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_
                      "%s",
                      GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early);
     char A[16];
-    emit_norm_call(s, pp, k, name, A, sizeof A);
+    emit_prologue_call(s, pp, k, name, A, sizeof A);
     fc_strbuf_printf(s,
                      "  const %s *A = %s;\n"
                      "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
@@ -465,7 +467,7 @@ static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_
         fc_strbuf_printf(s, "%s%s", bias, res);
     }
     char A[16];
-    emit_norm_call(s, pp, k, name, A, sizeof A);
+    emit_prologue_call(s, pp, k, name, A, sizeof A);
     fc_strbuf_printf(s,
                      "  float acc[M][8];\n"
                      "#pragma unroll\n"
@@ -530,19 +532,22 @@ static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_
     fc_strbuf_printf(s, "}\n");
 }
 
-/* The norm group's rows as the device function `name`_main (its inputs,
- * then its results): reduce.c's kernel as a frame kernel's body is (a
- * device function named after the kernel, so that the kernel's text with
- * its name replaced is still its key: codegen.c), for the GEMV's 256
- * threads (kctx.block_threads). */
-static fc_status emit_norm(const fc_plan *plan, const fc_group *gn, const char *name, fc_strbuf *s) {
+/* The prologue group as device functions named after the kernel (so
+ * that the kernel's text with its name replaced is still its key:
+ * codegen.c): a REDUCE group's rows as `name`_main (its inputs, then its
+ * results), reduce.c's kernel as a frame kernel's body is, for the GEMV's
+ * 256 threads (kctx.block_threads); a POINTWISE group's elements as
+ * pointwise.c's `name`_body (its inputs, its results, the first thread and
+ * the stride; its kernel's `name`_main goes unused). */
+static fc_status emit_prologue(const fc_plan *plan, const fc_group *gn, const char *name, fc_strbuf *s) {
     fc_launch nl = {.frame = true};
     snprintf(nl.name, sizeof nl.name, "%s", name);
     const size_t nv = (size_t)plan->g->next_value_id + 1;
-    kctx k = {.p = plan, .gr = gn, .s = s, .reduce = true, .nsyms = plan->g->nsyms, .store_only_vid = -1, .block_threads = KN_THREADS};
+    const bool rows = gn->kind == FC_GROUP_REDUCE;
+    kctx k = {.p = plan, .gr = gn, .s = s, .reduce = rows, .nsyms = plan->g->nsyms, .store_only_vid = -1, .block_threads = KN_THREADS};
     k.is_row = calloc(nv, sizeof(bool));
     k.row_ready = calloc(nv, sizeof(bool));
-    fc_status st = !k.is_row || !k.row_ready ? FC_ERR_NOMEM : fc_cg_reduce_kernel(&k, &nl);
+    fc_status st = !k.is_row || !k.row_ready ? FC_ERR_NOMEM : rows ? fc_cg_reduce_kernel(&k, &nl) : fc_cg_pointwise_kernel(&k, &nl);
     if (!st && k.oom) st = FC_ERR_NOMEM;
     if (!st && k.err) st = fc_set_error(plan->g->ctx, k.err, "%s (group %d, inside a GEMV)", k.errmsg, gn->id);
     free(k.memo);
@@ -567,10 +572,11 @@ fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_ge
     if (k->splits > 1 && w > 0 && (size_t)w < sizeof l->summary)
         w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", K in %d slices of %s", k->splits,
                       k->kn ? "a cluster" : "a block's warps");
-    const fc_group *gn = k->norm >= 0 ? plan->groups[k->norm] : NULL;
-    if (gn && w > 0 && (size_t)w < sizeof l->summary) snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", its A's row reduce inside");
+    const fc_group *gn = k->pro >= 0 ? plan->groups[k->pro] : NULL;
+    if (gn && w > 0 && (size_t)w < sizeof l->summary)
+        snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", its A's %s inside", gn->kind == FC_GROUP_REDUCE ? "row reduce" : "pointwise");
     const int cap = gr->ninputs + (gn ? gn->ninputs + gn->noutputs : 0) + 1;
-    gv_params pp = {.in = calloc((size_t)cap, sizeof *pp.in), .out = calloc((size_t)cap, sizeof *pp.out), .norm = gn,
+    gv_params pp = {.in = calloc((size_t)cap, sizeof *pp.in), .out = calloc((size_t)cap, sizeof *pp.out), .pro = gn,
                     .a = gr->inputs[k->a]};
     fc_gemv kk = *k; /* k with its inputs' positions among the kernel's */
     fc_status st = pp.in && pp.out ? FC_OK : FC_ERR_NOMEM;
@@ -597,7 +603,7 @@ fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_ge
     }
     /* No group id in the text: the layers' GEMVs are one kernel (codegen.c's key). */
     fc_strbuf_printf(s, "%s// %s\n", helpers, l->summary);
-    if (!st && gn) st = emit_norm(plan, gn, name, s);
+    if (!st && gn) st = emit_prologue(plan, gn, name, s);
     if (!st) {
         if (k->kn) emit_kn(&pp, &kk, name, s);
         else emit_nk(&pp, &kk, name, s);
