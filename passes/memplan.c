@@ -32,6 +32,10 @@
  * group (a result the plan keeps for another reason) still gets storage,
  * live only during its writer: the kernel has to write it somewhere.
  *
+ * A small row or pointwise group's inputs (its results at most 16 KB) live
+ * until the first GEMM that reads its results, so that a backend may run
+ * the group inside that GEMM (codegen/cuda/gemv.c).
+ *
  * Lifetimes are launch positions [first, last], inclusive (a value read
  * and a value written by one launch never share memory). Placement is
  * greedy by size with best fit over offsets, in multiples of 256 bytes
