@@ -229,9 +229,12 @@ static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *f
      * and SiLU gate, whose GEMM's result would otherwise take their
      * buffer). Small: results of at most PROLOGUE_BYTES, as many as one
      * GEMV block's shared memory takes, and each input at most 4 times
-     * that, so that what stays live is a few rows. */
+     * that, so that what stays live is a few rows. Not in a dynamic plan
+     * nor in one bound from it (fc_plan_bind: it owns its graph): a
+     * variant's instances are placed from the variant's layout, which must
+     * be the bound plan's, and the variant does not know the sizes. */
     enum { PROLOGUE_BYTES = 16384 };
-    for (int pos = 0; pos < plan->ngroups; pos++) {
+    for (int pos = 0; !plan->dynamic && !plan->owned_graph && pos < plan->ngroups; pos++) {
         const fc_group *u = plan->groups[pos];
         if ((u->kind != FC_GROUP_POINTWISE && u->kind != FC_GROUP_REDUCE) || u->batch > 0 || u->loadtime) continue;
         int64_t bytes = 0;
