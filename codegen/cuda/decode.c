@@ -512,31 +512,15 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
     l->block[1] = l->block[2] = 1;
 }
 
-/* The tensor-core kernel's helpers: a 16 x 8 x 16 MMA of bf16 or f16 into
- * f32, two floats packed into a pair, an element's bits, a word of a
- * 16-byte load; once a unit (the guard). */
+/* The tensor-core kernel's helpers: the attention kernels' MMA, pack and
+ * exp2 (attention_helpers.cuh.inc, as the build embeds it), an element's
+ * bits and a word of a 16-byte load; once a unit (the guards). */
+static const char attn_helpers[] =
+#include "attention_helpers.cuh.inc.str"
+    ;
 static const char mma_helpers[] =
     "#ifndef FC_DEC_MMA_HELPERS\n"
     "#define FC_DEC_MMA_HELPERS\n"
-    "static __device__ __forceinline__ void fc_dec_mma(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,\n"
-    "                                                  unsigned b0, unsigned b1, const __nv_bfloat16 *) {\n"
-    "  asm(\"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
-    "      : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n"
-    "}\n"
-    "static __device__ __forceinline__ void fc_dec_mma(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,\n"
-    "                                                  unsigned b0, unsigned b1, const __half *) {\n"
-    "  asm(\"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\"\n"
-    "      : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"r\"(b0), \"r\"(b1));\n"
-    "}\n"
-    "/* lo in the low half, as an MMA operand's pair of consecutive elements */\n"
-    "static __device__ __forceinline__ unsigned fc_dec_pack(float lo, float hi, const __nv_bfloat16 *) {\n"
-    "  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);\n"
-    "  return *reinterpret_cast<const unsigned *>(&h);\n"
-    "}\n"
-    "static __device__ __forceinline__ unsigned fc_dec_pack(float lo, float hi, const __half *) {\n"
-    "  __half2 h = __floats2half2_rn(lo, hi);\n"
-    "  return *reinterpret_cast<const unsigned *>(&h);\n"
-    "}\n"
     "static __device__ __forceinline__ unsigned fc_dec_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }\n"
     "static __device__ __forceinline__ unsigned fc_dec_bits(__half x) { return __half_as_ushort(x); }\n"
     "static __device__ __forceinline__ unsigned fc_dec_word(const uint4 &r, int e) {\n"
@@ -641,8 +625,8 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
     const unsigned threads = 32 * DEC_MMA_WARPS;
     const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
     const int64_t part = blocks * rb * split * (Dv + 2);
-    fc_strbuf_printf(s, "%s%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers, mma_helpers,
-                     name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
+    fc_strbuf_printf(s, "%s%s%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers,
+                     attn_helpers, mma_helpers, name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
     fresh_chunk(s, fk, name, T, D);
     fresh_chunk(s, fv, name, T, Dv);
     signature(s, reads, nreads, name, threads, 4, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
@@ -735,9 +719,10 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "#pragma unroll\n"
                      "      for (int i = 0; i < NI; i++)\n"
                      "#pragma unroll\n"
-                     "        for (int h = 0; h < 2; h++)\n"
-                     "          fc_dec_mma(sc[t], qa[2 * i + h][0], 0u, qa[2 * i + h][1], 0u, fc_dec_word(kr[t][i], 2 * h),\n"
-                     "                     fc_dec_word(kr[t][i], 2 * h + 1), (const T *)0);\n"
+                     "        for (int h = 0; h < 2; h++) {\n"
+                     "          const unsigned a[4] = {qa[2 * i + h][0], 0u, qa[2 * i + h][1], 0u};\n"
+                     "          fc_attn_mma(sc[t], a, fc_dec_word(kr[t][i], 2 * h), fc_dec_word(kr[t][i], 2 * h + 1), T());\n"
+                     "        }\n"
                      "    }\n"
                      "    /* row g's scores of keys 2 q4, 2 q4 + 1 of each 8 (sc[t][0..1]; [2..3] are the zero rows') */\n"
                      "    float p[4], mx = -INFINITY;\n"
@@ -749,14 +734,14 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "    }\n"
                      "    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\n"
                      "    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\n"
-                     "    const float mn = fmaxf(m, mx), ms = mn == -INFINITY ? 0.f : mn, cf = exp2f(m - ms);\n"
+                     "    const float mn = fmaxf(m, mx), ms = mn == -INFINITY ? 0.f : mn, cf = fc_attn_exp2(m - ms);\n"
                      "#pragma unroll\n"
-                     "    for (int x = 0; x < 4; x++) p[x] = exp2f(p[x] - ms);\n"
+                     "    for (int x = 0; x < 4; x++) p[x] = fc_attn_exp2(p[x] - ms);\n"
                      "    l = l * cf + ((p[0] + p[1]) + (p[2] + p[3]));\n"
                      "    m = mn;\n"
                      "    /* the accumulators' rows 2 q4 and 2 q4 + 1 rescale by their groups' factors */\n"
                      "    const float c0 = __shfl_sync(0xffffffffu, cf, 8 * q4), c1 = __shfl_sync(0xffffffffu, cf, 8 * q4 + 4);\n"
-                     "    const unsigned pb0 = fc_dec_pack(p[0], p[1], (const T *)0), pb1 = fc_dec_pack(p[2], p[3], (const T *)0);\n"
+                     "    const unsigned pb0 = fc_attn_pack(p[0], p[1], T()), pb1 = fc_attn_pack(p[2], p[3], T());\n"
                      "#pragma unroll\n"
                      "    for (int w = 0; w < NW; w++)\n"
                      "#pragma unroll\n"
@@ -765,8 +750,9 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "        a[0] *= c0, a[1] *= c1, a[2] *= c0, a[3] *= c1;\n"
                      "        const unsigned v0 = fc_dec_word(vr[0][w], e), v1 = fc_dec_word(vr[1][w], e);\n"
                      "        const unsigned v2 = fc_dec_word(vr[2][w], e), v3 = fc_dec_word(vr[3][w], e);\n"
-                     "        fc_dec_mma(a, __byte_perm(v0, v1, 0x5410), __byte_perm(v0, v1, 0x7632), __byte_perm(v2, v3, 0x5410),\n"
-                     "                   __byte_perm(v2, v3, 0x7632), pb0, pb1, (const T *)0);\n"
+                     "        const unsigned va[4] = {__byte_perm(v0, v1, 0x5410), __byte_perm(v0, v1, 0x7632), __byte_perm(v2, v3, 0x5410),\n"
+                     "                                __byte_perm(v2, v3, 0x7632)};\n"
+                     "        fc_attn_mma(a, va, pb0, pb1, T());\n"
                      "      }\n"
                      "  }\n"
                      "  l += __shfl_xor_sync(0xffffffffu, l, 1);\n"
