@@ -629,7 +629,11 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      attn_helpers, mma_helpers, name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
     fresh_chunk(s, fk, name, T, D);
     fresh_chunk(s, fv, name, T, Dv);
-    signature(s, reads, nreads, name, threads, 4, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
+    /* Four blocks an SM (128 registers a thread) where the rows are 64
+     * elements or fewer; wider rows' loads and accumulators need more (D =
+     * 128 spills 80 bytes at 128). */
+    signature(s, reads, nreads, name, threads, D > 64 || Dv > 64 ? 2 : 4, gr->outputs[0], fk->gr ? k : NULL,
+              fv->gr ? v : NULL);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d };\n"
                      "  /* chunks a row; k-steps of 2 chunks a lane (NI) and value chunks a lane (NW) */\n"
