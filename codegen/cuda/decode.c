@@ -13,22 +13,27 @@
  * update_slice writes only the new rows: its result is its destination's
  * buffer (passes/memplan.c), the inout parameter.
  *
- * cache_attention (flash-decoding) has two kernels. Where the key and
- * value rows are whole 16-byte chunks (bf16, f16 or f32; D and Dv up to 32
- * chunks), the vector kernel (vector_kernel): a block per (batch, key/value
- * head, group of its query rows) and part of the keys, so that one read of
- * a key serves every query head of its group (grouped-query attention) and
- * every query; lanes read a key row in 16-byte loads, several keys a warp
- * and several loads a lane in flight, since a step's time is the loads'
- * latency unless most of its keys are in flight at once. Otherwise the
- * kernel of one lane per element: a grid of (batch x query head x query)
- * rows by parts of the keys; in a block of DEC_WARPS warps the warps share
- * the part's keys, each with an online softmax (max, sum, and the weighted
- * values: Dv / 32 per lane). Both choose the parts so that the grid fills
- * the GPU about twice over; each block merges its warps in shared memory,
- * writes its partial result to a module-scope buffer, and the rows' last
- * block (a counter, the threadFenceReduction pattern) merges the parts
- * and writes the result. Query head h reads key/value head h / (Hq / Hkv).
+ * cache_attention (flash-decoding) has three kernels. Where the key and
+ * value rows are bf16 or f16 of whole 16-byte chunks, up to 128 elements,
+ * the tensor-core kernel (mma_kernel): a block per (batch, key/value head,
+ * up to 8 of its query rows) and part of the keys, each warp 16 keys at a
+ * time, the scores and the weighted values MMAs whose operands are the
+ * rows' 16-byte loads as they come (a step is bound by its instructions
+ * and its loads' latency, not by arithmetic: the CUDA-core kernel below
+ * issued an instruction for every 1.3 bytes it read). Other whole 16-byte
+ * chunks (f32, or up to 32 chunks), the vector kernel (vector_kernel): the
+ * same blocks, lanes reading a key row in 16-byte loads, several keys a
+ * warp and several loads a lane in flight. Both read a key once for every
+ * query head of its group (grouped-query attention) and every query.
+ * Otherwise the kernel of one lane per element: a grid of (batch x query
+ * head x query) rows by parts of the keys; in a block of DEC_WARPS warps
+ * the warps share the part's keys, each with an online softmax (max, sum,
+ * and the weighted values: Dv / 32 per lane). Each chooses its parts so
+ * that the grid fills the GPU about twice over; each block merges its
+ * warps in shared memory, writes its partial result to a module-scope
+ * buffer, and the rows' last block (a counter, the threadFenceReduction
+ * pattern) merges the parts and writes the result. Query head h reads
+ * key/value head h / (Hq / Hkv).
  *
  * An update_slice whose result only a cache_attention reads runs inside
  * that kernel (fused_update): the kernel reads the new rows from the
@@ -285,9 +290,19 @@ static void fresh_row(fc_strbuf *s, const fused *f, const char *name, int64_t D,
                      fresh, cols, x, f->src, name, f->c, (long long)f->rows, f->c, (long long)D);
 }
 
-/* Into s, the end of both vector kernels: the block's warps merged from
- * shared memory (sm_m, sm_l, sm_acc of W warps x RB rows), one (row,
- * element) a thread, then the result where the keys are one part, else
+/* cache_attention's launch: `blocks` x `split` blocks of `threads`. */
+static void launch_grid(fc_launch *l, int64_t blocks, int64_t split, unsigned threads) {
+    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
+    l->grid[1] = (unsigned)split;
+    l->grid[2] = 1;
+    l->block[0] = threads;
+    l->block[1] = l->block[2] = 1;
+}
+
+/* Into s, the end of the vector and the tensor-core kernels: the block's
+ * warps merged from shared memory (sm_m, sm_l, sm_acc of W warps x RB
+ * rows), one (row, element) a thread, then the result where the keys are
+ * one part, else
  * the part's partial result and, in the rows' last block, the parts
  * merged; ex is the exponential of the kernel's maxima (expf, exp2f). */
 static void merge(fc_strbuf *s, const char *name, const char *OT, const char *ex) {
@@ -505,11 +520,7 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "  }\n"
                      "  __syncthreads();\n");
     merge(s, name, OT, "expf");
-    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
-    l->grid[1] = (unsigned)split;
-    l->grid[2] = 1;
-    l->block[0] = threads;
-    l->block[1] = l->block[2] = 1;
+    launch_grid(l, blocks, split, threads);
 }
 
 /* The tensor-core kernel's helpers: the attention kernels' MMA, pack and
@@ -773,11 +784,7 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "    }\n"
                      "  __syncthreads();\n");
     merge(s, name, OT, "exp2f");
-    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
-    l->grid[1] = (unsigned)split;
-    l->grid[2] = 1;
-    l->block[0] = threads;
-    l->block[1] = l->block[2] = 1;
+    launch_grid(l, blocks, split, threads);
 }
 
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
@@ -960,11 +967,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
                      "  if (lane == 0) %s_count[row] = 0u;\n"
                      "}\n",
                      name, fc_cuda_storage_type(n->out[0]->dtype), name, name, fc_cuda_storage_type(n->out[0]->dtype), name);
-    l->grid[0] = (unsigned)(rows < 1 ? 1 : rows);
-    l->grid[1] = (unsigned)split;
-    l->grid[2] = 1;
-    l->block[0] = threads;
-    l->block[1] = l->block[2] = 1;
+    launch_grid(l, rows, split, threads);
     return FC_OK;
 }
 
