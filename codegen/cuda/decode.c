@@ -304,9 +304,12 @@ static void launch_grid(fc_launch *l, int64_t blocks, int64_t split, unsigned th
  * rows), one (row, element) a thread, then the result where the keys are
  * one part, else
  * the part's partial result and, in the rows' last block, the parts
- * merged; ex is the exponential of the kernel's maxima (expf, exp2f). */
-static void merge(fc_strbuf *s, const char *name, const char *OT, const char *ex) {
+ * merged; ex is the exponential of the kernel's maxima (expf, exp2f).
+ * Then the launch's grid. */
+static void merge(fc_strbuf *s, fc_launch *l, const char *name, const char *OT, const char *ex, int64_t blocks,
+                  int64_t split, unsigned threads) {
     fc_strbuf_printf(s,
+                     "  __syncthreads();\n"
                      "  /* this block's keys: the warps merged, one (row, element) a thread */\n"
                      "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
                      "    const int r = t / DV, d = t %% DV;\n"
@@ -371,6 +374,7 @@ static void merge(fc_strbuf *s, const char *name, const char *OT, const char *ex
                      "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
                      "}\n",
                      ex, OT, name, name, name, ex, name, OT, name);
+    launch_grid(l, blocks, split, threads);
 }
 
 /* cache_attention where the rows are whole 16-byte chunks (vector_width):
@@ -517,10 +521,8 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "#pragma unroll\n"
                      "      for (int e = 0; e < VE; e++) if (c < CV) sm_acc[warp][r][c * VE + e] = acc[r][e];\n"
                      "    }\n"
-                     "  }\n"
-                     "  __syncthreads();\n");
-    merge(s, name, OT, "expf");
-    launch_grid(l, blocks, split, threads);
+                     "  }\n");
+    merge(s, l, name, OT, "expf", blocks, split, threads);
 }
 
 /* The tensor-core kernel's helpers: the attention kernels' MMA, pack and
@@ -781,10 +783,8 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "      const float *a = acc[w * 4 + e];\n"
                      "      if (c < CV && r < RB) sm_acc[warp][r][d] = a[0], sm_acc[warp][r][d + 1] = a[2];\n"
                      "      if (c < CV && r + 1 < RB) sm_acc[warp][r + 1][d] = a[1], sm_acc[warp][r + 1][d + 1] = a[3];\n"
-                     "    }\n"
-                     "  __syncthreads();\n");
-    merge(s, name, OT, "exp2f");
-    launch_grid(l, blocks, split, threads);
+                     "    }\n");
+    merge(s, l, name, OT, "exp2f", blocks, split, threads);
 }
 
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
