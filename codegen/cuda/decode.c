@@ -554,33 +554,42 @@ static void fresh_chunk(fc_strbuf *s, const fused *f, const char *name, const ch
     fc_strbuf_printf(s, "  return r;\n}\n");
 }
 
-/* Into s, after the tensor-core kernel's loads of a tile: the rows of it
- * that the fused updates write, from their sources instead (a branch the
- * whole warp takes or skips: only a tile that holds the new rows). */
-static void fresh_tile(fc_strbuf *s, const fused *fk, const fused *fv, const char *name, const char *frk, const char *frv) {
-    if (!fk->gr && !fv->gr) return;
-    fc_strbuf_printf(s, "    if (%s%s%s) {\n", fk->gr ? "tk" : "", fk->gr && fv->gr ? " || " : "", fv->gr ? "tv" : "");
-    if (fk->gr)
-        fc_strbuf_printf(s,
-                         "#pragma unroll\n"
-                         "      for (int t = 0; t < 2; t++)\n"
-                         "#pragma unroll\n"
-                         "        for (int i = 0; i < NI; i++) {\n"
-                         "          const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
-                         "          if (%s && j < j1 && c < CK) kr[t][i] = %s_kf(a%d, kvh * %lldLL + j - offk, c);\n"
-                         "        }\n",
-                         frk, name, fk->src, (long long)fk->rows);
-    if (fv->gr)
-        fc_strbuf_printf(s,
-                         "#pragma unroll\n"
-                         "      for (int x = 0; x < 4; x++)\n"
-                         "#pragma unroll\n"
-                         "        for (int w = 0; w < NW; w++) {\n"
-                         "          const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
-                         "          if (%s && j < j1 && c < CV) vr[x][w] = %s_vf(a%d, kvh * %lldLL + j - offv, c);\n"
-                         "        }\n",
-                         frv, name, fv->src, (long long)fv->rows);
-    fc_strbuf_printf(s, "    }\n");
+/* Into s, the tensor-core kernel's loads of a tile (keys base ..
+ * base + 15): lane (g, q4) loads chunks q4, q4 + 4, .. of keys g and g + 8
+ * (kr) and chunk g, g + 8, .. of keys 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9
+ * (vr), zeros past the part's keys. With `fresh` (a tile that holds rows
+ * a fused update writes), those rows from the update's source instead of
+ * the cache, which another block is writing them into. */
+static void tile_loads(fc_strbuf *s, const fused *fk, const fused *fv, const char *name, const char *frk,
+                       const char *frv, bool fresh) {
+    const char *in = fresh ? "      " : "    ";
+    char nk[112] = "", nv[112] = "";
+    if (fresh && fk->gr) snprintf(nk, sizeof nk, " && !%s", frk);
+    if (fresh && fv->gr) snprintf(nv, sizeof nv, " && !%s", frv);
+    fc_strbuf_printf(s,
+                     "#pragma unroll\n"
+                     "%sfor (int t = 0; t < 2; t++)\n"
+                     "#pragma unroll\n"
+                     "%s  for (int i = 0; i < NI; i++) {\n"
+                     "%s    const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
+                     "%s    kr[t][i] = fc_dec_load(kp + (long long)j * D + c * 8, j < j1 && c < CK%s, al);\n",
+                     in, in, in, in, nk);
+    if (fresh && fk->gr)
+        fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CK) kr[t][i] = %s_kf(a%d, kvh * %lldLL + j - offk, c);\n", in, frk,
+                         name, fk->src, (long long)fk->rows);
+    fc_strbuf_printf(s,
+                     "%s  }\n"
+                     "#pragma unroll\n"
+                     "%sfor (int x = 0; x < 4; x++)\n"
+                     "#pragma unroll\n"
+                     "%s  for (int w = 0; w < NW; w++) {\n"
+                     "%s    const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
+                     "%s    vr[x][w] = fc_dec_load(vp + (long long)j * DV + c * 8, j < j1 && c < CV%s, al);\n",
+                     in, in, in, in, in, nv);
+    if (fresh && fv->gr)
+        fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CV) vr[x][w] = %s_vf(a%d, kvh * %lldLL + j - offv, c);\n", in, frv,
+                         name, fv->src, (long long)fv->rows);
+    fc_strbuf_printf(s, "%s  }\n", in);
 }
 
 /* The most elements of a key or a value row the tensor-core kernel takes
@@ -705,28 +714,23 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
                      "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n"
                      "  for (int base = j0 + warp * 16; base < j1; base += W * 16) {\n"
-                     "    /* whether the tile holds rows a fused update writes (the same in the whole warp) */\n"
-                     "    const bool tk = %s, tv = %s;\n"
-                     "    uint4 kr[2][NI], vr[4][NW];\n"
-                     "#pragma unroll\n"
-                     "    for (int t = 0; t < 2; t++) /* key g of each 8 */\n"
-                     "#pragma unroll\n"
-                     "      for (int i = 0; i < NI; i++) {\n"
-                     "        const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
-                     "        kr[t][i] = fc_dec_load(kp + (long long)j * D + c * 8, j < j1 && c < CK && !tk, al);\n"
-                     "      }\n"
-                     "#pragma unroll\n"
-                     "    for (int x = 0; x < 4; x++) /* keys 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9 */\n"
-                     "#pragma unroll\n"
-                     "      for (int w = 0; w < NW; w++) {\n"
-                     "        const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
-                     "        vr[x][w] = fc_dec_load(vp + (long long)j * DV + c * 8, j < j1 && c < CV && !tv, al);\n"
-                     "      }\n",
+                     "    uint4 kr[2][NI], vr[4][NW];\n",
                      index_type(n->in[3]->dtype), idx[3], idx[0], name, n->a.causal ? "len - SQ + i + 1" : "len",
-                     scale * 1.4426950408889634, idx[1], idx[2], tk, tv);
-    /* A tile with new rows loads the cache's rows too where the update
-     * does not write them: its loads are the plain path's, then patched. */
-    fresh_tile(s, fk, fv, name, frk, frv);
+                     scale * 1.4426950408889634, idx[1], idx[2]);
+    /* A tile without new rows (all but one or two) loads the cache alone,
+     * with no test of each row. */
+    if (fk->gr || fv->gr)
+        fc_strbuf_printf(s,
+                         "    /* whether the tile holds rows a fused update writes (the same in the whole warp) */\n"
+                         "    const bool tk = %s, tv = %s;\n"
+                         "    if (!(tk || tv)) {\n",
+                         tk, tv);
+    tile_loads(s, fk, fv, name, frk, frv, false);
+    if (fk->gr || fv->gr) {
+        fc_strbuf_printf(s, "    } else {\n");
+        tile_loads(s, fk, fv, name, frk, frv, true);
+        fc_strbuf_printf(s, "    }\n");
+    }
     fc_strbuf_printf(s,
                      "    __syncwarp(); /* the MMAs need the whole warp */\n"
                      "    float sc[2][4];\n"
