@@ -302,10 +302,9 @@ static void launch_grid(fc_launch *l, int64_t blocks, int64_t split, unsigned th
 /* Into s, the end of the vector and the tensor-core kernels: the block's
  * warps merged from shared memory (sm_m, sm_l, sm_acc of W warps x RB
  * rows), one (row, element) a thread, then the result where the keys are
- * one part, else
- * the part's partial result and, in the rows' last block, the parts
- * merged; ex is the exponential of the kernel's maxima (expf, exp2f).
- * Then the launch's grid. */
+ * one part, else the part's partial result and, in the rows' last block,
+ * the parts merged; ex is the exponential of the kernel's maxima (expf,
+ * exp2f). Then the launch's grid. */
 static void merge(fc_strbuf *s, fc_launch *l, const char *name, const char *OT, const char *ex, int64_t blocks,
                   int64_t split, unsigned threads) {
     fc_strbuf_printf(s,
