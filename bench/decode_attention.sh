@@ -19,23 +19,9 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 source bench/bench_env.sh
+source bench/gpu_build.sh
 BUILD=${ATT_BUILD_DIR:-build}
-echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
-if [[ ${ATT_NOBUILD:-0} != 1 ]]; then
-    if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD/CMakeCache.txt"; then
-        rm -rf "$BUILD"
-    fi
-    args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF)
-    [[ -d .deps/xxhash ]] && args+=("-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash")
-    [[ -d .deps/onnx ]] && args+=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
-    cuda=${CUDA_HOME:-/usr/local/cuda}
-    [[ -d $cuda ]] && args+=("-DCUDAToolkit_ROOT=$cuda")
-    echo "== build: cmake ${args[*]}"
-    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec test_decode; } >"$OUT/build.log" 2>&1
-    rc=$?
-    echo "   rc=$rc in $((SECONDS - START))s"
-    ((rc == 0)) || { tail -30 "$OUT/build.log"; exit 1; }
-fi
+[[ ${ATT_NOBUILD:-0} == 1 ]] || gpu_build "$BUILD" fusec test_decode || exit 1
 echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
 FUSEC_SRC=$ROOT timeout 150 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1
 echo "   rc=$?"; grep -E 'CHECK failed|attention case|fused update' "$OUT/test_decode.log" | head -20; tail -2 "$OUT/test_decode.log"
