@@ -245,6 +245,7 @@ static const att_case att_cases[] = {
     {1, 8, 2, 1, 512, 64, 64, "bf16", true, {2, 8}}, /* the parts of a long cache merged */
     {1, 8, 2, 3, 512, 64, 64, "bf16", true, {4, 8}},
     {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 32}}, /* Llama 1B's step */
+    {8, 32, 8, 1, 2048, 64, 64, "bf16", true, {64, 9}}, /* ... of 8 sequences: 4 blocks an SM */
     {1, 32, 8, 4, 512, 64, 64, "bf16", true, {16, 8}},  /* 16 query rows a kv head: 2 row groups */
     {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 16}}, /* GPT-2's step */
     {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 4}},

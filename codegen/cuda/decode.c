@@ -638,11 +638,17 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
     int64_t rb = GQS < 8 ? GQS : 8;
     if (rb < 1) rb = 1;
     const int64_t ng = (GQS + rb - 1) / rb, blocks = B * Hkv * ng;
-    /* Parts: two blocks an SM, each at least a round of its warps' 16 keys
-     * over a full cache, so that nearly every key's load is in flight in
-     * the first round; at most 64 (the merge's shared memory). */
+    /* Four blocks an SM (128 registers a thread) where the rows are 64
+     * elements or fewer; wider rows' loads and accumulators need more (D =
+     * 128 spills 80 bytes at 128). */
+    const int resident = D > 64 || Dv > 64 ? 2 : 4;
+    /* Parts: as many blocks as are resident at once, each at least a round
+     * of its warps' 16 keys over a full cache, so that nearly every key's
+     * load is in flight in the first round (a step of one sequence: GPT-2's
+     * and Llama's are capped by the cache); at most 64 (the merge's shared
+     * memory). */
     const int64_t per = 16 * DEC_MMA_WARPS;
-    int64_t split = (2 * fc_cuda_plan_sms(plan) + blocks - 1) / (blocks > 0 ? blocks : 1);
+    int64_t split = (resident * fc_cuda_plan_sms(plan) + blocks - 1) / (blocks > 0 ? blocks : 1);
     if (split > S / per) split = S / per;
     if (split < 1) split = 1;
     if (split > 64) split = 64;
@@ -653,11 +659,7 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      attn_helpers, mma_helpers, name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
     fresh_chunk(s, fk, name, T, D);
     fresh_chunk(s, fv, name, T, Dv);
-    /* Four blocks an SM (128 registers a thread) where the rows are 64
-     * elements or fewer; wider rows' loads and accumulators need more (D =
-     * 128 spills 80 bytes at 128). */
-    signature(s, reads, nreads, name, threads, D > 64 || Dv > 64 ? 2 : 4, gr->outputs[0], fk->gr ? k : NULL,
-              fv->gr ? v : NULL);
+    signature(s, reads, nreads, name, threads, (unsigned)resident, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d };\n"
                      "  /* chunks a row; k-steps of 2 chunks a lane (NI) and value chunks a lane (NW) */\n"
