@@ -22,19 +22,36 @@ F_IR = """graph t(%q: bf16[1, 32, 4, 64], %kc: inout bf16[1, 8, 512, 64], %vc: i
   return %o
 }
 """
+def kernel(ir):
+    """The cache_attention launch of graph text ir: its name, grid, block and
+    its source (from its query index helper to the end of the unit)."""
+    open('g.ir', 'w').write(ir)
+    plan = subprocess.run([FUSEC, 'g.ir', '--emit=plan'], capture_output=True, text=True).stdout
+    m = re.search(r'kernel (fc_cache_attention_\w+) grid=\((\d+),(\d+),1\) block=\((\d+),1,1\)', plan)
+    name = m.group(1)
+    src = subprocess.run([FUSEC, 'g.ir', '--emit=cuda'], capture_output=True, text=True).stdout
+    body = src[src.index(f'static __device__ __forceinline__ long long {name}_q'):]
+    return name, int(m.group(2)), int(m.group(3)), int(m.group(4)), body
+
+def run(text):
+    """Compiles a kernel and its check with the emulation and runs it."""
+    global FAILS
+    open('k.cpp', 'w').write('#include "' + os.path.join(HERE, 'test_decode_host.h') + '"\n' + text)
+    r = subprocess.run(['g++', '-std=c++20', '-O1', '-w', '-pthread', 'k.cpp', '-o', 'k'], capture_output=True, text=True)
+    if r.returncode:
+        print(r.stderr[:3000])
+        sys.exit(2)
+    r = subprocess.run(['./k'], capture_output=True, text=True)
+    print(r.stdout.strip(), '' if r.returncode == 0 else 'FAIL')
+    FAILS += r.returncode != 0
+
 def case(B, hq, hkv, sq, S, D, Dv, dt, causal, lens):
     ir = f'''graph t(%q: {dt}[{B}, {hq}, {sq}, {D}], %k: {dt}[{B}, {hkv}, {S}, {D}], %v: {dt}[{B}, {hkv}, {S}, {Dv}], %len: i32[]) {{
   %o = cache_attention(%q, %k, %v, %len{'' if causal else ', causal=false'})
   return %o
 }}
 '''
-    open('c.ir', 'w').write(ir)
-    plan = subprocess.run([FUSEC, 'c.ir', '--emit=plan'], capture_output=True, text=True).stdout
-    m = re.search(r'kernel (fc_cache_attention_\w+) grid=\((\d+),(\d+),1\) block=\((\d+),1,1\)', plan)
-    name, gx, gy, th = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    src = subprocess.run([FUSEC, 'c.ir', '--emit=cuda'], capture_output=True, text=True).stdout
-    i = src.index(f'static __device__ __forceinline__ long long {name}_q')
-    body = src[i:]
+    name, gx, gy, th, body = kernel(ir)
     T = {'bf16': '__nv_bfloat16', 'f16': '__half', 'f32': 'float'}[dt]
     conv = {'bf16': '__float2bfloat16_rn', 'f16': '__float2half_rn', 'f32': '(float)'}[dt]
     main = f'''
@@ -61,20 +78,10 @@ int main() {{
   return worst < 0.02 ? 0 : 1;
 }}
 '''
-    open('k.cpp', 'w').write('#include "' + os.path.join(HERE, 'test_decode_host.h') + '"\n' + body + main)
-    r = subprocess.run(['g++', '-std=c++20', '-O1', '-w', '-pthread', 'k.cpp', '-o', 'k'], capture_output=True, text=True)
-    if r.returncode: print(r.stderr[:3000]); sys.exit(2)
-    r = subprocess.run(['./k'], capture_output=True, text=True); print(r.stdout.strip(), '' if r.returncode == 0 else 'FAIL')
-    global FAILS
-    FAILS += r.returncode != 0
+    run(body + main)
 def fused(sq):
     ir = F_IR.replace('32, 4, 64', f'32, {sq}, 64').replace('8, 4, 64', f'8, {sq}, 64')
-    open('f2.ir', 'w').write(ir)
-    plan = subprocess.run([FUSEC, 'f2.ir', '--emit=plan'], capture_output=True, text=True).stdout
-    m = re.search(r'kernel (fc_cache_attention_\w+) grid=\((\d+),(\d+),1\) block=\((\d+),1,1\)', plan)
-    name, gx, gy, th = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
-    src = subprocess.run([FUSEC, 'f2.ir', '--emit=cuda'], capture_output=True, text=True).stdout
-    body = src[src.index(f'static __device__ __forceinline__ long long {name}_q'):]
+    name, gx, gy, th, body = kernel(ir)
     main = f'''
 #include <random>
 int main() {{
@@ -104,12 +111,7 @@ int main() {{
   return worst < 0.05 && !bad ? 0 : 1;
 }}
 '''
-    open('f.cpp', 'w').write('#include "' + os.path.join(HERE, 'test_decode_host.h') + '"\n' + body + main)
-    r = subprocess.run(['g++', '-std=c++20', '-O1', '-w', '-pthread', 'f.cpp', '-o', 'f'], capture_output=True, text=True)
-    if r.returncode: print(r.stderr[:3000]); sys.exit(2)
-    r = subprocess.run(['./f'], capture_output=True, text=True); print(r.stdout.strip(), '' if r.returncode == 0 else 'FAIL')
-    global FAILS
-    FAILS += r.returncode != 0
+    run(body + main)
 
 cases = [
     (1, 8, 2, 1, 512, 64, 64, 'bf16', True, [1, 171, 512]),
