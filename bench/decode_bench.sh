@@ -28,23 +28,10 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 source bench/bench_env.sh
+source bench/gpu_build.sh
 BUILD=${DECODE_BUILD_DIR:-build}
-echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
 if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
-    if [[ -f $BUILD/CMakeCache.txt ]] && ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$ROOT" "$BUILD/CMakeCache.txt"; then
-        rm -rf "$BUILD"
-    fi
-    args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF)
-    [[ -d .deps/xxhash ]] && args+=("-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash")
-    [[ -d .deps/onnx ]] && args+=("-DCMAKE_PREFIX_PATH=$ROOT/.deps/onnx" "-DFUSEC_ONNX_PB_DIR=$ROOT/.deps/onnx/pb")
-    cuda=${CUDA_HOME:-/usr/local/cuda}
-    [[ -d $cuda ]] && args+=("-DCUDAToolkit_ROOT=$cuda")
-    echo "== build: cmake ${args[*]}"
-    { cmake "${args[@]}" && timeout 300 cmake --build "$BUILD" -j "$(nproc)" --target fusec example_generate test_decode test_decode_plan test_skinny; } \
-        >"$OUT/build.log" 2>&1
-    rc=$?
-    echo "   rc=$rc in $((SECONDS - START))s"
-    ((rc == 0)) || { tail -30 "$OUT/build.log"; exit 1; }
+    gpu_build "$BUILD" fusec example_generate test_decode test_decode_plan test_skinny || exit 1
 fi
 echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
 FUSEC_SRC=$ROOT timeout 120 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1

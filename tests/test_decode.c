@@ -224,31 +224,42 @@ static bool sm90_kernel(fc_graph *g, unsigned grid[2], char *summary, size_t n) 
 
 /* The shapes of cache_attention's kernels on CUDA (the keys split across
  * blocks, the parts merged): grouped-query heads
- * (32/8, 8/2, 4/1) and not (12/12), one query and several, head dims of
- * whole 16-byte chunks (64, 128, 80: 10 chunks, 16 lanes a key), values
- * of another width than keys, f16 and f32, and head dims of the kernel of
- * one lane per element (20, 33). Each compiles for sm_90 without a device
- * (NVRTC); on a GPU each runs against the reference at lengths of 1, of
- * the queries, of several inside the cache (none a multiple of a part)
- * and of the whole cache. */
+ * (32/8, 8/2, 4/1, 16/4) and not (12/12), one query and several, bf16
+ * and f16 head dims of the tensor-core kernel (32, 64, 80, 96, 128: 4
+ * to 16 chunks, values of another width than keys, 1 to 8 query rows a
+ * block and a last row group only partly full, one part and the most
+ * parts, parts of several rounds of a warp's 16 keys), bf16 of 256 and
+ * f32 in the vector kernel, and head dims of the kernel of one lane per
+ * element (20, 33). Each compiles for sm_90 without a device (NVRTC);
+ * on a GPU each runs against the reference at lengths of 1, of the
+ * queries, of several inside the cache (none a multiple of a part or of
+ * 16) and of the whole cache. */
 typedef struct att_case {
     int B, hq, hkv, sq, S, D, Dv;
     const char *dt;
     bool causal;
-    unsigned grid[2]; /* the launch's grid: the vector kernel's (batch x kv heads x row groups) x parts */
+    unsigned grid[2]; /* the launch's grid: (batch x kv heads x row groups) x parts (vector kernels), rows x parts */
 } att_case;
 
 static const att_case att_cases[] = {
-    {1, 8, 2, 1, 512, 64, 64, "bf16", true, {2, 16}}, /* the parts of a long cache merged */
-    {1, 8, 2, 3, 512, 64, 64, "bf16", true, {6, 16}},
-    {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 33}},   /* Llama 1B's step */
-    {1, 32, 8, 4, 512, 64, 64, "bf16", true, {32, 9}},     /* 16 query rows a kv head: 4 row groups */
-    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 22}}, /* GPT-2's step */
-    {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 9}},
-    {2, 8, 2, 1, 512, 128, 128, "bf16", true, {4, 32}},
-    {1, 8, 2, 3, 256, 128, 128, "bf16", false, {6, 16}},
-    {1, 4, 1, 1, 300, 80, 80, "bf16", true, {1, 18}},
-    {1, 4, 2, 2, 200, 64, 32, "f16", true, {2, 6}},
+    {1, 8, 2, 1, 512, 64, 64, "bf16", true, {2, 8}}, /* the parts of a long cache merged */
+    {1, 8, 2, 3, 512, 64, 64, "bf16", true, {4, 8}},
+    {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 32}}, /* Llama 1B's step */
+    {8, 32, 8, 1, 2048, 64, 64, "bf16", true, {64, 9}}, /* ... of 8 sequences: 4 blocks an SM */
+    {1, 32, 8, 4, 512, 64, 64, "bf16", true, {16, 8}},  /* 16 query rows a kv head: 2 row groups */
+    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 16}}, /* GPT-2's step */
+    {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 4}},
+    {2, 8, 2, 1, 512, 128, 128, "bf16", true, {4, 8}},
+    {1, 8, 2, 3, 256, 128, 128, "bf16", false, {4, 4}},
+    {1, 4, 1, 1, 300, 80, 80, "bf16", true, {1, 4}},
+    {1, 4, 2, 2, 200, 64, 32, "f16", true, {2, 3}},
+    {1, 16, 4, 1, 1000, 32, 32, "bf16", true, {4, 15}},
+    {1, 6, 2, 2, 333, 96, 128, "f16", true, {2, 5}},
+    {1, 2, 2, 8, 160, 64, 64, "bf16", true, {2, 2}},   /* 8 query rows of one head: a full block */
+    {1, 12, 12, 20, 64, 64, 64, "bf16", true, {36, 1}}, /* a prefill's rows: 3 row groups, the last of 4 */
+    {3, 4, 4, 1, 96, 64, 64, "bf16", true, {12, 1}},   /* one part: no merge */
+    {1, 2, 1, 1, 8192, 64, 64, "bf16", true, {1, 64}},  /* the most parts, 2 rounds of each warp */
+    {1, 4, 1, 1, 512, 256, 256, "bf16", true, {1, 64}}, /* the vector kernel */
     {1, 8, 8, 1, 256, 64, 64, "f32", true, {8, 16}},
     {1, 2, 1, 8, 128, 128, 128, "f32", true, {2, 16}},
     {1, 4, 2, 1, 100, 20, 20, "bf16", true, {4, 3}}, /* one lane per element: rows x parts */
@@ -340,7 +351,7 @@ static void test_fused_update_kernel(void) {
         char summary[160] = "";
         CHECK(sm90_kernel(g, grid, summary, sizeof summary));
         CHECK(strstr(summary, "with the keys' and values' updates") != NULL);
-        CHECK(grid[0] == (sq == 1 ? 8u : 32u));
+        CHECK(grid[0] == (sq == 1 ? 8u : 16u));
         fc_program *p = have_gpu ? compile_on(g, FC_DEVICE_CUDA) : NULL;
         if (!p) {
             fc_graph_free(g);

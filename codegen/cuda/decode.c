@@ -13,22 +13,27 @@
  * update_slice writes only the new rows: its result is its destination's
  * buffer (passes/memplan.c), the inout parameter.
  *
- * cache_attention (flash-decoding) has two kernels. Where the key and
- * value rows are whole 16-byte chunks (bf16, f16 or f32; D and Dv up to 32
- * chunks), the vector kernel (vector_kernel): a block per (batch, key/value
- * head, group of its query rows) and part of the keys, so that one read of
- * a key serves every query head of its group (grouped-query attention) and
- * every query; lanes read a key row in 16-byte loads, several keys a warp
- * and several loads a lane in flight, since a step's time is the loads'
- * latency unless most of its keys are in flight at once. Otherwise the
- * kernel of one lane per element: a grid of (batch x query head x query)
- * rows by parts of the keys; in a block of DEC_WARPS warps the warps share
- * the part's keys, each with an online softmax (max, sum, and the weighted
- * values: Dv / 32 per lane). Both choose the parts so that the grid fills
- * the GPU about twice over; each block merges its warps in shared memory,
- * writes its partial result to a module-scope buffer, and the rows' last
- * block (a counter, the threadFenceReduction pattern) merges the parts
- * and writes the result. Query head h reads key/value head h / (Hq / Hkv).
+ * cache_attention (flash-decoding) has three kernels. Where the key and
+ * value rows are bf16 or f16 of whole 16-byte chunks, up to 128 elements,
+ * the tensor-core kernel (mma_kernel): a block per (batch, key/value head,
+ * up to 8 of its query rows) and part of the keys, each warp 16 keys at a
+ * time, the scores and the weighted values MMAs whose operands are the
+ * rows' 16-byte loads as they come (a step is bound by its instructions
+ * and its loads' latency, not by arithmetic: the CUDA-core kernel below
+ * issued an instruction for every 1.3 bytes it read). Other whole 16-byte
+ * chunks (f32, or up to 32 chunks), the vector kernel (vector_kernel): the
+ * same blocks, lanes reading a key row in 16-byte loads, several keys a
+ * warp and several loads a lane in flight. Both read a key once for every
+ * query head of its group (grouped-query attention) and every query.
+ * Otherwise the kernel of one lane per element: a grid of (batch x query
+ * head x query) rows by parts of the keys; in a block of DEC_WARPS warps
+ * the warps share the part's keys, each with an online softmax (max, sum,
+ * and the weighted values: Dv / 32 per lane). Each chooses its parts so
+ * that the grid fills the GPU about twice over; each block merges its
+ * warps in shared memory, writes its partial result to a module-scope
+ * buffer, and the rows' last block (a counter, the threadFenceReduction
+ * pattern) merges the parts and writes the result. Query head h reads
+ * key/value head h / (Hq / Hkv).
  *
  * An update_slice whose result only a cache_attention reads runs inside
  * that kernel (fused_update): the kernel reads the new rows from the
@@ -285,6 +290,95 @@ static void fresh_row(fc_strbuf *s, const fused *f, const char *name, int64_t D,
                      fresh, cols, x, f->src, name, f->c, (long long)f->rows, f->c, (long long)D);
 }
 
+/* cache_attention's launch: `blocks` x `split` blocks of `threads`. */
+static void launch_grid(fc_launch *l, int64_t blocks, int64_t split, unsigned threads) {
+    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
+    l->grid[1] = (unsigned)split;
+    l->grid[2] = 1;
+    l->block[0] = threads;
+    l->block[1] = l->block[2] = 1;
+}
+
+/* Into s, the end of the vector and the tensor-core kernels: the block's
+ * warps merged from shared memory (sm_m, sm_l, sm_acc of W warps x RB
+ * rows), one (row, element) a thread, then the result where the keys are
+ * one part, else the part's partial result and, in the rows' last block,
+ * the parts merged; ex is the exponential of the kernel's maxima (expf,
+ * exp2f). Then the launch's grid. */
+static void merge(fc_strbuf *s, fc_launch *l, const char *name, const char *OT, const char *ex, int64_t blocks,
+                  int64_t split, unsigned threads) {
+    fc_strbuf_printf(s,
+                     "  __syncthreads();\n"
+                     "  /* this block's keys: the warps merged, one (row, element) a thread */\n"
+                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
+                     "    const int r = t / DV, d = t %% DV;\n"
+                     "    const long long g = rg * RB + r;\n"
+                     "    float M = -INFINITY, L = 0.f, o = 0.f;\n"
+                     "    for (int w = 0; w < W; w++) M = fmaxf(M, sm_m[w][r]);\n"
+                     "    for (int w = 0; w < W; w++) {\n"
+                     "      const float cw = sm_m[w][r] == -INFINITY ? 0.f : %s(sm_m[w][r] - M);\n"
+                     "      L += sm_l[w][r] * cw;\n"
+                     "      o += sm_acc[w][r][d] * cw;\n"
+                     "    }\n"
+                     "    if (SPLIT == 1) {\n"
+                     "      if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
+                     "    } else {\n"
+                     "      float *mine = %s_part + ((blk * RB + r) * SPLIT + part) * PW;\n"
+                     "      mine[2 + d] = o;\n"
+                     "      if (d == 0) mine[0] = M, mine[1] = L;\n"
+                     "    }\n"
+                     "  }\n"
+                     "  if (SPLIT == 1) return;\n"
+                     "  __threadfence();\n"
+                     "  __syncthreads();\n"
+                     "  if (threadIdx.x == 0) last = atomicAdd(&%s_count[blk], 1u) == SPLIT - 1;\n"
+                     "  __syncthreads();\n"
+                     "  if (!last) return;\n"
+                     "  /* the rows' last block: merge the splits (flash-decoding). The parts'\n"
+                     "   * maxima and sums first (one load each, all at once), a warp a row\n"
+                     "   * turns them into the parts' weights, then each (row, element) sums\n"
+                     "   * its parts' values with loads that depend on nothing before them:\n"
+                     "   * the loops unrolled so that a thread's loads are in flight together\n"
+                     "   * (the merge is the launch's tail, a few blocks on an idle GPU). */\n"
+                     "  __shared__ float sm_pw[SPLIT][RB], sm_pl[SPLIT][RB], sm_L[RB];\n"
+                     "  __threadfence();\n"
+                     "#pragma unroll 4\n"
+                     "  for (int t = threadIdx.x; t < SPLIT * RB; t += blockDim.x) {\n"
+                     "    const float *pt = %s_part + ((blk * RB + t %% RB) * SPLIT + t / RB) * PW;\n"
+                     "    sm_pw[t / RB][t %% RB] = __ldcg(pt), sm_pl[t / RB][t %% RB] = __ldcg(pt + 1);\n"
+                     "  }\n"
+                     "  __syncthreads();\n"
+                     "  for (int r = warp; r < RB; r += W) { /* a warp a row */\n"
+                     "    float M = -INFINITY, L = 0.f;\n"
+                     "    for (int p = lane; p < SPLIT; p += 32) M = fmaxf(M, sm_pw[p][r]);\n"
+                     "#pragma unroll\n"
+                     "    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));\n"
+                     "    __syncwarp();\n"
+                     "    for (int p = lane; p < SPLIT; p += 32) {\n"
+                     "      const float mp = sm_pw[p][r], wp = mp == -INFINITY ? 0.f : %s(mp - M);\n"
+                     "      sm_pw[p][r] = wp;\n"
+                     "      L += sm_pl[p][r] * wp;\n"
+                     "    }\n"
+                     "#pragma unroll\n"
+                     "    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);\n"
+                     "    if (lane == 0) sm_L[r] = L;\n"
+                     "  }\n"
+                     "  __syncthreads();\n"
+                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
+                     "    const int r = t / DV, d = t %% DV;\n"
+                     "    const long long g = rg * RB + r;\n"
+                     "    const float *all = %s_part + (blk * RB + r) * SPLIT * PW + 2 + d;\n"
+                     "    float o = 0.f;\n"
+                     "#pragma unroll\n"
+                     "    for (int p = 0; p < SPLIT; p++) o = fmaf(sm_pw[p][r], __ldcg(all + p * PW), o);\n"
+                     "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / sm_L[r]);\n"
+                     "  }\n"
+                     "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
+                     "}\n",
+                     ex, OT, name, name, name, ex, name, OT, name);
+    launch_grid(l, blocks, split, threads);
+}
+
 /* cache_attention where the rows are whole 16-byte chunks (vector_width):
  * one block per (batch, key/value head, RB of its GQ * Sq query rows) and
  * part of the keys, so a key read serves every query head of its group.
@@ -429,77 +523,276 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "#pragma unroll\n"
                      "      for (int e = 0; e < VE; e++) if (c < CV) sm_acc[warp][r][c * VE + e] = acc[r][e];\n"
                      "    }\n"
-                     "  }\n"
-                     "  __syncthreads();\n"
-                     "  /* this block's keys: the warps merged, one (row, element) a thread */\n"
-                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
-                     "    const int r = t / DV, d = t %% DV;\n"
-                     "    const long long g = rg * RB + r;\n"
-                     "    float M = -INFINITY, L = 0.f, o = 0.f;\n"
-                     "    for (int w = 0; w < W; w++) M = fmaxf(M, sm_m[w][r]);\n"
-                     "    for (int w = 0; w < W; w++) {\n"
-                     "      const float cw = sm_m[w][r] == -INFINITY ? 0.f : expf(sm_m[w][r] - M);\n"
-                     "      L += sm_l[w][r] * cw;\n"
-                     "      o += sm_acc[w][r][d] * cw;\n"
-                     "    }\n"
-                     "    if (SPLIT == 1) {\n"
-                     "      if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
-                     "    } else {\n"
-                     "      float *mine = %s_part + ((blk * RB + r) * SPLIT + part) * PW;\n"
-                     "      mine[2 + d] = o;\n"
-                     "      if (d == 0) mine[0] = M, mine[1] = L;\n"
-                     "    }\n"
-                     "  }\n"
-                     "  if (SPLIT == 1) return;\n"
-                     "  __threadfence();\n"
-                     "  __syncthreads();\n"
-                     "  if (threadIdx.x == 0) last = atomicAdd(&%s_count[blk], 1u) == SPLIT - 1;\n"
-                     "  __syncthreads();\n"
-                     "  if (!last) return;\n"
-                     "  /* the rows' last block: merge the splits (flash-decoding). The parts'\n"
-                     "   * maxima and sums first (one load each, all at once), a warp a row\n"
-                     "   * turns them into the parts' weights, then each (row, element) sums\n"
-                     "   * its parts' values with loads that depend on nothing before them. */\n"
-                     "  __shared__ float sm_pw[SPLIT][RB], sm_pl[SPLIT][RB], sm_L[RB];\n"
-                     "  __threadfence();\n"
-                     "  for (int t = threadIdx.x; t < SPLIT * RB; t += blockDim.x) {\n"
-                     "    const float *pt = %s_part + ((blk * RB + t %% RB) * SPLIT + t / RB) * PW;\n"
-                     "    sm_pw[t / RB][t %% RB] = __ldcg(pt), sm_pl[t / RB][t %% RB] = __ldcg(pt + 1);\n"
-                     "  }\n"
-                     "  __syncthreads();\n"
-                     "  if (warp < RB) {\n"
-                     "    float M = -INFINITY, L = 0.f;\n"
-                     "    for (int p = lane; p < SPLIT; p += 32) M = fmaxf(M, sm_pw[p][warp]);\n"
+                     "  }\n");
+    merge(s, l, name, OT, "expf", blocks, split, threads);
+}
+
+/* The tensor-core kernel's helpers: the attention kernels' MMA, pack and
+ * exp2 (attention_helpers.cuh.inc, as the build embeds it), an element's
+ * bits and a word of a 16-byte load; once a unit (the guards). */
+static const char attn_helpers[] =
+#include "attention_helpers.cuh.inc.str"
+    ;
+static const char mma_helpers[] =
+    "#ifndef FC_DEC_MMA_HELPERS\n"
+    "#define FC_DEC_MMA_HELPERS\n"
+    "static __device__ __forceinline__ unsigned fc_dec_bits(__nv_bfloat16 x) { return __bfloat16_as_ushort(x); }\n"
+    "static __device__ __forceinline__ unsigned fc_dec_bits(__half x) { return __half_as_ushort(x); }\n"
+    "static __device__ __forceinline__ unsigned fc_dec_word(const uint4 &r, int e) {\n"
+    "  return e == 0 ? r.x : e == 1 ? r.y : e == 2 ? r.z : r.w;\n"
+    "}\n"
+    "#endif\n";
+
+/* Into s, before the kernel: the 16 bytes (8 elements, packed) at chunk c
+ * of new row `row` of the fused update's source (f: the keys' or the
+ * values'), rows of n elements. */
+static void fresh_chunk(fc_strbuf *s, const fused *f, const char *name, const char *T, int64_t n) {
+    if (!f->gr) return;
+    fc_strbuf_printf(s, "static __device__ __forceinline__ uint4 %s_%cf(const %s *src, long long row, int c) {\n"
+                        "  const long long o = row * %lldLL + c * 8;\n  uint4 r;\n", name, f->c, T, (long long)n);
+    for (int w = 0; w < 4; w++)
+        fc_strbuf_printf(s, "  r.%c = fc_dec_bits(src[%s_%cs(o + %d)]) | fc_dec_bits(src[%s_%cs(o + %d)]) << 16;\n", "xyzw"[w],
+                         name, f->c, 2 * w, name, f->c, 2 * w + 1);
+    fc_strbuf_printf(s, "  return r;\n}\n");
+}
+
+/* Into s, the tensor-core kernel's loads of a tile (keys base ..
+ * base + 15): lane (g, q4) loads chunks q4, q4 + 4, .. of keys g and g + 8
+ * (kr) and chunk g, g + 8, .. of keys 2 q4, 2 q4 + 1, 2 q4 + 8, 2 q4 + 9
+ * (vr), zeros past the part's keys. With `fresh` (a tile that holds rows
+ * a fused update writes), those rows from the update's source instead of
+ * the cache, which another block is writing them into. */
+static void tile_loads(fc_strbuf *s, const fused *fk, const fused *fv, const char *name, const char *frk,
+                       const char *frv, bool fresh) {
+    const char *in = fresh ? "      " : "    ";
+    char nk[112] = "", nv[112] = "";
+    if (fresh && fk->gr) snprintf(nk, sizeof nk, " && !%s", frk);
+    if (fresh && fv->gr) snprintf(nv, sizeof nv, " && !%s", frv);
+    fc_strbuf_printf(s,
                      "#pragma unroll\n"
-                     "    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));\n"
-                     "    __syncwarp();\n"
-                     "    for (int p = lane; p < SPLIT; p += 32) {\n"
-                     "      const float mp = sm_pw[p][warp], wp = mp == -INFINITY ? 0.f : expf(mp - M);\n"
-                     "      sm_pw[p][warp] = wp;\n"
-                     "      L += sm_pl[p][warp] * wp;\n"
-                     "    }\n"
+                     "%sfor (int t = 0; t < 2; t++)\n"
                      "#pragma unroll\n"
-                     "    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);\n"
-                     "    if (lane == 0) sm_L[warp] = L;\n"
+                     "%s  for (int i = 0; i < NI; i++) {\n"
+                     "%s    const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
+                     "%s    kr[t][i] = fc_dec_load(kp + (long long)j * D + c * 8, j < j1 && c < CK%s, al);\n",
+                     in, in, in, in, nk);
+    if (fresh && fk->gr)
+        fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CK) kr[t][i] = %s_kf(a%d, kvh * %lldLL + j - offk, c);\n", in, frk,
+                         name, fk->src, (long long)fk->rows);
+    fc_strbuf_printf(s,
+                     "%s  }\n"
+                     "#pragma unroll\n"
+                     "%sfor (int x = 0; x < 4; x++)\n"
+                     "#pragma unroll\n"
+                     "%s  for (int w = 0; w < NW; w++) {\n"
+                     "%s    const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
+                     "%s    vr[x][w] = fc_dec_load(vp + (long long)j * DV + c * 8, j < j1 && c < CV%s, al);\n",
+                     in, in, in, in, in, nv);
+    if (fresh && fv->gr)
+        fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CV) vr[x][w] = %s_vf(a%d, kvh * %lldLL + j - offv, c);\n", in, frv,
+                         name, fv->src, (long long)fv->rows);
+    fc_strbuf_printf(s, "%s  }\n", in);
+}
+
+/* The most elements of a key or a value row the tensor-core kernel takes
+ * (its registers: 128 a thread). */
+#define DEC_MMA_MAX_D 128
+#define DEC_MMA_WARPS 4
+
+/* cache_attention in bf16 or f16 on tensor cores (mma_kernel's condition
+ * in cache_attention): a block per (batch, key/value head, up to 8 of its
+ * query rows) and part of the keys, DEC_MMA_WARPS warps, each 16 keys at
+ * a time. The decode step's cost is its instructions and its loads'
+ * latency, not arithmetic, so the scores and the weighted values are
+ * MMAs (m16n8k16, f32 accumulators) whose operands are the 16-byte row
+ * loads as they come: a lane (group g = lane / 4, q = lane % 4) loads
+ * whole 16-byte chunks of rows and the MMAs' index orders are chosen to
+ * fit them (a dot product and a sum over keys are the same in any order).
+ *
+ * Scores, S = Q K^T (M: the query rows, rows 8..15 zero; N: 8 keys; K:
+ * 16 of the head dim): lane (g, q) loads chunks q, q + 4, .. of key g of
+ * each 8, and k index 2q + b of k-step 2i + h is element 8(q + 4i) + 4h +
+ * b, k index 2q + 8 + b element 8(q + 4i) + 4h + 2 + b: a chunk's words
+ * are the B operand's registers as they are, and the queries' A operand
+ * is read from shared memory in the same order.
+ *
+ * Values, O^T = V^T P^T (M: 16 value elements, N: the 8 query rows, K: the
+ * 16 keys): S's accumulators (row g, keys 2q, 2q + 1) are P^T's B operand
+ * as they are, and V^T's A operand (element m, keys 2q, 2q + 1) is lane
+ * (g, q)'s loads of keys 2q, 2q + 1, 2q + 8, 2q + 9 at chunk g (g + 8, ..
+ * where Dv > 64): m-tile e's row g is element 8g + 2e, row g + 8 element
+ * 8g + 2e + 1, the two halves of word e, paired across two keys by one
+ * byte permute each.
+ *
+ * The softmax is online per 16 keys, in base 2 (the scale times log2 e),
+ * each row's maximum and sum in its lane group; the accumulators' columns
+ * are rows 2q and 2q + 1, whose rescale factors come from their groups by
+ * a shuffle. The warps and the parts merge as in the vector kernel. */
+static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l,
+                       const fc_value *const *reads, int nreads, const fused *fk, const fused *fv, const int idx[4],
+                       double scale) {
+    const fc_node *n = gr->nodes[0];
+    const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2];
+    const int64_t B = q->dims[0], Hq = q->dims[1], Sq = q->dims[2], D = q->dims[3];
+    const int64_t Hkv = k->dims[1], S = k->dims[2], Dv = v->dims[3], GQ = Hq / Hkv, GQS = GQ * Sq;
+    int64_t rb = GQS < 8 ? GQS : 8;
+    if (rb < 1) rb = 1;
+    const int64_t ng = (GQS + rb - 1) / rb, blocks = B * Hkv * ng;
+    /* Four blocks an SM (128 registers a thread) where the rows are 64
+     * elements or fewer; wider rows' loads and accumulators need more (D =
+     * 128 spills 80 bytes at 128). */
+    const int resident = D > 64 || Dv > 64 ? 2 : 4;
+    /* Parts: as many blocks as are resident at once, each at least a round
+     * of its warps' 16 keys over a full cache, so that nearly every key's
+     * load is in flight in the first round (a step of one sequence: GPT-2's
+     * and Llama's are capped by the cache); at most 64 (the merge's shared
+     * memory). */
+    const int64_t per = 16 * DEC_MMA_WARPS;
+    int64_t split = (resident * fc_cuda_plan_sms(plan) + blocks - 1) / (blocks > 0 ? blocks : 1);
+    if (split > S / per) split = S / per;
+    if (split < 1) split = 1;
+    if (split > 64) split = 64;
+    const unsigned threads = 32 * DEC_MMA_WARPS;
+    const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
+    const int64_t part = blocks * rb * split * (Dv + 2);
+    fc_strbuf_printf(s, "%s%s%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers,
+                     attn_helpers, mma_helpers, name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
+    fresh_chunk(s, fk, name, T, D);
+    fresh_chunk(s, fv, name, T, Dv);
+    signature(s, reads, nreads, name, threads, (unsigned)resident, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
+    fc_strbuf_printf(s,
+                     "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d };\n"
+                     "  /* chunks a row; k-steps of 2 chunks a lane (NI) and value chunks a lane (NW) */\n"
+                     "  enum { CK = D / 8, CV = DV / 8, NI = (CK + 3) / 4, NW = (CV + 7) / 8 };\n"
+                     "  enum { RB = %lld, NG = %lld, SPLIT = %lld, PW = DV + 2 };\n"
+                     "  typedef %s T;\n"
+                     "  __shared__ __align__(16) unsigned short sm_q[8][D];\n"
+                     "  __shared__ float sm_m[W][RB], sm_l[W][RB], sm_acc[W][RB][DV];\n"
+                     "  __shared__ bool last;\n"
+                     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q4 = lane & 3;\n"
+                     "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
+                     "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + row / SQ, i = row %% SQ) */\n"
+                     "  const long long blk = blockIdx.x, kvh = blk / NG;\n"
+                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n",
+                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_MMA_WARPS, (long long)rb,
+                     (long long)ng, (long long)split, T);
+    if (fk->gr) fused_prologue(s, fk, name, S, D, "part == 0 && rg == 0");
+    if (fv->gr) fused_prologue(s, fv, name, S, Dv, "part == 0 && rg == 0");
+    char frk[96], frv[96], tk[96] = "false", tv[96] = "false";
+    fresh_expr(frk, sizeof frk, fk);
+    fresh_expr(frv, sizeof frv, fv);
+    if (fk->gr) snprintf(tk, sizeof tk, "ink && base < offk + %lldLL && base + 16 > offk", (long long)fk->rows);
+    if (fv->gr) snprintf(tv, sizeof tv, "inv && base < offv + %lldLL && base + 16 > offv", (long long)fv->rows);
+    fc_strbuf_printf(s,
+                     "  long long len = (long long)*(const %s *)a%d;\n"
+                     "  len = len < 0 ? 0 : len > S ? S : len; /* never past the cache */\n"
+                     "  /* key indices in int: S < 2^31 (vector_width); parts of whole 16-key tiles */\n"
+                     "  const int chunk = (int)(((len + SPLIT - 1) / SPLIT + 15) / 16 * 16), j0 = part * chunk;\n"
+                     "  const int j1 = j0 + chunk < len ? j0 + chunk : (int)len;\n"
+                     "  for (int t = threadIdx.x; t < 8 * D; t += blockDim.x) {\n"
+                     "    const int r = t / D;\n"
+                     "    const long long row = (long long)rg * RB + r;\n"
+                     "    sm_q[r][t %% D] = r < RB && row < GQS ? (unsigned short)fc_dec_bits(a%d[%s_q((kvh * GQS + row) * D + t %% D)]) : (unsigned short)0;\n"
+                     "  }\n"
+                     "  int lim; /* the keys of this part that row g sees end here */\n"
+                     "  {\n"
+                     "    const long long row = (long long)rg * RB + g, i = row %% SQ, e = %s;\n"
+                     "    const long long nk = g >= RB || row >= GQS || e < 0 ? 0 : e > len ? len : e;\n"
+                     "    lim = (int)(nk < j1 ? nk : j1);\n"
                      "  }\n"
                      "  __syncthreads();\n"
-                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
-                     "    const int r = t / DV, d = t %% DV;\n"
-                     "    const long long g = rg * RB + r;\n"
-                     "    const float *all = %s_part + (blk * RB + r) * SPLIT * PW + 2 + d;\n"
-                     "    float o = 0.f;\n"
-                     "#pragma unroll 16\n"
-                     "    for (int p = 0; p < SPLIT; p++) o = fmaf(sm_pw[p][r], __ldcg(all + p * PW), o);\n"
-                     "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / sm_L[r]);\n"
+                     "  unsigned qa[2 * NI][2]; /* the queries' A operand: row g (rows g + 8 are zero) */\n"
+                     "#pragma unroll\n"
+                     "  for (int i = 0; i < NI; i++)\n"
+                     "#pragma unroll\n"
+                     "    for (int h = 0; h < 2; h++) {\n"
+                     "      const int c = q4 + 4 * i;\n"
+                     "      qa[2 * i + h][0] = c < CK ? *reinterpret_cast<const unsigned *>(&sm_q[g][8 * c + 4 * h]) : 0u;\n"
+                     "      qa[2 * i + h][1] = c < CK ? *reinterpret_cast<const unsigned *>(&sm_q[g][8 * c + 4 * h + 2]) : 0u;\n"
+                     "    }\n"
+                     "  float acc[NW * 4][4]; /* O^T: m-tile (w, e) element 8 (g + 8 w) + 2 e (+1), rows 2 q4 and 2 q4 + 1 */\n"
+                     "#pragma unroll\n"
+                     "  for (int t = 0; t < NW * 4; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;\n"
+                     "  float m = -INFINITY, l = 0.f; /* row g's, base 2; l this lane's keys' share */\n"
+                     "  const float sl = %.9g; /* the scale times log2 e */\n"
+                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
+                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n"
+                     "  for (int base = j0 + warp * 16; base < j1; base += W * 16) {\n"
+                     "    uint4 kr[2][NI], vr[4][NW];\n",
+                     index_type(n->in[3]->dtype), idx[3], idx[0], name, n->a.causal ? "len - SQ + i + 1" : "len",
+                     scale * 1.4426950408889634, idx[1], idx[2]);
+    /* A tile without new rows (all but one or two) loads the cache alone,
+     * with no test of each row. */
+    if (fk->gr || fv->gr)
+        fc_strbuf_printf(s,
+                         "    /* whether the tile holds rows a fused update writes (the same in the whole warp) */\n"
+                         "    const bool tk = %s, tv = %s;\n"
+                         "    if (!(tk || tv)) {\n",
+                         tk, tv);
+    tile_loads(s, fk, fv, name, frk, frv, false);
+    if (fk->gr || fv->gr) {
+        fc_strbuf_printf(s, "    } else {\n");
+        tile_loads(s, fk, fv, name, frk, frv, true);
+        fc_strbuf_printf(s, "    }\n");
+    }
+    fc_strbuf_printf(s,
+                     "    __syncwarp(); /* the MMAs need the whole warp */\n"
+                     "    float sc[2][4];\n"
+                     "#pragma unroll\n"
+                     "    for (int t = 0; t < 2; t++) {\n"
+                     "      sc[t][0] = sc[t][1] = sc[t][2] = sc[t][3] = 0.f;\n"
+                     "#pragma unroll\n"
+                     "      for (int i = 0; i < NI; i++)\n"
+                     "#pragma unroll\n"
+                     "        for (int h = 0; h < 2; h++) {\n"
+                     "          const unsigned a[4] = {qa[2 * i + h][0], 0u, qa[2 * i + h][1], 0u};\n"
+                     "          fc_attn_mma(sc[t], a, fc_dec_word(kr[t][i], 2 * h), fc_dec_word(kr[t][i], 2 * h + 1), T());\n"
+                     "        }\n"
+                     "    }\n"
+                     "    /* row g's scores of keys 2 q4, 2 q4 + 1 of each 8 (sc[t][0..1]; [2..3] are the zero rows') */\n"
+                     "    float p[4], mx = -INFINITY;\n"
+                     "#pragma unroll\n"
+                     "    for (int x = 0; x < 4; x++) {\n"
+                     "      const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1);\n"
+                     "      p[x] = j < lim ? sc[x >> 1][x & 1] * sl : -INFINITY;\n"
+                     "      mx = fmaxf(mx, p[x]);\n"
+                     "    }\n"
+                     "    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));\n"
+                     "    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));\n"
+                     "    const float mn = fmaxf(m, mx), ms = mn == -INFINITY ? 0.f : mn, cf = fc_attn_exp2(m - ms);\n"
+                     "#pragma unroll\n"
+                     "    for (int x = 0; x < 4; x++) p[x] = fc_attn_exp2(p[x] - ms);\n"
+                     "    l = l * cf + ((p[0] + p[1]) + (p[2] + p[3]));\n"
+                     "    m = mn;\n"
+                     "    /* the accumulators' rows 2 q4 and 2 q4 + 1 rescale by their groups' factors */\n"
+                     "    const float c0 = __shfl_sync(0xffffffffu, cf, 8 * q4), c1 = __shfl_sync(0xffffffffu, cf, 8 * q4 + 4);\n"
+                     "    const unsigned pb0 = fc_attn_pack(p[0], p[1], T()), pb1 = fc_attn_pack(p[2], p[3], T());\n"
+                     "#pragma unroll\n"
+                     "    for (int w = 0; w < NW; w++)\n"
+                     "#pragma unroll\n"
+                     "      for (int e = 0; e < 4; e++) {\n"
+                     "        float *a = acc[w * 4 + e];\n"
+                     "        a[0] *= c0, a[1] *= c1, a[2] *= c0, a[3] *= c1;\n"
+                     "        const unsigned v0 = fc_dec_word(vr[0][w], e), v1 = fc_dec_word(vr[1][w], e);\n"
+                     "        const unsigned v2 = fc_dec_word(vr[2][w], e), v3 = fc_dec_word(vr[3][w], e);\n"
+                     "        const unsigned va[4] = {__byte_perm(v0, v1, 0x5410), __byte_perm(v0, v1, 0x7632), __byte_perm(v2, v3, 0x5410),\n"
+                     "                                __byte_perm(v2, v3, 0x7632)};\n"
+                     "        fc_attn_mma(a, va, pb0, pb1, T());\n"
+                     "      }\n"
                      "  }\n"
-                     "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
-                     "}\n",
-                     OT, name, name, name, name, OT, name);
-    l->grid[0] = (unsigned)(blocks < 1 ? 1 : blocks);
-    l->grid[1] = (unsigned)split;
-    l->grid[2] = 1;
-    l->block[0] = threads;
-    l->block[1] = l->block[2] = 1;
+                     "  l += __shfl_xor_sync(0xffffffffu, l, 1);\n"
+                     "  l += __shfl_xor_sync(0xffffffffu, l, 2);\n"
+                     "  if (q4 == 0 && g < RB) sm_m[warp][g] = m, sm_l[warp][g] = l;\n"
+                     "#pragma unroll\n"
+                     "  for (int w = 0; w < NW; w++)\n"
+                     "#pragma unroll\n"
+                     "    for (int e = 0; e < 4; e++) {\n"
+                     "      const int c = g + 8 * w, d = 8 * c + 2 * e, r = 2 * q4;\n"
+                     "      const float *a = acc[w * 4 + e];\n"
+                     "      if (c < CV && r < RB) sm_acc[warp][r][d] = a[0], sm_acc[warp][r][d + 1] = a[2];\n"
+                     "      if (c < CV && r + 1 < RB) sm_acc[warp][r + 1][d] = a[1], sm_acc[warp][r + 1][d + 1] = a[3];\n"
+                     "    }\n");
+    merge(s, l, name, OT, "exp2f", blocks, split, threads);
 }
 
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
@@ -571,8 +864,14 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
     char sc[40];
     snprintf(sc, sizeof sc, "%.17g", scale);
     const int ve = vector_width(k->dtype, S, D, Dv);
+    const int idx[4] = {iq, ik, iv, il};
+    /* bf16 and f16 rows of up to 128 elements on tensor cores (sm 80) */
+    if (ve == 8 && D <= DEC_MMA_MAX_D && Dv <= DEC_MMA_MAX_D && plan->sm >= 80) {
+        mma_kernel(plan, gr, name, s, l, reads, nreads, &fk, &fv, idx, scale);
+        free(reads);
+        return FC_OK;
+    }
     if (ve) {
-        const int idx[4] = {iq, ik, iv, il};
         vector_kernel(gr, name, s, l, reads, nreads, &fk, &fv, idx, sc, ve);
         free(reads);
         return FC_OK;
@@ -676,11 +975,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
                      "  if (lane == 0) %s_count[row] = 0u;\n"
                      "}\n",
                      name, fc_cuda_storage_type(n->out[0]->dtype), name, name, fc_cuda_storage_type(n->out[0]->dtype), name);
-    l->grid[0] = (unsigned)(rows < 1 ? 1 : rows);
-    l->grid[1] = (unsigned)split;
-    l->grid[2] = 1;
-    l->block[0] = threads;
-    l->block[1] = l->block[2] = 1;
+    launch_grid(l, rows, split, threads);
     return FC_OK;
 }
 
