@@ -32,10 +32,6 @@
  * group (a result the plan keeps for another reason) still gets storage,
  * live only during its writer: the kernel has to write it somewhere.
  *
- * A small row or pointwise group's inputs (its results at most 16 KB) live
- * until the first GEMM that reads its results, so that a backend may run
- * the group inside that GEMM (codegen/cuda/gemv.c).
- *
  * Lifetimes are launch positions [first, last], inclusive (a value read
  * and a value written by one launch never share memory). Placement is
  * greedy by size with best fit over offsets, in multiples of 256 bytes
@@ -220,40 +216,6 @@ static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *f
         }
         for (int i = 0; until >= 0 && i < u->ninputs; i++) {
             int r = root[u->inputs[i]->id];
-            if (until > last[r]) last[r] = until;
-        }
-    }
-    /* A small row or pointwise group's inputs live until the first GEMM
-     * that reads its results: a backend may compute the group inside that
-     * GEMM, reading them there (codegen/cuda/gemv.c: a decode step's norms
-     * and SiLU gate, whose GEMM's result would otherwise take their
-     * buffer). Small: results of at most PROLOGUE_BYTES, as many as one
-     * GEMV block's shared memory takes, and each input at most 4 times
-     * that, so that what stays live is a few rows. Not in a dynamic plan
-     * nor in one bound from it (fc_plan_bind: it owns its graph): a
-     * variant's instances are placed from the variant's layout, which must
-     * be the bound plan's, and the variant does not know the sizes. */
-    enum { PROLOGUE_BYTES = 16384 };
-    for (int pos = 0; !plan->dynamic && !plan->owned_graph && pos < plan->ngroups; pos++) {
-        const fc_group *u = plan->groups[pos];
-        if ((u->kind != FC_GROUP_POINTWISE && u->kind != FC_GROUP_REDUCE) || u->batch > 0 || u->loadtime) continue;
-        int64_t bytes = 0;
-        for (int o = 0; o < u->noutputs && bytes >= 0; o++)
-            bytes = fc_value_is_static(u->outputs[o]) ? bytes + fc_value_bytes(u->outputs[o]) : -1;
-        if (bytes < 0 || bytes > PROLOGUE_BYTES) continue;
-        int until = -1;
-        for (int j = pos + 1; j < plan->ngroups && until < 0; j++) {
-            const fc_group *m = plan->groups[j];
-            if (m->kind != FC_GROUP_LIBRARY || m->nnodes != 1 || (m->nodes[0]->op != FC_OP_GEMM && m->nodes[0]->op != FC_OP_MATMUL))
-                continue;
-            for (int i = 0; i < m->ninputs; i++)
-                for (int o = 0; o < u->noutputs; o++)
-                    if (m->inputs[i] == u->outputs[o]) until = j;
-        }
-        for (int i = 0; until >= 0 && i < u->ninputs; i++) {
-            const fc_value *v = u->inputs[i];
-            if (!fc_value_is_static(v) || fc_value_bytes(v) > 4 * PROLOGUE_BYTES) continue;
-            int r = root[v->id];
             if (until > last[r]) last[r] = until;
         }
     }

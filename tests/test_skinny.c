@@ -486,101 +486,72 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
  * blocks split K between their warps; and against weights [K, N] (GPT-2's
  * QKV, out, MLP up and down projections at M 1; M 2 and 8 stay skinny), split over a
  * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
- * A layernorm or RMSnorm before the GEMV (and the residual sum before it),
- * or a pointwise group (a SiLU gate, a GELU), runs inside it
- * (fc_cuda_gemv_prologue): both layouts, 4 rows, the residual sum a graph
- * result too (stored by block 0), and not where the norm's result is read
- * by more than the GEMV.
  * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
- * cuBLASLt), the split, the grid, the norm inside, and that the source
- * compiles; on one, each against the reference. */
+ * cuBLASLt), the split, the grid, and that the source compiles; on one,
+ * each against the reference. */
 typedef struct gvcase {
     const char *name, *ir;
     bool gemv;     /* the rule takes it */
     int splits;    /* the K split it picks (1: none) */
     bool computed; /* [K, N]: the weight is computed, loaded after the wait */
-    int norm;      /* 1: the norm or pointwise group runs inside the GEMV, the program's one launch; 2: and block 0 stores its other result */
 } gvcase;
 #define GV_NK(name, M, N, K) "graph " name "(%x: bf16[" #M ", " #K "], %w: bf16[" #N ", " #K "]"
 #define GV_KN(name, T, M, N, K) "graph " name "(%x: " T "[" #M ", " #K "], %w: " T "[" #K ", " #N "]"
 static const gvcase gvcases[] = {
     {"gemv bf16 1 x 3072 x 2048", GV_NK("g1", 1, 3072, 2048) ") {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false, 0},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv f16 3 x 1000 x 512, bias, gelu", "graph g2(%x: f16[3, 512], %w: f16[1000, 512], %b: f16[1000]) {\n"
-     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 2, false, 0},
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 2, false},
     {"gemv bf16 8 x (512 + 128 + 130) x 256, siblings", "graph g3(%x: bf16[8, 256], %a: bf16[512, 256], %b: bf16[128, 256], "
-     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 1, false, 0},
+     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 2 x 768 x 768, residual, scale", "graph g4(%x: bf16[2, 768], %w: bf16[768, 768], %r: bf16[2, 768]) {\n"
-     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true, 1, false, 0},
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 4 x (256 + 256) x 512, siblings with biases, relu", "graph g5(%x: bf16[4, 512], %a: bf16[256, 512], "
      "%b: bf16[256, 512], %p: bf16[256], %q: bf16[256]) {\n"
-     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 2, false, 0},
+     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 2, false},
     {"gemv bf16 [1, 1] x 1024 x 1024, permuted weight", "graph g6(%x: bf16[1, 1, 1024], %w: bf16[1024, 1024]) {\n"
-     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 4, false, 0},
+     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 4, false},
     /* Llama-1B's decode projections: split between a block's warps. */
     {"gemv bf16 1 x 2048 x 8192 (down)", GV_NK("g10", 1, 2048, 8192) ") {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false, 0},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 2048 x 2048, residual (o)", GV_NK("g11", 8, 2048, 2048) ", %r: bf16[8, 2048]) {\n"
-     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 8, false, 0},
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 3072 x 8192, bias, gelu", GV_NK("g12", 8, 3072, 8192) ", %b: bf16[3072]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false, 0},
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
     {"gemv bf16 8 x 2050 x 2048, odd N, bias, residual", GV_NK("g13", 8, 2050, 2048) ", %b: bf16[2050], %r: bf16[8, 2050]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false, 0},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 1 x 16384 x 2048 (gate and up: no split)", GV_NK("g14", 1, 16384, 2048) ") {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false, 0},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
     /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
     {"gemv [K, N] bf16 1 x 2304 x 768, bias (QKV)", GV_KN("k1", "bf16", 1, 2304, 768) ", %b: bf16[2304]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false, 0},
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv [K, N] bf16 1 x 768 x 768, bias, residual (out)", GV_KN("k3", "bf16", 1, 768, 768) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false, 0},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 3072 x 768, bias, gelu (up)", GV_KN("k4", "bf16", 1, 3072, 768) ", %b: bf16[3072]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false, 0},
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
     {"gemv [K, N] f16 1 x 3072 x 768, bias, gelu, scale", GV_KN("k5", "f16", 1, 3072, 768) ", %b: f16[3072]) {\n"
-     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 2], scale=0.5)\n  return %y\n}\n", true, 4, false, 0},
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 0, 1, 1, 0, 2], scale=0.5)\n  return %y\n}\n", true, 4, false},
     {"gemv [K, N] bf16 1 x 768 x 3072, bias, residual (down)", GV_KN("k6", "bf16", 1, 768, 3072) ", %b: bf16[768], %r: bf16[1, 768]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false, 0},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 771 x 767, odd N and K, bias, residual, relu", GV_KN("k8", "bf16", 1, 771, 767) ", %b: bf16[771], "
-     "%r: bf16[1, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false, 0},
+     "%r: bf16[1, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 100 x 200, tiny", GV_KN("k9", "bf16", 1, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
-     false, 0},
+     false},
     {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, computed weight", "graph k10(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
-     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, true, 0},
-    /* A row norm inside. */
-    {"gemv [K, N] bf16 1 x 2304 x 768, bias, layernorm of a residual sum inside (GPT-2's QKV)",
-     "graph n1(%x: bf16[1, 768], %r: bf16[1, 768], %lw: bf16[768], %lb: bf16[768], %w: bf16[768, 2304], %b: bf16[2304]) {\n"
-     "  %s = add(%x, %r)\n  %h = layernorm(%s, %lw, %lb, axis=-1, eps=1e-05)\n  %y0 = matmul(%h, %w)\n  %y = add(%y0, %b)\n"
-     "  return %y\n}\n", true, 4, false, 1},
-    {"gemv bf16 1 x 3072 x 2048, RMSnorm inside, its residual sum a result too",
-     "graph n2(%x: bf16[1, 2048], %r: bf16[1, 2048], %lw: bf16[2048], %w: bf16[3072, 2048]) {\n"
-     "  %s = add(%x, %r)\n  %h = rmsnorm(%s, %lw, eps=1e-06)\n  %y = gemm(%h, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n"
-     "  return %y, %s\n}\n", true, 4, false, 2},
-    {"gemv bf16 4 x 1024 x 2048, 4 rows' layernorm inside",
-     "graph n3(%x: bf16[4, 2048], %lw: bf16[2048], %lb: bf16[2048], %w: bf16[1024, 2048]) {\n"
-     "  %h = layernorm(%x, %lw, %lb, axis=-1, eps=1e-05)\n  %y = gemm(%h, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n"
-     "  return %y\n}\n", true, 8, false, 1},
-    {"gemv bf16 1 x 2048 x 8192, the SiLU gate inside (Llama's down)",
-     "graph n5(%g: bf16[1, 8192], %u: bf16[1, 8192], %w: bf16[2048, 8192]) {\n"
-     "  %s = silu(%g)\n  %a = mul(%s, %u)\n  %y = gemm(%a, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false, 1},
-    {"gemv [K, N] bf16 1 x 768 x 3072, bias, a GELU of the input inside",
-     "graph n6(%x: bf16[1, 3072], %w: bf16[3072, 768], %b: bf16[768]) {\n"
-     "  %h = gelu_tanh(%x)\n  %y0 = matmul(%h, %w)\n  %y = add(%y0, %b)\n  return %y\n}\n", true, 8, false, 1},
-    {"gemv bf16 1 x 1024 x 2048, the RMSnorm outside: its result is a result too",
-     "graph n4(%x: bf16[1, 2048], %lw: bf16[2048], %w: bf16[1024, 2048]) {\n"
-     "  %h = rmsnorm(%x, %lw, eps=1e-06)\n  %y = gemm(%h, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n"
-     "  return %y, %h\n}\n", true, 8, false, 0},
+     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, true},
     /* Not taken. */
     {"not gemv: M 9", "graph g7(%x: bf16[9, 1024], %w: bf16[1024, 1024]) {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false, 0},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: K 320", "graph g8(%x: bf16[1, 320], %w: bf16[1024, 320]) {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false, 0},
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: f32", "graph g9(%x: f32[1, 1024], %w: f32[1024, 1024]) {\n"
-     "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false, 0},
+     "  %y = gemm(%x, %w, to=f32, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: [K, N], M 2 (skinny)", GV_KN("n10", "bf16", 2, 768, 768) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, 0,
-     false, 0},
+     false},
     {"not gemv: [K, N], M 8 (skinny)", GV_KN("n12", "bf16", 8, 768, 3072) ", %b: bf16[768], %r: bf16[8, 768]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", false, 0, false, 0},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 0])\n  return %y\n}\n", false, 0, false},
     {"not gemv: [K, N], K 8192 (16 rows a thread)", GV_KN("n11", "bf16", 1, 768, 8192) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
-     false, 0, false, 0},
+     false, 0, false},
 };
 
 static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
@@ -598,18 +569,6 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
         if (p && want) {
             const fc_program_desc *d = fc_program_desc_of(p);
             const bool kn = strstr(gc->name, "[K, N]") != NULL;
-            int norms = 0;
-            for (int i = 0; i < d->src.nlaunches; i++)
-                norms += strstr(d->src.launches[i].summary, "its A's row reduce inside") != NULL ||
-                         strstr(d->src.launches[i].summary, "its A's pointwise inside") != NULL;
-            if (norms != (gc->norm > 0) || (gc->norm && d->src.nlaunches != 1)) {
-                fprintf(stderr, "%s: %d GEMVs with the norm inside of %d launches, want %d\n", gc->name, norms, d->src.nlaunches, gc->norm > 0);
-                CHECK(false);
-            }
-            /* The norm's rows read after the wait; its other result stored by block 0. */
-            const char *wait = strstr(d->src.source, "griddepcontrol.wait;\" ::: \"memory\");\n#endif\n");
-            CHECK(!gc->norm || (wait && (strstr(wait, "_main(a0, ") || strstr(wait, "_body(a0, "))));
-            CHECK((strstr(d->src.source, "blockIdx.x == 0 ? o1 : fc_gv_x1") != NULL) == (gc->norm == 2));
             for (int i = 0; i < d->src.nlaunches; i++) {
                 const fc_launch *l = &d->src.launches[i];
                 if (strncmp(l->summary, "gemv ", 5)) continue;

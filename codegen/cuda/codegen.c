@@ -122,7 +122,7 @@ static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
         return fc_cuda_emit_skinny(gr, &c->skinny, l->name, &u->s, &u->skinny_templates, l);
     case FC_GEMM_GEMV: /* gemv.c */
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-        st = fc_cuda_emit_gemv(plan, gr, &c->gemv, l->name, &u->s, l);
+        st = fc_cuda_emit_gemv(gr, &c->gemv, l->name, &u->s, l);
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         return st;
     default: /* FC_GEMM_LIBRARY */
@@ -413,15 +413,11 @@ static fc_status group_launch(unit *u, int gi, int *next) {
      * (skinny.c, "attention and projection") gets no launch of its own. */
     for (int j = gi + 1; j < plan->ngroups; j++)
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
-    /* So does a cache update inside the attention reading it (decode.c),
-     * and a row norm or pointwise group inside the GEMV reading it (gemv.c). */
+    /* So does a cache update inside the attention reading it (decode.c). */
     if (fc_cuda_update_in_attention(plan, gi)) return FC_OK;
-    for (int j = gi + 1; j < plan->ngroups; j++)
-        if (u->choice[j].path == FC_GEMM_GEMV && u->choice[j].gemv.pro == gi) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
-    const fc_gemm_choice *c = &u->choice[gi];
-    fc_launch_note(l, plan, gi, gi, c->path == FC_GEMM_SKINNY_ATTENTION ? c->attention : c->path == FC_GEMM_GEMV ? c->gemv.pro : -1);
+    fc_launch_note(l, plan, gi, gi, u->choice[gi].path == FC_GEMM_SKINNY_ATTENTION ? u->choice[gi].attention : -1);
     return st ? st : own_kernel(u, gi, gi, l);
 }
 

@@ -61,9 +61,7 @@ static bool skinny(const fc_plan *plan, int gi, fc_gemm_choice *c) {
  * docs/PERF.md), unless FUSEC_SKINNY=0 (fc_cuda_gemv_plan). Tried before the skinny rule, after the attention
  * and projection (a fusion the GEMV has not). */
 static bool gemv(const fc_plan *plan, int gi, fc_gemm_choice *c) {
-    if (!fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv)) return false;
-    fc_cuda_gemv_prologue(plan, gi, &c->gemv); /* the row norm or SiLU gate before it, inside it where it may */
-    return true;
+    return fc_cuda_gemv_plan(plan, group(plan, gi), &c->gemv);
 }
 
 /* A convolution (conv_cl): one cuDNN call (runtime/cuda/cudnn.h). */

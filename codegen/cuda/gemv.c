@@ -3,11 +3,9 @@
  * picks them, their K splits and their source. */
 #include "gemv.h"
 #include "ir/switches.h"
-#include "kernel.h"
 #include "passes/epilogue.h"
 
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 /* Must match the kernels below. [N, K]: 8 warps a block, 2 columns a warp
@@ -82,7 +80,7 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
                  .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
-                 .kn = !gi.trans_b, .constant_w = true, .pro = -1};
+                 .kn = !gi.trans_b, .constant_w = true};
     if (k.a < 0) return false;
     for (int i = 0; i < gi.nweights; i++) {
         const fc_value *w = gi.w[i];
@@ -114,47 +112,6 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     if (!k.splits) return false;
     if (out) *out = k;
     return true;
-}
-
-/* The group of plan that writes v, or -1 (a parameter). */
-static int writer(const fc_plan *plan, const fc_value *v) {
-    for (int i = 0; i < plan->ngroups; i++)
-        for (int o = 0; o < plan->groups[i]->noutputs; o++)
-            if (plan->groups[i]->outputs[o] == v) return i;
-    return -1;
-}
-
-/* Whether gr's reduced dims are a suffix of its space (rows contiguous). */
-static bool trailing(const fc_group *gr) {
-    bool seen = false;
-    for (int d = 0; d < gr->rank; d++) {
-        if (gr->reduced[d]) seen = true;
-        else if (seen) return false;
-    }
-    return true;
-}
-
-void fc_cuda_gemv_prologue(const fc_plan *plan, int gi, fc_gemv *k) {
-    k->pro = -1;
-    const fc_group *gr = plan->groups[gi];
-    const fc_value *a = gr->inputs[k->a];
-    const int p = writer(plan, a);
-    if (p < 0 || p >= gi || fc_cuda_sole_reader(plan, a) != gi || k->residual == k->a) return;
-    for (int i = 0; i < k->nweights; i++)
-        if (k->w[i] == k->a || k->bias[i] == k->a) return;
-    const fc_group *gn = plan->groups[p];
-    const bool rows = gn->kind == FC_GROUP_REDUCE && gn->rows == k->M && gn->row_len == k->K && trailing(gn);
-    if ((!rows && gn->kind != FC_GROUP_POINTWISE) || gn->batch > 0 || gn->loadtime || !fc_cuda_inputs_survive(plan, p, gi)) return;
-    int64_t bytes = 0;
-    for (int o = 0; o < gn->noutputs; o++) {
-        const fc_value *v = gn->outputs[o];
-        if (!fc_value_is_static(v)) return;
-        bytes += (fc_value_bytes(v) + 15) / 16 * 16;
-        /* Block 0 stores it at gi, not at p: nobody may read it before. */
-        for (int j = p + 1; v != a && j <= gi; j++)
-            if (fc_cuda_group_input(plan->groups[j], v) >= 0) return;
-    }
-    if (bytes <= FC_GEMV_PRO_SMEM) k->pro = p;
 }
 
 /* The dot product of 8 elements (16 bytes) of each operand, in f32: once a
@@ -241,62 +198,19 @@ static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const c
     fc_strbuf_printf(s, "%so0[(long long)%s * N + %s] = fc_to<%s>(y);\n", indent, m, n, t);
 }
 
-/* A kernel's parameters: the values it reads, a0.., and those it writes,
- * o0 (the GEMV's result) then o1.. (a prologue group's other results);
- * with a prologue group, its inputs are a0 .. in the group's order. */
-typedef struct gv_params {
-    const fc_value **in, **out;
-    int nin, nout;
-    const fc_group *pro; /* the group computing A inside the kernel; NULL: none */
-    const fc_value *a;   /* the GEMV's A */
-} gv_params;
-
-/* The kernel's signature; a cluster of `cluster` blocks where more than 1. */
-static void emit_signature(fc_strbuf *s, const gv_params *pp, const char *name, int cluster, int threads) {
+/* The kernel's signature: the group's inputs a0.., the result o0; a
+ * cluster of `cluster` blocks where more than 1. */
+static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, const char *name, int cluster, int threads) {
     fc_strbuf_printf(s, "extern \"C\" __global__ void ");
     if (cluster > 1) fc_strbuf_printf(s, "__cluster_dims__(%d, 1, 1) ", cluster);
     fc_strbuf_printf(s, "__launch_bounds__(%d) %s(", threads, name);
-    for (int i = 0; i < pp->nin; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(pp->in[i]->dtype), i);
-    for (int o = 0; o < pp->nout; o++)
-        fc_strbuf_printf(s, "%s%s *__restrict__ o%d", o ? ", " : "", fc_cuda_storage_type(pp->out[o]->dtype), o);
-    fc_strbuf_printf(s, ") {\n");
-}
-
-/* After the wait: the prologue group's A into shared memory (fc_gv_a),
- * by every block (A is a few KB, the launch it saves microseconds:
- * gemv.h), its other results stored by block 0 alone (the others' go to
- * shared memory nobody reads); `A` the name the kernel reads A by. */
-static void emit_prologue_call(fc_strbuf *s, const gv_params *pp, const fc_gemv *k, const char *name, char *A, size_t na) {
-    if (!pp->pro) {
-        snprintf(A, na, "a%d", k->a);
-        return;
-    }
-    const fc_group *gn = pp->pro;
-    const bool rows = gn->kind == FC_GROUP_REDUCE;
-    const char *t = fc_cuda_storage_type(k->dtype);
-    snprintf(A, na, "fc_gv_a");
-    fc_strbuf_printf(s, "  __shared__ __align__(16) %s fc_gv_a[%lld];\n", t, (long long)(k->M * k->K));
-    for (int o = 0, x = 1; o < gn->noutputs; o++)
-        if (gn->outputs[o] != pp->a)
-            fc_strbuf_printf(s, "  __shared__ __align__(16) %s fc_gv_x%d[%lld];\n", fc_cuda_storage_type(gn->outputs[o]->dtype), x++,
-                             (long long)elements(gn->outputs[o]));
-    fc_strbuf_printf(s, "  %s_%s(", name, rows ? "main" : "body");
-    for (int i = 0; i < gn->ninputs; i++) fc_strbuf_printf(s, "a%d, ", i);
-    for (int o = 0, x = 1; o < gn->noutputs; o++) {
-        if (gn->outputs[o] == pp->a) fc_strbuf_printf(s, "%sfc_gv_a", o ? ", " : "");
-        else {
-            fc_strbuf_printf(s, "%sblockIdx.x == 0 ? o%d : fc_gv_x%d", o ? ", " : "", x, x);
-            x++;
-        }
-    }
-    /* A pointwise body's threads: the block's, a vector each a step. */
-    if (!rows) fc_strbuf_printf(s, ", (i64)threadIdx.x, (i64)%d", KN_THREADS);
-    fc_strbuf_printf(s, ");\n  __syncthreads();\n");
+    for (int i = 0; i < gr->ninputs; i++) fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", t, i);
+    fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
 }
 
 /* The [N, K] kernel: warp group g of a block's G = 8 / SW computes columns
  * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
-static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_strbuf *s) {
+static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
     /* The epilogue's bias and residual, loaded after the wait (a residual
      * is what a kernel before wrote), before the weight stream. */
@@ -311,7 +225,7 @@ static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_
                  "  float er[M][%d];\n#pragma unroll\n  for (int m = 0; m < M; m++)\n#pragma unroll\n"
                  "    for (int c = 0; c < %d; c++) er[m][c] = wr[c] ? fc_ld(a%d[(long long)m * N + c0 + c]) : 0.f;\n",
                  GV_COLS, GV_COLS, k->residual);
-    emit_signature(s, pp, name, 1, 32 * GV_WARPS);
+    emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
                      "  const long long N = %lldLL;\n"
@@ -350,12 +264,8 @@ static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) acc[m][c] = 0.f;\n"
-                     "%s",
-                     GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early);
-    char A[16];
-    emit_prologue_call(s, pp, k, name, A, sizeof A);
-    fc_strbuf_printf(s,
-                     "  const %s *A = %s;\n"
+                     "%s"
+                     "  const %s *A = a%d;\n"
                      "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
                      "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
                      "#pragma unroll 8\n"
@@ -378,7 +288,7 @@ static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
                      "  fc_dependents_may_launch();\n",
-                     t, A, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
+                     GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
                      GV_COLS);
     if (k->splits > 1)
         /* The group's SW partials summed by its first warp, in warp order. */
@@ -418,11 +328,11 @@ static void emit_nk(const gv_params *pp, const fc_gemv *k, const char *name, fc_
  * k0 + tr + 64, ... of its K slice (cluster rank r's: k0 = r KS) at the
  * block's columns nb + 8 cc .. + 8; warp shuffles, then shared memory sum
  * the rows' partials, and block 0 of the cluster the slices'. */
-static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_strbuf *s) {
+static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
     const int S = k->splits;
     const int64_t slice = kn_slice(k->K, S);
-    emit_signature(s, pp, name, S, KN_THREADS);
+    emit_signature(s, gr, t, name, S, KN_THREADS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, S = %d, KS = %lld, R = %lld };\n"
                      "  const long long N = %lldLL;\n"
@@ -466,15 +376,13 @@ static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_
         fc_strbuf_printf(s, load_w, KN_ROWS);
         fc_strbuf_printf(s, "%s%s", bias, res);
     }
-    char A[16];
-    emit_prologue_call(s, pp, k, name, A, sizeof A);
     fc_strbuf_printf(s,
                      "  float acc[M][8];\n"
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int e = 0; e < 8; e++) acc[m][e] = 0.f;\n"
-                     "  const %s *__restrict__ A = %s;\n"
+                     "  const %s *__restrict__ A = a%d;\n"
                      "#pragma unroll\n"
                      "  for (int i = 0; i < R; i++) {\n"
                      "    const int k = k0 + i * %d + tr;\n"
@@ -507,7 +415,7 @@ static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_
                      "  if (om < M)\n"
                      "#pragma unroll\n"
                      "    for (int q = 0; q < %d; q++) v += part[q][om][oc];\n",
-                     t, A, KN_ROWS, t, KN_THREADS / 32, KN_COLS, KN_THREADS / 32);
+                     t, k->a, KN_ROWS, t, KN_THREADS / 32, KN_COLS, KN_THREADS / 32);
     if (S > 1)
         /* Each block's sums into block 0's shared memory (its slot: the
          * rank), one cluster barrier, block 0 sums them in rank order. */
@@ -532,85 +440,17 @@ static void emit_kn(const gv_params *pp, const fc_gemv *k, const char *name, fc_
     fc_strbuf_printf(s, "}\n");
 }
 
-/* The prologue group as device functions named after the kernel (so
- * that the kernel's text with its name replaced is still its key:
- * codegen.c): a REDUCE group's rows as `name`_main (its inputs, then its
- * results), reduce.c's kernel as a frame kernel's body is, for the GEMV's
- * 256 threads (kctx.block_threads); a POINTWISE group's elements as
- * pointwise.c's `name`_body (its inputs, its results, the first thread and
- * the stride; its kernel's `name`_main goes unused). */
-static fc_status emit_prologue(const fc_plan *plan, const fc_group *gn, const char *name, fc_strbuf *s) {
-    fc_launch nl = {.frame = true};
-    snprintf(nl.name, sizeof nl.name, "%s", name);
-    const size_t nv = (size_t)plan->g->next_value_id + 1;
-    const bool rows = gn->kind == FC_GROUP_REDUCE;
-    kctx k = {.p = plan, .gr = gn, .s = s, .reduce = rows, .nsyms = plan->g->nsyms, .store_only_vid = -1, .block_threads = KN_THREADS};
-    k.is_row = calloc(nv, sizeof(bool));
-    k.row_ready = calloc(nv, sizeof(bool));
-    fc_status st = !k.is_row || !k.row_ready ? FC_ERR_NOMEM : rows ? fc_cg_reduce_kernel(&k, &nl) : fc_cg_pointwise_kernel(&k, &nl);
-    if (!st && k.oom) st = FC_ERR_NOMEM;
-    if (!st && k.err) st = fc_set_error(plan->g->ctx, k.err, "%s (group %d, inside a GEMV)", k.errmsg, gn->id);
-    free(k.memo);
-    free(k.cm);
-    free(k.is_row);
-    free(k.row_ready);
-    return st;
-}
-
-/* v among pp's inputs (appended if new: l->args too); its position. */
-static int param_in(gv_params *pp, fc_launch *l, const fc_value *v) {
-    const int i = fc_cuda_launch_arg(l->args, &pp->nin, v);
-    pp->in[i] = v;
-    return i;
-}
-
-fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
+fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
     char d[96];
     fc_gemm_describe(gr->nodes[0], d, sizeof d);
-    int w = snprintf(l->summary, sizeof l->summary, "gemv %.100s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N,
-                     (long long)k->K);
-    if (k->splits > 1 && w > 0 && (size_t)w < sizeof l->summary)
-        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", K in %d slices of %s", k->splits,
-                      k->kn ? "a cluster" : "a block's warps");
-    const fc_group *gn = k->pro >= 0 ? plan->groups[k->pro] : NULL;
-    if (gn && w > 0 && (size_t)w < sizeof l->summary)
-        snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", its A's %s inside", gn->kind == FC_GROUP_REDUCE ? "row reduce" : "pointwise");
-    const int cap = gr->ninputs + (gn ? gn->ninputs + gn->noutputs : 0) + 1;
-    gv_params pp = {.in = calloc((size_t)cap, sizeof *pp.in), .out = calloc((size_t)cap, sizeof *pp.out), .pro = gn,
-                    .a = gr->inputs[k->a]};
-    fc_gemv kk = *k; /* k with its inputs' positions among the kernel's */
-    fc_status st = pp.in && pp.out ? FC_OK : FC_ERR_NOMEM;
-    if (!st && gn) {
-        free(l->args);
-        if (!(l->args = calloc((size_t)cap, sizeof(int)))) st = FC_ERR_NOMEM;
-        for (int i = 0; !st && i < gn->ninputs; i++) param_in(&pp, l, gn->inputs[i]);
-        for (int i = 0; !st && i < k->nweights; i++) {
-            kk.w[i] = param_in(&pp, l, gr->inputs[k->w[i]]);
-            if (k->bias[i] >= 0) kk.bias[i] = param_in(&pp, l, gr->inputs[k->bias[i]]);
-        }
-        if (!st && k->residual >= 0) kk.residual = param_in(&pp, l, gr->inputs[k->residual]);
-        if (!st) {
-            l->nreads = pp.nin;
-            pp.out[pp.nout++] = gr->outputs[0];
-            for (int o = 0; o < gn->noutputs; o++)
-                if (gn->outputs[o] != pp.a) pp.out[pp.nout++] = gn->outputs[o];
-            for (int o = 0; o < pp.nout; o++) l->args[pp.nin + o] = pp.out[o]->id;
-            l->nargs = pp.nin + pp.nout;
-        }
-    } else if (!st) {
-        for (int i = 0; i < gr->ninputs; i++) pp.in[pp.nin++] = gr->inputs[i];
-        pp.out[pp.nout++] = gr->outputs[0];
-    }
-    /* No group id in the text: the layers' GEMVs are one kernel (codegen.c's key). */
-    fc_strbuf_printf(s, "%s// %s\n", helpers, l->summary);
-    if (!st && gn) st = emit_prologue(plan, gn, name, s);
-    if (!st) {
-        if (k->kn) emit_kn(&pp, &kk, name, s);
-        else emit_nk(&pp, &kk, name, s);
-    }
-    free(pp.in);
-    free(pp.out);
-    if (st) return st;
+    const int w0 = snprintf(l->summary, sizeof l->summary, "gemv %.100s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N,
+                            (long long)k->K);
+    if (k->splits > 1 && w0 > 0 && (size_t)w0 < sizeof l->summary)
+        snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", K in %d slices of %s", k->splits,
+                 k->kn ? "a cluster" : "a block's warps");
+    fc_strbuf_printf(s, "%s// group %d: %s\n", helpers, gr->id, l->summary);
+    if (k->kn) emit_kn(gr, k, name, s);
+    else emit_nk(gr, k, name, s);
 
     l->kind = FC_LAUNCH_KERNEL;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);

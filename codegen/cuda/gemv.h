@@ -59,7 +59,6 @@ typedef struct fc_gemv {
     bool kn;        /* W [K, N] (one weight), not [N, K] */
     int splits;     /* K split: [N, K] between a block's warps, [K, N] between a cluster's blocks (1: none) */
     bool constant_w; /* W and the bias are the program's parameters (loaded before the wait: [K, N]) */
-    int pro;         /* plan->groups index of the group computing A inside this kernel (fc_cuda_gemv_prologue); -1: none */
 } fc_gemv;
 
 /* Whether group gr of static plan `plan` runs as a GEMV, and how (*out,
@@ -71,36 +70,14 @@ typedef struct fc_gemv {
  * (32 lanes by 8 elements), or, at M <= FC_GEMV_KN_MAX_M, one weight [K, N]
  * of static dims whose K
  * slices (K over the cluster's blocks, at most 8 on sm 90, 1 before) are
- * at most 512 deep (8 rows a thread). */
-bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out);
+ * at most 512 deep (8 rows a thread). */bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out);
 
-/* A decode step's layernorms and RMSnorms (with the residual sum or the
- * embedding gather before them) are REDUCE groups of a row or a few, and
- * its SiLU gate a POINTWISE group of one, each a launch of its own that
- * costs more than its bytes (2.7 us on the H200 for a 768-element row):
- * set k->pro where the group that writes A (group gi's input k->a, k
- * planned by fc_cuda_gemv_plan for group gi) runs inside the GEMV
- * instead, every block computing A into its shared memory after
- * griddepcontrol.wait (the weights' loads are issued before it, as
- * without). That group is a POINTWISE one, or a trailing reduction over
- * rows of K elements, static, launched alone; A is read by group gi
- * alone (no graph result), not as its weight, bias or residual, and A and
- * the group's other results take at most FC_GEMV_PRO_SMEM bytes; those
- * other results (a residual sum a later GEMM reads) are stored by block
- * 0, and no group up to gi reads them; the group's inputs are still where
- * it read them at gi (fc_cuda_inputs_survive). */
-enum { FC_GEMV_PRO_SMEM = 16384 };
-void fc_cuda_gemv_prologue(const fc_plan *plan, int gi, fc_gemv *k);
-
-/* Append to s the kernel `name` for group gr of plan, planned as k by
- * fc_cuda_gemv_plan (and fc_cuda_gemv_prologue), and fill l: its summary
- * ("gemv ..., M x N x K", then ", K in S slices of a block's warps" or "of
- * a cluster" where split, then ", its A's row reduce inside" or ", its
- * A's pointwise inside" with a prologue group),
- * kind, grid, block and pdl.
+/* Append to s the kernel `name` for group gr, planned as k by
+ * fc_cuda_gemv_plan, and fill l: its summary ("gemv ..., M x N x K", then
+ * ", K in S slices of a block's warps" or "of a cluster" where split), kind,
+ * grid, block and pdl.
  * l->args stay the group's inputs then its output, as the caller made
- * them; with a prologue group they become that group's inputs, the
- * GEMV's but A, the GEMV's result and that group's other results. */
-fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l);
+ * them. */
+fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l);
 
 #endif

@@ -37,7 +37,7 @@ void fc_cg_kernel_signature(kctx *k, fc_launch *l, unsigned block) {
      * fetch their weights. These kernels do not wait themselves (they are
      * no programmatic dependents): that gained nothing on the H200
      * (docs/PERF.md). */
-    if (!k->dyn && !k->block_threads) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
+    if (!k->dyn) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
 }
 
 /* Vector width: 16 bytes of the widest full-shape input or output, when

@@ -87,10 +87,6 @@ typedef struct kctx {
     int nbq;
     struct { char L[24]; int64_t p; char ix[24]; } bx[8];
     int nbx;
-    /* A row function run inside another kernel (a GEMV's prologue:
-     * gemv.c) by all of that kernel's block_threads threads, every block
-     * computing every row; 0: a kernel of its own. */
-    int block_threads;
     /* store_element: the output value being stored unrounded (-1: none). */
     int store_only_vid;
     char store_only_name[24];

@@ -110,8 +110,6 @@ static fc_status reduce_rows(kctx *k, const row_loop *rl) {
         fc_strbuf_printf(k->s, "  for (i64 row0 = (i64)blockIdx.x * %d; row0 < %s; row0 += (i64)gridDim.x * %d) {\n", rpb, rows_s, rpb);
         fc_strbuf_printf(k->s, "    const bool live = row0 + tx < %s;\n    const i64 row = live ? row0 + tx : (%s) - 1;\n%s", rows_s,
                          rows_s, rl->kept_coords);
-    } else if (k->block_threads) { /* inside another kernel: its block computes every row */
-        fc_strbuf_printf(k->s, "  for (i64 row = threadIdx.x / %d; row < %s; row += %d) {\n", tpr, rows_s, rpb);
     } else {
         fc_strbuf_printf(k->s, "  for (i64 row = (i64)blockIdx.x * %d + threadIdx.x / %d; row < %s; row += (i64)gridDim.x * %d) {\n", rpb,
                          tpr, rows_s, rpb);
@@ -389,12 +387,6 @@ fc_status fc_cg_reduce_kernel(kctx *k, fc_launch *l) {
     } else {
         tpr = 64;
         while (tpr < 1024 && tpr * 4 < nvec) tpr *= 2;
-        rpb = 1;
-    }
-    /* Inside another kernel the block is that kernel's: a row a block
-     * where the layout above takes another size. */
-    if (k->block_threads && trailing && tpr * rpb != k->block_threads) {
-        tpr = k->block_threads;
         rpb = 1;
     }
     k->tpr = tpr;
