@@ -247,7 +247,7 @@ static const att_case att_cases[] = {
     {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 32}}, /* Llama 1B's step */
     {8, 32, 8, 1, 2048, 64, 64, "bf16", true, {64, 9}}, /* ... of 8 sequences: 4 blocks an SM */
     {1, 32, 8, 4, 512, 64, 64, "bf16", true, {16, 8}},  /* 16 query rows a kv head: 2 row groups */
-    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 16}}, /* GPT-2's step */
+    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 22}}, /* GPT-2's step: a query row a head, the vector kernel */
     {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 4}},
     {2, 8, 2, 1, 512, 128, 128, "bf16", true, {4, 8}},
     {1, 8, 2, 3, 256, 128, 128, "bf16", false, {4, 4}},
@@ -257,7 +257,7 @@ static const att_case att_cases[] = {
     {1, 6, 2, 2, 333, 96, 128, "f16", true, {2, 5}},
     {1, 2, 2, 8, 160, 64, 64, "bf16", true, {2, 2}},   /* 8 query rows of one head: a full block */
     {1, 12, 12, 20, 64, 64, 64, "bf16", true, {36, 1}}, /* a prefill's rows: 3 row groups, the last of 4 */
-    {3, 4, 4, 1, 96, 64, 64, "bf16", true, {12, 1}},   /* one part: no merge */
+    {3, 16, 4, 1, 96, 64, 64, "bf16", true, {12, 1}},  /* one part: no merge */
     {1, 2, 1, 1, 8192, 64, 64, "bf16", true, {1, 64}},  /* the most parts, 2 rounds of each warp */
     {1, 4, 1, 1, 512, 256, 256, "bf16", true, {1, 64}}, /* the vector kernel */
     {1, 8, 8, 1, 256, 64, 64, "f32", true, {8, 16}},
