@@ -82,16 +82,11 @@ static bool stored_as_is(const fc_value *v) {
 }
 
 /* Whether a weight padded by a concat is padded once, when the weights are
- * loaded, not at every run: a parameter, or casts and views of one, whose
- * padded form is computed from parameters alone (passes/loadtime.c).
- * Autocast's form is a cast of a parameter; an exported weight that is a
- * parameter transposed (a tied LM head: the embedding [N, K] as [K, N])
- * is a cast of a permute of it, since the parameter itself is also read
- * in f32 (by the embedding's gather). */
+ * loaded, not at every run: a parameter, or a cast of one (autocast's
+ * form), whose padded form is computed from parameters alone
+ * (passes/loadtime.c). */
 static bool padded_at_load(const fc_value *v) {
-    while (v->def && (v->def->op == FC_OP_CAST || v->def->op == FC_OP_PERMUTE || v->def->op == FC_OP_RESHAPE))
-        v = v->def->in[0];
-    return is_param(v);
+    return is_param(v) || (v->def && v->def->op == FC_OP_CAST && is_param(v->def->in[0]));
 }
 
 static double copy_s(const fc_pad_rule *r, double elems, int es) { return 2.0 * elems * es / r->bytes_per_s + r->launch_s; }
@@ -113,24 +108,6 @@ typedef struct pad_ctx {
     fc_value **padded;  /* by value id: its K-padded form, made once */
     int nvalues;
 } pad_ctx;
-
-/* The transpose of weight w (rank 2), computed at load: where w is itself
- * a transpose, or a cast of one, the transpose is dropped instead of undone
- * by another (the kept weight is then the parameter as it is stored, cast). */
-static fc_value *transposed(pad_ctx *c, fc_value *w) {
-    const fc_node *d = w->def;
-    const fc_node *t = d && d->op == FC_OP_CAST ? d->in[0]->def : d;
-    if (t && t->op == FC_OP_PERMUTE && t->in[0]->rank == 2 && t->a.list[0] == 1)
-        return fc_rw_cast(&c->rw, fc_rw_value(&c->rw, t->in[0]), w->dtype);
-    int64_t perm[2] = {1, 0};
-    fc_attrs pa;
-    fc_attrs_defaults(FC_OP_PERMUTE, &pa);
-    pa.list = perm;
-    pa.nlist = 2;
-    fc_value *x = fc_rw_value(&c->rw, w);
-    fc_node *p = fc_rw_build(&c->rw, FC_OP_PERMUTE, &x, 1, &pa);
-    return p ? p->out[0] : NULL;
-}
 
 /* What one gemm needs: padded K and N, and how. */
 typedef struct pad_plan {
@@ -285,7 +262,14 @@ static bool rewrite(pad_ctx *c, fc_node *n, const pad_plan *p) {
     memcpy(spec, n->a.list, sizeof spec);
     int kaxis = gi->trans_b ? 1 : 0, naxis = 1 - kaxis;
     if (p->transpose_w) {
-        in[k++] = transposed(c, gi->w[0]);
+        int64_t perm[2] = {1, 0};
+        fc_attrs pa;
+        fc_attrs_defaults(FC_OP_PERMUTE, &pa);
+        pa.list = perm;
+        pa.nlist = 2;
+        fc_value *w = fc_rw_value(&c->rw, gi->w[0]);
+        fc_node *t = fc_rw_build(&c->rw, FC_OP_PERMUTE, &w, 1, &pa);
+        in[k++] = t ? t->out[0] : NULL;
         spec[FC_GEMM_TRANS_B] = 1;
     } else if (p->n_by_block) {
         for (int i = 0; i < nw; i++) in[k++] = fc_rw_value(&c->rw, gi->w[i]);

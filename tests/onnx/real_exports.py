@@ -24,15 +24,6 @@ fusec with ONNX Runtime on the same file, not with PyTorch).
   real_exports.py unpack OUTDIR [NAME...]   writes OUTDIR/NAME.onnx, the inputs
         OUTDIR/NAME_in0.npy (input_ids) [_in1.npy (attention_mask)] and, when
         onnxruntime is installed, its outputs OUTDIR/NAME_ort0.npy [_ort1.npy]
-  real_exports.py vocab OUTDIR NAME V   after unpack: OUTDIR/NAME_vV.onnx, the
-        GPT-2 export NAME with a vocabulary of V (its tied embedding and LM
-        head V rows) and its inputs, for plans (no reference outputs: the
-        logits are large)
-
-The kept files' vocabulary of 512 is small enough for the importer to fold
-the LM head's Transpose of the tied embedding into an initializer of its
-own; a real vocabulary (50257) is not, so the GEMM reads the transposed
-parameter, as in the full model: `vocab` makes that form at a small width.
 
 The inputs are those the exports were made with: input_ids uniform in
 [0, 512) from numpy's default_rng(1); BERT's attention_mask ones with the
@@ -104,41 +95,17 @@ def unpack(out, names):
                 a = (rng.standard_normal(tuple(t.dims)) * std).astype(np.float32)
                 t.raw_data = a.tobytes()
                 t.ClearField("doc_string")
-        save(m, out, name, inputs_for(name), ort)
+        path = os.path.join(out, name + ".onnx")
+        onnx.save(m, path)
+        feeds = inputs_for(name)
+        for i, a in enumerate(feeds.values()):
+            np.save(os.path.join(out, "%s_in%d.npy" % (name, i)), a)
+        if ort:
+            ys = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
+            for i, y in enumerate(ys):
+                np.save(os.path.join(out, "%s_ort%d.npy" % (name, i)), y)
     if not ort:
         print("real_exports.py: onnxruntime is not installed: no reference outputs")
-
-
-def save(m, out, name, feeds, ort):
-    """OUT/NAME.onnx, its inputs and (with onnxruntime) its outputs."""
-    path = os.path.join(out, name + ".onnx")
-    onnx.save(m, path)
-    for i, a in enumerate(feeds.values()):
-        np.save(os.path.join(out, "%s_in%d.npy" % (name, i)), a)
-    if ort:
-        ys = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)
-        for i, y in enumerate(ys):
-            np.save(os.path.join(out, "%s_ort%d.npy" % (name, i)), y)
-
-
-def vocab(out, name, v):
-    """The unpacked GPT-2 export NAME with its tied embedding V rows long."""
-    m = onnx.load(os.path.join(out, name + ".onnx"))
-    g = m.graph
-    # The logits' MatMul reads the Transpose of the tied embedding.
-    head = next(n for n in g.node if n.output[0] == g.output[0].name)
-    tr = next(n for n in g.node if n.output[0] == head.input[1])
-    assert tr.op_type == "Transpose", tr.op_type
-    for i, t in enumerate(g.initializer):
-        if t.name == tr.input[0]:
-            w = numpy_helper.to_array(t)
-            a = (np.random.default_rng(2000).standard_normal((v, w.shape[1])) * w.std()).astype(np.float32)
-            g.initializer[i].CopyFrom(numpy_helper.from_array(a, t.name))
-    g.output[0].type.tensor_type.shape.dim[-1].dim_value = v
-    kept = [vi for vi in g.value_info if vi.name != tr.output[0]]
-    del g.value_info[:]
-    g.value_info.extend(kept)
-    save(m, out, "%s_v%d" % (name, v), inputs_for(name), None)
 
 
 def main():
@@ -152,8 +119,6 @@ def main():
         pack(args, to)
     elif len(sys.argv) >= 3 and sys.argv[1] == "unpack":
         unpack(sys.argv[2], sys.argv[3:])
-    elif len(sys.argv) == 5 and sys.argv[1] == "vocab":
-        vocab(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     else:
         sys.exit(__doc__)
 
