@@ -19,9 +19,10 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 source bench/bench_env.sh
-source bench/gpu_build.sh
+source bench/onnx-gpu-build.sh
 BUILD=${ATT_BUILD_DIR:-build}
-[[ ${ATT_NOBUILD:-0} == 1 ]] || gpu_build "$BUILD" fusec test_decode || exit 1
+echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
+[[ ${ATT_NOBUILD:-0} == 1 ]] || ONNX_BUILD_DIR=$BUILD onnx_gpu_build fusec test_decode || exit 1
 echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
 FUSEC_SRC=$ROOT timeout 150 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1
 echo "   rc=$?"; grep -E 'CHECK failed|attention case|fused update' "$OUT/test_decode.log" | head -20; tail -2 "$OUT/test_decode.log"

@@ -28,10 +28,11 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
 source bench/bench_env.sh
-source bench/gpu_build.sh
+source bench/onnx-gpu-build.sh
 BUILD=${DECODE_BUILD_DIR:-build}
+echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
 if [[ ${DECODE_NOBUILD:-0} != 1 ]]; then
-    gpu_build "$BUILD" fusec example_generate test_decode test_decode_plan test_skinny || exit 1
+    ONNX_BUILD_DIR=$BUILD onnx_gpu_build fusec example_generate test_decode test_decode_plan test_skinny || exit 1
 fi
 echo "== test_decode (CUDA against the reference) [t=$((SECONDS - START))s]"
 FUSEC_SRC=$ROOT timeout 120 "$BUILD/tests/test_decode" >"$OUT/test_decode.log" 2>&1

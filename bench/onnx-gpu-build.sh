@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# onnx-gpu-build.sh - sourced by bench/onnx_real.sh and tests/onnx/suite_cuda.sh:
+# onnx-gpu-build.sh - sourced by the GPU bench scripts (bench/onnx_real.sh,
+# bench/decode_bench.sh, tests/onnx/suite_cuda.sh, ...):
 # onnx_gpu_build TARGET... configures and builds fusec on the GPU machine as
 # bench/run-whole.sh does (Release, no LLVM, the carried .deps/: xxHash,
 # protobuf-c, cJSON and protoc-c's onnx.pb-c, so the ONNX importer is on) and
