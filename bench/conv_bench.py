@@ -179,7 +179,9 @@ def bench_model(torch, torchvision, np, name, B, work):
             try:
                 t0 = time.monotonic()
                 fn = mb if mode == "eager" else torch.compile(mb, mode=None if mode == "compile" else mode)
-                y = fn(xb)  # compiles
+                # compiles; a clone, since the CUDA-graph modes (reduce-overhead,
+                # max-autotune) overwrite their output at the next replay
+                y = fn(xb).clone()
                 torch.cuda.synchronize()
                 row[f"{mode}_first_s"] = round(time.monotonic() - t0, 1)
                 row[f"{mode}_ms"] = time_torch(torch, fn, xb, ARGS.reps)
