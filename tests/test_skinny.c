@@ -501,27 +501,28 @@ static const gvcase gvcases[] = {
     {"gemv bf16 1 x 3072 x 2048", GV_NK("g1", 1, 3072, 2048) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv f16 3 x 1000 x 512, bias, gelu", "graph g2(%x: f16[3, 512], %w: f16[1000, 512], %b: f16[1000]) {\n"
-     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 2, false},
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 8 x (512 + 128 + 130) x 256, siblings", "graph g3(%x: bf16[8, 256], %a: bf16[512, 256], %b: bf16[128, 256], "
      "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 2 x 768 x 768, residual, scale", "graph g4(%x: bf16[2, 768], %w: bf16[768, 768], %r: bf16[2, 768]) {\n"
      "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 4 x (256 + 256) x 512, siblings with biases, relu", "graph g5(%x: bf16[4, 512], %a: bf16[256, 512], "
      "%b: bf16[256, 512], %p: bf16[256], %q: bf16[256]) {\n"
-     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 2, false},
+     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 [1, 1] x 1024 x 1024, permuted weight", "graph g6(%x: bf16[1, 1, 1024], %w: bf16[1024, 1024]) {\n"
-     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 4, false},
-    /* Llama-1B's decode projections: split between a block's warps. */
+     "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 2, false},
+    /* Llama-1B's decode projections: split between a block's warps, two or
+     * more 256-element steps a warp. */
     {"gemv bf16 1 x 2048 x 8192 (down)", GV_NK("g10", 1, 2048, 8192) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 2048 x 2048, residual (o)", GV_NK("g11", 8, 2048, 2048) ", %r: bf16[8, 2048]) {\n"
-     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 8, false},
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv bf16 8 x 3072 x 8192, bias, gelu", GV_NK("g12", 8, 3072, 8192) ", %b: bf16[3072]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 4, false},
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 2050 x 2048, odd N, bias, residual", GV_NK("g13", 8, 2050, 2048) ", %b: bf16[2050], %r: bf16[8, 2050]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
-    {"gemv bf16 1 x 16384 x 2048 (gate and up: no split)", GV_NK("g14", 1, 16384, 2048) ") {\n"
-     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 4, false},
+    {"gemv bf16 1 x 16384 x 2048 (gate and up)", GV_NK("g14", 1, 16384, 2048) ") {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
     {"gemv [K, N] bf16 1 x 2304 x 768, bias (QKV)", GV_KN("k1", "bf16", 1, 2304, 768) ", %b: bf16[2304]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
