@@ -591,7 +591,13 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
             char cl[48];
             snprintf(cl, sizeof cl, "__cluster_dims__(%d, 1, 1)", gc->splits);
             CHECK((strstr(d->src.source, cl) != NULL) == (kn && gc->splits > 1));
-            if (!kn) CHECK(strstr(d->src.source, "prefetch.global.L2") != NULL);
+            if (!kn) {
+                /* Nothing read before the wait: a prefetch of the weights there
+                 * measured slower on the H200 (docs/GEMM.md). */
+                const char *w = strstr(d->src.source, "griddepcontrol.wait"), *ld = strstr(d->src.source, "fc_gv_load8(wr");
+                CHECK(w && ld && w < ld);
+                CHECK(strstr(d->src.source, "prefetch.global") == NULL);
+            }
             else {
                 /* Parameters' weights loaded before the wait, a computed one after it. */
                 const char *w = strstr(d->src.source, "uint4 w[R];");

@@ -14,11 +14,6 @@
  * time, at most 8 rows a thread, at most 8 blocks a cluster. */
 enum { GV_WARPS = 8, GV_COLS = 2, GV_VEC = 8, GV_STEP = 32 * GV_VEC };
 enum { KN_THREADS = 256, KN_COLS = 32, KN_ROWS = 64, KN_MAX_R = 8, KN_MAX_SPLITS = 8 };
-/* [N, K]: blocks of 256 threads resident a SM (2048 threads; the kernel
- * takes 32 registers a thread), so the first GV_WAVE_BLOCKS * SMs blocks
- * are the grid's first wave. */
-enum { GV_WAVE_BLOCKS = 8 };
-
 /* [K, N]: fewer 32-column blocks than this many a SM and the cluster
  * doubles (a block's 256 threads keep 4 KiB to 32 KiB of weights in
  * flight, so two a SM stream GPT-2's 1.2 to 4.7 MB at once). */
@@ -110,7 +105,6 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     const int64_t sms = fc_cuda_plan_sms(plan);
     /* Clusters from sm 90. */
     k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : nk_splits(K);
-    k.prefetch_blocks = GV_WAVE_BLOCKS * sms;
     if (!k.splits) return false;
     if (out) *out = k;
     return true;
@@ -251,17 +245,6 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     }
     fc_strbuf_printf(s,
                      "  }\n"
-                     "  /* This warp's slice of the weight rows into L2 while the kernel\n"
-                     "   * before finishes (a hint: it reads nothing that kernel writes), in\n"
-                     "   * the first wave's blocks only: a later block's prefetch overlaps\n"
-                     "   * nothing and costs its stream 5-30%% (bench/micro/gemv_bench.cu). */\n"
-                     "  if (blockIdx.x < %lldLL) {\n"
-                     "#pragma unroll\n"
-                     "    for (int c = 0; c < %d; c++)\n"
-                     "      if (wr[c])\n"
-                     "        for (int e = sw * SPW * %d + lane * 64; e < (sw + 1) * SPW * %d; e += 32 * 64)\n"
-                     "          asm volatile(\"prefetch.global.L2 [%%0];\" ::\"l\"(wr[c] + e));\n"
-                     "  }\n"
                      "#if __CUDA_ARCH__ >= 900\n"
                      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
                      "#endif\n"
@@ -294,7 +277,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
                      "  fc_dependents_may_launch();\n",
-                     (long long)k->prefetch_blocks, GV_COLS, GV_STEP, GV_STEP, GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
+                     GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
                      GV_COLS);
     if (k->splits > 1)
         /* The group's SW partials summed by its first warp, in warp order. */

@@ -58,7 +58,6 @@ typedef struct fc_gemv {
     fc_dtype dtype;
     bool kn;        /* W [K, N] (one weight), not [N, K] */
     int splits;     /* K split: [N, K] between a block's warps, [K, N] between a cluster's blocks (1: none) */
-    int64_t prefetch_blocks; /* [N, K]: the first blocks (one wave) prefetch their rows into L2 before the wait */
     bool constant_w; /* W and the bias are the program's parameters (loaded before the wait: [K, N]) */
 } fc_gemv;
 
