@@ -79,13 +79,17 @@ int main() {{
 }}
 '''
     run(body + main)
-def fused(sq):
-    ir = F_IR.replace('32, 4, 64', f'32, {sq}, 64').replace('8, 4, 64', f'8, {sq}, 64')
+def fused(sq, hq=32, hkv=8):
+    """The fused updates of a cache of 512 (parameters: the kernel loads its
+    first rows before its wait) at offsets 0, 137 and the end: hq = 32, hkv =
+    8 runs the tensor-core kernel, hq = hkv the vector kernel."""
+    ir = F_IR.replace('1, 32, 4, 64', f'1, {hq}, {sq}, 64').replace('1, 8, 4, 64', f'1, {hkv}, {sq}, 64')
+    ir = ir.replace('1, 8, 512, 64', f'1, {hkv}, 512, 64')
     name, gx, gy, th, body = kernel(ir)
     main = f'''
 #include <random>
 int main() {{
-  const int HQ = 32, HKV = 8, SQ = {sq}, S = 512, D = 64;
+  const int HQ = {hq}, HKV = {hkv}, SQ = {sq}, S = 512, D = 64;
   std::mt19937 rng(9); std::uniform_real_distribution<float> U(-2.f, 2.f);
   typedef __nv_bfloat16 T;
   std::vector<T> q(HQ*SQ*D), kc(HKV*S*D), vc(HKV*S*D), kn(HKV*SQ*D), vn(HKV*SQ*D), out(HQ*SQ*D);
@@ -107,7 +111,7 @@ int main() {{
         worst = std::max(worst, std::fabs(fc_ld(out[(h * SQ + i) * D + e]) - o / L)); }}
     }}
   }}
-  printf("fused Sq=%d grid %dx%d: worst abs error %.3g, cache elements wrong %d\\n", SQ, {gx}, {gy}, worst, bad);
+  printf("fused Hq=%d Hkv=%d Sq=%d grid %dx%d: worst abs error %.3g, cache elements wrong %d\\n", HQ, HKV, SQ, {gx}, {gy}, worst, bad);
   return worst < 0.05 && !bad ? 0 : 1;
 }}
 '''
@@ -139,5 +143,6 @@ for c in cases:
     case(*c)
 for sq in (1, 4):
     fused(sq)
+fused(1, 8, 8)
 print('test_decode_host: %d failed' % FAILS)
 sys.exit(1 if FAILS else 0)

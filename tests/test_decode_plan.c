@@ -109,28 +109,42 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
     CHECK_EQ_INT(updates + fused, 2 * layers);
     CHECK_EQ_INT(attentions, layers);
     CHECK_EQ_INT(pdl, updates + attentions);
-    /* Every decode kernel waits first thing (fusec --emit=cuda's source). */
+    /* What each decode kernel does before its wait (fusec --emit=cuda's source). */
     const char *fusec = getenv("FUSEC"), *src = getenv("FUSEC_SRC");
     if (fusec) {
         char cmd[1200], line[4096];
         snprintf(cmd, sizeof cmd, "'%s' '%s/tests/decode/%s' --bind B=1,T=1 --emit=cuda", fusec, src ? src : ".", file);
         FILE *f = popen(cmd, "r");
         CHECK(f != NULL);
-        int decode_kernels = 0, waits = 0, cache_writes = 0;
-        bool after = false;
+        /* In each decode kernel, griddepcontrol.wait comes before it reads
+         * the length, an offset or a query, or writes anything (what the
+         * kernel before may write or read); only cache rows may be loaded
+         * before it (where the caches are parameters and the updates run
+         * inside the attention: decode.c, prewait_of). */
+        int decode_kernels = 0, waits = 0, cache_writes = 0, early_reads = 0, early_cache = 0;
+        bool in = false, waited = false;
         while (f && fgets(line, sizeof line, f)) {
-            if (after && strstr(line, "griddepcontrol.wait;")) waits++;
+            if (strstr(line, "__global__")) {
+                in = strstr(line, "fc_update_slice_") || strstr(line, "fc_cache_attention_");
+                decode_kernels += in;
+                waited = false;
+                continue;
+            }
+            if (!in) continue;
+            if (strstr(line, "griddepcontrol.wait;")) waits += !waited, waited = true;
             /* a fused update's write of the new rows into its cache */
             cache_writes += strstr(line, "wk[(kvh * S + offk)") || strstr(line, "wv[(kvh * S + offv)");
-            after = after && strstr(line, "#if __CUDA_ARCH__ >= 900");
-            if (strstr(line, "__global__") && (strstr(line, "fc_update_slice_") || strstr(line, "fc_cache_attention_"))) {
-                decode_kernels++;
-                after = true;
+            if (!waited) {
+                early_reads += strstr(line, "*(const ") || strstr(line, "_q(") || strstr(line, "wk[") || strstr(line, "wv[") ||
+                               strstr(line, "out[");
+                early_cache += strstr(line, "fc_dec_load(") != NULL;
             }
         }
         if (f) CHECK_EQ_INT(pclose(f), 0);
         CHECK(decode_kernels >= 1);
         CHECK_EQ_INT(waits, decode_kernels);
+        CHECK_EQ_INT(early_reads, 0);
+        CHECK((early_cache > 0) == (fused > 0));
         if (fused) CHECK(cache_writes >= 2);
     } else printf("skipped: the generated source (no $FUSEC)\n");
     fc_program_free(p);

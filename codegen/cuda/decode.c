@@ -104,11 +104,15 @@ static void signature(fc_strbuf *s, const fc_value *const *reads, int nreads, co
     if (wk) fc_strbuf_printf(s, ", %s *wk", fc_cuda_storage_type(wk->dtype));
     if (wv) fc_strbuf_printf(s, ", %s *wv", fc_cuda_storage_type(wv->dtype));
     fc_strbuf_printf(s, ") {\n");
-    /* A programmatic dependent (fc_launch.pdl): every thread waits for the
-     * kernel before, which wrote what this one reads (the new rows, the
-     * queries), before anything else; a thread that left without waiting
-     * could let the grid end before that kernel has. Then the kernel
-     * after may launch and fetch its weights while this one runs. */
+}
+
+/* A programmatic dependent (fc_launch.pdl): every thread waits for the
+ * kernel before, which wrote what this one reads (the new rows, the
+ * queries), before it reads anything that kernel writes (only the cache
+ * loads of prewait_of come before); a thread that left without waiting
+ * could let the grid end before that kernel has. Then the kernel after
+ * may launch and fetch its weights while this one runs. */
+static void wait_for_kernel_before(fc_strbuf *s) {
     fc_strbuf_printf(s, "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n"
                         "  fc_dependents_may_launch();\n");
 }
@@ -129,6 +133,7 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
     int is = arg_of(gr, sv.root), io = arg_of(gr, n->in[2]);
     const unsigned threads = 256;
     signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, threads, 1, gr->outputs[0], NULL, NULL);
+    wait_for_kernel_before(s);
     fc_strbuf_printf(s,
                      "  const long long off = (long long)*(const %s *)a%d;\n"
                      "  if (off < 0 || off > %lldLL) return; /* out of range: nothing is written */\n"
@@ -202,6 +207,23 @@ typedef struct fused {
     int64_t rows;       /* the new rows (the source's dim 2) */
     char c;
 } fused;
+
+/* Whether cache_attention loads its first cache rows before its
+ * griddepcontrol.wait, so that their latency overlaps the kernel before
+ * (a decode step's attention is a chain of dependent loads, not a stream).
+ * It may when both updates run inside it and both caches are parameters:
+ * then only this kernel writes the caches (the new rows, which it reads
+ * from the updates' sources after the wait), and every kernel before the
+ * one just before it has ended (a programmatic dependent lets its own
+ * dependents launch only after its own wait; the others launch when the
+ * kernel before ends), so the rows it loads early are the ones it would
+ * load late. The keys are then split into parts by the cache's length, not
+ * the step's, since the step's is not known before the wait: a part past
+ * the step's keys has nothing to do, which costs a latency-bound kernel
+ * nothing. */
+static bool prewait_of(const fused *fk, const fused *fv) {
+    return fk->gr && fv->gr && fk->gr->nodes[0]->in[0]->param_index >= 0 && fv->gr->nodes[0]->in[0]->param_index >= 0;
+}
 
 /* Into s, inside the kernel: the fused update's offset, whether it is in
  * range (an update out of range writes nothing, as update_slice's kernel),
@@ -430,9 +452,25 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
                      "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + g / SQ, i = g %% SQ) */\n"
                      "  const long long blk = blockIdx.x, kvh = blk / NG;\n"
-                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n",
+                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n"
+                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
+                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n",
                      (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_WARPS, ve, c,
-                     (long long)rb, (long long)ng, (long long)split, DEC_UNROLL, T);
+                     (long long)rb, (long long)ng, (long long)split, DEC_UNROLL, T, idx[1], idx[2]);
+    const bool prewait = prewait_of(fk, fv);
+    /* key indices in int: S < 2^31 (vector_width) */
+    if (prewait)
+        fc_strbuf_printf(s, "  /* parts by the cache's length; this warp's first round of the cache before the wait */\n"
+                            "  const int chunk = (int)((S + SPLIT - 1) / SPLIT), j0 = part * chunk;\n"
+                            "  const int jS = j0 + chunk < S ? j0 + chunk : (int)S;\n"
+                            "  uint4 pk[U], pv[U];\n"
+                            "#pragma unroll\n"
+                            "  for (int u = 0; u < U; u++) {\n"
+                            "    const int j = j0 + (u * W + warp) * KPW + kq;\n"
+                            "    pk[u] = fc_dec_load(kp + (long long)j * D + c * VE, j < jS && c < CK, al);\n"
+                            "    pv[u] = fc_dec_load(vp + (long long)j * DV + c * VE, j < jS && c < CV, al);\n"
+                            "  }\n");
+    wait_for_kernel_before(s);
     if (fk->gr) fused_prologue(s, fk, name, S, D, "part == 0 && rg == 0");
     if (fv->gr) fused_prologue(s, fv, name, S, Dv, "part == 0 && rg == 0");
     char frk[96], frv[96];
@@ -441,8 +479,7 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
     fc_strbuf_printf(s,
                      "  long long len = (long long)*(const %s *)a%d;\n"
                      "  len = len < 0 ? 0 : len > S ? S : len; /* never past the cache */\n"
-                     "  /* key indices in int: S < 2^31 (vector_width) */\n"
-                     "  const int chunk = (int)((len + SPLIT - 1) / SPLIT), j0 = part * chunk;\n"
+                     "%s"
                      "  const int j1 = j0 + chunk < len ? j0 + chunk : (int)len;\n"
                      "  for (int t = threadIdx.x; t < RB * D; t += blockDim.x) {\n"
                      "    const long long g = rg * RB + t / D;\n"
@@ -462,10 +499,9 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "#pragma unroll\n"
                      "    for (int e = 0; e < VE; e++) qr[r][e] = c < CK ? sm_q[r][c * VE + e] : 0.f, acc[r][e] = 0.f;\n"
                      "  }\n"
-                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
-                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n"
                      "  for (int base = j0; base < j1; base += W * U * KPW) {\n"
                      "    uint4 kr[U], vr[U];\n"
+                     "%s"
                      "#pragma unroll\n"
                      "    for (int u = 0; u < U; u++) {\n"
                      "      const int j = base + (u * W + warp) * KPW + kq;\n"
@@ -473,6 +509,7 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "      kr[u] = fc_dec_load(kp + (long long)j * D + c * VE, ok && c < CK && !%s, al);\n"
                      "      vr[u] = fc_dec_load(vp + (long long)j * DV + c * VE, ok && c < CV && !%s, al);\n"
                      "    }\n"
+                     "%s"
                      "#pragma unroll\n"
                      "    for (int u = 0; u < U; u++) {\n"
                      "      if (base + u * W * KPW >= j1) break; /* the block's keys end (the same in every warp) */\n"
@@ -481,8 +518,17 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "      float kf[VE], vf[VE];\n"
                      "#pragma unroll\n"
                      "      for (int e = 0; e < VE; e++) kf[e] = fc_dec_lane(kr[u], e, (const T *)0), vf[e] = fc_dec_lane(vr[u], e, (const T *)0);\n",
-                     index_type(n->in[3]->dtype), idx[3], idx[0], name, sc, n->a.causal ? "len - SQ + i + 1" : "len",
-                     idx[1], idx[2], frk, frv);
+                     index_type(n->in[3]->dtype), idx[3],
+                     prewait ? "" : "  const int chunk = (int)((len + SPLIT - 1) / SPLIT), j0 = part * chunk;\n", idx[0], name, sc,
+                     n->a.causal ? "len - SQ + i + 1" : "len",
+                     /* the first round is the one loaded before the wait (the new rows
+                      * replace theirs below, the keys past the part's are not used) */
+                     prewait ? "    if (base == j0) {\n"
+                               "#pragma unroll\n"
+                               "      for (int u = 0; u < U; u++) kr[u] = pk[u], vr[u] = pv[u];\n"
+                               "    } else {\n"
+                             : "",
+                     frk, frv, prewait ? "    }\n" : "");
     fresh_row(s, fk, name, D, "kf", frk, "CK");
     fresh_row(s, fv, name, Dv, "vf", frv, "CV");
     fc_strbuf_printf(s,
@@ -563,7 +609,7 @@ static void fresh_chunk(fc_strbuf *s, const fused *f, const char *name, const ch
  * a fused update writes), those rows from the update's source instead of
  * the cache, which another block is writing them into. */
 static void tile_loads(fc_strbuf *s, const fused *fk, const fused *fv, const char *name, const char *frk,
-                       const char *frv, bool fresh) {
+                       const char *frv, bool fresh, const char *kr, const char *vr, const char *j1) {
     const char *in = fresh ? "      " : "    ";
     char nk[112] = "", nv[112] = "";
     if (fresh && fk->gr) snprintf(nk, sizeof nk, " && !%s", frk);
@@ -574,8 +620,8 @@ static void tile_loads(fc_strbuf *s, const fused *fk, const fused *fv, const cha
                      "#pragma unroll\n"
                      "%s  for (int i = 0; i < NI; i++) {\n"
                      "%s    const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
-                     "%s    kr[t][i] = fc_dec_load(kp + (long long)j * D + c * 8, j < j1 && c < CK%s, al);\n",
-                     in, in, in, in, nk);
+                     "%s    %s[t][i] = fc_dec_load(kp + (long long)j * D + c * 8, j < %s && c < CK%s, al);\n",
+                     in, in, in, in, kr, j1, nk);
     if (fresh && fk->gr)
         fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CK) kr[t][i] = %s_kf(a%d, kvh * %lldLL + j - offk, c);\n", in, frk,
                          name, fk->src, (long long)fk->rows);
@@ -586,12 +632,38 @@ static void tile_loads(fc_strbuf *s, const fused *fk, const fused *fv, const cha
                      "#pragma unroll\n"
                      "%s  for (int w = 0; w < NW; w++) {\n"
                      "%s    const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
-                     "%s    vr[x][w] = fc_dec_load(vp + (long long)j * DV + c * 8, j < j1 && c < CV%s, al);\n",
-                     in, in, in, in, in, nv);
+                     "%s    %s[x][w] = fc_dec_load(vp + (long long)j * DV + c * 8, j < %s && c < CV%s, al);\n",
+                     in, in, in, in, in, vr, j1, nv);
     if (fresh && fv->gr)
         fc_strbuf_printf(s, "%s    if (%s && j < j1 && c < CV) vr[x][w] = %s_vf(a%d, kvh * %lldLL + j - offv, c);\n", in, frv,
                          name, fv->src, (long long)fv->rows);
     fc_strbuf_printf(s, "%s  }\n", in);
+}
+
+/* Into s, in the tensor-core kernel's loop, for a tile loaded before the
+ * wait (prewait_of): the new rows of the tile, which the kernel before
+ * wrote, from the updates' sources over what the cache held. */
+static void fresh_overrides(fc_strbuf *s, const fused *fk, const fused *fv, const char *name, const char *frk, const char *frv) {
+    if (fk->gr)
+        fc_strbuf_printf(s,
+                         "#pragma unroll\n"
+                         "        for (int t = 0; t < 2; t++)\n"
+                         "#pragma unroll\n"
+                         "          for (int i = 0; i < NI; i++) {\n"
+                         "            const int j = base + 8 * t + g, c = q4 + 4 * i;\n"
+                         "            if (%s && j < j1 && c < CK) kr[t][i] = %s_kf(a%d, kvh * %lldLL + j - offk, c);\n"
+                         "          }\n",
+                         frk, name, fk->src, (long long)fk->rows);
+    if (fv->gr)
+        fc_strbuf_printf(s,
+                         "#pragma unroll\n"
+                         "        for (int x = 0; x < 4; x++)\n"
+                         "#pragma unroll\n"
+                         "          for (int w = 0; w < NW; w++) {\n"
+                         "            const int j = base + 8 * (x >> 1) + 2 * q4 + (x & 1), c = g + 8 * w;\n"
+                         "            if (%s && j < j1 && c < CV) vr[x][w] = %s_vf(a%d, kvh * %lldLL + j - offv, c);\n"
+                         "          }\n",
+                         frv, name, fv->src, (long long)fv->rows);
 }
 
 /* The most elements of a key or a value row the tensor-core kernel takes
@@ -674,9 +746,25 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
                      "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + row / SQ, i = row %% SQ) */\n"
                      "  const long long blk = blockIdx.x, kvh = blk / NG;\n"
-                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n",
+                     "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n"
+                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
+                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n",
                      (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_MMA_WARPS, (long long)rb,
-                     (long long)ng, (long long)split, T);
+                     (long long)ng, (long long)split, T, idx[1], idx[2]);
+    const bool prewait = prewait_of(fk, fv);
+    /* key indices in int: S < 2^31 (vector_width); parts of whole 16-key tiles */
+    if (prewait) {
+        fc_strbuf_printf(s,
+                         "  /* parts by the cache's length; this warp's first tile of the cache before the wait */\n"
+                         "  const int chunk = (int)(((S + SPLIT - 1) / SPLIT + 15) / 16 * 16), j0 = part * chunk;\n"
+                         "  const int jS = j0 + chunk < S ? j0 + chunk : (int)S;\n"
+                         "  uint4 pk[2][NI], pv[4][NW];\n"
+                         "  {\n"
+                         "    const int base = j0 + warp * 16;\n");
+        tile_loads(s, fk, fv, name, "false", "false", false, "pk", "pv", "jS");
+        fc_strbuf_printf(s, "  }\n");
+    }
+    wait_for_kernel_before(s);
     if (fk->gr) fused_prologue(s, fk, name, S, D, "part == 0 && rg == 0");
     if (fv->gr) fused_prologue(s, fv, name, S, Dv, "part == 0 && rg == 0");
     char frk[96], frv[96], tk[96] = "false", tv[96] = "false";
@@ -687,8 +775,7 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
     fc_strbuf_printf(s,
                      "  long long len = (long long)*(const %s *)a%d;\n"
                      "  len = len < 0 ? 0 : len > S ? S : len; /* never past the cache */\n"
-                     "  /* key indices in int: S < 2^31 (vector_width); parts of whole 16-key tiles */\n"
-                     "  const int chunk = (int)(((len + SPLIT - 1) / SPLIT + 15) / 16 * 16), j0 = part * chunk;\n"
+                     "%s"
                      "  const int j1 = j0 + chunk < len ? j0 + chunk : (int)len;\n"
                      "  for (int t = threadIdx.x; t < 8 * D; t += blockDim.x) {\n"
                      "    const int r = t / D;\n"
@@ -716,12 +803,31 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "  for (int t = 0; t < NW * 4; t++) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;\n"
                      "  float m = -INFINITY, l = 0.f; /* row g's, base 2; l this lane's keys' share */\n"
                      "  const float sl = %.9g; /* the scale times log2 e */\n"
-                     "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
-                     "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n"
                      "  for (int base = j0 + warp * 16; base < j1; base += W * 16) {\n"
                      "    uint4 kr[2][NI], vr[4][NW];\n",
-                     index_type(n->in[3]->dtype), idx[3], idx[0], name, n->a.causal ? "len - SQ + i + 1" : "len",
-                     scale * 1.4426950408889634, idx[1], idx[2]);
+                     index_type(n->in[3]->dtype), idx[3],
+                     prewait ? "" : "  const int chunk = (int)(((len + SPLIT - 1) / SPLIT + 15) / 16 * 16), j0 = part * chunk;\n",
+                     idx[0], name, n->a.causal ? "len - SQ + i + 1" : "len", scale * 1.4426950408889634);
+    if (prewait) {
+        /* The first tile is the one loaded before the wait: zeros past the
+         * part's keys (the step's length is known now), and the new rows
+         * from the updates' sources. */
+        fc_strbuf_printf(s,
+                         "    if (base == j0 + warp * 16) {\n"
+                         "#pragma unroll\n"
+                         "      for (int t = 0; t < 2; t++)\n"
+                         "#pragma unroll\n"
+                         "        for (int i = 0; i < NI; i++) kr[t][i] = base + 8 * t + g < j1 ? pk[t][i] : make_uint4(0u, 0u, 0u, 0u);\n"
+                         "#pragma unroll\n"
+                         "      for (int x = 0; x < 4; x++)\n"
+                         "#pragma unroll\n"
+                         "        for (int w = 0; w < NW; w++)\n"
+                         "          vr[x][w] = base + 8 * (x >> 1) + 2 * q4 + (x & 1) < j1 ? pv[x][w] : make_uint4(0u, 0u, 0u, 0u);\n"
+                         "      if (%s || %s) {\n",
+                         tk, tv);
+        fresh_overrides(s, fk, fv, name, frk, frv);
+        fc_strbuf_printf(s, "      }\n    } else {\n");
+    }
     /* A tile without new rows (all but one or two) loads the cache alone,
      * with no test of each row. */
     if (fk->gr || fv->gr)
@@ -730,12 +836,13 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                          "    const bool tk = %s, tv = %s;\n"
                          "    if (!(tk || tv)) {\n",
                          tk, tv);
-    tile_loads(s, fk, fv, name, frk, frv, false);
+    tile_loads(s, fk, fv, name, frk, frv, false, "kr", "vr", "j1");
     if (fk->gr || fv->gr) {
         fc_strbuf_printf(s, "    } else {\n");
-        tile_loads(s, fk, fv, name, frk, frv, true);
+        tile_loads(s, fk, fv, name, frk, frv, true, "kr", "vr", "j1");
         fc_strbuf_printf(s, "    }\n");
     }
+    if (prewait) fc_strbuf_printf(s, "    }\n");
     fc_strbuf_printf(s,
                      "    __syncwarp(); /* the MMAs need the whole warp */\n"
                      "    float sc[2][4];\n"
@@ -896,6 +1003,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
     fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
                      (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
     signature(s, reads, nreads, name, threads, 1, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
+    wait_for_kernel_before(s);
     free(reads);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, ND = %d, NV = %d, W = %d, SPLIT = %lld, PW = NV * 32 + 2 };\n"
