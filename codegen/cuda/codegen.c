@@ -312,7 +312,7 @@ static const char *kernel_kind(const unit *u, int gi) {
 static fc_status share_kernel(unit *u, int gi, int end, fc_launch *l, char *text, bool fresh_gemm, unsigned fresh_skinny) {
     fc_graph *g = u->plan->g;
     const fc_group *gr = u->plan->groups[gi];
-    const bool comment = gr->batch == 0 && (u->choice[gi].path == FC_GEMM_NONE);
+    const bool comment = gr->batch == 0 && (u->choice[gi].path == FC_GEMM_NONE || u->choice[gi].path == FC_GEMM_GEMV);
     fc_cuda_src *out = u->out;
     if (!text) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     char *canon = replace_all(text, l->name, KEY_NAME);

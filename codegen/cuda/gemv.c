@@ -437,7 +437,9 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     if (k->splits > 1 && w0 > 0 && (size_t)w0 < sizeof l->summary)
         snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", K in %d slices of %s", k->splits,
                  k->kn ? "a cluster" : "a block's warps");
-    fc_strbuf_printf(s, "%s// group %d: %s\n", helpers, gr->id, l->summary);
+    /* No group id in the text: the layers' GEMVs of one shape are one
+     * kernel (codegen.c's structural key), compiled once. */
+    fc_strbuf_printf(s, "%s// %s\n", helpers, l->summary);
     if (k->kn) emit_kn(gr, k, name, s);
     else emit_nk(gr, k, name, s);
 
