@@ -239,6 +239,22 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
             }
         }
     }
+    if (p->pad_n && p->pad_k && gi->trans_b) {
+        /* K padded alone, and the result (N unaligned) written in place as
+         * at an aligned K: no compaction of a padded result (at M = 8192
+         * that copy was a third of the GEMM's time: docs/PERF.md). */
+        pad_plan k_only = *p;
+        k_only.K = p->Kp;
+        double in_place = interleaved_s(r, gi, &k_only, es, (int)fc_dtype_size(y->dtype));
+        if (in_place >= 0) {
+            if (stored_as_is(a)) in_place += copy_s(r, (double)p->M * (double)p->Kp, es);
+            if (stored_as_is(gi->w[0]) && !padded_at_load(gi->w[0])) in_place += copy_s(r, (double)p->N * (double)p->Kp, es);
+            if (in_place < after) {
+                p->pad_n = false;
+                return in_place < r->margin * before;
+            }
+        }
+    }
     return after < r->margin * before;
 }
 

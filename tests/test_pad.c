@@ -73,6 +73,10 @@ static const pad_case cases[] = {
     {"the pipeline's rule: x @ W, f32, N = 4001, M = 4096: W transposed at load, the result written in place",
      "graph f(%x: f32[4096, 64], %w: f32[64, 4001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
      "library gemm ops: gemm[trans_b] -> f32", true, false, false},
+    {"K and N, x @ W^T: K padded alone, the result (N unaligned) written in place, no slice",
+     "graph f(%x: bf16[512, 13], %w: bf16[1001, 13]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     "spec=[0, 1, 1, 0, 0, 0]) : bf16[512, 1001]", false, true, false},
     /* The GEMV forms: the weight alone padded at load (K of [N, K], N of
      * [K, N]); on CUDA the GEMV stages x's rows with their zeros itself,
      * or writes the unpadded result. */

@@ -218,6 +218,24 @@ static void test_odd_k_gemv(fc_context *ctx) {
     }
 }
 
+/* Not few rows, but the same odd K: at M = 8192 K is padded alone and the
+ * unaligned result written in place by cuBLASLt over interleaved rows
+ * (passes/pad.c; runtime/cuda/cublaslt_interleave.c), as at K 768: no
+ * compaction kernel. */
+static void test_odd_k_in_place(fc_context *ctx) {
+    small_plan sp;
+    if (!plan_of(ctx, "x @ W^T, M 8192, K 767, N 50257",
+                 "graph b(%x: bf16[8192, 767], %w: bf16[50257, 767]) {\n  %r = relu(%x)\n  %wt = permute(%w, perm=[1, 0])\n"
+                 "  %y = matmul(%r, %wt)\n  return %y\n}\n",
+                 false, &sp, NULL))
+        return;
+    CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
+    CHECK_EQ_INT(sp.library, 1);
+    CHECK_EQ_INT(sp.kernels, 2); /* relu writing the padded rows, the weight's pad at load */
+    CHECK_EQ_INT(sp.loadtime, 1);
+    CHECK(strstr(sp.summary, "gemm[trans_b] -> bf16") != NULL);
+}
+
 static void test_dynamic(fc_context *ctx) {
     static const char text[] = "graph d(%x: bf16[M, 767], %w: bf16[767, 50257]) {\n  %r = relu(%x)\n"
                                "  %y = matmul(%r, %w)\n  return %y\n}\n";
@@ -242,6 +260,7 @@ int main(void) {
     test_lm_head(ctx);
     test_odd_k(ctx);
     test_odd_k_gemv(ctx);
+    test_odd_k_in_place(ctx);
     test_dynamic(ctx);
     fc_context_free(ctx);
     return check_report("test_pad_small_m");
