@@ -13,7 +13,8 @@
 #              bench: mma.sync against wgmma), then PyTorch's SDPA and fusec's
 #              whole pipeline at the same shapes (bench/attention_bench.py);
 #   padding    test_pad and test_pad_small_m (CPU-side plans, and the padded
-#              paths' numerics on CUDA);
+#              paths' numerics on CUDA), test_skinny (the GEMVs, their
+#              padded forms among them, against the reference);
 #   sweep      bench/gemm_sweep.sh: the unaligned GEMMs at M = 1 and 8 (both
 #              forms, with the skinny kernel's 64-aligned shapes) and at
 #              M = 128 and 8192, against the next aligned shape and PyTorch.
@@ -29,7 +30,7 @@
 # 20 s (padding) and at most about 175 s (sweep: fusec's budget 110 s,
 # PyTorch's 50 s). Back in $OUT:
 # run.log (the console), build.log, headdim.log, attention.log, attn_bench.log,
-# sdpa.log, pad.log, sweep.md (the sweep's table) and sweep/ (its logs).
+# sdpa.log, pad.log, pad_small_m.log, skinny.log, sweep.md (the sweep's table) and sweep/ (its logs).
 # PAD_NOBUILD=1 keeps the build as it is.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -39,7 +40,7 @@ BUILD=${ONNX_BUILD_DIR:-build}
 STEPS=${*:-attention padding sweep}
 echo "   commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown); steps: $STEPS"
 
-ONNX_NOBUILD=${PAD_NOBUILD:-0} onnx_gpu_build fusec gemm_sweep test_attention test_attention_headdim test_pad test_pad_small_m ||
+ONNX_NOBUILD=${PAD_NOBUILD:-0} onnx_gpu_build fusec gemm_sweep test_attention test_attention_headdim test_pad test_pad_small_m test_skinny ||
     exit 1
 export FUSEC_CACHE_DIR=$BUILD/test-cache
 summary=()
@@ -68,6 +69,7 @@ for s in $STEPS; do
     padding)
         step "test_pad" "$OUT/pad.log" timeout 200 "$BUILD/tests/test_pad"
         step "test_pad_small_m" "$OUT/pad_small_m.log" timeout 100 "$BUILD/tests/test_pad_small_m"
+        step "test_skinny" "$OUT/skinny.log" timeout 200 "$BUILD/tests/test_skinny"
         ;;
     sweep)
         echo "== gemm_sweep [t=$((SECONDS - START))s]"

@@ -66,9 +66,15 @@ enum { ROW_BYTES = 16, MAX_OPERANDS = 256 };
  * copies about 4 TB/s; f32 without TF32 at its SIMT rate), and how much
  * slower the math of an unaligned GEMM runs. MARGIN: padding must win by
  * that factor, so that a shape near the break-even keeps its one call. */
+/* bytes_slowdown: at M = 1 and 8 the unaligned GEMMs streamed their
+ * weights 1.35 to 3.0 times slower than the aligned shape's kernel (cuBLASLt's
+ * align1 kernels, the [K, N] GEMV on odd rows; bench/gemm_sweep.sh,
+ * docs/PERF.md), 1.02 to 1.2 at a few [N, K] shapes: 1.5. */
 const fc_pad_rule fc_pad_rule_h200 = {
     .flops16 = 770e12, .flops32 = 50e12, .bytes_per_s = 4.0e12, .launch_s = 2e-6, .slowdown = 3.0, .margin = 0.8,
     .interleave_min_rows = 128, /* FC_CUBLASLT_INTERLEAVE_MIN_ROWS */
+    .bytes_slowdown = 1.5,
+    .gemv_max_m = 8, .gemv_kn_max_m = 1, .gemv_k_step = 256, .gemv_kn_max_k = 4096, /* codegen/cuda/gemv.h */
 };
 
 static int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -92,11 +98,11 @@ static bool padded_at_load(const fc_value *v) {
 static double copy_s(const fc_pad_rule *r, double elems, int es) { return 2.0 * elems * es / r->bytes_per_s + r->launch_s; }
 
 /* One GEMM's time: the longer of its math and its bytes, the math
- * SLOWDOWN times slower when unaligned. */
+ * SLOWDOWN times slower and the bytes BYTES_SLOWDOWN times when unaligned. */
 static double gemm_s(const fc_pad_rule *r, double M, double N, double K, int es, bool aligned) {
     double math = 2.0 * M * N * K / (es == 2 ? r->flops16 : r->flops32);
     double bytes = (M * K + K * N + M * N) * es / r->bytes_per_s;
-    if (!aligned) return r->slowdown * math + bytes + r->launch_s;
+    if (!aligned) return r->slowdown * math + (r->bytes_slowdown > 0 ? r->bytes_slowdown : 1) * bytes + r->launch_s;
     return (math > bytes ? math : bytes) + r->launch_s;
 }
 
@@ -145,6 +151,22 @@ static double interleaved_s(const fc_pad_rule *r, const fc_gemm_info *gi, const 
     return t;
 }
 
+/* Whether the backend's GEMV runs p's gemm, padded or not
+ * (fc_pad_rule.gemv_max_m): one 16-bit weight computed at load, few enough
+ * rows for its layout, the result of the operands' type. Its padded form
+ * pads the weight alone, K of [N, K] (a's pad is read around: the kernel
+ * reads a's rows with a bound), N of [K, N] (the result's slice is written
+ * around: the kernel writes the unpadded rows), each for nothing per run;
+ * the other dim costs the kernel nothing unaligned. */
+static bool gemv_form(const fc_pad_rule *r, const fc_node *n, const pad_plan *p, int es) {
+    const fc_gemm_info *gi = &p->gi;
+    if (es != 2 || gi->nweights != 1 || gi->out != gi->a->dtype || n->out[0]->dtype != gi->a->dtype || !padded_at_load(gi->w[0]) ||
+        (gi->has_bias && !padded_at_load(gi->bias[0])))
+        return false;
+    if (gi->trans_b) return p->M <= r->gemv_max_m && r->gemv_k_step > 0 && p->Kp % r->gemv_k_step == 0;
+    return p->M <= r->gemv_kn_max_m && p->K <= r->gemv_kn_max_k;
+}
+
 /* Decide for gemm n; false leaves it as it is. */
 static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     memset(p, 0, sizeof *p);
@@ -173,12 +195,20 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
      * the zero block, and only a single weight is padded through concats. */
     if (p->pad_k && gi->nweights > 1) p->pad_k = false;
     if (!p->pad_k && !p->pad_n) return false;
+    const fc_pad_rule *r = c->rule;
+    if (gemv_form(r, n, p, es)) {
+        if (gi->trans_b) p->pad_n = false;
+        else p->pad_k = false;
+        if (!p->pad_k && !p->pad_n) return false;
+        double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
+        double after = gemm_s(r, (double)p->M, (double)(p->pad_n ? p->Np : p->N), (double)(p->pad_k ? p->Kp : p->K), es, true);
+        return after < r->margin * before;
+    }
     p->n_by_block = p->pad_n && !p->pad_k && all_params(gi);
     if (p->pad_n && !p->n_by_block && gi->nweights > 1) p->pad_n = false;
     if (!p->pad_k && !p->pad_n) return false;
 
     int64_t Kp = p->pad_k ? p->Kp : p->K, Np = p->pad_n ? p->Np : p->N;
-    const fc_pad_rule *r = c->rule;
     double extra = 0;
     if (p->pad_k && stored_as_is(a)) extra += copy_s(r, (double)p->M * (double)Kp, es);
     /* A weight's padding, and the zero block, cost nothing per run when
@@ -206,6 +236,22 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
                 p->pad_n = false;
                 p->transpose_w = true;
                 return true;
+            }
+        }
+    }
+    if (p->pad_n && p->pad_k && gi->trans_b) {
+        /* K padded alone, and the result (N unaligned) written in place as
+         * at an aligned K: no compaction of a padded result (at M = 8192
+         * that copy was a third of the GEMM's time: docs/PERF.md). */
+        pad_plan k_only = *p;
+        k_only.K = p->Kp;
+        double in_place = interleaved_s(r, gi, &k_only, es, (int)fc_dtype_size(y->dtype));
+        if (in_place >= 0) {
+            if (stored_as_is(a)) in_place += copy_s(r, (double)p->M * (double)p->Kp, es);
+            if (stored_as_is(gi->w[0]) && !padded_at_load(gi->w[0])) in_place += copy_s(r, (double)p->N * (double)p->Kp, es);
+            if (in_place < after) {
+                p->pad_n = false;
+                return in_place < r->margin * before;
             }
         }
     }

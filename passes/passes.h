@@ -74,6 +74,17 @@ typedef struct fc_pad_rule {
      * GEMMs over rows R apart, each of at least this many rows (the CUDA
      * runtime's, runtime/cuda/cublaslt.h); 0: it does not. */
     int64_t interleave_min_rows;
+    /* How many times longer an unaligned GEMM of few rows takes to stream
+     * its bytes (its one-element loads); 0 counts as 1. */
+    double bytes_slowdown;
+    /* The backend's GEMV kernels (the CUDA runtime's, codegen/cuda/gemv.h):
+     * 16-bit, one weight, at most gemv_max_m rows against [N, K] weights
+     * of K a multiple of gemv_k_step (any N), and gemv_kn_max_m against
+     * [K, N] of K at most gemv_kn_max_k (any K and N, at full speed where
+     * N is aligned). They read a's rows unpadded (with a bound) and write
+     * the result unpadded, so padding only the weight (K of [N, K], N of
+     * [K, N]) costs no copy per run; 0: no such kernel. */
+    int64_t gemv_max_m, gemv_kn_max_m, gemv_k_step, gemv_kn_max_k;
 } fc_pad_rule;
 extern const fc_pad_rule fc_pad_rule_h200;
 fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);

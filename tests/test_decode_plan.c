@@ -14,7 +14,10 @@
  *    projection's buffer): no update_slice launch where that holds, and
  *    the fused launch writes the two inout caches;
  *  - the launch counts of both (golden: a change to fusion shows here);
- *  - a bf16 Llama-style model (llama_bf16.ir): its GEMMs are GEMVs;
+ *  - a bf16 Llama-style model (llama_bf16.ir): its GEMMs are GEMVs, and
+ *    the layers' GEMVs of one shape and epilogue are one kernel (the GEMV
+ *    source holds no group id): as many distinct GEMV kernels as distinct
+ *    GEMV summaries;
  *  - the decode kernels are programmatic dependents (they wait for the
  *    kernel before them), and their source has the wait.
  *
@@ -152,7 +155,7 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
 
 /* A bf16 Llama-style model whose weights are stored [N, K]: every GEMM of
  * the step a GEMV (codegen/cuda/gemv.c, programmatic), no library call. */
-static void check_gemvs(const char *file, int want) {
+static void check_gemvs(const char *file, int want, int want_distinct) {
     fc_program *p = compile_step(file);
     CHECK(p != NULL);
     if (!p) return;
@@ -166,8 +169,19 @@ static void check_gemvs(const char *file, int want) {
             CHECK(l->pdl);
         }
     }
-    printf("%s: %d gemv launches, %d library calls\n", file, gemvs, library);
+    int distinct = 0, kinds = 0;
+    for (int k = 0; k < d->src.nkernels; k++) distinct += !strncmp(d->src.kernels[k].name, "fc_gemv_", 8);
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        bool first = !strncmp(l->summary, "gemv ", 5);
+        for (int j = 0; first && j < i; j++) first = strcmp(d->src.launches[j].summary, l->summary) != 0;
+        kinds += first;
+    }
+    printf("%s: %d gemv launches of %d distinct kernels (%d distinct summaries), %d library calls\n", file, gemvs, distinct, kinds,
+           library);
     CHECK_EQ_INT(gemvs, want);
+    CHECK_EQ_INT(distinct, want_distinct);
+    CHECK_EQ_INT(distinct, kinds);
     CHECK_EQ_INT(library, 0);
     fc_program_free(p);
 }
@@ -207,9 +221,11 @@ int main(void) {
     /* The same in bf16 with K = 256: per layer 9 launches (RMSNorm, the
      * QKV GEMV, rotary, the attention with both updates, the out
      * projection, residual and RMSNorm, gate and up, the SiLU gate, the
-     * down projection), 4 of them GEMVs, and the LM head's. */
+     * down projection), 4 of them GEMVs, and the LM head's: 7 distinct
+     * GEMV kernels for 9 launches (the QKV and the gate and up GEMVs are
+     * shared; the last layer's projections have other epilogues). */
     check_step("llama_bf16.ir", 22, 2, 2, 0);
-    check_gemvs("llama_bf16.ir", 9);
+    check_gemvs("llama_bf16.ir", 9, 7);
     check_prefill("gpt2_tiny.ir", 16, 2);
     check_prefill("llama_tiny.ir", 16, 2);
     fc_context_free(ctx);

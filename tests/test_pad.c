@@ -31,47 +31,73 @@ typedef struct pad_case {
     const char *want; /* a node the padded graph must hold, as fc_print writes it */
     bool as_written;  /* compiled as written: the pipeline's own rule pads it (CUDA only: a size the rule pads) */
     bool in_place;    /* padded by a rule for which the backend's in-place form is the cheaper */
+    bool gemv;        /* padded by a rule whose backend has GEMV kernels (fc_pad_rule.gemv_max_m) */
 } pad_case;
 
 static const pad_case cases[] = {
     {"N by a zero block, x @ W^T (the LM head's form)",
      "graph f(%x: bf16[6, 32], %w: bf16[13, 32]) {\n"
      "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
-     "spec=[0, 1, 2, 0, 0, 0]", false, false},
+     "spec=[0, 1, 2, 0, 0, 0]", false, false, false},
     {"N by a zero block with bias and gelu_tanh",
      "graph f(%x: bf16[6, 32], %w: bf16[32, 13], %b: bf16[13]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = gelu_tanh(%h1)\n  return %y\n}\n",
-     "spec=[0, 0, 2, 1, 0, 2]", false, false},
+     "spec=[0, 0, 2, 1, 0, 2]", false, false, false},
     {"N: fused siblings and one zero block",
      "graph f(%x: f16[6, 32], %wq: f16[32, 13], %wk: f16[32, 13], %bq: f16[13], %bk: f16[13]) {\n"
      "  %q0 = matmul(%x, %wq)\n  %q = add(%q0, %bq)\n  %k0 = matmul(%x, %wk)\n  %k = add(%k0, %bk)\n"
      "  return %q, %k\n}\n",
-     "spec=[0, 0, 3, 1, 0, 0]", false, false},
+     "spec=[0, 0, 3, 1, 0, 0]", false, false, false},
     {"N: the padded result read in place by a softmax",
      "graph f(%x: bf16[6, 32], %w: bf16[13, 32]) {\n"
      "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  %p = softmax(%y, axis=-1)\n  return %p\n}\n",
-     "slice(", false, false},
+     "slice(", false, false, false},
     {"K: relu writes the padded rows; the weight padded by a concat",
      "graph f(%x: f16[6, 13], %w: f16[13, 16]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
-     "concat(%r,", false, false},
+     "concat(%r,", false, false, false},
     {"K and N, f32 (rows of 4), with a bias",
      "graph f(%x: f32[6, 13], %w: f32[13, 5], %b: f32[5]) {\n"
      "  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n  return %y\n}\n",
-     ": f32[16, 8]", false, false},
+     ": f32[16, 8]", false, false, false},
     {"K = 0: the epilogue over zeros",
      "graph f(%x: bf16[4, 0], %w: bf16[0, 8], %b: bf16[8]) {\n"
      "  %h = matmul(%x, %w)\n  %h1 = add(%h, %b)\n  %y = relu(%h1)\n  return %y\n}\n",
-     "full(shape=[4, 8]", false, false},
+     "full(shape=[4, 8]", false, false, false},
     {"the pipeline's rule: x @ W^T, N = 4001, padded by the default rule",
      "graph f(%x: bf16[512, 768], %w: bf16[4001, 768]) {\n"
      "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
-     "gemm[trans_b,x2]", true, false},
+     "gemm[trans_b,x2]", true, false, false},
     {"N, x @ W (the export's LM head form): W transposed at load for the in-place form, no slice",
      "graph f(%x: bf16[512, 8], %w: bf16[8, 1001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
-     "spec=[0, 1, 1, 0, 0, 0]) : bf16[512, 1001]", false, true},
+     "spec=[0, 1, 1, 0, 0, 0]) : bf16[512, 1001]", false, true, false},
     {"the pipeline's rule: x @ W, f32, N = 4001, M = 4096: W transposed at load, the result written in place",
      "graph f(%x: f32[4096, 64], %w: f32[64, 4001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
-     "library gemm ops: gemm[trans_b] -> f32", true, false},
+     "library gemm ops: gemm[trans_b] -> f32", true, false, false},
+    {"K and N, x @ W^T: K padded alone, the result (N unaligned) written in place, no slice",
+     "graph f(%x: bf16[512, 13], %w: bf16[1001, 13]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     "spec=[0, 1, 1, 0, 0, 0]) : bf16[512, 1001]", false, true, false},
+    /* The GEMV forms: the weight alone padded at load (K of [N, K], N of
+     * [K, N]); on CUDA the GEMV stages x's rows with their zeros itself,
+     * or writes the unpadded result. */
+    {"GEMV form: K of [N, K], x @ W^T at M = 3, a bias",
+     "graph f(%x: bf16[3, 255], %w: bf16[13, 255], %b: bf16[13]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %h = matmul(%x, %wt)\n  %y = add(%h, %b)\n  return %y\n}\n",
+     "spec=[0, 1, 1, 1, 0, 0]) : bf16[3, 13]", false, false, true},
+    {"GEMV form: N of [K, N], x @ W at M = 1, a bias",
+     "graph f(%x: bf16[1, 64], %w: bf16[64, 13], %b: bf16[13]) {\n"
+     "  %h = matmul(%x, %w)\n  %y = add(%h, %b)\n  return %y\n}\n",
+     "spec=[0, 0, 1, 1, 0, 0]) : bf16[1, 16]", false, false, true},
+    {"the pipeline's rule: x @ W^T, M = 1, K = 767: the weight padded at load, x padded by the GEMV",
+     "graph f(%x: bf16[1, 767], %w: bf16[50257, 767]) {\n"
+     "  %wt = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %wt)\n  return %y\n}\n",
+     "A's rows of 767 padded inside", true, false, false},
+    {"the pipeline's rule: x @ W, M = 1, N = 50257: the weight padded at load, the result written unpadded",
+     "graph f(%x: bf16[1, 768], %w: bf16[768, 50257]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     "writes the 50257 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 8, N = 50257: a zero block, cuBLASLt aligned, the result compacted",
+     "graph f(%x: bf16[8, 768], %w: bf16[768, 50257]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     "library gemm ops: gemm[x2] -> bf16", true, false, false},
 };
 
 static uint64_t seed = 0x5eed;
@@ -88,13 +114,14 @@ static void fill(fc_tensor *t) {
 
 /* g padded as the pipeline pads large shapes, whatever its size. */
 static fc_graph *padded(fc_graph *g, const pad_case *pc) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0};
-    static const fc_pad_rule in_place = {1e12, 1e12, 1e12, 0, 1e30, 1, 1};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0};
+    static const fc_pad_rule in_place = {1e12, 1e12, 1e12, 0, 1e30, 1, 1, 0, 0, 0, 0, 0};
+    static const fc_pad_rule gemv = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 2, 8, 1, 8, 4096};
     fc_graph *p = fc_graph_clone(g);
     CHECK(p != NULL);
     if (!p) return NULL;
     CHECK_EQ_INT(fc_pass_epilogue(p), FC_OK);
-    CHECK_EQ_INT(fc_pass_pad_with(p, pc->in_place ? &in_place : &always), FC_OK);
+    CHECK_EQ_INT(fc_pass_pad_with(p, pc->gemv ? &gemv : pc->in_place ? &in_place : &always), FC_OK);
     CHECK_EQ_INT(fc_verify(p), FC_OK);
     char *text = fc_print(p);
     CHECK(text && strstr(text, pc->want));
@@ -165,7 +192,7 @@ static void run_case(fc_context *ctx, fc_device dev, const pad_case *pc) {
  * gets what it asks for. */
 /* Every GEMM padded (the rule that pads always). */
 static fc_status pad_always(fc_graph *g) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0};
     return fc_pass_pad_with(g, &always);
 }
 

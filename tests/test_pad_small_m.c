@@ -7,10 +7,16 @@
  * rule) and the CUDA code generator; no GPU needed:
  *  1. The LM head at M = 1 and 8, x @ W^T and x @ W, at every vocabulary
  *     of the sweep (50257, 32001, 30522, 49408, 151936, 128257; K 768):
- *     one GEMM, unpadded (the weight's bytes bound both shapes, and the
- *     result's compaction would cost more than it saves); x @ W takes the
- *     skinny kernel where N is a multiple of 64 (151936), cuBLASLt
- *     elsewhere.
+ *     x @ W^T the GEMV, unpadded (it takes any N); x @ W at M = 1 the
+ *     [K, N] GEMV, its weight padded at load to N a multiple of 8 where it
+ *     is not, the kernel writing the unpadded result (no compaction); at
+ *     M = 8 the skinny kernel where N is a multiple of 64 (151936), else
+ *     cuBLASLt, on a weight padded at load by a zero block where N is
+ *     unaligned (and the result compacted: 0.8 MB).
+ *  1b. x @ W^T with an odd K (767) at M = 1 and 8: the weight padded at
+ *     load to K 768, the GEMV staging x's rows with the zeros itself (no
+ *     copy kernel per run); with x written by a kernel, that kernel writes
+ *     the padded rows. The sources compile with NVRTC.
  *  2. An odd K (767) written by a kernel: at M = 64 padded to 768 (the
  *     kernel writes the zero columns, the weight is padded at load), which
  *     makes it a skinny GEMM of K 768; at M = 8 one cuBLASLt call.
@@ -111,10 +117,16 @@ static void test_lm_head(fc_context *ctx) {
                  * 64-column tiles; else cuBLASLt. */
                 const bool gemv = tb || M == 1, skinny = !gemv && N % 64 == 0;
                 const fc_gemm_path want = skinny ? FC_GEMM_SKINNY : gemv ? FC_GEMM_GEMV : FC_GEMM_LIBRARY;
-                /* Unpadded: the GEMM alone, no zero block, no compaction. */
+                /* x @ W with N unaligned: the weight padded at load; the
+                 * [K, N] GEMV writes the N columns itself, cuBLASLt's
+                 * result is compacted by a kernel. Else the GEMM alone. */
+                const bool pad = !tb && N % 8 && !skinny;
                 const bool own = want != FC_GEMM_LIBRARY;
-                const bool ok = sp.kernels == (own ? 1 : 0) && sp.library == (own ? 0 : 1) && sp.loadtime == 0 &&
-                                sp.path == want;
+                char cols[64];
+                snprintf(cols, sizeof cols, "writes the %d columns of the result", N);
+                const int kernels = (own ? 1 : 0) + (pad ? 1 : 0) + (pad && !own ? 1 : 0);
+                const bool ok = sp.kernels == kernels && sp.library == (own ? 0 : 1) && sp.loadtime == (pad ? 1 : 0) &&
+                                sp.path == want && (!pad || !own || strstr(sp.summary, cols));
                 if (!ok)
                     fprintf(stderr, "%s: %d kernels, %d calls, %d at load, path %d (%s)\n", what, sp.kernels, sp.library, sp.loadtime,
                             (int)sp.path, sp.summary);
@@ -153,6 +165,77 @@ static void test_odd_k(fc_context *ctx) {
     }
 }
 
+/* source compiled by NVRTC for sm_90a, as the program would. */
+static void nvrtc_compiles(fc_context *ctx, const char *what, const char *source) {
+    const char *extra[8];
+    const int nextra = fc_program_extra_nvrtc_options(90, false, extra);
+    fc_bytes cubin = {0};
+    fc_status st = source ? fc_nvrtc_compile(ctx, source, "pad_gemv.cu", 9, 0, extra, nextra, &cubin) : FC_ERR_INPUT;
+    if (st) fprintf(stderr, "%s: NVRTC: %s\n", what, fc_last_error(ctx));
+    CHECK_EQ_INT(st, FC_OK);
+    fc_bytes_free(&cubin);
+}
+
+static void test_odd_k_gemv(fc_context *ctx) {
+    static const int rows[] = {1, 8};
+    for (size_t m = 0; m < sizeof rows / sizeof *rows; m++)
+        for (int relu = 0; relu < 2; relu++) {
+            char text[512], what[96];
+            snprintf(text, sizeof text,
+                     "graph o(%%x: bf16[%d, 767], %%w: bf16[50257, 767]) {\n%s  %%wt = permute(%%w, perm=[1, 0])\n"
+                     "  %%y = matmul(%s, %%wt)\n  return %%y\n}\n",
+                     rows[m], relu ? "  %r = relu(%x)\n" : "", relu ? "%r" : "%x");
+            snprintf(what, sizeof what, "x @ W^T, K 767, M %d%s", rows[m], relu ? ", x from relu" : "");
+            small_plan sp;
+            char *source = NULL;
+            if (!plan_of(ctx, what, text, false, &sp, &source)) continue;
+            char shape[64];
+            snprintf(shape, sizeof shape, "%d x 50257 x 768", rows[m]);
+            /* The weight's pad at load, the GEMV at K 768 (and relu writing the padded rows). */
+            const bool inside = strstr(sp.summary, "A's rows of 767 padded inside") != NULL;
+            const bool ok = sp.path == FC_GEMM_GEMV && sp.kernels == 2 + relu && sp.library == 0 && sp.loadtime == 1 &&
+                            strstr(sp.summary, shape) && inside == !relu;
+            if (!ok)
+                fprintf(stderr, "%s: %d kernels, %d calls, %d at load, path %d (%s)\n", what, sp.kernels, sp.library, sp.loadtime,
+                        (int)sp.path, sp.summary);
+            CHECK(ok);
+            nvrtc_compiles(ctx, what, source);
+            free(source);
+        }
+    /* The [K, N] GEMV writing the unpadded result of a padded weight. */
+    small_plan sp;
+    char *source = NULL;
+    if (plan_of(ctx, "x @ W, M 1, N 50257",
+                "graph n(%x: bf16[1, 768], %w: bf16[768, 50257], %b: bf16[50257]) {\n  %h = matmul(%x, %w)\n"
+                "  %y = add(%h, %b)\n  return %y\n}\n",
+                false, &sp, &source)) {
+        CHECK_EQ_INT(sp.path, FC_GEMM_GEMV);
+        CHECK_EQ_INT(sp.loadtime, 2); /* the weight and the bias padded, each at load */
+        CHECK_EQ_INT(sp.kernels, 3);
+        CHECK(strstr(sp.summary, "1 x 50264 x 768") && strstr(sp.summary, "writes the 50257 columns"));
+        nvrtc_compiles(ctx, "x @ W, M 1, N 50257", source);
+        free(source);
+    }
+}
+
+/* Not few rows, but the same odd K: at M = 8192 K is padded alone and the
+ * unaligned result written in place by cuBLASLt over interleaved rows
+ * (passes/pad.c; runtime/cuda/cublaslt_interleave.c), as at K 768: no
+ * compaction kernel. */
+static void test_odd_k_in_place(fc_context *ctx) {
+    small_plan sp;
+    if (!plan_of(ctx, "x @ W^T, M 8192, K 767, N 50257",
+                 "graph b(%x: bf16[8192, 767], %w: bf16[50257, 767]) {\n  %r = relu(%x)\n  %wt = permute(%w, perm=[1, 0])\n"
+                 "  %y = matmul(%r, %wt)\n  return %y\n}\n",
+                 false, &sp, NULL))
+        return;
+    CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
+    CHECK_EQ_INT(sp.library, 1);
+    CHECK_EQ_INT(sp.kernels, 2); /* relu writing the padded rows, the weight's pad at load */
+    CHECK_EQ_INT(sp.loadtime, 1);
+    CHECK(strstr(sp.summary, "gemm[trans_b] -> bf16") != NULL);
+}
+
 static void test_dynamic(fc_context *ctx) {
     static const char text[] = "graph d(%x: bf16[M, 767], %w: bf16[767, 50257]) {\n  %r = relu(%x)\n"
                                "  %y = matmul(%r, %w)\n  return %y\n}\n";
@@ -176,6 +259,8 @@ int main(void) {
     fc_context *ctx = fc_context_new();
     test_lm_head(ctx);
     test_odd_k(ctx);
+    test_odd_k_gemv(ctx);
+    test_odd_k_in_place(ctx);
     test_dynamic(ctx);
     fc_context_free(ctx);
     return check_report("test_pad_small_m");

@@ -485,7 +485,9 @@ static void run_case(fc_context *ctx, fc_cuda_device *dev, const char *name, fc_
  * (QKV 3072 x 2048, o and down 2048 x 2048 and 2048 x 8192), whose few
  * blocks split K between their warps; and against weights [K, N] (GPT-2's
  * QKV, out, MLP up and down projections at M 1; M 2 and 8 stay skinny), split over a
- * cluster, an odd N and K, a tiny one, a computed weight (loaded after the wait).
+ * cluster, an odd N and K, a tiny one, a weight cast at load (loaded before
+ * the wait) and a computed one (after it); the padding pass's GEMV forms
+ * (odd K of [N, K], odd N of [K, N]: the weight padded at load).
  * Without a GPU, the rule (and what it leaves to the skinny GEMMs and
  * cuBLASLt), the split, the grid, and that the source compiles; on one,
  * each against the reference. */
@@ -538,8 +540,21 @@ static const gvcase gvcases[] = {
      "%r: bf16[1, 771]) {\n  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 0, 1, 1, 1, 1])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 100 x 200, tiny", GV_KN("k9", "bf16", 1, 100, 200) ") {\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 2,
      false},
-    {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, computed weight", "graph k10(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
-     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, true},
+    /* A weight computed at load (a cast of a parameter) is constant too:
+     * loaded before the wait; one computed at every run after it. */
+    {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, weight cast at load", "graph k10(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
+     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y\n}\n", true, 8, false},
+    {"gemv [K, N] bf16 [1, 1] x 1024 x 1024, computed weight", "graph k11(%x: bf16[1, 1, 1024], %v: f32[1024, 1024]) {\n"
+     "  %w = cast(%v, to=bf16)\n  %y = matmul(%x, %w)\n  return %y, %w\n}\n", true, 8, true},
+    /* Unaligned, through the padding pass's GEMV form (passes/pad.c): the
+     * weight padded at load, x's rows staged with their zeros by the
+     * kernel ([N, K], odd K), the result written unpadded ([K, N], odd N). */
+    {"gemv bf16 1 x 50257 x 767, odd K padded", GV_NK("g15", 1, 50257, 767) ") {\n"
+     "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
+    {"gemv bf16 8 x 16384 x 767, odd K padded, bias", GV_NK("g16", 8, 16384, 767) ", %b: bf16[16384]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 0])\n  return %y\n}\n", true, 1, false},
+    {"gemv [K, N] bf16 1 x 16385 x 768, odd N padded, bias", GV_KN("k12", "bf16", 1, 16385, 768) ", %b: bf16[16385]) {\n"
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 2, false},
     /* Not taken. */
     {"not gemv: M 9", "graph g7(%x: bf16[9, 1024], %w: bf16[1024, 1024]) {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", false, 0, false},
@@ -587,6 +602,18 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
                 const long long N = x ? atoll(x + 3) : 0;
                 const long long grid = kn ? (N + 31) / 32 * gc->splits : (N + 16 / gc->splits - 1) / (16 / gc->splits);
                 CHECK_EQ_INT((int)l->grid[0], (int)grid);
+            }
+            if (strstr(gc->name, "padded")) {
+                /* The GEMV the one kernel of every run, the pad of x or the result's compaction inside it. */
+                int per_run = 0;
+                bool around = false;
+                for (int i = 0; i < d->src.nlaunches; i++) {
+                    const fc_launch *l = &d->src.launches[i];
+                    per_run += l->kind == FC_LAUNCH_KERNEL && !l->loadtime;
+                    around = around || strstr(l->summary, kn ? "writes the 16385 columns" : "padded inside");
+                }
+                CHECK_EQ_INT(per_run, 1);
+                CHECK(around);
             }
             char cl[48];
             snprintf(cl, sizeof cl, "__cluster_dims__(%d, 1, 1)", gc->splits);

@@ -312,7 +312,7 @@ static const char *kernel_kind(const unit *u, int gi) {
 static fc_status share_kernel(unit *u, int gi, int end, fc_launch *l, char *text, bool fresh_gemm, unsigned fresh_skinny) {
     fc_graph *g = u->plan->g;
     const fc_group *gr = u->plan->groups[gi];
-    const bool comment = gr->batch == 0 && (u->choice[gi].path == FC_GEMM_NONE);
+    const bool comment = gr->batch == 0 && (u->choice[gi].path == FC_GEMM_NONE || u->choice[gi].path == FC_GEMM_GEMV);
     fc_cuda_src *out = u->out;
     if (!text) return fc_set_error(g->ctx, FC_ERR_NOMEM, "out of memory (codegen)");
     char *canon = replace_all(text, l->name, KEY_NAME);
@@ -415,6 +415,8 @@ static fc_status group_launch(unit *u, int gi, int *next) {
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
     /* So does a cache update inside the attention reading it (decode.c). */
     if (fc_cuda_update_in_attention(plan, gi)) return FC_OK;
+    /* And a pad a GEMV reads or writes around (gemv.c). */
+    if (fc_cuda_gemv_absorbs(plan, u->choice, gi)) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
     fc_launch_note(l, plan, gi, gi, u->choice[gi].path == FC_GEMM_SKINNY_ATTENTION ? u->choice[gi].attention : -1);

@@ -2,6 +2,7 @@
  * against [K, N] weights, as CUDA-core kernels (gemv.h): the rule that
  * picks them, their K splits and their source. */
 #include "gemv.h"
+#include "gemm_choice.h"
 #include "ir/switches.h"
 #include "passes/epilogue.h"
 
@@ -56,6 +57,84 @@ static int64_t elements(const fc_value *v) {
     return n;
 }
 
+/* The group of plan that writes v, or -1 (a parameter); gr's index. */
+static int writer(const fc_plan *plan, const fc_value *v) {
+    for (int i = 0; i < plan->ngroups; i++)
+        for (int o = 0; o < plan->groups[i]->noutputs; o++)
+            if (plan->groups[i]->outputs[o] == v) return i;
+    return -1;
+}
+
+static int index_of(const fc_plan *plan, const fc_group *gr) {
+    for (int i = 0; i < plan->ngroups; i++)
+        if (plan->groups[i] == gr) return i;
+    return -1;
+}
+
+/* Whether v is computed at load (passes/loadtime.c): no run writes it. */
+static bool at_load(const fc_plan *plan, const fc_value *v) {
+    const int w = writer(plan, v);
+    return w >= 0 && plan->groups[w]->loadtime;
+}
+
+/* The most bytes of A a block stages in shared memory (a_pad). */
+enum { GV_STAGE_BYTES = 32 * 1024 };
+
+/* A's pad, read around: a group of its own (no batch, not at load) whose
+ * one result is A = concat(x, full(0)) along the last axis, A read by the
+ * GEMV alone, x still where the group read it at the GEMV's place. */
+static void absorb_a_pad(const fc_plan *plan, int gi, fc_gemv *k) {
+    const fc_group *gr = plan->groups[gi];
+    const fc_value *a = gr->inputs[k->a];
+    const int p = writer(plan, a);
+    if (p < 0 || p >= gi || fc_cuda_sole_reader(plan, a) != gi || k->M * k->K * 2 > GV_STAGE_BYTES) return;
+    const fc_group *gp = plan->groups[p];
+    if (gp->batch > 0 || gp->loadtime || gp->nnodes != 2 || gp->noutputs != 1 || gp->outputs[0] != a) return;
+    const fc_node *cat = gp->nodes[0]->op == FC_OP_CONCAT ? gp->nodes[0] : gp->nodes[1];
+    const fc_node *z = cat == gp->nodes[0] ? gp->nodes[1] : gp->nodes[0];
+    if (cat->op != FC_OP_CONCAT || z->op != FC_OP_FULL || z->a.value != 0.0 || cat->nin != 2 || cat->out[0] != a ||
+        cat->in[1] != z->out[0])
+        return;
+    const fc_value *x = cat->in[0];
+    const int ax = cat->a.axis < 0 ? cat->a.axis + a->rank : cat->a.axis;
+    if (ax != a->rank - 1 || x->dtype != a->dtype || !fc_value_is_static(x) || fc_cuda_group_input(gp, x) < 0 ||
+        elements(x) != k->M * x->dims[x->rank - 1] || !fc_cuda_inputs_survive(plan, p, gi))
+        return;
+    k->a_pad = p;
+    k->a_src = x->id;
+    k->ka = x->dims[x->rank - 1];
+}
+
+/* The result's slice, written around: a group of its own whose one node
+ * slices the result's first columns (start 0, step 1) into a graph result
+ * (the caller's buffer, which nothing else writes: written at the GEMV's
+ * place as well as at the slice's), the result read by it alone. */
+static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
+    const fc_value *y = plan->groups[gi]->outputs[0];
+    const int q = fc_cuda_sole_reader(plan, y);
+    if (q <= gi || k->residual >= 0) return;
+    const fc_group *gq = plan->groups[q];
+    if (gq->batch > 0 || gq->loadtime || gq->nnodes != 1 || gq->noutputs != 1) return;
+    const fc_node *sl = gq->nodes[0];
+    const fc_value *ys = gq->outputs[0];
+    const int ax = sl->a.axis < 0 ? sl->a.axis + y->rank : sl->a.axis;
+    if (sl->op != FC_OP_SLICE || sl->in[0] != y || sl->out[0] != ys || ax != y->rank - 1 || sl->a.start != 0 || sl->a.step != 1 ||
+        ys->dtype != y->dtype || !fc_value_is_static(ys) || ys->dims[ax] >= k->N || elements(ys) != k->M * ys->dims[ax])
+        return;
+    bool result = false;
+    for (int o = 0; o < plan->g->noutputs; o++) result = result || plan->g->outputs[o] == ys;
+    if (!result) return;
+    k->y_slice = q;
+    k->y_dst = ys->id;
+    k->no = ys->dims[ax];
+}
+
+bool fc_cuda_gemv_absorbs(const fc_plan *plan, const fc_gemm_choice *choice, int gi) {
+    for (int j = 0; j < plan->ngroups; j++)
+        if (choice[j].path == FC_GEMM_GEMV && (choice[j].gemv.a_pad == gi || choice[j].gemv.y_slice == gi)) return true;
+    return false;
+}
+
 bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     if (plan->dynamic || plan->sm < 80 || !fc_switch_on(FC_SW_SKINNY)) return false;
     if (gr->kind != FC_GROUP_LIBRARY || gr->nnodes != 1 || gr->noutputs != 1 || gr->batch > 0) return false;
@@ -76,7 +155,7 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
                  .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
-                 .kn = !gi.trans_b, .constant_w = true};
+                 .kn = !gi.trans_b, .constant_w = true, .a_pad = -1, .y_slice = -1, .a_src = -1, .y_dst = -1, .ka = K};
     if (k.a < 0) return false;
     for (int i = 0; i < gi.nweights; i++) {
         const fc_value *w = gi.w[i];
@@ -87,13 +166,13 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         k.N += k.n[i];
         k.w[i] = fc_cuda_group_input(gr, w);
         k.bias[i] = -1;
-        k.constant_w = k.constant_w && w->param_index >= 0;
+        k.constant_w = k.constant_w && (w->param_index >= 0 || at_load(plan, w));
         if (k.w[i] < 0) return false;
         if (gi.has_bias) {
             const fc_value *b = gi.bias[i];
             if (b->dtype != t || !fc_value_is_static(b) || elements(b) != k.n[i]) return false;
             if ((k.bias[i] = fc_cuda_group_input(gr, b)) < 0) return false;
-            k.constant_w = k.constant_w && b->param_index >= 0;
+            k.constant_w = k.constant_w && (b->param_index >= 0 || at_load(plan, b));
         }
     }
     if (elements(y) != M * k.N || y->dims[y->rank - 1] != k.N) return false;
@@ -106,6 +185,12 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     /* Clusters from sm 90. */
     k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : nk_splits(K);
     if (!k.splits) return false;
+    k.no = k.N;
+    const int at = index_of(plan, gr);
+    if (at >= 0 && plan->offset) {
+        if (!k.kn) absorb_a_pad(plan, at, &k);
+        absorb_y_slice(plan, at, &k);
+    }
     if (out) *out = k;
     return true;
 }
@@ -191,7 +276,7 @@ static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const c
     if (k->residual >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, res);
     if (k->act == 1) fc_strbuf_printf(s, "%sy = fc_relu(y);\n", indent);
     if (k->act == 2) fc_strbuf_printf(s, "%sy = fc_gelu_tanh(y);\n", indent);
-    fc_strbuf_printf(s, "%so0[(long long)%s * N + %s] = fc_to<%s>(y);\n", indent, m, n, t);
+    fc_strbuf_printf(s, "%so0[(long long)%s * NO + %s] = fc_to<%s>(y);\n", indent, m, n, t);
 }
 
 /* The kernel's signature: the group's inputs a0.., the result o0; a
@@ -221,10 +306,26 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                  "  float er[M][%d];\n#pragma unroll\n  for (int m = 0; m < M; m++)\n#pragma unroll\n"
                  "    for (int c = 0; c < %d; c++) er[m][c] = wr[c] ? fc_ld(a%d[(long long)m * N + c0 + c]) : 0.f;\n",
                  GV_COLS, GV_COLS, k->residual);
+    /* A's pad read around (a_pad): x's rows of KA and the zeros after
+     * them into shared memory, after the wait (x may be the kernel
+     * before's result), as 16-byte aligned rows of K. */
+    char stage[640] = "", A[16];
+    snprintf(A, sizeof A, "a%d", k->a);
+    if (k->a_pad >= 0) {
+        snprintf(stage, sizeof stage,
+                 "  __shared__ __align__(16) %s fc_gv_a[M * K];\n"
+                 "  for (int i = threadIdx.x; i < M * K; i += blockDim.x) {\n"
+                 "    const int m = i / K, e = i %% K;\n"
+                 "    fc_gv_a[i] = e < %lld ? a%d[(long long)m * %lld + e] : fc_to<%s>(0.f);\n"
+                 "  }\n"
+                 "  __syncthreads();\n",
+                 t, (long long)k->ka, k->a, (long long)k->ka, t);
+        snprintf(A, sizeof A, "fc_gv_a");
+    }
     emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
-                     "  const long long N = %lldLL;\n"
+                     "  const long long N = %lldLL, NO = %lldLL;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp %% G, sw = warp / G;\n"
                      "  const long long c0 = ((long long)blockIdx.x * G + g) * %d; /* this warp's columns */\n"
                      "  const %s *wr[%d], *br[%d];\n"
@@ -233,8 +334,8 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "    long long n = c0 + c;\n"
                      "    wr[c] = 0;\n"
                      "    br[c] = 0;\n",
-                     (long long)k->M, (long long)k->K, GV_STEP, k->splits, GV_WARPS, (long long)k->N, GV_COLS, t, GV_COLS, GV_COLS,
-                     GV_COLS);
+                     (long long)k->M, (long long)k->K, GV_STEP, k->splits, GV_WARPS, (long long)k->N, (long long)k->no, GV_COLS, t,
+                     GV_COLS, GV_COLS, GV_COLS);
     /* Column n of the result is row n - (N_0 + .. + N_{i-1}) of weight i. */
     for (int i = 0; i < k->nweights; i++) {
         if (i == 0) fc_strbuf_printf(s, "    if (n < %lldLL) {", (long long)k->n[0]);
@@ -254,7 +355,8 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) acc[m][c] = 0.f;\n"
                      "%s"
-                     "  const %s *A = a%d;\n"
+                     "%s"
+                     "  const %s *A = %s;\n"
                      "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
                      "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
                      "#pragma unroll 8\n"
@@ -277,7 +379,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
                      "  fc_dependents_may_launch();\n",
-                     GV_COLS, GV_COLS, early, t, k->a, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
+                     GV_COLS, GV_COLS, early, stage, t, A, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
                      GV_COLS);
     if (k->splits > 1)
         /* The group's SW partials summed by its first warp, in warp order. */
@@ -305,10 +407,10 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
                      "    for (int c = 0; c < %d; c++) {\n"
-                     "      if (!wr[c]) continue;\n"
+                     "      if (!wr[c]%s) continue;\n"
                      "      const long long n = c0 + c;\n"
                      "      const float v = acc[m][c];\n",
-                     GV_COLS);
+                     GV_COLS, k->no < k->N ? " || c0 + c >= NO" : "");
     emit_epilogue(s, k, "m", "n", "eb[c]", "er[m][c]", "      ");
     fc_strbuf_printf(s, "    }\n}\n");
 }
@@ -324,15 +426,15 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     emit_signature(s, gr, t, name, S, KN_THREADS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, S = %d, KS = %lld, R = %lld };\n"
-                     "  const long long N = %lldLL;\n"
+                     "  const long long N = %lldLL, NO = %lldLL;\n"
                      "  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, tr = tid >> 2;\n"
                      "  const int rank = (int)(blockIdx.x %% S); /* the cluster's rank: clusters are (S, 1, 1) */\n"
                      "  const long long nb = (long long)(blockIdx.x / S) * %d, n0 = nb + (tid & 3) * 8;\n"
                      "  const int k0 = rank * KS;\n"
                      "  const %s *__restrict__ W = a%d;\n"
                      "  const bool al = (N & 7) == 0 && ((unsigned long long)W & 15) == 0; /* 16-byte rows */\n",
-                     (long long)k->M, (long long)k->K, S, (long long)slice, (long long)kn_rows(k->K, S), (long long)k->N, KN_COLS, t,
-                     k->w[0]);
+                     (long long)k->M, (long long)k->K, S, (long long)slice, (long long)kn_rows(k->K, S), (long long)k->N, (long long)k->no,
+                     KN_COLS, t, k->w[0]);
     /* Arrived at the start, waited on before the first remote store: a
      * block's shared memory is written only once it runs (as fc_sk_*). */
     if (S > 1) fc_strbuf_printf(s, "  asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\" ::: \"memory\");\n");
@@ -351,7 +453,7 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     fc_strbuf_printf(s,
                      "  const int om = tid / %d, oc = tid %% %d;\n"
                      "  const long long on = nb + oc;\n"
-                     "  const bool finisher = rank == 0 && om < M && on < N;\n"
+                     "  const bool finisher = rank == 0 && om < M && on < NO;\n"
                      "  float eb = 0.f, er = 0.f;\n",
                      KN_COLS, KN_COLS);
     char bias[64] = "", res[80] = "";
@@ -434,10 +536,21 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     fc_gemm_describe(gr->nodes[0], d, sizeof d);
     const int w0 = snprintf(l->summary, sizeof l->summary, "gemv %.100s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N,
                             (long long)k->K);
-    if (k->splits > 1 && w0 > 0 && (size_t)w0 < sizeof l->summary)
-        snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", K in %d slices of %s", k->splits,
-                 k->kn ? "a cluster" : "a block's warps");
-    fc_strbuf_printf(s, "%s// group %d: %s\n", helpers, gr->id, l->summary);
+    int w = w0;
+    if (k->splits > 1 && w > 0 && (size_t)w < sizeof l->summary)
+        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", K in %d slices of %s", k->splits,
+                      k->kn ? "a cluster" : "a block's warps");
+    if (k->a_pad >= 0 && w > 0 && (size_t)w < sizeof l->summary)
+        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", A's rows of %lld padded inside", (long long)k->ka);
+    if (k->y_slice >= 0 && w > 0 && (size_t)w < sizeof l->summary)
+        snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", writes the %lld columns of the result", (long long)k->no);
+    /* The pads' launches are left out (codegen.c): x read in A's place,
+     * the graph result written in the padded result's. */
+    if (k->a_pad >= 0) l->args[k->a] = k->a_src;
+    if (k->y_slice >= 0) l->args[gr->ninputs] = k->y_dst;
+    /* No group id in the text: the layers' GEMVs of one shape are one
+     * kernel (codegen.c's structural key), compiled once. */
+    fc_strbuf_printf(s, "%s// %s\n", helpers, l->summary);
     if (k->kn) emit_kn(gr, k, name, s);
     else emit_nk(gr, k, name, s);
 

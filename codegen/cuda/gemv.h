@@ -58,7 +58,16 @@ typedef struct fc_gemv {
     fc_dtype dtype;
     bool kn;        /* W [K, N] (one weight), not [N, K] */
     int splits;     /* K split: [N, K] between a block's warps, [K, N] between a cluster's blocks (1: none) */
-    bool constant_w; /* W and the bias are the program's parameters (loaded before the wait: [K, N]) */
+    bool constant_w; /* W and the bias are the program's parameters or computed at load (loaded before the wait: [K, N]) */
+    /* Pads read and written around (the padding pass's GEMV form,
+     * passes/pad.c), each group's launch left out (-1: none). a_pad: the
+     * group that pads A's rows with zeros to K (concat(x, 0)) alone; the
+     * kernel stages x (value a_src, rows of ka) with the zeros in shared
+     * memory itself. y_slice: the group that copies the first no columns
+     * of the result into a graph result (value y_dst), which the kernel
+     * writes instead, rows of no. Without them ka = K, no = N. */
+    int a_pad, y_slice, a_src, y_dst;
+    int64_t ka, no;
 } fc_gemv;
 
 /* Whether group gr of static plan `plan` runs as a GEMV, and how (*out,
@@ -72,12 +81,19 @@ typedef struct fc_gemv {
  * slices (K over the cluster's blocks, at most 8 on sm 90, 1 before) are
  * at most 512 deep (8 rows a thread). */bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out);
 
+/* Whether group gi of plan is a pad that a GEMV reads or writes around
+ * (fc_gemv.a_pad, y_slice; choice: every group's GEMM choice), so that it
+ * has no launch of its own. */
+struct fc_gemm_choice;
+bool fc_cuda_gemv_absorbs(const fc_plan *plan, const struct fc_gemm_choice *choice, int gi);
+
 /* Append to s the kernel `name` for group gr, planned as k by
  * fc_cuda_gemv_plan, and fill l: its summary ("gemv ..., M x N x K", then
  * ", K in S slices of a block's warps" or "of a cluster" where split), kind,
  * grid, block and pdl.
  * l->args stay the group's inputs then its output, as the caller made
- * them. */
+ * them, but for a pad read or written around (a_pad, y_slice): x in A's
+ * place, the graph result in the output's. */
 fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l);
 
 #endif
