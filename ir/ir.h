@@ -478,6 +478,10 @@ bool fc_infer_string_op(fc_graph *g, fc_op op, fc_value *const *in, const fc_att
 int64_t fc_string_normalize_count(const fc_attrs *a, const char *const *x, int64_t n);
 size_t fc_string_normalize_bytes(const fc_attrs *a, const char *const *x, int64_t n);
 void fc_string_normalize(const fc_attrs *a, const char *const *x, int64_t n, const char **y, char *bytes);
+/* n strings copied into one block, the pointers followed by the bytes, as
+ * fusec.h lays out a string output the caller frees (fc_ctx_malloc: free()
+ * releases it); NULL when out of memory. */
+void *fc_strings_pack(fc_context *ctx, const char *const *s, int64_t n);
 /* The verifier's rules for inout parameters (ir/build_decode.c): each one's
  * only use is as the destination of one update_slice. */
 fc_status fc_verify_inout(fc_graph *g);

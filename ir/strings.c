@@ -114,3 +114,20 @@ void fc_string_normalize(const fc_attrs *a, const char *const *x, int64_t n, con
         *bytes = 0;
     }
 }
+
+void *fc_strings_pack(fc_context *ctx, const char *const *s, int64_t n) {
+    size_t bytes = 0;
+    for (int64_t i = 0; i < n; i++) bytes += strlen(s[i]) + 1;
+    size_t head = sizeof(const char *) * (size_t)n;
+    char *blk = fc_ctx_malloc(ctx, head + bytes + 1);
+    if (!blk) return NULL;
+    const char **ptr = (const char **)(void *)blk;
+    char *to = blk + head;
+    for (int64_t i = 0; i < n; i++) {
+        size_t l = strlen(s[i]) + 1;
+        memcpy(to, s[i], l);
+        ptr[i] = to;
+        to += l;
+    }
+    return blk;
+}

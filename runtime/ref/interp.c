@@ -351,7 +351,7 @@ fc_status fc_interp_run_ranked(fc_graph *g, fc_ref_rounding rounding, const stru
         memcpy(t->shape, b->shape, sizeof t->shape);
         /* fc_ctx_malloc is malloc with fault injection: released with free(). */
         if (v->dtype == FC_STRING) {
-            if (!(t->data = fc_ref_pack_strings(ip.ctx, (const char *const *)(const void *)b->data, b->numel))) {
+            if (!(t->data = fc_strings_pack(ip.ctx, (const char *const *)(const void *)b->data, b->numel))) {
                 st = nomem(&ip);
                 break;
             }
@@ -468,7 +468,7 @@ fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank
         t->rank = dout[i].rank;
         memcpy(t->shape, dout[i].shape, sizeof t->shape);
         if (t->dtype == FC_STRING) { /* one block the caller frees: see fusec.h */
-            if (!(t->data = fc_ref_pack_strings(ctx, (const char *const *)(const void *)dout[i].data, n))) {
+            if (!(t->data = fc_strings_pack(ctx, (const char *const *)(const void *)dout[i].data, n))) {
                 st = fc_set_error(ctx, FC_ERR_NOMEM, "reference: out of memory");
                 break;
             }

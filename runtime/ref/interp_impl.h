@@ -219,10 +219,8 @@ fc_status fc_ref_run_cache_attention(interp *ip);
 /* interp_collective.c */
 fc_status fc_ref_run_collective(interp *ip);
 /* interp_string.c: a string value's buffer holds one element pointer per
- * double slot. fc_ref_pack_strings copies n strings into one block, the
- * pointers followed by the bytes (free() releases it); NULL on failure. */
+ * double slot (copied out with fc_strings_pack). */
 fc_status fc_ref_run_string_normalizer(interp *ip);
-void *fc_ref_pack_strings(fc_context *ctx, const char *const *s, int64_t n);
 /* interp_conv.c */
 fc_status fc_ref_run_conv(interp *ip);
 fc_status fc_ref_run_conv_cl(interp *ip);

@@ -8,26 +8,6 @@
 
 _Static_assert(sizeof(double) == sizeof(const char *), "a string pointer fills one double slot");
 
-void *fc_ref_pack_strings(fc_context *ctx, const char *const *s, int64_t n)
-{
-    size_t bytes = 0;
-    for (int64_t i = 0; i < n; i++)
-        bytes += strlen(s[i]) + 1;
-    size_t head = sizeof(const char *) * (size_t)n;
-    char *blk = fc_ref_alloc_zeroed(ctx, (int64_t)(head + bytes), 1);
-    if (!blk)
-        return NULL;
-    const char **ptr = (const char **)(void *)blk;
-    char *to = blk + head;
-    for (int64_t i = 0; i < n; i++) {
-        size_t l = strlen(s[i]) + 1;
-        memcpy(to, s[i], l);
-        ptr[i] = to;
-        to += l;
-    }
-    return blk;
-}
-
 fc_status fc_ref_run_string_normalizer(interp *ip)
 {
     const ibuf *x = operand(ip, 0);
