@@ -469,6 +469,9 @@ bool fc_infer_collective(fc_graph *g, fc_op op, fc_value *const *in, const fc_at
 /* The string dtype (ir/strings.c). Whether op may take or make string
  * tensors (only string_normalizer does); false with the graph poisoned. */
 bool fc_check_string_use(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_dtype *out_dt, int nout);
+/* g's first value of dtype string (a parameter or a result), or NULL: the
+ * one test of a backend that does not take strings. */
+const fc_value *fc_graph_first_string(const fc_graph *g);
 /* Inference of string_normalizer, as fc_infer_decode. */
 bool fc_infer_string_op(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
                         fc_dim *dims);

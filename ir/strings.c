@@ -29,6 +29,15 @@ bool fc_check_string_use(fc_graph *g, fc_op op, fc_value *const *in, int nin, co
     return true;
 }
 
+const fc_value *fc_graph_first_string(const fc_graph *g) {
+    for (int i = 0; i < g->nparams; i++)
+        if (g->params[i]->dtype == FC_STRING) return g->params[i];
+    for (int i = 0; i < g->nnodes; i++)
+        for (int k = 0; !g->nodes[i]->dead && k < g->nodes[i]->nout; k++)
+            if (g->nodes[i]->out[k]->dtype == FC_STRING) return g->nodes[i]->out[k];
+    return NULL;
+}
+
 bool fc_infer_string_op(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
                         fc_dim *dims) {
     FC_ASSERT(op == FC_OP_STRING_NORMALIZER);
