@@ -485,6 +485,9 @@ void fc_string_normalize(const fc_attrs *a, const char *const *x, int64_t n, con
  * fusec.h lays out a string output the caller frees (fc_ctx_malloc: free()
  * releases it); NULL when out of memory. */
 void *fc_strings_pack(fc_context *ctx, const char *const *s, int64_t n);
+/* The index of the first NULL among n element pointers, or -1: a caller's
+ * string input is checked before any op reads it. */
+int64_t fc_strings_first_null(const char *const *s, int64_t n);
 /* The verifier's rules for inout parameters (ir/build_decode.c): each one's
  * only use is as the destination of one update_slice. */
 fc_status fc_verify_inout(fc_graph *g);

@@ -124,6 +124,12 @@ void fc_string_normalize(const fc_attrs *a, const char *const *x, int64_t n, con
     }
 }
 
+int64_t fc_strings_first_null(const char *const *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!s[i]) return i;
+    return -1;
+}
+
 void *fc_strings_pack(fc_context *ctx, const char *const *s, int64_t n) {
     size_t bytes = 0;
     for (int64_t i = 0; i < n; i++) bytes += strlen(s[i]) + 1;

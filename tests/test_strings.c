@@ -100,12 +100,12 @@ static void test_refusals(void) {
 
 static const char *const week[] = {"Monday", "tuesday", "WEDNESDAY", "caf\xc3\xa9", "monday", "tuesday"};
 
-/* Run text's graph on `device` (REF: the interpreter) with the 6 strings of
- * week as a [1, 6] input; *out gets the result. */
-static fc_status run(fc_context *ctx, const char *text, fc_device device, fc_tensor *out) {
+/* Run text's graph on `device` (REF: the interpreter) with the 6 strings
+ * of `in` (week when NULL) as a [1, 6] input; *out gets the result. */
+static fc_status run_with(fc_context *ctx, const char *text, fc_device device, const char *const *strs, fc_tensor *out) {
     fc_graph *g = parse(ctx, text);
     if (!g) return FC_ERR_INPUT;
-    fc_tensor in = {.dtype = FC_STRING, .rank = 2, .shape = {1, 6}, .data = (void *)week};
+    fc_tensor in = {.dtype = FC_STRING, .rank = 2, .shape = {1, 6}, .data = (void *)(strs ? strs : week)};
     fc_status st;
     if (device == FC_DEVICE_REF) {
         st = fc_run_reference(g, &in, 1, out, 1);
@@ -122,6 +122,10 @@ static fc_status run(fc_context *ctx, const char *text, fc_device device, fc_ten
     }
     fc_graph_free(g);
     return st;
+}
+
+static fc_status run(fc_context *ctx, const char *text, fc_device device, fc_tensor *out) {
+    return run_with(ctx, text, device, NULL, out);
 }
 
 static void check_strings(const fc_tensor *t, int n, const char *const *want) {
@@ -167,6 +171,11 @@ static void test_results(fc_device device) {
     CHECK_EQ_INT(run(ctx, wrong, device, &out), FC_ERR_INPUT);
     CHECK(strstr(fc_last_error(ctx), "4 strings remain of 6, but the result's shape holds 2") != NULL);
     CHECK(out.data == NULL);
+    /* A NULL element of the caller's input: an error, not a crash. */
+    const char *const holes[6] = {"a", "b", NULL, "d", "e", "f"};
+    fc_status st = run_with(ctx, none, device, holes, &out);
+    CHECK_EQ_INT(st, FC_ERR_USAGE);
+    CHECK(strstr(fc_last_error(ctx), "string element 2") != NULL);
     fc_context_free(ctx);
 }
 

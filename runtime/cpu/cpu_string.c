@@ -16,6 +16,10 @@ fc_status fc_cpu_run_string(fc_cpu_program *p, int pos, const fc_group *gr, void
     const fc_value *x = n->in[0], *y = n->out[0];
     const char *const *xs = args[0];
     int64_t numel = x->dims[x->rank - 1];
+    int64_t bad = fc_strings_first_null(xs, numel);
+    if (bad >= 0)
+        return fc_set_error(p->ctx, FC_ERR_USAGE, "string_normalizer %%%s: string element %lld of its input is NULL",
+                            y->name ? y->name : "?", (long long)bad);
     int64_t kept = fc_string_normalize_count(&n->a, xs, numel), want = y->dims[y->rank - 1];
     if (kept != want)
         return fc_set_error(p->ctx, FC_ERR_INPUT,

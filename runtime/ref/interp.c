@@ -443,6 +443,12 @@ fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank
             break;
         }
         if (t->dtype == FC_STRING) { /* the caller's pointers, one per double slot */
+            int64_t bad = fc_strings_first_null(t->data, n);
+            if (bad >= 0) {
+                st = fc_set_error(ctx, FC_ERR_USAGE, "reference: input %d: string element %lld is NULL", i,
+                                  (long long)bad);
+                break;
+            }
             memcpy(din[i].data, t->data, sizeof(double) * (size_t)n);
             continue;
         }
