@@ -101,7 +101,7 @@ static void test_refusals(void) {
 static const char *const week[] = {"Monday", "tuesday", "WEDNESDAY", "caf\xc3\xa9", "monday", "tuesday"};
 
 /* Run text's graph on `device` (REF: the interpreter) with the 6 strings
- * of `in` (week when NULL) as a [1, 6] input; *out gets the result. */
+ * strs (week when NULL) as a [1, 6] input; *out gets the result. */
 static fc_status run_with(fc_context *ctx, const char *text, fc_device device, const char *const *strs, fc_tensor *out) {
     fc_graph *g = parse(ctx, text);
     if (!g) return FC_ERR_INPUT;
