@@ -222,8 +222,8 @@ fc_status ox_tensor_to_const(ox_ctx *ox, const Onnx__TensorProto *t, const char 
                         "FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, UINT32, UINT16, UINT8, BOOL)", tn,
                         ox_onnx_dtype_name(ty));
     if (dt == FC_STRING)
-        return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': STRING constants and initializers are not supported "
-                        "(string tensors are graph inputs and outputs, and StringNormalizer's)", tn);
+        return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': STRING constants are not supported (string tensors "
+                        "are graph inputs, initializers and outputs, and StringNormalizer's)", tn);
     if (t->n_dims > FC_MAX_RANK) return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': rank %zu is over %d", tn, t->n_dims, FC_MAX_RANK);
     if (t->segment) return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': segmented tensors are not supported", tn);
     int64_t n = 1;
@@ -415,6 +415,27 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     return FC_OK;
 }
 
+/* A STRING initializer: known at import, but nothing folds strings, so it
+ * is a weight from the start (a parameter named as the value). */
+static fc_status string_initializer(ox_ctx *ox, const Onnx__TensorProto *t) {
+    fc_tensor st_t;
+    fc_status st = ox_string_tensor(ox->ctx, ox->file, t, &st_t);
+    if (st) return st;
+    fc_dim dims[FC_MAX_RANK];
+    for (int d = 0; d < st_t.rank; d++) dims[d] = st_t.shape[d];
+    fc_value *p = fc_param(ox->g, t->name, FC_STRING, st_t.rank, dims);
+    ox_val *val = fc_graph_status(ox->g) ? NULL : ox_define(ox, t->name);
+    if (!val || fc_weights_add_owned(ox->w, t->name, &st_t) != FC_OK) {
+        free(st_t.data);
+        return fc_graph_status(ox->g) ? ox_error(ox, fc_graph_status(ox->g), "initializer '%s': %s", t->name,
+                                                 fc_last_error(ox->ctx))
+                                      : fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
+    }
+    ox->nweights_made++;
+    val->v = p;
+    return FC_OK;
+}
+
 static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char *dir, const fc_binding *binds,
                               int nbinds, const fc_weights *frozen) {
     const Onnx__GraphProto *gp = m->graph;
@@ -435,6 +456,11 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name) return ox_error(ox, FC_ERR_INPUT, "initializer %zu has no name", i);
+        if (t->has_data_type && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__STRING) {
+            fc_status st = string_initializer(ox, t);
+            if (st) return st;
+            continue;
+        }
         ox_const *k;
         fc_status st = ox_tensor_to_const(ox, t, dir, &k);
         if (st) return st;
