@@ -428,8 +428,10 @@ fc_status fc_verify(fc_graph *g);
  * `const char **` of numel pointers). An input's strings are the caller's
  * and are read during the run only. A string output of fc_run_reference is
  * one allocation, the pointers followed by the bytes they point at, which
- * fc_tensor_release frees whole; a compiled program's string outputs point
- * into bytes the program owns, valid until its next run or fc_program_free.
+ * fc_tensor_release frees whole, and so is one of fc_program_run_host; the
+ * outputs a caller gives storage for (fc_run, fc_run_shaped) point into
+ * bytes the program owns, valid until its next run or fc_program_free.
+ * fc_weights_add copies the bytes too.
  */
 typedef struct fc_tensor {
     fc_dtype dtype;
