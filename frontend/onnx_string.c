@@ -75,10 +75,10 @@ static bool ascii_locale(const char *l) {
 
 fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n) {
     fc_value *x = in(ox, 0);
-    if (!x) return ERR("StringNormalizer needs its input X");
-    if (x->dtype != FC_STRING) return ERR("StringNormalizer: X must be a STRING tensor, got %s", fc_dtype_name(x->dtype));
+    if (!x) return ERR("needs its input X");
+    if (x->dtype != FC_STRING) return ERR("X must be a STRING tensor, got %s", fc_dtype_name(x->dtype));
     if (!(x->rank == 1 || (x->rank == 2 && x->dims[0] == 1)))
-        return ERR("StringNormalizer: X must be [C] or [1, C] (rank %d given)", x->rank);
+        return ERR("X must be [C] or [1, C] (rank %d given)", x->rank);
     fc_attrs a;
     fc_attrs_defaults(FC_OP_STRING_NORMALIZER, &a);
     const Onnx__AttributeProto *cca = attr(n, "case_change_action");
@@ -87,7 +87,7 @@ fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n) {
         if (s->len == 4 && !memcmp(s->data, "NONE", 4)) a.mode = 0;
         else if (s->len == 5 && !memcmp(s->data, "LOWER", 5)) a.mode = 1;
         else if (s->len == 5 && !memcmp(s->data, "UPPER", 5)) a.mode = 2;
-        else return ERR("StringNormalizer: case_change_action '%.*s' (LOWER, UPPER or NONE)", (int)(s->len > 32 ? 32 : s->len),
+        else return ERR("case_change_action '%.*s' (LOWER, UPPER or NONE)", (int)(s->len > 32 ? 32 : s->len),
                         (const char *)s->data);
     }
     a.case_sensitive = ai(n, "is_case_sensitive", 0) != 0;
@@ -98,7 +98,7 @@ fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n) {
         memcpy(l, loc->s.data, len);
         l[len] = 0;
         if (!ascii_locale(l))
-            return ERR("StringNormalizer: locale '%s' is not supported (fusec changes the case of ASCII letters "
+            return ERR("locale '%s' is not supported (fusec changes the case of ASCII letters "
                        "only: C, POSIX, en_*)", l);
     }
     const Onnx__AttributeProto *sw = attr(n, "stopwords");
@@ -107,7 +107,7 @@ fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n) {
     if (nsw && !strs) return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < nsw; i++) {
         const ProtobufCBinaryData *s = &sw->strings[i];
-        if (s->len && memchr(s->data, 0, s->len)) return ERR("StringNormalizer: stop word %zu holds a NUL byte", i);
+        if (s->len && memchr(s->data, 0, s->len)) return ERR("stop word %zu holds a NUL byte", i);
         if (!(strs[i] = fc_arena_strndup(&G->arena, (const char *)s->data, s->len)))
             return fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
     }
@@ -121,7 +121,7 @@ fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n) {
         const Onnx__TensorShapeProto__Dimension *last =
             tt && tt->shape && (int)tt->shape->n_dim == x->rank ? tt->shape->dim[x->rank - 1] : NULL;
         if (!last || last->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
-            return ERR("StringNormalizer: how many strings remain after the stop words depends on the values, and "
+            return ERR("how many strings remain after the stop words depends on the values, and "
                        "the model does not declare output '%s' with a static shape of rank %d",
                        n->n_output ? n->output[0] : "", x->rank);
         shape[1] = last->dim_value;
