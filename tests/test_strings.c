@@ -115,6 +115,10 @@ static fc_status run_with(fc_context *ctx, const char *text, fc_device device, c
         o.device = device;
         fc_program *p = NULL;
         st = fc_compile(g, &o, &p);
+        /* The plan names the library call (lower/launch.c describes it). */
+        char *plan = st == FC_OK ? fc_program_plan_text(p) : NULL;
+        CHECK(st != FC_OK || (plan && strstr(plan, "string_normalizer")));
+        fc_free(plan);
         /* The program is freed before the result is read: a string result
          * of fc_program_run_host is the caller's. */
         if (st == FC_OK) st = fc_program_run_host(p, &in, 1, out, 1, NULL, 0);
