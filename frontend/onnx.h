@@ -49,6 +49,7 @@ struct ox_ctx {
     struct fc_weights *w; /* where constant tensors that become parameters go */
     ox_ctx *root;         /* the model's importer (itself, or the folder's parent) */
     const Onnx__NodeProto *node;
+    const Onnx__GraphProto *gp; /* the model's graph: declared types (the root's) */
     ox_val **in;          /* the current node's inputs (NULL: absent) */
     int nin;
     fc_value *out_v[16];  /* the current node's results */
@@ -84,6 +85,8 @@ fc_status ox_op_sequence(ox_ctx *ox);
  * built so far. */
 fc_status ox_op_gradient(ox_ctx *ox);
 
+/* onnx_string.c: a STRING TensorProto as an fc_tensor (fusec.h's layout). */
+fc_status ox_string_tensor(fc_context *ctx, const char *file, const Onnx__TensorProto *t, fc_tensor *out);
 /* onnx_shape.c */
 ox_const *ox_const_new(fc_dtype dt, int rank, const int64_t *shape);
 void ox_const_free(ox_const *k);

@@ -882,6 +882,7 @@ fc_status ox_op_scatter_nd(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_arc(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_reverse_sequence(ox_ctx *ox, const Onnx__NodeProto *n);
 fc_status ox_op_lrn(ox_ctx *ox, const Onnx__NodeProto *n);
+fc_status ox_op_string_normalizer(ox_ctx *ox, const Onnx__NodeProto *n);
 
 static const struct { const char *op; ox_fn fn; } table[] = {
     {"Neg", op_unary}, {"Abs", op_unary}, {"Exp", op_unary}, {"Log", op_unary}, {"Sqrt", op_unary},
@@ -921,7 +922,7 @@ static const struct { const char *op; ox_fn fn; } table[] = {
     {"AveragePool", ox_op_pool}, {"Resize", ox_op_resize}, {"Upsample", ox_op_resize},
     {"ScatterElements", ox_op_scatter_elements}, {"Scatter", ox_op_scatter_elements}, {"ScatterND", ox_op_scatter_nd},
     {"Atan", ox_op_arc}, {"Asin", ox_op_arc}, {"Acos", ox_op_arc}, {"ReverseSequence", ox_op_reverse_sequence},
-    {"LRN", ox_op_lrn},
+    {"LRN", ox_op_lrn}, {"StringNormalizer", ox_op_string_normalizer},
 };
 
 bool ox_op_known(const char *op_type) {

@@ -116,6 +116,7 @@ bool ox_dtype_from_onnx(int32_t t, fc_dtype *out) {
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT32: *out = FC_I32; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT8: *out = FC_I8; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__BOOL: *out = FC_BOOL; return true;
+    case ONNX__TENSOR_PROTO__DATA_TYPE__STRING: *out = FC_STRING; return true;
     case ONNX__TENSOR_PROTO__DATA_TYPE__UINT8:
     case ONNX__TENSOR_PROTO__DATA_TYPE__INT16:
     case ONNX__TENSOR_PROTO__DATA_TYPE__UINT16: *out = FC_I32; return true;
@@ -220,6 +221,9 @@ fc_status ox_tensor_to_const(ox_ctx *ox, const Onnx__TensorProto *t, const char 
         return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': dtype %s is not supported (supported: FLOAT, DOUBLE, "
                         "FLOAT16, BFLOAT16, INT64, INT32, INT16, INT8, UINT32, UINT16, UINT8, BOOL)", tn,
                         ox_onnx_dtype_name(ty));
+    if (dt == FC_STRING)
+        return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': STRING constants are not supported (string tensors "
+                        "are graph inputs, initializers and outputs, and StringNormalizer's)", tn);
     if (t->n_dims > FC_MAX_RANK) return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': rank %zu is over %d", tn, t->n_dims, FC_MAX_RANK);
     if (t->segment) return ox_error(ox, FC_ERR_UNSUPPORTED, "tensor '%s': segmented tensors are not supported", tn);
     int64_t n = 1;
@@ -411,10 +415,32 @@ static fc_status import_node(ox_ctx *ox, const Onnx__NodeProto *n) {
     return FC_OK;
 }
 
+/* A STRING initializer: known at import, but nothing folds strings, so it
+ * is a weight from the start (a parameter named as the value). */
+static fc_status string_initializer(ox_ctx *ox, const Onnx__TensorProto *t) {
+    fc_tensor st_t;
+    fc_status st = ox_string_tensor(ox->ctx, ox->file, t, &st_t);
+    if (st) return st;
+    fc_dim dims[FC_MAX_RANK];
+    for (int d = 0; d < st_t.rank; d++) dims[d] = st_t.shape[d];
+    fc_value *p = fc_param(ox->g, t->name, FC_STRING, st_t.rank, dims);
+    ox_val *val = fc_graph_status(ox->g) ? NULL : ox_define(ox, t->name);
+    if (!val || fc_weights_add_owned(ox->w, t->name, &st_t) != FC_OK) {
+        free(st_t.data);
+        return fc_graph_status(ox->g) ? ox_error(ox, fc_graph_status(ox->g), "initializer '%s': %s", t->name,
+                                                 fc_last_error(ox->ctx))
+                                      : fc_set_error(ox->ctx, FC_ERR_NOMEM, "out of memory");
+    }
+    ox->nweights_made++;
+    val->v = p;
+    return FC_OK;
+}
+
 static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char *dir, const fc_binding *binds,
                               int nbinds, const fc_weights *frozen) {
     const Onnx__GraphProto *gp = m->graph;
     if (!gp) return ox_error(ox, FC_ERR_INPUT, "the model has no graph");
+    ox->gp = gp;
     ox->opset = -1;
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
@@ -430,6 +456,11 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
     for (size_t i = 0; i < gp->n_initializer; i++) {
         const Onnx__TensorProto *t = gp->initializer[i];
         if (!t->name || !*t->name) return ox_error(ox, FC_ERR_INPUT, "initializer %zu has no name", i);
+        if (t->has_data_type && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__STRING) {
+            fc_status st = string_initializer(ox, t);
+            if (st) return st;
+            continue;
+        }
         ox_const *k;
         fc_status st = ox_tensor_to_const(ox, t, dir, &k);
         if (st) return st;
@@ -442,6 +473,9 @@ static fc_status import_graph(ox_ctx *ox, const Onnx__ModelProto *m, const char 
          * stay weights (their data is the default the model ships). */
         if (gp->input[i]->name && ox_lookup(ox, gp->input[i]->name)) continue;
         const fc_tensor *fz = gp->input[i]->name ? fc_weights_find(frozen, gp->input[i]->name) : NULL;
+        if (fz && fz->dtype == FC_STRING)
+            return ox_error(ox, FC_ERR_UNSUPPORTED, "input '%s': a string tensor cannot be frozen (known at import)",
+                            gp->input[i]->name);
         if (fz) {
             /* A frozen input is known data, as an initializer is. */
             ox_val *val = ox_define(ox, gp->input[i]->name);
@@ -590,8 +624,10 @@ fc_status fc_tensor_from_onnx_file(fc_context *ctx, const char *path, fc_tensor 
     ox.ctx = ctx;
     ox.file = path;
     ox_const *k = NULL;
-    fc_status st = ox_tensor_to_const(&ox, t, NULL, &k);
-    if (st == FC_OK) st = ox_const_to_tensor(k, out);
+    fc_status st = t->has_data_type && t->data_type == ONNX__TENSOR_PROTO__DATA_TYPE__STRING
+                       ? ox_string_tensor(ctx, path, t, out)
+                       : ox_tensor_to_const(&ox, t, NULL, &k);
+    if (st == FC_OK && k) st = ox_const_to_tensor(k, out);
     if (st == FC_OK && name && t->name) *name = strdup(t->name);
     ox_const_free(k);
     onnx__tensor_proto__free_unpacked(t, NULL);

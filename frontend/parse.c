@@ -285,6 +285,7 @@ static const char *kind_desc(fc_attr_kind k) {
     case FC_ATTR_BOOL: return "true or false";
     case FC_ATTR_FLOAT: return "a number";
     case FC_ATTR_DTYPE: return "a dtype";
+    case FC_ATTR_STRS: return "a list of strings";
     }
     FC_UNREACHABLE("bad attribute kind");
 }
@@ -335,6 +336,72 @@ static bool parse_list(Parser *p, fc_op op, const fc_attr_spec *sp, fc_attrs *a)
     return true;
 }
 
+static int hex_digit(int c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The bytes of string token t (quotes included) into the graph's arena:
+ * \\ \" \n \t and \xHH escapes, as the printer writes them; a NUL
+ * byte is refused (a string element ends at its NUL). */
+static char *string_value(Parser *p, const fc_token *t) {
+    char *out = fc_arena_alloc(&p->g->arena, t->len);
+    if (!out) return p->status = FC_ERR_NOMEM, NULL;
+    size_t n = 0;
+    for (size_t i = 1; i + 1 < t->len; i++) {
+        int c = (unsigned char)t->s[i];
+        if (c == '\\') {
+            int e = (unsigned char)t->s[++i];
+            if (e == 'n') c = '\n';
+            else if (e == 't') c = '\t';
+            else if (e == '\\' || e == '"') c = e;
+            else if (e == 'x' && i + 3 < t->len && hex_digit(t->s[i + 1]) >= 0 && hex_digit(t->s[i + 2]) >= 0) {
+                c = hex_digit(t->s[i + 1]) * 16 + hex_digit(t->s[i + 2]);
+                i += 2;
+            } else {
+                error_at(p, t, "unknown escape '\\%c' in a string (\\\\, \\\", \\n, \\t, \\xHH)", e);
+                return NULL;
+            }
+            if (c == 0) {
+                error_at(p, t, "a string cannot hold a NUL byte");
+                return NULL;
+            }
+        }
+        out[n++] = (char)c;
+    }
+    out[n] = 0;
+    return out;
+}
+
+/* A list of strings: '[' [STRING {',' STRING}] ']', kept in the graph's
+ * arena (fc_build copies it again, as it does every list). */
+static bool parse_strs(Parser *p, fc_op op, const fc_attr_spec *sp, fc_attrs *a) {
+    if (!fc_tok_is_punct(cur(p), '[')) return wrong_kind(p, op, sp, cur(p));
+    advance(p);
+    int n = 0, cap = 0;
+    const char **strs = NULL;
+    if (!accept_punct(p, ']')) {
+        for (;;) {
+            const fc_token *t = cur(p);
+            if (t->kind != TK_STRING) return wrong_kind(p, op, sp, t);
+            if (n == cap) {
+                cap = cap ? 2 * cap : 8;
+                const char **g = fc_arena_alloc(&p->g->arena, sizeof *g * (size_t)cap);
+                if (!g) return p->status = FC_ERR_NOMEM, false;
+                if (n) memcpy(g, strs, sizeof *g * (size_t)n);
+                strs = g;
+            }
+            if (!(strs[n++] = string_value(p, t))) return false;
+            advance(p);
+            if (accept_punct(p, ',')) continue;
+            if (accept_punct(p, ']')) break;
+            return expected(p, "',' or ']'");
+        }
+    }
+    a->strs = strs;
+    a->nstrs = n;
+    return true;
+}
+
 /* NAME '=' attr, checked against op's signature. `seen` marks the
  * attributes already given. */
 static bool parse_attr(Parser *p, fc_op op, fc_attrs *a, bool *seen) {
@@ -353,6 +420,7 @@ static bool parse_attr(Parser *p, fc_op op, fc_attrs *a, bool *seen) {
 
     const fc_attr_spec *sp = &specs[k];
     if (sp->kind == FC_ATTR_INTS || sp->kind == FC_ATTR_DIMS) return parse_list(p, op, sp, a);
+    if (sp->kind == FC_ATTR_STRS) return parse_strs(p, op, sp, a);
 
     int64_t *ip;
     bool *bp;

@@ -173,6 +173,19 @@ static bool put_operand(Printer *pr, const fc_value *v) {
     return true;
 }
 
+/* A string as the parser reads it back: quoted, with \\ and \" escaped and
+ * the control bytes as \xHH; UTF-8 stays as it is. */
+static void put_string(Printer *pr, const char *s) {
+    put(&pr->out, "\"");
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') putf(&pr->out, "\\%c", c);
+        else if (c < 0x20 || c == 0x7f) putf(&pr->out, "\\x%02x", c);
+        else putf(&pr->out, "%c", c);
+    }
+    put(&pr->out, "\"");
+}
+
 /* Attributes in signature order, each left out when equal to its default.
  * List attributes have no defaults, so they always print. */
 static void put_attrs(Printer *pr, const fc_node *n, bool first) {
@@ -210,6 +223,14 @@ static void put_attrs(Printer *pr, const fc_node *n, bool first) {
                 if (i) put(&pr->out, ", ");
                 if (sp->kind == FC_ATTR_DIMS) put_dim(pr, a.list[i]);
                 else putf(&pr->out, "%lld", (long long)a.list[i]);
+            }
+            put(&pr->out, "]");
+            break;
+        case FC_ATTR_STRS:
+            put(&pr->out, "[");
+            for (int i = 0; i < a.nstrs; i++) {
+                if (i) put(&pr->out, ", ");
+                put_string(pr, a.strs[i]);
             }
             put(&pr->out, "]");
             break;

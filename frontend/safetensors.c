@@ -67,6 +67,13 @@ fc_status fc_weights_add(fc_weights *w, const char *name, const fc_tensor *t) {
     int64_t n = fc_tensor_numel(t);
     if (n < 0) return FC_ERR_USAGE;
     fc_tensor c = *t;
+    if (t->dtype == FC_STRING) { /* the bytes too, not only the pointers (fusec.h's layout) */
+        if (n && (!t->data || fc_strings_first_null(t->data, n) >= 0)) return FC_ERR_USAGE;
+        if (!(c.data = fc_strings_pack(NULL, t->data, n))) return FC_ERR_NOMEM;
+        fc_status st = add(w, name, &c, true);
+        if (st) free(c.data);
+        return st;
+    }
     size_t bytes = (size_t)n * fc_dtype_size(t->dtype);
     c.data = malloc(bytes ? bytes : 1);
     if (!c.data) return FC_ERR_NOMEM;

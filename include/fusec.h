@@ -51,6 +51,11 @@ typedef enum fc_dtype {
     FC_I32,
     FC_I8,
     FC_BOOL,
+    /* Text: each element is a `const char *` to NUL-terminated UTF-8 (an
+     * element holds no NUL byte). Only graph parameters and results and the
+     * string ops (string_normalizer) take it, on the host backends (the
+     * reference interpreter and the CPU backend); docs/IR.md, "Strings". */
+    FC_STRING,
     FC_DTYPE_COUNT
 } fc_dtype;
 
@@ -68,7 +73,8 @@ typedef int64_t fc_dim;
 
 /* Name of a dtype as written in .ir text ("f32", "bf16", ...). */
 const char *fc_dtype_name(fc_dtype dt);
-/* Size in bytes of one element of dt (bool is one byte). */
+/* Size in bytes of one element of dt (bool is one byte; a string element
+ * is its pointer, sizeof(const char *)). */
 size_t fc_dtype_size(fc_dtype dt);
 
 /* ------------------------------------------------------------------ */
@@ -417,7 +423,15 @@ fc_status fc_verify(fc_graph *g);
 
 /*
  * A dense, row-major host tensor. `data` holds elements in the dtype's own
- * storage: f16 and bf16 as uint16_t bit patterns, bool as one byte (0 or 1).
+ * storage: f16 and bf16 as uint16_t bit patterns, bool as one byte (0 or 1),
+ * a string as a `const char *` to NUL-terminated UTF-8 (so `data` is a
+ * `const char **` of numel pointers). An input's strings are the caller's
+ * and are read during the run only. A string output of fc_run_reference is
+ * one allocation, the pointers followed by the bytes they point at, which
+ * fc_tensor_release frees whole, and so is one of fc_program_run_host; the
+ * outputs a caller gives storage for (fc_run, fc_run_shaped) point into
+ * bytes the program owns, valid until its next run or fc_program_free.
+ * fc_weights_add copies the bytes too.
  */
 typedef struct fc_tensor {
     fc_dtype dtype;

@@ -723,8 +723,19 @@ static bool infer_gather(fc_graph *g, fc_value *table, fc_value *idx, const fc_a
 
 static bool accepts_weak(fc_op op) { return fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE; }
 
-/* Infer the result types of op; returns the number of results, 0 on error. */
+static int infer_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_type *ts);
+
+/* Infer the result types of op; returns the number of results, 0 on error.
+ * Strings are refused here, for the builders and the verifier alike. */
 static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_type *ts) {
+    if (!fc_check_string_use(g, op, in, nin, NULL, 0)) return 0;
+    int nout = infer_op(g, op, in, nin, a, ts);
+    for (int i = 0; i < nout; i++)
+        if (!fc_check_string_use(g, op, NULL, 0, &ts[i].dt, 1)) return 0;
+    return nout;
+}
+
+static int infer_op(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_attrs *a, fc_type *ts) {
     if (fc_op_is_unary(op)) return infer_unary(g, op, in[0], ts);
     if (fc_op_is_binary(op) || fc_op_is_compare(op) || op == FC_OP_WHERE) return infer_elementwise(g, op, in, nin, ts);
     if (fc_op_is_reduce(op)) return infer_reduce(g, op, in[0], a, ts);
@@ -756,6 +767,7 @@ static int infer(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_a
     case FC_OP_CONV: case FC_OP_CONV_TRANSPOSE: case FC_OP_MAX_POOL: case FC_OP_AVG_POOL:
     case FC_OP_GLOBAL_AVG_POOL: case FC_OP_BATCH_NORM: case FC_OP_PAD: case FC_OP_RESIZE: case FC_OP_CONV_CL:
         return fc_infer_window_op(g, op, in, nin, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;
+    case FC_OP_STRING_NORMALIZER: return fc_infer_string_op(g, op, in, a, &ts->dt, &ts->rank, ts->dims) ? 1 : 0;
     default: FC_UNREACHABLE("op without inference");
     }
 }
@@ -814,6 +826,16 @@ fc_node *fc_build(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_
         return g->status = FC_ERR_NOMEM, NULL;
     if (attrs.nlist) memcpy(list, attrs.list, sizeof(int64_t) * (size_t)attrs.nlist);
     attrs.list = list;
+    if (attrs.nstrs) {
+        const char **strs = fc_arena_alloc(&g->arena, sizeof *strs * (size_t)attrs.nstrs);
+        if (!strs) return g->status = FC_ERR_NOMEM, NULL;
+        for (int i = 0; i < attrs.nstrs; i++)
+            if (!(strs[i] = fc_arena_strndup(&g->arena, attrs.strs[i], strlen(attrs.strs[i]))))
+                return g->status = FC_ERR_NOMEM, NULL;
+        attrs.strs = strs;
+    } else {
+        attrs.strs = NULL;
+    }
     for (int i = 0; i < nin; i++) {
         ins[i] = in[i];
         if (in[i]->weak) {

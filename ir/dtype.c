@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const dtype_names[FC_DTYPE_COUNT] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i8", "bool"};
-static const size_t dtype_sizes[FC_DTYPE_COUNT] = {8, 4, 2, 2, 8, 4, 1, 1};
+static const char *const dtype_names[FC_DTYPE_COUNT] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i8", "bool", "string"};
+static const size_t dtype_sizes[FC_DTYPE_COUNT] = {8, 4, 2, 2, 8, 4, 1, 1, sizeof(const char *)};
 
 const char *fc_dtype_name(fc_dtype dt) { return (unsigned)dt < FC_DTYPE_COUNT ? dtype_names[dt] : "?"; }
 size_t fc_dtype_size(fc_dtype dt) { return (unsigned)dt < FC_DTYPE_COUNT ? dtype_sizes[dt] : 0; }
@@ -79,7 +79,7 @@ double fc_round_to_dtype(double x, fc_dtype dt) {
     case FC_I32: return clamp_int(x, -2147483648.0, 2147483647.0);
     case FC_I8: return clamp_int(x, -128.0, 127.0);
     case FC_BOOL: return x != 0 ? 1.0 : 0.0; /* NaN != 0: true, as in PyTorch */
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break; /* not a number */
     }
     return NAN; /* a public function: a bad dtype is the caller's, not a broken invariant */
 }

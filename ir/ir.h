@@ -102,6 +102,7 @@ typedef enum fc_attr_kind {
     FC_ATTR_BOOL,
     FC_ATTR_FLOAT,
     FC_ATTR_DTYPE,
+    FC_ATTR_STRS,  /* list of strings (string_normalizer's stopwords) */
 } fc_attr_kind;
 
 typedef struct fc_attrs {
@@ -115,6 +116,9 @@ typedef struct fc_attrs {
     int64_t groups, mode, coord; /* conv/conv_transpose; pad and resize (ops.def) */
     bool ceil, count_pad;        /* max_pool, avg_pool */
     int64_t ranks;               /* the collectives: the group's size */
+    bool case_sensitive;         /* string_normalizer */
+    int nstrs;
+    const char *const *strs;     /* stopwords: NUL-terminated (arena memory) */
 } fc_attrs;
 
 /* One parsed entry of an op's attribute signature. */
@@ -462,6 +466,28 @@ bool fc_infer_decode(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs 
  * (ir/build_collective.c), as fc_infer_decode. */
 bool fc_infer_collective(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
                          fc_dim *dims);
+/* The string dtype (ir/strings.c). Whether op may take or make string
+ * tensors (only string_normalizer does); false with the graph poisoned. */
+bool fc_check_string_use(fc_graph *g, fc_op op, fc_value *const *in, int nin, const fc_dtype *out_dt, int nout);
+/* g's first value of dtype string (a parameter or a result), or NULL: the
+ * one test of a backend that does not take strings. */
+const fc_value *fc_graph_first_string(const fc_graph *g);
+/* Inference of string_normalizer, as fc_infer_decode. */
+bool fc_infer_string_op(fc_graph *g, fc_op op, fc_value *const *in, const fc_attrs *a, fc_dtype *dt, int *rank,
+                        fc_dim *dims);
+/* string_normalizer (attributes a) on the n strings x: how many strings the
+ * result holds (1 when every one is dropped), the bytes it needs (NULs
+ * included), and the run itself, which points y[0..count) into `bytes`. */
+int64_t fc_string_normalize_count(const fc_attrs *a, const char *const *x, int64_t n);
+size_t fc_string_normalize_bytes(const fc_attrs *a, const char *const *x, int64_t n);
+void fc_string_normalize(const fc_attrs *a, const char *const *x, int64_t n, const char **y, char *bytes);
+/* n strings copied into one block, the pointers followed by the bytes, as
+ * fusec.h lays out a string output the caller frees (fc_ctx_malloc: free()
+ * releases it); NULL when out of memory. */
+void *fc_strings_pack(fc_context *ctx, const char *const *s, int64_t n);
+/* The index of the first NULL among n element pointers, or -1: a caller's
+ * string input is checked before any op reads it. */
+int64_t fc_strings_first_null(const char *const *s, int64_t n);
 /* The verifier's rules for inout parameters (ir/build_decode.c): each one's
  * only use is as the destination of one update_slice. */
 fc_status fc_verify_inout(fc_graph *g);

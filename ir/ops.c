@@ -55,6 +55,7 @@ static fc_attr_kind kind_from_text(const char *s, size_t n) {
     static const struct { const char *name; fc_attr_kind kind; } kinds[] = {
         {"int", FC_ATTR_INT}, {"ints", FC_ATTR_INTS}, {"dims", FC_ATTR_DIMS},
         {"bool", FC_ATTR_BOOL}, {"float", FC_ATTR_FLOAT}, {"dtype", FC_ATTR_DTYPE},
+        {"strs", FC_ATTR_STRS},
     };
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
         if (strlen(kinds[i].name) == n && memcmp(kinds[i].name, s, n) == 0) return kinds[i].kind;
@@ -119,7 +120,9 @@ void fc_attr_field(fc_attrs *a, const char *name, int64_t **i, bool **b, double 
     else if (!strcmp(name, "ceil")) *b = &a->ceil;
     else if (!strcmp(name, "count_pad")) *b = &a->count_pad;
     else if (!strcmp(name, "ranks")) *i = &a->ranks;
-    /* axes, perm, shape, sizes, window, pads: the list, which has no scalar field */
+    else if (!strcmp(name, "case_sensitive")) *b = &a->case_sensitive;
+    /* axes, perm, shape, sizes, window, pads: the list, which has no scalar
+     * field; stopwords: strs */
 }
 
 void fc_attrs_defaults(fc_op op, fc_attrs *a) {

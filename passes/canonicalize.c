@@ -433,6 +433,11 @@ static bool same_attrs(fc_op op, fc_attrs a, fc_attrs b) {
             if (a.nlist != b.nlist || (a.nlist && memcmp(a.list, b.list, sizeof(int64_t) * (size_t)a.nlist)))
                 return false;
             break;
+        case FC_ATTR_STRS:
+            if (a.nstrs != b.nstrs) return false;
+            for (int i = 0; i < a.nstrs; i++)
+                if (strcmp(a.strs[i], b.strs[i])) return false;
+            break;
         }
     }
     return true;

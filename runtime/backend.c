@@ -105,6 +105,15 @@ fc_status fc_compile(fc_graph *g, const fc_compile_options *o, fc_program **out)
     if (!b) return fc_set_error(ctx, FC_ERR_USAGE, "fc_compile: unknown device %d", (int)o->device);
     if (!b->built())
         return fc_set_error(ctx, FC_ERR_UNSUPPORTED, "fc_compile: the %s backend is not in this build", b->name);
+    /* Strings are text preprocessing on the host: a GPU kernel has no use
+     * for pointers into host memory, so the device backend refuses them
+     * here, once, before any pass or code generator sees a string. */
+    const fc_value *s = o->device == FC_DEVICE_CUDA ? fc_graph_first_string(g) : NULL;
+    if (s)
+        return fc_set_error(ctx, FC_ERR_UNSUPPORTED,
+                            "fc_compile: graph %s has string tensors (%%%s is %s), which only the host backends run "
+                            "(--device=cpu or ref), not cuda",
+                            g->name, s->name ? s->name : "?", fc_dtype_name(s->dtype));
     return b->compile(g, o, out);
 }
 

@@ -77,7 +77,7 @@ static void fill_tensor(fc_tensor *t, fill_kind kind, double scale) {
         case FC_I32: ((int32_t *)t->data)[i] = (int32_t)fc_round_to_dtype(x, FC_I32); break;
         case FC_I8: ((int8_t *)t->data)[i] = (int8_t)fc_round_to_dtype(x, FC_I8); break;
         case FC_BOOL: ((uint8_t *)t->data)[i] = x > 0; break;
-        case FC_DTYPE_COUNT: break;
+        case FC_STRING: case FC_DTYPE_COUNT: break; /* no string parameters here */
         }
     }
 }

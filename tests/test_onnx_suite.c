@@ -173,6 +173,22 @@ static bool run_test(const char *dir, char *reason, size_t cap, bool *frozen_use
             ok = false;
             break;
         }
+        if (out[i].dtype == FC_STRING || want[i].dtype == FC_STRING) { /* strings: exactly */
+            if (out[i].dtype != want[i].dtype) {
+                snprintf(reason, cap, "output %d is %s, expected %s", i, fc_dtype_name(out[i].dtype),
+                         fc_dtype_name(want[i].dtype));
+                ok = false;
+                break;
+            }
+            const char *const *a = out[i].data, *const *b = want[i].data;
+            for (int64_t j = 0; j < n && ok; j++)
+                if (strcmp(a[j], b[j])) {
+                    snprintf(reason, cap, "output %d differs at element %lld: \"%.40s\", expected \"%.40s\"", i,
+                             (long long)j, a[j], b[j]);
+                    ok = false;
+                }
+            continue;
+        }
         bool bf16_bits = out[i].dtype == FC_BF16 && want[i].dtype == FC_I32;
         for (int64_t j = 0; j < n; j++) {
             double a = bf16_bits ? ((uint16_t *)out[i].data)[j] : elem(&out[i], j), b = elem(&want[i], j);

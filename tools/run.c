@@ -547,6 +547,12 @@ int run_inputs(const options *o, const run_target *t, run_stats *rs) {
     for (int i = 0; i < np; i++) {
         if ((i < o->ninputs && *o->inputs[i]) || in[i].data) continue;
         const param_info *p = &params[i];
+        if (p->dtype == FC_STRING) {
+            rc = usage_error("parameter %s (%s) is a string tensor: --run makes no random strings; run the graph "
+                             "through the C API",
+                             p->name, p->type);
+            goto done;
+        }
         fc_tensor *x = &in[i];
         x->dtype = p->dtype;
         x->rank = p->rank;

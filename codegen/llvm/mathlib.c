@@ -321,7 +321,7 @@ LLVMTypeRef lm_stype(lmod *M, fc_dtype dt) {
     case FC_I64: return M->t_i64;
     case FC_I32: return M->t_i32;
     case FC_I8: case FC_BOOL: return M->t_i8;
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break; /* strings never reach a kernel */
     }
     FC_UNREACHABLE("bad dtype");
 }
@@ -392,7 +392,7 @@ LLVMValueRef lm_from_storage(lmod *M, fc_dtype dt, LLVMValueRef x) {
     case FC_I32: case FC_I8: return LLVMBuildSExt(B, x, M->t_i64, "");
     case FC_BOOL: /* any non-zero byte is true, as the reference reads it */
         return LLVMBuildZExt(B, LLVMBuildICmp(B, LLVMIntNE, x, LLVMConstInt(M->t_i8, 0, 0), ""), M->t_i64, "");
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break; /* strings never reach a kernel */
     }
     FC_UNREACHABLE("bad dtype");
 }
@@ -410,7 +410,7 @@ LLVMValueRef lm_to_storage(lmod *M, fc_dtype dt, LLVMValueRef x) {
     case FC_F16: return f32_to_f16(M, x);
     case FC_I32: return LLVMBuildTrunc(B, x, M->t_i32, "");
     case FC_I8: case FC_BOOL: return LLVMBuildTrunc(B, x, M->t_i8, "");
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break; /* strings never reach a kernel */
     }
     FC_UNREACHABLE("bad dtype");
 }

@@ -2,7 +2,7 @@
  * cpu_impl.h - the CPU program's layout and what its files share (internal
  * to runtime/cpu/cpu_*.c): cpu_program.c compiles and runs a program,
  * cpu_library.c runs its library groups, cpu_decode.c those of the decode
- * ops.
+ * ops, cpu_string.c string_normalizer's.
  */
 #ifndef FC_RUNTIME_CPU_IMPL_H
 #define FC_RUNTIME_CPU_IMPL_H
@@ -37,6 +37,7 @@ struct fc_cpu_program {
     int max_args;
     pool *pool;       /* started by the first parallel kernel */
     char note[512];   /* why the plan is not the fused one, or "" */
+    char **strbuf;    /* per group: a string result's bytes (cpu_string.c) */
 };
 
 /* Run library group gr (gi: its node decoded, for a gemm or matmul) on
@@ -47,6 +48,12 @@ fc_status fc_cpu_run_library(fc_cpu_program *p, const fc_group *gr, const fc_gem
 bool fc_cpu_is_decode_op(fc_op op);
 
 fc_status fc_cpu_run_decode(fc_cpu_program *p, const fc_group *gr, void *const *args);
+/* string_normalizer, library group gr at launch position pos (cpu_string.c);
+ * the string outputs of fc_cpu_run made the caller's (fusec.h's layout:
+ * pointers and bytes in one block); and the freeing of the program's bytes. */
+fc_status fc_cpu_run_string(fc_cpu_program *p, int pos, const fc_group *gr, void *const *args);
+fc_status fc_cpu_own_strings(fc_cpu_program *p, fc_tensor *outputs, int nout);
+void fc_cpu_free_strings(fc_cpu_program *p);
 
 #endif
 #endif

@@ -280,7 +280,9 @@ static fc_status check_library(fc_cpu_program *p, const fc_group *gr, fc_gemm_in
         for (int j = 0; j < gr->ninputs; j++) found |= gr->inputs[j] == n->in[i];
         ok = found;
     }
-    if (ok && (fc_cpu_is_decode_op(n->op) || fc_op_is_collective(n->op)))
+    if (ok && n->op == FC_OP_STRING_NORMALIZER)
+        ok = true;
+    else if (ok && (fc_cpu_is_decode_op(n->op) || fc_op_is_collective(n->op)))
         ok = !fc_op_is_collective(n->op) || fc_dtype_is_float(n->in[0]->dtype);
     else if (ok && n->op == FC_OP_ATTENTION)
         ok = fc_dtype_is_float(n->in[0]->dtype) && n->nin <= 4 &&
@@ -467,7 +469,8 @@ static fc_status run_groups(fc_cpu_program *p, const fc_tensor *inputs, const fc
         for (int i = 0; i < gr->noutputs; i++)
             p->args[gr->ninputs + i] = value_ptr(p, gr->outputs[i]->id, inputs, outputs);
         if (gr->kind == FC_GROUP_LIBRARY) {
-            fc_status st = fc_cpu_run_library(p, gr, &p->gemm[pos], p->args);
+            fc_status st = gr->nodes[0]->op == FC_OP_STRING_NORMALIZER ? fc_cpu_run_string(p, pos, gr, p->args)
+                                                                        : fc_cpu_run_library(p, gr, &p->gemm[pos], p->args);
             if (st != FC_OK) return st;
         } else run_kernel(p, &p->kern[pos], p->args);
         if (t) t[2 * pos + 1] = fc_now_ms();
@@ -521,6 +524,7 @@ fc_status fc_cpu_run(fc_cpu_program *p, const fc_tensor *inputs, int nin, fc_ten
     fc_status st = alloc_outputs(p, outputs, nout);
     if (st != FC_OK) return st;
     st = fc_cpu_run_into(p, inputs, nin, outputs, nout);
+    if (st == FC_OK) st = fc_cpu_own_strings(p, outputs, nout);
     if (st != FC_OK)
         for (int k = 0; k < nout; k++) fc_tensor_release(&outputs[k]);
     return st;
@@ -637,6 +641,7 @@ int fc_cpu_program_threads(const fc_cpu_program *p) { return p ? p->threads : 0;
 void fc_cpu_program_free(fc_cpu_program *p) {
     if (!p) return;
     pool_free(p->pool);
+    fc_cpu_free_strings(p);
     fc_llvm_module_free(p->mod);
     fc_ctx_freemem(p->ctx, p->kern);
     fc_ctx_freemem(p->ctx, p->gemm);

@@ -18,7 +18,7 @@ fc_tolerance fc_dtype_tolerance(fc_dtype dt) {
     case FC_F32: return (fc_tolerance){1e-5, 1e-5};
     case FC_F16: return (fc_tolerance){2e-3, 1e-3};
     case FC_BF16: return (fc_tolerance){1.6e-2, 1e-2};
-    case FC_I64: case FC_I32: case FC_I8: case FC_BOOL: case FC_DTYPE_COUNT: break;
+    case FC_I64: case FC_I32: case FC_I8: case FC_BOOL: case FC_STRING: case FC_DTYPE_COUNT: break;
     }
     return (fc_tolerance){0, 0};
 }

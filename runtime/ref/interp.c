@@ -185,6 +185,7 @@ static fc_status run_node(interp *ip)
     case FC_OP_RESIZE: st = fc_ref_run_resize(ip); break;
     case FC_OP_CONV_CL: st = fc_ref_run_conv_cl(ip); break;
     case FC_OP_ALL_REDUCE: case FC_OP_ALL_GATHER: case FC_OP_REDUCE_SCATTER: st = fc_ref_run_collective(ip); break;
+    case FC_OP_STRING_NORMALIZER: st = fc_ref_run_string_normalizer(ip); break;
     case FC_OP_COUNT: FC_UNREACHABLE("run_node: bad op");
     }
     if (st != FC_OK)
@@ -193,7 +194,7 @@ static fc_status run_node(interp *ip)
     for (int k = 0; k < n->nout; k++) {
         ibuf *b = result(ip, k);
         FC_ASSERT(b->data != NULL);
-        if (fc_ref_exact(ip, n->op, n->out[k]->dtype))
+        if (fc_ref_exact(ip, n->op, n->out[k]->dtype) || n->out[k]->dtype == FC_STRING)
             continue;
         for (int64_t i = 0; i < b->numel; i++)
             b->data[i] = fc_round_to_dtype(b->data[i], n->out[k]->dtype);
@@ -247,8 +248,11 @@ static fc_status bind_input(interp *ip, int i, const fc_interp_tensor *t)
     ibuf *b = &ip->val[p->id];
     if (b->numel > 0 && !t->data)
         return fc_ref_err(ip, FC_ERR_USAGE, "input %d (%s) has no data", i, name);
-    for (int64_t j = 0; j < b->numel; j++)
-        b->data[j] = fc_round_to_dtype(t->data[j], p->dtype);
+    if (p->dtype == FC_STRING) /* the element pointers, as they are */
+        memcpy(b->data, t->data, sizeof(double) * (size_t)b->numel);
+    else
+        for (int64_t j = 0; j < b->numel; j++)
+            b->data[j] = fc_round_to_dtype(t->data[j], p->dtype);
     return FC_OK;
 }
 
@@ -346,6 +350,13 @@ fc_status fc_interp_run_ranked(fc_graph *g, fc_ref_rounding rounding, const stru
         t->rank = b->rank;
         memcpy(t->shape, b->shape, sizeof t->shape);
         /* fc_ctx_malloc is malloc with fault injection: released with free(). */
+        if (v->dtype == FC_STRING) {
+            if (!(t->data = fc_strings_pack(ip.ctx, (const char *const *)(const void *)b->data, b->numel))) {
+                st = nomem(&ip);
+                break;
+            }
+            continue;
+        }
         t->data = fc_ref_alloc_zeroed(ip.ctx, b->numel, sizeof(double));
         if (!t->data) {
             st = nomem(&ip);
@@ -431,6 +442,16 @@ fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank
             st = fc_set_error(ctx, FC_ERR_NOMEM, "reference: out of memory");
             break;
         }
+        if (t->dtype == FC_STRING) { /* the caller's pointers, one per double slot */
+            int64_t bad = fc_strings_first_null(t->data, n);
+            if (bad >= 0) {
+                st = fc_set_error(ctx, FC_ERR_USAGE, "reference: input %d: string element %lld is NULL", i,
+                                  (long long)bad);
+                break;
+            }
+            memcpy(din[i].data, t->data, sizeof(double) * (size_t)n);
+            continue;
+        }
         for (int64_t j = 0; j < n; j++)
             din[i].data[j] = fc_interp_load(t->dtype, t->data, j);
     }
@@ -452,6 +473,13 @@ fc_status fc_ref_run_tensors(fc_graph *g, const struct fc_tp_group *tp, int rank
         t->dtype = exact && fc_dtype_is_float(dout[i].dtype) ? FC_F64 : dout[i].dtype;
         t->rank = dout[i].rank;
         memcpy(t->shape, dout[i].shape, sizeof t->shape);
+        if (t->dtype == FC_STRING) { /* one block the caller frees: see fusec.h */
+            if (!(t->data = fc_strings_pack(ctx, (const char *const *)(const void *)dout[i].data, n))) {
+                st = fc_set_error(ctx, FC_ERR_NOMEM, "reference: out of memory");
+                break;
+            }
+            continue;
+        }
         t->data = fc_ref_alloc_zeroed(ctx, n, fc_dtype_size(t->dtype));
         if (!t->data) {
             st = fc_set_error(ctx, FC_ERR_NOMEM, "reference: out of memory");

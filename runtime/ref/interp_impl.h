@@ -12,6 +12,7 @@
  *   interp_views.c        shape ops, creation ops, gather
  *   interp_decode.c       update_slice, cache_attention (docs/DECODE.md)
  *   interp_conv.c         convolutions, pools, batch norm, pad, resize
+ *   interp_string.c       string_normalizer, string values' storage
  *   interp_collective.c   all_reduce, all_gather, reduce_scatter (simulated
  *                         ranks: threads of one group; docs/PARALLEL.md)
  *
@@ -217,6 +218,9 @@ fc_status fc_ref_run_update_slice(interp *ip);
 fc_status fc_ref_run_cache_attention(interp *ip);
 /* interp_collective.c */
 fc_status fc_ref_run_collective(interp *ip);
+/* interp_string.c: a string value's buffer holds one element pointer per
+ * double slot (copied out with fc_strings_pack). */
+fc_status fc_ref_run_string_normalizer(interp *ip);
 /* interp_conv.c */
 fc_status fc_ref_run_conv(interp *ip);
 fc_status fc_ref_run_conv_cl(interp *ip);

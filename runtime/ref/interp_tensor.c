@@ -35,7 +35,7 @@ double fc_interp_load(fc_dtype dt, const void *data, int64_t i)
     case FC_I32: return ((const int32_t *)data)[i];
     case FC_I8: return ((const int8_t *)data)[i];
     case FC_BOOL: return ((const uint8_t *)data)[i] != 0 ? 1.0 : 0.0;
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break; /* strings are not numbers (interp_string.c) */
     }
     FC_UNREACHABLE("fc_interp_load: bad dtype");
 }
@@ -54,7 +54,7 @@ void fc_interp_store(fc_dtype dt, void *data, int64_t i, double x)
     case FC_I32: ((int32_t *)data)[i] = (int32_t)x; return;
     case FC_I8: ((int8_t *)data)[i] = (int8_t)x; return;
     case FC_BOOL: ((uint8_t *)data)[i] = x != 0.0; return;
-    case FC_DTYPE_COUNT: break;
+    case FC_STRING: case FC_DTYPE_COUNT: break;
     }
     FC_UNREACHABLE("fc_interp_store: bad dtype");
 }
