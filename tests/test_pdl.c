@@ -38,13 +38,19 @@ static const char grid_start[] = "#if __CUDA_ARCH__ >= 900\n"
                                  "#endif\n";
 static const char wait_asm[] = "griddepcontrol.wait;";
 
-static fc_program *compile(fc_graph *g, bool graphs) {
-    if (!g) return NULL;
+/* CUDA for sm 90 (the H100/H200; NVRTC needs no device), graphs or not. */
+static fc_compile_options sm90(bool graphs) {
     fc_compile_options o;
     fc_compile_options_default(&o);
     o.device = FC_DEVICE_CUDA;
     o.sm = 90;
     o.cuda_graphs = graphs;
+    return o;
+}
+
+static fc_program *compile(fc_graph *g, bool graphs) {
+    if (!g) return NULL;
+    const fc_compile_options o = sm90(graphs);
     fc_program *p = NULL;
     if (fc_compile(g, &o, &p) != FC_OK) printf("compile %s: %s\n", g->name, fc_last_error(g->ctx));
     return p;
@@ -159,10 +165,7 @@ static void check_variant(fc_context *ctx, const char *file, unsigned *kinds) {
     const fc_binding b1 = {"B", 1};
     fc_graph *g = NULL;
     CHECK_EQ_INT(fc_parse_file(ctx, path, NULL, &b1, 1, &g), FC_OK);
-    fc_compile_options o;
-    fc_compile_options_default(&o);
-    o.device = FC_DEVICE_CUDA;
-    o.sm = 90;
+    const fc_compile_options o = sm90(true);
     fc_program *v = NULL;
     if (g && fc_program_compile_variant(g, &o, &v) != FC_OK) printf("variant %s: %s\n", file, fc_last_error(ctx));
     CHECK(v != NULL);

@@ -684,18 +684,8 @@ static fc_status launch(fc_cuda_device *d, CUfunction f, const fc_cuda_launch_cf
         memset(&attr, 0, sizeof attr);
         attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
         attr.value.programmaticStreamSerializationAllowed = 1;
-        CUlaunchConfig lc;
-        memset(&lc, 0, sizeof lc);
-        lc.gridDimX = c->grid[0];
-        lc.gridDimY = c->grid[1];
-        lc.gridDimZ = c->grid[2];
-        lc.blockDimX = c->block[0];
-        lc.blockDimY = c->block[1];
-        lc.blockDimZ = c->block[2];
-        lc.sharedMemBytes = c->shared_bytes;
-        lc.hStream = stream_or_default(d, c->stream);
-        lc.attrs = &attr;
-        lc.numAttrs = 1;
+        CUlaunchConfig lc = {c->grid[0],     c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+                             c->shared_bytes, stream_or_default(d, c->stream), &attr, 1};
         FC_CU_CHECK(d->ctx, d->cu->LaunchKernelEx(&lc, f, args, NULL));
         return FC_OK;
     }
