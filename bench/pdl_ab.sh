@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # pdl_ab.sh - the A/B of programmatic dependent launches on the GPU machine,
 # in one device call (docs/RUNTIME-GRAPHS.md, "Programmatic dependent
-# launches"). fusec is built three times (Release, no LLVM), each with its
-# own kernel and program cache, with the benchmark-only CMake option
-# FUSEC_BENCH_PDL:
+# launches"). fusec is built (Release, no LLVM, in build-pdl/) three ways
+# with the benchmark-only CMake option FUSEC_BENCH_PDL, which only
+# codegen/cuda/emit.c and runtime/cuda/cuda_driver.c read (so a switch
+# rebuilds those two and relinks), and each way's fusec and
+# example_generate (static) are copied to build-pdl/bin-LEVEL/, each run
+# with its own kernel and program cache:
 #   all   the product: every generated kernel waits first and is launched as
 #         a programmatic dependent, in graphs and on the stream;
 #   old   the kernels that were programmatic dependents before (GEMVs, skinny
@@ -25,7 +28,8 @@
 #           bash bench/pdl_ab.sh
 #
 # Knobs: PDL_AB_LEVELS (all,old,none), PDL_AB_ROUNDS (3), PDL_AB_STEPS (300),
-# PDL_AB_MODELS (gpt2,llama,block). Back in $OUT: run.log, build-*.log,
+# PDL_AB_MODELS (gpt2,llama,block), PDL_AB_NOBUILD=1 (the binaries of an
+# earlier call in the same machine), PDL_AB_BUILD_DIR (build-pdl). Back in $OUT: run.log, build-*.log,
 # test_pdl.log, test_decode.log, pdl_ab.tsv (level, case, round, ms).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.." || exit 1
@@ -36,16 +40,19 @@ ROUNDS=${PDL_AB_ROUNDS:-3}
 STEPS=${PDL_AB_STEPS:-300}
 echo "   commit: ${BENCH_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}; nproc $(nproc)"
 
-# build LEVEL: build-pdl-LEVEL/ with fusec, example_generate and the tests.
+# build LEVEL: build-pdl/ configured for LEVEL, its binaries copied to
+# build-pdl/bin-LEVEL/ (the tests with the first level only).
+B=${PDL_AB_BUILD_DIR:-build-pdl}
 build() {
-    local level=$1 dir=build-pdl-$1 start=$SECONDS
-    local args=(-S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF
+    local level=$1 start=$SECONDS
+    [[ ${PDL_AB_NOBUILD:-0} == 1 ]] && { [[ -x $B/bin-$level/fusec ]]; return; }
+    local args=(-S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEC_WITH_LLVM=OFF
         "-DFUSEC_XXHASH_DIR=$ROOT/.deps/xxhash" "-DFUSEC_BENCH_PDL=$level")
     [[ -d ${CUDA_HOME:-/usr/local/cuda} ]] && args+=("-DCUDAToolkit_ROOT=${CUDA_HOME:-/usr/local/cuda}")
     local targets=(fusec example_generate)
     [[ $level == all ]] && targets+=(test_pdl test_decode)
-    { cmake "${args[@]}" && timeout 300 cmake --build "$dir" -j "$(nproc)" --target "${targets[@]}"; } \
-        >"$OUT/build-$level.log" 2>&1
+    { cmake "${args[@]}" && timeout 300 cmake --build "$B" -j "$(nproc)" --target "${targets[@]}" &&
+        mkdir -p "$B/bin-$level" && cp "$B/fusec" "$B/example_generate" "$B/bin-$level/"; } >"$OUT/build-$level.log" 2>&1
     local rc=$?
     echo "   build $level: rc=$rc in $((SECONDS - start)) s"
     ((rc == 0)) || tail -15 "$OUT/build-$level.log"
@@ -58,12 +65,12 @@ ok_levels=()
 for level in "${levels[@]}"; do build "$level" && ok_levels+=("$level"); done
 ((${#ok_levels[@]})) || exit 1
 
-if [[ -x build-pdl-all/tests/test_pdl ]]; then
+if [[ -x $B/tests/test_pdl && " ${ok_levels[*]} " == *" all "* ]]; then
     echo "== correctness (the all build) [t=$((SECONDS - START))s]"
-    FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=$ROOT/build-pdl-all/test-cache timeout 150 build-pdl-all/tests/test_pdl \
+    FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=$ROOT/$B/test-cache timeout 150 "$B/tests/test_pdl" \
         >"$OUT/test_pdl.log" 2>&1
     echo "   test_pdl rc=$?"; grep -E "pdl_chain|device:|passed" "$OUT/test_pdl.log" | sed 's/^/   | /'
-    FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=$ROOT/build-pdl-all/test-cache timeout 120 build-pdl-all/tests/test_decode \
+    FUSEC_SRC=$ROOT FUSEC_CACHE_DIR=$ROOT/$B/test-cache timeout 120 "$B/tests/test_decode" \
         >"$OUT/test_decode.log" 2>&1
     echo "   test_decode rc=$?"; tail -2 "$OUT/test_decode.log" | sed 's/^/   | /'
 fi
@@ -79,7 +86,7 @@ python3 bench/models/decode_irgen.py --arch llama --layers 16 --embd 2048 --head
 # one LEVEL CASE: one measurement in ms on stdout (empty on failure); the
 # run's output in $OUT/runs/LEVEL-CASE.log (the last round's).
 one() {
-    local level=$1 case=$2 dir=build-pdl-$1 log=$OUT/runs/$1-$2.log
+    local level=$1 case=$2 dir=$B/bin-$1 log=$OUT/runs/$1-$2.log
     local env=(FUSEC_CACHE_DIR="$ROOT/$dir/cache" FUSEC_LOG=graphs)
     case $case in
     gpt2 | llama)
