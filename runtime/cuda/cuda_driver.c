@@ -655,9 +655,10 @@ fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDat
 #endif
 
 /* Whether a programmatic dependent may be launched as one on d: sm 90 (the
- * griddepcontrol instructions) and a driver with the entry point that
- * makes it so (edge: cuGraphAddDependencies_v2, for a graph's edge;
- * otherwise cuLaunchKernelEx, for a stream's launch). */
+ * griddepcontrol instructions) and a CUDA 12.3 driver, which has typed
+ * graph edges (cuGraphAddDependencies_v2: a graph's programmatic edge, and
+ * what a caller's capture of a stream launch with the attribute makes),
+ * and for a stream's launch cuLaunchKernelEx. */
 static bool programmatic_ok(const fc_cuda_device *d, bool edge) {
 #if FC_BENCH_PDL < 1
     (void)d;
@@ -667,7 +668,7 @@ static bool programmatic_ok(const fc_cuda_device *d, bool edge) {
 #if FC_BENCH_PDL < 2
     if (!edge) return false;
 #endif
-    return d && d->info.cc_major >= 9 && (edge ? d->cu->GraphAddDependencies != NULL : d->cu->LaunchKernelEx != NULL);
+    return d && d->info.cc_major >= 9 && d->cu->GraphAddDependencies && (edge || d->cu->LaunchKernelEx);
 #endif
 }
 
