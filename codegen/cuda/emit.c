@@ -79,10 +79,10 @@ void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned mi
 #define TRIGGER_ASM "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
 
 /* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
- * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of these launches: below 2,
- * the kernels of the pointwise, row, GEMM and attention generators only
- * trigger, as before, and are no programmatic dependents, and a frame
- * entry waits without triggering. */
+ * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
+ * these launches: below 2, the kernels of the pointwise, row, GEMM and
+ * attention generators only trigger, as before, and are no programmatic
+ * dependents, and a frame entry waits without triggering. */
 #ifndef FC_BENCH_PDL
 #define FC_BENCH_PDL 2
 #endif

@@ -648,8 +648,9 @@ fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDat
 }
 
 /* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
- * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of programmatic launches:
- * 1, graph edges only (no stream launch is programmatic); 0, none. */
+ * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
+ * programmatic launches: 1, graph edges only (no stream launch is
+ * programmatic); 0, none. */
 #ifndef FC_BENCH_PDL
 #define FC_BENCH_PDL 2
 #endif
