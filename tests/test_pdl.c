@@ -214,7 +214,10 @@ static void check_chain_plan(fc_context *ctx, unsigned *kinds) {
 
 static void run_chain(fc_context *ctx, fc_cuda_device *dev, bool graphs) {
     fc_graph *g = chain_graph(ctx);
-    fc_program *p = compile(g, graphs);
+    fc_compile_options o = sm90(graphs);
+    o.sm = 0; /* the device's own */
+    fc_program *p = NULL;
+    if (g && fc_compile(g, &o, &p) != FC_OK) printf("compile pdl_chain: %s\n", fc_last_error(ctx));
     CHECK(p != NULL);
     static float x[ROWS * COLS], y[ROWS * COLS];
     for (int i = 0; i < ROWS * COLS; i++) x[i] = (float)((i * 7919) % 61 - 30);
