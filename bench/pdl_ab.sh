@@ -113,7 +113,7 @@ for ((r = 1; r <= ROUNDS; r++)); do
             line+=" $level ${ms:-FAIL}"
         done
         echo "$line"
-        ((SECONDS - START > 540)) && { echo "!! time budget: stopping after round $r"; break 2; }
+        ((SECONDS - START > 520)) && { echo "!! time budget: stopping after round $r"; break 2; }
     done
 done
 
