@@ -939,7 +939,7 @@ static fc_status run_on_gpu(fc_context *ctx, gpu *G, agroup *a, const char *src,
         st = fc_launch_tmap_encode(G->d, l, t, ptr[l->tmaps[t].arg], &maps[t]);
         args[nin + 1 + t] = &maps[t];
     }
-    fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, NULL};
+    fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem, NULL, false};
     if (!st) st = fc_cuda_launch(G->d, fn, &cfg, args);
     if (!st) st = fc_cuda_device_sync(G->d);
     if (!st) st = fc_cuda_download(G->d, got->data, ptr[nin], obytes);

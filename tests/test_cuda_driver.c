@@ -87,7 +87,7 @@ static void test_saxpy(fc_context *ctx) {
     float a = 3.0f;
     int n = N;
     void *args[] = {&a, &dx, &dy, &n};
-    fc_cuda_launch_cfg cfg = {{(N + 255) / 256, 1, 1}, {256, 1, 1}, 0, NULL};
+    fc_cuda_launch_cfg cfg = {{(N + 255) / 256, 1, 1}, {256, 1, 1}, 0, NULL, false};
     CHECK_EQ_INT(fc_cuda_launch(d, fn, &cfg, args), FC_OK);
     CHECK_EQ_INT(fc_cuda_download(d, out, dy, N * sizeof(float)), FC_OK);
     int bad = 0;
@@ -95,7 +95,7 @@ static void test_saxpy(fc_context *ctx) {
     CHECK_EQ_INT(bad, 0);
 
     /* An impossible launch: the shape is in the message. */
-    fc_cuda_launch_cfg huge = {{1, 1, 1}, {4096, 1, 1}, 0, NULL};
+    fc_cuda_launch_cfg huge = {{1, 1, 1}, {4096, 1, 1}, 0, NULL, false};
     CHECK_EQ_INT(fc_cuda_launch(d, fn, &huge, args), FC_ERR_RUNTIME);
     CHECK(strstr(fc_last_error(ctx), "LaunchKernel(") != NULL);
     CHECK(strstr(fc_last_error(ctx), "block 4096,1,1") != NULL);

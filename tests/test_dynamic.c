@@ -459,7 +459,7 @@ static void check_frame_entries(const fc_plan *dyn, const fc_cuda_src *src, bool
             const char *w = strstr(at, want);
             CHECK(w != NULL && w < end);
         }
-        const char *wait = strstr(at, "fc_grid_wait();");
+        const char *wait = strstr(at, "asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");");
         CHECK(wait != NULL && end && wait < end);
         snprintf(want, sizeof want, "static __device__ __forceinline__ void %s_main(", l->name);
         CHECK(strstr(src->source, want) != NULL);

@@ -550,9 +550,7 @@ fc_status fc_cuda_emit_attention_forced(const fc_plan *plan, const fc_group *gr,
     static const char *const tname[3] = {"tq", "tk", "tv"};
     for (int i = 0; i < 3 && !empty; i++)
         if (tma[i]) fc_strbuf_printf(&s, ", const __grid_constant__ fc_wg_tmap %s", tname[i]);
-    /* The prelude's fc_dependents_may_launch (this source also compiles
-     * alone, without the prelude): the skinny GEMM after it may start. */
-    fc_strbuf_printf(&s, ") {\n#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n#endif\n");
+    fc_cuda_kernel_body(&s, l);
     if (!empty) {
         fc_strbuf_printf(&s, "  fc_attn_%s<fc_attn_cfg_%s>(a%d, a%d, a%d, ", fa3 ? "fa3" : mma ? "tc" : "rows", name, L[0].input,
                          L[1].input, L[2].input);

@@ -54,6 +54,57 @@ void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned mi
     else fc_strbuf_printf(s, "extern \"C\" __global__ void %s %s(", fc_cuda_launch_bounds(l, b, sizeof b), l->name);
 }
 
+/*
+ * Every kernel fusec generates is a programmatic dependent (fc_launch.pdl)
+ * and starts with this, before any access to global memory: the runtime
+ * launches it with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+ * or joins it to the kernel node before by a programmatic edge, so its
+ * blocks may be resident while that kernel still runs, and the wait is
+ * what orders them (docs/RUNTIME-GRAPHS.md, "Programmatic dependent
+ * launches", says why a chain stays ordered and why buffer reuse stays
+ * safe). Every thread waits, so that no block ends before the kernel
+ * before it has: this grid's completion then implies that one's, which is
+ * what the wait of the kernel after relies on.
+ *
+ * The trigger follows the wait: the kernel after is launched (and its
+ * blocks fetch their weights, skinny.c and gemv.c, or wait) as soon as
+ * every block of this grid has passed its wait, which overlaps that
+ * launch with this kernel's whole body. Before the wait it would let a
+ * kernel two places on be resident, its blocks holding registers and
+ * shared memory while they waited behind a kernel that had not yet begun:
+ * here at most the running grid and the next one's blocks are on the
+ * SMs. Below sm 90 both are compiled out.
+ */
+#define WAIT_ASM "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
+#define TRIGGER_ASM "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
+
+/* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
+ * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
+ * these launches: below 2, the kernels of the pointwise, row, GEMM and
+ * attention generators only trigger, as before, and are no programmatic
+ * dependents, and a frame entry waits without triggering. */
+#ifndef FC_BENCH_PDL
+#define FC_BENCH_PDL 2
+#endif
+
+#if FC_BENCH_PDL >= 2
+const char fc_cuda_grid_start[] = "#if __CUDA_ARCH__ >= 900\n" WAIT_ASM TRIGGER_ASM "#endif\n";
+
+void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l) {
+    fc_strbuf_printf(s, ") {\n");
+    if (l->frame) return;
+    fc_strbuf_printf(s, "%s", fc_cuda_grid_start);
+    l->pdl = true;
+}
+#else
+const char fc_cuda_grid_start[] = "#if __CUDA_ARCH__ >= 900\n" WAIT_ASM "#endif\n";
+
+void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l) {
+    fc_strbuf_printf(s, ") {\n");
+    if (!l->frame) fc_strbuf_printf(s, "#if __CUDA_ARCH__ >= 900\n" TRIGGER_ASM "#endif\n");
+}
+#endif
+
 /* ---- plan queries of the kernels that run two groups or more ---------- */
 
 int fc_cuda_group_input(const fc_group *gr, const fc_value *v) {

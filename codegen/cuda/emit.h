@@ -16,6 +16,17 @@
  * function `name_main(` that the frame entry (frame_entry.c, with those
  * bounds) calls after reading the frame. */
 void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned min_blocks);
+/* The end of the parameter list and the start of launch l's kernel body:
+ * ") {" and, for an entry point (not a frame body, whose frame entry
+ * waits), the wait for the kernel before and the trigger of the kernel
+ * after (fc_cuda_grid_start), with l->pdl set: the runtime may launch it
+ * as a programmatic dependent. */
+void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l);
+/* What every kernel that may be a programmatic dependent runs first (sm 90;
+ * nothing before): griddepcontrol.wait, for the whole grid before it,
+ * memory flushed, then griddepcontrol.launch_dependents. Literal asm, so a
+ * unit without the prelude (attention's own tests) compiles it too. */
+extern const char fc_cuda_grid_start[];
 /* `__launch_bounds__(..)` for l's recorded block and blocks per SM, in buf. */
 const char *fc_cuda_launch_bounds(const fc_launch *l, char *buf, size_t n);
 /* A product of dims as C text for a kernel of a dynamic plan: `3072ll`,

@@ -12,9 +12,7 @@
  *   generic, and every access through it a generic ld/st, slower than
  *   the global ones a kernel parameter gets (docs/PERF.md);
  * - fc_nc and fc_nc_vec are the read-only loads (ld.global.nc) a
- *   parameter kernel gets from its `const __restrict__` pointers;
- * - fc_grid_wait waits for the kernel before (a programmatic dependent
- *   launch may start while it finishes; griddepcontrol is sm_90's). */
+ *   parameter kernel gets from its `const __restrict__` pointers. */
 static const char frame_prelude[] =
     "struct fc_fp {\n  long long v;\n"
     "  template <class T> __device__ __forceinline__ operator T *() const {\n"
@@ -27,14 +25,12 @@ static const char frame_prelude[] =
     "  else if constexpr (sizeof r == 4) { unsigned u = __ldg((const unsigned *)p); memcpy(&r, &u, 4); }\n"
     "  else if constexpr (sizeof r == 2) { unsigned short u = __ldg((const unsigned short *)p); memcpy(&r, &u, 2); }\n"
     "  else r = *(const fc_vec<T, N> *)p;\n"
-    "  return r;\n}\n"
-    "static __device__ __forceinline__ void fc_grid_wait() {\n"
-    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
-    "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n}\n\n";
+    "  return r;\n}\n\n";
 
 /* Launch l's entry point, after its body (fc_cuda_kernel_open): its words
- * of the frame are loaded first, then it waits for the kernel before, so
- * that under a programmatic launch the loads overlap that kernel's end.
+ * of the frame are loaded first, then it waits for the kernel before and
+ * lets the one after launch (fc_cuda_grid_start, as every other kernel),
+ * so that under a programmatic launch the loads overlap that kernel's end.
  *
  * The carrier (the plan's first kernel, when the frame is carried: see
  * frame_carry) takes the frame's words by value as well, a
@@ -49,7 +45,7 @@ static const char frame_prelude[] =
 void fc_cg_frame_entry(fc_strbuf *s, fc_launch *l, int nsyms, int carried_words) {
     char b[48];
     const bool carrier = carried_words > 0;
-    l->pdl = !carrier; /* it waits (fc_grid_wait) before its body */
+    l->pdl = !carrier; /* it waits (fc_cuda_grid_start) before its body */
     if (carrier) {
         fc_strbuf_printf(s,
                          "extern \"C\" __global__ void %s %s(long long *__restrict__ fc_frame, "
@@ -63,7 +59,7 @@ void fc_cg_frame_entry(fc_strbuf *s, fc_launch *l, int nsyms, int carried_words)
     for (int a = 0; a < l->nargs; a++)
         fc_strbuf_printf(s, "  const long long w%d = %s[%d];\n", a, from, nsyms + l->args[a]);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "  const long long s%d = %s[%d];\n", k, from, k);
-    fc_strbuf_printf(s, "  fc_grid_wait();\n  %s_main(", l->name);
+    fc_strbuf_printf(s, "%s  %s_main(", fc_cuda_grid_start, l->name);
     for (int a = 0; a < l->nargs; a++) fc_strbuf_printf(s, "%sfc_fp{w%d}", a ? ", " : "", a);
     for (int k = 0; k < l->nsyms; k++) fc_strbuf_printf(s, "%ss%d", l->nargs + k ? ", " : "", k);
     fc_strbuf_printf(s, ");\n}\n\n");

@@ -350,7 +350,8 @@ fc_status fc_cuda_emit_gemm(const fc_plan *plan, const fc_group *gr, const char 
         fc_strbuf_printf(s, "%sconst %s *a%d", i ? ", " : "", fc_cuda_storage_type(gr->inputs[i]->dtype), i);
     fc_strbuf_printf(s, "%s%s *o0", gr->ninputs ? ", " : "", tout);
     for (int i = 0; i < nsyms; i++) fc_strbuf_printf(s, ", i64 s%d", i);
-    fc_strbuf_printf(s, ") {\n  fc_gm_args<%d, %d> p;\n", nw, p.nb);
+    fc_cuda_kernel_body(s, l);
+    fc_strbuf_printf(s, "  fc_gm_args<%d, %d> p;\n", nw, p.nb);
     char x[EX], y[EX];
     param_of(gr, gi->a, x, sizeof x);
     fc_strbuf_printf(s, "  p.a = %s; p.lda = %s;\n", x, fc_cuda_mono_text(&p.lda, y, sizeof y));

@@ -31,13 +31,7 @@ void fc_cg_kernel_params(kctx *k) {
 void fc_cg_kernel_signature(kctx *k, fc_launch *l, unsigned block) {
     fc_cuda_kernel_open(k->s, l, block, 0);
     fc_cg_kernel_params(k);
-    fc_strbuf_printf(k->s, ") {\n");
-    /* The prelude's: the kernel after it may launch at once, so that the
-     * skinny GEMMs after the layernorms and the attention start early and
-     * fetch their weights. These kernels do not wait themselves (they are
-     * no programmatic dependents): that gained nothing on the H200
-     * (docs/PERF.md). */
-    if (!k->dyn) fc_strbuf_printf(k->s, "  fc_dependents_may_launch();\n");
+    fc_cuda_kernel_body(k->s, l);
 }
 
 /* Vector width: 16 bytes of the widest full-shape input or output, when

@@ -131,7 +131,8 @@ fc_status fc_cg_batched_launch(const fc_plan *plan, int first, int last, fc_strb
     }
     if (plan->dynamic)
         for (int q = 0; q < g->nsyms; q++, a++) fc_strbuf_printf(s, "%si64 s%d", a ? ", " : "", q);
-    fc_strbuf_printf(s, ") {\n  long long b = blockIdx.x;\n");
+    fc_cuda_kernel_body(s, l);
+    fc_strbuf_printf(s, "  long long b = blockIdx.x;\n");
     /* Arguments in the kernel's order: each group's reads, then its writes. */
     int at = 0;
     int64_t start = 0;

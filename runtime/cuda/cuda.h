@@ -111,9 +111,13 @@
 
 /* Functions used when the driver has them, NULL otherwise (a driver
  * without them still loads): graph edges with a type (CUDA 12.3), for the
- * programmatic dependent launches of a frame graph (runtime/cuda/replay.c). */
+ * programmatic edges of a graph (runtime/cuda/replay.c); the extensible
+ * launch, for a programmatic dependent launched on a stream
+ * (fc_cuda_launch_cfg.programmatic); the virtual memory management of
+ * fc_cuda_region. */
 #define FC_CUDA_DRIVER_OPTIONAL(X)                                             \
     X(GraphAddDependencies, 12030)                                             \
+    X(LaunchKernelEx, 11060)                                                   \
     X(MemAddressReserve, 10020)                                                \
     X(MemAddressFree, 10020)                                                   \
     X(MemCreate, 10020)                                                        \
@@ -293,6 +297,14 @@ typedef struct fc_cuda_launch_cfg {
     unsigned block[3];     /* threads in x, y, z (each >= 1) */
     unsigned shared_bytes; /* dynamic shared memory per block */
     CUstream stream;       /* NULL: the device's stream */
+    /* fc_cuda_launch: a programmatic dependent (fc_launch.pdl: f waits,
+     * griddepcontrol.wait, before it touches memory), launched with
+     * CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION so that it may
+     * start while the kernel before it on the stream finishes. Where the
+     * device (below sm 90) or the driver (no cuLaunchKernelEx) cannot, a
+     * plain launch. The graph calls take the edge's type as an argument
+     * instead and ignore it. */
+    bool programmatic;
 } fc_cuda_launch_cfg;
 
 /* Launch f. args[i] points at the value of parameter i, as cuLaunchKernel
@@ -332,9 +344,10 @@ fc_status fc_cuda_graph_create(fc_cuda_device *d, CUgraph *out);
 fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
                                    const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out);
 /* As fc_cuda_graph_add_kernel, with a programmatic edge from dep (a kernel
- * node): f may start as dep's blocks finish and must wait for dep itself
- * (griddepcontrol.wait). Where the driver or device cannot (before CUDA
- * 12.3, or below sm_90), a plain edge: *programmatic says which. */
+ * node): f may start as dep's blocks trigger (griddepcontrol.launch_dependents)
+ * or finish and must wait for dep itself (griddepcontrol.wait). Where the
+ * driver or device cannot (before CUDA 12.3, or below sm_90), a plain
+ * edge: *programmatic says which. */
 fc_status fc_cuda_graph_add_kernel_programmatic(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
                                                 const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out,
                                                 bool *programmatic);

@@ -647,7 +647,50 @@ fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDat
     return FC_OK;
 }
 
+/* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
+ * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
+ * programmatic launches: 1, graph edges only (no stream launch is
+ * programmatic); 0, none. */
+#ifndef FC_BENCH_PDL
+#define FC_BENCH_PDL 2
+#endif
+
+/* Whether a programmatic dependent may be launched as one on d: sm 90 (the
+ * griddepcontrol instructions) and a CUDA 12.3 driver, which has typed
+ * graph edges (cuGraphAddDependencies_v2: a graph's programmatic edge, and
+ * what a caller's capture of a stream launch with the attribute makes),
+ * and for a stream's launch cuLaunchKernelEx. */
+static bool programmatic_ok(const fc_cuda_device *d, bool edge) {
+#if FC_BENCH_PDL < 1
+    (void)d;
+    (void)edge;
+    return false;
+#else
+#if FC_BENCH_PDL < 2
+    if (!edge) return false;
+#endif
+    return d && d->info.cc_major >= 9 && d->cu->GraphAddDependencies && (edge || d->cu->LaunchKernelEx);
+#endif
+}
+
 static fc_status launch(fc_cuda_device *d, CUfunction f, const fc_cuda_launch_cfg *c, void **args) {
+    if (c->programmatic && programmatic_ok(d, false)) {
+        /* What a capture of this launch turns into a programmatic edge:
+         * the kernel may start as the kernel before it on the stream
+         * triggers or ends (any other work before it, a copy, an event
+         * wait, still orders it as usual); its griddepcontrol.wait then
+         * waits for that kernel's whole grid. The kernels' cluster shapes
+         * are compiled in (__cluster_dims__), so no other attribute is
+         * needed. */
+        CUlaunchAttribute attr;
+        memset(&attr, 0, sizeof attr);
+        attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig lc = {c->grid[0],     c->grid[1], c->grid[2], c->block[0], c->block[1], c->block[2],
+                             c->shared_bytes, stream_or_default(d, c->stream), &attr, 1};
+        FC_CU_CHECK(d->ctx, d->cu->LaunchKernelEx(&lc, f, args, NULL));
+        return FC_OK;
+    }
     FC_CU_CHECK(d->ctx, d->cu->LaunchKernel(f, c->grid[0], c->grid[1], c->grid[2], c->block[0], c->block[1],
                                             c->block[2], c->shared_bytes, stream_or_default(d, c->stream), args,
                                             NULL));
@@ -786,7 +829,7 @@ fc_status fc_cuda_graph_add_kernel(fc_cuda_device *d, CUgraph g, CUgraphNode dep
 fc_status fc_cuda_graph_add_kernel_programmatic(fc_cuda_device *d, CUgraph g, CUgraphNode dep, CUfunction f,
                                                 const fc_cuda_launch_cfg *cfg, void **args, CUgraphNode *out,
                                                 bool *programmatic) {
-    *programmatic = dep && d && d->cu->GraphAddDependencies && d->info.cc_major >= 9;
+    *programmatic = dep && programmatic_ok(d, true);
     if (!*programmatic) return fc_cuda_graph_add_kernel(d, g, dep, f, cfg, args, out);
     USE(d);
     CUDA_KERNEL_NODE_PARAMS p = kernel_params(f, cfg, args);

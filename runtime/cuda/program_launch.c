@@ -60,10 +60,17 @@ static fc_status launch_one(fc_program *p, const fc_replay_env *e, int i, void *
     fc_status st = fc_launch_args(e, i, inputs, outputs, &p->args, &nparams);
     if (st != FC_OK) return st;
     if (l->kind == FC_LAUNCH_LIBRARY) return fc_replay_library_call(e, i, p->args.val, l->nargs, s);
+    /* A kernel that waits for the one before it (fc_launch.pdl) is launched
+     * as a programmatic dependent here too, as its graph node's edge is
+     * (replay.c): the first runs, a program without a graph, a dynamic
+     * specialization's eager calls and an AOT program all overlap the
+     * launch gaps the same way. The kernel after a frame's carrier is no
+     * such kernel: it reads the frame before it waits. */
     fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]},
                               {l->block[0], l->block[1], l->block[2]},
                               l->smem,
-                              s};
+                              s,
+                              l->pdl};
     return fc_cuda_launch(p->dev, p->func[i], &cfg, p->args.ptr);
 }
 

@@ -168,7 +168,7 @@ fc_status fc_launch_args(const fc_replay_env *e, int i, void *const *inputs, voi
 
 static fc_cuda_launch_cfg launch_cfg(const fc_launch *l) {
     fc_cuda_launch_cfg cfg = {{l->grid[0], l->grid[1], l->grid[2]}, {l->block[0], l->block[1], l->block[2]}, l->smem,
-                              NULL};
+                              NULL, l->pdl};
     return cfg;
 }
 
