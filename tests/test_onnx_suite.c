@@ -331,7 +331,7 @@ int main(int argc, char **argv) {
             names[nn++] = strdup(e->d_name);
         }
         closedir(d);
-        qsort(names, (size_t)nn, sizeof *names, cmp_str);
+        if (nn) qsort(names, (size_t)nn, sizeof *names, cmp_str);
         for (int i = 0; i < nn; i++) {
             char tdir[1024], key[200], mp[1100];
             snprintf(tdir, sizeof tdir, "%s/%s", sdir, names[i]);

@@ -78,16 +78,6 @@ void fc_cuda_kernel_open(fc_strbuf *s, fc_launch *l, unsigned block, unsigned mi
 #define WAIT_ASM "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
 #define TRIGGER_ASM "  asm volatile(\"griddepcontrol.launch_dependents;\" ::: \"memory\");\n"
 
-/* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
- * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
- * these launches: below 2, the kernels of the pointwise, row, GEMM and
- * attention generators only trigger, as before, and are no programmatic
- * dependents, and a frame entry waits without triggering. */
-#ifndef FC_BENCH_PDL
-#define FC_BENCH_PDL 2
-#endif
-
-#if FC_BENCH_PDL >= 2
 const char fc_cuda_grid_start[] = "#if __CUDA_ARCH__ >= 900\n" WAIT_ASM TRIGGER_ASM "#endif\n";
 
 void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l) {
@@ -96,14 +86,6 @@ void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l) {
     fc_strbuf_printf(s, "%s", fc_cuda_grid_start);
     l->pdl = true;
 }
-#else
-const char fc_cuda_grid_start[] = "#if __CUDA_ARCH__ >= 900\n" WAIT_ASM "#endif\n";
-
-void fc_cuda_kernel_body(fc_strbuf *s, fc_launch *l) {
-    fc_strbuf_printf(s, ") {\n");
-    if (!l->frame) fc_strbuf_printf(s, "#if __CUDA_ARCH__ >= 900\n" TRIGGER_ASM "#endif\n");
-}
-#endif
 
 /* ---- plan queries of the kernels that run two groups or more ---------- */
 

@@ -647,30 +647,13 @@ fc_status fc_cuda_tensor_map(fc_cuda_device *d, CUtensorMap *out, CUtensorMapDat
     return FC_OK;
 }
 
-/* FC_BENCH_PDL is set by benchmark builds only (CMakeLists.txt's
- * benchmark-only option, bench/pdl_ab.sh), for the A/B measurement of
- * programmatic launches: 1, graph edges only (no stream launch is
- * programmatic); 0, none. */
-#ifndef FC_BENCH_PDL
-#define FC_BENCH_PDL 2
-#endif
-
 /* Whether a programmatic dependent may be launched as one on d: sm 90 (the
  * griddepcontrol instructions) and a CUDA 12.3 driver, which has typed
  * graph edges (cuGraphAddDependencies_v2: a graph's programmatic edge, and
  * what a caller's capture of a stream launch with the attribute makes),
  * and for a stream's launch cuLaunchKernelEx. */
 static bool programmatic_ok(const fc_cuda_device *d, bool edge) {
-#if FC_BENCH_PDL < 1
-    (void)d;
-    (void)edge;
-    return false;
-#else
-#if FC_BENCH_PDL < 2
-    if (!edge) return false;
-#endif
     return d && d->info.cc_major >= 9 && d->cu->GraphAddDependencies && (edge || d->cu->LaunchKernelEx);
-#endif
 }
 
 static fc_status launch(fc_cuda_device *d, CUfunction f, const fc_cuda_launch_cfg *c, void **args) {
