@@ -255,10 +255,20 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 int main(int argc, char **argv) {
     const char *write = NULL, *only = NULL;
     bool verbose = false;
+    /* --shard I/N: only the tests whose place in the run (over every set,
+     * in sorted order) is I modulo N, so that N processes share a machine's
+     * cores (NVRTC compiles each test's kernels: the suite on CUDA). */
+    int shard = 0, nshards = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--write-expected") && i + 1 < argc) write = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--verbose")) verbose = true;
+        else if (!strcmp(argv[i], "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &shard, &nshards) != 2 || nshards < 1 || shard < 0 || shard >= nshards) {
+                fprintf(stderr, "test_onnx_suite: --shard takes I/N with 0 <= I < N\n");
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--data") && i + 1 < argc) data_dir = argv[++i];
         else if (!strncmp(argv[i], "--device", 8)) {
             const char *name = argv[i][8] == '=' ? argv[i] + 9 : i + 1 < argc ? argv[++i] : "";
@@ -267,7 +277,7 @@ int main(int argc, char **argv) {
                 return 2;
             }
         } else {
-            fprintf(stderr, "usage: test_onnx_suite [--device=ref|cpu|cuda] [--data DIR] [--write-expected FILE] [--only NAME] [--verbose]\n");
+            fprintf(stderr, "usage: test_onnx_suite [--device=ref|cpu|cuda] [--data DIR] [--write-expected FILE] [--only NAME] [--shard I/N] [--verbose]\n");
             return 2;
         }
     }
@@ -317,7 +327,7 @@ int main(int argc, char **argv) {
                     "# build/tests/test_onnx_suite --device=%s --write-expected tests/onnx/expected_failures_%s.txt\n",
                 fc_device_name(run_device), fc_device_name(run_device), fc_device_name(run_device));
     int passed = 0, failed = 0, skipped = 0, unexpected = 0, newly = 0, nfrozen = 0, not_run = 0;
-    int set_pass[4] = {0}, set_tot[4] = {0};
+    int set_pass[4] = {0}, set_tot[4] = {0}, place = 0;
     for (int s = 0; s < 4; s++) {
         char sdir[512];
         snprintf(sdir, sizeof sdir, "%s/%s", data_dir, sets[s]);
@@ -337,8 +347,9 @@ int main(int argc, char **argv) {
             snprintf(tdir, sizeof tdir, "%s/%s", sdir, names[i]);
             snprintf(key, sizeof key, "%s/%s", sets[s], names[i]);
             snprintf(mp, sizeof mp, "%s/model.onnx", tdir);
-            if (only && strcmp(only, names[i]) && strcmp(only, key)) continue;
-            if (!is_file(mp)) { skipped++; continue; }
+            if (only && strcmp(only, names[i]) && strcmp(only, key)) { free(names[i]); continue; }
+            if (place++ % nshards != shard) { free(names[i]); continue; }
+            if (!is_file(mp)) { skipped++; free(names[i]); continue; }
             char reason[200] = "";
             bool fz = false;
             bool listed = listed_in(exp, nexp, key);
