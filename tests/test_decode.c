@@ -244,24 +244,24 @@ typedef struct att_case {
 static const att_case att_cases[] = {
     {1, 8, 2, 1, 512, 64, 64, "bf16", true, {2, 8}}, /* the parts of a long cache merged */
     {1, 8, 2, 3, 512, 64, 64, "bf16", true, {4, 8}},
-    {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 32}}, /* Llama 1B's step */
-    {8, 32, 8, 1, 2048, 64, 64, "bf16", true, {64, 9}}, /* ... of 8 sequences: 4 blocks an SM */
+    {1, 32, 8, 1, 2048, 64, 64, "bf16", true, {8, 8}}, /* Llama 1B's step: a cluster of 8 blocks of 16 warps */
+    {8, 32, 8, 1, 2048, 64, 64, "bf16", true, {64, 8}}, /* ... of 8 sequences: 8 warps a block */
     {1, 32, 8, 4, 512, 64, 64, "bf16", true, {16, 8}},  /* 16 query rows a kv head: 2 row groups */
-    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 22}}, /* GPT-2's step: a query row a head, the vector kernel */
+    {1, 12, 12, 1, 1024, 64, 64, "bf16", true, {12, 8}}, /* GPT-2's step: a query row a head, the vector kernel */
     {1, 12, 12, 4, 300, 64, 64, "bf16", true, {12, 4}},
     {2, 8, 2, 1, 512, 128, 128, "bf16", true, {4, 8}},
     {1, 8, 2, 3, 256, 128, 128, "bf16", false, {4, 4}},
     {1, 4, 1, 1, 300, 80, 80, "bf16", true, {1, 4}},
     {1, 4, 2, 2, 200, 64, 32, "f16", true, {2, 3}},
-    {1, 16, 4, 1, 1000, 32, 32, "bf16", true, {4, 15}},
+    {1, 16, 4, 1, 1000, 32, 32, "bf16", true, {4, 8}},
     {1, 6, 2, 2, 333, 96, 128, "f16", true, {2, 5}},
     {1, 2, 2, 8, 160, 64, 64, "bf16", true, {2, 2}},   /* 8 query rows of one head: a full block */
     {1, 12, 12, 20, 64, 64, 64, "bf16", true, {36, 1}}, /* a prefill's rows: 3 row groups, the last of 4 */
     {3, 16, 4, 1, 96, 64, 64, "bf16", true, {12, 1}},  /* one part: no merge */
-    {1, 2, 1, 1, 8192, 64, 64, "bf16", true, {1, 64}},  /* the most parts, 2 rounds of each warp */
-    {1, 4, 1, 1, 512, 256, 256, "bf16", true, {1, 64}}, /* the vector kernel */
-    {1, 8, 8, 1, 256, 64, 64, "f32", true, {8, 16}},
-    {1, 2, 1, 8, 128, 128, 128, "f32", true, {2, 16}},
+    {1, 2, 1, 1, 8192, 64, 64, "bf16", true, {1, 64}},  /* the most parts, merged through global memory */
+    {1, 4, 1, 1, 512, 256, 256, "bf16", true, {1, 8}}, /* the vector kernel */
+    {1, 8, 8, 1, 256, 64, 64, "f32", true, {8, 8}},
+    {1, 2, 1, 8, 128, 128, 128, "f32", true, {2, 8}},
     {1, 4, 2, 1, 100, 20, 20, "bf16", true, {4, 3}}, /* one lane per element: rows x parts */
     {1, 2, 1, 2, 64, 33, 33, "f32", true, {4, 2}},
 };

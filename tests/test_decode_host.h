@@ -1,7 +1,11 @@
 // test_decode_host.h - the CUDA subset of cache_attention's kernels on the
 // host (tests/test_decode_host.py): a block's threads are std::threads,
-// run block after block, so a kernel's __shared__ arrays are its statics;
-// the warps' shuffles and MMAs rendezvous through barriers.
+// run cluster after cluster (a cluster's blocks at once, so that its
+// barrier can meet; a kernel without __cluster_dims__ has clusters of one
+// block); a kernel's __shared__ arrays are statics, one copy a rank of the
+// cluster (the script rewrites each as an array of them and registers it,
+// so that fc_cluster_ld finds another rank's copy); the warps' shuffles
+// and MMAs rendezvous through barriers.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -12,11 +16,13 @@
 #include <atomic>
 #include <memory>
 #include <limits>
+#include <mutex>
 #define __device__
 #define __global__
 #define __forceinline__ inline
 #define __restrict__
 #define __launch_bounds__(a, b)
+#define __cluster_dims__(x, y, z)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
 #undef INFINITY
@@ -60,7 +66,7 @@ static inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 }
 // the block: barriers for the block and for each warp, exchange slots
 struct blockctx { std::unique_ptr<std::barrier<>> blk; std::vector<std::unique_ptr<std::barrier<>>> w; float fs[32][32]; unsigned us[32][32][12]; };
-static blockctx *B;
+static thread_local blockctx *B;
 static inline int lane_() { return threadIdx.x & 31; }
 static inline int warp_() { return threadIdx.x >> 5; }
 static inline void __syncthreads() { B->blk->arrive_and_wait(); }
@@ -102,15 +108,45 @@ template <typename T> static inline void mma_(float c[4], const unsigned a[4], u
 }
 static inline void fc_attn_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1, __nv_bfloat16) { mma_<__nv_bfloat16>(c, a, b0, b1); }
 static inline void fc_attn_mma(float c[4], const unsigned a[4], unsigned b0, unsigned b1, __half) { mma_<__half>(c, a, b0, b1); }
-template <typename F> static void launch(unsigned gx, unsigned gy, unsigned threads, F kernel) {
-  gridDim = {gx, gy, 1}; blockDim = {threads, 1, 1};
-  for (unsigned y = 0; y < gy; y++)
+// the cluster: its rank of the block (clusters are (1, CY, 1)), its barrier
+enum { FC_MAX_CLUSTER = 8 };
+static thread_local unsigned fc_rank_;
+static unsigned fc_cluster_; // blocks a cluster
+static std::barrier<> *CL;
+static inline void fc_cluster_sync() { CL->arrive_and_wait(); }
+// a __shared__ array's FC_MAX_CLUSTER copies: where they start, the bytes of one
+struct fc_shared_reg {
+  static std::mutex &mu() { static std::mutex m; return m; }
+  static std::vector<std::pair<const char *, size_t>> &all() { static std::vector<std::pair<const char *, size_t>> a; return a; }
+  fc_shared_reg(const void *base, size_t one) { std::lock_guard<std::mutex> g(mu()); all().push_back({(const char *)base, one}); }
+};
+static inline float fc_cluster_ld(const float *p, unsigned rank) {
+  std::lock_guard<std::mutex> g(fc_shared_reg::mu());
+  for (auto &[base, one] : fc_shared_reg::all())
+    if ((const char *)p >= base + fc_rank_ * one && (const char *)p < base + (fc_rank_ + 1) * one) {
+      if (rank >= fc_cluster_) { fprintf(stderr, "fc_cluster_ld: rank %u past the cluster\n", rank); abort(); }
+      return *(const float *)((const char *)p + ((i64)rank - (i64)fc_rank_) * (i64)one);
+    }
+  fprintf(stderr, "fc_cluster_ld: not this block's shared memory\n");
+  abort();
+}
+template <typename F> static void launch(unsigned gx, unsigned gy, unsigned threads, unsigned cy, F kernel) {
+  gridDim = {gx, gy, 1}; blockDim = {threads, 1, 1}; fc_cluster_ = cy;
+  if (cy < 1 || cy > FC_MAX_CLUSTER || gy % cy) { fprintf(stderr, "launch: a cluster of %u in a grid of %u\n", cy, gy); abort(); }
+  for (unsigned y0 = 0; y0 < gy; y0 += cy)
     for (unsigned x = 0; x < gx; x++) {
-      blockctx ctx; ctx.blk = std::make_unique<std::barrier<>>(threads);
-      for (unsigned w = 0; w < threads / 32; w++) ctx.w.push_back(std::make_unique<std::barrier<>>(32));
-      B = &ctx;
+      std::barrier<> cl(cy * threads);
+      CL = &cl;
+      std::vector<std::unique_ptr<blockctx>> ctx;
       std::vector<std::thread> ts;
-      for (unsigned t = 0; t < threads; t++) ts.emplace_back([=] { threadIdx = {t, 0, 0}; blockIdx = {x, y, 0}; kernel(); });
+      for (unsigned r = 0; r < cy; r++) {
+        ctx.push_back(std::make_unique<blockctx>());
+        blockctx *c = ctx.back().get();
+        c->blk = std::make_unique<std::barrier<>>(threads);
+        for (unsigned w = 0; w < threads / 32; w++) c->w.push_back(std::make_unique<std::barrier<>>(32));
+        for (unsigned t = 0; t < threads; t++)
+          ts.emplace_back([=] { B = c; fc_rank_ = r; threadIdx = {t, 0, 0}; blockIdx = {x, y0 + r, 0}; kernel(); });
+      }
       for (auto &t : ts) t.join();
     }
 }

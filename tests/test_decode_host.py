@@ -3,13 +3,15 @@
 # them, run on the host: test_decode_host.h emulates the CUDA subset they
 # use (a block's threads are std::threads, the warps' shuffles and MMAs
 # rendezvous through barriers, mma.m16n8k16 by the PTX ISA's fragment
-# layouts), g++ compiles each kernel with it, and each result is checked
-# against a softmax attention in double (the shapes of test_decode's
-# attention cases, the vector kernel's and the one of a lane per element
-# too, and the fused cache updates, whose cache writes must
-# equal the update's). A check of the kernels' index logic where no GPU
-# is (test_decode runs them on one); about a minute on two cores; not a
-# ctest. Usage: python3 tests/test_decode_host.py [BUILD/fusec]
+# layouts, a cluster's blocks run at once with a copy of each __shared__
+# array a block, which fc_cluster_ld reads across), g++ compiles each
+# kernel with it, and each result is checked against a softmax attention
+# in double (the shapes of test_decode's attention cases, the vector
+# kernel's and the one of a lane per element too, the parts merged in a
+# cluster and through global memory, and the fused cache updates, whose
+# cache writes must equal the update's). A check of the kernels' index
+# logic where no GPU is (test_decode runs them on one); a few minutes on
+# two cores; not a ctest. Usage: python3 tests/test_decode_host.py [BUILD/fusec]
 import os, re, subprocess, sys, tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 FUSEC = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', 'build', 'fusec'))
@@ -22,16 +24,31 @@ F_IR = """graph t(%q: bf16[1, 32, 4, 64], %kc: inout bf16[1, 8, 512, 64], %vc: i
   return %o
 }
 """
+SHARED = re.compile(r'__shared__ ((?:__align__\(\d+\) )?[A-Za-z_][\w ]*?) (\w+(?:\[[^\]]+\])*(?:, \w+(?:\[[^\]]+\])*)*);')
+def per_rank(m):
+    """A __shared__ declaration as test_decode_host.h runs it: each array a
+    static of one copy a cluster rank, registered, and a reference to the
+    block's own."""
+    out = []
+    for d in m.group(2).split(', '):
+        n = re.match(r'\w+', d).group(0)
+        dims = d[len(n):]
+        out.append(f'static {m.group(1)} {n}_c[FC_MAX_CLUSTER]{dims}; static fc_shared_reg {n}_r({n}_c, sizeof {n}_c[0]); '
+                   f'auto &{n} = {n}_c[fc_rank_];')
+    return ' '.join(out)
+
 def kernel(ir):
-    """The cache_attention launch of graph text ir: its name, grid, block and
-    its source (from its query index helper to the end of the unit)."""
+    """The cache_attention launch of graph text ir: its name, grid, block,
+    blocks a cluster and its source (from its query index helper to the end
+    of the unit, its __shared__ declarations per cluster rank)."""
     open('g.ir', 'w').write(ir)
     plan = subprocess.run([FUSEC, 'g.ir', '--emit=plan'], capture_output=True, text=True).stdout
     m = re.search(r'kernel (fc_cache_attention_\w+) grid=\((\d+),(\d+),1\) block=\((\d+),1,1\)', plan)
     name = m.group(1)
     src = subprocess.run([FUSEC, 'g.ir', '--emit=cuda'], capture_output=True, text=True).stdout
     body = src[src.index(f'static __device__ __forceinline__ long long {name}_q'):]
-    return name, int(m.group(2)), int(m.group(3)), int(m.group(4)), body
+    c = re.search(r'__cluster_dims__\(1, (\d+), 1\) __launch_bounds__\(\d+, \d+\) ' + name + r'\(', body)
+    return name, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(c.group(1)) if c else 1, SHARED.sub(per_rank, body)
 
 def run(text):
     """Compiles a kernel and its check with the emulation and runs it."""
@@ -51,7 +68,7 @@ def case(B, hq, hkv, sq, S, D, Dv, dt, causal, lens):
   return %o
 }}
 '''
-    name, gx, gy, th, body = kernel(ir)
+    name, gx, gy, th, cy, body = kernel(ir)
     T = {'bf16': '__nv_bfloat16', 'f16': '__half', 'f32': 'float'}[dt]
     conv = {'bf16': '__float2bfloat16_rn', 'f16': '__float2half_rn', 'f32': '(float)'}[dt]
     main = f'''
@@ -63,7 +80,7 @@ int main() {{
   for (auto &x : q) x = {conv}(U(rng)); for (auto &x : k) x = {conv}(U(rng)); for (auto &x : v) x = {conv}(U(rng) / 2);
   double worst = 0;
   for (int len : {{{', '.join(map(str, lens))}}}) {{
-    launch({gx}, {gy}, {th}, [&] {{ {name}(q.data(), k.data(), v.data(), &len, out.data()); }});
+    launch({gx}, {gy}, {th}, {cy}, [&] {{ {name}(q.data(), k.data(), v.data(), &len, out.data()); }});
     for (int b = 0; b < B; b++) for (int h = 0; h < HQ; h++) for (int i = 0; i < SQ; i++) {{
       const int kv = b * HKV + h / (HQ / HKV), nk = causal ? len - SQ + i + 1 : len;
       const {T} *qr = &q[(((size_t)b * HQ + h) * SQ + i) * D];
@@ -74,22 +91,22 @@ int main() {{
         double got = fc_ld(out[(((size_t)b * HQ + h) * SQ + i) * DV + e]); worst = std::max(worst, std::fabs(got - o / L)); }}
     }}
   }}
-  printf("%s grid %dx%d: worst abs error %.3g\\n", "{B},{hq},{hkv},{sq},{S},{D},{Dv},{dt},{causal}", {gx}, {gy}, worst);
+  printf("%s grid %dx%d of %d threads, clusters of %d: worst abs error %.3g\\n", "{B},{hq},{hkv},{sq},{S},{D},{Dv},{dt},{causal}", {gx}, {gy}, {th}, {cy}, worst);
   return worst < 0.02 ? 0 : 1;
 }}
 '''
     run(body + main)
-def fused(sq, hq=32, hkv=8):
-    """The fused updates of a cache of 512 (parameters: the kernel loads its
+def fused(sq, hq=32, hkv=8, S=512):
+    """The fused updates of a cache of S (parameters: the kernel loads its
     first rows before its wait) at offsets 0, 137 and the end: hq = 32, hkv =
     8 runs the tensor-core kernel, hq = hkv the vector kernel."""
     ir = F_IR.replace('1, 32, 4, 64', f'1, {hq}, {sq}, 64').replace('1, 8, 4, 64', f'1, {hkv}, {sq}, 64')
-    ir = ir.replace('1, 8, 512, 64', f'1, {hkv}, 512, 64')
-    name, gx, gy, th, body = kernel(ir)
+    ir = ir.replace('1, 8, 512, 64', f'1, {hkv}, {S}, 64')
+    name, gx, gy, th, cy, body = kernel(ir)
     main = f'''
 #include <random>
 int main() {{
-  const int HQ = {hq}, HKV = {hkv}, SQ = {sq}, S = 512, D = 64;
+  const int HQ = {hq}, HKV = {hkv}, SQ = {sq}, S = {S}, D = 64;
   std::mt19937 rng(9); std::uniform_real_distribution<float> U(-2.f, 2.f);
   typedef __nv_bfloat16 T;
   std::vector<T> q(HQ*SQ*D), kc(HKV*S*D), vc(HKV*S*D), kn(HKV*SQ*D), vn(HKV*SQ*D), out(HQ*SQ*D);
@@ -97,7 +114,7 @@ int main() {{
   double worst = 0; int bad = 0;
   for (int off : {{0, 137, S - SQ}}) {{
     std::vector<T> k2 = kc, v2 = vc; int len = off + SQ;
-    launch({gx}, {gy}, {th}, [&] {{ {name}(q.data(), k2.data(), v2.data(), &len, kn.data(), &off, vn.data(), out.data(), k2.data(), v2.data()); }});
+    launch({gx}, {gy}, {th}, {cy}, [&] {{ {name}(q.data(), k2.data(), v2.data(), &len, kn.data(), &off, vn.data(), out.data(), k2.data(), v2.data()); }});
     std::vector<T> kr = kc, vr = vc;
     for (int h = 0; h < HKV; h++) for (int i = 0; i < SQ; i++) for (int e = 0; e < D; e++)
       kr[(h * S + off + i) * D + e] = kn[(h * SQ + i) * D + e], vr[(h * S + off + i) * D + e] = vn[(h * SQ + i) * D + e];
@@ -111,7 +128,7 @@ int main() {{
         worst = std::max(worst, std::fabs(fc_ld(out[(h * SQ + i) * D + e]) - o / L)); }}
     }}
   }}
-  printf("fused Hq=%d Hkv=%d Sq=%d grid %dx%d: worst abs error %.3g, cache elements wrong %d\\n", HQ, HKV, SQ, {gx}, {gy}, worst, bad);
+  printf("fused Hq=%d Hkv=%d Sq=%d S=%d grid %dx%d of %d threads, clusters of %d: worst abs error %.3g, cache elements wrong %d\\n", HQ, HKV, SQ, S, {gx}, {gy}, {th}, {cy}, worst, bad);
   return worst < 0.05 && !bad ? 0 : 1;
 }}
 '''
@@ -144,5 +161,7 @@ for c in cases:
 for sq in (1, 4):
     fused(sq)
 fused(1, 8, 8)
+fused(1, 32, 8, 2048)  # Llama 1B's step: a cluster of 8 blocks of 16 warps
+fused(1, 12, 12, 1024)  # GPT-2's step
 print('test_decode_host: %d failed' % FAILS)
 sys.exit(1 if FAILS else 0)

@@ -19,7 +19,11 @@
  *    source holds no group id): as many distinct GEMV kernels as distinct
  *    GEMV summaries;
  *  - the decode kernels are programmatic dependents (they wait for the
- *    kernel before them), and their source has the wait.
+ *    kernel before them), and their source has the wait;
+ *  - a cache_attention of several parts of the keys merges them in a
+ *    thread-block cluster (sm 90): its kernel has __cluster_dims__, and no
+ *    module-scope partial results or counters (the merge through global
+ *    memory) are left.
  *
  * The numerics of the same rules are test_decode's (16 steps against the
  * whole sequence recomputed, on the CPU and, with a GPU, CUDA).
@@ -87,7 +91,7 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
     CHECK(p != NULL);
     if (!p) return;
     const fc_program_desc *d = fc_program_desc_of(p);
-    int kernels = 0, aliases = 0, views = 0, updates = 0, attentions = 0, pdl = 0, fused = 0;
+    int kernels = 0, aliases = 0, views = 0, updates = 0, attentions = 0, pdl = 0, fused = 0, parted = 0;
     for (int i = 0; i < d->src.nlaunches; i++) {
         const fc_launch *l = &d->src.launches[i];
         kernels += l->kind == FC_LAUNCH_KERNEL;
@@ -98,6 +102,7 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
         attentions += att;
         pdl += (upd || att) && l->pdl;
         if (att) {
+            parted += l->grid[1] > 1;
             fused += fused_updates(l);
             check_cache_writes(d, l, fused_updates(l));
         }
@@ -124,10 +129,12 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
          * kernel before may write or read); only cache rows may be loaded
          * before it (where the caches are parameters and the updates run
          * inside the attention: decode.c, prewait_of). */
-        int decode_kernels = 0, waits = 0, cache_writes = 0, early_reads = 0, early_cache = 0;
+        int decode_kernels = 0, waits = 0, cache_writes = 0, early_reads = 0, early_cache = 0, clusters = 0, buffers = 0;
         bool in = false, waited = false;
         while (f && fgets(line, sizeof line, f)) {
+            buffers += strstr(line, "__device__ float fc_cache_attention_") || strstr(line, "__device__ unsigned fc_cache_attention_");
             if (strstr(line, "__global__")) {
+                clusters += strstr(line, "fc_cache_attention_") && strstr(line, "__cluster_dims__(1, ");
                 in = strstr(line, "fc_update_slice_") || strstr(line, "fc_cache_attention_");
                 decode_kernels += in;
                 waited = false;
@@ -144,6 +151,10 @@ static void check_step(const char *file, int want_kernels, int want_aliases, int
             }
         }
         if (f) CHECK_EQ_INT(pclose(f), 0);
+        printf("%s: %d cache_attention launches of several parts, %d cluster kernels, %d global merge buffers\n", file,
+               parted, clusters, buffers);
+        CHECK((clusters > 0) == (parted > 0));
+        CHECK_EQ_INT(buffers, 0);
         CHECK(decode_kernels >= 1);
         CHECK_EQ_INT(waits, decode_kernels);
         CHECK_EQ_INT(early_reads, 0);

@@ -29,11 +29,18 @@
  * head x query) rows by parts of the keys; in a block of DEC_WARPS warps
  * the warps share the part's keys, each with an online softmax (max, sum,
  * and the weighted values: Dv / 32 per lane). Each chooses its parts so
- * that the grid fills the GPU about twice over; each block merges its
- * warps in shared memory, writes its partial result to a module-scope
- * buffer, and the rows' last block (a counter, the threadFenceReduction
- * pattern) merges the parts and writes the result. Query head h reads
- * key/value head h / (Hq / Hkv).
+ * that the grid fills the GPU about twice over, and each block merges its
+ * warps in shared memory. In the vector and the tensor-core kernels on sm
+ * 90, the parts of a row group are one thread-block cluster of at most 8
+ * blocks (parts_of: more parts become fewer blocks of more warps): each
+ * block keeps its partial result (max, sum, weighted values) in its shared
+ * memory, and after a cluster barrier each block merges a share of the
+ * (row, element)s from every block's through distributed shared memory.
+ * Otherwise (before sm 90, a long cache of few heads, the kernel of one
+ * lane per element) each block writes its partial result to a
+ * module-scope buffer, and the rows' last block (a counter, the
+ * threadFenceReduction pattern) merges the parts and writes the result.
+ * Query head h reads key/value head h / (Hq / Hkv).
  *
  * An update_slice whose result only a cache_attention reads runs inside
  * that kernel (fused_update): the kernel reads the new rows from the
@@ -94,10 +101,11 @@ static void strided_index(fc_strbuf *s, const fc_value *v, const fc_strided_view
 
 /* The kernel's parameters: what it reads (reads[0 .. nreads), each a const
  * pointer), then the one output, then the caches that a fused update
- * writes (wk, wv: see fused_update). */
-static void signature(fc_strbuf *s, const fc_value *const *reads, int nreads, const char *name, unsigned threads,
-                      unsigned min_blocks, const fc_value *out, const fc_value *wk, const fc_value *wv) {
-    fc_strbuf_printf(s, "extern \"C\" __global__ void __launch_bounds__(%u, %u) %s(", threads, min_blocks, name);
+ * writes (wk, wv: see fused_update); `cluster`: its __cluster_dims__, or
+ * "". */
+static void signature(fc_strbuf *s, const fc_value *const *reads, int nreads, const char *name, const char *cluster,
+                      unsigned threads, unsigned min_blocks, const fc_value *out, const fc_value *wk, const fc_value *wv) {
+    fc_strbuf_printf(s, "extern \"C\" __global__ void %s__launch_bounds__(%u, %u) %s(", cluster, threads, min_blocks, name);
     for (int i = 0; i < nreads; i++)
         fc_strbuf_printf(s, "const %s *__restrict__ a%d, ", fc_cuda_storage_type(reads[i]->dtype), i);
     fc_strbuf_printf(s, "%s *out", fc_cuda_storage_type(out->dtype));
@@ -132,7 +140,7 @@ static fc_status update_slice(const fc_group *gr, const char *name, fc_strbuf *s
     fc_strided_view sv = operand_view(gr, src);
     int is = arg_of(gr, sv.root), io = arg_of(gr, n->in[2]);
     const unsigned threads = 256;
-    signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, threads, 1, gr->outputs[0], NULL, NULL);
+    signature(s, (const fc_value *const *)gr->inputs, gr->ninputs, name, "", threads, 1, gr->outputs[0], NULL, NULL);
     wait_for_kernel_before(s);
     fc_strbuf_printf(s,
                      "  const long long off = (long long)*(const %s *)a%d;\n"
@@ -321,84 +329,192 @@ static void launch_grid(fc_launch *l, int64_t blocks, int64_t split, unsigned th
     l->block[1] = l->block[2] = 1;
 }
 
+/* The portable cluster size: the launches set no cluster attribute, the
+ * kernels' __cluster_dims__ say it. */
+#define DEC_CLUSTER 8
+
+/* How the vector and the tensor-core kernels split a row group's keys:
+ * SPLIT parts (grid.y), warps a block, blocks resident an SM, and whether
+ * the parts merge in a thread-block cluster. */
+typedef struct dec_parts {
+    int64_t split;
+    int warps, resident;
+    bool cluster;
+} dec_parts;
+
+/* Warps whose shared memory, `fixed` bytes a block and `per` a warp, fits
+ * in the 48 KB of a kernel's static shared memory. */
+static int warps_in_smem(int64_t fixed, int64_t per) { return (int)((48 * 1024 - fixed) / per); }
+
+/* From `split`, the parts that fill the GPU with blocks of `warps` warps
+ * (`resident` an SM), each warp `round` keys of the S a round of loads.
+ *
+ * The parts merge in a cluster (sm 90): each block keeps its partial
+ * result in its shared memory, and after one cluster barrier the blocks
+ * read each other's through distributed shared memory; no global buffer,
+ * fence, counter, nor the last block's two dependent rounds of loads from
+ * L2, several of the few microseconds that a decode step's attention takes
+ * (a chain of latencies: its 3 or 4 MB are ~1 us of bandwidth). A cluster
+ * is at most DEC_CLUSTER blocks, so more parts become DEC_CLUSTER blocks
+ * of up to `resident` times the warps: the same threads an SM, and so the
+ * same loads in flight, in fewer blocks (the fewest warps that take the
+ * fewest rounds, at most most_warps: the static shared memory's 48 KB).
+ * That fold is taken only where each block then has at most one more
+ * round of loads (a latency of ~1 us under load) than before, less than
+ * the tail it saves. GPT-2 (12 rows of a 1024-key cache: 22 parts of one
+ * round, now 8 of 8 warps) and Llama-1B (8 row groups of 2048 keys: 32
+ * parts of a tile a warp, now 8 of 16 warps) both keep one round. A long
+ * cache of few heads (8192 keys, 1 head: 64 parts of one round, 4 rounds
+ * as 8 parts) keeps its parts and the merge through global memory; so
+ * does a GPU without clusters. */
+static dec_parts parts_of(int sm, int64_t split, int warps, int resident, int64_t S, int64_t round, int most_warps) {
+    dec_parts p = {split, warps, resident, sm >= 90 && split > 1 && split <= DEC_CLUSTER};
+    if (sm < 90 || split <= DEC_CLUSTER) return p;
+    const int64_t per = warps * round, now = ((S + split - 1) / split + per - 1) / per;
+    const int64_t keys = (S + DEC_CLUSTER - 1) / DEC_CLUSTER;
+    int f = 1; /* the fewest warps a block of the fewest rounds */
+    for (int g = 2; g <= resident && warps * g <= most_warps && (g - 1) * DEC_CLUSTER < split; g++)
+        if ((keys + per * g - 1) / (per * g) < (keys + per * f - 1) / (per * f)) f = g;
+    if ((keys + per * f - 1) / (per * f) > now + 1) return p;
+    return (dec_parts){DEC_CLUSTER, warps * f, resident / f, true};
+}
+
+/* __cluster_dims__ of a kernel whose parts merge in a cluster: its SPLIT
+ * blocks of a row group (grid.y), the cluster's rank the part. */
+static const char *cluster_dims(const dec_parts *p, char *buf, size_t n) {
+    if (p->cluster) snprintf(buf, n, "__cluster_dims__(1, %lld, 1) ", (long long)p->split);
+    else buf[0] = 0;
+    return buf;
+}
+
+/* The module-scope buffers of the merge through global memory (p: not in
+ * a cluster, more than one part): the parts' partial results (`floats`)
+ * and a counter a row group, for `groups` row groups. Launches of one
+ * program run in stream order, so every launch of this kernel may use
+ * them; the row group's last block resets its counter. */
+static void part_buffers(fc_strbuf *s, const char *name, const dec_parts *p, int64_t floats, int64_t groups) {
+    if (p->split > 1 && !p->cluster)
+        fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
+                         (long long)(floats > 0 ? floats : 1), name, (long long)(groups > 0 ? groups : 1));
+}
+
 /* Into s, the end of the vector and the tensor-core kernels: the block's
  * warps merged from shared memory (sm_m, sm_l, sm_acc of W warps x RB
  * rows), one (row, element) a thread, then the result where the keys are
- * one part, else the part's partial result and, in the rows' last block,
- * the parts merged; ex is the exponential of the kernel's maxima (expf,
- * exp2f). Then the launch's grid. */
+ * one part; else the part's partial result and the parts merged (p): in a
+ * cluster, each block its share of the (row, element)s from every block's
+ * shared memory; or through global memory, in the row group's last block.
+ * ex is the exponential of the kernel's maxima (expf, exp2f). Then the
+ * launch's grid. */
 static void merge(fc_strbuf *s, fc_launch *l, const char *name, const char *OT, const char *ex, int64_t blocks,
-                  int64_t split, unsigned threads) {
+                  const dec_parts *p) {
+    fc_strbuf_printf(s, "  __syncthreads();\n");
+    if (p->cluster) fc_strbuf_printf(s, "  __shared__ float sm_pt[RB][PW]; /* this part's: M, L, the weighted values */\n");
     fc_strbuf_printf(s,
-                     "  __syncthreads();\n"
                      "  /* this block's keys: the warps merged, one (row, element) a thread */\n"
                      "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
                      "    const int r = t / DV, d = t %% DV;\n"
-                     "    const long long g = rg * RB + r;\n"
                      "    float M = -INFINITY, L = 0.f, o = 0.f;\n"
                      "    for (int w = 0; w < W; w++) M = fmaxf(M, sm_m[w][r]);\n"
                      "    for (int w = 0; w < W; w++) {\n"
                      "      const float cw = sm_m[w][r] == -INFINITY ? 0.f : %s(sm_m[w][r] - M);\n"
                      "      L += sm_l[w][r] * cw;\n"
                      "      o += sm_acc[w][r][d] * cw;\n"
-                     "    }\n"
-                     "    if (SPLIT == 1) {\n"
-                     "      if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
-                     "    } else {\n"
-                     "      float *mine = %s_part + ((blk * RB + r) * SPLIT + part) * PW;\n"
-                     "      mine[2 + d] = o;\n"
-                     "      if (d == 0) mine[0] = M, mine[1] = L;\n"
-                     "    }\n"
-                     "  }\n"
-                     "  if (SPLIT == 1) return;\n"
-                     "  __threadfence();\n"
-                     "  __syncthreads();\n"
-                     "  if (threadIdx.x == 0) last = atomicAdd(&%s_count[blk], 1u) == SPLIT - 1;\n"
-                     "  __syncthreads();\n"
-                     "  if (!last) return;\n"
-                     "  /* the rows' last block: merge the splits (flash-decoding). The parts'\n"
-                     "   * maxima and sums first (one load each, all at once), a warp a row\n"
-                     "   * turns them into the parts' weights, then each (row, element) sums\n"
-                     "   * its parts' values with loads that depend on nothing before them:\n"
-                     "   * the loops unrolled so that a thread's loads are in flight together\n"
-                     "   * (the merge is the launch's tail, a few blocks on an idle GPU). */\n"
-                     "  __shared__ float sm_pw[SPLIT][RB], sm_pl[SPLIT][RB], sm_L[RB];\n"
-                     "  __threadfence();\n"
-                     "#pragma unroll 4\n"
-                     "  for (int t = threadIdx.x; t < SPLIT * RB; t += blockDim.x) {\n"
-                     "    const float *pt = %s_part + ((blk * RB + t %% RB) * SPLIT + t / RB) * PW;\n"
-                     "    sm_pw[t / RB][t %% RB] = __ldcg(pt), sm_pl[t / RB][t %% RB] = __ldcg(pt + 1);\n"
-                     "  }\n"
-                     "  __syncthreads();\n"
-                     "  for (int r = warp; r < RB; r += W) { /* a warp a row */\n"
-                     "    float M = -INFINITY, L = 0.f;\n"
-                     "    for (int p = lane; p < SPLIT; p += 32) M = fmaxf(M, sm_pw[p][r]);\n"
-                     "#pragma unroll\n"
-                     "    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));\n"
-                     "    __syncwarp();\n"
-                     "    for (int p = lane; p < SPLIT; p += 32) {\n"
-                     "      const float mp = sm_pw[p][r], wp = mp == -INFINITY ? 0.f : %s(mp - M);\n"
-                     "      sm_pw[p][r] = wp;\n"
-                     "      L += sm_pl[p][r] * wp;\n"
-                     "    }\n"
-                     "#pragma unroll\n"
-                     "    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);\n"
-                     "    if (lane == 0) sm_L[r] = L;\n"
-                     "  }\n"
-                     "  __syncthreads();\n"
-                     "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
-                     "    const int r = t / DV, d = t %% DV;\n"
-                     "    const long long g = rg * RB + r;\n"
-                     "    const float *all = %s_part + (blk * RB + r) * SPLIT * PW + 2 + d;\n"
-                     "    float o = 0.f;\n"
-                     "#pragma unroll\n"
-                     "    for (int p = 0; p < SPLIT; p++) o = fmaf(sm_pw[p][r], __ldcg(all + p * PW), o);\n"
-                     "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / sm_L[r]);\n"
-                     "  }\n"
-                     "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
-                     "}\n",
-                     ex, OT, name, name, name, ex, name, OT, name);
-    launch_grid(l, blocks, split, threads);
+                     "    }\n",
+                     ex);
+    if (p->split == 1)
+        fc_strbuf_printf(s,
+                         "    const long long g = rg * RB + r;\n"
+                         "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n",
+                         OT);
+    else if (p->cluster)
+        fc_strbuf_printf(s, "    sm_pt[r][2 + d] = o;\n    if (d == 0) sm_pt[r][0] = M, sm_pt[r][1] = L;\n");
+    else
+        fc_strbuf_printf(s,
+                         "    float *mine = %s_part + ((blk * RB + r) * SPLIT + part) * PW;\n"
+                         "    mine[2 + d] = o;\n"
+                         "    if (d == 0) mine[0] = M, mine[1] = L;\n",
+                         name);
+    fc_strbuf_printf(s, "  }\n");
+    if (p->split == 1) {
+        fc_strbuf_printf(s, "}\n");
+    } else if (p->cluster) {
+        fc_strbuf_printf(s,
+                         "  /* the parts merged (flash-decoding): the cluster's blocks (rank: the part) hold\n"
+                         "   * their partials; block q merges (row, element)s q, q + SPLIT, .., reading every\n"
+                         "   * block's through distributed shared memory, all its loads before their use */\n"
+                         "  fc_cluster_sync();\n"
+                         "  for (int t = part + SPLIT * threadIdx.x; t < RB * DV; t += SPLIT * blockDim.x) {\n"
+                         "    const int r = t / DV, d = t %% DV;\n"
+                         "    const long long g = rg * RB + r;\n"
+                         "    float mp[SPLIT], lp[SPLIT], op[SPLIT], M = -INFINITY, L = 0.f, o = 0.f;\n"
+                         "#pragma unroll\n"
+                         "    for (int q = 0; q < SPLIT; q++)\n"
+                         "      mp[q] = fc_cluster_ld(&sm_pt[r][0], q), lp[q] = fc_cluster_ld(&sm_pt[r][1], q), op[q] = fc_cluster_ld(&sm_pt[r][2 + d], q);\n"
+                         "#pragma unroll\n"
+                         "    for (int q = 0; q < SPLIT; q++) M = fmaxf(M, mp[q]);\n"
+                         "#pragma unroll\n"
+                         "    for (int q = 0; q < SPLIT; q++) {\n"
+                         "      const float wq = mp[q] == -INFINITY ? 0.f : %s(mp[q] - M);\n"
+                         "      L = fmaf(lp[q], wq, L), o = fmaf(op[q], wq, o);\n"
+                         "    }\n"
+                         "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / L);\n"
+                         "  }\n"
+                         "  fc_cluster_sync(); /* no block leaves while another reads its shared memory */\n"
+                         "}\n",
+                         ex, OT);
+    } else {
+        fc_strbuf_printf(s,
+                         "  __shared__ bool last;\n"
+                         "  __threadfence();\n"
+                         "  __syncthreads();\n"
+                         "  if (threadIdx.x == 0) last = atomicAdd(&%s_count[blk], 1u) == SPLIT - 1;\n"
+                         "  __syncthreads();\n"
+                         "  if (!last) return;\n"
+                         "  /* the rows' last block: merge the splits (flash-decoding). The parts'\n"
+                         "   * maxima and sums first (one load each, all at once), a warp a row\n"
+                         "   * turns them into the parts' weights, then each (row, element) sums\n"
+                         "   * its parts' values with loads that depend on nothing before them:\n"
+                         "   * the loops unrolled so that a thread's loads are in flight together\n"
+                         "   * (the merge is the launch's tail, a few blocks on an idle GPU). */\n"
+                         "  __shared__ float sm_pw[SPLIT][RB], sm_pl[SPLIT][RB], sm_L[RB];\n"
+                         "  __threadfence();\n"
+                         "#pragma unroll 4\n"
+                         "  for (int t = threadIdx.x; t < SPLIT * RB; t += blockDim.x) {\n"
+                         "    const float *pt = %s_part + ((blk * RB + t %% RB) * SPLIT + t / RB) * PW;\n"
+                         "    sm_pw[t / RB][t %% RB] = __ldcg(pt), sm_pl[t / RB][t %% RB] = __ldcg(pt + 1);\n"
+                         "  }\n"
+                         "  __syncthreads();\n"
+                         "  for (int r = warp; r < RB; r += W) { /* a warp a row */\n"
+                         "    float M = -INFINITY, L = 0.f;\n"
+                         "    for (int p = lane; p < SPLIT; p += 32) M = fmaxf(M, sm_pw[p][r]);\n"
+                         "#pragma unroll\n"
+                         "    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));\n"
+                         "    __syncwarp();\n"
+                         "    for (int p = lane; p < SPLIT; p += 32) {\n"
+                         "      const float mp = sm_pw[p][r], wp = mp == -INFINITY ? 0.f : %s(mp - M);\n"
+                         "      sm_pw[p][r] = wp;\n"
+                         "      L += sm_pl[p][r] * wp;\n"
+                         "    }\n"
+                         "#pragma unroll\n"
+                         "    for (int o = 16; o > 0; o >>= 1) L += __shfl_xor_sync(0xffffffffu, L, o);\n"
+                         "    if (lane == 0) sm_L[r] = L;\n"
+                         "  }\n"
+                         "  __syncthreads();\n"
+                         "  for (int t = threadIdx.x; t < RB * DV; t += blockDim.x) {\n"
+                         "    const int r = t / DV, d = t %% DV;\n"
+                         "    const long long g = rg * RB + r;\n"
+                         "    const float *all = %s_part + (blk * RB + r) * SPLIT * PW + 2 + d;\n"
+                         "    float o = 0.f;\n"
+                         "#pragma unroll\n"
+                         "    for (int p = 0; p < SPLIT; p++) o = fmaf(sm_pw[p][r], __ldcg(all + p * PW), o);\n"
+                         "    if (g < GQS) out[(kvh * GQS + g) * DV + d] = fc_to<%s>(o / sm_L[r]);\n"
+                         "  }\n"
+                         "  if (threadIdx.x == 0) %s_count[blk] = 0u;\n"
+                         "}\n",
+                         name, name, ex, name, OT, name);
+    }
+    launch_grid(l, blocks, p->split, 32u * (unsigned)p->warps);
 }
 
 /* cache_attention where the rows are whole 16-byte chunks (vector_width):
@@ -411,9 +527,9 @@ static void merge(fc_strbuf *s, fc_launch *l, const char *name, const char *OT, 
  * MB over the whole GPU, so the time is the loads' latency unless nearly
  * all of them are in flight together). Each lane group keeps an online
  * softmax per query row over its keys; the warp merges its groups with
- * shuffles, the block its warps in shared memory, and the splits merge as
- * in the kernel of one lane per element. */
-static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l, const fc_value *const *reads,
+ * shuffles, the block its warps in shared memory, and the parts merge in
+ * a cluster or through global memory (merge). */
+static void vector_kernel(int sm, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l, const fc_value *const *reads,
                           int nreads, const fused *fk, const fused *fv, const int idx[4], const char *sc, int ve) {
     const fc_node *n = gr->nodes[0];
     const fc_value *q = n->in[0], *k = n->in[1], *v = n->in[2];
@@ -434,20 +550,22 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
     if (split > most) split = most;
     if (split < 1) split = 1;
     if (split > 64) split = 64;
-    const unsigned threads = 32 * DEC_WARPS;
-    const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
-    const int64_t part = blocks * rb * split * (Dv + 2);
-    fc_strbuf_printf(s, "%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers, name,
-                     (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
     /* Two blocks an SM (at most 128 registers a thread): the grid is about
      * two blocks an SM, which then all run at once. */
-    signature(s, reads, nreads, name, threads, 2, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
+    const dec_parts pp = parts_of(sm, split, DEC_WARPS, 2, S, DEC_UNROLL * kpw,
+                                  warps_in_smem(4 * (rb * D + rb * (Dv + 2)), 4 * rb * (Dv + 2)));
+    const unsigned threads = 32u * (unsigned)pp.warps;
+    const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
+    char cd[48];
+    fc_strbuf_printf(s, "%s", vec_helpers);
+    part_buffers(s, name, &pp, blocks * rb * pp.split * (Dv + 2), blocks);
+    signature(s, reads, nreads, name, cluster_dims(&pp, cd, sizeof cd), threads, (unsigned)pp.resident, gr->outputs[0],
+              fk->gr ? k : NULL, fv->gr ? v : NULL);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d, VE = %d };\n"
                      "  enum { C = %d, KPW = 32 / C, CK = D / VE, CV = DV / VE, RB = %lld, NG = %lld, SPLIT = %lld, U = %d, PW = DV + 2 };\n"
                      "  typedef %s T;\n"
                      "  __shared__ float sm_q[RB][D], sm_m[W][RB], sm_l[W][RB], sm_acc[W][RB][DV];\n"
-                     "  __shared__ bool last;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, c = lane %% C, kq = lane / C;\n"
                      "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
                      "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + g / SQ, i = g %% SQ) */\n"
@@ -455,8 +573,8 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n"
                      "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
                      "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n",
-                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_WARPS, ve, c,
-                     (long long)rb, (long long)ng, (long long)split, DEC_UNROLL, T, idx[1], idx[2]);
+                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, pp.warps, ve, c,
+                     (long long)rb, (long long)ng, (long long)pp.split, DEC_UNROLL, T, idx[1], idx[2]);
     const bool prewait = prewait_of(fk, fv);
     /* key indices in int: S < 2^31 (vector_width) */
     if (prewait)
@@ -570,7 +688,7 @@ static void vector_kernel(const fc_group *gr, const char *name, fc_strbuf *s, fc
                      "      for (int e = 0; e < VE; e++) if (c < CV) sm_acc[warp][r][c * VE + e] = acc[r][e];\n"
                      "    }\n"
                      "  }\n");
-    merge(s, l, name, OT, "expf", blocks, split, threads);
+    merge(s, l, name, OT, "expf", blocks, &pp);
 }
 
 /* The tensor-core kernel's helpers: the attention kernels' MMA, pack and
@@ -674,8 +792,8 @@ static void fresh_overrides(fc_strbuf *s, const fused *fk, const fused *fv, cons
 
 /* cache_attention in bf16 or f16 on tensor cores (mma_kernel's condition
  * in cache_attention): a block per (batch, key/value head, up to 8 of its
- * query rows) and part of the keys, DEC_MMA_WARPS warps, each 16 keys at
- * a time. The decode step's cost is its instructions and its loads'
+ * query rows) and part of the keys, DEC_MMA_WARPS warps (or a multiple:
+ * parts_of), each 16 keys at a time. The decode step's cost is its instructions and its loads'
  * latency, not arithmetic, so the scores and the weighted values are
  * MMAs (m16n8k16, f32 accumulators) whose operands are the 16-byte row
  * loads as they come: a lane (group g = lane / 4, q = lane % 4) loads
@@ -719,20 +837,23 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
      * of its warps' 16 keys over a full cache, so that nearly every key's
      * load is in flight in the first round (a step of one sequence: GPT-2's
      * and Llama's are capped by the cache); at most 64 (the merge's shared
-     * memory). */
+     * memory); then a cluster's (parts_of). */
     const int64_t per = 16 * DEC_MMA_WARPS;
     int64_t split = (resident * fc_cuda_plan_sms(plan) + blocks - 1) / (blocks > 0 ? blocks : 1);
     if (split > S / per) split = S / per;
     if (split < 1) split = 1;
     if (split > 64) split = 64;
-    const unsigned threads = 32 * DEC_MMA_WARPS;
+    const dec_parts pp = parts_of(plan->sm, split, DEC_MMA_WARPS, resident, S, 16,
+                                  warps_in_smem(16 * D + 4 * rb * (Dv + 2), 4 * rb * (Dv + 2)));
+    const unsigned threads = 32u * (unsigned)pp.warps;
     const char *T = fc_cuda_storage_type(k->dtype), *OT = fc_cuda_storage_type(n->out[0]->dtype);
-    const int64_t part = blocks * rb * split * (Dv + 2);
-    fc_strbuf_printf(s, "%s%s%s__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", vec_helpers,
-                     attn_helpers, mma_helpers, name, (long long)(part > 0 ? part : 1), name, (long long)(blocks > 0 ? blocks : 1));
+    char cd[48];
+    fc_strbuf_printf(s, "%s%s%s", vec_helpers, attn_helpers, mma_helpers);
+    part_buffers(s, name, &pp, blocks * rb * pp.split * (Dv + 2), blocks);
     fresh_chunk(s, fk, name, T, D);
     fresh_chunk(s, fv, name, T, Dv);
-    signature(s, reads, nreads, name, threads, (unsigned)resident, gr->outputs[0], fk->gr ? k : NULL, fv->gr ? v : NULL);
+    signature(s, reads, nreads, name, cluster_dims(&pp, cd, sizeof cd), threads, (unsigned)pp.resident, gr->outputs[0],
+              fk->gr ? k : NULL, fv->gr ? v : NULL);
     fc_strbuf_printf(s,
                      "  enum { D = %lld, DV = %lld, S = %lld, SQ = %lld, GQ = %lld, GQS = GQ * SQ, W = %d };\n"
                      "  /* chunks a row; k-steps of 2 chunks a lane (NI) and value chunks a lane (NW) */\n"
@@ -741,7 +862,6 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "  typedef %s T;\n"
                      "  __shared__ __align__(16) unsigned short sm_q[8][D];\n"
                      "  __shared__ float sm_m[W][RB], sm_l[W][RB], sm_acc[W][RB][DV];\n"
-                     "  __shared__ bool last;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q4 = lane & 3;\n"
                      "  /* the block's rows: query rows rg * RB .. of key/value head kvh (b * Hkv + head), whose\n"
                      "   * GQ heads' rows are the result's rows kvh * GQS .. (h = head * GQ + row / SQ, i = row %% SQ) */\n"
@@ -749,8 +869,8 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "  const int rg = (int)(blk %% NG), part = blockIdx.y;\n"
                      "  const T *kp = a%d + kvh * S * D, *vp = a%d + kvh * S * DV;\n"
                      "  const bool al = (((unsigned long long)kp | (unsigned long long)vp) & 15u) == 0;\n",
-                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, DEC_MMA_WARPS, (long long)rb,
-                     (long long)ng, (long long)split, T, idx[1], idx[2]);
+                     (long long)D, (long long)Dv, (long long)S, (long long)Sq, (long long)GQ, pp.warps, (long long)rb,
+                     (long long)ng, (long long)pp.split, T, idx[1], idx[2]);
     const bool prewait = prewait_of(fk, fv);
     /* key indices in int: S < 2^31 (vector_width); parts of whole 16-key tiles */
     if (prewait) {
@@ -900,7 +1020,7 @@ static void mma_kernel(const fc_plan *plan, const fc_group *gr, const char *name
                      "      if (c < CV && r < RB) sm_acc[warp][r][d] = a[0], sm_acc[warp][r][d + 1] = a[2];\n"
                      "      if (c < CV && r + 1 < RB) sm_acc[warp][r + 1][d] = a[1], sm_acc[warp][r + 1][d + 1] = a[3];\n"
                      "    }\n");
-    merge(s, l, name, OT, "exp2f", blocks, split, threads);
+    merge(s, l, name, OT, "exp2f", blocks, &pp);
 }
 
 static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const char *name, fc_strbuf *s, fc_launch *l) {
@@ -985,7 +1105,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
         return FC_OK;
     }
     if (ve) {
-        vector_kernel(gr, name, s, l, reads, nreads, &fk, &fv, idx, sc, ve);
+        vector_kernel(plan->sm, gr, name, s, l, reads, nreads, &fk, &fv, idx, sc, ve);
         free(reads);
         return FC_OK;
     }
@@ -1002,7 +1122,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
      * them; the last block of a row resets its counter. */
     fc_strbuf_printf(s, "__device__ float %s_part[%lld];\n__device__ unsigned %s_count[%lld];\n", name,
                      (long long)(rows * split * (NV * 32 + 2)), name, (long long)(rows > 0 ? rows : 1));
-    signature(s, reads, nreads, name, threads, 1, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
+    signature(s, reads, nreads, name, "", threads, 1, gr->outputs[0], fk.gr ? k : NULL, fv.gr ? v : NULL);
     wait_for_kernel_before(s);
     free(reads);
     fc_strbuf_printf(s,
