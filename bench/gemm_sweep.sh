@@ -29,6 +29,9 @@
 #   SWEEP_MS       default "128 8192"
 #   SWEEP_KS       default "768 767"
 #   SWEEP_FORM     tb (default) or nn, for SWEEP_MS
+#   SWEEP_SHAPES   default all: shell patterns of FORM,M,N,K, the shapes above
+#                  that match one are run (SWEEP_SHAPES='nn,8,*': the x @ W rows
+#                  at M = 8; 'nn,8,32001,767 nn,8,30522,767': those two)
 #   SWEEP_DTYPE    bf16 (default), f16 or f32
 #   SWEEP_TAIL     none (default: y is the graph's result), softmax (softmax(y) is:
 #                  a kernel reads y, so a padded y is read in place) or f32 (cast to f32)
@@ -64,6 +67,13 @@ up() { echo $((($1 + $2 - 1) / $2 * $2)); }
 shapes=()
 for M in $SMALL; do for f in tb nn; do for N in $NS; do for K in $KS; do shapes+=("$f,$M,$N,$K"); done; done; done; done
 for M in $MS; do for N in $NS; do for K in $KS; do shapes+=("$FORM,$M,$N,$K"); done; done; done
+if [[ -n ${SWEEP_SHAPES:-} ]]; then
+    read -r -a pats <<<"$SWEEP_SHAPES" # read: no file names expanded from the patterns
+    kept=()
+    for s in "${shapes[@]}"; do for p in "${pats[@]}"; do [[ $s == $p ]] && { kept+=("$s"); break; }; done; done
+    ((${#kept[@]})) || { echo "gemm_sweep: no shape matches SWEEP_SHAPES='$SWEEP_SHAPES'" >&2; exit 2; }
+    shapes=("${kept[@]}")
+fi
 declare -A SEEN
 timed=()
 add() { [[ -n ${SEEN[$1]:-} ]] || { SEEN[$1]=1; timed+=("$1"); }; }

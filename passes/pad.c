@@ -39,7 +39,8 @@
  * The cost rule (plan_of, fc_pad_rule) estimates both shapes from the device's floors: a
  * GEMM takes the longer of its math and its bytes, and the unaligned one
  * SLOWDOWN times the math (measured 3 to 7x at M >= 128, and nothing when
- * the bytes dominate, at M = 1; docs/PERF.md); the padded one adds every
+ * the bytes dominate, at M = 1; docs/PERF.md) and its bytes slower too
+ * (few rows: 1.5x, 3x for cuBLASLt on a [K, N] weight); the padded one adds every
  * copy and launch the padding makes. Padding is done only when that is
  * faster by a margin.
  *
@@ -69,12 +70,22 @@ enum { ROW_BYTES = 16, MAX_OPERANDS = 256 };
 /* bytes_slowdown: at M = 1 and 8 the unaligned GEMMs streamed their
  * weights 1.35 to 3.0 times slower than the aligned shape's kernel (cuBLASLt's
  * align1 kernels, the [K, N] GEMV on odd rows; bench/gemm_sweep.sh,
- * docs/PERF.md), 1.02 to 1.2 at a few [N, K] shapes: 1.5. */
+ * docs/PERF.md), 1.02 to 1.2 at a few [N, K] shapes: 1.5.
+ * kn_bytes_slowdown: cuBLASLt's align1 kernels alone, on a [K, N] weight at
+ * M = 8 (the sweep, its time over the aligned shape's, each less a 2 us
+ * launch): 8 x 32001 x 767 0.0442 ms against 0.0152 (cuBLASLt at 32008 x
+ * 768), 3.2x; 8 x 30522 x 767 0.0435 against the 46.9 MB of 30528 x 768 at
+ * 4 TB/s (11.7 us; its measured 0.0283 is the skinny kernel's), 3.6x;
+ * 8 x 50257 x 768 0.0656 against 0.0237 and 8 x 32001 x 768 0.0430 against
+ * 0.0152, 2.9x and 3.1x: 3.0, the low end (as slowdown's). At 1.5 the rule
+ * priced 8 x 32001 x 767 at 22 us unaligned (measured 44; at 3.0, 41) and
+ * left it unpadded. */
 const fc_pad_rule fc_pad_rule_h200 = {
     .flops16 = 770e12, .flops32 = 50e12, .bytes_per_s = 4.0e12, .launch_s = 2e-6, .slowdown = 3.0, .margin = 0.8,
     .interleave_min_rows = 128, /* FC_CUBLASLT_INTERLEAVE_MIN_ROWS */
     .bytes_slowdown = 1.5,
     .gemv_max_m = 8, .gemv_kn_max_m = 1, .gemv_k_step = 256, .gemv_kn_max_k = 4096, /* codegen/cuda/gemv.h */
+    .kn_bytes_slowdown = 3.0,
 };
 
 static int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -97,12 +108,21 @@ static bool padded_at_load(const fc_value *v) {
 
 static double copy_s(const fc_pad_rule *r, double elems, int es) { return 2.0 * elems * es / r->bytes_per_s + r->launch_s; }
 
+/* How many times slower an unaligned GEMM streams its bytes: kn, a weight
+ * [K, N] that the general GEMM runs (kn_bytes_slowdown), else the rule's
+ * bytes_slowdown. */
+static double bytes_factor(const fc_pad_rule *r, bool kn) {
+    double f = kn && r->kn_bytes_slowdown > 0 ? r->kn_bytes_slowdown : r->bytes_slowdown;
+    return f > 0 ? f : 1;
+}
+
 /* One GEMM's time: the longer of its math and its bytes, the math
- * SLOWDOWN times slower and the bytes BYTES_SLOWDOWN times when unaligned. */
-static double gemm_s(const fc_pad_rule *r, double M, double N, double K, int es, bool aligned) {
+ * SLOWDOWN times slower and the bytes bytes_factor(kn) times when
+ * unaligned. */
+static double gemm_s(const fc_pad_rule *r, double M, double N, double K, int es, bool aligned, bool kn) {
     double math = 2.0 * M * N * K / (es == 2 ? r->flops16 : r->flops32);
     double bytes = (M * K + K * N + M * N) * es / r->bytes_per_s;
-    if (!aligned) return r->slowdown * math + (r->bytes_slowdown > 0 ? r->bytes_slowdown : 1) * bytes + r->launch_s;
+    if (!aligned) return r->slowdown * math + bytes_factor(r, kn) * bytes + r->launch_s;
     return (math > bytes ? math : bytes) + r->launch_s;
 }
 
@@ -145,7 +165,7 @@ static double interleaved_s(const fc_pad_rule *r, const fc_gemm_info *gi, const 
     const int64_t g = 16 / eo;
     if (p->M % R || p->M / R < r->interleave_min_rows || p->N < 2 * g) return -1;
     double M = (double)p->M, N = (double)p->N, K = (double)p->K;
-    double t = gemm_s(r, M, N, K, es, true);
+    double t = gemm_s(r, M, N, K, es, true, false);
     t += (double)(R - 1) * N * K * es / r->bytes_per_s + (double)(R + 3) * r->launch_s;
     t += 2 * (M * K * es + 2 * M * (double)g * eo) / r->bytes_per_s;
     return t;
@@ -200,8 +220,10 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
         if (gi->trans_b) p->pad_n = false;
         else p->pad_k = false;
         if (!p->pad_k && !p->pad_n) return false;
-        double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
-        double after = gemm_s(r, (double)p->M, (double)(p->pad_n ? p->Np : p->N), (double)(p->pad_k ? p->Kp : p->K), es, true);
+        /* The GEMV runs the unaligned shape too: bytes_slowdown. */
+        double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false, false);
+        double after =
+            gemm_s(r, (double)p->M, (double)(p->pad_n ? p->Np : p->N), (double)(p->pad_k ? p->Kp : p->K), es, true, false);
         return after < r->margin * before;
     }
     p->n_by_block = p->pad_n && !p->pad_k && all_params(gi);
@@ -218,8 +240,8 @@ static bool plan_of(const pad_ctx *c, const fc_node *n, pad_plan *p) {
     if (p->pad_k && p->pad_n && gi->has_bias && stored_as_is(gi->bias[0]) && !padded_at_load(gi->bias[0]))
         extra += r->launch_s;
     if (p->pad_n && c->leaves[y->id]) extra += copy_s(r, (double)p->M * (double)p->N, (int)fc_dtype_size(y->dtype));
-    double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false);
-    double after = gemm_s(r, (double)p->M, (double)Np, (double)Kp, es, true) + extra;
+    double before = gemm_s(r, (double)p->M, (double)p->N, (double)p->K, es, false, !gi->trans_b);
+    double after = gemm_s(r, (double)p->M, (double)Np, (double)Kp, es, true, false) + extra;
     if (p->pad_n && !p->pad_k) {
         /* The backend may write the unaligned result in place instead. */
         double in_place = interleaved_s(r, gi, p, es, (int)fc_dtype_size(y->dtype));

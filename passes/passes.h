@@ -85,6 +85,10 @@ typedef struct fc_pad_rule {
      * the result unpadded, so padding only the weight (K of [N, K], N of
      * [K, N]) costs no copy per run; 0: no such kernel. */
     int64_t gemv_max_m, gemv_kn_max_m, gemv_k_step, gemv_kn_max_k;
+    /* bytes_slowdown for a weight stored [K, N] (untransposed) where the
+     * backend's general GEMM runs the unaligned shape (not its GEMV); 0:
+     * bytes_slowdown. */
+    double kn_bytes_slowdown;
 } fc_pad_rule;
 extern const fc_pad_rule fc_pad_rule_h200;
 fc_status fc_pass_pad_with(fc_graph *g, const fc_pad_rule *rule);

@@ -131,7 +131,7 @@ static inline fc_status run_passes(fc_graph *g, const char *list, const char *wh
         else if (!strcmp(p, "pad_always")) {
             /* Every unaligned GEMM padded: launches free, unaligned math
              * slow without end (small graphs that the reference runs). */
-            static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0};
+            static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0, 0};
             st = fc_pass_pad_with(g, &always);
         }
         else {

@@ -98,6 +98,32 @@ static const pad_case cases[] = {
     {"the pipeline's rule: x @ W, M = 8, N = 50257: a zero block, cuBLASLt aligned, the result compacted",
      "graph f(%x: bf16[8, 768], %w: bf16[768, 50257]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
      "library gemm ops: gemm[x2] -> bf16", true, false, false},
+    /* x @ W at few rows, K 767 and N a vocabulary: K and N padded (x's
+     * rows by the kernel that writes x, or a pad kernel for a parameter),
+     * the skinny kernel writing the unpadded result where N_p is whole
+     * 64-column tiles, else cuBLASLt aligned and the result compacted. */
+    {"the pipeline's rule: x @ W, M = 8, N = 30522, K = 767, x from relu: the skinny kernel writes the 30522 columns",
+     "graph f(%x: bf16[8, 767], %w: bf16[767, 30522]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "8 x 30528 x 768, K in 2 slices of a cluster, writes the 30522 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 8, N = 30522, K = 767, x a parameter (the sweep's graph)",
+     "graph f(%x: bf16[8, 767], %w: bf16[767, 30522]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     "writes the 30522 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 8, N = 32001, K = 767, x from relu: cuBLASLt aligned, the result compacted",
+     "graph f(%x: bf16[8, 767], %w: bf16[767, 32001]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "library gemm ops: gemm -> bf16", true, false, false},
+    {"the pipeline's rule: x @ W, M = 8, N = 32001, K = 767, x a parameter (the sweep's graph)",
+     "graph f(%x: bf16[8, 767], %w: bf16[767, 32001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     "library gemm ops: gemm -> bf16", true, false, false},
+    {"the pipeline's rule: x @ W, M = 3, N = 32001, K = 767, the padded result read in place by a softmax",
+     "graph f(%x: bf16[3, 767], %w: bf16[767, 32001]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n"
+     "  %t = softmax(%y, axis=-1)\n  return %t\n}\n",
+     "library gemm ops: gemm -> bf16", true, false, false},
+    {"the pipeline's rule: x @ W, M = 64, N = 30522, K = 767: the skinny kernel writes the 30522 columns",
+     "graph f(%x: bf16[64, 767], %w: bf16[767, 30522]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "64 x 30528 x 768, K in 2 slices of a cluster, writes the 30522 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 1, N = 32001, K = 767: the [K, N] GEMV at N 32008",
+     "graph f(%x: bf16[1, 767], %w: bf16[767, 32001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
+     "writes the 32001 columns of the result", true, false, false},
 };
 
 static uint64_t seed = 0x5eed;
@@ -114,9 +140,9 @@ static void fill(fc_tensor *t) {
 
 /* g padded as the pipeline pads large shapes, whatever its size. */
 static fc_graph *padded(fc_graph *g, const pad_case *pc) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0};
-    static const fc_pad_rule in_place = {1e12, 1e12, 1e12, 0, 1e30, 1, 1, 0, 0, 0, 0, 0};
-    static const fc_pad_rule gemv = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 2, 8, 1, 8, 4096};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0, 0};
+    static const fc_pad_rule in_place = {1e12, 1e12, 1e12, 0, 1e30, 1, 1, 0, 0, 0, 0, 0, 0};
+    static const fc_pad_rule gemv = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 2, 8, 1, 8, 4096, 0};
     fc_graph *p = fc_graph_clone(g);
     CHECK(p != NULL);
     if (!p) return NULL;
@@ -192,7 +218,7 @@ static void run_case(fc_context *ctx, fc_device dev, const pad_case *pc) {
  * gets what it asks for. */
 /* Every GEMM padded (the rule that pads always). */
 static fc_status pad_always(fc_graph *g) {
-    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0};
+    static const fc_pad_rule always = {1e12, 1e12, 1e12, 0, 1e30, 1, 0, 0, 0, 0, 0, 0, 0};
     return fc_pass_pad_with(g, &always);
 }
 

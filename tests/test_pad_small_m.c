@@ -17,9 +17,17 @@
  *     load to K 768, the GEMV staging x's rows with the zeros itself (no
  *     copy kernel per run); with x written by a kernel, that kernel writes
  *     the padded rows. The sources compile with NVRTC.
- *  2. An odd K (767) written by a kernel: at M = 64 padded to 768 (the
- *     kernel writes the zero columns, the weight is padded at load), which
- *     makes it a skinny GEMM of K 768; at M = 8 one cuBLASLt call.
+ *  2. An odd K (767) written by a kernel: at M = 8 and 64 padded to 768
+ *     (the kernel writes the zero columns, the weight is padded at load),
+ *     which makes it a skinny GEMM of K 768; at M = 1 the [K, N] GEMV.
+ *  2b. x @ W with an odd K and a vocabulary N (odd or not) at M = 1 to
+ *     64: at M = 1 the [K, N] GEMV (N padded at load where odd); from
+ *     M = 2 K and N padded (the kernel writing x writes the zero columns,
+ *     the weight padded at load), the skinny kernel where N_p is whole
+ *     64-column tiles, writing the N columns of the graph's result itself,
+ *     else cuBLASLt aligned, its result compacted by a kernel when the
+ *     graph returns it and read in place by a kernel that reads it. The
+ *     result keeps its logical shape; the sources compile with NVRTC.
  *  3. A dynamic plan (M symbolic) with an odd K and a vocabulary N: not
  *     padded (the pass runs on static plans); its GEMM is a generated tile
  *     kernel whose unit compiles with NVRTC for sm_90a.
@@ -40,6 +48,7 @@
 
 typedef struct small_plan {
     int kernels, library, loadtime;
+    int64_t out_n;     /* the graph's first result's last dim */
     fc_gemm_path path; /* the one GEMM's */
     char summary[160]; /* the GEMM launch's */
 } small_plan;
@@ -61,6 +70,8 @@ static bool plan_of(fc_context *ctx, const char *what, const char *text, bool dy
     if (!st) {
         plan.sm = 90;
         plan.sm_count = 132;
+        const fc_value *o = plan.g->outputs[0];
+        sp->out_n = o->dims[o->rank - 1];
         int ngemm = 0;
         for (int i = 0; i < plan.ngroups; i++) {
             fc_gemm_choice c;
@@ -151,9 +162,12 @@ static void test_odd_k(fc_context *ctx) {
     }
     snprintf(text, sizeof text, fmt, 8);
     if (plan_of(ctx, "odd K, M 8", text, false, &sp, NULL)) {
-        CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
-        CHECK_EQ_INT(sp.kernels, 1); /* relu alone */
-        CHECK_EQ_INT(sp.loadtime, 0);
+        /* As at M = 64: cuBLASLt's unaligned [K, N] kernels stream 3x slower (passes/pad.c). */
+        CHECK_EQ_INT(sp.path, FC_GEMM_SKINNY);
+        CHECK_EQ_INT(sp.kernels, 3);
+        CHECK_EQ_INT(sp.library, 0);
+        CHECK_EQ_INT(sp.loadtime, 1);
+        CHECK(strstr(sp.summary, "8 x 2304 x 768") != NULL);
     }
     snprintf(text, sizeof text, fmt, 1);
     if (plan_of(ctx, "odd K, M 1", text, false, &sp, NULL)) {
@@ -218,6 +232,70 @@ static void test_odd_k_gemv(fc_context *ctx) {
     }
 }
 
+/* x @ W, K 767, at few rows and vocabulary sizes: the shapes whose
+ * unaligned cuBLASLt kernels streamed 3x slower than the aligned shape's
+ * (bench/gemm_sweep.sh: 8 x 32001 x 767 and 8 x 30522 x 767, left unpadded
+ * by a rule that priced them at 1.5x). x from relu (which writes the padded
+ * rows); the result returned (tail 0) or read by a softmax (tail 1). */
+static void test_odd_k_kn(fc_context *ctx) {
+    static const int rows[] = {1, 2, 3, 8, 16, 64};
+    static const int cols[] = {32001, 30522, 50257, 49408};
+    for (size_t m = 0; m < sizeof rows / sizeof *rows; m++)
+        for (size_t v = 0; v < sizeof cols / sizeof *cols; v++)
+            for (int tail = 0; tail < 2; tail++) {
+                const int M = rows[m], N = cols[v];
+                char text[512], what[96];
+                snprintf(text, sizeof text,
+                         "graph q(%%x: bf16[%d, 767], %%w: bf16[767, %d]) {\n  %%r = relu(%%x)\n"
+                         "  %%y = matmul(%%r, %%w)\n%s}\n",
+                         M, N, tail ? "  %t = softmax(%y, axis=-1)\n  return %t\n" : "  return %y\n");
+                snprintf(what, sizeof what, "x @ W, M %d, N %d, K 767%s", M, N, tail ? ", softmax" : "");
+                small_plan sp;
+                char *source = NULL;
+                if (!plan_of(ctx, what, text, false, &sp, M == 8 && !tail ? &source : NULL)) continue;
+                const int Np = (N + 7) / 8 * 8;
+                const bool gemv = M == 1, skinny = !gemv && Np % 64 == 0, own = gemv || skinny;
+                const fc_gemm_path want = gemv ? FC_GEMM_GEMV : skinny ? FC_GEMM_SKINNY : FC_GEMM_LIBRARY;
+                /* Per run: relu (writing the padded rows), the GEMM, a
+                 * compaction only of cuBLASLt's returned result, the
+                 * softmax; at load: the weight's pad (none for the GEMV at
+                 * an aligned N, which takes any K). */
+                const int loadtime = gemv && N == Np ? 0 : 1;
+                const int kernels = 1 + loadtime + (own ? 1 : 0) + (!own && !tail && N != Np ? 1 : 0) + tail;
+                char shape[64], written[64];
+                snprintf(shape, sizeof shape, "%d x %d x %d", M, Np, gemv ? 767 : 768);
+                snprintf(written, sizeof written, "writes the %d columns of the result", N);
+                const bool writes = own && !tail && N != Np;
+                const bool ok = sp.path == want && sp.kernels == kernels && sp.library == (own ? 0 : 1) &&
+                                sp.loadtime == loadtime && sp.out_n == N && (!own || strstr(sp.summary, shape)) &&
+                                (!writes || strstr(sp.summary, written));
+                if (!ok)
+                    fprintf(stderr, "%s: %d kernels, %d calls, %d at load, path %d, N %lld (%s)\n", what, sp.kernels, sp.library,
+                            sp.loadtime, (int)sp.path, (long long)sp.out_n, sp.summary);
+                CHECK(ok);
+                if (source) nvrtc_compiles(ctx, what, source);
+                free(source);
+            }
+    /* The sweep's graph: x a parameter, which no kernel writes, so its pad
+     * is a kernel of its own (3 blocks at M = 8). */
+    small_plan sp;
+    if (plan_of(ctx, "x @ W, M 8, N 30522, K 767, x a parameter",
+                "graph p(%x: bf16[8, 767], %w: bf16[767, 30522]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, &sp, NULL)) {
+        CHECK_EQ_INT(sp.path, FC_GEMM_SKINNY);
+        CHECK_EQ_INT(sp.kernels, 3); /* x's pad, the weight's at load, the GEMM */
+        CHECK_EQ_INT(sp.loadtime, 1);
+        CHECK(strstr(sp.summary, "8 x 30528 x 768") && strstr(sp.summary, "writes the 30522 columns of the result"));
+    }
+    if (plan_of(ctx, "x @ W, M 8, N 32001, K 767, x a parameter",
+                "graph p(%x: bf16[8, 767], %w: bf16[767, 32001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n", false, &sp, NULL)) {
+        CHECK_EQ_INT(sp.path, FC_GEMM_LIBRARY);
+        CHECK_EQ_INT(sp.library, 1);
+        CHECK_EQ_INT(sp.kernels, 3); /* x's pad, the weight's at load, the compaction */
+        CHECK_EQ_INT(sp.loadtime, 1);
+        CHECK_EQ_INT(sp.out_n, 32001);
+    }
+}
+
 /* Not few rows, but the same odd K: at M = 8192 K is padded alone and the
  * unaligned result written in place by cuBLASLt over interleaved rows
  * (passes/pad.c; runtime/cuda/cublaslt_interleave.c), as at K 768: no
@@ -260,6 +338,7 @@ int main(void) {
     test_lm_head(ctx);
     test_odd_k(ctx);
     test_odd_k_gemv(ctx);
+    test_odd_k_kn(ctx);
     test_odd_k_in_place(ctx);
     test_dynamic(ctx);
     fc_context_free(ctx);

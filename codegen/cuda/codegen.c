@@ -415,8 +415,8 @@ static fc_status group_launch(unit *u, int gi, int *next) {
         if (u->choice[j].path == FC_GEMM_SKINNY_ATTENTION && u->choice[j].attention == gi) return FC_OK;
     /* So does a cache update inside the attention reading it (decode.c). */
     if (fc_cuda_update_in_attention(plan, gi)) return FC_OK;
-    /* And a pad a GEMV reads or writes around (gemv.c). */
-    if (fc_cuda_gemv_absorbs(plan, u->choice, gi)) return FC_OK;
+    /* And a pad a GEMV or a skinny GEMM reads or writes around (gemv.c, skinny.c). */
+    if (fc_cuda_pad_absorbed(plan, u->choice, gi)) return FC_OK;
     fc_launch *l = &u->out->launches[u->out->nlaunches++];
     fc_status st = open_launch(gr, l, plan->g);
     fc_launch_note(l, plan, gi, gi, u->choice[gi].path == FC_GEMM_SKINNY_ATTENTION ? u->choice[gi].attention : -1);

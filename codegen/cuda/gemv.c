@@ -107,31 +107,37 @@ static void absorb_a_pad(const fc_plan *plan, int gi, fc_gemv *k) {
 
 /* The result's slice, written around: a group of its own whose one node
  * slices the result's first columns (start 0, step 1) into a graph result
- * (the caller's buffer, which nothing else writes: written at the GEMV's
+ * (the caller's buffer, which nothing else writes: written at the GEMM's
  * place as well as at the slice's), the result read by it alone. */
-static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
+int fc_cuda_result_slice(const fc_plan *plan, int gi, int64_t M, int64_t N, int *dst, int64_t *no) {
     const fc_value *y = plan->groups[gi]->outputs[0];
     const int q = fc_cuda_sole_reader(plan, y);
-    if (q <= gi || k->residual >= 0) return;
+    if (q <= gi) return -1;
     const fc_group *gq = plan->groups[q];
-    if (gq->batch > 0 || gq->loadtime || gq->nnodes != 1 || gq->noutputs != 1) return;
+    if (gq->batch > 0 || gq->loadtime || gq->nnodes != 1 || gq->noutputs != 1) return -1;
     const fc_node *sl = gq->nodes[0];
     const fc_value *ys = gq->outputs[0];
     const int ax = sl->a.axis < 0 ? sl->a.axis + y->rank : sl->a.axis;
     if (sl->op != FC_OP_SLICE || sl->in[0] != y || sl->out[0] != ys || ax != y->rank - 1 || sl->a.start != 0 || sl->a.step != 1 ||
-        ys->dtype != y->dtype || !fc_value_is_static(ys) || ys->dims[ax] >= k->N || elements(ys) != k->M * ys->dims[ax])
-        return;
+        ys->dtype != y->dtype || !fc_value_is_static(ys) || ys->dims[ax] >= N || elements(ys) != M * ys->dims[ax])
+        return -1;
     bool result = false;
     for (int o = 0; o < plan->g->noutputs; o++) result = result || plan->g->outputs[o] == ys;
-    if (!result) return;
-    k->y_slice = q;
-    k->y_dst = ys->id;
-    k->no = ys->dims[ax];
+    if (!result) return -1;
+    *dst = ys->id;
+    *no = ys->dims[ax];
+    return q;
 }
 
-bool fc_cuda_gemv_absorbs(const fc_plan *plan, const fc_gemm_choice *choice, int gi) {
-    for (int j = 0; j < plan->ngroups; j++)
+static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
+    if (k->residual < 0) k->y_slice = fc_cuda_result_slice(plan, gi, k->M, k->N, &k->y_dst, &k->no);
+}
+
+bool fc_cuda_pad_absorbed(const fc_plan *plan, const fc_gemm_choice *choice, int gi) {
+    for (int j = 0; j < plan->ngroups; j++) {
         if (choice[j].path == FC_GEMM_GEMV && (choice[j].gemv.a_pad == gi || choice[j].gemv.y_slice == gi)) return true;
+        if (choice[j].path == FC_GEMM_SKINNY && choice[j].skinny.y_slice == gi) return true;
+    }
     return false;
 }
 

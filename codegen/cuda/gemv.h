@@ -81,11 +81,17 @@ typedef struct fc_gemv {
  * slices (K over the cluster's blocks, at most 8 on sm 90, 1 before) are
  * at most 512 deep (8 rows a thread). */bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out);
 
-/* Whether group gi of plan is a pad that a GEMV reads or writes around
- * (fc_gemv.a_pad, y_slice; choice: every group's GEMM choice), so that it
- * has no launch of its own. */
+/* Whether group gi of plan is a pad that a GEMV or a skinny GEMM reads or
+ * writes around (fc_gemv.a_pad, y_slice; fc_skinny.y_slice; choice: every
+ * group's GEMM choice), so that it has no launch of its own. */
 struct fc_gemm_choice;
-bool fc_cuda_gemv_absorbs(const fc_plan *plan, const struct fc_gemm_choice *choice, int gi);
+bool fc_cuda_pad_absorbed(const fc_plan *plan, const struct fc_gemm_choice *choice, int gi);
+
+/* The group that copies the first *no columns of group gi's one result
+ * ([M, N], read by that group alone) into a graph result (value *dst),
+ * which a kernel computing the result can write instead, rows of *no;
+ * -1: none (and *dst, *no untouched). */
+int fc_cuda_result_slice(const fc_plan *plan, int gi, int64_t M, int64_t N, int *dst, int64_t *no);
 
 /* Append to s the kernel `name` for group gr, planned as k by
  * fc_cuda_gemv_plan, and fill l: its summary ("gemv ..., M x N x K", then

@@ -4,6 +4,7 @@
 #include "skinny.h"
 #include "attention.h"
 #include "gemm.h"
+#include "gemv.h"
 #include "ir/switches.h"
 #include "passes/epilogue.h"
 
@@ -76,11 +77,19 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
         .w = fc_cuda_group_input(gr, w), .bias = gi.has_bias ? fc_cuda_group_input(gr, gi.bias[0]) : -1,
         .residual = gi.has_residual ? fc_cuda_group_input(gr, gi.residual) : -1,
         .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
+        .y_slice = -1, .y_dst = -1, .no = N,
     };
     if (k.a < 0 || k.w < 0 || (gi.has_bias && k.bias < 0) || (gi.has_residual && k.residual < 0)) return false;
     /* Fetched before griddepcontrol.wait only what no kernel of the
      * program writes: its parameters. */
     k.constant_w = w->param_index >= 0 && (!gi.has_bias || gi.bias[0]->param_index >= 0);
+    /* A padded N's compaction (a result of the graph) written by the
+     * epilogue, which stores rows of any length: no copy kernel. Not with
+     * a residual, whose rows are the padded result's. */
+    int at = -1;
+    for (int i = 0; i < plan->ngroups && at < 0; i++)
+        if (plan->groups[i] == gr) at = i;
+    if (at >= 0 && plan->offset && !gi.has_residual) k.y_slice = fc_cuda_result_slice(plan, at, M, N, &k.y_dst, &k.no);
     if (out) *out = k;
     return true;
 }
@@ -136,8 +145,12 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
                               fc_launch *l) {
     char d[96];
     fc_gemm_describe(gr->nodes[0], d, sizeof d);
-    snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d, (long long)k->M,
-             (long long)k->N, (long long)k->K, k->splits);
+    const int w0 = snprintf(l->summary, sizeof l->summary, "skinny %s, %lld x %lld x %lld, K in %d slices of a cluster", d,
+                            (long long)k->M, (long long)k->N, (long long)k->K, k->splits);
+    if (k->y_slice >= 0 && w0 > 0 && (size_t)w0 < sizeof l->summary)
+        snprintf(l->summary + w0, sizeof l->summary - (size_t)w0, ", writes the %lld columns of the result", (long long)k->no);
+    /* The slice's launch is left out (codegen.c): the graph result written in the padded result's place. */
+    if (k->y_slice >= 0) l->args[gr->ninputs] = k->y_dst;
     emit_templates(s, templates, false);
     const char *t = fc_cuda_storage_type(k->dtype);
     fc_strbuf_printf(s, "// group %d: %s\n", gr->id, l->summary);
@@ -153,7 +166,7 @@ fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char
     else fc_strbuf_printf(s, "(const %s *)0, ", t);
     if (k->residual >= 0) fc_strbuf_printf(s, "a%d, ", k->residual);
     else fc_strbuf_printf(s, "(const %s *)0, ", t);
-    fc_strbuf_printf(s, "o0, %lld, %lld, (float)%.17g);\n", (long long)k->M, (long long)k->N, k->alpha);
+    fc_strbuf_printf(s, "o0, %lld, %lld, %lld, (float)%.17g);\n", (long long)k->M, (long long)k->N, (long long)k->no, k->alpha);
     /* Compiled without sm_90a (which the rule requires): loud, never wrong. */
     fc_strbuf_printf(s, "#else\n  __trap();\n#endif\n}\n");
 
@@ -193,6 +206,8 @@ bool fc_cuda_skinny_attention_plan(const fc_plan *plan, int a, fc_skinny_attenti
     if (!hpb || fc_cuda_skinny_attention_smem(hpb, (int)(r.heads / hpb)) > 227 * 1024) return false;
     k.splits = (int)(r.heads / hpb);
     k.slice = (int64_t)hpb * SK_PANEL;
+    k.y_slice = k.y_dst = -1; /* the fused kernel writes the result as the group has it */
+    k.no = k.N;
     if (out) *out = (fc_skinny_attention){.gemm = k, .rows = r, .heads_per_block = hpb, .gemm_group = g};
     return true;
 }

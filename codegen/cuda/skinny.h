@@ -30,6 +30,13 @@ typedef struct fc_skinny {
     double alpha;
     bool constant_w; /* W (and the bias, if any) are the program's parameters */
     fc_dtype dtype;
+    /* The result's compaction written around (the padding pass's padded N,
+     * passes/pad.c): y_slice, the group that copies the first no columns
+     * of the result into a graph result (value y_dst), which the kernel
+     * writes instead, rows of no, the group left without a launch (-1:
+     * none, no = N). */
+    int y_slice, y_dst;
+    int64_t no;
 } fc_skinny;
 
 /* Whether group gr of static plan `plan` runs as a skinny GEMM, and how
@@ -47,9 +54,11 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
 /* Append to s the kernel `name` for group gr, planned as k by
  * fc_cuda_skinny_plan (preceded, the first time, by the device templates:
  * *templates says which the unit has, 0 at first), and fill l: its summary ("skinny
- * gemm[...], M x N x K, K in S slices of a cluster"), kind, grid, block,
- * shared memory, the two tensor maps (A and W), pdl. l->args are the
- * group's inputs then outputs, as the caller made them. */
+ * gemm[...], M x N x K, K in S slices of a cluster", then ", writes the no
+ * columns of the result" where y_slice), kind, grid, block, shared memory,
+ * the two tensor maps (A and W), pdl. l->args are the group's inputs then
+ * outputs, as the caller made them, but for a slice written around: the
+ * graph result in the output's place. */
 fc_status fc_cuda_emit_skinny(const fc_group *gr, const fc_skinny *k, const char *name, fc_strbuf *s, unsigned *templates,
                               fc_launch *l);
 
