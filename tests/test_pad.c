@@ -101,13 +101,13 @@ static const pad_case cases[] = {
     /* x @ W at few rows, K 767 and N a vocabulary: K and N padded (x's
      * rows by the kernel that writes x, or a pad kernel for a parameter),
      * the skinny kernel writing the unpadded result where N_p is whole
-     * 64-column tiles, else cuBLASLt aligned and the result compacted. */
-    {"the pipeline's rule: x @ W, M = 8, N = 30522, K = 767, x from relu: the skinny kernel writes the 30522 columns",
-     "graph f(%x: bf16[8, 767], %w: bf16[767, 30522]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
-     "8 x 30528 x 768, K in 2 slices of a cluster, writes the 30522 columns of the result", true, false, false},
-    {"the pipeline's rule: x @ W, M = 8, N = 30522, K = 767, x a parameter (the sweep's graph)",
+     * 64-column tiles, at most 8192, else cuBLASLt aligned and the result compacted. */
+    {"the pipeline's rule: x @ W, M = 8, N = 8191, K = 767, x from relu: the skinny kernel writes the 8191 columns",
+     "graph f(%x: bf16[8, 767], %w: bf16[767, 8191]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "8 x 8192 x 768, K in 2 slices of a cluster, writes the 8191 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 8, N = 30522, K = 767, x a parameter (the sweep's graph): cuBLASLt aligned",
      "graph f(%x: bf16[8, 767], %w: bf16[767, 30522]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
-     "writes the 30522 columns of the result", true, false, false},
+     "library gemm ops: gemm -> bf16", true, false, false},
     {"the pipeline's rule: x @ W, M = 8, N = 32001, K = 767, x from relu: cuBLASLt aligned, the result compacted",
      "graph f(%x: bf16[8, 767], %w: bf16[767, 32001]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
      "library gemm ops: gemm -> bf16", true, false, false},
@@ -118,9 +118,12 @@ static const pad_case cases[] = {
      "graph f(%x: bf16[3, 767], %w: bf16[767, 32001]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n"
      "  %t = softmax(%y, axis=-1)\n  return %t\n}\n",
      "library gemm ops: gemm -> bf16", true, false, false},
-    {"the pipeline's rule: x @ W, M = 64, N = 30522, K = 767: the skinny kernel writes the 30522 columns",
+    {"the pipeline's rule: x @ W, M = 64, N = 8191, K = 767: the skinny kernel writes the 8191 columns",
+     "graph f(%x: bf16[64, 767], %w: bf16[767, 8191]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
+     "64 x 8192 x 768, K in 2 slices of a cluster, writes the 8191 columns of the result", true, false, false},
+    {"the pipeline's rule: x @ W, M = 64, N = 30522, K = 767: cuBLASLt aligned, the result compacted",
      "graph f(%x: bf16[64, 767], %w: bf16[767, 30522]) {\n  %r = relu(%x)\n  %y = matmul(%r, %w)\n  return %y\n}\n",
-     "64 x 30528 x 768, K in 2 slices of a cluster, writes the 30522 columns of the result", true, false, false},
+     "library gemm ops: gemm -> bf16", true, false, false},
     {"the pipeline's rule: x @ W, M = 1, N = 32001, K = 767: the [K, N] GEMV at N 32008",
      "graph f(%x: bf16[1, 767], %w: bf16[767, 32001]) {\n  %y = matmul(%x, %w)\n  return %y\n}\n",
      "writes the 32001 columns of the result", true, false, false},

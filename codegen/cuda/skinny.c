@@ -24,6 +24,16 @@ static const char skinny_attention_src[] =
  * 2 x 96 KiB, and the f32 tile in shared memory), at most 8 blocks a
  * cluster (the portable size). */
 enum { SK_THREADS = 128, SK_ROWS = 64, SK_COLS = 64, SK_PANEL = 64, MAX_SLICE = 384, MAX_SPLITS = 8 };
+
+/* The widest N the skinny kernel takes. Measured on the H200 at M = 8, K =
+ * 768 (bench/gemm_sweep.sh, docs/PERF.md), a vocabulary's width ran 1.8 to
+ * 1.9 times slower here than in cuBLASLt: N 32000 0.0305 ms against 0.0154,
+ * 50256 0.0433 against 0.0237, 128256 0.1000 against 0.0560 (a block's 64
+ * columns and a 64-row wgmma tile of which 8 rows are real, a thousand
+ * blocks and more). It was measured faster than cuBLASLt up to GPT-2's
+ * widest projection (3072); between the two nothing was measured, and the
+ * limit keeps the projections of wider models (4096 to 8192). */
+enum { SK_MAX_COLS = 8192 };
 /* Fewer blocks than this and the split doubles (where K allows): 48
  * blocks of 192-deep slices ran the GPT-2 out projection (N 768, K 768)
  * faster than 72 did on the H200 (docs/PERF.md). */
@@ -69,7 +79,8 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
     int64_t M = 1;
     for (int d = 0; d + 1 < a->rank; d++) M *= a->dims[d];
     const int64_t K = a->dims[a->rank - 1], N = w->dims[1];
-    if (M < 1 || M > SK_ROWS || w->dims[0] != K || N % SK_COLS || K % SK_PANEL || N * K < 768 * 768) return false;
+    if (M < 1 || M > SK_ROWS || w->dims[0] != K || N % SK_COLS || N > SK_MAX_COLS || K % SK_PANEL || N * K < 768 * 768)
+        return false;
     const int s = splits_of(N, K);
     if (!s) return false;
     fc_skinny k = {
