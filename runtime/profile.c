@@ -96,14 +96,42 @@ static int cmp_event_start(const void *a, const void *b) {
 
 static const char *kind_word(fc_launch_kind k) { return k == FC_LAUNCH_LIBRARY ? "library" : "kernel"; }
 
-/* The device time of launch i in each run: the sum of its device events
- * (a library call may run several kernels). */
-static void launch_times(const fc_profile_rec *r, int i, double *ms) {
+/* Each device event's own time: from its start, or from the end of every
+ * event of its run that started before it if that is later, to its end.
+ * A kernel launched as a programmatic dependent starts while the kernel
+ * before it runs and waits inside for it to end, so CUPTI's span of it
+ * holds most of the kernel before (every generated kernel triggers its
+ * dependent at its start); its own time is what it adds to the run. Over a
+ * run the own times add up to the union of the events (the busy time), and
+ * without overlaps they are the spans. excl[e] for event e (0 for host
+ * events). */
+static fc_status own_times(const fc_profile_rec *r, double *excl) {
+    const fc_profile_event **ev = malloc(sizeof *ev * (size_t)(r->nevents + 1));
+    if (!ev) return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
+    for (int e = 0; e < r->nevents; e++) excl[e] = 0;
+    for (int k = 0; k < r->runs; k++) {
+        int n = 0;
+        for (int e = 0; e < r->nevents; e++)
+            if (r->events[e].track == FC_TRACK_DEVICE && r->events[e].run == k) ev[n++] = &r->events[e];
+        qsort(ev, (size_t)n, sizeof *ev, cmp_event_start);
+        double covered = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            const double a = ev[i]->start > covered ? ev[i]->start : covered;
+            excl[ev[i] - r->events] = ev[i]->end > a ? ev[i]->end - a : 0;
+            if (ev[i]->end > covered) covered = ev[i]->end;
+        }
+    }
+    free(ev);
+    return FC_OK;
+}
+
+/* The device time of launch i in each run: the sum of its device events'
+ * own times (a library call may run several kernels). */
+static void launch_times(const fc_profile_rec *r, const double *excl, int i, double *ms) {
     for (int k = 0; k < r->runs; k++) ms[k] = 0;
     for (int e = 0; e < r->nevents; e++) {
         const fc_profile_event *ev = &r->events[e];
-        if (ev->track == FC_TRACK_DEVICE && ev->launch == i && ev->run >= 0 && ev->run < r->runs)
-            ms[ev->run] += ev->end - ev->start;
+        if (ev->track == FC_TRACK_DEVICE && ev->launch == i && ev->run >= 0 && ev->run < r->runs) ms[ev->run] += excl[e];
     }
 }
 
@@ -128,9 +156,10 @@ static int median_run(const fc_profile_rec *r, double *wall) {
 static fc_status build_rows(fc_profile *pf) {
     const fc_profile_rec *r = &pf->rec;
     pf->rows = calloc((size_t)r->nlaunches + 1, sizeof *pf->rows);
-    double *ms = malloc(sizeof *ms * (size_t)(r->runs + 1));
-    if (!pf->rows || !ms) {
+    double *ms = malloc(sizeof *ms * (size_t)(r->runs + 1)), *excl = malloc(sizeof *excl * (size_t)(r->nevents + 1));
+    if (!pf->rows || !ms || !excl || own_times(r, excl) != FC_OK) {
         free(ms);
+        free(excl);
         return fc_set_error(r->ctx, FC_ERR_NOMEM, "out of memory (profile)");
     }
     fc_profile_summary *s = &pf->summary;
@@ -156,7 +185,7 @@ static fc_status build_rows(fc_profile *pf) {
         row->nsource_ops = f->nsource_ops;
         row->bytes = f->bytes;
         row->flops = f->flops;
-        launch_times(r, i, ms);
+        launch_times(r, excl, i, ms);
         row->median_ms = r->runs > 0 ? fc_median(ms, r->runs) : 0; /* sorts ms */
         row->min_ms = r->runs > 0 ? ms[0] : 0;
         const double sec = row->median_ms * 1e-3;
@@ -173,6 +202,7 @@ static fc_status build_rows(fc_profile *pf) {
         if (f->nsource_ops > 1) s->fused_ops += f->nsource_ops;
     }
     free(ms);
+    free(excl);
     /* The rows point into the launch table by index: `after` lists the
      * launches that wrote what a row reads. */
     pf->after = calloc((size_t)r->nlaunches * (size_t)(r->nlaunches + 1) + 1, sizeof *pf->after);
