@@ -92,11 +92,23 @@ static double plan(shape sh, int n, int *ngroups, int *max_nodes) {
     return t;
 }
 
+/* The shortest of three plans of the same graph: a run that shares its
+ * cores with others (ctest -j) is slowed at random, never sped up. */
+static double best_plan(shape sh, int n, int *ngroups, int *max_nodes) {
+    double best = -1;
+    for (int r = 0; r < 3; r++) {
+        const double t = plan(sh, n, ngroups, max_nodes);
+        if (t < 0) return t;
+        if (best < 0 || t < best) best = t;
+    }
+    return best;
+}
+
 /* Doubling n must not quadruple the time (a quadratic pass would); small
  * times are padded so timer noise cannot fail it. */
 static void scales(const char *what, shape sh, int n) {
     int g1, g2, m1, m2;
-    double t1 = plan(sh, n, &g1, &m1), t2 = plan(sh, 2 * n, &g2, &m2);
+    double t1 = best_plan(sh, n, &g1, &m1), t2 = best_plan(sh, 2 * n, &g2, &m2);
     printf("%s: %d in %.3f s (%d groups), %d in %.3f s (%d groups)\n", what, n, t1, g1, 2 * n, t2, g2);
     CHECK(t1 >= 0 && t2 >= 0);
     CHECK(t2 < 3.0 * t1 + 0.25);
