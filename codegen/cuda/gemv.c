@@ -109,8 +109,10 @@ static void absorb_a_pad(const fc_plan *plan, int gi, fc_gemv *k) {
  * slices the result's first columns (start 0, step 1) into a graph result
  * (the caller's buffer, which nothing else writes: written at the GEMM's
  * place as well as at the slice's), the result read by it alone. */
-int fc_cuda_result_slice(const fc_plan *plan, int gi, int64_t M, int64_t N, int *dst, int64_t *no) {
-    const fc_value *y = plan->groups[gi]->outputs[0];
+int fc_cuda_result_slice(const fc_plan *plan, const fc_group *gr, int64_t M, int64_t N, int *dst, int64_t *no) {
+    const int gi = index_of(plan, gr);
+    if (gi < 0) return -1;
+    const fc_value *y = gr->outputs[0];
     const int q = fc_cuda_sole_reader(plan, y);
     if (q <= gi) return -1;
     const fc_group *gq = plan->groups[q];
@@ -130,7 +132,7 @@ int fc_cuda_result_slice(const fc_plan *plan, int gi, int64_t M, int64_t N, int 
 }
 
 static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
-    if (k->residual < 0) k->y_slice = fc_cuda_result_slice(plan, gi, k->M, k->N, &k->y_dst, &k->no);
+    if (k->residual < 0) k->y_slice = fc_cuda_result_slice(plan, plan->groups[gi], k->M, k->N, &k->y_dst, &k->no);
 }
 
 bool fc_cuda_pad_absorbed(const fc_plan *plan, const fc_gemm_choice *choice, int gi) {

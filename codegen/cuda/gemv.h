@@ -87,11 +87,11 @@ typedef struct fc_gemv {
 struct fc_gemm_choice;
 bool fc_cuda_pad_absorbed(const fc_plan *plan, const struct fc_gemm_choice *choice, int gi);
 
-/* The group that copies the first *no columns of group gi's one result
+/* The group that copies the first *no columns of group gr's one result
  * ([M, N], read by that group alone) into a graph result (value *dst),
  * which a kernel computing the result can write instead, rows of *no;
  * -1: none (and *dst, *no untouched). */
-int fc_cuda_result_slice(const fc_plan *plan, int gi, int64_t M, int64_t N, int *dst, int64_t *no);
+int fc_cuda_result_slice(const fc_plan *plan, const fc_group *gr, int64_t M, int64_t N, int *dst, int64_t *no);
 
 /* Append to s the kernel `name` for group gr, planned as k by
  * fc_cuda_gemv_plan, and fill l: its summary ("gemv ..., M x N x K", then

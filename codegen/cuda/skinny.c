@@ -97,10 +97,7 @@ bool fc_cuda_skinny_plan(const fc_plan *plan, const fc_group *gr, fc_skinny *out
     /* A padded N's compaction (a result of the graph) written by the
      * epilogue, which stores rows of any length: no copy kernel. Not with
      * a residual, whose rows are the padded result's. */
-    int at = -1;
-    for (int i = 0; i < plan->ngroups && at < 0; i++)
-        if (plan->groups[i] == gr) at = i;
-    if (at >= 0 && plan->offset && !gi.has_residual) k.y_slice = fc_cuda_result_slice(plan, at, M, N, &k.y_dst, &k.no);
+    if (plan->offset && !gi.has_residual) k.y_slice = fc_cuda_result_slice(plan, gr, M, N, &k.y_dst, &k.no);
     if (out) *out = k;
     return true;
 }
