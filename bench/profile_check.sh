@@ -15,7 +15,8 @@
 #       none (the clocks and caches as a run in flight has them; ncu's
 #       defaults lock the clocks to base and flush the caches), and with a
 #       plain CUPTI trace of the same replays (`dynamic_bench trace`: CUPTI's
-#       kernel records of 200 replays back to back, no fusec profile code),
+#       kernel records of 200 replays back to back, no fusec profile code;
+#       both as own times, each kernel from the end of the ones before it),
 #       and Nsight Systems' kernel summary where nsys is installed. Kernels
 #       are matched by name (the mangled name; a name that runs several
 #       times a run, as a layer's kernels do, by the median of all its runs).
@@ -158,7 +159,8 @@ def cupti(name):
     by = {}
     try:
         for line in open(f"{out}/{name}.cupti.txt"):
-            m = re.search(r"trace kernel=\d+ us=([0-9.]+) .* name=(.*)$", line)
+            # its own time (own_us: after every kernel before it ended), as --profile's rows count it
+            m = re.search(r"trace kernel=\d+ us=[0-9.]+ gap_us=\S+ own_us=([0-9.]+) .* name=(.*)$", line)
             if m: by.setdefault(m.group(2)[:KEY], []).append(float(m.group(1)))
     except OSError:
         pass
@@ -201,8 +203,10 @@ for name in graphs:
                "alone_us": statistics.median(alone[k]) if alone.get(k) else None}
         for s, by in srcs.items():
             if k in by:
+                # --profile's rows are each kernel's own time (alone); ncu serializes the kernels.
+                mine_us = row["alone_us"] if row["alone_us"] is not None else row["profile_us"]
                 row[s + "_us"] = statistics.median(by[k])
-                row[s + "_ratio"] = row["profile_us"] / row[s + "_us"] if row[s + "_us"] else None
+                row[s + "_ratio"] = mine_us / row[s + "_us"] if row[s + "_us"] else None
         rows.append(row)
     rows.sort(key=lambda r: -r["profile_us"] * r["per_run"])
     rep["b"] = {"kernels": rows}
@@ -211,7 +215,7 @@ for name in graphs:
         if not got:
             rep["b"][s] = None
             continue
-        w_ours = sum(r["profile_us"] * r["per_run"] for r in got)
+        w_ours = sum((r["alone_us"] if r["alone_us"] is not None else r["profile_us"]) * r["per_run"] for r in got)
         w_theirs = sum(r[s + "_us"] * r["per_run"] for r in got)
         within = sum(abs(r[s + "_ratio"] - 1) <= 0.05 for r in got)
         rep["b"][s] = {"matched": len(got), "of": len(rows), "within_5pct": within, "time_weighted_ratio": w_ours / w_theirs,
@@ -222,8 +226,9 @@ json.dump(report, open(f"{out}/check.json", "w"), indent=1)
 def f(x, fmt):
     return format(x, fmt) if isinstance(x, (int, float)) else "-"
 
-print("\nper kernel (us; profile = --profile's median over its replayed runs; alone = its time after the kernel before it ended"
-      " (a programmatic edge lets it start earlier); ratio = profile / the other)")
+print("\nper kernel (us; profile = the trace's span, the median over its replayed runs; alone = its own time, after the kernels"
+      " before it ended (a programmatic edge lets it start earlier), as the table's rows count it; ratio = alone / the other;"
+      " cupti = the plain trace's own times)")
 for name, rows, b in table:
     print(f"-- {name}")
     print(f"   {'kernel':44s} {'n/run':>5s} {'profile':>8s} {'alone':>8s} {'ncu':>8s} {'ratio':>6s} {'cupti':>8s} {'ratio':>6s} {'nsys':>8s} {'ratio':>6s}")

@@ -143,6 +143,9 @@ static void *random_weight(const fc_value *v) {
     void *h = calloc(n ? n : 1, fc_dtype_size(dt));
     if (!h) DIE("out of memory");
     bool is_cos = !strcmp(name, "rope.cos"), is_sin = !strcmp(name, "rope.sin");
+    /* The name is looked at once, not per element: a 1B model's weights
+     * are over a billion elements. */
+    const bool is_norm = strstr(name, "norm") || strstr(name, "ln_"), is_bias = strstr(name, "bias") != NULL;
     int64_t D = fc_value_rank(v) == 2 ? fc_value_dim(v, 1) : 1;
     for (size_t i = 0; i < n; i++) {
         float x;
@@ -150,8 +153,8 @@ static void *random_weight(const fc_value *v) {
             double pos = (double)(i / (size_t)D), j = (double)((i % (size_t)D) % (size_t)(D / 2));
             double a = pos * pow(10000.0, -2.0 * j / (double)D);
             x = (float)(is_cos ? cos(a) : sin(a));
-        } else if (strstr(name, "norm") || strstr(name, "ln_")) {
-            x = strstr(name, "bias") ? 0.0f : 1.0f;
+        } else if (is_norm) {
+            x = is_bias ? 0.0f : 1.0f;
         } else {
             x = 0.04f * uniform();
         }

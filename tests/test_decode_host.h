@@ -1,11 +1,12 @@
-// test_decode_host.h - the CUDA subset of cache_attention's kernels on the
-// host (tests/test_decode_host.py): a block's threads are std::threads,
-// run cluster after cluster (a cluster's blocks at once, so that its
-// barrier can meet; a kernel without __cluster_dims__ has clusters of one
-// block); a kernel's __shared__ arrays are statics, one copy a rank of the
-// cluster (the script rewrites each as an array of them and registers it,
-// so that fc_cluster_ld finds another rank's copy); the warps' shuffles
-// and MMAs rendezvous through barriers.
+// test_decode_host.h - the CUDA subset of cache_attention's and the GEMVs'
+// kernels on the host (tests/test_decode_host.py, tests/test_gemv_host.py):
+// a block's threads are std::threads, run cluster after cluster (a
+// cluster's blocks at once, so that its barrier can meet; a kernel without
+// __cluster_dims__ has clusters of one block); a kernel's __shared__
+// arrays are statics, one copy a rank of the cluster (the script rewrites
+// each as an array of them and registers it, so that fc_cluster_ld finds
+// another rank's copy); the warps' shuffles and MMAs rendezvous through
+// barriers.
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -21,7 +22,7 @@
 #define __global__
 #define __forceinline__ inline
 #define __restrict__
-#define __launch_bounds__(a, b)
+#define __launch_bounds__(...)
 #define __cluster_dims__(x, y, z)
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
@@ -32,6 +33,7 @@ struct dim3s { unsigned x, y, z; };
 static thread_local dim3s threadIdx, blockIdx;
 static dim3s blockDim, gridDim;
 struct uint4 { unsigned x, y, z, w; };
+struct float2 { float x, y; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 struct __nv_bfloat16 { unsigned short b; };
 struct __half { unsigned short b; };
@@ -48,6 +50,8 @@ static inline unsigned short __half_as_ushort(__half x) { return x.b; }
 static inline __half __ushort_as_half(unsigned short u) { __half h; h.b = u; return h; }
 static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
 static inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+static inline float2 __bfloat1622float2(__nv_bfloat162 v) { return {__bfloat162float(v.x), __bfloat162float(v.y)}; }
+static inline float2 __half22float2(__half2 v) { return {__half2float(v.x), __half2float(v.y)}; }
 static inline float fc_ld(__nv_bfloat16 x) { return __bfloat162float(x); }
 static inline float fc_ld(__half x) { return __half2float(x); }
 static inline float fc_ld(float x) { return x; }
@@ -56,6 +60,8 @@ template <> __nv_bfloat16 fc_to<__nv_bfloat16>(double x) { return __float2bfloat
 template <> __half fc_to<__half>(double x) { return __float2half_rn((float)x); }
 template <> float fc_to<float>(double x) { return (float)x; }
 static inline void fc_dependents_may_launch() {}
+static inline float fc_relu(float x) { return x > 0.f ? x : 0.f; }
+static inline float fc_gelu_tanh(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); }
 template <typename T> static inline T __ldcg(const T *p) { return *p; }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

@@ -13,6 +13,8 @@
 # logic where no GPU is (test_decode runs them on one); a few minutes on
 # two cores; not a ctest. Usage: python3 tests/test_decode_host.py [BUILD/fusec]
 import os, re, subprocess, sys, tempfile
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_kernel
 HERE = os.path.dirname(os.path.abspath(__file__))
 FUSEC = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, '..', 'build', 'fusec'))
 FAILS = 0
@@ -53,14 +55,7 @@ def kernel(ir):
 def run(text):
     """Compiles a kernel and its check with the emulation and runs it."""
     global FAILS
-    open('k.cpp', 'w').write('#include "' + os.path.join(HERE, 'test_decode_host.h') + '"\n' + text)
-    r = subprocess.run(['g++', '-std=c++20', '-O1', '-w', '-pthread', 'k.cpp', '-o', 'k'], capture_output=True, text=True)
-    if r.returncode:
-        print(r.stderr[:3000])
-        sys.exit(2)
-    r = subprocess.run(['./k'], capture_output=True, text=True)
-    print(r.stdout.strip(), '' if r.returncode == 0 else 'FAIL')
-    FAILS += r.returncode != 0
+    FAILS += not host_kernel.run(text)
 
 def case(B, hq, hkv, sq, S, D, Dv, dt, causal, lens):
     ir = f'''graph t(%q: {dt}[{B}, {hq}, {sq}, {D}], %k: {dt}[{B}, {hkv}, {S}, {D}], %v: {dt}[{B}, {hkv}, {S}, {Dv}], %len: i32[]) {{

@@ -503,14 +503,14 @@ static const gvcase gvcases[] = {
     {"gemv bf16 1 x 3072 x 2048", GV_NK("g1", 1, 3072, 2048) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     {"gemv f16 3 x 1000 x 512, bias, gelu", "graph g2(%x: f16[3, 512], %w: f16[1000, 512], %b: f16[1000]) {\n"
-     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 1, false},
+     "  %y = gemm(%x, %w, %b, to=f16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x (512 + 128 + 130) x 256, siblings", "graph g3(%x: bf16[8, 256], %a: bf16[512, 256], %b: bf16[128, 256], "
-     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
+     "%c: bf16[130, 256]) {\n  %y = gemm(%x, %a, %b, %c, to=bf16, spec=[0, 1, 3, 0, 0, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 2 x 768 x 768, residual, scale", "graph g4(%x: bf16[2, 768], %w: bf16[768, 768], %r: bf16[2, 768]) {\n"
      "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0], scale=0.5)\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 4 x (256 + 256) x 512, siblings with biases, relu", "graph g5(%x: bf16[4, 512], %a: bf16[256, 512], "
      "%b: bf16[256, 512], %p: bf16[256], %q: bf16[256]) {\n"
-     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 1, false},
+     "  %y = gemm(%x, %a, %b, %p, %q, to=bf16, spec=[0, 1, 2, 1, 0, 1])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 [1, 1] x 1024 x 1024, permuted weight", "graph g6(%x: bf16[1, 1, 1024], %w: bf16[1024, 1024]) {\n"
      "  %t = permute(%w, perm=[1, 0])\n  %y = matmul(%x, %t)\n  return %y\n}\n", true, 2, false},
     /* Llama-1B's decode projections: split between a block's warps, two or
@@ -518,11 +518,11 @@ static const gvcase gvcases[] = {
     {"gemv bf16 1 x 2048 x 8192 (down)", GV_NK("g10", 1, 2048, 8192) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 2048 x 2048, residual (o)", GV_NK("g11", 8, 2048, 2048) ", %r: bf16[8, 2048]) {\n"
-     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 4, false},
+     "  %y = gemm(%x, %w, %r, to=bf16, spec=[0, 1, 1, 0, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 3072 x 8192, bias, gelu", GV_NK("g12", 8, 3072, 8192) ", %b: bf16[3072]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 2])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 8 x 2050 x 2048, odd N, bias, residual", GV_NK("g13", 8, 2050, 2048) ", %b: bf16[2050], %r: bf16[8, 2050]) {\n"
-     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 4, false},
+     "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv bf16 1 x 16384 x 2048 (gate and up)", GV_NK("g14", 1, 16384, 2048) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
     /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
@@ -552,7 +552,7 @@ static const gvcase gvcases[] = {
     {"gemv bf16 1 x 50257 x 767, odd K padded", GV_NK("g15", 1, 50257, 767) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 1, false},
     {"gemv bf16 8 x 16384 x 767, odd K padded, bias", GV_NK("g16", 8, 16384, 767) ", %b: bf16[16384]) {\n"
-     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 0])\n  return %y\n}\n", true, 1, false},
+     "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 1, 1, 1, 0, 0])\n  return %y\n}\n", true, 8, false},
     {"gemv [K, N] bf16 1 x 16385 x 768, odd N padded, bias", GV_KN("k12", "bf16", 1, 16385, 768) ", %b: bf16[16385]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 2, false},
     /* Not taken. */
@@ -597,10 +597,13 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
                     CHECK(false);
                 }
                 CHECK(!in || strstr(l->summary, kn ? "of a cluster" : "of a block's warps") != NULL);
-                /* Columns a block: 32 for [K, N] (times the cluster), 16 / splits for [N, K]. */
-                const char *x = strstr(l->summary, " x ");
-                const long long N = x ? atoll(x + 3) : 0;
-                const long long grid = kn ? (N + 31) / 32 * gc->splits : (N + 16 / gc->splits - 1) / (16 / gc->splits);
+                /* Columns a block: 32 for [K, N] (times the cluster), 16 / splits for [N, K], 16 on tensor cores
+                 * (from 3 rows, K in 8 slices). */
+                const char *x = strstr(l->summary, " x "), *to = strstr(l->summary, "-> ");
+                const long long N = x ? atoll(x + 3) : 0, M = to && strchr(to, ',') ? atoll(strchr(to, ',') + 2) : 0;
+                const bool tc = !kn && M >= 3;
+                CHECK((strstr(l->summary, "on tensor cores") != NULL) == tc);
+                const long long grid = kn ? (N + 31) / 32 * gc->splits : tc ? (N + 15) / 16 : (N + 16 / gc->splits - 1) / (16 / gc->splits);
                 CHECK_EQ_INT((int)l->grid[0], (int)grid);
             }
             if (strstr(gc->name, "padded")) {
@@ -618,14 +621,18 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
             char cl[48];
             snprintf(cl, sizeof cl, "__cluster_dims__(%d, 1, 1)", gc->splits);
             CHECK((strstr(d->src.source, cl) != NULL) == (kn && gc->splits > 1));
-            if (!kn) {
+            if (strstr(d->src.source, "uint4 w[U][2];")) {
+                /* On tensor cores: the parameters' first weights loaded before the wait. */
+                const char *w = strstr(d->src.source, "uint4 w[U][2];"), *wait = w ? strstr(w, "griddepcontrol.wait") : NULL;
+                const char *ld = w ? strstr(w, "fc_gv_load8(wr") : NULL;
+                CHECK(wait && ld && ld < wait);
+            } else if (!kn) {
                 /* Nothing read before the wait: a prefetch of the weights there
                  * measured slower on the H200 (docs/GEMM.md). */
                 const char *w = strstr(d->src.source, "griddepcontrol.wait"), *ld = strstr(d->src.source, "fc_gv_load8(wr");
                 CHECK(w && ld && w < ld);
                 CHECK(strstr(d->src.source, "prefetch.global") == NULL);
-            }
-            else {
+            } else {
                 /* Parameters' weights loaded before the wait, a computed one after it. */
                 const char *w = strstr(d->src.source, "uint4 w[R];");
                 CHECK(w != NULL);

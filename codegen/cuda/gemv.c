@@ -19,6 +19,10 @@ enum { KN_THREADS = 256, KN_COLS = 32, KN_ROWS = 64, KN_MAX_R = 8, KN_MAX_SPLITS
  * doubles (a block's 256 threads keep 4 KiB to 32 KiB of weights in
  * flight, so two a SM stream GPT-2's 1.2 to 4.7 MB at once). */
 enum { KN_MIN_BLOCKS_PER_SM = 2 };
+/* [N, K] on tensor cores (M from TC_MIN_M): a block's 8 warps compute 16
+ * columns (mma's 16 rows of W) over K in 8 slices, 32 elements a step
+ * (4 lanes of 8), at most TC_MAX_U steps' loads in flight a warp. */
+enum { TC_MIN_M = 3, TC_COLS = 16, TC_WARPS = 8, TC_STEP = 32, TC_MAX_U = 8 };
 
 /* [N, K]: the ways a block's warps split K: the most (2, 4, 8) that leave
  * every warp a whole number of at least two 256-element steps. Measured on
@@ -191,7 +195,8 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     }
     const int64_t sms = fc_cuda_plan_sms(plan);
     /* Clusters from sm 90. */
-    k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : nk_splits(K);
+    k.tc = !k.kn && M >= TC_MIN_M;
+    k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : k.tc ? TC_WARPS : nk_splits(K);
     if (!k.splits) return false;
     k.no = k.N;
     const int at = index_of(plan, gr);
@@ -205,6 +210,10 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
 
 /* The dot product of 8 elements (16 bytes) of each operand, in f32: once a
  * unit (the guard), and in every kernel's own source. */
+/* The tensor-core kernel's mma.sync (fc_attn_mma; once a unit: its guard). */
+static const char attn_helpers[] =
+#include "attention_helpers.cuh.inc.str"
+    ;
 static const char helpers[] =
     "#ifndef FC_GV_HELPERS\n"
     "#define FC_GV_HELPERS\n"
@@ -297,6 +306,53 @@ static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, cons
     fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
 }
 
+/* A's pad read around (a_pad): x's rows of KA and the zeros after them
+ * into shared memory, after the wait (x may be the kernel before's
+ * result), as 16-byte aligned rows of K: the statements into stage, the
+ * name the kernel reads A by into A. */
+static void a_stage(const fc_gemv *k, char *stage, size_t nstage, char *A, size_t nA) {
+    const char *t = fc_cuda_storage_type(k->dtype);
+    stage[0] = 0;
+    snprintf(A, nA, "a%d", k->a);
+    if (k->a_pad < 0) return;
+    /* Every block stages all of x: its 16-byte words where x is aligned
+     * (its rows of KA are not), each element to its padded place. Element
+     * by element global loads made the staging most of a tensor-core
+     * block's time (8 x 50257 x 767 at 0.0492 ms against 0.0277 aligned). */
+    snprintf(stage, nstage,
+             "  __shared__ __align__(16) %s fc_gv_a[M * K];\n"
+             "  {\n"
+             "    enum { KA = %lld, XE = M * KA, XV = XE / 8 };\n"
+             "    const %s *x = a%d;\n"
+             "    const int v = ((unsigned long long)x & 15) == 0 ? XV : 0;\n"
+             "    for (int i = threadIdx.x; i < v; i += blockDim.x) {\n"
+             "      const uint4 w = reinterpret_cast<const uint4 *>(x)[i];\n"
+             "      const %s *e = reinterpret_cast<const %s *>(&w);\n"
+             "#pragma unroll\n"
+             "      for (int j = 0; j < 8; j++) fc_gv_a[(8 * i + j) / KA * K + (8 * i + j) %% KA] = e[j];\n"
+             "    }\n"
+             "    for (int f = 8 * v + threadIdx.x; f < XE; f += blockDim.x) fc_gv_a[f / KA * K + f %% KA] = x[f];\n"
+             "    for (int i = threadIdx.x; i < M * (K - KA); i += blockDim.x)\n"
+             "      fc_gv_a[i / (K - KA) * K + KA + i %% (K - KA)] = fc_to<%s>(0.f);\n"
+             "  }\n"
+             "  __syncthreads();\n",
+             t, (long long)k->ka, t, k->a, t, t, t);
+    snprintf(A, nA, "fc_gv_a");
+}
+
+/* The statements that point wr[c] and br[c] (c: the index's name) at the
+ * weight row and the bias of result column n (a variable the statements
+ * change): column n is row n - (N_0 + .. + N_{i-1}) of weight i. */
+static void weight_rows(fc_strbuf *s, const fc_gemv *k, const char *c) {
+    for (int i = 0; i < k->nweights; i++) {
+        if (i == 0) fc_strbuf_printf(s, "    if (n < %lldLL) {", (long long)k->n[0]);
+        else fc_strbuf_printf(s, "    else if ((n -= %lldLL) < %lldLL) {", (long long)k->n[i - 1], (long long)k->n[i]);
+        fc_strbuf_printf(s, " wr[%s] = a%d + n * K;", c, k->w[i]);
+        if (k->bias[i] >= 0) fc_strbuf_printf(s, " br[%s] = a%d + n;", c, k->bias[i]);
+        fc_strbuf_printf(s, " }\n");
+    }
+}
+
 /* The [N, K] kernel: warp group g of a block's G = 8 / SW computes columns
  * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
 static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
@@ -314,22 +370,8 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                  "  float er[M][%d];\n#pragma unroll\n  for (int m = 0; m < M; m++)\n#pragma unroll\n"
                  "    for (int c = 0; c < %d; c++) er[m][c] = wr[c] ? fc_ld(a%d[(long long)m * N + c0 + c]) : 0.f;\n",
                  GV_COLS, GV_COLS, k->residual);
-    /* A's pad read around (a_pad): x's rows of KA and the zeros after
-     * them into shared memory, after the wait (x may be the kernel
-     * before's result), as 16-byte aligned rows of K. */
-    char stage[640] = "", A[16];
-    snprintf(A, sizeof A, "a%d", k->a);
-    if (k->a_pad >= 0) {
-        snprintf(stage, sizeof stage,
-                 "  __shared__ __align__(16) %s fc_gv_a[M * K];\n"
-                 "  for (int i = threadIdx.x; i < M * K; i += blockDim.x) {\n"
-                 "    const int m = i / K, e = i %% K;\n"
-                 "    fc_gv_a[i] = e < %lld ? a%d[(long long)m * %lld + e] : fc_to<%s>(0.f);\n"
-                 "  }\n"
-                 "  __syncthreads();\n",
-                 t, (long long)k->ka, k->a, (long long)k->ka, t);
-        snprintf(A, sizeof A, "fc_gv_a");
-    }
+    char stage[1536], A[16];
+    a_stage(k, stage, sizeof stage, A, sizeof A);
     emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
@@ -344,14 +386,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "    br[c] = 0;\n",
                      (long long)k->M, (long long)k->K, GV_STEP, k->splits, GV_WARPS, (long long)k->N, (long long)k->no, GV_COLS, t,
                      GV_COLS, GV_COLS, GV_COLS);
-    /* Column n of the result is row n - (N_0 + .. + N_{i-1}) of weight i. */
-    for (int i = 0; i < k->nweights; i++) {
-        if (i == 0) fc_strbuf_printf(s, "    if (n < %lldLL) {", (long long)k->n[0]);
-        else fc_strbuf_printf(s, "    else if ((n -= %lldLL) < %lldLL) {", (long long)k->n[i - 1], (long long)k->n[i]);
-        fc_strbuf_printf(s, " wr[c] = a%d + n * K;", k->w[i]);
-        if (k->bias[i] >= 0) fc_strbuf_printf(s, " br[c] = a%d + n;", k->bias[i]);
-        fc_strbuf_printf(s, " }\n");
-    }
+    weight_rows(s, k, "c");
     fc_strbuf_printf(s,
                      "  }\n"
                      "#if __CUDA_ARCH__ >= 900\n"
@@ -421,6 +456,109 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      GV_COLS, k->no < k->N ? " || c0 + c >= NO" : "");
     emit_epilogue(s, k, "m", "n", "eb[c]", "er[m][c]", "      ");
     fc_strbuf_printf(s, "    }\n}\n");
+}
+
+/* The [N, K] kernel on tensor cores: block b computes result columns r0 =
+ * 16 b .. + 16 as mma.m16n8k16's D = W X^T, 16 rows of W (columns of the
+ * result) against the M <= 8 rows of A as the 8 columns of B. Warp w takes
+ * K's slice w of 8, 32 elements a step: lane (g, t) = (lane / 4, lane % 4)
+ * loads 16 bytes of W rows r0 + g and r0 + g + 8 and of A's row g at k =
+ * 32 step + 8 t. A dot product may take K in any order as long as both
+ * operands take the same one, so those 8 elements are fragment slots 2t,
+ * 2t+1, 2t+8, 2t+9 of two MMAs (elements 0-3, then 4-7) in both A's and
+ * B's registers: no shuffles, no shared memory, 16-byte loads of 64
+ * contiguous bytes a row. The 8 warps' accumulators are summed in warp
+ * order in shared memory; lane (g, t) finishes results (2t, 2t+1) of
+ * columns r0 + g and r0 + g + 8. The weights' first U steps are loaded
+ * before griddepcontrol.wait when they are parameters. */
+static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
+    const char *t = fc_cuda_storage_type(k->dtype);
+    const int64_t steps = k->K / (TC_WARPS * TC_STEP);
+    int U = (int)(steps < TC_MAX_U ? steps : TC_MAX_U);
+    while (steps % U) U--;
+    char stage[1536], A[16];
+    a_stage(k, stage, sizeof stage, A, sizeof A);
+    emit_signature(s, gr, t, name, 1, 32 * TC_WARPS);
+    fc_strbuf_printf(s,
+                     "  enum { M = %lld, K = %lld, KW = K / %d, STEPS = KW / %d, U = %d };\n"
+                     "  const long long N = %lldLL, NO = %lldLL;\n"
+                     "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
+                     "  const long long r0 = (long long)blockIdx.x * %d;\n"
+                     "  const int k0 = warp * KW + t * 8; /* this lane's first element of K */\n"
+                     "  const %s *wr[2], *br[2];\n"
+                     "#pragma unroll\n"
+                     "  for (int h = 0; h < 2; h++) {\n"
+                     "    long long n = r0 + g + 8 * h;\n"
+                     "    wr[h] = 0;\n"
+                     "    br[h] = 0;\n",
+                     (long long)k->M, (long long)k->K, TC_WARPS, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
+    weight_rows(s, k, "h");
+    fc_strbuf_printf(s,
+                     "  }\n"
+                     "  const bool wal = ((unsigned long long)wr[0] & 15) == 0 && ((unsigned long long)wr[1] & 15) == 0;\n"
+                     "  const uint4 z = make_uint4(0u, 0u, 0u, 0u);\n"
+                     "  uint4 w[U][2];\n");
+    static const char load_w[] = "#pragma unroll\n"
+                                 "  for (int u = 0; u < U; u++)\n"
+                                 "#pragma unroll\n"
+                                 "    for (int h = 0; h < 2; h++) w[u][h] = wr[h] ? fc_gv_load8(wr[h] + k0 + %s, wal) : z;\n";
+    static const char wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
+    if (k->constant_w) {
+        fc_strbuf_printf(s, load_w, "u * 32");
+        fc_strbuf_printf(s, "%s", wait);
+    } else {
+        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, load_w, "u * 32");
+    }
+    /* The epilogue's bias and residual, loaded before the stream. */
+    if (k->bias[0] >= 0) fc_strbuf_printf(s, "  float eb[2];\n#pragma unroll\n  for (int h = 0; h < 2; h++) eb[h] = br[h] ? fc_ld(*br[h]) : 0.f;\n");
+    if (k->residual >= 0)
+        fc_strbuf_printf(s,
+                         "  float er[4];\n"
+                         "#pragma unroll\n"
+                         "  for (int i = 0; i < 4; i++) {\n"
+                         "    const int m = 2 * t + (i & 1), h = i >> 1;\n"
+                         "    er[i] = m < M && wr[h] ? fc_ld(a%d[(long long)m * N + r0 + g + 8 * h]) : 0.f;\n"
+                         "  }\n",
+                         k->residual);
+    fc_strbuf_printf(s,
+                     "%s"
+                     "  const %s *__restrict__ X = %s + (long long)g * K + k0;\n"
+                     "  const bool xal = ((unsigned long long)X & 15) == 0;\n"
+                     "  float c[4] = {0.f, 0.f, 0.f, 0.f};\n"
+                     "  for (int st = 0; st < STEPS; st += U) {\n"
+                     "    uint4 x[U];\n"
+                     "#pragma unroll\n"
+                     "    for (int u = 0; u < U; u++) x[u] = g < M ? fc_gv_load8(X + (st + u) * 32, xal) : z;\n"
+                     "#pragma unroll\n"
+                     "    for (int u = 0; u < U; u++) {\n"
+                     "      const unsigned lo[4] = {w[u][0].x, w[u][1].x, w[u][0].y, w[u][1].y};\n"
+                     "      const unsigned hi[4] = {w[u][0].z, w[u][1].z, w[u][0].w, w[u][1].w};\n"
+                     "      fc_attn_mma(c, lo, x[u].x, x[u].y, %s());\n"
+                     "      fc_attn_mma(c, hi, x[u].z, x[u].w, %s());\n"
+                     "    }\n"
+                     "    if (st + U < STEPS) {\n",
+                     stage, t, A, t, t);
+    fc_strbuf_printf(s, load_w, "(st + U + u) * 32");
+    fc_strbuf_printf(s,
+                     "    }\n"
+                     "  }\n"
+                     "  fc_dependents_may_launch();\n"
+                     "  __shared__ float red[%d][32][4];\n"
+                     "#pragma unroll\n"
+                     "  for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];\n"
+                     "  __syncthreads();\n"
+                     "  if (warp != 0) return;\n"
+                     "#pragma unroll\n"
+                     "  for (int i = 0; i < 4; i++) {\n"
+                     "    const int m = 2 * t + (i & 1), h = i >> 1;\n"
+                     "    const long long n = r0 + g + 8 * h;\n"
+                     "    if (m >= M || !wr[h]%s) continue;\n"
+                     "    float v = 0.f;\n"
+                     "    for (int q = 0; q < %d; q++) v += red[q][lane][i];\n",
+                     TC_WARPS, k->no < k->N ? " || n >= NO" : "", TC_WARPS);
+    emit_epilogue(s, k, "m", "n", "eb[h]", "er[i]", "    ");
+    fc_strbuf_printf(s, "  }\n}\n");
 }
 
 /* The [K, N] kernel: thread (tr, cc) of a block multiplies rows k0 + tr,
@@ -546,8 +684,8 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
                             (long long)k->K);
     int w = w0;
     if (k->splits > 1 && w > 0 && (size_t)w < sizeof l->summary)
-        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", K in %d slices of %s", k->splits,
-                      k->kn ? "a cluster" : "a block's warps");
+        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", K in %d slices of %s%s", k->splits,
+                      k->kn ? "a cluster" : "a block's warps", k->tc ? " on tensor cores" : "");
     if (k->a_pad >= 0 && w > 0 && (size_t)w < sizeof l->summary)
         w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", A's rows of %lld padded inside", (long long)k->ka);
     if (k->y_slice >= 0 && w > 0 && (size_t)w < sizeof l->summary)
@@ -558,8 +696,9 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     if (k->y_slice >= 0) l->args[gr->ninputs] = k->y_dst;
     /* No group id in the text: the layers' GEMVs of one shape are one
      * kernel (codegen.c's structural key), compiled once. */
-    fc_strbuf_printf(s, "%s// %s\n", helpers, l->summary);
+    fc_strbuf_printf(s, "%s%s// %s\n", k->tc ? attn_helpers : "", helpers, l->summary);
     if (k->kn) emit_kn(gr, k, name, s);
+    else if (k->tc) emit_nk_tc(gr, k, name, s);
     else emit_nk(gr, k, name, s);
 
     l->kind = FC_LAUNCH_KERNEL;
@@ -567,6 +706,9 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     if (k->kn) {
         l->grid[0] = (unsigned)((k->N + KN_COLS - 1) / KN_COLS * k->splits);
         l->block[0] = KN_THREADS;
+    } else if (k->tc) {
+        l->grid[0] = (unsigned)((k->N + TC_COLS - 1) / TC_COLS);
+        l->block[0] = 32 * TC_WARPS;
     } else {
         const int64_t per_block = GV_WARPS / k->splits * GV_COLS;
         l->grid[0] = (unsigned)((k->N + per_block - 1) / per_block);

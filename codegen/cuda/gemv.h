@@ -16,7 +16,10 @@
  * K between them (2, 4 or 8 ways) and sum their partials in shared memory
  * in warp order before the epilogue. Sibling weights (several right
  * operands, their results concatenated) are one launch: the column says
- * which weight.
+ * which weight. From 3 rows (tc), where that kernel's scalar FMAs make it
+ * compute-bound, a block computes 16 columns on tensor cores instead
+ * (mma.m16n8k16, 16 weight rows against A's rows as B's columns), its 8
+ * warps splitting K (gemv.c, emit_nk_tc).
  *
  * [K, N] (HF Conv1D's [in, out], GPT-2): a row of W holds every output's
  * element k. A block computes 32 outputs: 4 lanes of 8 columns (16-byte
@@ -57,7 +60,8 @@ typedef struct fc_gemv {
     double alpha;
     fc_dtype dtype;
     bool kn;        /* W [K, N] (one weight), not [N, K] */
-    int splits;     /* K split: [N, K] between a block's warps, [K, N] between a cluster's blocks (1: none) */
+    bool tc;        /* [N, K] on tensor cores (M >= 2) */
+    int splits;     /* K split: [N, K] between a block's warps (8 on tensor cores), [K, N] between a cluster's blocks (1: none) */
     bool constant_w; /* W and the bias are the program's parameters or computed at load (loaded before the wait: [K, N]) */
     /* Pads read and written around (the padding pass's GEMV form,
      * passes/pad.c), each group's launch left out (-1: none). a_pad: the
