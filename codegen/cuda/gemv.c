@@ -208,12 +208,14 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     return true;
 }
 
-/* The dot product of 8 elements (16 bytes) of each operand, in f32: once a
- * unit (the guard), and in every kernel's own source. */
 /* The tensor-core kernel's mma.sync (fc_attn_mma; once a unit: its guard). */
 static const char attn_helpers[] =
 #include "attention_helpers.cuh.inc.str"
     ;
+/* The programmatic wait of the kernels that load their weights around it. */
+static const char pdl_wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
+/* The dot product of 8 elements (16 bytes) of each operand, in f32: once a
+ * unit (the guard), and in every kernel's own source. */
 static const char helpers[] =
     "#ifndef FC_GV_HELPERS\n"
     "#define FC_GV_HELPERS\n"
@@ -502,12 +504,11 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                                  "  for (int u = 0; u < U; u++)\n"
                                  "#pragma unroll\n"
                                  "    for (int h = 0; h < 2; h++) w[u][h] = wr[h] ? fc_gv_load8(wr[h] + k0 + %s, wal) : z;\n";
-    static const char wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
     if (k->constant_w) {
         fc_strbuf_printf(s, load_w, "u * 32");
-        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, "%s", pdl_wait);
     } else {
-        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, "%s", pdl_wait);
         fc_strbuf_printf(s, load_w, "u * 32");
     }
     /* The epilogue's bias and residual, loaded before the stream. */
@@ -591,7 +592,6 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
         "    const int k = k0 + i * %d + tr;\n"
         "    w[i] = k < K && k < k0 + KS && n0 < N ? fc_gv_loadn(W + (long long)k * N + n0, al, N - n0) : make_uint4(0u, 0u, 0u, 0u);\n"
         "  }\n";
-    static const char wait[] = "#if __CUDA_ARCH__ >= 900\n  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n#endif\n";
     /* The weights are parameters, which no kernel writes: into registers
      * while the kernel before finishes. */
     /* Thread (om, oc) of block 0 finishes output [om, on]; its bias and
@@ -607,9 +607,9 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     if (k->residual >= 0) snprintf(res, sizeof res, "  if (finisher) er = fc_ld(a%d[(long long)om * N + on]);\n", k->residual);
     if (k->constant_w) {
         fc_strbuf_printf(s, load_w, KN_ROWS);
-        fc_strbuf_printf(s, "%s%s%s", bias, wait, res);
+        fc_strbuf_printf(s, "%s%s%s", bias, pdl_wait, res);
     } else {
-        fc_strbuf_printf(s, "%s", wait);
+        fc_strbuf_printf(s, "%s", pdl_wait);
         fc_strbuf_printf(s, load_w, KN_ROWS);
         fc_strbuf_printf(s, "%s%s", bias, res);
     }
