@@ -92,10 +92,11 @@ int main() {{
 
 os.chdir(tempfile.mkdtemp(prefix='fc_gemv_host_'))
 case(3, 512, [24, 17], 'bf16', True, True, 1, 0.5)   # siblings, biases, residual, relu, N 41
-case(8, 2048, [32], 'f16', True, False, 2, 1.0)      # gelu_tanh, 8 steps a warp
+case(8, 2048, [32], 'f16', True, False, 2, 1.0)      # gelu_tanh, 16 warps of 2 steps
 case(5, 768, [20], 'bf16', False, False, 0, 1.0)     # 3 steps a warp, N 20
 case(8, 256, [16, 16, 9], 'bf16', False, True, 0, 1.0)  # three siblings, one step a warp
-case(7, 4096, [16], 'bf16', True, True, 0, 1.0)      # 16 steps a warp: loads in two rounds
+case(7, 2304, [16], 'bf16', True, True, 0, 1.0)      # 8 warps of 9 steps: loads in three rounds
+case(7, 8192, [16], 'bf16', True, True, 0, 1.0)      # 16 warps of 16 steps: loads in two rounds
 case(4, 512, [33], 'f16', False, False, 1, 2.0)
 case(6, 512, [16], 'bf16', False, False, 0, 1.0)
 case(5, 767, [4096], 'bf16', False, False, 0, 1.0, Kp=768)  # odd K: x's rows padded inside (x unaligned rows)

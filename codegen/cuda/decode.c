@@ -213,6 +213,7 @@ typedef struct fused {
     const fc_group *gr; /* the update_slice group; NULL: none */
     int src, off;       /* the new rows' buffer and the offset among the kernel's reads */
     int64_t rows;       /* the new rows (the source's dim 2) */
+    bool rows_contiguous; /* the source's innermost stride is 1 */
     char c;
 } fused;
 
@@ -709,11 +710,24 @@ static const char mma_helpers[] =
 
 /* Into s, before the kernel: the 16 bytes (8 elements, packed) at chunk c
  * of new row `row` of the fused update's source (f: the keys' or the
- * values'), rows of n elements. */
+ * values'), rows of n elements. Where the source's rows are contiguous
+ * (its innermost stride 1; n is a whole number of chunks) a chunk is 8
+ * neighbours: one 16-byte load where they are aligned, else fc_dec_load's
+ * 8 from one address. Otherwise 8 loads through the view, each with its
+ * own index: that form's registers, live across the tile that holds the
+ * new rows, made the kernel spill (220 bytes at Llama's B = 8, 828 at B = 1
+ * under its 128 registers a thread, measured by ptxas). */
 static void fresh_chunk(fc_strbuf *s, const fused *f, const char *name, const char *T, int64_t n) {
     if (!f->gr) return;
-    fc_strbuf_printf(s, "static __device__ __forceinline__ uint4 %s_%cf(const %s *src, long long row, int c) {\n"
-                        "  const long long o = row * %lldLL + c * 8;\n  uint4 r;\n", name, f->c, T, (long long)n);
+    fc_strbuf_printf(s, "static __device__ __forceinline__ uint4 %s_%cf(const %s *src, long long row, int c) {\n", name, f->c, T);
+    if (f->rows_contiguous) {
+        fc_strbuf_printf(s,
+                         "  const %s *p = src + %s_%cs(row * %lldLL + c * 8);\n"
+                         "  return fc_dec_load(p, true, ((unsigned long long)p & 15u) == 0);\n}\n",
+                         T, name, f->c, (long long)n);
+        return;
+    }
+    fc_strbuf_printf(s, "  const long long o = row * %lldLL + c * 8;\n  uint4 r;\n", (long long)n);
     for (int w = 0; w < 4; w++)
         fc_strbuf_printf(s, "  r.%c = fc_dec_bits(src[%s_%cs(o + %d)]) | fc_dec_bits(src[%s_%cs(o + %d)]) << 16;\n", "xyzw"[w],
                          name, f->c, 2 * w, name, f->c, 2 * w + 1);
@@ -1060,6 +1074,7 @@ static fc_status cache_attention(const fc_plan *plan, const fc_group *gr, const 
         const fc_node *u = f->gr->nodes[0];
         view[e] = operand_view(f->gr, u->in[1]);
         f->rows = u->in[1]->dims[2];
+        f->rows_contiguous = view[e].stride[u->in[1]->rank - 1] == 1;
         f->src = fc_cuda_launch_arg(args, &nr, view[e].root);
         reads[f->src] = view[e].root;
         f->off = fc_cuda_launch_arg(args, &nr, u->in[2]);

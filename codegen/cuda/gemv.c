@@ -19,10 +19,24 @@ enum { KN_THREADS = 256, KN_COLS = 32, KN_ROWS = 64, KN_MAX_R = 8, KN_MAX_SPLITS
  * doubles (a block's 256 threads keep 4 KiB to 32 KiB of weights in
  * flight, so two a SM stream GPT-2's 1.2 to 4.7 MB at once). */
 enum { KN_MIN_BLOCKS_PER_SM = 2 };
-/* [N, K] on tensor cores (M from TC_MIN_M): a block's 8 warps compute 16
- * columns (mma's 16 rows of W) over K in 8 slices, 32 elements a step
- * (4 lanes of 8), at most TC_MAX_U steps' loads in flight a warp. */
+/* [N, K] on tensor cores (M from TC_MIN_M): a block's 8 (or 16) warps
+ * compute 16 columns (mma's 16 rows of W) over K in as many slices, 32
+ * elements a step (4 lanes of 8), at most TC_MAX_U steps' loads in flight
+ * a warp. */
 enum { TC_MIN_M = 3, TC_COLS = 16, TC_WARPS = 8, TC_STEP = 32, TC_MAX_U = 8 };
+
+/* [N, K] on tensor cores: the warps of a block, each a slice of K. 16
+ * where 8-warp blocks would be fewer than two a SM and every warp keeps at
+ * least two steps: the grid is then one block on most SMs, and twice the
+ * warps keep twice the weights in flight there. Llama-1B's projections at
+ * 8 rows (128 to 192 blocks of 8 warps on the H200's 132 SMs) streamed
+ * their weights at 1.2-1.9 TB/s (Nsight Compute: the down projection, 2048
+ * x 8192, 17.9 us; the out projection 6.8 us), its gate and up (1024
+ * blocks) at 2.3-2.9. */
+static int tc_warps(int64_t N, int64_t K, int64_t sms) {
+    const int64_t blocks = (N + TC_COLS - 1) / TC_COLS, w = 2 * TC_WARPS;
+    return blocks < 2 * sms && K % (w * TC_STEP) == 0 && K / (w * TC_STEP) >= 2 ? w : TC_WARPS;
+}
 
 /* [N, K]: the ways a block's warps split K: the most (2, 4, 8) that leave
  * every warp a whole number of at least two 256-element steps. Measured on
@@ -196,7 +210,7 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     const int64_t sms = fc_cuda_plan_sms(plan);
     /* Clusters from sm 90. */
     k.tc = !k.kn && M >= TC_MIN_M;
-    k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : k.tc ? TC_WARPS : nk_splits(K);
+    k.splits = k.kn ? kn_splits(k.N, K, sms, plan->sm >= 90 ? KN_MAX_SPLITS : 1) : k.tc ? tc_warps(k.N, K, sms) : nk_splits(K);
     if (!k.splits) return false;
     k.no = k.N;
     const int at = index_of(plan, gr);
@@ -463,24 +477,25 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
 /* The [N, K] kernel on tensor cores: block b computes result columns r0 =
  * 16 b .. + 16 as mma.m16n8k16's D = W X^T, 16 rows of W (columns of the
  * result) against the M <= 8 rows of A as the 8 columns of B. Warp w takes
- * K's slice w of 8, 32 elements a step: lane (g, t) = (lane / 4, lane % 4)
+ * K's slice w of W (tc_warps: 8 or 16), 32 elements a step: lane (g, t) = (lane / 4, lane % 4)
  * loads 16 bytes of W rows r0 + g and r0 + g + 8 and of A's row g at k =
  * 32 step + 8 t. A dot product may take K in any order as long as both
  * operands take the same one, so those 8 elements are fragment slots 2t,
  * 2t+1, 2t+8, 2t+9 of two MMAs (elements 0-3, then 4-7) in both A's and
  * B's registers: no shuffles, no shared memory, 16-byte loads of 64
- * contiguous bytes a row. The 8 warps' accumulators are summed in warp
+ * contiguous bytes a row. The W warps' accumulators are summed in warp
  * order in shared memory; lane (g, t) finishes results (2t, 2t+1) of
  * columns r0 + g and r0 + g + 8. The weights' first U steps are loaded
  * before griddepcontrol.wait when they are parameters. */
 static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
-    const int64_t steps = k->K / (TC_WARPS * TC_STEP);
+    const int W = k->splits; /* warps, each a slice of K */
+    const int64_t steps = k->K / (W * TC_STEP);
     int U = (int)(steps < TC_MAX_U ? steps : TC_MAX_U);
     while (steps % U) U--;
     char stage[1536], A[16];
     a_stage(k, stage, sizeof stage, A, sizeof A);
-    emit_signature(s, gr, t, name, 1, 32 * TC_WARPS);
+    emit_signature(s, gr, t, name, 1, 32 * W);
     fc_strbuf_printf(s,
                      "  enum { M = %lld, K = %lld, KW = K / %d, STEPS = KW / %d, U = %d };\n"
                      "  const long long N = %lldLL, NO = %lldLL;\n"
@@ -493,7 +508,7 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "    long long n = r0 + g + 8 * h;\n"
                      "    wr[h] = 0;\n"
                      "    br[h] = 0;\n",
-                     (long long)k->M, (long long)k->K, TC_WARPS, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
+                     (long long)k->M, (long long)k->K, W, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
     weight_rows(s, k, "h");
     fc_strbuf_printf(s,
                      "  }\n"
@@ -557,7 +572,7 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "    if (m >= M || !wr[h]%s) continue;\n"
                      "    float v = 0.f;\n"
                      "    for (int q = 0; q < %d; q++) v += red[q][lane][i];\n",
-                     TC_WARPS, k->no < k->N ? " || n >= NO" : "", TC_WARPS);
+                     W, k->no < k->N ? " || n >= NO" : "", W);
     emit_epilogue(s, k, "m", "n", "eb[h]", "er[i]", "    ");
     fc_strbuf_printf(s, "  }\n}\n");
 }
@@ -708,7 +723,7 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
         l->block[0] = KN_THREADS;
     } else if (k->tc) {
         l->grid[0] = (unsigned)((k->N + TC_COLS - 1) / TC_COLS);
-        l->block[0] = 32 * TC_WARPS;
+        l->block[0] = 32u * (unsigned)k->splits;
     } else {
         const int64_t per_block = GV_WARPS / k->splits * GV_COLS;
         l->grid[0] = (unsigned)((k->N + per_block - 1) / per_block);

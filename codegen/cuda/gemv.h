@@ -19,7 +19,8 @@
  * which weight. From 3 rows (tc), where that kernel's scalar FMAs make it
  * compute-bound, a block computes 16 columns on tensor cores instead
  * (mma.m16n8k16, 16 weight rows against A's rows as B's columns), its 8
- * warps splitting K (gemv.c, emit_nk_tc).
+ * warps (16 where 8-warp blocks would be fewer than two a SM) splitting K
+ * (gemv.c, tc_warps and emit_nk_tc).
  *
  * [K, N] (HF Conv1D's [in, out], GPT-2): a row of W holds every output's
  * element k. A block computes 32 outputs: 4 lanes of 8 columns (16-byte
