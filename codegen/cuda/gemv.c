@@ -322,9 +322,16 @@ static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, cons
     fc_strbuf_printf(s, "%s *__restrict__ o0) {\n", t);
 }
 
+/* A's row stride in the kernels (AS): K, or where x's rows are staged
+ * (a_pad), K and 32 elements: the tensor-core kernel's lanes (g, t) read
+ * 16 bytes of rows g at k = 8 t, and rows 64 bytes apart put each 8 lanes
+ * of a load on distinct banks (at K's 1536 bytes every row was on the same
+ * ones: 6.5-way conflicts, Nsight Compute on 8 x 50257 x 767). */
+static int64_t a_stride(const fc_gemv *k) { return k->a_pad >= 0 ? k->K + 32 : k->K; }
+
 /* A's pad read around (a_pad): x's rows of KA and the zeros after them
  * into shared memory, after the wait (x may be the kernel before's
- * result), as 16-byte aligned rows of K: the statements into stage, the
+ * result), as 16-byte aligned rows of AS: the statements into stage, the
  * name the kernel reads A by into A. */
 static void a_stage(const fc_gemv *k, char *stage, size_t nstage, char *A, size_t nA) {
     const char *t = fc_cuda_storage_type(k->dtype);
@@ -334,25 +341,37 @@ static void a_stage(const fc_gemv *k, char *stage, size_t nstage, char *A, size_
     /* Every block stages all of x: its 16-byte words where x is aligned
      * (its rows of KA are not), each element to its padded place. Element
      * by element global loads made the staging most of a tensor-core
-     * block's time (8 x 50257 x 767 at 0.0492 ms against 0.0277 aligned). */
+     * block's time (8 x 50257 x 767 at 0.0492 ms against 0.0277 aligned).
+     * A word's 8 elements are stored one a step, lane l starting at its
+     * element 2 ((l / 8) %% 4) (its words rotated by as many): the lanes of
+     * a step then write 32 distinct banks, where in order lanes l, l + 8,
+     * l + 16 and l + 24 wrote one (4-way conflicts). */
     snprintf(stage, nstage,
-             "  __shared__ __align__(16) %s fc_gv_a[M * K];\n"
+             "  __shared__ __align__(16) %s fc_gv_a[M * AS];\n"
              "  {\n"
              "    enum { KA = %lld, XE = M * KA, XV = XE / 8 };\n"
              "    const %s *x = a%d;\n"
-             "    const int v = ((unsigned long long)x & 15) == 0 ? XV : 0;\n"
+             "    unsigned short *sa = reinterpret_cast<unsigned short *>(fc_gv_a);\n"
+             "    const int v = ((unsigned long long)x & 15) == 0 ? XV : 0, q = (threadIdx.x >> 3) & 3;\n"
              "    for (int i = threadIdx.x; i < v; i += blockDim.x) {\n"
              "      const uint4 w = reinterpret_cast<const uint4 *>(x)[i];\n"
-             "      const %s *e = reinterpret_cast<const %s *>(&w);\n"
+             "      const unsigned d[4] = {w.x, w.y, w.z, w.w};\n"
+             "      unsigned r[4];\n"
              "#pragma unroll\n"
-             "      for (int j = 0; j < 8; j++) fc_gv_a[(8 * i + j) / KA * K + (8 * i + j) %% KA] = e[j];\n"
+             "      for (int j = 0; j < 4; j++)\n"
+             "        r[j] = q == 0 ? d[j] : q == 1 ? d[(j + 1) & 3] : q == 2 ? d[(j + 2) & 3] : d[(j + 3) & 3];\n"
+             "#pragma unroll\n"
+             "      for (int j = 0; j < 8; j++) {\n"
+             "        const int f = 8 * i + ((j + 2 * q) & 7);\n"
+             "        sa[f / KA * AS + f %% KA] = (unsigned short)(r[j >> 1] >> (16 * (j & 1)));\n"
+             "      }\n"
              "    }\n"
-             "    for (int f = 8 * v + threadIdx.x; f < XE; f += blockDim.x) fc_gv_a[f / KA * K + f %% KA] = x[f];\n"
+             "    for (int f = 8 * v + threadIdx.x; f < XE; f += blockDim.x) fc_gv_a[f / KA * AS + f %% KA] = x[f];\n"
              "    for (int i = threadIdx.x; i < M * (K - KA); i += blockDim.x)\n"
-             "      fc_gv_a[i / (K - KA) * K + KA + i %% (K - KA)] = fc_to<%s>(0.f);\n"
+             "      fc_gv_a[i / (K - KA) * AS + KA + i %% (K - KA)] = fc_to<%s>(0.f);\n"
              "  }\n"
              "  __syncthreads();\n",
-             t, (long long)k->ka, t, k->a, t, t, t);
+             t, (long long)k->ka, t, k->a, t);
     snprintf(A, nA, "fc_gv_a");
 }
 
@@ -390,7 +409,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     a_stage(k, stage, sizeof stage, A, sizeof A);
     emit_signature(s, gr, t, name, 1, 32 * GV_WARPS);
     fc_strbuf_printf(s,
-                     "  enum { M = %lld, K = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
+                     "  enum { M = %lld, K = %lld, AS = %lld, STEPS = K / %d, SW = %d, G = %d / SW, SPW = STEPS / SW };\n"
                      "  const long long N = %lldLL, NO = %lldLL;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = warp %% G, sw = warp / G;\n"
                      "  const long long c0 = ((long long)blockIdx.x * G + g) * %d; /* this warp's columns */\n"
@@ -400,7 +419,8 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "    long long n = c0 + c;\n"
                      "    wr[c] = 0;\n"
                      "    br[c] = 0;\n",
-                     (long long)k->M, (long long)k->K, GV_STEP, k->splits, GV_WARPS, (long long)k->N, (long long)k->no, GV_COLS, t,
+                     (long long)k->M, (long long)k->K, (long long)a_stride(k), GV_STEP, k->splits, GV_WARPS, (long long)k->N,
+                     (long long)k->no, GV_COLS, t,
                      GV_COLS, GV_COLS, GV_COLS);
     weight_rows(s, k, "c");
     fc_strbuf_printf(s,
@@ -426,7 +446,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "    for (int c = 0; c < %d; c++) x[c] = wr[c] ? fc_gv_load8(wr[c] + kk, al) : make_uint4(0u, 0u, 0u, 0u);\n"
                      "#pragma unroll\n"
                      "    for (int m = 0; m < M; m++) {\n"
-                     "      const uint4 av = fc_gv_load8(A + (long long)m * K + kk, al);\n"
+                     "      const uint4 av = fc_gv_load8(A + (long long)m * AS + kk, al);\n"
                      "#pragma unroll\n"
                      "      for (int c = 0; c < %d; c++) acc[m][c] += fc_gv_dot8(av, x[c], (const %s *)0);\n"
                      "    }\n"
@@ -497,7 +517,7 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
     a_stage(k, stage, sizeof stage, A, sizeof A);
     emit_signature(s, gr, t, name, 1, 32 * W);
     fc_strbuf_printf(s,
-                     "  enum { M = %lld, K = %lld, KW = K / %d, STEPS = KW / %d, U = %d };\n"
+                     "  enum { M = %lld, K = %lld, AS = %lld, KW = K / %d, STEPS = KW / %d, U = %d };\n"
                      "  const long long N = %lldLL, NO = %lldLL;\n"
                      "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;\n"
                      "  const long long r0 = (long long)blockIdx.x * %d;\n"
@@ -508,7 +528,7 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "    long long n = r0 + g + 8 * h;\n"
                      "    wr[h] = 0;\n"
                      "    br[h] = 0;\n",
-                     (long long)k->M, (long long)k->K, W, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
+                     (long long)k->M, (long long)k->K, (long long)a_stride(k), W, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
     weight_rows(s, k, "h");
     fc_strbuf_printf(s,
                      "  }\n"
@@ -539,7 +559,7 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                          k->residual);
     fc_strbuf_printf(s,
                      "%s"
-                     "  const %s *__restrict__ X = %s + (long long)g * K + k0;\n"
+                     "  const %s *__restrict__ X = %s + (long long)g * AS + k0;\n"
                      "  const bool xal = ((unsigned long long)X & 15) == 0;\n"
                      "  float c[4] = {0.f, 0.f, 0.f, 0.f};\n"
                      "  for (int st = 0; st < STEPS; st += U) {\n"
