@@ -23,7 +23,7 @@
  *  - a cache_attention of several parts of the keys merges them in a
  *    thread-block cluster (sm 90): its kernel has __cluster_dims__, and no
  *    module-scope partial results or counters (the merge through global
- *    memory) are left.
+ *    memory) are left; at the Llama-1B shape, its parts at B = 8 and 1.
  *
  * The numerics of the same rules are test_decode's (16 steps against the
  * whole sequence recomputed, on the CPU and, with a GPU, CUDA).
@@ -217,8 +217,53 @@ static void check_prefill(const char *file, int T, int layers) {
     fc_program_free(p);
 }
 
+/* cache_attention's parts at the Llama-1B shape (32 query and 8 key/value
+ * heads, D = 64, a cache of 2048, both updates fused), on the tensor-core
+ * kernel, for a GPU of 132 SMs (the plan's count without one): at B = 8
+ * the 64 row groups' 8 parts of 4 warps fill 512 of the 528 blocks the GPU
+ * holds (one wave), at B = 1 the 8 row groups' 32 parts fold into 8 of 16
+ * warps; both merge in a cluster of 8. */
+static void check_parts(int B, unsigned want_x, unsigned want_y, unsigned want_threads) {
+    static const char ir[] =
+        "graph step(%q: bf16[B, 32, 1, 64], %knew: bf16[B, 8, 1, 64], %vnew: bf16[B, 8, 1, 64], %pos: i64[],\n"
+        "           %kc: inout bf16[B, 8, 2048, 64], %vc: inout bf16[B, 8, 2048, 64]) {\n"
+        "  %k = update_slice(%kc, %knew, %pos, axis=2) : bf16[B, 8, 2048, 64]\n"
+        "  %v = update_slice(%vc, %vnew, %pos, axis=2) : bf16[B, 8, 2048, 64]\n"
+        "  %len = add(%pos, 1) : i64[]\n"
+        "  %y = cache_attention(%q, %k, %v, %len) : bf16[B, 32, 1, 64]\n"
+        "  return %y\n"
+        "}\n";
+    fc_binding b[1] = {{"B", B}};
+    fc_graph *g = NULL;
+    CHECK(fc_parse(ctx, "parts.ir", ir, sizeof ir - 1, NULL, b, 1, &g) == FC_OK);
+    if (!g) return;
+    fc_compile_options o;
+    fc_compile_options_default(&o);
+    o.device = FC_DEVICE_CUDA;
+    fc_program *p = NULL;
+    CHECK(fc_compile(g, &o, &p) == FC_OK);
+    fc_graph_free(g);
+    if (!p) return;
+    const fc_program_desc *d = fc_program_desc_of(p);
+    int found = 0;
+    for (int i = 0; i < d->src.nlaunches; i++) {
+        const fc_launch *l = &d->src.launches[i];
+        if (strstr(l->name, "fc_cache_attention") != l->name) continue;
+        found++;
+        printf("parts at B = %d: grid (%u, %u), %u threads\n", B, l->grid[0], l->grid[1], l->block[0]);
+        CHECK_EQ_INT((int)l->grid[0], (int)want_x);
+        CHECK_EQ_INT((int)l->grid[1], (int)want_y);
+        CHECK_EQ_INT((int)l->block[0], (int)want_threads);
+        CHECK(strstr(d->src.source, "__cluster_dims__(1, 8, 1)") != NULL);
+    }
+    CHECK_EQ_INT(found, 1);
+    fc_program_free(p);
+}
+
 int main(void) {
     ctx = fc_context_new();
+    check_parts(8, 64, 8, 128);
+    check_parts(1, 8, 8, 512);
     /* GPT-2, 2 layers: positions and embeddings (2: the reduce_max over
      * T = 1 is a reshape), per layer 2 layernorms and the cache_attention
      * that writes both caches, the final layernorm; the GEMMs (f32) are
