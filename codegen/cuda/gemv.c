@@ -32,7 +32,9 @@ enum { TC_MIN_M = 3, TC_COLS = 16, TC_WARPS = 8, TC_STEP = 32, TC_MAX_U = 8 };
  * 8 rows (128 to 192 blocks of 8 warps on the H200's 132 SMs) streamed
  * their weights at 1.2-1.9 TB/s (Nsight Compute: the down projection, 2048
  * x 8192, 17.9 us; the out projection 6.8 us), its gate and up (1024
- * blocks) at 2.3-2.9. */
+ * blocks) at 2.3-2.9. With 16 warps the down projection took 14.3 us a
+ * launch in the step's profile, against 19.0 (its weights loaded before
+ * the programmatic wait; 16.4-17.1 alone in ncu). */
 static int tc_warps(int64_t N, int64_t K, int64_t sms) {
     const int64_t blocks = (N + TC_COLS - 1) / TC_COLS, w = 2 * TC_WARPS;
     return blocks < 2 * sms && K % (w * TC_STEP) == 0 && K / (w * TC_STEP) >= 2 ? w : TC_WARPS;
