@@ -328,7 +328,9 @@ static void emit_signature(fc_strbuf *s, const fc_group *gr, const char *t, cons
  * (a_pad), K and 32 elements: the tensor-core kernel's lanes (g, t) read
  * 16 bytes of rows g at k = 8 t, and rows 64 bytes apart put each 8 lanes
  * of a load on distinct banks (at K's 1536 bytes every row was on the same
- * ones: 6.5-way conflicts, Nsight Compute on 8 x 50257 x 767). */
+ * ones: 6.5-way conflicts, Nsight Compute on 8 x 50257 x 767). The
+ * stage's GV_STAGE_BYTES bound counts rows of K; the 32 elements a row add
+ * at most 512 bytes of shared memory. */
 static int64_t a_stride(const fc_gemv *k) { return k->a_pad >= 0 ? k->K + 32 : k->K; }
 
 /* A's pad read around (a_pad): x's rows of KA and the zeros after them

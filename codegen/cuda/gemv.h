@@ -62,7 +62,7 @@ typedef struct fc_gemv {
     fc_dtype dtype;
     bool kn;        /* W [K, N] (one weight), not [N, K] */
     bool tc;        /* [N, K] on tensor cores (M >= 3) */
-    int splits;     /* K split: [N, K] between a block's warps (8 on tensor cores), [K, N] between a cluster's blocks (1: none) */
+    int splits;     /* K split: [N, K] between a block's warps (8 or 16 on tensor cores: tc_warps), [K, N] between a cluster's blocks (1: none) */
     bool constant_w; /* W and the bias are the program's parameters or computed at load (loaded before the wait: [K, N], tensor cores) */
     /* Pads read and written around (the padding pass's GEMV form,
      * passes/pad.c), each group's launch left out (-1: none). a_pad: the
