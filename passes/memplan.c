@@ -219,6 +219,22 @@ static void class_lifetimes(const fc_plan *plan, const int *root, int nv, int *f
             if (until > last[r]) last[r] = until;
         }
     }
+    /* A pointwise group that reads nothing but the GEMM right before it
+     * has its results live from that GEMM on: a backend may evaluate the
+     * group in the GEMM's epilogue (a GEMV's gate, codegen/cuda/gemv.c),
+     * which stores them while other blocks still read the GEMM's
+     * operands. */
+    for (int pos = 0; pos + 1 < plan->ngroups; pos++) {
+        const fc_group *m = plan->groups[pos], *q = plan->groups[pos + 1];
+        if (m->kind != FC_GROUP_LIBRARY || m->nnodes != 1 || m->noutputs != 1 || m->batch > 0 || m->loadtime ||
+            (m->nodes[0]->op != FC_OP_GEMM && m->nodes[0]->op != FC_OP_MATMUL))
+            continue;
+        if (q->kind != FC_GROUP_POINTWISE || q->batch > 0 || q->loadtime || q->ninputs != 1 || q->inputs[0] != m->outputs[0]) continue;
+        for (int i = 0; i < q->noutputs; i++) {
+            int r = root[q->outputs[i]->id];
+            if (first[r] > pos) first[r] = pos;
+        }
+    }
 }
 
 /* The classes that need arena memory (see the top of the file), their

@@ -62,6 +62,7 @@ template <> float fc_to<float>(double x) { return (float)x; }
 static inline void fc_dependents_may_launch() {}
 static inline float fc_relu(float x) { return x > 0.f ? x : 0.f; }
 static inline float fc_gelu_tanh(float x) { return 0.5f * x * (1.f + std::tanh(0.7978845608f * (x + 0.044715f * x * x * x))); }
+static inline float fc_sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 template <typename T> static inline T __ldcg(const T *p) { return *p; }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }

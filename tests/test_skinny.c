@@ -499,6 +499,10 @@ typedef struct gvcase {
 } gvcase;
 #define GV_NK(name, M, N, K) "graph " name "(%x: bf16[" #M ", " #K "], %w: bf16[" #N ", " #K "]"
 #define GV_KN(name, T, M, N, K) "graph " name "(%x: " T "[" #M ", " #K "], %w: " T "[" #K ", " #N "]"
+#define GV_GATE(name, T, M, F, K)                                                                                              \
+    "graph " name "(%x: " T "[" #M ", " #K "], %a: " T "[" #F ", " #K "], %b: " T "[" #F ", " #K "]) {\n"                        \
+    "  %at = permute(%a, perm=[1, 0])\n  %g = matmul(%x, %at)\n  %bt = permute(%b, perm=[1, 0])\n  %u = matmul(%x, %bt)\n" \
+    "  %s = silu(%g)\n  %y = mul(%s, %u)\n  return %y\n}\n"
 static const gvcase gvcases[] = {
     {"gemv bf16 1 x 3072 x 2048", GV_NK("g1", 1, 3072, 2048) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
@@ -526,6 +530,12 @@ static const gvcase gvcases[] = {
      "  %y = gemm(%x, %w, %b, %r, to=bf16, spec=[0, 1, 1, 1, 1, 0])\n  return %y\n}\n", true, 16, false},
     {"gemv bf16 1 x 16384 x 2048 (gate and up)", GV_NK("g14", 1, 16384, 2048) ") {\n"
      "  %y = gemm(%x, %w, to=bf16, spec=[0, 1, 1, 0, 0, 0])\n  return %y\n}\n", true, 4, false},
+    /* A SwiGLU gate in the gate and up GEMV's epilogue: the pointwise
+     * group gets no launch of its own (launches_named counts one GEMV and
+     * the test below that it is the program's one kernel). */
+    {"gemv bf16 1 x (8192 + 8192) x 2048, SiLU gate", GV_GATE("g17", "bf16", 1, 8192, 2048), true, 4, false},
+    {"gemv f16 8 x (1004 + 1004) x 512, SiLU gate", GV_GATE("g18", "f16", 8, 1004, 512), true, 8, false},
+    {"gemv bf16 2 x (1004 + 1004) x 1024, SiLU gate", GV_GATE("g19", "bf16", 2, 1004, 1024), true, 2, false},
     /* Weights [K, N] (GPT-2's Conv1D): a cluster splits K. */
     {"gemv [K, N] bf16 1 x 2304 x 768, bias (QKV)", GV_KN("k1", "bf16", 1, 2304, 768) ", %b: bf16[2304]) {\n"
      "  %y = gemm(%x, %w, %b, to=bf16, spec=[0, 0, 1, 1, 0, 0])\n  return %y\n}\n", true, 4, false},
@@ -606,6 +616,13 @@ static void test_gemv(fc_context *ctx, fc_cuda_device *dev) {
                 CHECK((strstr(l->summary, "on tensor cores") != NULL) == tc);
                 const long long grid = kn ? (N + 31) / 32 * gc->splits : tc ? (N + 15) / 16 : (N + 16 / gc->splits - 1) / (16 / gc->splits);
                 CHECK_EQ_INT((int)l->grid[0], (int)grid);
+            }
+            if (strstr(gc->name, "SiLU gate")) {
+                /* The GEMV is the program's one kernel, the gate in its epilogue. */
+                int kernels = 0;
+                for (int i = 0; i < d->src.nlaunches; i++) kernels += d->src.launches[i].kind == FC_LAUNCH_KERNEL;
+                CHECK_EQ_INT(kernels, 1);
+                CHECK(strstr(d->src.launches[0].summary, "sigmoid,mul,cast,mul of its halves") != NULL);
             }
             if (strstr(gc->name, "padded")) {
                 /* The GEMV the one kernel of every run, the pad of x or the result's compaction inside it. */

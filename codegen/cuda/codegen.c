@@ -122,7 +122,7 @@ static fc_status gemm_group(unit *u, int gi, fc_launch *l) {
         return fc_cuda_emit_skinny(gr, &c->skinny, l->name, &u->s, &u->skinny_templates, l);
     case FC_GEMM_GEMV: /* gemv.c */
         snprintf(l->name, sizeof l->name, "fc_%s_k%d", g->name, gr->id);
-        st = fc_cuda_emit_gemv(gr, &c->gemv, l->name, &u->s, l);
+        st = fc_cuda_emit_gemv(plan, gr, &c->gemv, l->name, &u->s, l);
         if (st == FC_ERR_NOMEM) fc_set_error(g->ctx, st, "out of memory (codegen)");
         return st;
     default: /* FC_GEMM_LIBRARY */

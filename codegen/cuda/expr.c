@@ -654,7 +654,8 @@ const char *fc_cg_emit_value(kctx *k, const fc_value *v, const char *L) {
     int pos;
     if (fc_cg_is_input(k, v, &pos)) {
         char ld[128];
-        if (k->frame) snprintf(ld, sizeof ld, "fc_ld(fc_nc(a%d + (%s)))", pos, L);
+        if (pos == 0 && k->input0_as) snprintf(ld, sizeof ld, "%s(%s)", k->input0_as, L);
+        else if (k->frame) snprintf(ld, sizeof ld, "fc_ld(fc_nc(a%d + (%s)))", pos, L);
         else snprintf(ld, sizeof ld, "fc_ld(a%d[%s])", pos, L);
         return bind_load(k, v, L, ld);
     }

@@ -3,10 +3,12 @@
  * picks them, their K splits and their source. */
 #include "gemv.h"
 #include "gemm_choice.h"
+#include "kernel.h"
 #include "ir/switches.h"
 #include "passes/epilogue.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Must match the kernels below. [N, K]: 8 warps a block, 2 columns a warp
@@ -155,9 +157,47 @@ static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
     if (k->residual < 0) k->y_slice = fc_cuda_result_slice(plan, plan->groups[gi], k->M, k->N, &k->y_dst, &k->no);
 }
 
+/* The gate, evaluated in the epilogue: the pointwise group right after
+ * the GEMV (a group between could reuse the gate's buffer, which the GEMV
+ * writes early) that reads the result [M, 2F] alone, and it only through
+ * slices of its last axis, [0, F) and [F, 2F), into a result [M, F] of the
+ * GEMV's type. A SwiGLU MLP's silu(gate) * up, its two GEMMs one launch of
+ * sibling weights, is such a group: its kernel of its own was a launch and
+ * 2F values stored and read again for F (Llama-1B's step at B = 1: 16
+ * launches of 1.2 us, each with a wait before and after). The GEMV's
+ * inputs must still be where it reads them when the gate's result is
+ * stored (the memory plan may give that result a buffer of theirs). */
+static void absorb_gate(const fc_plan *plan, int gi, fc_gemv *k) {
+    if (k->kn || k->residual >= 0 || k->y_slice >= 0 || k->N % 2 || gi + 1 >= plan->ngroups) return;
+    const fc_value *y = plan->groups[gi]->outputs[0];
+    const fc_group *gq = plan->groups[gi + 1];
+    if (fc_cuda_sole_reader(plan, y) != gi + 1 || gq->kind != FC_GROUP_POINTWISE || gq->batch > 0 || gq->loadtime ||
+        gq->ninputs != 1 || gq->inputs[0] != y || gq->noutputs != 1)
+        return;
+    const int64_t F = k->N / 2;
+    const fc_value *o = gq->outputs[0];
+    if (o->dtype != k->dtype || !fc_value_is_static(o) || elements(o) != k->M * F || o->dims[o->rank - 1] != F) return;
+    for (int i = 0; i < gq->nnodes; i++) {
+        const fc_node *n = gq->nodes[i];
+        for (int j = 0; j < n->nin; j++) {
+            if (n->in[j] != y) continue;
+            const int ax = n->a.axis < 0 ? n->a.axis + y->rank : n->a.axis;
+            if (n->op != FC_OP_SLICE || ax != y->rank - 1 || n->out[0]->dims[ax] != F) return;
+            int64_t step;
+            const int64_t start = fc_view_start(n->out[0], ax, &step);
+            if (step != 1 || (start != 0 && start != F)) return;
+        }
+    }
+    if (!fc_cuda_inputs_survive(plan, gi, gi + 1)) return;
+    k->gate = gi + 1;
+    k->gate_dst = o->id;
+    k->f = F;
+}
+
 bool fc_cuda_pad_absorbed(const fc_plan *plan, const fc_gemm_choice *choice, int gi) {
     for (int j = 0; j < plan->ngroups; j++) {
-        if (choice[j].path == FC_GEMM_GEMV && (choice[j].gemv.a_pad == gi || choice[j].gemv.y_slice == gi)) return true;
+        if (choice[j].path == FC_GEMM_GEMV && (choice[j].gemv.a_pad == gi || choice[j].gemv.y_slice == gi || choice[j].gemv.gate == gi))
+            return true;
         if (choice[j].path == FC_GEMM_SKINNY && choice[j].skinny.y_slice == gi) return true;
     }
     return false;
@@ -183,7 +223,8 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
         return false;
     fc_gemv k = {.M = M, .K = K, .nweights = gi.nweights, .a = fc_cuda_group_input(gr, a), .residual = -1,
                  .act = gi.act == FC_GEMM_ACT_RELU ? 1 : gi.act == FC_GEMM_ACT_GELU_TANH ? 2 : 0, .alpha = gi.alpha, .dtype = t,
-                 .kn = !gi.trans_b, .constant_w = true, .a_pad = -1, .y_slice = -1, .a_src = -1, .y_dst = -1, .ka = K};
+                 .kn = !gi.trans_b, .constant_w = true, .a_pad = -1, .y_slice = -1, .a_src = -1, .y_dst = -1, .ka = K,
+                 .gate = -1, .gate_dst = -1};
     if (k.a < 0) return false;
     for (int i = 0; i < gi.nweights; i++) {
         const fc_value *w = gi.w[i];
@@ -219,6 +260,7 @@ bool fc_cuda_gemv_plan(const fc_plan *plan, const fc_group *gr, fc_gemv *out) {
     if (at >= 0 && plan->offset) {
         if (!k.kn) absorb_a_pad(plan, at, &k);
         absorb_y_slice(plan, at, &k);
+        absorb_gate(plan, at, &k);
     }
     if (out) *out = k;
     return true;
@@ -303,15 +345,55 @@ static const char helpers[] =
  * column n: `m` and `n` name them) scaled, plus the bias and the residual
  * (`bias`, `res`: floats the kernel loaded early, so that their latency
  * overlaps the weight stream), the activation, stored. */
-static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const char *n, const char *bias, const char *res,
-                          const char *indent) {
-    const char *t = fc_cuda_storage_type(k->dtype);
+static void emit_y(fc_strbuf *s, const fc_gemv *k, const char *bias, const char *res, const char *indent) {
     fc_strbuf_printf(s, "%sfloat y = (float)%.17g * v;\n", indent, k->alpha);
     if (k->bias[0] >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, bias);
     if (k->residual >= 0) fc_strbuf_printf(s, "%sy += %s;\n", indent, res);
     if (k->act == 1) fc_strbuf_printf(s, "%sy = fc_relu(y);\n", indent);
     if (k->act == 2) fc_strbuf_printf(s, "%sy = fc_gelu_tanh(y);\n", indent);
-    fc_strbuf_printf(s, "%so0[(long long)%s * NO + %s] = fc_to<%s>(y);\n", indent, m, n, t);
+}
+
+static void emit_epilogue(fc_strbuf *s, const fc_gemv *k, const char *m, const char *n, const char *bias, const char *res,
+                          const char *indent) {
+    emit_y(s, k, bias, res, indent);
+    fc_strbuf_printf(s, "%so0[(long long)%s * NO + %s] = fc_to<%s>(y);\n", indent, m, n, fc_cuda_storage_type(k->dtype));
+}
+
+/* The gate's epilogue (absorb_gate) for row m, pair p: the sums vg and vu
+ * (floats the kernel declared) of columns p and F + p through the
+ * epilogue's scale, biases (bg, bu) and activation into yg and yu, then
+ * the gate group's result at m, p by the pointwise kernels' own expression
+ * code, its loads of the GEMV's result replaced by yg and yu. Under fast
+ * numerics they stay in f32, as every value inside one kernel does; eager
+ * rounds them to the type the result would have been stored in. */
+static fc_status emit_gate(const fc_plan *plan, fc_strbuf *s, const fc_gemv *k, const char *m, const char *p, const char *bg,
+                           const char *bu) {
+    const fc_group *gq = plan->groups[k->gate];
+    const fc_value *o = gq->outputs[0];
+    const char *t = fc_cuda_storage_type(k->dtype);
+    char r[64] = "y";
+    if (plan->numerics != FC_NUMERICS_FAST) fc_cg_rounded(r, sizeof r, k->dtype, "y");
+    fc_strbuf_printf(s, "      float yg, yu;\n      {\n        const float v = vg;\n");
+    emit_y(s, k, bg, "", "        ");
+    fc_strbuf_printf(s, "        yg = %s;\n      }\n      {\n        const float v = vu;\n", r);
+    emit_y(s, k, bu, "", "        ");
+    fc_strbuf_printf(s, "        yu = %s;\n      }\n", r);
+    /* The group's element L = m F + p reads the result's elements m N + p
+     * (the first half's slice) and m N + F + p (the second's). */
+    fc_strbuf_printf(s,
+                     "      {\n"
+                     "      const i64 L = (i64)%s * %lldll + %s;\n"
+                     "#define fc_gv_y(i) ((i) - (i64)%s * N < %lldll ? yg : yu)\n",
+                     m, (long long)k->f, p, m, (long long)k->f);
+    /* Temporaries numbered past the kernel's own names (t, c0, ...). */
+    kctx kc = {.p = plan, .gr = gq, .s = s, .tmp = 1000, .store_only_vid = -1, .input0_as = "fc_gv_y"};
+    if (o->dtype == FC_BF16 || o->dtype == FC_F16) kc.store_only_vid = o->id;
+    const char *x = fc_cg_emit_value(&kc, o, "L");
+    fc_strbuf_printf(s, "      o0[L] = fc_to<%s>(%s);\n#undef fc_gv_y\n      }\n", t, x);
+    free(kc.memo);
+    free(kc.cm);
+    if (kc.oom || s->oom) return FC_ERR_NOMEM;
+    return kc.err ? fc_set_error(plan->g->ctx, kc.err, "%s (a GEMV's gate, group %d)", kc.errmsg, gq->id) : FC_OK;
 }
 
 /* The kernel's signature: the group's inputs a0.., the result o0; a
@@ -392,9 +474,23 @@ static void weight_rows(fc_strbuf *s, const fc_gemv *k, const char *c) {
     }
 }
 
+/* The loop body that points wr[c] and br[c] at column c's weights (c:
+ * the index's name): column `plain` of the result, or for a gate (two
+ * columns) p and F + p of pair p = `pair`, none past the last pair. */
+static void column_weights(fc_strbuf *s, const fc_gemv *k, const char *c, const char *pair, const char *plain) {
+    if (k->gate >= 0)
+        fc_strbuf_printf(s, "    const long long p = %s;\n    long long n = %s ? %lldLL + p : p;\n", pair, c, (long long)k->f);
+    else fc_strbuf_printf(s, "    long long n = %s;\n", plain);
+    fc_strbuf_printf(s, "    wr[%s] = 0;\n    br[%s] = 0;\n", c, c);
+    if (k->gate >= 0) fc_strbuf_printf(s, "    if (p < %lldLL) {\n", (long long)k->f);
+    else fc_strbuf_printf(s, "    {\n");
+    weight_rows(s, k, c);
+    fc_strbuf_printf(s, "    }\n");
+}
+
 /* The [N, K] kernel: warp group g of a block's G = 8 / SW computes columns
  * c0, c0 + 1, warp sw of the group its K slice of SPW steps. */
-static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
+static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
     /* The epilogue's bias and residual, loaded after the wait (a residual
      * is what a kernel before wrote), before the weight stream. */
@@ -419,15 +515,12 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      "  const long long c0 = ((long long)blockIdx.x * G + g) * %d; /* this warp's columns */\n"
                      "  const %s *wr[%d], *br[%d];\n"
                      "#pragma unroll\n"
-                     "  for (int c = 0; c < %d; c++) {\n"
-                     "    long long n = c0 + c;\n"
-                     "    wr[c] = 0;\n"
-                     "    br[c] = 0;\n",
+                     "  for (int c = 0; c < %d; c++) {\n",
                      (long long)k->M, (long long)k->K, (long long)a_stride(k), GV_STEP, k->splits, GV_WARPS, (long long)k->N,
-                     (long long)k->no, GV_COLS, t,
-                     GV_COLS, GV_COLS, GV_COLS);
-    weight_rows(s, k, "c");
+                     (long long)k->no, GV_COLS, t, GV_COLS, GV_COLS, GV_COLS);
+    column_weights(s, k, "c", "(long long)blockIdx.x * G + g", "c0 + c");
     fc_strbuf_printf(s,
+
                      "  }\n"
                      "#if __CUDA_ARCH__ >= 900\n"
                      "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
@@ -485,6 +578,17 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                          "    }\n",
                          GV_COLS, GV_COLS, GV_COLS);
     else fc_strbuf_printf(s, "  if (lane != 0) return;\n");
+    if (k->gate >= 0) {
+        fc_strbuf_printf(s,
+                         "  const long long p = (long long)blockIdx.x * G + g;\n"
+                         "  if (!wr[0]) return;\n"
+                         "#pragma unroll\n"
+                         "  for (int m = 0; m < M; m++) {\n"
+                         "      const float vg = acc[m][0], vu = acc[m][1];\n");
+        const fc_status st = emit_gate(plan, s, k, "m", "p", "eb[0]", "eb[1]");
+        fc_strbuf_printf(s, "  }\n}\n");
+        return st;
+    }
     fc_strbuf_printf(s,
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
@@ -496,6 +600,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
                      GV_COLS, k->no < k->N ? " || c0 + c >= NO" : "");
     emit_epilogue(s, k, "m", "n", "eb[c]", "er[m][c]", "      ");
     fc_strbuf_printf(s, "    }\n}\n");
+    return s->oom ? FC_ERR_NOMEM : FC_OK;
 }
 
 /* The [N, K] kernel on tensor cores: block b computes result columns r0 =
@@ -511,7 +616,7 @@ static void emit_nk(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
  * order in shared memory; lane (g, t) finishes results (2t, 2t+1) of
  * columns r0 + g and r0 + g + 8. The weights' first U steps are loaded
  * before griddepcontrol.wait when they are parameters. */
-static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
+static fc_status emit_nk_tc(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s) {
     const char *t = fc_cuda_storage_type(k->dtype);
     const int W = k->splits; /* warps, each a slice of K */
     const int64_t steps = k->K / (W * TC_STEP);
@@ -528,13 +633,14 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "  const int k0 = warp * KW + t * 8; /* this lane's first element of K */\n"
                      "  const %s *wr[2], *br[2];\n"
                      "#pragma unroll\n"
-                     "  for (int h = 0; h < 2; h++) {\n"
-                     "    long long n = r0 + g + 8 * h;\n"
-                     "    wr[h] = 0;\n"
-                     "    br[h] = 0;\n",
-                     (long long)k->M, (long long)k->K, (long long)a_stride(k), W, TC_STEP, U, (long long)k->N, (long long)k->no, TC_COLS, t);
-    weight_rows(s, k, "h");
+                     "  for (int h = 0; h < 2; h++) {\n",
+                     (long long)k->M, (long long)k->K, (long long)a_stride(k), W, TC_STEP, U, (long long)k->N, (long long)k->no,
+                     k->gate >= 0 ? TC_COLS / 2 : TC_COLS, t);
+    /* A gate's pairs: W rows g and g + 8 of the mma are columns p and F
+     * + p (8 pairs a block). */
+    column_weights(s, k, "h", "r0 + g", "r0 + g + 8 * h");
     fc_strbuf_printf(s,
+
                      "  }\n"
                      "  const bool wal = ((unsigned long long)wr[0] & 15) == 0 && ((unsigned long long)wr[1] & 15) == 0;\n"
                      "  const uint4 z = make_uint4(0u, 0u, 0u, 0u);\n"
@@ -588,7 +694,29 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "#pragma unroll\n"
                      "  for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];\n"
                      "  __syncthreads();\n"
-                     "  if (warp != 0) return;\n"
+                     "  if (warp != 0) return;\n",
+                     W);
+    if (k->gate >= 0) {
+        /* Lane (g, t) holds columns p (i = 0, 1) and F + p (i = 2, 3) of
+         * rows 2t and 2t + 1. */
+        fc_strbuf_printf(s,
+                         "  const long long p = r0 + g;\n"
+                         "  if (!wr[0]) return;\n"
+                         "#pragma unroll\n"
+                         "  for (int e = 0; e < 2; e++) {\n"
+                         "    const int m = 2 * t + e;\n"
+                         "    if (m >= M) continue;\n"
+                         "    float vg = 0.f, vu = 0.f;\n"
+                         "    for (int q = 0; q < %d; q++) {\n"
+                         "      vg += red[q][lane][e];\n"
+                         "      vu += red[q][lane][2 + e];\n"
+                         "    }\n",
+                         W);
+        const fc_status st = emit_gate(plan, s, k, "m", "p", "eb[0]", "eb[1]");
+        fc_strbuf_printf(s, "  }\n}\n");
+        return st;
+    }
+    fc_strbuf_printf(s,
                      "#pragma unroll\n"
                      "  for (int i = 0; i < 4; i++) {\n"
                      "    const int m = 2 * t + (i & 1), h = i >> 1;\n"
@@ -596,9 +724,10 @@ static void emit_nk_tc(const fc_group *gr, const fc_gemv *k, const char *name, f
                      "    if (m >= M || !wr[h]%s) continue;\n"
                      "    float v = 0.f;\n"
                      "    for (int q = 0; q < %d; q++) v += red[q][lane][i];\n",
-                     W, k->no < k->N ? " || n >= NO" : "", W);
+                     k->no < k->N ? " || n >= NO" : "", W);
     emit_epilogue(s, k, "m", "n", "eb[h]", "er[i]", "    ");
     fc_strbuf_printf(s, "  }\n}\n");
+    return s->oom ? FC_ERR_NOMEM : FC_OK;
 }
 
 /* The [K, N] kernel: thread (tr, cc) of a block multiplies rows k0 + tr,
@@ -716,7 +845,7 @@ static void emit_kn(const fc_group *gr, const fc_gemv *k, const char *name, fc_s
     fc_strbuf_printf(s, "}\n");
 }
 
-fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
+fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l) {
     char d[96];
     fc_gemm_describe(gr->nodes[0], d, sizeof d);
     const int w0 = snprintf(l->summary, sizeof l->summary, "gemv %.100s, %lld x %lld x %lld", d, (long long)k->M, (long long)k->N,
@@ -728,17 +857,27 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
     if (k->a_pad >= 0 && w > 0 && (size_t)w < sizeof l->summary)
         w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", A's rows of %lld padded inside", (long long)k->ka);
     if (k->y_slice >= 0 && w > 0 && (size_t)w < sizeof l->summary)
-        snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", writes the %lld columns of the result", (long long)k->no);
+        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", writes the %lld columns of the result", (long long)k->no);
+    if (k->gate >= 0 && w > 0 && (size_t)w < sizeof l->summary) {
+        const fc_group *gq = plan->groups[k->gate];
+        w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, ", then");
+        for (int q = 0; q < gq->nnodes && w > 0 && (size_t)w + 16 < sizeof l->summary; q++)
+            w += snprintf(l->summary + w, sizeof l->summary - (size_t)w, "%s%s", q ? "," : " ", fc_op_table[gq->nodes[q]->op].name);
+        if (w > 0 && (size_t)w < sizeof l->summary) snprintf(l->summary + w, sizeof l->summary - (size_t)w, " of its halves");
+    }
     /* The pads' launches are left out (codegen.c): x read in A's place,
      * the graph result written in the padded result's. */
     if (k->a_pad >= 0) l->args[k->a] = k->a_src;
     if (k->y_slice >= 0) l->args[gr->ninputs] = k->y_dst;
+    if (k->gate >= 0) l->args[gr->ninputs] = k->gate_dst;
     /* No group id in the text: the layers' GEMVs of one shape are one
      * kernel (codegen.c's structural key), compiled once. */
     fc_strbuf_printf(s, "%s%s// %s\n", k->tc ? attn_helpers : "", helpers, l->summary);
+    fc_status st = FC_OK;
     if (k->kn) emit_kn(gr, k, name, s);
-    else if (k->tc) emit_nk_tc(gr, k, name, s);
-    else emit_nk(gr, k, name, s);
+    else if (k->tc) st = emit_nk_tc(plan, gr, k, name, s);
+    else st = emit_nk(plan, gr, k, name, s);
+    if (st) return st;
 
     l->kind = FC_LAUNCH_KERNEL;
     if (l->name != name) snprintf(l->name, sizeof l->name, "%s", name);
@@ -746,8 +885,13 @@ fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *na
         l->grid[0] = (unsigned)((k->N + KN_COLS - 1) / KN_COLS * k->splits);
         l->block[0] = KN_THREADS;
     } else if (k->tc) {
-        l->grid[0] = (unsigned)((k->N + TC_COLS - 1) / TC_COLS);
+        /* 16 columns a block, or 8 of a gate's pairs. */
+        l->grid[0] = (unsigned)(k->gate >= 0 ? (k->f + TC_COLS / 2 - 1) / (TC_COLS / 2) : (k->N + TC_COLS - 1) / TC_COLS);
         l->block[0] = 32u * (unsigned)k->splits;
+    } else if (k->gate >= 0) {
+        const int64_t pairs = GV_WARPS / k->splits; /* a pair a warp group */
+        l->grid[0] = (unsigned)((k->f + pairs - 1) / pairs);
+        l->block[0] = 32 * GV_WARPS;
     } else {
         const int64_t per_block = GV_WARPS / k->splits * GV_COLS;
         l->grid[0] = (unsigned)((k->N + per_block - 1) / per_block);

@@ -73,6 +73,13 @@ typedef struct fc_gemv {
      * writes instead, rows of no. Without them ka = K, no = N. */
     int a_pad, y_slice, a_src, y_dst;
     int64_t ka, no;
+    /* A gate evaluated in the epilogue (gemv.c, absorb_gate): the
+     * pointwise group (-1: none) that reads the result [M, 2F] alone,
+     * through its halves, as a SwiGLU's silu(gate) * up does; a block then
+     * computes column pairs (p, F + p) and stores the group's result
+     * (value gate_dst, [M, F]) in the result's place. */
+    int gate, gate_dst;
+    int64_t f;
 } fc_gemv;
 
 /* Whether group gr of static plan `plan` runs as a GEMV, and how (*out,
@@ -88,7 +95,8 @@ typedef struct fc_gemv {
 
 /* Whether group gi of plan is a pad that a GEMV or a skinny GEMM reads or
  * writes around (fc_gemv.a_pad, y_slice; fc_skinny.y_slice; choice: every
- * group's GEMM choice), so that it has no launch of its own. */
+ * group's GEMM choice), or a gate a GEMV evaluates (fc_gemv.gate), so that
+ * it has no launch of its own. */
 struct fc_gemm_choice;
 bool fc_cuda_pad_absorbed(const fc_plan *plan, const struct fc_gemm_choice *choice, int gi);
 
@@ -104,7 +112,8 @@ int fc_cuda_result_slice(const fc_plan *plan, const fc_group *gr, int64_t M, int
  * grid, block and pdl.
  * l->args stay the group's inputs then its output, as the caller made
  * them, but for a pad read or written around (a_pad, y_slice): x in A's
- * place, the graph result in the output's. */
-fc_status fc_cuda_emit_gemv(const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l);
+ * place, the graph result in the output's; and for a gate (gate): its
+ * result in the output's. */
+fc_status fc_cuda_emit_gemv(const fc_plan *plan, const fc_group *gr, const fc_gemv *k, const char *name, fc_strbuf *s, fc_launch *l);
 
 #endif

@@ -90,6 +90,11 @@ typedef struct kctx {
     /* store_element: the output value being stored unrounded (-1: none). */
     int store_only_vid;
     char store_only_name[24];
+    /* A group evaluated inside another kernel's epilogue (a GEMV's gate,
+     * gemv.c): its input 0 is that kernel's registers, read through this
+     * function-like macro of the element index instead of a load (NULL:
+     * a load, as every other input). */
+    const char *input0_as;
 } kctx;
 
 /* Emit the VEC elements starting at linear index `base` of the space: each
