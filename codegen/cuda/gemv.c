@@ -519,12 +519,24 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
                      (long long)k->M, (long long)k->K, (long long)a_stride(k), GV_STEP, k->splits, GV_WARPS, (long long)k->N,
                      (long long)k->no, GV_COLS, t, GV_COLS, GV_COLS, GV_COLS);
     column_weights(s, k, "c", "(long long)blockIdx.x * G + g", "c0 + c");
+    /* At 2 rows the weights' first PU steps are loaded before the wait
+     * where they are parameters (nothing before writes them): into the
+     * registers of the blocks resident while the kernel before finishes,
+     * as the tensor-core kernel does. Measured on the H200 (Llama-1B's
+     * decode step, one call, docs/PERF.md): at B = 2 1.028 ms against
+     * 1.077 without; at B = 1 0.8437 against 0.8337, where the row norms
+     * after the out and down projections each took 0.8 us longer. */
     fc_strbuf_printf(s,
-
                      "  }\n"
-                     "#if __CUDA_ARCH__ >= 900\n"
-                     "  asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n"
-                     "#endif\n"
+                     "  enum { PU = %s };\n"
+                     "  const bool wal = ((unsigned long long)wr[0] & 15) == 0 && ((unsigned long long)wr[%d] & 15) == 0;\n"
+                     "  uint4 wp[PU > 0 ? PU : 1][%d];\n"
+                     "#pragma unroll\n"
+                     "  for (int u = 0; u < PU; u++)\n"
+                     "#pragma unroll\n"
+                     "    for (int c = 0; c < %d; c++)\n"
+                     "      wp[u][c] = wr[c] ? fc_gv_load8(wr[c] + (sw * SPW + u) * %d + lane * %d, wal) : make_uint4(0u, 0u, 0u, 0u);\n"
+                     "%s"
                      "  float acc[M][%d];\n"
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
@@ -533,21 +545,28 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
                      "%s"
                      "%s"
                      "  const %s *A = %s;\n"
-                     "  const bool al = ((unsigned long long)A & 15) == 0 && ((unsigned long long)wr[0] & 15) == 0 &&\n"
-                     "                  ((unsigned long long)wr[%d] & 15) == 0; /* rows are 512-byte multiples apart */\n"
-                     "#pragma unroll 8\n"
-                     "  for (int st = sw * SPW; st < (sw + 1) * SPW; st++) {\n"
-                     "    const int kk = st * %d + lane * %d;\n"
-                     "    uint4 x[%d];\n"
-                     "#pragma unroll\n"
-                     "    for (int c = 0; c < %d; c++) x[c] = wr[c] ? fc_gv_load8(wr[c] + kk, al) : make_uint4(0u, 0u, 0u, 0u);\n"
-                     "#pragma unroll\n"
-                     "    for (int m = 0; m < M; m++) {\n"
-                     "      const uint4 av = fc_gv_load8(A + (long long)m * AS + kk, al);\n"
-                     "#pragma unroll\n"
-                     "      for (int c = 0; c < %d; c++) acc[m][c] += fc_gv_dot8(av, x[c], (const %s *)0);\n"
-                     "    }\n"
-                     "  }\n"
+                     "  const bool aal = ((unsigned long long)A & 15) == 0; /* rows are 512-byte multiples apart */\n",
+                     k->constant_w && k->M >= 2 ? "SPW < 4 ? SPW : 4" : "0", GV_COLS - 1, GV_COLS, GV_COLS, GV_STEP, GV_VEC, pdl_wait, GV_COLS,
+                     GV_COLS, early, stage, t, A);
+    /* A step: weight words x (preloaded or loaded), A's rows, the FMAs. */
+    static const char step[] =
+        "    const int kk = (sw * SPW + st) * %d + lane * %d;\n"
+        "    uint4 x[%d];\n"
+        "#pragma unroll\n"
+        "    for (int c = 0; c < %d; c++) x[c] = %s;\n"
+        "#pragma unroll\n"
+        "    for (int m = 0; m < M; m++) {\n"
+        "      const uint4 av = fc_gv_load8(A + (long long)m * AS + kk, aal);\n"
+        "#pragma unroll\n"
+        "      for (int c = 0; c < %d; c++) acc[m][c] += fc_gv_dot8(av, x[c], (const %s *)0);\n"
+        "    }\n"
+        "  }\n";
+    fc_strbuf_printf(s, "#pragma unroll\n  for (int st = 0; st < PU; st++) {\n");
+    fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS, "wp[st][c]", GV_COLS, t);
+    fc_strbuf_printf(s, "#pragma unroll 8\n  for (int st = PU; st < SPW; st++) {\n");
+    fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS, "wr[c] ? fc_gv_load8(wr[c] + kk, wal) : make_uint4(0u, 0u, 0u, 0u)",
+                     GV_COLS, t);
+    fc_strbuf_printf(s,
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
                      "#pragma unroll\n"
@@ -555,7 +574,6 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
                      "#pragma unroll\n"
                      "      for (int o = 16; o > 0; o >>= 1) acc[m][c] += __shfl_xor_sync(0xffffffffu, acc[m][c], o);\n"
                      "  fc_dependents_may_launch();\n",
-                     GV_COLS, GV_COLS, early, stage, t, A, GV_COLS - 1, GV_STEP, GV_VEC, GV_COLS, GV_COLS, GV_COLS, t,
                      GV_COLS);
     if (k->splits > 1)
         /* The group's SW partials summed by its first warp, in warp order. */
