@@ -162,7 +162,7 @@ static void absorb_y_slice(const fc_plan *plan, int gi, fc_gemv *k) {
  * writes early) that reads the result [M, 2F] alone, and it only through
  * slices of its last axis, [0, F) and [F, 2F), into a result [M, F] of the
  * GEMV's type. A SwiGLU MLP's silu(gate) * up, its two GEMMs one launch of
- * sibling weights, is such a group: its kernel of its own was a launch and
+ * sibling weights, is such a group: as a kernel of its own it costs a launch and
  * 2F values stored and read again for F (Llama-1B's step at B = 1: 16
  * launches of 1.2 us, each with a wait before and after). The GEMV's
  * inputs must still be where it reads them when the gate's result is
@@ -523,7 +523,7 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
      * where they are parameters (nothing before writes them): into the
      * registers of the blocks resident while the kernel before finishes,
      * as the tensor-core kernel does. Measured on the H200 (Llama-1B's
-     * decode step, one call, docs/PERF.md): at B = 2 1.028 ms against
+     * decode step, docs/PERF.md): at B = 2 1.028 ms against
      * 1.077 without; at B = 1 0.8437 against 0.8337, where the row norms
      * after the out and down projections each took 0.8 us longer. */
     fc_strbuf_printf(s,
