@@ -526,16 +526,20 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
      * decode step, docs/PERF.md): at B = 2 1.028 ms against
      * 1.077 without; at B = 1 0.8437 against 0.8337, where the row norms
      * after the out and down projections each took 0.8 us longer. */
+    fc_strbuf_printf(s, "  }\n");
+    const bool preload = k->constant_w && k->M >= 2;
+    if (preload)
+        fc_strbuf_printf(s,
+                         "  const bool wal = ((unsigned long long)wr[0] & 15) == 0 && ((unsigned long long)wr[%d] & 15) == 0;\n"
+                         "  enum { PU = SPW < 4 ? SPW : 4 };\n"
+                         "  uint4 wp[PU][%d];\n"
+                         "#pragma unroll\n"
+                         "  for (int u = 0; u < PU; u++)\n"
+                         "#pragma unroll\n"
+                         "    for (int c = 0; c < %d; c++)\n"
+                         "      wp[u][c] = wr[c] ? fc_gv_load8(wr[c] + (sw * SPW + u) * %d + lane * %d, wal) : make_uint4(0u, 0u, 0u, 0u);\n",
+                         GV_COLS - 1, GV_COLS, GV_COLS, GV_STEP, GV_VEC);
     fc_strbuf_printf(s,
-                     "  }\n"
-                     "  enum { PU = %s };\n"
-                     "  const bool wal = ((unsigned long long)wr[0] & 15) == 0 && ((unsigned long long)wr[%d] & 15) == 0;\n"
-                     "  uint4 wp[PU > 0 ? PU : 1][%d];\n"
-                     "#pragma unroll\n"
-                     "  for (int u = 0; u < PU; u++)\n"
-                     "#pragma unroll\n"
-                     "    for (int c = 0; c < %d; c++)\n"
-                     "      wp[u][c] = wr[c] ? fc_gv_load8(wr[c] + (sw * SPW + u) * %d + lane * %d, wal) : make_uint4(0u, 0u, 0u, 0u);\n"
                      "%s"
                      "  float acc[M][%d];\n"
                      "#pragma unroll\n"
@@ -545,27 +549,33 @@ static fc_status emit_nk(const fc_plan *plan, const fc_group *gr, const fc_gemv 
                      "%s"
                      "%s"
                      "  const %s *A = %s;\n"
-                     "  const bool aal = ((unsigned long long)A & 15) == 0; /* rows are 512-byte multiples apart */\n",
-                     k->constant_w && k->M >= 2 ? "SPW < 4 ? SPW : 4" : "0", GV_COLS - 1, GV_COLS, GV_COLS, GV_STEP, GV_VEC, pdl_wait, GV_COLS,
-                     GV_COLS, early, stage, t, A);
+                     "  const bool %s = ((unsigned long long)A & 15) == 0%s; /* rows are 512-byte multiples apart */\n",
+                     pdl_wait, GV_COLS, GV_COLS, early, stage, t, A, preload ? "aal" : "al",
+                     preload ? "" : " && ((unsigned long long)wr[0] & 15) == 0 &&\n                  ((unsigned long long)wr[1] & 15) == 0");
     /* A step: weight words x (preloaded or loaded), A's rows, the FMAs. */
     static const char step[] =
-        "    const int kk = (sw * SPW + st) * %d + lane * %d;\n"
+        "    const int kk = st * %d + lane * %d;\n"
         "    uint4 x[%d];\n"
         "#pragma unroll\n"
         "    for (int c = 0; c < %d; c++) x[c] = %s;\n"
         "#pragma unroll\n"
         "    for (int m = 0; m < M; m++) {\n"
-        "      const uint4 av = fc_gv_load8(A + (long long)m * AS + kk, aal);\n"
+        "      const uint4 av = fc_gv_load8(A + (long long)m * AS + kk, %s);\n"
         "#pragma unroll\n"
         "      for (int c = 0; c < %d; c++) acc[m][c] += fc_gv_dot8(av, x[c], (const %s *)0);\n"
         "    }\n"
         "  }\n";
-    fc_strbuf_printf(s, "#pragma unroll\n  for (int st = 0; st < PU; st++) {\n");
-    fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS, "wp[st][c]", GV_COLS, t);
-    fc_strbuf_printf(s, "#pragma unroll 8\n  for (int st = PU; st < SPW; st++) {\n");
-    fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS, "wr[c] ? fc_gv_load8(wr[c] + kk, wal) : make_uint4(0u, 0u, 0u, 0u)",
-                     GV_COLS, t);
+    /* Without a preload one flag guards both streams' vector loads, so the
+     * compiler can specialise the loop once for the aligned case. */
+    if (preload) {
+        fc_strbuf_printf(s, "#pragma unroll\n  for (int st = sw * SPW; st < sw * SPW + PU; st++) {\n");
+        fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS, "wp[st - sw * SPW][c]", "aal", GV_COLS, t);
+    }
+    fc_strbuf_printf(s, "#pragma unroll 8\n  for (int st = sw * SPW%s; st < (sw + 1) * SPW; st++) {\n", preload ? " + PU" : "");
+    fc_strbuf_printf(s, step, GV_STEP, GV_VEC, GV_COLS, GV_COLS,
+                     preload ? "wr[c] ? fc_gv_load8(wr[c] + kk, wal) : make_uint4(0u, 0u, 0u, 0u)"
+                             : "wr[c] ? fc_gv_load8(wr[c] + kk, al) : make_uint4(0u, 0u, 0u, 0u)",
+                     preload ? "aal" : "al", GV_COLS, t);
     fc_strbuf_printf(s,
                      "#pragma unroll\n"
                      "  for (int m = 0; m < M; m++)\n"
